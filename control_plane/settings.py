@@ -1,16 +1,146 @@
-"""Django settings. Skeleton: the control-plane engineer extends this (apps, DB, auth, Celery)."""
+"""Django settings. Every deployment knob is an environment variable with an embedded default.
+
+`DATABASE_URL` / `REDIS_URL` unset: a private Postgres / Redis under `.data/` is started on demand
+(see `control_plane.embedded`). Production sets them (plus `SECRET_KEY`, `DJANGO_DEBUG=0`,
+`ALLOWED_HOSTS`).
+"""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
+import dj_database_url
+
+from control_plane import embedded
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-SECRET_KEY = os.environ.get("SECRET_KEY", "insecure-dev-key-change-me")
+
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = ["*"]
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise RuntimeError("SECRET_KEY must be set when DJANGO_DEBUG=0")
+    SECRET_KEY = "insecure-development-key-only-for-the-embedded-default"
+ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
 INSTALLED_APPS = [
-    "django.contrib.contenttypes",
+    "daphne",
+    "django.contrib.admin",
     "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "control_plane",
+    "tenants",
 ]
-DATABASES: dict = {}
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "control_plane.urls"
+WSGI_APPLICATION = "control_plane.wsgi.application"
+ASGI_APPLICATION = "control_plane.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+DATABASE_URL = os.environ.get("DATABASE_URL") or embedded.postgres_url()
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+REDIS_URL = os.environ.get("REDIS_URL", "")  # resolved lazily: only Celery/Channels need it
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "portal:login"
+LOGIN_REDIRECT_URL = "portal:dashboard"
+LOGOUT_REDIRECT_URL = "portal:login"
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = not DEBUG
+CSRF_COOKIE_SECURE = not DEBUG
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "3600"))
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
 USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".data" / "staticfiles"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.api.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "tenants.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {"auth": os.environ.get("AUTH_THROTTLE_RATE", "20/min")},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "MQTT platform API",
+    "DESCRIPTION": "Provision devices, credentials, ACLs, rules and read quotas and usage.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# Caches back the API throttles; one process in the embedded default.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Celery reads CELERY_* (see control_plane/celery.py); the broker URL is resolved there.
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE = {
+    "expire-credentials": {
+        "task": "tenants.tasks.expire_credentials",
+        "schedule": timedelta(seconds=int(os.environ.get("CREDENTIAL_EXPIRY_SWEEP_SECONDS", "60"))),
+    },
+}
+
+# The single Postgres channel every broker-relevant change is announced on (see tenants/notify.py).
+CONFIG_NOTIFY_CHANNEL = "mqtt_config"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class ControlPlaneConfig(AppConfig):
+    name = "control_plane"

@@ -1,0 +1,32 @@
+"""`Authorization: Bearer <token>`: the token names both the user and the tenant it acts in."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from tenants import selectors
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Send 'Authorization: Bearer <token>'.")
+        try:
+            raw = header[1].decode()
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("Invalid token.") from None
+        token = selectors.api_token_lookup(raw)
+        if token is None or not token.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid or revoked token.")
+        if token.last_used_at is None or (timezone.now() - token.last_used_at).total_seconds() > 60:
+            type(token).objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        return token.user, token
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword

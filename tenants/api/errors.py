@@ -1,0 +1,53 @@
+"""One JSON error shape for the whole API: {"error": {"code", "message", "fields"?}}."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, DjangoValidationError):
+        fields = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
+        exc = exceptions.ValidationError(fields)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        fields = (
+            response.data
+            if isinstance(response.data, dict)
+            else {"non_field_errors": response.data}
+        )
+        first = _first_message(fields)
+        body = {"error": {"code": "invalid", "message": first, "fields": fields}}
+    elif isinstance(exc, Http404):
+        body = {"error": {"code": "not_found", "message": str(exc) or "Not found."}}
+    else:
+        detail = (
+            response.data.get("detail", "") if isinstance(response.data, dict) else response.data
+        )
+        code = getattr(exc, "default_code", "error")
+        if isinstance(exc, exceptions.APIException) and hasattr(exc.detail, "code"):
+            code = exc.detail.code or code
+        body = {"error": {"code": code, "message": str(detail)}}
+    response.data = body
+    return response
+
+
+def _first_message(fields) -> str:
+    for key, value in fields.items():
+        while isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        if isinstance(value, dict):
+            return _first_message(value)
+        return str(value) if key == "non_field_errors" else f"{key}: {value}"
+    return "Invalid input."
+
+
+__all__ = ["exception_handler", "status", "Response"]

@@ -1,0 +1,279 @@
+"""The tenant domain. The broker reads these tables directly (psycopg), so table and column names
+are part of the contract with `data_plane/tenancy/`: change them with a migration on both sides."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+# Slugs go into MQTT usernames and topic namespaces: keep them boring.
+SLUG_VALIDATOR = RegexValidator(
+    r"^[a-z0-9](?:[a-z0-9-]{1,30})[a-z0-9]$",
+    "Use 3-32 lowercase letters, digits and hyphens, starting and ending with a letter or digit.",
+)
+RESERVED_SLUGS = frozenset(
+    {
+        "sys",
+        "admin",
+        "api",
+        "www",
+        "root",
+        "mqtt",
+        "broker",
+        "static",
+        "portal",
+        "internal",
+        "system",
+        "share",
+        "events",
+        "support",
+        "billing",
+        "status",
+        "docs",
+    }
+)
+# A device name is the `client` half of `tenant/client` and may become a client id.
+DEVICE_NAME_VALIDATOR = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$",
+    "Use 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit.",
+)
+
+QUOTA_KEYS = (
+    "max_connections",
+    "max_publish_rate",
+    "max_inbound_bytes_rate",
+    "max_outbound_bytes_rate",
+    "max_message_size",
+    "max_subscriptions_per_client",
+    "max_queued_messages",
+    "max_retained_messages",
+    "max_session_expiry",
+    "max_keepalive",
+)
+
+
+class Plan(models.Model):
+    """A price point and the limits the broker enforces; tenants may override any limit."""
+
+    slug = models.SlugField(max_length=32, unique=True)
+    name = models.CharField(max_length=64)
+    monthly_price_cents = models.PositiveIntegerField(default=0)
+    price_per_million_messages_cents = models.PositiveIntegerField(default=0)
+    max_connections = models.PositiveIntegerField(default=100)
+    max_publish_rate = models.PositiveIntegerField(default=100, help_text="messages/s per tenant")
+    max_inbound_bytes_rate = models.PositiveIntegerField(default=1_000_000, help_text="bytes/s")
+    max_outbound_bytes_rate = models.PositiveIntegerField(default=2_000_000, help_text="bytes/s")
+    max_message_size = models.PositiveIntegerField(default=262_144, help_text="bytes")
+    max_subscriptions_per_client = models.PositiveIntegerField(default=100)
+    max_queued_messages = models.PositiveIntegerField(default=1000)
+    max_retained_messages = models.PositiveIntegerField(default=1000)
+    max_session_expiry = models.PositiveIntegerField(default=86_400, help_text="seconds")
+    max_keepalive = models.PositiveIntegerField(default=3600, help_text="seconds")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def limits(self) -> dict[str, int]:
+        return {key: getattr(self, key) for key in QUOTA_KEYS}
+
+
+class Tenant(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        SUSPENDED = "suspended"
+
+    class AclDefault(models.TextChoices):
+        ALLOW = "allow"
+        DENY = "deny"
+
+    slug = models.CharField(max_length=32, unique=True, validators=[SLUG_VALIDATOR])
+    name = models.CharField(max_length=128, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="tenants")
+    quota_overrides = models.JSONField(default=dict, blank=True)
+    # What applies when no ACL rule matches; either way a tenant only ever sees its own topics.
+    acl_default = models.CharField(max_length=8, choices=AclDefault.choices, default="allow")
+    archive_enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        ADMIN = "admin"
+        VIEWER = "viewer"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique_user")
+        ]
+
+    @property
+    def can_write(self) -> bool:
+        return self.role in (self.Role.OWNER, self.Role.ADMIN)
+
+
+class ApiToken(models.Model):
+    """A bearer token for the REST API, acting as `user` within `tenant`. Only its digest is kept."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=64, default="default")
+    digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+
+class Device(models.Model):
+    class ClientIdPolicy(models.TextChoices):
+        EXACT = "exact"
+        ANY = "any"
+        PATTERN = "pattern"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="devices")
+    name = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
+    enabled = models.BooleanField(default=True)
+    client_id_policy = models.CharField(
+        max_length=8, choices=ClientIdPolicy.choices, default=ClientIdPolicy.EXACT
+    )
+    client_id_pattern = models.CharField(max_length=255, blank=True)
+    attributes = models.JSONField(default=dict, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="device_unique_name")
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.username
+
+    @property
+    def username(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class Credential(models.Model):
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="credentials")
+    secret_hash = models.CharField(max_length=128)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(
+                fields=["device"], name="credential_active_idx", condition=Q(revoked_at=None)
+            )
+        ]
+
+    @property
+    def is_active(self) -> bool:
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+
+class AclRule(models.Model):
+    class Action(models.TextChoices):
+        PUBLISH = "publish"
+        SUBSCRIBE = "subscribe"
+        BOTH = "both"
+
+    class Permission(models.TextChoices):
+        ALLOW = "allow"
+        DENY = "deny"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="acl_rules")
+    device = models.ForeignKey(
+        Device, on_delete=models.CASCADE, null=True, blank=True, related_name="acl_rules"
+    )
+    action = models.CharField(max_length=9, choices=Action.choices)
+    permission = models.CharField(max_length=5, choices=Permission.choices)
+    topic = models.CharField(max_length=512, help_text="filter; ${tenant} and ${client} expand")
+    position = models.PositiveIntegerField(default=0, help_text="rules apply in ascending order")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["position", "id"]
+
+
+class Rule(models.Model):
+    """A tenant's data rule: SQL over its message stream plus actions (run by the Spark jobs)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rules")
+    name = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
+    sql = models.TextField()
+    actions = models.JSONField(default=list, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="rule_unique_name")]
+        ordering = ["name"]
+
+
+class Usage(models.Model):
+    """Per-tenant usage for one minute, flushed in batches by the broker's metering hook."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
+    minute = models.DateTimeField()
+    connection_seconds = models.BigIntegerField(default=0)
+    messages_in = models.BigIntegerField(default=0)
+    messages_out = models.BigIntegerField(default=0)
+    bytes_in = models.BigIntegerField(default=0)
+    bytes_out = models.BigIntegerField(default=0)
+    dropped = models.JSONField(default=dict, blank=True, help_text="drops by cause")
+    retained_count = models.BigIntegerField(default=0)
+    stored_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "minute"], name="usage_unique_minute")
+        ]
+        ordering = ["-minute"]
+
+
+class Invoice(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        ISSUED = "issued"
+        PAID = "paid"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invoices")
+    period = models.CharField(max_length=7, help_text="YYYY-MM")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.DRAFT)
+    currency = models.CharField(max_length=3, default="USD")
+    total_cents = models.BigIntegerField(default=0)
+    line_items = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "period"], name="invoice_unique_period")
+        ]
+        ordering = ["-period"]

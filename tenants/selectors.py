@@ -1,0 +1,108 @@
+"""Reads of the tenant domain. Every function takes the tenant it reads within: nothing here can
+return another tenant's rows."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import Http404
+
+from tenants import secrets
+from tenants.models import (
+    QUOTA_KEYS,
+    AclRule,
+    ApiToken,
+    Device,
+    Invoice,
+    Membership,
+    Rule,
+    Tenant,
+    Usage,
+)
+
+
+def memberships_for_user(user: AbstractBaseUser) -> QuerySet[Membership]:
+    return Membership.objects.filter(user=user).select_related("tenant", "tenant__plan")
+
+
+def membership_get(user: AbstractBaseUser, tenant: Tenant) -> Membership | None:
+    return Membership.objects.filter(user=user, tenant=tenant).first()
+
+
+def api_token_lookup(raw_token: str) -> ApiToken | None:
+    return (
+        ApiToken.objects.select_related("user", "tenant")
+        .filter(digest=secrets.api_token_digest(raw_token))
+        .first()
+    )
+
+
+def api_tokens_list(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet[ApiToken]:
+    return ApiToken.objects.filter(tenant=tenant, user=user).order_by("-created_at")
+
+
+def devices_list(*, tenant: Tenant, name: str | None = None) -> QuerySet[Device]:
+    devices = Device.objects.filter(tenant=tenant).select_related("tenant")
+    if name:
+        devices = devices.filter(name__icontains=name)
+    return devices
+
+
+def device_get(*, tenant: Tenant, name: str) -> Device:
+    """The tenant's device by name; Http404 otherwise (another tenant's device included)."""
+    device = Device.objects.filter(tenant=tenant, name=name).select_related("tenant").first()
+    if device is None:
+        raise Http404(f"No device named {name!r}.")
+    return device
+
+
+def effective_quota(tenant: Tenant) -> dict[str, int]:
+    """The plan's limits with the tenant's overrides applied: what the broker enforces."""
+    limits = tenant.plan.limits()
+    for key, value in (tenant.quota_overrides or {}).items():
+        if key in QUOTA_KEYS:
+            limits[key] = int(value)
+    return limits
+
+
+def acl_rules_list(*, tenant: Tenant, device: Device | None = None) -> QuerySet[AclRule]:
+    rules = AclRule.objects.filter(tenant=tenant).select_related("device")
+    if device is not None:
+        rules = rules.filter(device=device)
+    return rules
+
+
+def acl_rule_get(*, tenant: Tenant, rule_id: int) -> AclRule:
+    rule = AclRule.objects.filter(tenant=tenant, id=rule_id).select_related("device").first()
+    if rule is None:
+        raise Http404(f"No ACL rule {rule_id}.")
+    return rule
+
+
+def rules_list(*, tenant: Tenant, name: str | None = None) -> QuerySet[Rule]:
+    rules = Rule.objects.filter(tenant=tenant)
+    if name:
+        rules = rules.filter(name__icontains=name)
+    return rules
+
+
+def rule_get(*, tenant: Tenant, name: str) -> Rule:
+    rule = Rule.objects.filter(tenant=tenant, name=name).first()
+    if rule is None:
+        raise Http404(f"No rule named {name!r}.")
+    return rule
+
+
+def usage_list(*, tenant: Tenant) -> QuerySet[Usage]:
+    return Usage.objects.filter(tenant=tenant)
+
+
+def invoices_list(*, tenant: Tenant) -> QuerySet[Invoice]:
+    return Invoice.objects.filter(tenant=tenant)
+
+
+def tenant_get(slug: str) -> Tenant:
+    tenant = Tenant.objects.select_related("plan").filter(slug=slug).first()
+    if tenant is None:
+        raise Tenant.DoesNotExist(f"No tenant {slug!r}.")
+    return tenant

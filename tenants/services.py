@@ -1,0 +1,440 @@
+"""Writes of the tenant domain. Each is one transaction; broker-relevant ones announce the change
+(see `tenants.notify`), which Postgres delivers when the transaction commits."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from tenants import secrets
+from tenants.models import (
+    QUOTA_KEYS,
+    RESERVED_SLUGS,
+    AclRule,
+    ApiToken,
+    Credential,
+    Device,
+    Membership,
+    Plan,
+    Rule,
+    Tenant,
+)
+from tenants.notify import announce
+from tenants.rule_sql import RuleSqlError, validate_rule_sql
+
+DEFAULT_PLAN = "free"
+DEFAULT_PLANS = {
+    "free": {"name": "Free", "monthly_price_cents": 0},
+    "pro": {
+        "name": "Pro",
+        "monthly_price_cents": 4900,
+        "price_per_million_messages_cents": 100,
+        "max_connections": 10_000,
+        "max_publish_rate": 5_000,
+        "max_inbound_bytes_rate": 50_000_000,
+        "max_outbound_bytes_rate": 100_000_000,
+        "max_message_size": 1_048_576,
+        "max_subscriptions_per_client": 1000,
+        "max_queued_messages": 10_000,
+        "max_retained_messages": 100_000,
+        "max_session_expiry": 7 * 86_400,
+    },
+}
+
+
+def plan_get_or_create(slug: str = DEFAULT_PLAN) -> Plan:
+    if slug not in DEFAULT_PLANS and not Plan.objects.filter(slug=slug).exists():
+        raise ValidationError({"plan": f"Unknown plan {slug!r}."})
+    plan, _ = Plan.objects.get_or_create(slug=slug, defaults=DEFAULT_PLANS.get(slug, {}))
+    return plan
+
+
+def validate_slug(slug: str) -> None:
+    tenant = Tenant(slug=slug)
+    try:
+        tenant.clean_fields(exclude=["name", "status", "plan", "quota_overrides", "created_at"])
+    except ValidationError as exc:
+        raise ValidationError({"tenant": exc.message_dict.get("slug", ["Invalid slug."])}) from None
+    if slug in RESERVED_SLUGS:
+        raise ValidationError({"tenant": [f"{slug!r} is reserved; choose another name."]})
+
+
+@transaction.atomic
+def tenant_create(slug: str, *, plan: str = DEFAULT_PLAN, name: str = "") -> Tenant:
+    validate_slug(slug)
+    if Tenant.objects.filter(slug=slug).exists():
+        raise ValidationError({"tenant": [f"Tenant {slug!r} already exists."]})
+    return Tenant.objects.create(slug=slug, name=name or slug, plan=plan_get_or_create(plan))
+
+
+@transaction.atomic
+def tenant_set_status(tenant: Tenant, status: str) -> Tenant:
+    if status not in Tenant.Status.values:
+        raise ValidationError({"status": [f"Status must be one of {Tenant.Status.values}."]})
+    tenant.status = status
+    tenant.save(update_fields=["status"])
+    announce(tenant.slug, "tenant.status")
+    return tenant
+
+
+@transaction.atomic
+def tenant_set_quota(tenant: Tenant, overrides: dict[str, object]) -> Tenant:
+    """Override plan limits: keys from QUOTA_KEYS, non-negative integers; None removes one."""
+    merged = dict(tenant.quota_overrides or {})
+    for key, value in overrides.items():
+        if key not in QUOTA_KEYS:
+            raise ValidationError(
+                {key: [f"Unknown quota key; valid keys: {', '.join(QUOTA_KEYS)}."]}
+            )
+        if value is None:
+            merged.pop(key, None)
+            continue
+        number = _whole_number(value)
+        if number is None:
+            raise ValidationError({key: [f"Must be a non-negative whole number, got {value!r}."]})
+        merged[key] = number
+    tenant.quota_overrides = merged
+    tenant.save(update_fields=["quota_overrides"])
+    announce(tenant.slug, "tenant.quota")
+    return tenant
+
+
+def _whole_number(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+@transaction.atomic
+def signup(*, tenant: str, email: str, password: str) -> tuple[Tenant, AbstractBaseUser, str]:
+    """A new tenant owned by a new user; returns them and a fresh API token (shown once)."""
+    email = (email or "").strip().lower()
+    User = get_user_model()
+    if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
+        raise ValidationError({"email": ["Enter a valid email address."]})
+    if User.objects.filter(username=email).exists():
+        raise ValidationError({"email": ["An account with this email already exists."]})
+    user = User(username=email, email=email)
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise ValidationError({"password": exc.messages}) from None
+    new_tenant = tenant_create(tenant)
+    user.set_password(password)
+    user.save()
+    Membership.objects.create(user=user, tenant=new_tenant, role=Membership.Role.OWNER)
+    _, token = api_token_create(user=user, tenant=new_tenant, name="signup")
+    return new_tenant, user, token
+
+
+def membership_add(*, tenant: Tenant, user: AbstractBaseUser, role: str) -> Membership:
+    if role not in Membership.Role.values:
+        raise ValidationError({"role": [f"Role must be one of {Membership.Role.values}."]})
+    membership, _ = Membership.objects.update_or_create(
+        user=user, tenant=tenant, defaults={"role": role}
+    )
+    return membership
+
+
+def api_token_create(*, user: AbstractBaseUser, tenant: Tenant, name: str = "default"):
+    raw = secrets.generate_api_token()
+    token = ApiToken.objects.create(
+        user=user,
+        tenant=tenant,
+        name=name[:64] or "default",
+        digest=secrets.api_token_digest(raw),
+        prefix=raw[:12],
+    )
+    return token, raw
+
+
+def api_token_delete(token: ApiToken) -> None:
+    token.delete()
+
+
+def _validate_client_id_policy(policy: str, pattern: str) -> None:
+    if policy not in Device.ClientIdPolicy.values:
+        raise ValidationError(
+            {"client_id_policy": [f"Must be one of {Device.ClientIdPolicy.values}."]}
+        )
+    if policy == Device.ClientIdPolicy.PATTERN:
+        if not pattern:
+            raise ValidationError({"client_id_pattern": ["A pattern policy needs a pattern."]})
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValidationError({"client_id_pattern": [f"Not a valid regex: {exc}."]}) from None
+
+
+@transaction.atomic
+def device_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    client_id_policy: str = Device.ClientIdPolicy.EXACT,
+    client_id_pattern: str = "",
+    attributes: dict | None = None,
+    enabled: bool = True,
+    password: str | None = None,
+) -> tuple[Device, str]:
+    """Create a device and its first credential; returns the secret, which is never stored."""
+    _validate_client_id_policy(client_id_policy, client_id_pattern)
+    device = Device(
+        tenant=tenant,
+        name=name,
+        client_id_policy=client_id_policy,
+        client_id_pattern=client_id_pattern,
+        attributes=attributes or {},
+        enabled=enabled,
+    )
+    try:
+        device.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict) from None
+    if Device.objects.filter(tenant=tenant, name=name).exists():
+        raise ValidationError({"name": [f"Device {name!r} already exists in {tenant.slug}."]})
+    try:
+        with transaction.atomic():
+            device.save()
+    except IntegrityError:
+        raise ValidationError(
+            {"name": [f"Device {name!r} already exists in {tenant.slug}."]}
+        ) from None
+    if password is not None and len(password) < 16:
+        raise ValidationError({"password": ["A device secret needs at least 16 characters."]})
+    secret = password or secrets.generate_secret()
+    credential = Credential.objects.create(device=device, secret_hash=secrets.hash_secret(secret))
+    announce(tenant.slug, "device.created", device=device.name, ids=[device.id])
+    announce(tenant.slug, "credential.created", device=device.name, ids=[credential.id])
+    return device, secret
+
+
+@transaction.atomic
+def device_update(device: Device, **fields: object) -> Device:
+    allowed = {"enabled", "client_id_policy", "client_id_pattern", "attributes"}
+    unknown = set(fields) - allowed
+    if unknown:
+        raise ValidationError({key: ["This field cannot be changed."] for key in unknown})
+    was_enabled = device.enabled
+    for key, value in fields.items():
+        setattr(device, key, value)
+    _validate_client_id_policy(device.client_id_policy, device.client_id_pattern)
+    device.save()
+    if device.enabled != was_enabled:
+        kind = "device.enabled" if device.enabled else "device.disabled"
+    else:
+        kind = "device.updated"
+    announce(device.tenant.slug, kind, device=device.name, ids=[device.id])
+    return device
+
+
+@transaction.atomic
+def device_delete(device: Device) -> None:
+    slug, name, device_id = device.tenant.slug, device.name, device.id
+    device.delete()
+    announce(slug, "device.deleted", device=name, ids=[device_id])
+
+
+@transaction.atomic
+def credential_rotate(
+    device: Device, *, expires_at: datetime | None = None
+) -> tuple[Credential, str]:
+    """Revoke every active secret of the device and issue a new one (returned once)."""
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError({"expires_at": ["Must be in the future."]})
+    now = timezone.now()
+    revoked = list(
+        Credential.objects.filter(device=device, revoked_at=None).values_list("id", flat=True)
+    )
+    Credential.objects.filter(id__in=revoked).update(revoked_at=now)
+    secret = secrets.generate_secret()
+    credential = Credential.objects.create(
+        device=device, secret_hash=secrets.hash_secret(secret), expires_at=expires_at
+    )
+    announce(
+        device.tenant.slug, "credential.rotated", device=device.name, ids=[credential.id, *revoked]
+    )
+    return credential, secret
+
+
+@transaction.atomic
+def credential_revoke(credential: Credential) -> Credential:
+    if credential.revoked_at is None:
+        credential.revoked_at = timezone.now()
+        credential.save(update_fields=["revoked_at"])
+        device = credential.device
+        announce(device.tenant.slug, "credential.revoked", device=device.name, ids=[credential.id])
+    return credential
+
+
+def credentials_expire() -> int:
+    """Mark credentials past their expiry as revoked and tell the broker; returns how many."""
+    expired = 0
+    now = timezone.now()
+    due = Credential.objects.filter(revoked_at=None, expires_at__lte=now).select_related(
+        "device__tenant"
+    )
+    for credential in due:
+        with transaction.atomic():
+            updated = Credential.objects.filter(id=credential.id, revoked_at=None).update(
+                revoked_at=now
+            )
+            if updated:
+                expired += 1
+                device = credential.device
+                announce(
+                    device.tenant.slug,
+                    "credential.expired",
+                    device=device.name,
+                    ids=[credential.id],
+                )
+    return expired
+
+
+def _validate_acl(action: str, permission: str, topic: str) -> None:
+    errors: dict[str, list[str]] = {}
+    if action not in AclRule.Action.values:
+        errors["action"] = [f"Must be one of {AclRule.Action.values}."]
+    if permission not in AclRule.Permission.values:
+        errors["permission"] = [f"Must be one of {AclRule.Permission.values}."]
+    if not topic or len(topic) > 512:
+        errors["topic"] = ["A topic filter of 1-512 characters is required."]
+    else:
+        from data_plane.mqtt.topics import validate_topic_filter
+
+        from data_plane.mqtt.errors import MQTTError
+
+        try:
+            validate_topic_filter(topic)
+        except MQTTError as exc:
+            errors["topic"] = [f"Invalid topic filter: {exc}"]
+    if errors:
+        raise ValidationError(errors)
+
+
+@transaction.atomic
+def acl_add(
+    *,
+    tenant: Tenant,
+    action: str,
+    permission: str,
+    topic: str,
+    device: Device | None = None,
+    position: int | None = None,
+) -> AclRule:
+    _validate_acl(action, permission, topic)
+    if device is not None and device.tenant_id != tenant.id:
+        raise ValidationError({"device": ["No such device."]})
+    if position is None:
+        last = AclRule.objects.filter(tenant=tenant).order_by("-position").first()
+        position = (last.position + 1) if last else 0
+    rule = AclRule.objects.create(
+        tenant=tenant,
+        device=device,
+        action=action,
+        permission=permission,
+        topic=topic,
+        position=position,
+    )
+    announce(tenant.slug, "acl.changed", ids=[rule.id])
+    return rule
+
+
+@transaction.atomic
+def acl_update(rule: AclRule, **fields: object) -> AclRule:
+    for key in ("action", "permission", "topic", "position"):
+        if key in fields:
+            setattr(rule, key, fields[key])
+    _validate_acl(rule.action, rule.permission, rule.topic)
+    rule.save()
+    announce(rule.tenant.slug, "acl.changed", ids=[rule.id])
+    return rule
+
+
+@transaction.atomic
+def acl_delete(rule: AclRule) -> None:
+    slug, rule_id = rule.tenant.slug, rule.id
+    rule.delete()
+    announce(slug, "acl.changed", ids=[rule_id])
+
+
+def _validate_rule(sql: str, actions: object) -> None:
+    try:
+        validate_rule_sql(sql)
+    except RuleSqlError as exc:
+        raise ValidationError({"sql": [str(exc)]}) from None
+    if not isinstance(actions, list) or not all(isinstance(a, dict) for a in actions):
+        raise ValidationError({"actions": ["Must be a list of objects."]})
+    for action in actions:
+        kind = action.get("type")
+        if kind not in ("republish", "webhook", "dataset"):
+            raise ValidationError(
+                {"actions": [f"Unknown action type {kind!r}: use republish, webhook or dataset."]}
+            )
+        if kind == "republish" and not action.get("topic"):
+            raise ValidationError({"actions": ["A republish action needs a topic."]})
+        if kind == "webhook" and not str(action.get("url", "")).startswith(("http://", "https://")):
+            raise ValidationError({"actions": ["A webhook action needs an http(s) url."]})
+
+
+@transaction.atomic
+def rule_create(
+    *, tenant: Tenant, name: str, sql: str, actions: list | None = None, enabled: bool = True
+) -> Rule:
+    actions = actions if actions is not None else []
+    _validate_rule(sql, actions)
+    rule = Rule(tenant=tenant, name=name, sql=sql, actions=actions, enabled=enabled)
+    try:
+        rule.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict) from None
+    if Rule.objects.filter(tenant=tenant, name=name).exists():
+        raise ValidationError({"name": [f"Rule {name!r} already exists."]})
+    rule.save()
+    return rule
+
+
+@transaction.atomic
+def rule_update(rule: Rule, **fields: object) -> Rule:
+    for key in ("sql", "actions", "enabled"):
+        if key in fields:
+            setattr(rule, key, fields[key])
+    _validate_rule(rule.sql, rule.actions)
+    rule.save()
+    return rule
+
+
+def rule_delete(rule: Rule) -> None:
+    rule.delete()
+
+
+def demo_seed(*, tenant_slug: str = "demo", device_name: str = "demo-device", password: str):
+    """Idempotently ensure the demo tenant and device of `make run` exist with `password`."""
+    with transaction.atomic():
+        tenant = Tenant.objects.filter(slug=tenant_slug).first() or tenant_create(tenant_slug)
+        device = Device.objects.filter(tenant=tenant, name=device_name).first()
+        if device is None:
+            device, _ = device_create(
+                tenant=tenant,
+                name=device_name,
+                password=password,
+                client_id_policy=Device.ClientIdPolicy.ANY,
+            )
+        elif not any(
+            secrets.verify_secret(password, c.secret_hash)
+            for c in device.credentials.filter(revoked_at=None)
+        ):
+            Credential.objects.create(device=device, secret_hash=secrets.hash_secret(password))
+            announce(tenant.slug, "credential.created", device=device.name)
+    return tenant, device

@@ -1,0 +1,1 @@
+"""Shared fixtures. The database is a throwaway embedded cluster (control_plane.pytest_plugin)."""

@@ -1,0 +1,74 @@
+import pytest
+from django.core.exceptions import ValidationError
+
+from tenants import secrets, selectors, services
+from tenants.models import Credential
+
+pytestmark = pytest.mark.django_db
+
+
+def test_signup_creates_tenant_owner_and_token():
+    tenant, user, token = services.signup(
+        tenant="acme", email="Ann@Example.com", password="correct horse 9"
+    )
+    assert tenant.slug == "acme" and tenant.plan.slug == "free"
+    assert user.email == "ann@example.com"
+    assert selectors.api_token_lookup(token).tenant == tenant
+
+
+@pytest.mark.parametrize(
+    "slug", ["ab", "Acme", "-acme", "acme-", "a" * 33, "sys", "admin", "api", "www", "ac_me"]
+)
+def test_bad_or_reserved_slugs_are_refused(slug):
+    with pytest.raises(ValidationError):
+        services.tenant_create(slug)
+
+
+def test_device_secret_is_hashed_and_verifiable():
+    tenant = services.tenant_create("acme")
+    device, secret = services.device_create(tenant=tenant, name="sensor-1")
+    stored = Credential.objects.get(device=device)
+    assert secret not in stored.secret_hash
+    assert secrets.verify_secret(secret, stored.secret_hash)
+    assert not secrets.verify_secret(secret + "x", stored.secret_hash)
+    assert device.username == "acme/sensor-1"
+
+
+def test_rotation_revokes_previous_secret():
+    tenant = services.tenant_create("acme")
+    device, first = services.device_create(tenant=tenant, name="sensor-1")
+    _, second = services.credential_rotate(device)
+    active = [c for c in device.credentials.all() if c.is_active]
+    assert len(active) == 1
+    assert secrets.verify_secret(second, active[0].secret_hash)
+    assert not secrets.verify_secret(first, active[0].secret_hash)
+
+
+def test_duplicate_device_name_within_tenant_refused_but_allowed_across_tenants():
+    acme, other = services.tenant_create("acme"), services.tenant_create("other")
+    services.device_create(tenant=acme, name="sensor-1")
+    with pytest.raises(ValidationError, match="already exists"):
+        services.device_create(tenant=acme, name="sensor-1")
+    services.device_create(tenant=other, name="sensor-1")
+
+
+def test_quota_overrides_apply_and_bad_keys_refused():
+    tenant = services.tenant_create("acme")
+    services.tenant_set_quota(tenant, {"max_connections": 5, "max_keepalive": "30"})
+    quota = selectors.effective_quota(tenant)
+    assert quota["max_connections"] == 5 and quota["max_keepalive"] == 30
+    assert quota["max_message_size"] == tenant.plan.max_message_size
+    with pytest.raises(ValidationError):
+        services.tenant_set_quota(tenant, {"max_conections": 5})
+    with pytest.raises(ValidationError):
+        services.tenant_set_quota(tenant, {"max_connections": -1})
+
+
+def test_device_lookup_never_crosses_tenants():
+    acme, other = services.tenant_create("acme"), services.tenant_create("other")
+    services.device_create(tenant=other, name="secret-device")
+    from django.http import Http404
+
+    with pytest.raises(Http404):
+        selectors.device_get(tenant=acme, name="secret-device")
+    assert list(selectors.devices_list(tenant=acme)) == []
