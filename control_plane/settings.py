@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "control_plane",
     "tenants",
@@ -99,6 +100,13 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".data" / "staticfiles"
+# Development serves static files straight from the apps; production runs collectstatic.
+WHITENOISE_USE_FINDERS = DEBUG
+
+# Where devices reach the broker, shown in the portal.
+MQTT_PUBLIC_HOST = os.environ.get("MQTT_PUBLIC_HOST", "127.0.0.1")
+MQTT_PUBLIC_PORT = int(os.environ.get("MQTT_PUBLIC_PORT", "1883"))
+MQTT_PUBLIC_WS_URL = os.environ.get("MQTT_PUBLIC_WS_URL", "ws://127.0.0.1:8083/mqtt")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REST_FRAMEWORK = {
@@ -118,6 +126,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Provision devices, credentials, ACLs, rules and read quotas and usage.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI served from our own static files: no CDN needed.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # Caches back the API throttles; one process in the embedded default.

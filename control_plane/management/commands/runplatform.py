@@ -1,0 +1,149 @@
+"""`make run`: the whole platform in the foreground on its embedded defaults.
+
+Migrates, seeds the demo tenant and device, then supervises the web server (Daphne, ASGI), the
+MQTT broker and a Celery worker with beat. Ctrl-C (or SIGTERM) stops everything it started; if one
+part dies, the others are stopped too and the command exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from control_plane import embedded
+from tenants import secrets, services
+
+
+def _demo_password() -> str:
+    # Stable across runs so a device configured once keeps working.
+    path = Path(embedded.DATA_DIR) / "demo-credentials.json"
+    if path.exists():
+        return json.loads(path.read_text())["password"]
+    password = secrets.generate_secret()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"password": password}))
+    path.chmod(0o600)
+    return password
+
+
+class Command(BaseCommand):
+    help = "Run the portal/API, the MQTT broker and Celery together (the embedded default)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--http-port", type=int, default=8000)
+        parser.add_argument("--mqtt-port", type=int, default=1883)
+        parser.add_argument("--ws-port", type=int, default=8083)
+        parser.add_argument("--host", default="127.0.0.1")
+
+    def handle(self, *args, http_port, mqtt_port, ws_port, host, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        password = _demo_password()
+        tenant, device = services.demo_seed(password=password)
+
+        env = dict(os.environ)
+        env["DATABASE_URL"] = settings.DATABASE_URL
+        env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
+        python = sys.executable
+        parts = {
+            "web": [
+                python,
+                "-m",
+                "daphne",
+                "-b",
+                host,
+                "-p",
+                str(http_port),
+                "control_plane.asgi:application",
+            ],
+            "broker": [
+                python,
+                "manage.py",
+                "runbroker",
+                "--host",
+                host,
+                "--port",
+                str(mqtt_port),
+                "--ws-port",
+                str(ws_port),
+            ],
+            "celery": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "control_plane",
+                "worker",
+                "--beat",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "warning",
+                "--schedule",
+                str(embedded.DATA_DIR / "celerybeat-schedule"),
+            ],
+        }
+        processes = {
+            name: subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env)
+            for name, cmd in parts.items()
+        }
+        self._print_banner(
+            host, http_port, mqtt_port, ws_port, tenant.slug, device.username, password
+        )
+        stopping = False
+
+        def stop(*_):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        exit_code = 0
+        try:
+            while not stopping:
+                for name, process in processes.items():
+                    if process.poll() is not None:
+                        self.stderr.write(f"{name} exited with {process.returncode}; stopping.")
+                        exit_code = 1
+                        stopping = True
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for process in processes.values():
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in processes.values():
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        if exit_code:
+            sys.exit(exit_code)
+
+    def _print_banner(self, host, http_port, mqtt_port, ws_port, tenant, username, password):
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    "MQTT platform is up (Ctrl-C stops everything):",
+                    f"  portal + REST API   http://{host}:{http_port}/   (docs: /api/docs/)",
+                    f"  MQTT                mqtt://{host}:{mqtt_port}",
+                    f"  MQTT over WebSocket ws://{host}:{ws_port}/mqtt",
+                    f"  demo tenant         {tenant}",
+                    f"  demo device         username {username}",
+                    f"                      password {password}",
+                    f"  try: mosquitto_sub -h {host} -p {mqtt_port} -u '{username}' -P '{password}'"
+                    " -t 'demo/#' -v",
+                    "",
+                ]
+            )
+        )
+        self.stdout.flush()

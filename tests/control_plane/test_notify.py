@@ -1,0 +1,93 @@
+"""Broker-relevant changes are announced with NOTIFY, seen here by a real LISTEN connection."""
+
+import json
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from tenants import services
+from tenants.models import Credential
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def listener():
+    params = connection.get_connection_params()
+    conn = psycopg.connect(
+        host=params["host"],
+        port=params["port"],
+        user=params["user"],
+        dbname=params["dbname"],
+        autocommit=True,
+    )
+    conn.execute(f"LISTEN {settings.CONFIG_NOTIFY_CHANNEL}")
+
+    def received(expect: int, timeout: float = 5.0) -> list[dict]:
+        return [json.loads(n.payload) for n in conn.notifies(timeout=timeout, stop_after=expect)]
+
+    yield received
+    conn.close()
+
+
+def test_every_broker_relevant_change_is_announced(listener):
+    tenant = services.tenant_create("acme")
+    device, _ = services.device_create(tenant=tenant, name="sensor-1")
+    assert [(n["kind"], n.get("device")) for n in listener(2)] == [
+        ("device.created", "sensor-1"),
+        ("credential.created", "sensor-1"),
+    ]
+    services.credential_rotate(device)
+    services.device_update(device, enabled=False)
+    services.acl_add(tenant=tenant, action="both", permission="deny", topic="x/#")
+    services.tenant_set_quota(tenant, {"max_connections": 3})
+    services.tenant_set_status(tenant, "suspended")
+    credential = Credential.objects.filter(device=device, revoked_at=None).get()
+    services.credential_revoke(credential)
+    services.device_delete(device)
+    kinds = [n["kind"] for n in listener(7)]
+    assert kinds == [
+        "credential.rotated",
+        "device.disabled",
+        "acl.changed",
+        "tenant.quota",
+        "tenant.status",
+        "credential.revoked",
+        "device.deleted",
+    ]
+
+
+def test_payload_names_tenant_kind_and_ids(listener):
+    tenant = services.tenant_create("acme")
+    device, _ = services.device_create(tenant=tenant, name="sensor-1")
+    listener(2)
+    credential, _ = services.credential_rotate(device)
+    (payload,) = listener(1)
+    assert payload["tenant"] == "acme"
+    assert payload["device"] == "sensor-1"
+    assert credential.id in payload["ids"]
+
+
+def test_nothing_is_announced_for_a_rolled_back_change(listener):
+    tenant = services.tenant_create("acme")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        services.device_create(tenant=tenant, name="ghost")
+        raise RuntimeError("abort")
+    assert listener(1, timeout=1.0) == []
+
+
+def test_expiry_sweep_revokes_and_announces(listener):
+    tenant = services.tenant_create("acme")
+    device, _ = services.device_create(tenant=tenant, name="sensor-1")
+    listener(2)
+    Credential.objects.filter(device=device).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert services.credentials_expire() == 1
+    (payload,) = listener(1)
+    assert payload["kind"] == "credential.expired"
+    assert services.credentials_expire() == 0
