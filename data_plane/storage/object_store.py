@@ -1,0 +1,129 @@
+"""One interface over the object store: S3 (boto3) in production, a local directory by default.
+
+`OBJECT_STORE_URL` is `s3://bucket/prefix` or `file:///absolute/path`; unset, `.data/objects`.
+Keys are `/`-separated relative paths. Calls are blocking (boto3 is); the broker runs them in a
+thread (`asyncio.to_thread`) off its event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".data" / "objects"
+
+
+class ObjectStore(Protocol):
+    url: str
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def list(self, prefix: str = "") -> list[str]: ...
+
+
+class ObjectNotFound(KeyError):
+    pass
+
+
+def _clean_key(key: str) -> str:
+    parts = [p for p in key.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise ValueError(f"invalid object key {key!r}")
+    return "/".join(parts)
+
+
+class LocalObjectStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        return self.root / _clean_key(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_bytes(data)
+        os.replace(partial, path)  # readers never see half an object
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise ObjectNotFound(key) from None
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def list(self, prefix: str = "") -> list[str]:
+        keys = []
+        for path in self.root.rglob("*"):
+            if path.is_file() and not path.name.endswith(".partial"):
+                key = path.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def clear(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+
+class S3ObjectStore:
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None) -> None:
+        import boto3
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}"
+        self.client = boto3.client("s3", endpoint_url=endpoint_url)
+
+    def _key(self, key: str) -> str:
+        key = _clean_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def get(self, key: str) -> bytes:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except self.client.exceptions.NoSuchKey:
+            raise ObjectNotFound(key) from None
+        return response["Body"].read()
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def list(self, prefix: str = "") -> list[str]:
+        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        keys = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+            keys.extend(item["Key"][strip:] for item in page.get("Contents", []))
+        return sorted(keys)
+
+
+def open_object_store(url: str | None = None) -> ObjectStore:
+    """The store named by `url` or `OBJECT_STORE_URL`; S3 honours `AWS_ENDPOINT_URL` (boto3)."""
+    url = url or os.environ.get("OBJECT_STORE_URL") or ""
+    if not url:
+        return LocalObjectStore(DEFAULT_DIR)
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return LocalObjectStore(Path(parsed.path))
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ValueError(f"OBJECT_STORE_URL {url!r} names no bucket")
+        return S3ObjectStore(parsed.netloc, parsed.path)
+    raise ValueError(f"OBJECT_STORE_URL must be s3://bucket/prefix or file:///path, not {url!r}")

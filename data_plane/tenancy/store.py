@@ -1,0 +1,136 @@
+"""Reads of the control plane's tables (owned by Django's `tenants` app) with psycopg's async pool.
+
+One round trip per question; the authenticator caches the answers and the notification listener
+tells it when to forget them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from data_plane.tenancy.acl import AclEntry
+
+QUOTA_COLUMNS = (
+    "max_connections",
+    "max_publish_rate",
+    "max_inbound_bytes_rate",
+    "max_outbound_bytes_rate",
+    "max_message_size",
+    "max_subscriptions_per_client",
+    "max_queued_messages",
+    "max_retained_messages",
+    "max_session_expiry",
+    "max_keepalive",
+)
+
+
+@dataclass(slots=True)
+class CredentialRecord:
+    id: int
+    secret_hash: str
+    expires_at: datetime | None
+
+
+@dataclass(slots=True)
+class DeviceRecord:
+    tenant_id: int
+    tenant: str
+    tenant_active: bool
+    device_id: int | None  # None: no such device in that tenant
+    name: str
+    enabled: bool = False
+    client_id_policy: str = "exact"
+    client_id_pattern: str = ""
+    credentials: list[CredentialRecord] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TenantPolicy:
+    tenant_id: int
+    slug: str
+    active: bool
+    acl_default_allow: bool
+    acl: list[AclEntry]
+    quota: dict[str, int]
+
+
+_DEVICE_SQL = """
+SELECT t.id, t.status, d.id, d.enabled, d.client_id_policy, d.client_id_pattern,
+       c.id, c.secret_hash, c.expires_at
+  FROM tenants_tenant t
+  LEFT JOIN tenants_device d ON d.tenant_id = t.id AND d.name = %s
+  LEFT JOIN tenants_credential c ON c.device_id = d.id AND c.revoked_at IS NULL
+ WHERE t.slug = %s
+"""
+
+_POLICY_SQL = f"""
+SELECT t.id, t.status, t.acl_default, t.quota_overrides,
+       {", ".join("p." + column for column in QUOTA_COLUMNS)}
+  FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id
+ WHERE t.slug = %s
+"""
+
+_ACL_SQL = """
+SELECT r.action, r.permission, r.topic, d.name
+  FROM tenants_aclrule r LEFT JOIN tenants_device d ON d.id = r.device_id
+ WHERE r.tenant_id = %s
+ ORDER BY r.position, r.id
+"""
+
+
+class TenantStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def device(self, tenant: str, name: str) -> DeviceRecord | None:
+        """The device with its active credentials; None when the tenant does not exist."""
+        async with self.pool.connection() as conn:
+            cursor = conn.cursor(row_factory=tuple_row)
+            rows = await (await cursor.execute(_DEVICE_SQL, (name, tenant))).fetchall()
+        if not rows:
+            return None
+        tenant_id, status, device_id, enabled, policy, pattern = rows[0][:6]
+        record = DeviceRecord(
+            tenant_id=tenant_id,
+            tenant=tenant,
+            tenant_active=status == "active",
+            device_id=device_id,
+            name=name,
+            enabled=bool(enabled),
+            client_id_policy=policy or "exact",
+            client_id_pattern=pattern or "",
+        )
+        record.credentials = [
+            CredentialRecord(id=row[6], secret_hash=row[7], expires_at=row[8])
+            for row in rows
+            if row[6] is not None
+        ]
+        return record
+
+    async def policy(self, tenant: str) -> TenantPolicy | None:
+        async with self.pool.connection() as conn:
+            cursor = conn.cursor(row_factory=tuple_row)
+            row = await (await cursor.execute(_POLICY_SQL, (tenant,))).fetchone()
+            if row is None:
+                return None
+            acl_rows = await (await cursor.execute(_ACL_SQL, (row[0],))).fetchall()
+        tenant_id, status, acl_default, overrides = row[:4]
+        quota = dict(zip(QUOTA_COLUMNS, row[4:], strict=True))
+        for key, value in (overrides or {}).items():
+            if key in quota:
+                quota[key] = int(value)
+        return TenantPolicy(
+            tenant_id=tenant_id,
+            slug=tenant,
+            active=status == "active",
+            acl_default_allow=acl_default != "deny",
+            acl=[
+                AclEntry(action=action, allow=permission == "allow", topic=topic, device=device)
+                for action, permission, topic, device in acl_rows
+            ],
+            quota=quota,
+        )
