@@ -1,0 +1,156 @@
+"""Usage metering: per tenant per minute, aggregated in memory and flushed in batches.
+
+The broker calls the counters on its hot path (dict lookups and additions only); `flush()` writes
+every finished minute — and, with `final=True`, the current one — to the control plane's
+`tenants_usage` table with one upserting `executemany`, never a database write per message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from psycopg import AsyncConnection
+
+_UPSERT = """
+INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
+                           bytes_in, bytes_out, dropped, retained_count, stored_bytes)
+SELECT t.id, to_timestamp(%s), %s, %s, %s, %s, %s, %s::jsonb, %s, %s
+  FROM tenants_tenant t WHERE t.slug = %s
+ON CONFLICT (tenant_id, minute) DO UPDATE SET
+  connection_seconds = tenants_usage.connection_seconds + EXCLUDED.connection_seconds,
+  messages_in = tenants_usage.messages_in + EXCLUDED.messages_in,
+  messages_out = tenants_usage.messages_out + EXCLUDED.messages_out,
+  bytes_in = tenants_usage.bytes_in + EXCLUDED.bytes_in,
+  bytes_out = tenants_usage.bytes_out + EXCLUDED.bytes_out,
+  dropped = COALESCE((
+    SELECT jsonb_object_agg(k, COALESCE((tenants_usage.dropped ->> k)::bigint, 0)
+                               + COALESCE((EXCLUDED.dropped ->> k)::bigint, 0))
+      FROM jsonb_object_keys(tenants_usage.dropped || EXCLUDED.dropped) AS k), '{}'::jsonb),
+  retained_count = GREATEST(tenants_usage.retained_count, EXCLUDED.retained_count),
+  stored_bytes = GREATEST(tenants_usage.stored_bytes, EXCLUDED.stored_bytes)
+"""
+
+
+@dataclass(slots=True)
+class MinuteUsage:
+    connection_seconds: float = 0.0
+    messages_in: int = 0
+    messages_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    retained_count: int = 0
+    stored_bytes: int = 0
+
+
+class UsageMeter:
+    def __init__(self, clock=time.time) -> None:
+        self._clock = clock
+        self._minutes: dict[tuple[str, int], MinuteUsage] = {}
+        self._connected: dict[str, int] = defaultdict(int)
+        self._accounted_until = clock()
+
+    def _current(self, tenant: str) -> MinuteUsage:
+        key = (tenant, int(self._clock() // 60) * 60)
+        usage = self._minutes.get(key)
+        if usage is None:
+            usage = self._minutes[key] = MinuteUsage()
+        return usage
+
+    def message_in(self, tenant: str, size: int) -> None:
+        usage = self._current(tenant)
+        usage.messages_in += 1
+        usage.bytes_in += size
+
+    def message_out(self, tenant: str, size: int) -> None:
+        usage = self._current(tenant)
+        usage.messages_out += 1
+        usage.bytes_out += size
+
+    def dropped(self, tenant: str, cause: str, count: int = 1) -> None:
+        self._current(tenant).dropped[cause] += count
+
+    def gauge(
+        self, tenant: str, *, retained_count: int | None = None, stored_bytes: int | None = None
+    ) -> None:
+        usage = self._current(tenant)
+        if retained_count is not None:
+            usage.retained_count = retained_count
+        if stored_bytes is not None:
+            usage.stored_bytes = stored_bytes
+
+    def connected(self, tenant: str) -> None:
+        self._account_connections()
+        self._connected[tenant] += 1
+
+    def disconnected(self, tenant: str) -> None:
+        self._account_connections()
+        self._connected[tenant] = max(0, self._connected[tenant] - 1)
+
+    def _account_connections(self) -> None:
+        """Charge connection-seconds since the last accounting to the minutes they fell in."""
+        now = self._clock()
+        start = self._accounted_until
+        self._accounted_until = now
+        while start < now:
+            minute = int(start // 60) * 60
+            end = min(now, minute + 60)
+            for tenant, count in self._connected.items():
+                if count:
+                    key = (tenant, minute)
+                    usage = self._minutes.get(key) or self._minutes.setdefault(key, MinuteUsage())
+                    usage.connection_seconds += count * (end - start)
+            start = end
+
+    def take(self, *, final: bool = False) -> list[tuple[str, int, MinuteUsage]]:
+        """Remove and return finished minutes (all minutes with `final`)."""
+        self._account_connections()
+        current = int(self._clock() // 60) * 60
+        done = [key for key in self._minutes if final or key[1] < current]
+        return [(tenant, minute, self._minutes.pop((tenant, minute))) for tenant, minute in done]
+
+    def restore(self, rows: list[tuple[str, int, MinuteUsage]]) -> None:
+        """Put rows back after a failed flush so the next one retries them."""
+        for tenant, minute, usage in rows:
+            existing = self._minutes.get((tenant, minute))
+            if existing is None:
+                self._minutes[(tenant, minute)] = usage
+                continue
+            existing.connection_seconds += usage.connection_seconds
+            existing.messages_in += usage.messages_in
+            existing.messages_out += usage.messages_out
+            existing.bytes_in += usage.bytes_in
+            existing.bytes_out += usage.bytes_out
+            for cause, count in usage.dropped.items():
+                existing.dropped[cause] += count
+
+    async def flush(self, conn: AsyncConnection, *, final: bool = False) -> int:
+        rows = self.take(final=final)
+        if not rows:
+            return 0
+        params = [
+            (
+                minute,
+                round(u.connection_seconds),
+                u.messages_in,
+                u.messages_out,
+                u.bytes_in,
+                u.bytes_out,
+                json.dumps(dict(u.dropped)),
+                u.retained_count,
+                u.stored_bytes,
+                tenant,
+            )
+            for tenant, minute, u in rows
+        ]
+        try:
+            async with conn.transaction():
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(_UPSERT, params)
+        except Exception:
+            self.restore(rows)
+            raise
+        return len(rows)
