@@ -1,0 +1,199 @@
+"""Who may connect: `tenant/device` + secret checked against the control plane's tables, cached.
+
+Cheap under connect storms: a device's record (its active credential hashes, flags, client-id
+policy) is cached until a notification says it changed (and at most `ttl` seconds); a secret that
+verified is remembered by its digest, so a wrong secret never matches the cache; unknown
+tenants/devices are negative-cached briefly; failed attempts are throttled per source address
+and per tenant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from data_plane.tenancy.store import DeviceRecord, TenantPolicy, TenantStore
+from tenants.secrets import verify_secret
+
+# MQTT 5.0 CONNACK reason codes (the connection layer maps them to 3.1.1 return codes).
+SUCCESS = 0x00
+CLIENT_ID_NOT_VALID = 0x85
+BAD_USERNAME_OR_PASSWORD = 0x86
+NOT_AUTHORIZED = 0x87
+SERVER_UNAVAILABLE = 0x88
+BANNED = 0x8A
+CONNECTION_RATE_EXCEEDED = 0x9F
+
+
+@dataclass(slots=True)
+class Decision:
+    reason_code: int
+    reason: str
+    tenant: str = ""
+    device: str = ""
+    client_id: str = ""  # the client id to use (assigned when the client sent none)
+    policy: TenantPolicy | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason_code == SUCCESS
+
+
+class FailureThrottle:
+    """At most `limit` failures per key in a sliding `window`; further attempts are refused."""
+
+    def __init__(self, limit: int, window: float, clock=time.monotonic) -> None:
+        self.limit, self.window, self._clock = limit, window, clock
+        self._failures: dict[str, deque[float]] = defaultdict(deque)
+
+    def blocked(self, key: str) -> bool:
+        failures = self._failures.get(key)
+        if not failures:
+            return False
+        cutoff = self._clock() - self.window
+        while failures and failures[0] < cutoff:
+            failures.popleft()
+        if not failures:
+            del self._failures[key]
+            return False
+        return len(failures) >= self.limit
+
+    def fail(self, key: str) -> None:
+        self._failures[key].append(self._clock())
+
+
+class TenantDirectory:
+    def __init__(
+        self,
+        store: TenantStore,
+        *,
+        ttl: float = 60.0,
+        negative_ttl: float = 2.0,
+        failures_per_address: int = 20,
+        failures_per_tenant: int = 200,
+        failure_window: float = 10.0,
+        clock=time.monotonic,
+    ) -> None:
+        self.store = store
+        self.ttl, self.negative_ttl, self._clock = ttl, negative_ttl, clock
+        self._devices: dict[tuple[str, str], tuple[float, DeviceRecord | None]] = {}
+        self._policies: dict[str, tuple[float, TenantPolicy | None]] = {}
+        self._verified: dict[tuple[str, str], set[bytes]] = {}
+        self.by_address = FailureThrottle(failures_per_address, failure_window, clock)
+        self.by_tenant = FailureThrottle(failures_per_tenant, failure_window, clock)
+        self.stats: dict[str, int] = defaultdict(int)
+
+    # -- cache maintenance (driven by the control plane's notifications) --------------------
+
+    def forget_device(self, tenant: str, device: str) -> None:
+        self._devices.pop((tenant, device), None)
+        self._verified.pop((tenant, device), None)
+
+    def forget_tenant(self, tenant: str) -> None:
+        self._policies.pop(tenant, None)
+        for key in [k for k in self._devices if k[0] == tenant]:
+            self.forget_device(*key)
+
+    def forget_all(self) -> None:
+        self._devices.clear()
+        self._policies.clear()
+        self._verified.clear()
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    async def device(self, tenant: str, name: str) -> DeviceRecord | None:
+        key = (tenant, name)
+        cached = self._devices.get(key)
+        now = self._clock()
+        if cached and cached[0] > now:
+            self.stats["device_cache_hits"] += 1
+            return cached[1]
+        self.stats["device_cache_misses"] += 1
+        record = await self.store.device(tenant, name)
+        found = record is not None and record.device_id is not None
+        self._devices[key] = (now + (self.ttl if found else self.negative_ttl), record)
+        return record
+
+    async def policy(self, tenant: str) -> TenantPolicy | None:
+        cached = self._policies.get(tenant)
+        now = self._clock()
+        if cached and cached[0] > now:
+            return cached[1]
+        policy = await self.store.policy(tenant)
+        self._policies[tenant] = (now + (self.ttl if policy else self.negative_ttl), policy)
+        return policy
+
+    # -- the decision -----------------------------------------------------------------------
+
+    async def authenticate(
+        self, username: str | None, password: bytes | None, client_id: str, address: str
+    ) -> Decision:
+        if self.by_address.blocked(address):
+            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts from this address")
+        tenant, _, device = (username or "").partition("/")
+        if not tenant or not device or "/" in device or len(username or "") > 256:
+            return self._fail(
+                address, None, BAD_USERNAME_OR_PASSWORD, "username must be tenant/device"
+            )
+        if self.by_tenant.blocked(tenant):
+            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts for this tenant")
+        record = await self.device(tenant, device)
+        if record is None:
+            return self._fail(address, None, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
+        if not record.tenant_active:
+            return self._fail(address, tenant, BANNED, "tenant suspended")
+        if record.device_id is None:
+            return self._fail(address, tenant, BAD_USERNAME_OR_PASSWORD, "unknown device")
+        if not record.enabled:
+            return self._fail(address, tenant, NOT_AUTHORIZED, "device disabled")
+        if not password or not self._secret_ok(record, password):
+            return self._fail(address, tenant, BAD_USERNAME_OR_PASSWORD, "wrong or expired secret")
+        assigned = self._client_id(record, client_id)
+        if assigned is None:
+            return self._fail(address, tenant, CLIENT_ID_NOT_VALID, "client id not allowed")
+        policy = await self.policy(tenant)
+        if policy is None or not policy.active:
+            return self._fail(address, tenant, BANNED, "tenant suspended")
+        self.stats["accepted"] += 1
+        return Decision(SUCCESS, "", tenant, device, assigned, policy)
+
+    def _fail(self, address: str, tenant: str | None, code: int, reason: str) -> Decision:
+        self.by_address.fail(address)
+        if tenant:
+            self.by_tenant.fail(tenant)
+        self.stats[f"rejected_{code:#04x}"] += 1
+        return Decision(code, reason, tenant or "")
+
+    def _secret_ok(self, record: DeviceRecord, password: bytes) -> bool:
+        key = (record.tenant, record.name)
+        digest = hashlib.sha256(password).digest()
+        now = datetime.now(UTC)
+        live = [c for c in record.credentials if c.expires_at is None or c.expires_at > now]
+        if digest in self._verified.get(key, ()) and live:
+            if len(live) == len(record.credentials):
+                return True
+        for credential in live:
+            if verify_secret(password, credential.secret_hash):
+                self._verified.setdefault(key, set()).add(digest)
+                return True
+        return False
+
+    @staticmethod
+    def _client_id(record: DeviceRecord, client_id: str) -> str | None:
+        policy = record.client_id_policy
+        if policy == "exact":
+            return record.name if client_id in ("", record.name) else None
+        if policy == "pattern":
+            try:
+                return (
+                    client_id
+                    if client_id and re.fullmatch(record.client_id_pattern, client_id)
+                    else None
+                )
+            except re.error:
+                return None
+        return client_id  # any: an empty id is assigned by the broker
