@@ -277,3 +277,85 @@ class Invoice(models.Model):
             models.UniqueConstraint(fields=["tenant", "period"], name="invoice_unique_period")
         ]
         ordering = ["-period"]
+
+
+# -- Broker state (written by the data plane, schema owned here) --------------------------------
+
+
+class MqttSession(models.Model):
+    """A persistent MQTT session (3.1.1 clean session 0, 5.0 session expiry > 0)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="mqtt_sessions")
+    client_id = models.CharField(max_length=256)
+    expiry_interval = models.BigIntegerField(default=0, help_text="seconds; 0xFFFFFFFF never")
+    # Null while a client is connected; set when it disconnects (disconnected_at + expiry).
+    expires_at = models.DateTimeField(null=True, blank=True)
+    subscriptions = models.JSONField(default=list, blank=True)
+    will = models.JSONField(null=True, blank=True)
+    next_packet_id = models.IntegerField(default=1)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "client_id"], name="mqtt_session_unique")
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="mqtt_session_expiry_idx")]
+
+
+class MqttQueuedMessage(models.Model):
+    """One message waiting for (or in flight to) a persistent session, in `seq` order."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    client_id = models.CharField(max_length=256)
+    seq = models.BigIntegerField()
+    topic = models.TextField()
+    payload = models.BinaryField(null=True, blank=True)
+    object_key = models.TextField(blank=True, help_text="set when the payload is in the store")
+    qos = models.SmallIntegerField()
+    retain = models.BooleanField(default=False)
+    properties = models.JSONField(default=dict, blank=True)
+    packet_id = models.IntegerField(null=True, blank=True)
+    state = models.SmallIntegerField(default=0, help_text="0 queued, 1 sent, 2 pubrec received")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "client_id", "seq"], name="mqtt_queue_unique_seq"
+            )
+        ]
+
+
+class RetainedMessage(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    topic = models.TextField()
+    payload = models.BinaryField(null=True, blank=True)
+    object_key = models.TextField(blank=True)
+    qos = models.SmallIntegerField(default=0)
+    properties = models.JSONField(default=dict, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "topic"], name="retained_unique_topic")
+        ]
+
+
+class DelayedMessage(models.Model):
+    """`$delayed/{seconds}/{topic}` publishes, delivered at `deliver_at` (survives restarts)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    topic = models.TextField()
+    payload = models.BinaryField(null=True, blank=True)
+    object_key = models.TextField(blank=True)
+    qos = models.SmallIntegerField(default=0)
+    retain = models.BooleanField(default=False)
+    properties = models.JSONField(default=dict, blank=True)
+    publisher = models.CharField(max_length=256, blank=True)
+    deliver_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["deliver_at"], name="delayed_due_idx")]

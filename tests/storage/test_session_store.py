@@ -1,0 +1,118 @@
+"""The session store against real Postgres: group commit, ranges, restart, purge, outage."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from psycopg_pool import AsyncConnectionPool
+
+from data_plane.storage.session_store import SENT, QueuedMessage, SessionStore, StoreUnavailable
+from tenants import services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def dsn() -> str:
+    p = connection.get_connection_params()
+    return f"host={p['host']} port={p['port']} user={p['user']} dbname={p['dbname']}"
+
+
+@pytest.fixture
+def tenant_id():
+    return services.tenant_create("acme").id
+
+
+def run(body):
+    async def main():
+        async with AsyncConnectionPool(dsn(), min_size=1, max_size=4, open=False) as pool:
+            await pool.open(wait=True)
+            store = SessionStore(pool)
+            store.start()
+            try:
+                return await body(store)
+            finally:
+                await store.stop()
+
+    return asyncio.run(main())
+
+
+def message(seq: int, **kw) -> QueuedMessage:
+    return QueuedMessage(seq=seq, topic=f"t/{seq}", payload=f"m{seq}".encode(), qos=1, **kw)
+
+
+def test_enqueue_is_group_committed_and_read_back_in_order(tenant_id):
+    async def body(store):
+        await store.save_session(
+            tenant_id, "c1", expiry_interval=3600, subscriptions=[{"filter": "t/#", "qos": 1}]
+        )
+        futures = [store.enqueue(tenant_id, "c1", message(i)) for i in range(1, 2001)]
+        await asyncio.gather(*futures)
+        first = await store.fetch(tenant_id, "c1", limit=10)
+        rest = await store.fetch(tenant_id, "c1", after_seq=10, limit=5000)
+        return store.commits, first, rest
+
+    commits, first, rest = run(body)
+    assert commits < 100  # 2,000 appends, not 2,000 transactions
+    assert [m.seq for m in first] == list(range(1, 11))
+    assert [m.seq for m in rest] == list(range(11, 2001))
+    assert first[0].payload == b"m1" and first[0].topic == "t/1"
+
+
+def test_ack_and_mark_then_reload_as_after_a_restart(tenant_id):
+    async def first_life(store):
+        await store.save_session(
+            tenant_id,
+            "c1",
+            expiry_interval=60,
+            subscriptions=[{"filter": "a/+", "qos": 2}],
+            will={"topic": "w", "payload": "bye"},
+        )
+        await asyncio.gather(*(store.enqueue(tenant_id, "c1", message(i)) for i in (1, 2, 3)))
+        await asyncio.gather(store.ack(tenant_id, "c1", 1), store.mark(tenant_id, "c1", 2, 7, SENT))
+
+    async def second_life(store):
+        session = await store.load_session(tenant_id, "c1")
+        return session, await store.fetch(tenant_id, "c1")
+
+    run(first_life)
+    session, queue = run(second_life)
+    assert session.subscriptions == [{"filter": "a/+", "qos": 2}]
+    assert session.will == {"topic": "w", "payload": "bye"} and session.last_seq == 3
+    assert [(m.seq, m.packet_id, m.state) for m in queue] == [(2, 7, SENT), (3, None, 0)]
+
+
+def test_purge_removes_expired_sessions_and_messages(tenant_id):
+    past = datetime.now(UTC) - timedelta(seconds=5)
+
+    async def body(store):
+        await store.save_session(
+            tenant_id, "gone", expiry_interval=1, subscriptions=[], expires_at=past
+        )
+        await store.save_session(tenant_id, "kept", expiry_interval=60, subscriptions=[])
+        await asyncio.gather(
+            store.enqueue(tenant_id, "gone", message(1)),
+            store.enqueue(tenant_id, "kept", message(1, expires_at=past)),
+            store.enqueue(tenant_id, "kept", message(2)),
+        )
+        assert [m.seq for m in await store.fetch(tenant_id, "kept")] == [2]  # expired skipped
+        purged = await store.purge_expired()
+        live = [s.client_id for s in await store.live_sessions()]
+        return purged, live, await store.fetch(tenant_id, "gone")
+
+    purged, live, gone_queue = run(body)
+    assert purged == (1, 1)
+    assert live == ["kept"] and gone_queue == []
+
+
+def test_writes_fail_clearly_when_the_database_refuses(tenant_id):
+    async def body(store):
+        # A queue row for a tenant that does not exist violates the foreign key: the whole
+        # group fails and every waiting publisher hears about it.
+        bad = store.enqueue(999_999, "c1", message(1))
+        with pytest.raises(StoreUnavailable):
+            await bad
+        await store.enqueue(tenant_id, "c1", message(1))  # the store keeps working
+        return [m.seq for m in await store.fetch(tenant_id, "c1")]
+
+    assert run(body) == [1]
