@@ -1,0 +1,92 @@
+"""Joins the broker to the control plane: the tenant directory, kept fresh by the NOTIFY listener,
+and the consequences of each change for live connections.
+
+The broker hands in a `LiveConnections` (what it can do to connected clients); each change
+notification invalidates the matching cache entries, then, where the change takes a right away,
+ends the connections concerned with 0x98 (Administrative action) or re-applies the tenant policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from psycopg_pool import AsyncConnectionPool
+
+from data_plane.tenancy.directory import TenantDirectory
+from data_plane.tenancy.notifications import Change, ConfigListener
+from data_plane.tenancy.store import TenantPolicy, TenantStore
+
+log = logging.getLogger(__name__)
+ADMINISTRATIVE_ACTION = 0x98
+
+# Changes that end the device's live connections.
+_DEVICE_REVOKING = {
+    "device.disabled", "device.deleted", "credential.revoked", "credential.rotated",
+    "credential.expired",
+}
+
+
+class LiveConnections(Protocol):
+    def disconnect_device(self, tenant: str, device: str, reason_code: int) -> int: ...
+
+    def disconnect_tenant(self, tenant: str, reason_code: int) -> int: ...
+
+    def apply_policy(self, tenant: str, policy: TenantPolicy) -> None: ...
+
+
+class ControlPlaneLink:
+    def __init__(self, dsn: str, *, pool_size: int = 4) -> None:
+        self.dsn = dsn
+        self.pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_size, open=False)
+        self.directory = TenantDirectory(TenantStore(self.pool))
+        self.listener = ConfigListener(dsn, self.on_change)
+        self.live: LiveConnections | None = None
+
+    async def start(self, live: LiveConnections | None = None) -> None:
+        self.live = live
+        await self.pool.open(wait=True, timeout=30)
+        self.listener.start()
+
+    async def stop(self) -> None:
+        await self.listener.stop()
+        await self.pool.close()
+
+    async def on_change(self, change: Change) -> None:
+        kind = str(change.get("kind", ""))
+        tenant = str(change.get("tenant", ""))
+        device = change.get("device")
+        if kind == "reload":
+            self.directory.forget_all()
+            await self._reapply_all()
+            return
+        if not tenant:
+            return
+        if kind.startswith("device.") or kind.startswith("credential."):
+            if isinstance(device, str):
+                self.directory.forget_device(tenant, device)
+                if self.live and kind in _DEVICE_REVOKING:
+                    closed = self.live.disconnect_device(tenant, device, ADMINISTRATIVE_ACTION)
+                    log.info("%s %s/%s: closed %d connection(s)", kind, tenant, device, closed)
+            return
+        # tenant.status, tenant.quota, acl.changed: the tenant's policy changed.
+        self.directory.forget_tenant(tenant)
+        policy = await self.directory.policy(tenant)
+        if self.live is None:
+            return
+        if policy is None or not policy.active:
+            closed = self.live.disconnect_tenant(tenant, ADMINISTRATIVE_ACTION)
+            log.info("tenant %s suspended or gone: closed %d connection(s)", tenant, closed)
+        else:
+            self.live.apply_policy(tenant, policy)
+
+    async def _reapply_all(self) -> None:
+        """After a lost notification connection: anything may have changed while away."""
+        if self.live is None:
+            return
+        for tenant in list(getattr(self.live, "tenants", lambda: [])()):
+            policy = await self.directory.policy(tenant)
+            if policy is None or not policy.active:
+                self.live.disconnect_tenant(tenant, ADMINISTRATIVE_ACTION)
+            else:
+                self.live.apply_policy(tenant, policy)
