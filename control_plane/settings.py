@@ -100,6 +100,7 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".data" / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Development serves static files straight from the apps; production runs collectstatic.
 WHITENOISE_USE_FINDERS = DEBUG
 
