@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from tenants import selectors
@@ -30,3 +31,13 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return self.keyword
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """Documents the scheme in /api/schema/ so Swagger UI offers an 'Authorize' box."""
+
+    target_class = "tenants.api.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "API token (mqp_...)"}

@@ -325,3 +325,13 @@ def test_openapi_schema_and_docs_render(client):
     ):
         assert path in document["paths"], path
     assert client.get("/api/docs/").status_code == 200
+
+
+def test_openapi_schema_generates_without_warnings():
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("spectacular", "--validate", "--fail-on-warn", stdout=out)
+    assert "bearerAuth" in out.getvalue()
