@@ -6,86 +6,156 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0001_initial'),
+        ("tenants", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DelayedMessage',
+            name="DelayedMessage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('topic', models.TextField()),
-                ('payload', models.BinaryField(blank=True, null=True)),
-                ('object_key', models.TextField(blank=True)),
-                ('qos', models.SmallIntegerField(default=0)),
-                ('retain', models.BooleanField(default=False)),
-                ('properties', models.JSONField(blank=True, default=dict)),
-                ('publisher', models.CharField(blank=True, max_length=256)),
-                ('deliver_at', models.DateTimeField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("topic", models.TextField()),
+                ("payload", models.BinaryField(blank=True, null=True)),
+                ("object_key", models.TextField(blank=True)),
+                ("qos", models.SmallIntegerField(default=0)),
+                ("retain", models.BooleanField(default=False)),
+                ("properties", models.JSONField(blank=True, default=dict)),
+                ("publisher", models.CharField(blank=True, max_length=256)),
+                ("deliver_at", models.DateTimeField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['deliver_at'], name='delayed_due_idx')],
+                "indexes": [models.Index(fields=["deliver_at"], name="delayed_due_idx")],
             },
         ),
         migrations.CreateModel(
-            name='MqttQueuedMessage',
+            name="MqttQueuedMessage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('client_id', models.CharField(max_length=256)),
-                ('seq', models.BigIntegerField()),
-                ('topic', models.TextField()),
-                ('payload', models.BinaryField(blank=True, null=True)),
-                ('object_key', models.TextField(blank=True, help_text='set when the payload is in the store')),
-                ('qos', models.SmallIntegerField()),
-                ('retain', models.BooleanField(default=False)),
-                ('properties', models.JSONField(blank=True, default=dict)),
-                ('packet_id', models.IntegerField(blank=True, null=True)),
-                ('state', models.SmallIntegerField(default=0, help_text='0 queued, 1 sent, 2 pubrec received')),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("client_id", models.CharField(max_length=256)),
+                ("seq", models.BigIntegerField()),
+                ("topic", models.TextField()),
+                ("payload", models.BinaryField(blank=True, null=True)),
+                (
+                    "object_key",
+                    models.TextField(blank=True, help_text="set when the payload is in the store"),
+                ),
+                ("qos", models.SmallIntegerField()),
+                ("retain", models.BooleanField(default=False)),
+                ("properties", models.JSONField(blank=True, default=dict)),
+                ("packet_id", models.IntegerField(blank=True, null=True)),
+                (
+                    "state",
+                    models.SmallIntegerField(
+                        default=0, help_text="0 queued, 1 sent, 2 pubrec received"
+                    ),
+                ),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'client_id', 'seq'), name='mqtt_queue_unique_seq')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("tenant", "client_id", "seq"), name="mqtt_queue_unique_seq"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='MqttSession',
+            name="MqttSession",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('client_id', models.CharField(max_length=256)),
-                ('expiry_interval', models.BigIntegerField(default=0, help_text='seconds; 0xFFFFFFFF never')),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('subscriptions', models.JSONField(blank=True, default=list)),
-                ('will', models.JSONField(blank=True, null=True)),
-                ('next_packet_id', models.IntegerField(default=1)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='mqtt_sessions', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("client_id", models.CharField(max_length=256)),
+                (
+                    "expiry_interval",
+                    models.BigIntegerField(default=0, help_text="seconds; 0xFFFFFFFF never"),
+                ),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("subscriptions", models.JSONField(blank=True, default=list)),
+                ("will", models.JSONField(blank=True, null=True)),
+                ("next_packet_id", models.IntegerField(default=1)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="mqtt_sessions",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['expires_at'], name='mqtt_session_expiry_idx')],
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'client_id'), name='mqtt_session_unique')],
+                "indexes": [models.Index(fields=["expires_at"], name="mqtt_session_expiry_idx")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("tenant", "client_id"), name="mqtt_session_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='RetainedMessage',
+            name="RetainedMessage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('topic', models.TextField()),
-                ('payload', models.BinaryField(blank=True, null=True)),
-                ('object_key', models.TextField(blank=True)),
-                ('qos', models.SmallIntegerField(default=0)),
-                ('properties', models.JSONField(blank=True, default=dict)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("topic", models.TextField()),
+                ("payload", models.BinaryField(blank=True, null=True)),
+                ("object_key", models.TextField(blank=True)),
+                ("qos", models.SmallIntegerField(default=0)),
+                ("properties", models.JSONField(blank=True, default=dict)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'topic'), name='retained_unique_topic')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("tenant", "topic"), name="retained_unique_topic"
+                    )
+                ],
             },
         ),
     ]

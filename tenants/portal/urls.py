@@ -1,2 +1,23 @@
+from django.urls import path
+
+from tenants.portal import views
+
 app_name = "portal"
-urlpatterns: list = []
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("signup/", views.signup, name="signup"),
+    path("login/", views.login_view, name="login"),
+    path("logout/", views.logout_view, name="logout"),
+    path("switch/", views.switch_tenant, name="switch"),
+    path("devices/", views.devices, name="devices"),
+    path("devices/<str:name>/", views.device_detail, name="device"),
+    path("devices/<str:name>/rotate/", views.device_rotate, name="device-rotate"),
+    path("devices/<str:name>/toggle/", views.device_toggle, name="device-toggle"),
+    path("devices/<str:name>/delete/", views.device_delete, name="device-delete"),
+    path("acls/", views.acls, name="acls"),
+    path("acls/<int:rule_id>/delete/", views.acl_delete, name="acl-delete"),
+    path("quota/", views.quota, name="quota"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<int:token_id>/delete/", views.token_delete, name="token-delete"),
+]

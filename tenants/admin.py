@@ -1,0 +1,93 @@
+"""Django admin for operators. Writes that the broker must hear about go through the services."""
+
+from django.contrib import admin
+
+from tenants import services
+from tenants.models import AclRule, Credential, Device, Membership, Plan, Rule, Tenant
+
+
+@admin.register(Plan)
+class PlanAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "monthly_price_cents", "max_connections", "max_publish_rate")
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ("user",)
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "status", "plan", "created_at")
+    list_filter = ("status", "plan")
+    search_fields = ("slug", "name")
+    inlines = [MembershipInline]
+    actions = ["suspend", "activate"]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change and {"status", "quota_overrides", "acl_default"} & set(form.changed_data):
+            from tenants.notify import announce
+
+            announce(obj.slug, "tenant.status" if "status" in form.changed_data else "tenant.quota")
+
+    @admin.action(description="Suspend selected tenants")
+    def suspend(self, request, queryset):
+        for tenant in queryset:
+            services.tenant_set_status(tenant, Tenant.Status.SUSPENDED)
+
+    @admin.action(description="Activate selected tenants")
+    def activate(self, request, queryset):
+        for tenant in queryset:
+            services.tenant_set_status(tenant, Tenant.Status.ACTIVE)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "tenant", "role", "created_at")
+    list_filter = ("role",)
+    search_fields = ("user__email", "tenant__slug")
+
+
+class CredentialInline(admin.TabularInline):
+    model = Credential
+    extra = 0
+    can_delete = False
+    readonly_fields = ("secret_hash", "created_at", "expires_at", "revoked_at")
+
+    def has_add_permission(self, request, obj=None):
+        return False  # secrets are issued through rotation, never typed in
+
+
+@admin.register(Device)
+class DeviceAdmin(admin.ModelAdmin):
+    list_display = ("name", "tenant", "enabled", "client_id_policy", "last_seen_at")
+    list_filter = ("enabled", "client_id_policy", "tenant")
+    search_fields = ("name", "tenant__slug")
+    inlines = [CredentialInline]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change:
+            from tenants.notify import announce
+
+            kind = "device.updated"
+            if "enabled" in form.changed_data:
+                kind = "device.enabled" if obj.enabled else "device.disabled"
+            announce(obj.tenant.slug, kind, device=obj.name, ids=[obj.id])
+
+    def delete_model(self, request, obj):
+        services.device_delete(obj)
+
+
+@admin.register(AclRule)
+class AclRuleAdmin(admin.ModelAdmin):
+    list_display = ("tenant", "position", "device", "action", "permission", "topic")
+    list_filter = ("tenant", "permission", "action")
+
+
+@admin.register(Rule)
+class RuleAdmin(admin.ModelAdmin):
+    list_display = ("tenant", "name", "enabled", "updated_at")
+    list_filter = ("enabled", "tenant")

@@ -1,0 +1,53 @@
+"""Portal forms: they check input shapes; the services check meaning."""
+
+from django import forms
+
+
+class SignupForm(forms.Form):
+    tenant = forms.CharField(
+        label="Tenant name",
+        max_length=32,
+        help_text="3-32 lowercase letters, digits and hyphens; part of every device username.",
+    )
+    email = forms.EmailField()
+    password = forms.CharField(widget=forms.PasswordInput, min_length=8)
+
+
+class LoginForm(forms.Form):
+    email = forms.EmailField()
+    password = forms.CharField(widget=forms.PasswordInput)
+
+
+class DeviceForm(forms.Form):
+    name = forms.CharField(max_length=64, help_text="Letters, digits, '_', '.', ':' or '-'.")
+    client_id_policy = forms.ChoiceField(
+        label="Client ids",
+        choices=[
+            ("exact", "exact: client id = device name"),
+            ("any", "any client id"),
+            ("pattern", "matching a pattern"),
+        ],
+        initial="exact",
+    )
+    client_id_pattern = forms.CharField(label="Pattern (regex)", required=False, max_length=255)
+
+
+class AclForm(forms.Form):
+    device = forms.ChoiceField(required=False, help_text="Empty: applies to every device.")
+    action = forms.ChoiceField(
+        choices=[
+            ("both", "publish + subscribe"),
+            ("publish", "publish"),
+            ("subscribe", "subscribe"),
+        ]
+    )
+    permission = forms.ChoiceField(choices=[("allow", "allow"), ("deny", "deny")])
+    topic = forms.CharField(max_length=512, help_text="Filter; ${tenant} and ${client} expand.")
+
+    def __init__(self, *args, devices=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["device"].choices = [("", "all devices")] + [(d, d) for d in devices]
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=64, initial="default")

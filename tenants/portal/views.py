@@ -1,0 +1,284 @@
+"""Portal pages: thin views over the services and selectors. Writes are POSTs (CSRF-checked);
+viewers see everything and change nothing."""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import authenticate, login, logout
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from tenants import selectors, services
+from tenants.models import Membership
+from tenants.portal.forms import AclForm, DeviceForm, LoginForm, SignupForm, TokenForm
+
+ONCE_KEY = "portal_secret_once"
+
+
+def _membership(request: HttpRequest) -> Membership:
+    memberships = selectors.memberships_for_user(request.user).order_by("created_at")
+    chosen = request.session.get("tenant")
+    membership = memberships.filter(tenant__slug=chosen).first() if chosen else None
+    membership = membership or memberships.first()
+    if membership is None:
+        raise PermissionDenied("You are not a member of any tenant.")
+    return membership
+
+
+def tenant_view(write: bool = False):
+    """Log-in required; passes the membership; POSTs need a role that can write."""
+
+    def decorate(view):
+        @login_required
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            membership = _membership(request)
+            if write and not membership.can_write:
+                raise PermissionDenied("Your role can read but not change this tenant.")
+            return view(request, membership, *args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _form_errors(form, error: ValidationError) -> None:
+    for field, problems in getattr(error, "message_dict", {"__all__": error.messages}).items():
+        form.add_error(field if field in form.fields else None, problems)
+
+
+def _show_once(request: HttpRequest, **secret: str) -> None:
+    request.session[ONCE_KEY] = secret
+
+
+def _pop_once(request: HttpRequest) -> dict | None:
+    return request.session.pop(ONCE_KEY, None)
+
+
+def _context(membership: Membership, **extra):
+    return {
+        "tenant": membership.tenant,
+        "membership": membership,
+        "can_write": membership.can_write,
+        **extra,
+    }
+
+
+# -- accounts -------------------------------------------------------------------------------
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            tenant, user, _ = services.signup(**form.cleaned_data)
+        except ValidationError as error:
+            _form_errors(form, error)
+        else:
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            request.session["tenant"] = tenant.slug
+            messages.success(request, f"Welcome! Tenant {tenant.slug} is ready.")
+            return redirect("portal:dashboard")
+    return render(request, "portal/signup.html", {"form": form})
+
+
+def login_view(request: HttpRequest) -> HttpResponse:
+    form = LoginForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        email = form.cleaned_data["email"].strip().lower()
+        user = authenticate(request, username=email, password=form.cleaned_data["password"])
+        if user is None:
+            form.add_error(None, "Wrong email or password.")
+        else:
+            login(request, user)
+            return redirect(request.GET.get("next") or "portal:dashboard")
+    return render(request, "portal/login.html", {"form": form})
+
+
+@require_POST
+def logout_view(request: HttpRequest) -> HttpResponse:
+    logout(request)
+    return redirect("portal:login")
+
+
+@login_required
+@require_POST
+def switch_tenant(request: HttpRequest) -> HttpResponse:
+    slug = request.POST.get("tenant", "")
+    if selectors.memberships_for_user(request.user).filter(tenant__slug=slug).exists():
+        request.session["tenant"] = slug
+    return redirect("portal:dashboard")
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+
+@tenant_view()
+def dashboard(request, membership):
+    tenant = membership.tenant
+    return render(
+        request,
+        "portal/dashboard.html",
+        _context(
+            membership,
+            device_count=selectors.devices_list(tenant=tenant).count(),
+            memberships=selectors.memberships_for_user(request.user),
+            mqtt_host=settings.MQTT_PUBLIC_HOST,
+            mqtt_port=settings.MQTT_PUBLIC_PORT,
+            mqtt_ws_url=settings.MQTT_PUBLIC_WS_URL,
+        ),
+    )
+
+
+@tenant_view()
+def devices(request, membership):
+    name = request.GET.get("name", "")
+    form = DeviceForm()
+    if request.method == "POST":
+        if not membership.can_write:
+            raise PermissionDenied("Your role can read but not change this tenant.")
+        form = DeviceForm(request.POST)
+        if form.is_valid():
+            try:
+                device, secret = services.device_create(
+                    tenant=membership.tenant, **form.cleaned_data
+                )
+            except ValidationError as error:
+                _form_errors(form, error)
+            else:
+                _show_once(request, password=secret)
+                return redirect("portal:device", name=device.name)
+    listed = selectors.devices_list(tenant=membership.tenant, name=name or None)
+    return render(
+        request, "portal/devices.html", _context(membership, devices=listed, form=form, name=name)
+    )
+
+
+@tenant_view()
+def device_detail(request, membership, name: str):
+    device = selectors.device_get(tenant=membership.tenant, name=name)
+    return render(
+        request,
+        "portal/device.html",
+        _context(
+            membership,
+            device=device,
+            secret=_pop_once(request),
+            credentials=device.credentials.all()[:20],
+            mqtt_host=settings.MQTT_PUBLIC_HOST,
+            mqtt_port=settings.MQTT_PUBLIC_PORT,
+        ),
+    )
+
+
+@require_POST
+@tenant_view(write=True)
+def device_rotate(request, membership, name: str):
+    device = selectors.device_get(tenant=membership.tenant, name=name)
+    _, secret = services.credential_rotate(device)
+    _show_once(request, password=secret)
+    messages.success(request, "New secret issued; the previous one no longer works.")
+    return redirect("portal:device", name=device.name)
+
+
+@require_POST
+@tenant_view(write=True)
+def device_toggle(request, membership, name: str):
+    device = selectors.device_get(tenant=membership.tenant, name=name)
+    services.device_update(device, enabled=not device.enabled)
+    messages.success(request, f"Device {'enabled' if device.enabled else 'disabled'}.")
+    return redirect("portal:device", name=device.name)
+
+
+@tenant_view()
+def device_delete(request, membership, name: str):
+    device = selectors.device_get(tenant=membership.tenant, name=name)
+    if request.method == "POST":
+        if not membership.can_write:
+            raise PermissionDenied("Your role can read but not change this tenant.")
+        services.device_delete(device)
+        messages.success(request, f"Device {name} deleted.")
+        return redirect("portal:devices")
+    return render(request, "portal/device_delete.html", _context(membership, device=device))
+
+
+@tenant_view()
+def acls(request, membership):
+    tenant = membership.tenant
+    names = list(selectors.devices_list(tenant=tenant).values_list("name", flat=True))
+    form = AclForm(devices=names)
+    if request.method == "POST":
+        if not membership.can_write:
+            raise PermissionDenied("Your role can read but not change this tenant.")
+        form = AclForm(request.POST, devices=names)
+        if form.is_valid():
+            data = dict(form.cleaned_data)
+            device_name = data.pop("device")
+            device = selectors.device_get(tenant=tenant, name=device_name) if device_name else None
+            try:
+                services.acl_add(tenant=tenant, device=device, **data)
+            except ValidationError as error:
+                _form_errors(form, error)
+            else:
+                messages.success(request, "ACL rule added.")
+                return redirect("portal:acls")
+    rules = selectors.acl_rules_list(tenant=tenant)
+    return render(request, "portal/acls.html", _context(membership, rules=rules, form=form))
+
+
+@require_POST
+@tenant_view(write=True)
+def acl_delete(request, membership, rule_id: int):
+    services.acl_delete(selectors.acl_rule_get(tenant=membership.tenant, rule_id=rule_id))
+    messages.success(request, "ACL rule deleted.")
+    return redirect("portal:acls")
+
+
+@tenant_view()
+def quota(request, membership):
+    tenant = membership.tenant
+    limits = selectors.effective_quota(tenant)
+    rows = [(key, value, key in (tenant.quota_overrides or {})) for key, value in limits.items()]
+    return render(request, "portal/quota.html", _context(membership, rows=rows, plan=tenant.plan))
+
+
+@tenant_view()
+def tokens(request, membership):
+    form = TokenForm()
+    created = None
+    if request.method == "POST":
+        if not membership.can_write:
+            raise PermissionDenied("Your role can read but not change this tenant.")
+        form = TokenForm(request.POST)
+        if form.is_valid():
+            _, created = services.api_token_create(
+                user=request.user, tenant=membership.tenant, name=form.cleaned_data["name"]
+            )
+            form = TokenForm()
+    listed = selectors.api_tokens_list(tenant=membership.tenant, user=request.user)
+    return render(
+        request,
+        "portal/tokens.html",
+        _context(membership, tokens=listed, form=form, created=created),
+    )
+
+
+@require_POST
+@tenant_view(write=True)
+def token_delete(request, membership, token_id: int):
+    token = (
+        selectors.api_tokens_list(tenant=membership.tenant, user=request.user)
+        .filter(id=token_id)
+        .first()
+    )
+    if token is None:
+        raise Http404("No such token.")
+    services.api_token_delete(token)
+    messages.success(request, "Token deleted.")
+    return redirect("portal:tokens")

@@ -1,0 +1,75 @@
+"""End to end in headless Chromium (Debian's), driven by Playwright, against a live server:
+sign up -> create a device -> see its username and secret -> log out -> log in -> still listed."""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def page():
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="chromium-profile-")
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, args=FLAGS, headless=True
+        )
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        yield page
+        context.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_signup_device_logout_login(live_server, page):
+    page.goto(f"{live_server.url}/signup/")
+    page.fill("input[name=tenant]", "acme-e2e")
+    page.fill("input[name=email]", "e2e@acme.io")
+    page.fill("input[name=password]", "a long passphrase")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    assert "acme-e2e" in page.content()
+
+    page.click("text=Devices")
+    page.fill("form[method=post] input[name=name]", "sensor-1")
+    page.click("text=Create device")
+    username = page.text_content("#device-username")
+    secret = page.text_content("#device-secret")
+    assert username == "acme-e2e/sensor-1"
+    assert secret and len(secret) >= 22
+
+    from tenants.models import Credential
+    from tenants.secrets import verify_secret
+
+    assert verify_secret(secret, Credential.objects.get(device__name="sensor-1").secret_hash)
+
+    page.reload()  # shown once: gone on the next view
+    assert secret not in page.content()
+
+    page.click("text=Log out")
+    page.wait_for_url(f"{live_server.url}/login/")
+    page.fill("input[name=email]", "e2e@acme.io")
+    page.fill("input[name=password]", "a long passphrase")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    page.click("text=Devices")
+    assert page.locator("table a", has_text="sensor-1").count() == 1
+    assert "acme-e2e/sensor-1" in page.content()

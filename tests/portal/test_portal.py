@@ -1,0 +1,144 @@
+"""Portal pages through Django's test client against real Postgres."""
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tenants import services
+from tenants.models import Credential, Device, Membership
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def owner(client):
+    tenant, user, _ = services.signup(
+        tenant="acme", email="me@acme.io", password="a long passphrase"
+    )
+    client.force_login(user)
+    return tenant
+
+
+def test_signup_logs_in_and_shows_dashboard(client):
+    response = client.post(
+        "/signup/",
+        {"tenant": "acme", "email": "me@acme.io", "password": "a long passphrase"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert b"acme" in response.content and b"mqtt://" in response.content
+
+
+def test_signup_errors_are_shown(client):
+    response = client.post(
+        "/signup/", {"tenant": "sys", "email": "me@acme.io", "password": "a long passphrase"}
+    )
+    assert b"reserved" in response.content
+
+
+def test_login_and_logout(client):
+    services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
+    bad = client.post("/login/", {"email": "me@acme.io", "password": "wrong"})
+    assert b"Wrong email or password" in bad.content
+    good = client.post("/login/", {"email": "me@acme.io", "password": "a long passphrase"})
+    assert good.status_code == 302
+    assert client.get("/").status_code == 200
+    assert client.get("/logout/").status_code == 405  # logging out is a POST
+    client.post("/logout/")
+    assert client.get("/").status_code == 302
+
+
+def test_pages_require_login(client):
+    for url in ("/", "/devices/", "/acls/", "/quota/", "/tokens/"):
+        response = client.get(url)
+        assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_create_device_shows_secret_once(client, owner):
+    response = client.post(
+        "/devices/", {"name": "sensor-1", "client_id_policy": "exact"}, follow=True
+    )
+    secret = response.context["secret"]["password"]
+    assert b"acme/sensor-1" in response.content and secret.encode() in response.content
+    stored = Credential.objects.get(device__name="sensor-1")
+    from tenants.secrets import verify_secret
+
+    assert verify_secret(secret, stored.secret_hash)
+    again = client.get("/devices/sensor-1/")
+    assert secret.encode() not in again.content
+
+
+def test_rotate_disable_delete(client, owner):
+    device, first = services.device_create(tenant=owner, name="sensor-1")
+    rotated = client.post("/devices/sensor-1/rotate/", follow=True)
+    new_secret = rotated.context["secret"]["password"]
+    assert new_secret != first
+    client.post("/devices/sensor-1/toggle/")
+    assert Device.objects.get(id=device.id).enabled is False
+    assert client.get("/devices/sensor-1/delete/").status_code == 200  # confirmation page
+    client.post("/devices/sensor-1/delete/")
+    assert not Device.objects.filter(id=device.id).exists()
+
+
+def test_acls_quota_tokens_pages(client, owner):
+    services.device_create(tenant=owner, name="d1")
+    response = client.post(
+        "/acls/",
+        {"device": "d1", "action": "publish", "permission": "deny", "topic": "secret/#"},
+        follow=True,
+    )
+    assert b"secret/#" in response.content
+    bad = client.post(
+        "/acls/", {"device": "", "action": "both", "permission": "allow", "topic": "a/#/b"}
+    )
+    assert b"Invalid topic filter" in bad.content
+    quota = client.get("/quota/")
+    assert b"max_connections" in quota.content
+    token = client.post("/tokens/", {"name": "ci"})
+    assert b"mqp_" in token.content
+
+
+def test_other_tenants_device_is_404(client, owner):
+    other = services.tenant_create("other")
+    services.device_create(tenant=other, name="their-device")
+    for url in ("/devices/their-device/", "/devices/their-device/delete/"):
+        assert client.get(url).status_code == 404
+    for url in (
+        "/devices/their-device/rotate/",
+        "/devices/their-device/toggle/",
+        "/devices/their-device/delete/",
+    ):
+        assert client.post(url).status_code == 404
+    assert Device.objects.get(name="their-device").enabled is True
+
+
+def test_viewer_cannot_write(client, owner):
+    services.device_create(tenant=owner, name="d1")
+    viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", "a long passphrase")
+    Membership.objects.create(user=viewer, tenant=owner, role="viewer")
+    client.force_login(viewer)
+    page = client.get("/devices/")
+    assert b"d1" in page.content and b"Create device" not in page.content
+    for url, data in [
+        ("/devices/", {"name": "d2", "client_id_policy": "any"}),
+        ("/devices/d1/rotate/", {}),
+        ("/devices/d1/toggle/", {}),
+        ("/devices/d1/delete/", {}),
+        ("/acls/", {"action": "both", "permission": "deny", "topic": "x"}),
+        ("/tokens/", {"name": "x"}),
+    ]:
+        assert client.post(url, data).status_code == 403, url
+    assert Device.objects.filter(name="d1", enabled=True).exists()
+
+
+def test_csrf_is_enforced():
+    from django.test import Client
+
+    services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
+    strict = Client(enforce_csrf_checks=True)
+    response = strict.post("/login/", {"email": "me@acme.io", "password": "a long passphrase"})
+    assert response.status_code == 403
+
+
+def test_admin_lists_tenants(admin_client):
+    services.tenant_create("acme")
+    assert b"acme" in admin_client.get("/admin/tenants/tenant/").content
