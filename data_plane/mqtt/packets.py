@@ -186,6 +186,19 @@ class Auth:
 
 
 Packet = (
-    Connect | Connack | Publish | PubAck | PubRec | PubRel | PubComp | Subscribe | SubAck
-    | Unsubscribe | UnsubAck | PingReq | PingResp | Disconnect | Auth
+    Connect
+    | Connack
+    | Publish
+    | PubAck
+    | PubRec
+    | PubRel
+    | PubComp
+    | Subscribe
+    | SubAck
+    | Unsubscribe
+    | UnsubAck
+    | PingReq
+    | PingResp
+    | Disconnect
+    | Auth
 )

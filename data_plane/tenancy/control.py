@@ -22,7 +22,10 @@ ADMINISTRATIVE_ACTION = 0x98
 
 # Changes that end the device's live connections.
 _DEVICE_REVOKING = {
-    "device.disabled", "device.deleted", "credential.revoked", "credential.rotated",
+    "device.disabled",
+    "device.deleted",
+    "credential.revoked",
+    "credential.rotated",
     "credential.expired",
 }
 

@@ -1,0 +1,107 @@
+"""`python -m data_plane`: run a broker process. Prints `LISTENING <name> <host>:<port>` per
+listener once bound (port 0 picks a free one), and stops gracefully on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import resource
+import signal
+import sys
+
+from data_plane.config import BrokerConfig
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m data_plane", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=1883)
+    parser.add_argument("--ws-port", type=int, default=8083)
+    parser.add_argument("--tls-port", type=int)
+    parser.add_argument("--wss-port", type=int)
+    parser.add_argument("--tls-cert", default=os.environ.get("MQTT_TLS_CERT"))
+    parser.add_argument("--tls-key", default=os.environ.get("MQTT_TLS_KEY"))
+    parser.add_argument("--metrics-port", type=int)
+    parser.add_argument("--auth-file", help="static tenants/devices JSON instead of Postgres")
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"))
+    parser.add_argument("--sys-interval", type=float, default=10.0)
+    parser.add_argument("--max-queued", type=int, default=1000)
+    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
+    return parser.parse_args(argv)
+
+
+def raise_open_file_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def run(args: argparse.Namespace) -> None:
+    from data_plane.server import serve
+
+    config = BrokerConfig(
+        host=args.host,
+        port=args.port,
+        ws_port=args.ws_port,
+        tls_port=args.tls_port,
+        wss_port=args.wss_port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        metrics_port=args.metrics_port,
+        sys_interval=args.sys_interval,
+        max_queued_messages=args.max_queued,
+    )
+    if config.tls_cert and config.tls_port is None:
+        config.tls_port = 8883
+    link = None
+    if args.auth_file:
+        from data_plane.broker.auth import StaticAuthenticator
+
+        authenticator = StaticAuthenticator.from_file(args.auth_file)
+    else:
+        from data_plane.tenancy.authenticator import PostgresAuthenticator
+        from data_plane.tenancy.control import ControlPlaneLink
+
+        dsn = args.database_url
+        if not dsn:
+            from control_plane import embedded
+
+            dsn = embedded.postgres_url()
+        link = ControlPlaneLink(dsn)
+        authenticator = PostgresAuthenticator(link.directory)
+    server = await serve(config, authenticator)
+    if link is not None:
+        await link.start(server.broker)
+    for name, (host, port) in server.listeners.items():
+        print(f"LISTENING {name} {host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await server.shutdown()
+    if link is not None:
+        await link.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    raise_open_file_limit()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        pass
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Who may connect: the `Authenticator` interface and a static implementation from a JSON file.
+
+The Postgres-backed implementation that reads the control plane's tables lives in
+`data_plane.tenancy.authenticator`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from data_plane.mqtt.packets import Connect
+
+
+class Authorizer(Protocol):
+    def can_publish(self, topic: str) -> bool: ...
+
+    def can_subscribe(self, topic_filter: str) -> bool: ...
+
+
+@dataclass(slots=True)
+class AuthResult:
+    reason_code: int  # 0 accepts; otherwise the 5.0 CONNACK reason code
+    tenant: str = ""
+    device: str = ""
+    client_id: str = ""  # the id to use: the client's, or one the policy assigns
+    acl: Authorizer | None = None  # None: everything within the tenant is allowed
+    quota: dict[str, int] = field(default_factory=dict)
+    reason: str = ""
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, connect: Connect, peer: str) -> AuthResult: ...
+
+
+class StaticAuthenticator:
+    """Tenants and devices from JSON:
+    {"tenants": {"acme": {"devices": {"sensor-1": {"password": "...", "client_ids": "any"}}}}}
+    client_ids: "exact" (default: client id = device name), "any", or a regex pattern."""
+
+    def __init__(self, tenants: dict[str, Any]) -> None:
+        self.tenants = tenants
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> StaticAuthenticator:
+        return cls(json.loads(Path(path).read_text())["tenants"])
+
+    async def authenticate(self, connect: Connect, peer: str) -> AuthResult:
+        tenant, _, device = (connect.username or "").partition("/")
+        entry = self.tenants.get(tenant, {}).get("devices", {}).get(device)
+        if not tenant or not device or entry is None or connect.password is None:
+            return AuthResult(0x86, reason="bad user name or password")
+        if not hmac.compare_digest(connect.password, str(entry["password"]).encode()):
+            return AuthResult(0x86, reason="bad user name or password")
+        if entry.get("disabled"):
+            return AuthResult(0x87, reason="device disabled")
+        policy = entry.get("client_ids", "exact")
+        client_id = connect.client_id
+        if policy == "exact":
+            if client_id not in ("", device):
+                return AuthResult(0x85, reason="client id must be the device name")
+            client_id = device
+        elif policy != "any" and not (client_id and re.fullmatch(policy, client_id)):
+            return AuthResult(0x85, reason="client id not allowed")
+        quota = dict(self.tenants[tenant].get("quota", {}))
+        return AuthResult(0, tenant, device, client_id, None, quota)

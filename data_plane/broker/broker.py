@@ -1,0 +1,302 @@
+"""The broker: sessions by (tenant, client id), routing of publishes, subscriptions, retained
+messages, wills, and what the control plane may do to live connections.
+
+Connections (data_plane.broker.connection) turn packets into calls on this object; it never
+touches sockets itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from data_plane.broker.auth import Authenticator
+from data_plane.broker.hooks import Hooks
+from data_plane.broker.message import Message
+from data_plane.broker.retained import RetainedStore
+from data_plane.broker.router import Router, Subscriber
+from data_plane.broker.session import Delivery, Session, SubscriptionState
+from data_plane.config import BrokerConfig
+from data_plane.mqtt.packets import MQTT_5_0, Subscription
+from data_plane.mqtt.reason_codes import ReasonCode
+from data_plane.mqtt.topics import parse_shared
+
+if TYPE_CHECKING:
+    from data_plane.broker.connection import MQTTConnection
+
+log = logging.getLogger(__name__)
+NEVER_EXPIRES = 0xFFFFFFFF
+
+
+@dataclass
+class TenantStats:
+    connected: int = 0
+    messages_received: int = 0
+    messages_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    dropped: int = 0
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, authenticator: Authenticator) -> None:
+        self.config = config
+        self.authenticator = authenticator
+        self.router = Router()
+        self.retained = RetainedStore()
+        self.hooks = Hooks()
+        self.sessions: dict[tuple[str, str], Session] = {}
+        self.connections: set[MQTTConnection] = set()
+        self.stats: dict[str, TenantStats] = defaultdict(TenantStats)
+        self.started = time.time()
+        self.enhanced_auth: dict[str, Any] = {}  # authentication method -> handler
+        self.redirect: Any = None  # optional callable(connect, result) -> server reference
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def open_session(
+        self,
+        conn: MQTTConnection,
+        tenant: str,
+        client_id: str,
+        device: str,
+        clean_start: bool,
+        expiry_interval: int,
+        max_queued: int,
+    ) -> tuple[Session, bool]:
+        """Attach `conn` to its session, taking it over from an older connection."""
+        key = (tenant, client_id)
+        existing = self.sessions.get(key)
+        if existing is not None:
+            old = existing.connection
+            if old is not None and old is not conn:
+                old.taken_over()
+            if existing.expiry_handle:
+                existing.expiry_handle.cancel()
+                existing.expiry_handle = None
+            if existing.will_handle:  # reconnected within the will delay: no will
+                existing.will_handle.cancel()
+                existing.will_handle = None
+        if existing is not None and clean_start:
+            self._end_session(existing)
+            existing = None
+        present = existing is not None
+        session = existing or Session(tenant, client_id, device, max_queued=max_queued)
+        session.device = device
+        session.max_queued = max_queued
+        session.expiry_interval = expiry_interval
+        session.connection = conn
+        session.on_drop = self._dropped
+        session.on_sent = self._sent
+        self.sessions[key] = session
+        return session, present
+
+    def detach(self, session: Session, conn: MQTTConnection) -> None:
+        """The connection is gone; the session ends now or expires later."""
+        if session.connection is not conn:
+            return  # taken over: the new connection owns it
+        session.connection = None
+        if session.expiry_interval == 0:
+            self._end_session(session)
+        elif session.expiry_interval != NEVER_EXPIRES:
+            loop = asyncio.get_running_loop()
+            session.expiry_handle = loop.call_later(session.expiry_interval, self._expire, session)
+
+    def _expire(self, session: Session) -> None:
+        if session.connection is None and self.sessions.get(session.key) is session:
+            self._end_session(session)
+
+    def _end_session(self, session: Session) -> None:
+        for state in list(session.subscriptions.values()):
+            group, topic_filter = parse_shared(state.topic_filter)
+            self.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
+        session.subscriptions.clear()
+        session.clear_delivery_state()
+        if self.sessions.get(session.key) is session:
+            del self.sessions[session.key]
+
+    # -- publish ------------------------------------------------------------------------
+
+    def publish(self, message: Message) -> int:
+        """Route a message within its tenant; returns how many sessions it reached."""
+        tenant = message.tenant
+        stats = self.stats[tenant]
+        stats.messages_received += 1
+        stats.bytes_received += len(message.payload)
+        if self.hooks.has("message.publish"):
+            message = self.hooks.filter_publish(message)
+            if message is None:
+                return 0
+        if message.retain:
+            self.retained.set(message)
+        subscribers, groups = self.router.match(tenant, message.topic)
+        if not subscribers and not groups:
+            return 0
+        if len(subscribers) == 1 and not groups:
+            sub = subscribers[0]
+            if sub.no_local and sub.session.client_id == message.publisher:
+                return 0
+            sub.session.deliver(
+                Delivery(
+                    message,
+                    min(message.qos, sub.qos),
+                    message.retain and sub.retain_as_published,
+                    (sub.subscription_id,) if sub.subscription_id else (),
+                )
+            )
+            return 1
+        # Overlapping subscriptions of one session: one copy, the highest QoS, every id.
+        targets: dict[int, list[Subscriber]] = {}
+        for sub in subscribers:
+            if sub.no_local and sub.session.client_id == message.publisher:
+                continue
+            targets.setdefault(id(sub.session), []).append(sub)
+        for group in groups:
+            member = group.pick()
+            if member is not None:
+                targets.setdefault(id(member.session), []).append(member)
+        for subs in targets.values():
+            qos = min(message.qos, max(s.qos for s in subs))
+            retain = message.retain and any(s.retain_as_published for s in subs)
+            ids = tuple(s.subscription_id for s in subs if s.subscription_id)
+            subs[0].session.deliver(Delivery(message, qos, retain, ids))
+        return len(targets)
+
+    def _sent(self, session: Session, delivery: Delivery, size: int) -> None:
+        stats = self.stats[session.tenant]
+        stats.messages_sent += 1
+        stats.bytes_sent += size
+        if self.hooks.has("message.delivered"):
+            self.hooks.run("message.delivered", session, delivery)
+
+    def _dropped(self, session: Session, delivery: Delivery, cause: str) -> None:
+        self.stats[session.tenant].dropped += 1
+        if self.hooks.has("message.dropped"):
+            self.hooks.run("message.dropped", session, delivery, cause)
+
+    # -- subscriptions ------------------------------------------------------------------
+
+    def subscribe(self, session: Session, sub: Subscription, subscription_id: int | None) -> None:
+        group, topic_filter = parse_shared(sub.topic_filter)
+        router = self.router.for_tenant(session.tenant)
+        existed = sub.topic_filter in session.subscriptions
+        router.subscribe(
+            topic_filter,
+            Subscriber(session, sub.qos, sub.no_local, sub.retain_as_published, subscription_id),
+            group,
+        )
+        session.subscriptions[sub.topic_filter] = SubscriptionState(
+            sub.topic_filter,
+            sub.qos,
+            sub.no_local,
+            sub.retain_as_published,
+            sub.retain_handling,
+            subscription_id,
+        )
+        self.hooks.run("session.subscribed", session, sub)
+        # Retained messages: not for shared subscriptions (MQTT-3.8.4-?); handling 1 only new.
+        if group is None and (
+            sub.retain_handling == 0 or (sub.retain_handling == 1 and not existed)
+        ):
+            ids = (subscription_id,) if subscription_id else ()
+            for message in self.retained.match(session.tenant, topic_filter):
+                session.deliver(Delivery(message, min(message.qos, sub.qos), True, ids))
+
+    def unsubscribe(self, session: Session, topic_filter: str) -> bool:
+        if session.subscriptions.pop(topic_filter, None) is None:
+            return False
+        group, inner = parse_shared(topic_filter)
+        self.router.for_tenant(session.tenant).unsubscribe(inner, session, group)
+        self.hooks.run("session.unsubscribed", session, topic_filter)
+        return True
+
+    # -- wills --------------------------------------------------------------------------
+
+    def schedule_will(self, session: Session | None, will: Message, delay: int) -> None:
+        if delay <= 0 or session is None:
+            self.publish(will)
+            return
+        if session.expiry_interval != NEVER_EXPIRES:
+            delay = min(delay, session.expiry_interval) if session.expiry_interval else 0
+        if delay <= 0:
+            self.publish(will)
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            session.will_handle = None
+            self.publish(will)
+
+        session.will_handle = loop.call_later(delay, fire)
+
+    # -- control-plane actions (data_plane.tenancy.control.LiveConnections) -------------
+
+    def tenants(self) -> list[str]:
+        return sorted({conn.tenant for conn in self.connections if conn.tenant})
+
+    def disconnect_device(self, tenant: str, device: str, reason_code: int) -> int:
+        doomed = [c for c in self.connections if c.tenant == tenant and c.device == device]
+        for conn in doomed:
+            conn.disconnect(reason_code)
+        return len(doomed)
+
+    def disconnect_tenant(self, tenant: str, reason_code: int) -> int:
+        doomed = [c for c in self.connections if c.tenant == tenant]
+        for conn in doomed:
+            conn.disconnect(reason_code)
+        return len(doomed)
+
+    def apply_policy(self, tenant: str, policy: Any) -> None:
+        for conn in self.connections:
+            if conn.tenant == tenant:
+                conn.apply_policy(policy)
+
+    def connection_count(self, tenant: str) -> int:
+        return self.stats[tenant].connected
+
+    def assign_client_id(self) -> str:
+        return f"auto-{uuid.uuid4().hex}"
+
+    # -- $SYS ---------------------------------------------------------------------------
+
+    def publish_sys(self) -> None:
+        """Each tenant's own figures under its own `$SYS/broker/...`, retained."""
+        uptime = int(time.time() - self.started)
+        for tenant, stats in list(self.stats.items()):
+            router = self.router.tenants.get(tenant)
+            figures = {
+                "clients/connected": stats.connected,
+                "messages/received": stats.messages_received,
+                "messages/sent": stats.messages_sent,
+                "bytes/received": stats.bytes_received,
+                "bytes/sent": stats.bytes_sent,
+                "messages/dropped": stats.dropped,
+                "subscriptions/count": router.count if router else 0,
+                "retained messages/count": self.retained.count(tenant),
+                "uptime": uptime,
+            }
+            for name, value in figures.items():
+                message = Message(
+                    f"$SYS/broker/{name}",
+                    str(value).encode(),
+                    0,
+                    True,
+                    tenant=tenant,
+                    publisher="$SYS",
+                )
+                self.retained.set(message)
+                for sub in self.router.match(tenant, message.topic)[0]:
+                    sub.session.deliver(Delivery(message, 0, sub.retain_as_published))
+
+    def shutdown_connections(self) -> None:
+        for conn in list(self.connections):
+            conn.disconnect(ReasonCode.SERVER_SHUTTING_DOWN)
+
+
+def is_v5(conn: Any) -> bool:
+    return conn.protocol_version == MQTT_5_0

@@ -1,0 +1,559 @@
+"""One MQTT connection: an `asyncio.Protocol` (TCP and TLS directly; WebSocket through
+`data_plane.broker.websocket`, which feeds it the same bytes).
+
+It decodes with the sans-IO `Reader`, drives the `Broker`, and writes straight to the transport,
+batching every write of one loop turn into a single `transport.write`. A slow reader pauses our
+writes (`pause_writing`), which makes its session queue instead of buffering without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from data_plane.broker.auth import AuthResult
+from data_plane.broker.broker import NEVER_EXPIRES, Broker
+from data_plane.broker.message import Message
+from data_plane.broker.session import Session
+from data_plane.mqtt.codec import Reader, encode, encode_ack
+from data_plane.mqtt.errors import MQTTError, UnsupportedProtocolVersion
+from data_plane.mqtt.packets import (
+    MQTT_3_1_1,
+    MQTT_5_0,
+    Connack,
+    Connect,
+    Disconnect,
+    PacketType,
+    PingReq,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+)
+from data_plane.mqtt.reason_codes import ReasonCode as RC
+
+log = logging.getLogger(__name__)
+
+
+class MQTTConnection(asyncio.Protocol):
+    def __init__(self, broker: Broker, *, transport_name: str = "tcp") -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.transport_name = transport_name
+        self.transport: asyncio.BaseTransport | Any = None
+        self.reader = Reader(server_side=True, max_packet_size=broker.config.max_packet_size)
+        self.protocol_version = MQTT_3_1_1
+        self.peer = ""
+        self.tenant = ""
+        self.device = ""
+        self.client_id = ""
+        self.session: Session | None = None
+        self.auth: AuthResult | None = None
+        self.closing = False
+        self.write_paused = False
+        self.client_receive_maximum = 65535
+        self.client_maximum_packet_size = 268_435_460
+        self.client_topic_alias_maximum = 0
+        self._outbound_aliases: dict[str, int] = {}
+        self._inbound_aliases: dict[int, str] = {}
+        self._pending: list[bytes] = []
+        self._flush_scheduled = False
+        self._keep_alive = 0.0
+        self._last_received = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._will: Message | None = None
+        self._will_delay = 0
+        self._send_will = True
+        self._connecting = False
+        self._buffered_before_connack: list[bytes] = []
+        self.loop = asyncio.get_event_loop()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
+        self.broker.connections.add(self)
+        if hasattr(transport, "set_write_buffer_limits"):
+            transport.set_write_buffer_limits(high=self.config.write_buffer_high)
+        self._timer = self.loop.call_later(self.config.connect_timeout, self._connect_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self._last_received = time.monotonic()
+        if self._connecting:  # authentication in progress: hold the bytes until CONNACK
+            self._buffered_before_connack.append(data)
+            return
+        try:
+            packets = self.reader.feed(data)
+        except UnsupportedProtocolVersion:
+            # Answer in the form the client can read: 3.1.1 CONNACK "unacceptable version".
+            self._write_now(b"\x20\x02\x00\x01")
+            self._close()
+            return
+        except MQTTError as exc:
+            self._protocol_failure(exc.reason_code, str(exc))
+            return
+        for index, packet in enumerate(packets):
+            if self.closing:
+                return
+            try:
+                if packet.type is PacketType.CONNECT:
+                    self._connecting = True
+                    rest = packets[index + 1 :]
+                    self.loop.create_task(self._handle_connect(packet, rest))
+                    return
+                self._handle(packet)
+            except MQTTError as exc:
+                self._protocol_failure(exc.reason_code, str(exc))
+                return
+            except Exception:
+                log.exception("error handling %s from %s", packet.type.name, self.peer)
+                self._protocol_failure(RC.UNSPECIFIED_ERROR, "internal error")
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self._timer:
+            self._timer.cancel()
+        self.broker.connections.discard(self)
+        session = self.session
+        if session is None:
+            return
+        self.broker.stats[self.tenant].connected -= 1
+        if self._will is not None and self._send_will:
+            self.broker.schedule_will(session, self._will, self._will_delay)
+        self.broker.detach(session, self)
+        self.broker.hooks.run("client.disconnected", self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.session is not None and self.session.connection is self:
+            self.session.pump()
+
+    # -- writing ------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """Queue bytes for this loop turn's single write."""
+        self._pending.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._pending and not self.transport.is_closing():
+            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+            self._pending.clear()
+            self.transport.write(data)
+        else:
+            self._pending.clear()
+
+    def _write_now(self, data: bytes) -> None:
+        self._flush()
+        if not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _close(self) -> None:
+        self.closing = True
+        self._flush()
+        self.transport.close()
+
+    def disconnect(self, reason_code: int, reason: str = "") -> None:
+        """Server-initiated close: DISCONNECT with a reason on 5.0 after CONNACK."""
+        if self.closing:
+            return
+        if self.session is not None and self.protocol_version == MQTT_5_0:
+            props = {"reason_string": reason} if reason else {}
+            self.send(encode(Disconnect(reason_code, props), MQTT_5_0))
+        self._close()
+
+    def taken_over(self) -> None:
+        """Another connection claimed this client id: 0x8E, and the will as on any loss (its
+        delay lets the new connection cancel it by resuming the session)."""
+        session = self.session
+        self.disconnect(RC.SESSION_TAKEN_OVER)
+        self.session = None  # the session now belongs to the new connection
+        self.broker.stats[self.tenant].connected -= 1
+        if self._will is not None:
+            self.broker.schedule_will(session, self._will, self._will_delay)
+            self._will = None
+
+    def _protocol_failure(self, reason_code: int, reason: str) -> None:
+        log.info("closing %s: %s (%#x)", self.peer, reason, reason_code)
+        if self.session is None:
+            if self.reader.protocol_version == MQTT_5_0 and not self._connecting:
+                self._write_now(encode(Connack(False, reason_code), MQTT_5_0))
+            self._close()
+            return
+        self.disconnect(reason_code, reason)
+
+    # -- timers -------------------------------------------------------------------------
+
+    def _connect_timeout(self) -> None:
+        if self.session is None and not self.closing:
+            self._close()
+
+    def _check_keep_alive(self) -> None:
+        if self.closing:
+            return
+        idle = time.monotonic() - self._last_received
+        limit = self._keep_alive * 1.5
+        if idle >= limit:
+            self.disconnect(RC.KEEP_ALIVE_TIMEOUT)
+            return
+        self._timer = self.loop.call_later(limit - idle, self._check_keep_alive)
+
+    # -- CONNECT ------------------------------------------------------------------------
+
+    async def _handle_connect(self, connect: Connect, rest: list) -> None:
+        try:
+            await self._connect(connect)
+        except Exception:
+            log.exception("CONNECT from %s failed", self.peer)
+            if not self.closing:
+                self._connack_failure(RC.UNSPECIFIED_ERROR)
+            return
+        finally:
+            self._connecting = False
+        if self.closing:
+            return
+        try:
+            for packet in rest:
+                self._handle(packet)
+            buffered, self._buffered_before_connack = self._buffered_before_connack, []
+            for chunk in buffered:
+                self.data_received(chunk)
+        except MQTTError as exc:
+            self._protocol_failure(exc.reason_code, str(exc))
+
+    def _connack_failure(self, reason_code: int, reason: str = "") -> None:
+        props = {"reason_string": reason} if reason and self.protocol_version == MQTT_5_0 else {}
+        self._write_now(encode(Connack(False, reason_code, props), self.protocol_version))
+        self._close()
+
+    async def _connect(self, connect: Connect) -> None:
+        self.protocol_version = connect.protocol_version
+        v5 = self.protocol_version == MQTT_5_0
+        props = connect.properties
+        if v5:
+            self.client_receive_maximum = props.get("receive_maximum", 65535)
+            self.client_maximum_packet_size = props.get("maximum_packet_size", 268_435_460)
+            self.client_topic_alias_maximum = props.get("topic_alias_maximum", 0)
+            method = props.get("authentication_method")
+            if method is not None and method not in self.broker.enhanced_auth:
+                self._connack_failure(RC.BAD_AUTHENTICATION_METHOD)
+                return
+        if not connect.client_id and not connect.clean_start and not v5:
+            self._connack_failure(RC.CLIENT_IDENTIFIER_NOT_VALID)  # MQTT-3.1.3-8
+            return
+        result = await self.broker.authenticator.authenticate(connect, self.peer)
+        if self.closing:
+            return
+        if result.reason_code:
+            self._connack_failure(result.reason_code, result.reason)
+            return
+        if self.broker.redirect is not None:
+            reference = self.broker.redirect(connect, result)
+            if reference:
+                props_out = {"server_reference": reference} if v5 else {}
+                self._write_now(
+                    encode(Connack(False, RC.USE_ANOTHER_SERVER, props_out), self.protocol_version)
+                )
+                self._close()
+                return
+        quota = result.quota
+        max_connections = quota.get("max_connections")
+        if (
+            max_connections is not None
+            and self.broker.connection_count(result.tenant) >= max_connections
+        ):
+            self._connack_failure(RC.QUOTA_EXCEEDED, "tenant connection limit reached")
+            return
+        self.auth = result
+        self.tenant, self.device = result.tenant, result.device
+        assigned = None
+        client_id = result.client_id or connect.client_id
+        if not client_id:
+            client_id = assigned = self.broker.assign_client_id()
+        self.client_id = client_id
+
+        if v5:
+            expiry = props.get("session_expiry_interval", 0)
+        else:
+            expiry = 0 if connect.clean_start else NEVER_EXPIRES
+        cap = quota.get("max_session_expiry")
+        if cap is not None and expiry > cap and expiry != 0:
+            expiry = cap if (v5 or expiry != NEVER_EXPIRES) else expiry
+        max_queued = quota.get("max_queued_messages", self.config.max_queued_messages)
+        session, present = self.broker.open_session(
+            self, self.tenant, client_id, self.device, connect.clean_start, expiry, max_queued
+        )
+        self.session = session
+        self.broker.stats[self.tenant].connected += 1
+
+        keep_alive = connect.keep_alive
+        server_keep_alive = None
+        limit = quota.get("max_keepalive") or self.config.max_keepalive
+        if limit and (keep_alive == 0 or keep_alive > limit) and v5:
+            keep_alive = server_keep_alive = limit
+        self._keep_alive = keep_alive
+
+        if connect.will is not None:
+            will = connect.will
+            self._will = Message.from_publish(
+                self.tenant,
+                client_id,
+                will.topic,
+                will.payload,
+                will.qos,
+                will.retain,
+                will.properties,
+            )
+            self._will_delay = will.properties.get("will_delay_interval", 0)
+
+        ack_props: dict[str, Any] = {}
+        if v5:
+            ack_props = {
+                "receive_maximum": self.config.receive_maximum,
+                "topic_alias_maximum": self.config.topic_alias_maximum,
+                "maximum_packet_size": self.config.max_packet_size,
+                "retain_available": 1,
+                "wildcard_subscription_available": 1,
+                "subscription_identifier_available": 1,
+                "shared_subscription_available": 1,
+            }
+            if assigned:
+                ack_props["assigned_client_identifier"] = assigned
+            if server_keep_alive is not None:
+                ack_props["server_keep_alive"] = server_keep_alive
+            if expiry != props.get("session_expiry_interval", 0):
+                ack_props["session_expiry_interval"] = expiry
+        self.send(encode(Connack(present, 0, ack_props), self.protocol_version))
+        if self._timer:
+            self._timer.cancel()
+            self._timer = None
+        if keep_alive:
+            self._timer = self.loop.call_later(keep_alive * 1.5, self._check_keep_alive)
+        if present:
+            session.resend_inflight()
+            session.pump()
+        self.broker.hooks.run("client.connected", self)
+
+    # -- packets after CONNECT ----------------------------------------------------------
+
+    def _handle(self, packet: Any) -> None:
+        kind = packet.type
+        if kind is PacketType.PUBLISH:
+            self._publish(packet)
+        elif kind is PacketType.PUBACK:
+            delivery = self.session.puback(packet.packet_id)
+            if delivery is not None:
+                self.broker.hooks.run("message.acked", self.session, delivery)
+        elif kind is PacketType.PUBREC:
+            if self.session.pubrec(packet.packet_id, packet.reason_code >= 0x80):
+                if packet.reason_code < 0x80:
+                    self.send(
+                        encode_ack(
+                            PacketType.PUBREL, packet.packet_id, 0, None, self.protocol_version
+                        )
+                    )
+            elif packet.reason_code < 0x80:
+                self.send(
+                    encode_ack(
+                        PacketType.PUBREL,
+                        packet.packet_id,
+                        RC.PACKET_IDENTIFIER_NOT_FOUND,
+                        None,
+                        self.protocol_version,
+                    )
+                )
+        elif kind is PacketType.PUBREL:
+            known = packet.packet_id in self.session.inbound_qos2
+            self.session.inbound_qos2.discard(packet.packet_id)
+            code = 0 if known else RC.PACKET_IDENTIFIER_NOT_FOUND
+            self.send(
+                encode_ack(PacketType.PUBCOMP, packet.packet_id, code, None, self.protocol_version)
+            )
+        elif kind is PacketType.PUBCOMP:
+            delivery = self.session.pubcomp(packet.packet_id)
+            if delivery is not None:
+                self.broker.hooks.run("message.acked", self.session, delivery)
+        elif kind is PacketType.SUBSCRIBE:
+            self._subscribe(packet)
+        elif kind is PacketType.UNSUBSCRIBE:
+            self._unsubscribe(packet)
+        elif kind is PacketType.PINGREQ:
+            self.send(b"\xd0\x00")
+        elif kind is PacketType.DISCONNECT:
+            self._disconnect(packet)
+        elif kind is PacketType.AUTH:
+            self.disconnect(RC.PROTOCOL_ERROR, "re-authentication is not supported")
+
+    def _publish(self, packet: Publish) -> None:
+        v5 = self.protocol_version == MQTT_5_0
+        topic = packet.topic
+        if v5 and "topic_alias" in packet.properties:
+            alias = packet.properties["topic_alias"]
+            if alias > self.config.topic_alias_maximum:
+                self.disconnect(RC.TOPIC_ALIAS_INVALID)
+                return
+            if topic:
+                self._inbound_aliases[alias] = topic
+            else:
+                topic = self._inbound_aliases.get(alias, "")
+                if not topic:
+                    self.disconnect(RC.PROTOCOL_ERROR, "unknown topic alias")
+                    return
+        qos = packet.qos
+        if qos == 2:
+            if packet.packet_id in self.session.inbound_qos2:
+                # A resent QoS 2 PUBLISH we already took: acknowledge, don't deliver twice.
+                self.send(
+                    encode_ack(PacketType.PUBREC, packet.packet_id, 0, None, self.protocol_version)
+                )
+                return
+            if len(self.session.inbound_qos2) >= self.config.receive_maximum:
+                self.disconnect(RC.RECEIVE_MAXIMUM_EXCEEDED)
+                return
+        quota = self.auth.quota
+        max_size = quota.get("max_message_size")
+        if max_size is not None and len(packet.payload) > max_size:
+            self._refuse_publish(packet, RC.PACKET_TOO_LARGE, "message larger than the quota")
+            return
+        acl = self.auth.acl
+        if topic.startswith("$") or (acl is not None and not acl.can_publish(topic)):
+            self._refuse_publish(packet, RC.NOT_AUTHORIZED, "not authorized")
+            return
+        message = Message.from_publish(
+            self.tenant,
+            self.client_id,
+            topic,
+            packet.payload,
+            qos,
+            packet.retain,
+            packet.properties if v5 else {},
+        )
+        if packet.retain and not packet.payload:
+            pass  # clearing is always allowed
+        elif packet.retain:
+            limit = quota.get("max_retained_messages")
+            if (
+                limit is not None
+                and self.broker.retained.count(self.tenant) >= limit
+                and not self.broker.retained.has(self.tenant, topic)
+            ):
+                self._refuse_publish(packet, RC.QUOTA_EXCEEDED, "retained message limit")
+                return
+        reached = self.broker.publish(message)
+        code = 0 if reached or not v5 else RC.NO_MATCHING_SUBSCRIBERS
+        if qos == 1:
+            self.send(
+                encode_ack(PacketType.PUBACK, packet.packet_id, code, None, self.protocol_version)
+            )
+        elif qos == 2:
+            self.session.inbound_qos2.add(packet.packet_id)
+            self.send(
+                encode_ack(PacketType.PUBREC, packet.packet_id, code, None, self.protocol_version)
+            )
+
+    def _refuse_publish(self, packet: Publish, code: int, reason: str) -> None:
+        """5.0: negative acknowledgement; 3.1.1 has none, so acknowledge and drop (allowed)."""
+        self.broker.stats[self.tenant].dropped += 1
+        if packet.qos == 0:
+            return
+        v5 = self.protocol_version == MQTT_5_0
+        kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
+        props = {"reason_string": reason} if v5 else None
+        self.send(
+            encode_ack(kind, packet.packet_id, code if v5 else 0, props, self.protocol_version)
+        )
+
+    def _subscribe(self, packet: Subscribe) -> None:
+        v5 = self.protocol_version == MQTT_5_0
+        ids = packet.properties.get("subscription_identifier") or [None]
+        subscription_id = ids[0]
+        acl = self.auth.acl
+        limit = self.auth.quota.get("max_subscriptions_per_client")
+        codes = []
+        granted = []
+        for sub in packet.subscriptions:
+            if acl is not None and not acl.can_subscribe(sub.topic_filter):
+                codes.append(RC.NOT_AUTHORIZED)
+                continue
+            if (
+                limit is not None
+                and sub.topic_filter not in self.session.subscriptions
+                and len(self.session.subscriptions) >= limit
+            ):
+                codes.append(RC.QUOTA_EXCEEDED)
+                continue
+            codes.append(sub.qos)
+            granted.append(sub)
+        self.send(encode(SubAck(packet.packet_id, codes), self.protocol_version))
+        for sub in granted:
+            self.broker.subscribe(self.session, sub, subscription_id if v5 else None)
+
+    def _unsubscribe(self, packet: Unsubscribe) -> None:
+        codes = [
+            0 if self.broker.unsubscribe(self.session, f) else RC.NO_SUBSCRIPTION_EXISTED
+            for f in packet.topic_filters
+        ]
+        self.send(encode(UnsubAck(packet.packet_id, codes), self.protocol_version))
+
+    def _disconnect(self, packet: Disconnect) -> None:
+        if self.protocol_version == MQTT_5_0:
+            expiry = packet.properties.get("session_expiry_interval")
+            if expiry is not None:
+                if self.session.expiry_interval == 0 and expiry != 0:
+                    self.disconnect(RC.PROTOCOL_ERROR, "session expiry was 0 at CONNECT")
+                    return
+                self.session.expiry_interval = expiry
+        # Normal disconnection discards the will; 0x04 asks for it to be sent.
+        self._send_will = packet.reason_code == RC.DISCONNECT_WITH_WILL
+        self._close()
+
+    # -- outbound topic aliases ---------------------------------------------------------
+
+    def outbound_alias(self, topic: str) -> tuple[int, bool] | None:
+        """(alias, already known by the client) or None when aliases are not in use."""
+        if not self.client_topic_alias_maximum:
+            return None
+        alias = self._outbound_aliases.get(topic)
+        if alias is not None:
+            return alias, True
+        if len(self._outbound_aliases) >= self.client_topic_alias_maximum:
+            return None
+        alias = len(self._outbound_aliases) + 1
+        self._outbound_aliases[topic] = alias
+        return alias, False
+
+    # -- control plane ------------------------------------------------------------------
+
+    def apply_policy(self, policy: Any) -> None:
+        if self.auth is None:
+            return
+        from data_plane.tenancy.acl import AclPolicy
+
+        self.auth.quota = dict(policy.quota)
+        self.auth.acl = AclPolicy(
+            policy.acl,
+            tenant=self.tenant,
+            device=self.device,
+            default_allow=policy.acl_default_allow,
+        )
+
+
+__all__ = ["MQTTConnection", "PubAck", "PubComp", "PubRec", "PubRel", "PingReq"]

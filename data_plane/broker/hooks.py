@@ -1,0 +1,51 @@
+"""Hook points: the rest of the system observes (and may steer) the broker without touching it.
+
+Callbacks run in priority order (higher first), synchronously on the event loop: keep them cheap
+and hand slow work to a task. `message.publish` callbacks receive the message and return it
+(possibly changed) or None to drop it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+HOOK_NAMES = (
+    "client.connected",
+    "client.disconnected",
+    "session.subscribed",
+    "session.unsubscribed",
+    "message.publish",
+    "message.delivered",
+    "message.acked",
+    "message.dropped",
+)
+
+
+class Hooks:
+    def __init__(self) -> None:
+        self._hooks: dict[str, list[tuple[int, Callable]]] = defaultdict(list)
+
+    def add(self, name: str, callback: Callable, priority: int = 0) -> None:
+        if name not in HOOK_NAMES:
+            raise ValueError(f"unknown hook {name!r}; known: {', '.join(HOOK_NAMES)}")
+        self._hooks[name].append((priority, callback))
+        self._hooks[name].sort(key=lambda item: -item[0])
+
+    def remove(self, name: str, callback: Callable) -> None:
+        self._hooks[name] = [(p, c) for p, c in self._hooks[name] if c is not callback]
+
+    def has(self, name: str) -> bool:
+        return bool(self._hooks.get(name))
+
+    def run(self, name: str, *args: Any) -> None:
+        for _, callback in self._hooks.get(name, ()):
+            callback(*args)
+
+    def filter_publish(self, message: Any, *context: Any) -> Any:
+        for _, callback in self._hooks.get("message.publish", ()):
+            message = callback(message, *context)
+            if message is None:
+                return None
+        return message

@@ -1,0 +1,50 @@
+"""An application message as the broker keeps it between publisher and subscribers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Message:
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    properties: dict[str, Any] = field(default_factory=dict)  # application properties only
+    expires_at: float | None = None  # time.monotonic() deadline from message_expiry_interval
+    publisher: str = ""  # client id of the publishing session (for no-local)
+    tenant: str = ""
+
+    @classmethod
+    def from_publish(
+        cls,
+        tenant: str,
+        publisher: str,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: dict[str, Any],
+    ) -> Message:
+        props = {
+            k: v
+            for k, v in properties.items()
+            if k not in ("topic_alias", "subscription_identifier")
+        }
+        expiry = props.get("message_expiry_interval")
+        expires_at = time.monotonic() + expiry if expiry is not None else None
+        return cls(topic, payload, qos, retain, props, expires_at, publisher, tenant)
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.expires_at is not None and (now or time.monotonic()) >= self.expires_at
+
+    def delivery_properties(self, now: float | None = None) -> dict[str, Any]:
+        """Properties for a delivery: the message expiry set to the time that remains."""
+        if self.expires_at is None:
+            return self.properties
+        props = dict(self.properties)
+        props["message_expiry_interval"] = max(0, int(self.expires_at - (now or time.monotonic())))
+        return props

@@ -1,0 +1,183 @@
+"""Per-tenant subscription routing: a topic trie with `+`/`#`, shared groups, and a match cache.
+
+Every tenant has its own `TenantRouter`; nothing another tenant subscribes to is in its trie, so
+no filter — `#` included — can ever match another tenant's message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CACHE_LIMIT = 10_000
+
+
+@dataclass(slots=True)
+class Subscriber:
+    """One subscription of one session: its options as SUBSCRIBE gave them."""
+
+    session: Any  # data_plane.broker.session.Session
+    qos: int
+    no_local: bool = False
+    retain_as_published: bool = False
+    subscription_id: int | None = None
+
+
+@dataclass(slots=True)
+class SharedGroup:
+    name: str
+    members: list[Subscriber] = field(default_factory=list)
+    cursor: int = 0
+
+    def pick(self) -> Subscriber | None:
+        """Round robin over members, preferring connected ones."""
+        count = len(self.members)
+        if not count:
+            return None
+        for step in range(count):
+            member = self.members[(self.cursor + step) % count]
+            if member.session.connected:
+                self.cursor = (self.cursor + step + 1) % count
+                return member
+        member = self.members[self.cursor % count]
+        self.cursor = (self.cursor + 1) % count
+        return member
+
+
+class _Node:
+    __slots__ = ("children", "subscribers", "groups")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.subscribers: dict[int, Subscriber] = {}  # id(session) -> subscription
+        self.groups: dict[str, SharedGroup] = {}
+
+    def empty(self) -> bool:
+        return not (self.children or self.subscribers or self.groups)
+
+
+class TenantRouter:
+    __slots__ = ("root", "_cache", "count")
+
+    def __init__(self) -> None:
+        self.root = _Node()
+        self._cache: dict[str, tuple[list[Subscriber], list[SharedGroup]]] = {}
+        self.count = 0
+
+    def subscribe(self, topic_filter: str, subscriber: Subscriber, group: str | None) -> bool:
+        """Add or replace; returns True when the session had no such subscription before."""
+        node = self.root
+        for level in topic_filter.split("/"):
+            child = node.children.get(level)
+            if child is None:
+                child = node.children[level] = _Node()
+            node = child
+        self._cache.clear()
+        key = id(subscriber.session)
+        if group is None:
+            new = key not in node.subscribers
+            node.subscribers[key] = subscriber
+        else:
+            shared = node.groups.get(group)
+            if shared is None:
+                shared = node.groups[group] = SharedGroup(group)
+            existing = [i for i, m in enumerate(shared.members) if m.session is subscriber.session]
+            new = not existing
+            if existing:
+                shared.members[existing[0]] = subscriber
+            else:
+                shared.members.append(subscriber)
+        if new:
+            self.count += 1
+        return new
+
+    def unsubscribe(self, topic_filter: str, session: Any, group: str | None) -> bool:
+        path = [self.root]
+        levels = topic_filter.split("/")
+        for level in levels:
+            child = path[-1].children.get(level)
+            if child is None:
+                return False
+            path.append(child)
+        node = path[-1]
+        removed = False
+        if group is None:
+            removed = node.subscribers.pop(id(session), None) is not None
+        else:
+            shared = node.groups.get(group)
+            if shared:
+                before = len(shared.members)
+                shared.members = [m for m in shared.members if m.session is not session]
+                removed = len(shared.members) != before
+                if not shared.members:
+                    del node.groups[group]
+        if removed:
+            self.count -= 1
+            self._cache.clear()
+            for depth in range(len(levels), 0, -1):  # prune empty branches
+                if path[depth].empty():
+                    del path[depth - 1].children[levels[depth - 1]]
+                else:
+                    break
+        return removed
+
+    def match(self, topic: str) -> tuple[list[Subscriber], list[SharedGroup]]:
+        cached = self._cache.get(topic)
+        if cached is not None:
+            return cached
+        subscribers: list[Subscriber] = []
+        groups: list[SharedGroup] = []
+        levels = topic.split("/")
+        self._walk(self.root, levels, 0, subscribers, groups, topic.startswith("$"))
+        result = (subscribers, groups)
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[topic] = result
+        return result
+
+    def _walk(
+        self,
+        node: _Node,
+        levels: list[str],
+        depth: int,
+        subscribers: list,
+        groups: list,
+        dollar: bool,
+    ) -> None:
+        # A leading wildcard never matches a `$` topic (MQTT-4.7.2-1).
+        wildcard_ok = not (dollar and depth == 0)
+        if wildcard_ok:
+            hash_node = node.children.get("#")
+            if hash_node is not None:
+                subscribers.extend(hash_node.subscribers.values())
+                groups.extend(hash_node.groups.values())
+        if depth == len(levels):
+            subscribers.extend(node.subscribers.values())
+            groups.extend(node.groups.values())
+            return
+        child = node.children.get(levels[depth])
+        if child is not None:
+            self._walk(child, levels, depth + 1, subscribers, groups, dollar)
+        if wildcard_ok:
+            plus = node.children.get("+")
+            if plus is not None:
+                self._walk(plus, levels, depth + 1, subscribers, groups, dollar)
+
+
+class Router:
+    """All tenants' routers; a tenant's router exists while it has subscriptions."""
+
+    def __init__(self) -> None:
+        self.tenants: dict[str, TenantRouter] = {}
+
+    def for_tenant(self, tenant: str) -> TenantRouter:
+        router = self.tenants.get(tenant)
+        if router is None:
+            router = self.tenants[tenant] = TenantRouter()
+        return router
+
+    def match(self, tenant: str, topic: str) -> tuple[list[Subscriber], list[SharedGroup]]:
+        router = self.tenants.get(tenant)
+        if router is None:
+            return [], []
+        return router.match(topic)

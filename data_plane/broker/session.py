@@ -1,0 +1,237 @@
+"""A client's session: subscriptions, outbound inflight window and queue, packet ids, inbound
+QoS 2 state. It outlives its connection when the session is persistent.
+
+Outbound flow: `deliver()` sends at once when the connection can take it (inflight below the
+client's Receive Maximum, transport not paused), else queues — bounded by `max_queued`, QoS 0
+dropped first. Acknowledgements free inflight slots and `pump()` sends what waits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from data_plane.broker.message import Message
+from data_plane.mqtt.codec import encode_ack, encode_publish
+from data_plane.mqtt.packets import MQTT_5_0, PacketType
+from data_plane.mqtt.properties import encode_properties
+
+if TYPE_CHECKING:
+    from data_plane.broker.connection import MQTTConnection
+
+AWAIT_PUBACK, AWAIT_PUBREC, AWAIT_PUBCOMP = 1, 2, 3
+
+
+@dataclass(slots=True)
+class Delivery:
+    message: Message
+    qos: int
+    retain: bool
+    subscription_ids: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class Inflight:
+    delivery: Delivery
+    state: int
+
+
+@dataclass(slots=True)
+class SubscriptionState:
+    """What the session subscribed with, kept to restore and to answer retained on resubscribe."""
+
+    topic_filter: str  # as sent, `$share/...` included
+    qos: int
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
+    subscription_id: int | None = None
+
+
+@dataclass
+class Session:
+    tenant: str
+    client_id: str
+    device: str = ""
+    max_queued: int = 1000
+    expiry_interval: int = 0
+    subscriptions: dict[str, SubscriptionState] = field(default_factory=dict)
+    inflight: OrderedDict[int, Inflight] = field(default_factory=OrderedDict)
+    queue: deque[Delivery] = field(default_factory=deque)
+    inbound_qos2: set[int] = field(default_factory=set)
+    connection: MQTTConnection | None = None
+    next_packet_id: int = 1
+    dropped: int = 0
+    expiry_handle: Any = None
+    will_handle: Any = None
+    on_drop: Any = None  # callable(session, delivery, cause)
+    on_sent: Any = None  # callable(session, delivery, size)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.tenant, self.client_id)
+
+    @property
+    def connected(self) -> bool:
+        return self.connection is not None and not self.connection.closing
+
+    # -- outbound -------------------------------------------------------------------------
+
+    def deliver(self, delivery: Delivery) -> None:
+        conn = self.connection
+        if conn is not None and not conn.closing and not conn.write_paused and not self.queue:
+            if delivery.qos == 0:
+                self._send(delivery, None)
+                return
+            if len(self.inflight) < conn.client_receive_maximum:
+                self._send(delivery, self._allocate_id())
+                return
+        if conn is None and delivery.qos == 0:
+            self._drop(delivery, "offline_qos0")
+            return
+        self._enqueue(delivery)
+
+    def _enqueue(self, delivery: Delivery) -> None:
+        if len(self.queue) >= self.max_queued:
+            # Make room: the oldest QoS 0 first, else refuse the newcomer.
+            for index, queued in enumerate(self.queue):
+                if queued.qos == 0:
+                    del self.queue[index]
+                    self._drop(queued, "queue_full")
+                    break
+            else:
+                self._drop(delivery, "queue_full")
+                return
+        self.queue.append(delivery)
+
+    def _drop(self, delivery: Delivery, cause: str) -> None:
+        self.dropped += 1
+        if self.on_drop:
+            self.on_drop(self, delivery, cause)
+
+    def pump(self) -> None:
+        """Send queued deliveries while the window and the transport allow."""
+        conn = self.connection
+        if conn is None:
+            return
+        queue = self.queue
+        now = time.monotonic()
+        while queue and not conn.closing and not conn.write_paused:
+            delivery = queue[0]
+            if delivery.message.expired(now):
+                queue.popleft()
+                self._drop(delivery, "expired")
+                continue
+            if delivery.qos == 0:
+                queue.popleft()
+                self._send(delivery, None)
+            elif len(self.inflight) < conn.client_receive_maximum:
+                queue.popleft()
+                self._send(delivery, self._allocate_id())
+            else:
+                break
+
+    def _allocate_id(self) -> int:
+        packet_id = self.next_packet_id
+        while packet_id in self.inflight:
+            packet_id = packet_id % 65535 + 1
+        self.next_packet_id = packet_id % 65535 + 1
+        return packet_id
+
+    def _send(self, delivery: Delivery, packet_id: int | None, dup: bool = False) -> None:
+        conn = self.connection
+        message = delivery.message
+        if packet_id is not None:
+            self.inflight[packet_id] = Inflight(
+                delivery, AWAIT_PUBACK if delivery.qos == 1 else AWAIT_PUBREC
+            )
+        data = self.encode(delivery, packet_id, dup)
+        if data is None:  # larger than the client accepts: skipped, as the spec says
+            if packet_id is not None:
+                del self.inflight[packet_id]
+            self._drop(delivery, "too_large")
+            return
+        conn.send(data)
+        if self.on_sent:
+            self.on_sent(self, delivery, len(message.payload))
+
+    def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes | None:
+        conn = self.connection
+        message = delivery.message
+        version = conn.protocol_version
+        topic = message.topic
+        properties = b""
+        if version == MQTT_5_0:
+            props = message.delivery_properties()
+            if delivery.subscription_ids:
+                props = dict(props, subscription_identifier=list(delivery.subscription_ids))
+            alias = conn.outbound_alias(topic)
+            if alias is not None:
+                alias_id, known = alias
+                props = dict(props, topic_alias=alias_id)
+                if known:
+                    topic = ""
+            properties = encode_properties(props) if props else b"\x00"
+        data = encode_publish(
+            topic.encode(),
+            message.payload,
+            delivery.qos,
+            delivery.retain,
+            dup,
+            packet_id,
+            properties,
+            version,
+        )
+        if len(data) > conn.client_maximum_packet_size:
+            return None
+        return data
+
+    def resend_inflight(self) -> None:
+        """After a reconnect: unacknowledged PUBLISHes again with DUP, then PUBRELs (in order)."""
+        conn = self.connection
+        for packet_id, entry in list(self.inflight.items()):
+            if entry.state == AWAIT_PUBCOMP:
+                conn.send(encode_ack(PacketType.PUBREL, packet_id, 0, None, conn.protocol_version))
+                continue
+            data = self.encode(entry.delivery, packet_id, True)
+            if data is None:
+                del self.inflight[packet_id]
+                continue
+            conn.send(data)
+
+    # -- acknowledgements from the client -------------------------------------------------
+
+    def puback(self, packet_id: int) -> Delivery | None:
+        entry = self.inflight.get(packet_id)
+        if entry is None or entry.state != AWAIT_PUBACK:
+            return None
+        del self.inflight[packet_id]
+        self.pump()
+        return entry.delivery
+
+    def pubrec(self, packet_id: int, failed: bool) -> bool:
+        """True when the packet id was awaiting PUBREC (then PUBREL is due unless it failed)."""
+        entry = self.inflight.get(packet_id)
+        if entry is None or entry.state != AWAIT_PUBREC:
+            return False
+        if failed:
+            del self.inflight[packet_id]
+            self.pump()
+        else:
+            entry.state = AWAIT_PUBCOMP
+        return True
+
+    def pubcomp(self, packet_id: int) -> Delivery | None:
+        entry = self.inflight.get(packet_id)
+        if entry is None or entry.state != AWAIT_PUBCOMP:
+            return None
+        del self.inflight[packet_id]
+        self.pump()
+        return entry.delivery
+
+    def clear_delivery_state(self) -> None:
+        self.inflight.clear()
+        self.queue.clear()
+        self.inbound_qos2.clear()

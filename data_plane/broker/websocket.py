@@ -1,0 +1,120 @@
+"""MQTT over WebSocket (path `/mqtt`, subprotocol `mqtt`): wsproto does the HTTP upgrade and
+framing; the MQTT bytes go to an ordinary `MQTTConnection` through a transport adapter."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
+
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
+
+WS_PATH = "/mqtt"
+
+
+class _WebSocketTransport(asyncio.Transport):
+    """What the MQTT connection writes to: each write becomes one binary frame."""
+
+    def __init__(self, outer: WebSocketProtocol) -> None:
+        super().__init__()
+        self.outer = outer
+
+    def write(self, data: bytes) -> None:
+        self.outer.send_bytes(data)
+
+    def close(self) -> None:
+        self.outer.close()
+
+    def is_closing(self) -> bool:
+        return self.outer.transport is None or self.outer.transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.outer.transport.get_extra_info(name, default)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self.outer.transport.set_write_buffer_limits(high=high, low=low)
+
+    def pause_reading(self) -> None:
+        self.outer.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.outer.transport.resume_reading()
+
+
+class WebSocketProtocol(asyncio.Protocol):
+    def __init__(self, broker: Broker, transport_name: str = "ws") -> None:
+        self.broker = broker
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.transport: asyncio.Transport | None = None
+        self.mqtt = MQTTConnection(broker, transport_name=transport_name)
+        self.upgraded = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.ws.receive_data(data)
+            events = list(self.ws.events())
+        except Exception:
+            self.close()
+            return
+        for event in events:
+            if isinstance(event, Request):
+                self._upgrade(event)
+            elif isinstance(event, BytesMessage):
+                self.mqtt.data_received(bytes(event.data))
+            elif isinstance(event, TextMessage):
+                self.mqtt._protocol_failure(0x81, "text frame on an MQTT WebSocket")
+            elif isinstance(event, Ping):
+                self._raw(self.ws.send(event.response()))
+            elif isinstance(event, CloseConnection):
+                try:
+                    self._raw(self.ws.send(event.response()))
+                except Exception:
+                    pass
+                self.close()
+
+    def _upgrade(self, request: Request) -> None:
+        path = request.target.split("?", 1)[0]
+        if path != WS_PATH:
+            self._raw(self.ws.send(RejectConnection(status_code=404)))
+            self.close()
+            return
+        subprotocol = next((p for p in request.subprotocols if p in ("mqtt", "mqttv3.1")), None)
+        self._raw(self.ws.send(AcceptConnection(subprotocol=subprotocol)))
+        self.upgraded = True
+        self.mqtt.connection_made(_WebSocketTransport(self))
+
+    def send_bytes(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self._raw(self.ws.send(BytesMessage(data=data)))
+
+    def _raw(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.upgraded:
+            self.mqtt.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.mqtt.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.mqtt.resume_writing()

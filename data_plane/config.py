@@ -1,0 +1,27 @@
+"""Broker configuration: listeners, limits and timers. Environment and CLI fill it in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int | None = 1883
+    ws_port: int | None = 8083
+    tls_port: int | None = None
+    wss_port: int | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    metrics_port: int | None = None
+    max_packet_size: int = 1_048_576  # advertised in CONNACK; larger inbound packets: 0x95
+    receive_maximum: int = 1024  # inbound QoS 2 awaiting PUBREL per client
+    topic_alias_maximum: int = 64
+    max_queued_messages: int = 1000
+    max_inflight: int = 65535
+    max_keepalive: int = 0  # 0: the client's value stands
+    connect_timeout: float = 10.0
+    sys_interval: float = 10.0
+    write_buffer_high: int = 512 * 1024  # bytes buffered to a client before it counts as slow
+    backlog: int = 4096

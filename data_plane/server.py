@@ -1,0 +1,92 @@
+"""Listeners (TCP, TLS, WebSocket, secure WebSocket, metrics) around one `Broker`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass, field
+
+from data_plane.broker.auth import Authenticator
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.websocket import WebSocketProtocol
+from data_plane.config import BrokerConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Server:
+    broker: Broker
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    servers: list[asyncio.AbstractServer] = field(default_factory=list)
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    metrics_server: object | None = None
+
+    async def shutdown(self) -> None:
+        """Stop accepting, tell 5.0 clients 0x8B, flush, close."""
+        for server in self.servers:
+            server.close()
+        for task in self.tasks:
+            task.cancel()
+        self.broker.shutdown_connections()
+        await asyncio.sleep(0.05)  # let the DISCONNECTs reach the sockets
+        for server in self.servers:
+            await server.wait_closed()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def serve(config: BrokerConfig, authenticator: Authenticator) -> Server:
+    loop = asyncio.get_running_loop()
+    broker = Broker(config, authenticator)
+    server = Server(broker)
+    tls = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
+
+    async def listen(name: str, port: int | None, factory, ssl_context=None) -> None:
+        if port is None:
+            return
+        listener = await loop.create_server(
+            factory, config.host, port, ssl=ssl_context, backlog=config.backlog, reuse_address=True
+        )
+        server.servers.append(listener)
+        bound = listener.sockets[0].getsockname()
+        server.listeners[name] = (bound[0], bound[1])
+
+    await listen("mqtt", config.port, lambda: MQTTConnection(broker))
+    await listen("ws", config.ws_port, lambda: WebSocketProtocol(broker))
+    if tls is not None:
+        await listen(
+            "mqtts", config.tls_port, lambda: MQTTConnection(broker, transport_name="tls"), tls
+        )
+        await listen("wss", config.wss_port, lambda: WebSocketProtocol(broker, "wss"), tls)
+    if config.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        from data_plane.metrics import registry_for
+
+        http, _thread = start_http_server(
+            config.metrics_port, config.host, registry=registry_for(broker)
+        )
+        server.metrics_server = http
+        server.listeners["metrics"] = (config.host, http.server_port)
+    if config.sys_interval > 0:
+        server.tasks.append(loop.create_task(_sys_loop(broker, config.sys_interval)))
+    return server
+
+
+async def _sys_loop(broker: Broker, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            broker.publish_sys()
+        except Exception:
+            log.exception("$SYS publication failed")

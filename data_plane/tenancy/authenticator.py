@@ -1,0 +1,31 @@
+"""The broker's `Authenticator` backed by the control plane's tables (via `TenantDirectory`)."""
+
+from __future__ import annotations
+
+from data_plane.broker.auth import AuthResult
+from data_plane.mqtt.packets import Connect
+from data_plane.tenancy.acl import AclPolicy
+from data_plane.tenancy.directory import TenantDirectory
+
+
+class PostgresAuthenticator:
+    def __init__(self, directory: TenantDirectory) -> None:
+        self.directory = directory
+
+    async def authenticate(self, connect: Connect, peer: str) -> AuthResult:
+        address = peer.rsplit(":", 1)[0]
+        decision = await self.directory.authenticate(
+            connect.username, connect.password, connect.client_id, address
+        )
+        if not decision.ok:
+            return AuthResult(decision.reason_code, decision.tenant, reason=decision.reason)
+        policy = decision.policy
+        acl = AclPolicy(
+            policy.acl,
+            tenant=decision.tenant,
+            device=decision.device,
+            default_allow=policy.acl_default_allow,
+        )
+        return AuthResult(
+            0, decision.tenant, decision.device, decision.client_id, acl, dict(policy.quota)
+        )
