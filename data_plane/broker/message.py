@@ -32,7 +32,7 @@ class Message:
         props = {
             k: v
             for k, v in properties.items()
-            if k not in ("topic_alias", "subscription_identifier")
+            if k not in ("topic_alias", "subscription_identifier", "will_delay_interval")
         }
         expiry = props.get("message_expiry_interval")
         expires_at = time.monotonic() + expiry if expiry is not None else None

@@ -88,7 +88,7 @@ class Session:
             if len(self.inflight) < conn.client_receive_maximum:
                 self._send(delivery, self._allocate_id())
                 return
-        if conn is None and delivery.qos == 0:
+        if (conn is None or conn.closing) and delivery.qos == 0:
             self._drop(delivery, "offline_qos0")
             return
         self._enqueue(delivery)

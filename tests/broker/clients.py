@@ -1,0 +1,152 @@
+"""Small helpers around paho-mqtt for synchronous tests."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+
+class Paho:
+    """A connected paho client collecting messages; v5 or 3.1.1."""
+
+    def __init__(
+        self,
+        port: int,
+        username: str,
+        password: str,
+        client_id: str = "",
+        *,
+        v5: bool = True,
+        clean: bool = True,
+        expiry: int | None = None,
+        transport: str = "tcp",
+        will: tuple | None = None,
+        connect: bool = True,
+        properties: dict | None = None,
+        tls: dict | None = None,
+        keepalive: int = 60,
+    ):
+        protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
+        kwargs = {} if v5 else {"clean_session": clean}
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=protocol,
+            transport=transport,
+            **kwargs,
+        )
+        if transport == "websockets":
+            self.client.ws_set_options(path="/mqtt")
+        if tls:
+            self.client.tls_set(**tls)
+        self.client.username_pw_set(username, password)
+        self.messages: queue.Queue = queue.Queue()
+        self.connack = threading.Event()
+        self.reason_code = None
+        self.session_present = None
+        self.connack_properties = None
+        self.disconnect_reason = None
+        self.disconnected = threading.Event()
+        self.subacks: queue.Queue = queue.Queue()
+        self.v5 = v5
+        self.client.on_connect = self._on_connect
+        self.client.on_message = lambda c, u, m: self.messages.put(m)
+        self.client.on_disconnect = self._on_disconnect
+        self.client.on_subscribe = lambda c, u, mid, codes, props: self.subacks.put(codes)
+        if will:
+            self.client.will_set(*will)
+        self.port, self.clean, self.expiry, self.props, self.keepalive = (
+            port,
+            clean,
+            expiry,
+            properties,
+            keepalive,
+        )
+        if connect:
+            self.connect()
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties):
+        self.reason_code = reason_code
+        self.session_present = flags.session_present
+        self.connack_properties = properties
+        self.connack.set()
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties):
+        self.disconnect_reason = reason_code
+        self.disconnected.set()
+
+    def connect(self, wait: bool = True):
+        properties = None
+        if self.v5:
+            properties = Properties(PacketTypes.CONNECT)
+            if self.expiry is not None:
+                properties.SessionExpiryInterval = self.expiry
+            for key, value in (self.props or {}).items():
+                setattr(properties, key, value)
+        kwargs = {"clean_start": self.clean, "properties": properties} if self.v5 else {}
+        self.client.connect("127.0.0.1", self.port, keepalive=self.keepalive, **kwargs)
+        self.client.loop_start()
+        if wait:
+            assert self.connack.wait(5), "no CONNACK"
+        return self
+
+    def subscribe(self, topic: str, qos: int = 0, **options):
+        if self.v5 and options:
+            opts = mqtt.SubscribeOptions(
+                qos=qos, **{k: v for k, v in options.items() if k != "subscription_id"}
+            )
+            props = None
+            if "subscription_id" in options:
+                props = Properties(PacketTypes.SUBSCRIBE)
+                props.SubscriptionIdentifier = options["subscription_id"]
+            self.client.subscribe(topic, options=opts, properties=props)
+        else:
+            self.client.subscribe(topic, qos)
+        return self.subacks.get(timeout=5)
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes | str,
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ):
+        info = self.client.publish(topic, payload, qos, retain, properties=properties)
+        if qos:
+            info.wait_for_publish(5)
+        return info
+
+    def expect(self, count: int = 1, timeout: float = 5.0) -> list:
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                out.append(self.messages.get(timeout=remaining))
+            except queue.Empty:
+                break
+        return out
+
+    def nothing(self, wait: float = 0.5) -> bool:
+        try:
+            self.messages.get(timeout=wait)
+            return False
+        except queue.Empty:
+            return True
+
+    def close(self, *, abrupt: bool = False):
+        if abrupt:
+            self.client.loop_stop()
+            self.client.socket().close()
+        else:
+            self.client.disconnect()
+            self.client.loop_stop()
