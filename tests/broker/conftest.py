@@ -75,6 +75,8 @@ def start_broker(tmp: Path, *extra: str) -> BrokerProcess:
         text=True,
     )
     broker = BrokerProcess(process, log=log)
+    flags = {"--tls-port": "mqtts", "--wss-port": "wss", "--metrics-port": "metrics"}
+    expected = {"mqtt", "ws"} | {name for flag, name in flags.items() if flag in extra}
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         line = process.stdout.readline()
@@ -84,12 +86,7 @@ def start_broker(tmp: Path, *extra: str) -> BrokerProcess:
             _, name, address = line.split()
             host, port = address.rsplit(":", 1)
             broker.listeners[name] = (host, int(port))
-            if (
-                "mqtt" in broker.listeners
-                and "ws" in broker.listeners
-                and ("--tls-cert" not in extra or "mqtts" in broker.listeners)
-                and ("--metrics-port" not in extra or "metrics" in broker.listeners)
-            ):
+            if expected <= set(broker.listeners):
                 return broker
     broker.stop()
     raise RuntimeError(f"broker did not start: {log.read_text()}")
