@@ -1,0 +1,125 @@
+"""The broker on the control plane's tables: authentication, ACLs, quotas and propagation of
+changes to live connections, with real clients against a real broker process and Postgres."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tenants import services
+from tests.broker.clients import Paho
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def pg_broker():
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "data_plane",
+            "--port",
+            "0",
+            "--ws-port",
+            "0",
+            "--database-url",
+            url,
+            "--log-level",
+            "INFO",
+        ],
+        cwd=settings.BASE_DIR,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    ports = {}
+    while len(ports) < 2:
+        line = process.stdout.readline()
+        assert line, "broker exited"
+        if line.startswith("LISTENING"):
+            _, name, address = line.split()
+            ports[name] = int(address.rsplit(":", 1)[1])
+    connection.close()  # the broker and the test share the database; keep ours fresh
+    yield ports["mqtt"]
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def acme():
+    tenant = services.tenant_create("acme")
+    _, secret = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
+    _, other = services.device_create(tenant=tenant, name="sensor-2", client_id_policy="any")
+    return tenant, secret, other
+
+
+def wait_disconnected(client: Paho, within: float) -> float:
+    started = time.monotonic()
+    assert client.disconnected.wait(within + 2), "still connected"
+    return time.monotonic() - started
+
+
+def test_credentials_from_the_control_plane(pg_broker, acme):
+    tenant, secret, _ = acme
+    ok = Paho(pg_broker, "acme/sensor-1", secret, "c1")
+    assert ok.reason_code == 0
+    ok.close()
+    assert Paho(pg_broker, "acme/sensor-1", "wrong", "c2").reason_code == 0x86
+    assert Paho(pg_broker, "nope/sensor-1", secret, "c3").reason_code == 0x86
+    assert Paho(pg_broker, "acme/sensor-1", "wrong", "c4", v5=False).reason_code == 0x86  # rc 4
+
+
+def test_rotation_disconnects_within_a_second(pg_broker, acme):
+    tenant, secret, _ = acme
+    client = Paho(pg_broker, "acme/sensor-1", secret, "rot")
+    device = tenant.devices.get(name="sensor-1")
+    services.credential_rotate(device)
+    assert wait_disconnected(client, 1.0) <= 1.0
+    assert client.disconnect_reason.value == 0x98  # administrative action
+    assert Paho(pg_broker, "acme/sensor-1", secret, "rot").reason_code == 0x86
+
+
+def test_disabled_device_and_suspended_tenant(pg_broker, acme):
+    tenant, secret, other = acme
+    first = Paho(pg_broker, "acme/sensor-1", secret, "s1")
+    second = Paho(pg_broker, "acme/sensor-2", other, "s2")
+    services.device_update(tenant.devices.get(name="sensor-1"), enabled=False)
+    assert wait_disconnected(first, 1.0) <= 1.0
+    assert not second.disconnected.is_set()
+    assert Paho(pg_broker, "acme/sensor-1", secret, "s1").reason_code == 0x87
+    services.tenant_set_status(tenant, "suspended")
+    assert wait_disconnected(second, 1.0) <= 1.0
+    assert Paho(pg_broker, "acme/sensor-2", other, "s2").reason_code == 0x8A  # banned
+
+
+def test_acl_rules_apply_to_live_connections(pg_broker, acme):
+    tenant, secret, other = acme
+    services.acl_add(tenant=tenant, action="both", permission="deny", topic="secret/#")
+    listener = Paho(pg_broker, "acme/sensor-2", other, "acl-l")
+    assert listener.subscribe("secret/#", 1)[0].value == 0x87
+    listener.subscribe("open/#", 1)
+    client = Paho(pg_broker, "acme/sensor-1", secret, "acl-c")
+    denied = client.client.publish("secret/x", "no", 1)
+    denied.wait_for_publish(5)
+    client.publish("open/x", "yes", 1)
+    assert [m.payload for m in listener.expect(1)] == [b"yes"]
+    services.acl_add(tenant=tenant, action="publish", permission="deny", topic="open/#", position=0)
+    time.sleep(1.0)  # the change reaches live connections through NOTIFY
+    client.publish("open/x", "now denied", 1)
+    assert listener.nothing(0.5)
+    client.close(), listener.close()
+
+
+def test_max_connections_quota(pg_broker, acme):
+    tenant, secret, _ = acme
+    services.tenant_set_quota(tenant, {"max_connections": 1})
+    time.sleep(0.3)
+    first = Paho(pg_broker, "acme/sensor-1", secret, "q1")
+    assert first.reason_code == 0
+    assert Paho(pg_broker, "acme/sensor-1", secret, "q2").reason_code == 0x97
+    first.close()
