@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+from data_plane.mqtt.errors import MQTTError
+from data_plane.mqtt.topics import validate_topic_filter
+
 
 class RuleSqlError(ValueError):
     pass
@@ -42,9 +45,6 @@ def validate_rule_sql(sql: str) -> list[str]:
         raise RuleSqlError("SELECT needs at least one field (or *).")
     if match.group("fields").strip().endswith(","):
         raise RuleSqlError("Trailing comma in the SELECT list.")
-    from data_plane.mqtt.topics import validate_topic_filter
-
-    from data_plane.mqtt.errors import MQTTError
 
     filters = []
     for source in _split_commas(match.group("sources")):

@@ -13,6 +13,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from data_plane.mqtt.errors import MQTTError
+from data_plane.mqtt.topics import validate_topic_filter
 from tenants import secrets
 from tenants.models import (
     QUOTA_KEYS,
@@ -311,10 +313,6 @@ def _validate_acl(action: str, permission: str, topic: str) -> None:
     if not topic or len(topic) > 512:
         errors["topic"] = ["A topic filter of 1-512 characters is required."]
     else:
-        from data_plane.mqtt.topics import validate_topic_filter
-
-        from data_plane.mqtt.errors import MQTTError
-
         try:
             validate_topic_filter(topic)
         except MQTTError as exc:

@@ -1,0 +1,206 @@
+"""Benchmark scenarios. Each runs against one started broker and returns its figures:
+delivered msg/s, latency p50/p99 (ms), loss, broker CPU-seconds per 1,000 delivered, RSS."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass
+
+from bench.brokers import PASSWORD, USERNAME, RunningBroker
+from bench.loadgen import (
+    PublishTemplate,
+    Stats,
+    close_all,
+    connect_many,
+    publish_flat_out,
+)
+
+
+@dataclass
+class Result:
+    scenario: str
+    broker: str
+    delivered_per_s: float = 0.0
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    sent: int = 0
+    received: int = 0
+    loss: int = 0
+    cpu_per_1000: float = float("nan")
+    rss_kib_per_conn: float = float("nan")
+    connects_per_s: float = float("nan")
+    note: str = ""
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+async def _drain(stats: Stats, expected: int, timeout: float) -> None:
+    deadline = time.perf_counter() + timeout
+    while stats.received < expected and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+
+
+async def pairs(broker: RunningBroker, n: int, qos: int, seconds: float) -> Result:
+    stats = Stats(sample_every=10)
+    creds = (USERNAME, PASSWORD)
+    subs = await connect_many(n, "127.0.0.1", broker.port, stats, "sub", *creds)
+    for index, sub in enumerate(subs):
+        await sub.subscribe(f"bench/pairs/{index}", qos)
+    pubs = await connect_many(n, "127.0.0.1", broker.port, Stats(), "pub", *creds)
+    cpu_before = broker.cpu_seconds()
+    started = time.perf_counter()
+    deadline = started + seconds
+    await asyncio.gather(
+        *(
+            publish_flat_out(
+                pub, PublishTemplate(f"bench/pairs/{i}", 1024, qos), deadline, stats, 10
+            )
+            for i, pub in enumerate(pubs)
+        )
+    )
+    await _drain(stats, stats.sent, 10 if qos else 2)
+    elapsed = time.perf_counter() - started
+    cpu = broker.cpu_seconds() - cpu_before
+    close_all(subs + pubs)
+    return Result(
+        f"pairs n={n} qos={qos}",
+        broker.name,
+        stats.received / elapsed,
+        stats.percentile(0.5),
+        stats.percentile(0.99),
+        stats.sent,
+        stats.received,
+        stats.sent - stats.received,
+        cpu / max(stats.received, 1) * 1000,
+    )
+
+
+async def latency(broker: RunningBroker, n: int, rate: int, seconds: float) -> Result:
+    """Fixed total rate over n pairs at QoS 0; p50/p99 of publish-to-delivery."""
+    stats = Stats()
+    creds = (USERNAME, PASSWORD)
+    subs = await connect_many(n, "127.0.0.1", broker.port, stats, "lsub", *creds)
+    for index, sub in enumerate(subs):
+        await sub.subscribe(f"bench/lat/{index}", 0)
+    pubs = await connect_many(n, "127.0.0.1", broker.port, Stats(), "lpub", *creds)
+    templates = [PublishTemplate(f"bench/lat/{i}", 1024, 0) for i in range(n)]
+    tick = 0.01
+    per_tick = max(1, int(rate * tick))
+    cpu_before = broker.cpu_seconds()
+    started = time.perf_counter()
+    next_at = started
+    index = 0
+    while time.perf_counter() - started < seconds:
+        for _ in range(per_tick):
+            pubs[index % n].transport.write(templates[index % n].packet())
+            stats.sent += 1
+            index += 1
+        next_at += tick
+        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+    await _drain(stats, stats.sent, 2)
+    cpu = broker.cpu_seconds() - cpu_before
+    close_all(subs + pubs)
+    return Result(
+        f"latency n={n} {rate}/s",
+        broker.name,
+        stats.received / seconds,
+        stats.percentile(0.5),
+        stats.percentile(0.99),
+        stats.sent,
+        stats.received,
+        stats.sent - stats.received,
+        cpu / max(stats.received, 1) * 1000,
+    )
+
+
+async def fanout(broker: RunningBroker, n: int, qos: int, seconds: float) -> Result:
+    stats = Stats(sample_every=50)
+    creds = (USERNAME, PASSWORD)
+    subs = await connect_many(n, "127.0.0.1", broker.port, stats, "fsub", *creds)
+    for sub in subs:
+        await sub.subscribe("bench/fanout", qos)
+    (pub,) = await connect_many(1, "127.0.0.1", broker.port, Stats(), "fpub", *creds)
+    template = PublishTemplate("bench/fanout", 1024, qos)
+    cpu_before = broker.cpu_seconds()
+    started = time.perf_counter()
+    published = 0
+    while time.perf_counter() - started < seconds:
+        # Keep the broker's outbound queues from growing without bound: 50 messages in flight.
+        if published - stats.received / n < 50:
+            pub.transport.write(template.packet(published % 65535 + 1))
+            published += 1
+        else:
+            await asyncio.sleep(0.001)
+    await _drain(stats, published * n, 10)
+    elapsed = time.perf_counter() - started
+    cpu = broker.cpu_seconds() - cpu_before
+    close_all(subs + [pub])
+    return Result(
+        f"fanout 1->{n} qos={qos}",
+        broker.name,
+        stats.received / elapsed,
+        stats.percentile(0.5),
+        stats.percentile(0.99),
+        published * n,
+        stats.received,
+        published * n - stats.received,
+        cpu / max(stats.received, 1) * 1000,
+    )
+
+
+async def fanin(broker: RunningBroker, n: int, qos: int, seconds: float, shared: int = 0) -> Result:
+    stats = Stats(sample_every=10)
+    creds = (USERNAME, PASSWORD)
+    topic = "$share/g/bench/fanin/#" if shared else "bench/fanin/#"
+    subs = await connect_many(max(1, shared), "127.0.0.1", broker.port, stats, "isub", *creds)
+    for sub in subs:
+        await sub.subscribe(topic, qos)
+    pubs = await connect_many(n, "127.0.0.1", broker.port, Stats(), "ipub", *creds)
+    cpu_before = broker.cpu_seconds()
+    started = time.perf_counter()
+    deadline = started + seconds
+    await asyncio.gather(
+        *(
+            publish_flat_out(
+                pub, PublishTemplate(f"bench/fanin/{i}", 1024, qos), deadline, stats, 2
+            )
+            for i, pub in enumerate(pubs)
+        )
+    )
+    await _drain(stats, stats.sent, 15)
+    elapsed = time.perf_counter() - started
+    cpu = broker.cpu_seconds() - cpu_before
+    close_all(subs + pubs)
+    name = f"fanin {n}->{'$share x' + str(shared) if shared else '1'} qos={qos}"
+    return Result(
+        name,
+        broker.name,
+        stats.received / elapsed,
+        stats.percentile(0.5),
+        stats.percentile(0.99),
+        stats.sent,
+        stats.received,
+        stats.sent - stats.received,
+        cpu / max(stats.received, 1) * 1000,
+    )
+
+
+async def conns(broker: RunningBroker, n: int) -> Result:
+    stats = Stats()
+    rss_before = broker.rss_kib()
+    started = time.perf_counter()
+    clients = await connect_many(
+        n, "127.0.0.1", broker.port, stats, "idle", USERNAME, PASSWORD, parallel=500
+    )
+    elapsed = time.perf_counter() - started
+    await asyncio.sleep(1)
+    rss_after = broker.rss_kib()
+    close_all(clients)
+    return Result(
+        f"conns n={n}",
+        broker.name,
+        rss_kib_per_conn=(rss_after - rss_before) / n,
+        connects_per_s=n / elapsed,
+    )
