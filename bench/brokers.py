@@ -74,7 +74,7 @@ def _pinned(cmd: list[str]) -> list[str]:
     return (["taskset", "-c", "0"] + cmd) if shutil.which("taskset") and os.cpu_count() > 1 else cmd
 
 
-def start(name: str, *, max_queued: int = 100_000) -> RunningBroker:
+def start(name: str, *, max_queued: int = 5000) -> RunningBroker:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     port = _free_port()
     if name == "ours":

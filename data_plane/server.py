@@ -31,9 +31,15 @@ class Server:
         for task in self.tasks:
             task.cancel()
         self.broker.shutdown_connections()
-        await asyncio.sleep(0.05)  # let the DISCONNECTs reach the sockets
+        await asyncio.sleep(0.1)  # let the DISCONNECTs reach the sockets
+        for conn in list(self.broker.connections):
+            if conn.transport is not None:
+                conn.transport.abort()  # whatever a slow client has not read is not waited for
         for server in self.servers:
-            await server.wait_closed()
+            try:
+                await asyncio.wait_for(server.wait_closed(), 2)
+            except TimeoutError:
+                log.warning("listener did not close within 2 s")
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
 

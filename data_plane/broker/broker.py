@@ -56,6 +56,7 @@ class Broker:
         self.started = time.time()
         self.enhanced_auth: dict[str, Any] = {}  # authentication method -> handler
         self.redirect: Any = None  # optional callable(connect, result) -> server reference
+        self.publishing_connection: MQTTConnection | None = None  # set while routing its PUBLISH
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -93,14 +94,19 @@ class Broker:
         session.connection = conn
         session.on_drop = self._dropped
         session.on_sent = self._sent
+        session.origin = self._origin
         self.sessions[key] = session
         return session, present
+
+    def _origin(self) -> MQTTConnection | None:
+        return self.publishing_connection
 
     def detach(self, session: Session, conn: MQTTConnection) -> None:
         """The connection is gone; the session ends now or expires later."""
         if session.connection is not conn:
             return  # taken over: the new connection owns it
         session.connection = None
+        session.release_publishers()
         if session.expiry_interval == 0:
             self._end_session(session)
         elif session.expiry_interval != NEVER_EXPIRES:

@@ -73,6 +73,8 @@ class MQTTConnection(asyncio.Protocol):
         self._send_will = True
         self._connecting = False
         self._buffered_before_connack: list[bytes] = []
+        self._throttled_by: set = set()
+        self._throttle_timer: asyncio.TimerHandle | None = None
         self.loop = asyncio.get_event_loop()
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -457,7 +459,11 @@ class MQTTConnection(asyncio.Protocol):
             ):
                 self._refuse_publish(packet, RC.QUOTA_EXCEEDED, "retained message limit")
                 return
-        reached = self.broker.publish(message)
+        self.broker.publishing_connection = self
+        try:
+            reached = self.broker.publish(message)
+        finally:
+            self.broker.publishing_connection = None
         code = 0 if reached or not v5 else RC.NO_MATCHING_SUBSCRIBERS
         if qos == 1:
             self.send(
@@ -524,6 +530,31 @@ class MQTTConnection(asyncio.Protocol):
         # Normal disconnection discards the will; 0x04 asks for it to be sent.
         self._send_will = packet.reason_code == RC.DISCONNECT_WITH_WILL
         self._close()
+
+    # -- back-pressure from subscribers ------------------------------------------------
+
+    THROTTLE_LIMIT = 2.0  # seconds a backed-up subscriber may hold a publisher
+
+    def throttle_by(self, session: Any) -> None:
+        if self.closing:
+            return
+        if not self._throttled_by:
+            self.transport.pause_reading()
+            self._throttle_timer = self.loop.call_later(self.THROTTLE_LIMIT, self._unthrottle_all)
+        self._throttled_by.add(session)
+
+    def unthrottle_by(self, session: Any) -> None:
+        self._throttled_by.discard(session)
+        if not self._throttled_by:
+            self._unthrottle_all()
+
+    def _unthrottle_all(self) -> None:
+        self._throttled_by.clear()
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
+        if not self.closing:
+            self.transport.resume_reading()
 
     # -- outbound topic aliases ---------------------------------------------------------
 

@@ -68,6 +68,9 @@ class Session:
     will_handle: Any = None
     on_drop: Any = None  # callable(session, delivery, cause)
     on_sent: Any = None  # callable(session, delivery, size)
+    origin: Any = None  # callable() -> the connection whose PUBLISH is being routed, or None
+    # Publishers paused because this session's queue backed up (see `_enqueue`).
+    blocked_publishers: set = field(default_factory=set)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -105,6 +108,18 @@ class Session:
                 self._drop(delivery, "queue_full")
                 return
         self.queue.append(delivery)
+        if delivery.qos and len(self.queue) >= self.max_queued // 2 and self.origin:
+            # Back-pressure: stop reading the publisher until this queue drains (bounded in
+            # time by the publisher, so a dead subscriber cannot stall it for long).
+            publisher = self.origin()
+            if publisher is not None and publisher.session is not self:
+                publisher.throttle_by(self)
+                self.blocked_publishers.add(publisher)
+
+    def release_publishers(self) -> None:
+        for publisher in list(self.blocked_publishers):
+            publisher.unthrottle_by(self)
+        self.blocked_publishers.clear()
 
     def _drop(self, delivery: Delivery, cause: str) -> None:
         self.dropped += 1
@@ -132,6 +147,8 @@ class Session:
                 self._send(delivery, self._allocate_id())
             else:
                 break
+        if self.blocked_publishers and len(queue) <= self.max_queued // 4:
+            self.release_publishers()
 
     def _allocate_id(self) -> int:
         packet_id = self.next_packet_id
@@ -232,6 +249,7 @@ class Session:
         return entry.delivery
 
     def clear_delivery_state(self) -> None:
+        self.release_publishers()
         self.inflight.clear()
         self.queue.clear()
         self.inbound_qos2.clear()

@@ -36,6 +36,10 @@ class _WebSocketTransport(asyncio.Transport):
     def close(self) -> None:
         self.outer.close()
 
+    def abort(self) -> None:
+        if self.outer.transport is not None:
+            self.outer.transport.abort()
+
     def is_closing(self) -> bool:
         return self.outer.transport is None or self.outer.transport.is_closing()
 
