@@ -118,11 +118,16 @@ class Broker:
             self._end_session(session)
 
     def _end_session(self, session: Session) -> None:
+        orphans = session.undelivered_shared()
         for state in list(session.subscriptions.values()):
             group, topic_filter = parse_shared(state.topic_filter)
             self.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
         session.subscriptions.clear()
         session.clear_delivery_state()
+        for delivery in orphans:  # unacknowledged shared messages go to another member
+            member = delivery.group.pick()
+            if member is not None:
+                self._deliver_shared(delivery.message, delivery.group, member)
         if self.sessions.get(session.key) is session:
             del self.sessions[session.key]
 
@@ -165,13 +170,19 @@ class Broker:
         for group in groups:
             member = group.pick()
             if member is not None:
-                targets.setdefault(id(member.session), []).append(member)
+                self._deliver_shared(message, group, member)
         for subs in targets.values():
             qos = min(message.qos, max(s.qos for s in subs))
             retain = message.retain and any(s.retain_as_published for s in subs)
             ids = tuple(s.subscription_id for s in subs if s.subscription_id)
             subs[0].session.deliver(Delivery(message, qos, retain, ids))
-        return len(targets)
+        return len(targets) + len(groups)
+
+    @staticmethod
+    def _deliver_shared(message: Message, group: Any, member: Subscriber) -> None:
+        ids = (member.subscription_id,) if member.subscription_id else ()
+        retain = message.retain and member.retain_as_published
+        member.session.deliver(Delivery(message, min(message.qos, member.qos), retain, ids, group))
 
     def _sent(self, session: Session, delivery: Delivery, size: int) -> None:
         stats = self.stats[session.tenant]

@@ -30,6 +30,7 @@ class Delivery:
     qos: int
     retain: bool
     subscription_ids: tuple[int, ...] = ()
+    group: Any = None  # the SharedGroup it came through, to hand it on if this member leaves
 
 
 @dataclass(slots=True)
@@ -247,6 +248,15 @@ class Session:
         del self.inflight[packet_id]
         self.pump()
         return entry.delivery
+
+    def undelivered_shared(self) -> list[Delivery]:
+        """Shared-subscription messages this session took but the client has not received."""
+        pending = [
+            e.delivery
+            for e in self.inflight.values()
+            if e.state != AWAIT_PUBCOMP and e.delivery.group is not None
+        ]
+        return pending + [d for d in self.queue if d.group is not None and d.qos]
 
     def clear_delivery_state(self) -> None:
         self.release_publishers()

@@ -335,13 +335,25 @@ def test_mqtt_js_over_websocket(broker):
 
     folder = Path(__file__).with_name("js")
     if not (folder / "node_modules" / "mqtt").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True,
-                       timeout=300, capture_output=True)
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund"],
+            cwd=folder,
+            check=True,
+            timeout=300,
+            capture_output=True,
+        )
     result = subprocess.run(
         ["node", "roundtrip.mjs", f"ws://127.0.0.1:{broker.ws_port}/mqtt", "acme/d1", "pw1"],
-        cwd=folder, capture_output=True, text=True, timeout=30,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     received = json.loads(result.stdout.strip().splitlines()[-1])
-    assert received == {"topic": "js/t", "payload": "from mqtt.js", "qos": 1,
-                        "userProperties": {"a": "1"}}
+    assert received == {
+        "topic": "js/t",
+        "payload": "from mqtt.js",
+        "qos": 1,
+        "userProperties": {"a": "1"},
+    }

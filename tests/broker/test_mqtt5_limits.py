@@ -1,0 +1,160 @@
+"""MQTT 5.0 limits and hooks: packet sizes both ways, receive maximum, topic aliases to the
+client, enhanced authentication, shared-subscription hand-over, and the hook points."""
+
+import asyncio
+import socket
+import time
+
+from data_plane.broker.auth import StaticAuthenticator
+from data_plane.config import BrokerConfig
+from data_plane.server import serve
+from tests.broker.clients import Paho
+from tests.broker.conftest import TENANTS
+from tests.broker.test_interop import _closed, _raw_client
+
+
+def _s(text: str) -> bytes:
+    return len(text.encode()).to_bytes(2, "big") + text.encode()
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def test_inbound_packet_over_the_maximum_is_refused(broker):
+    sock = _raw_client(broker, "too-big", version=5)
+    body = _s("big") + b"\x00" + b"x" * (1_048_576 + 10)
+    sock.sendall(b"\x30" + _varint(len(body)) + body[:1000])  # the header alone is enough
+    sent = _closed(sock)
+    assert sent[:1] == b"\xe0" and sent[2] == 0x95
+    sock.close()
+
+
+def test_deliveries_over_the_clients_maximum_are_skipped(broker):
+    props = {"MaximumPacketSize": 200}
+    small = Paho(broker.port, "acme/d1", "pw1", "small-max", properties=props)
+    small.subscribe("size/#", 0)
+    pub = Paho(broker.port, "acme/d2", "pw2", "size-pub")
+    pub.publish("size/t", b"x" * 500, 1)
+    pub.publish("size/t", b"ok", 1)
+    assert [m.payload for m in small.expect(2, 1.5)] == [b"ok"]
+    small.close(), pub.close()
+
+
+def test_topic_aliases_towards_the_client(broker):
+    aliased = Paho(broker.port, "acme/d1", "pw1", "alias-out", properties={"TopicAliasMaximum": 5})
+    aliased.subscribe("ta/#", 0)
+    pub = Paho(broker.port, "acme/d2", "pw2", "alias-out-pub")
+    for i in range(3):
+        pub.publish("ta/long/topic/name", f"m{i}", 1)
+    got = aliased.expect(3)
+    # On the wire (paho does not resolve aliases itself): the topic once, then the alias alone.
+    assert [(m.topic, m.properties.TopicAlias, m.payload) for m in got] == [
+        ("ta/long/topic/name", 1, b"m0"),
+        ("", 1, b"m1"),
+        ("", 1, b"m2"),
+    ]
+    aliased.close(), pub.close()
+
+
+def test_broker_respects_the_clients_receive_maximum(broker):
+    # A raw 5.0 client with Receive Maximum 2 that never acknowledges.
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+    props = b"\x21\x00\x02"  # receive_maximum = 2
+    body = _s("MQTT") + bytes((5, 0xC2)) + (60).to_bytes(2, "big") + _varint(len(props)) + props
+    body += _s("recv-max") + _s("acme/d1") + _s("pw1")
+    sock.sendall(b"\x10" + _varint(len(body)) + body)
+    assert sock.recv(64)[:1] == b"\x20"
+    sub = _s("rm/t") + b"\x01"
+    sock.sendall(b"\x82" + _varint(3 + len(sub)) + b"\x00\x01\x00" + sub)
+    time.sleep(0.3)
+    sock.recv(64)  # SUBACK
+    pub = Paho(broker.port, "acme/d2", "pw2", "rm-pub")
+    for i in range(5):
+        pub.publish("rm/t", f"m{i}", 1)
+    time.sleep(0.5)
+    sock.settimeout(0.5)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        pass
+    assert data.count(b"rm/t") == 2  # only two unacknowledged QoS 1 messages in flight
+    sock.close()
+    pub.close()
+
+
+def test_unsupported_authentication_method_gets_0x8c(broker):
+    client = Paho(
+        broker.port,
+        "acme/d1",
+        "pw1",
+        "enh-auth",
+        properties={"AuthenticationMethod": "SCRAM-SHA-1"},
+    )
+    assert client.reason_code.value == 0x8C
+    client.close()
+
+
+def test_shared_member_leaving_hands_unacked_messages_on(broker):
+    stingy = Paho(broker.port, "acme/d1", "pw1", "share-stingy")
+    stingy.client.on_message = lambda *a: None
+    stingy.client.manual_ack_set(True)  # paho: never send PUBACK
+    stingy.subscribe("$share/h/ho/#", 1)
+    pub = Paho(broker.port, "acme/d2", "pw2", "share-pub2")
+    for i in range(4):
+        pub.publish("ho/t", f"h{i}", 1)
+    time.sleep(0.3)
+    other = Paho(broker.port, "acme/d3", "pw3", "share-other")
+    other.subscribe("$share/h/ho/#", 1)
+    stingy.close(abrupt=True)  # leaves with everything unacknowledged
+    got = sorted(m.payload.decode() for m in other.expect(4, 3))
+    assert got == ["h0", "h1", "h2", "h3"]
+    other.close(), pub.close()
+
+
+async def test_hooks_observe_change_and_drop_messages():
+    config = BrokerConfig(port=0, ws_port=0, sys_interval=0)
+    server = await serve(config, StaticAuthenticator(TENANTS))
+    events = []
+    hooks = server.broker.hooks
+
+    def censor(message):
+        if message.topic == "drop/me":
+            return None
+        message.payload = message.payload.upper()
+        return message
+
+    hooks.add("message.publish", censor, priority=10)
+    hooks.add("client.connected", lambda conn: events.append(("connected", conn.client_id)))
+    hooks.add("session.subscribed", lambda s, sub: events.append(("subscribed", sub.topic_filter)))
+    hooks.add("message.delivered", lambda s, d: events.append(("delivered", d.message.topic)))
+    hooks.add("message.acked", lambda s, d: events.append(("acked", d.message.topic)))
+    hooks.add("client.disconnected", lambda conn: events.append(("disconnected", conn.client_id)))
+    port = server.listeners["mqtt"][1]
+    try:
+        import aiomqtt
+
+        async with aiomqtt.Client(
+            "127.0.0.1", port, username="acme/d1", password="pw1", identifier="hooked"
+        ) as client:
+            await client.subscribe("#", qos=1)
+            await client.publish("drop/me", b"secret", qos=1)
+            await client.publish("keep/me", b"quiet", qos=1)
+            async with asyncio.timeout(5):
+                async for message in client.messages:
+                    assert (str(message.topic), message.payload) == ("keep/me", b"QUIET")
+                    break
+            await asyncio.sleep(0.2)
+    finally:
+        await server.shutdown()
+    assert ("connected", "hooked") in events and ("subscribed", "#") in events
+    assert ("delivered", "keep/me") in events and ("acked", "keep/me") in events
+    assert ("disconnected", "hooked") in events
+    assert not any(name == "delivered" and topic == "drop/me" for name, topic in events)
