@@ -28,6 +28,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"))
     parser.add_argument("--sys-interval", type=float, default=10.0)
     parser.add_argument("--max-queued", type=int, default=1000)
+    parser.add_argument("--usage-flush-interval", type=float, default=10.0)
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -72,8 +73,15 @@ async def run(args: argparse.Namespace) -> None:
         link = ControlPlaneLink(dsn)
         authenticator = PostgresAuthenticator(link.directory)
     server = await serve(config, authenticator)
+    observers = None
     if link is not None:
+        from data_plane.tenancy.observers import TenancyObservers
+
         await link.start(server.broker)
+        observers = TenancyObservers(
+            server.broker, link.pool, flush_interval=args.usage_flush_interval
+        )
+        observers.start()
     for name, (host, port) in server.listeners.items():
         print(f"LISTENING {name} {host}:{port}", flush=True)
     stop = asyncio.Event()
@@ -82,6 +90,8 @@ async def run(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await server.shutdown()
+    if observers is not None:
+        await observers.stop()
     if link is not None:
         await link.stop()
 

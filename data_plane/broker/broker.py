@@ -41,6 +41,8 @@ class TenantStats:
     bytes_received: int = 0
     bytes_sent: int = 0
     dropped: int = 0
+    rate_limited: int = 0
+    denied: int = 0
 
 
 class Broker:
@@ -57,6 +59,7 @@ class Broker:
         self.enhanced_auth: dict[str, Any] = {}  # authentication method -> handler
         self.redirect: Any = None  # optional callable(connect, result) -> server reference
         self.publishing_connection: MQTTConnection | None = None  # set while routing its PUBLISH
+        self.rates: dict[str, Any] = {}  # tenant -> TenantRates
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -273,6 +276,15 @@ class Broker:
             if conn.tenant == tenant:
                 conn.apply_policy(policy)
 
+    def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
+        """The tenant's shared token buckets, rebuilt when its quota changed."""
+        from data_plane.tenancy.quotas import TenantRates
+
+        rates = self.rates.get(tenant)
+        if rates is None or rates.quota != quota:
+            rates = self.rates[tenant] = TenantRates(quota)
+        return rates
+
     def connection_count(self, tenant: str) -> int:
         return self.stats[tenant].connected
 
@@ -293,6 +305,8 @@ class Broker:
                 "bytes/received": stats.bytes_received,
                 "bytes/sent": stats.bytes_sent,
                 "messages/dropped": stats.dropped,
+                "quota/rate_limited": stats.rate_limited,
+                "acl/denied": stats.denied,
                 "subscriptions/count": router.count if router else 0,
                 "retained messages/count": self.retained.count(tenant),
                 "uptime": uptime,

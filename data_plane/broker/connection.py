@@ -74,6 +74,7 @@ class MQTTConnection(asyncio.Protocol):
         self._connecting = False
         self._buffered_before_connack: list[bytes] = []
         self._throttled_by: set = set()
+        self._rate_strikes = 0
         self._throttle_timer: asyncio.TimerHandle | None = None
         self.loop = asyncio.get_event_loop()
 
@@ -189,6 +190,7 @@ class MQTTConnection(asyncio.Protocol):
         self.disconnect(RC.SESSION_TAKEN_OVER)
         self.session = None  # the session now belongs to the new connection
         self.broker.stats[self.tenant].connected -= 1
+        self.broker.hooks.run("client.disconnected", self)
         if self._will is not None:
             self.broker.schedule_will(session, self._will, self._will_delay)
             self._will = None
@@ -435,8 +437,26 @@ class MQTTConnection(asyncio.Protocol):
         if max_size is not None and len(packet.payload) > max_size:
             self._refuse_publish(packet, RC.PACKET_TOO_LARGE, "message larger than the quota")
             return
+        if quota.get("max_publish_rate") or quota.get("max_inbound_bytes_rate"):
+            wait = self.broker.rates_for(self.tenant, quota).admit(len(packet.payload))
+            if wait:
+                if not v5:
+                    # 3.1.1 has no way to say it: take this one, then stop reading for a while.
+                    self.transport.pause_reading()
+                    self.loop.call_later(min(wait, 5.0), self._resume_after_rate_limit)
+                else:
+                    self._rate_strikes += 1
+                    self.broker.stats[self.tenant].rate_limited += 1
+                    if self._rate_strikes >= self.RATE_STRIKES_BEFORE_DISCONNECT:
+                        self.disconnect(RC.MESSAGE_RATE_TOO_HIGH, "publish rate quota exceeded")
+                    else:
+                        self._refuse_publish(packet, RC.MESSAGE_RATE_TOO_HIGH, "rate quota")
+                    return
+            else:
+                self._rate_strikes = 0
         acl = self.auth.acl
         if topic.startswith("$") or (acl is not None and not acl.can_publish(topic)):
+            self.broker.stats[self.tenant].denied += 1
             self._refuse_publish(packet, RC.NOT_AUTHORIZED, "not authorized")
             return
         message = Message.from_publish(
@@ -475,6 +495,12 @@ class MQTTConnection(asyncio.Protocol):
                 encode_ack(PacketType.PUBREC, packet.packet_id, code, None, self.protocol_version)
             )
 
+    RATE_STRIKES_BEFORE_DISCONNECT = 100  # consecutive refusals: the excess is sustained
+
+    def _resume_after_rate_limit(self) -> None:
+        if not self.closing and not self._throttled_by:
+            self.transport.resume_reading()
+
     def _refuse_publish(self, packet: Publish, code: int, reason: str) -> None:
         """5.0: negative acknowledgement; 3.1.1 has none, so acknowledge and drop (allowed)."""
         self.broker.stats[self.tenant].dropped += 1
@@ -497,6 +523,7 @@ class MQTTConnection(asyncio.Protocol):
         granted = []
         for sub in packet.subscriptions:
             if acl is not None and not acl.can_subscribe(sub.topic_filter):
+                self.broker.stats[self.tenant].denied += 1
                 codes.append(RC.NOT_AUTHORIZED)
                 continue
             if (

@@ -15,8 +15,7 @@ from tests.broker.clients import Paho
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def pg_broker():
+def start_pg_broker() -> tuple[subprocess.Popen, int]:
     db = connection.settings_dict
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     process = subprocess.Popen(
@@ -45,7 +44,13 @@ def pg_broker():
             _, name, address = line.split()
             ports[name] = int(address.rsplit(":", 1)[1])
     connection.close()  # the broker and the test share the database; keep ours fresh
-    yield ports["mqtt"]
+    return process, ports["mqtt"]
+
+
+@pytest.fixture
+def pg_broker():
+    process, port = start_pg_broker()
+    yield port
     process.terminate()
     process.wait(timeout=10)
 
@@ -123,3 +128,63 @@ def test_max_connections_quota(pg_broker, acme):
     assert first.reason_code == 0
     assert Paho(pg_broker, "acme/sensor-1", secret, "q2").reason_code == 0x97
     first.close()
+
+
+def test_publish_rate_quota_answers_0x96(pg_broker, acme):
+    import socket
+
+    tenant, secret, other = acme
+    services.tenant_set_quota(tenant, {"max_publish_rate": 5})
+    time.sleep(0.5)
+
+    def s(text: str) -> bytes:
+        return len(text.encode()).to_bytes(2, "big") + text.encode()
+
+    # A raw 5.0 client (paho does not report negative PUBACKs to on_publish).
+    sock = socket.create_connection(("127.0.0.1", pg_broker), timeout=5)
+    body = s("MQTT") + bytes((5, 0xC2)) + (60).to_bytes(2, "big") + b"\x00" + s("rate")
+    body += s("acme/sensor-1") + s(secret)
+    sock.sendall(bytes((0x10, len(body))) + body)
+    connack = sock.recv(64)
+    assert connack[0] == 0x20 and connack[3] == 0  # CONNACK, success
+    for packet_id in range(1, 21):
+        publish = s("rate/t") + packet_id.to_bytes(2, "big") + b"\x00" + b"x"
+        sock.sendall(bytes((0x32, len(publish))) + publish)
+    time.sleep(0.5)
+    acks = sock.recv(65536)
+    sock.close()
+    assert acks.count(b"\x96\x0d\x1f") >= 10  # PUBACK 0x96 "rate quota", beyond the burst
+    assert acks.count(b"@\x03") >= 4  # the one-second burst went through (0x10: no subscriber)
+
+
+def test_events_topics_usage_and_last_seen(acme):
+    import json
+
+    from tenants.models import Device, Usage
+
+    tenant, secret, other = acme
+    process, port = start_pg_broker()
+    try:
+        watcher = Paho(port, "acme/sensor-2", other, "watcher")
+        watcher.subscribe("$events/#", 0)
+        watcher.subscribe("data/#", 0)
+        device = Paho(port, "acme/sensor-1", secret, "dev-1")
+        for i in range(3):
+            device.publish("data/t", f"v{i}", 1)
+        device.close()
+        got = watcher.expect(5, 3)
+        topics = [m.topic for m in got]
+        assert "$events/client_connected" in topics and "$events/client_disconnected" in topics
+        event = json.loads(next(m.payload for m in got if m.topic == "$events/client_connected"))
+        assert event["clientid"] == "dev-1" and event["username"] == "acme/sensor-1"
+        watcher.close()
+        time.sleep(0.3)
+    finally:
+        process.terminate()  # a graceful stop flushes the current minute
+        assert process.wait(timeout=15) == 0
+    usage = Usage.objects.filter(tenant=tenant)
+    assert sum(u.messages_in for u in usage) == 3
+    assert sum(u.bytes_in for u in usage) == 6
+    assert sum(u.messages_out for u in usage) == 3
+    assert sum(u.connection_seconds for u in usage) >= 0
+    assert Device.objects.get(tenant=tenant, name="sensor-1").last_seen_at is not None

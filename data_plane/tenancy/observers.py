@@ -1,0 +1,120 @@
+"""Broker hooks for the tenancy layer: usage metering, device last-seen, and the tenant's own
+`$events/client_connected` / `$events/client_disconnected` topics (EMQX style).
+
+Everything is aggregated in memory and written by one periodic task, never per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from data_plane.broker.broker import Broker
+from data_plane.broker.message import Message
+from data_plane.tenancy.metering import UsageMeter
+
+log = logging.getLogger(__name__)
+
+_LAST_SEEN = """
+UPDATE tenants_device d SET last_seen_at = to_timestamp(a.seen)
+  FROM unnest(%s::text[], %s::text[], %s::float8[]) AS a(tenant, device, seen)
+  JOIN tenants_tenant t ON t.slug = a.tenant
+ WHERE d.tenant_id = t.id AND d.name = a.device
+"""
+
+
+class TenancyObservers:
+    def __init__(self, broker: Broker, pool: Any, *, flush_interval: float = 10.0) -> None:
+        self.broker = broker
+        self.pool = pool
+        self.meter = UsageMeter()
+        self.flush_interval = flush_interval
+        self._seen: dict[tuple[str, str], float] = {}
+        self._task: asyncio.Task | None = None
+        hooks = broker.hooks
+        hooks.add("client.connected", self._connected)
+        hooks.add("client.disconnected", self._disconnected)
+        hooks.add("message.publish", self._published, priority=-100)  # after any rewriting
+        hooks.add("message.delivered", self._delivered)
+        hooks.add("message.dropped", self._dropped)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="usage-flush")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.flush(final=True)
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def _event(self, conn: Any, name: str) -> None:
+        payload = {
+            "clientid": conn.client_id,
+            "username": f"{conn.tenant}/{conn.device}",
+            "peername": conn.peer,
+            "proto_ver": conn.protocol_version,
+            "ts": int(time.time() * 1000),
+        }
+        self.broker.publish(
+            Message(
+                f"$events/{name}",
+                json.dumps(payload).encode(),
+                0,
+                False,
+                tenant=conn.tenant,
+                publisher="$events",
+            )
+        )
+
+    def _connected(self, conn: Any) -> None:
+        self.meter.connected(conn.tenant)
+        self._seen[(conn.tenant, conn.device)] = time.time()
+        self._event(conn, "client_connected")
+
+    def _disconnected(self, conn: Any) -> None:
+        self.meter.disconnected(conn.tenant)
+        self._seen[(conn.tenant, conn.device)] = time.time()
+        self._event(conn, "client_disconnected")
+
+    def _published(self, message: Message) -> Message:
+        if message.publisher not in ("$events", "$SYS"):
+            self.meter.message_in(message.tenant, len(message.payload))
+        return message
+
+    def _delivered(self, session: Any, delivery: Any) -> None:
+        if delivery.message.publisher not in ("$events", "$SYS"):  # system traffic is not billed
+            self.meter.message_out(session.tenant, len(delivery.message.payload))
+
+    def _dropped(self, session: Any, delivery: Any, cause: str) -> None:
+        self.meter.dropped(session.tenant, cause)
+
+    # -- flushing -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval)
+            try:
+                await self.flush()
+            except Exception as exc:  # the database may be away: keep counting, retry later
+                log.warning("usage flush failed: %s", exc)
+
+    async def flush(self, final: bool = False) -> None:
+        for tenant in list(self.broker.stats):
+            self.meter.gauge(tenant, retained_count=self.broker.retained.count(tenant))
+        seen, self._seen = self._seen, {}
+        async with self.pool.connection() as conn:
+            await self.meter.flush(conn, final=final)
+            if seen:
+                keys = list(seen)
+                await conn.execute(
+                    _LAST_SEEN,
+                    ([t for t, _ in keys], [d for _, d in keys], [seen[k] for k in keys]),
+                )
