@@ -72,12 +72,32 @@ async def run(args: argparse.Namespace) -> None:
             dsn = embedded.postgres_url()
         link = ControlPlaneLink(dsn)
         authenticator = PostgresAuthenticator(link.directory)
-    server = await serve(config, authenticator)
+    persistence = None
+    prepare = None
+    if link is not None:
+        await link.start(None)
+
+        async def prepare(broker):
+            nonlocal persistence
+            from data_plane.storage.persistence import SessionPersistence
+            from data_plane.storage.session_store import SessionStore
+
+            store = SessionStore(link.pool)
+            store.start()
+            persistence = SessionPersistence(broker, store)
+            async with link.pool.connection() as conn:
+                rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
+            restored = await persistence.restore(dict(rows))
+            logging.getLogger("data_plane").info("restored %d persistent sessions", restored)
+
+    server = await serve(config, authenticator, prepare)
     observers = None
+    purge = None
     if link is not None:
         from data_plane.tenancy.observers import TenancyObservers
 
-        await link.start(server.broker)
+        link.live = server.broker
+        purge = asyncio.get_running_loop().create_task(persistence.purge_forever())
         observers = TenancyObservers(
             server.broker, link.pool, flush_interval=args.usage_flush_interval
         )
@@ -90,6 +110,11 @@ async def run(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await server.shutdown()
+    if purge is not None:
+        purge.cancel()
+    if persistence is not None:
+        await persistence.drain()
+        await persistence.store.stop()
     if observers is not None:
         await observers.stop()
     if link is not None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import ssl
 from dataclasses import dataclass, field
+from typing import Any
 
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.broker import Broker
@@ -51,9 +52,12 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
-async def serve(config: BrokerConfig, authenticator: Authenticator) -> Server:
+async def serve(config: BrokerConfig, authenticator: Authenticator, prepare: Any = None) -> Server:
+    """Start the listeners; `prepare(broker)` (async) runs first, e.g. to restore sessions."""
     loop = asyncio.get_running_loop()
     broker = Broker(config, authenticator)
+    if prepare is not None:
+        await prepare(broker)
     server = Server(broker)
     tls = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
 

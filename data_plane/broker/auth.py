@@ -31,6 +31,7 @@ class AuthResult:
     acl: Authorizer | None = None  # None: everything within the tenant is allowed
     quota: dict[str, int] = field(default_factory=dict)
     reason: str = ""
+    tenant_id: int | None = None  # the tenant's database id, for durable sessions
 
 
 class Authenticator(Protocol):

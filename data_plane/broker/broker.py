@@ -60,6 +60,8 @@ class Broker:
         self.redirect: Any = None  # optional callable(connect, result) -> server reference
         self.publishing_connection: MQTTConnection | None = None  # set while routing its PUBLISH
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates
+        self.persistence: Any = None  # data_plane.storage.persistence.SessionPersistence
+        self.pending_commits: list[asyncio.Future] = []  # durable copies of the current publish
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -72,6 +74,7 @@ class Broker:
         clean_start: bool,
         expiry_interval: int,
         max_queued: int,
+        tenant_id: int | None = None,
     ) -> tuple[Session, bool]:
         """Attach `conn` to its session, taking it over from an older connection."""
         key = (tenant, client_id)
@@ -98,6 +101,9 @@ class Broker:
         session.on_drop = self._dropped
         session.on_sent = self._sent
         session.origin = self._origin
+        session.tenant_id = tenant_id
+        if self.persistence is not None:
+            self.persistence.attach(session)
         self.sessions[key] = session
         return session, present
 
@@ -112,7 +118,10 @@ class Broker:
         session.release_publishers()
         if session.expiry_interval == 0:
             self._end_session(session)
-        elif session.expiry_interval != NEVER_EXPIRES:
+            return
+        if session.persist is not None:
+            self.persistence.save_later(session, disconnected=True)
+        if session.expiry_interval != NEVER_EXPIRES:
             loop = asyncio.get_running_loop()
             session.expiry_handle = loop.call_later(session.expiry_interval, self._expire, session)
 
@@ -121,6 +130,9 @@ class Broker:
             self._end_session(session)
 
     def _end_session(self, session: Session) -> None:
+        if self.persistence is not None and session.tenant_id is not None:
+            self.persistence.forget(session)
+        session.persist = None
         orphans = session.undelivered_shared()
         for state in list(session.subscriptions.values()):
             group, topic_filter = parse_shared(state.topic_filter)
@@ -194,7 +206,17 @@ class Broker:
         if self.hooks.has("message.delivered"):
             self.hooks.run("message.delivered", session, delivery)
 
+    def settled(self, session: Session, delivery: Delivery) -> None:
+        """A delivery the client acknowledged (or that was dropped): its durable copy goes."""
+        if delivery.seq is not None and self.persistence is not None:
+            self.persistence.settled(session, delivery)
+
+    def take_pending_commits(self) -> list[asyncio.Future]:
+        commits, self.pending_commits = self.pending_commits, []
+        return commits
+
     def _dropped(self, session: Session, delivery: Delivery, cause: str) -> None:
+        self.settled(session, delivery)
         self.stats[session.tenant].dropped += 1
         if self.hooks.has("message.dropped"):
             self.hooks.run("message.dropped", session, delivery, cause)
@@ -226,6 +248,25 @@ class Broker:
             ids = (subscription_id,) if subscription_id else ()
             for message in self.retained.match(session.tenant, topic_filter):
                 session.deliver(Delivery(message, min(message.qos, sub.qos), True, ids))
+
+    def restore_subscription(
+        self, session: Session, sub: Subscription, subscription_id: int | None
+    ) -> None:
+        """A subscription brought back from storage: routed again, nothing retained resent."""
+        group, topic_filter = parse_shared(sub.topic_filter)
+        self.router.for_tenant(session.tenant).subscribe(
+            topic_filter,
+            Subscriber(session, sub.qos, sub.no_local, sub.retain_as_published, subscription_id),
+            group,
+        )
+        session.subscriptions[sub.topic_filter] = SubscriptionState(
+            sub.topic_filter,
+            sub.qos,
+            sub.no_local,
+            sub.retain_as_published,
+            sub.retain_handling,
+            subscription_id,
+        )
 
     def unsubscribe(self, session: Session, topic_filter: str) -> bool:
         if session.subscriptions.pop(topic_filter, None) is None:

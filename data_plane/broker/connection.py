@@ -303,8 +303,20 @@ class MQTTConnection(asyncio.Protocol):
             expiry = cap if (v5 or expiry != NEVER_EXPIRES) else expiry
         max_queued = quota.get("max_queued_messages", self.config.max_queued_messages)
         session, present = self.broker.open_session(
-            self, self.tenant, client_id, self.device, connect.clean_start, expiry, max_queued
+            self,
+            self.tenant,
+            client_id,
+            self.device,
+            connect.clean_start,
+            expiry,
+            max_queued,
+            result.tenant_id,
         )
+        if session.persist is not None:
+            try:
+                await self.broker.persistence.save(session)
+            except Exception as exc:
+                log.warning("could not persist session %s: %s", client_id, exc)
         self.session = session
         self.broker.stats[self.tenant].connected += 1
 
@@ -365,6 +377,7 @@ class MQTTConnection(asyncio.Protocol):
         elif kind is PacketType.PUBACK:
             delivery = self.session.puback(packet.packet_id)
             if delivery is not None:
+                self.broker.settled(self.session, delivery)
                 self.broker.hooks.run("message.acked", self.session, delivery)
         elif kind is PacketType.PUBREC:
             if self.session.pubrec(packet.packet_id, packet.reason_code >= 0x80):
@@ -394,6 +407,7 @@ class MQTTConnection(asyncio.Protocol):
         elif kind is PacketType.PUBCOMP:
             delivery = self.session.pubcomp(packet.packet_id)
             if delivery is not None:
+                self.broker.settled(self.session, delivery)
                 self.broker.hooks.run("message.acked", self.session, delivery)
         elif kind is PacketType.SUBSCRIBE:
             self._subscribe(packet)
@@ -484,16 +498,36 @@ class MQTTConnection(asyncio.Protocol):
             reached = self.broker.publish(message)
         finally:
             self.broker.publishing_connection = None
+        commits = self.broker.take_pending_commits()
         code = 0 if reached or not v5 else RC.NO_MATCHING_SUBSCRIBERS
-        if qos == 1:
-            self.send(
-                encode_ack(PacketType.PUBACK, packet.packet_id, code, None, self.protocol_version)
-            )
-        elif qos == 2:
+        if qos == 0:
+            return
+        if qos == 2:
             self.session.inbound_qos2.add(packet.packet_id)
-            self.send(
-                encode_ack(PacketType.PUBREC, packet.packet_id, code, None, self.protocol_version)
-            )
+        if commits:
+            # Acknowledge only once every durable copy is committed (group commit).
+            self.loop.create_task(self._ack_after_commit(packet, code, commits))
+        else:
+            self._ack_publish(packet, code)
+
+    def _ack_publish(self, packet: Publish, code: int, reason: str = "") -> None:
+        kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
+        props = {"reason_string": reason} if reason and self.protocol_version == MQTT_5_0 else None
+        self.send(encode_ack(kind, packet.packet_id, code, props, self.protocol_version))
+
+    async def _ack_after_commit(self, packet: Publish, code: int, commits: list) -> None:
+        results = await asyncio.gather(*commits, return_exceptions=True)
+        if self.closing:
+            return
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is None:
+            self._ack_publish(packet, code)
+        elif self.protocol_version == MQTT_5_0:
+            if packet.qos == 2:
+                self.session.inbound_qos2.discard(packet.packet_id)
+            self._ack_publish(packet, RC.UNSPECIFIED_ERROR, "persistent storage unavailable")
+        else:
+            self._close()  # 3.1.1 cannot say it: no PUBACK, the client will resend
 
     RATE_STRIKES_BEFORE_DISCONNECT = 100  # consecutive refusals: the excess is sustained
 
@@ -538,6 +572,8 @@ class MQTTConnection(asyncio.Protocol):
         self.send(encode(SubAck(packet.packet_id, codes), self.protocol_version))
         for sub in granted:
             self.broker.subscribe(self.session, sub, subscription_id if v5 else None)
+        if granted and self.session.persist is not None:
+            self.broker.persistence.save_later(self.session)
 
     def _unsubscribe(self, packet: Unsubscribe) -> None:
         codes = [
@@ -545,6 +581,8 @@ class MQTTConnection(asyncio.Protocol):
             for f in packet.topic_filters
         ]
         self.send(encode(UnsubAck(packet.packet_id, codes), self.protocol_version))
+        if self.session.persist is not None:
+            self.broker.persistence.save_later(self.session)
 
     def _disconnect(self, packet: Disconnect) -> None:
         if self.protocol_version == MQTT_5_0:

@@ -31,6 +31,7 @@ class Delivery:
     retain: bool
     subscription_ids: tuple[int, ...] = ()
     group: Any = None  # the SharedGroup it came through, to hand it on if this member leaves
+    seq: int | None = None  # position in the session's durable queue, when persisted
 
 
 @dataclass(slots=True)
@@ -72,6 +73,9 @@ class Session:
     origin: Any = None  # callable() -> the connection whose PUBLISH is being routed, or None
     # Publishers paused because this session's queue backed up (see `_enqueue`).
     blocked_publishers: set = field(default_factory=set)
+    tenant_id: int | None = None  # set when the tenant lives in the database
+    next_seq: int = 0  # last sequence number used in the durable queue
+    persist: Any = None  # callable(session, delivery) for persistent sessions (storage layer)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -84,6 +88,8 @@ class Session:
     # -- outbound -------------------------------------------------------------------------
 
     def deliver(self, delivery: Delivery) -> None:
+        if delivery.qos and self.persist is not None and delivery.seq is None:
+            self.persist(self, delivery)
         conn = self.connection
         if conn is not None and not conn.closing and not conn.write_paused and not self.queue:
             if delivery.qos == 0:

@@ -27,5 +27,11 @@ class PostgresAuthenticator:
             default_allow=policy.acl_default_allow,
         )
         return AuthResult(
-            0, decision.tenant, decision.device, decision.client_id, acl, dict(policy.quota)
+            0,
+            decision.tenant,
+            decision.device,
+            decision.client_id,
+            acl,
+            dict(policy.quota),
+            tenant_id=policy.tenant_id,
         )

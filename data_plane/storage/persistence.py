@@ -1,0 +1,208 @@
+"""Persistent sessions, mirrored to Postgres through the `SessionStore`.
+
+A session is persistent when its client asked for it (3.1.1 clean session 0, 5.0 session expiry
+> 0) and the tenant is known to the database. For such a session every QoS 1/2 delivery gets a
+sequence number and is appended to its queue (group-committed); the publisher's PUBACK/PUBREC
+waits for that commit (`Broker.take_pending_commits`). Acknowledged or dropped deliveries are
+deleted. At start-up every live session is restored: subscriptions into the router, queue into
+memory, expiry timers re-armed — so a kill -9 loses nothing that was acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from data_plane.broker.broker import NEVER_EXPIRES, Broker
+from data_plane.broker.message import Message
+from data_plane.broker.session import Delivery, Session, SubscriptionState
+from data_plane.mqtt.packets import Subscription
+from data_plane.storage.session_store import QueuedMessage, SessionStore
+
+log = logging.getLogger(__name__)
+
+
+def _wall(monotonic_deadline: float | None) -> datetime | None:
+    if monotonic_deadline is None:
+        return None
+    return datetime.now(UTC) + timedelta(seconds=monotonic_deadline - time.monotonic())
+
+
+def _monotonic(wall: datetime | None) -> float | None:
+    if wall is None:
+        return None
+    return time.monotonic() + (wall - datetime.now(UTC)).total_seconds()
+
+
+class SessionPersistence:
+    def __init__(self, broker: Broker, store: SessionStore) -> None:
+        self.broker = broker
+        self.store = store
+        self._tasks: set[asyncio.Task] = set()
+        broker.persistence = self
+
+    # -- which sessions -------------------------------------------------------------------
+
+    def attach(self, session: Session) -> None:
+        persistent = session.tenant_id is not None and session.expiry_interval > 0
+        session.persist = self.persist if persistent else None
+
+    # -- deliveries -----------------------------------------------------------------------
+
+    def persist(self, session: Session, delivery: Delivery) -> None:
+        session.next_seq += 1
+        delivery.seq = session.next_seq
+        message = delivery.message
+        future = self.store.enqueue(
+            session.tenant_id,
+            session.client_id,
+            QueuedMessage(
+                seq=delivery.seq,
+                topic=message.topic,
+                payload=message.payload,
+                qos=delivery.qos,
+                retain=delivery.retain,
+                properties=_jsonable(message.properties),
+                expires_at=_wall(message.expires_at),
+            ),
+        )
+        self.broker.pending_commits.append(future)
+
+    def settled(self, session: Session, delivery: Delivery) -> None:
+        """Acknowledged by the client, or dropped: the durable copy goes."""
+        if delivery.seq is None or session.tenant_id is None:
+            return
+        future = self.store.ack(session.tenant_id, session.client_id, delivery.seq)
+        future.add_done_callback(_log_failure)
+
+    # -- session records ------------------------------------------------------------------
+
+    async def save(self, session: Session, *, disconnected: bool = False) -> None:
+        expires_at = None
+        if disconnected and session.expiry_interval != NEVER_EXPIRES:
+            expires_at = datetime.now(UTC) + timedelta(seconds=session.expiry_interval)
+        await self.store.save_session(
+            session.tenant_id,
+            session.client_id,
+            expiry_interval=session.expiry_interval,
+            subscriptions=[_subscription_record(s) for s in session.subscriptions.values()],
+            expires_at=expires_at,
+        )
+
+    def save_later(self, session: Session, *, disconnected: bool = False) -> None:
+        self._spawn(self.save(session, disconnected=disconnected))
+
+    def forget(self, session: Session) -> None:
+        if session.tenant_id is not None:
+            self._spawn(self.store.delete_session(session.tenant_id, session.client_id))
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- start-up -------------------------------------------------------------------------
+
+    async def restore(self, tenant_slugs: dict[int, str]) -> int:
+        """Bring back every unexpired session with its subscriptions and queue."""
+        restored = 0
+        for stored in await self.store.live_sessions():
+            tenant = tenant_slugs.get(stored.tenant_id)
+            if tenant is None:
+                continue
+            session = Session(tenant, stored.client_id, max_queued=10**9)
+            session.tenant_id = stored.tenant_id
+            session.expiry_interval = stored.expiry_interval
+            session.next_seq = stored.last_seq
+            session.on_drop = self.broker._dropped
+            session.on_sent = self.broker._sent
+            session.origin = self.broker._origin
+            self.attach(session)
+            self.broker.sessions[session.key] = session
+            for record in stored.subscriptions:
+                self.broker.restore_subscription(
+                    session,
+                    Subscription(
+                        record["filter"],
+                        record["qos"],
+                        record.get("nl", False),
+                        record.get("rap", False),
+                        record.get("rh", 0),
+                    ),
+                    record.get("id"),
+                )
+            for queued in await self.store.fetch(stored.tenant_id, stored.client_id, limit=100_000):
+                message = Message(
+                    queued.topic,
+                    queued.payload,
+                    queued.qos,
+                    queued.retain,
+                    restore_properties(queued.properties),
+                    _monotonic(queued.expires_at),
+                    "",
+                    tenant,
+                )
+                session.queue.append(Delivery(message, queued.qos, queued.retain, seq=queued.seq))
+            if stored.expires_at is not None:
+                remaining = (stored.expires_at - datetime.now(UTC)).total_seconds()
+                session.expiry_handle = asyncio.get_running_loop().call_later(
+                    max(0.0, remaining), self.broker._expire, session
+                )
+            restored += 1
+        return restored
+
+    async def purge_forever(self, interval: float = 60.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.store.purge_expired()
+            except Exception as exc:
+                log.warning("session purge failed: %s", exc)
+
+
+def _subscription_record(state: SubscriptionState) -> dict[str, Any]:
+    return {
+        "filter": state.topic_filter,
+        "qos": state.qos,
+        "nl": state.no_local,
+        "rap": state.retain_as_published,
+        "rh": state.retain_handling,
+        "id": state.subscription_id,
+    }
+
+
+def _jsonable(properties: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in properties.items():
+        if isinstance(value, bytes):
+            out[key] = {"b": value.hex()}
+        elif key == "user_property":
+            out[key] = [list(pair) for pair in value]
+        else:
+            out[key] = value
+    return out
+
+
+def restore_properties(properties: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in properties.items():
+        if isinstance(value, dict) and "b" in value:
+            out[key] = bytes.fromhex(value["b"])
+        elif key == "user_property":
+            out[key] = [tuple(pair) for pair in value]
+        else:
+            out[key] = value
+    return out
+
+
+def _log_failure(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("session store write failed: %s", future.exception())

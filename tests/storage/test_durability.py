@@ -1,0 +1,115 @@
+"""Nothing acknowledged is lost: persistent sessions survive a kill -9 of the broker."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from tenants import services
+from tests.broker.clients import Paho
+from tests.tenancy.test_broker_tenancy import start_pg_broker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def devices():
+    tenant = services.tenant_create("acme")
+    _, sub_secret = services.device_create(tenant=tenant, name="sub", client_id_policy="any")
+    _, pub_secret = services.device_create(tenant=tenant, name="pub", client_id_policy="any")
+    return sub_secret, pub_secret
+
+
+def kill9(process) -> None:
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def test_kill_9_mid_stream_loses_no_acknowledged_message(devices):
+    sub_secret, pub_secret = devices
+    process, port = start_pg_broker()
+    try:
+        sub = Paho(port, "acme/sub", sub_secret, "durable-sub", clean=False, expiry=3600)
+        sub.subscribe("d/#", 1)
+        sub.close()  # offline: everything goes to its durable queue
+        pub = Paho(port, "acme/pub", pub_secret, "durable-pub")
+        acked: list[str] = []
+        stop = threading.Event()
+
+        def publish_until_killed():
+            for i in range(100_000):
+                if stop.is_set():
+                    return
+                info = pub.client.publish("d/t", f"m{i}", 1)
+                try:
+                    info.wait_for_publish(2)
+                except (RuntimeError, ValueError):
+                    return
+                if info.is_published():
+                    acked.append(f"m{i}")
+                else:
+                    return
+
+        worker = threading.Thread(target=publish_until_killed)
+        worker.start()
+        deadline = time.monotonic() + 20
+        while len(acked) < 300 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        kill9(process)  # mid-stream, with writes in flight
+        stop.set()
+        worker.join(10)
+        pub.client.loop_stop()
+        assert len(acked) >= 300
+    finally:
+        if process.poll() is None:
+            kill9(process)
+
+    process, port = start_pg_broker()
+    try:
+        back = Paho(port, "acme/sub", sub_secret, "durable-sub", clean=False, expiry=3600)
+        assert back.session_present
+        received = [m.payload.decode() for m in back.expect(len(acked) + 50, 10)]
+        missing = set(acked) - set(received)
+        assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+        order = [int(p[1:]) for p in received]
+        assert order == sorted(order)  # the queue keeps publish order
+        # The subscription itself survived the crash too: new messages still queue up.
+        back.close()
+        pub = Paho(port, "acme/pub", pub_secret, "durable-pub-2")
+        pub.publish("d/t", "after-restart", 1)
+        pub.close()
+        again = Paho(port, "acme/sub", sub_secret, "durable-sub", clean=False, expiry=3600)
+        assert [m.payload for m in again.expect(1, 5)] == [b"after-restart"]
+        again.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def test_clean_start_discards_the_durable_session(devices):
+    sub_secret, pub_secret = devices
+    process, port = start_pg_broker()
+    try:
+        sub = Paho(port, "acme/sub", sub_secret, "short-lived", clean=False, expiry=3600)
+        sub.subscribe("c/#", 1)
+        sub.close()
+        pub = Paho(port, "acme/pub", pub_secret, "c-pub")
+        pub.publish("c/t", "queued", 1)
+        pub.close()
+        fresh = Paho(port, "acme/sub", sub_secret, "short-lived", clean=True, expiry=0)
+        assert not fresh.session_present
+        assert fresh.nothing(0.5)
+        fresh.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    process, port = start_pg_broker()
+    try:
+        back = Paho(port, "acme/sub", sub_secret, "short-lived", clean=False, expiry=3600)
+        assert not back.session_present  # nothing came back from the database either
+        back.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
