@@ -29,6 +29,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sys-interval", type=float, default=10.0)
     parser.add_argument("--max-queued", type=int, default=1000)
     parser.add_argument("--usage-flush-interval", type=float, default=10.0)
+    parser.add_argument(
+        "--archive-interval",
+        type=float,
+        default=10.0,
+        help="seconds between archive uploads (segments close after 60 s)",
+    )
+    parser.add_argument("--archive-segment-age", type=float, default=60.0)
+    parser.add_argument("--no-archive", action="store_true")
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -73,6 +81,7 @@ async def run(args: argparse.Namespace) -> None:
         link = ControlPlaneLink(dsn)
         authenticator = PostgresAuthenticator(link.directory)
     persistence = None
+    kept = None
     prepare = None
     if link is not None:
         await link.start(None)
@@ -89,14 +98,40 @@ async def run(args: argparse.Namespace) -> None:
                 rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
             restored = await persistence.restore(dict(rows))
             logging.getLogger("data_plane").info("restored %d persistent sessions", restored)
+            nonlocal kept
+            from data_plane.storage.retained_delayed import RetainedAndDelayed
+
+            kept = RetainedAndDelayed(broker, link.pool)
+            retained, delayed = await kept.load()
+            kept.start()
+            logging.getLogger("data_plane").info(
+                "loaded %d retained and %d delayed messages", retained, delayed
+            )
 
     server = await serve(config, authenticator, prepare)
     observers = None
     purge = None
+    tap = None
     if link is not None:
         from data_plane.tenancy.observers import TenancyObservers
 
         link.live = server.broker
+        if not args.no_archive:
+            from data_plane.storage.archive import ArchiveWriter
+            from data_plane.storage.archive_hook import ArchiveTap
+            from data_plane.storage.object_store import open_object_store
+
+            def archive_enabled(tenant: str) -> bool:
+                policy = link.directory.cached_policy(tenant)
+                return policy is None or policy.archive_enabled
+
+            tap = ArchiveTap(
+                server.broker,
+                ArchiveWriter(open_object_store(), max_age=args.archive_segment_age),
+                enabled_for=archive_enabled,
+                interval=args.archive_interval,
+            )
+            tap.start()
         purge = asyncio.get_running_loop().create_task(persistence.purge_forever())
         observers = TenancyObservers(
             server.broker, link.pool, flush_interval=args.usage_flush_interval
@@ -112,6 +147,10 @@ async def run(args: argparse.Namespace) -> None:
     await server.shutdown()
     if purge is not None:
         purge.cancel()
+    if tap is not None:
+        await tap.stop()
+    if kept is not None:
+        await kept.stop()
     if persistence is not None:
         await persistence.drain()
         await persistence.store.stop()

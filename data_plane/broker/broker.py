@@ -62,6 +62,8 @@ class Broker:
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates
         self.persistence: Any = None  # data_plane.storage.persistence.SessionPersistence
         self.pending_commits: list[asyncio.Future] = []  # durable copies of the current publish
+        self.retained_changed: Any = None  # callable(message): mirrors retained to storage
+        self.schedule_delayed: Any = None  # callable(message, seconds) -> future (storage)
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -160,6 +162,8 @@ class Broker:
                 return 0
         if message.retain:
             self.retained.set(message)
+            if self.retained_changed is not None:
+                self.retained_changed(message)
         subscribers, groups = self.router.match(tenant, message.topic)
         if not subscribers and not groups:
             return 0
@@ -316,6 +320,13 @@ class Broker:
         for conn in self.connections:
             if conn.tenant == tenant:
                 conn.apply_policy(policy)
+
+    def delay(self, message: Message, seconds: int) -> asyncio.Future | None:
+        """`$delayed/{seconds}/{topic}`: publish later (durably when storage is configured)."""
+        if self.schedule_delayed is not None:
+            return self.schedule_delayed(message, seconds)
+        asyncio.get_running_loop().call_later(seconds, self.publish, message)
+        return None
 
     def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
         """The tenant's shared token buckets, rebuilt when its quota changed."""

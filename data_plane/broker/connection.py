@@ -38,6 +38,9 @@ from data_plane.mqtt.packets import (
     Unsubscribe,
 )
 from data_plane.mqtt.reason_codes import ReasonCode as RC
+from data_plane.mqtt.topics import validate_topic_name
+
+MAX_DELAY = 4_294_967  # seconds, as EMQX
 
 log = logging.getLogger(__name__)
 
@@ -468,6 +471,20 @@ class MQTTConnection(asyncio.Protocol):
                     return
             else:
                 self._rate_strikes = 0
+        delay = None
+        if topic.startswith("$delayed/"):
+            seconds, _, real_topic = topic[len("$delayed/") :].partition("/")
+            try:
+                validate_topic_name(real_topic)
+                delay = int(seconds) if seconds.isdigit() else -1
+            except MQTTError:
+                delay = -1
+            if not 0 <= delay <= MAX_DELAY or real_topic.startswith("$"):
+                self._refuse_publish(
+                    packet, RC.TOPIC_NAME_INVALID, "use $delayed/{seconds}/{topic}"
+                )
+                return
+            topic = real_topic
         acl = self.auth.acl
         if topic.startswith("$") or (acl is not None and not acl.can_publish(topic)):
             self.broker.stats[self.tenant].denied += 1
@@ -493,6 +510,15 @@ class MQTTConnection(asyncio.Protocol):
             ):
                 self._refuse_publish(packet, RC.QUOTA_EXCEEDED, "retained message limit")
                 return
+        if delay is not None:
+            stored = self.broker.delay(message, delay)
+            if qos == 2:
+                self.session.inbound_qos2.add(packet.packet_id)
+            if stored is not None and qos:
+                self.loop.create_task(self._ack_after_commit(packet, 0, [stored]))
+            elif qos:
+                self._ack_publish(packet, 0)
+            return
         self.broker.publishing_connection = self
         try:
             reached = self.broker.publish(message)

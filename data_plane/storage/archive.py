@@ -18,6 +18,7 @@ import gzip
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -100,6 +101,7 @@ class ArchiveWriter:
         self._pending: list[_Closed] = []
         self._pending_bytes = 0
         self._sequence = 0
+        self._lock = threading.Lock()  # uploads may run in a thread while the loop appends
         self.written_records = 0
         self.dropped_records = 0
         self.upload_failures = 0
@@ -124,13 +126,24 @@ class ArchiveWriter:
 
     def flush(self, *, force: bool = False) -> int:
         """Close due segments and upload what is pending; returns records uploaded. Blocking."""
+        self.close_due(force=force)
+        return self.upload_pending()
+
+    def close_due(self, *, force: bool = False) -> None:
+        """On the thread that appends: close segments past their age (all with `force`)."""
         now = time.monotonic()
         for partition, segment in list(self._open.items()):
             if force or now - segment.opened >= self.max_age:
                 self._close(partition)
+
+    def upload_pending(self) -> int:
+        """Upload closed segments in order (safe to run in a worker thread)."""
         uploaded = 0
-        while self._pending:
-            closed = self._pending[0]
+        while True:
+            with self._lock:
+                if not self._pending:
+                    break
+                closed = self._pending[0]
             try:
                 self.store.put(closed.key, closed.body)
             except Exception as exc:
@@ -153,8 +166,12 @@ class ArchiveWriter:
         self._sequence += 1
         key = f"{segment.key_prefix}/{self.writer_id}-{self._sequence:08d}.ndjson.gz"
         body = gzip.compress(b"".join(segment.lines), compresslevel=5)
-        self._pending.append(_Closed(key, body, segment.records))
-        self._pending_bytes += len(body)
+        with self._lock:
+            self._pending.append(_Closed(key, body, segment.records))
+            self._pending_bytes += len(body)
+            self._drop_over_bound()
+
+    def _drop_over_bound(self) -> None:
         while self._pending_bytes > self.max_pending_bytes and len(self._pending) > 1:
             dropped = self._pending.pop(0)
             self._pending_bytes -= len(dropped.body)

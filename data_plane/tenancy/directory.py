@@ -127,6 +127,11 @@ class TenantDirectory:
         self._policies[tenant] = (now + (self.ttl if policy else self.negative_ttl), policy)
         return policy
 
+    def cached_policy(self, tenant: str) -> TenantPolicy | None:
+        """The policy if cached (no I/O): for hooks on the hot path."""
+        cached = self._policies.get(tenant)
+        return cached[1] if cached else None
+
     # -- the decision -----------------------------------------------------------------------
 
     async def authenticate(

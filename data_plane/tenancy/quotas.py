@@ -24,7 +24,7 @@ class TokenBucket:
         now = now if now is not None else time.monotonic()
         self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
         self.updated = now
-        if self.tokens >= amount:
+        if self.tokens >= amount - 1e-9:  # float refills land a hair short
             self.tokens -= amount
             return 0.0
         return (amount - self.tokens) / self.rate

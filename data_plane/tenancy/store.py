@@ -56,6 +56,7 @@ class TenantPolicy:
     acl_default_allow: bool
     acl: list[AclEntry]
     quota: dict[str, int]
+    archive_enabled: bool = True
 
 
 _DEVICE_SQL = """
@@ -68,7 +69,7 @@ SELECT t.id, t.status, d.id, d.enabled, d.client_id_policy, d.client_id_pattern,
 """
 
 _POLICY_SQL = f"""
-SELECT t.id, t.status, t.acl_default, t.quota_overrides,
+SELECT t.id, t.status, t.acl_default, t.quota_overrides, t.archive_enabled,
        {", ".join("p." + column for column in QUOTA_COLUMNS)}
   FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id
  WHERE t.slug = %s
@@ -118,8 +119,8 @@ class TenantStore:
             if row is None:
                 return None
             acl_rows = await (await cursor.execute(_ACL_SQL, (row[0],))).fetchall()
-        tenant_id, status, acl_default, overrides = row[:4]
-        quota = dict(zip(QUOTA_COLUMNS, row[4:], strict=True))
+        tenant_id, status, acl_default, overrides, archive_enabled = row[:5]
+        quota = dict(zip(QUOTA_COLUMNS, row[5:], strict=True))
         for key, value in (overrides or {}).items():
             if key in quota:
                 quota[key] = int(value)
@@ -133,4 +134,5 @@ class TenantStore:
                 for action, permission, topic, device in acl_rows
             ],
             quota=quota,
+            archive_enabled=bool(archive_enabled),
         )

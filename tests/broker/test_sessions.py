@@ -309,3 +309,17 @@ def test_unsubscribe_and_no_subscribers_reason(broker):
     assert info.is_published()
     assert client.nothing(0.3)
     client.close()
+
+
+def test_delayed_publish_in_memory(broker):
+    sub = Paho(broker.port, "acme/d1", "pw1", "delay-sub")
+    sub.subscribe("later/#", 1)
+    pub = Paho(broker.port, "acme/d2", "pw2", "delay-pub")
+    started = time.monotonic()
+    pub.publish("$delayed/1/later/x", "tick", 1)
+    (message,) = sub.expect(1, 4)
+    assert message.topic == "later/x" and time.monotonic() - started >= 0.9
+    info = pub.client.publish("$delayed/soon/later/x", "bad", 1)  # not a number: refused
+    info.wait_for_publish(3)
+    assert sub.nothing(1.5)
+    sub.close(), pub.close()

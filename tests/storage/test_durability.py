@@ -113,3 +113,34 @@ def test_clean_start_discards_the_durable_session(devices):
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_retained_and_delayed_survive_a_restart(devices):
+    sub_secret, pub_secret = devices
+    process, port = start_pg_broker()
+    try:
+        pub = Paho(port, "acme/pub", pub_secret, "rd-pub")
+        pub.publish("r/kept", "retained value", 1, retain=True)
+        pub.publish("r/gone", "temporary", 1, retain=True)
+        pub.publish("r/gone", "", 1, retain=True)  # cleared
+        pub.publish("$delayed/3/r/later", "delayed value", 1)  # acknowledged once stored
+        pub.close()
+        time.sleep(0.5)
+    finally:
+        kill9(process)
+    started = time.monotonic()
+    process, port = start_pg_broker()
+    try:
+        sub = Paho(port, "acme/sub", sub_secret, "rd-sub")
+        sub.subscribe("r/#", 1)
+        first = sub.expect(1, 3)
+        assert [(m.topic, m.payload, m.retain) for m in first] == [
+            ("r/kept", b"retained value", True)
+        ]
+        later = sub.expect(1, 6)
+        assert [(m.topic, m.payload) for m in later] == [("r/later", b"delayed value")]
+        assert time.monotonic() - started >= 2  # not before its time
+        sub.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)

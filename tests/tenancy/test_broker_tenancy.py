@@ -15,7 +15,7 @@ from tests.broker.clients import Paho
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def start_pg_broker() -> tuple[subprocess.Popen, int]:
+def start_pg_broker(*extra: str) -> tuple[subprocess.Popen, int]:
     db = connection.settings_dict
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     process = subprocess.Popen(

@@ -1,0 +1,172 @@
+"""Retained messages and delayed publishes (`$delayed/{seconds}/{topic}`, EMQX's form) kept in
+Postgres, so both survive restarts.
+
+Retained changes are applied in order by one writer task (a retained topic set twice quickly must
+end with the second value). Delayed publishes are written before the publisher is acknowledged
+and deleted once delivered; at start-up both tables are loaded back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from data_plane.broker.broker import Broker
+from data_plane.broker.message import Message
+from data_plane.storage.persistence import _jsonable, _monotonic, _wall, restore_properties
+
+log = logging.getLogger(__name__)
+MAX_DELAY = 4_294_967  # seconds, as EMQX
+
+
+class RetainedAndDelayed:
+    def __init__(self, broker: Broker, pool: Any) -> None:
+        self.broker = broker
+        self.pool = pool
+        self._changes: asyncio.Queue[Message] = asyncio.Queue()
+        self._writer: asyncio.Task | None = None
+        self._timers: set[asyncio.TimerHandle] = set()
+        broker.retained_changed = self._changes.put_nowait
+        broker.schedule_delayed = self.schedule
+
+    def start(self) -> None:
+        self._writer = asyncio.get_running_loop().create_task(self._write_retained())
+
+    async def stop(self) -> None:
+        while not self._changes.empty():
+            await asyncio.sleep(0.01)
+        if self._writer:
+            self._writer.cancel()
+        for timer in self._timers:
+            timer.cancel()
+
+    # -- retained -------------------------------------------------------------------------
+
+    async def load(self) -> tuple[int, int]:
+        async with self.pool.connection() as conn:
+            retained = await (
+                await conn.execute(
+                    "SELECT t.slug, r.topic, r.payload, r.qos, r.properties, r.expires_at"
+                    "  FROM tenants_retainedmessage r JOIN tenants_tenant t ON t.id = r.tenant_id"
+                    " WHERE r.expires_at IS NULL OR r.expires_at > now()"
+                )
+            ).fetchall()
+            delayed = await (
+                await conn.execute(
+                    "SELECT d.id, t.slug, d.topic, d.payload, d.qos, d.retain, d.properties,"
+                    "       d.publisher, d.deliver_at"
+                    "  FROM tenants_delayedmessage d JOIN tenants_tenant t ON t.id = d.tenant_id"
+                )
+            ).fetchall()
+        for slug, topic, payload, qos, properties, expires_at in retained:
+            props = restore_properties(properties or {})
+            self.broker.retained.set(
+                Message(
+                    topic, bytes(payload or b""), qos, True, props, _monotonic(expires_at), "", slug
+                )
+            )
+        for row_id, slug, topic, payload, qos, retain, properties, publisher, at in delayed:
+            message = Message(
+                topic,
+                bytes(payload or b""),
+                qos,
+                retain,
+                restore_properties(properties or {}),
+                None,
+                publisher,
+                slug,
+            )
+            self._arm(row_id, message, (at - datetime.now(UTC)).total_seconds())
+        return len(retained), len(delayed)
+
+    async def _write_retained(self) -> None:
+        while True:
+            message = await self._changes.get()
+            try:
+                async with self.pool.connection() as conn:
+                    if message.payload:
+                        await conn.execute(
+                            """
+                            INSERT INTO tenants_retainedmessage (tenant_id, topic, payload,
+                                object_key, qos, properties, expires_at, updated_at)
+                            SELECT t.id, %s, %s, '', %s, %s, %s, now()
+                              FROM tenants_tenant t WHERE t.slug = %s
+                            ON CONFLICT (tenant_id, topic) DO UPDATE SET
+                              payload = EXCLUDED.payload, qos = EXCLUDED.qos,
+                              properties = EXCLUDED.properties,
+                              expires_at = EXCLUDED.expires_at, updated_at = now()
+                            """,
+                            (
+                                message.topic,
+                                message.payload,
+                                message.qos,
+                                Jsonb(_jsonable(message.properties)),
+                                _wall(message.expires_at),
+                                message.tenant,
+                            ),
+                        )
+                    else:
+                        await conn.execute(
+                            "DELETE FROM tenants_retainedmessage r USING tenants_tenant t"
+                            " WHERE r.tenant_id = t.id AND t.slug = %s AND r.topic = %s",
+                            (message.tenant, message.topic),
+                        )
+            except Exception as exc:
+                log.warning("retained write for %s failed: %s", message.topic, exc)
+
+    # -- delayed --------------------------------------------------------------------------
+
+    def schedule(self, message: Message, delay: int) -> asyncio.Future:
+        """Store, then arm a timer; the returned future resolves once stored."""
+        return asyncio.get_running_loop().create_task(self._store_delayed(message, delay))
+
+    async def _store_delayed(self, message: Message, delay: int) -> None:
+        deliver_at = datetime.now(UTC) + timedelta(seconds=delay)
+        async with self.pool.connection() as conn:
+            row = await (
+                await conn.execute(
+                    """
+                INSERT INTO tenants_delayedmessage (tenant_id, topic, payload, object_key, qos,
+                    retain, properties, publisher, deliver_at, created_at)
+                SELECT t.id, %s, %s, '', %s, %s, %s, %s, %s, now()
+                  FROM tenants_tenant t WHERE t.slug = %s
+                RETURNING id
+                """,
+                    (
+                        message.topic,
+                        message.payload,
+                        message.qos,
+                        message.retain,
+                        Jsonb(_jsonable(message.properties)),
+                        message.publisher,
+                        deliver_at,
+                        message.tenant,
+                    ),
+                )
+            ).fetchone()
+        if row is None:
+            raise RuntimeError(f"unknown tenant {message.tenant}")
+        self._arm(row[0], message, delay)
+
+    def _arm(self, row_id: int, message: Message, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            self.broker.publish(message)
+            loop.create_task(self._delete_delayed(row_id))
+
+        handle = loop.call_later(max(0.0, delay), fire)
+        self._timers.add(handle)
+
+    async def _delete_delayed(self, row_id: int) -> None:
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute("DELETE FROM tenants_delayedmessage WHERE id = %s", (row_id,))
+        except Exception as exc:
+            log.warning("could not delete delivered delayed message %s: %s", row_id, exc)
