@@ -9,6 +9,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from tenants.quota_keys import QUOTA_KEYS
+
 # Slugs go into MQTT usernames and topic namespaces: keep them boring.
 SLUG_VALIDATOR = RegexValidator(
     r"^[a-z0-9](?:[a-z0-9-]{1,30})[a-z0-9]$",
@@ -39,19 +41,6 @@ RESERVED_SLUGS = frozenset(
 DEVICE_NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$",
     "Use 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit.",
-)
-
-QUOTA_KEYS = (
-    "max_connections",
-    "max_publish_rate",
-    "max_inbound_bytes_rate",
-    "max_outbound_bytes_rate",
-    "max_message_size",
-    "max_subscriptions_per_client",
-    "max_queued_messages",
-    "max_retained_messages",
-    "max_session_expiry",
-    "max_keepalive",
 )
 
 

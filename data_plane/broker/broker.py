@@ -228,24 +228,10 @@ class Broker:
     # -- subscriptions ------------------------------------------------------------------
 
     def subscribe(self, session: Session, sub: Subscription, subscription_id: int | None) -> None:
-        group, topic_filter = parse_shared(sub.topic_filter)
-        router = self.router.for_tenant(session.tenant)
         existed = sub.topic_filter in session.subscriptions
-        router.subscribe(
-            topic_filter,
-            Subscriber(session, sub.qos, sub.no_local, sub.retain_as_published, subscription_id),
-            group,
-        )
-        session.subscriptions[sub.topic_filter] = SubscriptionState(
-            sub.topic_filter,
-            sub.qos,
-            sub.no_local,
-            sub.retain_as_published,
-            sub.retain_handling,
-            subscription_id,
-        )
+        group, topic_filter = self.restore_subscription(session, sub, subscription_id)
         self.hooks.run("session.subscribed", session, sub)
-        # Retained messages: not for shared subscriptions (MQTT-3.8.4-?); handling 1 only new.
+        # Retained messages: never for shared subscriptions; with handling 1 only when new.
         if group is None and (
             sub.retain_handling == 0 or (sub.retain_handling == 1 and not existed)
         ):
@@ -255,8 +241,8 @@ class Broker:
 
     def restore_subscription(
         self, session: Session, sub: Subscription, subscription_id: int | None
-    ) -> None:
-        """A subscription brought back from storage: routed again, nothing retained resent."""
+    ) -> tuple[str | None, str]:
+        """Route a subscription (also one brought back from storage: no retained resent)."""
         group, topic_filter = parse_shared(sub.topic_filter)
         self.router.for_tenant(session.tenant).subscribe(
             topic_filter,
@@ -271,6 +257,7 @@ class Broker:
             sub.retain_handling,
             subscription_id,
         )
+        return group, topic_filter
 
     def unsubscribe(self, session: Session, topic_filter: str) -> bool:
         if session.subscriptions.pop(topic_filter, None) is None:

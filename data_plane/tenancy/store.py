@@ -13,19 +13,9 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from data_plane.tenancy.acl import AclEntry
+from tenants.quota_keys import QUOTA_KEYS
 
-QUOTA_COLUMNS = (
-    "max_connections",
-    "max_publish_rate",
-    "max_inbound_bytes_rate",
-    "max_outbound_bytes_rate",
-    "max_message_size",
-    "max_subscriptions_per_client",
-    "max_queued_messages",
-    "max_retained_messages",
-    "max_session_expiry",
-    "max_keepalive",
-)
+QUOTA_COLUMNS = QUOTA_KEYS
 
 
 @dataclass(slots=True)

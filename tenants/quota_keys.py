@@ -1,0 +1,15 @@
+"""The quota keys of CONTRACT.md: plan columns, override keys, and what the broker enforces.
+Pure Python, so the broker (no Django) and the models share one list."""
+
+QUOTA_KEYS = (
+    "max_connections",
+    "max_publish_rate",
+    "max_inbound_bytes_rate",
+    "max_outbound_bytes_rate",
+    "max_message_size",
+    "max_subscriptions_per_client",
+    "max_queued_messages",
+    "max_retained_messages",
+    "max_session_expiry",
+    "max_keepalive",
+)
