@@ -20,6 +20,7 @@ from pathlib import Path
 from bench import brokers, scenarios
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+OTHER_BENCHMARKS = "<!-- other benchmarks: kept when compare.py rewrites the part above -->"
 
 
 def plan(quick: bool) -> list[tuple[str, dict]]:
@@ -163,7 +164,10 @@ async def main(argv: list[str] | None = None) -> None:
     command = "python -m bench.compare " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(results, command.strip(), time.time() - started)
     if not args.no_write:
-        RESULTS.write_text(text)
+        kept = ""
+        if RESULTS.exists() and OTHER_BENCHMARKS in RESULTS.read_text():
+            kept = RESULTS.read_text().split(OTHER_BENCHMARKS, 1)[1]
+        RESULTS.write_text(text + "\n" + OTHER_BENCHMARKS + kept)
         print(f"wrote {RESULTS}")
 
 

@@ -1,7 +1,7 @@
 """Durable QoS 1 enqueue and drain on the local Postgres: the session store alone, as the broker
 uses it (group commit with COPY; range reads; range deletes).
 
-    .venv/bin/python -m bench.durable [--messages 50000] [--sessions 100]
+    .venv/bin/python -m bench.durable [--messages 50000] [--sessions 100] [--burst 200]
 
 Prints messages/s enqueued (every future awaited = every copy committed), the commit batch sizes,
 drain messages/s, and Postgres CPU-seconds beside them. Uses the embedded cluster (or
@@ -38,7 +38,7 @@ def postgres_cpu_seconds() -> float:
     return total
 
 
-async def main(messages: int, sessions: int, payload: int) -> None:
+async def main(messages: int, sessions: int, payload: int, burst: int) -> None:
     dsn = os.environ.get("DATABASE_URL")
     if not dsn:
         from control_plane import embedded
@@ -47,17 +47,21 @@ async def main(messages: int, sessions: int, payload: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         plan = conn.execute("SELECT id FROM tenants_plan LIMIT 1").fetchone()
         if plan is None:
-            conn.execute("INSERT INTO tenants_plan (slug, name, monthly_price_cents,"
-                         " price_per_million_messages_cents, max_connections, max_publish_rate,"
-                         " max_inbound_bytes_rate, max_outbound_bytes_rate, max_message_size,"
-                         " max_subscriptions_per_client, max_queued_messages,"
-                         " max_retained_messages, max_session_expiry, max_keepalive) VALUES"
-                         " ('bench', 'Bench', 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)")
+            conn.execute(
+                "INSERT INTO tenants_plan (slug, name, monthly_price_cents,"
+                " price_per_million_messages_cents, max_connections, max_publish_rate,"
+                " max_inbound_bytes_rate, max_outbound_bytes_rate, max_message_size,"
+                " max_subscriptions_per_client, max_queued_messages,"
+                " max_retained_messages, max_session_expiry, max_keepalive) VALUES"
+                " ('bench', 'Bench', 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)"
+            )
             plan = conn.execute("SELECT id FROM tenants_plan LIMIT 1").fetchone()
         tenant_id = conn.execute(
             "INSERT INTO tenants_tenant (slug, name, status, plan_id, quota_overrides, acl_default,"
             " archive_enabled, created_at) VALUES (%s, 'bench', 'active', %s, '{}', 'allow', false,"
-            " now()) RETURNING id", (f"bench-{os.getpid()}", plan[0])).fetchone()[0]
+            " now()) RETURNING id",
+            (f"bench-{os.getpid()}", plan[0]),
+        ).fetchone()[0]
     body = b"x" * payload
     try:
         async with AsyncConnectionPool(dsn, min_size=2, max_size=4, open=False) as pool:
@@ -66,11 +70,17 @@ async def main(messages: int, sessions: int, payload: int) -> None:
             store.start()
             cpu = postgres_cpu_seconds()
             started = time.perf_counter()
-            futures = [
-                store.enqueue(tenant_id, f"c{i % sessions}",
-                              QueuedMessage(seq=i // sessions + 1, topic="t", payload=body, qos=1))
-                for i in range(messages)
-            ]
+            futures = []
+            for i in range(messages):  # publishes arrive in bursts, as from many connections
+                futures.append(
+                    store.enqueue(
+                        tenant_id,
+                        f"c{i % sessions}",
+                        QueuedMessage(seq=i // sessions + 1, topic="t", payload=body, qos=1),
+                    )
+                )
+                if i % burst == burst - 1:
+                    await asyncio.sleep(0)
             await asyncio.gather(*futures)
             enqueue_s = time.perf_counter() - started
             enqueue_cpu = postgres_cpu_seconds() - cpu
@@ -89,11 +99,15 @@ async def main(messages: int, sessions: int, payload: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DELETE FROM tenants_mqttqueuedmessage WHERE tenant_id = %s", (tenant_id,))
             conn.execute("DELETE FROM tenants_tenant WHERE id = %s", (tenant_id,))
-    print(f"enqueue: {messages / enqueue_s:,.0f} msg/s ({messages} x {payload} B into {sessions}"
-          f" sessions), {len(sizes)} commits, batch size median {statistics.median(sizes):,.0f}"
-          f" max {max(sizes):,}, Postgres CPU {enqueue_cpu:.2f} s")
-    print(f"drain:   {drained / drain_s:,.0f} msg/s (range read + acknowledgements),"
-          f" Postgres CPU {drain_cpu:.2f} s")
+    print(
+        f"enqueue: {messages / enqueue_s:,.0f} msg/s ({messages} x {payload} B into {sessions}"
+        f" sessions), {len(sizes)} commits, batch size median {statistics.median(sizes):,.0f}"
+        f" max {max(sizes):,}, Postgres CPU {enqueue_cpu:.2f} s"
+    )
+    print(
+        f"drain:   {drained / drain_s:,.0f} msg/s (range read + acknowledgements),"
+        f" Postgres CPU {drain_cpu:.2f} s"
+    )
 
 
 if __name__ == "__main__":
@@ -101,5 +115,6 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--payload", type=int, default=1024)
+    parser.add_argument("--burst", type=int, default=200, help="enqueues per event-loop turn")
     args = parser.parse_args()
-    asyncio.run(main(args.messages, args.sessions, args.payload))
+    asyncio.run(main(args.messages, args.sessions, args.payload, args.burst))
