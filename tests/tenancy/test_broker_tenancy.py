@@ -188,3 +188,40 @@ def test_events_topics_usage_and_last_seen(acme):
     assert sum(u.messages_out for u in usage) == 3
     assert sum(u.connection_seconds for u in usage) >= 0
     assert Device.objects.get(tenant=tenant, name="sensor-1").last_seen_at is not None
+
+
+def test_attacker_from_tenant_a_never_sees_tenant_b(pg_broker):
+    """Tenant `evil` tries every way into tenant `acme`'s traffic."""
+    acme = services.tenant_create("acme")
+    evil = services.tenant_create("evil")
+    _, acme_secret = services.device_create(tenant=acme, name="victim", client_id_policy="any")
+    _, evil_secret = services.device_create(tenant=evil, name="spy", client_id_policy="any")
+    spy = Paho(pg_broker, "evil/spy", evil_secret, "spy")
+    for topic_filter in ("#", "+/#", "$SYS/#", "$share/g/#", "$events/#", "acme/#", "+/+/+"):
+        spy.subscribe(topic_filter, 1)
+    victim = Paho(pg_broker, "acme/victim", acme_secret, "victim-id")
+    victim.publish("acme/secret", "for acme only", 1, retain=True)
+    victim.publish("evil/secret", "still acme's", 1)
+    victim.close()
+    # Impersonation attempts: acme's client id, acme's username with evil's secret, bad names.
+    hijack = Paho(pg_broker, "evil/spy", evil_secret, "victim-id")  # same id, other tenant
+    assert hijack.reason_code == 0  # allowed: client ids are scoped to the tenant...
+    assert not hijack.session_present  # ...so it is a different session
+    hijack.close()
+    attempts = {
+        "acme/victim + evil secret": ("acme/victim", evil_secret),
+        "extra slash": ("evil/spy/extra", evil_secret),
+        "missing slash": ("evilspy", evil_secret),
+        "empty username": ("", evil_secret),
+        "64 KiB username": ("e" * 65535, evil_secret),
+    }
+    for name, (username, password) in attempts.items():
+        client = Paho(pg_broker, username, password, "x")
+        assert client.reason_code.value == 0x86, name
+        client.close()
+    wrong = [Paho(pg_broker, "acme/victim", f"guess-{i}", "x").reason_code.value for i in range(25)]
+    assert set(wrong) <= {0x86, 0x9F} and 0x9F in wrong  # guessing in bulk gets throttled
+    time.sleep(1.0)
+    leaked = [m for m in spy.expect(500, 1.0) if b"acme" in m.payload or m.topic.endswith("secret")]
+    assert leaked == []
+    spy.close()
