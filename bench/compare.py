@@ -33,6 +33,7 @@ def plan(quick: bool) -> list[tuple[str, dict]]:
         ("fanin", {"n": 100 if quick else 1000, "qos": 1, "seconds": seconds}),
         ("fanin", {"n": 100 if quick else 1000, "qos": 1, "seconds": seconds, "shared": 4}),
         ("conns", {"n": 1000 if quick else 10_000}),
+        ("slowsub", {"n": 100, "seconds": seconds}),
     ]
     if not quick:
         runs[2:2] = [
@@ -50,7 +51,7 @@ def scaled_for(broker: str, name: str, params: dict) -> dict:
     params = dict(params)
     if name == "conns":
         params["n"] = min(params["n"], 1000)
-    elif name in ("fanout", "fanin"):
+    elif name in ("fanout", "fanin", "slowsub"):
         params["n"] = min(params["n"], 100)
     return params
 

@@ -204,3 +204,46 @@ async def conns(broker: RunningBroker, n: int) -> Result:
         rss_kib_per_conn=(rss_after - rss_before) / n,
         connects_per_s=n / elapsed,
     )
+
+
+async def slowsub(broker: RunningBroker, n: int, seconds: float) -> Result:
+    """n QoS 0 pairs flat out while one extra subscriber to everything stops reading: the
+    broker's RSS must stay bounded by its queue limit and the pairs keep their throughput."""
+    from bench.loadgen import connect
+
+    stats = Stats(sample_every=10)
+    creds = (USERNAME, PASSWORD)
+    slow = await connect("127.0.0.1", broker.port, Stats(), "slow", *creds)
+    await slow.subscribe("bench/slow/#", 0)
+    slow.transport.pause_reading()  # never reads again
+    subs = await connect_many(n, "127.0.0.1", broker.port, stats, "ssub", *creds)
+    for index, sub in enumerate(subs):
+        await sub.subscribe(f"bench/slow/{index}", 0)
+    pubs = await connect_many(n, "127.0.0.1", broker.port, Stats(), "spub", *creds)
+    rss_before = broker.rss_kib()
+    cpu_before = broker.cpu_seconds()
+    started = time.perf_counter()
+    deadline = started + seconds
+    await asyncio.gather(
+        *(
+            publish_flat_out(pub, PublishTemplate(f"bench/slow/{i}", 1024, 0), deadline, stats, 10)
+            for i, pub in enumerate(pubs)
+        )
+    )
+    await _drain(stats, stats.sent, 2)
+    elapsed = time.perf_counter() - started
+    growth_mib = (broker.rss_kib() - rss_before) / 1024
+    cpu = broker.cpu_seconds() - cpu_before
+    close_all(subs + pubs + [slow])
+    return Result(
+        f"slowsub n={n}",
+        broker.name,
+        stats.received / elapsed,
+        stats.percentile(0.5),
+        stats.percentile(0.99),
+        stats.sent,
+        stats.received,
+        stats.sent - stats.received,
+        cpu / max(stats.received, 1) * 1000,
+        note=f"broker RSS grew {growth_mib:.0f} MiB (queue limit 5000 msgs)",
+    )

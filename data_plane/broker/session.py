@@ -75,6 +75,7 @@ class Session:
     blocked_publishers: set = field(default_factory=set)
     tenant_id: int | None = None  # set when the tenant lives in the database
     next_seq: int = 0  # last sequence number used in the durable queue
+    queued_qos0: int = 0  # QoS 0 deliveries in `queue`
     persist: Any = None  # callable(session, delivery) for persistent sessions (storage layer)
 
     @property
@@ -103,15 +104,27 @@ class Session:
             return
         self._enqueue(delivery)
 
+    # QoS 0 ("at most once") waiting for a slow reader is capped far below the session limit:
+    # keeping memory bounded matters more than keeping messages the sender may lose anyway.
+    QOS0_QUEUE_LIMIT = 100
+
     def _enqueue(self, delivery: Delivery) -> None:
+        if delivery.qos == 0:
+            if self.queued_qos0 >= self.QOS0_QUEUE_LIMIT:
+                self._drop(delivery, "queue_full")
+                return
+            self.queued_qos0 += 1
         if len(self.queue) >= self.max_queued:
             # Make room: the oldest QoS 0 first, else refuse the newcomer.
             for index, queued in enumerate(self.queue):
                 if queued.qos == 0:
                     del self.queue[index]
+                    self.queued_qos0 -= 1
                     self._drop(queued, "queue_full")
                     break
             else:
+                if delivery.qos == 0:
+                    self.queued_qos0 -= 1
                 self._drop(delivery, "queue_full")
                 return
         self.queue.append(delivery)
@@ -144,10 +157,13 @@ class Session:
             delivery = queue[0]
             if delivery.message.expired(now):
                 queue.popleft()
+                if delivery.qos == 0:
+                    self.queued_qos0 -= 1
                 self._drop(delivery, "expired")
                 continue
             if delivery.qos == 0:
                 queue.popleft()
+                self.queued_qos0 -= 1
                 self._send(delivery, None)
             elif len(self.inflight) < conn.client_receive_maximum:
                 queue.popleft()
@@ -268,4 +284,5 @@ class Session:
         self.release_publishers()
         self.inflight.clear()
         self.queue.clear()
+        self.queued_qos0 = 0
         self.inbound_qos2.clear()
