@@ -143,6 +143,7 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_memory)
     await stop.wait()
     await server.shutdown()
     if purge is not None:
@@ -158,6 +159,18 @@ async def run(args: argparse.Namespace) -> None:
         await observers.stop()
     if link is not None:
         await link.stop()
+
+
+def _dump_memory() -> None:
+    """SIGUSR1: where memory goes (run with PYTHONTRACEMALLOC=1 for allocation sites)."""
+    import tracemalloc
+
+    log = logging.getLogger("data_plane.memory")
+    if not tracemalloc.is_tracing():
+        log.warning("start the broker with PYTHONTRACEMALLOC=1 to trace allocations")
+        return
+    for stat in tracemalloc.take_snapshot().statistics("lineno")[:15]:
+        log.warning("%s", stat)
 
 
 def main(argv: list[str] | None = None) -> None:
