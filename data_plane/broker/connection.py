@@ -67,6 +67,9 @@ class MQTTConnection(asyncio.Protocol):
         self._outbound_aliases: dict[str, int] = {}
         self._inbound_aliases: dict[int, str] = {}
         self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._burst_paused = False
+        self._rate_paused = False
         self._flush_scheduled = False
         self._keep_alive = 0.0
         self._last_received = time.monotonic()
@@ -126,6 +129,19 @@ class MQTTConnection(asyncio.Protocol):
                 log.exception("error handling %s from %s", packet.type.name, self.peer)
                 self._protocol_failure(RC.UNSPECIFIED_ERROR, "internal error")
                 return
+        if len(packets) >= self.BURST and not self._burst_paused:
+            # libuv reads a busy socket many times per loop turn; yield after a burst so the
+            # deliveries it produced are written before more is read (fairness, bounded batches).
+            self._burst_paused = True
+            self.transport.pause_reading()
+            self.loop.call_soon(self._end_burst)
+
+    BURST = 64  # packets from one read after which this connection yields a loop turn
+
+    def _end_burst(self) -> None:
+        self._burst_paused = False
+        if not self.closing and not self._throttled_by and not self._rate_paused:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -154,16 +170,24 @@ class MQTTConnection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         """Queue bytes for this loop turn's single write."""
         self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size > self.config.write_buffer_high:
+            # libuv may hand us many reads in one turn: don't build an unbounded batch.
+            self.write_paused = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._pending_size = 0
         if self._pending and not self.transport.is_closing():
             data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
             self._pending.clear()
             self.transport.write(data)
+            buffered = self.transport.get_write_buffer_size()
+            if self.write_paused and buffered < self.config.write_buffer_high:
+                self.resume_writing()  # the batch went out: the backlog was only ours
         else:
             self._pending.clear()
 
@@ -460,6 +484,7 @@ class MQTTConnection(asyncio.Protocol):
                 if not v5:
                     # 3.1.1 has no way to say it: take this one, then stop reading for a while.
                     self.transport.pause_reading()
+                    self._rate_paused = True
                     self.loop.call_later(min(wait, 5.0), self._resume_after_rate_limit)
                 else:
                     self._rate_strikes += 1
@@ -558,6 +583,7 @@ class MQTTConnection(asyncio.Protocol):
     RATE_STRIKES_BEFORE_DISCONNECT = 100  # consecutive refusals: the excess is sustained
 
     def _resume_after_rate_limit(self) -> None:
+        self._rate_paused = False
         if not self.closing and not self._throttled_by:
             self.transport.resume_reading()
 

@@ -49,6 +49,9 @@ class _WebSocketTransport(asyncio.Transport):
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self.outer.transport.set_write_buffer_limits(high=high, low=low)
 
+    def get_write_buffer_size(self) -> int:
+        return self.outer.transport.get_write_buffer_size() if self.outer.transport else 0
+
     def pause_reading(self) -> None:
         self.outer.transport.pause_reading()
 
