@@ -157,6 +157,12 @@ class MQTTConnection(asyncio.Protocol):
         self.broker.detach(session, self)
         self.broker.hooks.run("client.disconnected", self)
 
+    @property
+    def batch_full(self) -> bool:
+        """This loop turn's write batch is already large: QoS 0 waits (bounded) rather than
+        growing it, since libuv may hand us many reads in one turn."""
+        return self._pending_size > self.config.write_buffer_high
+
     def pause_writing(self) -> None:
         self.write_paused = True
 
@@ -171,9 +177,6 @@ class MQTTConnection(asyncio.Protocol):
         """Queue bytes for this loop turn's single write."""
         self._pending.append(data)
         self._pending_size += len(data)
-        if self._pending_size > self.config.write_buffer_high:
-            # libuv may hand us many reads in one turn: don't build an unbounded batch.
-            self.write_paused = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -185,9 +188,8 @@ class MQTTConnection(asyncio.Protocol):
             data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
             self._pending.clear()
             self.transport.write(data)
-            buffered = self.transport.get_write_buffer_size()
-            if self.write_paused and buffered < self.config.write_buffer_high:
-                self.resume_writing()  # the batch went out: the backlog was only ours
+            if self.session is not None and self.session.queue and not self.write_paused:
+                self.session.pump()  # QoS 0 held back while this turn's batch was full
         else:
             self._pending.clear()
 

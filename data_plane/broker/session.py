@@ -94,7 +94,10 @@ class Session:
         conn = self.connection
         if conn is not None and not conn.closing and not conn.write_paused and not self.queue:
             if delivery.qos == 0:
-                self._send(delivery, None)
+                if not conn.batch_full:
+                    self._send(delivery, None)
+                    return
+                self._enqueue(delivery)
                 return
             if len(self.inflight) < conn.client_receive_maximum:
                 self._send(delivery, self._allocate_id())
@@ -162,6 +165,8 @@ class Session:
                 self._drop(delivery, "expired")
                 continue
             if delivery.qos == 0:
+                if conn.batch_full:
+                    break
                 queue.popleft()
                 self.queued_qos0 -= 1
                 self._send(delivery, None)
