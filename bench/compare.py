@@ -23,7 +23,7 @@ RESULTS = Path(__file__).with_name("RESULTS.md")
 OTHER_BENCHMARKS = "<!-- other benchmarks: kept when compare.py rewrites the part above -->"
 
 
-def plan(quick: bool) -> list[tuple[str, dict]]:
+def plan(quick: bool, conns: int | None = None) -> list[tuple[str, dict]]:
     seconds = 2.0 if quick else 8.0
     runs = [
         ("pairs", {"n": 100, "qos": 0, "seconds": seconds}),
@@ -32,7 +32,7 @@ def plan(quick: bool) -> list[tuple[str, dict]]:
         ("fanout", {"n": 100 if quick else 1000, "qos": 0, "seconds": seconds}),
         ("fanin", {"n": 100 if quick else 1000, "qos": 1, "seconds": seconds}),
         ("fanin", {"n": 100 if quick else 1000, "qos": 1, "seconds": seconds, "shared": 4}),
-        ("conns", {"n": 1000 if quick else 10_000}),
+        ("conns", {"n": conns or (1000 if quick else 10_000)}),
         ("slowsub", {"n": 100, "seconds": seconds}),
     ]
     if not quick:
@@ -148,6 +148,7 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--brokers", default="ours,mosquitto,amqtt")
     parser.add_argument("--scenarios", default="", help="comma-separated subset, e.g. pairs,conns")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--conns", type=int, help="idle connections for the conns scenario")
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -156,7 +157,7 @@ async def main(argv: list[str] | None = None) -> None:
     wanted = set(filter(None, args.scenarios.split(",")))
     started = time.time()
     results = []
-    for name, params in plan(args.quick):
+    for name, params in plan(args.quick, args.conns):
         if wanted and name not in wanted:
             continue
         for broker_name in args.brokers.split(","):
