@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError
 from django.http import Http404
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.pagination import LimitOffsetPagination
@@ -309,8 +310,6 @@ class UsageView(TenantAPIView):
         usage = selectors.usage_list(tenant=self.tenant)
         since = request.query_params.get("since")
         if since:
-            from django.utils.dateparse import parse_datetime
-
             parsed = parse_datetime(since)
             if parsed is None:
                 raise ValidationError({"since": ["Use an ISO 8601 date-time."]})

@@ -134,8 +134,27 @@ def test_missing_or_invalid_token_is_401(header):
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=header)
-    assert client.get("/api/v1/devices").status_code in (401, 403)
+    response = client.get("/api/v1/devices")
+    assert response.status_code == 401 and response.json()["error"]["message"]
+    assert response["WWW-Authenticate"] == "Bearer"
     assert APIClient().get("/api/v1/devices").status_code == 401
+
+
+def test_session_auth_resolves_membership_and_x_tenant_picks_one(acme, attacker):
+    from rest_framework.test import APIClient
+
+    acme_tenant, acme_api = acme
+    evil_tenant, _ = attacker
+    acme_api.post("/api/v1/devices", {"name": "acme-dev"}, format="json")
+    user = get_user_model().objects.get(username="owner@acme.io")
+    Membership.objects.create(user=user, tenant=evil_tenant, role="viewer")
+    browser = APIClient()
+    browser.force_login(user)
+    assert browser.get("/api/v1/tenant").json()["slug"] == "acme"
+    picked = browser.get("/api/v1/tenant", HTTP_X_TENANT="evil").json()
+    assert picked["slug"] == "evil" and picked["role"] == "viewer"
+    assert browser.get("/api/v1/devices/acme-dev", HTTP_X_TENANT="evil").status_code == 404
+    assert browser.get("/api/v1/devices", HTTP_X_TENANT="nobody").status_code == 403
 
 
 def test_acl_crud_and_validation(acme):
