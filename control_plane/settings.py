@@ -131,6 +131,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # ACL permissions and the tenant's ACL default share one allow/deny choice set.
+    "ENUM_NAME_OVERRIDES": {"AllowDenyEnum": ["allow", "deny"]},
 }
 
 # Caches back the API throttles; one process in the embedded default.

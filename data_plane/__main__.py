@@ -37,6 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--archive-segment-age", type=float, default=60.0)
     parser.add_argument("--no-archive", action="store_true")
+    parser.add_argument(
+        "--large-payload-threshold",
+        type=int,
+        default=256 * 1024,
+        help="queued payloads above this many bytes go to the object store",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -83,7 +89,11 @@ async def run(args: argparse.Namespace) -> None:
     persistence = None
     kept = None
     prepare = None
+    objects = None
     if link is not None:
+        from data_plane.storage.object_store import open_object_store
+
+        objects = open_object_store()
         await link.start(None)
 
         async def prepare(broker):
@@ -91,7 +101,11 @@ async def run(args: argparse.Namespace) -> None:
             from data_plane.storage.persistence import SessionPersistence
             from data_plane.storage.session_store import SessionStore
 
-            store = SessionStore(link.pool)
+            store = SessionStore(
+                link.pool,
+                object_store=objects,
+                large_payload_threshold=args.large_payload_threshold,
+            )
             store.start()
             persistence = SessionPersistence(broker, store)
             async with link.pool.connection() as conn:
@@ -119,7 +133,6 @@ async def run(args: argparse.Namespace) -> None:
         if not args.no_archive:
             from data_plane.storage.archive import ArchiveWriter
             from data_plane.storage.archive_hook import ArchiveTap
-            from data_plane.storage.object_store import open_object_store
 
             def archive_enabled(tenant: str) -> bool:
                 policy = link.directory.cached_policy(tenant)
@@ -127,7 +140,7 @@ async def run(args: argparse.Namespace) -> None:
 
             tap = ArchiveTap(
                 server.broker,
-                ArchiveWriter(open_object_store(), max_age=args.archive_segment_age),
+                ArchiveWriter(objects, max_age=args.archive_segment_age),
                 enabled_for=archive_enabled,
                 interval=args.archive_interval,
             )

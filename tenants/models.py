@@ -86,6 +86,9 @@ class Tenant(models.Model):
     # What applies when no ACL rule matches; either way a tenant only ever sees its own topics.
     acl_default = models.CharField(max_length=8, choices=AclDefault.choices, default="allow")
     archive_enabled = models.BooleanField(default=True)
+    # QoS 0 to a persistent session whose client is offline: dropped (counted) by default, as
+    # EMQX does with mqueue_store_qos0 off; on, it waits in the session's queue (in memory).
+    queue_qos0_offline = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -312,6 +315,14 @@ class MqttQueuedMessage(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "client_id", "seq"], name="mqtt_queue_unique_seq"
+            )
+        ]
+        indexes = [
+            # Orphan collection asks which payload objects rows still refer to.
+            models.Index(
+                fields=["object_key"],
+                name="mqtt_queue_object_key",
+                condition=~models.Q(object_key=""),
             )
         ]
 

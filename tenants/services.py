@@ -86,6 +86,23 @@ def tenant_set_status(tenant: Tenant, status: str) -> Tenant:
     return tenant
 
 
+TENANT_SETTINGS = ("name", "acl_default", "archive_enabled", "queue_qos0_offline")
+
+
+@transaction.atomic
+def tenant_update_settings(tenant: Tenant, **settings: object) -> Tenant:
+    """Change the tenant's own settings (see TENANT_SETTINGS); brokers reload them live."""
+    unknown = sorted(set(settings) - set(TENANT_SETTINGS))
+    if unknown:
+        raise ValidationError({key: ["Not a tenant setting."] for key in unknown})
+    for key, value in settings.items():
+        setattr(tenant, key, value)
+    tenant.full_clean(exclude=["plan"])
+    tenant.save(update_fields=list(settings))
+    announce(tenant.slug, "tenant.settings")
+    return tenant
+
+
 @transaction.atomic
 def tenant_set_quota(tenant: Tenant, overrides: dict[str, object]) -> Tenant:
     """Override plan limits: keys from QUOTA_KEYS, non-negative integers; None removes one."""

@@ -32,6 +32,7 @@ class AuthResult:
     quota: dict[str, int] = field(default_factory=dict)
     reason: str = ""
     tenant_id: int | None = None  # the tenant's database id, for durable sessions
+    queue_qos0_offline: bool = False  # keep QoS 0 for the session while its client is away
 
 
 class Authenticator(Protocol):

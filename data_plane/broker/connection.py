@@ -346,6 +346,7 @@ class MQTTConnection(asyncio.Protocol):
                 await self.broker.persistence.save(session)
             except Exception as exc:
                 log.warning("could not persist session %s: %s", client_id, exc)
+        session.queue_qos0_offline = result.queue_qos0_offline
         self.session = session
         self.broker.stats[self.tenant].connected += 1
 
@@ -698,6 +699,9 @@ class MQTTConnection(asyncio.Protocol):
         from data_plane.tenancy.acl import AclPolicy
 
         self.auth.quota = dict(policy.quota)
+        self.auth.queue_qos0_offline = policy.queue_qos0_offline
+        if self.session is not None:
+            self.session.queue_qos0_offline = policy.queue_qos0_offline
         self.auth.acl = AclPolicy(
             policy.acl,
             tenant=self.tenant,

@@ -77,6 +77,7 @@ class Session:
     next_seq: int = 0  # last sequence number used in the durable queue
     queued_qos0: int = 0  # QoS 0 deliveries in `queue`
     persist: Any = None  # callable(session, delivery) for persistent sessions (storage layer)
+    queue_qos0_offline: bool = False  # the tenant's setting: QoS 0 waits while offline
 
     @property
     def key(self) -> tuple[str, str]:
@@ -103,7 +104,10 @@ class Session:
                 self._send(delivery, self._allocate_id())
                 return
         if (conn is None or conn.closing) and delivery.qos == 0:
-            self._drop(delivery, "offline_qos0")
+            if self.queue_qos0_offline:
+                self._enqueue(delivery, offline=True)
+            else:
+                self._drop(delivery, "offline_qos0")
             return
         self._enqueue(delivery)
 
@@ -111,9 +115,10 @@ class Session:
     # keeping memory bounded matters more than keeping messages the sender may lose anyway.
     QOS0_QUEUE_LIMIT = 100
 
-    def _enqueue(self, delivery: Delivery) -> None:
+    def _enqueue(self, delivery: Delivery, *, offline: bool = False) -> None:
+        # Offline, QoS 0 is bounded by the session's queue limit like the rest (tenant setting).
         if delivery.qos == 0:
-            if self.queued_qos0 >= self.QOS0_QUEUE_LIMIT:
+            if self.queued_qos0 >= self.QOS0_QUEUE_LIMIT and not offline:
                 self._drop(delivery, "queue_full")
                 return
             self.queued_qos0 += 1

@@ -42,6 +42,8 @@ class SessionPersistence:
         self.broker = broker
         self.store = store
         self._tasks: set[asyncio.Task] = set()
+        # A message fanned out to many persistent sessions spills to one object, not one each.
+        self._spilled: tuple[Message | None, str] = (None, "")
         broker.persistence = self
 
     # -- which sessions -------------------------------------------------------------------
@@ -56,6 +58,12 @@ class SessionPersistence:
         session.next_seq += 1
         delivery.seq = session.next_seq
         message = delivery.message
+        object_key = ""
+        if self.store.spills(len(message.payload)):
+            spilled, object_key = self._spilled
+            if spilled is not message:
+                object_key = self.store.new_object_key(session.tenant_id)
+                self._spilled = (message, object_key)
         future = self.store.enqueue(
             session.tenant_id,
             session.client_id,
@@ -67,6 +75,7 @@ class SessionPersistence:
                 retain=delivery.retain,
                 properties=_jsonable(message.properties),
                 expires_at=_wall(message.expires_at),
+                object_key=object_key,
             ),
         )
         self.broker.pending_commits.append(future)
@@ -164,6 +173,7 @@ class SessionPersistence:
             await asyncio.sleep(interval)
             try:
                 await self.store.purge_expired()
+                await self.store.collect_orphans()
             except Exception as exc:
                 log.warning("session purge failed: %s", exc)
 

@@ -34,4 +34,5 @@ class PostgresAuthenticator:
             acl,
             dict(policy.quota),
             tenant_id=policy.tenant_id,
+            queue_qos0_offline=policy.queue_qos0_offline,
         )

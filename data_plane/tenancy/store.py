@@ -47,6 +47,7 @@ class TenantPolicy:
     acl: list[AclEntry]
     quota: dict[str, int]
     archive_enabled: bool = True
+    queue_qos0_offline: bool = False
 
 
 _DEVICE_SQL = """
@@ -59,7 +60,7 @@ SELECT t.id, t.status, d.id, d.enabled, d.client_id_policy, d.client_id_pattern,
 """
 
 _POLICY_SQL = f"""
-SELECT t.id, t.status, t.acl_default, t.quota_overrides, t.archive_enabled,
+SELECT t.id, t.status, t.acl_default, t.quota_overrides, t.archive_enabled, t.queue_qos0_offline,
        {", ".join("p." + column for column in QUOTA_COLUMNS)}
   FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id
  WHERE t.slug = %s
@@ -109,8 +110,8 @@ class TenantStore:
             if row is None:
                 return None
             acl_rows = await (await cursor.execute(_ACL_SQL, (row[0],))).fetchall()
-        tenant_id, status, acl_default, overrides, archive_enabled = row[:5]
-        quota = dict(zip(QUOTA_COLUMNS, row[5:], strict=True))
+        tenant_id, status, acl_default, overrides, archive_enabled, queue_qos0 = row[:6]
+        quota = dict(zip(QUOTA_COLUMNS, row[6:], strict=True))
         for key, value in (overrides or {}).items():
             if key in quota:
                 quota[key] = int(value)
@@ -125,4 +126,5 @@ class TenantStore:
             ],
             quota=quota,
             archive_enabled=bool(archive_enabled),
+            queue_qos0_offline=bool(queue_qos0),
         )

@@ -33,6 +33,9 @@ class TenantOutput(serializers.Serializer):
     name = serializers.CharField()
     status = serializers.CharField()
     plan = serializers.CharField(source="plan.slug")
+    acl_default = serializers.CharField()
+    archive_enabled = serializers.BooleanField()
+    queue_qos0_offline = serializers.BooleanField()
     created_at = serializers.DateTimeField()
 
 
@@ -55,6 +58,13 @@ class TokenOutput(serializers.Serializer):
 
 class CurrentTenantOutput(TenantOutput):
     role = serializers.CharField()
+
+
+class TenantSettingsInput(StrictInput):
+    name = serializers.CharField(max_length=128, required=False)
+    acl_default = serializers.ChoiceField(choices=["allow", "deny"], required=False)
+    archive_enabled = serializers.BooleanField(required=False)
+    queue_qos0_offline = serializers.BooleanField(required=False)
 
 
 class ApiTokenInput(StrictInput):

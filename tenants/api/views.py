@@ -113,6 +113,12 @@ class CurrentTenantView(TenantAPIView):
         data = dict(s.TenantOutput(self.tenant).data, role=self.membership.role)
         return Response(data)
 
+    @extend_schema(request=s.TenantSettingsInput, responses=s.CurrentTenantOutput)
+    def patch(self, request):
+        settings = validated(s.TenantSettingsInput, request.data)
+        tenant = services.tenant_update_settings(self.tenant, **settings)
+        return Response(dict(s.TenantOutput(tenant).data, role=self.membership.role))
+
 
 class ApiTokenListView(TenantAPIView):
     @extend_schema(responses=s.ApiTokenOutput(many=True))
