@@ -203,7 +203,7 @@ class SessionStore:
         try:
             if batch.uploads:
                 await asyncio.to_thread(self._upload, batch.uploads)
-            async with self.pool.connection(timeout=5) as conn:
+            async with self.pool.connection() as conn:
                 async with conn.transaction():
                     cursor = conn.cursor()
                     if batch.inserts:

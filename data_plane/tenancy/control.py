@@ -41,7 +41,16 @@ class LiveConnections(Protocol):
 class ControlPlaneLink:
     def __init__(self, dsn: str, *, pool_size: int = 4) -> None:
         self.dsn = dsn
-        self.pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_size, open=False)
+        # `check`: after a database restart, dead connections are replaced before use, and a
+        # short `timeout` makes writes fail fast (and clearly) while the database is away.
+        self.pool = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            timeout=3.0,
+            check=AsyncConnectionPool.check_connection,
+        )
         self.directory = TenantDirectory(TenantStore(self.pool))
         self.listener = ConfigListener(dsn, self.on_change)
         self.live: LiveConnections | None = None

@@ -10,14 +10,18 @@ and per tenant.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from data_plane.tenancy.store import DeviceRecord, TenantPolicy, TenantStore
 from tenants.secrets import verify_secret
+
+log = logging.getLogger(__name__)
 
 # MQTT 5.0 CONNACK reason codes (the connection layer maps them to 3.1.1 return codes).
 SUCCESS = 0x00
@@ -64,6 +68,10 @@ class FailureThrottle:
 
     def fail(self, key: str) -> None:
         self._failures[key].append(self._clock())
+
+
+class DirectoryUnavailable(RuntimeError):
+    """The database could not be asked and nothing (not even stale) is cached."""
 
 
 class TenantDirectory:
@@ -113,7 +121,10 @@ class TenantDirectory:
             self.stats["device_cache_hits"] += 1
             return cached[1]
         self.stats["device_cache_misses"] += 1
-        record = await self.store.device(tenant, name)
+        try:
+            record = await self.store.device(tenant, name)
+        except Exception as exc:
+            return self._stale(cached, "device", exc)
         found = record is not None and record.device_id is not None
         self._devices[key] = (now + (self.ttl if found else self.negative_ttl), record)
         return record
@@ -123,9 +134,21 @@ class TenantDirectory:
         now = self._clock()
         if cached and cached[0] > now:
             return cached[1]
-        policy = await self.store.policy(tenant)
+        try:
+            policy = await self.store.policy(tenant)
+        except Exception as exc:
+            return self._stale(cached, "policy", exc)
         self._policies[tenant] = (now + (self.ttl if policy else self.negative_ttl), policy)
         return policy
+
+    def _stale(self, cached: tuple[float, Any] | None, what: str, exc: Exception) -> Any:
+        """The database is away: an expired entry beats refusing every device (the NOTIFY
+        listener reloads everything once it is back)."""
+        self.stats[f"{what}_lookup_failures"] += 1
+        if cached is None:
+            raise DirectoryUnavailable(f"{what} lookup failed: {exc}") from exc
+        log.warning("%s lookup failed (%s); serving the cached entry", what, exc)
+        return cached[1]
 
     def cached_policy(self, tenant: str) -> TenantPolicy | None:
         """The policy if cached (no I/O): for hooks on the hot path."""
@@ -146,7 +169,12 @@ class TenantDirectory:
             )
         if self.by_tenant.blocked(tenant):
             return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts for this tenant")
-        record = await self.device(tenant, device)
+        try:
+            record = await self.device(tenant, device)
+            policy = await self.policy(tenant) if record is not None else None
+        except DirectoryUnavailable as exc:
+            log.warning("refusing %s: %s", username, exc)
+            return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant)
         if record is None:
             return self._fail(address, None, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
         if not record.tenant_active:
@@ -160,7 +188,6 @@ class TenantDirectory:
         assigned = self._client_id(record, client_id)
         if assigned is None:
             return self._fail(address, tenant, CLIENT_ID_NOT_VALID, "client id not allowed")
-        policy = await self.policy(tenant)
         if policy is None or not policy.active:
             return self._fail(address, tenant, BANNED, "tenant suspended")
         self.stats["accepted"] += 1
