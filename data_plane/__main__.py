@@ -127,11 +127,14 @@ async def run(args: argparse.Namespace) -> None:
     purge = None
     tap = None
     if link is not None:
+        from data_plane.storage.archive import ArchiveWriter, writer_metrics
         from data_plane.tenancy.observers import TenancyObservers
 
         link.live = server.broker
+        usage_writer = ArchiveWriter(objects, dataset="usage", max_age=300)
+        writers = [usage_writer]
+        server.broker.metric_sources.append(lambda: writer_metrics(writers))
         if not args.no_archive:
-            from data_plane.storage.archive import ArchiveWriter
             from data_plane.storage.archive_hook import ArchiveTap
 
             def archive_enabled(tenant: str) -> bool:
@@ -145,9 +148,13 @@ async def run(args: argparse.Namespace) -> None:
                 interval=args.archive_interval,
             )
             tap.start()
+            writers.append(tap.writer)
         purge = asyncio.get_running_loop().create_task(persistence.purge_forever())
         observers = TenancyObservers(
-            server.broker, link.pool, flush_interval=args.usage_flush_interval
+            server.broker,
+            link.pool,
+            flush_interval=args.usage_flush_interval,
+            usage_writer=usage_writer,
         )
         observers.start()
     for name, (host, port) in server.listeners.items():

@@ -35,6 +35,8 @@ class BrokerCollector:
         sessions = GaugeMetricFamily("mqtt_sessions", "Sessions in memory")
         sessions.add_metric([], len(self.broker.sessions))
         yield from (connected, received, sent, bytes_in, bytes_out, dropped, sessions)
+        for source in list(self.broker.metric_sources):
+            yield from source()
 
 
 def registry_for(broker: Broker) -> CollectorRegistry:

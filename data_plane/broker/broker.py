@@ -52,6 +52,8 @@ class Broker:
         self.router = Router()
         self.retained = RetainedStore()
         self.hooks = Hooks()
+        # Callables yielding extra Prometheus metric families (storage, archive, ...).
+        self.metric_sources: list[Any] = []
         self.sessions: dict[tuple[str, str], Session] = {}
         self.connections: set[MQTTConnection] = set()
         self.stats: dict[str, TenantStats] = defaultdict(TenantStats)

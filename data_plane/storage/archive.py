@@ -6,6 +6,10 @@ Line: {"tenant": str, "topic": str, "qos": int, "retain": bool, "client_id": str
        "ts": int (ms since the epoch, UTC), "payload": str|null (UTF-8 text when it is),
        "payload_b64": str|null (base64 when the payload is not UTF-8), "properties": object}
 
+The same writer keeps usage records (`dataset="usage"`, see `usage_record`) for the billing job:
+usage/tenant={slug}/date=.../hour=.../...ndjson.gz, one line per tenant-minute flush; lines for
+the same tenant and minute add up (a minute may be flushed in parts, by several brokers).
+
 A segment closes after `max_age` seconds or `max_bytes` of uncompressed lines, whichever comes
 first. When the store is unavailable, closed segments wait in memory up to `max_pending_bytes`;
 beyond that the oldest are dropped and counted (`dropped_records`), and the failure is logged.
@@ -82,17 +86,37 @@ def _jsonable(properties: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def usage_record(tenant: str, minute: int, usage: Any, *, writer: str = "") -> dict[str, Any]:
+    """One tenant-minute of metered usage (a `MinuteUsage`) as an object-store line."""
+    return {
+        "tenant": tenant,
+        "ts": minute * 1000,
+        "minute": datetime.fromtimestamp(minute, UTC).isoformat(),
+        "connection_seconds": round(usage.connection_seconds, 3),
+        "messages_in": usage.messages_in,
+        "messages_out": usage.messages_out,
+        "bytes_in": usage.bytes_in,
+        "bytes_out": usage.bytes_out,
+        "dropped": dict(usage.dropped),
+        "retained_count": usage.retained_count,
+        "stored_bytes": usage.stored_bytes,
+        "writer": writer,
+    }
+
+
 class ArchiveWriter:
     def __init__(
         self,
         store: ObjectStore,
         *,
+        dataset: str = "archive",
         writer_id: str | None = None,
         max_age: float = 60.0,
         max_bytes: int = 8 * 1024 * 1024,
         max_pending_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.store = store
+        self.dataset = dataset
         self.writer_id = writer_id or f"{os.uname().nodename}-{os.getpid()}"
         self.max_age = max_age
         self.max_bytes = max_bytes
@@ -115,7 +139,7 @@ class ArchiveWriter:
         partition = (record["tenant"], hour)
         segment = self._open.get(partition)
         if segment is None:
-            prefix = f"archive/tenant={record['tenant']}/date={hour}"
+            prefix = f"{self.dataset}/tenant={record['tenant']}/date={hour}"
             segment = self._open[partition] = _Segment(prefix, time.monotonic())
         line = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
         segment.lines.append(line)
@@ -149,7 +173,7 @@ class ArchiveWriter:
             except Exception as exc:
                 self.upload_failures += 1
                 log.warning(
-                    "archive upload of %s failed (%s); %d bytes pending",
+                    "object store upload of %s failed (%s); %d bytes pending",
                     closed.key,
                     exc,
                     self._pending_bytes,
@@ -183,3 +207,31 @@ class ArchiveWriter:
 
 def read_segment(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gzip.decompress(body).splitlines() if line]
+
+
+def writer_metrics(writers: list[ArchiveWriter]):
+    """Prometheus families for object-store writers, labelled by dataset (archive, usage)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    pending = GaugeMetricFamily(
+        "mqtt_store_pending_bytes",
+        "Closed segments waiting for the object store",
+        labels=["dataset"],
+    )
+    written = CounterMetricFamily(
+        "mqtt_store_records_written", "Records uploaded to the object store", labels=["dataset"]
+    )
+    dropped = CounterMetricFamily(
+        "mqtt_store_records_dropped",
+        "Records dropped: object store away too long",
+        labels=["dataset"],
+    )
+    failures = CounterMetricFamily(
+        "mqtt_store_upload_failures", "Failed object store uploads", labels=["dataset"]
+    )
+    for writer in writers:
+        pending.add_metric([writer.dataset], writer.pending_bytes)
+        written.add_metric([writer.dataset], writer.written_records)
+        dropped.add_metric([writer.dataset], writer.dropped_records)
+        failures.add_metric([writer.dataset], writer.upload_failures)
+    return [pending, written, dropped, failures]

@@ -11,6 +11,7 @@ import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from psycopg import AsyncConnection
 
@@ -127,7 +128,10 @@ class UsageMeter:
             for cause, count in usage.dropped.items():
                 existing.dropped[cause] += count
 
-    async def flush(self, conn: AsyncConnection, *, final: bool = False) -> int:
+    async def flush(
+        self, conn: AsyncConnection, *, final: bool = False, exported: Any = None
+    ) -> int:
+        """Upsert finished minutes; `exported(rows)` is called once they are committed."""
         rows = self.take(final=final)
         if not rows:
             return 0
@@ -153,4 +157,6 @@ class UsageMeter:
         except Exception:
             self.restore(rows)
             raise
+        if exported is not None:
+            exported(rows)
         return len(rows)

@@ -14,6 +14,7 @@ from typing import Any
 
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
+from data_plane.storage.archive import ArchiveWriter, usage_record
 from data_plane.tenancy.metering import UsageMeter
 
 log = logging.getLogger(__name__)
@@ -27,8 +28,16 @@ UPDATE tenants_device d SET last_seen_at = to_timestamp(a.seen)
 
 
 class TenancyObservers:
-    def __init__(self, broker: Broker, pool: Any, *, flush_interval: float = 10.0) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        pool: Any,
+        *,
+        flush_interval: float = 10.0,
+        usage_writer: ArchiveWriter | None = None,
+    ) -> None:
         self.broker = broker
+        self.usage_writer = usage_writer  # usage records to the object store, for billing
         self.pool = pool
         self.meter = UsageMeter()
         self.flush_interval = flush_interval
@@ -111,10 +120,19 @@ class TenancyObservers:
             self.meter.gauge(tenant, retained_count=self.broker.retained.count(tenant))
         seen, self._seen = self._seen, {}
         async with self.pool.connection() as conn:
-            await self.meter.flush(conn, final=final)
+            await self.meter.flush(conn, final=final, exported=self._export)
             if seen:
                 keys = list(seen)
                 await conn.execute(
                     _LAST_SEEN,
                     ([t for t, _ in keys], [d for _, d in keys], [seen[k] for k in keys]),
                 )
+        if self.usage_writer is not None:
+            self.usage_writer.close_due(force=final)
+            await asyncio.to_thread(self.usage_writer.upload_pending)
+
+    def _export(self, rows: list) -> None:
+        if self.usage_writer is not None:
+            writer = self.usage_writer.writer_id
+            for tenant, minute, usage in rows:
+                self.usage_writer.append(usage_record(tenant, minute, usage, writer=writer))

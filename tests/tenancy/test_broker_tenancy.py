@@ -31,13 +31,14 @@ def start_pg_broker(*extra: str) -> tuple[subprocess.Popen, int]:
             url,
             "--log-level",
             "INFO",
+            *extra,
         ],
         cwd=settings.BASE_DIR,
         stdout=subprocess.PIPE,
         text=True,
     )
     ports = {}
-    while len(ports) < 2:
+    while "mqtt" not in ports or "ws" not in ports:
         line = process.stdout.readline()
         assert line, "broker exited"
         if line.startswith("LISTENING"):
