@@ -4,6 +4,7 @@ are part of the contract with `data_plane/tenancy/`: change them with a migratio
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -285,6 +286,9 @@ class MqttSession(models.Model):
     subscriptions = models.JSONField(default=list, blank=True)
     will = models.JSONField(null=True, blank=True)
     next_packet_id = models.IntegerField(default=1)
+    # QoS 2 packet ids received from this client and not yet released (PUBREL): a resent PUBLISH
+    # with one of them is not delivered again, even after a broker restart.
+    inbound_qos2 = ArrayField(models.IntegerField(), default=list, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

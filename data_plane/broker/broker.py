@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from data_plane.broker.auth import Authenticator
@@ -43,6 +43,8 @@ class TenantStats:
     dropped: int = 0
     rate_limited: int = 0
     denied: int = 0
+    # quota key -> refusals (connections, message_size, publish_rate, subscriptions, retained)
+    exceeded: dict[str, int] = field(default_factory=dict)
 
 
 class Broker:
@@ -317,6 +319,12 @@ class Broker:
         asyncio.get_running_loop().call_later(seconds, self.publish, message)
         return None
 
+    def quota_exceeded(self, tenant: str, key: str) -> None:
+        """Count a refusal for the tenant's $SYS and let observers meter it."""
+        exceeded = self.stats[tenant].exceeded
+        exceeded[key] = exceeded.get(key, 0) + 1
+        self.hooks.run("quota.exceeded", tenant, key)
+
     def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
         """The tenant's shared token buckets, rebuilt when its quota changed."""
         from data_plane.tenancy.quotas import TenantRates
@@ -351,6 +359,7 @@ class Broker:
                 "subscriptions/count": router.count if router else 0,
                 "retained messages/count": self.retained.count(tenant),
                 "uptime": uptime,
+                **{f"quota/exceeded/{key}": n for key, n in stats.exceeded.items()},
             }
             for name, value in figures.items():
                 message = Message(

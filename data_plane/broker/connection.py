@@ -70,6 +70,7 @@ class MQTTConnection(asyncio.Protocol):
         self._pending_size = 0
         self._burst_paused = False
         self._rate_paused = False
+        self._held: list = []  # packets read but not handled while this reader is paused
         self._flush_scheduled = False
         self._keep_alive = 0.0
         self._last_received = time.monotonic()
@@ -112,6 +113,20 @@ class MQTTConnection(asyncio.Protocol):
         except MQTTError as exc:
             self._protocol_failure(exc.reason_code, str(exc))
             return
+        if self._held:  # keep the order: what waits goes first
+            self._held.extend(packets)
+            return
+        self._process(packets)
+        if len(packets) >= self.BURST and not self._burst_paused:
+            # libuv reads a busy socket many times per loop turn; yield after a burst so the
+            # deliveries it produced are written before more is read (fairness, bounded batches).
+            self._burst_paused = True
+            self.transport.pause_reading()
+            self.loop.call_soon(self._end_burst)
+
+    BURST = 64  # packets from one read after which this connection yields a loop turn
+
+    def _process(self, packets: list) -> None:
         for index, packet in enumerate(packets):
             if self.closing:
                 return
@@ -129,19 +144,25 @@ class MQTTConnection(asyncio.Protocol):
                 log.exception("error handling %s from %s", packet.type.name, self.peer)
                 self._protocol_failure(RC.UNSPECIFIED_ERROR, "internal error")
                 return
-        if len(packets) >= self.BURST and not self._burst_paused:
-            # libuv reads a busy socket many times per loop turn; yield after a burst so the
-            # deliveries it produced are written before more is read (fairness, bounded batches).
-            self._burst_paused = True
-            self.transport.pause_reading()
-            self.loop.call_soon(self._end_burst)
+            if self._rate_paused or self._throttled_by:
+                # Paused by a quota or a backed-up subscriber: the rest of this read waits too.
+                self._held.extend(packets[index + 1 :])
+                return
 
-    BURST = 64  # packets from one read after which this connection yields a loop turn
+    def _resume(self) -> None:
+        """Resume reading once nothing pauses it, handling held packets first."""
+        if self.closing or self._throttled_by or self._rate_paused or self._burst_paused:
+            return
+        if self._held:
+            held, self._held = self._held, []
+            self._process(held)
+            if self._held or self._throttled_by or self._rate_paused:
+                return
+        self.transport.resume_reading()
 
     def _end_burst(self) -> None:
         self._burst_paused = False
-        if not self.closing and not self._throttled_by and not self._rate_paused:
-            self.transport.resume_reading()
+        self._resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -264,8 +285,7 @@ class MQTTConnection(asyncio.Protocol):
         if self.closing:
             return
         try:
-            for packet in rest:
-                self._handle(packet)
+            self._process(rest)
             buffered, self._buffered_before_connack = self._buffered_before_connack, []
             for chunk in buffered:
                 self.data_received(chunk)
@@ -313,6 +333,7 @@ class MQTTConnection(asyncio.Protocol):
             max_connections is not None
             and self.broker.connection_count(result.tenant) >= max_connections
         ):
+            self.broker.quota_exceeded(result.tenant, "connections")
             self._connack_failure(RC.QUOTA_EXCEEDED, "tenant connection limit reached")
             return
         self.auth = result
@@ -410,14 +431,17 @@ class MQTTConnection(asyncio.Protocol):
                 self.broker.settled(self.session, delivery)
                 self.broker.hooks.run("message.acked", self.session, delivery)
         elif kind is PacketType.PUBREC:
-            if self.session.pubrec(packet.packet_id, packet.reason_code >= 0x80):
-                if packet.reason_code < 0x80:
-                    self.send(
-                        encode_ack(
-                            PacketType.PUBREL, packet.packet_id, 0, None, self.protocol_version
-                        )
-                    )
-            elif packet.reason_code < 0x80:
+            failed = packet.reason_code >= 0x80
+            delivery = self.session.pubrec(packet.packet_id, failed)
+            if delivery is not None:
+                if failed:
+                    self.broker.settled(self.session, delivery)
+                elif delivery.seq is not None and self.session.durable is not None:
+                    commit = self.session.durable.released(self.session, delivery, packet.packet_id)
+                    self.loop.create_task(self._after_commit(commit, PacketType.PUBREL, packet))
+                else:
+                    self._send_ack(PacketType.PUBREL, packet.packet_id)
+            elif not failed:
                 self.send(
                     encode_ack(
                         PacketType.PUBREL,
@@ -430,10 +454,13 @@ class MQTTConnection(asyncio.Protocol):
         elif kind is PacketType.PUBREL:
             known = packet.packet_id in self.session.inbound_qos2
             self.session.inbound_qos2.discard(packet.packet_id)
-            code = 0 if known else RC.PACKET_IDENTIFIER_NOT_FOUND
-            self.send(
-                encode_ack(PacketType.PUBCOMP, packet.packet_id, code, None, self.protocol_version)
-            )
+            if known and self.session.durable is not None:
+                # Released in the database before PUBCOMP: the client may reuse the id after.
+                commit = self.session.durable.inbound_qos2(self.session, packet.packet_id, False)
+                self.loop.create_task(self._after_commit(commit, PacketType.PUBCOMP, packet))
+            else:
+                code = 0 if known else RC.PACKET_IDENTIFIER_NOT_FOUND
+                self._send_ack(PacketType.PUBCOMP, packet.packet_id, code)
         elif kind is PacketType.PUBCOMP:
             delivery = self.session.pubcomp(packet.packet_id)
             if delivery is not None:
@@ -479,23 +506,33 @@ class MQTTConnection(asyncio.Protocol):
         quota = self.auth.quota
         max_size = quota.get("max_message_size")
         if max_size is not None and len(packet.payload) > max_size:
-            self._refuse_publish(packet, RC.PACKET_TOO_LARGE, "message larger than the quota")
+            # 0x95 is a DISCONNECT code (PUBACK cannot carry it); 3.1.1 drops it silently.
+            self.broker.quota_exceeded(self.tenant, "message_size")
+            if v5:
+                self.broker.stats[self.tenant].dropped += 1
+                self.disconnect(RC.PACKET_TOO_LARGE, f"message larger than {max_size} bytes")
+            else:
+                self._refuse_publish(packet, 0, "")
             return
         if quota.get("max_publish_rate") or quota.get("max_inbound_bytes_rate"):
             wait = self.broker.rates_for(self.tenant, quota).admit(len(packet.payload))
             if wait:
+                self.broker.quota_exceeded(self.tenant, "publish_rate")
                 if not v5:
-                    # 3.1.1 has no way to say it: take this one, then stop reading for a while.
+                    # 3.1.1 has no way to say it: stop reading, and try this one again then.
                     self.transport.pause_reading()
                     self._rate_paused = True
+                    self._held.insert(0, packet)
                     self.loop.call_later(min(wait, 5.0), self._resume_after_rate_limit)
+                    return
                 else:
                     self._rate_strikes += 1
                     self.broker.stats[self.tenant].rate_limited += 1
                     if self._rate_strikes >= self.RATE_STRIKES_BEFORE_DISCONNECT:
                         self.disconnect(RC.MESSAGE_RATE_TOO_HIGH, "publish rate quota exceeded")
                     else:
-                        self._refuse_publish(packet, RC.MESSAGE_RATE_TOO_HIGH, "rate quota")
+                        # PUBACK/PUBREC cannot carry 0x96 (a DISCONNECT code): Quota exceeded.
+                        self._refuse_publish(packet, RC.QUOTA_EXCEEDED, "rate quota")
                     return
             else:
                 self._rate_strikes = 0
@@ -536,14 +573,16 @@ class MQTTConnection(asyncio.Protocol):
                 and self.broker.retained.count(self.tenant) >= limit
                 and not self.broker.retained.has(self.tenant, topic)
             ):
+                self.broker.quota_exceeded(self.tenant, "retained")
                 self._refuse_publish(packet, RC.QUOTA_EXCEEDED, "retained message limit")
                 return
         if delay is not None:
             stored = self.broker.delay(message, delay)
+            commits = [stored] if stored is not None else []
             if qos == 2:
-                self.session.inbound_qos2.add(packet.packet_id)
-            if stored is not None and qos:
-                self.loop.create_task(self._ack_after_commit(packet, 0, [stored]))
+                self._hold_qos2(packet.packet_id, commits)
+            if commits and qos:
+                self.loop.create_task(self._ack_after_commit(packet, 0, commits))
             elif qos:
                 self._ack_publish(packet, 0)
             return
@@ -557,12 +596,35 @@ class MQTTConnection(asyncio.Protocol):
         if qos == 0:
             return
         if qos == 2:
-            self.session.inbound_qos2.add(packet.packet_id)
+            self._hold_qos2(packet.packet_id, commits)
         if commits:
             # Acknowledge only once every durable copy is committed (group commit).
             self.loop.create_task(self._ack_after_commit(packet, code, commits))
         else:
             self._ack_publish(packet, code)
+
+    def _hold_qos2(self, packet_id: int, commits: list) -> None:
+        """Remember a QoS 2 packet id until PUBREL; a persistent session commits it with the
+        message's durable copies, so a resend after a crash is recognised."""
+        self.session.inbound_qos2.add(packet_id)
+        if self.session.durable is not None:
+            commits.append(self.session.durable.inbound_qos2(self.session, packet_id, True))
+
+    def _send_ack(self, kind: PacketType, packet_id: int, code: int = 0) -> None:
+        self.send(encode_ack(kind, packet_id, code, None, self.protocol_version))
+
+    async def _after_commit(self, commit: asyncio.Future, kind: PacketType, packet: Any) -> None:
+        """PUBREL/PUBCOMP once the QoS 2 state change is durable; if the database refused it,
+        close: the client resends after reconnecting and nothing is delivered twice."""
+        try:
+            await commit
+        except Exception as exc:
+            log.warning("QoS 2 state not stored (%s); closing %s", exc, self.client_id)
+            if not self.closing:
+                self._close()
+            return
+        if not self.closing:
+            self._send_ack(kind, packet.packet_id)
 
     def _ack_publish(self, packet: Publish, code: int, reason: str = "") -> None:
         kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
@@ -587,8 +649,7 @@ class MQTTConnection(asyncio.Protocol):
 
     def _resume_after_rate_limit(self) -> None:
         self._rate_paused = False
-        if not self.closing and not self._throttled_by:
-            self.transport.resume_reading()
+        self._resume()
 
     def _refuse_publish(self, packet: Publish, code: int, reason: str) -> None:
         """5.0: negative acknowledgement; 3.1.1 has none, so acknowledge and drop (allowed)."""
@@ -620,6 +681,7 @@ class MQTTConnection(asyncio.Protocol):
                 and sub.topic_filter not in self.session.subscriptions
                 and len(self.session.subscriptions) >= limit
             ):
+                self.broker.quota_exceeded(self.tenant, "subscriptions")
                 codes.append(RC.QUOTA_EXCEEDED)
                 continue
             codes.append(sub.qos)
@@ -673,8 +735,7 @@ class MQTTConnection(asyncio.Protocol):
         if self._throttle_timer is not None:
             self._throttle_timer.cancel()
             self._throttle_timer = None
-        if not self.closing:
-            self.transport.resume_reading()
+        self._resume()
 
     # -- outbound topic aliases ---------------------------------------------------------
 

@@ -20,6 +20,7 @@ HOOK_NAMES = (
     "message.delivered",
     "message.acked",
     "message.dropped",
+    "quota.exceeded",
 )
 
 

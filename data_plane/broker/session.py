@@ -52,7 +52,7 @@ class SubscriptionState:
     subscription_id: int | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # sessions are identities: hashed and compared by identity
 class Session:
     tenant: str
     client_id: str
@@ -78,6 +78,7 @@ class Session:
     queued_qos0: int = 0  # QoS 0 deliveries in `queue`
     persist: Any = None  # callable(session, delivery) for persistent sessions (storage layer)
     queue_qos0_offline: bool = False  # the tenant's setting: QoS 0 waits while offline
+    durable: Any = None  # the SessionPersistence, for persistent sessions
 
     @property
     def key(self) -> tuple[str, str]:
@@ -136,7 +137,12 @@ class Session:
                 self._drop(delivery, "queue_full")
                 return
         self.queue.append(delivery)
-        if delivery.qos and len(self.queue) >= self.max_queued // 2 and self.origin:
+        if (
+            delivery.qos
+            and self.connection is not None  # an offline session has nobody draining it
+            and len(self.queue) >= self.max_queued // 2
+            and self.origin
+        ):
             # Back-pressure: stop reading the publisher until this queue drains (bounded in
             # time by the publisher, so a dead subscriber cannot stall it for long).
             publisher = self.origin()
@@ -204,6 +210,8 @@ class Session:
             self._drop(delivery, "too_large")
             return
         conn.send(data)
+        if delivery.qos == 2 and delivery.seq is not None and self.durable is not None:
+            self.durable.sent(self, delivery, packet_id)
         if self.on_sent:
             self.on_sent(self, delivery, len(message.payload))
 
@@ -261,17 +269,17 @@ class Session:
         self.pump()
         return entry.delivery
 
-    def pubrec(self, packet_id: int, failed: bool) -> bool:
-        """True when the packet id was awaiting PUBREC (then PUBREL is due unless it failed)."""
+    def pubrec(self, packet_id: int, failed: bool) -> Delivery | None:
+        """The delivery that was awaiting this PUBREC (then PUBREL is due unless it failed)."""
         entry = self.inflight.get(packet_id)
         if entry is None or entry.state != AWAIT_PUBREC:
-            return False
+            return None
         if failed:
             del self.inflight[packet_id]
             self.pump()
         else:
             entry.state = AWAIT_PUBCOMP
-        return True
+        return entry.delivery
 
     def pubcomp(self, packet_id: int) -> Delivery | None:
         entry = self.inflight.get(packet_id)

@@ -6,6 +6,11 @@ sequence number and is appended to its queue (group-committed); the publisher's 
 waits for that commit (`Broker.take_pending_commits`). Acknowledged or dropped deliveries are
 deleted. At start-up every live session is restored: subscriptions into the router, queue into
 memory, expiry timers re-armed — so a kill -9 loses nothing that was acknowledged.
+
+QoS 2 stays exactly once across a crash: a QoS 2 delivery's packet id is recorded when sent,
+PUBREL goes out only once the client's PUBREC is committed, and on restart those come back as
+in flight (PUBLISH resent with DUP and the same id, or PUBREL). Inbound, the client's held QoS 2
+packet ids are committed with the message copies, and released before PUBCOMP.
 """
 
 from __future__ import annotations
@@ -18,9 +23,17 @@ from typing import Any
 
 from data_plane.broker.broker import NEVER_EXPIRES, Broker
 from data_plane.broker.message import Message
-from data_plane.broker.session import Delivery, Session, SubscriptionState
+from data_plane.broker.session import (
+    AWAIT_PUBACK,
+    AWAIT_PUBCOMP,
+    AWAIT_PUBREC,
+    Delivery,
+    Inflight,
+    Session,
+    SubscriptionState,
+)
 from data_plane.mqtt.packets import Subscription
-from data_plane.storage.session_store import QueuedMessage, SessionStore
+from data_plane.storage.session_store import RECEIVED, SENT, QueuedMessage, SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +64,7 @@ class SessionPersistence:
     def attach(self, session: Session) -> None:
         persistent = session.tenant_id is not None and session.expiry_interval > 0
         session.persist = self.persist if persistent else None
+        session.durable = self if persistent else None
 
     # -- deliveries -----------------------------------------------------------------------
 
@@ -79,6 +93,22 @@ class SessionPersistence:
             ),
         )
         self.broker.pending_commits.append(future)
+
+    def sent(self, session: Session, delivery: Delivery, packet_id: int) -> None:
+        """A QoS 2 delivery went out with this packet id: a restart resends it with the same."""
+        future = self.store.mark(
+            session.tenant_id, session.client_id, delivery.seq, packet_id, SENT
+        )
+        future.add_done_callback(_log_failure)
+
+    def released(self, session: Session, delivery: Delivery, packet_id: int) -> asyncio.Future:
+        """The client sent PUBREC: commit that before PUBREL so a restart cannot resend PUBLISH."""
+        return self.store.mark(
+            session.tenant_id, session.client_id, delivery.seq, packet_id, RECEIVED
+        )
+
+    def inbound_qos2(self, session: Session, packet_id: int, held: bool) -> asyncio.Future:
+        return self.store.inbound_qos2(session.tenant_id, session.client_id, packet_id, held)
 
     def settled(self, session: Session, delivery: Delivery) -> None:
         """Acknowledged by the client, or dropped: the durable copy goes."""
@@ -131,6 +161,7 @@ class SessionPersistence:
             session.tenant_id = stored.tenant_id
             session.expiry_interval = stored.expiry_interval
             session.next_seq = stored.last_seq
+            session.inbound_qos2 = set(stored.inbound_qos2)
             session.on_drop = self.broker._dropped
             session.on_sent = self.broker._sent
             session.origin = self.broker._origin
@@ -159,7 +190,15 @@ class SessionPersistence:
                     "",
                     tenant,
                 )
-                session.queue.append(Delivery(message, queued.qos, queued.retain, seq=queued.seq))
+                delivery = Delivery(message, queued.qos, queued.retain, seq=queued.seq)
+                if queued.packet_id and queued.state in (SENT, RECEIVED):
+                    # In flight when the broker stopped: resent on reconnect, same packet id.
+                    state = AWAIT_PUBACK if queued.qos == 1 else AWAIT_PUBREC
+                    if queued.state == RECEIVED:
+                        state = AWAIT_PUBCOMP
+                    session.inflight[queued.packet_id] = Inflight(delivery, state)
+                else:
+                    session.queue.append(delivery)
             if stored.expires_at is not None:
                 remaining = (stored.expires_at - datetime.now(UTC)).total_seconds()
                 session.expiry_handle = asyncio.get_running_loop().call_later(

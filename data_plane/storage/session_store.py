@@ -63,6 +63,7 @@ class StoredSession:
     subscriptions: list[dict[str, Any]]
     will: dict[str, Any] | None
     last_seq: int
+    inbound_qos2: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -71,16 +72,24 @@ class _Batch:
     deletes: list[tuple[int, str, int]] = field(default_factory=list)
     updates: list[tuple[int, str, int, int | None, int]] = field(default_factory=list)
     uploads: dict[str, bytes] = field(default_factory=dict)
+    # (tenant id, client id) -> {packet id: held}; the last change to an id wins.
+    inbound: dict[tuple[int, str], dict[int, bool]] = field(default_factory=dict)
     futures: list[asyncio.Future] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.inserts) + len(self.deletes) + len(self.updates)
+        return len(self.inserts) + len(self.deletes) + len(self.updates) + len(self.inbound)
 
 
 _COPY = (
     "COPY tenants_mqttqueuedmessage (tenant_id, client_id, seq, topic, payload, object_key, qos,"
     " retain, properties, packet_id, state, expires_at, created_at) FROM STDIN"
 )
+_INBOUND = """
+UPDATE tenants_mqttsession SET inbound_qos2 = ARRAY(
+    SELECT DISTINCT x FROM unnest(inbound_qos2 || %(held)s::int[]) AS x
+     WHERE x <> ALL(%(released)s::int[]) ORDER BY x)
+ WHERE tenant_id = %(tenant_id)s AND client_id = %(client_id)s
+"""
 _DELETE = """
 DELETE FROM tenants_mqttqueuedmessage q
  USING unnest(%s::bigint[], %s::text[], %s::bigint[]) AS a(tenant_id, client_id, seq)
@@ -175,6 +184,13 @@ class SessionStore:
         self._batch.updates.append((tenant_id, client_id, seq, packet_id, state))
         return self._future()
 
+    def inbound_qos2(
+        self, tenant_id: int, client_id: str, packet_id: int, held: bool
+    ) -> asyncio.Future:
+        """Record that a client's QoS 2 packet id is held (PUBLISH taken) or released (PUBREL)."""
+        self._batch.inbound.setdefault((tenant_id, client_id), {})[packet_id] = held
+        return self._future()
+
     def _future(self) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         self._batch.futures.append(future)
@@ -218,6 +234,19 @@ class SessionStore:
                         await cursor.execute(
                             _DELETE, [list(c) for c in zip(*batch.deletes, strict=True)]
                         )
+                    if batch.inbound:
+                        await cursor.executemany(
+                            _INBOUND,
+                            [
+                                {
+                                    "tenant_id": tenant_id,
+                                    "client_id": client_id,
+                                    "held": [i for i, held in ids.items() if held],
+                                    "released": [i for i, held in ids.items() if not held],
+                                }
+                                for (tenant_id, client_id), ids in batch.inbound.items()
+                            ],
+                        )
         except Exception as exc:
             log.warning("group commit of %d writes failed: %s", len(batch), exc)
             error = StoreUnavailable(f"session store unavailable: {exc}")
@@ -254,8 +283,8 @@ class SessionStore:
             await conn.execute(
                 """
                 INSERT INTO tenants_mqttsession (tenant_id, client_id, expiry_interval,
-                    expires_at, subscriptions, will, next_packet_id, updated_at)
-                VALUES (%s, %s, %s, %s, %s, %s, 1, now())
+                    expires_at, subscriptions, will, next_packet_id, inbound_qos2, updated_at)
+                VALUES (%s, %s, %s, %s, %s, %s, 1, '{}', now())
                 ON CONFLICT (tenant_id, client_id) DO UPDATE SET
                     expiry_interval = EXCLUDED.expiry_interval, expires_at = EXCLUDED.expires_at,
                     subscriptions = EXCLUDED.subscriptions, will = EXCLUDED.will,
@@ -298,7 +327,7 @@ class SessionStore:
             await cursor.execute(
                 f"""
                 SELECT s.tenant_id, s.client_id, s.expiry_interval, s.expires_at,
-                       s.subscriptions, s.will,
+                       s.subscriptions, s.will, s.inbound_qos2,
                        (SELECT coalesce(max(q.seq), 0) FROM tenants_mqttqueuedmessage q
                          WHERE q.tenant_id = s.tenant_id AND q.client_id = s.client_id)
                   FROM tenants_mqttsession s WHERE {where}
@@ -314,7 +343,8 @@ class SessionStore:
                 expires_at=r[3],
                 subscriptions=r[4] or [],
                 will=r[5],
-                last_seq=r[6],
+                inbound_qos2=list(r[6] or []),
+                last_seq=r[7],
             )
             for r in rows
         ]

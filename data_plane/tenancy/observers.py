@@ -49,6 +49,8 @@ class TenancyObservers:
         hooks.add("message.publish", self._published, priority=-100)  # after any rewriting
         hooks.add("message.delivered", self._delivered)
         hooks.add("message.dropped", self._dropped)
+        # Quota refusals are metered beside drops, as `quota_<key>` causes.
+        hooks.add("quota.exceeded", lambda tenant, key: self.meter.dropped(tenant, f"quota_{key}"))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="usage-flush")

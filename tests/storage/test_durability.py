@@ -17,6 +17,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def devices():
     tenant = services.tenant_create("acme")
+    # paho counts a refused (0x97) PUBACK as published: keep the rate quota out of the way.
+    services.tenant_set_quota(tenant, {"max_publish_rate": 1_000_000})
     _, sub_secret = services.device_create(tenant=tenant, name="sub", client_id_policy="any")
     _, pub_secret = services.device_create(tenant=tenant, name="pub", client_id_policy="any")
     return sub_secret, pub_secret
@@ -141,6 +143,48 @@ def test_retained_and_delayed_survive_a_restart(devices):
         assert [(m.topic, m.payload) for m in later] == [("r/later", b"delayed value")]
         assert time.monotonic() - started >= 2  # not before its time
         sub.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def test_kill_9_keeps_qos_2_exactly_once(devices):
+    """Both ends persistent, paho resending after the crash: every message arrives, none twice."""
+    from tests.conftest import _free_port
+
+    sub_secret, pub_secret = devices
+    fixed = _free_port()  # the clients reconnect by themselves to the same address
+    process, port = start_pg_broker("--port", str(fixed), "--no-archive")
+    total = 1500
+    try:
+        sub = Paho(port, "acme/sub", sub_secret, "eo-sub", clean=False, expiry=3600)
+        sub.subscribe("eo/#", 2)
+        pub = Paho(port, "acme/pub", pub_secret, "eo-pub", clean=False, expiry=3600)
+        for client in (sub, pub):
+            client.client.reconnect_delay_set(0.2, 1)
+        infos = [pub.client.publish("eo/t", f"m{i}", 2) for i in range(total)]
+        deadline = time.monotonic() + 20
+        while sum(i.is_published() for i in infos) < 300 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        kill9(process)  # mid-stream: QoS 2 flows in both directions are half done
+        completed_before = sum(i.is_published() for i in infos)
+        assert 300 <= completed_before < total, completed_before
+    finally:
+        if process.poll() is None:
+            kill9(process)
+
+    process, port = start_pg_broker("--port", str(fixed), "--no-archive")
+    try:
+        deadline = time.monotonic() + 40
+        while not all(i.is_published() for i in infos) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(i.is_published() for i in infos), "the publisher's resends did not complete"
+        received = [m.payload.decode() for m in sub.expect(total + 20, 10)]
+        duplicates = {p for p in received if received.count(p) > 1}
+        assert not duplicates, f"delivered twice: {sorted(duplicates)[:5]}"
+        assert set(received) == {f"m{i}" for i in range(total)}
+        sub.client.disconnect()
+        pub.client.disconnect()
     finally:
         process.terminate()
         process.wait(timeout=15)

@@ -131,7 +131,7 @@ def test_max_connections_quota(pg_broker, acme):
     first.close()
 
 
-def test_publish_rate_quota_answers_0x96(pg_broker, acme):
+def test_publish_rate_quota_answers_0x97(pg_broker, acme):
     import socket
 
     tenant, secret, other = acme
@@ -154,7 +154,8 @@ def test_publish_rate_quota_answers_0x96(pg_broker, acme):
     time.sleep(0.5)
     acks = sock.recv(65536)
     sock.close()
-    assert acks.count(b"\x96\x0d\x1f") >= 10  # PUBACK 0x96 "rate quota", beyond the burst
+    # PUBACK 0x97 (Quota exceeded) "rate quota" beyond the burst: 0x96 is only for DISCONNECT.
+    assert acks.count(b"\x97\x0d\x1f") >= 10
     assert acks.count(b"@\x03") >= 4  # the one-second burst went through (0x10: no subscriber)
 
 
