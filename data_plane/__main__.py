@@ -157,6 +157,7 @@ async def run(args: argparse.Namespace) -> None:
             usage_writer=usage_writer,
         )
         observers.start()
+        persistence.release_wills()
     for name, (host, port) in server.listeners.items():
         print(f"LISTENING {name} {host}:{port}", flush=True)
     stop = asyncio.Event()

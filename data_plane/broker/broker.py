@@ -95,6 +95,9 @@ class Broker:
             if existing.will_handle:  # reconnected within the will delay: no will
                 existing.will_handle.cancel()
                 existing.will_handle = None
+                if clean_start and existing.will is not None:
+                    self.publish(existing.will)  # unless the session ends here: then it goes now
+            existing.will = existing.will_due = None
         if existing is not None and clean_start:
             self._end_session(existing)
             existing = None
@@ -273,21 +276,28 @@ class Broker:
 
     # -- wills --------------------------------------------------------------------------
 
-    def schedule_will(self, session: Session | None, will: Message, delay: int) -> None:
+    def schedule_will(self, session: Session | None, will: Message, delay: float) -> None:
+        """Publish `will` now, or after its delay (capped by the session's expiry) unless the
+        client resumes the session first."""
+        if session is not None and session.expiry_interval != NEVER_EXPIRES:
+            delay = min(delay, session.expiry_interval)
         if delay <= 0 or session is None:
-            self.publish(will)
-            return
-        if session.expiry_interval != NEVER_EXPIRES:
-            delay = min(delay, session.expiry_interval) if session.expiry_interval else 0
-        if delay <= 0:
+            if session is not None and session.will is will:
+                session.will = session.will_due = None
             self.publish(will)
             return
         loop = asyncio.get_running_loop()
 
         def fire() -> None:
             session.will_handle = None
+            if session.will is will:
+                session.will = session.will_due = None
+                if self.persistence is not None and session.persist is not None:
+                    self.persistence.will_published(session)
             self.publish(will)
 
+        session.will = will
+        session.will_due = time.monotonic() + delay
         session.will_handle = loop.call_later(delay, fire)
 
     # -- control-plane actions (data_plane.tenancy.control.LiveConnections) -------------

@@ -351,6 +351,19 @@ class MQTTConnection(asyncio.Protocol):
         cap = quota.get("max_session_expiry")
         if cap is not None and expiry > cap and expiry != 0:
             expiry = cap if (v5 or expiry != NEVER_EXPIRES) else expiry
+        if connect.will is not None:
+            will = connect.will
+            self._will = Message.from_publish(
+                self.tenant,
+                client_id,
+                will.topic,
+                will.payload,
+                will.qos,
+                will.retain,
+                will.properties,
+            )
+            self._will_delay = will.properties.get("will_delay_interval", 0)
+
         max_queued = quota.get("max_queued_messages", self.config.max_queued_messages)
         session, present = self.broker.open_session(
             self,
@@ -362,6 +375,7 @@ class MQTTConnection(asyncio.Protocol):
             max_queued,
             result.tenant_id,
         )
+        session.will, session.will_delay = self._will, self._will_delay
         if session.persist is not None:
             try:
                 await self.broker.persistence.save(session)
@@ -377,19 +391,6 @@ class MQTTConnection(asyncio.Protocol):
         if limit and (keep_alive == 0 or keep_alive > limit) and v5:
             keep_alive = server_keep_alive = limit
         self._keep_alive = keep_alive
-
-        if connect.will is not None:
-            will = connect.will
-            self._will = Message.from_publish(
-                self.tenant,
-                client_id,
-                will.topic,
-                will.payload,
-                will.qos,
-                will.retain,
-                will.properties,
-            )
-            self._will_delay = will.properties.get("will_delay_interval", 0)
 
         ack_props: dict[str, Any] = {}
         if v5:
@@ -711,6 +712,8 @@ class MQTTConnection(asyncio.Protocol):
                 self.session.expiry_interval = expiry
         # Normal disconnection discards the will; 0x04 asks for it to be sent.
         self._send_will = packet.reason_code == RC.DISCONNECT_WITH_WILL
+        if not self._send_will:
+            self.session.will = None
         self._close()
 
     # -- back-pressure from subscribers ------------------------------------------------

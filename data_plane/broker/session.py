@@ -67,6 +67,12 @@ class Session:
     next_packet_id: int = 1
     dropped: int = 0
     expiry_handle: Any = None
+    # The connected client's will, kept here so a persistent session stores it: after a crash the
+    # restarted broker publishes it (client lost its connection) unless the client comes back
+    # within the will delay. `will_due` is the monotonic publish time once scheduled.
+    will: Message | None = None
+    will_delay: int = 0
+    will_due: float | None = None
     will_handle: Any = None
     on_drop: Any = None  # callable(session, delivery, cause)
     on_sent: Any = None  # callable(session, delivery, size)

@@ -57,6 +57,7 @@ class SessionPersistence:
         self._tasks: set[asyncio.Task] = set()
         # A message fanned out to many persistent sessions spills to one object, not one each.
         self._spilled: tuple[Message | None, str] = (None, "")
+        self._wills: list[tuple[Session, Message, float]] = []  # restored, not yet scheduled
         broker.persistence = self
 
     # -- which sessions -------------------------------------------------------------------
@@ -128,8 +129,13 @@ class SessionPersistence:
             session.client_id,
             expiry_interval=session.expiry_interval,
             subscriptions=[_subscription_record(s) for s in session.subscriptions.values()],
+            will=_will_record(session),
             expires_at=expires_at,
         )
+
+    def will_published(self, session: Session) -> None:
+        """A delayed will went out: a restart must not publish it again."""
+        self._spawn(self.store.save_will(session.tenant_id, session.client_id, None))
 
     def save_later(self, session: Session, *, disconnected: bool = False) -> None:
         self._spawn(self.save(session, disconnected=disconnected))
@@ -201,11 +207,30 @@ class SessionPersistence:
                     session.queue.append(delivery)
             if stored.expires_at is not None:
                 remaining = (stored.expires_at - datetime.now(UTC)).total_seconds()
+            elif session.expiry_interval != NEVER_EXPIRES:
+                # Connected when the broker died: its expiry runs from now.
+                remaining = session.expiry_interval
+                self.save_later(session, disconnected=True)
+            else:
+                remaining = None
+            if remaining is not None:
                 session.expiry_handle = asyncio.get_running_loop().call_later(
                     max(0.0, remaining), self.broker._expire, session
                 )
+            if stored.will:
+                self._wills.append((session, *_restore_will(stored.will, tenant, stored.client_id)))
             restored += 1
         return restored
+
+    def release_wills(self) -> int:
+        """Schedule the restored wills, once every subscription, the retained store and the
+        hooks are back: a client connected when the broker died lost its connection then, so its
+        will goes after its delay unless it resumes the session first."""
+        wills, self._wills = self._wills, []
+        for session, will, delay in wills:
+            if session.connection is None and self.broker.sessions.get(session.key) is session:
+                self.broker.schedule_will(session, will, delay)
+        return len(wills)
 
     async def purge_forever(self, interval: float = 60.0) -> None:
         while True:
@@ -226,6 +251,39 @@ def _subscription_record(state: SubscriptionState) -> dict[str, Any]:
         "rh": state.retain_handling,
         "id": state.subscription_id,
     }
+
+
+def _will_record(session: Session) -> dict[str, Any] | None:
+    will = session.will
+    if will is None:
+        return None
+    return {
+        "topic": will.topic,
+        "payload": will.payload.hex(),
+        "qos": will.qos,
+        "retain": will.retain,
+        "properties": _jsonable(will.properties),
+        "delay": session.will_delay,
+        "due": _wall(session.will_due).isoformat() if session.will_due is not None else None,
+    }
+
+
+def _restore_will(record: dict[str, Any], tenant: str, client_id: str) -> tuple[Message, float]:
+    """The stored will and the seconds until it is due."""
+    will = Message.from_publish(
+        tenant,
+        client_id,
+        record["topic"],
+        bytes.fromhex(record["payload"]),
+        record["qos"],
+        record["retain"],
+        restore_properties(record.get("properties", {})),
+    )
+    if record.get("due"):
+        delay = (datetime.fromisoformat(record["due"]) - datetime.now(UTC)).total_seconds()
+    else:
+        delay = float(record.get("delay", 0))
+    return will, max(0.0, delay)
 
 
 def _jsonable(properties: dict[str, Any]) -> dict[str, Any]:

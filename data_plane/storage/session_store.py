@@ -300,6 +300,14 @@ class SessionStore:
                 ),
             )
 
+    async def save_will(self, tenant_id: int, client_id: str, will: dict[str, Any] | None) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE tenants_mqttsession SET will = %s, updated_at = now()"
+                " WHERE tenant_id = %s AND client_id = %s",
+                (Jsonb(will) if will is not None else None, tenant_id, client_id),
+            )
+
     async def delete_session(self, tenant_id: int, client_id: str) -> None:
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(

@@ -6,6 +6,8 @@ import threading
 import time
 
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from tenants import services
 from tests.broker.clients import Paho
@@ -185,6 +187,89 @@ def test_kill_9_keeps_qos_2_exactly_once(devices):
         assert set(received) == {f"m{i}" for i in range(total)}
         sub.client.disconnect()
         pub.client.disconnect()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def _will(topic: str, payload: str, delay: int = 0) -> tuple:
+    properties = Properties(PacketTypes.WILLMESSAGE)
+    if delay:
+        properties.WillDelayInterval = delay
+    return (topic, payload, 1, False, properties)
+
+
+def test_wills_of_clients_connected_at_kill_9_go_out_after_restart(devices):
+    sub_secret, pub_secret = devices
+    process, port = start_pg_broker()
+    try:
+        watcher = Paho(port, "acme/sub", sub_secret, "watcher", clean=False, expiry=3600)
+        watcher.subscribe("status/#", 1)
+        watcher.close()  # offline: the wills must reach its durable queue
+        lost = Paho(
+            port,
+            "acme/pub",
+            pub_secret,
+            "lost",
+            clean=False,
+            expiry=3600,
+            will=_will("status/lost", "lost-offline"),
+        )
+        polite = Paho(
+            port,
+            "acme/pub",
+            pub_secret,
+            "polite",
+            clean=False,
+            expiry=3600,
+            will=_will("status/polite", "polite-offline"),
+        )
+        polite.close()  # normal DISCONNECT: its will is discarded, before and after a crash
+        patient = Paho(
+            port,
+            "acme/pub",
+            pub_secret,
+            "patient",
+            clean=False,
+            expiry=3600,
+            will=_will("status/patient", "patient-offline", delay=5),
+        )
+        transient = Paho(
+            port,
+            "acme/pub",
+            pub_secret,
+            "transient",
+            will=_will("status/transient", "transient-offline"),
+        )
+        kill9(process)
+        for client in (lost, patient, transient):
+            client.client.loop_stop()
+    finally:
+        if process.poll() is None:
+            kill9(process)
+
+    process, port = start_pg_broker()
+    try:
+        # Back within its will delay: the session resumes and its will is never published.
+        back = Paho(port, "acme/pub", pub_secret, "patient", clean=False, expiry=3600)
+        assert back.session_present
+        watcher = Paho(port, "acme/sub", sub_secret, "watcher", clean=False, expiry=3600)
+        got = [(m.topic, m.payload) for m in watcher.expect(1, 5)]
+        assert got == [("status/lost", b"lost-offline")]
+        # Only persistent sessions keep their will in Postgres; nothing else arrives.
+        assert watcher.nothing(6)
+        back.close()
+        watcher.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+    process, port = start_pg_broker()
+    try:
+        # Published once: a second restart does not send the will again.
+        watcher = Paho(port, "acme/sub", sub_secret, "watcher", clean=False, expiry=3600)
+        assert watcher.nothing(1.5)
+        watcher.close()
     finally:
         process.terminate()
         process.wait(timeout=15)
