@@ -10,8 +10,11 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import path  # noqa: E402
 
-websocket_urlpatterns: list = []
+from tenants.portal.live import LiveConsumer  # noqa: E402
+
+websocket_urlpatterns: list = [path("ws/live/", LiveConsumer.as_asgi())]
 
 application = ProtocolTypeRouter(
     {

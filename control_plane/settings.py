@@ -108,6 +108,10 @@ WHITENOISE_USE_FINDERS = DEBUG
 MQTT_PUBLIC_HOST = os.environ.get("MQTT_PUBLIC_HOST", "127.0.0.1")
 MQTT_PUBLIC_PORT = int(os.environ.get("MQTT_PUBLIC_PORT", "1883"))
 MQTT_PUBLIC_WS_URL = os.environ.get("MQTT_PUBLIC_WS_URL", "ws://127.0.0.1:8083/mqtt")
+# Where the portal's live views reach a broker (as each tenant's read-only service identity,
+# authenticated with a token signed by MQTT_SERVICE_KEY, shared with the brokers).
+MQTT_INTERNAL_HOST = os.environ.get("MQTT_INTERNAL_HOST", "127.0.0.1")
+MQTT_INTERNAL_PORT = int(os.environ.get("MQTT_INTERNAL_PORT", str(MQTT_PUBLIC_PORT)))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REST_FRAMEWORK = {

@@ -25,6 +25,13 @@ def memberships_for_user(user: AbstractBaseUser) -> QuerySet[Membership]:
     return Membership.objects.filter(user=user).select_related("tenant", "tenant__plan")
 
 
+def current_membership(user: AbstractBaseUser, chosen: str | None) -> Membership | None:
+    """The membership the portal shows: the tenant chosen in the session, else the first."""
+    memberships = memberships_for_user(user).order_by("created_at")
+    membership = memberships.filter(tenant__slug=chosen).first() if chosen else None
+    return membership or memberships.first()
+
+
 def membership_get(user: AbstractBaseUser, tenant: Tenant) -> Membership | None:
     return Membership.objects.filter(user=user, tenant=tenant).first()
 

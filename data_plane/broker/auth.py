@@ -33,6 +33,9 @@ class AuthResult:
     reason: str = ""
     tenant_id: int | None = None  # the tenant's database id, for durable sessions
     queue_qos0_offline: bool = False  # keep QoS 0 for the session while its client is away
+    # An internal identity (the portal's live view): not one of the tenant's clients, so not
+    # counted, metered or announced; its authorizer stays as issued.
+    service: bool = False
 
 
 class Authenticator(Protocol):

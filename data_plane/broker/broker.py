@@ -8,6 +8,7 @@ touches sockets itself.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -355,6 +356,10 @@ class Broker:
     def publish_sys(self) -> None:
         """Each tenant's own figures under its own `$SYS/broker/...`, retained."""
         uptime = int(time.time() - self.started)
+        online: dict[str, set[str]] = defaultdict(set)
+        for conn in self.connections:
+            if conn.session is not None and not conn.auth.service:
+                online[conn.tenant].add(conn.device)
         for tenant, stats in list(self.stats.items()):
             router = self.router.tenants.get(tenant)
             figures = {
@@ -369,6 +374,8 @@ class Broker:
                 "subscriptions/count": router.count if router else 0,
                 "retained messages/count": self.retained.count(tenant),
                 "uptime": uptime,
+                # Which devices are connected (bounded): the portal's presence snapshot.
+                "clients/online": _online_list(online.get(tenant, ())),
                 **{f"quota/exceeded/{key}": n for key, n in stats.exceeded.items()},
             }
             for name, value in figures.items():
@@ -387,6 +394,17 @@ class Broker:
     def shutdown_connections(self) -> None:
         for conn in list(self.connections):
             conn.disconnect(ReasonCode.SERVER_SHUTTING_DOWN)
+
+
+ONLINE_LIST_LIMIT = 1000
+
+
+def _online_list(devices: Any) -> str:
+    names = sorted(devices)
+    return json.dumps(
+        {"devices": names[:ONLINE_LIST_LIMIT], "truncated": len(names) > ONLINE_LIST_LIMIT},
+        separators=(",", ":"),
+    )
 
 
 def is_v5(conn: Any) -> bool:

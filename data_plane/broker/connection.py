@@ -172,11 +172,10 @@ class MQTTConnection(asyncio.Protocol):
         session = self.session
         if session is None:
             return
-        self.broker.stats[self.tenant].connected -= 1
         if self._will is not None and self._send_will:
             self.broker.schedule_will(session, self._will, self._will_delay)
         self.broker.detach(session, self)
-        self.broker.hooks.run("client.disconnected", self)
+        self._announce(False)
 
     @property
     def batch_full(self) -> bool:
@@ -239,11 +238,18 @@ class MQTTConnection(asyncio.Protocol):
         session = self.session
         self.disconnect(RC.SESSION_TAKEN_OVER)
         self.session = None  # the session now belongs to the new connection
-        self.broker.stats[self.tenant].connected -= 1
-        self.broker.hooks.run("client.disconnected", self)
+        self._announce(False)
         if self._will is not None:
             self.broker.schedule_will(session, self._will, self._will_delay)
             self._will = None
+
+    def _announce(self, connected: bool) -> None:
+        """Count the tenant's client and tell the hooks; service identities are not clients."""
+        if self.auth.service:
+            self.broker.stats[self.tenant]  # noqa: B018  a watched tenant has its $SYS published
+            return
+        self.broker.stats[self.tenant].connected += 1 if connected else -1
+        self.broker.hooks.run("client.connected" if connected else "client.disconnected", self)
 
     def _protocol_failure(self, reason_code: int, reason: str) -> None:
         log.info("closing %s: %s (%#x)", self.peer, reason, reason_code)
@@ -331,6 +337,7 @@ class MQTTConnection(asyncio.Protocol):
         max_connections = quota.get("max_connections")
         if (
             max_connections is not None
+            and not result.service
             and self.broker.connection_count(result.tenant) >= max_connections
         ):
             self.broker.quota_exceeded(result.tenant, "connections")
@@ -383,7 +390,6 @@ class MQTTConnection(asyncio.Protocol):
                 log.warning("could not persist session %s: %s", client_id, exc)
         session.queue_qos0_offline = result.queue_qos0_offline
         self.session = session
-        self.broker.stats[self.tenant].connected += 1
 
         keep_alive = connect.keep_alive
         server_keep_alive = None
@@ -418,7 +424,7 @@ class MQTTConnection(asyncio.Protocol):
         if present:
             session.resend_inflight()
             session.pump()
-        self.broker.hooks.run("client.connected", self)
+        self._announce(True)
 
     # -- packets after CONNECT ----------------------------------------------------------
 
@@ -758,7 +764,7 @@ class MQTTConnection(asyncio.Protocol):
     # -- control plane ------------------------------------------------------------------
 
     def apply_policy(self, policy: Any) -> None:
-        if self.auth is None:
+        if self.auth is None or self.auth.service:
             return
         from data_plane.tenancy.acl import AclPolicy
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from data_plane.broker.auth import AuthResult
 from data_plane.mqtt.packets import Connect
+from data_plane.tenancy import service_identity
 from data_plane.tenancy.acl import AclPolicy
 from data_plane.tenancy.directory import TenantDirectory
 
@@ -20,6 +21,15 @@ class PostgresAuthenticator:
         if not decision.ok:
             return AuthResult(decision.reason_code, decision.tenant, reason=decision.reason)
         policy = decision.policy
+        if decision.device == service_identity.SERVICE_DEVICE:
+            return AuthResult(
+                0,
+                decision.tenant,
+                decision.device,
+                decision.client_id,
+                service_identity.ReadOnly(),
+                service=True,
+            )
         acl = AclPolicy(
             policy.acl,
             tenant=decision.tenant,

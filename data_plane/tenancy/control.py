@@ -13,6 +13,7 @@ from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
+from data_plane.tenancy import service_identity
 from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.notifications import Change, ConfigListener
 from data_plane.tenancy.store import TenantPolicy, TenantStore
@@ -51,7 +52,9 @@ class ControlPlaneLink:
             timeout=3.0,
             check=AsyncConnectionPool.check_connection,
         )
-        self.directory = TenantDirectory(TenantStore(self.pool))
+        self.directory = TenantDirectory(
+            TenantStore(self.pool), service_key=service_identity.load_key()
+        )
         self.listener = ConfigListener(dsn, self.on_change)
         self.live: LiveConnections | None = None
 

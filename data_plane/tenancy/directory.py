@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from data_plane.tenancy import service_identity
 from data_plane.tenancy.store import DeviceRecord, TenantPolicy, TenantStore
 from tenants.secrets import verify_secret
 
@@ -85,8 +86,10 @@ class TenantDirectory:
         failures_per_tenant: int = 200,
         failure_window: float = 10.0,
         clock=time.monotonic,
+        service_key: bytes | None = None,
     ) -> None:
         self.store = store
+        self.service_key = service_key  # verifies the portal's service tokens; None: refused
         self.ttl, self.negative_ttl, self._clock = ttl, negative_ttl, clock
         self._devices: dict[tuple[str, str], tuple[float, DeviceRecord | None]] = {}
         self._policies: dict[str, tuple[float, TenantPolicy | None]] = {}
@@ -169,6 +172,8 @@ class TenantDirectory:
             )
         if self.by_tenant.blocked(tenant):
             return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts for this tenant")
+        if device == service_identity.SERVICE_DEVICE:
+            return await self._service(tenant, password, client_id, address)
         try:
             record = await self.device(tenant, device)
             policy = await self.policy(tenant) if record is not None else None
@@ -192,6 +197,25 @@ class TenantDirectory:
             return self._fail(address, tenant, BANNED, "tenant suspended")
         self.stats["accepted"] += 1
         return Decision(SUCCESS, "", tenant, device, assigned, policy)
+
+    async def _service(
+        self, tenant: str, password: bytes | None, client_id: str, address: str
+    ) -> Decision:
+        """The portal's read-only identity for one tenant (see `service_identity`)."""
+        token = (password or b"").decode("utf-8", "replace")
+        if self.service_key is None or not service_identity.verify(
+            self.service_key, tenant, client_id, token
+        ):
+            return self._fail(address, tenant, BAD_USERNAME_OR_PASSWORD, "bad service token")
+        try:
+            policy = await self.policy(tenant)
+        except DirectoryUnavailable:
+            return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant)
+        if policy is None:
+            return self._fail(address, None, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
+        if not policy.active:
+            return self._fail(address, tenant, BANNED, "tenant suspended")
+        return Decision(SUCCESS, "", tenant, service_identity.SERVICE_DEVICE, client_id, policy)
 
     def _fail(self, address: str, tenant: str | None, code: int, reason: str) -> Decision:
         self.by_address.fail(address)
@@ -217,6 +241,8 @@ class TenantDirectory:
     @staticmethod
     def _client_id(record: DeviceRecord, client_id: str) -> str | None:
         policy = record.client_id_policy
+        if client_id.startswith("$"):
+            return None  # `$` client ids belong to service identities
         if policy == "exact":
             return record.name if client_id in ("", record.name) else None
         if policy == "pattern":

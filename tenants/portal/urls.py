@@ -15,6 +15,7 @@ urlpatterns = [
     path("devices/<str:name>/rotate/", views.device_rotate, name="device-rotate"),
     path("devices/<str:name>/toggle/", views.device_toggle, name="device-toggle"),
     path("devices/<str:name>/delete/", views.device_delete, name="device-delete"),
+    path("live/", views.live, name="live"),
     path("acls/", views.acls, name="acls"),
     path("acls/<int:rule_id>/delete/", views.acl_delete, name="acl-delete"),
     path("quota/", views.quota, name="quota"),

@@ -22,10 +22,7 @@ ONCE_KEY = "portal_secret_once"
 
 
 def _membership(request: HttpRequest) -> Membership:
-    memberships = selectors.memberships_for_user(request.user).order_by("created_at")
-    chosen = request.session.get("tenant")
-    membership = memberships.filter(tenant__slug=chosen).first() if chosen else None
-    membership = membership or memberships.first()
+    membership = selectors.current_membership(request.user, request.session.get("tenant"))
     if membership is None:
         raise PermissionDenied("You are not a member of any tenant.")
     return membership
@@ -134,6 +131,12 @@ def dashboard(request, membership):
             mqtt_ws_url=settings.MQTT_PUBLIC_WS_URL,
         ),
     )
+
+
+@tenant_view()
+def live(request, membership):
+    """Messages on a topic filter as they pass through the broker (see `tenants.portal.live`)."""
+    return render(request, "portal/live.html", _context(membership))
 
 
 @tenant_view()

@@ -52,6 +52,8 @@ class Command(BaseCommand):
         env = dict(os.environ)
         env["DATABASE_URL"] = settings.DATABASE_URL
         env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
+        env.setdefault("MQTT_INTERNAL_HOST", host)  # the portal's live views use this broker
+        env.setdefault("MQTT_INTERNAL_PORT", str(mqtt_port))
         python = sys.executable
         parts = {
             "web": [

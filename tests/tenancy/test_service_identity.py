@@ -1,0 +1,108 @@
+"""The portal's read-only service identity, from both sides: what it may see, and that no one
+else can borrow it (forged, foreign, expired tokens; `$` client ids)."""
+
+import json
+import time
+
+import pytest
+
+from data_plane.tenancy import service_identity
+from tenants import services
+from tests.broker.clients import Paho
+from tests.tenancy.test_broker_tenancy import start_pg_broker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+KEY = b"test-service-key"
+
+
+@pytest.fixture
+def broker(monkeypatch):
+    monkeypatch.setenv("MQTT_SERVICE_KEY", KEY.decode())
+    process, port = start_pg_broker("--sys-interval", "0.3")
+    yield port
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def tenants():
+    acme = services.tenant_create("acme")
+    _, acme_secret = services.device_create(tenant=acme, name="sensor-1", client_id_policy="any")
+    other = services.tenant_create("other")
+    _, other_secret = services.device_create(tenant=other, name="probe", client_id_policy="any")
+    return acme, acme_secret, other_secret
+
+
+def portal(
+    port: int,
+    tenant: str = "acme",
+    *,
+    key: bytes = KEY,
+    token_for: str | None = None,
+    client_id: str | None = None,
+    ttl: int = 300,
+) -> Paho:
+    identifier = client_id or service_identity.new_client_id()
+    token = service_identity.sign(key, token_for or tenant, identifier, ttl=ttl)
+    return Paho(port, f"{tenant}/$portal", token, identifier)
+
+
+def test_sees_its_tenant_only_and_cannot_publish(broker, tenants):
+    acme, acme_secret, other_secret = tenants
+    viewer = portal(broker)
+    assert viewer.reason_code == 0
+    viewer.subscribe("#", 0)
+    viewer.subscribe("$events/#", 0)
+    assert viewer.subscribe("$share/g/#", 0)[0].value == 0x87  # would steal from consumers
+
+    listener = Paho(broker, "acme/sensor-1", acme_secret, "listener")
+    listener.subscribe("open/#", 1)
+    viewer.client.publish("open/x", "from the portal", 1).wait_for_publish(5)
+    assert listener.nothing(0.5)  # read-only
+
+    intruder = Paho(broker, "other/probe", other_secret, "probe")
+    intruder.publish("open/x", "other tenant", 1)
+    device = Paho(broker, "acme/sensor-1", acme_secret, "device")
+    device.publish("open/x", "acme data", 1)
+    seen = [(m.topic, m.payload) for m in viewer.expect(4, 3)]
+    assert ("open/x", b"acme data") in seen
+    assert all(payload != b"other tenant" for _, payload in seen)
+    events = [json.loads(p) for t, p in seen if t == "$events/client_connected"]
+    # Its tenant's connects, not the other tenant's, and not the viewer itself.
+    assert [(e["username"], e["clientid"]) for e in events] == [
+        ("acme/sensor-1", "listener"),
+        ("acme/sensor-1", "device"),
+    ]
+
+    # Not one of the tenant's clients: $SYS counts the two devices and lists them online.
+    sys = Paho(broker, "acme/sensor-1", acme_secret, "sys-reader")
+    sys.subscribe("$SYS/broker/clients/#", 0)
+    time.sleep(0.8)
+    figures = {m.topic: m.payload for m in sys.expect(20, 1)}
+    assert figures["$SYS/broker/clients/connected"] == b"3"  # listener, device, sys-reader
+    assert json.loads(figures["$SYS/broker/clients/online"])["devices"] == ["sensor-1"]
+    for client in (viewer, listener, intruder, device, sys):
+        client.close()
+
+
+def test_nobody_else_can_use_it(broker, tenants):
+    acme, acme_secret, other_secret = tenants
+    assert portal(broker, key=b"guessed key").reason_code == 0x86
+    assert portal(broker, "other", token_for="acme").reason_code == 0x86  # acme's token
+    assert portal(broker, ttl=-1).reason_code == 0x86  # expired
+    assert portal(broker, client_id="viewer-1").reason_code == 0x86  # not a $portal- id
+    assert Paho(broker, "acme/$portal", "", "$portal-abc").reason_code == 0x86
+    # A device may not take a `$` client id (it could collide with the portal's sessions).
+    assert Paho(broker, "acme/sensor-1", acme_secret, "$portal-abc").reason_code == 0x85
+    # A token is bound to its client id.
+    token = service_identity.sign(KEY, "acme", "$portal-one")
+    assert Paho(broker, "acme/$portal", token, "$portal-two").reason_code == 0x86
+
+
+def test_suspending_the_tenant_ends_its_live_views(broker, tenants):
+    acme, _, _ = tenants
+    viewer = portal(broker)
+    assert viewer.reason_code == 0
+    services.tenant_set_status(acme, "suspended")
+    assert viewer.disconnected.wait(3)
+    assert portal(broker).reason_code == 0x8A
