@@ -61,6 +61,8 @@ class MQTTConnection(asyncio.Protocol):
         self.auth: AuthResult | None = None
         self.closing = False
         self.write_paused = False
+        self.outbound_bucket: Any = None  # the tenant's outbound bytes/s bucket, when limited
+        self._pace_timer: asyncio.TimerHandle | None = None
         self.client_receive_maximum = 65535
         self.client_maximum_packet_size = 268_435_460
         self.client_topic_alias_maximum = 0
@@ -168,6 +170,8 @@ class MQTTConnection(asyncio.Protocol):
         self.closing = True
         if self._timer:
             self._timer.cancel()
+        if self._pace_timer:
+            self._pace_timer.cancel()
         self.broker.connections.discard(self)
         session = self.session
         if session is None:
@@ -242,6 +246,30 @@ class MQTTConnection(asyncio.Protocol):
         if self._will is not None:
             self.broker.schedule_will(session, self._will, self._will_delay)
             self._will = None
+
+    # -- outbound pacing (the tenant's max_outbound_bytes_rate) ----------------------------
+
+    def _set_outbound_pacing(self) -> None:
+        quota = self.auth.quota
+        self.outbound_bucket = (
+            self.broker.rates_for(self.tenant, quota).outbound_bytes
+            if quota.get("max_outbound_bytes_rate")
+            else None
+        )
+
+    def paced(self, size: int) -> bool:
+        """Spend `size` bytes of the tenant's outbound rate, or arrange a pump when it allows."""
+        wait = self.outbound_bucket.spend(size)
+        if not wait:
+            return False
+        if self._pace_timer is None:
+            self._pace_timer = self.loop.call_later(wait, self._end_pace)
+        return True
+
+    def _end_pace(self) -> None:
+        self._pace_timer = None
+        if self.session is not None and self.session.connection is self:
+            self.session.pump()
 
     def _announce(self, connected: bool) -> None:
         """Count the tenant's client and tell the hooks; service identities are not clients."""
@@ -390,6 +418,7 @@ class MQTTConnection(asyncio.Protocol):
                 log.warning("could not persist session %s: %s", client_id, exc)
         session.queue_qos0_offline = result.queue_qos0_offline
         self.session = session
+        self._set_outbound_pacing()
 
         keep_alive = connect.keep_alive
         server_keep_alive = None
@@ -772,6 +801,7 @@ class MQTTConnection(asyncio.Protocol):
         self.auth.queue_qos0_offline = policy.queue_qos0_offline
         if self.session is not None:
             self.session.queue_qos0_offline = policy.queue_qos0_offline
+        self._set_outbound_pacing()
         self.auth.acl = AclPolicy(
             policy.acl,
             tenant=self.tenant,

@@ -102,12 +102,14 @@ class Session:
         conn = self.connection
         if conn is not None and not conn.closing and not conn.write_paused and not self.queue:
             if delivery.qos == 0:
-                if not conn.batch_full:
+                if not conn.batch_full and not self._paced(conn, delivery):
                     self._send(delivery, None)
                     return
                 self._enqueue(delivery)
                 return
-            if len(self.inflight) < conn.client_receive_maximum:
+            if len(self.inflight) < conn.client_receive_maximum and not self._paced(
+                conn, delivery
+            ):
                 self._send(delivery, self._allocate_id())
                 return
         if (conn is None or conn.closing) and delivery.qos == 0:
@@ -182,18 +184,25 @@ class Session:
                 self._drop(delivery, "expired")
                 continue
             if delivery.qos == 0:
-                if conn.batch_full:
+                if conn.batch_full or self._paced(conn, delivery):
                     break
                 queue.popleft()
                 self.queued_qos0 -= 1
                 self._send(delivery, None)
             elif len(self.inflight) < conn.client_receive_maximum:
+                if self._paced(conn, delivery):
+                    break  # the pacing timer pumps again
                 queue.popleft()
                 self._send(delivery, self._allocate_id())
             else:
                 break
         if self.blocked_publishers and len(queue) <= self.max_queued // 4:
             self.release_publishers()
+
+    @staticmethod
+    def _paced(conn: MQTTConnection, delivery: Delivery) -> bool:
+        """The tenant's outbound bytes/s quota says wait (the connection re-pumps later)."""
+        return conn.outbound_bucket is not None and conn.paced(len(delivery.message.payload))
 
     def _allocate_id(self) -> int:
         packet_id = self.next_packet_id

@@ -1,5 +1,5 @@
-"""Per-tenant rate quotas as token buckets (publish messages/s, inbound bytes/s), shared by all
-of a tenant's connections on this broker process."""
+"""Per-tenant rate quotas as token buckets (publish messages/s, inbound and outbound bytes/s),
+shared by all of a tenant's connections on this broker process."""
 
 from __future__ import annotations
 
@@ -30,6 +30,21 @@ class TokenBucket:
         return (amount - self.tokens) / self.rate
 
 
+    def spend(self, amount: float, now: float | None = None) -> float:
+        """Pacing: 0.0 and `amount` spent (the balance may go negative, so one message larger
+        than the burst still passes) while the balance is positive; otherwise the seconds until
+        it is positive again."""
+        if self.rate <= 0:
+            return 0.0
+        now = now if now is not None else time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens > 0:
+            self.tokens -= amount
+            return 0.0
+        return -self.tokens / self.rate + 1e-3
+
+
 class TenantRates:
     """The buckets of one tenant, rebuilt when its quota changes."""
 
@@ -39,6 +54,9 @@ class TenantRates:
         # One second of burst: short spikes pass, sustained excess does not.
         self.messages = TokenBucket(messages, max(messages, 1.0))
         self.inbound_bytes = TokenBucket(inbound, max(inbound, 1.0))
+        outbound = float(quota.get("max_outbound_bytes_rate") or 0)
+        # Deliveries are paced (`spend`), not refused: what waits stays in the session's queue.
+        self.outbound_bytes = TokenBucket(outbound, max(outbound, 1.0)) if outbound else None
         self.quota = dict(quota)
         self.exceeded = 0
 

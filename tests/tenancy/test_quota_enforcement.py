@@ -176,3 +176,29 @@ def test_publish_rate_on_3_1_1_slows_the_reader(pg_broker, acme):
     assert all(i.is_published() for i in infos)  # nothing refused, only slowed
     # 10 in the first second's burst, the other 20 at 10/s.
     assert elapsed >= 1.7
+
+
+def test_outbound_bytes_rate_paces_deliveries(pg_broker, acme):
+    tenant, secret = acme
+    limit(tenant, max_outbound_bytes_rate=10_000, max_publish_rate=1000)
+    sub = Paho(pg_broker, "acme/d", secret, "paced-sub")
+    sub.subscribe("o/#", 1)
+    pub = Paho(pg_broker, "acme/d", secret, "paced-pub")
+    started = time.monotonic()
+    for i in range(30):
+        pub.publish("o/t", f"{i:04d}".encode() * 250, 1)  # 1,000 bytes each, all acknowledged
+    published = time.monotonic() - started
+    got = sub.expect(30, 10)
+    took = time.monotonic() - started
+    # 30 kB at 10 kB/s after a one-second burst: about 2 s, none lost, in order.
+    assert [m.payload[:4] for m in got] == [f"{i:04d}".encode() for i in range(30)]
+    assert took >= 1.7, f"delivered 30 kB in {took:.2f}s"
+    assert published < 1.5  # the publisher was not held back: the subscriber's queue was
+    # Raising the quota applies to the live connection.
+    limit(tenant, max_outbound_bytes_rate=10_000_000, max_publish_rate=1000)
+    started = time.monotonic()
+    for i in range(30):
+        pub.publish("o/t", b"x" * 1000, 1)
+    assert len(sub.expect(30, 5)) == 30
+    assert time.monotonic() - started < 1.5
+    sub.close(), pub.close()
