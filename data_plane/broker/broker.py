@@ -44,6 +44,12 @@ class TenantStats:
     dropped: int = 0
     rate_limited: int = 0
     denied: int = 0
+    # Of the above, the broker's own traffic ($events, $SYS: publisher ids starting with `$`),
+    # which usage metering leaves out.
+    system_received: int = 0
+    system_bytes_received: int = 0
+    system_sent: int = 0
+    system_bytes_sent: int = 0
     # quota key -> refusals (connections, message_size, publish_rate, subscriptions, retained)
     exceeded: dict[str, int] = field(default_factory=dict)
 
@@ -164,6 +170,9 @@ class Broker:
         stats = self.stats[tenant]
         stats.messages_received += 1
         stats.bytes_received += len(message.payload)
+        if message.publisher[:1] == "$":
+            stats.system_received += 1
+            stats.system_bytes_received += len(message.payload)
         if self.hooks.has("message.publish"):
             message = self.hooks.filter_publish(message)
             if message is None:
@@ -215,6 +224,9 @@ class Broker:
         stats = self.stats[session.tenant]
         stats.messages_sent += 1
         stats.bytes_sent += size
+        if delivery.message.publisher[:1] == "$":
+            stats.system_sent += 1
+            stats.system_bytes_sent += size
         if self.hooks.has("message.delivered"):
             self.hooks.run("message.delivered", session, delivery)
 

@@ -43,6 +43,7 @@ from data_plane.mqtt.topics import validate_topic_name
 MAX_DELAY = 4_294_967  # seconds, as EMQX
 
 log = logging.getLogger(__name__)
+RATE_KEYS = ("max_publish_rate", "max_inbound_bytes_rate", "max_outbound_bytes_rate")
 
 
 class MQTTConnection(asyncio.Protocol):
@@ -62,6 +63,7 @@ class MQTTConnection(asyncio.Protocol):
         self.closing = False
         self.write_paused = False
         self.outbound_bucket: Any = None  # the tenant's outbound bytes/s bucket, when limited
+        self._inbound_rates: Any = None  # the tenant's TenantRates, when publishes are limited
         self._pace_timer: asyncio.TimerHandle | None = None
         self.client_receive_maximum = 65535
         self.client_maximum_packet_size = 268_435_460
@@ -249,13 +251,15 @@ class MQTTConnection(asyncio.Protocol):
 
     # -- outbound pacing (the tenant's max_outbound_bytes_rate) ----------------------------
 
-    def _set_outbound_pacing(self) -> None:
+    def _set_rates(self) -> None:
+        """The tenant's shared buckets, looked up once per connection and per policy change
+        rather than per PUBLISH."""
         quota = self.auth.quota
-        self.outbound_bucket = (
-            self.broker.rates_for(self.tenant, quota).outbound_bytes
-            if quota.get("max_outbound_bytes_rate")
-            else None
-        )
+        rates = None
+        if any(quota.get(key) for key in RATE_KEYS):
+            rates = self.broker.rates_for(self.tenant, quota)
+        self._inbound_rates = rates if rates is not None and rates.limits_inbound else None
+        self.outbound_bucket = rates.outbound_bytes if rates is not None else None
 
     def paced(self, size: int) -> bool:
         """Spend `size` bytes of the tenant's outbound rate, or arrange a pump when it allows."""
@@ -418,7 +422,7 @@ class MQTTConnection(asyncio.Protocol):
                 log.warning("could not persist session %s: %s", client_id, exc)
         session.queue_qos0_offline = result.queue_qos0_offline
         self.session = session
-        self._set_outbound_pacing()
+        self._set_rates()
 
         keep_alive = connect.keep_alive
         server_keep_alive = None
@@ -550,8 +554,8 @@ class MQTTConnection(asyncio.Protocol):
             else:
                 self._refuse_publish(packet, 0, "")
             return
-        if quota.get("max_publish_rate") or quota.get("max_inbound_bytes_rate"):
-            wait = self.broker.rates_for(self.tenant, quota).admit(len(packet.payload))
+        if self._inbound_rates is not None:
+            wait = self._inbound_rates.admit(len(packet.payload))
             if wait:
                 self.broker.quota_exceeded(self.tenant, "publish_rate")
                 if not v5:
@@ -801,7 +805,7 @@ class MQTTConnection(asyncio.Protocol):
         self.auth.queue_qos0_offline = policy.queue_qos0_offline
         if self.session is not None:
             self.session.queue_qos0_offline = policy.queue_qos0_offline
-        self._set_outbound_pacing()
+        self._set_rates()
         self.auth.acl = AclPolicy(
             policy.acl,
             tenant=self.tenant,

@@ -107,9 +107,7 @@ class Session:
                     return
                 self._enqueue(delivery)
                 return
-            if len(self.inflight) < conn.client_receive_maximum and not self._paced(
-                conn, delivery
-            ):
+            if len(self.inflight) < conn.client_receive_maximum and not self._paced(conn, delivery):
                 self._send(delivery, self._allocate_id())
                 return
         if (conn is None or conn.closing) and delivery.qos == 0:

@@ -71,6 +71,15 @@ class UsageMeter:
         usage.messages_out += 1
         usage.bytes_out += size
 
+    def add(
+        self, tenant: str, *, messages_in: int, bytes_in: int, messages_out: int, bytes_out: int
+    ) -> None:
+        usage = self._current(tenant)
+        usage.messages_in += messages_in
+        usage.bytes_in += bytes_in
+        usage.messages_out += messages_out
+        usage.bytes_out += bytes_out
+
     def dropped(self, tenant: str, cause: str, count: int = 1) -> None:
         self._current(tenant).dropped[cause] += count
 

@@ -46,8 +46,9 @@ class TenancyObservers:
         hooks = broker.hooks
         hooks.add("client.connected", self._connected)
         hooks.add("client.disconnected", self._disconnected)
-        hooks.add("message.publish", self._published, priority=-100)  # after any rewriting
-        hooks.add("message.delivered", self._delivered)
+        # Messages and bytes are not hooked per message: they are sampled from the broker's
+        # per-tenant counters every second (`_sample`), keeping the publish path lean.
+        self._counted: dict[str, tuple[int, int, int, int]] = {}
         hooks.add("message.dropped", self._dropped)
         # Quota refusals are metered beside drops, as `quota_<key>` causes.
         hooks.add("quota.exceeded", lambda tenant, key: self.meter.dropped(tenant, f"quota_{key}"))
@@ -95,14 +96,26 @@ class TenancyObservers:
         self._seen[(conn.tenant, conn.device)] = time.time()
         self._event(conn, "client_disconnected")
 
-    def _published(self, message: Message) -> Message:
-        if message.publisher not in ("$events", "$SYS"):
-            self.meter.message_in(message.tenant, len(message.payload))
-        return message
-
-    def _delivered(self, session: Any, delivery: Any) -> None:
-        if delivery.message.publisher not in ("$events", "$SYS"):  # system traffic is not billed
-            self.meter.message_out(session.tenant, len(delivery.message.payload))
+    def _sample(self) -> None:
+        """Charge the tenants' traffic since the last sample to the current minute (the broker's
+        own $events/$SYS traffic is not billed)."""
+        for tenant, stats in list(self.broker.stats.items()):
+            now = (
+                stats.messages_received - stats.system_received,
+                stats.bytes_received - stats.system_bytes_received,
+                stats.messages_sent - stats.system_sent,
+                stats.bytes_sent - stats.system_bytes_sent,
+            )
+            before = self._counted.get(tenant, (0, 0, 0, 0))
+            if now != before:
+                self._counted[tenant] = now
+                self.meter.add(
+                    tenant,
+                    messages_in=now[0] - before[0],
+                    bytes_in=now[1] - before[1],
+                    messages_out=now[2] - before[2],
+                    bytes_out=now[3] - before[3],
+                )
 
     def _dropped(self, session: Any, delivery: Any, cause: str) -> None:
         self.meter.dropped(session.tenant, cause)
@@ -110,14 +123,20 @@ class TenancyObservers:
     # -- flushing -------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        next_flush = time.monotonic() + self.flush_interval
         while True:
-            await asyncio.sleep(self.flush_interval)
+            await asyncio.sleep(min(1.0, self.flush_interval))
+            self._sample()
+            if time.monotonic() < next_flush:
+                continue
+            next_flush = time.monotonic() + self.flush_interval
             try:
                 await self.flush()
             except Exception as exc:  # the database may be away: keep counting, retry later
                 log.warning("usage flush failed: %s", exc)
 
     async def flush(self, final: bool = False) -> None:
+        self._sample()
         for tenant in list(self.broker.stats):
             self.meter.gauge(tenant, retained_count=self.broker.retained.count(tenant))
         seen, self._seen = self._seen, {}

@@ -29,7 +29,6 @@ class TokenBucket:
             return 0.0
         return (amount - self.tokens) / self.rate
 
-
     def spend(self, amount: float, now: float | None = None) -> float:
         """Pacing: 0.0 and `amount` spent (the balance may go negative, so one message larger
         than the burst still passes) while the balance is positive; otherwise the seconds until
@@ -59,14 +58,16 @@ class TenantRates:
         self.outbound_bytes = TokenBucket(outbound, max(outbound, 1.0)) if outbound else None
         self.quota = dict(quota)
         self.exceeded = 0
+        self.limits_inbound = bool(messages or inbound)
 
     def admit(self, size: int) -> float:
         """0.0 to admit a publish of `size` bytes; else how long the publisher should wait."""
-        wait = self.messages.take(1.0)
+        now = time.monotonic()
+        wait = self.messages.take(1.0, now)
         if wait:
             self.exceeded += 1
             return wait
-        wait = self.inbound_bytes.take(float(size)) if self.inbound_bytes.rate else 0.0
+        wait = self.inbound_bytes.take(float(size), now) if self.inbound_bytes.rate else 0.0
         if wait:
             self.messages.tokens += 1.0  # not admitted: give the message token back
             self.exceeded += 1

@@ -197,7 +197,7 @@ def test_outbound_bytes_rate_paces_deliveries(pg_broker, acme):
     # Raising the quota applies to the live connection.
     limit(tenant, max_outbound_bytes_rate=10_000_000, max_publish_rate=1000)
     started = time.monotonic()
-    for i in range(30):
+    for _ in range(30):
         pub.publish("o/t", b"x" * 1000, 1)
     assert len(sub.expect(30, 5)) == 30
     assert time.monotonic() - started < 1.5
