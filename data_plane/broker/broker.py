@@ -50,7 +50,8 @@ class TenantStats:
     system_bytes_received: int = 0
     system_sent: int = 0
     system_bytes_sent: int = 0
-    # quota key -> refusals (connections, message_size, publish_rate, subscriptions, retained)
+    # quota key -> refusals or pauses (connections, message_size, publish_rate, outbound_rate,
+    # subscriptions, retained)
     exceeded: dict[str, int] = field(default_factory=dict)
 
 

@@ -266,7 +266,8 @@ class MQTTConnection(asyncio.Protocol):
         wait = self.outbound_bucket.spend(size)
         if not wait:
             return False
-        if self._pace_timer is None:
+        if self._pace_timer is None:  # once per pause, not per delivery held back
+            self.broker.quota_exceeded(self.tenant, "outbound_rate")
             self._pace_timer = self.loop.call_later(wait, self._end_pace)
         return True
 

@@ -143,8 +143,9 @@ def test_sustained_publish_rate_disconnects_0x96(pg_broker, acme):
     tenant, secret = acme
     limit(tenant, max_publish_rate=5)
     sock, reader = raw_v5(pg_broker, secret, "flood")
-    for packet_id in range(1, 201):
-        sock.sendall(encode(Publish("flood/t", b"x", 1, packet_id=packet_id), MQTT_5_0))
+    # One write: the broker may hang up (0x96) before a packet-by-packet sender is done.
+    flood = [encode(Publish("flood/t", b"x", 1, packet_id=i), MQTT_5_0) for i in range(1, 201)]
+    sock.sendall(b"".join(flood))
     packets = read_all(sock, reader, 2)
     sock.close()
     refused = [p for p in packets if isinstance(p, PubAck) and p.reason_code == 0x97]
@@ -194,6 +195,7 @@ def test_outbound_bytes_rate_paces_deliveries(pg_broker, acme):
     assert [m.payload[:4] for m in got] == [f"{i:04d}".encode() for i in range(30)]
     assert took >= 1.7, f"delivered 30 kB in {took:.2f}s"
     assert published < 1.5  # the publisher was not held back: the subscriber's queue was
+    assert int(sys_figure(pg_broker, secret, "quota/exceeded/outbound_rate")) >= 1
     # Raising the quota applies to the live connection.
     limit(tenant, max_outbound_bytes_rate=10_000_000, max_publish_rate=1000)
     started = time.monotonic()
