@@ -370,10 +370,16 @@ class Broker:
         """Each tenant's own figures under its own `$SYS/broker/...`, retained."""
         uptime = int(time.time() - self.started)
         online: dict[str, set[str]] = defaultdict(set)
+        watched: set[str] = set()  # tenants with a live view open, even before any client
         for conn in self.connections:
-            if conn.session is not None and not conn.auth.service:
+            if conn.session is None:
+                continue
+            if conn.auth.service:
+                watched.add(conn.tenant)
+            else:
                 online[conn.tenant].add(conn.device)
-        for tenant, stats in list(self.stats.items()):
+        for tenant in watched.union(self.stats):
+            stats = self.stats[tenant]
             router = self.router.tenants.get(tenant)
             figures = {
                 "clients/connected": stats.connected,

@@ -279,7 +279,6 @@ class MQTTConnection(asyncio.Protocol):
     def _announce(self, connected: bool) -> None:
         """Count the tenant's client and tell the hooks; service identities are not clients."""
         if self.auth.service:
-            self.broker.stats[self.tenant]  # noqa: B018  a watched tenant has its $SYS published
             return
         self.broker.stats[self.tenant].connected += 1 if connected else -1
         self.broker.hooks.run("client.connected" if connected else "client.disconnected", self)

@@ -4,6 +4,8 @@ changes to live connections, with real clients against a real broker process and
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.conf import settings
@@ -48,12 +50,21 @@ def start_pg_broker(*extra: str) -> tuple[subprocess.Popen, int]:
     return process, ports["mqtt"]
 
 
+@contextmanager
+def running_pg_broker(*extra: str) -> Iterator[int]:
+    """A broker on the test database for the block: its MQTT port."""
+    process, port = start_pg_broker(*extra)
+    try:
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 @pytest.fixture
 def pg_broker():
-    process, port = start_pg_broker()
-    yield port
-    process.terminate()
-    process.wait(timeout=10)
+    with running_pg_broker() as port:
+        yield port
 
 
 @pytest.fixture

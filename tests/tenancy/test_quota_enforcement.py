@@ -10,17 +10,15 @@ from data_plane.mqtt.codec import Reader, encode
 from data_plane.mqtt.packets import MQTT_5_0, Connect, Disconnect, PubAck, Publish
 from tenants import services
 from tests.broker.clients import Paho
-from tests.tenancy.test_broker_tenancy import start_pg_broker
+from tests.tenancy.test_broker_tenancy import running_pg_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def pg_broker():
-    process, port = start_pg_broker("--no-archive", "--sys-interval", "0.3")
-    yield port
-    process.terminate()
-    process.wait(timeout=10)
+    with running_pg_broker("--no-archive", "--sys-interval", "0.3") as port:
+        yield port
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from data_plane.tenancy import service_identity
 from tenants import services
 from tests.broker.clients import Paho
-from tests.tenancy.test_broker_tenancy import start_pg_broker
+from tests.tenancy.test_broker_tenancy import running_pg_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = b"test-service-key"
@@ -18,10 +18,8 @@ KEY = b"test-service-key"
 @pytest.fixture
 def broker(monkeypatch):
     monkeypatch.setenv("MQTT_SERVICE_KEY", KEY.decode())
-    process, port = start_pg_broker("--sys-interval", "0.3")
-    yield port
-    process.terminate()
-    process.wait(timeout=10)
+    with running_pg_broker("--sys-interval", "0.3") as port:
+        yield port
 
 
 @pytest.fixture
