@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import resource
@@ -158,6 +159,10 @@ async def run(args: argparse.Namespace) -> None:
         )
         observers.start()
         persistence.release_wills()
+    # What start-up built (modules, pools, caches) lives as long as the process: keep it out
+    # of the collector's full passes, which otherwise rescan it while messages flow.
+    gc.collect()
+    gc.freeze()
     for name, (host, port) in server.listeners.items():
         print(f"LISTENING {name} {host}:{port}", flush=True)
     stop = asyncio.Event()

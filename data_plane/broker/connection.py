@@ -261,15 +261,11 @@ class MQTTConnection(asyncio.Protocol):
         self._inbound_rates = rates if rates is not None and rates.limits_inbound else None
         self.outbound_bucket = rates.outbound_bytes if rates is not None else None
 
-    def paced(self, size: int) -> bool:
-        """Spend `size` bytes of the tenant's outbound rate, or arrange a pump when it allows."""
-        wait = self.outbound_bucket.spend(size)
-        if not wait:
-            return False
+    def pace(self, wait: float) -> None:
+        """The tenant's outbound rate is spent: pump the session again in `wait` seconds."""
         if self._pace_timer is None:  # once per pause, not per delivery held back
             self.broker.quota_exceeded(self.tenant, "outbound_rate")
             self._pace_timer = self.loop.call_later(wait, self._end_pace)
-        return True
 
     def _end_pace(self) -> None:
         self._pace_timer = None

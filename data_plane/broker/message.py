@@ -29,6 +29,8 @@ class Message:
         retain: bool,
         properties: dict[str, Any],
     ) -> Message:
+        if not properties:  # the common case: nothing to filter
+            return cls(topic, payload, qos, retain, {}, None, publisher, tenant)
         props = {
             k: v
             for k, v in properties.items()

@@ -200,7 +200,14 @@ class Session:
     @staticmethod
     def _paced(conn: MQTTConnection, delivery: Delivery) -> bool:
         """The tenant's outbound bytes/s quota says wait (the connection re-pumps later)."""
-        return conn.outbound_bucket is not None and conn.paced(len(delivery.message.payload))
+        bucket = conn.outbound_bucket
+        if bucket is None:
+            return False
+        wait = bucket.spend(len(delivery.message.payload))
+        if wait:
+            conn.pace(wait)
+            return True
+        return False
 
     def _allocate_id(self) -> int:
         packet_id = self.next_packet_id
