@@ -49,27 +49,50 @@ class StaticAuthenticator:
 
     def __init__(self, tenants: dict[str, Any]) -> None:
         self.tenants = tenants
+        self._verifiers: dict[tuple[str, str], tuple[str, tuple]] = {}
 
     @classmethod
     def from_file(cls, path: str | Path) -> StaticAuthenticator:
         return cls(json.loads(Path(path).read_text())["tenants"])
 
     async def authenticate(self, connect: Connect, peer: str) -> AuthResult:
-        tenant, _, device = (connect.username or "").partition("/")
-        entry = self.tenants.get(tenant, {}).get("devices", {}).get(device)
-        if not tenant or not device or entry is None or connect.password is None:
+        result, entry = self._identify(connect)
+        if entry is None or connect.password is None:
             return AuthResult(0x86, reason="bad user name or password")
         if not hmac.compare_digest(connect.password, str(entry["password"]).encode()):
             return AuthResult(0x86, reason="bad user name or password")
+        return result
+
+    async def scram_lookup(self, connect: Connect, peer: str) -> tuple[AuthResult, tuple | None]:
+        """For SCRAM-SHA-256 (enhanced authentication): the identity and its verifier."""
+        from data_plane.broker.enhanced_auth import ScramSha256
+
+        result, entry = self._identify(connect)
+        if entry is None:
+            return AuthResult(0x86, reason="bad user name or password"), None
+        if result.reason_code:
+            return result, None
+        key, secret = (result.tenant, result.device), str(entry["password"])
+        cached = self._verifiers.get(key)
+        if cached is None or cached[0] != secret:  # derived once: PBKDF2 is slow on purpose
+            cached = self._verifiers[key] = (secret, ScramSha256.verifier(secret))
+        return result, cached[1]
+
+    def _identify(self, connect: Connect) -> tuple[AuthResult, dict | None]:
+        """Who the user name names and whether it may connect now, the secret aside."""
+        tenant, _, device = (connect.username or "").partition("/")
+        entry = self.tenants.get(tenant, {}).get("devices", {}).get(device)
+        if not tenant or not device or entry is None:
+            return AuthResult(0x86, reason="bad user name or password"), None
         if entry.get("disabled"):
-            return AuthResult(0x87, reason="device disabled")
+            return AuthResult(0x87, reason="device disabled"), entry
         policy = entry.get("client_ids", "exact")
         client_id = connect.client_id
         if policy == "exact":
             if client_id not in ("", device):
-                return AuthResult(0x85, reason="client id must be the device name")
+                return AuthResult(0x85, reason="client id must be the device name"), entry
             client_id = device
         elif policy != "any" and not (client_id and re.fullmatch(policy, client_id)):
-            return AuthResult(0x85, reason="client id not allowed")
+            return AuthResult(0x85, reason="client id not allowed"), entry
         quota = dict(self.tenants[tenant].get("quota", {}))
-        return AuthResult(0, tenant, device, client_id, None, quota)
+        return AuthResult(0, tenant, device, client_id, None, quota), entry

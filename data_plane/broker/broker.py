@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from data_plane.broker.auth import Authenticator
+from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.message import Message
 from data_plane.broker.retained import RetainedStore
@@ -68,7 +69,11 @@ class Broker:
         self.connections: set[MQTTConnection] = set()
         self.stats: dict[str, TenantStats] = defaultdict(TenantStats)
         self.started = time.time()
-        self.enhanced_auth: dict[str, Any] = {}  # authentication method -> handler
+        # Enhanced authentication methods by name (see enhanced_auth); SCRAM-SHA-256 where the
+        # authenticator can give the verifiers.
+        self.enhanced_auth: dict[str, Method] = {}
+        if hasattr(authenticator, "scram_lookup"):
+            self.enhanced_auth[ScramSha256.name] = ScramSha256(authenticator.scram_lookup)
         self.redirect: Any = None  # optional callable(connect, result) -> server reference
         self.publishing_connection: MQTTConnection | None = None  # set while routing its PUBLISH
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates

@@ -15,6 +15,7 @@ from typing import Any
 
 from data_plane.broker.auth import AuthResult
 from data_plane.broker.broker import NEVER_EXPIRES, Broker
+from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Succeed
 from data_plane.broker.message import Message
 from data_plane.broker.session import Session
 from data_plane.mqtt.codec import Reader, encode, encode_ack
@@ -22,6 +23,7 @@ from data_plane.mqtt.errors import MQTTError, UnsupportedProtocolVersion
 from data_plane.mqtt.packets import (
     MQTT_3_1_1,
     MQTT_5_0,
+    Auth,
     Connack,
     Connect,
     Disconnect,
@@ -84,6 +86,8 @@ class MQTTConnection(asyncio.Protocol):
         self._send_will = True
         self._connecting = False
         self._buffered_before_connack: list[bytes] = []
+        self._early: list = []  # packets read with the CONNECT, handled after CONNACK
+        self._enhanced: EnhancedAuthState | None = None  # when CONNECT named a method
         self._throttled_by: set = set()
         self._rate_strikes = 0
         self._throttle_timer: asyncio.TimerHandle | None = None
@@ -106,6 +110,8 @@ class MQTTConnection(asyncio.Protocol):
         self._last_received = time.monotonic()
         if self._connecting:  # authentication in progress: hold the bytes until CONNACK
             self._buffered_before_connack.append(data)
+            if self._enhanced is not None:
+                self._enhanced.wake()
             return
         try:
             packets = self.reader.feed(data)
@@ -172,6 +178,8 @@ class MQTTConnection(asyncio.Protocol):
         self.closing = True
         if self._timer:
             self._timer.cancel()
+        if self._enhanced is not None:
+            self._enhanced.wake()
         if self._pace_timer:
             self._pace_timer.cancel()
         self.broker.connections.discard(self)
@@ -307,6 +315,7 @@ class MQTTConnection(asyncio.Protocol):
     # -- CONNECT ------------------------------------------------------------------------
 
     async def _handle_connect(self, connect: Connect, rest: list) -> None:
+        self._early = rest
         try:
             await self._connect(connect)
         except Exception:
@@ -319,7 +328,8 @@ class MQTTConnection(asyncio.Protocol):
         if self.closing:
             return
         try:
-            self._process(rest)
+            early, self._early = self._early, []
+            self._process(early)
             buffered, self._buffered_before_connack = self._buffered_before_connack, []
             for chunk in buffered:
                 self.data_received(chunk)
@@ -346,7 +356,12 @@ class MQTTConnection(asyncio.Protocol):
         if not connect.client_id and not connect.clean_start and not v5:
             self._connack_failure(RC.CLIENT_IDENTIFIER_NOT_VALID)  # MQTT-3.1.3-8
             return
-        result = await self.broker.authenticator.authenticate(connect, self.peer)
+        if v5 and "authentication_method" in props:
+            result = await self._authenticate_enhanced(connect)
+            if result is None:
+                return
+        else:
+            result = await self.broker.authenticator.authenticate(connect, self.peer)
         if self.closing:
             return
         if result.reason_code:
@@ -444,6 +459,8 @@ class MQTTConnection(asyncio.Protocol):
                 ack_props["server_keep_alive"] = server_keep_alive
             if expiry != props.get("session_expiry_interval", 0):
                 ack_props["session_expiry_interval"] = expiry
+            if self._enhanced is not None:  # [MQTT-4.12.0-5]
+                ack_props.update(self._enhanced.properties(self._enhanced.final_data))
         self.send(encode(Connack(present, 0, ack_props), self.protocol_version))
         if self._timer:
             self._timer.cancel()
@@ -454,6 +471,110 @@ class MQTTConnection(asyncio.Protocol):
             session.resend_inflight()
             session.pump()
         self._announce(True)
+
+    # -- enhanced authentication (MQTT 5.0 §4.12) ----------------------------------------
+
+    async def _authenticate_enhanced(self, connect: Connect) -> AuthResult | None:
+        """The AUTH exchange that completes CONNECT; None when it ended the connection."""
+        name = connect.properties["authentication_method"]
+        state = self._enhanced = EnhancedAuthState(name, connect, self.loop)
+        exchange = self.broker.enhanced_auth[name].start(connect, self.peer)
+        data = connect.properties.get("authentication_data")
+        while True:
+            step = await exchange.step(data)
+            if self.closing:
+                return None
+            if isinstance(step, Fail):
+                self._connack_failure(step.reason_code, step.reason)
+                return None
+            if isinstance(step, Succeed):
+                if step.result.reason_code:
+                    self._connack_failure(step.result.reason_code, step.result.reason)
+                    return None
+                state.final_data = step.data
+                return step.result
+            # Continue: AUTH 0x18 with the same method [MQTT-4.12.0-2, MQTT-4.12.0-5].
+            self._write_now(
+                encode(Auth(RC.CONTINUE_AUTHENTICATION, state.properties(step.data)), MQTT_5_0)
+            )
+            packet = await self._packet_before_connack()
+            if packet is None:
+                return None
+            if packet.type is PacketType.DISCONNECT:
+                self._close()
+                return None
+            if (
+                packet.type is not PacketType.AUTH  # [MQTT-3.1.2-30]
+                or packet.reason_code != RC.CONTINUE_AUTHENTICATION  # [MQTT-4.12.0-3]
+                or packet.properties.get("authentication_method") != name  # [MQTT-4.12.0-5]
+            ):
+                self._connack_failure(RC.PROTOCOL_ERROR, "expected AUTH 0x18 with the same method")
+                return None
+            data = packet.properties.get("authentication_data")
+
+    async def _packet_before_connack(self) -> Any:
+        """The client's next packet while CONNECT is unanswered (None if the connection ends)."""
+        state = self._enhanced
+        while not self.closing:
+            if not self._early and self._buffered_before_connack:
+                chunks, self._buffered_before_connack = self._buffered_before_connack, []
+                try:
+                    for chunk in chunks:
+                        self._early.extend(self.reader.feed(chunk))
+                except MQTTError as exc:
+                    self._connack_failure(exc.reason_code, str(exc))
+                    return None
+            if self._early:
+                return self._early.pop(0)
+            await state.wait()
+        return None
+
+    def _reauthenticate(self, packet: Auth) -> None:
+        """AUTH after CONNACK: re-authentication [MQTT-4.12.1]; other traffic flows meanwhile."""
+        state = self._enhanced
+        if state is None:  # no method in CONNECT: the client must not send AUTH [MQTT-4.12.0-7]
+            self.disconnect(RC.PROTOCOL_ERROR, "AUTH without an authentication method in CONNECT")
+            return
+        if packet.properties.get("authentication_method") != state.method:  # [MQTT-4.12.1-1]
+            self.disconnect(RC.PROTOCOL_ERROR, "re-authentication must use the CONNECT's method")
+            return
+        expected = RC.RE_AUTHENTICATE if state.exchange is None else RC.CONTINUE_AUTHENTICATION
+        if packet.reason_code != expected or state.busy:
+            self.disconnect(RC.PROTOCOL_ERROR, f"expected AUTH {expected:#04x}")
+            return
+        if state.exchange is None:
+            state.exchange = self.broker.enhanced_auth[state.method].start(state.connect, self.peer)
+        state.busy = True
+        step = state.exchange.step(packet.properties.get("authentication_data"))
+        self.loop.create_task(self._reauthentication_step(state.exchange, step))
+
+    async def _reauthentication_step(self, exchange: Exchange, pending: Any) -> None:
+        state = self._enhanced
+        try:
+            step = await pending
+        except Exception:
+            log.exception("re-authentication of %s failed", self.peer)
+            step = Fail(RC.UNSPECIFIED_ERROR, "internal error")
+        state.busy = False
+        if self.closing or state.exchange is not exchange:
+            return
+        if isinstance(step, Continue):
+            self.send(
+                encode(Auth(RC.CONTINUE_AUTHENTICATION, state.properties(step.data)), MQTT_5_0)
+            )
+            return
+        state.exchange = None
+        if isinstance(step, Succeed) and (
+            step.result.reason_code == 0
+            and (step.result.tenant, step.result.device) == (self.tenant, self.device)
+        ):
+            self.send(encode(Auth(0, state.properties(step.data)), MQTT_5_0))
+            return
+        # The identity may not change on a live connection; 0x86 is no DISCONNECT code.
+        code = step.reason_code if isinstance(step, Fail) else RC.NOT_AUTHORIZED
+        if code == RC.BAD_USER_NAME_OR_PASSWORD:
+            code = RC.NOT_AUTHORIZED
+        self.disconnect(code, step.reason if isinstance(step, Fail) else "identity changed")
 
     # -- packets after CONNECT ----------------------------------------------------------
 
@@ -511,7 +632,7 @@ class MQTTConnection(asyncio.Protocol):
         elif kind is PacketType.DISCONNECT:
             self._disconnect(packet)
         elif kind is PacketType.AUTH:
-            self.disconnect(RC.PROTOCOL_ERROR, "re-authentication is not supported")
+            self._reauthenticate(packet)
 
     def _publish(self, packet: Publish) -> None:
         v5 = self.protocol_version == MQTT_5_0
@@ -811,3 +932,32 @@ class MQTTConnection(asyncio.Protocol):
 
 
 __all__ = ["MQTTConnection", "PubAck", "PubComp", "PubRec", "PubRel", "PingReq"]
+
+
+class EnhancedAuthState:
+    """A connection's enhanced authentication: its method, the CONNECT it answers for (the
+    identity on re-authentication), the exchange in progress and the wait for the next AUTH."""
+
+    __slots__ = ("method", "connect", "exchange", "busy", "final_data", "_waiter", "_loop")
+
+    def __init__(self, method: str, connect: Connect, loop: asyncio.AbstractEventLoop) -> None:
+        self.method, self.connect, self._loop = method, connect, loop
+        self.exchange: Exchange | None = None  # a re-authentication in progress
+        self.busy = False  # a step is being judged: the client must wait for our answer
+        self.final_data: bytes | None = None  # for CONNACK
+        self._waiter: asyncio.Future | None = None
+
+    def properties(self, data: bytes | None) -> dict[str, Any]:
+        props: dict[str, Any] = {"authentication_method": self.method}
+        if data:
+            props["authentication_data"] = data
+        return props
+
+    async def wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        await self._waiter
+        self._waiter = None
+
+    def wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)

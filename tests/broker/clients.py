@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import queue
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -150,3 +153,24 @@ class Paho:
         else:
             self.client.disconnect()
             self.client.loop_stop()
+
+
+JS = Path(__file__).with_name("js")
+
+
+def run_mqtt_js(script: str, *args: str, timeout: float = 30) -> dict:
+    """Run a Node script of tests/broker/js with MQTT.js (installed on first use); the JSON
+    object it prints last."""
+    if not (JS / "node_modules" / "mqtt").exists():
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund"],
+            cwd=JS,
+            check=True,
+            timeout=300,
+            capture_output=True,
+        )
+    result = subprocess.run(
+        ["node", script, *args], cwd=JS, capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

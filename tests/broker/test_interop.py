@@ -11,7 +11,7 @@ import urllib.request
 import aiomqtt
 import pytest
 
-from tests.broker.clients import Paho
+from tests.broker.clients import Paho, run_mqtt_js
 from tests.broker.conftest import start_broker
 
 
@@ -330,27 +330,8 @@ def test_metrics_and_graceful_shutdown(tmp_path):
 
 
 def test_mqtt_js_over_websocket(broker):
-    import json
-    from pathlib import Path
-
-    folder = Path(__file__).with_name("js")
-    if not (folder / "node_modules" / "mqtt").exists():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"],
-            cwd=folder,
-            check=True,
-            timeout=300,
-            capture_output=True,
-        )
-    result = subprocess.run(
-        ["node", "roundtrip.mjs", f"ws://127.0.0.1:{broker.ws_port}/mqtt", "acme/d1", "pw1"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    received = json.loads(result.stdout.strip().splitlines()[-1])
+    url = f"ws://127.0.0.1:{broker.ws_port}/mqtt"
+    received = run_mqtt_js("roundtrip.mjs", url, "acme/d1", "pw1")
     assert received == {
         "topic": "js/t",
         "payload": "from mqtt.js",

@@ -1,0 +1,124 @@
+"""Enhanced authentication (MQTT 5.0 §4.12): the challenge/response carried by AUTH packets.
+
+A method is registered on the broker under its name (`Broker.enhanced_auth`). For each exchange
+(the one that completes CONNECT, and each re-authentication the client starts with AUTH 0x19)
+the connection asks the method for an `Exchange` and feeds it the client's Authentication Data
+until it answers `Succeed` or `Fail`; every `Continue` goes to the client as AUTH 0x18. The
+connection does the packets and the protocol rules; a method only judges data.
+
+Built in: SCRAM-SHA-256 (RFC 5802/7677), so a device proves its secret without sending it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from scramp import ScramException, ScramMechanism
+
+from data_plane.broker.auth import AuthResult
+from data_plane.mqtt.packets import Connect
+
+
+@dataclass(slots=True, frozen=True)
+class Continue:
+    """Send this to the client (AUTH 0x18) and wait for its answer."""
+
+    data: bytes
+
+
+@dataclass(slots=True, frozen=True)
+class Succeed:
+    """Authenticated as `result`; `data` (if any) goes to the client in CONNACK or AUTH 0x00."""
+
+    result: AuthResult
+    data: bytes | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Fail:
+    reason_code: int = 0x87  # Not authorized
+    reason: str = ""
+
+
+Step = Continue | Succeed | Fail
+
+
+class Exchange(Protocol):
+    async def step(self, data: bytes | None) -> Step:
+        """The client's Authentication Data (None when it sent none): the next move."""
+        ...
+
+
+class Method(Protocol):
+    def start(self, connect: Connect, peer: str) -> Exchange:
+        """A new exchange for the connection that sent `connect` (also on re-authentication:
+        the identity is still the CONNECT's user name)."""
+        ...
+
+
+# The identity a user name stands for (secret not checked: the method proves it) and its SCRAM
+# verifier (salt, stored key, server key, iterations); a failed AuthResult when there is none.
+ScramLookup = Callable[[Connect, str], Awaitable[tuple[AuthResult, tuple | None]]]
+
+
+class ScramSha256:
+    """SCRAM-SHA-256: client-first in CONNECT, server-first in AUTH 0x18, client-final in
+    AUTH 0x18, server-final (the server's proof) in CONNACK or AUTH 0x00. The SCRAM user name
+    must be the CONNECT's user name (`tenant/device`)."""
+
+    name = "SCRAM-SHA-256"
+    mechanism = ScramMechanism("SCRAM-SHA-256")
+
+    def __init__(self, lookup: ScramLookup) -> None:
+        self.lookup = lookup
+
+    def start(self, connect: Connect, peer: str) -> Exchange:
+        return _ScramExchange(self, connect, peer)
+
+    @classmethod
+    def verifier(cls, secret: str, iterations: int = 4096) -> tuple:
+        """What the server keeps instead of the secret."""
+        return cls.mechanism.make_auth_info(secret, iteration_count=iterations)
+
+
+class _ScramExchange:
+    def __init__(self, method: ScramSha256, connect: Connect, peer: str) -> None:
+        self.method, self.connect, self.peer = method, connect, peer
+        self.result: AuthResult | None = None
+        self.server = None
+
+    async def step(self, data: bytes | None) -> Step:
+        try:
+            message = (data or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            return Fail(0x87, "SCRAM messages are UTF-8")
+        if self.server is None:
+            return await self._first(message)
+        try:
+            self.server.set_client_final(message)
+        except ScramException as exc:
+            return Fail(0x87, f"SCRAM: {exc.server_error or 'invalid proof'}")
+        return Succeed(self.result, self.server.get_server_final().encode())
+
+    async def _first(self, message: str) -> Step:
+        result, verifier = await self.method.lookup(self.connect, self.peer)
+        if result.reason_code:
+            return Fail(result.reason_code, result.reason)
+        if verifier is None:
+            return Fail(0x8C, "no SCRAM credential for this device")
+        username = self.connect.username
+
+        def credentials(user: str) -> tuple:
+            if user != username:
+                raise ValueError("the SCRAM user must be the CONNECT user name")
+            return verifier
+
+        self.result = result
+        self.server = self.method.mechanism.make_server(credentials)
+        try:
+            self.server.set_client_first(message)
+        except ScramException as exc:
+            return Fail(0x87, f"SCRAM: {exc}")
+        return Continue(self.server.get_server_first().encode())
