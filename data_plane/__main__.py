@@ -12,6 +12,7 @@ import resource
 import signal
 import sys
 
+from data_plane.broker.broker import Redirect
 from data_plane.config import BrokerConfig
 
 
@@ -44,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=256 * 1024,
         help="queued payloads above this many bytes go to the object store",
     )
+    parser.add_argument(
+        "--server-reference",
+        default=os.environ.get("MQTT_SERVER_REFERENCE"),
+        help="where 5.0 clients should reconnect when this broker shuts down or evacuates "
+        "(SIGUSR2): sent with DISCONNECT 0x9C instead of 0x8B",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -68,6 +75,7 @@ async def run(args: argparse.Namespace) -> None:
         metrics_port=args.metrics_port,
         sys_interval=args.sys_interval,
         max_queued_messages=args.max_queued,
+        server_reference=args.server_reference,
     )
     if config.tls_cert and config.tls_port is None:
         config.tls_port = 8883
@@ -170,6 +178,9 @@ async def run(args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, _dump_memory)
+    if config.server_reference:  # drain this node without stopping it (rolling maintenance)
+        redirect = Redirect(config.server_reference)
+        loop.add_signal_handler(signal.SIGUSR2, server.broker.evacuate, redirect)
     await stop.wait()
     await server.shutdown()
     if purge is not None:

@@ -25,3 +25,6 @@ class BrokerConfig:
     sys_interval: float = 10.0
     write_buffer_high: int = 512 * 1024  # bytes buffered to a client before it counts as slow
     backlog: int = 4096
+    # Where clients should go when this broker leaves (MQTT 5.0 Server Reference, e.g.
+    # "mqtt2.example.com:8883"): shutdown and evacuation send 0x9C with it instead of 0x8B.
+    server_reference: str | None = None

@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 NEVER_EXPIRES = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """Where a client should connect instead: 0x9D Server moved when `permanent`, else 0x9C
+    Use another server; 3.1.1 has no such code (CONNACK 3, Server unavailable)."""
+
+    reference: str
+    permanent: bool = False
+
+    @property
+    def reason_code(self) -> int:
+        return ReasonCode.SERVER_MOVED if self.permanent else ReasonCode.USE_ANOTHER_SERVER
 
 
 @dataclass
@@ -74,7 +88,8 @@ class Broker:
         self.enhanced_auth: dict[str, Method] = {}
         if hasattr(authenticator, "scram_lookup"):
             self.enhanced_auth[ScramSha256.name] = ScramSha256(authenticator.scram_lookup)
-        self.redirect: Any = None  # optional callable(connect, result) -> server reference
+        # Optional callable(connect, auth_result) -> Redirect | None: send this client elsewhere.
+        self.redirect: Callable[[Any, Any], Redirect | None] | None = None
         self.publishing_connection: MQTTConnection | None = None  # set while routing its PUBLISH
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates
         self.persistence: Any = None  # data_plane.storage.persistence.SessionPersistence
@@ -416,8 +431,19 @@ class Broker:
                     sub.session.deliver(Delivery(message, 0, sub.retain_as_published))
 
     def shutdown_connections(self) -> None:
+        if self.config.server_reference:
+            self.evacuate(Redirect(self.config.server_reference))
+            return
         for conn in list(self.connections):
             conn.disconnect(ReasonCode.SERVER_SHUTTING_DOWN)
+
+    def evacuate(self, redirect: Redirect) -> None:
+        """Send every client elsewhere (MQTT 5.0 §4.11), live ones and those still to come:
+        5.0 clients get DISCONNECT 0x9C/0x9D with the Server Reference, 3.1.1 ones are closed."""
+        self.redirect = lambda connect, result: redirect
+        for conn in list(self.connections):
+            if conn.session is not None:
+                conn.disconnect(redirect.reason_code, reference=redirect.reference)
 
 
 ONLINE_LIST_LIMIT = 1000

@@ -237,12 +237,15 @@ class MQTTConnection(asyncio.Protocol):
         self._flush()
         self.transport.close()
 
-    def disconnect(self, reason_code: int, reason: str = "") -> None:
-        """Server-initiated close: DISCONNECT with a reason on 5.0 after CONNACK."""
+    def disconnect(self, reason_code: int, reason: str = "", *, reference: str = "") -> None:
+        """Server-initiated close: DISCONNECT with a reason on 5.0 after CONNACK (and where to
+        go instead, for 0x9C/0x9D)."""
         if self.closing:
             return
         if self.session is not None and self.protocol_version == MQTT_5_0:
             props = {"reason_string": reason} if reason else {}
+            if reference:
+                props["server_reference"] = reference
             self.send(encode(Disconnect(reason_code, props), MQTT_5_0))
         self._close()
 
@@ -367,15 +370,13 @@ class MQTTConnection(asyncio.Protocol):
         if result.reason_code:
             self._connack_failure(result.reason_code, result.reason)
             return
-        if self.broker.redirect is not None:
-            reference = self.broker.redirect(connect, result)
-            if reference:
-                props_out = {"server_reference": reference} if v5 else {}
-                self._write_now(
-                    encode(Connack(False, RC.USE_ANOTHER_SERVER, props_out), self.protocol_version)
-                )
-                self._close()
-                return
+        redirect = self.broker.redirect(connect, result) if self.broker.redirect else None
+        if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
+            props_out = {"server_reference": redirect.reference} if v5 else {}
+            connack = Connack(False, redirect.reason_code, props_out)
+            self._write_now(encode(connack, self.protocol_version))
+            self._close()
+            return
         quota = result.quota
         max_connections = quota.get("max_connections")
         if (

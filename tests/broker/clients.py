@@ -55,6 +55,7 @@ class Paho:
         self.session_present = None
         self.connack_properties = None
         self.disconnect_reason = None
+        self.disconnect_properties = None
         self.disconnected = threading.Event()
         self.subacks: queue.Queue = queue.Queue()
         self.v5 = v5
@@ -82,6 +83,7 @@ class Paho:
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):
         self.disconnect_reason = reason_code
+        self.disconnect_properties = properties
         self.disconnected.set()
 
     def connect(self, wait: bool = True):
