@@ -84,6 +84,10 @@ _SERVER_TYPES = frozenset(
     }
 )
 _FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
+# Indexed by the packet type's number: calling the enum per packet costs a Python-level __new__.
+_TYPES: tuple[PacketType | None, ...] = (None, *(PacketType(kind) for kind in range(1, 16)))
+_ACK_CLASSES = {PacketType.PUBACK: PubAck, PacketType.PUBREC: PubRec}
+_ACK_CLASSES.update({PacketType.PUBREL: PubRel, PacketType.PUBCOMP: PubComp})
 
 
 class Reader:
@@ -154,7 +158,7 @@ class Reader:
         flags = first & 0x0F
         if kind == 0:
             raise MalformedPacket("packet type 0 is reserved")
-        packet_type = PacketType(kind)
+        packet_type = _TYPES[kind]
         allowed = _CLIENT_TYPES if self.server_side else _SERVER_TYPES
         if packet_type not in allowed:
             raise ProtocolError(f"{packet_type.name} is not sent in this direction")
@@ -303,13 +307,7 @@ class Reader:
                 properties, offset = read_properties(body, offset, packet_type)
         if offset != len(body):
             raise MalformedPacket(f"bytes after the {packet_type.name}")
-        cls = {
-            PacketType.PUBACK: PubAck,
-            PacketType.PUBREC: PubRec,
-            PacketType.PUBREL: PubRel,
-            PacketType.PUBCOMP: PubComp,
-        }[packet_type]
-        return cls(packet_id, reason, properties)
+        return _ACK_CLASSES[packet_type](packet_id, reason, properties)
 
     def _subscribe(self, body: bytes, version: int) -> Subscribe:
         packet_id, offset = read_u16(body, 0)
