@@ -88,7 +88,7 @@ CASES = [
         "v5 property not allowed on PUBLISH",
         5,
         frame(0x30, s("t") + b"\x05\x11\x00\x00\x00\x01"),
-        0x82,
+        0x81,
     ),
     ("v5 duplicate property", 5, frame(0x30, s("t") + b"\x04\x01\x00\x01\x01"), 0x82),
     ("v5 payload format 2", 5, frame(0x30, s("t") + b"\x02\x01\x02"), 0x82),
