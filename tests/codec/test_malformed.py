@@ -80,6 +80,7 @@ CASES = [
     ("AUTH on 3.1.1", 4, frame(0xF0, b"\x00\x00"), 0x82),
     ("server packet from a client", 4, frame(0x20, b"\x00\x00"), 0x82),
     ("reserved packet type 0", 4, frame(0x00, b""), 0x81),
+    ("v5 SUBSCRIBE QoS 3", 5, frame(0x82, b"\x00\x01\x00" + s("t") + b"\x03"), 0x82),
     ("v5 retain handling 3", 5, frame(0x82, b"\x00\x01\x00" + s("t") + b"\x30"), 0x82),
     ("v5 option reserved bits", 5, frame(0x82, b"\x00\x01\x00" + s("t") + b"\x40"), 0x81),
     ("v5 no local on shared", 5, frame(0x82, b"\x00\x01\x00" + s("$share/g/t") + b"\x04"), 0x82),
