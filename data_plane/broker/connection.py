@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from data_plane.broker.auth import AuthResult
@@ -70,6 +71,7 @@ class MQTTConnection(asyncio.Protocol):
         self.client_receive_maximum = 65535
         self.client_maximum_packet_size = 268_435_460
         self.client_topic_alias_maximum = 0
+        self.problem_information = True  # 5.0 Request Problem Information
         self._outbound_aliases: dict[str, int] = {}
         self._inbound_aliases: dict[int, str] = {}
         self._pending: list[bytes] = []
@@ -243,11 +245,31 @@ class MQTTConnection(asyncio.Protocol):
         if self.closing:
             return
         if self.session is not None and self.protocol_version == MQTT_5_0:
-            props = {"reason_string": reason} if reason else {}
-            if reference:
-                props["server_reference"] = reference
-            self.send(encode(Disconnect(reason_code, props), MQTT_5_0))
+            extra = {"server_reference": reference} if reference else {}
+            self.send(
+                self._with_reason(
+                    lambda props: encode(
+                        Disconnect(reason_code, {**(props or {}), **extra}), MQTT_5_0
+                    ),
+                    reason,
+                    always=True,
+                )
+            )
         self._close()
+
+    def _with_reason(
+        self, build: Callable[[dict | None], bytes], reason: str, *, always: bool = False
+    ) -> bytes:
+        """`build(properties)` with a Reason String where the client may receive one: not after
+        Request Problem Information 0, except on CONNACK/DISCONNECT (`always`) [MQTT-3.1.2-32],
+        and never growing the packet past the client's Maximum Packet Size [MQTT-3.1.2-27]
+        [MQTT-3.2.2-19] [MQTT-3.4.2-2] [MQTT-3.5.2-2] [MQTT-3.14.2-3]."""
+        if not reason or self.protocol_version != MQTT_5_0:
+            return build(None)
+        if not (always or self.problem_information):
+            return build(None)
+        data = build({"reason_string": reason})
+        return data if len(data) <= self.client_maximum_packet_size else build(None)
 
     def taken_over(self) -> None:
         """Another connection claimed this client id: 0x8E, and the will as on any loss (its
@@ -319,6 +341,7 @@ class MQTTConnection(asyncio.Protocol):
 
     async def _handle_connect(self, connect: Connect, rest: list) -> None:
         self._early = rest
+        self.problem_information = connect.properties.get("request_problem_information", 1) == 1
         try:
             await self._connect(connect)
         except Exception:
@@ -340,8 +363,15 @@ class MQTTConnection(asyncio.Protocol):
             self._protocol_failure(exc.reason_code, str(exc))
 
     def _connack_failure(self, reason_code: int, reason: str = "") -> None:
-        props = {"reason_string": reason} if reason and self.protocol_version == MQTT_5_0 else {}
-        self._write_now(encode(Connack(False, reason_code, props), self.protocol_version))
+        self._write_now(
+            self._with_reason(
+                lambda props: encode(
+                    Connack(False, reason_code, props or {}), self.protocol_version
+                ),
+                reason,
+                always=True,
+            )
+        )
         self._close()
 
     async def _connect(self, connect: Connect) -> None:
@@ -786,8 +816,14 @@ class MQTTConnection(asyncio.Protocol):
 
     def _ack_publish(self, packet: Publish, code: int, reason: str = "") -> None:
         kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
-        props = {"reason_string": reason} if reason and self.protocol_version == MQTT_5_0 else None
-        self.send(encode_ack(kind, packet.packet_id, code, props, self.protocol_version))
+        self.send(
+            self._with_reason(
+                lambda props: encode_ack(
+                    kind, packet.packet_id, code, props, self.protocol_version
+                ),
+                reason,
+            )
+        )
 
     async def _ack_after_commit(self, packet: Publish, code: int, commits: list) -> None:
         results = await asyncio.gather(*commits, return_exceptions=True)
@@ -816,9 +852,14 @@ class MQTTConnection(asyncio.Protocol):
             return
         v5 = self.protocol_version == MQTT_5_0
         kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
-        props = {"reason_string": reason} if v5 else None
+        code = code if v5 else 0
         self.send(
-            encode_ack(kind, packet.packet_id, code if v5 else 0, props, self.protocol_version)
+            self._with_reason(
+                lambda props: encode_ack(
+                    kind, packet.packet_id, code, props, self.protocol_version
+                ),
+                reason,
+            )
         )
 
     def _subscribe(self, packet: Subscribe) -> None:

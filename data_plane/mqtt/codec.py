@@ -327,6 +327,9 @@ class Reader:
             offset += 1
             qos = options & 0x03
             if qos == 3:
+                # 3.1.1: malformed [MQTT-3-8.3-4]; 5.0 §3.8.3.1 calls it a Protocol Error.
+                if version == MQTT_5_0:
+                    raise ProtocolError("subscription QoS 3")
                 raise MalformedPacket("subscription QoS 3")
             if version == MQTT_5_0:
                 if options & 0xC0:

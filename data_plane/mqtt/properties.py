@@ -148,7 +148,8 @@ def read_properties(data: bytes, offset: int, packet_type: int) -> tuple[dict[st
             raise MalformedPacket(f"unknown property identifier {pid:#x}")
         name, kind, allowed = spec
         if packet_type not in allowed:
-            raise ProtocolError(f"property {name} is not allowed in this packet")
+            # 5.0 §2.2.2.2: an identifier not valid for the packet type is a Malformed Packet.
+            raise MalformedPacket(f"property {name} is not allowed in this packet")
         if kind == BYTE:
             if offset >= end:
                 raise MalformedPacket("truncated property")

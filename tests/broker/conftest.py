@@ -48,9 +48,9 @@ class BrokerProcess:
         return self.process.wait()
 
 
-def start_broker(tmp: Path, *extra: str) -> BrokerProcess:
+def start_broker(tmp: Path, *extra: str, tenants: dict | None = None) -> BrokerProcess:
     auth = tmp / "tenants.json"
-    auth.write_text(json.dumps({"tenants": TENANTS}))
+    auth.write_text(json.dumps({"tenants": TENANTS if tenants is None else tenants}))
     log = tmp / "broker.log"
     process = subprocess.Popen(
         [
