@@ -68,6 +68,8 @@ class MQTTConnection(asyncio.Protocol):
         self.client_receive_maximum = 65535
         self.client_maximum_packet_size = 268_435_460
         self.client_topic_alias_maximum = 0
+        # Request Problem Information 0: no reason strings on acknowledgements (MQTT-3.1.2-29).
+        self.problem_information = True
         self._outbound_aliases: dict[str, int] = {}
         self._inbound_aliases: dict[int, str] = {}
         self._pending: list[bytes] = []
@@ -343,6 +345,7 @@ class MQTTConnection(asyncio.Protocol):
             self.client_receive_maximum = props.get("receive_maximum", 65535)
             self.client_maximum_packet_size = props.get("maximum_packet_size", 268_435_460)
             self.client_topic_alias_maximum = props.get("topic_alias_maximum", 0)
+            self.problem_information = props.get("request_problem_information", 1) == 1
             method = props.get("authentication_method")
             if method is not None and method not in self.broker.enhanced_auth:
                 self._connack_failure(RC.BAD_AUTHENTICATION_METHOD)
@@ -668,7 +671,8 @@ class MQTTConnection(asyncio.Protocol):
 
     def _ack_publish(self, packet: Publish, code: int, reason: str = "") -> None:
         kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
-        props = {"reason_string": reason} if reason and self.protocol_version == MQTT_5_0 else None
+        v5 = self.protocol_version == MQTT_5_0
+        props = {"reason_string": reason} if reason and v5 and self.problem_information else None
         self.send(encode_ack(kind, packet.packet_id, code, props, self.protocol_version))
 
     async def _ack_after_commit(self, packet: Publish, code: int, commits: list) -> None:
@@ -698,7 +702,7 @@ class MQTTConnection(asyncio.Protocol):
             return
         v5 = self.protocol_version == MQTT_5_0
         kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
-        props = {"reason_string": reason} if v5 else None
+        props = {"reason_string": reason} if v5 and self.problem_information else None
         self.send(
             encode_ack(kind, packet.packet_id, code if v5 else 0, props, self.protocol_version)
         )
