@@ -362,11 +362,12 @@ class MQTTConnection(asyncio.Protocol):
         except MQTTError as exc:
             self._protocol_failure(exc.reason_code, str(exc))
 
-    def _connack_failure(self, reason_code: int, reason: str = "") -> None:
+    def _connack_failure(self, reason_code: int, reason: str = "", *, reference: str = "") -> None:
+        extra = {"server_reference": reference} if reference else {}
         self._write_now(
             self._with_reason(
                 lambda props: encode(
-                    Connack(False, reason_code, props or {}), self.protocol_version
+                    Connack(False, reason_code, {**(props or {}), **extra}), self.protocol_version
                 ),
                 reason,
                 always=True,
@@ -402,10 +403,7 @@ class MQTTConnection(asyncio.Protocol):
             return
         redirect = self.broker.redirect(connect, result) if self.broker.redirect else None
         if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
-            props_out = {"server_reference": redirect.reference} if v5 else {}
-            connack = Connack(False, redirect.reason_code, props_out)
-            self._write_now(encode(connack, self.protocol_version))
-            self._close()
+            self._connack_failure(redirect.reason_code, reference=redirect.reference if v5 else "")
             return
         quota = result.quota
         max_connections = quota.get("max_connections")
@@ -525,9 +523,7 @@ class MQTTConnection(asyncio.Protocol):
                 state.final_data = step.data
                 return step.result
             # Continue: AUTH 0x18 with the same method [MQTT-4.12.0-2, MQTT-4.12.0-5].
-            self._write_now(
-                encode(Auth(RC.CONTINUE_AUTHENTICATION, state.properties(step.data)), MQTT_5_0)
-            )
+            self._write_now(state.packet(RC.CONTINUE_AUTHENTICATION, step.data))
             packet = await self._packet_before_connack()
             if packet is None:
                 return None
@@ -590,16 +586,14 @@ class MQTTConnection(asyncio.Protocol):
         if self.closing or state.exchange is not exchange:
             return
         if isinstance(step, Continue):
-            self.send(
-                encode(Auth(RC.CONTINUE_AUTHENTICATION, state.properties(step.data)), MQTT_5_0)
-            )
+            self.send(state.packet(RC.CONTINUE_AUTHENTICATION, step.data))
             return
         state.exchange = None
         if isinstance(step, Succeed) and (
             step.result.reason_code == 0
             and (step.result.tenant, step.result.device) == (self.tenant, self.device)
         ):
-            self.send(encode(Auth(0, state.properties(step.data)), MQTT_5_0))
+            self.send(state.packet(0, step.data))
             return
         # The identity may not change on a live connection; 0x86 is no DISCONNECT code.
         code = step.reason_code if isinstance(step, Fail) else RC.NOT_AUTHORIZED
@@ -816,6 +810,9 @@ class MQTTConnection(asyncio.Protocol):
 
     def _ack_publish(self, packet: Publish, code: int, reason: str = "") -> None:
         kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
+        if not reason:  # once per QoS 1/2 PUBLISH: no closure, no property decisions
+            self.send(encode_ack(kind, packet.packet_id, code, None, self.protocol_version))
+            return
         self.send(
             self._with_reason(
                 lambda props: encode_ack(
@@ -850,17 +847,7 @@ class MQTTConnection(asyncio.Protocol):
         self.broker.stats[self.tenant].dropped += 1
         if packet.qos == 0:
             return
-        v5 = self.protocol_version == MQTT_5_0
-        kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
-        code = code if v5 else 0
-        self.send(
-            self._with_reason(
-                lambda props: encode_ack(
-                    kind, packet.packet_id, code, props, self.protocol_version
-                ),
-                reason,
-            )
-        )
+        self._ack_publish(packet, code if self.protocol_version == MQTT_5_0 else 0, reason)
 
     def _subscribe(self, packet: Subscribe) -> None:
         v5 = self.protocol_version == MQTT_5_0
@@ -990,10 +977,14 @@ class EnhancedAuthState:
         self._waiter: asyncio.Future | None = None
 
     def properties(self, data: bytes | None) -> dict[str, Any]:
+        """The method (always, [MQTT-4.12.0-5]) and the data, if any."""
         props: dict[str, Any] = {"authentication_method": self.method}
         if data:
             props["authentication_data"] = data
         return props
+
+    def packet(self, reason_code: int, data: bytes | None) -> bytes:
+        return encode(Auth(reason_code, self.properties(data)), MQTT_5_0)
 
     async def wait(self) -> None:
         self._waiter = self._loop.create_future()
