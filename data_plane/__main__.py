@@ -100,7 +100,7 @@ async def run(args: argparse.Namespace) -> None:
     prepare = None
     objects = None
     if link is not None:
-        from data_plane.storage.object_store import open_object_store
+        from common.object_store import open_object_store
 
         objects = open_object_store()
         await link.start(None)

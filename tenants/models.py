@@ -230,6 +230,42 @@ class Rule(models.Model):
         ordering = ["name"]
 
 
+class RuleMetrics(models.Model):
+    """A rule's running counters, written by the rule jobs (live and backfill) with psycopg.
+
+    Counted as EMQX counts them: `matched` rows the FROM took, `passed` rows whose WHERE held (they
+    produced outputs), `failed` rows whose evaluation raised (bad JSON payload, a function error);
+    each action run ends in `actions_ok` or `actions_failed` (after its retries)."""
+
+    rule = models.OneToOneField(
+        Rule, on_delete=models.CASCADE, primary_key=True, related_name="metrics"
+    )
+    matched = models.BigIntegerField(default=0)
+    passed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    actions_ok = models.BigIntegerField(default=0)
+    actions_failed = models.BigIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    lag_ms = models.BigIntegerField(null=True, blank=True, help_text="publish → action, last batch")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+
+class RuleDeadLetter(models.Model):
+    """An action output that failed after every retry, kept for the tenant to see and replay."""
+
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="dead_letters")
+    action = models.JSONField(help_text="the action as configured")
+    output = models.JSONField(help_text="the rule output the action was given")
+    error = models.TextField()
+    attempts = models.IntegerField(default=1)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["rule", "-created_at"], name="rule_dead_letter_idx")]
+
+
 class Usage(models.Model):
     """Per-tenant usage for one minute, flushed in batches by the broker's metering hook."""
 

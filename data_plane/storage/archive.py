@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from data_plane.storage.object_store import ObjectStore
+from common.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from data_plane.storage.object_store import ObjectNotFound, ObjectStore
+from common.object_store import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import boto3
 import pytest
 
 from data_plane.storage.archive import ArchiveWriter, archive_record, read_segment
-from data_plane.storage.object_store import open_object_store
+from common.object_store import open_object_store
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import boto3
 import pytest
 
 from data_plane.storage.archive import read_segment
-from data_plane.storage.object_store import open_object_store
+from common.object_store import open_object_store
 from tenants import services
 from tenants.models import Tenant
 from tests.broker.clients import Paho

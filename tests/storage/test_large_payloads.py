@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from psycopg_pool import AsyncConnectionPool
 
-from data_plane.storage.object_store import LocalObjectStore, open_object_store
+from common.object_store import LocalObjectStore, open_object_store
 from data_plane.storage.session_store import QueuedMessage, SessionStore
 from tenants import services
 from tenants.models import MqttQueuedMessage

@@ -5,7 +5,7 @@ import uuid
 import boto3
 import pytest
 
-from data_plane.storage.object_store import (
+from common.object_store import (
     LocalObjectStore,
     ObjectNotFound,
     S3ObjectStore,

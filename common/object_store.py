@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".data" / "objects"
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / ".data" / "objects"
 
 
 class ObjectStore(Protocol):

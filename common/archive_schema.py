@@ -1,0 +1,202 @@
+"""The message archive, version 2: one Parquet schema for every writer and reader.
+
+The broker writes it; the Spark rule jobs, the billing job, DuckDB and tests read it. Nothing else
+defines these columns: import `ARCHIVE_SCHEMA` and the key helpers from here.
+
+Rows
+----
+One row per archived *event*. `event` says which:
+
+| event                  | what the row is                         | columns that carry it          |
+|------------------------|-----------------------------------------|--------------------------------|
+| `message.publish`      | an application message the broker routed | topic, qos, retain, payload, the publish properties |
+| `client.connected`     | a device connected                      | peer, proto_ver, keepalive, clean_start, session_expiry |
+| `client.disconnected`  | a device's connection ended             | reason (EMQX's reason names, e.g. `normal`, `keepalive_timeout`, `takenover`, or `0x..`) |
+| `session.subscribed`   | a subscription was granted              | topic (the filter), qos        |
+| `session.unsubscribed` | a subscription was removed              | topic (the filter)             |
+
+Rule SQL names the lifecycle events as EMQX does: `FROM "$events/client_connected"` reads the
+`client.connected` rows (`EVENT_TOPICS` maps one to the other).
+
+Columns (nullable unless said): `tenant` (slug, never null), `ts` (UTC, millisecond timestamp,
+never null: when the broker received it), `client_id`, `username` (`tenant/device`), `topic`,
+`qos`, `retain`, `payload` (the bytes as published: never decoded, never base64),
+`payload_format` (0/1, MQTT 5), `content_type`, `user_properties` (list of key/value pairs in
+order; MQTT allows repeated keys), `message_expiry` (seconds), `response_topic`,
+`correlation_data` (bytes), `reason`, `peer` (`host:port`), `proto_ver` (4 or 5), `keepalive`,
+`clean_start`, `session_expiry`.
+
+Layout in the object store
+--------------------------
+- Live segments, written by each broker about once a second, all tenants of that broker together
+  (rows grouped by tenant):
+  `archive/live/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet`
+- History, compacted per tenant from the live segments once an hour is closed:
+  `archive/tenant={slug}/date={YYYY-MM-DD}/hour={HH}/part-{…}.parquet`, after which the hour's
+  live folder holds only the marker `_COMPACTED` (written after the history files, before the live
+  segments are deleted; a reader of an hour reads the history files when the marker is there, and
+  the live segments otherwise — never both).
+- Version 1 segments (gzip'd NDJSON, before Parquet) sit in the history folders as
+  `*.ndjson.gz`; `read_ndjson_segment` turns one into rows of this schema.
+
+Partition values (`date`, `hour`, and `tenant` in history folders) are in the keys only; the files
+carry `tenant` as a column too, so a reader never needs partition discovery.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+ARCHIVE_PREFIX = "archive"
+LIVE_PREFIX = f"{ARCHIVE_PREFIX}/live"
+COMPACTED_MARKER = "_COMPACTED"
+
+EVENT_PUBLISH = "message.publish"
+EVENT_CONNECTED = "client.connected"
+EVENT_DISCONNECTED = "client.disconnected"
+EVENT_SUBSCRIBED = "session.subscribed"
+EVENT_UNSUBSCRIBED = "session.unsubscribed"
+
+# Rule SQL's FROM names for the lifecycle events (EMQX's), and back.
+EVENT_TOPICS = {
+    "$events/client_connected": EVENT_CONNECTED,
+    "$events/client_disconnected": EVENT_DISCONNECTED,
+    "$events/session_subscribed": EVENT_SUBSCRIBED,
+    "$events/session_unsubscribed": EVENT_UNSUBSCRIBED,
+}
+
+USER_PROPERTY = pa.struct([("key", pa.string()), ("value", pa.string())])
+
+ARCHIVE_SCHEMA = pa.schema(
+    [
+        pa.field("event", pa.string(), nullable=False),
+        pa.field("tenant", pa.string(), nullable=False),
+        pa.field("ts", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("client_id", pa.string()),
+        pa.field("username", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("qos", pa.int8()),
+        pa.field("retain", pa.bool_()),
+        pa.field("payload", pa.binary()),
+        pa.field("payload_format", pa.int8()),
+        pa.field("content_type", pa.string()),
+        pa.field("user_properties", pa.list_(USER_PROPERTY)),
+        pa.field("message_expiry", pa.int64()),
+        pa.field("response_topic", pa.string()),
+        pa.field("correlation_data", pa.binary()),
+        pa.field("reason", pa.string()),
+        pa.field("peer", pa.string()),
+        pa.field("proto_ver", pa.int8()),
+        pa.field("keepalive", pa.int32()),
+        pa.field("clean_start", pa.bool_()),
+        pa.field("session_expiry", pa.int64()),
+    ]
+)
+ARCHIVE_COLUMNS = tuple(ARCHIVE_SCHEMA.names)
+
+
+def hour_partition(ts_ms: int) -> str:
+    """`date=YYYY-MM-DD/hour=HH` of a millisecond UTC timestamp."""
+    return datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("date=%Y-%m-%d/hour=%H")
+
+
+def live_segment_key(ts_ms: int, writer: str, sequence: int) -> str:
+    return f"{LIVE_PREFIX}/{hour_partition(ts_ms)}/{writer}-{sequence:010d}.parquet"
+
+
+def history_prefix(tenant: str, ts_ms: int) -> str:
+    return f"{ARCHIVE_PREFIX}/tenant={tenant}/{hour_partition(ts_ms)}/"
+
+
+def read_ndjson_segment(body: bytes) -> pa.Table:
+    """A version 1 segment (gzip'd NDJSON, `payload` text or `payload_b64`) as version 2 rows."""
+    rows = []
+    for line in gzip.decompress(body).splitlines():
+        if not line:
+            continue
+        old = json.loads(line)
+        if old.get("payload_b64") is not None:
+            payload = base64.b64decode(old["payload_b64"])
+        else:
+            payload = (old.get("payload") or "").encode()
+        props = old.get("properties") or {}
+        user_properties = [
+            {"key": str(k), "value": str(v)} for k, v in props.get("user_property", []) or []
+        ]
+        rows.append(
+            {
+                "event": EVENT_PUBLISH,
+                "tenant": old["tenant"],
+                "ts": old["ts"],
+                "client_id": old.get("client_id"),
+                "username": None,
+                "topic": old.get("topic"),
+                "qos": old.get("qos"),
+                "retain": old.get("retain"),
+                "payload": payload,
+                "payload_format": props.get("payload_format_indicator"),
+                "content_type": props.get("content_type"),
+                "user_properties": user_properties,
+                "message_expiry": props.get("message_expiry_interval"),
+                "response_topic": props.get("response_topic"),
+                "correlation_data": _maybe_b64(props.get("correlation_data")),
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=ARCHIVE_SCHEMA)
+
+
+def _maybe_b64(value: str | None) -> bytes | None:
+    return base64.b64decode(value) if value is not None else None
+
+
+# -- The usage log: the single source of the bill ------------------------------------------------
+#
+# One row per (tenant, minute, writer): what one writer (a broker, the rules job) metered for a
+# tenant in that minute. Rows for the same tenant and minute add up (several brokers, a minute
+# flushed in parts, the rules job beside the brokers); a reader sums, never picks one.
+#
+# Units are AWS IoT Core's: `messages` counts 5 KiB (5,120-byte) increments of each PUBLISH
+# received, each delivery sent, each retained message stored, each CONNECT and SUBSCRIBE (size =
+# payload + topic + properties); `connection_minutes` each minute a connection was open (partial
+# minutes round up, per connection); `rules_triggered` 5 KiB increments of messages a rule
+# evaluated; `actions_executed` actions run; `storage_byte_hours` an hourly sample of bytes stored
+# (retained, queued, archive), so a sample of B bytes adds B byte-hours. The plain counts
+# (publishes_in, deliveries_out, bytes_in, bytes_out, dropped) are for charts, not for pricing.
+#
+# Layout: usage/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet (all tenants of
+# one writer). Version 1 usage lines (gzip'd NDJSON under usage/tenant=…/) stay readable.
+
+USAGE_PREFIX = "usage"
+MESSAGE_UNIT_BYTES = 5120
+
+USAGE_SCHEMA = pa.schema(
+    [
+        pa.field("tenant", pa.string(), nullable=False),
+        pa.field("minute", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("writer", pa.string(), nullable=False),
+        pa.field("messages", pa.int64(), nullable=False),
+        pa.field("connection_minutes", pa.int64(), nullable=False),
+        pa.field("rules_triggered", pa.int64(), nullable=False),
+        pa.field("actions_executed", pa.int64(), nullable=False),
+        pa.field("storage_byte_hours", pa.int64(), nullable=False),
+        pa.field("publishes_in", pa.int64(), nullable=False),
+        pa.field("deliveries_out", pa.int64(), nullable=False),
+        pa.field("bytes_in", pa.int64(), nullable=False),
+        pa.field("bytes_out", pa.int64(), nullable=False),
+        pa.field("dropped", pa.int64(), nullable=False),
+    ]
+)
+
+
+def message_units(size: int) -> int:
+    """Billable message units of a message of `size` bytes: 5 KiB increments, at least one."""
+    return max(1, -(-size // MESSAGE_UNIT_BYTES))
+
+
+def usage_segment_key(ts_ms: int, writer: str, sequence: int) -> str:
+    return f"{USAGE_PREFIX}/{hour_partition(ts_ms)}/{writer}-{sequence:010d}.parquet"
