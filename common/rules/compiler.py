@@ -418,7 +418,7 @@ class _Compiler:
         def walk(env):
             data = root(env)
             for kind, arg in steps:
-                if data is None:
+                if data is None and kind != "range":
                     return None
                 if kind == "key":
                     data = _get_key(data, arg)
