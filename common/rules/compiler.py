@@ -594,6 +594,10 @@ class CompiledRule:
         """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match."""
         return self._apply(row)
 
+    def __reduce__(self):
+        # Pickled as its SQL (Spark ships rules to executors): recompiled there, never closures.
+        return (compile_rule, (self.sql,))
+
 
 def compile_rule(sql: str) -> CompiledRule:
     """Compile rule SQL; raise RuleSyntaxError (with .line/.column) when it is not a rule."""

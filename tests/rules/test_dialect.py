@@ -554,3 +554,25 @@ def test_outputs_are_json_serialisable_and_independent_between_rows():
     assert first == [{"payload": {"a": 1, "added": 1}}]
     assert second == [{"payload": {"a": 2, "added": 1}}]
     json.dumps(first + second)
+
+
+def test_compiled_rules_pickle_as_their_sql():
+    import pickle
+
+    rule = compile_rule('SELECT payload.t AS t FROM "s/#" WHERE payload.t > 1')
+    again = pickle.loads(pickle.dumps(rule))
+    assert again.sql == rule.sql and again.topic_filters == rule.topic_filters
+    assert again.apply(row({"t": 2}, "s/x")).outputs == [{"t": 2}]
+
+
+def test_evaluation_is_thread_safe():
+    from concurrent.futures import ThreadPoolExecutor
+
+    rule = compile_rule('SELECT payload.n AS n, topic FROM "t/#" WHERE payload.n >= 0')
+
+    def run(n):
+        return rule.apply(row({"n": n}, f"t/{n % 7}")).outputs
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(2000)))
+    assert results == [[{"n": n, "topic": f"t/{n % 7}"}] for n in range(2000)]
