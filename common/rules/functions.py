@@ -19,7 +19,6 @@ import base64
 import binascii
 import calendar
 import functools
-import gzip
 import hashlib
 import inspect
 import json
@@ -1217,7 +1216,12 @@ def _inflate(name: str, data: bytes, wbits: int) -> str:
 
 @_register("gzip")
 def _gzip(data):
-    return from_bytes(gzip.compress(to_bytes(_text("gzip", data)), mtime=0))
+    """The bytes Erlang's zlib:gzip gives: default level, no mtime, OS 3 (unix)."""
+    raw = to_bytes(_text("gzip", data))
+    compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    body = compressor.compress(raw) + compressor.flush()
+    trailer = struct.pack("<II", zlib.crc32(raw) & 0xFFFFFFFF, len(raw) & 0xFFFFFFFF)
+    return from_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + body + trailer)
 
 
 @_register("gunzip")

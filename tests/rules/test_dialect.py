@@ -223,6 +223,11 @@ CASES = [
         [{"payload": {"x": [{"y": 0}]}}],
     ),
     (
+        'SELECT payload, payload.x[2].y FROM "t/#"',
+        row({"x": [1, {"y": [1, 2]}, 3]}),
+        [{"payload": {"x": [1, {"y": [1, 2]}, 3]}}],
+    ),
+    (
         'SELECT payload.x, 0 AS payload.x[2].y FROM "t/#"',
         row({"x": [1, {"y": [1, 2]}, 3]}),
         [{"payload": {"x": [1, {"y": 0}, 3]}}],
