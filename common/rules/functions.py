@@ -278,6 +278,21 @@ def _fmod(x, y):
         raise _bad("fmod", x, y) from None
 
 
+@_register("mod")
+def _mod_fn(x, y):
+    """EMQX's mod(x, y): the remainder of integers, with the sign of x (as `x mod y`)."""
+    _int("mod", x, y)
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    rest = abs(x) % abs(y)
+    return rest if x >= 0 else -rest
+
+
+@_register("eq")
+def _eq(x, y):
+    return term_equal(x, y)
+
+
 @_register("random")
 def _rand():
     return _random.random()

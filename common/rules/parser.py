@@ -151,6 +151,9 @@ class _ToAst(Transformer):
     def field_as(self, expr, _as, alias):
         return ("field", expr, alias, None)
 
+    def field_as_implicit(self, expr, alias):
+        return ("field", expr, alias, None)  # EMQX: `SELECT payload.x y` is `... AS y`
+
     def alias(self, head, *segs):
         return [head, *segs]
 

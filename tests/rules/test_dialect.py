@@ -167,7 +167,25 @@ CASES = [
         [{"a": 5, "b": 4, "c": -4}],
     ),
     ('SELECT payload.t * 1.8 + 32 AS f FROM "t/#"', row({"t": 100}), [{"f": 212.0}]),
+    (
+        'SELECT payload.x mod 4 AS m, mod(payload.x, 4) AS f FROM "t/#"',
+        row({"x": 7}),
+        [{"m": 3, "f": 3}],
+    ),
+    (
+        'SELECT payload.model AS model FROM "t/#" WHERE payload.x div 2 = 3',
+        row({"x": 7, "model": 1}),
+        [{"model": 1}],
+    ),
+    ('SELECT 1 AS ok FROM "t/#" WHERE is_null(payload.x)', row({}), [{"ok": 1}]),
+    ('SELECT 1 AS ok FROM "t/#" WHERE NOT is_null(payload.x)', row({}), NO_MATCH),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.on', row({"on": True}), [{"ok": 1}]),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.on', row({"on": "yes"}), NO_MATCH),
     # -- AS targets ----------------------------------------------------------------------------
+    ('SELECT payload.x y, clientid c FROM "t/#"', row({"x": 7}), [{"y": 7, "c": "c1"}]),
+    ('SELECT CASE WHEN payload.x > 1 THEN 1 END z FROM "t/#"', row({"x": 7}), [{"z": 1}]),
+    ('SELECT payload.x AS a$b FROM "t/#"', row({"x": 7}), [{"a$b": 7}]),
+    ("SELECT payload.'end' AS e FROM \"t/#\"", row({"end": 2}), [{"e": 2}]),
     ('SELECT payload.x AS a.b FROM "t/#"', row({"x": 1}), [{"a": {"b": 1}}]),
     ('SELECT 1 AS c[-0], 2 AS c[-0], 0 AS c[0] FROM "t/#"', row("x"), [{"c": [0, 1, 2]}]),
     (
