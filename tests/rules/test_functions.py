@@ -380,3 +380,28 @@ def test_base64_payload_decoded_then_read_as_json():
 )
 def test_function_errors_fail_the_message(expr, problem):
     assert problem in error(expr)
+
+
+def test_catastrophic_regex_fails_the_message_quickly():
+    rule = compile_rule("SELECT regex_match(payload, '(a|aa)+$') AS v FROM \"#\"")
+    started = time.perf_counter()
+    result = rule.apply(row("a" * 40 + "b"))
+    elapsed = time.perf_counter() - started
+    assert result.error and "took longer than" in result.error
+    assert elapsed < 1.0
+    # the same rule still answers on a benign message
+    assert rule.apply(row("aaaa")).outputs == [{"v": True}]
+    assert rule.apply(row("a" * 40 + "b")).error  # and fails the next bad one again
+
+
+def test_catastrophic_regex_replace_is_bounded_too():
+    rule = compile_rule("SELECT regex_replace(payload, '(a|aa)+$', 'z') AS v FROM \"#\"")
+    started = time.perf_counter()
+    result = rule.apply(row("a" * 40 + "b"))
+    assert result.error and time.perf_counter() - started < 1.0
+
+
+def test_decompression_bomb_is_refused():
+    bomb = gzip.compress(b"\0" * (64 << 20))
+    result = compile_rule('SELECT gunzip(payload) AS v FROM "#"').apply(row(bomb))
+    assert result.error and "larger than" in result.error
