@@ -599,3 +599,24 @@ def test_evaluation_is_thread_safe():
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(run, range(2000)))
     assert results == [[{"n": n, "topic": f"t/{n % 7}"}] for n in range(2000)]
+
+
+def test_apply_takes_a_pyspark_row():
+    from pyspark.sql import Row
+
+    rule = compile_rule('SELECT payload.t AS t, clientid FROM "s/#"')
+    spark_row = Row(**row({"t": 5}, "s/1"))
+    assert rule.apply(spark_row).outputs == [{"t": 5, "clientid": "c1"}]
+
+
+def test_apply_takes_archive_rows_as_pyarrow_gives_them():
+    import pyarrow as pa
+
+    from common.archive_schema import ARCHIVE_SCHEMA
+
+    message = row({"t": 5}, "s/1", user_properties=[{"key": "k", "value": "v"}])
+    message["ts"] = datetime.fromtimestamp(TS / 1000, UTC)
+    table = pa.Table.from_pylist([message], schema=ARCHIVE_SCHEMA)
+    (as_read,) = table.to_pylist()
+    rule = compile_rule('SELECT payload.t AS t, timestamp, user_properties.k AS k FROM "s/#"')
+    assert rule.apply(as_read).outputs == [{"t": 5, "timestamp": TS, "k": "v"}]
