@@ -288,6 +288,16 @@ def _mod_fn(x, y):
     return rest if x >= 0 else -rest
 
 
+@_register("div")
+def _div_fn(x, y):
+    """EMQX's div(x, y): integer division truncating toward zero (as `x div y`)."""
+    _int("div", x, y)
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    quotient = abs(x) // abs(y)
+    return quotient if (x >= 0) == (y >= 0) else -quotient
+
+
 @_register("eq")
 def _eq(x, y):
     return term_equal(x, y)

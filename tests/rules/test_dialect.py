@@ -173,6 +173,21 @@ CASES = [
         [{"m": 3, "f": 3}],
     ),
     (
+        'SELECT 2 mod 2 AS mod1, mod(3, 2) AS mod2, 4 div 2 AS div1, div(7, 2) AS div2 FROM "t/#"',
+        row({"what": 4}),
+        [{"mod1": 0, "mod2": 1, "div1": 2, "div2": 3}],
+    ),
+    (
+        'SELECT 1-1 AS a, -1 + 1 AS b, 1 + 1 AS c, +1 AS d FROM "t/#"',
+        row("x"),
+        [{"a": 0, "b": 0, "c": 2, "d": 1}],
+    ),
+    (
+        "SELECT payload.cmd AS cmd, cmd.info AS meta.info FROM \"t/#\" WHERE cmd.info = 'tt' AND meta.info = 'tt'",
+        row({"cmd": {"info": "tt"}}),
+        [{"cmd": {"info": "tt"}, "meta": {"info": "tt"}}],
+    ),
+    (
         'SELECT payload.model AS model FROM "t/#" WHERE payload.x div 2 = 3',
         row({"x": 7, "model": 1}),
         [{"model": 1}],
