@@ -52,6 +52,7 @@ REGEX_TIMEOUT_S = 0.05
 REGEX_MAX_INPUT = 1 << 20
 REGEX_MAX_PATTERN = 1000
 MAX_INFLATED = 16 << 20  # gunzip/unzip output bound (decompression bombs)
+MAX_BUILT_STRING = 1 << 20  # pad/sprintf widths: a rule cannot ask for gigabytes
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {}
 CONTEXT_FUNCTIONS: set[str] = set()
@@ -714,6 +715,8 @@ def _concat(*parts):
 def _pad(s, length, position="trailing", char=" "):
     s = _text("pad", s, length)
     _int("pad", length)
+    if length > MAX_BUILT_STRING:
+        raise RuleRuntimeError(f"pad: length above {MAX_BUILT_STRING}")
     char = to_str(char)
     missing = length - len(s)
     if missing <= 0 or not char:
@@ -980,7 +983,7 @@ def _sprintf(fmt: str, args: list[Any]) -> str:
         elif kind in "feEgG":
             if not is_number(arg):
                 raise _bad("sprintf", fmt, arg)
-            digits = int(precision) if precision else 6
+            digits = min(int(precision), 100) if precision else 6
             text = format(float(arg), f".{digits}{'e' if kind in 'eE' else kind.lower()}")
         elif kind in "bB":
             _int("sprintf", arg)
@@ -995,6 +998,8 @@ def _sprintf(fmt: str, args: list[Any]) -> str:
             text = to_str(arg)
         if width:
             size = int(width)
+            if abs(size) > MAX_BUILT_STRING:
+                raise RuleRuntimeError(f"sprintf: field width above {MAX_BUILT_STRING}")
             text = text.rjust(size) if size > 0 else text.ljust(-size)
         out.append(text)
     out.append(fmt[i:])

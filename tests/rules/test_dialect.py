@@ -635,3 +635,9 @@ def test_apply_takes_archive_rows_as_pyarrow_gives_them():
     (as_read,) = table.to_pylist()
     rule = compile_rule('SELECT payload.t AS t, timestamp, user_properties.k AS k FROM "s/#"')
     assert rule.apply(as_read).outputs == [{"t": 5, "timestamp": TS, "k": "v"}]
+
+
+def test_deeply_nested_payload_fails_the_message_not_the_job():
+    nested = "[" * 100_000 + "]" * 100_000
+    result = compile_rule('SELECT payload.a AS a FROM "t/#"').apply(row(nested))
+    assert not result.matched and result.error
