@@ -36,6 +36,10 @@ POSITIONED = [
     ('SELECT *\nFROM "t/#"\nWHERE x = 1 ORDER BY x', "ORDER is not allowed", 3, 13),
     ('SELECT 1 AS a[1.5] FROM "t"', "integer", 1, 15),
     ('FOREACH * FROM "t"', "FOREACH needs an expression", None, None),
+    ("SELECT * FROM", "expected a topic filter in double quotes", 1, 10),
+    ('SELECT * FROM "t" WHERE x = 1 AND', "expected an expression", 1, 31),
+    ('SELECT * "t"', "expected ',', FROM", 1, 10),
+    ('SELECT * FROM "t" WHERE x IN 1', "expected '('", 1, 30),
 ]
 
 
