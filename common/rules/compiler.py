@@ -656,7 +656,7 @@ def compile_rule(sql: str) -> CompiledRule:
                 return RuleResult(True, [jsonable(selected)])
             except RuleRuntimeError as exc:
                 return RuleResult(False, [], str(exc))
-            except (RecursionError, MemoryError, OverflowError, TypeError, ValueError) as exc:
+            except Exception as exc:  # a failing message never stops the job
                 return RuleResult(False, [], f"evaluation failed: {exc}")
 
         apply = apply_select
@@ -734,7 +734,7 @@ def _compile_foreach(statement, compiler, where, takes):
             return RuleResult(True, outputs)
         except RuleRuntimeError as exc:
             return RuleResult(False, [], str(exc))
-        except (RecursionError, MemoryError, OverflowError, TypeError, ValueError) as exc:
+        except Exception as exc:  # a failing message never stops the job
             return RuleResult(False, [], f"evaluation failed: {exc}")
 
     return apply_foreach

@@ -641,3 +641,14 @@ def test_deeply_nested_payload_fails_the_message_not_the_job():
     nested = "[" * 100_000 + "]" * 100_000
     result = compile_rule('SELECT payload.a AS a FROM "t/#"').apply(row(nested))
     assert not result.matched and result.error
+
+
+def test_any_failure_inside_a_function_is_reported_not_raised(monkeypatch):
+    from common.rules import functions
+
+    def broken(value):
+        raise KeyError("boom")
+
+    monkeypatch.setitem(functions.FUNCTIONS, "upper", broken)
+    result = compile_rule('SELECT upper(clientid) AS u FROM "t/#"').apply(row("x"))
+    assert not result.matched and "boom" in result.error
