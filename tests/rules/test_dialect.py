@@ -652,3 +652,50 @@ def test_any_failure_inside_a_function_is_reported_not_raised(monkeypatch):
     monkeypatch.setitem(functions.FUNCTIONS, "upper", broken)
     result = compile_rule('SELECT upper(clientid) AS u FROM "t/#"').apply(row("x"))
     assert not result.matched and "boom" in result.error
+
+
+@pytest.mark.parametrize(
+    "sql, columns",
+    [
+        ('SELECT clientid FROM "t/#"', {"event", "topic", "client_id"}),
+        (
+            'SELECT payload.t AS t FROM "t/#" WHERE timestamp > 0',
+            {"event", "topic", "payload", "ts"},
+        ),
+        (
+            "SELECT pub_props.'User-Property'.k AS k FROM \"t/#\"",
+            {
+                "event",
+                "topic",
+                "user_properties",
+                "payload_format",
+                "content_type",
+                "message_expiry",
+                "response_topic",
+                "correlation_data",
+            },
+        ),
+        ('SELECT topic(1) AS a, upper(username()) AS u FROM "t/#"', {"event", "topic", "username"}),
+        (
+            'SELECT reason, peername FROM "$events/client_disconnected"',
+            {"event", "topic", "reason", "peer"},
+        ),
+        ('SELECT * FROM "t/#"', "all"),
+        ('FOREACH payload.xs FROM "t/#"', "all"),
+        (
+            'FOREACH payload.xs AS x DO x.v AS v INCASE retain FROM "t/#"',
+            {"event", "topic", "payload", "retain"},
+        ),
+    ],
+)
+def test_archive_columns_a_rule_reads(sql, columns):
+    from common.archive_schema import ARCHIVE_COLUMNS
+
+    rule = compile_rule(sql)
+    expected = set(ARCHIVE_COLUMNS) if columns == "all" else columns
+    assert set(rule.archive_columns) == expected
+    # Pruning to those columns changes nothing in the outputs
+    full = row({"t": 1, "xs": [{"v": 1}]}, "t/a", user_properties=[{"key": "k", "value": "v"}])
+    pruned = {k: v for k, v in full.items() if k in rule.archive_columns}
+    if not rule.events:
+        assert rule.apply(pruned).outputs == rule.apply(full).outputs
