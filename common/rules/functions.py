@@ -1449,39 +1449,50 @@ def _now_timestamp(unit="second"):
     return _now(_unit(unit))
 
 
-def _format_date(value: int, scale: int, offset: int, fmt: str) -> str:
-    moment, nanos = _split_epoch(value, scale)
-    moment = moment + timedelta(seconds=offset)
-    out, i = [], 0
-    tokens = {
-        "%Y": lambda: f"{moment.year:04d}",
-        "%m": lambda: f"{moment.month:02d}",
-        "%d": lambda: f"{moment.day:02d}",
-        "%H": lambda: f"{moment.hour:02d}",
-        "%M": lambda: f"{moment.minute:02d}",
-        "%S": lambda: f"{moment.second:02d}",
-        "%N": lambda: f"{nanos:09d}",
-        "%3N": lambda: f"{nanos:09d}"[:3],
-        "%6N": lambda: f"{nanos:09d}"[:6],
-        "%z": lambda: _format_offset(offset, "z"),
-        "%:z": lambda: _format_offset(offset, ":z"),
-        "%::z": lambda: _format_offset(offset, "::z"),
-    }
+_DATE_DIRECTIVES: dict[str, Callable[[datetime, int, int], str]] = {
+    "%Y": lambda m, n, o: f"{m.year:04d}",
+    "%m": lambda m, n, o: f"{m.month:02d}",
+    "%d": lambda m, n, o: f"{m.day:02d}",
+    "%H": lambda m, n, o: f"{m.hour:02d}",
+    "%M": lambda m, n, o: f"{m.minute:02d}",
+    "%S": lambda m, n, o: f"{m.second:02d}",
+    "%N": lambda m, n, o: f"{n:09d}",
+    "%3N": lambda m, n, o: f"{n:09d}"[:3],
+    "%6N": lambda m, n, o: f"{n:09d}"[:6],
+    "%z": lambda m, n, o: _format_offset(o, "z"),
+    "%:z": lambda m, n, o: _format_offset(o, ":z"),
+    "%::z": lambda m, n, o: _format_offset(o, "::z"),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _date_plan(fmt: str) -> tuple:
+    """A format string cut once into literals and directives (formats repeat per rule)."""
+    plan: list = []
+    i = 0
     while i < len(fmt):
         for token in ("%::z", "%:z", "%3N", "%6N"):
             if fmt.startswith(token, i):
-                out.append(tokens[token]())
+                plan.append(_DATE_DIRECTIVES[token])
                 i += len(token)
                 break
         else:
             two = fmt[i : i + 2]
-            if two in tokens:
-                out.append(tokens[two]())
+            if two in _DATE_DIRECTIVES:
+                plan.append(_DATE_DIRECTIVES[two])
                 i += 2
             else:
-                out.append(fmt[i])
+                plan.append(fmt[i])
                 i += 1
-    return "".join(out)
+    return tuple(plan)
+
+
+def _format_date(value: int, scale: int, offset: int, fmt: str) -> str:
+    moment, nanos = _split_epoch(value, scale)
+    moment = moment + timedelta(seconds=offset)
+    return "".join(
+        part if type(part) is str else part(moment, nanos, offset) for part in _date_plan(fmt)
+    )
 
 
 @_register("format_date")
