@@ -722,13 +722,15 @@ def _compile_foreach(statement, compiler, where, takes):
                 collection = []
             if where is not None and not where(env):
                 return RuleResult(False)
-            base = {**env.all_columns(), **selected}
+            base = {**env.all_columns(), **selected} if do_c is None else None
+            item_cols = {**env.cols, **selected}
             outputs = []
             for element in collection:
                 item_env = Env(row)
-                item_env.cols = {**env.cols, **selected, coll_key: element}
+                cols = item_cols.copy()
+                cols[coll_key] = element
+                item_env.cols = cols
                 item_env._json = env._json
-                item_env.selected = {}
                 if incase is not None and not incase(item_env):
                     continue
                 if do_c is None:
