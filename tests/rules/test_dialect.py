@@ -699,3 +699,69 @@ def test_archive_columns_a_rule_reads(sql, columns):
     pruned = {k: v for k, v in full.items() if k in rule.archive_columns}
     if not rule.events:
         assert rule.apply(pruned).outputs == rule.apply(full).outputs
+
+
+@pytest.mark.parametrize(
+    "event, source, columns",
+    [
+        (
+            "client.connected",
+            "$events/client_connected",
+            {
+                "clientid",
+                "username",
+                "peername",
+                "proto_ver",
+                "keepalive",
+                "clean_start",
+                "expiry_interval",
+                "connected_at",
+                "conn_props",
+                "timestamp",
+                "node",
+            },
+        ),
+        (
+            "client.disconnected",
+            "$events/client_disconnected",
+            {
+                "clientid",
+                "username",
+                "reason",
+                "peername",
+                "disconnected_at",
+                "disconn_props",
+                "timestamp",
+                "node",
+            },
+        ),
+        (
+            "session.subscribed",
+            "$events/session_subscribed",
+            {"clientid", "username", "topic", "qos", "sub_props", "timestamp", "node"},
+        ),
+        (
+            "session.unsubscribed",
+            "$events/session_unsubscribed",
+            {"clientid", "username", "topic", "qos", "unsub_props", "timestamp", "node"},
+        ),
+    ],
+)
+def test_select_star_on_events_has_emqx_columns(event, source, columns):
+    message = {
+        "event": event,
+        "tenant": "acme",
+        "ts": TS,
+        "client_id": "c9",
+        "username": "acme/d",
+        "topic": "t/x",
+        "qos": 1,
+        "reason": "normal",
+        "peer": "1.2.3.4:5",
+        "proto_ver": 5,
+        "keepalive": 60,
+        "clean_start": True,
+        "session_expiry": 0,
+    }
+    (out,) = outputs(f'SELECT * FROM "{source}"', message)
+    assert columns <= set(out) and out["event"] == event and out["timestamp"] == TS
