@@ -146,3 +146,74 @@ def test_validate_rule_sql_returns_filters_and_positions():
     assert (err.line, err.column) == (1, 25)
     assert str(err) == "line 1, column 25: " + err.message
     assert "nosuch" in err.message
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = st.sampled_from(
+    [
+        "SELECT",
+        "FOREACH",
+        "DO",
+        "INCASE",
+        "FROM",
+        "WHERE",
+        "AS",
+        "AND",
+        "OR",
+        "NOT",
+        "IN",
+        "CASE",
+        "WHEN",
+        "THEN",
+        "ELSE",
+        "END",
+        "*",
+        ",",
+        "(",
+        ")",
+        "[",
+        "]",
+        ".",
+        "..",
+        "=",
+        "<>",
+        "=~",
+        "+",
+        "-",
+        "/",
+        "div",
+        "mod",
+        "'s'",
+        "'",
+        '"t/#"',
+        '"',
+        "payload",
+        "x",
+        "1",
+        "-0",
+        "2.5",
+        "upper",
+        "nosuch",
+        ";",
+        "--c\n",
+        "`",
+        "$events/client_connected",
+        '"$events/client_connected"',
+        "UNION",
+        " ",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=25).map(" ".join))
+def test_any_text_compiles_or_gets_a_syntax_error(sql):
+    try:
+        rule = compile_rule(sql)
+    except RuleSyntaxError as err:
+        assert err.message
+        return
+    result = rule.apply({"event": "message.publish", "topic": "t/a", "ts": 0, "payload": b"{}"})
+    assert result.matched in (True, False)
