@@ -4,6 +4,8 @@ construction (the grammar has no way to say it), with a message saying so."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common.rules import RuleSyntaxError, compile_rule
 from tenants.rule_sql import RuleSqlError, validate_rule_sql
@@ -147,9 +149,6 @@ def test_validate_rule_sql_returns_filters_and_positions():
     assert str(err) == "line 1, column 25: " + err.message
     assert "nosuch" in err.message
 
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _PIECES = st.sampled_from(
     [
