@@ -37,7 +37,11 @@ Fn = Callable[[Env], Any]
 
 class RuleResult:
     """What one rule made of one row: `matched` when FROM and WHERE held; `outputs` the rows it
-    produced (one for SELECT, 0..n for FOREACH); `error` when evaluation failed."""
+    produced (one for SELECT, 0..n for FOREACH); `error` when evaluation failed (then `matched`
+    is False and `outputs` empty).
+
+    EMQX's per-rule metrics map onto it as: matched = `CompiledRule.reads(event, topic)` (FROM
+    took the row), passed = `result.matched`, failed = `result.error is not None`."""
 
     __slots__ = ("matched", "outputs", "error")
 
