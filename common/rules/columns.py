@@ -7,7 +7,6 @@ builds `pub_props`, and a payload is decoded from JSON at most once per row (`En
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +19,7 @@ from common.archive_schema import (
     EVENT_UNSUBSCRIBED,
 )
 from common.rules.errors import RuleRuntimeError
-from common.rules.values import from_bytes
+from common.rules.values import from_bytes, loads
 
 NODE = "mqtt-platform"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -262,7 +261,7 @@ class Env:
             raw = self.row.get("payload") if "payload" not in self.cols else None
             if type(raw) is bytes:
                 try:  # straight from the bytes: no text copy first
-                    decoded = json.loads(raw)
+                    decoded = loads(raw)
                 except ValueError:
                     decoded = decode_json(self.column("payload"), "payload")
             else:
@@ -283,7 +282,7 @@ def decode_json(value: Any, what: str) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
+        return loads(value)
     except ValueError:
         shown = value if len(value) <= 40 else value[:37] + "..."
         raise RuleRuntimeError(f"{what} is not valid JSON: {shown!r}") from None

@@ -7,7 +7,6 @@ The semantics are EMQX's (emqx_rule_runtime / emqx_rule_maps): see docs/rules.md
 
 from __future__ import annotations
 
-import json
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from common.rules.values import (
     compare_ne,
     is_number,
     jsonable,
+    loads,
     term_equal,
     to_str,
 )
@@ -72,7 +72,7 @@ def _decode_if_text(data: Any) -> Any:
     """A string met on a path is read as JSON when it is JSON (EMQX's general_find)."""
     if isinstance(data, str):
         try:
-            return json.loads(data)
+            return loads(data)
         except ValueError:
             return None
     return data

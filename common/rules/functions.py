@@ -21,7 +21,6 @@ import calendar
 import functools
 import hashlib
 import inspect
-import json
 import math
 import random as _random
 import re
@@ -38,6 +37,7 @@ import regex
 from common.rules.errors import RuleRuntimeError
 from common.rules.topics import topic_match
 from common.rules.values import (
+    JSON_NULL,
     BinStr,
     compare_eq,
     erlang_float,
@@ -45,6 +45,7 @@ from common.rules.values import (
     from_bytes,
     is_number,
     json_encode,
+    loads,
     term_equal,
     to_bytes,
     to_str,
@@ -486,7 +487,7 @@ def _map(value):
         return value
     if isinstance(value, str):
         try:
-            decoded = json.loads(value)
+            decoded = loads(value)
         except ValueError:
             raise _bad("map", value) from None
         if isinstance(decoded, dict):
@@ -542,7 +543,7 @@ def _is_null(value):
 
 @_register("is_null_var")
 def _is_null_var(value):
-    return value is None
+    return value is None or value is JSON_NULL
 
 
 @_register("is_not_null")
@@ -552,7 +553,7 @@ def _is_not_null(value):
 
 @_register("is_not_null_var")
 def _is_not_null_var(value):
-    return value is not None
+    return value is not None and value is not JSON_NULL
 
 
 @_register("is_str")
@@ -891,7 +892,7 @@ def _join_to_sql_values_string(items):
 def _map_to_redis_hset_args(value):
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads(value)
         except ValueError:
             return ["map_to_redis_hset_args"]
     if not isinstance(value, dict):
@@ -1041,7 +1042,7 @@ def _get_path(data: Any, dotted: str, default: Any = None) -> Any:
     for key in dotted.split("."):
         if isinstance(data, str):
             try:
-                data = json.loads(data)
+                data = loads(data)
             except ValueError:
                 return default
         if not isinstance(data, dict) or key not in data:
@@ -1067,7 +1068,7 @@ def _map_put(key, value, data):
     def put(target, index):
         if isinstance(target, str):
             try:
-                target = json.loads(target)
+                target = loads(target)
             except ValueError:
                 target = {}
         base = dict(target) if isinstance(target, dict) else {}
@@ -1329,7 +1330,7 @@ def _json_encode(value):
 def _json_decode(text):
     text = _text("json_decode", text)
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError:
         raise RuleRuntimeError(f"json_decode: not JSON: {_show(text)}") from None
 

@@ -153,6 +153,27 @@ CASES = [
     ),
     ('SELECT 1 AS ok FROM "t/#" WHERE payload.n IN (1, 2, 3)', row({"n": 2}), [{"ok": 1}]),
     ("SELECT 1 AS ok FROM \"t/#\" WHERE clientid IN ('c1')", row("x"), [{"ok": 1}]),
+    # JSON null is EMQX's atom null, not a missing value
+    (
+        'SELECT is_null(payload.x) AS a, is_null_var(payload.x) AS b FROM "t/#"',
+        row('{"x": null}'),
+        [{"a": False, "b": True}],
+    ),
+    (
+        'SELECT is_null(payload.y) AS a, is_null_var(payload.y) AS b FROM "t/#"',
+        row('{"x": null}'),
+        [{"a": True, "b": True}],
+    ),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.x != 1', row('{"x": null}'), [{"ok": 1}]),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.x = 1', row('{"x": null}'), NO_MATCH),
+    ("SELECT 1 AS ok FROM \"t/#\" WHERE payload.x = 'null'", row('{"x": null}'), [{"ok": 1}]),
+    (
+        'SELECT payload.x AS x, str(payload.x) AS s, payload FROM "t/#"',
+        row('{"x": null}'),
+        [{"x": None, "s": "null", "payload": '{"x": null}'}],
+    ),
+    ('SELECT payload.a AS a FROM "t/#"', row('{"a": {"b": null}}'), [{"a": {"b": None}}]),
+    ("SELECT coalesce(payload.x, 'd') AS c FROM \"t/#\"", row('{"x": null}'), [{"c": None}]),
     # -- arithmetic ----------------------------------------------------------------------------
     ('SELECT payload.a + payload.b AS s FROM "t/#"', row({"a": 1, "b": 2.5}), [{"s": 3.5}]),
     ("SELECT 'a' + 1 AS s, 1 + 'b' AS t FROM \"t/#\"", row("x"), [{"s": "a1", "t": "1b"}]),
@@ -539,16 +560,16 @@ def test_payload_not_decoded_when_no_path_needs_it():
 
 
 def test_payload_decoded_once_per_row(monkeypatch):
-    import common.rules.columns as columns
+    import common.rules.values as values
 
     calls = []
-    real = columns.json.loads
+    real = values.json.loads
 
     def counting(text, *a, **k):
         calls.append(text)
         return real(text, *a, **k)
 
-    monkeypatch.setattr(columns.json, "loads", counting)
+    monkeypatch.setattr(values.json, "loads", counting)
     rule = compile_rule(
         'SELECT payload.a AS a, payload.b AS b, payload.c.d AS d FROM "t/#" WHERE payload.a > 0'
     )

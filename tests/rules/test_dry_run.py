@@ -150,5 +150,13 @@ def test_render_template(template, expected):
     assert render_template(template, OUTPUT) == expected
 
 
+def test_template_renders_json_null_as_null():
+    from common.rules import compile_rule
+    from tests.rules.test_dialect import row
+
+    (out,) = compile_rule('SELECT payload FROM "t/#"').apply(row('{"x": null}')).outputs
+    assert render_template("${payload.x}|${payload.y}", out) == "null|undefined"
+
+
 def test_template_whole_output():
     assert render_template("${.}", {"a": 1}) == '{"a":1}'
