@@ -174,6 +174,21 @@ CASES = [
     ),
     ('SELECT payload.a AS a FROM "t/#"', row('{"a": {"b": null}}'), [{"a": {"b": None}}]),
     ("SELECT coalesce(payload.x, 'd') AS c FROM \"t/#\"", row('{"x": null}'), [{"c": None}]),
+    (
+        'SELECT is_null(payload.l[1]) AS a, payload.l AS l FROM "t/#"',
+        row('{"l": [null, 1]}'),
+        [{"a": False, "l": [None, 1]}],
+    ),
+    (
+        'FOREACH payload.l AS i DO i AS v INCASE is_not_null(i) FROM "t/#"',
+        row('{"l": [null, 1]}'),
+        [{"v": None}, {"v": 1}],
+    ),
+    (
+        'FOREACH payload.l AS i DO i AS v INCASE is_not_null_var(i) FROM "t/#"',
+        row('{"l": [null, [null], 1]}'),
+        [{"v": [None]}, {"v": 1}],
+    ),
     # -- arithmetic ----------------------------------------------------------------------------
     ('SELECT payload.a + payload.b AS s FROM "t/#"', row({"a": 1, "b": 2.5}), [{"s": 3.5}]),
     ("SELECT 'a' + 1 AS s, 1 + 'b' AS t FROM \"t/#\"", row("x"), [{"s": "a1", "t": "1b"}]),
