@@ -3,8 +3,13 @@ validate meaning (and answer with messages the error handler turns into 400s).""
 
 from __future__ import annotations
 
+import json
+import time
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from tenants import selectors
 from tenants.models import QUOTA_KEYS
 
 
@@ -166,17 +171,40 @@ class AclOutput(serializers.Serializer):
 # -- rules ----------------------------------------------------------------------------------
 
 
+ACTIONS_HELP = (
+    'Several per rule. {"type": "republish", "topic": "alerts/${clientid}", "payload"?: template, '
+    '"qos"?: 0-2} | {"type": "webhook", "url": "https://…", "secret"?: str (generated when '
+    'omitted; signs X-Signature-256)} | {"type": "dataset", "name": slug}'
+)
+
+
 class RuleInput(StrictInput):
     name = serializers.CharField(max_length=64)
-    sql = serializers.CharField()
-    actions = serializers.ListField(child=serializers.DictField(), required=False, default=list)
+    sql = serializers.CharField(help_text="EMQX rule SQL (see docs/rules.md)")
+    actions = serializers.ListField(
+        child=serializers.DictField(), required=False, default=list, help_text=ACTIONS_HELP
+    )
     enabled = serializers.BooleanField(required=False, default=True)
 
 
 class RuleUpdateInput(StrictInput):
     sql = serializers.CharField(required=False)
-    actions = serializers.ListField(child=serializers.DictField(), required=False)
+    actions = serializers.ListField(
+        child=serializers.DictField(), required=False, help_text=ACTIONS_HELP
+    )
     enabled = serializers.BooleanField(required=False)
+
+
+class RuleMetricsOutput(serializers.Serializer):
+    matched = serializers.IntegerField(help_text="messages the FROM took")
+    passed = serializers.IntegerField(help_text="messages whose WHERE held")
+    failed = serializers.IntegerField(help_text="messages whose evaluation raised")
+    actions_ok = serializers.IntegerField()
+    actions_failed = serializers.IntegerField(help_text="after every retry")
+    last_error = serializers.CharField(allow_blank=True)
+    last_error_at = serializers.DateTimeField(allow_null=True)
+    lag_ms = serializers.IntegerField(allow_null=True, help_text="publish → action, last batch")
+    updated_at = serializers.DateTimeField(allow_null=True)
 
 
 class RuleOutput(serializers.Serializer):
@@ -184,8 +212,71 @@ class RuleOutput(serializers.Serializer):
     sql = serializers.CharField()
     actions = serializers.ListField(child=serializers.DictField())
     enabled = serializers.BooleanField()
+    metrics = serializers.SerializerMethodField()
+    dead_letters = serializers.IntegerField(source="dead_letters_count", default=0)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(RuleMetricsOutput)
+    def get_metrics(self, rule) -> dict:
+        return RuleMetricsOutput(selectors.rule_metrics(rule)).data
+
+
+class RuleDeadLetterOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    action = serializers.DictField()
+    output = serializers.JSONField()
+    error = serializers.CharField()
+    attempts = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+
+
+class RuleTestContextInput(StrictInput):
+    """One sample message; what is left out gets an example value (as in EMQX's rule tester)."""
+
+    topic = serializers.CharField(max_length=65535, default="t/a")
+    payload = serializers.JSONField(
+        default='{"msg": "hello"}',
+        help_text="the message payload as a string; a JSON object or array is encoded for you",
+    )
+    qos = serializers.IntegerField(min_value=0, max_value=2, default=1)
+    retain = serializers.BooleanField(default=False)
+    clientid = serializers.CharField(max_length=65535, allow_blank=True, default="c_emqx")
+    username = serializers.CharField(max_length=65535, allow_blank=True, default="u_emqx")
+    timestamp = serializers.IntegerField(
+        min_value=0, required=False, help_text="ms since the epoch; now when omitted"
+    )
+    user_properties = serializers.DictField(
+        child=serializers.CharField(allow_blank=True), default=dict
+    )
+
+    def validate_payload(self, value):
+        return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+    def validate(self, attrs):
+        attrs.setdefault("timestamp", int(time.time() * 1000))
+        return attrs
+
+
+class RuleTestInput(StrictInput):
+    sql = serializers.CharField(trim_whitespace=False)
+    context = RuleTestContextInput(required=False)
+
+    def validate(self, attrs):
+        if "context" not in attrs:
+            context = RuleTestContextInput(data={})
+            context.is_valid(raise_exception=True)
+            attrs["context"] = dict(context.validated_data)
+        return attrs
+
+
+class RuleTestOutput(serializers.Serializer):
+    match = serializers.BooleanField()
+    outputs = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="present when match is true: one object for SELECT, 0..n for FOREACH",
+    )
 
 
 # -- quota, usage, invoices -----------------------------------------------------------------
