@@ -405,7 +405,8 @@ class RuleRunFailed(ValidationError):
         super().__init__({"context": [message]})
 
 
-RESERVED_RULE_NAMES = frozenset({"test"})  # POST /api/v1/rules/test is the dry run
+# `test`: POST /api/v1/rules/test is the dry run; `new`: the portal's /rules/new/ page.
+RESERVED_RULE_NAMES = frozenset({"test", "new"})
 
 
 def _compile_rule_sql(sql: str):
