@@ -171,6 +171,9 @@ class AclOutput(serializers.Serializer):
 # -- rules ----------------------------------------------------------------------------------
 
 
+MAX_RULE_SQL = 20_000  # characters; bounds what one compile (or dry run) may cost
+MAX_SAMPLE_PAYLOAD = 1_048_576
+
 ACTIONS_HELP = (
     'Several per rule. {"type": "republish", "topic": "alerts/${clientid}", "payload"?: template, '
     '"qos"?: 0-2} | {"type": "webhook", "url": "https://…", "secret"?: str (generated when '
@@ -180,7 +183,7 @@ ACTIONS_HELP = (
 
 class RuleInput(StrictInput):
     name = serializers.CharField(max_length=64)
-    sql = serializers.CharField(help_text="EMQX rule SQL (see docs/rules.md)")
+    sql = serializers.CharField(max_length=MAX_RULE_SQL, help_text="EMQX rule SQL (docs/rules.md)")
     actions = serializers.ListField(
         child=serializers.DictField(), required=False, default=list, help_text=ACTIONS_HELP
     )
@@ -188,7 +191,7 @@ class RuleInput(StrictInput):
 
 
 class RuleUpdateInput(StrictInput):
-    sql = serializers.CharField(required=False)
+    sql = serializers.CharField(max_length=MAX_RULE_SQL, required=False)
     actions = serializers.ListField(
         child=serializers.DictField(), required=False, help_text=ACTIONS_HELP
     )
@@ -251,7 +254,10 @@ class RuleTestContextInput(StrictInput):
     )
 
     def validate_payload(self, value):
-        return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        payload = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        if len(payload) > MAX_SAMPLE_PAYLOAD:
+            raise serializers.ValidationError(f"At most {MAX_SAMPLE_PAYLOAD} characters.")
+        return payload
 
     def validate(self, attrs):
         attrs.setdefault("timestamp", int(time.time() * 1000))
@@ -259,7 +265,7 @@ class RuleTestContextInput(StrictInput):
 
 
 class RuleTestInput(StrictInput):
-    sql = serializers.CharField(trim_whitespace=False)
+    sql = serializers.CharField(max_length=MAX_RULE_SQL, trim_whitespace=False)
     context = RuleTestContextInput(required=False)
 
     def validate(self, attrs):

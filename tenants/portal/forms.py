@@ -61,6 +61,7 @@ class RuleForm(forms.Form):
     name = forms.CharField(max_length=64, help_text="Letters, digits, '_', '.', ':' or '-'.")
     sql = forms.CharField(
         label="SQL",
+        max_length=20_000,
         strip=False,
         widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "code"}),
         help_text='EMQX rule SQL, e.g. SELECT payload.temp AS t FROM "sensors/+/temp".',
