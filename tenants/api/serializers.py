@@ -4,7 +4,6 @@ validate meaning (and answer with messages the error handler turns into 400s).""
 from __future__ import annotations
 
 import json
-import time
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -235,23 +234,32 @@ class RuleDeadLetterOutput(serializers.Serializer):
 
 
 class RuleTestContextInput(StrictInput):
-    """One sample message; what is left out gets an example value (as in EMQX's rule tester)."""
+    """One sample message (or lifecycle event); what is left out gets EMQX's example values
+    (filled by `common.rules.dry_run`, the one place that knows them)."""
 
-    topic = serializers.CharField(max_length=65535, default="t/a")
+    topic = serializers.CharField(max_length=65535, required=False, help_text="default t/a")
     payload = serializers.JSONField(
-        default='{"msg": "hello"}',
-        help_text="the message payload as a string; a JSON object or array is encoded for you",
+        required=False,
+        help_text='a string (default {"msg": "hello"}); a JSON object or array is encoded for you',
     )
-    qos = serializers.IntegerField(min_value=0, max_value=2, default=1)
-    retain = serializers.BooleanField(default=False)
-    clientid = serializers.CharField(max_length=65535, allow_blank=True, default="c_emqx")
-    username = serializers.CharField(max_length=65535, allow_blank=True, default="u_emqx")
+    qos = serializers.IntegerField(min_value=0, max_value=2, required=False, help_text="default 1")
+    retain = serializers.BooleanField(required=False)
+    clientid = serializers.CharField(max_length=65535, allow_blank=True, required=False)
+    username = serializers.CharField(max_length=65535, allow_blank=True, required=False)
     timestamp = serializers.IntegerField(
-        min_value=0, required=False, help_text="ms since the epoch; now when omitted"
+        min_value=0, required=False, help_text="ms since the epoch; default now"
     )
     user_properties = serializers.DictField(
-        child=serializers.CharField(allow_blank=True), default=dict
+        child=serializers.CharField(allow_blank=True), required=False
     )
+    event = serializers.CharField(
+        max_length=64,
+        required=False,
+        help_text="message.publish (default), client.connected, client.disconnected, "
+        "session.subscribed or session.unsubscribed",
+    )
+    peerhost = serializers.CharField(max_length=255, required=False, help_text="lifecycle events")
+    reason = serializers.CharField(max_length=255, required=False, help_text="disconnections")
 
     def validate_payload(self, value):
         payload = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
@@ -259,21 +267,10 @@ class RuleTestContextInput(StrictInput):
             raise serializers.ValidationError(f"At most {MAX_SAMPLE_PAYLOAD} characters.")
         return payload
 
-    def validate(self, attrs):
-        attrs.setdefault("timestamp", int(time.time() * 1000))
-        return attrs
-
 
 class RuleTestInput(StrictInput):
     sql = serializers.CharField(max_length=MAX_RULE_SQL, trim_whitespace=False)
-    context = RuleTestContextInput(required=False)
-
-    def validate(self, attrs):
-        if "context" not in attrs:
-            context = RuleTestContextInput(data={})
-            context.is_valid(raise_exception=True)
-            attrs["context"] = dict(context.validated_data)
-        return attrs
+    context = RuleTestContextInput(required=False, default=dict)
 
 
 class RuleTestOutput(serializers.Serializer):

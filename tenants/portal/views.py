@@ -303,7 +303,7 @@ SAMPLE_MESSAGE = {
     "payload": '{"temp": 31.5, "hum": 40}',
     "qos": 1,
     "clientid": "sensor-1",
-    "username": "sensor-1",
+    "username": "{tenant}/sensor-1",
     "user_properties": "{}",
 }
 
@@ -353,7 +353,14 @@ def _rule_editor(request, membership, rule=None):
                 messages.success(request, f"Rule {rule.name} saved.")
                 return redirect("portal:rule", name=rule.name)
     context = _context(
-        membership, form=form, rule=rule, sample=SAMPLE_MESSAGE, sql_position=sql_position
+        membership,
+        form=form,
+        rule=rule,
+        sample=dict(
+            SAMPLE_MESSAGE,
+            username=SAMPLE_MESSAGE["username"].format(tenant=membership.tenant.slug),
+        ),
+        sql_position=sql_position,
     )
     if editing:
         context["metrics"] = selectors.rule_metrics(rule)
@@ -369,7 +376,9 @@ def rule_new(request, membership):
 
 @tenant_view()
 def rule_detail(request, membership, name: str):
-    return _rule_editor(request, membership, selectors.rule_get(tenant=membership.tenant, name=name))
+    return _rule_editor(
+        request, membership, selectors.rule_get(tenant=membership.tenant, name=name)
+    )
 
 
 @require_POST

@@ -55,6 +55,8 @@ def test_sql_error_names_problem_and_position(acme, sql, line, column):
         "SELECT * FROM messages",  # a table, not a quoted filter
         'SELECT * FROM "a" WHERE x = \'open',
         'DELETE FROM "a"',
+        'SELECT spark_partition_id() FROM "a"',  # a Spark function outside the dialect
+        'SELECT * FROM "a" WHERE topic IN (SELECT topic FROM "b")',
         "",
     ],
 )
@@ -331,6 +333,32 @@ def test_dry_run_syntax_error_has_position(acme):
     error = response.json()["error"]
     assert error["line"] == 2 and error["column"] == 1
     assert "sql" in error["fields"] and "line 2" in error["message"]
+
+
+def test_dry_run_runtime_error_is_a_400_naming_it(acme):
+    _, api = acme
+    response = dry(api, 'SELECT json_decode(payload) AS x FROM "t/#"', topic="t/1", payload="{bad")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert "json_decode" in error["message"] and "context" in error["fields"]
+
+
+def test_dry_run_lifecycle_event(acme):
+    _, api = acme
+    response = dry(
+        api,
+        'SELECT clientid, reason FROM "$events/client_disconnected"',
+        event="client.disconnected",
+        clientid="dev-1",
+        reason="keepalive_timeout",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "match": True,
+        "outputs": [{"clientid": "dev-1", "reason": "keepalive_timeout"}],
+    }
+    publish = dry(api, 'SELECT clientid FROM "$events/client_disconnected"', topic="t/1")
+    assert publish.json() == {"match": False}
 
 
 def test_dry_run_bad_context_is_a_400(acme):

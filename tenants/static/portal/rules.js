@@ -36,7 +36,7 @@
   function showError(message, line, column) {
     error.textContent = message; // textContent: messages echo user input
     error.hidden = false;
-    output.textContent = "";
+    output.hidden = true;
     if (line) {
       where.textContent = caret(sql.value, line, column);
       where.hidden = false;
@@ -105,6 +105,7 @@
     state.textContent = "";
     if (response.ok) {
       clearError();
+      output.hidden = false;
       output.textContent = answer.match
         ? JSON.stringify(answer.outputs, null, 2)
         : "No match: the FROM filter or the WHERE condition did not hold.";
