@@ -397,3 +397,15 @@ def test_openapi_documents_the_dry_run_with_examples(client):
     assert any("FOREACH" in e["value"]["sql"] for e in examples.values())
     assert "examples" in operation["responses"]["200"]["content"]["application/json"]
     assert "/api/v1/rules/{name}/dead-letters" in document["paths"]
+
+
+def test_the_documented_examples_work(acme, client):
+    _, api = acme
+    document = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    test_examples = document["paths"]["/api/v1/rules/test"]["post"]["requestBody"]["content"]
+    for example in test_examples["application/json"]["examples"].values():
+        response = api.post("/api/v1/rules/test", example["value"], format="json")
+        assert response.status_code == 200 and response.json()["match"], example
+    create_examples = document["paths"]["/api/v1/rules"]["post"]["requestBody"]["content"]
+    for example in create_examples["application/json"]["examples"].values():
+        assert api.post("/api/v1/rules", example["value"], format="json").status_code == 201
