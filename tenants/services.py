@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from common.rules import RuleRuntimeError, RuleSyntaxError, compile_rule, dry_run
+from common.rules import RuleRuntimeError, RuleSyntaxError, dry_run
 from data_plane.mqtt.errors import MQTTError
 from data_plane.mqtt.topics import validate_topic_filter
 from tenants import secrets
@@ -32,6 +32,7 @@ from tenants.models import (
 )
 from tenants.notify import announce
 from tenants.rule_actions import RuleActionError, normalize_actions
+from tenants.rule_sql import RuleSqlError, validate_rule_sql
 
 DEFAULT_PLAN = "free"
 DEFAULT_PLANS = {
@@ -409,12 +410,12 @@ class RuleRunFailed(ValidationError):
 RESERVED_RULE_NAMES = frozenset({"test", "new"})
 
 
-def _compile_rule_sql(sql: str):
+def _compile_rule_sql(sql: str) -> None:
     if not isinstance(sql, str) or not sql.strip():
         raise RuleSqlInvalid("SQL is empty.")
     try:
-        return compile_rule(sql)
-    except RuleSyntaxError as exc:
+        validate_rule_sql(sql)
+    except RuleSqlError as exc:
         raise RuleSqlInvalid(exc.message, exc.line, exc.column) from None
 
 
