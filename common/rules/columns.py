@@ -240,8 +240,14 @@ class Env:
         """The payload decoded from JSON, once per row; not JSON -> RuleRuntimeError."""
         decoded = self._json
         if decoded is _MISSING:
-            payload = self.column("payload")
-            decoded = decode_json(payload, "payload")
+            raw = self.row.get("payload") if "payload" not in self.cols else None
+            if type(raw) is bytes:
+                try:  # straight from the bytes: no text copy first
+                    decoded = json.loads(raw)
+                except ValueError:
+                    decoded = decode_json(self.column("payload"), "payload")
+            else:
+                decoded = decode_json(self.column("payload"), "payload")
             self._json = decoded
         return decoded
 

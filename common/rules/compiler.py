@@ -8,6 +8,7 @@ The semantics are EMQX's (emqx_rule_runtime / emqx_rule_maps): see docs/rules.md
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,14 +35,30 @@ from common.rules.values import (
 Fn = Callable[[Env], Any]
 
 
-@dataclass
 class RuleResult:
     """What one rule made of one row: `matched` when FROM and WHERE held; `outputs` the rows it
     produced (one for SELECT, 0..n for FOREACH); `error` when evaluation failed."""
 
-    matched: bool
-    outputs: list[dict] = field(default_factory=list)
-    error: str | None = None
+    __slots__ = ("matched", "outputs", "error")
+
+    def __init__(self, matched: bool, outputs: list[dict] | None = None, error: str | None = None):
+        self.matched = matched
+        self.outputs = [] if outputs is None else outputs
+        self.error = error
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RuleResult):
+            return NotImplemented
+        return (self.matched, self.outputs, self.error) == (
+            other.matched,
+            other.outputs,
+            other.error,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RuleResult(matched={self.matched!r}, outputs={self.outputs!r}, error={self.error!r})"
+        )
 
 
 # -- path get / put (emqx_rule_maps) ---------------------------------------------------------
@@ -210,6 +227,16 @@ def _mod(x, y):
     return rest if x >= 0 else -rest  # Erlang rem: the sign of the dividend
 
 
+_FAST_NUMERIC = {
+    "=": operator.eq,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "!=": operator.ne,
+    "<>": operator.ne,
+}
+
 _ARITH = {"+": _add, "-": _sub, "*": _mul, "/": _div, "div": _intdiv, "mod": _mod}
 
 
@@ -266,6 +293,18 @@ class _Compiler:
         if node[1] == "=~":
             return lambda env: _topic_cmp(left(env), right(env))
         op = _COMPARE[node[1]]
+        const = node[3][1] if node[3][0] == "const" else None
+        if is_number(const) and node[1] in _FAST_NUMERIC:
+            fast = _FAST_NUMERIC[node[1]]
+
+            def compare_number(env):
+                value = left(env)
+                kind = type(value)
+                if kind is int or kind is float:
+                    return fast(value, const)
+                return op(value, const)
+
+            return compare_number
         return lambda env: op(left(env), right(env))
 
     def _and(self, node):
@@ -418,7 +457,7 @@ class _Compiler:
         def walk(env):
             data = root(env)
             for kind, arg in steps:
-                if data is None:
+                if data is None and kind != "range":
                     return None
                 if kind == "key":
                     data = _get_key(data, arg)
@@ -488,6 +527,7 @@ def _make_put(target) -> Callable[[Env, dict, Any], None]:
         def put_key(env, into, value):
             into[key] = value
 
+        put_key.key = key  # lets SELECT assign plain names without a call
         return put_key
     head, segs = target[1], target[2]
 
@@ -554,6 +594,10 @@ class CompiledRule:
         """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match."""
         return self._apply(row)
 
+    def __reduce__(self):
+        # Pickled as its SQL (Spark ships rules to executors): recompiled there, never closures.
+        return (compile_rule, (self.sql,))
+
 
 def compile_rule(sql: str) -> CompiledRule:
     """Compile rule SQL; raise RuleSyntaxError (with .line/.column) when it is not a rule."""
@@ -568,25 +612,42 @@ def compile_rule(sql: str) -> CompiledRule:
     exact = frozenset(f for f in filters if "+" not in f and "#" not in f)
     wild = tuple(f for f in filters if f not in exact)
 
+    seen: dict[str, bool] = {}  # topic -> taken; topics repeat, matching them need not
+
     def takes(row: Mapping[str, Any]) -> bool:
-        event = row.get("event") or EVENT_PUBLISH
-        if event == EVENT_PUBLISH:
+        event = row.get("event")
+        if event is None or event == EVENT_PUBLISH:
             topic = row.get("topic")
             if topic is None:
                 return False
-            return topic in exact or any(topic_match(topic, f) for f in wild)
+            known = seen.get(topic)
+            if known is None:
+                known = topic in exact or any(topic_match(topic, f) for f in wild)
+                if len(seen) >= 10_000:
+                    seen.clear()
+                seen[topic] = known
+            return known
         return event in event_set
 
     if not statement.foreach:
         fields_c = _compile_fields(statement.fields, compiler)
 
+        steps = [(value_fn, put, getattr(put, "key", None)) for value_fn, put in fields_c]
+
         def apply_select(row: Mapping[str, Any]) -> RuleResult:
             if not takes(row):
                 return RuleResult(False)
             env = Env(row)
+            selected: dict[str, Any] = {}
+            env.selected = selected  # later fields and WHERE see what is selected
             try:
-                selected = _run_fields(fields_c, env, {})
-                env.selected = selected
+                for value_fn, put, key in steps:
+                    if value_fn is None:
+                        selected.update(env.all_columns())
+                    elif key is not None:
+                        selected[key] = value_fn(env)
+                    else:
+                        put(env, selected, value_fn(env))
                 if where is not None and not where(env):
                     return RuleResult(False)
                 return RuleResult(True, [jsonable(selected)])

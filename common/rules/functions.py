@@ -205,7 +205,7 @@ def _contains_topic(filters, topic, qos=None):
 
 @_register("contains_topic_match")
 def _contains_topic_match(filters, topic, qos=None):
-    return _find_filter(filters, topic, topic_match, qos)
+    return _find_filter(filters, topic, lambda f, t: topic_match(t, f), qos)
 
 
 def _find_filter(filters, topic, match, qos):
@@ -1495,7 +1495,9 @@ def _date_to_unix_ts(unit, a, b, c=None):
                 i += len(token)
                 break
         else:
-            pattern.append(re.escape(fmt[i]))
+            # EMQX reads separators loosely: "%H-%M-%S" also parses "10:40:12".
+            char = fmt[i]
+            pattern.append(re.escape(char) if char.isalnum() else r"[^0-9]")
             i += 1
     try:
         match = re.fullmatch("".join(pattern), text)
@@ -1504,6 +1506,9 @@ def _date_to_unix_ts(unit, a, b, c=None):
     if not match:
         raise RuleRuntimeError(f"date_to_unix_ts: {_show(text)} does not match {_show(fmt)}")
     fields = match.groupdict()
+    for part, label in (("Y", "year"), ("m", "month"), ("d", "day")):
+        if not fields.get(part):
+            raise RuleRuntimeError(f"date_to_unix_ts: the format has no {label} ({fmt!r})")
     try:
         moment = datetime(
             int(fields.get("Y") or 1970),

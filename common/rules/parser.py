@@ -393,13 +393,24 @@ def _check_nested_statements(sql: str) -> None:
     """A second SELECT/FOREACH is a subquery or a second statement: neither exists here."""
     blank = _blank_literals(sql)
     words = list(_STATEMENT_WORD.finditer(blank))
+    tick = blank.find("`")
+    if tick >= 0:
+        line, column = _position(sql, tick)
+        raise RuleSyntaxError(
+            "backticks are not allowed: quote topic filters and columns with double quotes "
+            "and strings with single quotes",
+            line,
+            column,
+        )
     if not words or words[0].start() != _first_token_pos(sql):
         return  # not a rule at all: the parser says what it starts with
     for match in words[1:]:
         line, column = _position(sql, match.start())
-        if _previous_char(blank, match.start()) == ";":
+        before = _previous_char(blank, match.start())
+        if before == ";":
             raise RuleSyntaxError("only one statement is allowed", line, column)
-        raise RuleSyntaxError("subqueries are not allowed in a rule", line, column)
+        if before == "(":
+            raise RuleSyntaxError("subqueries are not allowed in a rule", line, column)
 
 
 def _explain(sql: str, exc: UnexpectedInput) -> RuleSyntaxError:
@@ -443,6 +454,8 @@ def _explain(sql: str, exc: UnexpectedInput) -> RuleSyntaxError:
         return RuleSyntaxError(
             f"the rule ends too early: expected {_describe(expected)}", line, column
         )
+    if _previous_char(sql, token.start_pos) == ";":
+        return RuleSyntaxError("only one statement is allowed", line, column)
     if exc.state == 0 or (token.start_pos == _first_token_pos(sql)):
         if upper in _FOREIGN_WORDS:
             return RuleSyntaxError(f"{upper} is not allowed in a rule", line, column)

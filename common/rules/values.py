@@ -87,18 +87,32 @@ def to_str(value: Any) -> str:
     raise RuleRuntimeError(f"cannot convert {value!r} to a string")
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def jsonable(value: Any) -> Any:
-    """A value as JSON can carry it (tuples to lists, keys to strings, BinStr to plain str)."""
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else to_str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+    """A value as JSON can carry it (tuples to lists, keys to strings, BinStr to plain str,
+    non-finite floats to null). Plain values are returned as they are, without a call each."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {
+            (k if type(k) is str else to_str(k)): (v if type(v) in _PLAIN else jsonable(v))
+            for k, v in value.items()
+        }
+    if kind is list or kind is tuple:
+        return [v if type(v) in _PLAIN else jsonable(v) for v in value]
+    if kind is float:
+        return None if (math.isinf(value) or math.isnan(value)) else value
     if isinstance(value, BinStr):
         return str.__str__(value)
-    if isinstance(value, bytes):
-        return from_bytes(value)
-    if type(value) is float and (math.isinf(value) or math.isnan(value)):
-        return None
+    if isinstance(value, (bytes, bytearray)):
+        return from_bytes(bytes(value))
+    if isinstance(value, dict):
+        return jsonable(dict(value))
+    if isinstance(value, str):
+        return str.__str__(value)
     return value
 
 
