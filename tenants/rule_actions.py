@@ -159,3 +159,15 @@ def _check_template(index: int, field: str, template: str) -> None:
             raise RuleActionError(
                 index, f"{field}: '${{' at character {opening.start() + 1} is never closed."
             )
+
+
+REDACTED = "********"
+
+
+def redact_secrets(actions: Any) -> list:
+    """The actions with webhook secrets hidden: for readers who may not sign (viewers, dead
+    letters), since a secret lets its holder forge the platform's webhook signatures."""
+    return [
+        {**a, "secret": REDACTED} if isinstance(a, dict) and "secret" in a else a
+        for a in actions or []
+    ]

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from tenants import selectors
 from tenants.models import QUOTA_KEYS
+from tenants.rule_actions import redact_secrets
 
 
 class StrictInput(serializers.Serializer):
@@ -223,14 +224,23 @@ class RuleOutput(serializers.Serializer):
     def get_metrics(self, rule) -> dict:
         return RuleMetricsOutput(selectors.rule_metrics(rule)).data
 
+    def to_representation(self, rule):
+        data = super().to_representation(rule)
+        if not self.context.get("show_secrets"):  # only members who can write see them
+            data["actions"] = redact_secrets(data["actions"])
+        return data
+
 
 class RuleDeadLetterOutput(serializers.Serializer):
     id = serializers.IntegerField()
-    action = serializers.DictField()
+    action = serializers.SerializerMethodField()
     output = serializers.JSONField()
     error = serializers.CharField()
     attempts = serializers.IntegerField()
     created_at = serializers.DateTimeField()
+
+    def get_action(self, letter) -> dict:
+        return redact_secrets([letter.action])[0]
 
 
 class RuleTestContextInput(StrictInput):

@@ -59,10 +59,13 @@ class TenantAPIView(APIView):
             )
 
 
-def paginated(view: APIView, request, queryset, serializer_class) -> Response:
+def paginated(
+    view: APIView, request, queryset, serializer_class, context: dict | None = None
+) -> Response:
     paginator = LimitOffsetPagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
-    return paginator.get_paginated_response(serializer_class(page, many=True).data)
+    data = serializer_class(page, many=True, context=context or {}).data
+    return paginator.get_paginated_response(data)
 
 
 def validated(serializer_class, data):
@@ -264,14 +267,21 @@ class AclDetailView(TenantAPIView):
 # -- rules ----------------------------------------------------------------------------------
 
 
-class RuleListView(TenantAPIView):
+class RuleAPIView(TenantAPIView):
+    @property
+    def rule_context(self) -> dict:
+        # Webhook secrets sign requests: shown to members who can write, hidden from viewers.
+        return {"show_secrets": self.membership.can_write}
+
+
+class RuleListView(RuleAPIView):
     @extend_schema(
         parameters=[OpenApiParameter("name", str, description="filter: name contains")],
         responses=s.RuleOutput(many=True),
     )
     def get(self, request):
         rules = selectors.rules_list(tenant=self.tenant, name=request.query_params.get("name"))
-        return paginated(self, request, rules, s.RuleOutput)
+        return paginated(self, request, rules, s.RuleOutput, self.rule_context)
 
     @extend_schema(
         request=s.RuleInput,
@@ -296,20 +306,23 @@ class RuleListView(TenantAPIView):
     def post(self, request):
         data = validated(s.RuleInput, request.data)
         rule = services.rule_create(tenant=self.tenant, **data)
-        return Response(s.RuleOutput(rule).data, status=status.HTTP_201_CREATED)
+        body = s.RuleOutput(rule, context=self.rule_context).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
-class RuleDetailView(TenantAPIView):
+class RuleDetailView(RuleAPIView):
     @extend_schema(responses=s.RuleOutput)
     def get(self, request, name: str):
-        return Response(s.RuleOutput(selectors.rule_get(tenant=self.tenant, name=name)).data)
+        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        return Response(s.RuleOutput(rule, context=self.rule_context).data)
 
     @extend_schema(request=s.RuleUpdateInput, responses=s.RuleOutput)
     def patch(self, request, name: str):
         rule = selectors.rule_get(tenant=self.tenant, name=name)
         data = validated(s.RuleUpdateInput, request.data)
         services.rule_update(rule, **data)
-        return Response(s.RuleOutput(selectors.rule_get(tenant=self.tenant, name=name)).data)
+        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        return Response(s.RuleOutput(rule, context=self.rule_context).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, name: str):

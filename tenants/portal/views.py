@@ -25,6 +25,7 @@ from tenants.portal.forms import (
     SignupForm,
     TokenForm,
 )
+from tenants.rule_actions import redact_secrets
 
 ONCE_KEY = "portal_secret_once"
 
@@ -325,7 +326,10 @@ def _rule_editor(request, membership, rule=None):
         {
             "name": rule.name,
             "sql": rule.sql,
-            "actions": json.dumps(rule.actions, indent=2),
+            # Webhook secrets sign requests: members who can write see them, viewers do not.
+            "actions": json.dumps(
+                rule.actions if membership.can_write else redact_secrets(rule.actions), indent=2
+            ),
             "enabled": rule.enabled,
         }
         if editing

@@ -370,13 +370,36 @@ def test_dry_run_bad_context_is_a_400(acme):
         assert response.status_code == 400, (context, response.content)
 
 
-def test_dry_run_is_fast_and_open_to_viewers_but_needs_a_token(acme):
-    tenant, _ = acme
+def _viewer(tenant):
     user = get_user_model().objects.create_user(
         "viewer@acme.io", "viewer@acme.io", "pass-w0rd-view"
     )
     Membership.objects.create(user=user, tenant=tenant, role="viewer")
-    viewer = client_for(services.api_token_create(user=user, tenant=tenant)[1])
+    return client_for(services.api_token_create(user=user, tenant=tenant)[1])
+
+
+def test_webhook_secrets_are_hidden_from_viewers_and_dead_letters(acme):
+    tenant, api = acme
+    hook = {"type": "webhook", "url": "https://e.com/h", "secret": "k" * 32}
+    create(api, actions=[hook, {"type": "dataset", "name": "d"}])
+    viewer = _viewer(tenant)
+    for body in (
+        viewer.get("/api/v1/rules/hot").json(),
+        viewer.get("/api/v1/rules").json()["results"][0],
+    ):
+        assert body["actions"] == [dict(hook, secret="********"), {"type": "dataset", "name": "d"}]
+    assert api.get("/api/v1/rules/hot").json()["actions"][0]["secret"] == "k" * 32
+    RuleDeadLetter.objects.create(
+        rule=Rule.objects.get(name="hot"), action=hook, output={"t": 1}, error="HTTP 500"
+    )
+    letter = api.get("/api/v1/rules/hot/dead-letters").json()["results"][0]
+    assert letter["action"]["secret"] == "********"
+    assert "k" * 32 not in str(api.get("/api/v1/rules/hot/dead-letters").content)
+
+
+def test_dry_run_is_fast_and_open_to_viewers_but_needs_a_token(acme):
+    tenant, _ = acme
+    viewer = _viewer(tenant)
     sql = 'SELECT payload.a.b AS ab FROM "x/#" WHERE payload.a.b = 2'
     dry(viewer, sql, topic="x/1", payload='{"a": {"b": 2}}')  # warm
     started = time.perf_counter()

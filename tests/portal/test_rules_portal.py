@@ -123,12 +123,15 @@ def test_another_tenants_rule_is_a_404(client, owner):
 
 
 def test_viewer_sees_but_cannot_change(client, owner):
-    services.rule_create(tenant=owner, name="hot", sql=SQL)
+    hook = {"type": "webhook", "url": "https://e.com/h", "secret": "k" * 32}
+    services.rule_create(tenant=owner, name="hot", sql=SQL, actions=[hook])
     viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", "a long passphrase")
     Membership.objects.create(user=viewer, tenant=owner, role="viewer")
     client.force_login(viewer)
     assert client.get("/rules/hot/").status_code == 200
-    assert b"Save rule" not in client.get("/rules/hot/").content
+    page = client.get("/rules/hot/").content.decode()
+    assert "Save rule" not in page and "https://e.com/h" in page
+    assert "k" * 32 not in page  # the webhook's signing secret is not for viewers
     assert client.post("/rules/hot/", {"sql": SQL, "actions": "[]"}).status_code == 403
     assert client.post("/rules/hot/delete/").status_code == 403
     assert Rule.objects.filter(name="hot").exists()
