@@ -591,7 +591,10 @@ class CompiledRule:
         return event in self.events
 
     def apply(self, row: Mapping[str, Any]) -> RuleResult:
-        """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match."""
+        """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match.
+        `row` is a mapping of archive columns (a pyspark Row is taken through `asDict()`)."""
+        if type(row) is not dict and not isinstance(row, Mapping):
+            row = row.asDict()
         return self._apply(row)
 
     def __reduce__(self):

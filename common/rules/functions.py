@@ -19,7 +19,6 @@ import base64
 import binascii
 import calendar
 import functools
-import gzip
 import hashlib
 import inspect
 import json
@@ -277,6 +276,31 @@ def _fmod(x, y):
         return math.fmod(x, y)
     except (ValueError, ZeroDivisionError):
         raise _bad("fmod", x, y) from None
+
+
+@_register("mod")
+def _mod_fn(x, y):
+    """EMQX's mod(x, y): the remainder of integers, with the sign of x (as `x mod y`)."""
+    _int("mod", x, y)
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    rest = abs(x) % abs(y)
+    return rest if x >= 0 else -rest
+
+
+@_register("div")
+def _div_fn(x, y):
+    """EMQX's div(x, y): integer division truncating toward zero (as `x div y`)."""
+    _int("div", x, y)
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    quotient = abs(x) // abs(y)
+    return quotient if (x >= 0) == (y >= 0) else -quotient
+
+
+@_register("eq")
+def _eq(x, y):
+    return term_equal(x, y)
 
 
 @_register("random")
@@ -1217,7 +1241,12 @@ def _inflate(name: str, data: bytes, wbits: int) -> str:
 
 @_register("gzip")
 def _gzip(data):
-    return from_bytes(gzip.compress(to_bytes(_text("gzip", data)), mtime=0))
+    """The bytes Erlang's zlib:gzip gives: default level, no mtime, OS 3 (unix)."""
+    raw = to_bytes(_text("gzip", data))
+    compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    body = compressor.compress(raw) + compressor.flush()
+    trailer = struct.pack("<II", zlib.crc32(raw) & 0xFFFFFFFF, len(raw) & 0xFFFFFFFF)
+    return from_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + body + trailer)
 
 
 @_register("gunzip")

@@ -30,6 +30,7 @@ from common.rules.errors import RuleSyntaxError
 from common.rules.topics import topic_filter_problem
 
 MAX_SQL_CHARS = 20_000  # a rule is a few lines; this bounds parse time and stored size
+MAX_NESTING = 64  # parentheses/brackets: bounds recursion when compiling and evaluating
 
 # Words of other SQL dialects a user (or an attacker) may try; named in the error.
 _FOREIGN_WORDS = {
@@ -149,6 +150,9 @@ class _ToAst(Transformer):
 
     def field_as(self, expr, _as, alias):
         return ("field", expr, alias, None)
+
+    def field_as_implicit(self, expr, alias):
+        return ("field", expr, alias, None)  # EMQX: `SELECT payload.x y` is `... AS y`
 
     def alias(self, head, *segs):
         return [head, *segs]
@@ -354,6 +358,8 @@ def parse(sql: str, functions: dict[str, tuple[int, int | None]]) -> Statement:
         return _ToAst(sql, functions).transform(tree)
     except RuleSyntaxError:
         raise
+    except RecursionError:
+        raise RuleSyntaxError("the rule is nested too deeply") from None
     except Exception as exc:  # lark wraps transformer errors in VisitError
         orig = getattr(exc, "orig_exc", None)
         if isinstance(orig, RuleSyntaxError):
@@ -393,6 +399,15 @@ def _check_nested_statements(sql: str) -> None:
     """A second SELECT/FOREACH is a subquery or a second statement: neither exists here."""
     blank = _blank_literals(sql)
     words = list(_STATEMENT_WORD.finditer(blank))
+    depth = deepest = 0
+    for char in blank:
+        if char in "([":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]":
+            depth -= 1
+    if deepest > MAX_NESTING:
+        raise RuleSyntaxError(f"expressions nest deeper than {MAX_NESTING} levels")
     tick = blank.find("`")
     if tick >= 0:
         line, column = _position(sql, tick)

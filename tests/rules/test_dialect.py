@@ -167,7 +167,40 @@ CASES = [
         [{"a": 5, "b": 4, "c": -4}],
     ),
     ('SELECT payload.t * 1.8 + 32 AS f FROM "t/#"', row({"t": 100}), [{"f": 212.0}]),
+    (
+        'SELECT payload.x mod 4 AS m, mod(payload.x, 4) AS f FROM "t/#"',
+        row({"x": 7}),
+        [{"m": 3, "f": 3}],
+    ),
+    (
+        'SELECT 2 mod 2 AS mod1, mod(3, 2) AS mod2, 4 div 2 AS div1, div(7, 2) AS div2 FROM "t/#"',
+        row({"what": 4}),
+        [{"mod1": 0, "mod2": 1, "div1": 2, "div2": 3}],
+    ),
+    (
+        'SELECT 1-1 AS a, -1 + 1 AS b, 1 + 1 AS c, +1 AS d FROM "t/#"',
+        row("x"),
+        [{"a": 0, "b": 0, "c": 2, "d": 1}],
+    ),
+    (
+        "SELECT payload.cmd AS cmd, cmd.info AS meta.info FROM \"t/#\" WHERE cmd.info = 'tt' AND meta.info = 'tt'",
+        row({"cmd": {"info": "tt"}}),
+        [{"cmd": {"info": "tt"}, "meta": {"info": "tt"}}],
+    ),
+    (
+        'SELECT payload.model AS model FROM "t/#" WHERE payload.x div 2 = 3',
+        row({"x": 7, "model": 1}),
+        [{"model": 1}],
+    ),
+    ('SELECT 1 AS ok FROM "t/#" WHERE is_null(payload.x)', row({}), [{"ok": 1}]),
+    ('SELECT 1 AS ok FROM "t/#" WHERE NOT is_null(payload.x)', row({}), NO_MATCH),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.on', row({"on": True}), [{"ok": 1}]),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.on', row({"on": "yes"}), NO_MATCH),
     # -- AS targets ----------------------------------------------------------------------------
+    ('SELECT payload.x y, clientid c FROM "t/#"', row({"x": 7}), [{"y": 7, "c": "c1"}]),
+    ('SELECT CASE WHEN payload.x > 1 THEN 1 END z FROM "t/#"', row({"x": 7}), [{"z": 1}]),
+    ('SELECT payload.x AS a$b FROM "t/#"', row({"x": 7}), [{"a$b": 7}]),
+    ("SELECT payload.'end' AS e FROM \"t/#\"", row({"end": 2}), [{"e": 2}]),
     ('SELECT payload.x AS a.b FROM "t/#"', row({"x": 1}), [{"a": {"b": 1}}]),
     ('SELECT 1 AS c[-0], 2 AS c[-0], 0 AS c[0] FROM "t/#"', row("x"), [{"c": [0, 1, 2]}]),
     (
@@ -221,6 +254,11 @@ CASES = [
         'SELECT 0 AS payload.x[2].y FROM "t/#"',
         row({"x": [1, {"y": [1, 2]}, 3]}),
         [{"payload": {"x": [{"y": 0}]}}],
+    ),
+    (
+        'SELECT payload, payload.x[2].y FROM "t/#"',
+        row({"x": [1, {"y": [1, 2]}, 3]}),
+        [{"payload": {"x": [1, {"y": [1, 2]}, 3]}}],
     ),
     (
         'SELECT payload.x, 0 AS payload.x[2].y FROM "t/#"',
@@ -576,3 +614,24 @@ def test_evaluation_is_thread_safe():
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(run, range(2000)))
     assert results == [[{"n": n, "topic": f"t/{n % 7}"}] for n in range(2000)]
+
+
+def test_apply_takes_a_pyspark_row():
+    from pyspark.sql import Row
+
+    rule = compile_rule('SELECT payload.t AS t, clientid FROM "s/#"')
+    spark_row = Row(**row({"t": 5}, "s/1"))
+    assert rule.apply(spark_row).outputs == [{"t": 5, "clientid": "c1"}]
+
+
+def test_apply_takes_archive_rows_as_pyarrow_gives_them():
+    import pyarrow as pa
+
+    from common.archive_schema import ARCHIVE_SCHEMA
+
+    message = row({"t": 5}, "s/1", user_properties=[{"key": "k", "value": "v"}])
+    message["ts"] = datetime.fromtimestamp(TS / 1000, UTC)
+    table = pa.Table.from_pylist([message], schema=ARCHIVE_SCHEMA)
+    (as_read,) = table.to_pylist()
+    rule = compile_rule('SELECT payload.t AS t, timestamp, user_properties.k AS k FROM "s/#"')
+    assert rule.apply(as_read).outputs == [{"t": 5, "timestamp": TS, "k": "v"}]

@@ -109,12 +109,21 @@ def test_huge_sql_is_refused_quickly():
 
 
 def test_deep_nesting_is_an_error_not_a_crash():
-    sql = "SELECT " + "(" * 400 + "1" + ")" * 400 + ' AS x FROM "t"'
+    assert (
+        "nest deeper"
+        in compile_error("SELECT " + "(" * 400 + "1" + ")" * 400 + ' AS x FROM "t"').message
+    )
+    long_chain = "SELECT " + " + ".join(["1"] * 2000) + ' AS x FROM "t"'
     try:
-        rule = compile_rule(sql)
-    except RuleSyntaxError:
-        return
-    assert rule.apply({"event": "message.publish", "topic": "t", "ts": 0}).outputs == [{"x": 1}]
+        rule = compile_rule(long_chain)
+    except RuleSyntaxError as err:
+        assert "nested too deeply" in err.message
+    else:
+        assert rule.apply({"event": "message.publish", "topic": "t", "ts": 0}).outputs == [
+            {"x": 2000}
+        ]
+    nested = "SELECT " + "(" * 60 + "1" + ")" * 60 + ' AS x FROM "t"'
+    assert compile_rule(nested).apply({"topic": "t", "ts": 0}).outputs == [{"x": 1}]
 
 
 def test_keywords_are_case_insensitive_and_strings_keep_their_case():
