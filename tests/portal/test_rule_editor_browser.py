@@ -1,6 +1,7 @@
 """The rule editor in headless Chromium against a live server: log in, type SQL and a sample
 payload, see the dry run's output; break the SQL, see the error marked at its line and column;
-save the rule and find it listed. Screenshots go to the test artifacts directory."""
+save the rule, find it listed, and watch its counters arrive as the jobs write them. Screenshots
+go to the test artifacts directory."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import os
 import pytest
 
 from tenants import services
-from tenants.models import Rule
+from tenants.models import Rule, RuleMetrics
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
@@ -72,4 +73,22 @@ def test_rule_editor_dry_run_output_error_position_and_save(live_server, page, a
     ]
     page.click("text=← Rules")
     assert page.locator("#rules a", has_text="hot").count() == 1
+    row = page.locator('tr[data-rule="hot"]')
+    assert row.locator('[data-metric="matched"]').text_content() == "0"
+
+    # The jobs write counters; the open list page shows them without a reload.
+    RuleMetrics.objects.create(
+        rule=Rule.objects.get(name="hot"),
+        matched=7,
+        passed=5,
+        failed=2,
+        actions_ok=5,
+        last_error="payload is not JSON",
+        lag_ms=1200,
+    )
+    row.locator('[data-metric="matched"]', has_text="7").wait_for()
+    assert row.locator('[data-metric="failed"]').text_content() == "2"
+    assert row.locator('[data-metric="last_error"]').text_content() == "payload is not JSON"
+    assert row.locator('[data-metric="lag_ms"]').text_content() == "1200 ms"
+    page.screenshot(path=str(artifacts / "rules-list.png"), full_page=True)
     assert (artifacts / "rule-editor-output.png").stat().st_size > 10_000

@@ -1,6 +1,56 @@
-// Rule editor: as the SQL or the sample message changes, ask the dry run
-// (POST /api/v1/rules/test, with this session and its CSRF token) and show the outputs, or the
-// error with its line and column marked under the SQL. Plain JS, no build step.
+// Rules pages, plain JS (no build step).
+// - The list (#rules) refreshes each rule's counters from GET /api/v1/rules every few seconds,
+//   as the rule jobs write them.
+// - The editor: as the SQL or the sample message changes, ask the dry run
+//   (POST /api/v1/rules/test, with this session and its CSRF token) and show the outputs, or the
+//   error with its line and column marked under the SQL.
+(function () {
+  "use strict";
+  const table = document.getElementById("rules");
+  if (!table) return;
+  const REFRESH_MS = 5000;
+
+  function setCell(row, name, text, muted) {
+    const cell = row.querySelector('[data-metric="' + name + '"]');
+    if (!cell) return;
+    cell.textContent = ""; // rebuilt with textContent only: errors echo user data
+    const span = document.createElement("span");
+    span.className = muted ? "muted" : name === "last_error" ? "error" : "";
+    span.textContent = text;
+    cell.appendChild(span);
+  }
+
+  async function refresh() {
+    if (document.hidden) return;
+    let body;
+    try {
+      const response = await fetch(table.dataset.url, {
+        credentials: "same-origin",
+        headers: { "X-Tenant": table.dataset.tenant, Accept: "application/json" },
+      });
+      if (!response.ok) return;
+      body = await response.json();
+    } catch (exc) {
+      return; // next tick tries again
+    }
+    (body.results || []).forEach((rule) => {
+      const row = Array.from(table.querySelectorAll("tr[data-rule]")).find(
+        (tr) => tr.dataset.rule === rule.name
+      );
+      if (!row) return;
+      const m = rule.metrics;
+      ["matched", "passed", "failed", "actions_ok", "actions_failed"].forEach((key) => {
+        setCell(row, key, String(m[key]));
+      });
+      setCell(row, "dead_letters", String(rule.dead_letters));
+      setCell(row, "last_error", m.last_error || "none", !m.last_error);
+      setCell(row, "lag_ms", m.lag_ms === null ? "–" : m.lag_ms + " ms", m.lag_ms === null);
+    });
+  }
+
+  setInterval(refresh, REFRESH_MS);
+})();
+
 (function () {
   "use strict";
   const tester = document.getElementById("rule-tester");
