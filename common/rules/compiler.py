@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.archive_schema import EVENT_PUBLISH, EVENT_TOPICS
+from common.archive_schema import ARCHIVE_COLUMNS, EVENT_PUBLISH, EVENT_TOPICS
 from common.rules import functions as funcs
 from common.rules.columns import Env
 from common.rules.errors import RuleRuntimeError
@@ -580,6 +580,9 @@ class CompiledRule:
     topic_filters: tuple[str, ...]
     events: tuple[str, ...]
     foreach: bool
+    # Archive columns evaluation may read (FROM's `event`/`topic` always): a reader may prune the
+    # rest (Parquet column projection). Derived from the AST, so it is exact or a superset.
+    archive_columns: tuple[str, ...]
     _apply: Callable[[Mapping[str, Any]], RuleResult] = field(repr=False)
 
     def reads(self, event: str, topic: str | None) -> bool:
@@ -656,7 +659,7 @@ def compile_rule(sql: str) -> CompiledRule:
                 return RuleResult(True, [jsonable(selected)])
             except RuleRuntimeError as exc:
                 return RuleResult(False, [], str(exc))
-            except (RecursionError, MemoryError, OverflowError, TypeError, ValueError) as exc:
+            except Exception as exc:  # a failing message never stops the job
                 return RuleResult(False, [], f"evaluation failed: {exc}")
 
         apply = apply_select
@@ -668,6 +671,7 @@ def compile_rule(sql: str) -> CompiledRule:
         topic_filters=topic_filters,
         events=events,
         foreach=statement.foreach,
+        archive_columns=columns_read(statement),
         _apply=apply,
     )
 
@@ -718,13 +722,15 @@ def _compile_foreach(statement, compiler, where, takes):
                 collection = []
             if where is not None and not where(env):
                 return RuleResult(False)
-            base = {**env.all_columns(), **selected}
+            base = {**env.all_columns(), **selected} if do_c is None else None
+            item_cols = {**env.cols, **selected}
             outputs = []
             for element in collection:
                 item_env = Env(row)
-                item_env.cols = {**env.cols, **selected, coll_key: element}
+                cols = item_cols.copy()
+                cols[coll_key] = element
+                item_env.cols = cols
                 item_env._json = env._json
-                item_env.selected = {}
                 if incase is not None and not incase(item_env):
                     continue
                 if do_c is None:
@@ -734,7 +740,82 @@ def _compile_foreach(statement, compiler, where, takes):
             return RuleResult(True, outputs)
         except RuleRuntimeError as exc:
             return RuleResult(False, [], str(exc))
-        except (RecursionError, MemoryError, OverflowError, TypeError, ValueError) as exc:
+        except Exception as exc:  # a failing message never stops the job
             return RuleResult(False, [], f"evaluation failed: {exc}")
 
     return apply_foreach
+
+
+# -- which archive columns a rule reads ------------------------------------------------------
+
+_PUB_PROPS = (
+    "user_properties",
+    "payload_format",
+    "content_type",
+    "message_expiry",
+    "response_topic",
+    "correlation_data",
+)
+# Rule column (or context function) -> the archive columns it is computed from.
+COLUMN_SOURCES: dict[str, tuple[str, ...]] = {
+    "event": ("event",),
+    "id": ("ts", "client_id", "topic", "payload"),
+    "msgid": ("ts", "client_id", "topic", "payload"),
+    "clientid": ("client_id",),
+    "username": ("username",),
+    "topic": ("topic",),
+    "qos": ("qos",),
+    "payload": ("payload",),
+    "flags": ("retain",),
+    "flag": ("retain",),
+    "retain": ("retain",),
+    "timestamp": ("ts",),
+    "publish_received_at": ("ts",),
+    "connected_at": ("ts",),
+    "disconnected_at": ("ts",),
+    "peerhost": ("peer",),
+    "clientip": ("peer",),
+    "peername": ("peer",),
+    "pub_props": _PUB_PROPS,
+    "user_properties": ("user_properties",),
+    "payload_format": ("payload_format",),
+    "content_type": ("content_type",),
+    "message_expiry": ("message_expiry",),
+    "response_topic": ("response_topic",),
+    "reason": ("reason",),
+    "proto_ver": ("proto_ver",),
+    "keepalive": ("keepalive",),
+    "clean_start": ("clean_start",),
+    "expiry_interval": ("session_expiry",),
+}
+
+
+def columns_read(statement: Statement) -> tuple[str, ...]:
+    """The archive columns evaluating `statement` may touch, in the archive's order."""
+    needed = {"event", "topic"}  # FROM
+    everything = False
+
+    def visit(node: Any) -> None:
+        nonlocal everything
+        if isinstance(node, tuple) and node:
+            kind = node[0]
+            if kind == "star":
+                everything = True
+                return
+            if kind == "var":
+                needed.update(COLUMN_SOURCES.get(node[1], ()))
+            elif kind == "fun" and node[1] in funcs.CONTEXT_FUNCTIONS:
+                needed.update(COLUMN_SOURCES.get(node[1], ()))
+            for child in node[1:]:
+                visit(child)
+        elif isinstance(node, list):
+            for child in node:
+                visit(child)
+
+    for part in (statement.fields, statement.do, statement.incase, statement.where):
+        visit(part)
+    if statement.foreach and not statement.do:
+        everything = True  # each output carries every column
+    if everything:
+        return ARCHIVE_COLUMNS
+    return tuple(column for column in ARCHIVE_COLUMNS if column in needed)

@@ -52,6 +52,7 @@ REGEX_TIMEOUT_S = 0.05
 REGEX_MAX_INPUT = 1 << 20
 REGEX_MAX_PATTERN = 1000
 MAX_INFLATED = 16 << 20  # gunzip/unzip output bound (decompression bombs)
+MAX_BUILT_STRING = 1 << 20  # pad/sprintf widths: a rule cannot ask for gigabytes
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {}
 CONTEXT_FUNCTIONS: set[str] = set()
@@ -714,6 +715,8 @@ def _concat(*parts):
 def _pad(s, length, position="trailing", char=" "):
     s = _text("pad", s, length)
     _int("pad", length)
+    if length > MAX_BUILT_STRING:
+        raise RuleRuntimeError(f"pad: length above {MAX_BUILT_STRING}")
     char = to_str(char)
     missing = length - len(s)
     if missing <= 0 or not char:
@@ -980,7 +983,7 @@ def _sprintf(fmt: str, args: list[Any]) -> str:
         elif kind in "feEgG":
             if not is_number(arg):
                 raise _bad("sprintf", fmt, arg)
-            digits = int(precision) if precision else 6
+            digits = min(int(precision), 100) if precision else 6
             text = format(float(arg), f".{digits}{'e' if kind in 'eE' else kind.lower()}")
         elif kind in "bB":
             _int("sprintf", arg)
@@ -995,6 +998,8 @@ def _sprintf(fmt: str, args: list[Any]) -> str:
             text = to_str(arg)
         if width:
             size = int(width)
+            if abs(size) > MAX_BUILT_STRING:
+                raise RuleRuntimeError(f"sprintf: field width above {MAX_BUILT_STRING}")
             text = text.rjust(size) if size > 0 else text.ljust(-size)
         out.append(text)
     out.append(fmt[i:])
@@ -1444,39 +1449,50 @@ def _now_timestamp(unit="second"):
     return _now(_unit(unit))
 
 
-def _format_date(value: int, scale: int, offset: int, fmt: str) -> str:
-    moment, nanos = _split_epoch(value, scale)
-    moment = moment + timedelta(seconds=offset)
-    out, i = [], 0
-    tokens = {
-        "%Y": lambda: f"{moment.year:04d}",
-        "%m": lambda: f"{moment.month:02d}",
-        "%d": lambda: f"{moment.day:02d}",
-        "%H": lambda: f"{moment.hour:02d}",
-        "%M": lambda: f"{moment.minute:02d}",
-        "%S": lambda: f"{moment.second:02d}",
-        "%N": lambda: f"{nanos:09d}",
-        "%3N": lambda: f"{nanos:09d}"[:3],
-        "%6N": lambda: f"{nanos:09d}"[:6],
-        "%z": lambda: _format_offset(offset, "z"),
-        "%:z": lambda: _format_offset(offset, ":z"),
-        "%::z": lambda: _format_offset(offset, "::z"),
-    }
+_DATE_DIRECTIVES: dict[str, Callable[[datetime, int, int], str]] = {
+    "%Y": lambda m, n, o: f"{m.year:04d}",
+    "%m": lambda m, n, o: f"{m.month:02d}",
+    "%d": lambda m, n, o: f"{m.day:02d}",
+    "%H": lambda m, n, o: f"{m.hour:02d}",
+    "%M": lambda m, n, o: f"{m.minute:02d}",
+    "%S": lambda m, n, o: f"{m.second:02d}",
+    "%N": lambda m, n, o: f"{n:09d}",
+    "%3N": lambda m, n, o: f"{n:09d}"[:3],
+    "%6N": lambda m, n, o: f"{n:09d}"[:6],
+    "%z": lambda m, n, o: _format_offset(o, "z"),
+    "%:z": lambda m, n, o: _format_offset(o, ":z"),
+    "%::z": lambda m, n, o: _format_offset(o, "::z"),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _date_plan(fmt: str) -> tuple:
+    """A format string cut once into literals and directives (formats repeat per rule)."""
+    plan: list = []
+    i = 0
     while i < len(fmt):
         for token in ("%::z", "%:z", "%3N", "%6N"):
             if fmt.startswith(token, i):
-                out.append(tokens[token]())
+                plan.append(_DATE_DIRECTIVES[token])
                 i += len(token)
                 break
         else:
             two = fmt[i : i + 2]
-            if two in tokens:
-                out.append(tokens[two]())
+            if two in _DATE_DIRECTIVES:
+                plan.append(_DATE_DIRECTIVES[two])
                 i += 2
             else:
-                out.append(fmt[i])
+                plan.append(fmt[i])
                 i += 1
-    return "".join(out)
+    return tuple(plan)
+
+
+def _format_date(value: int, scale: int, offset: int, fmt: str) -> str:
+    moment, nanos = _split_epoch(value, scale)
+    moment = moment + timedelta(seconds=offset)
+    return "".join(
+        part if type(part) is str else part(moment, nanos, offset) for part in _date_plan(fmt)
+    )
 
 
 @_register("format_date")

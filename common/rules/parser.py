@@ -467,7 +467,7 @@ def _explain(sql: str, exc: UnexpectedInput) -> RuleSyntaxError:
         if paren:
             return paren
         return RuleSyntaxError(
-            f"the rule ends too early: expected {_describe(expected)}", line, column
+            f"the rule ends too early: expected {_describe(expected, sql)}", line, column
         )
     if _previous_char(sql, token.start_pos) == ";":
         return RuleSyntaxError("only one statement is allowed", line, column)
@@ -494,7 +494,9 @@ def _explain(sql: str, exc: UnexpectedInput) -> RuleSyntaxError:
         )
     if paren:
         return paren
-    return RuleSyntaxError(f"unexpected {text!r}: expected {_describe(expected)}", line, column)
+    return RuleSyntaxError(
+        f"unexpected {text!r}: expected {_describe(expected, sql)}", line, column
+    )
 
 
 def _first_token_pos(sql: str) -> int:
@@ -508,32 +510,49 @@ def _previous_char(sql: str, pos: int) -> str:
 
 
 _TERMINAL_NAMES = {
-    "FROM": "FROM",
-    "WHERE": "WHERE",
-    "AS": "AS",
     "COMMA": "','",
     "RPAR": "')'",
     "LPAR": "'('",
     "RSQB": "']'",
-    "END": "END",
-    "THEN": "THEN",
-    "WHEN": "WHEN",
+    "LSQB": "'['",
+    "DOT": "'.'",
+    "SEMICOLON": "';'",
     "NAME": "a name",
     "NUMBER": "a number",
     "SQSTRING": "a 'string'",
     "DQSTRING": 'a "quoted name"',
     "COMP_OP": "a comparison",
+    "ADD_OP": "an operator",
+    "MUL_OP": "an operator",
     "STAR": "*",
+    "__ANON_0": "'..'",
 }
+# What may start an expression: when all of these fit, say "an expression".
+_EXPRESSION_START = {"NAME", "NUMBER", "SQSTRING", "DQSTRING", "LPAR", "LSQB", "CASE"}
+_EXPRESSION_NOISE = {"MINUS", "PLUS", "TRUE", "FALSE", "NOT"}
 
 
-def _describe(expected: set[str]) -> str:
-    names = sorted({_TERMINAL_NAMES.get(name, name) for name in expected if name != "$END"})
+def _describe(expected: set[str], sql: str = "") -> str:
+    expected = {name for name in expected if name != "$END"}
+    if _first_word(sql) == "SELECT":
+        expected -= {"DO", "INCASE"}  # FOREACH's clauses, not SELECT's
+    if expected == {"DQSTRING", "SQSTRING"}:
+        return 'a topic filter in double quotes, e.g. "sensors/+/temp"'
+    names: list[str] = []
+    if _EXPRESSION_START <= expected:
+        names.append("an expression")
+        expected -= _EXPRESSION_START | _EXPRESSION_NOISE
+    names += sorted({_TERMINAL_NAMES.get(name, name) for name in expected})
     if not names:
         return "the end of the rule"
-    if len(names) > 6:
-        names = names[:6] + ["..."]
+    if len(names) > 8:
+        names = names[:8] + ["..."]
     return ", ".join(names)
+
+
+def _first_word(sql: str) -> str:
+    match = re.match(r"(?:\s|--[^\n]*)*([A-Za-z]+)", sql)
+    return match.group(1).upper() if match else ""
 
 
 def _paren_problem(sql: str) -> RuleSyntaxError | None:

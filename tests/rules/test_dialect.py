@@ -635,3 +635,133 @@ def test_apply_takes_archive_rows_as_pyarrow_gives_them():
     (as_read,) = table.to_pylist()
     rule = compile_rule('SELECT payload.t AS t, timestamp, user_properties.k AS k FROM "s/#"')
     assert rule.apply(as_read).outputs == [{"t": 5, "timestamp": TS, "k": "v"}]
+
+
+def test_deeply_nested_payload_fails_the_message_not_the_job():
+    nested = "[" * 100_000 + "]" * 100_000
+    result = compile_rule('SELECT payload.a AS a FROM "t/#"').apply(row(nested))
+    assert not result.matched and result.error
+
+
+def test_any_failure_inside_a_function_is_reported_not_raised(monkeypatch):
+    from common.rules import functions
+
+    def broken(value):
+        raise KeyError("boom")
+
+    monkeypatch.setitem(functions.FUNCTIONS, "upper", broken)
+    result = compile_rule('SELECT upper(clientid) AS u FROM "t/#"').apply(row("x"))
+    assert not result.matched and "boom" in result.error
+
+
+@pytest.mark.parametrize(
+    "sql, columns",
+    [
+        ('SELECT clientid FROM "t/#"', {"event", "topic", "client_id"}),
+        (
+            'SELECT payload.t AS t FROM "t/#" WHERE timestamp > 0',
+            {"event", "topic", "payload", "ts"},
+        ),
+        (
+            "SELECT pub_props.'User-Property'.k AS k FROM \"t/#\"",
+            {
+                "event",
+                "topic",
+                "user_properties",
+                "payload_format",
+                "content_type",
+                "message_expiry",
+                "response_topic",
+                "correlation_data",
+            },
+        ),
+        ('SELECT topic(1) AS a, upper(username()) AS u FROM "t/#"', {"event", "topic", "username"}),
+        (
+            'SELECT reason, peername FROM "$events/client_disconnected"',
+            {"event", "topic", "reason", "peer"},
+        ),
+        ('SELECT * FROM "t/#"', "all"),
+        ('FOREACH payload.xs FROM "t/#"', "all"),
+        (
+            'FOREACH payload.xs AS x DO x.v AS v INCASE retain FROM "t/#"',
+            {"event", "topic", "payload", "retain"},
+        ),
+    ],
+)
+def test_archive_columns_a_rule_reads(sql, columns):
+    from common.archive_schema import ARCHIVE_COLUMNS
+
+    rule = compile_rule(sql)
+    expected = set(ARCHIVE_COLUMNS) if columns == "all" else columns
+    assert set(rule.archive_columns) == expected
+    # Pruning to those columns changes nothing in the outputs
+    full = row({"t": 1, "xs": [{"v": 1}]}, "t/a", user_properties=[{"key": "k", "value": "v"}])
+    pruned = {k: v for k, v in full.items() if k in rule.archive_columns}
+    if not rule.events:
+        assert rule.apply(pruned).outputs == rule.apply(full).outputs
+
+
+@pytest.mark.parametrize(
+    "event, source, columns",
+    [
+        (
+            "client.connected",
+            "$events/client_connected",
+            {
+                "clientid",
+                "username",
+                "peername",
+                "proto_ver",
+                "keepalive",
+                "clean_start",
+                "expiry_interval",
+                "connected_at",
+                "conn_props",
+                "timestamp",
+                "node",
+            },
+        ),
+        (
+            "client.disconnected",
+            "$events/client_disconnected",
+            {
+                "clientid",
+                "username",
+                "reason",
+                "peername",
+                "disconnected_at",
+                "disconn_props",
+                "timestamp",
+                "node",
+            },
+        ),
+        (
+            "session.subscribed",
+            "$events/session_subscribed",
+            {"clientid", "username", "topic", "qos", "sub_props", "timestamp", "node"},
+        ),
+        (
+            "session.unsubscribed",
+            "$events/session_unsubscribed",
+            {"clientid", "username", "topic", "qos", "unsub_props", "timestamp", "node"},
+        ),
+    ],
+)
+def test_select_star_on_events_has_emqx_columns(event, source, columns):
+    message = {
+        "event": event,
+        "tenant": "acme",
+        "ts": TS,
+        "client_id": "c9",
+        "username": "acme/d",
+        "topic": "t/x",
+        "qos": 1,
+        "reason": "normal",
+        "peer": "1.2.3.4:5",
+        "proto_ver": 5,
+        "keepalive": 60,
+        "clean_start": True,
+        "session_expiry": 0,
+    }
+    (out,) = outputs(f'SELECT * FROM "{source}"', message)
+    assert columns <= set(out) and out["event"] == event and out["timestamp"] == TS

@@ -122,6 +122,7 @@ OUTPUT = {
     "payload": '{"a": {"b": 7}, "list": [1, 2, 3]}',
     "m": {"x": 1},
     "arr": ["p", "q"],
+    "pub_props": {"User-Property": {"k": "v"}, "Content-Type": "text/plain"},
 }
 
 
@@ -140,6 +141,9 @@ OUTPUT = {
         ("no placeholders", "no placeholders"),
         ('{"temp": ${t}, "dev": "${clientid}"}', '{"temp": 31.5, "dev": "dev1"}'),
         ("${payload}", '{"a": {"b": 7}, "list": [1, 2, 3]}'),
+        ("${pub_props.'User-Property'}", '{"k":"v"}'),
+        ("${pub_props.'User-Property'.k}", "v"),
+        ('${pub_props."Content-Type"}', "text/plain"),
     ],
 )
 def test_render_template(template, expected):

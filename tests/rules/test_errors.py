@@ -4,6 +4,8 @@ construction (the grammar has no way to say it), with a message saying so."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common.rules import RuleSyntaxError, compile_rule
 from tenants.rule_sql import RuleSqlError, validate_rule_sql
@@ -36,6 +38,10 @@ POSITIONED = [
     ('SELECT *\nFROM "t/#"\nWHERE x = 1 ORDER BY x', "ORDER is not allowed", 3, 13),
     ('SELECT 1 AS a[1.5] FROM "t"', "integer", 1, 15),
     ('FOREACH * FROM "t"', "FOREACH needs an expression", None, None),
+    ("SELECT * FROM", "expected a topic filter in double quotes", 1, 10),
+    ('SELECT * FROM "t" WHERE x = 1 AND', "expected an expression", 1, 31),
+    ('SELECT * "t"', "expected ',', FROM", 1, 10),
+    ('SELECT * FROM "t" WHERE x IN 1', "expected '('", 1, 30),
 ]
 
 
@@ -142,3 +148,71 @@ def test_validate_rule_sql_returns_filters_and_positions():
     assert (err.line, err.column) == (1, 25)
     assert str(err) == "line 1, column 25: " + err.message
     assert "nosuch" in err.message
+
+
+_PIECES = st.sampled_from(
+    [
+        "SELECT",
+        "FOREACH",
+        "DO",
+        "INCASE",
+        "FROM",
+        "WHERE",
+        "AS",
+        "AND",
+        "OR",
+        "NOT",
+        "IN",
+        "CASE",
+        "WHEN",
+        "THEN",
+        "ELSE",
+        "END",
+        "*",
+        ",",
+        "(",
+        ")",
+        "[",
+        "]",
+        ".",
+        "..",
+        "=",
+        "<>",
+        "=~",
+        "+",
+        "-",
+        "/",
+        "div",
+        "mod",
+        "'s'",
+        "'",
+        '"t/#"',
+        '"',
+        "payload",
+        "x",
+        "1",
+        "-0",
+        "2.5",
+        "upper",
+        "nosuch",
+        ";",
+        "--c\n",
+        "`",
+        "$events/client_connected",
+        '"$events/client_connected"',
+        "UNION",
+        " ",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=25).map(" ".join))
+def test_any_text_compiles_or_gets_a_syntax_error(sql):
+    try:
+        rule = compile_rule(sql)
+    except RuleSyntaxError as err:
+        assert err.message
+        return
+    result = rule.apply({"event": "message.publish", "topic": "t/a", "ts": 0, "payload": b"{}"})
+    assert result.matched in (True, False)

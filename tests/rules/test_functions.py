@@ -376,6 +376,8 @@ def test_base64_payload_decoded_then_read_as_json():
         ("hash('crc', 'x')", "unknown algorithm"),
         ("sprintf('~s ~s', 'a')", "fewer arguments"),
         ("map('[1]')", "map"),
+        ("pad('a', 1000000000)", "length above"),
+        ("sprintf('~1000000000s', 'a')", "width above"),
     ],
 )
 def test_function_errors_fail_the_message(expr, problem):
