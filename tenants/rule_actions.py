@@ -28,7 +28,9 @@ WEBHOOK_SECRET_BYTES = 32
 MAX_ACTIONS = 16
 MAX_TEMPLATE = 4096
 _PLACEHOLDER = re.compile(r"\$\{([^{}]*)\}")
-_PLACEHOLDER_NAME = re.compile(r"^(?:\.|[A-Za-z_][^\s${}]*)$")
+# What `common.rules.render_template` reads: `${.}`, `${clientid}`, `${payload.a[1]}`,
+# `${pub_props.'User-Property'}`, spaces around the path allowed.
+_PLACEHOLDER_NAME = re.compile(r"""^\s*(?:\.|[A-Za-z_'"][^${}]*)\s*$""")
 _SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
 
 FIELDS = {

@@ -85,7 +85,7 @@ def test_each_action_type_is_stored_and_several_per_rule(acme):
     _, api = acme
     actions = [
         {"type": "republish", "topic": "alerts/${clientid}/hot", "payload": "${t}", "qos": 1},
-        {"type": "republish", "topic": "alerts/all"},
+        {"type": "republish", "topic": "alerts/${ pub_props.'User-Property' }/${payload.a[1]}"},
         {"type": "webhook", "url": "https://hooks.example.com/in?x=1", "secret": "s" * 32},
         {"type": "dataset", "name": "hot-readings"},
     ]
