@@ -4,7 +4,7 @@
 secret gets one) or raises `RuleActionError` naming the action (1-based, as users count) and the
 field. Pure Python: the service calls it, the jobs may too.
 
-    {"type": "republish", "topic": template, "payload"?: template, "qos"?: 0..2}
+    {"type": "republish", "topic": template, "payload"?: template, "qos"?: 0..2, "retain"?: bool}
     {"type": "webhook", "url": "http(s)://…", "secret"?: str}
     {"type": "dataset", "name": slug}
 
@@ -34,7 +34,7 @@ _PLACEHOLDER_NAME = re.compile(r"""^\s*(?:\.|[A-Za-z_'"][^${}]*)\s*$""")
 _SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
 
 FIELDS = {
-    "republish": ({"topic"}, {"payload", "qos"}),
+    "republish": ({"topic"}, {"payload", "qos", "retain"}),
     "webhook": ({"url"}, {"secret"}),
     "dataset": ({"name"}, set()),
 }
@@ -110,6 +110,10 @@ def _republish(index: int, action: dict) -> dict:
         if isinstance(qos, bool) or not isinstance(qos, int) or qos not in (0, 1, 2):
             raise RuleActionError(index, "qos must be 0, 1 or 2.")
         result["qos"] = qos
+    if "retain" in action:
+        if not isinstance(action["retain"], bool):
+            raise RuleActionError(index, "retain must be true or false.")
+        result["retain"] = action["retain"]
     return result
 
 

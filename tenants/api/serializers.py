@@ -176,8 +176,9 @@ MAX_SAMPLE_PAYLOAD = 1_048_576
 
 ACTIONS_HELP = (
     'Several per rule. {"type": "republish", "topic": "alerts/${clientid}", "payload"?: template, '
-    '"qos"?: 0-2} | {"type": "webhook", "url": "https://…", "secret"?: str (generated when '
-    'omitted; signs X-Signature-256)} | {"type": "dataset", "name": slug}'
+    '"qos"?: 0-2, "retain"?: bool} | {"type": "webhook", "url": "https://…", "secret"?: str '
+    "(generated when omitted; signs X-Signature-256)} | "
+    '{"type": "dataset", "name": slug}'
 )
 
 

@@ -84,7 +84,13 @@ def test_update_validates_sql_too(acme):
 def test_each_action_type_is_stored_and_several_per_rule(acme):
     _, api = acme
     actions = [
-        {"type": "republish", "topic": "alerts/${clientid}/hot", "payload": "${t}", "qos": 1},
+        {
+            "type": "republish",
+            "topic": "alerts/${clientid}/hot",
+            "payload": "${t}",
+            "qos": 1,
+            "retain": True,
+        },
         {"type": "republish", "topic": "alerts/${ pub_props.'User-Property' }/${payload.a[1]}"},
         {"type": "webhook", "url": "https://hooks.example.com/in?x=1", "secret": "s" * 32},
         {"type": "dataset", "name": "hot-readings"},
@@ -129,7 +135,8 @@ def test_webhook_without_secret_gets_a_strong_one_kept_across_updates(acme):
         ({"type": "republish", "topic": "a/${}"}, "placeholder"),
         ({"type": "republish", "topic": "a", "qos": 3}, "qos"),
         ({"type": "republish", "topic": "a", "qos": "1"}, "qos"),
-        ({"type": "republish", "topic": "a", "retain": True}, "unknown field(s) retain"),
+        ({"type": "republish", "topic": "a", "colour": "red"}, "unknown field(s) colour"),
+        ({"type": "republish", "topic": "a", "retain": "yes"}, "retain"),
         ({"type": "republish", "topic": "a", "payload": {"x": 1}}, "payload"),
         ({"type": "webhook", "url": "ftp://example.com/x"}, "http"),
         ({"type": "webhook", "url": "https://"}, "host"),
