@@ -40,6 +40,8 @@ from common.rules.topics import topic_match
 from common.rules.values import (
     BinStr,
     compare_eq,
+    erlang_float,
+    erlang_int,
     from_bytes,
     is_number,
     json_encode,
@@ -435,19 +437,13 @@ def _int_(value):
     if type(value) is float:
         return math.floor(value)
     if isinstance(value, str):
-        try:
-            return int(value, 10)
-        except ValueError:
-            pass
-        try:
-            return math.floor(float(value)) if "." in value else _raise(_bad("int", value))
-        except (ValueError, OverflowError):
-            pass
+        number = erlang_int(value)
+        if number is not None:
+            return number
+        real = erlang_float(value)
+        if real is not None and math.isfinite(real):
+            return math.floor(real)
     raise _bad("int", value)
-
-
-def _raise(exc: Exception):
-    raise exc
 
 
 @_register("float")
@@ -455,10 +451,13 @@ def _float(value, decimals=None):
     if is_number(value):
         result = float(value)
     elif isinstance(value, str):
-        try:
-            result = float(value)
-        except ValueError:
-            raise _bad("float", value) from None
+        real = erlang_float(value)
+        if real is None:
+            whole = erlang_int(value)
+            real = float(whole) if whole is not None else None
+        if real is None:
+            raise _bad("float", value)
+        result = real
     else:
         raise _bad("float", value)
     if decimals is not None:

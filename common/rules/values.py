@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from common.rules.errors import RuleRuntimeError
@@ -116,19 +117,38 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+_ERLANG_INT = re.compile(r"[+-]?[0-9]+")
+_ERLANG_FLOAT = re.compile(r"[+-]?[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?")
+
+
+def erlang_int(text: str) -> int | None:
+    """Erlang's binary_to_integer: digits with an optional sign, nothing else (no spaces)."""
+    if _ERLANG_INT.fullmatch(text):
+        try:
+            return int(text)
+        except ValueError:  # beyond Python's digit limit
+            return None
+    return None
+
+
+def erlang_float(text: str) -> float | None:
+    """Erlang's binary_to_float: `1.5`, `-0.5e3`; not `1e3`, `.5` or `1.`."""
+    if _ERLANG_FLOAT.fullmatch(text):
+        try:
+            return float(text)
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
 def parse_number(text: str) -> int | float:
     """Erlang's binary_to_integer, else binary_to_float: how a string meets a number."""
-    stripped = text
-    try:
-        return int(stripped, 10)
-    except ValueError:
-        pass
-    try:
-        if "." not in stripped:
-            raise ValueError
-        return float(stripped)
-    except ValueError:
-        raise RuleRuntimeError(f"cannot compare {text!r} with a number: not a number") from None
+    number = erlang_int(text)
+    if number is None:
+        number = erlang_float(text)
+    if number is None:
+        raise RuleRuntimeError(f"cannot compare {text!r} with a number: not a number")
+    return number
 
 
 # Erlang's term order between types: number < atom < map < list < binary.
