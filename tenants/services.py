@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from common.rules import RuleRuntimeError, RuleSyntaxError, dry_run
 from data_plane.mqtt.errors import MQTTError
 from data_plane.mqtt.topics import validate_topic_filter
 from tenants import secrets
@@ -26,9 +27,11 @@ from tenants.models import (
     Membership,
     Plan,
     Rule,
+    RuleDeadLetter,
     Tenant,
 )
 from tenants.notify import announce
+from tenants.rule_actions import RuleActionError, normalize_actions
 from tenants.rule_sql import RuleSqlError, validate_rule_sql
 
 DEFAULT_PLAN = "free"
@@ -384,31 +387,54 @@ def acl_delete(rule: AclRule) -> None:
     announce(slug, "acl.changed", ids=[rule_id])
 
 
-def _validate_rule(sql: str, actions: object) -> None:
+class RuleSqlInvalid(ValidationError):
+    """The rule's SQL does not compile: a 400 on `sql` that also says where (1-based line and
+    column, when the dialect knows them; the API error body carries them as `line`/`column`)."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        where = f" (line {line}, column {column})" if line is not None else ""
+        if where and f"line {line}" in message:
+            where = ""
+        super().__init__({"sql": [f"{message}{where}"]})
+        self.line, self.column = line, column
+
+
+class RuleRunFailed(ValidationError):
+    """The rule compiled but evaluating it on the sample message failed (a dry-run 400)."""
+
+    def __init__(self, message: str):
+        super().__init__({"context": [message]})
+
+
+# `test`: POST /api/v1/rules/test is the dry run; `new`: the portal's /rules/new/ page.
+RESERVED_RULE_NAMES = frozenset({"test", "new"})
+
+
+def _compile_rule_sql(sql: str) -> None:
+    if not isinstance(sql, str) or not sql.strip():
+        raise RuleSqlInvalid("SQL is empty.")
     try:
         validate_rule_sql(sql)
     except RuleSqlError as exc:
-        raise ValidationError({"sql": [str(exc)]}) from None
-    if not isinstance(actions, list) or not all(isinstance(a, dict) for a in actions):
-        raise ValidationError({"actions": ["Must be a list of objects."]})
-    for action in actions:
-        kind = action.get("type")
-        if kind not in ("republish", "webhook", "dataset"):
-            raise ValidationError(
-                {"actions": [f"Unknown action type {kind!r}: use republish, webhook or dataset."]}
-            )
-        if kind == "republish" and not action.get("topic"):
-            raise ValidationError({"actions": ["A republish action needs a topic."]})
-        if kind == "webhook" and not str(action.get("url", "")).startswith(("http://", "https://")):
-            raise ValidationError({"actions": ["A webhook action needs an http(s) url."]})
+        raise RuleSqlInvalid(exc.message, exc.line, exc.column) from None
+
+
+def _validate_rule(sql: str, actions: object, previous: list | None = None) -> list[dict]:
+    """Compile the SQL and normalize the actions (webhooks get a secret); the stored actions."""
+    _compile_rule_sql(sql)
+    try:
+        return normalize_actions(actions, previous)
+    except RuleActionError as exc:
+        raise ValidationError({"actions": [str(exc)]}) from None
 
 
 @transaction.atomic
 def rule_create(
     *, tenant: Tenant, name: str, sql: str, actions: list | None = None, enabled: bool = True
 ) -> Rule:
-    actions = actions if actions is not None else []
-    _validate_rule(sql, actions)
+    actions = _validate_rule(sql, actions if actions is not None else [])
+    if name in RESERVED_RULE_NAMES:
+        raise ValidationError({"name": [f"{name!r} is reserved; choose another name."]})
     rule = Rule(tenant=tenant, name=name, sql=sql, actions=actions, enabled=enabled)
     try:
         rule.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
@@ -422,16 +448,36 @@ def rule_create(
 
 @transaction.atomic
 def rule_update(rule: Rule, **fields: object) -> Rule:
+    previous = list(rule.actions or [])
     for key in ("sql", "actions", "enabled"):
         if key in fields:
             setattr(rule, key, fields[key])
-    _validate_rule(rule.sql, rule.actions)
+    rule.actions = _validate_rule(rule.sql, rule.actions, previous)
     rule.save()
     return rule
 
 
 def rule_delete(rule: Rule) -> None:
     rule.delete()
+
+
+def rule_dead_letters_clear(rule: Rule) -> int:
+    """Forget the rule's dead letters (after the tenant has seen or replayed them)."""
+    deleted, _ = RuleDeadLetter.objects.filter(rule=rule).delete()
+    return deleted
+
+
+def rule_dry_run(*, sql: str, context: dict) -> dict:
+    """Evaluate `sql` on one sample message with the jobs' own compiled semantics; writes
+    nothing. `{"match": True, "outputs": [...]}` or `{"match": False}`."""
+    if not sql.strip():
+        raise RuleSqlInvalid("SQL is empty.")
+    try:
+        return dry_run(sql, context)
+    except RuleSyntaxError as exc:
+        raise RuleSqlInvalid(exc.message, exc.line, exc.column) from None
+    except RuleRuntimeError as exc:
+        raise RuleRunFailed(str(exc)) from None
 
 
 def demo_seed(*, tenant_slug: str = "demo", device_name: str = "demo-device", password: str):

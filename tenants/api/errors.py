@@ -1,4 +1,5 @@
-"""One JSON error shape for the whole API: {"error": {"code", "message", "fields"?}}."""
+"""One JSON error shape for the whole API: {"error": {"code", "message", "fields"?}}, plus
+`line` and `column` (1-based) when the error is at a place in a text, as in rule SQL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 
 def exception_handler(exc, context):
+    # Where the input went wrong, when the error knows (rule SQL: 1-based line and column).
+    position = {
+        key: getattr(exc, key)
+        for key in ("line", "column")
+        if isinstance(getattr(exc, key, None), int)
+    }
     if isinstance(exc, DjangoValidationError):
         fields = (
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
@@ -25,7 +32,7 @@ def exception_handler(exc, context):
             else {"non_field_errors": response.data}
         )
         first = _first_message(fields)
-        body = {"error": {"code": "invalid", "message": first, "fields": fields}}
+        body = {"error": {"code": "invalid", "message": first, "fields": fields, **position}}
     elif isinstance(exc, Http404):
         body = {"error": {"code": "not_found", "message": str(exc) or "Not found."}}
     else:

@@ -3,9 +3,14 @@ validate meaning (and answer with messages the error handler turns into 400s).""
 
 from __future__ import annotations
 
+import json
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from tenants import selectors
 from tenants.models import QUOTA_KEYS
+from tenants.rule_actions import redact_secrets
 
 
 class StrictInput(serializers.Serializer):
@@ -166,17 +171,44 @@ class AclOutput(serializers.Serializer):
 # -- rules ----------------------------------------------------------------------------------
 
 
+MAX_RULE_SQL = 20_000  # characters; bounds what one compile (or dry run) may cost
+MAX_SAMPLE_PAYLOAD = 1_048_576
+
+ACTIONS_HELP = (
+    'Several per rule. {"type": "republish", "topic": "alerts/${clientid}", "payload"?: template, '
+    '"qos"?: 0-2, "retain"?: bool} | {"type": "webhook", "url": "https://…", "secret"?: str '
+    "(generated when omitted; signs X-Signature-256)} | "
+    '{"type": "dataset", "name": slug}'
+)
+
+
 class RuleInput(StrictInput):
     name = serializers.CharField(max_length=64)
-    sql = serializers.CharField()
-    actions = serializers.ListField(child=serializers.DictField(), required=False, default=list)
+    sql = serializers.CharField(max_length=MAX_RULE_SQL, help_text="EMQX rule SQL (docs/rules.md)")
+    actions = serializers.ListField(
+        child=serializers.DictField(), required=False, default=list, help_text=ACTIONS_HELP
+    )
     enabled = serializers.BooleanField(required=False, default=True)
 
 
 class RuleUpdateInput(StrictInput):
-    sql = serializers.CharField(required=False)
-    actions = serializers.ListField(child=serializers.DictField(), required=False)
+    sql = serializers.CharField(max_length=MAX_RULE_SQL, required=False)
+    actions = serializers.ListField(
+        child=serializers.DictField(), required=False, help_text=ACTIONS_HELP
+    )
     enabled = serializers.BooleanField(required=False)
+
+
+class RuleMetricsOutput(serializers.Serializer):
+    matched = serializers.IntegerField(help_text="messages the FROM took")
+    passed = serializers.IntegerField(help_text="messages whose WHERE held")
+    failed = serializers.IntegerField(help_text="messages whose evaluation raised")
+    actions_ok = serializers.IntegerField()
+    actions_failed = serializers.IntegerField(help_text="after every retry")
+    last_error = serializers.CharField(allow_blank=True)
+    last_error_at = serializers.DateTimeField(allow_null=True)
+    lag_ms = serializers.IntegerField(allow_null=True, help_text="publish → action, last batch")
+    updated_at = serializers.DateTimeField(allow_null=True)
 
 
 class RuleOutput(serializers.Serializer):
@@ -184,8 +216,81 @@ class RuleOutput(serializers.Serializer):
     sql = serializers.CharField()
     actions = serializers.ListField(child=serializers.DictField())
     enabled = serializers.BooleanField()
+    metrics = serializers.SerializerMethodField()
+    dead_letters = serializers.IntegerField(source="dead_letters_count", default=0)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(RuleMetricsOutput)
+    def get_metrics(self, rule) -> dict:
+        return RuleMetricsOutput(selectors.rule_metrics(rule)).data
+
+    def to_representation(self, rule):
+        data = super().to_representation(rule)
+        if not self.context.get("show_secrets"):  # only members who can write see them
+            data["actions"] = redact_secrets(data["actions"])
+        return data
+
+
+class RuleDeadLetterOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    action = serializers.SerializerMethodField()
+    output = serializers.JSONField()
+    error = serializers.CharField()
+    attempts = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+
+    def get_action(self, letter) -> dict:
+        return redact_secrets([letter.action])[0]
+
+
+class RuleTestContextInput(StrictInput):
+    """One sample message (or lifecycle event); what is left out gets EMQX's example values
+    (filled by `common.rules.dry_run`, the one place that knows them)."""
+
+    topic = serializers.CharField(max_length=65535, required=False, help_text="default t/a")
+    payload = serializers.JSONField(
+        required=False,
+        help_text='a string (default {"msg": "hello"}); a JSON object or array is encoded for you',
+    )
+    qos = serializers.IntegerField(min_value=0, max_value=2, required=False, help_text="default 1")
+    retain = serializers.BooleanField(required=False)
+    clientid = serializers.CharField(max_length=65535, allow_blank=True, required=False)
+    username = serializers.CharField(max_length=65535, allow_blank=True, required=False)
+    timestamp = serializers.IntegerField(
+        min_value=0, required=False, help_text="ms since the epoch; default now"
+    )
+    user_properties = serializers.DictField(
+        child=serializers.CharField(allow_blank=True), required=False
+    )
+    event = serializers.CharField(
+        max_length=64,
+        required=False,
+        help_text="message.publish (default), client.connected, client.disconnected, "
+        "session.subscribed or session.unsubscribed",
+    )
+    peerhost = serializers.CharField(max_length=255, required=False, help_text="lifecycle events")
+    reason = serializers.CharField(max_length=255, required=False, help_text="disconnections")
+
+    def validate_payload(self, value):
+        payload = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        if len(payload) > MAX_SAMPLE_PAYLOAD:
+            raise serializers.ValidationError(f"At most {MAX_SAMPLE_PAYLOAD} characters.")
+        return payload
+
+
+class RuleTestInput(StrictInput):
+    sql = serializers.CharField(max_length=MAX_RULE_SQL, trim_whitespace=False)
+    context = RuleTestContextInput(required=False, default=dict)
+
+
+class RuleTestOutput(serializers.Serializer):
+    match = serializers.BooleanField()
+    outputs = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="present when match is true: one object for SELECT, 0..n for FOREACH",
+    )
 
 
 # -- quota, usage, invoices -----------------------------------------------------------------

@@ -23,7 +23,13 @@ urlpatterns = [
     path("acls", views.AclListView.as_view(), name="api-acls"),
     path("acls/<int:rule_id>", views.AclDetailView.as_view(), name="api-acl"),
     path("rules", views.RuleListView.as_view(), name="api-rules"),
+    path("rules/test", views.RuleTestView.as_view(), name="api-rule-test"),  # before <name>
     path("rules/<str:name>", views.RuleDetailView.as_view(), name="api-rule"),
+    path(
+        "rules/<str:name>/dead-letters",
+        views.RuleDeadLettersView.as_view(),
+        name="api-rule-dead-letters",
+    ),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),
     path("invoices", views.InvoiceView.as_view(), name="api-invoices"),

@@ -8,7 +8,8 @@ from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.utils.dateparse import parse_datetime
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import AllowAny
@@ -33,6 +34,8 @@ class TenantAPIView(APIView):
 
     tenant: Tenant
     membership: Membership
+    # A POST that changes nothing (the rule dry run) is open to viewers too.
+    post_is_read = False
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
@@ -49,16 +52,20 @@ class TenantAPIView(APIView):
         if membership is None or tenant is None:
             raise exceptions.PermissionDenied("You are not a member of any tenant.")
         self.tenant, self.membership = tenant, membership
-        if request.method not in SAFE_METHODS and not membership.can_write:
+        reads = request.method in SAFE_METHODS or (request.method == "POST" and self.post_is_read)
+        if not reads and not membership.can_write:
             raise exceptions.PermissionDenied(
                 f"Your role ({membership.role}) can read but not change this tenant."
             )
 
 
-def paginated(view: APIView, request, queryset, serializer_class) -> Response:
+def paginated(
+    view: APIView, request, queryset, serializer_class, context: dict | None = None
+) -> Response:
     paginator = LimitOffsetPagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
-    return paginator.get_paginated_response(serializer_class(page, many=True).data)
+    data = serializer_class(page, many=True, context=context or {}).data
+    return paginator.get_paginated_response(data)
 
 
 def validated(serializer_class, data):
@@ -260,37 +267,159 @@ class AclDetailView(TenantAPIView):
 # -- rules ----------------------------------------------------------------------------------
 
 
-class RuleListView(TenantAPIView):
+class RuleAPIView(TenantAPIView):
+    @property
+    def rule_context(self) -> dict:
+        # Webhook secrets sign requests: shown to members who can write, hidden from viewers.
+        return {"show_secrets": self.membership.can_write}
+
+
+class RuleListView(RuleAPIView):
     @extend_schema(
         parameters=[OpenApiParameter("name", str, description="filter: name contains")],
         responses=s.RuleOutput(many=True),
     )
     def get(self, request):
         rules = selectors.rules_list(tenant=self.tenant, name=request.query_params.get("name"))
-        return paginated(self, request, rules, s.RuleOutput)
+        return paginated(self, request, rules, s.RuleOutput, self.rule_context)
 
-    @extend_schema(request=s.RuleInput, responses={201: s.RuleOutput})
+    @extend_schema(
+        request=s.RuleInput,
+        responses={201: s.RuleOutput},
+        examples=[
+            OpenApiExample(
+                "alert on heat",
+                request_only=True,
+                value={
+                    "name": "hot",
+                    "sql": 'SELECT payload.temp AS t, clientid FROM "sensors/+/temp" '
+                    "WHERE payload.temp > 30",
+                    "actions": [
+                        {"type": "republish", "topic": "alerts/${clientid}", "qos": 1},
+                        {"type": "webhook", "url": "https://example.com/hook"},
+                        {"type": "dataset", "name": "hot-readings"},
+                    ],
+                },
+            )
+        ],
+    )
     def post(self, request):
         data = validated(s.RuleInput, request.data)
         rule = services.rule_create(tenant=self.tenant, **data)
-        return Response(s.RuleOutput(rule).data, status=status.HTTP_201_CREATED)
+        body = s.RuleOutput(rule, context=self.rule_context).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
-class RuleDetailView(TenantAPIView):
+class RuleDetailView(RuleAPIView):
     @extend_schema(responses=s.RuleOutput)
     def get(self, request, name: str):
-        return Response(s.RuleOutput(selectors.rule_get(tenant=self.tenant, name=name)).data)
+        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        return Response(s.RuleOutput(rule, context=self.rule_context).data)
 
     @extend_schema(request=s.RuleUpdateInput, responses=s.RuleOutput)
     def patch(self, request, name: str):
         rule = selectors.rule_get(tenant=self.tenant, name=name)
         data = validated(s.RuleUpdateInput, request.data)
-        return Response(s.RuleOutput(services.rule_update(rule, **data)).data)
+        services.rule_update(rule, **data)
+        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        return Response(s.RuleOutput(rule, context=self.rule_context).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, name: str):
         services.rule_delete(selectors.rule_get(tenant=self.tenant, name=name))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class RuleDeadLettersView(TenantAPIView):
+    """Action outputs that failed after every retry, newest first."""
+
+    @extend_schema(responses=s.RuleDeadLetterOutput(many=True))
+    def get(self, request, name: str):
+        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        letters = selectors.rule_dead_letters_list(rule=rule)
+        return paginated(self, request, letters, s.RuleDeadLetterOutput)
+
+    @extend_schema(responses={204: None}, description="Clear the rule's dead letters.")
+    def delete(self, request, name: str):
+        services.rule_dead_letters_clear(selectors.rule_get(tenant=self.tenant, name=name))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+_ERROR_EXAMPLE = {
+    "error": {
+        "code": "invalid",
+        "message": "sql: Unexpected token 'FORM' (line 1, column 10)",
+        "fields": {"sql": ["Unexpected token 'FORM' (line 1, column 10)"]},
+        "line": 1,
+        "column": 10,
+    }
+}
+
+
+class RuleTestView(TenantAPIView):
+    """Dry run: one sample message through the rule, with the jobs' own compiled semantics."""
+
+    post_is_read = True
+
+    @extend_schema(
+        operation_id="rules_test",
+        summary="Dry-run rule SQL on a sample message",
+        description=(
+            "Evaluates `sql` on the message in `context` (missing fields get example values: "
+            'topic `t/a`, payload `{"msg": "hello"}`, qos 1, clientid `c_emqx`, username '
+            '`u_emqx`, timestamp now). Answers `{"match": true, "outputs": [...]}` (one '
+            'object for SELECT, 0..n for FOREACH) or `{"match": false}`; a SQL error is a 400 '
+            "with its `line` and `column`. Nothing is stored or published."
+        ),
+        request=s.RuleTestInput,
+        responses={200: s.RuleTestOutput, 400: OpenApiTypes.OBJECT},
+        examples=[
+            OpenApiExample(
+                "SELECT with a JSON path",
+                request_only=True,
+                value={
+                    "sql": 'SELECT payload.temp AS t, topic(2) AS room FROM "sensors/+/temp" '
+                    "WHERE payload.temp > 30",
+                    "context": {
+                        "topic": "sensors/kitchen/temp",
+                        "payload": '{"temp": 31.5}',
+                        "qos": 1,
+                        "clientid": "dev-1",
+                        "username": "acme/dev-1",
+                        "user_properties": {"unit": "C"},
+                    },
+                },
+            ),
+            OpenApiExample(
+                "FOREACH over an array",
+                request_only=True,
+                value={
+                    "sql": "FOREACH payload.sensors AS s DO s.name AS name, s.value AS v "
+                    'FROM "t/#"',
+                    "context": {
+                        "topic": "t/1",
+                        "payload": '{"sensors": [{"name": "a", "value": 1}, '
+                        '{"name": "b", "value": 2}]}',
+                    },
+                },
+            ),
+            OpenApiExample(
+                "match",
+                response_only=True,
+                status_codes=["200"],
+                value={"match": True, "outputs": [{"t": 31.5, "room": "kitchen"}]},
+            ),
+            OpenApiExample(
+                "no match", response_only=True, status_codes=["200"], value={"match": False}
+            ),
+            OpenApiExample(
+                "syntax error", response_only=True, status_codes=["400"], value=_ERROR_EXAMPLE
+            ),
+        ],
+    )
+    def post(self, request):
+        data = validated(s.RuleTestInput, request.data)
+        return Response(services.rule_dry_run(sql=data["sql"], context=dict(data["context"])))
 
 
 # -- quota, usage, invoices -----------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Portal forms: they check input shapes; the services check meaning."""
 
+import json
+
 from django import forms
 
 
@@ -51,3 +53,38 @@ class AclForm(forms.Form):
 
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=64, initial="default")
+
+
+class RuleForm(forms.Form):
+    """A rule as the editor posts it; the SQL and the actions' meaning are the service's check."""
+
+    name = forms.CharField(max_length=64, help_text="Letters, digits, '_', '.', ':' or '-'.")
+    sql = forms.CharField(
+        label="SQL",
+        max_length=20_000,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "code"}),
+        help_text='EMQX rule SQL, e.g. SELECT payload.temp AS t FROM "sensors/+/temp".',
+    )
+    actions = forms.CharField(
+        required=False,
+        initial="[]",
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "code"}),
+        help_text='A JSON list: {"type": "republish", "topic": "alerts/${clientid}"}, '
+        '{"type": "webhook", "url": "https://…"}, {"type": "dataset", "name": "slug"}.',
+    )
+    enabled = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args, editing: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if editing:  # the name is the rule's address; it does not change
+            self.fields["name"].disabled = True
+
+    def clean_actions(self):
+        text = self.cleaned_data["actions"].strip() or "[]"
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+            ) from None

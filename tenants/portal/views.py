@@ -3,6 +3,7 @@ viewers see everything and change nothing."""
 
 from __future__ import annotations
 
+import json
 from functools import wraps
 
 from django.conf import settings
@@ -16,7 +17,15 @@ from django.views.decorators.http import require_POST
 
 from tenants import selectors, services
 from tenants.models import Membership
-from tenants.portal.forms import AclForm, DeviceForm, LoginForm, SignupForm, TokenForm
+from tenants.portal.forms import (
+    AclForm,
+    DeviceForm,
+    LoginForm,
+    RuleForm,
+    SignupForm,
+    TokenForm,
+)
+from tenants.rule_actions import redact_secrets
 
 ONCE_KEY = "portal_secret_once"
 
@@ -285,3 +294,109 @@ def token_delete(request, membership, token_id: int):
     services.api_token_delete(token)
     messages.success(request, "Token deleted.")
     return redirect("portal:tokens")
+
+
+# -- rules ----------------------------------------------------------------------------------
+
+# What the editor's sample message starts as (the dry run's own defaults, with a JSON payload).
+SAMPLE_MESSAGE = {
+    "topic": "sensors/kitchen/temp",
+    "payload": '{"temp": 31.5, "hum": 40}',
+    "qos": 1,
+    "clientid": "sensor-1",
+    "username": "{tenant}/sensor-1",
+    "user_properties": "{}",
+}
+
+
+@tenant_view()
+def rules(request, membership):
+    listed = [
+        (rule, selectors.rule_metrics(rule))
+        for rule in selectors.rules_list(tenant=membership.tenant)
+    ]
+    return render(request, "portal/rules.html", _context(membership, rules=listed))
+
+
+def _rule_editor(request, membership, rule=None):
+    """The create and edit page: the form saves through the service; the sample-message panel
+    asks the dry run (POST /api/v1/rules/test with this session) as the user types."""
+    editing = rule is not None
+    initial = (
+        {
+            "name": rule.name,
+            "sql": rule.sql,
+            # Webhook secrets sign requests: members who can write see them, viewers do not.
+            "actions": json.dumps(
+                rule.actions if membership.can_write else redact_secrets(rule.actions), indent=2
+            ),
+            "enabled": rule.enabled,
+        }
+        if editing
+        else None
+    )
+    form = RuleForm(initial=initial, editing=editing)
+    sql_position = None
+    if request.method == "POST":
+        if not membership.can_write:
+            raise PermissionDenied("Your role can read but not change this tenant.")
+        form = RuleForm(request.POST, initial=initial, editing=editing)
+        if form.is_valid():
+            data = dict(form.cleaned_data)
+            try:
+                if editing:
+                    data.pop("name")
+                    rule = services.rule_update(rule, **data)
+                else:
+                    rule = services.rule_create(tenant=membership.tenant, **data)
+            except ValidationError as error:
+                _form_errors(form, error)
+                if getattr(error, "line", None) is not None:
+                    sql_position = {"line": error.line, "column": error.column}
+            else:
+                messages.success(request, f"Rule {rule.name} saved.")
+                return redirect("portal:rule", name=rule.name)
+    context = _context(
+        membership,
+        form=form,
+        rule=rule,
+        sample=dict(
+            SAMPLE_MESSAGE,
+            username=SAMPLE_MESSAGE["username"].format(tenant=membership.tenant.slug),
+        ),
+        sql_position=sql_position,
+    )
+    if editing:
+        context["metrics"] = selectors.rule_metrics(rule)
+        context["dead_letters"] = selectors.rule_dead_letters_list(rule=rule)[:20]
+        context["dead_letter_count"] = selectors.rule_dead_letters_list(rule=rule).count()
+    return render(request, "portal/rule.html", context)
+
+
+@tenant_view()
+def rule_new(request, membership):
+    return _rule_editor(request, membership)
+
+
+@tenant_view()
+def rule_detail(request, membership, name: str):
+    return _rule_editor(
+        request, membership, selectors.rule_get(tenant=membership.tenant, name=name)
+    )
+
+
+@require_POST
+@tenant_view(write=True)
+def rule_delete(request, membership, name: str):
+    services.rule_delete(selectors.rule_get(tenant=membership.tenant, name=name))
+    messages.success(request, f"Rule {name} deleted.")
+    return redirect("portal:rules")
+
+
+@require_POST
+@tenant_view(write=True)
+def rule_dead_letters_clear(request, membership, name: str):
+    rule = selectors.rule_get(tenant=membership.tenant, name=name)
+    cleared = services.rule_dead_letters_clear(rule)
+    messages.success(request, f"{cleared} dead letter(s) cleared.")
+    return redirect("portal:rule", name=name)

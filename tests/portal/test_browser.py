@@ -2,41 +2,11 @@
 sign up -> create a device -> see its username and secret -> log out -> log in -> still listed."""
 
 import os
-import shutil
-import tempfile
 
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright
-
-    profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, args=FLAGS, headless=True
-        )
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        yield page
-        context.close()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_signup_device_logout_login(live_server, page):

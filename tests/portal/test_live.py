@@ -14,7 +14,6 @@ from django.db import connection
 from control_plane.embedded import free_port, port_open
 from tenants import services
 from tests.broker.clients import Paho
-from tests.portal.test_browser import page  # noqa: F401  (the Chromium fixture)
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
