@@ -343,3 +343,41 @@ def test_ndjson_writer_keeps_usage_segments_partitioned_and_bounded(tmp_path, s3
     assert uploaded + bounded.dropped_records == 200
     assert sum(len(read_segment(flaky.get(k))) for k in flaky.list()) == uploaded
     assert json.dumps(read_segment(flaky.get(flaky.list()[0])))
+
+
+def test_compact_archive_command_and_periodic_task(tmp_path, monkeypatch):
+    import io
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from tenants.tasks import compact_archive
+
+    monkeypatch.setenv("OBJECT_STORE_URL", f"file://{tmp_path}")
+    store = open_object_store()
+    _three_segments(store)
+    out = io.StringIO()
+    call_command("compact_archive", "--hour", "2023-11-14T22", stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["rows"] == 5 and report["hours"][0]["hour"] == "2023-11-14T22:00:00+00:00"
+    assert read_manifest(store, HOUR).rows == 5
+    for bad, problem in (("yesterday", "not an ISO 8601"), ("2999-01-01T00", "not over yet")):
+        with pytest.raises(CommandError, match=problem):
+            call_command("compact_archive", "--hour", bad, stdout=io.StringIO())
+    # The beat task: every closed hour (here 23:00, long over), once.
+    assert compact_archive() == [
+        {
+            "hour": "2023-11-14T23:00:00+00:00",
+            "segments": 1,
+            "rows": 1,
+            "parts": 1,
+            "deleted": 1,
+        }
+    ]
+    assert compact_archive() == []
+    assert [r[2] for r in rows_of(read_archive(store, *window(), "acme"))] == [
+        b"1",
+        b"2",
+        b"3",
+        b"open hour",
+    ]
