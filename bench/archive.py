@@ -111,7 +111,8 @@ def archived_publishes(objects: Path) -> int:
 
 
 async def run(pairs: int, seconds: float, qos_levels: list[int], creds: tuple[str, str]) -> str:
-    lines = []
+    lines = [f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"]
+    print(lines[0], flush=True)
     for qos in qos_levels:
         runs: dict[str, list[scenarios.Result]] = {"on": [], "off": [], "mosquitto": []}
         archived: list[tuple[int, int]] = []
@@ -150,6 +151,8 @@ async def run(pairs: int, seconds: float, qos_levels: list[int], creds: tuple[st
             "archived publish rows / delivered: " + ", ".join(f"{a:,}/{d:,}" for a, d in archived)
         )
         print(lines[-1], flush=True)
+    lines.append(f"load average at end {os.getloadavg()[0]:.1f}")
+    print(lines[-1], flush=True)
     return "\n".join(lines)
 
 
