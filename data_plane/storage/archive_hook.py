@@ -159,8 +159,12 @@ class ArchiveTap:
         events, self._events = self._events, []
         loop = asyncio.get_running_loop()
         if rows or events:
-            await loop.run_in_executor(
-                self._builder, self.writer.encode, rows, events, self.enabled_for
+            # Shielded: the rows are out of the buffer now, so a stop() cancelling this await
+            # must not cancel the queued encoding with them (stop() waits for it instead).
+            await asyncio.shield(
+                loop.run_in_executor(
+                    self._builder, self.writer.encode, rows, events, self.enabled_for
+                )
             )
         if self.writer.pending_bytes and (self._upload is None or self._upload.done()):
             self._upload = loop.run_in_executor(self._uploader, self.writer.upload_pending)
@@ -174,6 +178,7 @@ class ArchiveTap:
             self._task.cancel()
         loop = asyncio.get_running_loop()
         try:
+            # Queued behind any batch still encoding (one builder thread, first in first out).
             await self.flush(wait_upload=True)
             # The round that was running may have finished before the last batch was queued.
             await loop.run_in_executor(self._uploader, self.writer.upload_pending)
