@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from time import time
@@ -29,7 +28,6 @@ from data_plane.broker.message import Message
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
 log = logging.getLogger(__name__)
-SWITCH_INTERVAL = 0.0005  # seconds
 
 
 class ArchiveTap:
@@ -138,11 +136,6 @@ class ArchiveTap:
     # -- batches ------------------------------------------------------------------------
 
     def start(self) -> None:
-        # The encoding thread runs Python too: by default the event loop would wait up to 5 ms
-        # for the GIL each time it wakes while a batch is being built, stalling every round trip.
-        # Half a millisecond bounds that wait; with one thread busy (the usual case) it costs
-        # nothing.
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="archive")
 
     async def _run(self) -> None:
