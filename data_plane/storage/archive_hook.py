@@ -2,7 +2,8 @@
 `parquet_archive`), unless the tenant turned its archive off.
 
 On the event loop the tap does one `list.append` of a tuple of the message's fields per publish
-(`parquet_archive.ROW`: nothing decoded, copied or converted); every
+(`parquet_archive.ROW`) and appends the payload's bytes to the interval's buffer: nothing decoded
+or converted; every
 `interval` seconds it swaps the buffer and a worker thread encodes it (a second one uploads), so
 building and compressing never run on the loop. The broker's own `$SYS`/`$events` messages are
 not archived.
@@ -43,6 +44,7 @@ class ArchiveTap:
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
         self._rows: list[tuple] = []  # see parquet_archive.ROW
+        self._payloads = bytearray()  # this interval's payloads, end to end
         self._events: list[dict[str, Any]] = []
         self._task: asyncio.Task | None = None
         self._upload: asyncio.Future | None = None
@@ -62,6 +64,10 @@ class ArchiveTap:
         # garbage collector after its first pass, while a second of held Messages would be
         # rescanned by every collection (that cost more than all the rest of the archive).
         if m.publisher[:1] != "$":  # $SYS, $events: the broker's own
+            # The payload's bytes now, while they are in the cache (the encoder then needs no
+            # per-message object at all for them), and where they end.
+            payloads = self._payloads
+            payloads += m.payload
             self._rows.append(
                 (
                     time(),
@@ -71,7 +77,7 @@ class ArchiveTap:
                     m.topic,
                     m.qos,
                     m.retain,
-                    m.payload,
+                    len(payloads),
                     m.properties or None,
                 )
             )
@@ -149,6 +155,7 @@ class ArchiveTap:
     async def flush(self, wait_upload: bool = False) -> None:
         """Swap the buffer, encode it in the builder thread, start an upload round."""
         rows, self._rows = self._rows, []
+        payloads, self._payloads = self._payloads, bytearray()
         events, self._events = self._events, []
         loop = asyncio.get_running_loop()
         if rows or events:
@@ -156,7 +163,7 @@ class ArchiveTap:
             # must not cancel the queued encoding with them (stop() waits for it instead).
             await asyncio.shield(
                 loop.run_in_executor(
-                    self._builder, self.writer.encode, rows, events, self.enabled_for
+                    self._builder, self.writer.encode, rows, events, self.enabled_for, payloads
                 )
             )
         if self.writer.pending_bytes and (self._upload is None or self._upload.done()):

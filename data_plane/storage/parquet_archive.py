@@ -1,8 +1,9 @@
 """The archive writer, version 2: batches of routed messages and lifecycle events as Parquet
 segments in the object store (schema and layout: `common.archive_schema`).
 
-The event loop only appends: one tuple of the message's fields per publish (`ROW`), nothing
-decoded or copied. Every interval the tap swaps the buffer and hands it to `build_segments`, which
+The event loop only appends: one tuple of the message's fields per publish (`ROW`), and the
+payload's bytes to the interval's payload buffer (a memcpy while they are hot in the cache; the
+batch's payload column is then that buffer, zero-copy), nothing decoded or converted. Every interval the tap swaps the buffer and hands it to `build_segments`, which
 runs in a worker thread: it turns the batch into columns (in chunks), drops tenants whose
 archive is off, groups rows by tenant, splits at hour boundaries and encodes each hour as one
 Parquet file. Uploads run in a second worker thread, in order.
@@ -65,7 +66,7 @@ ROW = (
     "topic",
     "qos",
     "retain",
-    "payload",
+    "payload_end",  # where the payload ends in the batch's payload buffer (a bytearray)
     "properties",  # the Message's properties dict, None when empty
 )
 _PROPERTY_COLUMNS = {
@@ -77,7 +78,7 @@ _PROPERTY_COLUMNS = {
 }
 
 
-def publish_batch(rows: list[tuple]) -> pa.RecordBatch:
+def publish_batch(rows: list[tuple], payload: pa.Array) -> pa.RecordBatch:
     """`message.publish` rows (ARCHIVE_SCHEMA) from tuples laid out as `ROW`.
 
     One list comprehension per column (the fastest pass CPython has) and one conversion each:
@@ -100,7 +101,7 @@ def publish_batch(rows: list[tuple]) -> pa.RecordBatch:
         "topic": pa.array([r[4] for r in rows], pa.string()),
         "qos": pa.array([r[5] for r in rows], pa.int8()),
         "retain": pa.array([r[6] for r in rows], pa.bool_()),
-        "payload": pa.array([r[7] for r in rows], pa.binary()),
+        "payload": payload,
     }
     # Properties are rare: fill the property columns only where a message has any.
     where = [i for i, r in enumerate(rows) if r[8] is not None]
@@ -122,29 +123,50 @@ def publish_batch(rows: list[tuple]) -> pa.RecordBatch:
     )
 
 
-def message_row(message: Any, received: float | None = None) -> tuple:
-    """A Message as the tap records it (`ROW`); for callers outside the publish path."""
-    return (
-        time.time() if received is None else received,
-        message.tenant,
-        message.publisher,
-        message.device,
-        message.topic,
-        message.qos,
-        message.retain,
-        message.payload,
-        message.properties or None,
+def message_rows(messages: list[tuple[float, Any]]) -> tuple[list[tuple], bytearray]:
+    """`(received, Message)` pairs as the tap records them (`ROW` and the payload buffer); for
+    callers outside the publish path."""
+    rows, payloads = [], bytearray()
+    for received, m in messages:
+        payloads += m.payload
+        rows.append(
+            (
+                received,
+                m.tenant,
+                m.publisher,
+                m.device,
+                m.topic,
+                m.qos,
+                m.retain,
+                len(payloads),
+                m.properties or None,
+            )
+        )
+    return rows, payloads
+
+
+def payload_column(rows: list[tuple], payloads: bytes | bytearray) -> pa.Array:
+    """The payloads of `rows` as one Arrow array over the batch's buffer, without a copy."""
+    ends = pa.array([r[7] for r in rows], pa.int64())
+    offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends])
+    return pa.Array.from_buffers(
+        pa.large_binary(), len(rows), [None, offsets.buffers()[1], pa.py_buffer(payloads)]
     )
 
 
-def build_table(batch: list[tuple], events: list[dict[str, Any]]) -> pa.Table:
+def build_table(
+    batch: list[tuple], events: list[dict[str, Any]], payloads: bytes | bytearray = b""
+) -> pa.Table:
     """One Table (ARCHIVE_SCHEMA) of a batch of publishes and lifecycle event rows.
 
     Built in chunks: a conversion holds the GIL throughout, and the event loop should wait for
     one chunk at most, never for a whole second's batch."""
     batches = []
+    payload = payload_column(batch, payloads)
     for start in range(0, len(batch), CHUNK_ROWS):
-        batches.append(publish_batch(batch[start : start + CHUNK_ROWS]))
+        rows = batch[start : start + CHUNK_ROWS]
+        # Same data buffer, 32-bit offsets (the schema's `binary`).
+        batches.append(publish_batch(rows, payload.slice(start, len(rows)).cast(pa.binary())))
     if events:
         batches.extend(pa.Table.from_pylist(events, schema=ARCHIVE_SCHEMA).to_batches())
     return pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
@@ -153,6 +175,7 @@ def build_table(batch: list[tuple], events: list[dict[str, Any]]) -> pa.Table:
 def build_segments(
     batch: list[tuple],
     events: list[dict[str, Any]],
+    payloads: bytes | bytearray = b"",
     *,
     writer_id: str,
     next_sequence: Callable[[], int],
@@ -161,7 +184,7 @@ def build_segments(
 ) -> list[Segment]:
     """Encode a batch: one Parquet segment per hour it spans, rows sorted by tenant then time,
     tenants whose archive is off left out. Runs in a worker thread."""
-    table = build_table(batch, events)
+    table = build_table(batch, events, payloads)
     if enabled_for is not None:
         tenants = pc.unique(table["tenant"]).to_pylist()
         off = [t for t in tenants if not enabled_for(t)]
@@ -223,11 +246,13 @@ class ParquetArchiveWriter:
         batch: list[tuple],
         events: list[dict[str, Any]],
         enabled_for: Callable[[str], bool] | None = None,
+        payloads: bytes | bytearray = b"",
     ) -> int:
         """Build and queue the segments of a batch (worker thread); returns rows queued."""
         segments = build_segments(
             batch,
             events,
+            payloads,
             writer_id=self.writer_id,
             next_sequence=self._next_sequence,
             enabled_for=enabled_for,

@@ -25,7 +25,7 @@ from common.archive_schema import COMPACTED_MARKER, EVENT_CONNECTED, EVENT_PUBLI
 from common.object_store import open_object_store
 from data_plane.broker.message import Message
 from data_plane.storage.archive import NdjsonSegmentWriter, read_segment
-from data_plane.storage.parquet_archive import ParquetArchiveWriter, message_row
+from data_plane.storage.parquet_archive import ParquetArchiveWriter, message_rows
 
 HOUR = datetime(2023, 11, 14, 22, tzinfo=UTC)  # 22:00-23:00 UTC
 T0 = HOUR.timestamp() + 13 * 60  # 22:13
@@ -40,12 +40,13 @@ def s3_store(s3_endpoint):
 
 def publish(tenant, topic, payload, ts, *, client="c1", device="d", qos=0, props=None):
     message = Message.from_publish(tenant, client, topic, payload, qos, False, props or {}, device)
-    return message_row(message, ts)
+    return (ts, message)
 
 
 def write(store, batch, events=(), *, writer_id="w1", enabled_for=None):
     writer = ParquetArchiveWriter(store, writer_id=writer_id)
-    writer.encode(list(batch), list(events), enabled_for)
+    rows, payloads = message_rows(list(batch))
+    writer.encode(rows, list(events), enabled_for, payloads)
     writer.upload_pending()
     return writer
 
@@ -307,7 +308,8 @@ def test_parquet_writer_buffers_within_its_bound_while_the_store_is_down(tmp_pat
             publish("acme", "t", uuid.uuid4().bytes * 8, T0 + batch + i / 100) for i in range(50)
         ]
         total += len(rows)
-        writer.encode(rows, [])
+        encoded, payloads = message_rows(rows)
+        writer.encode(encoded, [], None, payloads)
         assert writer.upload_pending() == 0
         assert writer.pending_bytes <= 20_000 or len(writer._pending) == 1
     assert writer.upload_failures == 30 and writer.dropped_records > 0
