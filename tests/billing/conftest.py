@@ -1,0 +1,14 @@
+"""One local Spark session for every billing test (starting one costs seconds)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from spark.billing.session import build_session
+
+    session = build_session("billing-tests", master="local[2]")
+    yield session
+    session.stop()
