@@ -374,6 +374,12 @@ class Invoice(models.Model):
     def lines(self) -> list[dict]:
         return self.line_items
 
+    def parsed_document(self) -> dict:
+        """The billing job's document (lines, usage sums, inputs) as stored, parsed."""
+        import json
+
+        return json.loads(self.document) if self.document else {}
+
 
 # -- Broker state (written by the data plane, schema owned here) --------------------------------
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
+
+# py4j logs its connection teardown after pytest closed the streams: keep it quiet.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")

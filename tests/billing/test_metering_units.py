@@ -5,16 +5,18 @@ clock), and known traffic from real MQTT clients through a real broker landing i
 from __future__ import annotations
 
 import io
+from datetime import date
 
 import pyarrow.parquet as pq
 import pytest
+from django.core.management import call_command
 
 from common.archive_schema import USAGE_SCHEMA, message_units
 from common.object_store import open_object_store
 from data_plane.broker.message import Message, metered_size
 from data_plane.tenancy.metering import UsageMeter
-from tenants import services
-from tenants.models import Usage
+from tenants import billing, services
+from tenants.models import Invoice, Usage
 from tests.billing.traffic import expected_units, run_known_traffic
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -73,7 +75,7 @@ def test_message_units_are_5_kib_increments_of_payload_topic_and_properties():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_known_traffic_is_metered_into_the_usage_log_and_postgres(tmp_path, monkeypatch):
+def test_known_traffic_is_metered_logged_and_invoiced(tmp_path, monkeypatch, spark):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
     acme = services.tenant_create("acme")
     other = services.tenant_create("other")
@@ -107,3 +109,26 @@ def test_known_traffic_is_metered_into_the_usage_log_and_postgres(tmp_path, monk
     db = Usage.objects.filter(tenant=acme)
     assert sum(u.message_units for u in db) == expected["messages"]
     assert sum(u.connection_minutes for u in db) == expected["connection_minutes"]
+
+    # The billing job over that log: 1 ¢ per message unit, 5 ¢ per connection-minute.
+    billing.price_book_set(
+        acme.plan,
+        effective_from=date(2026, 1, 1),
+        base_fee_cents=0,
+        dimensions={
+            "messages": {"included": 0, "per": 1, "tiers": [{"up_to": None, "price": "0.01"}]},
+            "connection_minutes": {
+                "included": 0,
+                "per": 1,
+                "tiers": [{"up_to": None, "price": "0.05"}],
+            },
+        },
+    )
+    period = rows[0]["minute"].strftime("%Y-%m")
+    out = io.StringIO()
+    call_command("billing_report", "--period", period, "--tenant", "acme", stdout=out, stderr=out)
+    invoice = Invoice.objects.get(tenant=acme, period=period)
+    lines = {line["code"]: line for line in invoice.line_items}
+    assert lines["messages"]["quantity"] == expected["messages"]
+    assert lines["connection_minutes"]["quantity"] == expected["connection_minutes"]
+    assert invoice.total_cents == expected["messages"] * 1 + expected["connection_minutes"] * 5
