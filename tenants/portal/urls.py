@@ -1,6 +1,6 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from tenants.portal import views
+from tenants.portal import billing_views, views
 
 app_name = "portal"
 
@@ -19,6 +19,13 @@ urlpatterns = [
     path("acls/", views.acls, name="acls"),
     path("acls/<int:rule_id>/delete/", views.acl_delete, name="acl-delete"),
     path("quota/", views.quota, name="quota"),
+    path("usage/", billing_views.usage, name="usage"),
+    path("invoices/", billing_views.invoices, name="invoices"),
+    re_path(
+        r"^invoices/(?P<period>[0-9]{4}-[0-9]{2})\.(?P<fmt>csv|pdf)$",
+        billing_views.invoice_download,
+        name="invoice-download",
+    ),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/delete/", views.token_delete, name="token-delete"),
 ]
