@@ -114,3 +114,30 @@ def month_to_date_estimate(*, tenant: Tenant, now: datetime | None = None) -> di
         "lines": document["lines"],
         "total_cents": document["total_cents"],
     }
+
+
+def revenue_by_period() -> list[dict[str, Any]]:
+    """Per month (newest first) and currency: tenants invoiced and the total billed, by status."""
+    from django.db.models import Count
+
+    rows = (
+        Invoice.objects.values("period", "currency", "status")
+        .annotate(tenants=Count("tenant", distinct=True), total_cents=Sum("total_cents"))
+        .order_by("-period", "currency", "status")
+    )
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        entry = out.setdefault(
+            (r["period"], r["currency"]),
+            {
+                "period": r["period"],
+                "currency": r["currency"],
+                "tenants": 0,
+                "total_cents": 0,
+                "by_status": {},
+            },
+        )
+        entry["tenants"] += r["tenants"]
+        entry["total_cents"] += r["total_cents"]
+        entry["by_status"][r["status"]] = r["total_cents"]
+    return list(out.values())
