@@ -104,3 +104,51 @@ def test_invoice_json_csv_pdf_and_isolation(acme, attacker, spark, tmp_path, mon
         assert stolen.status_code == 404, suffix
     assert evil.get("/api/v1/invoices").json()["count"] == 0
     assert api.get("/api/v1/invoices/2026-13").status_code == 404
+
+
+def test_month_to_date_estimate_prices_this_months_minutes(acme):  # noqa: F811
+    from tenants.billing_selectors import month_to_date_estimate
+
+    tenant, _ = acme
+    services.plan_get_or_create("pro")
+    tenant.plan = services.plan_get_or_create("pro")
+    tenant.save()
+    now = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    Usage.objects.create(tenant=tenant, minute=now - timedelta(days=3), message_units=2_500_000)
+    Usage.objects.create(tenant=tenant, minute=now - timedelta(days=25), message_units=9_999_999)
+    estimate = month_to_date_estimate(tenant=tenant, now=now)  # October's minute is not counted
+    lines = {line["code"]: line for line in estimate["lines"]}
+    assert lines["messages"]["quantity"] == 2_500_000
+    # Pro: $49 base; list price $1.00 per million messages (no free tier on a paid plan).
+    assert estimate["total_cents"] == 4900 + 250 and estimate["period"] == "2026-11"
+
+
+def test_portal_invoice_downloads_are_the_tenants_own(acme, attacker, client):  # noqa: F811
+    from tenants.models import Invoice
+
+    tenant, _ = acme
+    Invoice.objects.create(
+        tenant=tenant,
+        period="2026-09",
+        status="issued",
+        total_cents=100,
+        line_items=[
+            {
+                "code": "base_fee",
+                "description": "Monthly base fee",
+                "quantity": 1,
+                "included": 0,
+                "billable": 1,
+                "unit_price": "1",
+                "per": 1,
+                "amount_cents": 100,
+            }
+        ],
+    )
+    client.login(username="owner@evil.io", password="pass-w0rd-evil")
+    for suffix in ("csv", "pdf"):
+        assert client.get(f"/invoices/2026-09.{suffix}").status_code == 404
+    assert "2026-09" not in client.get("/invoices/").content.decode()
+    client.logout()
+    client.login(username="owner@acme.io", password="pass-w0rd-acme")
+    assert client.get("/invoices/2026-09.csv").content.decode().splitlines()[-1].endswith(",100")

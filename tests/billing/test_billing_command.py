@@ -23,9 +23,13 @@ SEPTEMBER = datetime(2026, 9, 1, tzinfo=UTC)
 OCTOBER = datetime(2026, 10, 1, tzinfo=UTC)
 
 
+STDERR: list[str] = []
+
+
 def command(*args) -> dict:
     out, err = io.StringIO(), io.StringIO()
     call_command(*args, stdout=out, stderr=err)
+    STDERR.append(err.getvalue())
     return json.loads(out.getvalue())
 
 
@@ -96,6 +100,7 @@ def test_billing_report_drafts_issues_verifies_and_adjusts(store):
         ],
     )
     summary = command("billing_report", "--period", "2026-09")
+    assert "[" + "#" * 30 + "] 6/6 storing invoices" in STDERR[-1]  # the progress bar
     assert summary["tenants"] == 2 and summary["usage_rows"] == 10
     by_tenant = {i["tenant"]: i for i in summary["invoices"]}
     # 3,000,000 messages - 1,000,000 free = 2 M at $1.00 = $2.00; 6,000 minutes: $0.00048 → 0 ¢
