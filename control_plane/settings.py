@@ -156,6 +156,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.billing_draft_previous_month",
         "schedule": crontab(day_of_month="1", hour="1", minute="0"),
     },
+    "usage-log-rollup": {
+        "task": "tenants.tasks.usage_log_rollup",
+        "schedule": timedelta(seconds=int(os.environ.get("USAGE_ROLLUP_SECONDS", "60"))),
+    },
     "billing-issue": {
         "task": "tenants.tasks.billing_issue_due",
         "schedule": crontab(hour="2", minute="0"),

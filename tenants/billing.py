@@ -372,3 +372,65 @@ def invoices_issue(period: str) -> int:
     return Invoice.objects.filter(period=period, status=Invoice.Status.DRAFT).update(
         status=Invoice.Status.ISSUED, issued_at=timezone.now()
     )
+
+
+# -- usage from other writers into the portal's table --------------------------------------------
+
+_ROLLUP_UPSERT = """
+INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
+                           bytes_in, bytes_out, dropped, retained_count, stored_bytes,
+                           message_units, connection_minutes, storage_byte_hours,
+                           rules_triggered, actions_executed)
+SELECT t.id, %s, 0, 0, 0, 0, 0, '{}'::jsonb, 0, 0, 0, 0, 0, %s, %s
+  FROM tenants_tenant t WHERE t.slug = %s
+ON CONFLICT (tenant_id, minute) DO UPDATE SET
+  rules_triggered = tenants_usage.rules_triggered + EXCLUDED.rules_triggered,
+  actions_executed = tenants_usage.actions_executed + EXCLUDED.actions_executed
+"""
+ROLLUP_WRITER_PREFIX = "rules-"
+
+
+def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:
+    """Add the rules job's usage-log rows (writers `rules-…`) of today and yesterday to the
+    `tenants_usage` minutes the broker fills, each segment once, for the charts and the estimate
+    (the bill itself always reads the log)."""
+    import io
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow.parquet as pq
+    from django.db import connection
+
+    from common.archive_schema import USAGE_PREFIX
+    from common.object_store import open_object_store
+    from tenants.models import UsageLogImport
+
+    store = store or open_object_store()
+    now = now or datetime.now(UTC)
+    keys = []
+    for day in (now - timedelta(days=1), now):
+        for key in store.list(f"{USAGE_PREFIX}/date={day:%Y-%m-%d}/"):
+            if key.rsplit("/", 1)[-1].startswith(ROLLUP_WRITER_PREFIX) and key.endswith(".parquet"):
+                keys.append(key)
+    done = set(UsageLogImport.objects.filter(key__in=keys).values_list("key", flat=True))
+    imported = rows = 0
+    for key in sorted(set(keys) - done):
+        table = pq.read_table(
+            io.BytesIO(store.get(key)),
+            columns=["tenant", "minute", "rules_triggered", "actions_executed"],
+        )
+        sums: dict[tuple[str, Any], list[int]] = {}
+        for record in table.to_pylist():
+            entry = sums.setdefault((record["tenant"], record["minute"]), [0, 0])
+            entry[0] += record["rules_triggered"]
+            entry[1] += record["actions_executed"]
+        with transaction.atomic():
+            if not UsageLogImport.objects.filter(key=key).exists():
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        _ROLLUP_UPSERT,
+                        [(minute, r, a, tenant) for (tenant, minute), (r, a) in sums.items()],
+                    )
+                UsageLogImport.objects.create(key=key)
+                imported += 1
+                rows += table.num_rows
+    return {"segments": imported, "rows": rows}

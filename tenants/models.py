@@ -296,6 +296,14 @@ class Usage(models.Model):
         ordering = ["-minute"]
 
 
+class UsageLogImport(models.Model):
+    """A usage-log segment of another writer (the rules job) already rolled up into `Usage`, so
+    each is added once."""
+
+    key = models.CharField(max_length=512, unique=True)
+    imported_at = models.DateTimeField(default=timezone.now)
+
+
 class PriceBook(models.Model):
     """One version of a plan's prices, applying to periods that start on or after
     `effective_from` (until a later version's date). Issued invoices keep the version they were

@@ -50,3 +50,11 @@ def billing_issue_due(today: str | None = None) -> dict:
     summary = billing.billing_report(period, issue=True)
     issued = sum(1 for i in summary["invoices"] if i["state"] == "issued")
     return {"period": period, "issued": issued, "waiting": False}
+
+
+@shared_task(name="tenants.tasks.usage_log_rollup")
+def usage_log_rollup() -> dict:
+    """The rules job's metered rows (usage log) into the portal's usage minutes."""
+    from tenants import billing
+
+    return billing.usage_log_rollup()

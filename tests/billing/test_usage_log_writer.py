@@ -59,3 +59,24 @@ def test_the_buffer_is_bounded_and_counts_what_it_gives_up(tmp_path):
     writer = UsageLogWriter(FlakyStore(tmp_path), writer_id="b1", max_rows=5)
     writer.append([row("acme", T0 + timedelta(minutes=m)) for m in range(8)])
     assert writer.pending() == 5 and writer.rows_lost == 3
+
+
+def test_the_rules_jobs_rows_reach_the_portals_usage_minutes_once(db, tmp_path):
+    from tenants import billing, services
+    from tenants.models import Usage
+
+    acme = services.tenant_create("acme")
+    store = LocalObjectStore(tmp_path)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    Usage.objects.create(tenant=acme, minute=now, message_units=5)  # the broker's minute
+    rules = UsageLogWriter(store, writer_id="rules-live")
+    rules.append([row("acme", now, writer="rules-live", rules_triggered=3, actions_executed=2)])
+    rules.append([row("ghost", now, writer="rules-live", rules_triggered=9)])  # no such tenant
+    rules.write_pending()
+    broker = UsageLogWriter(store, writer_id="broker-1")  # the broker's own rows: not again
+    broker.append([row("acme", now, writer="broker-1", messages=5, rules_triggered=100)])
+    broker.write_pending()
+    assert billing.usage_log_rollup(now=now, store=store) == {"segments": 1, "rows": 2}
+    assert billing.usage_log_rollup(now=now, store=store) == {"segments": 0, "rows": 0}
+    (minute,) = Usage.objects.filter(tenant=acme)
+    assert (minute.message_units, minute.rules_triggered, minute.actions_executed) == (5, 3, 2)
