@@ -41,10 +41,26 @@ PRICE_BOOK = {
                 {"up_to": None, "price": "0.70"},
             ],
         },
-        "connection_minutes": {"included": 0, "per": 1_000_000, "tiers": [{"up_to": None, "price": "0.08"}]},
-        "rules_triggered": {"included": 0, "per": 1_000_000, "tiers": [{"up_to": None, "price": "0.15"}]},
-        "actions_executed": {"included": 0, "per": 1_000_000, "tiers": [{"up_to": None, "price": "0.15"}]},
-        "storage_gb_hours": {"included": 0, "per": 1, "tiers": [{"up_to": None, "price": "0.0002"}]},
+        "connection_minutes": {
+            "included": 0,
+            "per": 1_000_000,
+            "tiers": [{"up_to": None, "price": "0.08"}],
+        },
+        "rules_triggered": {
+            "included": 0,
+            "per": 1_000_000,
+            "tiers": [{"up_to": None, "price": "0.15"}],
+        },
+        "actions_executed": {
+            "included": 0,
+            "per": 1_000_000,
+            "tiers": [{"up_to": None, "price": "0.15"}],
+        },
+        "storage_gb_hours": {
+            "included": 0,
+            "per": 1,
+            "tiers": [{"up_to": None, "price": "0.0002"}],
+        },
     },
 }
 START = datetime(2026, 9, 1, tzinfo=UTC)

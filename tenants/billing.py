@@ -177,7 +177,12 @@ def _billed_usage(tenant: Tenant, period: str, before: str) -> tuple[PriceBook, 
 
 
 def billing_accounts(period: str, tenant: Tenant | None = None) -> list[tuple[Tenant, PriceBook]]:
-    tenants = Tenant.objects.select_related("plan").order_by("slug")
+    start = _period_start(period)
+    end = date(start.year + start.month // 12, start.month % 12 + 1, 1)
+    # Tenants that existed during the period (the whole base fee: no proration).
+    tenants = (
+        Tenant.objects.select_related("plan").filter(created_at__date__lt=end).order_by("slug")
+    )
     if tenant is not None:
         tenants = tenants.filter(id=tenant.id)
     return [(t, price_book_for(t.plan, period)) for t in tenants]

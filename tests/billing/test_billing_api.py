@@ -12,7 +12,7 @@ import pytest
 
 from common.object_store import LocalObjectStore
 from tenants import billing, services
-from tenants.models import Usage
+from tenants.models import Tenant, Usage
 from tests.api.conftest import acme, attacker  # noqa: F401 (fixtures)
 from tests.billing.usage_rows import row, write_rows
 
@@ -52,6 +52,7 @@ def test_invoice_json_csv_pdf_and_isolation(acme, attacker, spark, tmp_path, mon
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
     tenant, api = acme
     services.tenant_update_settings(tenant, name="Acme Sensors Ltd")
+    Tenant.objects.filter(id=tenant.id).update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
     write_rows(
         LocalObjectStore(tmp_path),
         [

@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from common.object_store import LocalObjectStore
 from common.pricing import canonical_json, sha256_hex
 from tenants import billing, services
-from tenants.models import Invoice, PriceBook
+from tenants.models import Invoice, PriceBook, Tenant
 from tests.billing.usage_rows import row, write_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,6 +92,9 @@ def test_billing_report_drafts_issues_verifies_and_adjusts(store):
     pro_prices()
     acme = services.tenant_create("acme", plan="pro")
     services.tenant_create("quiet", plan="pro")
+    services.tenant_create("newcomer", plan="pro")  # created after September: not billed for it
+    Tenant.objects.exclude(slug="newcomer").update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
+    Tenant.objects.filter(slug="newcomer").update(created_at=datetime(2026, 10, 2, tzinfo=UTC))
     write_rows(
         store,
         [

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from common.object_store import LocalObjectStore
 from tenants import services, tasks
-from tenants.models import Invoice
+from tenants.models import Invoice, Tenant
 from tests.billing.usage_rows import row, write_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,6 +23,7 @@ def test_beat_drafts_on_the_first_and_issues_after_grace(spark, tmp_path, monkey
     store = LocalObjectStore(tmp_path)
     services.tenant_create("acme", plan="pro")
     services.tenant_create("beta", plan="pro")
+    Tenant.objects.update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
     write_rows(store, [row("acme", SEPTEMBER + timedelta(days=2), messages=2_000_000)])
     schedule = settings.CELERY_BEAT_SCHEDULE
     assert schedule["billing-draft"]["task"] == "tenants.tasks.billing_draft_previous_month"
