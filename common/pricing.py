@@ -41,7 +41,7 @@ USAGE_COLUMN = {
     "actions_executed": "actions_executed",
     "storage_gb_hours": "storage_byte_hours",
 }
-LINE_CODES = ("base_fee", *DIMENSIONS, "adjustment")
+LINE_CODES = ("base_fee", *DIMENSIONS, "adjustment", "credit")
 DESCRIPTIONS = {
     "base_fee": "Monthly base fee",
     "messages": "Messages (5 KB units)",
@@ -226,15 +226,38 @@ def build_invoice(
     usage_digest: str,
     price_book: dict[str, Any],
     adjustments: list[dict[str, Any]] = (),
+    credits: list[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The invoice document of one tenant and period. Deterministic: no clock, no randomness;
-    `canonical_json` of it is the invoice's byte form and its SHA-256 the `checksum`."""
+    `canonical_json` of it is the invoice's byte form and its SHA-256 the `checksum`.
+
+    `credits` (`{"amount_cents", "reason"}`, in the order given) are negative `credit` lines,
+    each applied up to what is still owed: a credit never makes the total negative."""
     lines = invoice_lines(usage, price_book) + list(adjustments)
+    owed = sum(line["amount_cents"] for line in lines)
+    for credit in credits:
+        applied = min(int(credit["amount_cents"]), max(0, owed))
+        owed -= applied
+        lines.append(
+            {
+                "code": "credit",
+                "description": f"Credit: {credit['reason']}",
+                "quantity": 1,
+                "included": 0,
+                "billable": 1,
+                "unit_price": str(Decimal(-applied) / 100),
+                "per": 1,
+                "tiers": [],
+                "granted_cents": int(credit["amount_cents"]),
+                "amount_cents": -applied,
+            }
+        )
     book_sum = price_book_checksum(price_book)
     inputs = {
         "usage": usage_digest,
         "price_book": book_sum,
         "adjustments": sha256_hex(canonical_json(list(adjustments))),
+        "credits": sha256_hex(canonical_json(list(credits))),
     }
     document = {
         "tenant": tenant,

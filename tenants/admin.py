@@ -6,6 +6,7 @@ from tenants import services
 from tenants.models import (
     AclRule,
     Credential,
+    Credit,
     Device,
     Invoice,
     Membership,
@@ -169,3 +170,12 @@ class InvoiceAdmin(admin.ModelAdmin):
 
         extra = {"revenue": revenue_by_period()[:12], **(extra_context or {})}
         return super().changelist_view(request, extra_context=extra)
+
+
+@admin.register(Credit)
+class CreditAdmin(admin.ModelAdmin):
+    """Credits are taken off the period's invoice by the next billing run (drafts only)."""
+
+    list_display = ("tenant", "period", "amount_cents", "reason", "created_at")
+    list_filter = ("period",)
+    search_fields = ("tenant__slug", "reason")

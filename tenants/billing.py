@@ -25,7 +25,7 @@ from common.pricing import (
     sha256_hex,
     validate_price_book,
 )
-from tenants.models import Invoice, Plan, PriceBook, Tenant
+from tenants.models import Credit, Invoice, Plan, PriceBook, Tenant
 
 # Months back whose issued invoices a run re-checks for late usage.
 ADJUSTMENT_LOOKBACK_MONTHS = 3
@@ -204,7 +204,11 @@ def job_accounts(period: str, pairs: list[tuple[Tenant, PriceBook]]) -> list[Any
         ):
             month_book, billed = _billed_usage(tenant, month, period)
             issued.append(IssuedPeriod(month, month_book.as_document(), billed))
-        accounts.append(Account(tenant.slug, book.as_document(), tuple(issued)))
+        credits = tuple(
+            {"amount_cents": c.amount_cents, "reason": c.reason}
+            for c in Credit.objects.filter(tenant=tenant, period=period).order_by("id")
+        )
+        accounts.append(Account(tenant.slug, book.as_document(), tuple(issued), credits))
     return accounts
 
 

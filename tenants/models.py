@@ -296,6 +296,19 @@ class Usage(models.Model):
         ordering = ["-minute"]
 
 
+class Credit(models.Model):
+    """An amount an operator grants a tenant, taken off the invoice of `period` (never below 0)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="credits")
+    period = models.CharField(max_length=7, help_text="YYYY-MM")
+    amount_cents = models.PositiveBigIntegerField()
+    reason = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["period", "id"]
+
+
 class UsageLogImport(models.Model):
     """A usage-log segment of another writer (the rules job) already rolled up into `Usage`, so
     each is added once."""

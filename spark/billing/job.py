@@ -66,6 +66,7 @@ class Account:
     tenant: str
     price_book: dict[str, Any]  # the version in force for the billed period
     issued: tuple[IssuedPeriod, ...] = ()
+    credits: tuple[dict[str, Any], ...] = ()  # {"amount_cents", "reason"} for this period
 
 
 @dataclass
@@ -205,6 +206,7 @@ def bill(
                 usage_digest=current.get("digest", EMPTY_DIGEST),
                 price_book=account.price_book,
                 adjustments=adjustments,
+                credits=list(account.credits),
             )
         )
     return invoices

@@ -245,6 +245,7 @@ class InvoiceLineOutput(serializers.Serializer):
             "actions_executed",
             "storage_gb_hours",
             "adjustment",
+            "credit",
         ]
     )
     description = serializers.CharField()

@@ -225,3 +225,18 @@ def test_a_period_must_be_a_month():
 
     with pytest.raises(ValueError, match="YYYY-MM"):
         period_range("2026-13")
+
+
+def test_credits_come_off_the_total_but_never_below_zero(spark, tmp_path):
+    store = LocalObjectStore(tmp_path)
+    write_rows(store, [row("alpha", SEPTEMBER + timedelta(days=1), messages=400)])
+    credits = (
+        {"amount_cents": 500, "reason": "outage 2026-09-03"},
+        {"amount_cents": 10_000, "reason": "goodwill"},
+    )
+    (plain,) = run(spark, store, "2026-09", [Account("alpha", SMALL)]).invoices
+    (credited,) = run(spark, store, "2026-09", [Account("alpha", SMALL, (), credits)]).invoices
+    lines = [line for line in credited["lines"] if line["code"] == "credit"]
+    assert [line["amount_cents"] for line in lines] == [-500, -(plain["total_cents"] - 500)]
+    assert credited["total_cents"] == 0
+    assert credited["input_checksum"] != plain["input_checksum"]
