@@ -184,7 +184,13 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # (publishes_in, deliveries_out, bytes_in, bytes_out, dropped) are for charts, not for pricing.
 #
 # Layout: usage/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet (all tenants of
-# one writer). Version 1 usage lines (gzip'd NDJSON under usage/tenant=…/) stay readable.
+# one writer, rows sorted by (tenant, minute), the hour being the rows' minutes', so a late row
+# lands in its own month's folders). Writers: a broker `{host}-{pid}-{random}` (data_plane/storage/
+# usage_log.py: messages, connection_minutes, storage_byte_hours and the plain counts), the rules
+# job `rules-live` / `rules-backfill` (rules_triggered, actions_executed; the control plane adds
+# the `rules-` segments to its usage table for the charts). Every row is immutable once written;
+# the billing job (spark/billing/job.py) sums all rows of a tenant's month and keeps a digest of
+# them. Version 1 usage lines (gzip'd NDJSON under usage/tenant=…/) are not billed.
 
 USAGE_PREFIX = "usage"
 MESSAGE_UNIT_BYTES = 5120

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 
 from control_plane import embedded
 
@@ -147,7 +148,22 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 # Celery reads CELERY_* (see control_plane/celery.py); the broker URL is resolved there.
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Billing: last month is drafted on the 1st and issued once BILLING_GRACE_DAYS are over (late
+# usage inside the grace period is billed in place; after it, as an adjustment next month).
+BILLING_GRACE_DAYS = int(os.environ.get("BILLING_GRACE_DAYS", "3"))
 CELERY_BEAT_SCHEDULE = {
+    "billing-draft": {
+        "task": "tenants.tasks.billing_draft_previous_month",
+        "schedule": crontab(day_of_month="1", hour="1", minute="0"),
+    },
+    "usage-log-rollup": {
+        "task": "tenants.tasks.usage_log_rollup",
+        "schedule": timedelta(seconds=int(os.environ.get("USAGE_ROLLUP_SECONDS", "60"))),
+    },
+    "billing-issue": {
+        "task": "tenants.tasks.billing_issue_due",
+        "schedule": crontab(hour="2", minute="0"),
+    },
     "expire-credentials": {
         "task": "tenants.tasks.expire_credentials",
         "schedule": timedelta(seconds=int(os.environ.get("CREDENTIAL_EXPIRY_SWEEP_SECONDS", "60"))),

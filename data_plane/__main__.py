@@ -31,6 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sys-interval", type=float, default=10.0)
     parser.add_argument("--max-queued", type=int, default=1000)
     parser.add_argument("--usage-flush-interval", type=float, default=10.0)
+    parser.add_argument("--usage-segment-age", type=float, default=300.0)
     parser.add_argument(
         "--archive-interval",
         type=float,
@@ -136,12 +137,14 @@ async def run(args: argparse.Namespace) -> None:
     purge = None
     tap = None
     if link is not None:
-        from data_plane.storage.archive import ArchiveWriter, writer_metrics
+        from data_plane.storage.archive import writer_metrics
         from data_plane.tenancy.observers import TenancyObservers
 
         link.live = server.broker
-        usage_writer = ArchiveWriter(objects, dataset="usage", max_age=300)
-        writers = [usage_writer]
+        from data_plane.storage.usage_log import UsageLogWriter
+
+        usage_writer = UsageLogWriter(objects, max_age=args.usage_segment_age)
+        writers = []
         server.broker.metric_sources.append(lambda: writer_metrics(writers))
         if not args.no_archive:
             from data_plane.storage.archive_hook import ArchiveTap

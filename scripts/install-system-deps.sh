@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the platform and its tests run against, only those missing.
 # Postgres server binaries, Redis, Mosquitto (+ clients, the reference broker of the interop tests
-# and benchmarks), Chromium (browser tests), Node.js (MQTT.js interop), a JDK (PySpark), openssl.
+# and benchmarks), Chromium (browser tests), Node.js (MQTT.js interop), a JDK (PySpark), openssl,
+# Pango (WeasyPrint, invoice PDFs) and poppler-utils (pdftotext, the PDF tests).
 set -euo pipefail
 
 missing=()
@@ -15,6 +16,10 @@ have node || missing+=(nodejs npm)
 have java || missing+=(openjdk-17-jre-headless)
 have openssl || missing+=(openssl)
 have runuser || missing+=(util-linux)
+have pdftotext || missing+=(poppler-utils)  # invoice PDFs read back in the tests
+# WeasyPrint (invoice PDFs) loads Pango and its FreeType backend at run time.
+ldconfig -p 2>/dev/null | grep -q 'libpango-1.0.so' || missing+=(libpango-1.0-0)
+ldconfig -p 2>/dev/null | grep -q 'libpangoft2-1.0.so' || missing+=(libpangoft2-1.0-0)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -3,7 +3,18 @@
 from django.contrib import admin
 
 from tenants import services
-from tenants.models import AclRule, Credential, Device, Membership, Plan, Rule, Tenant
+from tenants.models import (
+    AclRule,
+    Credential,
+    Credit,
+    Device,
+    Invoice,
+    Membership,
+    Plan,
+    PriceBook,
+    Rule,
+    Tenant,
+)
 
 
 @admin.register(Plan)
@@ -91,3 +102,80 @@ class AclRuleAdmin(admin.ModelAdmin):
 class RuleAdmin(admin.ModelAdmin):
     list_display = ("tenant", "name", "enabled", "updated_at")
     list_filter = ("enabled", "tenant")
+
+
+@admin.register(PriceBook)
+class PriceBookAdmin(admin.ModelAdmin):
+    """Price books are versions: add a new one (from a date) rather than editing the old."""
+
+    list_display = ("plan", "version", "effective_from", "currency", "base_fee_cents")
+    list_filter = ("plan",)
+
+    def get_readonly_fields(self, request, obj=None):
+        return (
+            ("plan", "version", "effective_from", "currency", "base_fee_cents", "dimensions")
+            if obj
+            else ("version",)
+        )
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return  # versions are immutable
+        from django.contrib import messages
+        from django.core.exceptions import ValidationError
+
+        from tenants import billing
+
+        try:
+            created = billing.price_book_set(
+                obj.plan,
+                effective_from=obj.effective_from,
+                dimensions=obj.dimensions,
+                base_fee_cents=obj.base_fee_cents,
+                currency=obj.currency,
+            )
+        except ValidationError as exc:
+            messages.error(request, "; ".join(exc.messages))
+            return
+        obj.pk, obj.version = created.pk, created.version
+
+
+@admin.register(Invoice)
+class InvoiceAdmin(admin.ModelAdmin):
+    """Invoices by status with their totals; the revenue per month above the list."""
+
+    list_display = (
+        "tenant",
+        "period",
+        "status",
+        "total",
+        "currency",
+        "price_book_version",
+        "issued_at",
+    )
+    list_filter = ("status", "period", "currency")
+    search_fields = ("tenant__slug",)
+    readonly_fields = [f.name for f in Invoice._meta.fields]
+    ordering = ("-period", "status", "tenant__slug")
+
+    @admin.display(description="total", ordering="total_cents")
+    def total(self, obj):
+        return f"{obj.total_cents / 100:,.2f}"
+
+    def has_add_permission(self, request):
+        return False  # invoices come from the billing job
+
+    def changelist_view(self, request, extra_context=None):
+        from tenants.billing_selectors import revenue_by_period
+
+        extra = {"revenue": revenue_by_period()[:12], **(extra_context or {})}
+        return super().changelist_view(request, extra_context=extra)
+
+
+@admin.register(Credit)
+class CreditAdmin(admin.ModelAdmin):
+    """Credits are taken off the period's invoice by the next billing run (drafts only)."""
+
+    list_display = ("tenant", "period", "amount_cents", "reason", "created_at")
+    list_filter = ("period",)
+    search_fields = ("tenant__slug", "reason")

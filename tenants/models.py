@@ -267,7 +267,11 @@ class RuleDeadLetter(models.Model):
 
 
 class Usage(models.Model):
-    """Per-tenant usage for one minute, flushed in batches by the broker's metering hook."""
+    """Per-tenant usage for one minute, flushed in batches by the broker's metering hook.
+
+    The billable columns (`message_units`, `connection_minutes`, `storage_byte_hours`,
+    `rules_triggered`, `actions_executed`) mirror the usage log in the object store, which alone
+    is billed; this table feeds the portal's charts and the month-to-date estimate."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
     minute = models.DateTimeField()
@@ -279,12 +283,82 @@ class Usage(models.Model):
     dropped = models.JSONField(default=dict, blank=True, help_text="drops by cause")
     retained_count = models.BigIntegerField(default=0)
     stored_bytes = models.BigIntegerField(default=0)
+    message_units = models.BigIntegerField(default=0, db_default=0, help_text="5 KiB units")
+    connection_minutes = models.BigIntegerField(default=0, db_default=0)
+    storage_byte_hours = models.BigIntegerField(default=0, db_default=0)
+    rules_triggered = models.BigIntegerField(default=0, db_default=0)
+    actions_executed = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "minute"], name="usage_unique_minute")
         ]
         ordering = ["-minute"]
+
+
+class Credit(models.Model):
+    """An amount an operator grants a tenant, taken off the invoice of `period` (never below 0)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="credits")
+    period = models.CharField(max_length=7, help_text="YYYY-MM")
+    amount_cents = models.PositiveBigIntegerField()
+    reason = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["period", "id"]
+
+
+class UsageLogImport(models.Model):
+    """A usage-log segment of another writer (the rules job) already rolled up into `Usage`, so
+    each is added once."""
+
+    key = models.CharField(max_length=512, unique=True)
+    imported_at = models.DateTimeField(default=timezone.now)
+
+
+class PriceBook(models.Model):
+    """One version of a plan's prices, applying to periods that start on or after
+    `effective_from` (until a later version's date). Issued invoices keep the version they were
+    priced with; a new version never rewrites them.
+
+    `dimensions` maps each billed dimension (`messages`, `connection_minutes`,
+    `rules_triggered`, `actions_executed`, `storage_gb_hours`) to
+    `{"included": N, "per": P, "tiers": [{"up_to": Q | null, "price": "1.00"}, ...]}`:
+    the first N units a period are free, then each tier prices the billable units up to its
+    cumulative bound `up_to` (null: no bound) at `price` per P units (decimal text, the
+    currency's major unit). See `common.pricing`."""
+
+    plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="price_books")
+    version = models.PositiveIntegerField()
+    effective_from = models.DateField()
+    currency = models.CharField(max_length=3, default="USD")
+    base_fee_cents = models.BigIntegerField(default=0)
+    dimensions = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["plan", "version"], name="pricebook_unique_version"),
+            models.UniqueConstraint(
+                fields=["plan", "effective_from"], name="pricebook_unique_effective_from"
+            ),
+        ]
+        ordering = ["plan", "-effective_from"]
+
+    def __str__(self) -> str:
+        return f"{self.plan.slug} v{self.version} from {self.effective_from}"
+
+    def as_document(self) -> dict:
+        """The price book as the billing job reads it (plain JSON)."""
+        return {
+            "plan": self.plan.slug,
+            "version": self.version,
+            "effective_from": self.effective_from.isoformat(),
+            "currency": self.currency,
+            "base_fee_cents": self.base_fee_cents,
+            "dimensions": self.dimensions,
+        }
 
 
 class Invoice(models.Model):
@@ -298,14 +372,34 @@ class Invoice(models.Model):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.DRAFT)
     currency = models.CharField(max_length=3, default="USD")
     total_cents = models.BigIntegerField(default=0)
-    line_items = models.JSONField(default=list, blank=True)
+    line_items = models.JSONField(default=list, blank=True, help_text="the lines (see document)")
     created_at = models.DateTimeField(default=timezone.now)
+    # What the billing job wrote: the canonical JSON document (byte for byte), its SHA-256, the
+    # SHA-256 of its inputs (usage log segments read, price book), and the price book version.
+    document = models.TextField(blank=True, default="")
+    checksum = models.CharField(max_length=64, blank=True, default="")
+    input_checksum = models.CharField(max_length=64, blank=True, default="")
+    price_book = models.ForeignKey(
+        PriceBook, on_delete=models.PROTECT, null=True, blank=True, related_name="invoices"
+    )
+    price_book_version = models.PositiveIntegerField(null=True, blank=True)
+    issued_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "period"], name="invoice_unique_period")
         ]
         ordering = ["-period"]
+
+    @property
+    def lines(self) -> list[dict]:
+        return self.line_items
+
+    def parsed_document(self) -> dict:
+        """The billing job's document (lines, usage sums, inputs) as stored, parsed."""
+        import json
+
+        return json.loads(self.document) if self.document else {}
 
 
 # -- Broker state (written by the data plane, schema owned here) --------------------------------

@@ -19,3 +19,52 @@ def compact_archive() -> list[dict]:
     from common.object_store import open_object_store
 
     return [result.as_dict() for result in compact_due(open_object_store())]
+
+
+def _previous_period(today):
+    first = today.replace(day=1)
+    from datetime import timedelta
+
+    return (first - timedelta(days=1)).strftime("%Y-%m")
+
+
+@shared_task(name="tenants.tasks.billing_draft_previous_month")
+def billing_draft_previous_month(today: str | None = None) -> dict:
+    """On the 1st: draft last month's invoices (the Spark job; issued ones are left alone)."""
+    from datetime import date
+
+    from tenants import billing
+
+    day = date.fromisoformat(today) if today else date.today()
+    summary = billing.billing_report(_previous_period(day))
+    return {"period": summary["period"], "tenants": summary["tenants"]}
+
+
+@shared_task(name="tenants.tasks.billing_issue_due")
+def billing_issue_due(today: str | None = None) -> dict:
+    """Daily: once last month's grace period (BILLING_GRACE_DAYS) is over, re-run it — usage
+    that arrived during the grace period is billed in place — and issue its drafts."""
+    from datetime import date
+
+    from django.conf import settings
+
+    from tenants import billing
+    from tenants.models import Invoice
+
+    day = date.fromisoformat(today) if today else date.today()
+    period = _previous_period(day)
+    if day.day <= settings.BILLING_GRACE_DAYS:
+        return {"period": period, "issued": 0, "waiting": True}
+    if not Invoice.objects.filter(period=period, status=Invoice.Status.DRAFT).exists():
+        return {"period": period, "issued": 0, "waiting": False}
+    summary = billing.billing_report(period, issue=True)
+    issued = sum(1 for i in summary["invoices"] if i["state"] == "issued")
+    return {"period": period, "issued": issued, "waiting": False}
+
+
+@shared_task(name="tenants.tasks.usage_log_rollup")
+def usage_log_rollup() -> dict:
+    """The rules job's metered rows (usage log) into the portal's usage minutes."""
+    from tenants import billing
+
+    return billing.usage_log_rollup()

@@ -65,6 +65,10 @@ class TenantStats:
     system_bytes_received: int = 0
     system_sent: int = 0
     system_bytes_sent: int = 0
+    # Billable message units (5 KiB increments, AWS IoT Core's): each PUBLISH received, each
+    # delivery sent, each retained message stored, each CONNECT and SUBSCRIBE; system traffic
+    # ($events, $SYS) is never billed.
+    message_units: int = 0
     # quota key -> refusals or pauses (connections, message_size, publish_rate, outbound_rate,
     # subscriptions, retained)
     exceeded: dict[str, int] = field(default_factory=dict)
@@ -191,7 +195,10 @@ class Broker:
         stats = self.stats[tenant]
         stats.messages_received += 1
         stats.bytes_received += len(message.payload)
-        if message.publisher[:1] == "$":
+        billed = message.publisher[:1] != "$"
+        if billed:
+            stats.message_units += message.billable_units()
+        else:
             stats.system_received += 1
             stats.system_bytes_received += len(message.payload)
         if self.hooks.has("message.publish"):
@@ -199,6 +206,8 @@ class Broker:
             if message is None:
                 return 0
         if message.retain:
+            if billed and message.payload:  # a retained message stored is metered once more
+                stats.message_units += message.billable_units()
             self.retained.set(message)
             if self.retained_changed is not None:
                 self.retained_changed(message)
@@ -248,6 +257,8 @@ class Broker:
         if delivery.message.publisher[:1] == "$":
             stats.system_sent += 1
             stats.system_bytes_sent += size
+        else:
+            stats.message_units += delivery.message.billable_units()
         if self.hooks.has("message.delivered"):
             self.hooks.run("message.delivered", session, delivery)
 

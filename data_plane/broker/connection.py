@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from common.archive_schema import message_units
 from data_plane.broker.auth import AuthResult
 from data_plane.broker.broker import NEVER_EXPIRES, Broker
 from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Succeed
@@ -324,7 +325,10 @@ class MQTTConnection(asyncio.Protocol):
         """Count the tenant's client and tell the hooks; service identities are not clients."""
         if self.auth.service:
             return
-        self.broker.stats[self.tenant].connected += 1 if connected else -1
+        stats = self.broker.stats[self.tenant]
+        stats.connected += 1 if connected else -1
+        if connected:
+            stats.message_units += 1  # a CONNECT is one billable message unit
         self.broker.hooks.run("client.connected" if connected else "client.disconnected", self)
 
     def _protocol_failure(self, reason_code: int, reason: str) -> None:
@@ -891,6 +895,9 @@ class MQTTConnection(asyncio.Protocol):
             codes.append(sub.qos)
             granted.append(sub)
         self.send(encode(SubAck(packet.packet_id, codes), self.protocol_version))
+        if not self.auth.service:  # a SUBSCRIBE is billed per 5 KiB of its filters
+            size = sum(len(sub.topic_filter) for sub in packet.subscriptions)
+            self.broker.stats[self.tenant].message_units += message_units(size)
         for sub in granted:
             self.broker.subscribe(self.session, sub, subscription_id if v5 else None)
         if granted and self.session.persist is not None:

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.archive_schema import message_units
+
 
 @dataclass(slots=True)
 class Message:
@@ -18,6 +20,14 @@ class Message:
     publisher: str = ""  # client id of the publishing session (for no-local)
     tenant: str = ""
     device: str = ""  # the publishing device (username `tenant/device`), for the archive
+    units: int = 0  # billable 5 KiB message units, set once when the broker routes it
+
+    def billable_units(self) -> int:
+        """AWS IoT Core's message units of this message (computed once, then kept)."""
+        units = self.units
+        if not units:
+            units = self.units = message_units(metered_size(self))
+        return units
 
     @classmethod
     def from_publish(
@@ -52,3 +62,23 @@ class Message:
         props = dict(self.properties)
         props["message_expiry_interval"] = max(0, int(self.expires_at - (now or time.monotonic())))
         return props
+
+
+def metered_size(message: Message) -> int:
+    """Bytes AWS IoT Core meters for a message: payload + topic + properties.
+
+    The topic is counted in characters (UTF-8 bytes for the ASCII topics devices use; computing
+    the exact encoding per message is not worth its cost), properties as their keys' values: text
+    and bytes by length, numbers as 4 bytes, user properties as key + value.
+    """
+    size = len(message.payload) + len(message.topic)
+    if message.properties:
+        for name, value in message.properties.items():
+            if name == "user_property":
+                for key, val in value:
+                    size += len(key) + len(val)
+            elif isinstance(value, str | bytes):
+                size += len(value)
+            else:
+                size += 4
+    return size

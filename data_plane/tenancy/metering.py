@@ -2,11 +2,21 @@
 
 The broker calls the counters on its hot path (dict lookups and additions only); `flush()` writes
 every finished minute — and, with `final=True`, the current one — to the control plane's
-`tenants_usage` table with one upserting `executemany`, never a database write per message.
+`tenants_usage` table with one upserting `executemany`, never a database write per message, and
+hands the same rows on (`exported`) to the usage log in the object store, the source of the bill.
+
+Billable units are AWS IoT Core's (see `common.archive_schema`): `message_units` in 5 KiB
+increments (the broker counts them in its per-tenant stats), `connection_minutes` per connection
+with partial minutes rounded up — a connection opened at t0 is charged one minute at t0, and one
+more each time it is still open at t0 + 60 s·k, each charge to the minute it falls in, so a
+connection held d seconds costs ceil(d / 60) minutes (at least one) — and `storage_byte_hours`,
+an hourly sample of the bytes a tenant keeps stored.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -17,10 +27,15 @@ from psycopg import AsyncConnection
 
 _UPSERT = """
 INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
-                           bytes_in, bytes_out, dropped, retained_count, stored_bytes)
-SELECT t.id, to_timestamp(%s), %s, %s, %s, %s, %s, %s::jsonb, %s, %s
+                           bytes_in, bytes_out, dropped, retained_count, stored_bytes,
+                           message_units, connection_minutes, storage_byte_hours,
+                           rules_triggered, actions_executed)
+SELECT t.id, to_timestamp(%s), %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, 0, 0
   FROM tenants_tenant t WHERE t.slug = %s
 ON CONFLICT (tenant_id, minute) DO UPDATE SET
+  message_units = tenants_usage.message_units + EXCLUDED.message_units,
+  connection_minutes = tenants_usage.connection_minutes + EXCLUDED.connection_minutes,
+  storage_byte_hours = tenants_usage.storage_byte_hours + EXCLUDED.storage_byte_hours,
   connection_seconds = tenants_usage.connection_seconds + EXCLUDED.connection_seconds,
   messages_in = tenants_usage.messages_in + EXCLUDED.messages_in,
   messages_out = tenants_usage.messages_out + EXCLUDED.messages_out,
@@ -45,6 +60,9 @@ class MinuteUsage:
     dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     retained_count: int = 0
     stored_bytes: int = 0
+    message_units: int = 0
+    connection_minutes: int = 0
+    storage_byte_hours: int = 0
 
 
 class UsageMeter:
@@ -53,6 +71,11 @@ class UsageMeter:
         self._minutes: dict[tuple[str, int], MinuteUsage] = {}
         self._connected: dict[str, int] = defaultdict(int)
         self._accounted_until = clock()
+        # Open connections for connection-minutes: key -> (tenant, next charge time), and a heap
+        # of (next charge, tiebreak, key) so a tick only looks at the connections that are due.
+        self._open: dict[Any, tuple[str, float]] = {}
+        self._due: list[tuple[float, int, Any]] = []
+        self._tiebreak = itertools.count()
 
     def _current(self, tenant: str) -> MinuteUsage:
         key = (tenant, int(self._clock() // 60) * 60)
@@ -72,13 +95,60 @@ class UsageMeter:
         usage.bytes_out += size
 
     def add(
-        self, tenant: str, *, messages_in: int, bytes_in: int, messages_out: int, bytes_out: int
+        self,
+        tenant: str,
+        *,
+        messages_in: int,
+        bytes_in: int,
+        messages_out: int,
+        bytes_out: int,
+        message_units: int = 0,
     ) -> None:
         usage = self._current(tenant)
         usage.messages_in += messages_in
         usage.bytes_in += bytes_in
         usage.messages_out += messages_out
         usage.bytes_out += bytes_out
+        usage.message_units += message_units
+
+    def stored(self, tenant: str, stored_bytes: int) -> None:
+        """An hourly storage sample: `stored_bytes` kept for an hour is that many byte-hours."""
+        self._current(tenant).storage_byte_hours += stored_bytes
+
+    def _charge_minute(self, tenant: str, at: float) -> None:
+        key = (tenant, int(at // 60) * 60)
+        usage = self._minutes.get(key) or self._minutes.setdefault(key, MinuteUsage())
+        usage.connection_minutes += 1
+
+    def connection_opened(self, key: Any, tenant: str) -> None:
+        now = self._clock()
+        self._charge_minute(tenant, now)
+        self._open[key] = (tenant, now + 60)
+        heapq.heappush(self._due, (now + 60, next(self._tiebreak), key))
+
+    def connection_closed(self, key: Any) -> None:
+        entry = self._open.pop(key, None)
+        if entry is None:
+            return
+        tenant, due = entry
+        now = self._clock()
+        while due < now:  # minutes begun since the last tick (a minute begun is a minute billed)
+            self._charge_minute(tenant, due)
+            due += 60
+
+    def _charge_open_connections(self) -> None:
+        now = self._clock()
+        while self._due and self._due[0][0] <= now:
+            due, _, key = heapq.heappop(self._due)
+            entry = self._open.get(key)
+            if entry is None or entry[1] != due:
+                continue  # closed, or already charged past this point
+            tenant = entry[0]
+            while due <= now:
+                self._charge_minute(tenant, due)
+                due += 60
+            self._open[key] = (tenant, due)
+            heapq.heappush(self._due, (due, next(self._tiebreak), key))
 
     def dropped(self, tenant: str, cause: str, count: int = 1) -> None:
         self._current(tenant).dropped[cause] += count
@@ -118,6 +188,7 @@ class UsageMeter:
     def take(self, *, final: bool = False) -> list[tuple[str, int, MinuteUsage]]:
         """Remove and return finished minutes (all minutes with `final`)."""
         self._account_connections()
+        self._charge_open_connections()
         current = int(self._clock() // 60) * 60
         done = [key for key in self._minutes if final or key[1] < current]
         return [(tenant, minute, self._minutes.pop((tenant, minute))) for tenant, minute in done]
@@ -134,6 +205,9 @@ class UsageMeter:
             existing.messages_out += usage.messages_out
             existing.bytes_in += usage.bytes_in
             existing.bytes_out += usage.bytes_out
+            existing.message_units += usage.message_units
+            existing.connection_minutes += usage.connection_minutes
+            existing.storage_byte_hours += usage.storage_byte_hours
             for cause, count in usage.dropped.items():
                 existing.dropped[cause] += count
 
@@ -155,6 +229,9 @@ class UsageMeter:
                 json.dumps(dict(u.dropped)),
                 u.retained_count,
                 u.stored_bytes,
+                u.message_units,
+                u.connection_minutes,
+                u.storage_byte_hours,
                 tenant,
             )
             for tenant, minute, u in rows

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from data_plane.broker.broker import Broker
-from data_plane.broker.message import Message
-from data_plane.storage.archive import ArchiveWriter, usage_record
+from data_plane.broker.message import Message, metered_size
+from data_plane.storage.usage_log import UsageLogWriter
 from data_plane.tenancy.metering import UsageMeter
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class TenancyObservers:
         pool: Any,
         *,
         flush_interval: float = 10.0,
-        usage_writer: ArchiveWriter | None = None,
+        usage_writer: UsageLogWriter | None = None,
     ) -> None:
         self.broker = broker
         self.usage_writer = usage_writer  # usage records to the object store, for billing
@@ -48,7 +48,8 @@ class TenancyObservers:
         hooks.add("client.disconnected", self._disconnected)
         # Messages and bytes are not hooked per message: they are sampled from the broker's
         # per-tenant counters every second (`_sample`), keeping the publish path lean.
-        self._counted: dict[str, tuple[int, int, int, int]] = {}
+        self._counted: dict[str, tuple[int, int, int, int, int]] = {}
+        self._sampled_hour: int | None = None  # storage is sampled once an hour
         hooks.add("message.dropped", self._dropped)
         # Quota refusals are metered beside drops, as `quota_<key>` causes.
         hooks.add("quota.exceeded", lambda tenant, key: self.meter.dropped(tenant, f"quota_{key}"))
@@ -88,11 +89,13 @@ class TenancyObservers:
 
     def _connected(self, conn: Any) -> None:
         self.meter.connected(conn.tenant)
+        self.meter.connection_opened(conn, conn.tenant)
         self._seen[(conn.tenant, conn.device)] = time.time()
         self._event(conn, "client_connected")
 
     def _disconnected(self, conn: Any) -> None:
         self.meter.disconnected(conn.tenant)
+        self.meter.connection_closed(conn)
         self._seen[(conn.tenant, conn.device)] = time.time()
         self._event(conn, "client_disconnected")
 
@@ -105,8 +108,9 @@ class TenancyObservers:
                 stats.bytes_received - stats.system_bytes_received,
                 stats.messages_sent - stats.system_sent,
                 stats.bytes_sent - stats.system_bytes_sent,
+                stats.message_units,
             )
-            before = self._counted.get(tenant, (0, 0, 0, 0))
+            before = self._counted.get(tenant, (0, 0, 0, 0, 0))
             if now != before:
                 self._counted[tenant] = now
                 self.meter.add(
@@ -115,7 +119,31 @@ class TenancyObservers:
                     bytes_in=now[1] - before[1],
                     messages_out=now[2] - before[2],
                     bytes_out=now[3] - before[3],
+                    message_units=now[4] - before[4],
                 )
+
+    def _sample_storage(self) -> None:
+        """Once an hour (and at start), the bytes each tenant keeps here: retained messages and
+        the queues of its sessions. Each sample is an hour of storage.
+
+        Known limits (follow-up: one sampler over Postgres and the object store in the control
+        plane): archive bytes are not counted yet; a restart inside an hour samples that hour
+        again; with several workers each holding every retained message, each samples it."""
+        hour = int(time.time() // 3600)
+        if hour == self._sampled_hour:
+            return
+        self._sampled_hour = hour
+        stored: dict[str, int] = {}
+        for tenant in list(self.broker.stats):
+            retained = self.broker.retained.match(tenant, "#")
+            stored[tenant] = sum(metered_size(m) for m in retained)
+        for session in list(self.broker.sessions.values()):
+            queued = sum(metered_size(d.message) for d in session.queue)
+            if queued:
+                stored[session.tenant] = stored.get(session.tenant, 0) + queued
+        for tenant, size in stored.items():
+            if size:
+                self.meter.stored(tenant, size)
 
     def _dropped(self, session: Any, delivery: Any, cause: str) -> None:
         self.meter.dropped(session.tenant, cause)
@@ -137,6 +165,7 @@ class TenancyObservers:
 
     async def flush(self, final: bool = False) -> None:
         self._sample()
+        self._sample_storage()
         for tenant in list(self.broker.stats):
             self.meter.gauge(tenant, retained_count=self.broker.retained.count(tenant))
         seen, self._seen = self._seen, {}
@@ -149,11 +178,8 @@ class TenancyObservers:
                     ([t for t, _ in keys], [d for _, d in keys], [seen[k] for k in keys]),
                 )
         if self.usage_writer is not None:
-            self.usage_writer.close_due(force=final)
-            await asyncio.to_thread(self.usage_writer.upload_pending)
+            await self.usage_writer.flush(force=final)
 
     def _export(self, rows: list) -> None:
         if self.usage_writer is not None:
-            writer = self.usage_writer.writer_id
-            for tenant, minute, usage in rows:
-                self.usage_writer.append(usage_record(tenant, minute, usage, writer=writer))
+            self.usage_writer.append_minutes(rows)

@@ -315,10 +315,73 @@ class UsageOutput(serializers.Serializer):
     stored_bytes = serializers.IntegerField()
 
 
+class UsagePointOutput(serializers.Serializer):
+    start = serializers.DateTimeField()
+    messages = serializers.IntegerField(help_text="billable 5 KB message units")
+    connection_minutes = serializers.IntegerField()
+    rules_triggered = serializers.IntegerField()
+    actions_executed = serializers.IntegerField()
+    storage_byte_hours = serializers.IntegerField()
+    storage_gb_hours = serializers.FloatField()
+    publishes_in = serializers.IntegerField()
+    deliveries_out = serializers.IntegerField()
+    bytes_in = serializers.IntegerField()
+    bytes_out = serializers.IntegerField()
+
+
+class UsageSeriesOutput(serializers.Serializer):
+    # `from` is a Python keyword: declared below.
+    to = serializers.DateTimeField()
+    granularity = serializers.ChoiceField(choices=["hour", "day"])
+    series = UsagePointOutput(many=True)
+
+
+UsageSeriesOutput._declared_fields["from"] = serializers.DateTimeField()
+
+
+class InvoiceLineOutput(serializers.Serializer):
+    code = serializers.ChoiceField(
+        choices=[
+            "base_fee",
+            "messages",
+            "connection_minutes",
+            "rules_triggered",
+            "actions_executed",
+            "storage_gb_hours",
+            "adjustment",
+            "credit",
+        ]
+    )
+    description = serializers.CharField()
+    quantity = serializers.FloatField()
+    included = serializers.FloatField()
+    billable = serializers.FloatField()
+    unit_price = serializers.CharField(help_text="decimal text, per `per` units")
+    per = serializers.IntegerField()
+    amount_cents = serializers.IntegerField()
+    for_period = serializers.CharField(required=False, help_text="adjustments: the month adjusted")
+
+
 class InvoiceOutput(serializers.Serializer):
     period = serializers.CharField()
     status = serializers.CharField()
     currency = serializers.CharField()
     total_cents = serializers.IntegerField()
-    line_items = serializers.ListField()
+    lines = serializers.SerializerMethodField()
+    line_items = serializers.SerializerMethodField(help_text="the same lines (older name)")
+    price_book_version = serializers.IntegerField(allow_null=True)
+    checksum = serializers.CharField()
+    input_checksum = serializers.CharField()
+    issued_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
+
+    def _lines(self, invoice) -> list[dict]:
+        return invoice.line_items
+
+    @extend_schema_field(InvoiceLineOutput(many=True))
+    def get_lines(self, invoice) -> list[dict]:
+        return self._lines(invoice)
+
+    @extend_schema_field(InvoiceLineOutput(many=True))
+    def get_line_items(self, invoice) -> list[dict]:
+        return self._lines(invoice)

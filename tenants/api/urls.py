@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from tenants.api import views
 
@@ -33,4 +33,9 @@ urlpatterns = [
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),
     path("invoices", views.InvoiceView.as_view(), name="api-invoices"),
+    re_path(
+        r"^invoices/(?P<period>[0-9]{4}-[0-9]{2})(?:\.(?P<fmt>csv|pdf))?$",
+        views.InvoiceDetailView.as_view(),
+        name="api-invoice",
+    ),
 ]

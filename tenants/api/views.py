@@ -4,9 +4,12 @@ scoped to the caller's tenant, so another tenant's object is a 404."""
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError
-from django.http import Http404
+from django.http import Http404, HttpResponse
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
@@ -17,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from tenants import selectors, services
+from tenants import billing_selectors, invoice_render, selectors, services
 from tenants.api import serializers as s
 from tenants.models import ApiToken, Credential, Membership, Tenant
 
@@ -438,12 +441,20 @@ class QuotaView(TenantAPIView):
 
 class UsageView(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("since", str, description="ISO 8601: minutes from then")],
-        responses=s.UsageOutput(many=True),
+        parameters=[
+            OpenApiParameter("from", str, description="ISO 8601 start (with granularity)"),
+            OpenApiParameter("to", str, description="ISO 8601 end, exclusive (default now)"),
+            OpenApiParameter("granularity", str, enum=["hour", "day"]),
+            OpenApiParameter("since", str, description="ISO 8601: raw minutes from then"),
+        ],
+        responses=s.UsageSeriesOutput,
     )
     def get(self, request):
+        params = request.query_params
+        if {"from", "to", "granularity"} & set(params):
+            return self._series(params)
         usage = selectors.usage_list(tenant=self.tenant)
-        since = request.query_params.get("since")
+        since = params.get("since")
         if since:
             parsed = parse_datetime(since)
             if parsed is None:
@@ -451,10 +462,67 @@ class UsageView(TenantAPIView):
             usage = usage.filter(minute__gte=parsed)
         return paginated(self, request, usage, s.UsageOutput)
 
+    def _series(self, params) -> Response:
+        granularity = params.get("granularity", "day")
+        now = timezone.now()
+        bounds = {}
+        for name, default in (("from", None), ("to", now)):
+            raw = params.get(name)
+            if raw is None:
+                if default is None:
+                    raise ValidationError({name: ["Required with `to` or `granularity`."]})
+                bounds[name] = default
+                continue
+            parsed = parse_datetime(raw) or _parse_date(raw)
+            if parsed is None:
+                raise ValidationError({name: ["Use an ISO 8601 date or date-time."]})
+            if timezone.is_naive(parsed):
+                parsed = timezone.make_aware(parsed, UTC)
+            bounds[name] = parsed
+        series = billing_selectors.usage_series(
+            tenant=self.tenant, start=bounds["from"], end=bounds["to"], granularity=granularity
+        )
+        body = {
+            "from": bounds["from"].isoformat(),
+            "to": bounds["to"].isoformat(),
+            "granularity": granularity,
+            "series": series,
+        }
+        return Response(body)
+
+
+def _parse_date(raw: str):
+    from datetime import datetime
+
+    try:
+        return datetime.strptime(raw, "%Y-%m-%d")
+    except ValueError:
+        return None
+
 
 class InvoiceView(TenantAPIView):
     @extend_schema(responses=s.InvoiceOutput(many=True))
     def get(self, request):
         return paginated(
-            self, request, selectors.invoices_list(tenant=self.tenant), s.InvoiceOutput
+            self, request, billing_selectors.invoices_list(tenant=self.tenant), s.InvoiceOutput
         )
+
+
+class InvoiceDetailView(TenantAPIView):
+    """`/invoices/{YYYY-MM}` as JSON, `.csv` or `.pdf`; another tenant's period is a 404."""
+
+    @extend_schema(responses=s.InvoiceOutput)
+    def get(self, request, period: str, fmt: str | None = None):
+        invoice = billing_selectors.invoice_get(tenant=self.tenant, period=period)
+        name = f"invoice-{self.tenant.slug}-{period}"
+        if fmt == "csv":
+            response = HttpResponse(invoice_render.invoice_csv(invoice), content_type="text/csv")
+            response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
+            return response
+        if fmt == "pdf":
+            response = HttpResponse(
+                invoice_render.invoice_pdf(invoice), content_type="application/pdf"
+            )
+            response["Content-Disposition"] = f'attachment; filename="{name}.pdf"'
+            return response
+        return Response(s.InvoiceOutput(invoice).data)

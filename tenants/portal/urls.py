@@ -1,6 +1,6 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from tenants.portal import views
+from tenants.portal import billing_views, views
 
 app_name = "portal"
 
@@ -28,6 +28,13 @@ urlpatterns = [
         name="rule-dead-letters-clear",
     ),
     path("quota/", views.quota, name="quota"),
+    path("usage/", billing_views.usage, name="usage"),
+    path("invoices/", billing_views.invoices, name="invoices"),
+    re_path(
+        r"^invoices/(?P<period>[0-9]{4}-[0-9]{2})\.(?P<fmt>csv|pdf)$",
+        billing_views.invoice_download,
+        name="invoice-download",
+    ),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/delete/", views.token_delete, name="token-delete"),
 ]

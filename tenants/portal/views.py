@@ -257,7 +257,20 @@ def quota(request, membership):
     tenant = membership.tenant
     limits = selectors.effective_quota(tenant)
     rows = [(key, value, key in (tenant.quota_overrides or {})) for key, value in limits.items()]
-    return render(request, "portal/quota.html", _context(membership, rows=rows, plan=tenant.plan))
+    from datetime import UTC, datetime
+
+    from tenants.billing import price_book_for
+
+    book = price_book_for(tenant.plan, datetime.now(UTC).strftime("%Y-%m"))
+    prices = [
+        (name, spec.get("included", 0), spec.get("per", 1), spec["tiers"])
+        for name, spec in book.dimensions.items()
+    ]
+    return render(
+        request,
+        "portal/quota.html",
+        _context(membership, rows=rows, plan=tenant.plan, book=book, prices=prices),
+    )
 
 
 @tenant_view()

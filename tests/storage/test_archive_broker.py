@@ -22,7 +22,6 @@ from common.archive_schema import (
     EVENT_UNSUBSCRIBED,
 )
 from common.object_store import open_object_store
-from data_plane.storage.archive import read_segment
 from tenants import services
 from tenants.models import Tenant
 from tests.broker.clients import Paho
@@ -166,32 +165,8 @@ def metrics(port: int) -> dict[str, float]:
     return out
 
 
-def test_usage_records_reach_the_object_store_for_billing(s3_endpoint, monkeypatch):
-    bucket = f"usage-{uuid.uuid4().hex[:10]}"
-    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
-    monkeypatch.setenv("OBJECT_STORE_URL", f"s3://{bucket}")
-    acme = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
-    process, port = start_pg_broker("--no-archive")
-    try:
-        client = Paho(port, "acme/d", secret, "meter-1")
-        client.subscribe("m/#", 1)
-        for _ in range(7):
-            client.publish("m/t", b"12345", 1)
-        assert len(client.expect(7, 5)) == 7
-        client.close()
-    finally:
-        process.terminate()  # the final flush writes the current minute
-        assert process.wait(timeout=20) == 0
-    store = open_object_store(f"s3://{bucket}")
-    assert store.list("archive/") == []  # --no-archive
-    keys = store.list("usage/")
-    assert keys and all(k.startswith("usage/tenant=acme/date=") for k in keys)
-    records = [r for k in keys for r in read_segment(store.get(k))]
-    assert sum(r["messages_in"] for r in records) == 7
-    assert sum(r["bytes_in"] for r in records) == 35
-    assert sum(r["messages_out"] for r in records) == 7
-    assert all(r["tenant"] == "acme" and r["minute"].endswith("+00:00") for r in records)
+# The usage log (Parquet, written by the broker beside this archive) is tested in
+# tests/billing/test_metering_units.py.
 
 
 def test_archive_buffers_while_the_object_store_is_away_and_says_so(s3_endpoint, monkeypatch):

@@ -1,0 +1,315 @@
+"""Prices and invoices: a price book, quantities for a period → an invoice document, to the cent.
+
+Shared by the billing job (which computes the quantities from the usage log), the control plane
+(price book validation, the plan page, the month-to-date estimate) and the tests.
+
+A price book (`PriceBook.as_document()`) is
+`{plan, version, effective_from, currency, base_fee_cents, dimensions}` with, per dimension,
+`{"included": N, "per": P, "tiers": [{"up_to": Q | null, "price": "1.00"}, ...]}`: the first N
+units of a period are free (the free tier); the rest — the billable units — are priced tier by
+tier, a tier taking the billable units up to its cumulative bound `up_to` (null: no bound) at
+`price` per P units, `price` being decimal text in the currency's major unit (dollars).
+
+Rounding, the one rule: every amount is first computed exactly (Python `Decimal`, no binary
+floating point anywhere); each *line* is then rounded once to integer cents, half up (0.5 cent →
+1 cent, -0.5 → -1); the total is the sum of the rounded lines. Nothing else is ever rounded.
+
+Storage is metered in byte-hours and billed in GB-hours (10^9 bytes × 1 hour), exactly:
+`storage_gb_hours = storage_byte_hours / 10^9` as a decimal with up to 9 places.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
+from typing import Any
+
+# The billed dimensions, in invoice order, with the usage-log column each is summed from.
+DIMENSIONS = (
+    "messages",
+    "connection_minutes",
+    "rules_triggered",
+    "actions_executed",
+    "storage_gb_hours",
+)
+USAGE_COLUMN = {
+    "messages": "messages",
+    "connection_minutes": "connection_minutes",
+    "rules_triggered": "rules_triggered",
+    "actions_executed": "actions_executed",
+    "storage_gb_hours": "storage_byte_hours",
+}
+LINE_CODES = ("base_fee", *DIMENSIONS, "adjustment", "credit")
+DESCRIPTIONS = {
+    "base_fee": "Monthly base fee",
+    "messages": "Messages (5 KB units)",
+    "connection_minutes": "Connection minutes",
+    "rules_triggered": "Rules triggered (5 KB units)",
+    "actions_executed": "Actions executed",
+    "storage_gb_hours": "Storage (GB-hours)",
+}
+ROUNDING_RULE = "each line rounded half-up to the cent from its exact decimal amount; total = sum"
+BYTES_PER_GB = 10**9
+
+
+class PriceBookError(ValueError):
+    """A price book that cannot price: `fields` maps each bad field to what is wrong."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
+        self.fields = fields
+
+
+def validate_price_book(dimensions: dict[str, Any], currency: str, base_fee_cents: int) -> None:
+    """Raise PriceBookError naming every problem of a price book's prices."""
+    errors: dict[str, str] = {}
+    if not (isinstance(currency, str) and len(currency) == 3 and currency.isalpha()):
+        errors["currency"] = "use a three-letter ISO 4217 code, e.g. USD"
+    if not isinstance(base_fee_cents, int) or base_fee_cents < 0:
+        errors["base_fee_cents"] = "use a whole number of cents, 0 or more"
+    unknown = set(dimensions) - set(DIMENSIONS)
+    if unknown:
+        errors["dimensions"] = f"unknown {sorted(unknown)}; known: {', '.join(DIMENSIONS)}"
+    for name, spec in dimensions.items():
+        if name in unknown:
+            continue
+        where = f"dimensions.{name}"
+        if not isinstance(spec, dict):
+            errors[where] = "use an object {included, per, tiers}"
+            continue
+        included, per, tiers = spec.get("included", 0), spec.get("per", 1), spec.get("tiers")
+        if not isinstance(included, int) or included < 0:
+            errors[f"{where}.included"] = "use a whole number, 0 or more"
+        if not isinstance(per, int) or per < 1:
+            errors[f"{where}.per"] = "use a whole number, 1 or more"
+        if not isinstance(tiers, list) or not tiers:
+            errors[f"{where}.tiers"] = "give at least one tier {up_to, price}"
+            continue
+        last = 0
+        for i, tier in enumerate(tiers):
+            at = f"{where}.tiers[{i}]"
+            up_to = tier.get("up_to") if isinstance(tier, dict) else None
+            try:
+                price = Decimal(str(tier["price"]))
+                if price < 0 or not price.is_finite():
+                    raise InvalidOperation
+            except (KeyError, TypeError, InvalidOperation):
+                errors[f"{at}.price"] = 'use a decimal number as text, 0 or more, e.g. "1.00"'
+            if up_to is None:
+                if i != len(tiers) - 1:
+                    errors[f"{at}.up_to"] = "only the last tier may be unbounded (null)"
+            elif not isinstance(up_to, int) or up_to <= last:
+                errors[f"{at}.up_to"] = "bounds must be whole numbers, increasing"
+            else:
+                last = up_to
+        if tiers and isinstance(tiers[-1], dict) and tiers[-1].get("up_to") is not None:
+            errors[f"{where}.tiers"] = "the last tier must be unbounded (up_to: null)"
+    if errors:
+        raise PriceBookError(errors)
+
+
+def round_cents(amount: Decimal) -> int:
+    """An exact amount in major units → integer cents, half up (away from zero on .5)."""
+    return int((amount * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def quantity_of(dimension: str, usage_total: int) -> Decimal:
+    """The billed quantity of a dimension from its usage-log column's sum."""
+    if dimension == "storage_gb_hours":
+        return Decimal(usage_total) / BYTES_PER_GB
+    return Decimal(usage_total)
+
+
+@dataclass(frozen=True)
+class Priced:
+    quantity: Decimal
+    included: Decimal
+    billable: Decimal
+    amount: Decimal  # exact, major units
+    tiers: list[dict[str, Any]]
+
+
+def price_dimension(quantity: Decimal, spec: dict[str, Any]) -> Priced:
+    """Price `quantity` units of one dimension by its spec (see the module docstring)."""
+    with localcontext() as ctx:
+        ctx.prec = 60  # exact for any realistic quantity × price
+        included = min(quantity, Decimal(spec.get("included", 0)))
+        billable = quantity - included
+        per = Decimal(spec.get("per", 1))
+        amount = Decimal(0)
+        used = Decimal(0)
+        tiers = []
+        for tier in spec["tiers"]:
+            bound = tier.get("up_to")
+            cap = billable if bound is None else min(billable, Decimal(bound))
+            take = max(Decimal(0), cap - used)
+            if take > 0:
+                price = Decimal(str(tier["price"]))
+                part = take * price / per
+                amount += part
+                tiers.append({"quantity": _num(take), "price": str(tier["price"]), "per": int(per)})
+            used += take
+            if used >= billable:
+                break
+    return Priced(quantity, included, billable, amount, tiers)
+
+
+def _num(value: Decimal) -> int | float:
+    """A quantity for JSON: an integer when whole, else a float (at most 9 decimal places, whose
+    shortest repr is deterministic)."""
+    if value == value.to_integral_value():
+        return int(value)
+    return float(value)
+
+
+def dimension_line(dimension: str, quantity: Decimal, spec: dict[str, Any]) -> dict[str, Any]:
+    priced = price_dimension(quantity, spec)
+    first = spec["tiers"][0]
+    unit_price = priced.tiers[0]["price"] if priced.tiers else str(first["price"])
+    return {
+        "code": dimension,
+        "description": DESCRIPTIONS[dimension],
+        "quantity": _num(priced.quantity),
+        "included": _num(priced.included),
+        "billable": _num(priced.billable),
+        "unit_price": unit_price,
+        "per": int(spec.get("per", 1)),
+        "tiers": priced.tiers,
+        "amount_cents": round_cents(priced.amount),
+    }
+
+
+def canonical_json(document: Any) -> bytes:
+    """The one byte form of a document: sorted keys, no spaces, UTF-8. Same input, same bytes."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def price_book_checksum(price_book: dict[str, Any]) -> str:
+    return sha256_hex(canonical_json(price_book))
+
+
+def invoice_lines(usage: dict[str, int], price_book: dict[str, Any]) -> list[dict[str, Any]]:
+    """The base fee and one line per priced dimension, from the period's usage-log sums."""
+    lines = [
+        {
+            "code": "base_fee",
+            "description": DESCRIPTIONS["base_fee"],
+            "quantity": 1,
+            "included": 0,
+            "billable": 1,
+            "unit_price": str(Decimal(price_book["base_fee_cents"]) / 100),
+            "per": 1,
+            "tiers": [],
+            "amount_cents": int(price_book["base_fee_cents"]),
+        }
+    ]
+    for dimension in DIMENSIONS:
+        spec = price_book["dimensions"].get(dimension)
+        if spec is None:
+            continue  # not priced by this plan
+        total = int(usage.get(USAGE_COLUMN[dimension], 0))
+        lines.append(dimension_line(dimension, quantity_of(dimension, total), spec))
+    return lines
+
+
+def build_invoice(
+    *,
+    tenant: str,
+    period: str,
+    usage: dict[str, int],
+    usage_digest: str,
+    price_book: dict[str, Any],
+    adjustments: list[dict[str, Any]] = (),
+    credits: list[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """The invoice document of one tenant and period. Deterministic: no clock, no randomness;
+    `canonical_json` of it is the invoice's byte form and its SHA-256 the `checksum`.
+
+    `credits` (`{"amount_cents", "reason"}`, in the order given) are negative `credit` lines,
+    each applied up to what is still owed: a credit never makes the total negative."""
+    lines = invoice_lines(usage, price_book) + list(adjustments)
+    owed = sum(line["amount_cents"] for line in lines)
+    for credit in credits:
+        applied = min(int(credit["amount_cents"]), max(0, owed))
+        owed -= applied
+        lines.append(
+            {
+                "code": "credit",
+                "description": f"Credit: {credit['reason']}",
+                "quantity": 1,
+                "included": 0,
+                "billable": 1,
+                "unit_price": str(Decimal(-applied) / 100),
+                "per": 1,
+                "tiers": [],
+                "granted_cents": int(credit["amount_cents"]),
+                "amount_cents": -applied,
+            }
+        )
+    book_sum = price_book_checksum(price_book)
+    inputs = {
+        "usage": usage_digest,
+        "price_book": book_sum,
+        "adjustments": sha256_hex(canonical_json(list(adjustments))),
+        "credits": sha256_hex(canonical_json(list(credits))),
+    }
+    document = {
+        "tenant": tenant,
+        "period": period,
+        "currency": price_book["currency"],
+        "price_book": {"plan": price_book["plan"], "version": price_book["version"]},
+        "usage": {k: int(usage.get(k, 0)) for k in sorted(set(USAGE_COLUMN.values()))},
+        "lines": lines,
+        "total_cents": sum(line["amount_cents"] for line in lines),
+        "rounding": ROUNDING_RULE,
+        "inputs": inputs,
+        "input_checksum": sha256_hex(canonical_json(inputs)),
+    }
+    return document
+
+
+def adjustment_lines(
+    *,
+    period: str,
+    fresh_usage: dict[str, int],
+    billed_usage: dict[str, int],
+    price_book: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Late usage of an issued `period`, as adjustment lines for a later invoice: per dimension,
+    the difference between pricing what the log holds now and pricing what was billed so far
+    (`billed_usage`: the issued invoice's usage plus the deltas of adjustments since), both with
+    the period's own price book, so tiers crossed late are priced as they would have been."""
+    out = []
+    for dimension in DIMENSIONS:
+        spec = price_book["dimensions"].get(dimension)
+        column = USAGE_COLUMN[dimension]
+        fresh, billed = int(fresh_usage.get(column, 0)), int(billed_usage.get(column, 0))
+        if spec is None or fresh == billed:
+            continue
+        now = dimension_line(dimension, quantity_of(dimension, fresh), spec)
+        then = dimension_line(dimension, quantity_of(dimension, billed), spec)
+        amount = now["amount_cents"] - then["amount_cents"]
+        delta = quantity_of(dimension, fresh - billed)
+        out.append(
+            {
+                "code": "adjustment",
+                "description": f"Late usage for {period}: {DESCRIPTIONS[dimension]}",
+                "for_period": period,
+                "dimension": dimension,
+                "usage_delta": fresh - billed,
+                "quantity": _num(delta),
+                "included": 0,
+                "billable": _num(delta),
+                "unit_price": now["unit_price"],
+                "per": now["per"],
+                "tiers": [],
+                "amount_cents": amount,
+            }
+        )
+    return out

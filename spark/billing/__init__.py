@@ -1,0 +1,1 @@
+"""The billing job: usage log (Parquet) + price books → invoices. Imports only `common`."""

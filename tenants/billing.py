@@ -1,0 +1,445 @@
+"""Billing services: price books (versioned per plan) and invoices from the Spark billing job.
+
+Writes go through here; reads the portal and the API need are in `tenants.billing_selectors`.
+The pricing itself is `common.pricing` (shared with the job); the job is `spark.billing.job`.
+
+An invoice is a draft until issued. Re-running a period rewrites its drafts and never an issued
+invoice: usage that reaches the log after an issue becomes an adjustment line on the next invoice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import date
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from common.pricing import (
+    USAGE_COLUMN,
+    PriceBookError,
+    canonical_json,
+    sha256_hex,
+    validate_price_book,
+)
+from tenants.models import Credit, Invoice, Plan, PriceBook, Tenant
+
+# Months back whose issued invoices a run re-checks for late usage.
+ADJUSTMENT_LOOKBACK_MONTHS = 3
+
+# The list prices a plan gets when it has no price book yet (AWS IoT Core's, US East).
+LIST_DIMENSIONS = {
+    "messages": {
+        "per": 1_000_000,
+        "tiers": [
+            {"up_to": 1_000_000_000, "price": "1.00"},
+            {"up_to": 5_000_000_000, "price": "0.80"},
+            {"up_to": None, "price": "0.70"},
+        ],
+    },
+    "connection_minutes": {"per": 1_000_000, "tiers": [{"up_to": None, "price": "0.08"}]},
+    "rules_triggered": {"per": 1_000_000, "tiers": [{"up_to": None, "price": "0.15"}]},
+    "actions_executed": {"per": 1_000_000, "tiers": [{"up_to": None, "price": "0.15"}]},
+    "storage_gb_hours": {"per": 1, "tiers": [{"up_to": None, "price": "0.0002"}]},
+}
+FREE_TIER = {
+    "messages": 1_000_000,
+    "connection_minutes": 2_250_000,
+    "rules_triggered": 250_000,
+    "actions_executed": 250_000,
+    "storage_gb_hours": 100,
+}
+
+
+def _period_start(period: str) -> date:
+    try:
+        year, month = (int(part) for part in period.split("-"))
+        return date(year, month, 1)
+    except ValueError:
+        raise ValidationError({"period": [f"{period!r}: use YYYY-MM, e.g. 2026-10."]}) from None
+
+
+def _months_before(period: str, count: int) -> list[str]:
+    start = _period_start(period)
+    out, year, month = [], start.year, start.month
+    for _ in range(count):
+        year, month = (year, month - 1) if month > 1 else (year - 1, 12)
+        out.append(f"{year:04d}-{month:02d}")
+    return out
+
+
+# -- price books ---------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def price_book_set(
+    plan: Plan,
+    *,
+    effective_from: date,
+    dimensions: dict[str, Any],
+    base_fee_cents: int,
+    currency: str = "USD",
+) -> PriceBook:
+    """A new version of the plan's prices from `effective_from`. Issued invoices keep theirs."""
+    try:
+        validate_price_book(dimensions, currency, base_fee_cents)
+    except PriceBookError as exc:
+        raise ValidationError({k: [v] for k, v in exc.fields.items()}) from None
+    books = PriceBook.objects.select_for_update().filter(plan=plan)
+    if books.filter(effective_from=effective_from).exists():
+        raise ValidationError(
+            {"effective_from": [f"{plan.slug} already has prices from {effective_from}."]}
+        )
+    issued = Invoice.objects.filter(
+        tenant__plan=plan, status__in=[Invoice.Status.ISSUED, Invoice.Status.PAID]
+    ).order_by("-period")
+    latest = issued.first()
+    if latest is not None and effective_from <= _period_start(latest.period):
+        raise ValidationError(
+            {
+                "effective_from": [
+                    f"{latest.period} is already invoiced on {plan.slug}: "
+                    f"new prices can start from the month after."
+                ]
+            }
+        )
+    version = (books.order_by("-version").values_list("version", flat=True).first() or 0) + 1
+    return PriceBook.objects.create(
+        plan=plan,
+        version=version,
+        effective_from=effective_from,
+        currency=currency.upper(),
+        base_fee_cents=base_fee_cents,
+        dimensions=dimensions,
+    )
+
+
+def price_book_default(plan: Plan) -> PriceBook:
+    """Version 1 of a plan that has none: its monthly price, list unit prices, and for the free
+    plan a free tier."""
+    dimensions = {}
+    for name, spec in LIST_DIMENSIONS.items():
+        spec = {**spec, "included": FREE_TIER[name] if plan.monthly_price_cents == 0 else 0}
+        if name == "messages" and plan.price_per_million_messages_cents:
+            first = {"up_to": None, "price": str(plan.price_per_million_messages_cents / 100)}
+            spec["tiers"] = [first]
+        dimensions[name] = spec
+    book, _ = PriceBook.objects.get_or_create(
+        plan=plan,
+        version=1,
+        defaults={
+            "effective_from": date(2000, 1, 1),
+            "base_fee_cents": plan.monthly_price_cents,
+            "dimensions": dimensions,
+        },
+    )
+    return book
+
+
+def price_book_for(plan: Plan, period: str) -> PriceBook:
+    """The version in force on the first day of `period`."""
+    start = _period_start(period)
+    book = (
+        PriceBook.objects.filter(plan=plan, effective_from__lte=start)
+        .order_by("-effective_from")
+        .first()
+    )
+    if book is None:
+        if PriceBook.objects.filter(plan=plan).exists():
+            raise ValidationError({"period": [f"{plan.slug} has no prices in force on {start}."]})
+        book = price_book_default(plan)
+    return book
+
+
+# -- invoices ------------------------------------------------------------------------------------
+
+
+def _billed_usage(tenant: Tenant, period: str, before: str) -> tuple[PriceBook, dict[str, int]]:
+    """What has been billed for `period` by the invoices issued before `before`: its issued
+    invoice's usage plus the deltas of adjustment lines for it on later issued invoices."""
+    invoices = Invoice.objects.filter(
+        tenant=tenant,
+        status__in=[Invoice.Status.ISSUED, Invoice.Status.PAID],
+        period__gte=period,
+        period__lt=before,
+    ).order_by("period")
+    issued = invoices[0]
+    billed = dict(issued.parsed_document()["usage"])
+    for later in invoices[1:]:
+        for line in later.line_items:
+            if line.get("code") == "adjustment" and line.get("for_period") == period:
+                column = USAGE_COLUMN[line["dimension"]]
+                billed[column] = billed.get(column, 0) + line["usage_delta"]
+    return issued.price_book, billed
+
+
+def billing_accounts(period: str, tenant: Tenant | None = None) -> list[tuple[Tenant, PriceBook]]:
+    start = _period_start(period)
+    end = date(start.year + start.month // 12, start.month % 12 + 1, 1)
+    # Tenants that existed during the period (the whole base fee: no proration).
+    tenants = (
+        Tenant.objects.select_related("plan").filter(created_at__date__lt=end).order_by("slug")
+    )
+    if tenant is not None:
+        tenants = tenants.filter(id=tenant.id)
+    return [(t, price_book_for(t.plan, period)) for t in tenants]
+
+
+def job_accounts(period: str, pairs: list[tuple[Tenant, PriceBook]]) -> list[Any]:
+    from spark.billing.job import Account, IssuedPeriod
+
+    months = _months_before(period, ADJUSTMENT_LOOKBACK_MONTHS)
+    accounts = []
+    for tenant, book in pairs:
+        issued = []
+        for month in sorted(
+            Invoice.objects.filter(
+                tenant=tenant,
+                period__in=months,
+                status__in=[Invoice.Status.ISSUED, Invoice.Status.PAID],
+            ).values_list("period", flat=True)
+        ):
+            month_book, billed = _billed_usage(tenant, month, period)
+            issued.append(IssuedPeriod(month, month_book.as_document(), billed))
+        credits = tuple(
+            {"amount_cents": c.amount_cents, "reason": c.reason}
+            for c in Credit.objects.filter(tenant=tenant, period=period).order_by("id")
+        )
+        accounts.append(Account(tenant.slug, book.as_document(), tuple(issued), credits))
+    return accounts
+
+
+def run_billing_job(
+    period: str,
+    tenant: Tenant | None = None,
+    progress: Callable[[str], None] = lambda step: None,
+    spark: Any = None,
+) -> tuple[Any, dict[str, PriceBook]]:
+    """Run the Spark job for the period (all tenants, or one); returns its result and the price
+    book of each tenant."""
+    from common.object_store import open_object_store
+    from spark.billing import job
+    from spark.billing.session import build_session
+
+    _period_start(period)
+    progress("loading price books")
+    pairs = billing_accounts(period, tenant)
+    books = {t.slug: book for t, book in pairs}
+    accounts = job_accounts(period, pairs)
+    progress("starting Spark")
+    spark = spark or build_session()
+    result = job.run(spark, open_object_store(), period, accounts, progress)
+    return result, books
+
+
+@transaction.atomic
+def invoices_store(
+    result: Any, books: dict[str, PriceBook], *, issue: bool = False
+) -> list[dict[str, Any]]:
+    """Write the job's documents as invoices: drafts are replaced, issued ones never touched
+    (reported as `unchanged` or `differs`). With `issue`, drafts become issued."""
+    tenants = {
+        t.slug: t for t in Tenant.objects.filter(slug__in=[d["tenant"] for d in result.invoices])
+    }
+    out = []
+    for document in result.invoices:
+        tenant = tenants[document["tenant"]]
+        body = canonical_json(document).decode()
+        checksum = sha256_hex(body.encode())
+        invoice = (
+            Invoice.objects.select_for_update()
+            .filter(tenant=tenant, period=document["period"])
+            .first()
+        )
+        if invoice is not None and invoice.status != Invoice.Status.DRAFT:
+            state = "unchanged" if invoice.checksum == checksum else "differs"
+            out.append(_summary(invoice, state))
+            continue
+        book = books[tenant.slug]
+        fields = {
+            "currency": document["currency"],
+            "total_cents": document["total_cents"],
+            "line_items": document["lines"],
+            "document": body,
+            "checksum": checksum,
+            "input_checksum": document["input_checksum"],
+            "price_book": book,
+            "price_book_version": book.version,
+            "created_at": timezone.now(),
+        }
+        if issue:
+            fields.update(status=Invoice.Status.ISSUED, issued_at=timezone.now())
+        invoice, _ = Invoice.objects.update_or_create(
+            tenant=tenant, period=document["period"], defaults=fields
+        )
+        out.append(_summary(invoice, "issued" if issue else "draft"))
+    return out
+
+
+def _summary(invoice: Invoice, state: str) -> dict[str, Any]:
+    return {
+        "tenant": invoice.tenant.slug,
+        "period": invoice.period,
+        "state": state,
+        "status": invoice.status,
+        "total_cents": invoice.total_cents,
+        "currency": invoice.currency,
+        "checksum": invoice.checksum,
+        "price_book_version": invoice.price_book_version,
+    }
+
+
+def billing_report(
+    period: str,
+    *,
+    tenant: Tenant | None = None,
+    issue: bool = False,
+    progress: Callable[[str], None] = lambda step: None,
+    spark: Any = None,
+) -> dict[str, Any]:
+    """The billing job for a period, its invoices stored; the JSON summary of the command."""
+    started = time.monotonic()
+    result, books = run_billing_job(period, tenant, progress, spark)
+    progress("storing invoices")
+    invoices = invoices_store(result, books, issue=issue)
+    return {
+        "period": period,
+        "tenants": len(invoices),
+        "segments": result.files,
+        "usage_rows": result.rows,
+        "revenue": result.revenue,
+        "invoices": invoices,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+def billing_verify(
+    period: str, *, spark: Any = None, progress: Callable[[str], None] = lambda step: None
+) -> dict[str, Any]:
+    """Re-run a period and compare with its issued invoices, line by line; stores nothing."""
+    issued = {
+        i.tenant.slug: i
+        for i in Invoice.objects.select_related("tenant").filter(
+            period=period, status__in=[Invoice.Status.ISSUED, Invoice.Status.PAID]
+        )
+    }
+    pairs = [
+        (i.tenant, i.price_book or price_book_for(i.tenant.plan, period)) for i in issued.values()
+    ]
+    from common.object_store import open_object_store
+    from spark.billing import job
+    from spark.billing.session import build_session
+
+    accounts = job_accounts(period, pairs)
+    spark = spark or build_session()
+    result = job.run(spark, open_object_store(), period, accounts, progress)
+    differences = []
+    for document in result.invoices:
+        invoice = issued[document["tenant"]]
+        if sha256_hex(canonical_json(document)) == invoice.checksum:
+            continue
+        old = {(line["code"], line.get("for_period")): line for line in invoice.line_items}
+        new = {(line["code"], line.get("for_period")): line for line in document["lines"]}
+        for key in sorted(set(old) | set(new), key=str):
+            before, after = old.get(key), new.get(key)
+            if before != after:
+                differences.append(
+                    {
+                        "tenant": document["tenant"],
+                        "code": key[0],
+                        "issued": before and {k: before[k] for k in ("quantity", "amount_cents")},
+                        "rerun": after and {k: after[k] for k in ("quantity", "amount_cents")},
+                    }
+                )
+        if not any(d["tenant"] == document["tenant"] for d in differences):
+            differences.append(
+                {
+                    "tenant": document["tenant"],
+                    "code": "inputs",
+                    "issued": invoice.input_checksum,
+                    "rerun": document["input_checksum"],
+                }
+            )
+        if invoice.total_cents != document["total_cents"]:
+            differences.append(
+                {
+                    "tenant": document["tenant"],
+                    "code": "total_cents",
+                    "issued": invoice.total_cents,
+                    "rerun": document["total_cents"],
+                }
+            )
+    return {"period": period, "checked": len(issued), "differences": differences}
+
+
+@transaction.atomic
+def invoices_issue(period: str) -> int:
+    """Issue the period's drafts as they stand."""
+    return Invoice.objects.filter(period=period, status=Invoice.Status.DRAFT).update(
+        status=Invoice.Status.ISSUED, issued_at=timezone.now()
+    )
+
+
+# -- usage from other writers into the portal's table --------------------------------------------
+
+_ROLLUP_UPSERT = """
+INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
+                           bytes_in, bytes_out, dropped, retained_count, stored_bytes,
+                           message_units, connection_minutes, storage_byte_hours,
+                           rules_triggered, actions_executed)
+SELECT t.id, %s, 0, 0, 0, 0, 0, '{}'::jsonb, 0, 0, 0, 0, 0, %s, %s
+  FROM tenants_tenant t WHERE t.slug = %s
+ON CONFLICT (tenant_id, minute) DO UPDATE SET
+  rules_triggered = tenants_usage.rules_triggered + EXCLUDED.rules_triggered,
+  actions_executed = tenants_usage.actions_executed + EXCLUDED.actions_executed
+"""
+ROLLUP_WRITER_PREFIX = "rules-"
+
+
+def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:
+    """Add the rules job's usage-log rows (writers `rules-…`) of today and yesterday to the
+    `tenants_usage` minutes the broker fills, each segment once, for the charts and the estimate
+    (the bill itself always reads the log)."""
+    import io
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow.parquet as pq
+    from django.db import connection
+
+    from common.archive_schema import USAGE_PREFIX
+    from common.object_store import open_object_store
+    from tenants.models import UsageLogImport
+
+    store = store or open_object_store()
+    now = now or datetime.now(UTC)
+    keys = []
+    for day in (now - timedelta(days=1), now):
+        for key in store.list(f"{USAGE_PREFIX}/date={day:%Y-%m-%d}/"):
+            if key.rsplit("/", 1)[-1].startswith(ROLLUP_WRITER_PREFIX) and key.endswith(".parquet"):
+                keys.append(key)
+    done = set(UsageLogImport.objects.filter(key__in=keys).values_list("key", flat=True))
+    imported = rows = 0
+    for key in sorted(set(keys) - done):
+        table = pq.read_table(
+            io.BytesIO(store.get(key)),
+            columns=["tenant", "minute", "rules_triggered", "actions_executed"],
+        )
+        sums: dict[tuple[str, Any], list[int]] = {}
+        for record in table.to_pylist():
+            entry = sums.setdefault((record["tenant"], record["minute"]), [0, 0])
+            entry[0] += record["rules_triggered"]
+            entry[1] += record["actions_executed"]
+        with transaction.atomic():
+            if not UsageLogImport.objects.filter(key=key).exists():
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        _ROLLUP_UPSERT,
+                        [(minute, r, a, tenant) for (tenant, minute), (r, a) in sums.items()],
+                    )
+                UsageLogImport.objects.create(key=key)
+                imported += 1
+                rows += table.num_rows
+    return {"segments": imported, "rows": rows}

@@ -1,0 +1,109 @@
+"""Portal pages for billing: Usage (charts + month-to-date estimate) and Invoices (lines,
+CSV/PDF downloads). Thin: selectors compute, `tenants.charts` draws."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+
+from tenants import billing_selectors, charts, invoice_render
+from tenants.portal.views import _context, tenant_view
+
+CHARTS = (
+    ("messages", "Messages", "5 KB units"),
+    ("connection_minutes", "Connection minutes", ""),
+    ("rules_triggered", "Rule executions", "5 KB units"),
+    ("storage_gb_hours", "Storage", "GB-hours"),
+)
+
+
+def _daily(tenant, period: str) -> list[dict]:
+    start, end = billing_selectors.period_bounds(period)
+    return billing_selectors.usage_series(tenant=tenant, start=start, end=end, granularity="day")
+
+
+@tenant_view()
+def usage(request, membership):
+    tenant = membership.tenant
+    period = request.GET.get("period") or datetime.now(UTC).strftime("%Y-%m")
+    try:
+        current = _daily(tenant, period)
+        previous_period = billing_selectors.previous_period(period)
+        previous = _daily(tenant, previous_period)
+    except ValidationError as exc:
+        raise Http404(str(exc)) from None
+    drawn = []
+    for key, title, unit in CHARTS:
+        values = [point[key] for point in current]
+        before = [point[key] for point in previous]
+        drawn.append(
+            {
+                "key": key,
+                "title": title,
+                "total": sum(values),
+                "previous_total": sum(before),
+                "svg": charts.bar_chart(
+                    title,
+                    values,
+                    before,
+                    labels=[point["start"][8:10].lstrip("0") for point in current],
+                    unit=unit,
+                    chart_id=f"chart-{key}",
+                ),
+            }
+        )
+    estimate = billing_selectors.month_to_date_estimate(tenant=tenant)
+    return render(
+        request,
+        "portal/usage.html",
+        _context(
+            membership,
+            period=period,
+            previous_period=previous_period,
+            charts=drawn,
+            estimate=estimate,
+            estimate_total=invoice_render.money(estimate["total_cents"], estimate["currency"]),
+        ),
+    )
+
+
+@tenant_view()
+def invoices(request, membership):
+    tenant = membership.tenant
+    listed = list(billing_selectors.invoices_list(tenant=tenant))
+    wanted = request.GET.get("period")
+    selected = next((i for i in listed if i.period == wanted), listed[0] if listed else None)
+    lines = []
+    if selected is not None:
+        lines = [
+            {**line, "amount": invoice_render.money(line["amount_cents"], selected.currency)}
+            for line in selected.line_items
+        ]
+    rows = [(i, invoice_render.money(i.total_cents, i.currency)) for i in listed]
+    return render(
+        request,
+        "portal/invoices.html",
+        _context(
+            membership,
+            invoices=rows,
+            selected=selected,
+            lines=lines,
+            selected_total=selected
+            and invoice_render.money(selected.total_cents, selected.currency),
+        ),
+    )
+
+
+@tenant_view()
+def invoice_download(request, membership, period: str, fmt: str):
+    invoice = billing_selectors.invoice_get(tenant=membership.tenant, period=period)
+    name = f"invoice-{membership.tenant.slug}-{period}.{fmt}"
+    if fmt == "csv":
+        response = HttpResponse(invoice_render.invoice_csv(invoice), content_type="text/csv")
+    else:
+        response = HttpResponse(invoice_render.invoice_pdf(invoice), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
