@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from tests.browser import artifacts, page  # noqa: F401 (fixtures for every browser test)
+
 
 def _free_port() -> int:
     with socket.socket() as sock:

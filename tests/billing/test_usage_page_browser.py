@@ -14,7 +14,6 @@ from django.conf import settings
 
 from tenants import billing, services
 from tenants.models import Invoice, Usage
-from tests.portal.test_browser import page  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")

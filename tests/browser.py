@@ -1,4 +1,5 @@
-"""Headless Chromium (Debian's) driven by Playwright, for the portal's browser tests."""
+"""Headless Chromium (Debian's) driven by Playwright: the `page` and `artifacts` fixtures of every
+browser test (registered in tests/conftest.py)."""
 
 import os
 import shutil
@@ -40,7 +41,7 @@ def page():
 def artifacts() -> Path:
     """Where browser tests leave screenshots for people to look at: $TEST_ARTIFACTS_DIR, else
     .data/artifacts/ in the checkout (ignored by git, kept after the run)."""
-    default = Path(__file__).resolve().parents[2] / ".data" / "artifacts"
+    default = Path(__file__).resolve().parents[1] / ".data" / "artifacts"
     path = Path(os.environ.get("TEST_ARTIFACTS_DIR") or default)
     path.mkdir(parents=True, exist_ok=True)
     return path
