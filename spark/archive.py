@@ -44,10 +44,10 @@ def spark_schema() -> StructType:
 
 def store_path(store: ObjectStore, key: str = "") -> str:
     """The URI Spark reads an object store key at."""
-    if isinstance(store, LocalObjectStore):
+    if isinstance(store, LocalObjectStore) or hasattr(store, "root"):
         # Not Path.as_uri(): Hadoop would read its %3D for `=` literally.
         return f"file://{(store.root / key) if key else store.root}"
-    if isinstance(store, S3ObjectStore):
+    if isinstance(store, S3ObjectStore) or hasattr(store, "bucket"):
         base = f"s3a://{store.bucket}/{store.prefix}".rstrip("/")
         return f"{base}/{key}" if key else base
     raise TypeError(f"unsupported object store {store!r}")

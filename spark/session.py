@@ -8,6 +8,7 @@ default, a `file://` object store, is read as local paths.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -41,6 +42,8 @@ def build_session(app_name: str = "mqtt-platform", master: str | None = None) ->
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+    # py4j logs every callback at INFO, and once more from __del__ at interpreter exit.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     return session

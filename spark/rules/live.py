@@ -52,6 +52,11 @@ class RuleCache:
             self.conn = db.connect(self.dsn)
         return self.conn
 
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
     def current(self) -> tuple[list[RuleSpec], dict[int, str]]:
         """(rules that compile, compile errors new since the last reload)."""
         try:
@@ -150,6 +155,7 @@ class LiveJob:
         # away, a worker lost) must not end the one query that serves every tenant.
         try:
             self._handle(batch)
+            self.batches += 1
         except Exception as exc:
             self.last_batch_error = f"{type(exc).__name__}: {exc}"
             self.metrics.batch_failures.inc()
@@ -190,7 +196,6 @@ class LiveJob:
             log.warning("usage not written: %s", exc)
         self.metrics.observe(by_id, summary)
         self.total.add(summary)
-        self.batches += 1
 
     def start(self) -> None:
         if isinstance(self.store, LocalObjectStore):
@@ -217,6 +222,7 @@ class LiveJob:
         if self.query is not None and self.query.isActive:
             self.query.stop()
         self.runner.close()
+        self.rules.close()
 
 
 def serve_metrics(metrics: LiveMetrics, port: int, host: str = "127.0.0.1") -> None:
