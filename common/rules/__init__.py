@@ -1,0 +1,29 @@
+"""EMQX's rule SQL, compiled once into Python closures and evaluated on archive rows.
+
+One set of semantics for the API's dry run and the Spark jobs:
+
+    rule = compile_rule('SELECT payload.t AS t FROM "s/+/temp" WHERE payload.t > 30')
+    rule.reads("message.publish", "s/1/temp")         # does FROM take this row?
+    rule.apply(row)                                    # -> RuleResult(matched, outputs, error)
+    dry_run(sql, {"topic": "s/1/temp", "payload": '{"t": 31}'})
+    render_template("alerts/${clientid}", output)
+
+See docs/rules.md for the dialect. This package imports only the stdlib, lark, regex and
+`common.*`: it never becomes Spark SQL text, so a rule can reach nothing the compiler did not put
+in its plan.
+"""
+
+from common.rules.compiler import CompiledRule, RuleResult, compile_rule
+from common.rules.dry_run import dry_run
+from common.rules.errors import RuleRuntimeError, RuleSyntaxError
+from common.rules.templates import render_template
+
+__all__ = [
+    "CompiledRule",
+    "RuleResult",
+    "RuleRuntimeError",
+    "RuleSyntaxError",
+    "compile_rule",
+    "dry_run",
+    "render_template",
+]

@@ -1,0 +1,676 @@
+"""AST -> Python closures, once per rule; `CompiledRule.apply` runs them on one archive row.
+
+No AST is walked per row: every node becomes a closure `fn(env) -> value` at compile time,
+constants are folded, and a variable that SELECT never assigns reads the row's column directly.
+The semantics are EMQX's (emqx_rule_runtime / emqx_rule_maps): see docs/rules.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.archive_schema import EVENT_PUBLISH, EVENT_TOPICS
+from common.rules import functions as funcs
+from common.rules.columns import Env
+from common.rules.errors import RuleRuntimeError
+from common.rules.parser import Statement, parse
+from common.rules.topics import topic_match
+from common.rules.values import (
+    compare_eq,
+    compare_ge,
+    compare_gt,
+    compare_le,
+    compare_lt,
+    compare_ne,
+    is_number,
+    jsonable,
+    term_equal,
+    to_str,
+)
+
+Fn = Callable[[Env], Any]
+
+
+@dataclass
+class RuleResult:
+    """What one rule made of one row: `matched` when FROM and WHERE held; `outputs` the rows it
+    produced (one for SELECT, 0..n for FOREACH); `error` when evaluation failed."""
+
+    matched: bool
+    outputs: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+
+# -- path get / put (emqx_rule_maps) ---------------------------------------------------------
+
+
+def _decode_if_text(data: Any) -> Any:
+    """A string met on a path is read as JSON when it is JSON (EMQX's general_find)."""
+    if isinstance(data, str):
+        try:
+            return json.loads(data)
+        except ValueError:
+            return None
+    return data
+
+
+def _getnth(index: Any, items: list) -> Any:
+    if type(index) is not int or index == 0:
+        return None
+    if index > 0:
+        return items[index - 1] if index <= len(items) else None
+    return items[index] if -index <= len(items) else None
+
+
+def _get_key(data: Any, key: str) -> Any:
+    if isinstance(data, dict):
+        return data.get(key)
+    if isinstance(data, str):
+        data = _decode_if_text(data)
+        if isinstance(data, dict):
+            return data.get(key)
+    return None
+
+
+def _get_index(data: Any, index: Any) -> Any:
+    if isinstance(data, str):
+        data = _decode_if_text(data)
+    if isinstance(data, list):
+        return _getnth(index, data)
+    return None
+
+
+def _range_index(index: Any, length: int) -> int:
+    if type(index) is not int:
+        raise RuleRuntimeError(f"a range bound must be an integer, got {to_str(index)}")
+    if index == 0:
+        raise RuleRuntimeError("a range bound cannot be 0: indexes start at 1")
+    return index if index > 0 else length + index + 1
+
+
+def _get_range(data: Any, begin: Any, end: Any) -> list:
+    if isinstance(data, str):
+        data = _decode_if_text(data)
+    if not isinstance(data, list):
+        raise RuleRuntimeError("a range [a..b] needs an array")
+    first = _range_index(begin, len(data))
+    last = _range_index(end, len(data))
+    if first < 1:
+        first = 1
+    return data[first - 1 : max(first - 1, last)]
+
+
+def _setnth(index: Any, items: Any, value: Any) -> list:
+    if not isinstance(items, list):
+        return [value]
+    if index == "head":
+        return [value, *items]
+    if index == "tail":
+        return [*items, value]
+    if type(index) is not int or index == 0:
+        return items
+    position = index - 1 if index > 0 else len(items) + index
+    if 0 <= position < len(items):
+        copy = list(items)
+        copy[position] = value
+        return copy
+    return items
+
+
+def _put(path: list[tuple], value: Any, data: Any) -> Any:
+    """Copy-on-write nested put: containers on the path are copied, the rest shared."""
+    if not path:
+        return value
+    kind, key = path[0][0], path[0][1] if len(path[0]) > 1 else None
+    if kind == "key":
+        sub = _get_key(data, key)
+        base = dict(data) if isinstance(data, dict) else {}
+        base[key] = _put(path[1:], value, sub)
+        return base
+    if kind in ("head", "tail"):
+        return _setnth(kind, data, _put(path[1:], value, None))
+    sub = _get_index(data, key) if isinstance(data, list) else None
+    return _setnth(key, data, _put(path[1:], value, sub))
+
+
+# -- expressions ---------------------------------------------------------------------------
+
+_COMPARE = {
+    "=": compare_eq,
+    "!=": compare_ne,
+    "<>": compare_ne,
+    "<": compare_lt,
+    "<=": compare_le,
+    ">": compare_gt,
+    ">=": compare_ge,
+}
+
+
+def _topic_cmp(topic: Any, topic_filter: Any) -> bool:
+    if topic is None or topic_filter is None:
+        return False
+    return topic_match(to_str(topic), to_str(topic_filter))
+
+
+def _strict_equal(a: Any, b: Any) -> bool:
+    """Erlang's =:= (IN, CASE x WHEN, contains): 1 is not 1.0, '1' is not 1."""
+    if type(a) is not type(b) and not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    return term_equal(a, b)
+
+
+def _add(x: Any, y: Any) -> Any:
+    if is_number(x) and is_number(y):
+        return x + y
+    if isinstance(x, str) or isinstance(y, str):
+        return to_str(x) + to_str(y)
+    raise RuleRuntimeError(f"cannot add {to_str(x)} and {to_str(y)}")
+
+
+def _numbers(op: str, x: Any, y: Any) -> None:
+    if not (is_number(x) and is_number(y)):
+        raise RuleRuntimeError(f"'{op}' needs numbers, got {to_str(x)} and {to_str(y)}")
+
+
+def _sub(x, y):
+    _numbers("-", x, y)
+    return x - y
+
+
+def _mul(x, y):
+    _numbers("*", x, y)
+    return x * y
+
+
+def _div(x, y):
+    _numbers("/", x, y)
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    return x / y
+
+
+def _intdiv(x, y):
+    if type(x) is not int or type(y) is not int:
+        raise RuleRuntimeError(f"'div' needs integers, got {to_str(x)} and {to_str(y)}")
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    quotient = abs(x) // abs(y)
+    return quotient if (x >= 0) == (y >= 0) else -quotient  # truncates toward zero
+
+
+def _mod(x, y):
+    if type(x) is not int or type(y) is not int:
+        raise RuleRuntimeError(f"'mod' needs integers, got {to_str(x)} and {to_str(y)}")
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    rest = abs(x) % abs(y)
+    return rest if x >= 0 else -rest  # Erlang rem: the sign of the dividend
+
+
+_ARITH = {"+": _add, "-": _sub, "*": _mul, "/": _div, "div": _intdiv, "mod": _mod}
+
+
+class _Compiler:
+    def __init__(self, assigned: set[str]):
+        self.assigned = assigned  # top-level names SELECT/DO/FOREACH may bind
+
+    def expr(self, node: tuple) -> Fn:
+        return getattr(self, "_" + node[0])(node)
+
+    def cond(self, node: tuple) -> Callable[[Env], bool]:
+        """A condition (WHERE, INCASE, WHEN): holds only when it evaluates to true."""
+        fn = self.expr(node)
+        return lambda env: fn(env) is True
+
+    def _const(self, node):
+        value = node[1]
+        return lambda env: value
+
+    def _list(self, node):
+        items = [self.expr(item) for item in node[1]]
+        return lambda env: [item(env) for item in items]
+
+    def _range(self, node):
+        low, high = self.expr(node[1]), self.expr(node[2])
+
+        def gen(env):
+            a, b = low(env), high(env)
+            if type(a) is not int or type(b) is not int:
+                raise RuleRuntimeError("a range [a..b] needs integer bounds")
+            if b - a > 100_000:
+                raise RuleRuntimeError("a range [a..b] may hold at most 100000 items")
+            return list(range(a, b + 1))
+
+        return gen
+
+    def _neg(self, node):
+        inner = self.expr(node[1])
+
+        def neg(env):
+            value = inner(env)
+            if not is_number(value):
+                raise RuleRuntimeError(f"cannot negate {to_str(value)}")
+            return -value
+
+        return neg
+
+    def _arith(self, node):
+        op, left, right = _ARITH[node[1]], self.expr(node[2]), self.expr(node[3])
+        return lambda env: op(left(env), right(env))
+
+    def _cmp(self, node):
+        left, right = self.expr(node[2]), self.expr(node[3])
+        if node[1] == "=~":
+            return lambda env: _topic_cmp(left(env), right(env))
+        op = _COMPARE[node[1]]
+        return lambda env: op(left(env), right(env))
+
+    def _and(self, node):
+        left, right = self.cond(node[1]), self.cond(node[2])
+        return lambda env: left(env) and right(env)
+
+    def _or(self, node):
+        left, right = self.cond(node[1]), self.cond(node[2])
+        return lambda env: left(env) or right(env)
+
+    def _not(self, node):
+        inner = self.expr(node[1])
+
+        def negate(env):
+            value = inner(env)
+            return (not value) if isinstance(value, bool) else False
+
+        return negate
+
+    def _in(self, node):
+        value, items, negated = self.expr(node[1]), [self.expr(i) for i in node[2]], node[3]
+
+        def member(env):
+            v = value(env)
+            found = any(_strict_equal(v, item(env)) for item in items)
+            return not found if negated else found
+
+        return member
+
+    def _case(self, node):
+        on = self.expr(node[1]) if node[1] is not None else None
+        whens = [
+            (self.expr(w) if on is not None else self.cond(w), self.expr(t)) for w, t in node[2]
+        ]
+        otherwise = self.expr(node[3]) if node[3] is not None else (lambda env: None)
+        if on is None:
+
+            def case(env):
+                for when, then in whens:
+                    if when(env):
+                        return then(env)
+                return otherwise(env)
+
+            return case
+
+        def switch(env):
+            subject = on(env)
+            for when, then in whens:
+                if _strict_equal(subject, when(env)):
+                    return then(env)
+            return otherwise(env)
+
+        return switch
+
+    def _fun(self, node):
+        name, args = node[1], [self.expr(a) for a in node[2]]
+        fn = funcs.FUNCTIONS[name]
+        if name in funcs.CONTEXT_FUNCTIONS:
+            return lambda env: fn(env, *[a(env) for a in args])
+        if len(args) == 1:
+            (only,) = args
+            return lambda env: fn(only(env))
+        if len(args) == 2:
+            first, second = args
+            return lambda env: fn(first(env), second(env))
+        return lambda env: fn(*[a(env) for a in args])
+
+    # -- variables and paths -----------------------------------------------------------------
+    def root(self, name: str) -> Fn:
+        """The value a name starts from: what SELECT built (when it may have), else the row."""
+        if name == "payload":
+            return self._payload_root(decode=False)
+        if name in self.assigned:
+
+            def lookup(env):
+                value = env.selected.get(name)
+                return value if value is not None else env.column(name)
+
+            return lookup
+        return lambda env: env.column(name)
+
+    def _payload_root(self, decode: bool) -> Fn:
+        assigned = "payload" in self.assigned
+        if not decode:
+            if assigned:
+                return lambda env: (
+                    env.selected.get("payload")
+                    if env.selected.get("payload") is not None
+                    else env.column("payload")
+                )
+            return lambda env: env.column("payload")
+
+        def decoded(env):
+            if assigned:
+                value = env.selected.get("payload")
+                if value is not None and value is not env.cols.get("payload"):
+                    if isinstance(value, str):
+                        from common.rules.columns import decode_json
+
+                        return decode_json(value, "payload")
+                    return value
+            return env.payload_json()
+
+        return decoded
+
+    def segments(self, segs: list[tuple]) -> list[tuple[str, Any]]:
+        out = []
+        for seg in segs:
+            if seg[0] == "key":
+                out.append(("key", seg[1]))
+            elif seg[0] == "index":
+                index = seg[1]
+                if index[0] == "const":
+                    out.append(("index", index[1]))
+                else:
+                    out.append(("index_fn", self.expr(index)))
+            else:
+                out.append(("range", (self.expr(seg[1]), self.expr(seg[2]))))
+        return out
+
+    def _var(self, node):
+        name, segs = node[1], node[2]
+        if not segs:
+            return self.root(name)
+        root = self._payload_root(decode=True) if name == "payload" else self.root(name)
+        steps = self.segments(segs)
+        if all(kind == "key" for kind, _ in steps):
+            keys = [key for _, key in steps]
+            if len(keys) == 1:
+                (key,) = keys
+
+                def get1(env):
+                    data = root(env)
+                    if type(data) is dict:
+                        return data.get(key)
+                    return _get_key(data, key)
+
+                return get1
+
+            def get_keys(env):
+                data = root(env)
+                for key in keys:
+                    data = data.get(key) if type(data) is dict else _get_key(data, key)
+                    if data is None:
+                        return None
+                return data
+
+            return get_keys
+
+        def walk(env):
+            data = root(env)
+            for kind, arg in steps:
+                if data is None and kind != "range":
+                    return None
+                if kind == "key":
+                    data = _get_key(data, arg)
+                elif kind == "index":
+                    data = _get_index(data, arg)
+                elif kind == "index_fn":
+                    data = _get_index(data, arg(env))
+                else:
+                    data = _get_range(data, arg[0](env), arg[1](env))
+            return data
+
+        return walk
+
+
+# -- statement -------------------------------------------------------------------------------
+
+
+def _assigned_names(statement: Statement) -> set[str]:
+    names: set[str] = set()
+    for item in [*statement.fields, *statement.do]:
+        if item[0] == "star":
+            continue
+        _, expr, alias, _text = item
+        if alias is not None:
+            names.add(alias[0][1])
+        elif expr[0] == "var":
+            names.add(expr[1])
+    if statement.foreach:
+        names.add("item")
+    return names
+
+
+def _field_target(expr: tuple, alias: list | None, text: str, compiler: _Compiler):
+    """Where an output field goes: ("key", name) or ("path", head, [segment fns])."""
+    if alias is not None:
+        if len(alias) == 1:
+            return ("key", alias[0][1])
+        return (
+            "path",
+            alias[0][1],
+            [(seg[0], seg[1] if len(seg) > 1 else None) for seg in alias[1:]],
+        )
+    if expr[0] == "var":
+        name, segs = expr[1], expr[2]
+        if segs and segs[-1][0] == "range":
+            segs = segs[:-1]
+        if not segs:
+            return ("key", name)
+        out = []
+        for seg in segs:
+            if seg[0] == "key":
+                out.append(("key", seg[1]))
+            elif seg[1][0] == "const":
+                out.append(("index", seg[1][1]))
+            else:
+                out.append(("index_fn", compiler.expr(seg[1])))
+        return ("path", name, out)
+    if expr[0] == "const" and isinstance(expr[1], str):
+        return ("key", expr[1])
+    return ("key", text)
+
+
+def _make_put(target) -> Callable[[Env, dict, Any], None]:
+    if target[0] == "key":
+        key = target[1]
+
+        def put_key(env, into, value):
+            into[key] = value
+
+        return put_key
+    head, segs = target[1], target[2]
+
+    def put_path(env, into, value):
+        path = [(("index", arg(env)) if kind == "index_fn" else (kind, arg)) for kind, arg in segs]
+        current = into.get(head)
+        if head == "payload" and isinstance(current, str):
+            from common.rules.columns import decode_json
+
+            current = decode_json(current, "payload")
+        into[head] = _put(path, value, current)
+
+    return put_path
+
+
+def _compile_fields(items: list, compiler: _Compiler):
+    """[(value fn | None for *, put fn | None)] in SELECT order."""
+    compiled = []
+    for item in items:
+        if item[0] == "star":
+            compiled.append((None, None))
+            continue
+        _, expr, alias, text = item
+        compiled.append(
+            (compiler.expr(expr), _make_put(_field_target(expr, alias, text, compiler)))
+        )
+    return compiled
+
+
+def _run_fields(compiled, env: Env, into: dict) -> dict:
+    selected_before = env.selected
+    env.selected = into
+    try:
+        for value_fn, put in compiled:
+            if value_fn is None:
+                into.update(env.all_columns())
+            else:
+                put(env, into, value_fn(env))
+    finally:
+        env.selected = selected_before
+    return into
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledRule:
+    """A rule compiled once; `apply` evaluates it on archive rows (thread-safe, no state)."""
+
+    sql: str
+    sources: tuple[str, ...]
+    topic_filters: tuple[str, ...]
+    events: tuple[str, ...]
+    foreach: bool
+    _apply: Callable[[Mapping[str, Any]], RuleResult] = field(repr=False)
+
+    def reads(self, event: str, topic: str | None) -> bool:
+        """Does FROM take this archive row (`event` as in the archive, its topic)?"""
+        if event == EVENT_PUBLISH or event is None:
+            if topic is None:
+                return False
+            return any(topic_match(topic, f) for f in self.topic_filters)
+        return event in self.events
+
+    def apply(self, row: Mapping[str, Any]) -> RuleResult:
+        """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match."""
+        return self._apply(row)
+
+
+def compile_rule(sql: str) -> CompiledRule:
+    """Compile rule SQL; raise RuleSyntaxError (with .line/.column) when it is not a rule."""
+    statement = parse(sql, funcs.ARITIES)
+    sources = tuple(statement.sources)
+    topic_filters = tuple(s for s in sources if not s.startswith("$events/"))
+    events = tuple(dict.fromkeys(EVENT_TOPICS[s] for s in sources if s.startswith("$events/")))
+    compiler = _Compiler(_assigned_names(statement))
+    where = compiler.cond(statement.where) if statement.where is not None else None
+    event_set = frozenset(events)
+    filters = topic_filters
+    exact = frozenset(f for f in filters if "+" not in f and "#" not in f)
+    wild = tuple(f for f in filters if f not in exact)
+
+    def takes(row: Mapping[str, Any]) -> bool:
+        event = row.get("event") or EVENT_PUBLISH
+        if event == EVENT_PUBLISH:
+            topic = row.get("topic")
+            if topic is None:
+                return False
+            return topic in exact or any(topic_match(topic, f) for f in wild)
+        return event in event_set
+
+    if not statement.foreach:
+        fields_c = _compile_fields(statement.fields, compiler)
+
+        def apply_select(row: Mapping[str, Any]) -> RuleResult:
+            if not takes(row):
+                return RuleResult(False)
+            env = Env(row)
+            try:
+                selected = _run_fields(fields_c, env, {})
+                env.selected = selected
+                if where is not None and not where(env):
+                    return RuleResult(False)
+                return RuleResult(True, [jsonable(selected)])
+            except RuleRuntimeError as exc:
+                return RuleResult(False, [], str(exc))
+            except (RecursionError, MemoryError, OverflowError, TypeError, ValueError) as exc:
+                return RuleResult(False, [], f"evaluation failed: {exc}")
+
+        apply = apply_select
+    else:
+        apply = _compile_foreach(statement, compiler, where, takes)
+    return CompiledRule(
+        sql=sql,
+        sources=sources,
+        topic_filters=topic_filters,
+        events=events,
+        foreach=statement.foreach,
+        _apply=apply,
+    )
+
+
+def _compile_foreach(statement, compiler, where, takes):
+    fields = statement.fields
+    *leading, last = fields
+    if last[0] == "star":
+        from common.rules.errors import RuleSyntaxError
+
+        raise RuleSyntaxError("FOREACH needs an expression that gives an array, not *")
+    leading_c = _compile_fields(leading, compiler)
+    _, last_expr, last_alias, last_text = last
+    if last_alias is not None and len(last_alias) > 1:
+        from common.rules.errors import RuleSyntaxError
+
+        raise RuleSyntaxError("the array of FOREACH takes a plain name after AS, e.g. AS s")
+    coll_key = last_alias[0][1] if last_alias is not None else "item"
+    coll_fn = compiler.expr(last_expr)
+    coll_put = _make_put(_field_target(last_expr, last_alias, last_text, compiler))
+    coll_is_payload = last_expr[0] == "var" and last_expr[1] == "payload" and not last_expr[2]
+    leading_puts = [
+        (value_fn, put, item) for (value_fn, put), item in zip(leading_c, leading, strict=True)
+    ]
+    incase = compiler.cond(statement.incase) if statement.incase is not None else None
+    do_c = _compile_fields(statement.do, compiler) if statement.do else None
+
+    def apply_foreach(row: Mapping[str, Any]) -> RuleResult:
+        if not takes(row):
+            return RuleResult(False)
+        env = Env(row)
+        try:
+            selected: dict[str, Any] = {}
+            env.selected = selected
+            for value_fn, put, item in leading_puts:
+                if value_fn is None:
+                    selected.update(env.all_columns())
+                    continue
+                value = value_fn(env)
+                put(env, selected, value)
+                if item[2] is not None:  # AS names are visible to what follows
+                    put(env, env.cols, value)
+            collection = coll_fn(env)
+            coll_put(env, selected, collection)
+            if coll_is_payload and isinstance(collection, str):
+                collection = env.payload_json()
+            if not isinstance(collection, list):
+                collection = []
+            if where is not None and not where(env):
+                return RuleResult(False)
+            base = {**env.all_columns(), **selected}
+            outputs = []
+            for element in collection:
+                item_env = Env(row)
+                item_env.cols = {**env.cols, **selected, coll_key: element}
+                item_env._json = env._json
+                item_env.selected = {}
+                if incase is not None and not incase(item_env):
+                    continue
+                if do_c is None:
+                    outputs.append(jsonable({**base, coll_key: element}))
+                else:
+                    outputs.append(jsonable(_run_fields(do_c, item_env, {})))
+            return RuleResult(True, outputs)
+        except RuleRuntimeError as exc:
+            return RuleResult(False, [], str(exc))
+        except (RecursionError, MemoryError, OverflowError, TypeError, ValueError) as exc:
+            return RuleResult(False, [], f"evaluation failed: {exc}")
+
+    return apply_foreach

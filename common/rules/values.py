@@ -1,0 +1,241 @@
+"""Values of the dialect and EMQX's rules for comparing and converting them.
+
+EMQX runs on Erlang terms; here they map to Python as: binary -> `str` (a `BinStr` when the bytes
+are not UTF-8, so hashing/encoding still see the original bytes), integer -> `int`, float ->
+`float`, the atoms true/false -> `bool`, `undefined` (a missing field) and JSON null -> `None`,
+map -> `dict`, list -> `list`. Python's `True == 1` must never leak into a comparison: Erlang's
+atoms are not numbers, so every operator here checks for `bool` first.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from common.rules.errors import RuleRuntimeError
+
+
+class BinStr(str):
+    """A binary that is not valid UTF-8: shown as Latin-1 text, `raw` keeps the bytes."""
+
+    raw: bytes
+
+    def __new__(cls, raw: bytes) -> BinStr:
+        obj = super().__new__(cls, raw.decode("latin-1"))
+        obj.raw = raw
+        return obj
+
+
+def from_bytes(data: bytes) -> str:
+    """Bytes as the dialect's binary: text when UTF-8, else a BinStr carrying the bytes."""
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return BinStr(data)
+
+
+def to_bytes(value: Any) -> bytes:
+    if isinstance(value, BinStr):
+        return value.raw
+    if isinstance(value, bytes):
+        return value
+    return to_str(value).encode()
+
+
+def is_number(value: Any) -> bool:
+    return (type(value) is int) or (type(value) is float)
+
+
+def format_float(value: float) -> str:
+    """Erlang's float_to_binary(F, [{decimals, 10}, compact]): at most 10 decimals, no trailing
+    zeros, at least one."""
+    if math.isinf(value) or math.isnan(value):
+        return str(value)
+    text = f"{value:.10f}".rstrip("0")
+    if text.endswith("."):
+        text += "0"
+    if text == "-0.0":
+        return "-0.0"
+    return text
+
+
+def json_encode(value: Any) -> str:
+    return json.dumps(jsonable(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def to_str(value: Any) -> str:
+    """EMQX's `str/1` (emqx_utils_conv:bin): how any value becomes a string."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "undefined"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:
+        return format_float(value)
+    if isinstance(value, list) and not value:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json_encode(value)
+    if isinstance(value, bytes):
+        return from_bytes(value)
+    raise RuleRuntimeError(f"cannot convert {value!r} to a string")
+
+
+def jsonable(value: Any) -> Any:
+    """A value as JSON can carry it (tuples to lists, keys to strings, BinStr to plain str)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else to_str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, BinStr):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return from_bytes(value)
+    if type(value) is float and (math.isinf(value) or math.isnan(value)):
+        return None
+    return value
+
+
+def parse_number(text: str) -> int | float:
+    """Erlang's binary_to_integer, else binary_to_float: how a string meets a number."""
+    stripped = text
+    try:
+        return int(stripped, 10)
+    except ValueError:
+        pass
+    try:
+        if "." not in stripped:
+            raise ValueError
+        return float(stripped)
+    except ValueError:
+        raise RuleRuntimeError(f"cannot compare {text!r} with a number: not a number") from None
+
+
+# Erlang's term order between types: number < atom < map < list < binary.
+def _rank(value: Any) -> int:
+    if value is None or isinstance(value, bool):
+        return 1
+    if is_number(value):
+        return 0
+    if isinstance(value, dict):
+        return 2
+    if isinstance(value, list):
+        return 3
+    return 4
+
+
+def _atom_text(value: Any) -> str:
+    if value is None:
+        return "undefined"
+    return "true" if value else "false"
+
+
+def term_equal(left: Any, right: Any) -> bool:
+    """Erlang's `==` (1 == 1.0; true is not 1)."""
+    lb, rb = isinstance(left, bool), isinstance(right, bool)
+    if lb or rb:
+        return lb and rb and left is right
+    if left is None or right is None:
+        return left is right
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(term_equal, left, right))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(term_equal(v, right[k]) for k, v in left.items())
+    if is_number(left) and is_number(right):
+        return left == right
+    if isinstance(left, str) and isinstance(right, str):
+        return left == right
+    return False
+
+
+def term_compare(left: Any, right: Any) -> int:
+    """Erlang's term order: -1, 0 or 1."""
+    if term_equal(left, right):
+        return 0
+    lr, rr = _rank(left), _rank(right)
+    if lr != rr:
+        return -1 if lr < rr else 1
+    if lr == 0:
+        return -1 if left < right else 1
+    if lr == 1:
+        a, b = _atom_text(left), _atom_text(right)
+        return -1 if a < b else (0 if a == b else 1)
+    if lr == 3:
+        for a, b in zip(left, right, strict=False):
+            c = term_compare(a, b)
+            if c:
+                return c
+        return -1 if len(left) < len(right) else (0 if len(left) == len(right) else 1)
+    if lr == 2:
+        if len(left) != len(right):
+            return -1 if len(left) < len(right) else 1
+        a, b = sorted(map(to_str, left)), sorted(map(to_str, right))
+        if a != b:
+            return -1 if a < b else 1
+        for key in sorted(left):
+            c = term_compare(left[key], right[key])
+            if c:
+                return c
+        return 0
+    a, b = to_bytes(left), to_bytes(right)
+    return -1 if a < b else (0 if a == b else 1)
+
+
+def _coerce(left: Any, right: Any) -> tuple[Any, Any]:
+    """EMQX's compare/3: a string beside a number is read as a number; beside an atom, the atom
+    is read as its name."""
+    if is_number(left) and isinstance(right, str):
+        return left, parse_number(right)
+    if isinstance(left, str) and is_number(right):
+        return parse_number(left), right
+    if isinstance(left, bool) and isinstance(right, str):
+        return _atom_text(left), right
+    if isinstance(left, str) and isinstance(right, bool):
+        return left, _atom_text(right)
+    return left, right
+
+
+def compare_eq(left: Any, right: Any) -> bool:
+    if left is None or right is None:
+        return left is None and right is None
+    left, right = _coerce(left, right)
+    return term_equal(left, right)
+
+
+def compare_ne(left: Any, right: Any) -> bool:
+    if left is None or right is None:
+        return False  # EMQX: a missing side makes every comparison false, `<>` too
+    left, right = _coerce(left, right)
+    return not term_equal(left, right)
+
+
+def _ordered(check):
+    def compare(left: Any, right: Any) -> bool:
+        if left is None or right is None:
+            # undefined vs undefined compares as equal terms; one missing side is false.
+            return left is None and right is None and check(0)
+        left, right = _coerce(left, right)
+        if is_number(left) and is_number(right):
+            return check((left > right) - (left < right))
+        if type(left) is str and type(right) is str:
+            return check((left > right) - (left < right))
+        return check(term_compare(left, right))
+
+    return compare
+
+
+compare_lt = _ordered(lambda c: c < 0)
+compare_le = _ordered(lambda c: c <= 0)
+compare_gt = _ordered(lambda c: c > 0)
+compare_ge = _ordered(lambda c: c >= 0)
+
+
+def truthy(value: Any) -> bool:
+    """A condition holds only when it is the atom true (EMQX's match_conditions)."""
+    return value is True
