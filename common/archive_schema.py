@@ -32,10 +32,16 @@ Layout in the object store
   (rows grouped by tenant):
   `archive/live/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet`
 - History, compacted per tenant from the live segments once an hour is closed:
-  `archive/tenant={slug}/date={YYYY-MM-DD}/hour={HH}/part-{…}.parquet`, after which the hour's
-  live folder holds only the marker `_COMPACTED` (written after the history files, before the live
-  segments are deleted; a reader of an hour reads the history files when the marker is there, and
-  the live segments otherwise — never both).
+  `archive/tenant={slug}/date={YYYY-MM-DD}/hour={HH}/part-{round:04d}-{n:04d}.parquet` (large row
+  groups, rows in time order per writer). The hour's live folder then gets the marker
+  `_COMPACTED`: a JSON manifest naming the live segments it covers and the history parts that hold
+  them. It is written after the parts and before those segments are deleted, so a crash at any
+  step leaves either the live segments in force (no marker, or not named in it) or the parts named
+  by the marker, never both: a reader of an hour reads the parts the marker names plus any live
+  segment the marker does not name (a late upload, compacted by the next round), and nothing
+  else. History files the marker does not name are leftovers of an interrupted run and are
+  ignored (the next run overwrites them). `common.archive_io` implements this protocol; use it
+  rather than listing folders.
 - Version 1 segments (gzip'd NDJSON, before Parquet) sit in the history folders as
   `*.ndjson.gz`; `read_ndjson_segment` turns one into rows of this schema.
 
@@ -111,6 +117,15 @@ def live_segment_key(ts_ms: int, writer: str, sequence: int) -> str:
 
 def history_prefix(tenant: str, ts_ms: int) -> str:
     return f"{ARCHIVE_PREFIX}/tenant={tenant}/{hour_partition(ts_ms)}/"
+
+
+def live_hour_prefix(ts_ms: int) -> str:
+    """The live folder of the hour holding `ts_ms` (segments and, once compacted, the marker)."""
+    return f"{LIVE_PREFIX}/{hour_partition(ts_ms)}/"
+
+
+def history_part_key(tenant: str, ts_ms: int, round_: int, part: int) -> str:
+    return f"{history_prefix(tenant, ts_ms)}part-{round_:04d}-{part:04d}.parquet"
 
 
 def read_ndjson_segment(body: bytes) -> pa.Table:

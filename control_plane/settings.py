@@ -152,6 +152,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.expire_credentials",
         "schedule": timedelta(seconds=int(os.environ.get("CREDENTIAL_EXPIRY_SWEEP_SECONDS", "60"))),
     },
+    # Hours closed for 5 minutes get compacted within the next 10 (common.archive_io).
+    "compact-archive": {
+        "task": "tenants.tasks.compact_archive",
+        "schedule": timedelta(seconds=int(os.environ.get("ARCHIVE_COMPACTION_SECONDS", "600"))),
+    },
 }
 
 # The single Postgres channel every broker-relevant change is announced on (see tenants/notify.py).

@@ -34,11 +34,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--archive-interval",
         type=float,
-        default=10.0,
-        help="seconds between archive uploads (segments close after 60 s)",
+        default=1.0,
+        help="seconds per archive segment (Parquet): how soon the live rules see a message",
     )
-    parser.add_argument("--archive-segment-age", type=float, default=60.0)
-    parser.add_argument("--no-archive", action="store_true")
+    parser.add_argument("--archive-segment-age", type=float, help=argparse.SUPPRESS)  # v1's
+    parser.add_argument("--no-archive", action="store_true", help="archive nothing")
     parser.add_argument(
         "--large-payload-threshold",
         type=int,
@@ -145,6 +145,7 @@ async def run(args: argparse.Namespace) -> None:
         server.broker.metric_sources.append(lambda: writer_metrics(writers))
         if not args.no_archive:
             from data_plane.storage.archive_hook import ArchiveTap
+            from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
             def archive_enabled(tenant: str) -> bool:
                 policy = link.directory.cached_policy(tenant)
@@ -152,8 +153,8 @@ async def run(args: argparse.Namespace) -> None:
 
             tap = ArchiveTap(
                 server.broker,
-                ArchiveWriter(objects, max_age=args.archive_segment_age),
-                enabled_for=archive_enabled,
+                ParquetArchiveWriter(objects),
+                enabled_for=archive_enabled,  # asked from the encoding thread, once per batch
                 interval=args.archive_interval,
             )
             tap.start()

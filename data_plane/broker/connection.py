@@ -47,6 +47,15 @@ MAX_DELAY = 4_294_967  # seconds, as EMQX
 
 log = logging.getLogger(__name__)
 RATE_KEYS = ("max_publish_rate", "max_inbound_bytes_rate", "max_outbound_bytes_rate")
+# Why a connection ended, in EMQX's words (the `reason` of `$events/client_disconnected`).
+DISCONNECT_REASONS = {
+    RC.KEEP_ALIVE_TIMEOUT: "keepalive_timeout",
+    RC.SESSION_TAKEN_OVER: "takenover",
+    RC.ADMINISTRATIVE_ACTION: "kicked",
+    RC.NOT_AUTHORIZED: "not_authorized",
+    RC.PROTOCOL_ERROR: "protocol_error",
+    RC.SERVER_SHUTTING_DOWN: "server_shutting_down",
+}
 
 
 class MQTTConnection(asyncio.Protocol):
@@ -61,6 +70,8 @@ class MQTTConnection(asyncio.Protocol):
         self.tenant = ""
         self.device = ""
         self.client_id = ""
+        self.clean_start = True
+        self.disconnect_reason = ""  # set by whoever ends the connection first
         self.session: Session | None = None
         self.auth: AuthResult | None = None
         self.closing = False
@@ -178,6 +189,8 @@ class MQTTConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if not self.disconnect_reason:
+            self.disconnect_reason = "tcp_closed" if exc is None else "sock_error"
         if self._timer:
             self._timer.cancel()
         if self._enhanced is not None:
@@ -244,6 +257,8 @@ class MQTTConnection(asyncio.Protocol):
         go instead, for 0x9C/0x9D)."""
         if self.closing:
             return
+        if not self.disconnect_reason:
+            self.disconnect_reason = DISCONNECT_REASONS.get(reason_code, f"0x{reason_code:02x}")
         if self.session is not None and self.protocol_version == MQTT_5_0:
             extra = {"server_reference": reference} if reference else {}
             self.send(
@@ -417,6 +432,7 @@ class MQTTConnection(asyncio.Protocol):
             return
         self.auth = result
         self.tenant, self.device = result.tenant, result.device
+        self.clean_start = connect.clean_start
         assigned = None
         client_id = result.client_id or connect.client_id
         if not client_id:
@@ -440,6 +456,7 @@ class MQTTConnection(asyncio.Protocol):
                 will.qos,
                 will.retain,
                 will.properties,
+                self.device,
             )
             self._will_delay = will.properties.get("will_delay_interval", 0)
 
@@ -745,6 +762,7 @@ class MQTTConnection(asyncio.Protocol):
             qos,
             packet.retain,
             packet.properties if v5 else {},
+            self.device,
         )
         if packet.retain and not packet.payload:
             pass  # clearing is always allowed
@@ -897,6 +915,7 @@ class MQTTConnection(asyncio.Protocol):
                 self.session.expiry_interval = expiry
         # Normal disconnection discards the will; 0x04 asks for it to be sent.
         self._send_will = packet.reason_code == RC.DISCONNECT_WITH_WILL
+        self.disconnect_reason = "normal"
         if not self._send_will:
             self.session.will = None
         self._close()

@@ -17,6 +17,7 @@ class Message:
     expires_at: float | None = None  # time.monotonic() deadline from message_expiry_interval
     publisher: str = ""  # client id of the publishing session (for no-local)
     tenant: str = ""
+    device: str = ""  # the publishing device (username `tenant/device`), for the archive
 
     @classmethod
     def from_publish(
@@ -28,9 +29,10 @@ class Message:
         qos: int,
         retain: bool,
         properties: dict[str, Any],
+        device: str = "",
     ) -> Message:
         if not properties:  # the common case: nothing to filter
-            return cls(topic, payload, qos, retain, {}, None, publisher, tenant)
+            return cls(topic, payload, qos, retain, {}, None, publisher, tenant, device)
         props = {
             k: v
             for k, v in properties.items()
@@ -38,7 +40,7 @@ class Message:
         }
         expiry = props.get("message_expiry_interval")
         expires_at = time.monotonic() + expiry if expiry is not None else None
-        return cls(topic, payload, qos, retain, props, expires_at, publisher, tenant)
+        return cls(topic, payload, qos, retain, props, expires_at, publisher, tenant, device)
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and (now or time.monotonic()) >= self.expires_at

@@ -1,14 +1,12 @@
-"""The message archive: every published message, as gzip'd newline-delimited JSON segments in the
-object store, partitioned by tenant and hour — the input of the Spark rule and analytics jobs.
+"""Gzip'd newline-delimited JSON segments in the object store: the usage records of the billing
+job (the message archive was this format in version 1; it is Parquet now, see `parquet_archive`,
+and `common.archive_schema.read_ndjson_segment` still reads its old segments).
 
-Key:  archive/tenant={slug}/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:08d}.ndjson.gz
-Line: {"tenant": str, "topic": str, "qos": int, "retain": bool, "client_id": str,
-       "ts": int (ms since the epoch, UTC), "payload": str|null (UTF-8 text when it is),
-       "payload_b64": str|null (base64 when the payload is not UTF-8), "properties": object}
+Key:  {dataset}/tenant={slug}/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:08d}.ndjson.gz
 
-The same writer keeps usage records (`dataset="usage"`, see `usage_record`) for the billing job:
-usage/tenant={slug}/date=.../hour=.../...ndjson.gz, one line per tenant-minute flush; lines for
-the same tenant and minute add up (a minute may be flushed in parts, by several brokers).
+Usage records (`dataset="usage"`, see `usage_record`): usage/tenant={slug}/date=.../hour=.../
+...ndjson.gz, one line per tenant-minute flush; lines for the same tenant and minute add up (a
+minute may be flushed in parts, by several brokers).
 
 A segment closes after `max_age` seconds or `max_bytes` of uncompressed lines, whichever comes
 first. When the store is unavailable, closed segments wait in memory up to `max_pending_bytes`;
@@ -17,7 +15,6 @@ beyond that the oldest are dropped and counted (`dropped_records`), and the fail
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import logging
@@ -49,43 +46,6 @@ class _Closed:
     records: int
 
 
-def archive_record(
-    *,
-    tenant: str,
-    topic: str,
-    qos: int,
-    retain: bool,
-    payload: bytes,
-    client_id: str,
-    properties: dict[str, Any] | None = None,
-    ts: float | None = None,
-) -> dict[str, Any]:
-    try:
-        text, b64 = payload.decode("utf-8"), None
-    except UnicodeDecodeError:
-        text, b64 = None, base64.b64encode(payload).decode()
-    return {
-        "tenant": tenant,
-        "topic": topic,
-        "qos": qos,
-        "retain": retain,
-        "client_id": client_id,
-        "ts": int((ts if ts is not None else time.time()) * 1000),
-        "payload": text,
-        "payload_b64": b64,
-        "properties": _jsonable(properties or {}),
-    }
-
-
-def _jsonable(properties: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in properties.items():
-        if isinstance(value, bytes):
-            value = base64.b64encode(value).decode()
-        out[key] = value
-    return out
-
-
 def usage_record(tenant: str, minute: int, usage: Any, *, writer: str = "") -> dict[str, Any]:
     """One tenant-minute of metered usage (a `MinuteUsage`) as an object-store line."""
     return {
@@ -104,12 +64,12 @@ def usage_record(tenant: str, minute: int, usage: Any, *, writer: str = "") -> d
     }
 
 
-class ArchiveWriter:
+class NdjsonSegmentWriter:
     def __init__(
         self,
         store: ObjectStore,
         *,
-        dataset: str = "archive",
+        dataset: str = "usage",
         writer_id: str | None = None,
         max_age: float = 60.0,
         max_bytes: int = 8 * 1024 * 1024,
@@ -205,12 +165,17 @@ class ArchiveWriter:
             )
 
 
+# The name the usage wiring (and billing's code) knows it by.
+ArchiveWriter = NdjsonSegmentWriter
+
+
 def read_segment(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gzip.decompress(body).splitlines() if line]
 
 
-def writer_metrics(writers: list[ArchiveWriter]):
-    """Prometheus families for object-store writers, labelled by dataset (archive, usage)."""
+def writer_metrics(writers: list[Any]):
+    """Prometheus families for object-store writers (this one, `ParquetArchiveWriter`), labelled
+    by dataset (archive, usage)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     pending = GaugeMetricFamily(

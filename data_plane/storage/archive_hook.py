@@ -1,15 +1,30 @@
-"""The archive tap: a `message.publish` hook appending every published message to the archive
-(unless the tenant turned it off), with uploads every few seconds in a worker thread."""
+"""The archive tap: every routed message and client lifecycle event, as Parquet segments (see
+`parquet_archive`), unless the tenant turned its archive off.
+
+On the event loop the tap does one `list.append` of `(time.time(), message)` per publish; every
+`interval` seconds it swaps the buffer and a worker thread encodes it (a second one uploads), so
+building and compressing never run on the loop. The broker's own `$SYS`/`$events` messages are
+not archived.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from time import time
 from typing import Any
 
+from common.archive_schema import (
+    EVENT_CONNECTED,
+    EVENT_DISCONNECTED,
+    EVENT_SUBSCRIBED,
+    EVENT_UNSUBSCRIBED,
+)
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
-from data_plane.storage.archive import ArchiveWriter, archive_record
+from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
 log = logging.getLogger(__name__)
 
@@ -18,33 +33,91 @@ class ArchiveTap:
     def __init__(
         self,
         broker: Broker,
-        writer: ArchiveWriter,
+        writer: ParquetArchiveWriter,
         *,
-        enabled_for: Any = None,
-        interval: float = 10.0,
+        enabled_for: Callable[[str], bool] | None = None,
+        interval: float = 1.0,
     ) -> None:
         self.writer = writer
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
+        self._rows: list[tuple[float, Message]] = []
+        self._events: list[dict[str, Any]] = []
         self._task: asyncio.Task | None = None
+        self._upload: asyncio.Future | None = None
+        # One thread builds, one uploads: a slow store never delays the next batch's encoding.
+        self._builder = ThreadPoolExecutor(1, thread_name_prefix="archive-build")
+        self._uploader = ThreadPoolExecutor(1, thread_name_prefix="archive-upload")
         broker.hooks.add("message.publish", self._tap, priority=-200)  # what was really routed
+        broker.hooks.add("client.connected", self._connected)
+        broker.hooks.add("client.disconnected", self._disconnected)
+        broker.hooks.add("session.subscribed", self._subscribed)
+        broker.hooks.add("session.unsubscribed", self._unsubscribed)
+
+    # -- on the event loop: appends only ------------------------------------------------
 
     def _tap(self, message: Message) -> Message:
-        if message.publisher in ("$SYS", "$events"):
-            return message
-        if self.enabled_for is None or self.enabled_for(message.tenant):
-            self.writer.append(
-                archive_record(
-                    tenant=message.tenant,
-                    topic=message.topic,
-                    qos=message.qos,
-                    retain=message.retain,
-                    payload=message.payload,
-                    client_id=message.publisher,
-                    properties=message.properties,
-                )
-            )
+        if message.publisher[:1] != "$":  # $SYS, $events: the broker's own
+            self._rows.append((time(), message))
         return message
+
+    def _event(self, event: str, tenant: str, client_id: str, device: str, **fields: Any) -> None:
+        self._events.append(
+            {
+                "event": event,
+                "tenant": tenant,
+                "ts": int(time() * 1000),
+                "client_id": client_id,
+                "username": f"{tenant}/{device}" if device else None,
+                **fields,
+            }
+        )
+
+    def _connected(self, conn: Any) -> None:
+        session = conn.session
+        self._event(
+            EVENT_CONNECTED,
+            conn.tenant,
+            conn.client_id,
+            conn.device,
+            peer=conn.peer,
+            proto_ver=conn.protocol_version,
+            keepalive=int(conn._keep_alive),
+            clean_start=conn.clean_start,
+            session_expiry=session.expiry_interval if session is not None else None,
+        )
+
+    def _disconnected(self, conn: Any) -> None:
+        self._event(
+            EVENT_DISCONNECTED,
+            conn.tenant,
+            conn.client_id,
+            conn.device,
+            peer=conn.peer,
+            proto_ver=conn.protocol_version,
+            reason=conn.disconnect_reason or "normal",
+        )
+
+    def _subscribed(self, session: Any, sub: Any) -> None:
+        self._event(
+            EVENT_SUBSCRIBED,
+            session.tenant,
+            session.client_id,
+            session.device,
+            topic=sub.topic_filter,
+            qos=sub.qos,
+        )
+
+    def _unsubscribed(self, session: Any, topic_filter: str) -> None:
+        self._event(
+            EVENT_UNSUBSCRIBED,
+            session.tenant,
+            session.client_id,
+            session.device,
+            topic=topic_filter,
+        )
+
+    # -- batches ------------------------------------------------------------------------
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="archive")
@@ -52,16 +125,32 @@ class ArchiveTap:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:  # a bug in encoding must not end the archive
+                log.exception("archive batch failed")
 
-    async def flush(self, force: bool = False) -> None:
-        self.writer.close_due(force=force)
-        try:
-            await asyncio.to_thread(self.writer.upload_pending)
-        except Exception as exc:  # upload_pending logs and keeps segments; this is a bug guard
-            log.warning("archive flush failed: %s", exc)
+    async def flush(self, wait_upload: bool = False) -> None:
+        """Swap the buffer, encode it in the builder thread, start an upload round."""
+        rows, self._rows = self._rows, []
+        events, self._events = self._events, []
+        loop = asyncio.get_running_loop()
+        if rows or events:
+            await loop.run_in_executor(
+                self._builder, self.writer.encode, rows, events, self.enabled_for
+            )
+        if self.writer.pending_bytes and (self._upload is None or self._upload.done()):
+            self._upload = loop.run_in_executor(self._uploader, self.writer.upload_pending)
+        if wait_upload and self._upload is not None:
+            await self._upload
 
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
-        await self.flush(force=True)
+        try:
+            if self._upload is not None:
+                await self._upload
+            await self.flush(wait_upload=True)
+        finally:
+            self._builder.shutdown(wait=False)
+            self._uploader.shutdown(wait=False)
