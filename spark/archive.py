@@ -1,8 +1,8 @@
 """Reading the message archive into Spark (the I/O edge of every rule job).
 
-Follows the layout protocol of `common.archive_schema`: an hour is read from the tenant's history
-files when its live folder carries the `_COMPACTED` marker (or has no live segments), and from the
-live segments otherwise — never both. Only the given tenants' history prefixes are listed, and the
+Follows the layout and marker protocol of `common.archive_schema` through
+`common.archive_io.archive_files`: for each hour the history parts its `_COMPACTED` marker names
+plus the live segments it does not name, and version 1 NDJSON segments — nothing twice. Only the given tenants' history prefixes are listed, and the
 rows are filtered to those tenants before anything else sees them, so a plan built from here holds
 no other tenant's rows by construction.
 
@@ -14,7 +14,6 @@ pyspark wheel and nothing is fetched at run time).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -24,17 +23,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from common.archive_schema import (
-    ARCHIVE_PREFIX,
-    ARCHIVE_SCHEMA,
-    COMPACTED_MARKER,
-    LIVE_PREFIX,
-    hour_partition,
-    read_ndjson_segment,
-)
+from common.archive_io import ArchiveFile, archive_files
+from common.archive_schema import ARCHIVE_SCHEMA, LIVE_PREFIX, read_ndjson_segment
 from common.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
-
-HOUR_MS = 3_600_000
 
 
 def spark_schema() -> StructType:
@@ -53,38 +44,18 @@ def store_path(store: ObjectStore, key: str = "") -> str:
     raise TypeError(f"unsupported object store {store!r}")
 
 
-def hours(start_ms: int, end_ms: int) -> list[int]:
-    """Start (ms) of every UTC hour overlapping [start_ms, end_ms)."""
-    first = start_ms - start_ms % HOUR_MS
-    return list(range(first, end_ms, HOUR_MS)) if end_ms > start_ms else []
-
-
-@dataclass
-class HourFiles:
-    hour_ms: int
-    parquet: list[str] = field(default_factory=list)  # keys
-    ndjson: list[str] = field(default_factory=list)  # version 1 segments
-    live: bool = False  # read from the live segments (rows of every tenant: filter!)
-
-
-def list_hour(store: ObjectStore, tenants: Iterable[str], hour_ms: int) -> HourFiles:
-    """What to read for one hour, per the protocol (history when compacted, else live)."""
-    partition = hour_partition(hour_ms)
-    live_keys = store.list(f"{LIVE_PREFIX}/{partition}/")
-    compacted = any(k.endswith("/" + COMPACTED_MARKER) for k in live_keys)
-    segments = [k for k in live_keys if k.endswith(".parquet")]
-    files = HourFiles(hour_ms)
-    if segments and not compacted:
-        files.live = True
-        files.parquet = segments
-        return files
+def list_archive(
+    store: ObjectStore, tenants: Iterable[str], start_ms: int, end_ms: int
+) -> list[ArchiveFile]:
+    """The objects holding the tenants' rows of [start_ms, end_ms), per the marker protocol
+    (`common.archive_io.archive_files`, one tenant at a time: only their history prefixes are
+    listed). A shared live segment is listed once however many of the tenants it holds."""
+    start, end = _dt(start_ms), _dt(end_ms)
+    files: dict[str, ArchiveFile] = {}
     for tenant in sorted(set(tenants)):
-        for key in store.list(f"{ARCHIVE_PREFIX}/tenant={tenant}/{partition}/"):
-            if key.endswith(".parquet"):
-                files.parquet.append(key)
-            elif key.endswith(".ndjson.gz"):
-                files.ndjson.append(key)
-    return files
+        for file in archive_files(store, start, end, tenant=tenant):
+            files.setdefault(file.key, file)
+    return sorted(files.values(), key=lambda f: (f.hour, f.key))
 
 
 def empty_archive(spark: SparkSession) -> DataFrame:
@@ -97,19 +68,20 @@ def read_archive(
     tenants: Iterable[str],
     start_ms: int,
     end_ms: int,
-    listing: list[HourFiles] | None = None,
+    listing: list[ArchiveFile] | None = None,
 ) -> DataFrame:
-    """The given tenants' archive rows with start_ms ≤ ts < end_ms."""
+    """The given tenants' archive rows with start_ms ≤ ts < end_ms (rows of any other tenant in a
+    shared live segment are filtered out here, before anything else sees them)."""
     tenants = sorted(set(tenants))
     if not tenants:
         return empty_archive(spark)
     if listing is None:
-        listing = [list_hour(store, tenants, h) for h in hours(start_ms, end_ms)]
-    parquet = [store_path(store, k) for files in listing for k in files.parquet]
+        listing = list_archive(store, tenants, start_ms, end_ms)
+    parquet = [store_path(store, f.key) for f in listing if f.format == "parquet"]
     frames = []
     if parquet:
         frames.append(spark.read.schema(spark_schema()).parquet(*parquet))
-    ndjson = [k for files in listing for k in files.ndjson]
+    ndjson = [f.key for f in listing if f.format == "ndjson"]
     if ndjson:
         frames.append(_ndjson_frame(spark, store, ndjson, tenants))
     if not frames:
@@ -153,6 +125,10 @@ def live_stream(spark: SparkSession, store: ObjectStore, max_file_age: str = "1h
         .option("maxFileAge", max_file_age)
         .parquet(store_path(store, LIVE_PREFIX))
     )
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def iso_to_ms(text: str) -> int:

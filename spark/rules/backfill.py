@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from common.archive_io import ArchiveFile
 from common.object_store import ObjectStore
-from spark.archive import HourFiles, hours, list_hour, read_archive
+from spark.archive import list_archive, read_archive
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.metering import UsageWriter
@@ -36,21 +37,16 @@ class Progress:
     summary: BatchSummary = field(repr=False, default_factory=BatchSummary)
 
 
-def chunked(listing: list[HourFiles], max_chunks: int) -> list[list[HourFiles]]:
-    total = sum(len(h.parquet) + len(h.ndjson) for h in listing)
-    target = max(1, -(-total // max_chunks))
-    chunks: list[list[HourFiles]] = [[]]
-    size = 0
-    for hour in listing:
-        files = len(hour.parquet) + len(hour.ndjson)
-        if not files:
-            continue
-        if size and size + files > target:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(hour)
-        size += files
-    return [c for c in chunks if c]
+def chunked(listing: list[ArchiveFile], max_chunks: int) -> list[list[ArchiveFile]]:
+    """Whole hours per chunk, about len(listing) / max_chunks files each (a progress step)."""
+    target = max(1, -(-len(listing) // max_chunks))
+    chunks: list[list[ArchiveFile]] = []
+    for file in listing:
+        if chunks and (len(chunks[-1]) < target or chunks[-1][-1].hour == file.hour):
+            chunks[-1].append(file)
+        else:
+            chunks.append([file])
+    return chunks
 
 
 def run_backfill(
@@ -79,7 +75,7 @@ def run_backfill(
         good, compile_errors = compile_specs(specs)
         by_id = {s.id: s for s in good}
         tenants = sorted({s.tenant for s in good})
-        listing = [list_hour(store, tenants, h) for h in hours(start_ms, end_ms)]
+        listing = list_archive(store, tenants, start_ms, end_ms)
         chunks = chunked(listing, max_chunks)
         usage = UsageWriter(store, "rules-backfill")
         total = BatchSummary()

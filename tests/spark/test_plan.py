@@ -6,13 +6,15 @@ from __future__ import annotations
 import gzip
 import json
 import time
+from datetime import UTC, datetime
 
 import pytest
 
-from common.archive_schema import COMPACTED_MARKER, history_prefix, hour_partition
+from common.archive_io import compact_hour
+from common.archive_schema import history_prefix
 from spark.archive import read_archive
 from spark.rules.plan import FAILED, PASSED, SKIPPED, RuleSpec, compile_specs, rule_outputs
-from tests.spark.conftest import message, parquet_bytes, write_live
+from tests.spark.conftest import message, write_live
 
 HOUR = 3_600_000
 
@@ -180,17 +182,17 @@ class ListingStore:
 
 def test_compacted_hours_read_history_of_the_tenant_only(spark, store):
     hour = (int(time.time() * 1000) // HOUR - 3) * HOUR  # a closed hour
-    # The live segments were compacted: they are still there (deleted later) but must not be read.
-    write_live(store, [message("acme", "s/t", {"v": "live-copy"}, hour + 5)])
-    store.put(f"archive/live/{hour_partition(hour)}/{COMPACTED_MARKER}", b"")
-    store.put(
-        history_prefix("acme", hour) + "part-0.parquet",
-        parquet_bytes([message("acme", "s/t", {"v": "history"}, hour + 5)]),
+    write_live(
+        store,
+        [
+            message("acme", "s/t", {"v": "acme-compacted"}, hour + 5),
+            message("evil", "s/t", {"v": "evil-compacted"}, hour + 6),
+        ],
     )
-    store.put(
-        history_prefix("evil", hour) + "part-0.parquet",
-        parquet_bytes([message("evil", "s/t", {"v": "evil-history"}, hour + 5)]),
-    )
+    result = compact_hour(store, datetime.fromtimestamp(hour / 1000, UTC))
+    assert result is not None
+    # A late upload after compaction is read from its live segment (the marker does not name it).
+    write_live(store, [message("acme", "s/t", {"v": "acme-late"}, hour + 7)], writer="late")
     # A version 1 segment of the next hour (gzip'd NDJSON) stays readable.
     old = {"tenant": "acme", "ts": hour + HOUR + 7, "topic": "s/t", "payload": '{"v": "v1"}'}
     store.put(
@@ -200,6 +202,6 @@ def test_compacted_hours_read_history_of_the_tenant_only(spark, store):
     listing = ListingStore(store)
     frame = read_archive(spark, listing, ["acme"], hour, hour + 2 * HOUR)
     payloads = sorted(json.loads(r.payload)["v"] for r in frame.collect())
-    assert payloads == ["history", "v1"]
+    assert payloads == ["acme-compacted", "acme-late", "v1"]  # each once, evil's never
     history_listed = [p for p in listing.listed if p.startswith("archive/tenant=")]
-    assert history_listed and all(p.startswith("archive/tenant=acme/") for p in history_listed)
+    assert history_listed and all(p.startswith("archive/tenant=acme") for p in history_listed)
