@@ -21,10 +21,11 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from pyspark.sql import DataFrame, SparkSession
 
-from common.archive_schema import LIVE_PREFIX
+from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, LIVE_PREFIX
 from common.object_store import LocalObjectStore, ObjectStore
 from spark.archive import live_stream
 from spark.rules import store as db
@@ -153,9 +154,11 @@ class LiveJob:
     def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
         # A batch that fails is logged and counted, never raised: one bad batch (the database
         # away, a worker lost) must not end the one query that serves every tenant.
+        started = time.monotonic()
         try:
             self._handle(batch)
             self.batches += 1
+            log.debug("batch %s done in %.2fs", batch_id, time.monotonic() - started)
         except Exception as exc:
             self.last_batch_error = f"{type(exc).__name__}: {exc}"
             self.metrics.batch_failures.inc()
@@ -172,7 +175,16 @@ class LiveJob:
         self.metrics.enabled.set(len(specs))
         if not specs:
             return
+        t0 = time.monotonic()
         rows = rule_outputs(batch, specs).collect()
+        if rows and log.isEnabledFor(logging.DEBUG):
+            newest = max(r.ts for r in rows).timestamp()
+            log.debug(
+                "evaluated %d results in %.2fs; newest message %.2fs old at batch start",
+                len(rows),
+                time.monotonic() - t0,
+                time.time() - (time.monotonic() - t0) - newest,
+            )
         by_id = {s.id: s for s in specs}
         counts: dict[int, RuleCount] = {}
         passed = []
@@ -197,7 +209,26 @@ class LiveJob:
         self.metrics.observe(by_id, summary)
         self.total.add(summary)
 
+    def warm_up(self) -> None:
+        """Start the Python workers and compile the rules in them before the first batch: a cold
+        first batch takes seconds (worker start, the grammar), which would queue the first
+        messages behind it."""
+        specs, _ = self.rules.current()
+        warm = [RuleSpec(0, "$warm-up", "warm-up", 'SELECT * FROM "#"'), *specs]
+        row = {
+            "event": EVENT_PUBLISH,
+            "tenant": "$warm-up",
+            "ts": 0,
+            "topic": "t",
+            "payload": b"{}",
+        }
+        parallelism = max(1, self.spark.sparkContext.defaultParallelism)
+        table = pa.Table.from_pylist([row] * parallelism, schema=ARCHIVE_SCHEMA)
+        frame = self.spark.createDataFrame(table).repartition(parallelism)
+        rule_outputs(frame, warm).collect()
+
     def start(self) -> None:
+        self.warm_up()
         if isinstance(self.store, LocalObjectStore):
             (self.store.root / LIVE_PREFIX).mkdir(parents=True, exist_ok=True)
         stream = live_stream(self.spark, self.store, self.max_file_age)
