@@ -131,8 +131,11 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
-            job.stop()
-            spark.stop()
+            try:
+                job.stop()
+                spark.stop()
+            except Exception as exc:  # Ctrl-C reached the JVM too: it may already be gone
+                sys.stderr.write(f"stopping: {exc}\n")
         sys.stderr.write(
             f"live rules job stopped after {job.batches} batches: "
             f"{job.total.matched} matched, {job.total.actions_ok} actions ok, "
