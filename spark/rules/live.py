@@ -17,17 +17,19 @@ neither repeats nor skips a batch's actions (segments written while it was down 
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from pyspark.sql import DataFrame, SparkSession
 
 from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, LIVE_PREFIX
 from common.object_store import LocalObjectStore, ObjectStore
-from spark.archive import live_stream
+from spark.archive import live_stream, spark_schema
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.metering import UsageWriter
@@ -210,9 +212,9 @@ class LiveJob:
         self.total.add(summary)
 
     def warm_up(self) -> None:
-        """Start the Python workers and compile the rules in them before the first batch: a cold
-        first batch takes seconds (worker start, the grammar), which would queue the first
-        messages behind it."""
+        """Run the whole batch path once on a scratch Parquet file before the stream starts: a
+        cold first batch takes seconds (Python workers, the grammar, Parquet and codegen), and
+        the first messages would queue behind it."""
         specs, _ = self.rules.current()
         warm = [RuleSpec(0, "$warm-up", "warm-up", 'SELECT * FROM "#"'), *specs]
         row = {
@@ -222,10 +224,13 @@ class LiveJob:
             "topic": "t",
             "payload": b"{}",
         }
-        parallelism = max(1, self.spark.sparkContext.defaultParallelism)
-        table = pa.Table.from_pylist([row] * parallelism, schema=ARCHIVE_SCHEMA)
-        frame = self.spark.createDataFrame(table).repartition(parallelism)
-        rule_outputs(frame, warm).collect()
+        with tempfile.TemporaryDirectory(prefix="rules-warm-up-") as folder:
+            table = pa.Table.from_pylist([row] * 4, schema=ARCHIVE_SCHEMA)
+            for part in range(max(1, self.spark.sparkContext.defaultParallelism)):
+                pq.write_table(table, f"{folder}/part-{part}.parquet")
+            frame = self.spark.read.schema(spark_schema()).parquet(f"file://{folder}")
+            for _ in range(2):
+                rule_outputs(frame, warm).collect()
 
     def start(self) -> None:
         self.warm_up()

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,8 +20,7 @@ from django.conf import settings
 from django.db import connection
 
 from common.object_store import LocalObjectStore
-from spark.rules.actions import ActionRunner
-from spark.rules.live import LiveJob
+from control_plane.embedded import free_port
 from tenants import services
 from tenants.models import RuleMetrics
 from tests.broker.clients import Paho
@@ -51,7 +53,7 @@ def devices():
     return acme, evil, acme_secret, evil_secret
 
 
-def test_live_publish_to_republish_and_webhook(spark, platform, receiver, tmp_path):
+def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
     port, store, _ = platform
     acme, evil, acme_secret, evil_secret = devices()
     sql = 'SELECT payload.seq AS seq, payload.t AS t, clientid FROM "sensors/+/temp" WHERE payload.t > 20'
@@ -74,9 +76,7 @@ def test_live_publish_to_republish_and_webhook(spark, platform, receiver, tmp_pa
         actions=[{"type": "republish", "topic": "loop/echo"}],
     )
     connection.close()
-    runner = ActionRunner(LocalObjectStore(store.root), mqtt_port=port, service_key=KEY.encode())
-    job = LiveJob(spark, database_url(), store, checkpoint=tmp_path / "ckpt", runner=runner)
-    job.start()
+    job = start_live(port, store, tmp_path)
     try:
         watcher = Paho(port, "acme/dev", acme_secret, "watcher")
         watcher.subscribe("alerts/#", 1)
@@ -92,13 +92,12 @@ def test_live_publish_to_republish_and_webhook(spark, platform, receiver, tmp_pa
             device.publish("sensors/1/temp", json.dumps({"seq": 100 + seq, "t": 5}), 1)  # cold
             time.sleep(0.25)
         alerts = watcher.expect(count, 60)
-        received = time.time()
         assert sorted(json.loads(m.payload)["seq"] for m in alerts) == list(range(count))
         assert all(m.topic == "alerts/dev-1" for m in alerts)
         calls = receiver.wait(count, 20)
         assert all(signature_ok(c, SECRET) for c in calls)
         latencies = sorted(c["at"] - sent[json.loads(c["body"])["seq"]] for c in calls)
-        assert statistics.median(latencies) <= 5.0, latencies
+        assert statistics.median(latencies) <= 5.0, (latencies, "".join(job.log[-40:]))
         assert latencies[-1] <= 15.0, latencies
         print(f"publish→webhook p50 {statistics.median(latencies):.2f}s max {latencies[-1]:.2f}s")
 
@@ -109,10 +108,66 @@ def test_live_publish_to_republish_and_webhook(spark, platform, receiver, tmp_pa
         time.sleep(3)
         assert watcher.nothing(1.0)
         assert intruder.nothing(0.5)  # neither tenant's alerts nor acme's traffic reach evil
-        del received
+
+        figures = scrape(job.metrics_port)
+        assert figures['rules_passed_total{rule="hot",tenant="acme"}'] == count
+        assert figures['rules_matched_total{rule="hot",tenant="acme"}'] == 2 * count
+        assert figures['rules_actions_ok_total{rule="hot",tenant="acme"}'] == 2 * count
+        assert not any('tenant="evil"' in name for name in figures)  # evil's rule saw nothing
     finally:
-        job.stop()
+        job.send_signal(signal.SIGINT)  # Ctrl-C
+        assert job.wait(timeout=60) == 0, "".join(job.log[-40:])
     assert RuleMetrics.objects.get(rule=loop).matched == 1
+
+
+def start_live(port: int, store: LocalObjectStore, tmp_path) -> subprocess.Popen:
+    """`manage.py run_rules --live` as `make run` starts it; returns once it serves."""
+    metrics_port = free_port()
+    env = dict(
+        os.environ,
+        DATABASE_URL=database_url(),
+        MQTT_INTERNAL_HOST="127.0.0.1",
+        MQTT_INTERNAL_PORT=str(port),
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "run_rules",
+            "--live",
+            "-v",
+            "2",
+            "--metrics-port",
+            str(metrics_port),
+            "--checkpoint",
+            str(tmp_path / "checkpoint"),
+        ],
+        cwd=settings.BASE_DIR,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    process.metrics_port = metrics_port
+    deadline = time.monotonic() + 120
+    for line in process.stderr:
+        if "live rules job running" in line:
+            break
+        assert time.monotonic() < deadline, "live job did not start"
+    else:
+        raise AssertionError(f"live job exited {process.wait()}")
+    process.log = []  # keep draining stderr: a full pipe would block the job
+    threading.Thread(target=lambda: process.log.extend(process.stderr), daemon=True).start()
+    return process
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    figures = {}
+    for line in text.splitlines():
+        if line.startswith("rules_"):
+            name, value = line.rsplit(" ", 1)
+            figures[name] = float(value)
+    return figures
 
 
 def test_run_rules_backfills_what_the_broker_archived(platform):

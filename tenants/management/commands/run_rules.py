@@ -106,9 +106,17 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(summary, indent=2))
 
     def _live(self, store, options):
+        import logging
+
         from spark.rules.live import DEFAULT_CHECKPOINT, LiveJob, serve_metrics
         from spark.session import build_session
 
+        logging.basicConfig(
+            level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        # -v 2 and up: every batch's timing (what the live latency is made of).
+        level = {0: logging.WARNING, 1: logging.INFO}.get(options["verbosity"], logging.DEBUG)
+        logging.getLogger("spark.rules").setLevel(level)
         spark = build_session("rules-live")
         job = LiveJob(
             spark,
