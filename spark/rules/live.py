@@ -20,12 +20,14 @@ import logging
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, LIVE_PREFIX
 from common.object_store import LocalObjectStore, ObjectStore
@@ -151,6 +153,7 @@ class LiveJob:
         self.total = BatchSummary()
         self.batches = 0
         self.last_batch_error: str | None = None
+        self.not_before: datetime | None = None
         self._stop = threading.Event()
 
     def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -170,6 +173,8 @@ class LiveJob:
     def _handle(self, batch: DataFrame) -> None:
         specs, compile_errors = self.rules.current()
         conn = self.rules.connection()
+        if self.not_before is not None:
+            batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         if compile_errors:
             db.record_metrics(
                 conn, {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
@@ -233,6 +238,11 @@ class LiveJob:
                 rule_outputs(frame, warm).collect()
 
     def start(self) -> None:
+        # A first start (no checkpoint) serves what is published from now on (a minute's grace),
+        # not the whole live folder: old messages are a backfill's, not a burst of stale actions.
+        # A restart resumes from the checkpoint: nothing published while it was down is skipped.
+        if not Path(self.checkpoint).exists():
+            self.not_before = datetime.now(UTC) - timedelta(minutes=1)
         self.warm_up()
         if isinstance(self.store, LocalObjectStore):
             (self.store.root / LIVE_PREFIX).mkdir(parents=True, exist_ok=True)

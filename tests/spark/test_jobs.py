@@ -163,6 +163,9 @@ def test_live_job_applies_rule_changes_without_restart(spark, store, broker, rec
     watch = Paho(broker, "acme/watcher", secret, "watch")
     watch.subscribe("out/#", 0)
     runner = ActionRunner(store, mqtt_port=broker, service_key=KEY.encode())
+    # Published ten minutes before the job's first start: a backfill's to run, not the live job's.
+    stale = int(time.time() * 1000) - 600_000
+    write_live(store, [message("acme", "in/a", {"n": 0}, stale, client_id="stale")])
     job = LiveJob(spark, database_url(), store, checkpoint=tmp_path / "ckpt", runner=runner)
     job.start()
     try:
