@@ -205,3 +205,36 @@ def test_compacted_hours_read_history_of_the_tenant_only(spark, store):
     assert payloads == ["acme-compacted", "acme-late", "v1"]  # each once, evil's never
     history_listed = [p for p in listing.listed if p.startswith("archive/tenant=")]
     assert history_listed and all(p.startswith("archive/tenant=acme") for p in history_listed)
+
+
+def test_pushed_down_topic_predicates_never_drop_a_row_the_filter_matches(spark):
+    """The push-down is a superset of the MQTT match (the evaluator decides exactly)."""
+    from common.rules.topics import topic_match
+    from spark.rules.plan import filter_predicate
+
+    topics = ["a", "a/b", "a/b/c", "a//c", "/a", "b/a", "$SYS/a", "a/b/c/d", "ab/c", ""]
+    filters = ["a", "a/#", "a/+", "a/+/c", "+/a", "#", "+", "a/b/#", "/+", "+/+/c", "ab/#"]
+    frame = spark.createDataFrame([(t,) for t in topics], "topic string")
+    for topic_filter in filters:
+        predicate = filter_predicate(topic_filter)
+        kept = (
+            {r.topic for r in frame.where(predicate).collect()}
+            if predicate is not None
+            else set(topics)
+        )
+        matched = {t for t in topics if topic_match(t, topic_filter)}
+        assert matched <= kept, (topic_filter, matched - kept)
+
+
+def test_dataset_rows_keep_scalar_types_and_store_the_rest_as_json():
+    from spark.rules.actions import dataset_table
+
+    table = dataset_table(
+        [{"t": 21, "ok": True, "site": {"id": 7}, "name": "a"}, {"t": 21.5, "name": None}],
+        [1_000, 2_000],
+    )
+    assert table.column_names == ["_ts", "t", "ok", "site", "name"]
+    assert table["t"].to_pylist() == [21.0, 21.5]
+    assert table["ok"].to_pylist() == [True, None]
+    assert table["site"].to_pylist() == ['{"id":7}', None]
+    assert table["name"].to_pylist() == ["a", None]
