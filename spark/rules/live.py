@@ -154,11 +154,13 @@ class LiveJob:
         self.batches = 0
         self.last_batch_error: str | None = None
         self.not_before: datetime | None = None
+        self._usage_backlog: list = []
         self._stop = threading.Event()
 
     def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
         # A batch that fails is logged and counted, never raised: one bad batch (the database
-        # away, a worker lost) must not end the one query that serves every tenant.
+        # away, a worker lost) must not end the one query that serves every tenant. Its messages
+        # stay in the archive; `run_rules --from/--to` over that window runs them again.
         started = time.monotonic()
         try:
             self._handle(batch)
@@ -209,12 +211,21 @@ class LiveJob:
                 count.last_error = row.error
         tally = self.usage.new_tally()
         summary = process(conn, by_id, list(counts.values()), passed, self.runner, tally)
-        try:
-            self.usage.flush(tally)
-        except Exception as exc:  # metering must not stop the rules; the next batch retries
-            log.warning("usage not written: %s", exc)
+        self._flush_usage(tally)
         self.metrics.observe(by_id, summary)
         self.total.add(summary)
+
+    def _flush_usage(self, tally) -> None:
+        """Write this batch's usage and any a failed write left behind (kept, never dropped:
+        it is the bill). A failure keeps them for the next batch."""
+        self._usage_backlog.append(tally)
+        while self._usage_backlog:
+            try:
+                self.usage.flush(self._usage_backlog[0])
+            except Exception as exc:
+                log.warning("usage not written (kept for the next batch): %s", exc)
+                return
+            self._usage_backlog.pop(0)
 
     def warm_up(self) -> None:
         """Run the whole batch path once on a scratch Parquet file before the stream starts: a
