@@ -8,6 +8,11 @@ One set of semantics for the API's dry run and the Spark jobs:
     dry_run(sql, {"topic": "s/1/temp", "payload": '{"t": 31}'})
     render_template("alerts/${clientid}", output)
 
+For readers (the Spark jobs): `rule.topic_filters` / `rule.events` say which rows FROM takes,
+`rule.archive_columns` which archive columns evaluation may read (prune the rest), and
+`common.rules.topics.topic_filter_regex` turns a filter into a pushdown prefilter; `apply` checks
+FROM again, so a prefilter never decides. A CompiledRule pickles as its SQL.
+
 See docs/rules.md for the dialect. This package imports only the stdlib, lark, regex and
 `common.*`: it never becomes Spark SQL text, so a rule can reach nothing the compiler did not put
 in its plan.

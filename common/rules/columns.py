@@ -7,7 +7,6 @@ builds `pub_props`, and a payload is decoded from JSON at most once per row (`En
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +19,7 @@ from common.archive_schema import (
     EVENT_UNSUBSCRIBED,
 )
 from common.rules.errors import RuleRuntimeError
-from common.rules.values import from_bytes
+from common.rules.values import from_bytes, loads
 
 NODE = "mqtt-platform"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -143,6 +142,15 @@ GETTERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "expiry_interval": lambda row: row.get("session_expiry"),
     "connected_at": _at(EVENT_CONNECTED),
     "disconnected_at": _at(EVENT_DISCONNECTED),
+    # EMQX event columns the archive has no data for: present, empty, as EMQX shows them unset.
+    "mountpoint": lambda row: None,
+    "sockname": lambda row: None,
+    "is_bridge": lambda row: False,
+    "conn_props": lambda row: {},
+    "disconn_props": lambda row: {},
+    "sub_props": lambda row: {},
+    "unsub_props": lambda row: {},
+    "client_attrs": lambda row: {},
 }
 
 # What `SELECT *` (and FOREACH without DO) returns for each kind of row, as EMQX lists them.
@@ -173,6 +181,10 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "keepalive",
         "clean_start",
         "expiry_interval",
+        "is_bridge",
+        "mountpoint",
+        "conn_props",
+        "client_attrs",
         "connected_at",
         "timestamp",
         "node",
@@ -186,6 +198,8 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "peerhost",
         "proto_name",
         "proto_ver",
+        "disconn_props",
+        "client_attrs",
         "disconnected_at",
         "timestamp",
         "node",
@@ -197,6 +211,8 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "peerhost",
         "topic",
         "qos",
+        "sub_props",
+        "client_attrs",
         "timestamp",
         "node",
     ),
@@ -207,6 +223,8 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "peerhost",
         "topic",
         "qos",
+        "unsub_props",
+        "client_attrs",
         "timestamp",
         "node",
     ),
@@ -240,8 +258,14 @@ class Env:
         """The payload decoded from JSON, once per row; not JSON -> RuleRuntimeError."""
         decoded = self._json
         if decoded is _MISSING:
-            payload = self.column("payload")
-            decoded = decode_json(payload, "payload")
+            raw = self.row.get("payload") if "payload" not in self.cols else None
+            if type(raw) is bytes:
+                try:  # straight from the bytes: no text copy first
+                    decoded = loads(raw)
+                except ValueError:
+                    decoded = decode_json(self.column("payload"), "payload")
+            else:
+                decoded = decode_json(self.column("payload"), "payload")
             self._json = decoded
         return decoded
 
@@ -258,7 +282,7 @@ def decode_json(value: Any, what: str) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
+        return loads(value)
     except ValueError:
         shown = value if len(value) <= 40 else value[:37] + "..."
         raise RuleRuntimeError(f"{what} is not valid JSON: {shown!r}") from None

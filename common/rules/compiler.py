@@ -7,12 +7,12 @@ The semantics are EMQX's (emqx_rule_runtime / emqx_rule_maps): see docs/rules.md
 
 from __future__ import annotations
 
-import json
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.archive_schema import EVENT_PUBLISH, EVENT_TOPICS
+from common.archive_schema import ARCHIVE_COLUMNS, EVENT_PUBLISH, EVENT_TOPICS
 from common.rules import functions as funcs
 from common.rules.columns import Env
 from common.rules.errors import RuleRuntimeError
@@ -27,6 +27,7 @@ from common.rules.values import (
     compare_ne,
     is_number,
     jsonable,
+    loads,
     term_equal,
     to_str,
 )
@@ -34,14 +35,34 @@ from common.rules.values import (
 Fn = Callable[[Env], Any]
 
 
-@dataclass
 class RuleResult:
     """What one rule made of one row: `matched` when FROM and WHERE held; `outputs` the rows it
-    produced (one for SELECT, 0..n for FOREACH); `error` when evaluation failed."""
+    produced (one for SELECT, 0..n for FOREACH); `error` when evaluation failed (then `matched`
+    is False and `outputs` empty).
 
-    matched: bool
-    outputs: list[dict] = field(default_factory=list)
-    error: str | None = None
+    EMQX's per-rule metrics map onto it as: matched = `CompiledRule.reads(event, topic)` (FROM
+    took the row), passed = `result.matched`, failed = `result.error is not None`."""
+
+    __slots__ = ("matched", "outputs", "error")
+
+    def __init__(self, matched: bool, outputs: list[dict] | None = None, error: str | None = None):
+        self.matched = matched
+        self.outputs = [] if outputs is None else outputs
+        self.error = error
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RuleResult):
+            return NotImplemented
+        return (self.matched, self.outputs, self.error) == (
+            other.matched,
+            other.outputs,
+            other.error,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RuleResult(matched={self.matched!r}, outputs={self.outputs!r}, error={self.error!r})"
+        )
 
 
 # -- path get / put (emqx_rule_maps) ---------------------------------------------------------
@@ -51,7 +72,7 @@ def _decode_if_text(data: Any) -> Any:
     """A string met on a path is read as JSON when it is JSON (EMQX's general_find)."""
     if isinstance(data, str):
         try:
-            return json.loads(data)
+            return loads(data)
         except ValueError:
             return None
     return data
@@ -210,6 +231,16 @@ def _mod(x, y):
     return rest if x >= 0 else -rest  # Erlang rem: the sign of the dividend
 
 
+_FAST_NUMERIC = {
+    "=": operator.eq,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "!=": operator.ne,
+    "<>": operator.ne,
+}
+
 _ARITH = {"+": _add, "-": _sub, "*": _mul, "/": _div, "div": _intdiv, "mod": _mod}
 
 
@@ -266,6 +297,18 @@ class _Compiler:
         if node[1] == "=~":
             return lambda env: _topic_cmp(left(env), right(env))
         op = _COMPARE[node[1]]
+        const = node[3][1] if node[3][0] == "const" else None
+        if is_number(const) and node[1] in _FAST_NUMERIC:
+            fast = _FAST_NUMERIC[node[1]]
+
+            def compare_number(env):
+                value = left(env)
+                kind = type(value)
+                if kind is int or kind is float:
+                    return fast(value, const)
+                return op(value, const)
+
+            return compare_number
         return lambda env: op(left(env), right(env))
 
     def _and(self, node):
@@ -488,6 +531,7 @@ def _make_put(target) -> Callable[[Env, dict, Any], None]:
         def put_key(env, into, value):
             into[key] = value
 
+        put_key.key = key  # lets SELECT assign plain names without a call
         return put_key
     head, segs = target[1], target[2]
 
@@ -540,6 +584,9 @@ class CompiledRule:
     topic_filters: tuple[str, ...]
     events: tuple[str, ...]
     foreach: bool
+    # Archive columns evaluation may read (FROM's `event`/`topic` always): a reader may prune the
+    # rest (Parquet column projection). Derived from the AST, so it is exact or a superset.
+    archive_columns: tuple[str, ...]
     _apply: Callable[[Mapping[str, Any]], RuleResult] = field(repr=False)
 
     def reads(self, event: str, topic: str | None) -> bool:
@@ -551,8 +598,15 @@ class CompiledRule:
         return event in self.events
 
     def apply(self, row: Mapping[str, Any]) -> RuleResult:
-        """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match."""
+        """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match.
+        `row` is a mapping of archive columns (a pyspark Row is taken through `asDict()`)."""
+        if type(row) is not dict and not isinstance(row, Mapping):
+            row = row.asDict()
         return self._apply(row)
+
+    def __reduce__(self):
+        # Pickled as its SQL (Spark ships rules to executors): recompiled there, never closures.
+        return (compile_rule, (self.sql,))
 
 
 def compile_rule(sql: str) -> CompiledRule:
@@ -568,31 +622,48 @@ def compile_rule(sql: str) -> CompiledRule:
     exact = frozenset(f for f in filters if "+" not in f and "#" not in f)
     wild = tuple(f for f in filters if f not in exact)
 
+    seen: dict[str, bool] = {}  # topic -> taken; topics repeat, matching them need not
+
     def takes(row: Mapping[str, Any]) -> bool:
-        event = row.get("event") or EVENT_PUBLISH
-        if event == EVENT_PUBLISH:
+        event = row.get("event")
+        if event is None or event == EVENT_PUBLISH:
             topic = row.get("topic")
             if topic is None:
                 return False
-            return topic in exact or any(topic_match(topic, f) for f in wild)
+            known = seen.get(topic)
+            if known is None:
+                known = topic in exact or any(topic_match(topic, f) for f in wild)
+                if len(seen) >= 10_000:
+                    seen.clear()
+                seen[topic] = known
+            return known
         return event in event_set
 
     if not statement.foreach:
         fields_c = _compile_fields(statement.fields, compiler)
 
+        steps = [(value_fn, put, getattr(put, "key", None)) for value_fn, put in fields_c]
+
         def apply_select(row: Mapping[str, Any]) -> RuleResult:
             if not takes(row):
                 return RuleResult(False)
             env = Env(row)
+            selected: dict[str, Any] = {}
+            env.selected = selected  # later fields and WHERE see what is selected
             try:
-                selected = _run_fields(fields_c, env, {})
-                env.selected = selected
+                for value_fn, put, key in steps:
+                    if value_fn is None:
+                        selected.update(env.all_columns())
+                    elif key is not None:
+                        selected[key] = value_fn(env)
+                    else:
+                        put(env, selected, value_fn(env))
                 if where is not None and not where(env):
                     return RuleResult(False)
                 return RuleResult(True, [jsonable(selected)])
             except RuleRuntimeError as exc:
                 return RuleResult(False, [], str(exc))
-            except (RecursionError, MemoryError, OverflowError, TypeError, ValueError) as exc:
+            except Exception as exc:  # a failing message never stops the job
                 return RuleResult(False, [], f"evaluation failed: {exc}")
 
         apply = apply_select
@@ -604,6 +675,7 @@ def compile_rule(sql: str) -> CompiledRule:
         topic_filters=topic_filters,
         events=events,
         foreach=statement.foreach,
+        archive_columns=columns_read(statement),
         _apply=apply,
     )
 
@@ -654,13 +726,15 @@ def _compile_foreach(statement, compiler, where, takes):
                 collection = []
             if where is not None and not where(env):
                 return RuleResult(False)
-            base = {**env.all_columns(), **selected}
+            base = {**env.all_columns(), **selected} if do_c is None else None
+            item_cols = {**env.cols, **selected}
             outputs = []
             for element in collection:
                 item_env = Env(row)
-                item_env.cols = {**env.cols, **selected, coll_key: element}
+                cols = item_cols.copy()
+                cols[coll_key] = element
+                item_env.cols = cols
                 item_env._json = env._json
-                item_env.selected = {}
                 if incase is not None and not incase(item_env):
                     continue
                 if do_c is None:
@@ -670,7 +744,82 @@ def _compile_foreach(statement, compiler, where, takes):
             return RuleResult(True, outputs)
         except RuleRuntimeError as exc:
             return RuleResult(False, [], str(exc))
-        except (RecursionError, MemoryError, OverflowError, TypeError, ValueError) as exc:
+        except Exception as exc:  # a failing message never stops the job
             return RuleResult(False, [], f"evaluation failed: {exc}")
 
     return apply_foreach
+
+
+# -- which archive columns a rule reads ------------------------------------------------------
+
+_PUB_PROPS = (
+    "user_properties",
+    "payload_format",
+    "content_type",
+    "message_expiry",
+    "response_topic",
+    "correlation_data",
+)
+# Rule column (or context function) -> the archive columns it is computed from.
+COLUMN_SOURCES: dict[str, tuple[str, ...]] = {
+    "event": ("event",),
+    "id": ("ts", "client_id", "topic", "payload"),
+    "msgid": ("ts", "client_id", "topic", "payload"),
+    "clientid": ("client_id",),
+    "username": ("username",),
+    "topic": ("topic",),
+    "qos": ("qos",),
+    "payload": ("payload",),
+    "flags": ("retain",),
+    "flag": ("retain",),
+    "retain": ("retain",),
+    "timestamp": ("ts",),
+    "publish_received_at": ("ts",),
+    "connected_at": ("ts",),
+    "disconnected_at": ("ts",),
+    "peerhost": ("peer",),
+    "clientip": ("peer",),
+    "peername": ("peer",),
+    "pub_props": _PUB_PROPS,
+    "user_properties": ("user_properties",),
+    "payload_format": ("payload_format",),
+    "content_type": ("content_type",),
+    "message_expiry": ("message_expiry",),
+    "response_topic": ("response_topic",),
+    "reason": ("reason",),
+    "proto_ver": ("proto_ver",),
+    "keepalive": ("keepalive",),
+    "clean_start": ("clean_start",),
+    "expiry_interval": ("session_expiry",),
+}
+
+
+def columns_read(statement: Statement) -> tuple[str, ...]:
+    """The archive columns evaluating `statement` may touch, in the archive's order."""
+    needed = {"event", "topic"}  # FROM
+    everything = False
+
+    def visit(node: Any) -> None:
+        nonlocal everything
+        if isinstance(node, tuple) and node:
+            kind = node[0]
+            if kind == "star":
+                everything = True
+                return
+            if kind == "var":
+                needed.update(COLUMN_SOURCES.get(node[1], ()))
+            elif kind == "fun" and node[1] in funcs.CONTEXT_FUNCTIONS:
+                needed.update(COLUMN_SOURCES.get(node[1], ()))
+            for child in node[1:]:
+                visit(child)
+        elif isinstance(node, list):
+            for child in node:
+                visit(child)
+
+    for part in (statement.fields, statement.do, statement.incase, statement.where):
+        visit(part)
+    if statement.foreach and not statement.do:
+        everything = True  # each output carries every column
+    if everything:
+        return ARCHIVE_COLUMNS
+    return tuple(column for column in ARCHIVE_COLUMNS if column in needed)

@@ -19,10 +19,8 @@ import base64
 import binascii
 import calendar
 import functools
-import gzip
 import hashlib
 import inspect
-import json
 import math
 import random as _random
 import re
@@ -39,11 +37,15 @@ import regex
 from common.rules.errors import RuleRuntimeError
 from common.rules.topics import topic_match
 from common.rules.values import (
+    JSON_NULL,
     BinStr,
     compare_eq,
+    erlang_float,
+    erlang_int,
     from_bytes,
     is_number,
     json_encode,
+    loads,
     term_equal,
     to_bytes,
     to_str,
@@ -53,6 +55,7 @@ REGEX_TIMEOUT_S = 0.05
 REGEX_MAX_INPUT = 1 << 20
 REGEX_MAX_PATTERN = 1000
 MAX_INFLATED = 16 << 20  # gunzip/unzip output bound (decompression bombs)
+MAX_BUILT_STRING = 1 << 20  # pad/sprintf widths: a rule cannot ask for gigabytes
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {}
 CONTEXT_FUNCTIONS: set[str] = set()
@@ -279,6 +282,31 @@ def _fmod(x, y):
         raise _bad("fmod", x, y) from None
 
 
+@_register("mod")
+def _mod_fn(x, y):
+    """EMQX's mod(x, y): the remainder of integers, with the sign of x (as `x mod y`)."""
+    _int("mod", x, y)
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    rest = abs(x) % abs(y)
+    return rest if x >= 0 else -rest
+
+
+@_register("div")
+def _div_fn(x, y):
+    """EMQX's div(x, y): integer division truncating toward zero (as `x div y`)."""
+    _int("div", x, y)
+    if y == 0:
+        raise RuleRuntimeError("division by zero")
+    quotient = abs(x) // abs(y)
+    return quotient if (x >= 0) == (y >= 0) else -quotient
+
+
+@_register("eq")
+def _eq(x, y):
+    return term_equal(x, y)
+
+
 @_register("random")
 def _rand():
     return _random.random()
@@ -410,19 +438,13 @@ def _int_(value):
     if type(value) is float:
         return math.floor(value)
     if isinstance(value, str):
-        try:
-            return int(value, 10)
-        except ValueError:
-            pass
-        try:
-            return math.floor(float(value)) if "." in value else _raise(_bad("int", value))
-        except (ValueError, OverflowError):
-            pass
+        number = erlang_int(value)
+        if number is not None:
+            return number
+        real = erlang_float(value)
+        if real is not None and math.isfinite(real):
+            return math.floor(real)
     raise _bad("int", value)
-
-
-def _raise(exc: Exception):
-    raise exc
 
 
 @_register("float")
@@ -430,10 +452,13 @@ def _float(value, decimals=None):
     if is_number(value):
         result = float(value)
     elif isinstance(value, str):
-        try:
-            result = float(value)
-        except ValueError:
-            raise _bad("float", value) from None
+        real = erlang_float(value)
+        if real is None:
+            whole = erlang_int(value)
+            real = float(whole) if whole is not None else None
+        if real is None:
+            raise _bad("float", value)
+        result = real
     else:
         raise _bad("float", value)
     if decimals is not None:
@@ -462,7 +487,7 @@ def _map(value):
         return value
     if isinstance(value, str):
         try:
-            decoded = json.loads(value)
+            decoded = loads(value)
         except ValueError:
             raise _bad("map", value) from None
         if isinstance(decoded, dict):
@@ -518,7 +543,7 @@ def _is_null(value):
 
 @_register("is_null_var")
 def _is_null_var(value):
-    return value is None
+    return value is None or value is JSON_NULL
 
 
 @_register("is_not_null")
@@ -528,7 +553,7 @@ def _is_not_null(value):
 
 @_register("is_not_null_var")
 def _is_not_null_var(value):
-    return value is not None
+    return value is not None and value is not JSON_NULL
 
 
 @_register("is_str")
@@ -690,6 +715,8 @@ def _concat(*parts):
 def _pad(s, length, position="trailing", char=" "):
     s = _text("pad", s, length)
     _int("pad", length)
+    if length > MAX_BUILT_STRING:
+        raise RuleRuntimeError(f"pad: length above {MAX_BUILT_STRING}")
     char = to_str(char)
     missing = length - len(s)
     if missing <= 0 or not char:
@@ -865,7 +892,7 @@ def _join_to_sql_values_string(items):
 def _map_to_redis_hset_args(value):
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads(value)
         except ValueError:
             return ["map_to_redis_hset_args"]
     if not isinstance(value, dict):
@@ -956,7 +983,7 @@ def _sprintf(fmt: str, args: list[Any]) -> str:
         elif kind in "feEgG":
             if not is_number(arg):
                 raise _bad("sprintf", fmt, arg)
-            digits = int(precision) if precision else 6
+            digits = min(int(precision), 100) if precision else 6
             text = format(float(arg), f".{digits}{'e' if kind in 'eE' else kind.lower()}")
         elif kind in "bB":
             _int("sprintf", arg)
@@ -971,6 +998,8 @@ def _sprintf(fmt: str, args: list[Any]) -> str:
             text = to_str(arg)
         if width:
             size = int(width)
+            if abs(size) > MAX_BUILT_STRING:
+                raise RuleRuntimeError(f"sprintf: field width above {MAX_BUILT_STRING}")
             text = text.rjust(size) if size > 0 else text.ljust(-size)
         out.append(text)
     out.append(fmt[i:])
@@ -1013,7 +1042,7 @@ def _get_path(data: Any, dotted: str, default: Any = None) -> Any:
     for key in dotted.split("."):
         if isinstance(data, str):
             try:
-                data = json.loads(data)
+                data = loads(data)
             except ValueError:
                 return default
         if not isinstance(data, dict) or key not in data:
@@ -1039,7 +1068,7 @@ def _map_put(key, value, data):
     def put(target, index):
         if isinstance(target, str):
             try:
-                target = json.loads(target)
+                target = loads(target)
             except ValueError:
                 target = {}
         base = dict(target) if isinstance(target, dict) else {}
@@ -1217,7 +1246,12 @@ def _inflate(name: str, data: bytes, wbits: int) -> str:
 
 @_register("gzip")
 def _gzip(data):
-    return from_bytes(gzip.compress(to_bytes(_text("gzip", data)), mtime=0))
+    """The bytes Erlang's zlib:gzip gives: default level, no mtime, OS 3 (unix)."""
+    raw = to_bytes(_text("gzip", data))
+    compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    body = compressor.compress(raw) + compressor.flush()
+    trailer = struct.pack("<II", zlib.crc32(raw) & 0xFFFFFFFF, len(raw) & 0xFFFFFFFF)
+    return from_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + body + trailer)
 
 
 @_register("gunzip")
@@ -1296,7 +1330,7 @@ def _json_encode(value):
 def _json_decode(text):
     text = _text("json_decode", text)
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError:
         raise RuleRuntimeError(f"json_decode: not JSON: {_show(text)}") from None
 
@@ -1415,39 +1449,50 @@ def _now_timestamp(unit="second"):
     return _now(_unit(unit))
 
 
-def _format_date(value: int, scale: int, offset: int, fmt: str) -> str:
-    moment, nanos = _split_epoch(value, scale)
-    moment = moment + timedelta(seconds=offset)
-    out, i = [], 0
-    tokens = {
-        "%Y": lambda: f"{moment.year:04d}",
-        "%m": lambda: f"{moment.month:02d}",
-        "%d": lambda: f"{moment.day:02d}",
-        "%H": lambda: f"{moment.hour:02d}",
-        "%M": lambda: f"{moment.minute:02d}",
-        "%S": lambda: f"{moment.second:02d}",
-        "%N": lambda: f"{nanos:09d}",
-        "%3N": lambda: f"{nanos:09d}"[:3],
-        "%6N": lambda: f"{nanos:09d}"[:6],
-        "%z": lambda: _format_offset(offset, "z"),
-        "%:z": lambda: _format_offset(offset, ":z"),
-        "%::z": lambda: _format_offset(offset, "::z"),
-    }
+_DATE_DIRECTIVES: dict[str, Callable[[datetime, int, int], str]] = {
+    "%Y": lambda m, n, o: f"{m.year:04d}",
+    "%m": lambda m, n, o: f"{m.month:02d}",
+    "%d": lambda m, n, o: f"{m.day:02d}",
+    "%H": lambda m, n, o: f"{m.hour:02d}",
+    "%M": lambda m, n, o: f"{m.minute:02d}",
+    "%S": lambda m, n, o: f"{m.second:02d}",
+    "%N": lambda m, n, o: f"{n:09d}",
+    "%3N": lambda m, n, o: f"{n:09d}"[:3],
+    "%6N": lambda m, n, o: f"{n:09d}"[:6],
+    "%z": lambda m, n, o: _format_offset(o, "z"),
+    "%:z": lambda m, n, o: _format_offset(o, ":z"),
+    "%::z": lambda m, n, o: _format_offset(o, "::z"),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _date_plan(fmt: str) -> tuple:
+    """A format string cut once into literals and directives (formats repeat per rule)."""
+    plan: list = []
+    i = 0
     while i < len(fmt):
         for token in ("%::z", "%:z", "%3N", "%6N"):
             if fmt.startswith(token, i):
-                out.append(tokens[token]())
+                plan.append(_DATE_DIRECTIVES[token])
                 i += len(token)
                 break
         else:
             two = fmt[i : i + 2]
-            if two in tokens:
-                out.append(tokens[two]())
+            if two in _DATE_DIRECTIVES:
+                plan.append(_DATE_DIRECTIVES[two])
                 i += 2
             else:
-                out.append(fmt[i])
+                plan.append(fmt[i])
                 i += 1
-    return "".join(out)
+    return tuple(plan)
+
+
+def _format_date(value: int, scale: int, offset: int, fmt: str) -> str:
+    moment, nanos = _split_epoch(value, scale)
+    moment = moment + timedelta(seconds=offset)
+    return "".join(
+        part if type(part) is str else part(moment, nanos, offset) for part in _date_plan(fmt)
+    )
 
 
 @_register("format_date")

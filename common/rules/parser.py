@@ -30,6 +30,7 @@ from common.rules.errors import RuleSyntaxError
 from common.rules.topics import topic_filter_problem
 
 MAX_SQL_CHARS = 20_000  # a rule is a few lines; this bounds parse time and stored size
+MAX_NESTING = 64  # parentheses/brackets: bounds recursion when compiling and evaluating
 
 # Words of other SQL dialects a user (or an attacker) may try; named in the error.
 _FOREIGN_WORDS = {
@@ -149,6 +150,9 @@ class _ToAst(Transformer):
 
     def field_as(self, expr, _as, alias):
         return ("field", expr, alias, None)
+
+    def field_as_implicit(self, expr, alias):
+        return ("field", expr, alias, None)  # EMQX: `SELECT payload.x y` is `... AS y`
 
     def alias(self, head, *segs):
         return [head, *segs]
@@ -354,6 +358,8 @@ def parse(sql: str, functions: dict[str, tuple[int, int | None]]) -> Statement:
         return _ToAst(sql, functions).transform(tree)
     except RuleSyntaxError:
         raise
+    except RecursionError:
+        raise RuleSyntaxError("the rule is nested too deeply") from None
     except Exception as exc:  # lark wraps transformer errors in VisitError
         orig = getattr(exc, "orig_exc", None)
         if isinstance(orig, RuleSyntaxError):
@@ -393,13 +399,33 @@ def _check_nested_statements(sql: str) -> None:
     """A second SELECT/FOREACH is a subquery or a second statement: neither exists here."""
     blank = _blank_literals(sql)
     words = list(_STATEMENT_WORD.finditer(blank))
+    depth = deepest = 0
+    for char in blank:
+        if char in "([":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]":
+            depth -= 1
+    if deepest > MAX_NESTING:
+        raise RuleSyntaxError(f"expressions nest deeper than {MAX_NESTING} levels")
+    tick = blank.find("`")
+    if tick >= 0:
+        line, column = _position(sql, tick)
+        raise RuleSyntaxError(
+            "backticks are not allowed: quote topic filters and columns with double quotes "
+            "and strings with single quotes",
+            line,
+            column,
+        )
     if not words or words[0].start() != _first_token_pos(sql):
         return  # not a rule at all: the parser says what it starts with
     for match in words[1:]:
         line, column = _position(sql, match.start())
-        if _previous_char(blank, match.start()) == ";":
+        before = _previous_char(blank, match.start())
+        if before == ";":
             raise RuleSyntaxError("only one statement is allowed", line, column)
-        raise RuleSyntaxError("subqueries are not allowed in a rule", line, column)
+        if before == "(":
+            raise RuleSyntaxError("subqueries are not allowed in a rule", line, column)
 
 
 def _explain(sql: str, exc: UnexpectedInput) -> RuleSyntaxError:
@@ -441,8 +467,10 @@ def _explain(sql: str, exc: UnexpectedInput) -> RuleSyntaxError:
         if paren:
             return paren
         return RuleSyntaxError(
-            f"the rule ends too early: expected {_describe(expected)}", line, column
+            f"the rule ends too early: expected {_describe(expected, sql)}", line, column
         )
+    if _previous_char(sql, token.start_pos) == ";":
+        return RuleSyntaxError("only one statement is allowed", line, column)
     if exc.state == 0 or (token.start_pos == _first_token_pos(sql)):
         if upper in _FOREIGN_WORDS:
             return RuleSyntaxError(f"{upper} is not allowed in a rule", line, column)
@@ -466,7 +494,9 @@ def _explain(sql: str, exc: UnexpectedInput) -> RuleSyntaxError:
         )
     if paren:
         return paren
-    return RuleSyntaxError(f"unexpected {text!r}: expected {_describe(expected)}", line, column)
+    return RuleSyntaxError(
+        f"unexpected {text!r}: expected {_describe(expected, sql)}", line, column
+    )
 
 
 def _first_token_pos(sql: str) -> int:
@@ -480,32 +510,49 @@ def _previous_char(sql: str, pos: int) -> str:
 
 
 _TERMINAL_NAMES = {
-    "FROM": "FROM",
-    "WHERE": "WHERE",
-    "AS": "AS",
     "COMMA": "','",
     "RPAR": "')'",
     "LPAR": "'('",
     "RSQB": "']'",
-    "END": "END",
-    "THEN": "THEN",
-    "WHEN": "WHEN",
+    "LSQB": "'['",
+    "DOT": "'.'",
+    "SEMICOLON": "';'",
     "NAME": "a name",
     "NUMBER": "a number",
     "SQSTRING": "a 'string'",
     "DQSTRING": 'a "quoted name"',
     "COMP_OP": "a comparison",
+    "ADD_OP": "an operator",
+    "MUL_OP": "an operator",
     "STAR": "*",
+    "__ANON_0": "'..'",
 }
+# What may start an expression: when all of these fit, say "an expression".
+_EXPRESSION_START = {"NAME", "NUMBER", "SQSTRING", "DQSTRING", "LPAR", "LSQB", "CASE"}
+_EXPRESSION_NOISE = {"MINUS", "PLUS", "TRUE", "FALSE", "NOT"}
 
 
-def _describe(expected: set[str]) -> str:
-    names = sorted({_TERMINAL_NAMES.get(name, name) for name in expected if name != "$END"})
+def _describe(expected: set[str], sql: str = "") -> str:
+    expected = {name for name in expected if name != "$END"}
+    if _first_word(sql) == "SELECT":
+        expected -= {"DO", "INCASE"}  # FOREACH's clauses, not SELECT's
+    if expected == {"DQSTRING", "SQSTRING"}:
+        return 'a topic filter in double quotes, e.g. "sensors/+/temp"'
+    names: list[str] = []
+    if _EXPRESSION_START <= expected:
+        names.append("an expression")
+        expected -= _EXPRESSION_START | _EXPRESSION_NOISE
+    names += sorted({_TERMINAL_NAMES.get(name, name) for name in expected})
     if not names:
         return "the end of the rule"
-    if len(names) > 6:
-        names = names[:6] + ["..."]
+    if len(names) > 8:
+        names = names[:8] + ["..."]
     return ", ".join(names)
+
+
+def _first_word(sql: str) -> str:
+    match = re.match(r"(?:\s|--[^\n]*)*([A-Za-z]+)", sql)
+    return match.group(1).upper() if match else ""
 
 
 def _paren_problem(sql: str) -> RuleSyntaxError | None:

@@ -1,7 +1,7 @@
 """EMQX's `${field}` templates for republish topics and payloads and webhook bodies.
 
-`${clientid}`, `${payload.a.b}`, `${a[1]}` (1-based, negative from the end) look into a rule's
-output; a string met on the way is read as JSON when it is JSON (so `${payload.t}` works when
+`${clientid}`, `${payload.a.b}`, `${a[1]}` (1-based, negative from the end), `${pub_props.'User-Property'}`
+(quoted keys) look into a rule's output; a string met on the way is read as JSON when it is JSON (so `${payload.t}` works when
 `payload` was selected raw). A missing value renders as `undefined`, as in EMQX; maps and arrays
 render as compact JSON, numbers and booleans as in `str()`. `${.}` is the whole output as JSON.
 """
@@ -15,7 +15,7 @@ from common.rules.compiler import _get_index, _get_key
 from common.rules.values import json_encode, to_str
 
 _PLACEHOLDER = re.compile(r"\$\{\s*([^}]*?)\s*\}")
-_STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]")
+_STEP = re.compile(r"""\.?(?:'([^']*)'|"([^"]*)"|([^.\[\]'"]+))|\[(-?\d+)\]""")
 
 
 def lookup(output: dict, path: str) -> Any:
@@ -27,7 +27,8 @@ def lookup(output: dict, path: str) -> Any:
         match = _STEP.match(path, pos)
         if not match:
             return None
-        key, index = match.groups()
+        single, double, bare, index = match.groups()
+        key = single if single is not None else double if double is not None else bare
         data = _get_key(data, key) if key is not None else _get_index(data, int(index))
         if data is None:
             return None

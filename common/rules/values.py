@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from common.rules.errors import RuleRuntimeError
@@ -43,6 +44,49 @@ def to_bytes(value: Any) -> bytes:
     return to_str(value).encode()
 
 
+class _JsonNull:
+    """JSON's null, as EMQX keeps it apart from a missing value (`undefined`, here None): it is
+    Erlang's atom `null` — not missing for comparisons, `str()` gives "null", outputs show null."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "null"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self):
+        return "JSON_NULL"
+
+
+JSON_NULL = _JsonNull()
+
+
+def _keep_nulls(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {key: (JSON_NULL if value is None else value) for key, value in pairs}
+
+
+def _nulls_in_lists(value: Any) -> Any:
+    kind = type(value)
+    if kind is list:
+        return [JSON_NULL if v is None else _nulls_in_lists(v) for v in value]
+    if kind is dict:
+        for key, member in value.items():
+            if type(member) is list or type(member) is dict:
+                value[key] = _nulls_in_lists(member)
+    return value
+
+
+def loads(data: str | bytes) -> Any:
+    """JSON text to values, each null inside an object or array kept as JSON_NULL. This extra
+    work runs only when the text holds "null" at all, so most payloads decode at full speed."""
+    has_null = (b"null" in data) if isinstance(data, bytes) else ("null" in data)
+    if has_null:
+        return _nulls_in_lists(json.loads(data, object_pairs_hook=_keep_nulls))
+    return json.loads(data)
+
+
 def is_number(value: Any) -> bool:
     return (type(value) is int) or (type(value) is float)
 
@@ -70,6 +114,8 @@ def to_str(value: Any) -> str:
         return value
     if value is None:
         return "undefined"
+    if value is JSON_NULL:
+        return "null"
     if value is True:
         return "true"
     if value is False:
@@ -87,39 +133,74 @@ def to_str(value: Any) -> str:
     raise RuleRuntimeError(f"cannot convert {value!r} to a string")
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def jsonable(value: Any) -> Any:
-    """A value as JSON can carry it (tuples to lists, keys to strings, BinStr to plain str)."""
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else to_str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+    """A value as JSON can carry it (tuples to lists, keys to strings, BinStr to plain str,
+    non-finite floats to null). Plain values are returned as they are, without a call each."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {
+            (k if type(k) is str else to_str(k)): (v if type(v) in _PLAIN else jsonable(v))
+            for k, v in value.items()
+        }
+    if kind is list or kind is tuple:
+        return [v if type(v) in _PLAIN else jsonable(v) for v in value]
+    if kind is float:
+        return None if (math.isinf(value) or math.isnan(value)) else value
+    if value is JSON_NULL:
+        return None
     if isinstance(value, BinStr):
         return str.__str__(value)
-    if isinstance(value, bytes):
-        return from_bytes(value)
-    if type(value) is float and (math.isinf(value) or math.isnan(value)):
-        return None
+    if isinstance(value, (bytes, bytearray)):
+        return from_bytes(bytes(value))
+    if isinstance(value, dict):
+        return jsonable(dict(value))
+    if isinstance(value, str):
+        return str.__str__(value)
     return value
+
+
+_ERLANG_INT = re.compile(r"[+-]?[0-9]+")
+_ERLANG_FLOAT = re.compile(r"[+-]?[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?")
+
+
+def erlang_int(text: str) -> int | None:
+    """Erlang's binary_to_integer: digits with an optional sign, nothing else (no spaces)."""
+    if _ERLANG_INT.fullmatch(text):
+        try:
+            return int(text)
+        except ValueError:  # beyond Python's digit limit
+            return None
+    return None
+
+
+def erlang_float(text: str) -> float | None:
+    """Erlang's binary_to_float: `1.5`, `-0.5e3`; not `1e3`, `.5` or `1.`."""
+    if _ERLANG_FLOAT.fullmatch(text):
+        try:
+            return float(text)
+        except (ValueError, OverflowError):
+            return None
+    return None
 
 
 def parse_number(text: str) -> int | float:
     """Erlang's binary_to_integer, else binary_to_float: how a string meets a number."""
-    stripped = text
-    try:
-        return int(stripped, 10)
-    except ValueError:
-        pass
-    try:
-        if "." not in stripped:
-            raise ValueError
-        return float(stripped)
-    except ValueError:
-        raise RuleRuntimeError(f"cannot compare {text!r} with a number: not a number") from None
+    number = erlang_int(text)
+    if number is None:
+        number = erlang_float(text)
+    if number is None:
+        raise RuleRuntimeError(f"cannot compare {text!r} with a number: not a number")
+    return number
 
 
 # Erlang's term order between types: number < atom < map < list < binary.
 def _rank(value: Any) -> int:
-    if value is None or isinstance(value, bool):
+    if value is None or value is JSON_NULL or isinstance(value, bool):
         return 1
     if is_number(value):
         return 0
@@ -133,6 +214,8 @@ def _rank(value: Any) -> int:
 def _atom_text(value: Any) -> str:
     if value is None:
         return "undefined"
+    if value is JSON_NULL:
+        return "null"
     return "true" if value else "false"
 
 
@@ -141,7 +224,7 @@ def term_equal(left: Any, right: Any) -> bool:
     lb, rb = isinstance(left, bool), isinstance(right, bool)
     if lb or rb:
         return lb and rb and left is right
-    if left is None or right is None:
+    if left is None or right is None or left is JSON_NULL or right is JSON_NULL:
         return left is right
     if isinstance(left, list) and isinstance(right, list):
         return len(left) == len(right) and all(map(term_equal, left, right))
@@ -194,9 +277,9 @@ def _coerce(left: Any, right: Any) -> tuple[Any, Any]:
         return left, parse_number(right)
     if isinstance(left, str) and is_number(right):
         return parse_number(left), right
-    if isinstance(left, bool) and isinstance(right, str):
+    if (isinstance(left, bool) or left is JSON_NULL) and isinstance(right, str):
         return _atom_text(left), right
-    if isinstance(left, str) and isinstance(right, bool):
+    if isinstance(left, str) and (isinstance(right, bool) or right is JSON_NULL):
         return left, _atom_text(right)
     return left, right
 

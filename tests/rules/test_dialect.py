@@ -153,6 +153,42 @@ CASES = [
     ),
     ('SELECT 1 AS ok FROM "t/#" WHERE payload.n IN (1, 2, 3)', row({"n": 2}), [{"ok": 1}]),
     ("SELECT 1 AS ok FROM \"t/#\" WHERE clientid IN ('c1')", row("x"), [{"ok": 1}]),
+    # JSON null is EMQX's atom null, not a missing value
+    (
+        'SELECT is_null(payload.x) AS a, is_null_var(payload.x) AS b FROM "t/#"',
+        row('{"x": null}'),
+        [{"a": False, "b": True}],
+    ),
+    (
+        'SELECT is_null(payload.y) AS a, is_null_var(payload.y) AS b FROM "t/#"',
+        row('{"x": null}'),
+        [{"a": True, "b": True}],
+    ),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.x != 1', row('{"x": null}'), [{"ok": 1}]),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.x = 1', row('{"x": null}'), NO_MATCH),
+    ("SELECT 1 AS ok FROM \"t/#\" WHERE payload.x = 'null'", row('{"x": null}'), [{"ok": 1}]),
+    (
+        'SELECT payload.x AS x, str(payload.x) AS s, payload FROM "t/#"',
+        row('{"x": null}'),
+        [{"x": None, "s": "null", "payload": '{"x": null}'}],
+    ),
+    ('SELECT payload.a AS a FROM "t/#"', row('{"a": {"b": null}}'), [{"a": {"b": None}}]),
+    ("SELECT coalesce(payload.x, 'd') AS c FROM \"t/#\"", row('{"x": null}'), [{"c": None}]),
+    (
+        'SELECT is_null(payload.l[1]) AS a, payload.l AS l FROM "t/#"',
+        row('{"l": [null, 1]}'),
+        [{"a": False, "l": [None, 1]}],
+    ),
+    (
+        'FOREACH payload.l AS i DO i AS v INCASE is_not_null(i) FROM "t/#"',
+        row('{"l": [null, 1]}'),
+        [{"v": None}, {"v": 1}],
+    ),
+    (
+        'FOREACH payload.l AS i DO i AS v INCASE is_not_null_var(i) FROM "t/#"',
+        row('{"l": [null, [null], 1]}'),
+        [{"v": [None]}, {"v": 1}],
+    ),
     # -- arithmetic ----------------------------------------------------------------------------
     ('SELECT payload.a + payload.b AS s FROM "t/#"', row({"a": 1, "b": 2.5}), [{"s": 3.5}]),
     ("SELECT 'a' + 1 AS s, 1 + 'b' AS t FROM \"t/#\"", row("x"), [{"s": "a1", "t": "1b"}]),
@@ -167,7 +203,40 @@ CASES = [
         [{"a": 5, "b": 4, "c": -4}],
     ),
     ('SELECT payload.t * 1.8 + 32 AS f FROM "t/#"', row({"t": 100}), [{"f": 212.0}]),
+    (
+        'SELECT payload.x mod 4 AS m, mod(payload.x, 4) AS f FROM "t/#"',
+        row({"x": 7}),
+        [{"m": 3, "f": 3}],
+    ),
+    (
+        'SELECT 2 mod 2 AS mod1, mod(3, 2) AS mod2, 4 div 2 AS div1, div(7, 2) AS div2 FROM "t/#"',
+        row({"what": 4}),
+        [{"mod1": 0, "mod2": 1, "div1": 2, "div2": 3}],
+    ),
+    (
+        'SELECT 1-1 AS a, -1 + 1 AS b, 1 + 1 AS c, +1 AS d FROM "t/#"',
+        row("x"),
+        [{"a": 0, "b": 0, "c": 2, "d": 1}],
+    ),
+    (
+        "SELECT payload.cmd AS cmd, cmd.info AS meta.info FROM \"t/#\" WHERE cmd.info = 'tt' AND meta.info = 'tt'",
+        row({"cmd": {"info": "tt"}}),
+        [{"cmd": {"info": "tt"}, "meta": {"info": "tt"}}],
+    ),
+    (
+        'SELECT payload.model AS model FROM "t/#" WHERE payload.x div 2 = 3',
+        row({"x": 7, "model": 1}),
+        [{"model": 1}],
+    ),
+    ('SELECT 1 AS ok FROM "t/#" WHERE is_null(payload.x)', row({}), [{"ok": 1}]),
+    ('SELECT 1 AS ok FROM "t/#" WHERE NOT is_null(payload.x)', row({}), NO_MATCH),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.on', row({"on": True}), [{"ok": 1}]),
+    ('SELECT 1 AS ok FROM "t/#" WHERE payload.on', row({"on": "yes"}), NO_MATCH),
     # -- AS targets ----------------------------------------------------------------------------
+    ('SELECT payload.x y, clientid c FROM "t/#"', row({"x": 7}), [{"y": 7, "c": "c1"}]),
+    ('SELECT CASE WHEN payload.x > 1 THEN 1 END z FROM "t/#"', row({"x": 7}), [{"z": 1}]),
+    ('SELECT payload.x AS a$b FROM "t/#"', row({"x": 7}), [{"a$b": 7}]),
+    ("SELECT payload.'end' AS e FROM \"t/#\"", row({"end": 2}), [{"e": 2}]),
     ('SELECT payload.x AS a.b FROM "t/#"', row({"x": 1}), [{"a": {"b": 1}}]),
     ('SELECT 1 AS c[-0], 2 AS c[-0], 0 AS c[0] FROM "t/#"', row("x"), [{"c": [0, 1, 2]}]),
     (
@@ -221,6 +290,11 @@ CASES = [
         'SELECT 0 AS payload.x[2].y FROM "t/#"',
         row({"x": [1, {"y": [1, 2]}, 3]}),
         [{"payload": {"x": [{"y": 0}]}}],
+    ),
+    (
+        'SELECT payload, payload.x[2].y FROM "t/#"',
+        row({"x": [1, {"y": [1, 2]}, 3]}),
+        [{"payload": {"x": [1, {"y": [1, 2]}, 3]}}],
     ),
     (
         'SELECT payload.x, 0 AS payload.x[2].y FROM "t/#"',
@@ -501,16 +575,16 @@ def test_payload_not_decoded_when_no_path_needs_it():
 
 
 def test_payload_decoded_once_per_row(monkeypatch):
-    import common.rules.columns as columns
+    import common.rules.values as values
 
     calls = []
-    real = columns.json.loads
+    real = values.json.loads
 
     def counting(text, *a, **k):
         calls.append(text)
         return real(text, *a, **k)
 
-    monkeypatch.setattr(columns.json, "loads", counting)
+    monkeypatch.setattr(values.json, "loads", counting)
     rule = compile_rule(
         'SELECT payload.a AS a, payload.b AS b, payload.c.d AS d FROM "t/#" WHERE payload.a > 0'
     )
@@ -554,3 +628,176 @@ def test_outputs_are_json_serialisable_and_independent_between_rows():
     assert first == [{"payload": {"a": 1, "added": 1}}]
     assert second == [{"payload": {"a": 2, "added": 1}}]
     json.dumps(first + second)
+
+
+def test_compiled_rules_pickle_as_their_sql():
+    import pickle
+
+    rule = compile_rule('SELECT payload.t AS t FROM "s/#" WHERE payload.t > 1')
+    again = pickle.loads(pickle.dumps(rule))
+    assert again.sql == rule.sql and again.topic_filters == rule.topic_filters
+    assert again.apply(row({"t": 2}, "s/x")).outputs == [{"t": 2}]
+
+
+def test_evaluation_is_thread_safe():
+    from concurrent.futures import ThreadPoolExecutor
+
+    rule = compile_rule('SELECT payload.n AS n, topic FROM "t/#" WHERE payload.n >= 0')
+
+    def run(n):
+        return rule.apply(row({"n": n}, f"t/{n % 7}")).outputs
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(2000)))
+    assert results == [[{"n": n, "topic": f"t/{n % 7}"}] for n in range(2000)]
+
+
+def test_apply_takes_a_pyspark_row():
+    from pyspark.sql import Row
+
+    rule = compile_rule('SELECT payload.t AS t, clientid FROM "s/#"')
+    spark_row = Row(**row({"t": 5}, "s/1"))
+    assert rule.apply(spark_row).outputs == [{"t": 5, "clientid": "c1"}]
+
+
+def test_apply_takes_archive_rows_as_pyarrow_gives_them():
+    import pyarrow as pa
+
+    from common.archive_schema import ARCHIVE_SCHEMA
+
+    message = row({"t": 5}, "s/1", user_properties=[{"key": "k", "value": "v"}])
+    message["ts"] = datetime.fromtimestamp(TS / 1000, UTC)
+    table = pa.Table.from_pylist([message], schema=ARCHIVE_SCHEMA)
+    (as_read,) = table.to_pylist()
+    rule = compile_rule('SELECT payload.t AS t, timestamp, user_properties.k AS k FROM "s/#"')
+    assert rule.apply(as_read).outputs == [{"t": 5, "timestamp": TS, "k": "v"}]
+
+
+def test_deeply_nested_payload_fails_the_message_not_the_job():
+    nested = "[" * 100_000 + "]" * 100_000
+    result = compile_rule('SELECT payload.a AS a FROM "t/#"').apply(row(nested))
+    assert not result.matched and result.error
+
+
+def test_any_failure_inside_a_function_is_reported_not_raised(monkeypatch):
+    from common.rules import functions
+
+    def broken(value):
+        raise KeyError("boom")
+
+    monkeypatch.setitem(functions.FUNCTIONS, "upper", broken)
+    result = compile_rule('SELECT upper(clientid) AS u FROM "t/#"').apply(row("x"))
+    assert not result.matched and "boom" in result.error
+
+
+@pytest.mark.parametrize(
+    "sql, columns",
+    [
+        ('SELECT clientid FROM "t/#"', {"event", "topic", "client_id"}),
+        (
+            'SELECT payload.t AS t FROM "t/#" WHERE timestamp > 0',
+            {"event", "topic", "payload", "ts"},
+        ),
+        (
+            "SELECT pub_props.'User-Property'.k AS k FROM \"t/#\"",
+            {
+                "event",
+                "topic",
+                "user_properties",
+                "payload_format",
+                "content_type",
+                "message_expiry",
+                "response_topic",
+                "correlation_data",
+            },
+        ),
+        ('SELECT topic(1) AS a, upper(username()) AS u FROM "t/#"', {"event", "topic", "username"}),
+        (
+            'SELECT reason, peername FROM "$events/client_disconnected"',
+            {"event", "topic", "reason", "peer"},
+        ),
+        ('SELECT * FROM "t/#"', "all"),
+        ('FOREACH payload.xs FROM "t/#"', "all"),
+        (
+            'FOREACH payload.xs AS x DO x.v AS v INCASE retain FROM "t/#"',
+            {"event", "topic", "payload", "retain"},
+        ),
+    ],
+)
+def test_archive_columns_a_rule_reads(sql, columns):
+    from common.archive_schema import ARCHIVE_COLUMNS
+
+    rule = compile_rule(sql)
+    expected = set(ARCHIVE_COLUMNS) if columns == "all" else columns
+    assert set(rule.archive_columns) == expected
+    # Pruning to those columns changes nothing in the outputs
+    full = row({"t": 1, "xs": [{"v": 1}]}, "t/a", user_properties=[{"key": "k", "value": "v"}])
+    pruned = {k: v for k, v in full.items() if k in rule.archive_columns}
+    if not rule.events:
+        assert rule.apply(pruned).outputs == rule.apply(full).outputs
+
+
+@pytest.mark.parametrize(
+    "event, source, columns",
+    [
+        (
+            "client.connected",
+            "$events/client_connected",
+            {
+                "clientid",
+                "username",
+                "peername",
+                "proto_ver",
+                "keepalive",
+                "clean_start",
+                "expiry_interval",
+                "connected_at",
+                "conn_props",
+                "timestamp",
+                "node",
+            },
+        ),
+        (
+            "client.disconnected",
+            "$events/client_disconnected",
+            {
+                "clientid",
+                "username",
+                "reason",
+                "peername",
+                "disconnected_at",
+                "disconn_props",
+                "timestamp",
+                "node",
+            },
+        ),
+        (
+            "session.subscribed",
+            "$events/session_subscribed",
+            {"clientid", "username", "topic", "qos", "sub_props", "timestamp", "node"},
+        ),
+        (
+            "session.unsubscribed",
+            "$events/session_unsubscribed",
+            {"clientid", "username", "topic", "qos", "unsub_props", "timestamp", "node"},
+        ),
+    ],
+)
+def test_select_star_on_events_has_emqx_columns(event, source, columns):
+    message = {
+        "event": event,
+        "tenant": "acme",
+        "ts": TS,
+        "client_id": "c9",
+        "username": "acme/d",
+        "topic": "t/x",
+        "qos": 1,
+        "reason": "normal",
+        "peer": "1.2.3.4:5",
+        "proto_ver": 5,
+        "keepalive": 60,
+        "clean_start": True,
+        "session_expiry": 0,
+    }
+    (out,) = outputs(f'SELECT * FROM "{source}"', message)
+    assert columns <= set(out) and out["event"] == event and out["timestamp"] == TS

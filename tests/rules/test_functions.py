@@ -146,6 +146,9 @@ CASES = [
     ("float('1.0')", 1.0),
     ("float(1)", 1.0),
     ("float('3')", 3.0),
+    ("float('-1.5e3')", -1500.0),
+    ("int('+5')", 5),
+    ("int('-2.5')", -3),
     ("float(3.14159, 2)", 3.14),
     ("float2str(20.2, 1)", "20.2"),
     ("float2str(20.2, 10)", "20.2"),
@@ -222,6 +225,49 @@ CASES = [
     ("gunzip(gzip('round trip'))", "round trip"),
     ("unzip(zip('round trip'))", "round trip"),
     ("zip_uncompress(zip_compress('round trip'))", "round trip"),
+    # from EMQX's function reference
+    ("md5('some val')", "1b68352b3e9c2de52ffd322e30bffcc4"),
+    ("sha('some val')", "f85ba28ff5ea84a0cbfa118319acb0c5e58ee2b9"),
+    ("sha256('some val')", "67f97635d8a0e064f60ba6e8846a0ac0be664f18f0c1dc6445cd3542d2b71993"),
+    ("base64_encode('some val')", "c29tZSB2YWw="),
+    ("base64_decode('c29tZSB2YWw=')", "some val"),
+    ("json_encode(json_decode( '{ \"a\" : 1 }' ))", '{"a":1}'),
+    (
+        "bin2hexstr(gzip('hello world'))",
+        "1F8B0800000000000003CB48CDC9C95728CF2FCA49010085114A0D0B000000",
+    ),
+    (
+        "gunzip(hexstr2bin('1F8B0800000000000003CB48CDC9C95728CF2FCA49010085114A0D0B000000'))",
+        "hello world",
+    ),
+    ("bin2hexstr(zip('hello world'))", "CB48CDC9C95728CF2FCA490100"),
+    ("unzip(hexstr2bin('CB48CDC9C95728CF2FCA490100'))", "hello world"),
+    ("bin2hexstr(zip_compress('hello world'))", "789CCB48CDC9C95728CF2FCA4901001A0B045D"),
+    ("zip_uncompress(hexstr2bin('789CCB48CDC9C95728CF2FCA4901001A0B045D'))", "hello world"),
+    ("subbits('abc', 8)", 97),
+    ("subbits('abc', 9, 8)", 98),
+    ("subbits('abc', 17, 8)", 99),
+    ("subbits('abc', 9, 16, 'integer', 'signed', 'big')", 25187),
+    ("subbits('abc', 9, 16, 'integer', 'signed', 'little')", 25442),
+    ("subbits(hexstr2bin('FF'), 2, 8)", 127),
+    ("fmod(-32, 5)", -2.0),
+    ("round(1.54)", 2),
+    ("substr('abcdef', 2)", "cdef"),
+    ("substr('abcdef', 2, 3)", "cde"),
+    ("split('a/b/ c', '/')", ["a", "b", " c"]),
+    ("split('a/b/ c', '/', 'leading')", ["a", "b/ c"]),
+    ("split('a/b/ c', '/', 'trailing')", ["a/b", " c"]),
+    ("map_get('b', json_decode( '{ \"a\" : 1 }' ), 2)", 2),
+    ("map_get('a', map_put('a', 2, json_decode( '{ \"a\" : 1 }' )))", 2),
+    ("nth(2, tokens('c_steve', '_'))", "steve"),
+    (
+        "format_date('second', '+0800', '%Y-%m-%d %H:%M:%S%:z', 1653561612)",
+        "2022-05-26 18:40:12+08:00",
+    ),
+    ("date_to_unix_ts('second', '%Y-%m-%d %H:%M:%S%:z', '2022-05-26 18:40:12+08:00')", 1653561612),
+    ("rfc3339_to_unix_ts('2022-04-25T16:11:58.331+08:00', 'millisecond')", 1650874318331),
+    ("(upper(clientid) + '_UPPERCASE_LETTERS')", "C1_UPPERCASE_LETTERS"),
+    ("(payload.a + 2) * 2", 6),
     # time
     ("unix_ts_to_rfc3339(0)", "1970-01-01T00:00:00+00:00"),
     ("unix_ts_to_rfc3339(1700000000123, 'millisecond')", "2023-11-14T22:13:20.123+00:00"),
@@ -318,6 +364,9 @@ def test_base64_payload_decoded_then_read_as_json():
         ("first([])", "first"),
         ("upper(payload.nothing)", "upper"),
         ("int('abc')", "int"),
+        ("int(' 12 ')", "int"),
+        ("float('1e3')", "float"),
+        ("float('.5')", "float"),
         ("bool('yes')", "bool"),
         ("json_decode('{')", "not JSON"),
         ("base64_decode('***')", "base64_decode"),
@@ -333,7 +382,34 @@ def test_base64_payload_decoded_then_read_as_json():
         ("hash('crc', 'x')", "unknown algorithm"),
         ("sprintf('~s ~s', 'a')", "fewer arguments"),
         ("map('[1]')", "map"),
+        ("pad('a', 1000000000)", "length above"),
+        ("sprintf('~1000000000s', 'a')", "width above"),
     ],
 )
 def test_function_errors_fail_the_message(expr, problem):
     assert problem in error(expr)
+
+
+def test_catastrophic_regex_fails_the_message_quickly():
+    rule = compile_rule("SELECT regex_match(payload, '(a|aa)+$') AS v FROM \"#\"")
+    started = time.perf_counter()
+    result = rule.apply(row("a" * 40 + "b"))
+    elapsed = time.perf_counter() - started
+    assert result.error and "took longer than" in result.error
+    assert elapsed < 1.0
+    # the same rule still answers on a benign message
+    assert rule.apply(row("aaaa")).outputs == [{"v": True}]
+    assert rule.apply(row("a" * 40 + "b")).error  # and fails the next bad one again
+
+
+def test_catastrophic_regex_replace_is_bounded_too():
+    rule = compile_rule("SELECT regex_replace(payload, '(a|aa)+$', 'z') AS v FROM \"#\"")
+    started = time.perf_counter()
+    result = rule.apply(row("a" * 40 + "b"))
+    assert result.error and time.perf_counter() - started < 1.0
+
+
+def test_decompression_bomb_is_refused():
+    bomb = gzip.compress(b"\0" * (64 << 20))
+    result = compile_rule('SELECT gunzip(payload) AS v FROM "#"').apply(row(bomb))
+    assert result.error and "larger than" in result.error
