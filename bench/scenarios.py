@@ -42,9 +42,14 @@ async def _drain(stats: Stats, expected: int, timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
-async def pairs(broker: RunningBroker, n: int, qos: int, seconds: float) -> Result:
+async def pairs(
+    broker: RunningBroker,
+    n: int,
+    qos: int,
+    seconds: float,
+    creds: tuple[str, str] = (USERNAME, PASSWORD),
+) -> Result:
     stats = Stats(sample_every=10)
-    creds = (USERNAME, PASSWORD)
     subs = await connect_many(n, "127.0.0.1", broker.port, stats, "sub", *creds)
     for index, sub in enumerate(subs):
         await sub.subscribe(f"bench/pairs/{index}", qos)

@@ -42,6 +42,8 @@ HOUR = timedelta(hours=1)
 HOUR_MS = 3_600_000
 # Columns worth a dictionary: few distinct values per file. Payloads and correlation data are not.
 DICTIONARY_COLUMNS = ["event", "tenant", "client_id", "username", "topic", "content_type", "peer"]
+# Min/max statistics where a reader prunes on them (not on payloads: costly, never useful).
+STATISTICS_COLUMNS = ["event", "tenant", "ts", "client_id", "username", "topic", "qos"]
 HISTORY_ROW_GROUP = 1_000_000  # rows; large groups scan fast
 HISTORY_PART_BYTES = 256 * 1024 * 1024  # a history part closes past this size
 COMPACTION_BUFFER_BYTES = 128 * 1024 * 1024  # rows held in memory across tenants while compacting
@@ -60,6 +62,7 @@ def encode_parquet(
         sink,
         compression=compression,
         use_dictionary=DICTIONARY_COLUMNS,
+        write_statistics=STATISTICS_COLUMNS,
         row_group_size=row_group_size,
     )
     return sink.getvalue().to_pybytes()
@@ -376,7 +379,11 @@ class _PartSpool:
             handle, self.path = tempfile.mkstemp(dir=self.spool, suffix=".parquet")
             os.close(handle)
             self.writer = pq.ParquetWriter(
-                self.path, ARCHIVE_SCHEMA, compression="zstd", use_dictionary=DICTIONARY_COLUMNS
+                self.path,
+                ARCHIVE_SCHEMA,
+                compression="zstd",
+                use_dictionary=DICTIONARY_COLUMNS,
+                write_statistics=STATISTICS_COLUMNS,
             )
         table = pa.concat_tables(self.pending).sort_by([("ts", "ascending")])
         self.writer.write_table(table, row_group_size=HISTORY_ROW_GROUP)

@@ -1,7 +1,8 @@
 """The archive tap: every routed message and client lifecycle event, as Parquet segments (see
 `parquet_archive`), unless the tenant turned its archive off.
 
-On the event loop the tap does one `list.append` of `(time.time(), message)` per publish; every
+On the event loop the tap does one `list.append` of a tuple of the message's fields per publish
+(`parquet_archive.ROW`: nothing decoded, copied or converted); every
 `interval` seconds it swaps the buffer and a worker thread encodes it (a second one uploads), so
 building and compressing never run on the loop. The broker's own `$SYS`/`$events` messages are
 not archived.
@@ -41,7 +42,7 @@ class ArchiveTap:
         self.writer = writer
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
-        self._rows: list[tuple[float, Message]] = []
+        self._rows: list[tuple] = []  # see parquet_archive.ROW
         self._events: list[dict[str, Any]] = []
         self._task: asyncio.Task | None = None
         self._upload: asyncio.Future | None = None
@@ -56,10 +57,25 @@ class ArchiveTap:
 
     # -- on the event loop: appends only ------------------------------------------------
 
-    def _tap(self, message: Message) -> Message:
-        if message.publisher[:1] != "$":  # $SYS, $events: the broker's own
-            self._rows.append((time(), message))
-        return message
+    def _tap(self, m: Message) -> Message:
+        # Fields, not the Message: a tuple of strings, bytes and numbers is untracked by the
+        # garbage collector after its first pass, while a second of held Messages would be
+        # rescanned by every collection (that cost more than all the rest of the archive).
+        if m.publisher[:1] != "$":  # $SYS, $events: the broker's own
+            self._rows.append(
+                (
+                    time(),
+                    m.tenant,
+                    m.publisher,
+                    m.device,
+                    m.topic,
+                    m.qos,
+                    m.retain,
+                    m.payload,
+                    m.properties or None,
+                )
+            )
+        return m
 
     def _event(self, event: str, tenant: str, client_id: str, device: str, **fields: Any) -> None:
         self._events.append(
@@ -136,8 +152,12 @@ class ArchiveTap:
         events, self._events = self._events, []
         loop = asyncio.get_running_loop()
         if rows or events:
-            await loop.run_in_executor(
-                self._builder, self.writer.encode, rows, events, self.enabled_for
+            # Shielded: the rows are out of the buffer now, so a stop() cancelling this await
+            # must not cancel the queued encoding with them (stop() waits for it instead).
+            await asyncio.shield(
+                loop.run_in_executor(
+                    self._builder, self.writer.encode, rows, events, self.enabled_for
+                )
             )
         if self.writer.pending_bytes and (self._upload is None or self._upload.done()):
             self._upload = loop.run_in_executor(self._uploader, self.writer.upload_pending)
@@ -145,12 +165,21 @@ class ArchiveTap:
             await self._upload
 
     async def stop(self) -> None:
+        """Encode what is buffered and upload everything pending; what a store still down at
+        exit could not take is lost, and the log says how much."""
         if self._task:
             self._task.cancel()
+        loop = asyncio.get_running_loop()
         try:
-            if self._upload is not None:
-                await self._upload
+            # Queued behind any batch still encoding (one builder thread, first in first out).
             await self.flush(wait_upload=True)
+            # The round that was running may have finished before the last batch was queued.
+            await loop.run_in_executor(self._uploader, self.writer.upload_pending)
+            if self.writer.pending_bytes:
+                log.error(
+                    "archive: %d bytes of segments not uploaded at exit",
+                    self.writer.pending_bytes,
+                )
         finally:
             self._builder.shutdown(wait=False)
             self._uploader.shutdown(wait=False)

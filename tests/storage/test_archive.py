@@ -25,7 +25,7 @@ from common.archive_schema import COMPACTED_MARKER, EVENT_CONNECTED, EVENT_PUBLI
 from common.object_store import open_object_store
 from data_plane.broker.message import Message
 from data_plane.storage.archive import NdjsonSegmentWriter, read_segment
-from data_plane.storage.parquet_archive import ParquetArchiveWriter
+from data_plane.storage.parquet_archive import ParquetArchiveWriter, message_row
 
 HOUR = datetime(2023, 11, 14, 22, tzinfo=UTC)  # 22:00-23:00 UTC
 T0 = HOUR.timestamp() + 13 * 60  # 22:13
@@ -40,7 +40,7 @@ def s3_store(s3_endpoint):
 
 def publish(tenant, topic, payload, ts, *, client="c1", device="d", qos=0, props=None):
     message = Message.from_publish(tenant, client, topic, payload, qos, False, props or {}, device)
-    return (ts, message)
+    return message_row(message, ts)
 
 
 def write(store, batch, events=(), *, writer_id="w1", enabled_for=None):

@@ -21,8 +21,13 @@ class Command(BaseCommand):
             help="broker processes (each needs its own ports until clustering)",
         )
         parser.add_argument("--metrics-port", type=int)
+        parser.add_argument(
+            "--no-archive",
+            action="store_true",
+            help="do not archive messages to the object store (the rules and history see nothing)",
+        )
 
-    def handle(self, *args, host, port, ws_port, workers, metrics_port, **options):
+    def handle(self, *args, host, port, ws_port, workers, metrics_port, no_archive, **options):
         argv = [
             sys.executable,
             "-m",
@@ -40,6 +45,8 @@ class Command(BaseCommand):
         ]
         if metrics_port:
             argv += ["--metrics-port", str(metrics_port)]
+        if no_archive:
+            argv.append("--no-archive")
         if workers != 1:
             self.stderr.write("--workers > 1 needs the cluster bus; running one worker.")
         # The broker has no Django on its hot path: it replaces this process, so signals

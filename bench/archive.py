@@ -1,0 +1,176 @@
+"""What the archive costs the broker as operators run it (issue 14).
+
+    .venv/bin/python -m bench.archive [--seconds 5] [--pairs 100] [--qos 0,1]
+
+The broker is `python manage.py runbroker` on Postgres (the embedded cluster, or DATABASE_URL)
+with its defaults: usage metering on, the archive on (Parquet segments every second into the
+object store, here a scratch `file://` folder) or off (`--no-archive`). The tenant and its device
+come from `manage.py create_tenant` / `create_device`, with ACL rules (`add_acl`) and quotas
+(`set_quota`, high enough not to refuse) checked on every PUBLISH and SUBSCRIBE. Mosquitto 2
+runs the same pairs in the same run, for reference.
+
+Per QoS: 100 pairs of 1 KiB messages flat out, archive on, off, off, on (A-B-B-A, so drift on a
+shared machine lands on both sides) with Mosquitto between; figures are means. Reported: delivered
+msg/s, broker CPU-seconds per 1,000 delivered, and archive on ÷ off for both (the target: ≥ 0.85×
+the msg/s, ≤ 1.15× the CPU per message). After each archive-on run the archived publish rows are
+counted from the Parquet files, so a run that archived nothing cannot pass for a cheap one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bench import brokers, scenarios
+from bench.brokers import REPO, RunningBroker
+
+PASSWORD = "bench-archive-password-0123456789"
+
+
+def manage(*args: str) -> dict:
+    """One operator command, as an operator runs it; its JSON answer."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr or result.stdout}")
+    return json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
+
+
+def seed() -> tuple[str, tuple[str, str]]:
+    """A scratch tenant with one device (any client id), 10 ACL rules and quotas."""
+    tenant = f"bench-arch-{uuid.uuid4().hex[:6]}"
+    manage("migrate", "--verbosity", "0")
+    manage("create_tenant", tenant)
+    device = manage("create_device", tenant, "d", "--password", PASSWORD, "--client-ids", "any")
+    for topic in ("admin/#", "$internal/#", "ops/+/secret", "firmware/#", "billing/#"):
+        manage("add_acl", tenant, "--action", "both", "--deny", "--topic", topic)
+    for topic in ("bench/slow/#", "bench/pairs/#", "bench/fan/#", "bench/${client}/#", "t/#"):
+        manage("add_acl", tenant, "--action", "both", "--allow", "--topic", topic)
+    manage(
+        "set_quota",
+        tenant,
+        "max_connections=100000",
+        "max_publish_rate=10000000",
+        "max_inbound_bytes_rate=2000000000",
+        "max_outbound_bytes_rate=2000000000",
+        "max_message_size=1000000",
+        "max_subscriptions_per_client=100",
+        "max_queued_messages=5000",
+    )
+    return tenant, (device["username"], PASSWORD)
+
+
+def cleanup(tenant: str) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
+    import django
+
+    django.setup()
+    from tenants.models import Tenant
+
+    Tenant.objects.filter(slug=tenant).delete()
+
+
+def start_runbroker(archive: bool, objects: Path) -> RunningBroker:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-runbroker-"))
+    port = brokers._free_port()
+    cmd = [sys.executable, "manage.py", "runbroker", "--port", str(port), "--ws-port", "0"]
+    if not archive:
+        cmd.append("--no-archive")
+    env = {**os.environ, "OBJECT_STORE_URL": objects.as_uri()}
+    process = subprocess.Popen(  # runbroker execs the broker: this pid is the broker's
+        brokers._pinned(cmd),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "stderr.log", "w"),
+        preexec_fn=brokers._raise_nofile,
+    )
+    brokers._wait_port(process, port, "runbroker")
+    name = "runbroker, archive " + ("on" if archive else "off")
+    return RunningBroker(name, process, port, workdir)
+
+
+def archived_publishes(objects: Path) -> int:
+    total = 0
+    for path in objects.rglob("*.parquet"):
+        events = pq.read_table(path, columns=["event"])["event"]
+        total += pc.sum(pc.equal(events, "message.publish")).as_py() or 0
+    return total
+
+
+async def run(pairs: int, seconds: float, qos_levels: list[int], creds: tuple[str, str]) -> str:
+    lines = [f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"]
+    print(lines[0], flush=True)
+    for qos in qos_levels:
+        runs: dict[str, list[scenarios.Result]] = {"on": [], "off": [], "mosquitto": []}
+        archived: list[tuple[int, int]] = []
+        for label in ("on", "off", "mosquitto", "off", "on", "mosquitto"):
+            objects = Path(tempfile.mkdtemp(prefix="bench-archive-objects-"))
+            if label == "mosquitto":
+                broker = brokers.start("mosquitto")
+                who = (brokers.USERNAME, brokers.PASSWORD)
+            else:
+                broker = start_runbroker(label == "on", objects)
+                who = creds
+            try:
+                result = await scenarios.pairs(broker, pairs, qos, seconds, who)
+            finally:
+                broker.stop()  # SIGTERM: the archive uploads what it holds before exiting
+            runs[label].append(result)
+            if label == "on":
+                archived.append((archived_publishes(objects), result.received))
+            shutil.rmtree(objects, ignore_errors=True)
+            print(
+                f"  qos={qos} {broker.name:<24} {result.delivered_per_s:>9,.0f} msg/s "
+                f"cpu/1k {result.cpu_per_1000:.4f}  sent {result.sent:,} received "
+                f"{result.received:,}",
+                flush=True,
+            )
+        rate = {k: sum(r.delivered_per_s for r in v) / len(v) for k, v in runs.items()}
+        cpu = {k: sum(r.cpu_per_1000 for r in v) / len(v) for k, v in runs.items()}
+        lines.append(
+            f"pairs n={pairs} qos={qos} 1 KiB | archive off {rate['off']:>8,.0f} msg/s "
+            f"cpu/1k {cpu['off']:.4f} | archive on {rate['on']:>8,.0f} msg/s cpu/1k "
+            f"{cpu['on']:.4f} | mosquitto {rate['mosquitto']:>8,.0f} msg/s cpu/1k "
+            f"{cpu['mosquitto']:.4f}\n"
+            f"  archive on/off: throughput {rate['on'] / rate['off']:.2f}x, CPU per message "
+            f"{cpu['on'] / cpu['off']:.2f}x | vs Mosquitto (CPU efficiency): off "
+            f"{cpu['mosquitto'] / cpu['off']:.2f}x, on {cpu['mosquitto'] / cpu['on']:.2f}x | "
+            "archived publish rows / delivered: " + ", ".join(f"{a:,}/{d:,}" for a, d in archived)
+        )
+        print(lines[-1], flush=True)
+    lines.append(f"load average at end {os.getloadavg()[0]:.1f}")
+    print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pairs", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--qos", default="0,1")
+    args = parser.parse_args(argv)
+    tenant, creds = seed()
+    try:
+        import uvloop
+
+        uvloop.install()
+        asyncio.run(run(args.pairs, args.seconds, [int(q) for q in args.qos.split(",")], creds))
+    finally:
+        cleanup(tenant)
+
+
+if __name__ == "__main__":
+    main()
