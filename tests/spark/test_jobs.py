@@ -193,3 +193,28 @@ def test_live_job_applies_rule_changes_without_restart(spark, store, broker, rec
         job.stop()
     m = metrics_of(rule)
     assert m.matched == 2 and m.actions_ok == 4 and m.lag_ms is not None
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--from", "yesterday"], "ISO 8601"),
+        (["--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"], "before --to"),
+        (["--rule", "hot"], "--rule needs --tenant"),
+        (["--live", "--tenant", "acme"], "--live serves every enabled rule"),
+    ],
+)
+def test_run_rules_names_the_problem_with_its_arguments(args, message):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match=message):
+        call_command("run_rules", *args)
+
+
+def test_run_rules_for_a_tenant_without_rules_says_so(spark, store, monkeypatch):
+    from django.core.management import CommandError, call_command
+
+    services.tenant_create("quiet")
+    monkeypatch.setenv("OBJECT_STORE_URL", f"file://{store.root}")
+    with pytest.raises(CommandError, match="no matching rules for tenant 'quiet'"):
+        call_command("run_rules", "--tenant", "quiet", "--no-progress")

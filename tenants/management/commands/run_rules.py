@@ -5,8 +5,9 @@
 - `run_rules --live [--metrics-port P] [--checkpoint DIR]`: the live job (one Structured Streaming
   query for every tenant's enabled rules) until Ctrl-C or SIGTERM.
 
-The jobs (`spark/`) do not import Django: they get the database URL this command resolves (the
-configured `DATABASE_URL`, or the embedded cluster, started if needed) and `OBJECT_STORE_URL`.
+The jobs (`spark/`) do not import Django: they get the database this command resolves (the
+configured `DATABASE_URL`, or the embedded cluster, started if needed) as a libpq connection string,
+and the object store of `OBJECT_STORE_URL`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,24 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+
+def database_url() -> str:
+    """The database Django is using (the configured or embedded one; a test run's test
+    database), as a libpq connection string for the jobs' psycopg."""
+    from django.db import connection
+    from psycopg.conninfo import make_conninfo
+
+    db = connection.settings_dict
+    params = {
+        "host": db.get("HOST") or None,
+        "port": str(db["PORT"]) if db.get("PORT") else None,
+        "dbname": db.get("NAME"),
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+    }
+    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
 
 
 class Command(BaseCommand):
@@ -83,11 +100,14 @@ class Command(BaseCommand):
             )
             sys.stderr.flush()
 
+        from pyspark.sql import SparkSession
+
+        owned = SparkSession.getActiveSession() is None  # (a caller's session is left running)
         spark = build_session("rules-backfill")
         try:
             summary = run_backfill(
                 spark,
-                settings.DATABASE_URL,
+                database_url(),
                 store,
                 start,
                 end,
@@ -100,7 +120,8 @@ class Command(BaseCommand):
         finally:
             if show:
                 sys.stderr.write("\n")
-            spark.stop()
+            if owned:
+                spark.stop()
         summary["from"] = datetime.fromtimestamp(start / 1000, UTC).isoformat()
         summary["to"] = datetime.fromtimestamp(end / 1000, UTC).isoformat()
         self.stdout.write(json.dumps(summary, indent=2))
@@ -120,7 +141,7 @@ class Command(BaseCommand):
         spark = build_session("rules-live")
         job = LiveJob(
             spark,
-            settings.DATABASE_URL,
+            database_url(),
             store,
             checkpoint=options["checkpoint"] or DEFAULT_CHECKPOINT,
             trigger_seconds=options["trigger"],
