@@ -21,13 +21,13 @@ class PostgresAuthenticator:
         if not decision.ok:
             return AuthResult(decision.reason_code, decision.tenant, reason=decision.reason)
         policy = decision.policy
-        if decision.device == service_identity.SERVICE_DEVICE:
+        if decision.device in service_identity.SERVICE_DEVICES:
             return AuthResult(
                 0,
                 decision.tenant,
                 decision.device,
                 decision.client_id,
-                service_identity.ReadOnly(),
+                service_identity.authorizer(decision.device),
                 service=True,
             )
         acl = AclPolicy(

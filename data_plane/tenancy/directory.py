@@ -172,8 +172,8 @@ class TenantDirectory:
             )
         if self.by_tenant.blocked(tenant):
             return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts for this tenant")
-        if device == service_identity.SERVICE_DEVICE:
-            return await self._service(tenant, password, client_id, address)
+        if device in service_identity.SERVICE_DEVICES:
+            return await self._service(tenant, device, password, client_id, address)
         try:
             record = await self.device(tenant, device)
             policy = await self.policy(tenant) if record is not None else None
@@ -199,12 +199,12 @@ class TenantDirectory:
         return Decision(SUCCESS, "", tenant, device, assigned, policy)
 
     async def _service(
-        self, tenant: str, password: bytes | None, client_id: str, address: str
+        self, tenant: str, device: str, password: bytes | None, client_id: str, address: str
     ) -> Decision:
-        """The portal's read-only identity for one tenant (see `service_identity`)."""
+        """A service identity of one tenant: the portal's or the rules' (`service_identity`)."""
         token = (password or b"").decode("utf-8", "replace")
         if self.service_key is None or not service_identity.verify(
-            self.service_key, tenant, client_id, token
+            self.service_key, tenant, client_id, token, device=device
         ):
             return self._fail(address, tenant, BAD_USERNAME_OR_PASSWORD, "bad service token")
         try:
@@ -215,7 +215,7 @@ class TenantDirectory:
             return self._fail(address, None, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
         if not policy.active:
             return self._fail(address, tenant, BANNED, "tenant suspended")
-        return Decision(SUCCESS, "", tenant, service_identity.SERVICE_DEVICE, client_id, policy)
+        return Decision(SUCCESS, "", tenant, device, client_id, policy)
 
     def _fail(self, address: str, tenant: str | None, code: int, reason: str) -> Decision:
         self.by_address.fail(address)

@@ -104,3 +104,47 @@ def test_suspending_the_tenant_ends_its_live_views(broker, tenants):
     services.tenant_set_status(acme, "suspended")
     assert viewer.disconnected.wait(3)
     assert portal(broker).reason_code == 0x8A
+
+
+def rules_identity(
+    port: int,
+    tenant: str = "acme",
+    *,
+    token_for: str | None = None,
+    client_id: str = "$rules-7-abc",
+    key: bytes = KEY,
+) -> Paho:
+    token = service_identity.sign(key, token_for or tenant, client_id)
+    return Paho(port, f"{tenant}/$rules", token, client_id)
+
+
+def test_rules_identity_publishes_in_its_tenant_only_and_never_subscribes(broker, tenants):
+    acme, acme_secret, other_secret = tenants
+    rules = rules_identity(broker)
+    assert rules.reason_code == 0
+    listener = Paho(broker, "acme/sensor-1", acme_secret, "listener")
+    listener.subscribe("alerts/#", 1)
+    sys_reader = Paho(broker, "acme/sensor-1", acme_secret, "sys-reader")
+    sys_reader.subscribe("$SYS/#", 0)
+    intruder = Paho(broker, "other/probe", other_secret, "probe")
+    intruder.subscribe("#", 1)
+    rules.client.publish("alerts/hot", "from a rule", 1).wait_for_publish(5)
+    got = listener.expect(1, 5)
+    assert [(m.topic, m.payload) for m in got] == [("alerts/hot", b"from a rule")]
+    assert intruder.nothing(0.5)  # never another tenant's namespace
+    assert rules.subscribe("alerts/#", 0)[0].value == 0x87  # publish-only
+    rules.client.publish("$SYS/broker/clients/connected", "999", 1).wait_for_publish(5)
+    forged = [m for m in sys_reader.expect(50, 1) if m.payload == b"999"]
+    assert forged == []  # `$` topics are the broker's
+    for client in (rules, listener, sys_reader, intruder):
+        client.close()
+
+
+def test_nobody_else_can_use_the_rules_identity(broker, tenants):
+    acme, acme_secret, _ = tenants
+    assert rules_identity(broker, key=b"guessed").reason_code == 0x86
+    assert rules_identity(broker, "other", token_for="acme").reason_code == 0x86
+    # A portal token (or client id) does not open the rules identity, nor the reverse.
+    assert rules_identity(broker, client_id="$portal-abc").reason_code == 0x86
+    assert portal(broker, client_id="$rules-7-abc").reason_code == 0x86
+    assert Paho(broker, "acme/sensor-1", acme_secret, "$rules-7-abc").reason_code == 0x85

@@ -1,8 +1,9 @@
 """`make run`: the whole platform in the foreground on its embedded defaults.
 
 Migrates, seeds the demo tenant and device, then supervises the web server (Daphne, ASGI), the
-MQTT broker and a Celery worker with beat. Ctrl-C (or SIGTERM) stops everything it started; if one
-part dies, the others are stopped too and the command exits non-zero.
+MQTT broker, a Celery worker with beat and the live rules job (`run_rules --live`, Spark). Ctrl-C
+(or SIGTERM) stops everything it started; if one part dies, the others are stopped too and the
+command exits non-zero.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class Command(BaseCommand):
                 "--schedule",
                 str(embedded.DATA_DIR / "celerybeat-schedule"),
             ],
+            # Tenants' rules: the live Spark job (SPARK_MASTER, default local[*]).
+            "rules": [python, "manage.py", "run_rules", "--live"],
         }
         processes = {
             name: subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env)

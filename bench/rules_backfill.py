@@ -1,0 +1,190 @@
+"""Backfill throughput: archived messages/s per core for a rule with a JSON-path WHERE, Spark
+(the rules' own plan: `spark.rules.backfill.run_backfill`) beside DuckDB running the equivalent
+query on the same Parquet files.
+
+    .venv/bin/python -m bench.rules_backfill --messages 10000000 [--dir /tmp/rules-bench] [--write]
+
+The archive is generated with pyarrow in its compacted form (one history part of 1M rows per
+hour for tenant `bench`, a `_COMPACTED` manifest per hour naming them, and one more tenant's parts
+beside it that the rule must not read), ~100-byte JSON payloads. The rule:
+
+    SELECT payload.site.id AS site, payload.temp AS temp FROM "sensors/#"
+    WHERE payload.temp > 90 AND payload.site.id = 7
+
+No database: the rule is given directly and no action runs (the summary is the result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from common.archive_io import Manifest, encode_parquet
+from common.archive_schema import (
+    ARCHIVE_SCHEMA,
+    COMPACTED_MARKER,
+    history_part_key,
+    live_hour_prefix,
+)
+from common.object_store import LocalObjectStore
+
+HOUR_MS = 3_600_000
+PER_HOUR = 1_000_000
+RULE = (
+    'SELECT payload.site.id AS site, payload.temp AS temp FROM "sensors/#" '
+    "WHERE payload.temp > 90 AND payload.site.id = 7"
+)
+
+
+def _hour_table(tenant: str, hour_ms: int, rows: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    temp = np.round(rng.uniform(0, 100, rows), 1)
+    site = rng.integers(0, 10, rows)
+    device = rng.integers(0, 1000, rows)
+    text = pc.binary_join_element_wise(
+        '{"temp": ',
+        pc.cast(pa.array(temp), pa.string()),
+        ', "site": {"id": ',
+        pc.cast(pa.array(site), pa.string()),
+        ', "name": "plant"}, "device": "d',
+        pc.cast(pa.array(device), pa.string()),
+        '", "ok": true}',
+        "",
+    )
+    topics = pc.binary_join_element_wise(
+        "sensors/d", pc.cast(pa.array(device), pa.string()), "/t", ""
+    )
+    n = rows
+    return pa.table(
+        {
+            "event": pa.array(["message.publish"] * n),
+            "tenant": pa.array([tenant] * n),
+            "ts": pa.array(hour_ms + np.arange(n) * (HOUR_MS // n), pa.timestamp("ms", tz="UTC")),
+            "client_id": pc.binary_join_element_wise(
+                "d", pc.cast(pa.array(device), pa.string()), ""
+            ),
+            "username": pa.array([f"{tenant}/dev"] * n),
+            "topic": topics,
+            "qos": pa.array(np.ones(n, dtype=np.int8)),
+            "retain": pa.array(np.zeros(n, dtype=bool)),
+            "payload": pc.cast(text, pa.binary()),
+        }
+    )
+
+
+def generate(store: LocalObjectStore, messages: int, start_ms: int) -> tuple[int, int, list[str]]:
+    """Hours of history for `bench` (and as many rows for `other`); returns (start, end, bench
+    files)."""
+    hours = -(-messages // PER_HOUR)
+    files = []
+    for index in range(hours):
+        hour_ms = start_ms + index * HOUR_MS
+        rows = min(PER_HOUR, messages - index * PER_HOUR)
+        parts = []
+        for tenant in ("bench", "other"):
+            table = _hour_table(tenant, hour_ms, rows, seed=index * 2 + (tenant == "other"))
+            empty = {n: pa.nulls(rows, ARCHIVE_SCHEMA.field(n).type) for n in ARCHIVE_SCHEMA.names}
+            empty.update({n: table[n] for n in table.column_names})
+            full = pa.table(empty).cast(ARCHIVE_SCHEMA)
+            key = history_part_key(tenant, hour_ms, 0, 0)
+            store.put(key, encode_parquet(full, row_group_size=PER_HOUR))
+            parts.append(key)
+            if tenant == "bench":
+                files.append(str(store.root / key))
+        marker = Manifest(segments=[], parts=parts, rounds=1, rows=2 * rows)
+        store.put(live_hour_prefix(hour_ms) + COMPACTED_MARKER, marker.encode())
+    return start_ms, start_ms + hours * HOUR_MS, files
+
+
+def run_spark(store: LocalObjectStore, start: int, end: int) -> dict:
+    from spark.rules.backfill import run_backfill
+    from spark.rules.plan import RuleSpec
+    from spark.session import build_session
+
+    spark = build_session("bench-rules-backfill")
+    try:
+        return run_backfill(spark, None, store, start, end, specs=[RuleSpec(1, "bench", "b", RULE)])
+    finally:
+        spark.stop()
+
+
+def run_duckdb(files: list[str], threads: int) -> tuple[int, float]:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    listing = ", ".join(f"'{f}'" for f in files)
+    started = time.monotonic()
+    count = con.execute(
+        f"""
+        SELECT count(*) FROM (
+            SELECT json_extract(decode(payload), '$.site.id') AS site,
+                   json_extract(decode(payload), '$.temp') AS temp
+            FROM read_parquet([{listing}])
+            WHERE tenant = 'bench' AND topic LIKE 'sensors/%'
+              AND CAST(json_extract(decode(payload), '$.temp') AS DOUBLE) > 90
+              AND CAST(json_extract(decode(payload), '$.site.id') AS BIGINT) = 7
+        )
+        """
+    ).fetchone()[0]
+    return count, time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=10_000_000)
+    parser.add_argument("--dir", default="/tmp/rules-backfill-bench")
+    parser.add_argument("--write", action="store_true", help="append to bench/RESULTS.md")
+    args = parser.parse_args(argv)
+    cores = os.cpu_count() or 1
+    store = LocalObjectStore(Path(args.dir))
+    store.clear()
+    start_ms = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
+    t0 = time.monotonic()
+    start, end, files = generate(store, args.messages, start_ms)
+    generated = time.monotonic() - t0
+    print(f"generated {args.messages:,} messages (+ as many of another tenant) in {generated:.0f}s")
+    load = os.getloadavg()[0]
+    summary = run_spark(store, start, end)
+    spark_rate = summary["rows_read"] / summary["seconds"]
+    print(
+        f"spark: {summary['rows_read']:,} rows, {summary['passed']:,} passed, "
+        f"{summary['failed']} failed in {summary['seconds']:.1f}s = {spark_rate:,.0f} msg/s "
+        f"({spark_rate / cores:,.0f} per core)"
+    )
+    count, seconds = run_duckdb(files, cores)
+    duck_rate = args.messages / seconds
+    print(
+        f"duckdb: {count:,} rows in {seconds:.1f}s = {duck_rate:,.0f} msg/s ({duck_rate / cores:,.0f} per core)"
+    )
+    assert count == summary["passed"], "Spark and DuckDB disagree on the result"
+    if args.write:
+        results = Path(__file__).with_name("RESULTS.md")
+        with results.open("a") as out:
+            out.write(
+                "\n## Rules backfill throughput (issue 14)\n\n"
+                f"Command: `.venv/bin/python -m bench.rules_backfill --messages {args.messages} --write`  \n"
+                f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {cores} cores; load average at start "
+                f"{load:.1f} (other jobs share the machine)  \n"
+                f"Rule: `{RULE}` over {args.messages:,} archived messages of tenant `bench` "
+                f"(compacted history, ~100-byte JSON payloads; another tenant's {args.messages:,} "
+                "rows beside them, not read).\n\n"
+                "| engine | rows read | result rows | seconds | msg/s | msg/s per core |\n"
+                "|---|---:|---:|---:|---:|---:|\n"
+                f"| Spark (rules plan, mapInArrow + CompiledRule) | {summary['rows_read']:,} | "
+                f"{summary['passed']:,} | {summary['seconds']:.1f} | {spark_rate:,.0f} | "
+                f"{spark_rate / cores:,.0f} |\n"
+                f"| DuckDB (same files, equivalent SQL, {cores} threads) | {args.messages:,} | {count:,} | "
+                f"{seconds:.1f} | {duck_rate:,.0f} | {duck_rate / cores:,.0f} |\n"
+            )
+
+
+if __name__ == "__main__":
+    main()

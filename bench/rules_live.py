@@ -1,0 +1,226 @@
+"""Live rules latency: publish → action (webhook received) p50/p99 with 10, 100 and 1,000
+enabled rules across 200 tenants, on the embedded default (one broker on Postgres writing the
+archive, `manage.py run_rules --live` as `make run` starts it, local Spark).
+
+    .venv/bin/python -m bench.rules_live [--rules 10,100,1000] [--rate 10] [--seconds 30] [--write]
+
+A throwaway Postgres cluster under `.data/bench-rules-postgres`. Rule i lives in tenant
+`rb-{i % 200}` and reads `sensors/{i}/#` with a JSON-path WHERE; its action is a signed webhook to
+a local HTTP receiver. Devices publish QoS 1 at `--rate` msg/s in total, each message aimed at a
+random enabled rule; the payload carries the send time, the webhook body returns it, and the
+receiver takes the difference (one clock: everything is on this machine). The rule sets grow
+without restarting the job (10, then 100, then 1,000): the job picks the new rules up live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TENANTS = 200
+SECRET = "bench-secret"
+
+
+def _django() -> str:
+    os.environ["EMBEDDED_PG_DIR"] = str(REPO / ".data" / "bench-rules-postgres")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+    return settings.DATABASE_URL
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.latencies: dict[str, float] = {}
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                now = time.time()
+                output = json.loads(body)
+                receiver.latencies[output["id"]] = now - output["sent"]
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def seed(rules: int, url: str) -> dict[str, str]:
+    """Tenants and devices (secrets returned); rules up to `rules` enabled."""
+    from tenants import services
+    from tenants.models import Rule, Tenant
+
+    secrets = {}
+    for index in range(TENANTS):
+        slug = f"rb-{index:03d}"
+        tenant = Tenant.objects.filter(slug=slug).first() or services.tenant_create(slug)
+        services.tenant_set_quota(tenant, {"max_publish_rate": 100000, "max_connections": 1000})
+        device = tenant.devices.filter(name="dev").first()
+        if device is not None:
+            device.delete()
+        _, secret = services.device_create(tenant=tenant, name="dev", client_id_policy="any")
+        secrets[slug] = secret
+    Rule.objects.filter(tenant__slug__startswith="rb-").delete()
+    return secrets
+
+
+def add_rules(start: int, end: int, url: str) -> None:
+    from tenants import services
+    from tenants.models import Tenant
+
+    tenants = {t.slug: t for t in Tenant.objects.filter(slug__startswith="rb-")}
+    for i in range(start, end):
+        services.rule_create(
+            tenant=tenants[f"rb-{i % TENANTS:03d}"],
+            name=f"r{i}",
+            sql=(
+                "SELECT payload.id AS id, payload.sent AS sent, payload.t AS t "
+                f'FROM "sensors/{i}/#" WHERE payload.t > 10'
+            ),
+            actions=[{"type": "webhook", "url": url, "secret": SECRET}],
+        )
+
+
+def _free_port() -> int:
+    from control_plane.embedded import free_port
+
+    return free_port()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rules", default="10,100,1000")
+    parser.add_argument("--rate", type=float, default=10.0, help="messages/s in total")
+    parser.add_argument("--seconds", type=float, default=30.0, help="per rule count")
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args(argv)
+    steps = [int(x) for x in args.rules.split(",")]
+    dsn = _django()
+    receiver = Receiver()
+    secrets = seed(max(steps), receiver.url)
+    work = Path(tempfile.mkdtemp(prefix="bench-rules-live-"))
+    env = dict(
+        os.environ,
+        DATABASE_URL=dsn,
+        OBJECT_STORE_URL=f"file://{work / 'objects'}",
+        MQTT_SERVICE_KEY="bench-rules-key",
+    )
+    port = _free_port()
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "data_plane", "--port", str(port), "--ws-port", "0",
+         "--database-url", dsn, "--sys-interval", "0", "--archive-interval", "0.5"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "broker.log", "w"),
+    )  # fmt: skip
+    add_rules(0, steps[0], receiver.url)
+    job = subprocess.Popen(
+        [sys.executable, "manage.py", "run_rules", "--live", "--checkpoint", str(work / "ckpt"),
+         "-v", "2"],
+        cwd=REPO, env=dict(env, MQTT_INTERNAL_PORT=str(port)),
+        stdout=subprocess.DEVNULL, stderr=open(work / "live.log", "w"),
+    )  # fmt: skip
+    results = []
+    try:
+        deadline = time.monotonic() + 180
+        while "live rules job running" not in (work / "live.log").read_text():
+            assert job.poll() is None, (work / "live.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "live job did not start"
+            time.sleep(0.5)
+        import paho.mqtt.client as mqtt
+
+        clients = {}
+        for slug, secret in secrets.items():
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{slug}-pub")
+            client.username_pw_set(f"{slug}/dev", secret)
+            client.connect("127.0.0.1", port)
+            client.loop_start()
+            clients[slug] = client
+        time.sleep(2)
+        enabled = steps[0]
+        for step in steps:
+            if step > enabled:
+                add_rules(enabled, step, receiver.url)
+                enabled = step
+                time.sleep(5)  # the job reloads the rules at its next batch
+            sent: dict[str, float] = {}
+            load = os.getloadavg()[0]
+            interval = 1.0 / args.rate
+            end = time.monotonic() + args.seconds
+            seq = 0
+            while time.monotonic() < end:
+                rule = random.randrange(step)
+                ident = f"{step}-{seq}"
+                payload = json.dumps({"id": ident, "sent": time.time(), "t": 20})
+                clients[f"rb-{rule % TENANTS:03d}"].publish(f"sensors/{rule}/x", payload, qos=1)
+                sent[ident] = time.time()
+                seq += 1
+                time.sleep(interval)
+            settle = time.monotonic() + 30
+            while time.monotonic() < settle and not all(i in receiver.latencies for i in sent):
+                time.sleep(0.2)
+            got = sorted(receiver.latencies[i] for i in sent if i in receiver.latencies)
+            p50 = statistics.median(got) if got else float("nan")
+            p99 = got[min(len(got) - 1, int(len(got) * 0.99))] if got else float("nan")
+            results.append((step, len(sent), len(got), p50, p99, got[-1] if got else 0, load))
+            print(f"{step} rules: {len(got)}/{len(sent)} actions, p50 {p50:.2f}s p99 {p99:.2f}s "
+                  f"max {got[-1] if got else 0:.2f}s (load {load:.1f})", flush=True)  # fmt: skip
+        for client in clients.values():
+            client.disconnect()
+            client.loop_stop()
+    finally:
+        job.terminate()
+        broker.terminate()
+        job.wait(timeout=60)
+        broker.wait(timeout=30)
+        from tenants.models import Tenant
+
+        Tenant.objects.filter(slug__startswith="rb-").delete()
+        shutil.rmtree(work, ignore_errors=True)
+    if args.write:
+        with (REPO / "bench" / "RESULTS.md").open("a") as out:
+            out.write(
+                "\n## Live rules latency (issue 14)\n\n"
+                f"Command: `.venv/bin/python -m bench.rules_live --rules {args.rules} "
+                f"--rate {args.rate:g} --seconds {args.seconds:g} --write`  \n"
+                f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores shared by "
+                "the broker, Postgres, the Spark job and the publishers (and other jobs on the "
+                "machine: load average shown).  \n"
+                f"{TENANTS} tenants; one webhook action per rule; QoS 1 publishes at "
+                f"{args.rate:g} msg/s, each to a random enabled rule; latency = webhook received − "
+                "publish sent.\n\n"
+                "| enabled rules | sent | actions seen | p50 s | p99 s | max s | load avg |\n"
+                "|---:|---:|---:|---:|---:|---:|---:|\n"
+            )
+            for step, sent_n, got_n, p50, p99, worst, load in results:
+                out.write(
+                    f"| {step:,} | {sent_n} | {got_n} | {p50:.2f} | {p99:.2f} | {worst:.2f} | "
+                    f"{load:.1f} |\n"
+                )
+
+
+if __name__ == "__main__":
+    main()

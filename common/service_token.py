@@ -1,0 +1,86 @@
+"""Tokens of the internal service identities, shared by whoever signs them and the broker.
+
+Two identities live in a tenant's namespace without being one of its devices:
+
+- `{tenant}/$portal`, client id `$portal-…`: the portal's live views; subscribes, never publishes.
+- `{tenant}/$rules`, client id `$rules-…`: the rule jobs' republish action; publishes inside its
+  tenant, never subscribes.
+
+A token is `v1.{expires}.{hex HMAC-SHA256(key, tenant \\n client id \\n expires)}` under the key the
+signers share with the brokers (`MQTT_SERVICE_KEY`, or the embedded default file
+`.data/service-key`). The client id is inside the MAC and its prefix names the identity, so a
+portal token cannot be replayed as a rules connection, nor either for another tenant.
+
+Here (not in `data_plane`) because the Spark jobs sign tokens too and import neither plane.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from pathlib import Path
+
+DEFAULT_KEY_FILE = Path(__file__).resolve().parents[1] / ".data" / "service-key"
+
+PORTAL_DEVICE = "$portal"
+RULES_DEVICE = "$rules"
+# The device name each identity connects as, and the client id prefix it must use.
+CLIENT_PREFIXES = {PORTAL_DEVICE: "$portal-", RULES_DEVICE: "$rules-"}
+
+
+def load_key() -> bytes:
+    """The shared key: `MQTT_SERVICE_KEY`, else the embedded default file (created once)."""
+    value = os.environ.get("MQTT_SERVICE_KEY")
+    if value:
+        return value.encode()
+    path = Path(os.environ.get("MQTT_SERVICE_KEY_FILE", DEFAULT_KEY_FILE))
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process created it first
+        else:
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_hex(32))
+    return path.read_text().strip().encode()
+
+
+def new_client_id(device: str = PORTAL_DEVICE) -> str:
+    return CLIENT_PREFIXES[device] + secrets.token_hex(12)
+
+
+def sign(key: bytes, tenant: str, client_id: str, ttl: int = 300, now: float | None = None) -> str:
+    expires = int((now if now is not None else time.time()) + ttl)
+    return f"v1.{expires}.{_mac(key, tenant, client_id, expires)}"
+
+
+def verify(
+    key: bytes,
+    tenant: str,
+    client_id: str,
+    token: str,
+    now: float | None = None,
+    *,
+    device: str = PORTAL_DEVICE,
+) -> bool:
+    """Whether `token` lets `client_id` connect as `{tenant}/{device}` now."""
+    prefix = CLIENT_PREFIXES.get(device)
+    if prefix is None or not client_id.startswith(prefix):
+        return False
+    try:
+        version, expires_text, mac = token.split(".")
+        expires = int(expires_text)
+    except ValueError:
+        return False
+    if version != "v1" or expires < (now if now is not None else time.time()):
+        return False
+    return hmac.compare_digest(mac, _mac(key, tenant, client_id, expires))
+
+
+def _mac(key: bytes, tenant: str, client_id: str, expires: int) -> str:
+    message = f"{tenant}\n{client_id}\n{expires}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()

@@ -1,0 +1,143 @@
+"""Reading the message archive into Spark (the I/O edge of every rule job).
+
+Follows the layout and marker protocol of `common.archive_schema` through
+`common.archive_io.archive_files`: for each hour the history parts its `_COMPACTED` marker names
+plus the live segments it does not name, and version 1 NDJSON segments — nothing twice. Only the given tenants' history prefixes are listed, and the
+rows are filtered to those tenants before anything else sees them, so a plan built from here holds
+no other tenant's rows by construction.
+
+Paths: a `file://` object store (the embedded default) is read as local files. An `s3://` store is
+read as `s3a://bucket/prefix/...`, which needs the cluster's S3 connector (hadoop-aws is not in the
+pyspark wheel and nothing is fetched at run time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from common.archive_io import ArchiveFile, archive_files
+from common.archive_schema import ARCHIVE_SCHEMA, LIVE_PREFIX, read_ndjson_segment
+from common.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
+
+
+def spark_schema() -> StructType:
+    """ARCHIVE_SCHEMA as Spark sees it (timestamp ms UTC → TimestampType, int8 → ByteType)."""
+    return from_arrow_schema(ARCHIVE_SCHEMA)
+
+
+def store_path(store: ObjectStore, key: str = "") -> str:
+    """The URI Spark reads an object store key at."""
+    if isinstance(store, LocalObjectStore) or hasattr(store, "root"):
+        # Not Path.as_uri(): Hadoop would read its %3D for `=` literally.
+        return f"file://{(store.root / key) if key else store.root}"
+    if isinstance(store, S3ObjectStore) or hasattr(store, "bucket"):
+        base = f"s3a://{store.bucket}/{store.prefix}".rstrip("/")
+        return f"{base}/{key}" if key else base
+    raise TypeError(f"unsupported object store {store!r}")
+
+
+def list_archive(
+    store: ObjectStore, tenants: Iterable[str], start_ms: int, end_ms: int
+) -> list[ArchiveFile]:
+    """The objects holding the tenants' rows of [start_ms, end_ms), per the marker protocol
+    (`common.archive_io.archive_files`, one tenant at a time: only their history prefixes are
+    listed). A shared live segment is listed once however many of the tenants it holds."""
+    start, end = _dt(start_ms), _dt(end_ms)
+    files: dict[str, ArchiveFile] = {}
+    for tenant in sorted(set(tenants)):
+        for file in archive_files(store, start, end, tenant=tenant):
+            files.setdefault(file.key, file)
+    return sorted(files.values(), key=lambda f: (f.hour, f.key))
+
+
+def empty_archive(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], spark_schema())
+
+
+def read_archive(
+    spark: SparkSession,
+    store: ObjectStore,
+    tenants: Iterable[str],
+    start_ms: int,
+    end_ms: int,
+    listing: list[ArchiveFile] | None = None,
+) -> DataFrame:
+    """The given tenants' archive rows with start_ms ≤ ts < end_ms (rows of any other tenant in a
+    shared live segment are filtered out here, before anything else sees them)."""
+    tenants = sorted(set(tenants))
+    if not tenants:
+        return empty_archive(spark)
+    if listing is None:
+        listing = list_archive(store, tenants, start_ms, end_ms)
+    parquet = [store_path(store, f.key) for f in listing if f.format == "parquet"]
+    frames = []
+    if parquet:
+        frames.append(spark.read.schema(spark_schema()).parquet(*parquet))
+    ndjson = [f.key for f in listing if f.format == "ndjson"]
+    if ndjson:
+        frames.append(_ndjson_frame(spark, store, ndjson, tenants))
+    if not frames:
+        return empty_archive(spark)
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    return df.where(tenant_scope(tenants) & time_range(start_ms, end_ms))
+
+
+def tenant_scope(tenants: Iterable[str]) -> Column:
+    return F.col("tenant").isin(sorted(set(tenants)))
+
+
+def time_range(start_ms: int, end_ms: int) -> Column:
+    start = datetime.fromtimestamp(start_ms / 1000, UTC)
+    end = datetime.fromtimestamp(end_ms / 1000, UTC)
+    return (F.col("ts") >= F.lit(start)) & (F.col("ts") < F.lit(end))
+
+
+def _ndjson_frame(
+    spark: SparkSession, store: ObjectStore, keys: list[str], tenants: list[str]
+) -> DataFrame:
+    # Version 1 segments are small and few (nothing writes them any more): read on the driver.
+    tables = []
+    for key in keys:
+        table = read_ndjson_segment(store.get(key))
+        tables.append(table.filter(pc.is_in(table["tenant"], pa.array(tenants))))
+    return spark.createDataFrame(pa.concat_tables(tables))
+
+
+def live_stream(spark: SparkSession, store: ObjectStore, max_file_age: str = "1h") -> DataFrame:
+    """The live segments of every broker as a stream (file source, Parquet, schema given).
+
+    Only `*.parquet` objects: the markers and a local store's `.partial` files are never read.
+    `maxFileAge` bounds what a first start (no checkpoint) picks up from before it."""
+    return (
+        spark.readStream.schema(spark_schema())
+        .option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.parquet")
+        .option("maxFileAge", max_file_age)
+        .parquet(store_path(store, LIVE_PREFIX))
+    )
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def iso_to_ms(text: str) -> int:
+    """An ISO 8601 instant (naive means UTC) as epoch milliseconds."""
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return int(value.timestamp() * 1000)
+
+
+def ms_to_iso(ms: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)).isoformat()

@@ -1,0 +1,331 @@
+"""Rule actions, run on the driver: republish, webhook, dataset.
+
+Each passed row of a rule yields its outputs; each output goes to each of the rule's actions.
+They run concurrently in a bounded thread pool; every action returns an `Outcome` (never raises),
+and a webhook that failed after its retries becomes a dead letter.
+
+- republish: into the rule's own tenant, as the tenant-scoped service identity `{tenant}/$rules`
+  (client id `$rules-{rule id}-…`, token signed with MQTT_SERVICE_KEY — `common.service_token`).
+  The broker lets it publish only inside that tenant and never to `$` topics. `topic` and
+  `payload` are `${field}` templates over the output (default payload: the output as JSON).
+- webhook: POST of the output as JSON, `X-Signature-256: sha256=<hex HMAC-SHA256(secret, body)>`,
+  retried with exponential back-off on network errors, 5xx and 429 (bounded attempts).
+- dataset: the outputs appended as Parquet under the tenant's own prefix
+  `datasets/tenant={slug}/{name}/date=YYYY-MM-DD/part-….parquet` (one file per batch and date).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from common import service_token
+from common.object_store import ObjectStore
+
+DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One output of one rule for one of its actions."""
+
+    rule_id: int
+    tenant: str
+    client_prefix: str
+    action: dict
+    output: dict
+    ts_ms: int  # the message's archive timestamp
+
+
+@dataclass
+class Outcome:
+    job: Job
+    ok: bool
+    error: str = ""
+    attempts: int = 1
+    done_ms: int = 0
+    dead: bool = False  # keep as a dead letter
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _to_json(output: Any) -> str:
+    return json.dumps(output, separators=(",", ":"), default=str)
+
+
+class Publishers:
+    """One MQTT connection per rule as `{tenant}/$rules`, opened on first use, renewed before its
+    token's expiry (the token is only checked at CONNECT)."""
+
+    TTL = 6 * 3600
+
+    def __init__(self, host: str, port: int, key: bytes) -> None:
+        self.host, self.port, self.key = host, port, key
+        self._clients: dict[int, tuple[Any, float]] = {}
+        self._lock = threading.Lock()
+
+    def client(self, job: Job) -> Any:
+        with self._lock:
+            entry = self._clients.get(job.rule_id)
+            if entry is not None and entry[0].is_connected() and time.time() < entry[1]:
+                return entry[0]
+            if entry is not None:
+                self._drop(entry[0])
+            client = self._connect(job)
+            self._clients[job.rule_id] = (client, time.time() + self.TTL / 2)
+            return client
+
+    def _connect(self, job: Job) -> Any:
+        import paho.mqtt.client as mqtt
+
+        client_id = job.client_prefix + secrets.token_hex(6)
+        token = service_token.sign(self.key, job.tenant, client_id, ttl=self.TTL)
+        client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
+        )
+        client.username_pw_set(f"{job.tenant}/{service_token.RULES_DEVICE}", token)
+        connected = threading.Event()
+        refused: list[str] = []
+
+        def on_connect(c, userdata, flags, reason_code, properties):
+            if reason_code.is_failure:
+                refused.append(str(reason_code))
+            connected.set()
+
+        client.on_connect = on_connect
+        client.connect(self.host, self.port, keepalive=60)
+        client.loop_start()
+        if not connected.wait(10) or refused:
+            self._drop(client)
+            raise ConnectionError(f"broker refused the rules identity: {refused or 'timeout'}")
+        return client
+
+    def _drop(self, client: Any) -> None:
+        try:
+            client.disconnect()
+            client.loop_stop()
+        except Exception:
+            pass
+
+    def forget(self, rule_id: int) -> None:
+        with self._lock:
+            entry = self._clients.pop(rule_id, None)
+        if entry is not None:
+            self._drop(entry[0])
+
+    def close(self) -> None:
+        with self._lock:
+            entries, self._clients = list(self._clients.values()), {}
+        for client, _ in entries:
+            self._drop(client)
+
+
+class ActionRunner:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        mqtt_host: str | None = None,
+        mqtt_port: int | None = None,
+        service_key: bytes | None = None,
+        max_workers: int = 16,
+        attempts: int = 4,
+        backoff: float = 0.25,
+        timeout: float = 5.0,
+        render: Callable[[str, dict], str] | None = None,
+    ) -> None:
+        self.store = store
+        self.publishers = Publishers(
+            mqtt_host or os.environ.get("MQTT_INTERNAL_HOST", "127.0.0.1"),
+            int(mqtt_port or os.environ.get("MQTT_INTERNAL_PORT", "1883")),
+            service_key if service_key is not None else service_token.load_key(),
+        )
+        self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rule-action")
+        self.attempts, self.backoff, self.timeout = attempts, backoff, timeout
+        self._render = render
+        self._sequence = 0
+        self._lock = threading.Lock()
+        self._writer = f"{os.getpid():x}{secrets.token_hex(3)}"
+
+    def render(self, template: str, output: dict) -> str:
+        if self._render is None:
+            from common.rules import render_template
+
+            self._render = render_template
+        return self._render(template, output)
+
+    def run(self, jobs: Sequence[Job]) -> list[Outcome]:
+        """Every job's outcome; datasets are grouped into one file per (tenant, name, date)."""
+        datasets: dict[tuple[str, str, str], list[Job]] = defaultdict(list)
+        futures = []
+        for job in jobs:
+            kind = job.action.get("type")
+            if kind == "dataset":
+                date = datetime.fromtimestamp(job.ts_ms / 1000, UTC).strftime("%Y-%m-%d")
+                datasets[(job.tenant, str(job.action.get("name", "")), date)].append(job)
+            elif kind == "republish":
+                futures.append(self.pool.submit(self._guard, self.republish, job))
+            elif kind == "webhook":
+                futures.append(self.pool.submit(self._guard, self.webhook, job))
+            else:
+                futures.append(self.pool.submit(lambda j=job: Outcome(j, False, "unknown action")))
+        dataset_futures = [
+            self.pool.submit(self._dataset_guard, key, group) for key, group in datasets.items()
+        ]
+        outcomes = [f.result() for f in futures]
+        for f in dataset_futures:
+            outcomes.extend(f.result())
+        return outcomes
+
+    def _guard(self, fn: Callable[[Job], Outcome], job: Job) -> Outcome:
+        try:
+            outcome = fn(job)
+        except Exception as exc:
+            outcome = Outcome(job, False, f"{type(exc).__name__}: {exc}"[:500])
+        outcome.done_ms = _now_ms()
+        return outcome
+
+    # -- republish -----------------------------------------------------------------------------
+
+    def republish(self, job: Job) -> Outcome:
+        action = job.action
+        topic = self.render(str(action.get("topic", "")), job.output)
+        if not topic or "+" in topic or "#" in topic or topic.startswith("$") or "\0" in topic:
+            return Outcome(job, False, f"republish: invalid topic {topic!r}")
+        template = action.get("payload")
+        payload = (
+            _to_json(job.output) if template in (None, "") else self.render(template, job.output)
+        )
+        qos = int(action.get("qos", 0) or 0)
+        if qos not in (0, 1, 2):
+            return Outcome(job, False, f"republish: invalid qos {qos}")
+        retain = bool(action.get("retain", False))
+        last = ""
+        for attempt in range(1, 3):  # one reconnect if the connection went away
+            try:
+                client = self.publishers.client(job)
+                info = client.publish(topic, payload.encode(), qos=qos, retain=retain)
+                if qos:
+                    info.wait_for_publish(self.timeout)
+                    if not info.is_published():
+                        raise TimeoutError("no acknowledgement")
+                elif info.rc != 0:
+                    raise ConnectionError(f"publish rc {info.rc}")
+                return Outcome(job, True, attempts=attempt)
+            except Exception as exc:
+                last = f"republish: {type(exc).__name__}: {exc}"
+                self.publishers.forget(job.rule_id)
+        return Outcome(job, False, last[:500], attempts=2)
+
+    # -- webhook -------------------------------------------------------------------------------
+
+    def webhook(self, job: Job) -> Outcome:
+        url = str(job.action.get("url", ""))
+        if not url.startswith(("http://", "https://")):
+            return Outcome(job, False, f"webhook: invalid url {url!r}", dead=True)
+        body = _to_json(job.output).encode()
+        secret = str(job.action.get("secret", ""))
+        signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "mqtt-platform-rules/1",
+            "X-Signature-256": f"sha256={signature}",
+            "X-Rule-Id": str(job.rule_id),
+        }
+        error = ""
+        for attempt in range(1, self.attempts + 1):
+            request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    response.read(1024)
+                return Outcome(job, True, attempts=attempt)
+            except urllib.error.HTTPError as exc:
+                error = f"webhook: HTTP {exc.code}"
+                if exc.code < 500 and exc.code != 429:
+                    return Outcome(job, False, error, attempts=attempt, dead=True)
+            except Exception as exc:
+                error = f"webhook: {type(exc).__name__}: {exc}"
+            if attempt < self.attempts:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+        return Outcome(job, False, error[:500], attempts=self.attempts, dead=True)
+
+    # -- dataset -------------------------------------------------------------------------------
+
+    def _dataset_guard(self, key: tuple[str, str, str], jobs: list[Job]) -> list[Outcome]:
+        try:
+            self.dataset(key, jobs)
+        except Exception as exc:
+            error = f"dataset: {type(exc).__name__}: {exc}"[:500]
+            return [Outcome(j, False, error, done_ms=_now_ms()) for j in jobs]
+        done = _now_ms()
+        return [Outcome(j, True, done_ms=done) for j in jobs]
+
+    def dataset(self, key: tuple[str, str, str], jobs: list[Job]) -> str:
+        tenant, name, date = key
+        if not DATASET_NAME.match(name):
+            raise ValueError(f"invalid dataset name {name!r}")
+        table = dataset_table([j.output for j in jobs], [j.ts_ms for j in jobs])
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer, compression="zstd")
+        with self._lock:
+            self._sequence += 1
+            sequence = self._sequence
+        object_key = (
+            f"datasets/tenant={tenant}/{name}/date={date}/"
+            f"part-{_now_ms()}-{self._writer}-{sequence:06d}.parquet"
+        )
+        self.store.put(object_key, buffer.getvalue().to_pybytes())
+        return object_key
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.publishers.close()
+
+
+def dataset_table(outputs: Sequence[dict], ts_ms: Sequence[int]) -> pa.Table:
+    """Outputs as columns (union of their keys, in first-seen order) plus `_ts`, the message time.
+
+    Scalars keep their type when a column is consistent; nested values and mixed columns are stored
+    as JSON text, so any Parquet reader can read every file."""
+    names: list[str] = []
+    for output in outputs:
+        for name in output:
+            if name not in names and name != "_ts":
+                names.append(name)
+    arrays = {"_ts": pa.array(ts_ms, pa.timestamp("ms", tz="UTC"))}
+    for name in names:
+        values = [o.get(name) for o in outputs]
+        arrays[name] = _column(values)
+    return pa.table(arrays)
+
+
+def _column(values: list) -> pa.Array:
+    kinds = {type(v) for v in values if v is not None}
+    if kinds and (kinds <= {int, float} or kinds == {bool} or kinds == {str}):
+        try:
+            return pa.array(values)
+        except (pa.ArrowInvalid, OverflowError):
+            pass
+    return pa.array(
+        [None if v is None else (v if isinstance(v, str) else _to_json(v)) for v in values],
+        pa.string(),
+    )

@@ -1,0 +1,294 @@
+"""The live job: ONE Structured Streaming query for every tenant's enabled rules.
+
+Source: the brokers' live segments (`archive/live/…/*.parquet`, file stream source, schema given),
+a micro-batch about every second. In each batch (`foreachBatch`, on the driver):
+
+1. the enabled rules — a one-row probe of `tenants_rule` each batch, a reload only when it
+   changed, so adding, editing, disabling or deleting a rule applies to the next batch without a
+   restart;
+2. `rule_outputs` over the batch (the same plan as the backfill and the dry run's semantics);
+3. the actions (bounded pool), the counters (`tenants_rulemetrics` UPSERT increments, lag = action
+   done − message ts), dead letters, usage rows (`rules-live`), Prometheus figures.
+
+The checkpoint (default `.data/spark/rules-live`) remembers which segments were done, so a restart
+neither repeats nor skips a batch's actions (segments written while it was down are picked up).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, LIVE_PREFIX
+from common.object_store import LocalObjectStore, ObjectStore
+from spark.archive import live_stream, spark_schema
+from spark.rules import store as db
+from spark.rules.actions import ActionRunner
+from spark.rules.metering import UsageWriter
+from spark.rules.plan import PASSED, RuleSpec, compile_specs, rule_outputs
+from spark.rules.runner import BatchSummary, RuleCount, process
+
+log = logging.getLogger("spark.rules.live")
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / ".data" / "spark" / "rules-live"
+
+
+class RuleCache:
+    """The enabled rules, reloaded when the cheap version probe changes."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn = None
+        self.version: tuple | None = None
+        self.specs: list[RuleSpec] = []
+        self.errors: dict[int, str] = {}
+
+    def connection(self):
+        if self.conn is None or self.conn.closed:
+            self.conn = db.connect(self.dsn)
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def current(self) -> tuple[list[RuleSpec], dict[int, str]]:
+        """(rules that compile, compile errors new since the last reload)."""
+        try:
+            conn = self.connection()
+            version = db.rules_version(conn)
+            if version == self.version:
+                return self.specs, {}
+            specs = db.load_rules(conn)
+        except Exception as exc:  # the database away: keep serving the rules we have
+            log.warning("rules not reloaded: %s", exc)
+            self.conn = None
+            return self.specs, {}
+        self.specs, self.errors = compile_specs(specs)
+        self.version = version
+        log.info("rules loaded: %d enabled, %d do not compile", len(self.specs), len(self.errors))
+        return self.specs, self.errors
+
+
+class LiveMetrics:
+    """Per-rule figures for Prometheus (labels tenant, rule), plus the action latency."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["tenant", "rule"]
+        self.counters = {
+            name: Counter(f"rules_{name}", help_, labels, registry=self.registry)
+            for name, help_ in (
+                ("matched", "Rows a rule's FROM took"),
+                ("passed", "Rows whose WHERE held"),
+                ("failed", "Rows whose evaluation failed"),
+                ("actions_ok", "Action runs that succeeded"),
+                ("actions_failed", "Action runs that failed after retries"),
+            )
+        }
+        self.lag = Gauge(
+            "rules_lag_ms", "Publish → action, last batch", labels, registry=self.registry
+        )
+        self.latency = Histogram(
+            "rules_action_latency_seconds",
+            "Message timestamp to action done",
+            buckets=(0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60),
+            registry=self.registry,
+        )
+        self.batches = Counter("rules_batches", "Micro-batches processed", registry=self.registry)
+        self.batch_failures = Counter(
+            "rules_batch_failures", "Micro-batches that failed", registry=self.registry
+        )
+        self.enabled = Gauge("rules_enabled", "Enabled rules being served", registry=self.registry)
+
+    def observe(self, specs: dict[int, RuleSpec], summary: BatchSummary) -> None:
+        self.batches.inc()
+        for rule_id, delta in summary.deltas.items():
+            spec = specs.get(rule_id)
+            if spec is None:
+                continue
+            labels = (spec.tenant, spec.name)
+            for name, counter in self.counters.items():
+                value = getattr(delta, name)
+                if value:
+                    counter.labels(*labels).inc(value)
+            if delta.lag_ms is not None:
+                self.lag.labels(*labels).set(delta.lag_ms)
+        for lag in summary.latencies_ms:
+            self.latency.observe(lag / 1000)
+
+
+class LiveJob:
+    def __init__(
+        self,
+        spark: SparkSession,
+        dsn: str,
+        store: ObjectStore,
+        *,
+        checkpoint: str | Path = DEFAULT_CHECKPOINT,
+        trigger_seconds: float = 1.0,
+        runner: ActionRunner | None = None,
+        metrics: LiveMetrics | None = None,
+        max_file_age: str = "1h",
+    ) -> None:
+        self.spark, self.dsn, self.store = spark, dsn, store
+        self.checkpoint = str(checkpoint)
+        self.trigger_seconds = trigger_seconds
+        self.runner = runner or ActionRunner(store)
+        self.metrics = metrics or LiveMetrics()
+        self.rules = RuleCache(dsn)
+        self.usage = UsageWriter(store, "rules-live")
+        self.max_file_age = max_file_age
+        self.query = None
+        self.total = BatchSummary()
+        self.batches = 0
+        self.last_batch_error: str | None = None
+        self.not_before: datetime | None = None
+        self._usage_backlog: list = []
+        self._stop = threading.Event()
+
+    def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
+        # A batch that fails is logged and counted, never raised: one bad batch (the database
+        # away, a worker lost) must not end the one query that serves every tenant. Its messages
+        # stay in the archive; `run_rules --from/--to` over that window runs them again.
+        started = time.monotonic()
+        try:
+            self._handle(batch)
+            self.batches += 1
+            log.debug("batch %s done in %.2fs", batch_id, time.monotonic() - started)
+        except Exception as exc:
+            self.last_batch_error = f"{type(exc).__name__}: {exc}"
+            self.metrics.batch_failures.inc()
+            log.exception("batch %s failed", batch_id)
+            self.rules.conn = None
+
+    def _handle(self, batch: DataFrame) -> None:
+        specs, compile_errors = self.rules.current()
+        conn = self.rules.connection()
+        if self.not_before is not None:
+            batch = batch.where(F.col("ts") >= F.lit(self.not_before))
+        if compile_errors:
+            db.record_metrics(
+                conn, {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
+            )
+        self.metrics.enabled.set(len(specs))
+        if not specs:
+            return
+        t0 = time.monotonic()
+        rows = rule_outputs(batch, specs).collect()
+        if rows and log.isEnabledFor(logging.DEBUG):
+            newest = max(r.ts for r in rows).timestamp()
+            log.debug(
+                "evaluated %d results in %.2fs; newest message %.2fs old at batch start",
+                len(rows),
+                time.monotonic() - t0,
+                time.time() - (time.monotonic() - t0) - newest,
+            )
+        by_id = {s.id: s for s in specs}
+        counts: dict[int, RuleCount] = {}
+        passed = []
+        for row in rows:
+            count = counts.get(row.rule_id)
+            if count is None:
+                count = counts[row.rule_id] = RuleCount(row.rule_id, row.tenant, 0, 0, 0, None, 0)
+            count.matched += 1
+            count.units += row.units
+            if row.status == PASSED:
+                count.passed += 1
+                passed.append((row.rule_id, row.ts, row.outputs))
+            elif row.error:
+                count.failed += 1
+                count.last_error = row.error
+        tally = self.usage.new_tally()
+        summary = process(conn, by_id, list(counts.values()), passed, self.runner, tally)
+        self._flush_usage(tally)
+        self.metrics.observe(by_id, summary)
+        self.total.add(summary)
+
+    def _flush_usage(self, tally) -> None:
+        """Write this batch's usage and any a failed write left behind (kept, never dropped:
+        it is the bill). A failure keeps them for the next batch."""
+        self._usage_backlog.append(tally)
+        while self._usage_backlog:
+            try:
+                self.usage.flush(self._usage_backlog[0])
+            except Exception as exc:
+                log.warning("usage not written (kept for the next batch): %s", exc)
+                return
+            self._usage_backlog.pop(0)
+
+    def warm_up(self) -> None:
+        """Run the whole batch path once on a scratch Parquet file before the stream starts: a
+        cold first batch takes seconds (Python workers, the grammar, Parquet and codegen), and
+        the first messages would queue behind it."""
+        specs, _ = self.rules.current()
+        warm = [RuleSpec(0, "$warm-up", "warm-up", 'SELECT * FROM "#"'), *specs]
+        row = {
+            "event": EVENT_PUBLISH,
+            "tenant": "$warm-up",
+            "ts": 0,
+            "topic": "t",
+            "payload": b"{}",
+        }
+        with tempfile.TemporaryDirectory(prefix="rules-warm-up-") as folder:
+            table = pa.Table.from_pylist([row] * 4, schema=ARCHIVE_SCHEMA)
+            for part in range(max(1, self.spark.sparkContext.defaultParallelism)):
+                pq.write_table(table, f"{folder}/part-{part}.parquet")
+            frame = self.spark.read.schema(spark_schema()).parquet(f"file://{folder}")
+            for _ in range(2):
+                rule_outputs(frame, warm).collect()
+
+    def start(self) -> None:
+        # A first start (no checkpoint) serves what is published from now on (a minute's grace),
+        # not the whole live folder: old messages are a backfill's, not a burst of stale actions.
+        # A restart resumes from the checkpoint: nothing published while it was down is skipped.
+        if not Path(self.checkpoint).exists():
+            self.not_before = datetime.now(UTC) - timedelta(minutes=1)
+        self.warm_up()
+        if isinstance(self.store, LocalObjectStore):
+            (self.store.root / LIVE_PREFIX).mkdir(parents=True, exist_ok=True)
+        stream = live_stream(self.spark, self.store, self.max_file_age)
+        self.query = (
+            stream.writeStream.foreachBatch(self.handle_batch)
+            .trigger(processingTime=f"{self.trigger_seconds} seconds")
+            .option("checkpointLocation", self.checkpoint)
+            .queryName("rules-live")
+            .start()
+        )
+
+    def run_until_stopped(self) -> None:
+        assert self.query is not None
+        while not self._stop.is_set() and self.query.isActive:
+            self.query.awaitTermination(0.5)
+        exc = self.query.exception()
+        if exc is not None:
+            raise RuntimeError(f"live rules query failed: {exc}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+        self.runner.close()
+        self.rules.close()
+
+
+def serve_metrics(metrics: LiveMetrics, port: int, host: str = "127.0.0.1") -> None:
+    start_http_server(port, addr=host, registry=metrics.registry)
+
+
+def wait_for_batches(job: LiveJob, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while job.batches < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{job.batches} batches after {timeout}s")
+        time.sleep(0.1)

@@ -1,0 +1,282 @@
+"""The rule plan: archive rows → one row per (rule, row its FROM took), as pure DataFrame functions.
+
+Scoping is decided here and only here, from the rule's stored tenant and its compiled FROM — never
+from the rule's text as Spark sees it: the SQL is never handed to Spark. Spark only gets literal
+predicates built from the compiled topic filters (pushed down to the Parquet scan) and one
+`mapInArrow` that evaluates each row with `CompiledRule.apply`, the same code the dry run uses, so
+the jobs and the dry run share one semantics. Inside the evaluator a row reaches a rule only when
+the row's tenant is the rule's tenant (checked again, not just pushed down), the rule's FROM reads
+it, and it is not the rule's own republished output. An exception evaluating one row for one rule
+makes that (rule, row) `failed` and goes on with the next.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from common.archive_schema import EVENT_PUBLISH, MESSAGE_UNIT_BYTES
+
+PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
+
+RESULT_SCHEMA = pa.schema(
+    [
+        pa.field("rule_id", pa.int64(), nullable=False),
+        pa.field("tenant", pa.string(), nullable=False),
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),  # Spark's unit
+        pa.field("units", pa.int32(), nullable=False),  # 5 KiB message units, for metering
+        pa.field("status", pa.string(), nullable=False),  # passed | skipped | failed
+        pa.field("outputs", pa.string()),  # JSON list of output objects when passed
+        pa.field("error", pa.string()),
+    ]
+)
+RESULT_DDL = (
+    "rule_id long, tenant string, ts timestamp, units int, status string, "
+    "outputs string, error string"
+)
+RULES_CLIENT_PREFIX = "$rules-"
+# Above this many rules one OR of per-rule predicates costs Catalyst more than it saves the scan.
+PUSHDOWN_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A stored rule as the jobs run it: identity and scope come from the database row."""
+
+    id: int
+    tenant: str
+    name: str
+    sql: str
+    actions: tuple[dict, ...] = field(default=(), compare=False)
+
+    @property
+    def client_prefix(self) -> str:
+        """Client ids of this rule's republish connections (`$rules-{id}-…`)."""
+        return f"{RULES_CLIENT_PREFIX}{self.id}-"
+
+
+def compile_specs(specs: Iterable[RuleSpec]) -> tuple[list[RuleSpec], dict[int, str]]:
+    """The specs that compile, and the compile error of each that does not."""
+    from common.rules import compile_rule
+
+    good, errors = [], {}
+    for spec in specs:
+        try:
+            compile_rule(spec.sql)
+        except Exception as exc:  # RuleSyntaxError, or anything the dialect raises
+            errors[spec.id] = f"compile: {exc}"
+        else:
+            good.append(spec)
+    return good, errors
+
+
+# -- push-down: literal predicates from the compiled FROM ------------------------------------------
+
+
+def filter_predicate(topic_filter: str) -> Column | None:
+    """A superset predicate on `topic` for one MQTT filter (None: no restriction on topic)."""
+    levels = topic_filter.split("/")
+    fixed = []
+    for level in levels:
+        if level in ("+", "#"):
+            break
+        fixed.append(level)
+    if len(fixed) == len(levels):
+        return F.col("topic") == F.lit(topic_filter)
+    prefix = "/".join(fixed)
+    if not fixed:
+        return None
+    if levels[len(fixed)] == "#":  # `a/#` also matches `a`
+        return (F.col("topic") == F.lit(prefix)) | F.col("topic").startswith(F.lit(prefix + "/"))
+    return F.col("topic").startswith(F.lit(prefix + "/"))
+
+
+def from_predicate(compiled: Any) -> Column:
+    """What the rule's FROM can read, as a Spark predicate (a superset; the evaluator decides)."""
+    events = set(getattr(compiled, "events", ()) or ())
+    filters = list(getattr(compiled, "topic_filters", ()) or ())
+    parts: list[Column] = []
+    if filters:
+        topic_preds = [filter_predicate(f) for f in filters]
+        publish = F.col("event") == F.lit(EVENT_PUBLISH)
+        if all(p is not None for p in topic_preds):
+            combined = topic_preds[0]
+            for p in topic_preds[1:]:
+                combined = combined | p
+            publish = publish & combined
+        parts.append(publish)
+    lifecycle = sorted(e for e in events if e != EVENT_PUBLISH)
+    if lifecycle:
+        parts.append(F.col("event").isin(lifecycle))
+    if EVENT_PUBLISH in events and not filters:
+        parts.append(F.col("event") == F.lit(EVENT_PUBLISH))
+    if not parts:
+        return F.lit(False)
+    out = parts[0]
+    for p in parts[1:]:
+        out = out | p
+    return out
+
+
+def scope_predicate(specs: Sequence[RuleSpec]) -> Column:
+    """Rows any of the rules may read: each rule's tenant AND its FROM."""
+    from common.rules import compile_rule
+
+    tenants = sorted({s.tenant for s in specs})
+    scope = F.col("tenant").isin(tenants)
+    if len(specs) > PUSHDOWN_LIMIT:
+        return scope
+    per_rule = None
+    for spec in specs:
+        pred = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(compile_rule(spec.sql))
+        per_rule = pred if per_rule is None else per_rule | pred
+    return scope & per_rule
+
+
+# -- evaluation --------------------------------------------------------------------------------
+
+
+def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
+    """Archive rows → RESULT_SCHEMA rows: one per (rule, row whose tenant and FROM it reads)."""
+    specs = list(specs)
+    if not specs:
+        return df.sparkSession.createDataFrame([], RESULT_DDL)
+    shipped = [(s.id, s.tenant, s.sql, s.client_prefix) for s in specs]
+
+    def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        evaluator = Evaluator(shipped)
+        for batch in batches:
+            out = evaluator.batch(batch)
+            if out.num_rows:
+                yield out
+
+    return df.where(scope_predicate(specs)).mapInArrow(evaluate, RESULT_DDL)
+
+
+_COMPILED: dict[str, Any] = {}  # per Python worker: compile each SQL once
+
+
+def _compiled(sql: str) -> Any:
+    rule = _COMPILED.get(sql)
+    if rule is None:
+        from common.rules import compile_rule
+
+        rule = _COMPILED[sql] = compile_rule(sql)
+    return rule
+
+
+class Evaluator:
+    """Runs in the Python workers: rows of one Arrow batch through the tenants' compiled rules."""
+
+    def __init__(self, shipped: Sequence[tuple[int, str, str, str]]) -> None:
+        self.by_tenant: dict[str, list[tuple[int, Any, str]]] = {}
+        for rule_id, tenant, sql, prefix in shipped:
+            self.by_tenant.setdefault(tenant, []).append((rule_id, _compiled(sql), prefix))
+
+    def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        # Rows of tenants without rules never become Python objects (and never reach a rule).
+        batch = batch.filter(pc.is_in(batch.column("tenant"), pa.array(list(self.by_tenant))))
+        rule_ids: list[int] = []
+        taken: list[int] = []  # the batch row of each result
+        statuses: list[str] = []
+        outputs: list[str | None] = []
+        errors: list[str | None] = []
+        for index, row in enumerate(_rows(batch)):
+            rules = self.by_tenant.get(row["tenant"])
+            if not rules:
+                continue
+            client_id = row["client_id"] or ""
+            for rule_id, compiled, prefix in rules:
+                if client_id.startswith(prefix):
+                    continue  # the rule's own republished output never re-triggers it
+                try:
+                    if not compiled.reads(row["event"], row["topic"]):
+                        continue
+                except Exception:
+                    continue
+                status, output, error = _apply(compiled, row)
+                rule_ids.append(rule_id)
+                taken.append(index)
+                statuses.append(status)
+                outputs.append(output)
+                errors.append(error)
+        indices = pa.array(taken, pa.int64())
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(rule_ids, pa.int64()),
+                batch.column("tenant").take(indices).cast(pa.string()),
+                batch.column("ts").take(indices).cast(RESULT_SCHEMA.field("ts").type),
+                _units(batch).take(indices),
+                pa.array(statuses, pa.string()),
+                pa.array(outputs, pa.string()),
+                pa.array(errors, pa.string()),
+            ],
+            schema=RESULT_SCHEMA,
+        )
+
+
+def _rows(batch: pa.RecordBatch) -> list[dict]:
+    """The batch as archive rows, column by column (cheaper than `to_pylist`): `ts` as integer
+    milliseconds (which the dialect takes as is) rather than a datetime per row."""
+    names = batch.schema.names
+    columns = []
+    for name in names:
+        column = batch.column(name)
+        if name == "ts":
+            column = pc.cast(column, pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+        columns.append(column.to_pylist())
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def _apply(compiled: Any, row: dict) -> tuple[str, str | None, str | None]:
+    try:
+        result = compiled.apply(row)
+    except Exception as exc:  # the dialect should return errors, but a raise is a failure too
+        return FAILED, None, f"{type(exc).__name__}: {exc}"[:500]
+    if result.error:
+        return FAILED, None, str(result.error)[:500]
+    if not result.matched:
+        return SKIPPED, None, None
+    try:
+        return PASSED, json.dumps(result.outputs, default=_json_default), None
+    except Exception as exc:
+        return FAILED, None, f"output not JSON: {exc}"[:500]
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _units(batch: pa.RecordBatch) -> pa.Array:
+    """Each row's billable 5 KiB units (`message_units` of payload + topic bytes), vectorized."""
+    payload = pc.fill_null(pc.binary_length(batch.column("payload")), 0)
+    topic = pc.fill_null(pc.binary_length(batch.column("topic").cast(pa.binary())), 0)
+    size = pc.add(payload, topic).cast(pa.int64())
+    units = pc.divide(pc.add(size, MESSAGE_UNIT_BYTES - 1), MESSAGE_UNIT_BYTES)
+    return pc.max_element_wise(units, 1).cast(pa.int32())
+
+
+# -- summaries ---------------------------------------------------------------------------------
+
+
+def rule_counts(results: DataFrame) -> DataFrame:
+    """Per rule: matched (the FROM took the row), passed, failed, units, newest ts, last error."""
+    return results.groupBy("rule_id", "tenant").agg(
+        F.count(F.lit(1)).alias("matched"),
+        F.sum(F.when(F.col("status") == PASSED, 1).otherwise(0)).alias("passed"),
+        F.sum(F.when(F.col("status") == FAILED, 1).otherwise(0)).alias("failed"),
+        F.max(F.when(F.col("status") == FAILED, F.col("error"))).alias("last_error"),
+        F.sum("units").cast("long").alias("units"),
+        F.max("ts").alias("max_ts"),
+    )

@@ -1,0 +1,132 @@
+"""What both modes do with a rule plan's results: actions, counters, dead letters, metering.
+
+The Spark side hands over per-rule counts and the passed rows (rule id, ts, outputs JSON) of the
+rules that have actions; this runs the actions on the driver and writes what happened. Returns a
+summary; the caller decides how to show it (progress bar, Prometheus, JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from spark.rules import store as db
+from spark.rules.actions import ActionRunner, Job, Outcome
+from spark.rules.metering import UsageTally
+from spark.rules.plan import RuleSpec
+from spark.rules.store import RuleDelta
+
+ACTION_CHUNK = 2000  # outputs handed to the action pool at a time (bounds driver memory)
+
+
+@dataclass
+class RuleCount:
+    rule_id: int
+    tenant: str
+    matched: int
+    passed: int
+    failed: int
+    last_error: str | None
+    units: int
+
+
+@dataclass
+class BatchSummary:
+    matched: int = 0
+    passed: int = 0
+    failed: int = 0
+    actions_ok: int = 0
+    actions_failed: int = 0
+    dead_letters: int = 0
+    deltas: dict[int, RuleDelta] = field(default_factory=dict)
+    latencies_ms: list[int] = field(default_factory=list)  # message ts → action done
+
+    def add(self, other: BatchSummary) -> None:
+        for name in ("matched", "passed", "failed", "actions_ok", "actions_failed", "dead_letters"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for rule_id, delta in other.deltas.items():
+            self.deltas.setdefault(rule_id, RuleDelta()).add(delta)
+
+
+def _ms(ts) -> int:
+    if isinstance(ts, datetime):
+        return int(ts.timestamp() * 1000)
+    return int(ts)
+
+
+def process(
+    conn,
+    specs: Mapping[int, RuleSpec],
+    counts: Iterable[RuleCount],
+    passed_rows: Iterable[tuple[int, object, str]],
+    runner: ActionRunner | None,
+    tally: UsageTally,
+) -> BatchSummary:
+    summary = BatchSummary()
+    deltas = summary.deltas
+    for count in counts:
+        delta = deltas.setdefault(count.rule_id, RuleDelta())
+        delta.matched += count.matched
+        delta.passed += count.passed
+        delta.failed += count.failed
+        if count.last_error:
+            delta.last_error = count.last_error
+        summary.matched += count.matched
+        summary.passed += count.passed
+        summary.failed += count.failed
+        tally.add(count.tenant, rules_triggered=count.units)
+    letters: list[tuple[int, dict, dict, str, int]] = []
+    jobs: list[Job] = []
+
+    def drain() -> None:
+        if not jobs:
+            return
+        assert runner is not None
+        for outcome in runner.run(jobs):
+            _account(outcome, deltas, summary, letters, tally)
+        jobs.clear()
+
+    for rule_id, ts, outputs_json in passed_rows:
+        spec = specs.get(rule_id)
+        if spec is None or not spec.actions or runner is None:
+            continue
+        ts_ms = _ms(ts)
+        for output in json.loads(outputs_json or "[]"):
+            if not isinstance(output, dict):
+                output = {"value": output}
+            for action in spec.actions:
+                jobs.append(Job(spec.id, spec.tenant, spec.client_prefix, action, output, ts_ms))
+        if len(jobs) >= ACTION_CHUNK:
+            drain()
+    drain()
+    if conn is not None:
+        db.record_metrics(conn, deltas)
+        summary.dead_letters = db.record_dead_letters(conn, letters)
+    return summary
+
+
+def _account(
+    outcome: Outcome,
+    deltas: dict[int, RuleDelta],
+    summary: BatchSummary,
+    letters: list,
+    tally: UsageTally,
+) -> None:
+    job = outcome.job
+    delta = deltas.setdefault(job.rule_id, RuleDelta())
+    lag = (outcome.done_ms or int(time.time() * 1000)) - job.ts_ms
+    delta.lag_ms = max(delta.lag_ms or 0, lag)
+    summary.latencies_ms.append(lag)
+    tally.add(job.tenant, actions_executed=1)
+    if outcome.ok:
+        delta.actions_ok += 1
+        summary.actions_ok += 1
+        return
+    delta.actions_failed += 1
+    summary.actions_failed += 1
+    delta.last_error = f"{job.action.get('type')}: {outcome.error}"
+    # Every output an action could not deliver is kept, to be seen (and replayed) by the tenant.
+    letters.append((job.rule_id, job.action, job.output, outcome.error, outcome.attempts))

@@ -1,0 +1,156 @@
+"""The rule jobs' database edge (psycopg, no Django): rules in, counters and dead letters out.
+
+Tables are the control plane's (`tenants_rule`, `tenants_tenant`, `tenants_rulemetrics`,
+`tenants_ruledeadletter`); the jobs only read rules and add to counters. Counters are UPSERT
+increments, so a live job and a backfill can run side by side; a rule deleted mid-batch is skipped
+(never re-created through its metrics row).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import psycopg
+
+from spark.rules.plan import RuleSpec
+
+_RULES = """
+SELECT r.id, t.slug, r.name, r.sql, r.actions
+FROM tenants_rule r JOIN tenants_tenant t ON t.id = r.tenant_id
+WHERE (%(enabled)s IS FALSE OR (r.enabled AND t.status = 'active'))
+  AND (%(tenant)s::text IS NULL OR t.slug = %(tenant)s::text)
+  AND (%(rule)s::text IS NULL OR r.name = %(rule)s::text)
+ORDER BY r.id
+"""
+
+
+def connect(dsn: str) -> psycopg.Connection:
+    return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+
+
+def load_rules(
+    conn: psycopg.Connection,
+    *,
+    tenant: str | None = None,
+    rule: str | None = None,
+    enabled_only: bool = True,
+) -> list[RuleSpec]:
+    rows = conn.execute(_RULES, {"enabled": enabled_only, "tenant": tenant, "rule": rule})
+    return [
+        RuleSpec(id=r[0], tenant=r[1], name=r[2], sql=r[3], actions=tuple(_actions(r[4])))
+        for r in rows.fetchall()
+    ]
+
+
+def _actions(value) -> list[dict]:
+    if isinstance(value, str):
+        value = json.loads(value)
+    return [a for a in (value or []) if isinstance(a, dict)]
+
+
+def rules_version(conn: psycopg.Connection) -> tuple:
+    """Changes whenever a rule (or a tenant's status) is added, edited or deleted: a cheap probe
+    the live job runs every batch before reloading the rules."""
+    row = conn.execute(
+        "SELECT count(*), max(updated_at), sum(id), "
+        "(SELECT string_agg(status, ',' ORDER BY id) FROM tenants_tenant "
+        " WHERE id IN (SELECT tenant_id FROM tenants_rule)) FROM tenants_rule"
+    ).fetchone()
+    return tuple(row)
+
+
+@dataclass
+class RuleDelta:
+    matched: int = 0
+    passed: int = 0
+    failed: int = 0
+    actions_ok: int = 0
+    actions_failed: int = 0
+    last_error: str = ""
+    lag_ms: int | None = None
+
+    def add(self, other: RuleDelta) -> None:
+        self.matched += other.matched
+        self.passed += other.passed
+        self.failed += other.failed
+        self.actions_ok += other.actions_ok
+        self.actions_failed += other.actions_failed
+        self.last_error = other.last_error or self.last_error
+        if other.lag_ms is not None:
+            self.lag_ms = other.lag_ms
+
+
+_UPSERT = """
+INSERT INTO tenants_rulemetrics
+    (rule_id, matched, passed, failed, actions_ok, actions_failed, last_error, last_error_at,
+     lag_ms, updated_at)
+SELECT %(rule_id)s, %(matched)s, %(passed)s, %(failed)s, %(actions_ok)s, %(actions_failed)s,
+       %(last_error)s, %(last_error_at)s, %(lag_ms)s, %(now)s
+WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %(rule_id)s)
+ON CONFLICT (rule_id) DO UPDATE SET
+    matched = tenants_rulemetrics.matched + EXCLUDED.matched,
+    passed = tenants_rulemetrics.passed + EXCLUDED.passed,
+    failed = tenants_rulemetrics.failed + EXCLUDED.failed,
+    actions_ok = tenants_rulemetrics.actions_ok + EXCLUDED.actions_ok,
+    actions_failed = tenants_rulemetrics.actions_failed + EXCLUDED.actions_failed,
+    last_error = CASE WHEN EXCLUDED.last_error <> '' THEN EXCLUDED.last_error
+                      ELSE tenants_rulemetrics.last_error END,
+    last_error_at = COALESCE(EXCLUDED.last_error_at, tenants_rulemetrics.last_error_at),
+    lag_ms = COALESCE(EXCLUDED.lag_ms, tenants_rulemetrics.lag_ms),
+    updated_at = EXCLUDED.updated_at
+"""
+
+
+def record_metrics(conn: psycopg.Connection, deltas: dict[int, RuleDelta]) -> None:
+    if not deltas:
+        return
+    now = datetime.now(UTC)
+    params = [
+        {
+            "rule_id": rule_id,
+            "matched": d.matched,
+            "passed": d.passed,
+            "failed": d.failed,
+            "actions_ok": d.actions_ok,
+            "actions_failed": d.actions_failed,
+            "last_error": d.last_error[:2000],
+            "last_error_at": now if d.last_error else None,
+            "lag_ms": d.lag_ms,
+            "now": now,
+        }
+        for rule_id, d in sorted(deltas.items())
+    ]
+    with conn.cursor() as cursor:
+        cursor.executemany(_UPSERT, params)
+
+
+_DEAD = """
+INSERT INTO tenants_ruledeadletter (rule_id, action, output, error, attempts, created_at)
+SELECT %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
+"""
+
+
+def record_dead_letters(
+    conn: psycopg.Connection, letters: Iterable[tuple[int, dict, dict, str, int]]
+) -> int:
+    """(rule id, action, output, error, attempts) rows; the action's secret is never stored."""
+    now = datetime.now(UTC)
+    params = [
+        (
+            rule_id,
+            json.dumps({k: v for k, v in action.items() if k != "secret"}),
+            json.dumps(output, default=str),
+            error[:2000],
+            attempts,
+            now,
+            rule_id,
+        )
+        for rule_id, action, output, error, attempts in letters
+    ]
+    if params:
+        with conn.cursor() as cursor:
+            cursor.executemany(_DEAD, params)
+    return len(params)

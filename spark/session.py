@@ -1,0 +1,49 @@
+"""The one SparkSession builder every job uses.
+
+`SPARK_MASTER` (default `local[*]`) points it at a cluster. Nothing is fetched at run time: no
+`spark.jars.packages`, only the jars inside the pyspark wheel. Reading `s3://` archives therefore
+needs the cluster's own S3 connector (EMR ships one; hadoop-aws is not in the wheel); the embedded
+default, a `file://` object store, is read as local paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
+def build_session(app_name: str = "mqtt-platform", master: str | None = None) -> SparkSession:
+    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        # Rule batches are small: a handful of partitions, not the default 200.
+        .config("spark.sql.shuffle.partitions", os.environ.get("SPARK_SHUFFLE_PARTITIONS", "4"))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J}")
+        # A live segment compacted away between listing and reading is not an error.
+        .config("spark.sql.files.ignoreMissingFiles", "true")
+        .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
+    )
+    if master.startswith("local"):
+        # Local mode: the workers are this interpreter (this venv), on loopback only.
+        # (PySpark takes the workers' interpreter from PYSPARK_PYTHON, not from a config key.)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    # py4j logs every callback at INFO, and once more from __del__ at interpreter exit.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    return session
