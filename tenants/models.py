@@ -62,6 +62,9 @@ class Plan(models.Model):
     max_retained_messages = models.PositiveIntegerField(default=1000)
     max_session_expiry = models.PositiveIntegerField(default=86_400, help_text="seconds")
     max_keepalive = models.PositiveIntegerField(default=3600, help_text="seconds")
+    max_persistent_sessions = models.PositiveIntegerField(
+        default=1000, help_text="sessions kept for offline clients, per tenant"
+    )
 
     def __str__(self) -> str:
         return self.name

@@ -4,28 +4,30 @@ scoped to the caller's tenant, so another tenant's object is a 404."""
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from tenants import selectors, services
 from tenants.api import serializers as s
+from tenants.api.pagination import PAGE_PARAMETERS, BoundedPagination, page_of
 from tenants.models import ApiToken, Credential, Membership, Tenant
+from tenants.throttles import LoginThrottle
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+MAX_ID = 2**63 - 1  # bigint
 
 
 class AuthThrottled:
-    throttle_classes = [ScopedRateThrottle]
-    throttle_scope = "auth"
+    throttle_classes = [LoginThrottle]
 
 
 class TenantAPIView(APIView):
@@ -36,6 +38,8 @@ class TenantAPIView(APIView):
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
+        if any(isinstance(v, int) and v > MAX_ID for v in kwargs.values()):
+            raise Http404("No such object.")  # beyond any id: not a database error
         if isinstance(request.auth, ApiToken):
             tenant = request.auth.tenant
             membership = selectors.membership_get(request.user, tenant)
@@ -56,9 +60,17 @@ class TenantAPIView(APIView):
 
 
 def paginated(view: APIView, request, queryset, serializer_class) -> Response:
-    paginator = LimitOffsetPagination()
+    paginator = BoundedPagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+
+def text_param(request, name: str) -> str | None:
+    """A query parameter as text, refused (400) when it holds characters no name can."""
+    value = request.query_params.get(name)
+    if value is not None and ("\x00" in value or len(value) > 256):
+        raise ValidationError({name: ["Must be at most 256 characters, without NUL."]})
+    return value
 
 
 def validated(serializer_class, data):
@@ -121,7 +133,7 @@ class CurrentTenantView(TenantAPIView):
 
 
 class ApiTokenListView(TenantAPIView):
-    @extend_schema(responses=s.ApiTokenOutput(many=True))
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(s.ApiTokenOutput))
     def get(self, request):
         tokens = selectors.api_tokens_list(tenant=self.tenant, user=request.user)
         return paginated(self, request, tokens, s.ApiTokenOutput)
@@ -153,11 +165,14 @@ class ApiTokenDetailView(TenantAPIView):
 
 class DeviceListView(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("name", str, description="filter: name contains")],
-        responses=s.DeviceOutput(many=True),
+        parameters=[
+            OpenApiParameter("name", str, description="filter: name contains"),
+            *PAGE_PARAMETERS,
+        ],
+        responses=page_of(s.DeviceOutput),
     )
     def get(self, request):
-        devices = selectors.devices_list(tenant=self.tenant, name=request.query_params.get("name"))
+        devices = selectors.devices_list(tenant=self.tenant, name=text_param(request, "name"))
         return paginated(self, request, devices, s.DeviceOutput)
 
     @extend_schema(request=s.DeviceCreateInput, responses={201: s.DeviceCreatedOutput})
@@ -186,7 +201,7 @@ class DeviceDetailView(TenantAPIView):
 
 
 class DeviceCredentialsView(TenantAPIView):
-    @extend_schema(responses=s.CredentialOutput(many=True))
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(s.CredentialOutput))
     def get(self, request, name: str):
         device = selectors.device_get(tenant=self.tenant, name=name)
         return paginated(self, request, device.credentials.all(), s.CredentialOutput)
@@ -220,7 +235,7 @@ class DeviceCredentialDetailView(TenantAPIView):
 
 
 class AclListView(TenantAPIView):
-    @extend_schema(responses=s.AclOutput(many=True))
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(s.AclOutput))
     def get(self, request):
         return paginated(self, request, selectors.acl_rules_list(tenant=self.tenant), s.AclOutput)
 
@@ -262,11 +277,14 @@ class AclDetailView(TenantAPIView):
 
 class RuleListView(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("name", str, description="filter: name contains")],
-        responses=s.RuleOutput(many=True),
+        parameters=[
+            OpenApiParameter("name", str, description="filter: name contains"),
+            *PAGE_PARAMETERS,
+        ],
+        responses=page_of(s.RuleOutput),
     )
     def get(self, request):
-        rules = selectors.rules_list(tenant=self.tenant, name=request.query_params.get("name"))
+        rules = selectors.rules_list(tenant=self.tenant, name=text_param(request, "name"))
         return paginated(self, request, rules, s.RuleOutput)
 
     @extend_schema(request=s.RuleInput, responses={201: s.RuleOutput})
@@ -309,22 +327,30 @@ class QuotaView(TenantAPIView):
 
 class UsageView(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("since", str, description="ISO 8601: minutes from then")],
-        responses=s.UsageOutput(many=True),
+        parameters=[
+            OpenApiParameter("since", str, description="ISO 8601: minutes from then"),
+            *PAGE_PARAMETERS,
+        ],
+        responses=page_of(s.UsageOutput),
     )
     def get(self, request):
         usage = selectors.usage_list(tenant=self.tenant)
-        since = request.query_params.get("since")
+        since = text_param(request, "since")
         if since:
-            parsed = parse_datetime(since)
+            try:
+                parsed = parse_datetime(since)
+                if parsed is not None and parsed.tzinfo is not None:
+                    parsed.astimezone(UTC)  # out of range once in UTC (year 9999, -23:59)
+            except (ValueError, OverflowError):
+                parsed = None
             if parsed is None:
-                raise ValidationError({"since": ["Use an ISO 8601 date-time."]})
+                raise ValidationError({"since": ["Use a valid ISO 8601 date-time."]})
             usage = usage.filter(minute__gte=parsed)
         return paginated(self, request, usage, s.UsageOutput)
 
 
 class InvoiceView(TenantAPIView):
-    @extend_schema(responses=s.InvoiceOutput(many=True))
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(s.InvoiceOutput))
     def get(self, request):
         return paginated(
             self, request, selectors.invoices_list(tenant=self.tenant), s.InvoiceOutput
