@@ -5,7 +5,10 @@ never be able to take long: no regular expressions (`(a+)+$` with 27 `a`s froze 
 for seconds). The language is a glob:
 
 - `*` any run of characters (also none), `?` exactly one character;
-- `\\*`, `\\?`, `\\\\` the character itself; every other character stands for itself.
+- every other character stands for itself, except that the characters regular expressions use
+  for structure (`( ) [ ] { } | + ^ $`) and `\\` must be escaped with a backslash to mean
+  themselves: a pattern written as a regex is refused with a clear message rather than misread
+  (`.` is an ordinary character, common in client ids; `\\.` is accepted too).
 
 `compile_pattern` checks a pattern (the control plane calls it when a pattern is saved, so a
 bad one is a clear 400) and returns a matcher. Matching splits the pattern at its stars: the
@@ -23,6 +26,8 @@ from functools import lru_cache
 
 MAX_PATTERN_LENGTH = 255
 MAX_CLIENT_ID_LENGTH = 256  # longer client ids never match a pattern (bounds the work)
+REGEX_SYNTAX = "()[]{}|+^$"
+ESCAPABLE = "*?\\" + REGEX_SYNTAX + "."
 
 
 class PatternError(ValueError):
@@ -35,10 +40,15 @@ def _pieces(pattern: str) -> list[list[str | None]]:
     escaped = False
     for char in pattern:
         if escaped:
-            if char not in "*?\\":
-                raise PatternError(f"'\\{char}' is not an escape: only \\*, \\? and \\\\ are")
+            if char not in ESCAPABLE:
+                raise PatternError(f"'\\{char}' is not an escape (escape only {ESCAPABLE})")
             pieces[-1].append(char)
             escaped = False
+        elif char in REGEX_SYNTAX:
+            raise PatternError(
+                f"{char!r} looks like a regular expression: patterns are globs (* any run, "
+                f"? one character); write \\{char} for the character itself"
+            )
         elif char == "\\":
             escaped = True
         elif char == "*":
@@ -156,7 +166,7 @@ def from_legacy_regex(regex: str) -> str | None:
             literal = body[index + 1]
             if literal.isalnum():  # \d, \w, \s ...: classes, not literals
                 return None
-            out.append("\\" + literal if literal in "*?\\" else literal)
+            out.append("\\" + literal if literal in ESCAPABLE and literal != "." else literal)
             index += 2
         elif body.startswith(".*", index):
             out.append("*")

@@ -211,6 +211,8 @@ class MQTTConnection(asyncio.Protocol):
         self.write_paused = True
 
     def resume_writing(self) -> None:
+        if self._hold_writes:
+            return  # CONNACK not written yet: deliveries keep queueing
         self.write_paused = False
         if self.session is not None and self.session.connection is self:
             self.session.pump()
@@ -478,7 +480,8 @@ class MQTTConnection(asyncio.Protocol):
             return
 
         max_queued = quota.get("max_queued_messages", self.config.max_queued_messages)
-        self._hold_writes = True
+        # Until CONNACK: deliveries queue in the session (as for a slow reader), writes wait.
+        self._hold_writes = self.write_paused = True
         session, present = self.broker.open_session(
             self,
             self.tenant,
@@ -529,11 +532,13 @@ class MQTTConnection(asyncio.Protocol):
             if self._enhanced is not None:  # [MQTT-4.12.0-5]
                 ack_props.update(self._enhanced.properties(self._enhanced.final_data))
         connack = encode(Connack(present, 0, ack_props), self.protocol_version)
-        self._pending.insert(0, connack)  # before anything the session queued meanwhile
+        self._hold_writes = self.write_paused = False
+        self._pending.insert(0, connack)  # first, whatever was written meanwhile
         self._pending_size += len(connack)
-        self._hold_writes = False
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
         self._acked = True
-        self._flush()
         if self._timer:
             self._timer.cancel()
             self._timer = None
@@ -541,7 +546,7 @@ class MQTTConnection(asyncio.Protocol):
             self._timer = self.loop.call_later(keep_alive * 1.5, self._check_keep_alive)
         if present:
             session.resend_inflight()
-            session.pump()
+        session.pump()  # what it had queued, and what arrived while CONNECT was handled
         self._announce(True)
 
     # -- enhanced authentication (MQTT 5.0 §4.12) ----------------------------------------

@@ -133,7 +133,11 @@ class CurrentTenantView(TenantAPIView):
 
 
 class ApiTokenListView(TenantAPIView):
-    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(s.ApiTokenOutput))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(s.ApiTokenOutput),
+        operation_id="v1_tokens_list",
+    )
     def get(self, request):
         tokens = selectors.api_tokens_list(tenant=self.tenant, user=request.user)
         return paginated(self, request, tokens, s.ApiTokenOutput)
@@ -170,6 +174,7 @@ class DeviceListView(TenantAPIView):
             *PAGE_PARAMETERS,
         ],
         responses=page_of(s.DeviceOutput),
+        operation_id="v1_devices_list",
     )
     def get(self, request):
         devices = selectors.devices_list(tenant=self.tenant, name=text_param(request, "name"))
@@ -201,7 +206,11 @@ class DeviceDetailView(TenantAPIView):
 
 
 class DeviceCredentialsView(TenantAPIView):
-    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(s.CredentialOutput))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(s.CredentialOutput),
+        operation_id="v1_devices_credentials_list",
+    )
     def get(self, request, name: str):
         device = selectors.device_get(tenant=self.tenant, name=name)
         return paginated(self, request, device.credentials.all(), s.CredentialOutput)
@@ -235,7 +244,9 @@ class DeviceCredentialDetailView(TenantAPIView):
 
 
 class AclListView(TenantAPIView):
-    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(s.AclOutput))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS, responses=page_of(s.AclOutput), operation_id="v1_acls_list"
+    )
     def get(self, request):
         return paginated(self, request, selectors.acl_rules_list(tenant=self.tenant), s.AclOutput)
 
@@ -282,6 +293,7 @@ class RuleListView(TenantAPIView):
             *PAGE_PARAMETERS,
         ],
         responses=page_of(s.RuleOutput),
+        operation_id="v1_rules_list",
     )
     def get(self, request):
         rules = selectors.rules_list(tenant=self.tenant, name=text_param(request, "name"))
@@ -332,6 +344,7 @@ class UsageView(TenantAPIView):
             *PAGE_PARAMETERS,
         ],
         responses=page_of(s.UsageOutput),
+        operation_id="v1_usage_list",
     )
     def get(self, request):
         usage = selectors.usage_list(tenant=self.tenant)
@@ -350,7 +363,11 @@ class UsageView(TenantAPIView):
 
 
 class InvoiceView(TenantAPIView):
-    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(s.InvoiceOutput))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(s.InvoiceOutput),
+        operation_id="v1_invoices_list",
+    )
     def get(self, request):
         return paginated(
             self, request, selectors.invoices_list(tenant=self.tenant), s.InvoiceOutput

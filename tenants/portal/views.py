@@ -74,6 +74,7 @@ def _context(membership: Membership, **extra):
 def signup(request: HttpRequest) -> HttpResponse:
     form = SignupForm(request.POST or None)
     if request.method == "POST" and throttles.login_wait(request.META, None):
+        form.is_valid()
         form.add_error(None, "Too many attempts: try again in a minute.")
         return render(request, "portal/signup.html", {"form": form}, status=429)
     if request.method == "POST" and form.is_valid():
@@ -95,7 +96,7 @@ def login_view(request: HttpRequest) -> HttpResponse:
         # The same throttle as the API's token endpoint: per address, per account.
         wait = throttles.login_wait(request.META, request.POST.get("email"))
         if wait:
-            form = LoginForm()
+            form.is_valid()
             form.add_error(None, f"Too many attempts: try again in {int(wait) + 1} s.")
             return render(request, "portal/login.html", {"form": form}, status=429)
     if request.method == "POST" and form.is_valid():
