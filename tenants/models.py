@@ -174,6 +174,9 @@ class Device(models.Model):
 class Credential(models.Model):
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="credentials")
     secret_hash = models.CharField(max_length=128)
+    # SCRAM-SHA-256 verifier of the same secret (tenants.secrets.scram_verifier): MQTT 5.0
+    # enhanced authentication; empty for credentials issued before it existed.
+    scram_verifier = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -245,7 +245,11 @@ def device_create(
     if password is not None and len(password) < 16:
         raise ValidationError({"password": ["A device secret needs at least 16 characters."]})
     secret = password or secrets.generate_secret()
-    credential = Credential.objects.create(device=device, secret_hash=secrets.hash_secret(secret))
+    credential = Credential.objects.create(
+        device=device,
+        secret_hash=secrets.hash_secret(secret),
+        scram_verifier=secrets.scram_verifier(secret),
+    )
     announce(tenant.slug, "device.created", device=device.name, ids=[device.id])
     announce(tenant.slug, "credential.created", device=device.name, ids=[credential.id])
     return device, secret
@@ -291,7 +295,10 @@ def credential_rotate(
     Credential.objects.filter(id__in=revoked).update(revoked_at=now)
     secret = secrets.generate_secret()
     credential = Credential.objects.create(
-        device=device, secret_hash=secrets.hash_secret(secret), expires_at=expires_at
+        device=device,
+        secret_hash=secrets.hash_secret(secret),
+        scram_verifier=secrets.scram_verifier(secret),
+        expires_at=expires_at,
     )
     announce(
         device.tenant.slug, "credential.rotated", device=device.name, ids=[credential.id, *revoked]
@@ -462,6 +469,10 @@ def demo_seed(*, tenant_slug: str = "demo", device_name: str = "demo-device", pa
             secrets.verify_secret(password, c.secret_hash)
             for c in device.credentials.filter(revoked_at=None)
         ):
-            Credential.objects.create(device=device, secret_hash=secrets.hash_secret(password))
+            Credential.objects.create(
+                device=device,
+                secret_hash=secrets.hash_secret(password),
+                scram_verifier=secrets.scram_verifier(password),
+            )
             announce(tenant.slug, "credential.created", device=device.name)
     return tenant, device

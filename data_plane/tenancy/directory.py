@@ -20,7 +20,7 @@ from typing import Any
 from common.client_id_pattern import matches as client_id_matches
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.store import DeviceRecord, TenantPolicy, TenantStore
-from tenants.secrets import verify_secret
+from tenants.secrets import parse_scram_verifier, verify_secret
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,46 @@ class TenantDirectory:
             return self._fail(address, BANNED, "tenant suspended", tenant)
         self.stats["accepted"] += 1
         return Decision(SUCCESS, "", tenant, device, assigned, policy)
+
+    async def scram_identity(
+        self, username: str | None, client_id: str, address: str
+    ) -> tuple[Decision, tuple | None]:
+        """For SCRAM-SHA-256: who the user name names, whether it may connect now (the secret
+        aside: the exchange proves it), and the verifier of its newest live credential."""
+        if self.by_address.blocked(address):
+            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts"), None
+        tenant, _, device = (username or "").partition("/")
+        if not tenant or not device or "/" in device or device == service_identity.SERVICE_DEVICE:
+            return self._fail(
+                address, BAD_USERNAME_OR_PASSWORD, "username must be tenant/device"
+            ), None
+        try:
+            record = await self.device(tenant, device)
+            policy = await self.policy(tenant) if record is not None else None
+        except DirectoryUnavailable:
+            return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant), None
+        if record is None or record.device_id is None:
+            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown device", tenant), None
+        if not record.tenant_active or policy is None or not policy.active:
+            return self._fail(address, BANNED, "tenant suspended", tenant), None
+        if not record.enabled:
+            return self._fail(address, NOT_AUTHORIZED, "device disabled", tenant), None
+        if self.by_device.blocked((tenant, device)):
+            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant), None
+        assigned = self._client_id(record, client_id)
+        if assigned is None:
+            return self._fail(address, CLIENT_ID_NOT_VALID, "client id not allowed", tenant), None
+        now = datetime.now(UTC)
+        verifier = next(
+            (
+                parsed
+                for c in record.credentials
+                if (c.expires_at is None or c.expires_at > now)
+                and (parsed := parse_scram_verifier(c.scram_verifier)) is not None
+            ),
+            None,
+        )
+        return Decision(SUCCESS, "", tenant, device, assigned, policy), verifier
 
     async def _service(
         self, tenant: str, password: bytes | None, client_id: str, address: str

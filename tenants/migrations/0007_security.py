@@ -1,4 +1,5 @@
-"""Issue 20: the `max_persistent_sessions` quota key, and client-id patterns as globs.
+"""Issue 20: the `max_persistent_sessions` quota key, SCRAM-SHA-256 verifiers on credentials
+(for MQTT 5.0 enhanced authentication against Postgres), and client-id patterns as globs.
 
 Patterns were regular expressions run on the broker's event loop; they are globs now
 (`common.client_id_pattern`). Each stored pattern with an exact glob equivalent (literals, `.`,
@@ -38,6 +39,11 @@ class Migration(migrations.Migration):
             field=models.PositiveIntegerField(
                 default=1000, help_text="sessions kept for offline clients, per tenant"
             ),
+        ),
+        migrations.AddField(
+            model_name="credential",
+            name="scram_verifier",
+            field=models.CharField(blank=True, default="", max_length=200),
         ),
         migrations.RunPython(patterns_to_globs, migrations.RunPython.noop),
     ]
