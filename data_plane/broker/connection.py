@@ -1032,6 +1032,8 @@ class MQTTConnection(asyncio.Protocol):
         session.acl = acl
         session.quota = self.auth.quota
         session.read_filter = acl.can_receive if getattr(acl, "filters_reads", False) else None
+        if session.read_filter is not None:
+            session.withhold(session.read_filter)
 
 
 __all__ = ["MQTTConnection", "PubAck", "PubComp", "PubRec", "PubRel", "PingReq"]

@@ -169,6 +169,21 @@ class Session:
                 publisher.throttle_by(self)
                 self.blocked_publishers.add(publisher)
 
+    def withhold(self, may_read: Any) -> None:
+        """Drop what waits in the queue on topics the device may not read: queued before its
+        ACL was known (a session restored after a restart) or before the ACL changed."""
+        if not self.queue:
+            return
+        kept: deque[Delivery] = deque()
+        for delivery in self.queue:
+            if may_read(delivery.message.topic):
+                kept.append(delivery)
+                continue
+            if delivery.qos == 0:
+                self.queued_qos0 -= 1
+            self._drop(delivery, "acl")
+        self.queue = kept
+
     def release_publishers(self) -> None:
         for publisher in list(self.blocked_publishers):
             publisher.unthrottle_by(self)

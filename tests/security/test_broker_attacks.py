@@ -278,6 +278,23 @@ def test_deny_overlap_is_granted_and_filtered_at_delivery(tenants):
     assert live3 == [b"live open"]
 
 
+def test_messages_queued_before_a_deny_are_withheld(tenants):
+    acme, _, secrets = tenants
+    with running_pg_broker() as port:
+        sub = Paho(port, "acme/d1", secrets["acme/d1"], "q", clean=False, expiry=3600)
+        sub.subscribe("data/#", 1)
+        sub.close()
+        publisher = Paho(port, "acme/d2", secrets["acme/d2"], "p")
+        publisher.publish("data/secret", "queued secret", 1)
+        publisher.publish("data/open", "queued open", 1)
+        services.acl_add(tenant=acme, action="subscribe", permission="deny", topic="data/secret")
+        time.sleep(1.0)  # the change reaches the broker through NOTIFY
+        back = Paho(port, "acme/d1", secrets["acme/d1"], "q", clean=False, expiry=3600)
+        got = [m.payload for m in back.expect(2, 1.5)]
+        back.close(), publisher.close()
+    assert got == [b"queued open"]
+
+
 # -- 7. CONNACK first, whatever the session has queued ----------------------------------------------
 
 
