@@ -6,68 +6,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("tenants", "0004_session_inbound_qos2"),
+        ('tenants', '0004_session_inbound_qos2'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="RuleMetrics",
+            name='RuleMetrics',
             fields=[
-                (
-                    "rule",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        primary_key=True,
-                        related_name="metrics",
-                        serialize=False,
-                        to="tenants.rule",
-                    ),
-                ),
-                ("matched", models.BigIntegerField(default=0)),
-                ("passed", models.BigIntegerField(default=0)),
-                ("failed", models.BigIntegerField(default=0)),
-                ("actions_ok", models.BigIntegerField(default=0)),
-                ("actions_failed", models.BigIntegerField(default=0)),
-                ("last_error", models.TextField(blank=True)),
-                ("last_error_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "lag_ms",
-                    models.BigIntegerField(
-                        blank=True, help_text="publish → action, last batch", null=True
-                    ),
-                ),
-                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ('rule', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='metrics', serialize=False, to='tenants.rule')),
+                ('matched', models.BigIntegerField(default=0)),
+                ('passed', models.BigIntegerField(default=0)),
+                ('failed', models.BigIntegerField(default=0)),
+                ('actions_ok', models.BigIntegerField(default=0)),
+                ('actions_failed', models.BigIntegerField(default=0)),
+                ('last_error', models.TextField(blank=True)),
+                ('last_error_at', models.DateTimeField(blank=True, null=True)),
+                ('lag_ms', models.BigIntegerField(blank=True, help_text='publish → action, last batch', null=True)),
+                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.CreateModel(
-            name="RuleDeadLetter",
+            name='RuleDeadLetter',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("action", models.JSONField(help_text="the action as configured")),
-                ("output", models.JSONField(help_text="the rule output the action was given")),
-                ("error", models.TextField()),
-                ("attempts", models.IntegerField(default=1)),
-                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
-                (
-                    "rule",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="dead_letters",
-                        to="tenants.rule",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('action', models.JSONField(help_text='the action as configured')),
+                ('output', models.JSONField(help_text='the rule output the action was given')),
+                ('error', models.TextField()),
+                ('attempts', models.IntegerField(default=1)),
+                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ('rule', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dead_letters', to='tenants.rule')),
             ],
             options={
-                "ordering": ["-created_at"],
-                "indexes": [
-                    models.Index(fields=["rule", "-created_at"], name="rule_dead_letter_idx")
-                ],
+                'ordering': ['-created_at'],
+                'indexes': [models.Index(fields=['rule', '-created_at'], name='rule_dead_letter_idx')],
             },
         ),
     ]

@@ -5,8 +5,8 @@ import uuid
 import boto3
 import pytest
 
-from common.object_store import open_object_store
 from data_plane.storage.archive import ArchiveWriter, archive_record, read_segment
+from common.object_store import open_object_store
 
 
 @pytest.fixture

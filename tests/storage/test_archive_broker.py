@@ -9,8 +9,8 @@ import uuid
 import boto3
 import pytest
 
-from common.object_store import open_object_store
 from data_plane.storage.archive import read_segment
+from common.object_store import open_object_store
 from tenants import services
 from tenants.models import Tenant
 from tests.broker.clients import Paho
