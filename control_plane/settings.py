@@ -125,8 +125,17 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "tenants.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"auth": os.environ.get("AUTH_THROTTLE_RATE", "20/min")},
+    "DEFAULT_PARSER_CLASSES": [
+        "tenants.api.parsers.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
+# Login and signup attempts (API and portal) per client address and per account (email);
+# X-Forwarded-For is believed only from these proxies (addresses or CIDR networks).
+AUTH_THROTTLE_RATE = os.environ.get("AUTH_THROTTLE_RATE", "20/min")
+AUTH_ACCOUNT_THROTTLE_RATE = os.environ.get("AUTH_ACCOUNT_THROTTLE_RATE", "10/min")
+TRUSTED_PROXIES = [p for p in os.environ.get("TRUSTED_PROXIES", "").split(",") if p.strip()]
 SPECTACULAR_SETTINGS = {
     "TITLE": "MQTT platform API",
     "DESCRIPTION": "Provision devices, credentials, ACLs, rules and read quotas and usage.",

@@ -62,6 +62,9 @@ class Plan(models.Model):
     max_retained_messages = models.PositiveIntegerField(default=1000)
     max_session_expiry = models.PositiveIntegerField(default=86_400, help_text="seconds")
     max_keepalive = models.PositiveIntegerField(default=3600, help_text="seconds")
+    max_persistent_sessions = models.PositiveIntegerField(
+        default=1000, help_text="sessions kept for offline clients, per tenant"
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -171,6 +174,9 @@ class Device(models.Model):
 class Credential(models.Model):
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="credentials")
     secret_hash = models.CharField(max_length=128)
+    # SCRAM-SHA-256 verifier of the same secret (tenants.secrets.scram_verifier): MQTT 5.0
+    # enhanced authentication; empty for credentials issued before it existed.
+    scram_verifier = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -12,4 +12,5 @@ QUOTA_KEYS = (
     "max_retained_messages",
     "max_session_expiry",
     "max_keepalive",
+    "max_persistent_sessions",
 )

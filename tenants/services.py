@@ -9,10 +9,12 @@ from datetime import datetime
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from common.client_id_pattern import PatternError
+from common.client_id_pattern import validate as validate_client_id_pattern
 from common.rules import RuleRuntimeError, RuleSyntaxError, dry_run
 from data_plane.mqtt.errors import MQTTError
 from data_plane.mqtt.topics import validate_topic_filter
@@ -169,7 +171,14 @@ def membership_add(*, tenant: Tenant, user: AbstractBaseUser, role: str) -> Memb
     return membership
 
 
+def _require_active(tenant: Tenant) -> None:
+    """A suspended tenant keeps what it has but gets nothing new (devices, tokens)."""
+    if tenant.status != Tenant.Status.ACTIVE:
+        raise PermissionDenied(f"Tenant {tenant.slug} is suspended: nothing new can be created.")
+
+
 def api_token_create(*, user: AbstractBaseUser, tenant: Tenant, name: str = "default"):
+    _require_active(tenant)
     raw = secrets.generate_api_token()
     token = ApiToken.objects.create(
         user=user,
@@ -193,10 +202,12 @@ def _validate_client_id_policy(policy: str, pattern: str) -> None:
     if policy == Device.ClientIdPolicy.PATTERN:
         if not pattern:
             raise ValidationError({"client_id_pattern": ["A pattern policy needs a pattern."]})
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValidationError({"client_id_pattern": [f"Not a valid regex: {exc}."]}) from None
+        try:  # a glob, never a regex: it runs on the broker's loop at every CONNECT
+            validate_client_id_pattern(pattern)
+        except PatternError as exc:
+            raise ValidationError(
+                {"client_id_pattern": [f"Not a valid pattern: {exc} (use * and ?)."]}
+            ) from None
 
 
 @transaction.atomic
@@ -211,6 +222,7 @@ def device_create(
     password: str | None = None,
 ) -> tuple[Device, str]:
     """Create a device and its first credential; returns the secret, which is never stored."""
+    _require_active(tenant)
     _validate_client_id_policy(client_id_policy, client_id_pattern)
     device = Device(
         tenant=tenant,
@@ -236,7 +248,11 @@ def device_create(
     if password is not None and len(password) < 16:
         raise ValidationError({"password": ["A device secret needs at least 16 characters."]})
     secret = password or secrets.generate_secret()
-    credential = Credential.objects.create(device=device, secret_hash=secrets.hash_secret(secret))
+    credential = Credential.objects.create(
+        device=device,
+        secret_hash=secrets.hash_secret(secret),
+        scram_verifier=secrets.scram_verifier(secret),
+    )
     announce(tenant.slug, "device.created", device=device.name, ids=[device.id])
     announce(tenant.slug, "credential.created", device=device.name, ids=[credential.id])
     return device, secret
@@ -282,7 +298,10 @@ def credential_rotate(
     Credential.objects.filter(id__in=revoked).update(revoked_at=now)
     secret = secrets.generate_secret()
     credential = Credential.objects.create(
-        device=device, secret_hash=secrets.hash_secret(secret), expires_at=expires_at
+        device=device,
+        secret_hash=secrets.hash_secret(secret),
+        scram_verifier=secrets.scram_verifier(secret),
+        expires_at=expires_at,
     )
     announce(
         device.tenant.slug, "credential.rotated", device=device.name, ids=[credential.id, *revoked]
@@ -496,6 +515,10 @@ def demo_seed(*, tenant_slug: str = "demo", device_name: str = "demo-device", pa
             secrets.verify_secret(password, c.secret_hash)
             for c in device.credentials.filter(revoked_at=None)
         ):
-            Credential.objects.create(device=device, secret_hash=secrets.hash_secret(password))
+            Credential.objects.create(
+                device=device,
+                secret_hash=secrets.hash_secret(password),
+                scram_verifier=secrets.scram_verifier(password),
+            )
             announce(tenant.slug, "credential.created", device=device.name)
     return tenant, device

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hmac
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from common.client_id_pattern import matches as client_id_matches
 from data_plane.mqtt.packets import Connect
 
 
@@ -44,8 +44,11 @@ class Authenticator(Protocol):
 
 class StaticAuthenticator:
     """Tenants and devices from JSON:
-    {"tenants": {"acme": {"devices": {"sensor-1": {"password": "...", "client_ids": "any"}}}}}
-    client_ids: "exact" (default: client id = device name), "any", or a regex pattern."""
+    {"tenants": {"acme": {"devices": {"sensor-1": {"password": "...", "client_ids": "any"}},
+                          "acl": [{"action": "subscribe", "permission": "deny",
+                                   "topic": "test/nosubscribe"}], "acl_default": "allow"}}}
+    client_ids: "exact" (default: client id = device name), "any", or a glob pattern (`*`, `?`:
+    `common.client_id_pattern`). "acl": ordered rules as the control plane's (optional)."""
 
     def __init__(self, tenants: dict[str, Any]) -> None:
         self.tenants = tenants
@@ -92,7 +95,24 @@ class StaticAuthenticator:
             if client_id not in ("", device):
                 return AuthResult(0x85, reason="client id must be the device name"), entry
             client_id = device
-        elif policy != "any" and not (client_id and re.fullmatch(policy, client_id)):
+        elif policy != "any" and not client_id_matches(policy, client_id):
             return AuthResult(0x85, reason="client id not allowed"), entry
-        quota = dict(self.tenants[tenant].get("quota", {}))
-        return AuthResult(0, tenant, device, client_id, None, quota), entry
+        config = self.tenants[tenant]
+        quota = dict(config.get("quota", {}))
+        return AuthResult(
+            0, tenant, device, client_id, self._acl(config, tenant, device), quota
+        ), entry
+
+    @staticmethod
+    def _acl(config: dict[str, Any], tenant: str, device: str) -> Authorizer | None:
+        rules = config.get("acl")
+        if not rules:
+            return None  # everything within the tenant
+        from data_plane.tenancy.acl import AclEntry, AclPolicy
+
+        entries = [
+            AclEntry(r["action"], r["permission"] == "allow", r["topic"], r.get("device"))
+            for r in rules
+        ]
+        default_allow = config.get("acl_default", "allow") != "deny"
+        return AclPolicy(entries, tenant=tenant, device=device, default_allow=default_allow)

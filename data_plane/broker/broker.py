@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 NEVER_EXPIRES = 0xFFFFFFFF
+# Topics and filters deeper than this are refused (as EMQX's max_topic_levels): matching walks
+# levels, and nothing real needs more.
+MAX_TOPIC_LEVELS = 128
+
+
+def too_deep(topic: str) -> bool:
+    return topic.count("/") >= MAX_TOPIC_LEVELS
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,9 @@ class Broker:
         # Callables yielding extra Prometheus metric families (storage, archive, ...).
         self.metric_sources: list[Any] = []
         self.sessions: dict[tuple[str, str], Session] = {}
+        # tenant -> client ids of its sessions that outlive their connection (quota
+        # max_persistent_sessions)
+        self.persistent: dict[str, set[str]] = defaultdict(set)
         self.connections: set[MQTTConnection] = set()
         self.stats: dict[str, TenantStats] = defaultdict(TenantStats)
         self.started = time.time()
@@ -128,7 +138,7 @@ class Broker:
                 existing.will_handle.cancel()
                 existing.will_handle = None
                 if clean_start and existing.will is not None:
-                    self.publish(existing.will)  # unless the session ends here: then it goes now
+                    self.publish_will(existing, existing.will)  # the session ends: it goes now
             existing.will = existing.will_due = None
         if existing is not None and clean_start:
             self._end_session(existing)
@@ -139,6 +149,7 @@ class Broker:
         session.max_queued = max_queued
         session.expiry_interval = expiry_interval
         session.connection = conn
+        session.stalled = False
         session.on_drop = self._dropped
         session.on_sent = self._sent
         session.origin = self._origin
@@ -146,7 +157,20 @@ class Broker:
         if self.persistence is not None:
             self.persistence.attach(session)
         self.sessions[key] = session
+        self.track_persistent(session)
         return session, present
+
+    def track_persistent(self, session: Session) -> None:
+        """Count the session under max_persistent_sessions while it outlives its connection."""
+        ids = self.persistent[session.tenant]
+        if session.expiry_interval and self.sessions.get(session.key) is session:
+            ids.add(session.client_id)
+        else:
+            ids.discard(session.client_id)
+
+    def persistent_count(self, tenant: str) -> int:
+        ids = self.persistent.get(tenant)
+        return len(ids) if ids else 0
 
     def _origin(self) -> MQTTConnection | None:
         return self.publishing_connection
@@ -186,6 +210,7 @@ class Broker:
                 self._deliver_shared(delivery.message, delivery.group, member)
         if self.sessions.get(session.key) is session:
             del self.sessions[session.key]
+            self.persistent[session.tenant].discard(session.client_id)
 
     # -- publish ------------------------------------------------------------------------
 
@@ -329,7 +354,7 @@ class Broker:
         if delay <= 0 or session is None:
             if session is not None and session.will is will:
                 session.will = session.will_due = None
-            self.publish(will)
+            self.publish_will(session, will)
             return
         loop = asyncio.get_running_loop()
 
@@ -339,11 +364,33 @@ class Broker:
                 session.will = session.will_due = None
                 if self.persistence is not None and session.persist is not None:
                     self.persistence.will_published(session)
-            self.publish(will)
+            self.publish_will(session, will)
 
         session.will = will
         session.will_due = time.monotonic() + delay
         session.will_handle = loop.call_later(delay, fire)
+
+    def publish_will(self, session: Session | None, will: Message) -> int:
+        """A will goes out under the checks of any PUBLISH, as they stand now: never on the
+        broker's `$` topics, within the device's ACL and the tenant's retained quota."""
+        if will.topic[:1] == "$" or too_deep(will.topic):
+            self.stats[will.tenant].denied += 1
+            return 0
+        acl = session.acl if session is not None else None
+        if acl is not None and not acl.can_publish(will.topic):
+            self.stats[will.tenant].denied += 1
+            return 0
+        quota = session.quota if session is not None else None
+        if will.retain and will.payload and quota:
+            limit = quota.get("max_retained_messages")
+            if (
+                limit is not None
+                and self.retained.count(will.tenant) >= limit
+                and not self.retained.has(will.tenant, will.topic)
+            ):
+                self.quota_exceeded(will.tenant, "retained")
+                return 0
+        return self.publish(will)
 
     # -- control-plane actions (data_plane.tenancy.control.LiveConnections) -------------
 

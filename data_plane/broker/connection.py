@@ -16,7 +16,7 @@ from typing import Any
 
 from common.archive_schema import message_units
 from data_plane.broker.auth import AuthResult
-from data_plane.broker.broker import NEVER_EXPIRES, Broker
+from data_plane.broker.broker import NEVER_EXPIRES, Broker, too_deep
 from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Succeed
 from data_plane.broker.message import Message
 from data_plane.broker.session import Session
@@ -99,6 +99,11 @@ class MQTTConnection(asyncio.Protocol):
         self._will_delay = 0
         self._send_will = True
         self._connecting = False
+        # From the moment the session is attached until CONNACK is written, whatever the session
+        # sends waits behind it: the first packet from the server is CONNACK [MQTT-3.2.0-1].
+        self._hold_writes = False
+        self._acked = False  # CONNACK (success) sent
+        self._counted = False  # counted in the tenant's connections: released exactly once
         self._buffered_before_connack: list[bytes] = []
         self._early: list = []  # packets read with the CONNECT, handled after CONNACK
         self._enhanced: EnhancedAuthState | None = None  # when CONNECT named a method
@@ -202,7 +207,10 @@ class MQTTConnection(asyncio.Protocol):
         session = self.session
         if session is None:
             return
-        if self._will is not None and self._send_will:
+        if not self._acked:  # gone before CONNACK: never connected, so no will either
+            if session.connection is self:
+                session.will = None
+        elif self._will is not None and self._send_will:
             self.broker.schedule_will(session, self._will, self._will_delay)
         self.broker.detach(session, self)
         self._announce(False)
@@ -217,6 +225,8 @@ class MQTTConnection(asyncio.Protocol):
         self.write_paused = True
 
     def resume_writing(self) -> None:
+        if self._hold_writes:
+            return  # CONNACK not written yet: deliveries keep queueing
         self.write_paused = False
         if self.session is not None and self.session.connection is self:
             self.session.pump()
@@ -233,6 +243,8 @@ class MQTTConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._hold_writes:
+            return  # CONNACK goes first (see _connect)
         self._pending_size = 0
         if self._pending and not self.transport.is_closing():
             data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
@@ -322,9 +334,11 @@ class MQTTConnection(asyncio.Protocol):
             self.session.pump()
 
     def _announce(self, connected: bool) -> None:
-        """Count the tenant's client and tell the hooks; service identities are not clients."""
-        if self.auth.service:
+        """Count the tenant's client and tell the hooks; service identities are not clients.
+        A connection is released only if it was counted, and only once, whatever the path."""
+        if self.auth.service or connected == self._counted:
             return
+        self._counted = connected
         stats = self.broker.stats[self.tenant]
         stats.connected += 1 if connected else -1
         if connected:
@@ -449,9 +463,19 @@ class MQTTConnection(asyncio.Protocol):
             expiry = 0 if connect.clean_start else NEVER_EXPIRES
         cap = quota.get("max_session_expiry")
         if cap is not None and expiry > cap and expiry != 0:
-            expiry = cap if (v5 or expiry != NEVER_EXPIRES) else expiry
+            expiry = cap  # 3.1.1 persistent sessions too: they expire once offline that long
         if connect.will is not None:
             will = connect.will
+            # The will is a PUBLISH waiting to happen: the same checks, now (and when it goes).
+            if too_deep(will.topic):
+                self._connack_failure(RC.TOPIC_NAME_INVALID, "will topic has too many levels")
+                return
+            if will.topic[:1] == "$" or (
+                result.acl is not None and not result.acl.can_publish(will.topic)
+            ):
+                self.broker.stats[result.tenant].denied += 1
+                self._connack_failure(RC.NOT_AUTHORIZED, "will topic not authorized")
+                return
             self._will = Message.from_publish(
                 self.tenant,
                 client_id,
@@ -464,7 +488,21 @@ class MQTTConnection(asyncio.Protocol):
             )
             self._will_delay = will.properties.get("will_delay_interval", 0)
 
+        persistent_cap = quota.get("max_persistent_sessions")
+        if (
+            expiry
+            and persistent_cap is not None
+            and not result.service
+            and (self.tenant, client_id) not in self.broker.sessions
+            and self.broker.persistent_count(self.tenant) >= persistent_cap
+        ):
+            self.broker.quota_exceeded(self.tenant, "persistent_sessions")
+            self._connack_failure(RC.QUOTA_EXCEEDED, "tenant persistent session limit reached")
+            return
+
         max_queued = quota.get("max_queued_messages", self.config.max_queued_messages)
+        # Until CONNACK: deliveries queue in the session (as for a slow reader), writes wait.
+        self._hold_writes = self.write_paused = True
         session, present = self.broker.open_session(
             self,
             self.tenant,
@@ -475,14 +513,17 @@ class MQTTConnection(asyncio.Protocol):
             max_queued,
             result.tenant_id,
         )
+        self.session = session  # from here on, any exit path detaches it (connection_lost)
         session.will, session.will_delay = self._will, self._will_delay
+        self._authorize_session(session)
+        session.queue_qos0_offline = result.queue_qos0_offline
         if session.persist is not None:
             try:
                 await self.broker.persistence.save(session)
             except Exception as exc:
                 log.warning("could not persist session %s: %s", client_id, exc)
-        session.queue_qos0_offline = result.queue_qos0_offline
-        self.session = session
+            if self.closing:
+                return  # dropped while we waited: connection_lost has let the session go
         self._set_rates()
 
         keep_alive = connect.keep_alive
@@ -511,7 +552,14 @@ class MQTTConnection(asyncio.Protocol):
                 ack_props["session_expiry_interval"] = expiry
             if self._enhanced is not None:  # [MQTT-4.12.0-5]
                 ack_props.update(self._enhanced.properties(self._enhanced.final_data))
-        self.send(encode(Connack(present, 0, ack_props), self.protocol_version))
+        connack = encode(Connack(present, 0, ack_props), self.protocol_version)
+        self._hold_writes = self.write_paused = False
+        self._pending.insert(0, connack)  # first, whatever was written meanwhile
+        self._pending_size += len(connack)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        self._acked = True
         if self._timer:
             self._timer.cancel()
             self._timer = None
@@ -519,7 +567,7 @@ class MQTTConnection(asyncio.Protocol):
             self._timer = self.loop.call_later(keep_alive * 1.5, self._check_keep_alive)
         if present:
             session.resend_inflight()
-            session.pump()
+        session.pump()  # what it had queued, and what arrived while CONNECT was handled
         self._announce(True)
 
     # -- enhanced authentication (MQTT 5.0 §4.12) ----------------------------------------
@@ -753,6 +801,9 @@ class MQTTConnection(asyncio.Protocol):
                 )
                 return
             topic = real_topic
+        if too_deep(topic):
+            self._refuse_publish(packet, RC.TOPIC_NAME_INVALID, "topic has too many levels")
+            return
         acl = self.auth.acl
         if topic.startswith("$") or (acl is not None and not acl.can_publish(topic)):
             self.broker.stats[self.tenant].denied += 1
@@ -880,6 +931,9 @@ class MQTTConnection(asyncio.Protocol):
         codes = []
         granted = []
         for sub in packet.subscriptions:
+            if too_deep(sub.topic_filter):
+                codes.append(RC.TOPIC_FILTER_INVALID)
+                continue
             if acl is not None and not acl.can_subscribe(sub.topic_filter):
                 self.broker.stats[self.tenant].denied += 1
                 codes.append(RC.NOT_AUTHORIZED)
@@ -920,6 +974,7 @@ class MQTTConnection(asyncio.Protocol):
                     self.disconnect(RC.PROTOCOL_ERROR, "session expiry was 0 at CONNECT")
                     return
                 self.session.expiry_interval = expiry
+                self.broker.track_persistent(self.session)
         # Normal disconnection discards the will; 0x04 asks for it to be sent.
         self._send_will = packet.reason_code == RC.DISCONNECT_WITH_WILL
         self.disconnect_reason = "normal"
@@ -936,8 +991,17 @@ class MQTTConnection(asyncio.Protocol):
             return
         if not self._throttled_by:
             self.transport.pause_reading()
-            self._throttle_timer = self.loop.call_later(self.THROTTLE_LIMIT, self._unthrottle_all)
+            self._throttle_timer = self.loop.call_later(self.THROTTLE_LIMIT, self._throttle_expired)
         self._throttled_by.add(session)
+
+    def _throttle_expired(self) -> None:
+        """The subscribers that held us for the whole allowance are not draining: they stop
+        holding publishers (their queues fill to their limit and drop) until they drain."""
+        self._throttle_timer = None
+        for session in self._throttled_by:
+            session.stalled = True
+            session.blocked_publishers.discard(self)
+        self._unthrottle_all()
 
     def unthrottle_by(self, session: Any) -> None:
         self._throttled_by.discard(session)
@@ -984,6 +1048,18 @@ class MQTTConnection(asyncio.Protocol):
             device=self.device,
             default_allow=policy.acl_default_allow,
         )
+        if self.session is not None and self.session.connection is self:
+            self._authorize_session(self.session)
+
+    def _authorize_session(self, session: Session) -> None:
+        """What the session needs of this connection's rights: the read filter for deliveries,
+        and the ACL and quota its will is judged by when it goes out."""
+        acl = self.auth.acl
+        session.acl = acl
+        session.quota = self.auth.quota
+        session.read_filter = acl.can_receive if getattr(acl, "filters_reads", False) else None
+        if session.read_filter is not None:
+            session.withhold(session.read_filter)
 
 
 __all__ = ["MQTTConnection", "PubAck", "PubComp", "PubRec", "PubRel", "PingReq"]

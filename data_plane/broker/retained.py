@@ -9,16 +9,24 @@ from data_plane.mqtt.topics import topic_matches
 class RetainedStore:
     def __init__(self) -> None:
         self._tenants: dict[str, dict[str, Message]] = {}
+        # Per tenant, how many retained topics are the broker's own (`$SYS/...`): the tenant's
+        # retained quota counts only its clients' messages.
+        self._system: dict[str, int] = {}
 
     def set(self, message: Message) -> None:
         topics = self._tenants.setdefault(message.tenant, {})
+        topic = message.topic
+        system = topic[:1] == "$"
         if message.payload:
-            topics[message.topic] = message
-        else:
-            topics.pop(message.topic, None)
+            if system and topic not in topics:
+                self._system[message.tenant] = self._system.get(message.tenant, 0) + 1
+            topics[topic] = message
+        elif topics.pop(topic, None) is not None and system:
+            self._system[message.tenant] -= 1
 
     def count(self, tenant: str) -> int:
-        return len(self._tenants.get(tenant, ()))
+        """The tenant's retained messages, the broker's own `$` topics aside."""
+        return len(self._tenants.get(tenant, ())) - self._system.get(tenant, 0)
 
     def has(self, tenant: str, topic: str) -> bool:
         return topic in self._tenants.get(tenant, ())
@@ -35,6 +43,8 @@ class RetainedStore:
             if topic_matches(topic_filter, topic):
                 if message.expired():
                     del topics[topic]
+                    if topic[:1] == "$":
+                        self._system[tenant] -= 1
                 else:
                     out.append(message)
         return out

@@ -85,6 +85,16 @@ class Session:
     persist: Any = None  # callable(session, delivery) for persistent sessions (storage layer)
     queue_qos0_offline: bool = False  # the tenant's setting: QoS 0 waits while offline
     durable: Any = None  # the SessionPersistence, for persistent sessions
+    # callable(topic) -> bool when the device's ACL may withhold some topics its subscriptions
+    # match (Mosquitto's read semantics: judged per message, live and retained); else None.
+    read_filter: Any = None
+    # The device's authorizer and quota as of its last connection: a will is judged by them
+    # when it goes out (None after a restart: then only the broker's own rules apply).
+    acl: Any = None
+    quota: Any = None
+    # Held a publisher for its whole allowance without draining: it no longer holds anyone
+    # (its queue fills to its limit and drops) until it has drained again.
+    stalled: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -97,6 +107,8 @@ class Session:
     # -- outbound -------------------------------------------------------------------------
 
     def deliver(self, delivery: Delivery) -> None:
+        if self.read_filter is not None and not self.read_filter(delivery.message.topic):
+            return  # the device may not read this topic: withheld, as if not subscribed
         if delivery.qos and self.persist is not None and delivery.seq is None:
             self.persist(self, delivery)
         conn = self.connection
@@ -148,6 +160,7 @@ class Session:
             and self.connection is not None  # an offline session has nobody draining it
             and len(self.queue) >= self.max_queued // 2
             and self.origin
+            and not self.stalled
         ):
             # Back-pressure: stop reading the publisher until this queue drains (bounded in
             # time by the publisher, so a dead subscriber cannot stall it for long).
@@ -155,6 +168,21 @@ class Session:
             if publisher is not None and publisher.session is not self:
                 publisher.throttle_by(self)
                 self.blocked_publishers.add(publisher)
+
+    def withhold(self, may_read: Any) -> None:
+        """Drop what waits in the queue on topics the device may not read: queued before its
+        ACL was known (a session restored after a restart) or before the ACL changed."""
+        if not self.queue:
+            return
+        kept: deque[Delivery] = deque()
+        for delivery in self.queue:
+            if may_read(delivery.message.topic):
+                kept.append(delivery)
+                continue
+            if delivery.qos == 0:
+                self.queued_qos0 -= 1
+            self._drop(delivery, "acl")
+        self.queue = kept
 
     def release_publishers(self) -> None:
         for publisher in list(self.blocked_publishers):
@@ -194,6 +222,8 @@ class Session:
                 self._send(delivery, self._allocate_id())
             else:
                 break
+        if not queue:
+            self.stalled = False  # drained: it may hold publishers again
         if self.blocked_publishers and len(queue) <= self.max_queued // 4:
             self.release_publishers()
 

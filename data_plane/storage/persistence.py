@@ -173,6 +173,7 @@ class SessionPersistence:
             session.origin = self.broker._origin
             self.attach(session)
             self.broker.sessions[session.key] = session
+            self.broker.track_persistent(session)
             for record in stored.subscriptions:
                 self.broker.restore_subscription(
                     session,

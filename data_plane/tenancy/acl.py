@@ -1,10 +1,14 @@
 """ACL evaluation: a tenant's ordered allow/deny rules with `${tenant}`/`${client}` placeholders.
 
-Rules apply in order (position, id); the first that applies decides; the tenant's default decides
-when none does. For PUBLISH a rule applies when its filter matches the topic. For SUBSCRIBE an
-allow rule applies only when its filter covers every topic the requested filter can match, while a
-deny rule applies as soon as the two filters can match a common topic: a subscription is never
-allowed to receive what a deny rule forbids.
+Rules apply in order (position, id); the first whose filter matches the topic decides; the
+tenant's default decides when none does. PUBLISH is judged on its topic.
+
+SUBSCRIBE has Mosquitto's read semantics: what a subscription may receive is judged message by
+message at delivery (live and retained), with the same first-match rule on the message's topic
+(`can_receive`). The subscription itself is refused only when no topic it can match could ever
+be received: when a deny rule covers it entirely before any allow rule could grant part of it
+(or, with a deny default, no allow rule overlaps it). So with a deny on `test/nosubscribe`,
+`#` and `+/+` are granted and never carry that topic, while `test/nosubscribe` itself is refused.
 """
 
 from __future__ import annotations
@@ -74,7 +78,14 @@ def filters_intersect(a: list[str], b: list[str]) -> bool:
 class AclPolicy:
     """The rules that apply to one connected device, placeholders already expanded."""
 
-    __slots__ = ("_publish", "_subscribe", "_default_allow", "_cache")
+    __slots__ = (
+        "_publish",
+        "_subscribe",
+        "_default_allow",
+        "_cache",
+        "_read_cache",
+        "filters_reads",
+    )
 
     def __init__(
         self, entries: list[AclEntry], *, tenant: str, device: str, default_allow: bool
@@ -92,6 +103,9 @@ class AclPolicy:
         ]
         self._default_allow = default_allow
         self._cache: dict[str, bool] = {}
+        self._read_cache: dict[str, bool] = {}
+        # Deliveries need a per-message check only when some topic may be withheld.
+        self.filters_reads = not default_allow or any(not a for a, _ in self._subscribe)
 
     def can_publish(self, topic: str) -> bool:
         cached = self._cache.get(topic)
@@ -108,10 +122,32 @@ class AclPolicy:
         return decision
 
     def can_subscribe(self, topic_filter: str) -> bool:
+        """Refused only when every topic the filter can match is denied (see module doc).
+        `$share/{group}/{filter}` is judged on the filter it shares (and read like it)."""
+        if topic_filter.startswith("$share/"):
+            topic_filter = topic_filter.split("/", 2)[2] if topic_filter.count("/") >= 2 else ""
         levels = topic_filter.split("/")
         for allow, rule in self._subscribe:
-            if allow and filter_covers(rule, levels):
+            if allow and filters_intersect(rule, levels):
                 return True
-            if not allow and filters_intersect(rule, levels):
+            if not allow and filter_covers(rule, levels):
                 return False
         return self._default_allow
+
+    def can_receive(self, topic: str) -> bool:
+        """Whether a message on `topic` may be delivered to this device's subscriptions."""
+        cached = self._read_cache.get(topic)
+        if cached is not None:
+            return cached
+        levels = topic.split("/")
+        # `$` topics: a rule's leading wildcard counts here (as it did for subscriptions to
+        # `$SYS/#` under an allow `#`), since the subscription itself named the `$` level.
+        match = filter_covers if topic[:1] == "$" else filter_matches
+        decision = self._default_allow
+        for allow, rule in self._subscribe:
+            if match(rule, levels):
+                decision = allow
+                break
+        if len(self._read_cache) < 4096:
+            self._read_cache[topic] = decision
+        return decision

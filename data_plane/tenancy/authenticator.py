@@ -18,6 +18,17 @@ class PostgresAuthenticator:
         decision = await self.directory.authenticate(
             connect.username, connect.password, connect.client_id, address
         )
+        return self._result(decision)
+
+    async def scram_lookup(self, connect: Connect, peer: str) -> tuple[AuthResult, tuple | None]:
+        """For SCRAM-SHA-256 (enhanced authentication): the identity and its stored verifier."""
+        decision, verifier = await self.directory.scram_identity(
+            connect.username, connect.client_id, peer.rsplit(":", 1)[0]
+        )
+        return self._result(decision), verifier
+
+    @staticmethod
+    def _result(decision) -> AuthResult:
         if not decision.ok:
             return AuthResult(decision.reason_code, decision.tenant, reason=decision.reason)
         policy = decision.policy

@@ -9,6 +9,7 @@ ends the connections concerned with 0x98 (Administrative action) or re-applies t
 from __future__ import annotations
 
 import logging
+import os
 from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
@@ -40,20 +41,43 @@ class LiveConnections(Protocol):
 
 
 class ControlPlaneLink:
-    def __init__(self, dsn: str, *, pool_size: int = 4) -> None:
+    """The broker's database connections come in two pools, so one kind of load cannot starve
+    the other: `lookups` answers the tenant directory (what CONNECT floods drive, even from
+    strangers), `pool` carries the durable writes (sessions, queues, retained, usage). Both wait
+    for a free connection (back-pressure) up to `timeout` before a write is refused."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int | None = None,
+        lookup_pool_size: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
         self.dsn = dsn
-        # `check`: after a database restart, dead connections are replaced before use, and a
-        # short `timeout` makes writes fail fast (and clearly) while the database is away.
+        pool_size = pool_size or int(os.environ.get("MQTT_DB_POOL_SIZE", "16"))
+        lookup_pool_size = lookup_pool_size or int(os.environ.get("MQTT_DB_LOOKUP_POOL_SIZE", "4"))
+        timeout = timeout or float(os.environ.get("MQTT_DB_POOL_TIMEOUT", "5"))
+        # `check`: after a database restart, dead connections are replaced before use; the
+        # `timeout` bounds the wait, so writes fail clearly while the database is away.
         self.pool = AsyncConnectionPool(
             dsn,
             min_size=1,
             max_size=pool_size,
             open=False,
-            timeout=3.0,
+            timeout=timeout,
+            check=AsyncConnectionPool.check_connection,
+        )
+        self.lookups = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=lookup_pool_size,
+            open=False,
+            timeout=timeout,
             check=AsyncConnectionPool.check_connection,
         )
         self.directory = TenantDirectory(
-            TenantStore(self.pool), service_key=service_identity.load_key()
+            TenantStore(self.lookups), service_key=service_identity.load_key()
         )
         self.listener = ConfigListener(dsn, self.on_change)
         self.live: LiveConnections | None = None
@@ -61,11 +85,13 @@ class ControlPlaneLink:
     async def start(self, live: LiveConnections | None = None) -> None:
         self.live = live
         await self.pool.open(wait=True, timeout=30)
+        await self.lookups.open(wait=True, timeout=30)
         self.listener.start()
 
     async def stop(self) -> None:
         await self.listener.stop()
         await self.pool.close()
+        await self.lookups.close()
 
     async def on_change(self, change: Change) -> None:
         kind = str(change.get("kind", ""))

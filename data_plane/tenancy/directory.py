@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from common.client_id_pattern import matches as client_id_matches
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.store import DeviceRecord, TenantPolicy, TenantStore
-from tenants.secrets import verify_secret
+from tenants.secrets import parse_scram_verifier, verify_secret
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class TenantDirectory:
         ttl: float = 60.0,
         negative_ttl: float = 2.0,
         failures_per_address: int = 20,
-        failures_per_tenant: int = 200,
+        failures_per_device: int = 50,
         failure_window: float = 10.0,
         clock=time.monotonic,
         service_key: bytes | None = None,
@@ -95,7 +95,7 @@ class TenantDirectory:
         self._policies: dict[str, tuple[float, TenantPolicy | None]] = {}
         self._verified: dict[tuple[str, str], set[bytes]] = {}
         self.by_address = FailureThrottle(failures_per_address, failure_window, clock)
-        self.by_tenant = FailureThrottle(failures_per_tenant, failure_window, clock)
+        self.by_device = FailureThrottle(failures_per_device, failure_window, clock)
         self.stats: dict[str, int] = defaultdict(int)
 
     # -- cache maintenance (driven by the control plane's notifications) --------------------
@@ -167,11 +167,7 @@ class TenantDirectory:
             return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts from this address")
         tenant, _, device = (username or "").partition("/")
         if not tenant or not device or "/" in device or len(username or "") > 256:
-            return self._fail(
-                address, None, BAD_USERNAME_OR_PASSWORD, "username must be tenant/device"
-            )
-        if self.by_tenant.blocked(tenant):
-            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts for this tenant")
+            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "username must be tenant/device")
         if device in service_identity.SERVICE_DEVICES:
             return await self._service(tenant, device, password, client_id, address)
         try:
@@ -180,23 +176,73 @@ class TenantDirectory:
         except DirectoryUnavailable as exc:
             log.warning("refusing %s: %s", username, exc)
             return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant)
+        key = (tenant, device)
         if record is None:
-            return self._fail(address, None, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
+            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
         if not record.tenant_active:
-            return self._fail(address, tenant, BANNED, "tenant suspended")
+            return self._fail(address, BANNED, "tenant suspended", tenant)
         if record.device_id is None:
-            return self._fail(address, tenant, BAD_USERNAME_OR_PASSWORD, "unknown device")
+            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown device", tenant)
         if not record.enabled:
-            return self._fail(address, tenant, NOT_AUTHORIZED, "device disabled")
-        if not password or not self._secret_ok(record, password):
-            return self._fail(address, tenant, BAD_USERNAME_OR_PASSWORD, "wrong or expired secret")
+            return self._fail(address, NOT_AUTHORIZED, "device disabled", tenant)
+        if self.by_device.blocked(key):
+            # Guessing this device's secret from many addresses: only a secret that verified
+            # before still passes (no hashing, no new guesses judged).
+            if not password or not self._known_secret(record, password):
+                self.by_address.fail(address)
+                self.stats["rejected_0x9f"] += 1
+                return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant)
+        elif not password or not self._secret_ok(record, password):
+            return self._fail(
+                address, BAD_USERNAME_OR_PASSWORD, "wrong or expired secret", tenant, key
+            )
         assigned = self._client_id(record, client_id)
         if assigned is None:
-            return self._fail(address, tenant, CLIENT_ID_NOT_VALID, "client id not allowed")
+            return self._fail(address, CLIENT_ID_NOT_VALID, "client id not allowed", tenant)
         if policy is None or not policy.active:
-            return self._fail(address, tenant, BANNED, "tenant suspended")
+            return self._fail(address, BANNED, "tenant suspended", tenant)
         self.stats["accepted"] += 1
         return Decision(SUCCESS, "", tenant, device, assigned, policy)
+
+    async def scram_identity(
+        self, username: str | None, client_id: str, address: str
+    ) -> tuple[Decision, tuple | None]:
+        """For SCRAM-SHA-256: who the user name names, whether it may connect now (the secret
+        aside: the exchange proves it), and the verifier of its newest live credential."""
+        if self.by_address.blocked(address):
+            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts"), None
+        tenant, _, device = (username or "").partition("/")
+        if not tenant or not device or "/" in device or device in service_identity.SERVICE_DEVICES:
+            return self._fail(
+                address, BAD_USERNAME_OR_PASSWORD, "username must be tenant/device"
+            ), None
+        try:
+            record = await self.device(tenant, device)
+            policy = await self.policy(tenant) if record is not None else None
+        except DirectoryUnavailable:
+            return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant), None
+        if record is None or record.device_id is None:
+            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown device", tenant), None
+        if not record.tenant_active or policy is None or not policy.active:
+            return self._fail(address, BANNED, "tenant suspended", tenant), None
+        if not record.enabled:
+            return self._fail(address, NOT_AUTHORIZED, "device disabled", tenant), None
+        if self.by_device.blocked((tenant, device)):
+            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant), None
+        assigned = self._client_id(record, client_id)
+        if assigned is None:
+            return self._fail(address, CLIENT_ID_NOT_VALID, "client id not allowed", tenant), None
+        now = datetime.now(UTC)
+        verifier = next(
+            (
+                parsed
+                for c in record.credentials
+                if (c.expires_at is None or c.expires_at > now)
+                and (parsed := parse_scram_verifier(c.scram_verifier)) is not None
+            ),
+            None,
+        )
+        return Decision(SUCCESS, "", tenant, device, assigned, policy), verifier
 
     async def _service(
         self, tenant: str, device: str, password: bytes | None, client_id: str, address: str
@@ -206,23 +252,43 @@ class TenantDirectory:
         if self.service_key is None or not service_identity.verify(
             self.service_key, tenant, client_id, token, device=device
         ):
-            return self._fail(address, tenant, BAD_USERNAME_OR_PASSWORD, "bad service token")
+            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "bad service token", tenant)
         try:
             policy = await self.policy(tenant)
         except DirectoryUnavailable:
             return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant)
         if policy is None:
-            return self._fail(address, None, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
+            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
         if not policy.active:
-            return self._fail(address, tenant, BANNED, "tenant suspended")
+            return self._fail(address, BANNED, "tenant suspended", tenant)
         return Decision(SUCCESS, "", tenant, device, client_id, policy)
 
-    def _fail(self, address: str, tenant: str | None, code: int, reason: str) -> Decision:
+    def _fail(
+        self,
+        address: str,
+        code: int,
+        reason: str,
+        tenant: str = "",
+        device: tuple[str, str] | None = None,
+    ) -> Decision:
+        """Count a failure against the address and, for a wrong secret of an existing device,
+        against that device."""
         self.by_address.fail(address)
-        if tenant:
-            self.by_tenant.fail(tenant)
+        if device is not None:
+            self.by_device.fail(device)
         self.stats[f"rejected_{code:#04x}"] += 1
-        return Decision(code, reason, tenant or "")
+        return Decision(code, reason, tenant)
+
+    def _known_secret(self, record: DeviceRecord, password: bytes) -> bool:
+        """The secret verified before and every credential is still live (no hashing)."""
+        now = datetime.now(UTC)
+        live = [c for c in record.credentials if c.expires_at is None or c.expires_at > now]
+        return (
+            bool(live)
+            and len(live) == len(record.credentials)
+            and hashlib.sha256(password).digest()
+            in self._verified.get((record.tenant, record.name), ())
+        )
 
     def _secret_ok(self, record: DeviceRecord, password: bytes) -> bool:
         key = (record.tenant, record.name)
@@ -246,12 +312,5 @@ class TenantDirectory:
         if policy == "exact":
             return record.name if client_id in ("", record.name) else None
         if policy == "pattern":
-            try:
-                return (
-                    client_id
-                    if client_id and re.fullmatch(record.client_id_pattern, client_id)
-                    else None
-                )
-            except re.error:
-                return None
+            return client_id if client_id_matches(record.client_id_pattern, client_id) else None
         return client_id  # any: an empty id is assigned by the broker

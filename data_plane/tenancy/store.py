@@ -23,6 +23,7 @@ class CredentialRecord:
     id: int
     secret_hash: str
     expires_at: datetime | None
+    scram_verifier: str = ""
 
 
 @dataclass(slots=True)
@@ -52,7 +53,7 @@ class TenantPolicy:
 
 _DEVICE_SQL = """
 SELECT t.id, t.status, d.id, d.enabled, d.client_id_policy, d.client_id_pattern,
-       c.id, c.secret_hash, c.expires_at
+       c.id, c.secret_hash, c.expires_at, c.scram_verifier, c.created_at
   FROM tenants_tenant t
   LEFT JOIN tenants_device d ON d.tenant_id = t.id AND d.name = %s
   LEFT JOIN tenants_credential c ON c.device_id = d.id AND c.revoked_at IS NULL
@@ -97,10 +98,12 @@ class TenantStore:
             client_id_pattern=pattern or "",
         )
         record.credentials = [
-            CredentialRecord(id=row[6], secret_hash=row[7], expires_at=row[8])
-            for row in rows
+            CredentialRecord(
+                id=row[6], secret_hash=row[7], expires_at=row[8], scram_verifier=row[9] or ""
+            )
+            for row in sorted(rows, key=lambda r: (r[10] is None, r[10]), reverse=True)
             if row[6] is not None
-        ]
+        ]  # newest first
         return record
 
     async def policy(self, tenant: str) -> TenantPolicy | None:

@@ -148,14 +148,16 @@ class AclInput(StrictInput):
     action = serializers.ChoiceField(["publish", "subscribe", "both"])
     permission = serializers.ChoiceField(["allow", "deny"])
     topic = serializers.CharField(max_length=512)
-    position = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    position = serializers.IntegerField(
+        min_value=0, max_value=2_147_483_647, required=False, allow_null=True, default=None
+    )
 
 
 class AclUpdateInput(StrictInput):
     action = serializers.ChoiceField(["publish", "subscribe", "both"], required=False)
     permission = serializers.ChoiceField(["allow", "deny"], required=False)
     topic = serializers.CharField(max_length=512, required=False)
-    position = serializers.IntegerField(min_value=0, required=False)
+    position = serializers.IntegerField(min_value=0, max_value=2_147_483_647, required=False)
 
 
 class AclOutput(serializers.Serializer):

@@ -14,22 +14,22 @@ from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from tenants import billing_selectors, invoice_render, selectors, services
 from tenants.api import serializers as s
+from tenants.api.pagination import PAGE_PARAMETERS, BoundedPagination, page_of
 from tenants.models import ApiToken, Credential, Membership, Tenant
+from tenants.throttles import LoginThrottle
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+MAX_ID = 2**63 - 1  # bigint
 
 
 class AuthThrottled:
-    throttle_classes = [ScopedRateThrottle]
-    throttle_scope = "auth"
+    throttle_classes = [LoginThrottle]
 
 
 class TenantAPIView(APIView):
@@ -42,6 +42,8 @@ class TenantAPIView(APIView):
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
+        if any(isinstance(v, int) and v > MAX_ID for v in kwargs.values()):
+            raise Http404("No such object.")  # beyond any id: not a database error
         if isinstance(request.auth, ApiToken):
             tenant = request.auth.tenant
             membership = selectors.membership_get(request.user, tenant)
@@ -65,10 +67,18 @@ class TenantAPIView(APIView):
 def paginated(
     view: APIView, request, queryset, serializer_class, context: dict | None = None
 ) -> Response:
-    paginator = LimitOffsetPagination()
+    paginator = BoundedPagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
     data = serializer_class(page, many=True, context=context or {}).data
     return paginator.get_paginated_response(data)
+
+
+def text_param(request, name: str) -> str | None:
+    """A query parameter as text, refused (400) when it holds characters no name can."""
+    value = request.query_params.get(name)
+    if value is not None and ("\x00" in value or len(value) > 256):
+        raise ValidationError({name: ["Must be at most 256 characters, without NUL."]})
+    return value
 
 
 def validated(serializer_class, data):
@@ -131,7 +141,11 @@ class CurrentTenantView(TenantAPIView):
 
 
 class ApiTokenListView(TenantAPIView):
-    @extend_schema(responses=s.ApiTokenOutput(many=True))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(s.ApiTokenOutput),
+        operation_id="v1_tokens_list",
+    )
     def get(self, request):
         tokens = selectors.api_tokens_list(tenant=self.tenant, user=request.user)
         return paginated(self, request, tokens, s.ApiTokenOutput)
@@ -163,11 +177,15 @@ class ApiTokenDetailView(TenantAPIView):
 
 class DeviceListView(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("name", str, description="filter: name contains")],
-        responses=s.DeviceOutput(many=True),
+        parameters=[
+            OpenApiParameter("name", str, description="filter: name contains"),
+            *PAGE_PARAMETERS,
+        ],
+        responses=page_of(s.DeviceOutput),
+        operation_id="v1_devices_list",
     )
     def get(self, request):
-        devices = selectors.devices_list(tenant=self.tenant, name=request.query_params.get("name"))
+        devices = selectors.devices_list(tenant=self.tenant, name=text_param(request, "name"))
         return paginated(self, request, devices, s.DeviceOutput)
 
     @extend_schema(request=s.DeviceCreateInput, responses={201: s.DeviceCreatedOutput})
@@ -196,7 +214,11 @@ class DeviceDetailView(TenantAPIView):
 
 
 class DeviceCredentialsView(TenantAPIView):
-    @extend_schema(responses=s.CredentialOutput(many=True))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(s.CredentialOutput),
+        operation_id="v1_devices_credentials_list",
+    )
     def get(self, request, name: str):
         device = selectors.device_get(tenant=self.tenant, name=name)
         return paginated(self, request, device.credentials.all(), s.CredentialOutput)
@@ -230,7 +252,9 @@ class DeviceCredentialDetailView(TenantAPIView):
 
 
 class AclListView(TenantAPIView):
-    @extend_schema(responses=s.AclOutput(many=True))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS, responses=page_of(s.AclOutput), operation_id="v1_acls_list"
+    )
     def get(self, request):
         return paginated(self, request, selectors.acl_rules_list(tenant=self.tenant), s.AclOutput)
 
@@ -279,11 +303,15 @@ class RuleAPIView(TenantAPIView):
 
 class RuleListView(RuleAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("name", str, description="filter: name contains")],
-        responses=s.RuleOutput(many=True),
+        parameters=[
+            OpenApiParameter("name", str, description="filter: name contains"),
+            *PAGE_PARAMETERS,
+        ],
+        responses=page_of(s.RuleOutput),
+        operation_id="v1_rules_list",
     )
     def get(self, request):
-        rules = selectors.rules_list(tenant=self.tenant, name=request.query_params.get("name"))
+        rules = selectors.rules_list(tenant=self.tenant, name=text_param(request, "name"))
         return paginated(self, request, rules, s.RuleOutput, self.rule_context)
 
     @extend_schema(
@@ -446,19 +474,26 @@ class UsageView(TenantAPIView):
             OpenApiParameter("to", str, description="ISO 8601 end, exclusive (default now)"),
             OpenApiParameter("granularity", str, enum=["hour", "day"]),
             OpenApiParameter("since", str, description="ISO 8601: raw minutes from then"),
+            *PAGE_PARAMETERS,
         ],
         responses=s.UsageSeriesOutput,
+        operation_id="v1_usage_list",
     )
     def get(self, request):
         params = request.query_params
         if {"from", "to", "granularity"} & set(params):
             return self._series(params)
         usage = selectors.usage_list(tenant=self.tenant)
-        since = params.get("since")
+        since = text_param(request, "since")
         if since:
-            parsed = parse_datetime(since)
+            try:
+                parsed = parse_datetime(since)
+                if parsed is not None and parsed.tzinfo is not None:
+                    parsed.astimezone(UTC)  # out of range once in UTC (year 9999, -23:59)
+            except (ValueError, OverflowError):
+                parsed = None
             if parsed is None:
-                raise ValidationError({"since": ["Use an ISO 8601 date-time."]})
+                raise ValidationError({"since": ["Use a valid ISO 8601 date-time."]})
             usage = usage.filter(minute__gte=parsed)
         return paginated(self, request, usage, s.UsageOutput)
 
@@ -468,12 +503,19 @@ class UsageView(TenantAPIView):
         bounds = {}
         for name, default in (("from", None), ("to", now)):
             raw = params.get(name)
+            if raw is not None and ("\x00" in raw or len(raw) > 64):
+                raise ValidationError({name: ["Use an ISO 8601 date or date-time."]})
             if raw is None:
                 if default is None:
                     raise ValidationError({name: ["Required with `to` or `granularity`."]})
                 bounds[name] = default
                 continue
-            parsed = parse_datetime(raw) or _parse_date(raw)
+            try:
+                parsed = parse_datetime(raw) or _parse_date(raw)
+                if parsed is not None and parsed.tzinfo is not None:
+                    parsed.astimezone(UTC)  # out of range once in UTC
+            except (ValueError, OverflowError):
+                parsed = None
             if parsed is None:
                 raise ValidationError({name: ["Use an ISO 8601 date or date-time."]})
             if timezone.is_naive(parsed):
@@ -501,7 +543,11 @@ def _parse_date(raw: str):
 
 
 class InvoiceView(TenantAPIView):
-    @extend_schema(responses=s.InvoiceOutput(many=True))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(s.InvoiceOutput),
+        operation_id="v1_invoices_list",
+    )
     def get(self, request):
         return paginated(
             self, request, billing_selectors.invoices_list(tenant=self.tenant), s.InvoiceOutput

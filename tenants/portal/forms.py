@@ -31,7 +31,9 @@ class DeviceForm(forms.Form):
         ],
         initial="exact",
     )
-    client_id_pattern = forms.CharField(label="Pattern (regex)", required=False, max_length=255)
+    client_id_pattern = forms.CharField(
+        label="Pattern (glob: * any run, ? one character)", required=False, max_length=255
+    )
 
 
 class AclForm(forms.Form):

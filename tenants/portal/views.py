@@ -12,10 +12,11 @@ from django.contrib.auth import authenticate, login, logout
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect, render, resolve_url
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from tenants import selectors, services
+from tenants import selectors, services, throttles
 from tenants.models import Membership
 from tenants.portal.forms import (
     AclForm,
@@ -81,6 +82,10 @@ def _context(membership: Membership, **extra):
 
 def signup(request: HttpRequest) -> HttpResponse:
     form = SignupForm(request.POST or None)
+    if request.method == "POST" and throttles.login_wait(request.META, None):
+        form.is_valid()
+        form.add_error(None, "Too many attempts: try again in a minute.")
+        return render(request, "portal/signup.html", {"form": form}, status=429)
     if request.method == "POST" and form.is_valid():
         try:
             tenant, user, _ = services.signup(**form.cleaned_data)
@@ -96,6 +101,13 @@ def signup(request: HttpRequest) -> HttpResponse:
 
 def login_view(request: HttpRequest) -> HttpResponse:
     form = LoginForm(request.POST or None)
+    if request.method == "POST":
+        # The same throttle as the API's token endpoint: per address, per account.
+        wait = throttles.login_wait(request.META, request.POST.get("email"))
+        if wait:
+            form.is_valid()
+            form.add_error(None, f"Too many attempts: try again in {int(wait) + 1} s.")
+            return render(request, "portal/login.html", {"form": form}, status=429)
     if request.method == "POST" and form.is_valid():
         email = form.cleaned_data["email"].strip().lower()
         user = authenticate(request, username=email, password=form.cleaned_data["password"])
@@ -103,8 +115,18 @@ def login_view(request: HttpRequest) -> HttpResponse:
             form.add_error(None, "Wrong email or password.")
         else:
             login(request, user)
-            return redirect(request.GET.get("next") or "portal:dashboard")
+            return redirect(_safe_next(request))
     return render(request, "portal/login.html", {"form": form})
+
+
+def _safe_next(request: HttpRequest) -> str:
+    """`?next=` only when it stays on this site (no open redirect); else the dashboard."""
+    target = request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return resolve_url("portal:dashboard")
 
 
 @require_POST

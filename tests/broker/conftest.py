@@ -17,7 +17,7 @@ TENANTS = {
         "devices": {
             **{f"d{i}": {"password": f"pw{i}", "client_ids": "any"} for i in range(1, 9)},
             "exact": {"password": "pw-exact"},
-            "gw": {"password": "pw-gw", "client_ids": r"gw-\d+"},
+            "gw": {"password": "pw-gw", "client_ids": "gw-*"},
         }
     },
     "other": {"devices": {"d1": {"password": "other-pw", "client_ids": "any"}}},

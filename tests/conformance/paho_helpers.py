@@ -27,16 +27,19 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from tests.conformance.conftest import TENANTS, BrokerProcess, start_broker
 
 HOST = "127.0.0.1"
-# The tenants of tests/broker/conftest.py, plus two whose quotas make the broker refuse what the
-# Paho suite needs refused or capped: a second subscription (`subcap`: the suite's "nosubscribe"
-# filter, since the static authenticator has no ACLs) and keep-alives over 60 s (`kacap`: the
-# suite's server keep alive of 60).
+# The tenants of tests/broker/conftest.py, with the Paho suite's ACL on `acme` (subscribing to
+# "test/nosubscribe" is forbidden; every test here works under its own prefix, so the same rule
+# stands for "{prefix}/nosubscribe"), plus a tenant whose quota caps keep-alives over 60 s
+# (`kacap`: the suite's server keep alive of 60). The deny rule is in place for every test:
+# wildcard subscriptions that overlap it (`#`, `+/+`, `{prefix}/#`) are granted and simply never
+# carry the denied topic (Mosquitto's read semantics).
+NOSUBSCRIBE_ACL = [
+    {"action": "subscribe", "permission": "deny", "topic": "test/nosubscribe"},
+    {"action": "subscribe", "permission": "deny", "topic": "+/nosubscribe"},
+]
 PAHO_TENANTS = {
     **TENANTS,
-    "subcap": {
-        "devices": {"d1": {"password": "pw1", "client_ids": "any"}},
-        "quota": {"max_subscriptions_per_client": 1},
-    },
+    "acme": {**TENANTS["acme"], "acl": NOSUBSCRIBE_ACL},
     "kacap": {
         "devices": {"d1": {"password": "pw1", "client_ids": "any"}},
         "quota": {"max_keepalive": 60},
@@ -46,7 +49,6 @@ PAHO_TENANTS = {
 USERS = {
     "a": ("acme/d1", "pw1"),
     "b": ("acme/d2", "pw2"),
-    "subcap": ("subcap/d1", "pw1"),
     "kacap": ("kacap/d1", "pw1"),
 }
 

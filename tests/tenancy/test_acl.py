@@ -29,14 +29,23 @@ def test_device_rules_apply_only_to_that_device():
     assert not policy(entries, default_allow=True, device="sensor-2").can_publish("cmd/x")
 
 
-def test_subscribe_allow_needs_cover_and_deny_needs_only_overlap():
+def test_subscribe_has_mosquitto_read_semantics():
+    """A subscription overlapping a deny is granted and the denied topics are withheld at
+    delivery; one entirely inside a deny (or outside every allow, by default deny) is refused."""
     acl = policy([AclEntry("subscribe", True, "data/#")], default_allow=False)
     assert acl.can_subscribe("data/+/temp")
-    assert not acl.can_subscribe("#")
+    assert acl.can_subscribe("#")  # overlaps the allow...
+    assert acl.can_receive("data/x/temp") and not acl.can_receive("other/x")  # ...filtered
+    assert not acl.can_subscribe("other/#")
     acl = policy([AclEntry("subscribe", False, "data/secret")], default_allow=True)
-    assert not acl.can_subscribe("data/#")
-    assert not acl.can_subscribe("+/secret")
+    assert acl.can_subscribe("data/#") and acl.can_subscribe("+/secret")
+    assert not acl.can_subscribe("data/secret")
     assert acl.can_subscribe("data/public")
+    assert not acl.can_receive("data/secret") and acl.can_receive("data/public")
+    assert acl.filters_reads
+    acl = policy([AclEntry("subscribe", False, "data/#"), AclEntry("subscribe", True, "#")])
+    assert not acl.can_subscribe("data/x/#")  # the deny covers it before the allow applies
+    assert not policy([AclEntry("publish", False, "x")], default_allow=True).filters_reads
 
 
 def test_dollar_topics_not_matched_by_leading_wildcards():
@@ -65,3 +74,11 @@ def test_filter_covers(outer, inner, covers):
 )
 def test_filters_intersect(a, b, overlap):
     assert filters_intersect(a.split("/"), b.split("/")) is overlap
+
+
+def test_shared_subscriptions_are_judged_on_the_filter_they_share():
+    acl = policy([AclEntry("subscribe", False, "secret/#")], default_allow=True)
+    assert not acl.can_subscribe("$share/g/secret/#")
+    assert acl.can_subscribe("$share/g/#")
+    allowed = policy([AclEntry("subscribe", True, "data/#")], default_allow=False)
+    assert allowed.can_subscribe("$share/g/data/+")

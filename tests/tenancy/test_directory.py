@@ -47,7 +47,7 @@ def acme():
     tenant = services.tenant_create("acme")
     _, secret = services.device_create(tenant=tenant, name="sensor-1")
     _, gw_secret = services.device_create(
-        tenant=tenant, name="gw", client_id_policy="pattern", client_id_pattern=r"gw-\d+"
+        tenant=tenant, name="gw", client_id_policy="pattern", client_id_pattern="gw-*"
     )
     return tenant, secret, gw_secret
 

@@ -1,0 +1,124 @@
+"""The broker's publish path in one process, without sockets: CPU microseconds per message.
+
+    .venv/bin/python -m bench.publish_micro noacl 0     # static tenant, QoS 0
+    .venv/bin/python -m bench.publish_micro acl 1       # with a 10-rule ACL (deny rules: the
+                                                        # per-delivery read check), QoS 1
+
+PUBLISH bytes go in through `MQTTConnection.data_received` of 50 publishers, are routed and
+delivered to 50 subscribers whose transports only count bytes; QoS 1 deliveries are acknowledged.
+Process CPU time, so a shared machine's load moves it far less than the socket benchmarks: use it
+for before/after comparisons of the hot path (run it from each checkout, A-B-B-A).
+"""
+
+import asyncio
+import gc
+import sys
+import time
+
+import uvloop
+
+from data_plane.broker.auth import StaticAuthenticator
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
+from data_plane.config import BrokerConfig
+from data_plane.mqtt.codec import encode
+from data_plane.mqtt.packets import MQTT_3_1_1, Connect, Publish, Subscribe, Subscription
+from data_plane.tenancy.acl import AclEntry, AclPolicy
+
+PAIRS, ROUNDS, BATCH = 50, 200, 20
+USE_ACL = sys.argv[1] == "acl"
+QOS = int(sys.argv[2])
+
+
+class T:
+    def __init__(self):
+        self.n = 0
+        self.closed = False
+
+    def write(self, data):
+        self.n += len(data)
+
+    def is_closing(self):
+        return self.closed
+
+    def get_extra_info(self, key):
+        return ("127.0.0.1", 1)
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+    def set_write_buffer_limits(self, high):
+        pass
+
+
+async def main():
+    tenants = {
+        "t": {"devices": {f"d{i}": {"password": "p", "client_ids": "any"} for i in range(2)}}
+    }
+    broker = Broker(BrokerConfig(), StaticAuthenticator(tenants))
+    pubs, subs = [], []
+    for i in range(PAIRS):
+        for role, out in (("p", pubs), ("s", subs)):
+            conn = MQTTConnection(broker)
+            conn.connection_made(T())
+            conn.data_received(
+                encode(
+                    Connect(
+                        client_id=f"{role}{i}",
+                        username="t/d0",
+                        password=b"p",
+                        protocol_version=MQTT_3_1_1,
+                    ),
+                    MQTT_3_1_1,
+                )
+            )
+            out.append(conn)
+    await asyncio.sleep(0.05)
+    entries = (
+        [AclEntry("both", False, f"deny/{k}") for k in range(5)]
+        + [AclEntry("both", True, f"allow/{k}/#") for k in range(4)]
+        + [AclEntry("both", True, "t/#")]
+    )
+    for conn in pubs + subs:
+        assert conn.session is not None
+        if USE_ACL:
+            conn.auth.acl = AclPolicy(entries, tenant="t", device="d0", default_allow=True)
+            if hasattr(conn, "_authorize_session"):
+                conn._authorize_session(conn.session)
+    for i, conn in enumerate(subs):
+        conn.data_received(encode(Subscribe(1, [Subscription(f"t/{i}", QOS)]), MQTT_3_1_1))
+    await asyncio.sleep(0.01)
+    payload = b"x" * 1024
+    batches = [
+        b"".join(
+            encode(Publish(f"t/{i}", payload, QOS, packet_id=(k + 1) if QOS else None), MQTT_3_1_1)
+            for k in range(BATCH)
+        )
+        for i in range(PAIRS)
+    ]
+    gc.collect()
+    gc.disable()
+    started = time.process_time()
+    for _ in range(ROUNDS):
+        for conn, data in zip(pubs, batches, strict=True):
+            conn.data_received(data)
+        await asyncio.sleep(0)
+        if QOS:  # acknowledge what the subscribers got, as clients do
+            for conn in subs:
+                ids = list(conn.session.inflight)
+                conn.data_received(b"".join(b"\x40\x02" + i.to_bytes(2, "big") for i in ids))
+        await asyncio.sleep(0)
+    elapsed = time.process_time() - started
+    delivered = sum(c.transport.n for c in subs)
+    assert delivered >= PAIRS * ROUNDS * BATCH * len(payload), "not everything was delivered"
+    print(f"{elapsed / (PAIRS * ROUNDS * BATCH) * 1e6:.3f}")
+
+
+if __name__ == "__main__":
+    uvloop.run(main())

@@ -1,0 +1,101 @@
+"""Login throttles keyed on what the client cannot forge: its address as the TCP peer saw it
+(`REMOTE_ADDR`), and the account it tries.
+
+`X-Forwarded-For` is the client's own text, so it is believed only when the peer is one of the
+configured `TRUSTED_PROXIES` (addresses or networks: the deployment's load balancers); then the
+client is the right-most address in it that is not itself a trusted proxy. Each attempt counts,
+as DRF's throttles do, in the default cache (one sliding window per key).
+
+Used by the API's signup/token views (DRF throttle classes below) and the portal's login.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import time
+from functools import lru_cache
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.throttling import BaseThrottle
+
+_DURATIONS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """`20/min` → (20, 60)."""
+    count, _, period = rate.partition("/")
+    return int(count), _DURATIONS[period.strip()[:1]]
+
+
+@lru_cache(maxsize=16)
+def _networks(proxies: tuple[str, ...]) -> tuple:
+    return tuple(ipaddress.ip_network(p.strip(), strict=False) for p in proxies if p.strip())
+
+
+def _trusted(address: str) -> bool:
+    proxies = tuple(getattr(settings, "TRUSTED_PROXIES", ()) or ())
+    if not proxies:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in _networks(proxies))
+
+
+def client_address(meta: dict) -> str:
+    """The client's address: the peer, unless the peer is a trusted proxy."""
+    address = meta.get("REMOTE_ADDR", "") or ""
+    if not _trusted(address):
+        return address
+    forwarded = [a.strip() for a in meta.get("HTTP_X_FORWARDED_FOR", "").split(",") if a.strip()]
+    for hop in reversed(forwarded):
+        if not _trusted(hop):
+            return hop
+    return address
+
+
+def hit(scope: str, key: str, rate: str) -> float:
+    """Count an attempt under (scope, key); 0.0 when allowed, else seconds until it would be."""
+    limit, period = parse_rate(rate)
+    cache_key = f"throttle:{scope}:{hashlib.sha256(key.encode()).hexdigest()}"
+    now = time.time()
+    history = [t for t in cache.get(cache_key, []) if t > now - period]
+    if len(history) >= limit:
+        return max(0.0, history[0] + period - now)
+    history.append(now)
+    cache.set(cache_key, history, period)
+    return 0.0
+
+
+def address_rate() -> str:
+    return getattr(settings, "AUTH_THROTTLE_RATE", "20/min")
+
+
+def account_rate() -> str:
+    return getattr(settings, "AUTH_ACCOUNT_THROTTLE_RATE", "10/min")
+
+
+def login_wait(meta: dict, email: str | None) -> float:
+    """Count one login/signup attempt against the address and the account: 0.0 when allowed,
+    else the seconds to wait. An attempt refused by one key is not counted against the other."""
+    wait = hit("auth-address", client_address(meta), address_rate())
+    if wait:
+        return wait
+    if email:
+        return hit("auth-account", email.strip().lower(), account_rate())
+    return 0.0
+
+
+class LoginThrottle(BaseThrottle):
+    """DRF: the address and the account named in the body (`email`)."""
+
+    def allow_request(self, request, view) -> bool:
+        email = request.data.get("email") if hasattr(request.data, "get") else None
+        self._wait = login_wait(request.META, email if isinstance(email, str) else None)
+        return not self._wait
+
+    def wait(self) -> float | None:
+        return self._wait or None
