@@ -6,6 +6,8 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from common.processes import data_plane_command
+
 
 class Command(BaseCommand):
     help = "Run the MQTT broker (TCP, WebSocket, optional TLS) against the configured database."
@@ -20,26 +22,28 @@ class Command(BaseCommand):
             default=1,
             help="broker processes (each needs its own ports until clustering)",
         )
+        parser.add_argument("--tls-port", type=int, help="MQTT over TLS (MQTT_TLS_CERT/KEY)")
+        parser.add_argument("--wss-port", type=int, help="secure WebSocket (MQTT_TLS_CERT/KEY)")
         parser.add_argument("--metrics-port", type=int)
 
-    def handle(self, *args, host, port, ws_port, workers, metrics_port, **options):
-        argv = [
-            sys.executable,
-            "-m",
-            "data_plane",
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--ws-port",
-            str(ws_port),
-            "--database-url",
-            settings.DATABASE_URL,
-            "--log-level",
-            os.environ.get("LOG_LEVEL", "INFO"),
-        ]
-        if metrics_port:
-            argv += ["--metrics-port", str(metrics_port)]
+    def handle(
+        self, *args, host, port, ws_port, workers, tls_port, wss_port, metrics_port, **options
+    ):
+        extra = ["--log-level", os.environ.get("LOG_LEVEL", "INFO")]
+        for flag, value in (
+            ("--tls-port", tls_port),
+            ("--wss-port", wss_port),
+            ("--metrics-port", metrics_port),
+        ):
+            if value:
+                extra += [flag, str(value)]
+        argv = data_plane_command(
+            host=host,
+            port=port,
+            ws_port=ws_port,
+            database_url=settings.DATABASE_URL,
+            extra=extra,
+        )
         if workers != 1:
             self.stderr.write("--workers > 1 needs the cluster bus; running one worker.")
         # The broker has no Django on its hot path: it replaces this process, so signals
