@@ -19,7 +19,8 @@ A command line is a function of the environment, so one table serves a laptop an
 
 `python -m common.processes ROLE [ARG…]` replaces itself with the role's process (extra
 arguments are appended), `--health [ROLE]` probes it (exit 0 when healthy; the role defaults to
-`PLATFORM_ROLE`), `--print ROLE` shows the command line, `--list` prints the table as JSON.
+`PLATFORM_ROLE`, then to the role last started under `PLATFORM_STATE_DIR`), `--print ROLE`
+shows the command line, `--list` prints the table as JSON.
 
 This module imports nothing of the project (it starts the project's commands as processes).
 """
@@ -269,8 +270,9 @@ class Role:
 
     def health(self, env: Env | None = None, timeout: float = 5.0) -> str:
         """Probe a running instance; raises with the reason when it is unhealthy."""
-        if self.probe is None:
-            raise RuntimeError(f"{self.name} is a job: its health is its exit status")
+        if self.kind == "job":
+            return f"{self.name} is a job: judged by its exit status, healthy while it runs"
+        assert self.probe is not None
         return self.probe(os.environ if env is None else env, timeout)
 
 
@@ -339,11 +341,24 @@ def data_plane_command(
     return argv + list(extra)
 
 
+def current_role(env: Env | None = None) -> str | None:
+    """The role this container runs: `PLATFORM_ROLE`, else what `run` wrote down (a health
+    check is a separate process that does not inherit the entrypoint's environment)."""
+    env = os.environ if env is None else env
+    if env.get("PLATFORM_ROLE"):
+        return env["PLATFORM_ROLE"]
+    try:
+        return (state_dir(env) / "role").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def run(role: str, extra: Sequence[str] = (), env: Env | None = None) -> None:
     """Replace this process with ROLE's (signals from the supervisor then reach it directly)."""
     argv = command(role, env) + list(extra)
-    if role == "beat":
-        state_dir(os.environ if env is None else env).mkdir(parents=True, exist_ok=True)
+    state = state_dir(os.environ if env is None else env)
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "role").write_text(role + "\n")
     os.chdir(REPO_DIR)
     os.execv(argv[0], argv)
 
@@ -355,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--print", action="store_true", help="print ROLE's command line")
     group.add_argument("--list", action="store_true", help="print the table as JSON")
     parser.add_argument("--timeout", type=float, default=5.0)
-    parser.add_argument("role", nargs="?", default=os.environ.get("PLATFORM_ROLE"))
+    parser.add_argument("role", nargs="?")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="appended to ROLE's command")
     options = parser.parse_args(argv)
     if options.list:
@@ -365,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         print(json.dumps(table, indent=2))
         return 0
+    options.role = options.role or current_role()
     if options.role not in ROLES:
         parser.error(f"ROLE must be one of {', '.join(ROLES)} (got {options.role!r})")
     if options.print:
