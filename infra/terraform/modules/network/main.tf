@@ -2,12 +2,17 @@
 # gateways; tasks run in private subnets; the database and cache in data subnets with no
 # route to the internet. Flow logs go to an encrypted CloudWatch log group.
 
-data "aws_availability_zones" "available" {
+# The zones are named, not "whatever the region has": a zone AWS adds later never moves subnets.
+data "aws_availability_zones" "selected" {
   state = "available"
+  filter {
+    name   = "zone-name"
+    values = length(var.azs) > 0 ? var.azs : [for suffix in ["a", "b", "c", "d"] : "${var.region}${suffix}"]
+  }
 }
 
 locals {
-  azs = slice(data.aws_availability_zones.available.names, 0, var.az_count)
+  azs = slice(sort(data.aws_availability_zones.selected.names), 0, var.az_count)
   # /20 per subnet: public 0-2, private 3-5, data 6-8 of the VPC's /16.
   public_cidrs  = [for i in range(var.az_count) : cidrsubnet(var.cidr, 4, i)]
   private_cidrs = [for i in range(var.az_count) : cidrsubnet(var.cidr, 4, i + 3)]

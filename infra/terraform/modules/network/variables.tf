@@ -25,6 +25,12 @@ variable "az_count" {
   }
 }
 
+variable "azs" {
+  description = "Zone names to use (empty: the region's a, b, c, d zones that are available)."
+  type        = list(string)
+  default     = []
+}
+
 variable "single_nat_gateway" {
   description = "One NAT gateway for all zones (cheaper, for dev) instead of one per zone."
   type        = bool

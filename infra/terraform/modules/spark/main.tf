@@ -12,6 +12,7 @@ locals {
 }
 
 resource "aws_security_group" "this" {
+  # checkov:skip=CKV2_AWS_5:Attached to the EMR Serverless application's network_configuration below, a link the scanner does not follow.
   name_prefix = "${var.name}-spark-"
   description = "${var.name}: EMR Serverless workers (no inbound traffic)"
   vpc_id      = var.vpc_id

@@ -168,7 +168,6 @@ resource "aws_s3_bucket_policy" "data" {
 
 resource "aws_s3_bucket" "logs" {
   # checkov:skip=CKV_AWS_145:S3 server access logs and ELB access logs can only be delivered to a bucket encrypted with SSE-S3, not SSE-KMS.
-  # checkov:skip=CKV_AWS_18:This is the access-log bucket; logging it into itself would log its own log deliveries without end.
   # checkov:skip=CKV_AWS_144:Access logs are an audit trail kept in-region; replicating them is an operator choice with its own cost.
   # checkov:skip=CKV2_AWS_62:Nothing consumes events of the log bucket.
   bucket        = "${var.name}-logs-${local.account}"
