@@ -33,15 +33,23 @@ resource "aws_security_group" "alb" {
   }
 }
 
-resource "aws_vpc_security_group_ingress_rule" "alb" {
-  # checkov:skip=CKV_AWS_260:Port 80 only answers a 301 to HTTPS (the listener "http" below has no other action); browsers typing the bare host name need it.
-  for_each          = toset(["80", "443"])
+resource "aws_vpc_security_group_ingress_rule" "alb_https" {
   security_group_id = aws_security_group.alb.id
-  description       = each.key == "80" ? "HTTP (redirected to HTTPS)" : "HTTPS"
+  description       = "HTTPS"
   cidr_ipv4         = var.client_cidr
   ip_protocol       = "tcp"
-  from_port         = tonumber(each.key)
-  to_port           = tonumber(each.key)
+  from_port         = 443
+  to_port           = 443
+}
+
+resource "aws_vpc_security_group_ingress_rule" "alb_http" {
+  # checkov:skip=CKV_AWS_260:Port 80 only answers a 301 to HTTPS (the listener "http" below has no other action); browsers typing the bare host name need it.
+  security_group_id = aws_security_group.alb.id
+  description       = "HTTP, redirected to HTTPS"
+  cidr_ipv4         = var.client_cidr
+  ip_protocol       = "tcp"
+  from_port         = 80
+  to_port           = 80
 }
 
 resource "aws_vpc_security_group_egress_rule" "alb" {
