@@ -203,7 +203,7 @@ def test_billing_role_runs_a_period_to_its_json_summary(env, tmp_path):
         ["sh", str(ENTRYPOINT), "billing"], env=env, capture_output=True, text=True, timeout=280
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    summary = json.loads(result.stdout)  # stdout carries only the JSON summary
     assert "2026-10" in json.dumps(summary)
 
 
