@@ -353,12 +353,16 @@ def current_role(env: Env | None = None) -> str | None:
         return None
 
 
+def prepare(role: str, env: Env | None = None) -> None:
+    """What a role needs before it starts: the state directory (beat's schedule and pid file)."""
+    state_dir(os.environ if env is None else env).mkdir(parents=True, exist_ok=True)
+
+
 def run(role: str, extra: Sequence[str] = (), env: Env | None = None) -> None:
     """Replace this process with ROLE's (signals from the supervisor then reach it directly)."""
     argv = command(role, env) + list(extra)
-    state = state_dir(os.environ if env is None else env)
-    state.mkdir(parents=True, exist_ok=True)
-    (state / "role").write_text(role + "\n")
+    prepare(role, env)
+    (state_dir(os.environ if env is None else env) / "role").write_text(role + "\n")
     os.chdir(REPO_DIR)
     os.execv(argv[0], argv)
 

@@ -218,3 +218,36 @@ def test_rules_role_runs_the_live_job(env, tmp_path):
         assert process.poll() is None, log.read_text()[-3000:]
         os.killpg(process.pid, signal.SIGTERM)
         assert process.wait(timeout=60) in (0, -signal.SIGTERM, 143), log.read_text()[-3000:]
+
+
+def test_make_run_starts_its_roles_from_the_table(env, tmp_path):
+    """`make run` (runplatform) supervises roles of the table: each answers its health check
+    under the ports runplatform was given, and Ctrl-C stops them all."""
+    ports = [embedded.free_port() for _ in range(3)]
+    env.update(WEB_PORT=str(ports[0]), MQTT_PORT=str(ports[1]), MQTT_WS_PORT=str(ports[2]))
+    log = tmp_path / "runplatform.log"
+    from control_plane.management.commands.runplatform import Command
+
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "runplatform", "--http-port", str(ports[0])]
+            + ["--mqtt-port", str(ports[1]), "--ws-port", str(ports[2])],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        for role in Command.roles:
+            wait_healthy(process, env, role, log, within=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                raise
+    for role in ("web", "broker", "worker"):
+        assert health(env, role).returncode == 1, f"{role} still answers after Ctrl-C"

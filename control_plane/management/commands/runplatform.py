@@ -67,9 +67,11 @@ class Command(BaseCommand):
             MQTT_WS_PORT=str(ws_port),
             LOG_LEVEL=os.environ.get("LOG_LEVEL", "WARNING"),
             WORKER_CONCURRENCY=os.environ.get("WORKER_CONCURRENCY", "1"),
-            PLATFORM_STATE_DIR=str(embedded.DATA_DIR),
+            PLATFORM_STATE_DIR=os.environ.get("PLATFORM_STATE_DIR") or str(embedded.DATA_DIR),
         )
         parts = {role: process_table.command(role, env) for role in self.roles}
+        for role in self.roles:
+            process_table.prepare(role, env)
         processes = {
             name: subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env)
             for name, cmd in parts.items()
