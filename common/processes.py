@@ -12,6 +12,7 @@ A command line is a function of the environment, so one table serves a laptop an
 | `WEB_PORT` | web | `8000` |
 | `MQTT_PORT`, `MQTT_WS_PORT` | broker | `1883`, `8083` |
 | `MQTT_TLS_PORT`, `MQTT_WSS_PORT`, `METRICS_PORT` | broker | off |
+| `RULES_METRICS_PORT`, `RULES_CHECKPOINT` | rules (`/metrics`, streaming checkpoint) | `9101`, the job's default |
 | `LOG_LEVEL` | web, broker, worker, beat | `INFO` |
 | `WORKER_CONCURRENCY` | worker | `2` |
 | `PLATFORM_STATE_DIR` | beat (schedule, pid file) | `.data` of the checkout |
@@ -143,7 +144,13 @@ def _beat(env: Env, python: str) -> list[str]:
 
 
 def _rules(env: Env, python: str) -> list[str]:
-    return [python, MANAGE, "run_rules", "--live"]
+    argv = [python, MANAGE, "run_rules", "--live"]
+    # Its /metrics answers once the Spark session and the streaming job are set up: the probe.
+    argv += ["--metrics-port", _get(env, "RULES_METRICS_PORT", "9101")]
+    argv += ["--metrics-host", _get(env, "BIND_HOST", "127.0.0.1")]
+    if env.get("RULES_CHECKPOINT"):
+        argv += ["--checkpoint", env["RULES_CHECKPOINT"]]
+    return argv
 
 
 def _billing(env: Env, python: str) -> list[str]:
@@ -162,12 +169,20 @@ def _migrate(env: Env, python: str) -> list[str]:
 
 def _probe_http(env: Env, timeout: float) -> str:
     host = _connect_host(env)
-    url = f"http://{host}:{_get(env, 'WEB_PORT', '8000')}/healthz"
+    return _get_ok(f"http://{host}:{_get(env, 'WEB_PORT', '8000')}/healthz", timeout)
+
+
+def _probe_rules(env: Env, timeout: float) -> str:
+    host = _connect_host(env)
+    return _get_ok(f"http://{host}:{_get(env, 'RULES_METRICS_PORT', '9101')}/metrics", timeout)
+
+
+def _get_ok(url: str, timeout: float) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback)
         body = response.read(200).decode(errors="replace")
         if response.status != 200:
             raise RuntimeError(f"{url} answered {response.status}")
-    return f"{url}: {body.strip()}"
+    return f"{url}: {body.strip().splitlines()[0] if body.strip() else 'ok'}"
 
 
 # MQTT 3.1.1 CONNECT, clean session, keep-alive 10 s, client id "healthcheck", no credentials.
@@ -218,25 +233,6 @@ def _probe_celery_beat(env: Env, timeout: float) -> str:
     # Beat is useful only while it can hand tasks to the broker.
     redis.Redis.from_url(_redis_url(env), socket_timeout=timeout).ping()
     return f"beat pid {pid} running; redis answers PING"
-
-
-def _probe_process(role: str) -> Callable[[Env, float], str]:
-    """For a job with no endpoint of its own: a process running the role's command line."""
-
-    def probe(env: Env, timeout: float) -> str:
-        tail = ROLES[role].command(env)[1:]
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-            except OSError:
-                continue
-            if argv[1 : 1 + len(tail)] == tail:
-                return f"{role} running as pid {proc.name}"
-        raise RuntimeError(f"no process runs {shlex.join(tail)}")
-
-    return probe
 
 
 def _connect_host(env: Env) -> str:
@@ -304,7 +300,8 @@ ROLES: dict[str, Role] = {
             "the live rules job (Spark Structured Streaming)",
             "service",
             _rules,
-            _probe_process("rules"),
+            _probe_rules,
+            ("RULES_METRICS_PORT",),
         ),
         Role("billing", "the billing job for BILLING_PERIOD (Spark)", "job", _billing),
         Role("migrate", "database migrations (run before a new version starts)", "job", _migrate),

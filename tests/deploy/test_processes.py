@@ -46,7 +46,9 @@ def test_the_table_declares_every_role_once():
     assert web[:3] == ["py", "-m", "daphne"] and "9000" in web and "0.0.0.0" in web
     broker = processes.command("broker", env, python="py")
     assert broker[2:3] == ["runbroker"] and "2883" in broker
-    assert processes.command("rules", {}, python="py")[2:] == ["run_rules", "--live"]
+    rules = processes.command("rules", {"RULES_CHECKPOINT": "/c"}, python="py")
+    assert rules[2:4] == ["run_rules", "--live"] and rules[-2:] == ["--checkpoint", "/c"]
+    assert "9101" in rules, "the live job serves /metrics: its health check"
     billing = processes.command("billing", {"BILLING_PERIOD": "2026-10"}, python="py")
     assert billing[2:] == ["billing_report", "--period", "2026-10"]
     assert processes.command("billing", {}, python="py")[-1] == processes.previous_month()
@@ -87,6 +89,8 @@ def env(tmp_path) -> dict[str, str]:
         MQTT_WS_PORT=str(embedded.free_port()),
         WORKER_NODE_HOST=f"deploy-test-{uuid.uuid4().hex[:8]}",
         WORKER_CONCURRENCY="1",
+        RULES_METRICS_PORT=str(embedded.free_port()),
+        RULES_CHECKPOINT=str(tmp_path / "rules-checkpoint"),
         MQTT_SERVICE_KEY="deploy-test-service-key",
         LOG_LEVEL="INFO",
     )
@@ -135,7 +139,7 @@ def wait_healthy(process, env, role, log: Path, within: float) -> str:
 
 
 def test_a_service_not_running_is_unhealthy(env):
-    for role in ("web", "broker", "worker", "beat"):
+    for role in ("web", "broker", "worker", "beat", "rules"):
         result = health(env, role)
         assert result.returncode == 1, role
         assert result.stderr.startswith(f"unhealthy: {role}:"), result.stderr
@@ -213,8 +217,8 @@ def test_rules_role_runs_the_live_job(env, tmp_path):
     log = tmp_path / "rules.log"
     with running("rules", env, log) as process:
         answer = wait_healthy(process, env, "rules", log, within=180)
-        assert "rules running as pid" in answer
-        time.sleep(10)  # the streaming query stays up; a job that gave up would have exited
+        assert "/metrics" in answer
+        time.sleep(5)  # the streaming query stays up; a job that gave up would have exited
         assert process.poll() is None, log.read_text()[-3000:]
         os.killpg(process.pid, signal.SIGTERM)
         assert process.wait(timeout=60) in (0, -signal.SIGTERM, 143), log.read_text()[-3000:]

@@ -27,9 +27,14 @@ resource "aws_ecs_task_definition" "this" {
     cpu_architecture        = var.cpu_architecture
   }
 
-  # The root filesystem is read-only; /tmp (beat's state, Spark's scratch) is task storage.
+  # The root filesystem is read-only; /tmp (beat's state, Spark's scratch) and /app/.data (the
+  # rules job's streaming checkpoint) are task storage.
   volume {
     name = "tmp"
+  }
+
+  volume {
+    name = "data"
   }
 
   container_definitions = jsonencode([
@@ -44,7 +49,10 @@ resource "aws_ecs_task_definition" "this" {
       environment            = concat(local.environment, [{ name = "PLATFORM_ROLE", value = var.role }])
       secrets                = local.secrets
       portMappings           = local.port_mappings
-      mountPoints            = [{ sourceVolume = "tmp", containerPath = "/tmp", readOnly = false }]
+      mountPoints = [
+        { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
+        { sourceVolume = "data", containerPath = "/app/.data", readOnly = false },
+      ]
       linuxParameters        = { initProcessEnabled = true, capabilities = { drop = ["ALL"] } }
       stopTimeout            = var.stop_timeout
       healthCheck = var.health_check ? {

@@ -22,7 +22,9 @@ module "task" {
   execution_role_arn = var.execution_role_arn
   task_role_arn      = var.task_role_arns[each.key]
   environment = merge(var.environment, each.key == "rules" ? {
-    SPARK_MASTER = "local[*]"
+    SPARK_MASTER       = "local[*]"
+    RULES_METRICS_PORT = "9101"
+    RULES_CHECKPOINT   = "/app/.data/rules-checkpoint"
   } : {})
   secrets                   = var.secrets
   health_check_start_period = each.key == "rules" ? 180 : 60
