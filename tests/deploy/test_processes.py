@@ -220,8 +220,9 @@ def test_rules_role_runs_the_live_job(env, tmp_path):
         assert "/metrics" in answer
         time.sleep(5)  # the streaming query stays up; a job that gave up would have exited
         assert process.poll() is None, log.read_text()[-3000:]
-        os.killpg(process.pid, signal.SIGTERM)
-        assert process.wait(timeout=60) in (0, -signal.SIGTERM, 143), log.read_text()[-3000:]
+        # As `docker stop` / ECS do through tini: SIGTERM to the role's process alone.
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=90) == 0, log.read_text()[-3000:]
 
 
 def test_make_run_starts_its_roles_from_the_table(env, tmp_path):
