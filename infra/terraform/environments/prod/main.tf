@@ -233,7 +233,7 @@ module "spark" {
   database_secret_arn         = module.database.master_secret_arn
   database_secret_kms_key_arn = module.database.kms_key_arn
   log_group_name              = module.observability.service_log_group_names["emr-serverless"]
-  log_group_arn               = "arn:aws:logs:${var.region}:${data.aws_caller_identity.current.account_id}:log-group:${module.observability.service_log_group_names["emr-serverless"]}"
+  log_group_arn               = module.observability.service_log_group_arns["emr-serverless"]
   scheduler_kms_key_arn       = module.observability.kms_key_arn
 }
 

@@ -23,6 +23,11 @@ output "service_log_group_names" {
   value       = { for key, group in aws_cloudwatch_log_group.service : key => group.name }
 }
 
+output "service_log_group_arns" {
+  description = "ARNs of the ecs-exec, redis-slow-log and emr-serverless log groups, by key."
+  value       = { for key, group in aws_cloudwatch_log_group.service : key => group.arn }
+}
+
 output "waf_log_group_arn" {
   description = "Log group of the portal's WAF."
   value       = aws_cloudwatch_log_group.waf.arn
