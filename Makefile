@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# checkov (the `scan` extra) lives apart: its pinned dependencies clash with the platform's.
+SCAN_VENV := .venv-scan
+SCAN_STAMP := $(SCAN_VENV)/.installed
 
 .PHONY: run test lint bench system-deps install
 
@@ -15,7 +18,7 @@ test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
-install: system-deps $(STAMP)
+install: system-deps $(STAMP) $(SCAN_STAMP)
 
 system-deps:
 	@./scripts/install-system-deps.sh
@@ -25,6 +28,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
 	$(PY) -m pip install -q -e '.[test]' 2>&1 | { grep -v "is ignored" || true; }
 	touch $(STAMP)
+
+$(SCAN_STAMP): pyproject.toml
+	test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
+	$(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["scan"]))' > $(SCAN_VENV)/requirements.txt
+	$(SCAN_VENV)/bin/python -m pip install -q -r $(SCAN_VENV)/requirements.txt 2>&1 | { grep -v "is ignored" || true; }
+	touch $(SCAN_STAMP)
 
 lint: install
 	$(PY) -m ruff check .

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.processes import data_plane_command
+
 REPO = Path(__file__).resolve().parents[1]
 USERNAME, PASSWORD = "bench/d", "bench-password"
 
@@ -88,23 +90,12 @@ def start(name: str, *, max_queued: int = 5000) -> RunningBroker:
                 }
             )
         )
-        cmd = [
-            sys.executable,
-            "-m",
-            "data_plane",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--ws-port",
-            "0",
-            "--auth-file",
-            str(auth),
-            "--sys-interval",
-            "0",
-            "--max-queued",
-            str(max_queued),
-        ]
+        cmd = data_plane_command(
+            port=port,
+            ws_port=0,
+            auth_file=auth,
+            extra=["--sys-interval", "0", "--max-queued", str(max_queued)],
+        )
     elif name == "mosquitto":
         config = workdir / "mosquitto.conf"
         config.write_text(

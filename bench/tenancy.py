@@ -23,7 +23,6 @@ import asyncio
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 from bench import brokers, scenarios
 from bench.brokers import REPO, RunningBroker
 from bench.loadgen import Stats, close_all, connect
+from common.processes import data_plane_command
 
 TENANT, PAIRS_TENANT = "bench-auth", "bench"
 
@@ -96,11 +96,12 @@ def _cleanup() -> None:
 def start_ours_on_postgres(dsn: str) -> RunningBroker:
     workdir = Path(tempfile.mkdtemp(prefix="bench-ours-pg-"))
     port = brokers._free_port()
-    cmd = [
-        sys.executable, "-m", "data_plane", "--host", "127.0.0.1", "--port", str(port),
-        "--ws-port", "0", "--database-url", dsn, "--sys-interval", "0", "--no-archive",
-        "--max-queued", "5000",
-    ]  # fmt: skip
+    cmd = data_plane_command(
+        port=port,
+        ws_port=0,
+        database_url=dsn,
+        extra=["--sys-interval", "0", "--no-archive", "--max-queued", "5000"],
+    )
     process = subprocess.Popen(
         brokers._pinned(cmd),
         cwd=REPO,

@@ -12,13 +12,14 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from control_plane.health import with_healthz  # noqa: E402
 from tenants.portal.live import LiveConsumer  # noqa: E402
 
 websocket_urlpatterns: list = [path("ws/live/", LiveConsumer.as_asgi())]
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": with_healthz(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

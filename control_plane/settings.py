@@ -100,7 +100,8 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".data" / "staticfiles"
+# The container image collects them at build time into its read-only /app/static.
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / ".data" / "staticfiles")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Development serves static files straight from the apps; production runs collectstatic.
 WHITENOISE_USE_FINDERS = DEBUG

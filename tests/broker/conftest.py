@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from common.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[2]
 TENANTS = {
@@ -53,22 +54,9 @@ def start_broker(tmp: Path, *extra: str, tenants: dict | None = None) -> BrokerP
     auth.write_text(json.dumps({"tenants": TENANTS if tenants is None else tenants}))
     log = tmp / "broker.log"
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "data_plane",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--ws-port",
-            "0",
-            "--auth-file",
-            str(auth),
-            "--log-level",
-            "INFO",
-            *extra,
-        ],
+        data_plane_command(
+            port=0, ws_port=0, auth_file=auth, extra=["--log-level", "INFO", *extra]
+        ),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=open(log, "w"),

@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -11,6 +10,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from common import processes
 from control_plane import embedded
 from tenants import services
 from tenants.models import Credential
@@ -27,36 +27,33 @@ def worker(tmp_path):
     )
     env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
     env["CREDENTIAL_EXPIRY_SWEEP_SECONDS"] = "1"
-    log = open(tmp_path / "worker.log", "w+")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "control_plane",
-            "worker",
-            "--beat",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "info",
-            "--schedule",
-            str(tmp_path / "beat-schedule"),
-        ],
-        cwd=settings.BASE_DIR,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    env["PLATFORM_STATE_DIR"] = str(tmp_path)  # beat's schedule and pid file
+    env["WORKER_CONCURRENCY"] = "1"
+    # The worker and beat as the table of processes runs them (separate processes, as in
+    # production: one beat in the fleet).
+    logs, started = {}, []
+    for role in ("worker", "beat"):
+        logs[role] = open(tmp_path / f"{role}.log", "w+")
+        started.append(
+            subprocess.Popen(
+                processes.command(role, env),
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdout=logs[role],
+                stderr=subprocess.STDOUT,
+            )
+        )
     yield env
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.seek(0)
-    print(log.read()[-3000:])
+    for process in started:
+        process.terminate()
+    for process in started:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    for role, log in logs.items():
+        log.seek(0)
+        print(role, log.read()[-3000:])
 
 
 def test_beat_schedules_credential_expiry_on_a_real_worker(worker):

@@ -4,13 +4,13 @@ counters move without a reload — and another tenant's traffic never shows."""
 
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
+from common import processes
 from control_plane.embedded import free_port, port_open
 from tenants import services
 from tests.broker.clients import Paho
@@ -33,18 +33,11 @@ def platform(monkeypatch):
         MQTT_INTERNAL_HOST="127.0.0.1",
         MQTT_INTERNAL_PORT=str(mqtt_port),
         ALLOWED_HOSTS="127.0.0.1,localhost",
+        BIND_HOST="127.0.0.1",
+        WEB_PORT=str(http_port),
     )
     web = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(http_port),
-            "control_plane.asgi:application",
-        ],
+        processes.command("web", env),
         cwd=settings.BASE_DIR,
         env=env,
         stdout=subprocess.DEVNULL,

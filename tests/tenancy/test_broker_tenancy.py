@@ -2,7 +2,6 @@
 changes to live connections, with real clients against a real broker process and Postgres."""
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +10,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from common.processes import data_plane_command
 from tenants import services
 from tests.broker.clients import Paho
 
@@ -21,20 +21,9 @@ def start_pg_broker(*extra: str) -> tuple[subprocess.Popen, int]:
     db = connection.settings_dict
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "data_plane",
-            "--port",
-            "0",
-            "--ws-port",
-            "0",
-            "--database-url",
-            url,
-            "--log-level",
-            "INFO",
-            *extra,
-        ],
+        data_plane_command(
+            port=0, ws_port=0, database_url=url, extra=["--log-level", "INFO", *extra]
+        ),
         cwd=settings.BASE_DIR,
         stdout=subprocess.PIPE,
         text=True,

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from common import processes as process_table
 from control_plane import embedded
 from tenants import secrets, services
 
@@ -39,6 +40,9 @@ def _demo_password() -> str:
 class Command(BaseCommand):
     help = "Run the portal/API, the MQTT broker and Celery together (the embedded default)."
 
+    # The roles of the table of processes that `make run` supervises.
+    roles = ("web", "broker", "worker", "beat", "rules")
+
     def add_arguments(self, parser):
         parser.add_argument("--http-port", type=int, default=8000)
         parser.add_argument("--mqtt-port", type=int, default=1883)
@@ -55,47 +59,20 @@ class Command(BaseCommand):
         env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
         env.setdefault("MQTT_INTERNAL_HOST", host)  # the portal's live views use this broker
         env.setdefault("MQTT_INTERNAL_PORT", str(mqtt_port))
-        python = sys.executable
-        parts = {
-            "web": [
-                python,
-                "-m",
-                "daphne",
-                "-b",
-                host,
-                "-p",
-                str(http_port),
-                "control_plane.asgi:application",
-            ],
-            "broker": [
-                python,
-                "manage.py",
-                "runbroker",
-                "--host",
-                host,
-                "--port",
-                str(mqtt_port),
-                "--ws-port",
-                str(ws_port),
-            ],
-            "celery": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "control_plane",
-                "worker",
-                "--beat",
-                "--pool",
-                "solo",
-                "--loglevel",
-                "warning",
-                "--schedule",
-                str(embedded.DATA_DIR / "celerybeat-schedule"),
-            ],
-            # Tenants' rules: the live Spark job (SPARK_MASTER, default local[*]).
-            "rules": [python, "manage.py", "run_rules", "--live"],
-        }
+        # The command lines come from the table of processes (common/processes.py), the same
+        # one the container entrypoint, compose and Terraform use; only the ports are ours.
+        env.update(
+            BIND_HOST=host,
+            WEB_PORT=str(http_port),
+            MQTT_PORT=str(mqtt_port),
+            MQTT_WS_PORT=str(ws_port),
+            LOG_LEVEL=os.environ.get("LOG_LEVEL", "WARNING"),
+            WORKER_CONCURRENCY=os.environ.get("WORKER_CONCURRENCY", "1"),
+            PLATFORM_STATE_DIR=os.environ.get("PLATFORM_STATE_DIR") or str(embedded.DATA_DIR),
+        )
+        parts = {role: process_table.command(role, env) for role in self.roles}
+        for role in self.roles:
+            process_table.prepare(role, env)
         processes = {
             name: subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env)
             for name, cmd in parts.items()

@@ -1,0 +1,239 @@
+# EMR Serverless for the Spark jobs that outgrow a task: an application in the private subnets
+# (auto-start, auto-stop, capped capacity), a job role that may read the archive and usage log
+# prefixes and write only the jobs' outputs, and an optional EventBridge Scheduler schedule that
+# submits the monthly billing run.
+
+data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
+
+locals {
+  partition = data.aws_partition.current.partition
+  account   = data.aws_caller_identity.current.account_id
+}
+
+resource "aws_security_group" "this" {
+  # checkov:skip=CKV2_AWS_5:Attached to the EMR Serverless application's network_configuration below, a link the scanner does not follow.
+  name_prefix = "${var.name}-spark-"
+  description = "${var.name}: EMR Serverless workers (no inbound traffic)"
+  vpc_id      = var.vpc_id
+  tags        = var.tags
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+resource "aws_vpc_security_group_egress_rule" "this" {
+  security_group_id = aws_security_group.this.id
+  description       = "Postgres (results), S3 (archive, usage), Redis"
+  cidr_ipv4         = "0.0.0.0/0"
+  ip_protocol       = "tcp"
+  from_port         = 0
+  to_port           = 65535
+}
+
+resource "aws_emrserverless_application" "this" {
+  name          = "${var.name}-spark"
+  release_label = var.release_label
+  type          = "spark"
+  architecture  = var.architecture
+
+  dynamic "image_configuration" {
+    for_each = var.image_uri == null ? [] : [var.image_uri]
+    content {
+      image_uri = image_configuration.value
+    }
+  }
+
+  maximum_capacity {
+    cpu    = var.max_vcpu
+    memory = var.max_memory
+  }
+
+  auto_start_configuration {
+    enabled = true
+  }
+
+  auto_stop_configuration {
+    enabled              = true
+    idle_timeout_minutes = 15
+  }
+
+  network_configuration {
+    subnet_ids         = var.private_subnet_ids
+    security_group_ids = [aws_security_group.this.id]
+  }
+
+  tags = var.tags
+}
+
+# --- the job role ---------------------------------------------------------------------------
+
+data "aws_iam_policy_document" "job_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["emr-serverless.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account]
+    }
+  }
+}
+
+resource "aws_iam_role" "job" {
+  name_prefix        = "${substr(var.name, 0, 24)}-spark-job-"
+  description        = "${var.name}: what the rules and billing Spark jobs may touch"
+  assume_role_policy = data.aws_iam_policy_document.job_assume.json
+  tags               = var.tags
+}
+
+data "aws_iam_policy_document" "job" {
+  statement {
+    sid       = "ListInputs"
+    actions   = ["s3:ListBucket"]
+    resources = [var.data_bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = [for prefix in concat(var.read_prefixes, var.write_prefixes) : "${prefix}*"]
+    }
+  }
+
+  statement {
+    sid       = "ReadArchiveAndUsage"
+    actions   = ["s3:GetObject"]
+    resources = [for prefix in concat(var.read_prefixes, var.write_prefixes) : "${var.data_bucket_arn}/${prefix}*"]
+  }
+
+  statement {
+    sid       = "WriteJobOutputs"
+    actions   = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+    resources = [for prefix in var.write_prefixes : "${var.data_bucket_arn}/${prefix}*"]
+  }
+
+  statement {
+    sid       = "UseDataKey"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [var.data_kms_key_arn]
+  }
+
+  statement {
+    sid       = "ReadDatabaseSecret"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [var.database_secret_arn]
+  }
+
+  statement {
+    sid       = "DecryptDatabaseSecret"
+    actions   = ["kms:Decrypt"]
+    resources = [var.database_secret_kms_key_arn]
+  }
+
+  statement {
+    sid       = "WriteJobLogs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]
+    resources = ["${var.log_group_arn}:*"]
+  }
+}
+
+resource "aws_iam_role_policy" "job" {
+  name   = "rules-and-billing"
+  role   = aws_iam_role.job.id
+  policy = data.aws_iam_policy_document.job.json
+}
+
+# --- the monthly billing run ----------------------------------------------------------------
+
+data "aws_iam_policy_document" "scheduler_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["scheduler.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account]
+    }
+  }
+}
+
+resource "aws_iam_role" "scheduler" {
+  count              = var.billing_schedule_enabled ? 1 : 0
+  name_prefix        = "${substr(var.name, 0, 24)}-billing-sched-"
+  description        = "${var.name}: EventBridge Scheduler submits the monthly billing job"
+  assume_role_policy = data.aws_iam_policy_document.scheduler_assume.json
+  tags               = var.tags
+}
+
+data "aws_iam_policy_document" "scheduler" {
+  statement {
+    sid       = "StartBillingRun"
+    actions   = ["emr-serverless:StartJobRun"]
+    resources = [aws_emrserverless_application.this.arn]
+  }
+
+  statement {
+    sid       = "PassJobRole"
+    actions   = ["iam:PassRole"]
+    resources = [aws_iam_role.job.arn]
+    condition {
+      test     = "StringEquals"
+      variable = "iam:PassedToService"
+      values   = ["emr-serverless.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "scheduler" {
+  count  = var.billing_schedule_enabled ? 1 : 0
+  name   = "start-billing-run"
+  role   = aws_iam_role.scheduler[0].id
+  policy = data.aws_iam_policy_document.scheduler.json
+}
+
+resource "aws_scheduler_schedule" "billing" {
+  count       = var.billing_schedule_enabled ? 1 : 0
+  name        = "${var.name}-billing-monthly"
+  description = "Drafts last month's invoices on the 1st (billing_report --period YYYY-MM)"
+  # 02:00 UTC on the 1st: the previous month's usage is complete.
+  schedule_expression          = "cron(0 2 1 * ? *)"
+  schedule_expression_timezone = "UTC"
+  kms_key_arn                  = var.scheduler_kms_key_arn
+
+  flexible_time_window {
+    mode = "OFF"
+  }
+
+  target {
+    arn      = "arn:${local.partition}:scheduler:::aws-sdk:emrserverless:startJobRun"
+    role_arn = aws_iam_role.scheduler[0].arn
+    input = jsonencode({
+      ApplicationId    = aws_emrserverless_application.this.id
+      ExecutionRoleArn = aws_iam_role.job.arn
+      Name             = "billing-monthly"
+      ClientToken      = "<aws.scheduler.execution-id>"
+      JobDriver = {
+        SparkSubmit = {
+          EntryPoint = var.billing_entry_point
+          # The job's own default period is the previous month.
+          EntryPointArguments   = []
+          SparkSubmitParameters = var.spark_submit_parameters
+        }
+      }
+      ConfigurationOverrides = {
+        MonitoringConfiguration = {
+          CloudWatchLoggingConfiguration = {
+            Enabled      = true
+            LogGroupName = var.log_group_name
+          }
+        }
+      }
+    })
+  }
+}

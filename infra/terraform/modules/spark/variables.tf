@@ -1,0 +1,115 @@
+variable "name" {
+  description = "Name prefix of every resource (e.g. mqtt-prod)."
+  type        = string
+}
+
+variable "vpc_id" {
+  description = "VPC (network module)."
+  type        = string
+}
+
+variable "private_subnet_ids" {
+  description = "Subnets of the Spark workers (network module)."
+  type        = list(string)
+}
+
+variable "release_label" {
+  description = "EMR release (Spark version) of the application."
+  type        = string
+  default     = "emr-7.5.0"
+}
+
+variable "architecture" {
+  description = "X86_64 or ARM64."
+  type        = string
+  default     = "X86_64"
+}
+
+variable "image_uri" {
+  description = "Custom image (EMR Serverless base + the platform's spark/ and common/) in ECR; null uses EMR's."
+  type        = string
+  default     = null
+}
+
+variable "max_vcpu" {
+  description = "Ceiling of the application's vCPU across all running jobs (cost cap), e.g. \"64 vCPU\"."
+  type        = string
+  default     = "64 vCPU"
+}
+
+variable "max_memory" {
+  description = "Ceiling of the application's memory across all running jobs, e.g. \"256 GB\"."
+  type        = string
+  default     = "256 GB"
+}
+
+variable "data_bucket_arn" {
+  description = "ARN of the data bucket (storage module)."
+  type        = string
+}
+
+variable "data_kms_key_arn" {
+  description = "KMS key of the data bucket (storage module)."
+  type        = string
+}
+
+variable "read_prefixes" {
+  description = "Prefixes of the data bucket the jobs read (the archive and the usage log)."
+  type        = list(string)
+  default     = ["archive/", "usage/"]
+}
+
+variable "write_prefixes" {
+  description = "Prefixes the jobs write (rule outputs, checkpoints, datasets, billing work files, code)."
+  type        = list(string)
+  default     = ["rules/", "datasets/", "billing/", "spark-code/"]
+}
+
+variable "database_secret_arn" {
+  description = "Secret of the database credentials the jobs load results with (database module)."
+  type        = string
+}
+
+variable "database_secret_kms_key_arn" {
+  description = "KMS key of that secret (database module)."
+  type        = string
+}
+
+variable "log_group_name" {
+  description = "Log group of the job runs (observability module)."
+  type        = string
+}
+
+variable "log_group_arn" {
+  description = "ARN of that log group."
+  type        = string
+}
+
+variable "billing_schedule_enabled" {
+  description = "Submit the billing job to EMR Serverless on the 1st of each month (instead of Celery beat running it in a worker)."
+  type        = bool
+  default     = false
+}
+
+variable "billing_entry_point" {
+  description = "S3 URI of the billing job's entry point (uploaded under spark-code/)."
+  type        = string
+  default     = ""
+}
+
+variable "spark_submit_parameters" {
+  description = "spark-submit parameters of scheduled runs (e.g. --py-files with the platform's packages)."
+  type        = string
+  default     = "--conf spark.executor.cores=4 --conf spark.executor.memory=16g"
+}
+
+variable "scheduler_kms_key_arn" {
+  description = "KMS key encrypting the schedule's input."
+  type        = string
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}
