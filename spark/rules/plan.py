@@ -157,7 +157,16 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
             if out.num_rows:
                 yield out
 
-    return df.where(scope_predicate(specs)).mapInArrow(evaluate, RESULT_DDL)
+    # Only the columns some rule reads become Python objects (and are read from Parquet).
+    needed = set(_EVALUATOR_COLUMNS)
+    for spec in specs:
+        needed.update(_compiled(spec.sql).archive_columns)
+    columns = [name for name in df.columns if name in needed]
+    return df.where(scope_predicate(specs)).select(*columns).mapInArrow(evaluate, RESULT_DDL)
+
+
+# What the evaluator itself reads of every row: scope, self-trigger check, result, units.
+_EVALUATOR_COLUMNS = ("event", "tenant", "ts", "topic", "client_id", "payload")
 
 
 _COMPILED: dict[str, Any] = {}  # per Python worker: compile each SQL once

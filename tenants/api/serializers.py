@@ -341,6 +341,23 @@ class UsageSeriesOutput(serializers.Serializer):
 UsageSeriesOutput._declared_fields["from"] = serializers.DateTimeField()
 
 
+class UsageResponse(serializers.Serializer):
+    """`GET /usage` in its two forms, for the schema: with `from`/`to`/`granularity`, the series
+    per dimension (`from`, `to`, `granularity`, `series`); without, a page of raw minutes
+    (`count`, `next`, `previous`, `results`)."""
+
+    to = serializers.DateTimeField(required=False)
+    granularity = serializers.ChoiceField(choices=["hour", "day"], required=False)
+    series = UsagePointOutput(many=True, required=False)
+    count = serializers.IntegerField(required=False)
+    next = serializers.URLField(allow_null=True, required=False)
+    previous = serializers.URLField(allow_null=True, required=False)
+    results = UsageOutput(many=True, required=False)
+
+
+UsageResponse._declared_fields["from"] = serializers.DateTimeField(required=False)
+
+
 class InvoiceLineOutput(serializers.Serializer):
     code = serializers.ChoiceField(
         choices=[

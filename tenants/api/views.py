@@ -476,7 +476,7 @@ class UsageView(TenantAPIView):
             OpenApiParameter("since", str, description="ISO 8601: raw minutes from then"),
             *PAGE_PARAMETERS,
         ],
-        responses=s.UsageSeriesOutput,
+        responses=s.UsageResponse,
         operation_id="v1_usage_list",
     )
     def get(self, request):

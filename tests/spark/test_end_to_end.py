@@ -29,7 +29,7 @@ from tests.tenancy.test_broker_tenancy import start_pg_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "rules-e2e-service-key"
-SECRET = "whsec-e2e"
+SECRET = "whsec-end-to-end-test-0001"
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from tests.tenancy.test_broker_tenancy import start_pg_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "rules-test-service-key"
-SECRET = "whsec-test"
+SECRET = "whsec-jobs-test-secret-0001"
 
 
 @pytest.fixture
