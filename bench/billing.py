@@ -114,7 +114,7 @@ def generate(root: Path, tenants: int, days: int) -> int:
 
 def run_spark(root: Path, tenants: int, period: str) -> dict:
     from spark.billing import job
-    from spark.billing.session import build_session
+    from spark.session import build_session
 
     started = time.monotonic()
     spark = build_session("billing-bench")

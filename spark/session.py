@@ -28,6 +28,7 @@ def build_session(app_name: str = "mqtt-platform", master: str | None = None) ->
         # Rule batches are small: a handful of partitions, not the default 200.
         .config("spark.sql.shuffle.partitions", os.environ.get("SPARK_SHUFFLE_PARTITIONS", "4"))
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J}")
         # A live segment compacted away between listing and reading is not an error.

@@ -222,7 +222,7 @@ def run_billing_job(
     book of each tenant."""
     from common.object_store import open_object_store
     from spark.billing import job
-    from spark.billing.session import build_session
+    from spark.session import build_session
 
     _period_start(period)
     progress("loading price books")
@@ -230,7 +230,7 @@ def run_billing_job(
     books = {t.slug: book for t, book in pairs}
     accounts = job_accounts(period, pairs)
     progress("starting Spark")
-    spark = spark or build_session()
+    spark = spark or build_session("billing")
     result = job.run(spark, open_object_store(), period, accounts, progress)
     return result, books
 
@@ -331,10 +331,10 @@ def billing_verify(
     ]
     from common.object_store import open_object_store
     from spark.billing import job
-    from spark.billing.session import build_session
+    from spark.session import build_session
 
     accounts = job_accounts(period, pairs)
-    spark = spark or build_session()
+    spark = spark or build_session("billing")
     result = job.run(spark, open_object_store(), period, accounts, progress)
     differences = []
     for document in result.invoices:

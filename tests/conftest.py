@@ -61,3 +61,17 @@ def s3_endpoint():
             os.environ[key] = value
     process.terminate()
     process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """ONE local SparkSession for the whole suite (rules and billing): a JVM start costs seconds."""
+    import logging
+
+    from spark.session import build_session
+
+    # py4j logs its connection teardown after pytest closed the streams: keep it quiet.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    session = build_session("tests", "local[2]")
+    yield session
+    session.stop()

@@ -1,6 +1,6 @@
-"""The Spark suite's shared parts: ONE local SparkSession for every test (a JVM start costs
-seconds), tiny archives written with pyarrow exactly as the layout protocol says, and a real HTTP
-receiver for webhooks."""
+"""The Spark suite's shared parts (the one SparkSession is `spark` in tests/conftest.py): tiny
+archives written with pyarrow exactly as the layout protocol says, and a real HTTP receiver for
+webhooks."""
 
 from __future__ import annotations
 
@@ -18,15 +18,6 @@ import pytest
 
 from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, live_segment_key
 from common.object_store import LocalObjectStore
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from spark.session import build_session
-
-    session = build_session("tests", "local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture
