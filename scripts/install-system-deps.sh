@@ -18,8 +18,10 @@ have openssl || missing+=(openssl)
 have runuser || missing+=(util-linux)
 have pdftotext || missing+=(poppler-utils)  # invoice PDFs read back in the tests
 # WeasyPrint (invoice PDFs) loads Pango and its FreeType backend at run time.
-ldconfig -p 2>/dev/null | grep -q 'libpango-1.0.so' || missing+=(libpango-1.0-0)
-ldconfig -p 2>/dev/null | grep -q 'libpangoft2-1.0.so' || missing+=(libpangoft2-1.0-0)
+# (Read the cache once: `ldconfig -p | grep -q` fails under pipefail when grep stops early.)
+libraries=$(ldconfig -p 2>/dev/null || true)
+grep -q 'libpango-1.0.so' <<<"$libraries" || missing+=(libpango-1.0-0)
+grep -q 'libpangoft2-1.0.so' <<<"$libraries" || missing+=(libpangoft2-1.0-0)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
