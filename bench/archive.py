@@ -104,7 +104,7 @@ def start_runbroker(archive: bool, objects: Path) -> RunningBroker:
 
 def archived_publishes(objects: Path) -> int:
     total = 0
-    for path in objects.rglob("*.parquet"):
+    for path in (objects / "archive").rglob("*.parquet"):  # not the usage log beside it
         events = pq.read_table(path, columns=["event"])["event"]
         total += pc.sum(pc.equal(events, "message.publish")).as_py() or 0
     return total

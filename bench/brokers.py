@@ -54,7 +54,10 @@ class RunningBroker:
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
+                print(f"  {self.name}: still running 10 s after SIGTERM, killed", flush=True)
                 self.process.kill()
+        if os.environ.get("BENCH_KEEP_STDERR") and (self.workdir / "stderr.log").exists():
+            print((self.workdir / "stderr.log").read_text()[-3000:], flush=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
