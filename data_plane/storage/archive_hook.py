@@ -47,6 +47,10 @@ class ArchiveTap:
         self._payloads = bytearray()  # this interval's payloads, end to end
         self._events: list[dict[str, Any]] = []
         self._task: asyncio.Task | None = None
+        # The newest batch handed to the builder. Batches encode first in first out on one
+        # thread, so once this one is done every earlier one is too: stop() waits for it, since
+        # the periodic flush it cancels may have handed over the last rows a moment before.
+        self._encoding: asyncio.Future | None = None
         self._upload: asyncio.Future | None = None
         # One thread builds, one uploads: a slow store never delays the next batch's encoding.
         self._builder = ThreadPoolExecutor(1, thread_name_prefix="archive-build")
@@ -159,13 +163,12 @@ class ArchiveTap:
         events, self._events = self._events, []
         loop = asyncio.get_running_loop()
         if rows or events:
+            self._encoding = loop.run_in_executor(
+                self._builder, self.writer.encode, rows, events, self.enabled_for, payloads
+            )
             # Shielded: the rows are out of the buffer now, so a stop() cancelling this await
             # must not cancel the queued encoding with them (stop() waits for it instead).
-            await asyncio.shield(
-                loop.run_in_executor(
-                    self._builder, self.writer.encode, rows, events, self.enabled_for, payloads
-                )
-            )
+            await asyncio.shield(self._encoding)
         if self.writer.pending_bytes and (self._upload is None or self._upload.done()):
             self._upload = loop.run_in_executor(self._uploader, self.writer.upload_pending)
         if wait_upload and self._upload is not None:
@@ -178,6 +181,13 @@ class ArchiveTap:
             self._task.cancel()
         loop = asyncio.get_running_loop()
         try:
+            # A batch the cancelled periodic flush handed over may still be encoding; with
+            # nothing new buffered, flush() below would not wait for it, and its rows (up to an
+            # interval's worth) would miss the last upload round.
+            if self._encoding is not None and not self._encoding.done():
+                await asyncio.wait([self._encoding])
+                if not self._encoding.cancelled() and self._encoding.exception():
+                    log.error("archive batch failed", exc_info=self._encoding.exception())
             # Queued behind any batch still encoding (one builder thread, first in first out).
             await self.flush(wait_upload=True)
             # The round that was running may have finished before the last batch was queued.

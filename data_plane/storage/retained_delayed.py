@@ -37,8 +37,10 @@ class RetainedAndDelayed:
         self._writer = asyncio.get_running_loop().create_task(self._write_retained())
 
     async def stop(self) -> None:
-        while not self._changes.empty():
-            await asyncio.sleep(0.01)
+        # join(), not "until the queue is empty": the writer takes the last change off the queue
+        # before writing it, and cancelling it then would lose that change.
+        if self._writer is not None and not self._writer.done():
+            await self._changes.join()
         if self._writer:
             self._writer.cancel()
         for timer in self._timers:
@@ -117,6 +119,8 @@ class RetainedAndDelayed:
                         )
             except Exception as exc:
                 log.warning("retained write for %s failed: %s", message.topic, exc)
+            finally:
+                self._changes.task_done()
 
     # -- delayed --------------------------------------------------------------------------
 

@@ -121,6 +121,7 @@ class SessionStore:
         self._batch = _Batch()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._in_flight: asyncio.Future | None = None  # the commit running now
         self.batch_sizes: list[int] = []  # recent commit sizes, for the benchmark and metrics
         self.commits = 0
 
@@ -138,6 +139,8 @@ class SessionStore:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        if self._in_flight is not None and not self._in_flight.done():
+            await asyncio.wait([self._in_flight])
         if len(self._batch):
             await self._commit(self._take())
 
@@ -211,7 +214,10 @@ class SessionStore:
                 await asyncio.sleep(self.commit_interval)
             batch = self._take()
             if len(batch):
-                await self._commit(batch)
+                # Shielded and kept: stop() cancels this task, and cancelling a commit midway
+                # would roll back a batch already taken off the queue; stop() waits for it.
+                self._in_flight = asyncio.ensure_future(self._commit(batch))
+                await asyncio.shield(self._in_flight)
             if len(self._batch):
                 self._wakeup.set()
 
