@@ -3,31 +3,49 @@
     .venv/bin/python -m bench.publish_micro noacl 0     # static tenant, QoS 0
     .venv/bin/python -m bench.publish_micro acl 1       # with a 10-rule ACL (deny rules: the
                                                         # per-delivery read check), QoS 1
+    .venv/bin/python -m bench.publish_micro noacl 0 archive     # the archive tap on (a scratch
+    .venv/bin/python -m bench.publish_micro noacl 0 no-archive  # folder as the store) or off
 
 PUBLISH bytes go in through `MQTTConnection.data_received` of 50 publishers, are routed and
 delivered to 50 subscribers whose transports only count bytes; QoS 1 deliveries are acknowledged.
 Process CPU time, so a shared machine's load moves it far less than the socket benchmarks: use it
 for before/after comparisons of the hot path (run it from each checkout, A-B-B-A).
+
+With `archive`, the archive tap records every publish and its threads encode and write the
+batches; their CPU is the process's, so it is counted, up to the last batch (the timing ends
+after the tap's stop). The collector then stays on (frozen after start-up, as `runbroker` runs):
+what the archive keeps alive for a second is part of its cost.
 """
 
 import asyncio
 import gc
+import shutil
 import sys
+import tempfile
 import time
 
 import uvloop
 
+from common.object_store import LocalObjectStore
 from data_plane.broker.auth import StaticAuthenticator
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 from data_plane.config import BrokerConfig
 from data_plane.mqtt.codec import encode
 from data_plane.mqtt.packets import MQTT_3_1_1, Connect, Publish, Subscribe, Subscription
+from data_plane.storage.archive_hook import ArchiveTap
+from data_plane.storage.parquet_archive import ParquetArchiveWriter
 from data_plane.tenancy.acl import AclEntry, AclPolicy
 
 PAIRS, ROUNDS, BATCH = 50, 200, 20
 USE_ACL = sys.argv[1] == "acl"
 QOS = int(sys.argv[2])
+# "archive" / "no-archive": the tap on or off, both run as `runbroker` runs (collector on, frozen
+# after start-up) and long enough for several archive intervals, so the two compare.
+ARCHIVE_MODE = sys.argv[3] if len(sys.argv) > 3 else None
+ARCHIVE = ARCHIVE_MODE == "archive"
+if ARCHIVE_MODE:
+    ROUNDS *= 3
 
 
 class T:
@@ -62,6 +80,11 @@ async def main():
         "t": {"devices": {f"d{i}": {"password": "p", "client_ids": "any"} for i in range(2)}}
     }
     broker = Broker(BrokerConfig(), StaticAuthenticator(tenants))
+    tap = None
+    if ARCHIVE:
+        scratch = tempfile.mkdtemp(prefix="publish-micro-archive-")
+        tap = ArchiveTap(broker, ParquetArchiveWriter(LocalObjectStore(scratch)))
+        tap.start()
     pubs, subs = [], []
     for i in range(PAIRS):
         for role, out in (("p", pubs), ("s", subs)):
@@ -103,7 +126,10 @@ async def main():
         for i in range(PAIRS)
     ]
     gc.collect()
-    gc.disable()
+    if ARCHIVE_MODE:
+        gc.freeze()
+    else:
+        gc.disable()
     started = time.process_time()
     for _ in range(ROUNDS):
         for conn, data in zip(pubs, batches, strict=True):
@@ -114,6 +140,10 @@ async def main():
                 ids = list(conn.session.inflight)
                 conn.data_received(b"".join(b"\x40\x02" + i.to_bytes(2, "big") for i in ids))
         await asyncio.sleep(0)
+    if tap is not None:
+        await tap.stop()
+        assert tap.writer.written_records >= PAIRS * ROUNDS * BATCH, "archive rows missing"
+        shutil.rmtree(scratch, ignore_errors=True)
     elapsed = time.process_time() - started
     delivered = sum(c.transport.n for c in subs)
     assert delivered >= PAIRS * ROUNDS * BATCH * len(payload), "not everything was delivered"

@@ -68,6 +68,30 @@ def encode_parquet(
     return sink.getvalue().to_pybytes()
 
 
+class ParquetBytesWriter:
+    """One Parquet file of archive rows built a row group at a time (`write`), as bytes
+    (`close`); same encoding options as `encode_parquet`. For writers that stream."""
+
+    def __init__(self, *, compression: str = "zstd") -> None:
+        self._sink = pa.BufferOutputStream()
+        self._writer = pq.ParquetWriter(
+            self._sink,
+            ARCHIVE_SCHEMA,
+            compression=compression,
+            use_dictionary=DICTIONARY_COLUMNS,
+            write_statistics=STATISTICS_COLUMNS,
+        )
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> bytes:
+        self._writer.close()
+        return self._sink.getvalue().to_pybytes()
+
+
 def decode_parquet(body: bytes) -> pa.Table:
     """Archive rows from a Parquet file's bytes, in `ARCHIVE_SCHEMA` (columns a file lacks are
     null, so files from an older writer still read)."""

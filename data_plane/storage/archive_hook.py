@@ -1,10 +1,9 @@
 """The archive tap: every routed message and client lifecycle event, as Parquet segments (see
 `parquet_archive`), unless the tenant turned its archive off.
 
-On the event loop the tap does one `list.append` of a tuple of the message's fields per publish
-(`parquet_archive.ROW`) and appends the payload's bytes to the interval's buffer: nothing decoded
-or converted; every
-`interval` seconds it swaps the buffer and a worker thread encodes it (a second one uploads), so
+On the event loop the tap appends each of a publish's fields to its column
+(`parquet_archive.PublishColumns`): nothing copied, decoded or converted; every `interval`
+seconds it swaps the columns and a worker thread encodes them (a second one uploads), so
 building and compressing never run on the loop. The broker's own `$SYS`/`$events` messages are
 not archived.
 """
@@ -26,7 +25,7 @@ from common.archive_schema import (
 )
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
-from data_plane.storage.parquet_archive import ParquetArchiveWriter
+from data_plane.storage.parquet_archive import ParquetArchiveWriter, PublishColumns
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +42,8 @@ class ArchiveTap:
         self.writer = writer
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
-        self._rows: list[tuple] = []  # see parquet_archive.ROW
-        self._payloads = bytearray()  # this interval's payloads, end to end
+        self._columns = PublishColumns()  # this interval's publishes
+        self._record = self._columns.recorder()
         self._events: list[dict[str, Any]] = []
         self._task: asyncio.Task | None = None
         # The newest batch handed to the builder. Batches encode first in first out on one
@@ -64,27 +63,8 @@ class ArchiveTap:
     # -- on the event loop: appends only ------------------------------------------------
 
     def _tap(self, m: Message) -> Message:
-        # Fields, not the Message: a tuple of strings, bytes and numbers is untracked by the
-        # garbage collector after its first pass, while a second of held Messages would be
-        # rescanned by every collection (that cost more than all the rest of the archive).
         if m.publisher[:1] != "$":  # $SYS, $events: the broker's own
-            # The payload's bytes now, while they are in the cache (the encoder then needs no
-            # per-message object at all for them), and where they end.
-            payloads = self._payloads
-            payloads += m.payload
-            self._rows.append(
-                (
-                    time(),
-                    m.tenant,
-                    m.publisher,
-                    m.device,
-                    m.topic,
-                    m.qos,
-                    m.retain,
-                    len(payloads),
-                    m.properties or None,
-                )
-            )
+            self._record(m)
         return m
 
     def _event(self, event: str, tenant: str, client_id: str, device: str, **fields: Any) -> None:
@@ -158,13 +138,13 @@ class ArchiveTap:
 
     async def flush(self, wait_upload: bool = False) -> None:
         """Swap the buffer, encode it in the builder thread, start an upload round."""
-        rows, self._rows = self._rows, []
-        payloads, self._payloads = self._payloads, bytearray()
+        columns, self._columns = self._columns, PublishColumns()
+        self._record = self._columns.recorder()
         events, self._events = self._events, []
         loop = asyncio.get_running_loop()
-        if rows or events:
+        if len(columns) or events:
             self._encoding = loop.run_in_executor(
-                self._builder, self.writer.encode, rows, events, self.enabled_for, payloads
+                self._builder, self.writer.encode, columns, events, self.enabled_for
             )
             # Shielded: the rows are out of the buffer now, so a stop() cancelling this await
             # must not cancel the queued encoding with them (stop() waits for it instead).

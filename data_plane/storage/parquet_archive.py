@@ -1,12 +1,11 @@
 """The archive writer, version 2: batches of routed messages and lifecycle events as Parquet
 segments in the object store (schema and layout: `common.archive_schema`).
 
-The event loop only appends: one tuple of the message's fields per publish (`ROW`), and the
-payload's bytes to the interval's payload buffer (a memcpy while they are hot in the cache; the
-batch's payload column is then that buffer, zero-copy), nothing decoded or converted. Every interval the tap swaps the buffer and hands it to `build_segments`, which
-runs in a worker thread: it turns the batch into columns (in chunks), drops tenants whose
-archive is off, groups rows by tenant, splits at hour boundaries and encodes each hour as one
-Parquet file. Uploads run in a second worker thread, in order.
+The event loop only appends: each of a message's fields to its column (`PublishColumns`),
+nothing copied, decoded or converted. Every interval the tap swaps the columns and hands them to
+`build_segments`, which runs in a worker thread: it turns them into Arrow arrays (in chunks),
+drops tenants whose archive is off, groups rows by tenant, splits at hour boundaries and encodes
+each hour as one Parquet file. Uploads run in a second worker thread, in order.
 
 When the store is unavailable, encoded segments wait in memory up to `max_pending_bytes`; beyond
 that the oldest are dropped and counted (`dropped_records`), and the failure is logged.
@@ -18,14 +17,15 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.archive_io import encode_parquet
+from common.archive_io import ParquetBytesWriter
 from common.archive_schema import (
     ARCHIVE_SCHEMA,
     EVENT_PUBLISH,
@@ -56,19 +56,77 @@ def default_writer_id() -> str:
     return f"{os.uname().nodename}-{os.getpid()}-{int(time.time() * 1000):x}"
 
 
+class PublishColumns:
+    """One interval's publishes, column by column: what the tap appends on the event loop.
+
+    Column by column, not a tuple per message: appending a reference or a number to a column
+    allocates nothing the garbage collector tracks, and the payloads stay the Message's own
+    bytes objects (copying them into one growing buffer on the loop cost more than everything
+    else in the archive: every second a fresh few hundred MB, page-faulted in on the loop).
+    The builder thread copies them once, into Arrow's reused memory pool.
+    """
+
+    __slots__ = (
+        "received",
+        "tenant",
+        "client_id",
+        "device",
+        "topic",
+        "qos",
+        "retain",
+        "payload",
+        "properties",
+    )
+
+    def __init__(self) -> None:
+        self.received = array("d")  # time.time()
+        self.tenant: list[str] = []
+        self.client_id: list[str] = []
+        self.device: list[str] = []
+        self.topic: list[str] = []
+        self.qos = bytearray()
+        self.retain = bytearray()
+        self.payload: list[bytes] = []
+        self.properties: dict[int, dict[str, Any]] = {}  # row -> properties; most have none
+
+    def __len__(self) -> int:
+        return len(self.topic)
+
+    def recorder(self) -> Callable[[Any], None]:
+        """The function the tap calls per message: appends with every method bound once."""
+        add_received, add_tenant = self.received.append, self.tenant.append
+        add_client, add_device = self.client_id.append, self.device.append
+        topics, add_topic = self.topic, self.topic.append
+        add_qos, add_retain = self.qos.append, self.retain.append
+        add_payload, properties = self.payload.append, self.properties
+        now = time.time
+
+        def record(m: Any, received: float | None = None) -> None:
+            add_received(now() if received is None else received)
+            add_tenant(m.tenant)
+            add_client(m.publisher)
+            add_device(m.device)
+            if m.properties:
+                properties[len(topics)] = m.properties
+            add_topic(m.topic)
+            add_qos(m.qos)
+            add_retain(m.retain)
+            add_payload(m.payload)
+
+        return record
+
+
+def publish_columns(messages: list[tuple[float, Any]]) -> PublishColumns:
+    """`(received, Message)` pairs as the tap records them; for callers outside the publish
+    path (tests, tools)."""
+    columns = PublishColumns()
+    record = columns.recorder()
+    for received, message in messages:
+        record(message, received)
+    return columns
+
+
 # Publish properties kept in their own columns (MQTT 5 names → archive columns).
-# What the tap appends per publish: the Message's fields, as they are.
-ROW = (
-    "received",  # time.time()
-    "tenant",
-    "client_id",
-    "device",
-    "topic",
-    "qos",
-    "retain",
-    "payload_end",  # where the payload ends in the batch's payload buffer (a bytearray)
-    "properties",  # the Message's properties dict, None when empty
-)
 _PROPERTY_COLUMNS = {
     "payload_format": "payload_format_indicator",
     "content_type": "content_type",
@@ -78,132 +136,112 @@ _PROPERTY_COLUMNS = {
 }
 
 
-def publish_batch(rows: list[tuple], payload: pa.Array) -> pa.RecordBatch:
-    """`message.publish` rows (ARCHIVE_SCHEMA) from tuples laid out as `ROW`.
+def _fixed_width(data: array | bytearray, type_: pa.DataType, start: int, stop: int) -> pa.Array:
+    """A slice of a numeric column as an Arrow array over the same memory (no copy)."""
+    # len() counts elements for both: array("d") in doubles, bytearray in bytes (uint8).
+    whole = pa.Array.from_buffers(type_, len(data), [None, pa.py_buffer(data)])
+    return whole.slice(start, stop - start)
 
-    One list comprehension per column (the fastest pass CPython has) and one conversion each:
-    this is most of what the archive costs per message, so it stays lean."""
-    n = len(rows)
-    ts = pc.multiply(pa.array([r[0] for r in rows], pa.float64()), 1000.0)
-    tenants = pa.array([r[1] for r in rows], pa.string())
-    devices = pa.array([r[3] for r in rows], pa.string())
+
+def publish_batch(columns: PublishColumns, start: int, stop: int) -> pa.RecordBatch:
+    """Rows `start:stop` of the tap's columns as `message.publish` rows (ARCHIVE_SCHEMA).
+
+    Numbers are wrapped, not converted; strings and payloads are one C-level pass each. This is
+    most of what the archive costs per message, so it stays lean."""
+    n = stop - start
+    ts = pc.multiply(_fixed_width(columns.received, pa.float64(), start, stop), 1000.0)
+    tenants = pa.array(columns.tenant[start:stop], pa.string())
+    devices = pa.array(columns.device[start:stop], pa.string())
     username = pc.if_else(
         pc.equal(devices, ""),
         pa.scalar(None, pa.string()),
         pc.binary_join_element_wise(tenants, devices, "/"),
     )
-    columns: dict[str, pa.Array] = {
+    out: dict[str, pa.Array] = {
         "event": pa.repeat(pa.scalar(EVENT_PUBLISH, pa.string()), n),
         "tenant": tenants,
         "ts": pc.cast(ts, pa.int64(), safe=False).cast(_TS),
-        "client_id": pa.array([r[2] for r in rows], pa.string()),
+        "client_id": pa.array(columns.client_id[start:stop], pa.string()),
         "username": username,
-        "topic": pa.array([r[4] for r in rows], pa.string()),
-        "qos": pa.array([r[5] for r in rows], pa.int8()),
-        "retain": pa.array([r[6] for r in rows], pa.bool_()),
-        "payload": payload,
+        "topic": pa.array(columns.topic[start:stop], pa.string()),
+        "qos": _fixed_width(columns.qos, pa.uint8(), start, stop).cast(pa.int8()),
+        "retain": pc.not_equal(_fixed_width(columns.retain, pa.uint8(), start, stop), 0),
+        "payload": pa.array(columns.payload[start:stop], pa.binary()),
     }
     # Properties are rare: fill the property columns only where a message has any.
-    where = [i for i, r in enumerate(rows) if r[8] is not None]
+    where = [i for i in columns.properties if start <= i < stop]
     if where:
         for column, prop in _PROPERTY_COLUMNS.items():
             values: list[Any] = [None] * n
             for i in where:
-                values[i] = rows[i][8].get(prop)
-            columns[column] = pa.array(values, ARCHIVE_SCHEMA.field(column).type)
+                values[i - start] = columns.properties[i].get(prop)
+            out[column] = pa.array(values, ARCHIVE_SCHEMA.field(column).type)
         user_properties: list[Any] = [None] * n
         for i in where:
-            pairs = rows[i][8].get("user_property")
+            pairs = columns.properties[i].get("user_property")
             if pairs:
-                user_properties[i] = [{"key": k, "value": v} for k, v in pairs]
-        columns["user_properties"] = pa.array(user_properties, pa.list_(USER_PROPERTY))
+                user_properties[i - start] = [{"key": k, "value": v} for k, v in pairs]
+        out["user_properties"] = pa.array(user_properties, pa.list_(USER_PROPERTY))
     return pa.RecordBatch.from_arrays(
-        [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in ARCHIVE_SCHEMA],
+        [out[f.name] if f.name in out else pa.nulls(n, f.type) for f in ARCHIVE_SCHEMA],
         schema=ARCHIVE_SCHEMA,
     )
 
 
-def message_rows(messages: list[tuple[float, Any]]) -> tuple[list[tuple], bytearray]:
-    """`(received, Message)` pairs as the tap records them (`ROW` and the payload buffer); for
-    callers outside the publish path."""
-    rows, payloads = [], bytearray()
-    for received, m in messages:
-        payloads += m.payload
-        rows.append(
-            (
-                received,
-                m.tenant,
-                m.publisher,
-                m.device,
-                m.topic,
-                m.qos,
-                m.retain,
-                len(payloads),
-                m.properties or None,
-            )
-        )
-    return rows, payloads
+def _chunks(columns: PublishColumns, events: list[dict[str, Any]]) -> Iterator[pa.Table]:
+    """The batch as tables of at most `CHUNK_ROWS` publishes, the lifecycle rows with the first.
 
-
-def payload_column(rows: list[tuple], payloads: bytes | bytearray) -> pa.Array:
-    """The payloads of `rows` as one Arrow array over the batch's buffer, without a copy."""
-    ends = pa.array([r[7] for r in rows], pa.int64())
-    offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends])
-    return pa.Array.from_buffers(
-        pa.large_binary(), len(rows), [None, offsets.buffers()[1], pa.py_buffer(payloads)]
-    )
-
-
-def build_table(
-    batch: list[tuple], events: list[dict[str, Any]], payloads: bytes | bytearray = b""
-) -> pa.Table:
-    """One Table (ARCHIVE_SCHEMA) of a batch of publishes and lifecycle event rows.
-
-    Built in chunks: a conversion holds the GIL throughout, and the event loop should wait for
-    one chunk at most, never for a whole second's batch."""
-    batches = []
-    payload = payload_column(batch, payloads)
-    for start in range(0, len(batch), CHUNK_ROWS):
-        rows = batch[start : start + CHUNK_ROWS]
-        # Same data buffer, 32-bit offsets (the schema's `binary`).
-        batches.append(publish_batch(rows, payload.slice(start, len(rows)).cast(pa.binary())))
-    if events:
-        batches.extend(pa.Table.from_pylist(events, schema=ARCHIVE_SCHEMA).to_batches())
-    return pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
+    A chunk at a time: a conversion holds the GIL throughout, and the event loop should wait for
+    one chunk at most, never for a whole second's batch; and a chunk's memory, freed before the
+    next is built, is reused warm instead of a second's worth being faulted in afresh."""
+    total = len(columns)
+    starts = range(0, total, CHUNK_ROWS) if total else [0]
+    for start in starts:
+        batches = [publish_batch(columns, start, min(start + CHUNK_ROWS, total))] if total else []
+        if events and start == 0:
+            batches.extend(pa.Table.from_pylist(events, schema=ARCHIVE_SCHEMA).to_batches())
+        yield pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
 
 
 def build_segments(
-    batch: list[tuple],
+    columns: PublishColumns,
     events: list[dict[str, Any]],
-    payloads: bytes | bytearray = b"",
     *,
     writer_id: str,
     next_sequence: Callable[[], int],
     enabled_for: Callable[[str], bool] | None = None,
     compression: str = "zstd",
 ) -> list[Segment]:
-    """Encode a batch: one Parquet segment per hour it spans, rows sorted by tenant then time,
-    tenants whose archive is off left out. Runs in a worker thread."""
-    table = build_table(batch, events, payloads)
+    """Encode a batch: one Parquet segment per hour it spans, each chunk's rows (a row group)
+    sorted by tenant then time, tenants whose archive is off left out. Runs in a worker thread."""
+    off: list[str] = []
     if enabled_for is not None:
-        tenants = pc.unique(table["tenant"]).to_pylist()
+        tenants = set(columns.tenant).union(e["tenant"] for e in events)
         off = [t for t in tenants if not enabled_for(t)]
+    excluded = pa.array(off, pa.string())
+    files: dict[int, ParquetBytesWriter] = {}
+    for table in _chunks(columns, events):
         if off:
-            table = table.filter(pc.invert(pc.is_in(table["tenant"], pa.array(off, pa.string()))))
-    if not table.num_rows:
-        return []
-    # Publishes arrive in time order: one tenant without lifecycle rows (a busy small broker)
-    # needs no sort; otherwise a stable one by tenant and time.
-    if events or pc.count_distinct(table["tenant"]).as_py() > 1:
-        order = pc.sort_indices(table, [("tenant", "ascending"), ("ts", "ascending")])
-        table = table.take(order)
-    hours = pc.divide(table["ts"].cast(pa.int64()), HOUR_MS)
-    distinct = pc.unique(hours).to_pylist()
+            table = table.filter(pc.invert(pc.is_in(table["tenant"], excluded)))
+        if not table.num_rows:
+            continue
+        # Publishes arrive in time order: one tenant without lifecycle rows (a busy small
+        # broker) needs no sort; otherwise a stable one by tenant and time.
+        if events or pc.count_distinct(table["tenant"]).as_py() > 1:
+            order = pc.sort_indices(table, [("tenant", "ascending"), ("ts", "ascending")])
+            table = table.take(order)
+        hours = pc.divide(table["ts"].cast(pa.int64()), HOUR_MS)
+        distinct = pc.unique(hours).to_pylist()
+        for hour in distinct:
+            part = table.filter(pc.equal(hours, hour)) if len(distinct) > 1 else table
+            if hour not in files:
+                files[hour] = ParquetBytesWriter(compression=compression)
+            files[hour].write(part)
     segments = []
-    for hour in distinct:
-        part = table.filter(pc.equal(hours, hour)) if len(distinct) > 1 else table
+    for hour in sorted(files):
+        rows = files[hour].rows
         key = live_segment_key(hour * HOUR_MS, writer_id, next_sequence())
-        segments.append(Segment(key, encode_parquet(part, compression=compression), part.num_rows))
+        segments.append(Segment(key, files[hour].close(), rows))
     return segments
 
 
@@ -243,16 +281,14 @@ class ParquetArchiveWriter:
 
     def encode(
         self,
-        batch: list[tuple],
+        columns: PublishColumns,
         events: list[dict[str, Any]],
         enabled_for: Callable[[str], bool] | None = None,
-        payloads: bytes | bytearray = b"",
     ) -> int:
         """Build and queue the segments of a batch (worker thread); returns rows queued."""
         segments = build_segments(
-            batch,
+            columns,
             events,
-            payloads,
             writer_id=self.writer_id,
             next_sequence=self._next_sequence,
             enabled_for=enabled_for,

@@ -25,7 +25,7 @@ from common.archive_schema import COMPACTED_MARKER, EVENT_CONNECTED, EVENT_PUBLI
 from common.object_store import open_object_store
 from data_plane.broker.message import Message
 from data_plane.storage.archive import NdjsonSegmentWriter, read_segment
-from data_plane.storage.parquet_archive import ParquetArchiveWriter, message_rows
+from data_plane.storage.parquet_archive import ParquetArchiveWriter, publish_columns
 
 HOUR = datetime(2023, 11, 14, 22, tzinfo=UTC)  # 22:00-23:00 UTC
 T0 = HOUR.timestamp() + 13 * 60  # 22:13
@@ -45,8 +45,7 @@ def publish(tenant, topic, payload, ts, *, client="c1", device="d", qos=0, props
 
 def write(store, batch, events=(), *, writer_id="w1", enabled_for=None):
     writer = ParquetArchiveWriter(store, writer_id=writer_id)
-    rows, payloads = message_rows(list(batch))
-    writer.encode(rows, list(events), enabled_for, payloads)
+    writer.encode(publish_columns(list(batch)), list(events), enabled_for)
     writer.upload_pending()
     return writer
 
@@ -308,8 +307,7 @@ def test_parquet_writer_buffers_within_its_bound_while_the_store_is_down(tmp_pat
             publish("acme", "t", uuid.uuid4().bytes * 8, T0 + batch + i / 100) for i in range(50)
         ]
         total += len(rows)
-        encoded, payloads = message_rows(rows)
-        writer.encode(encoded, [], None, payloads)
+        writer.encode(publish_columns(rows), [], None)
         assert writer.upload_pending() == 0
         assert writer.pending_bytes <= 20_000 or len(writer._pending) == 1
     assert writer.upload_failures == 30 and writer.dropped_records > 0

@@ -8,7 +8,7 @@ import pytest
 from common.archive_io import read_archive, read_manifest
 from common.object_store import open_object_store
 from data_plane.broker.message import Message
-from data_plane.storage.parquet_archive import ParquetArchiveWriter, message_rows
+from data_plane.storage.parquet_archive import ParquetArchiveWriter, publish_columns
 from tests.control_plane.test_celery import worker  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +22,7 @@ def archive_store(tmp_path, monkeypatch):
     monkeypatch.setenv("ARCHIVE_COMPACTION_SECONDS", "1")
     store = open_object_store()
     for writer_id, tenant in (("b1", "acme"), ("b2", "zeta"), ("b3", "acme")):
-        rows, payloads = message_rows(
+        columns = publish_columns(
             [
                 (
                     HOUR.timestamp() + i * 60,
@@ -32,7 +32,7 @@ def archive_store(tmp_path, monkeypatch):
             ]
         )
         writer = ParquetArchiveWriter(store, writer_id=writer_id)
-        writer.encode(rows, [], None, payloads)
+        writer.encode(columns, [], None)
         writer.upload_pending()
     return store
 
