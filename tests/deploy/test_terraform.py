@@ -76,7 +76,7 @@ def every_tf() -> list[Path]:
 
 def test_every_tf_file_parses():
     files = every_tf()
-    assert len(files) >= 4 * len(REQUIRED_MODULES) + 2 * 4
+    assert len(files) >= 4 * (len(REQUIRED_MODULES) + 1) + 2 * 4
     for path in files:
         load(path)  # raises with the file's parse error
 
@@ -169,17 +169,29 @@ def test_per_role_log_groups_and_iam_roles_cover_the_table():
         assert set(re.findall(r'"(\w+)"', listed)) == set(ROLES), module
 
 
-def test_environments_compose_the_same_modules():
-    dev = blocks(load(ENVIRONMENTS[0] / "main.tf"), "module")
-    prod = blocks(load(ENVIRONMENTS[1] / "main.tf"), "module")
-    assert set(dev) == set(prod)
-    assert REQUIRED_MODULES <= {value(b["source"]).rsplit("/", 1)[-1] for b in prod.values()}
-    dev_vars = blocks(load(ENVIRONMENTS[0] / "variables.tf"), "variable")
-    prod_vars = blocks(load(ENVIRONMENTS[1] / "variables.tf"), "variable")
-    assert set(dev_vars) == set(prod_vars)
+def test_environments_call_the_platform_module_once_with_their_own_sizes():
+    platform = blocks(load(TERRAFORM / "modules" / "platform" / "main.tf"), "module")
+    assert REQUIRED_MODULES <= {value(b["source"]).rsplit("/", 1)[-1] for b in platform.values()}
+    calls = []
+    for environment in ENVIRONMENTS:
+        modules = blocks(load(environment / "main.tf"), "module")
+        assert list(modules) == ["platform"], f"{environment.name} composes nothing itself"
+        assert value(modules["platform"]["source"]) == "../../modules/platform"
+        calls.append(modules["platform"])
+    dev, prod = calls
+    variables = blocks(load(TERRAFORM / "modules" / "platform" / "variables.tf"), "variable")
+
+    def size(call: dict, name: str):
+        return value(call[name]) if name in call else value(variables[name]["default"])
+
     # Different sizes: the prod database, cache and broker floor are bigger than dev's.
     for name in ("db_instance_class", "cache_node_type", "broker_min_count"):
-        assert value(dev_vars[name]["default"]) != value(prod_vars[name]["default"]), name
+        assert size(dev, name) != size(prod, name), name
+    assert size(prod, "deletion_protection") is True and size(dev, "deletion_protection") is False
+    # Every argument is an input of the module.
+    for call in calls:
+        unknown = {k for k in call if not k.startswith("__")} - {"source"} - set(variables)
+        assert not unknown, unknown
 
 
 def test_prod_example_values_set_every_required_variable():

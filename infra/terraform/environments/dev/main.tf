@@ -1,6 +1,7 @@
-# One environment of the platform, composed from the modules. Every process is the one image
-# running one role of the table of processes (common/processes.py); task definitions pass only
-# the role. Sizes come from variables.tf (this environment's defaults) and terraform.tfvars.
+# The platform in a development account: the module's small default sizes, one NAT gateway,
+# no deletion protection.
+# Sizes are set here; what differs per deploy (image, host names, certificates) comes from
+# terraform.tfvars. The composition itself is modules/platform, shared with the other environment.
 
 provider "aws" {
   region = var.region
@@ -8,267 +9,29 @@ provider "aws" {
   default_tags {
     tags = merge(var.tags, {
       Project     = "mqtt-platform"
-      Environment = var.environment
+      Environment = "dev"
       ManagedBy   = "terraform"
     })
   }
 }
 
-data "aws_caller_identity" "current" {}
+module "platform" {
+  source = "../../modules/platform"
 
-locals {
-  name = "mqtt-${var.environment}"
+  environment            = "dev"
+  region                 = var.region
+  image                  = var.image
+  portal_host            = var.portal_host
+  portal_certificate_arn = var.portal_certificate_arn
+  mqtt_host              = var.mqtt_host
+  mqtt_certificate_arn   = var.mqtt_certificate_arn
+  alarm_emails           = var.alarm_emails
 
-  # The plain environment every process gets; secrets come from Secrets Manager below.
-  environment = {
-    DJANGO_DEBUG         = "0"
-    DATABASE_URL         = module.database.database_url
-    OBJECT_STORE_URL     = module.storage.object_store_url
-    ALLOWED_HOSTS        = var.portal_host
-    CSRF_TRUSTED_ORIGINS = "https://${var.portal_host}"
-    MQTT_PUBLIC_HOST     = var.mqtt_host
-    MQTT_PUBLIC_PORT     = "8883"
-    MQTT_PUBLIC_WS_URL   = "wss://${var.mqtt_host}/mqtt"
-    MQTT_INTERNAL_HOST   = "broker" # Service Connect (broker module)
-    MQTT_INTERNAL_PORT   = "1883"
-    LOG_LEVEL            = "INFO"
-    AWS_DEFAULT_REGION   = var.region
-  }
-
-  secrets = {
-    SECRET_KEY       = module.secrets.django_secret_key_arn
-    MQTT_SERVICE_KEY = module.secrets.service_key_arn
-    REDIS_URL        = module.secrets.redis_url_arn
-    PGPASSWORD       = "${module.database.master_secret_arn}:password::"
-  }
-
-  task_security_groups = [
-    module.web.security_group_id,
-    module.broker.security_group_id,
-    module.workers.security_group_id,
-    module.spark.security_group_id,
-  ]
-}
-
-module "observability" {
-  source = "../../modules/observability"
-
-  name                             = local.name
-  region                           = var.region
-  log_retention_days               = var.log_retention_days
-  alarm_emails                     = var.alarm_emails
-  nlb_arn_suffix                   = module.broker.nlb_arn_suffix
-  broker_target_group_arn_suffixes = module.broker.target_group_arn_suffixes
-  broker_connections_threshold     = var.broker_connections_alarm
-  alb_arn_suffix                   = module.web.alb_arn_suffix
-  db_instance_identifier           = module.database.instance_identifier
-}
-
-module "network" {
-  source = "../../modules/network"
-
-  name                 = local.name
-  region               = var.region
-  cidr                 = var.vpc_cidr
-  az_count             = 3
-  single_nat_gateway   = var.single_nat_gateway
-  flow_log_kms_key_arn = module.observability.kms_key_arn
-}
-
-module "storage" {
-  source = "../../modules/storage"
-
-  name                                 = local.name
-  archive_infrequent_access_after_days = var.archive_infrequent_access_after_days
-  archive_glacier_after_days           = var.archive_glacier_after_days
-}
-
-module "database" {
-  source = "../../modules/database"
-
-  name                       = local.name
-  vpc_id                     = module.network.vpc_id
-  subnet_ids                 = module.network.data_subnet_ids
-  allowed_security_group_ids = local.task_security_groups
-  instance_class             = var.db_instance_class
-  allocated_storage_gb       = var.db_allocated_storage_gb
-  multi_az                   = var.db_multi_az
-  backup_retention_days      = var.db_backup_retention_days
-  deletion_protection        = var.deletion_protection
-}
-
-module "secrets" {
-  source = "../../modules/secrets"
-
-  name                    = local.name
-  redis_endpoint          = module.cache.primary_endpoint
-  recovery_window_in_days = var.secret_recovery_window_days
-}
-
-module "cache" {
-  source = "../../modules/cache"
-
-  name                       = local.name
-  vpc_id                     = module.network.vpc_id
-  subnet_ids                 = module.network.data_subnet_ids
-  allowed_security_group_ids = local.task_security_groups
-  node_type                  = var.cache_node_type
-  num_cache_clusters         = var.cache_nodes
-  auth_token                 = module.secrets.redis_auth_token
-  slow_log_group_name        = module.observability.service_log_group_names["redis-slow-log"]
-}
-
-module "iam" {
-  source = "../../modules/iam"
-
-  name             = local.name
-  account_id       = data.aws_caller_identity.current.account_id
-  data_bucket_arn  = module.storage.data_bucket_arn
-  data_kms_key_arn = module.storage.kms_key_arn
-  secret_arns      = concat(module.secrets.secret_arns, [module.database.master_secret_arn])
-  secret_kms_key_arns = [
-    module.secrets.kms_key_arn,
-    module.database.kms_key_arn,
-  ]
-  emr_application_arn = module.spark.application_arn
-  emr_job_role_arn    = module.spark.job_role_arn
-}
-
-module "cluster" {
-  source = "../../modules/cluster"
-
-  name                = local.name
-  kms_key_arn         = module.observability.kms_key_arn
-  exec_log_group_name = module.observability.service_log_group_names["ecs-exec"]
-}
-
-module "web" {
-  source = "../../modules/web"
-
-  name                = local.name
-  region              = var.region
-  vpc_id              = module.network.vpc_id
-  public_subnet_ids   = module.network.public_subnet_ids
-  private_subnet_ids  = module.network.private_subnet_ids
-  certificate_arn     = var.portal_certificate_arn
-  access_logs_bucket  = module.storage.logs_bucket
-  waf_log_group_arn   = module.observability.waf_log_group_arn
-  deletion_protection = var.deletion_protection
-  cluster_arn         = module.cluster.arn
-  cluster_name        = module.cluster.name
-  image               = var.image
-  cpu                 = var.web_cpu
-  service_connect_namespace_arn = module.cluster.service_connect_namespace_arn
-  memory              = var.web_memory
-  min_count           = var.web_min_count
-  max_count           = var.web_max_count
-  execution_role_arn  = module.iam.execution_role_arn
-  task_role_arn       = module.iam.task_role_arns["web"]
-  environment         = local.environment
-  secrets             = local.secrets
-  log_group_name      = module.observability.log_group_names["web"]
-}
-
-module "broker" {
-  source = "../../modules/broker"
-
-  name                               = local.name
-  region                             = var.region
-  vpc_id                             = module.network.vpc_id
-  public_subnet_ids                  = module.network.public_subnet_ids
-  private_subnet_ids                 = module.network.private_subnet_ids
-  internal_client_security_group_ids = [module.web.security_group_id]
-  certificate_arn                    = var.mqtt_certificate_arn
-  access_logs_bucket                 = module.storage.logs_bucket
-  deletion_protection                = var.deletion_protection
-  cluster_arn                        = module.cluster.arn
-  cluster_name                       = module.cluster.name
-  service_connect_namespace_arn      = module.cluster.service_connect_namespace_arn
-  image                              = var.image
-  cpu                                = var.broker_cpu
-  memory                             = var.broker_memory
-  min_count                          = var.broker_min_count
-  max_count                          = var.broker_max_count
-  connections_per_task_target        = var.broker_connections_per_task
-  execution_role_arn                 = module.iam.execution_role_arn
-  task_role_arn                      = module.iam.task_role_arns["broker"]
-  environment                        = local.environment
-  secrets                            = local.secrets
-  log_group_name                     = module.observability.log_group_names["broker"]
-}
-
-module "workers" {
-  source = "../../modules/workers"
-
-  name               = local.name
-  region             = var.region
-  vpc_id             = module.network.vpc_id
-  private_subnet_ids = module.network.private_subnet_ids
-  cluster_arn        = module.cluster.arn
-  cluster_name       = module.cluster.name
-  image              = var.image
-  worker_cpu         = var.worker_cpu
-  worker_memory      = var.worker_memory
-  worker_min_count   = var.worker_min_count
-  worker_max_count   = var.worker_max_count
-  rules_cpu          = var.rules_cpu
-  rules_memory       = var.rules_memory
-  execution_role_arn = module.iam.execution_role_arn
-  task_role_arns     = module.iam.task_role_arns
-  environment        = local.environment
-  secrets            = local.secrets
-  log_group_names    = module.observability.log_group_names
-}
-
-module "spark" {
-  source = "../../modules/spark"
-
-  name                        = local.name
-  vpc_id                      = module.network.vpc_id
-  private_subnet_ids          = module.network.private_subnet_ids
-  max_vcpu                    = var.spark_max_vcpu
-  max_memory                  = var.spark_max_memory
-  data_bucket_arn             = module.storage.data_bucket_arn
-  data_kms_key_arn            = module.storage.kms_key_arn
-  database_secret_arn         = module.database.master_secret_arn
-  database_secret_kms_key_arn = module.database.kms_key_arn
-  log_group_name              = module.observability.service_log_group_names["emr-serverless"]
-  log_group_arn               = module.observability.service_log_group_arns["emr-serverless"]
-  scheduler_kms_key_arn       = module.observability.kms_key_arn
-}
-
-# One-off tasks run by the operator (infra/README.md): migrations before each upgrade, and the
-# billing job by hand.
-module "migrate_task" {
-  source = "../../modules/task"
-
-  name               = local.name
-  role               = "migrate"
-  image              = var.image
-  cpu                = 512
-  memory             = 1024
-  execution_role_arn = module.iam.execution_role_arn
-  task_role_arn      = module.iam.task_role_arns["migrate"]
-  environment        = local.environment
-  secrets            = local.secrets
-  health_check       = false
-  log_group_name     = module.observability.log_group_names["migrate"]
-  region             = var.region
-}
-
-module "billing_task" {
-  source = "../../modules/task"
-
-  name               = local.name
-  role               = "billing"
-  image              = var.image
-  cpu                = var.rules_cpu
-  memory             = var.rules_memory
-  execution_role_arn = module.iam.execution_role_arn
-  task_role_arn      = module.iam.task_role_arns["billing"]
-  environment        = merge(local.environment, { SPARK_MASTER = "local[*]" })
-  secrets            = local.secrets
-  health_check       = false
-  log_group_name     = module.observability.log_group_names["billing"]
-  region             = var.region
+  vpc_cidr            = "10.50.0.0/16"
+  single_nat_gateway  = true
+  deletion_protection = false
+  db_instance_class   = "db.t4g.medium"
+  cache_node_type     = "cache.t4g.small"
+  broker_min_count    = 1
+  broker_max_count    = 2
 }
