@@ -91,7 +91,7 @@ async def run(args: argparse.Namespace) -> None:
 
         dsn = args.database_url
         if not dsn:
-            from control_plane import embedded
+            from common import embedded
 
             dsn = embedded.postgres_url()
         link = ControlPlaneLink(dsn)

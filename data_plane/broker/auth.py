@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common.client_id_pattern import matches as client_id_matches
-from data_plane.mqtt.packets import Connect
+from common.mqtt.packets import Connect
+from common.mqtt.reason_codes import ReasonCode
 
 
 class Authorizer(Protocol):
@@ -61,9 +62,13 @@ class StaticAuthenticator:
     async def authenticate(self, connect: Connect, peer: str) -> AuthResult:
         result, entry = self._identify(connect)
         if entry is None or connect.password is None:
-            return AuthResult(0x86, reason="bad user name or password")
+            return AuthResult(
+                ReasonCode.BAD_USER_NAME_OR_PASSWORD, reason="bad user name or password"
+            )
         if not hmac.compare_digest(connect.password, str(entry["password"]).encode()):
-            return AuthResult(0x86, reason="bad user name or password")
+            return AuthResult(
+                ReasonCode.BAD_USER_NAME_OR_PASSWORD, reason="bad user name or password"
+            )
         return result
 
     async def scram_lookup(self, connect: Connect, peer: str) -> tuple[AuthResult, tuple | None]:
@@ -72,7 +77,9 @@ class StaticAuthenticator:
 
         result, entry = self._identify(connect)
         if entry is None:
-            return AuthResult(0x86, reason="bad user name or password"), None
+            return AuthResult(
+                ReasonCode.BAD_USER_NAME_OR_PASSWORD, reason="bad user name or password"
+            ), None
         if result.reason_code:
             return result, None
         key, secret = (result.tenant, result.device), str(entry["password"])
@@ -86,17 +93,24 @@ class StaticAuthenticator:
         tenant, _, device = (connect.username or "").partition("/")
         entry = self.tenants.get(tenant, {}).get("devices", {}).get(device)
         if not tenant or not device or entry is None:
-            return AuthResult(0x86, reason="bad user name or password"), None
+            return AuthResult(
+                ReasonCode.BAD_USER_NAME_OR_PASSWORD, reason="bad user name or password"
+            ), None
         if entry.get("disabled"):
-            return AuthResult(0x87, reason="device disabled"), entry
+            return AuthResult(ReasonCode.NOT_AUTHORIZED, reason="device disabled"), entry
         policy = entry.get("client_ids", "exact")
         client_id = connect.client_id
         if policy == "exact":
             if client_id not in ("", device):
-                return AuthResult(0x85, reason="client id must be the device name"), entry
+                return AuthResult(
+                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                    reason="client id must be the device name",
+                ), entry
             client_id = device
         elif policy != "any" and not client_id_matches(policy, client_id):
-            return AuthResult(0x85, reason="client id not allowed"), entry
+            return AuthResult(
+                ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, reason="client id not allowed"
+            ), entry
         config = self.tenants[tenant]
         quota = dict(config.get("quota", {}))
         return AuthResult(

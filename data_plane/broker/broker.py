@@ -17,6 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from common.mqtt.packets import MQTT_5_0, Subscription
+from common.mqtt.reason_codes import ReasonCode
+from common.mqtt.topics import parse_shared
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.hooks import Hooks
@@ -25,9 +28,6 @@ from data_plane.broker.retained import RetainedStore
 from data_plane.broker.router import Router, Subscriber
 from data_plane.broker.session import Delivery, Session, SubscriptionState
 from data_plane.config import BrokerConfig
-from data_plane.mqtt.packets import MQTT_5_0, Subscription
-from data_plane.mqtt.reason_codes import ReasonCode
-from data_plane.mqtt.topics import parse_shared
 
 if TYPE_CHECKING:
     from data_plane.broker.connection import MQTTConnection

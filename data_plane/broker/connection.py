@@ -15,14 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from common.archive_schema import message_units
-from data_plane.broker.auth import AuthResult
-from data_plane.broker.broker import NEVER_EXPIRES, Broker, too_deep
-from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Succeed
-from data_plane.broker.message import Message
-from data_plane.broker.session import Session
-from data_plane.mqtt.codec import Reader, encode, encode_ack
-from data_plane.mqtt.errors import MQTTError, UnsupportedProtocolVersion
-from data_plane.mqtt.packets import (
+from common.mqtt.codec import Reader, encode, encode_ack
+from common.mqtt.errors import MQTTError, UnsupportedProtocolVersion
+from common.mqtt.packets import (
     MQTT_3_1_1,
     MQTT_5_0,
     Auth,
@@ -41,8 +36,13 @@ from data_plane.mqtt.packets import (
     UnsubAck,
     Unsubscribe,
 )
-from data_plane.mqtt.reason_codes import ReasonCode as RC
-from data_plane.mqtt.topics import validate_topic_name
+from common.mqtt.reason_codes import ReasonCode as RC
+from common.mqtt.topics import validate_topic_name
+from data_plane.broker.auth import AuthResult
+from data_plane.broker.broker import NEVER_EXPIRES, Broker, too_deep
+from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Succeed
+from data_plane.broker.message import Message
+from data_plane.broker.session import Session
 
 MAX_DELAY = 4_294_967  # seconds, as EMQX
 
@@ -682,7 +682,7 @@ class MQTTConnection(asyncio.Protocol):
                 self.broker.settled(self.session, delivery)
                 self.broker.hooks.run("message.acked", self.session, delivery)
         elif kind is PacketType.PUBREC:
-            failed = packet.reason_code >= 0x80
+            failed = packet.reason_code >= RC.UNSPECIFIED_ERROR
             delivery = self.session.pubrec(packet.packet_id, failed)
             if delivery is not None:
                 if failed:

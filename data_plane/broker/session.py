@@ -13,10 +13,10 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from common.mqtt.codec import encode_ack, encode_publish
+from common.mqtt.packets import MQTT_5_0, PacketType
+from common.mqtt.properties import encode_properties
 from data_plane.broker.message import Message
-from data_plane.mqtt.codec import encode_ack, encode_publish
-from data_plane.mqtt.packets import MQTT_5_0, PacketType
-from data_plane.mqtt.properties import encode_properties
 
 if TYPE_CHECKING:
     from data_plane.broker.connection import MQTTConnection

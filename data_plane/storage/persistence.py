@@ -21,6 +21,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from common.mqtt.packets import Subscription
 from data_plane.broker.broker import NEVER_EXPIRES, Broker
 from data_plane.broker.message import Message
 from data_plane.broker.session import (
@@ -32,7 +33,6 @@ from data_plane.broker.session import (
     Session,
     SubscriptionState,
 )
-from data_plane.mqtt.packets import Subscription
 from data_plane.storage.session_store import RECEIVED, SENT, QueuedMessage, SessionStore
 
 log = logging.getLogger(__name__)
