@@ -19,11 +19,11 @@ import uvloop
 
 from common.mqtt.codec import encode
 from common.mqtt.packets import MQTT_3_1_1, Connect, Publish, Subscribe, Subscription
-from data_plane.broker.auth import StaticAuthenticator
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 from data_plane.config import BrokerConfig
 from data_plane.tenancy.acl import AclEntry, AclPolicy
+from data_plane.tenancy.static import StaticAuthenticator
 
 PAIRS, ROUNDS, BATCH = 50, 200, 20
 USE_ACL = sys.argv[1] == "acl"

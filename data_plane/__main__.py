@@ -82,7 +82,7 @@ async def run(args: argparse.Namespace) -> None:
         config.tls_port = 8883
     link = None
     if args.auth_file:
-        from data_plane.broker.auth import StaticAuthenticator
+        from data_plane.tenancy.static import StaticAuthenticator
 
         authenticator = StaticAuthenticator.from_file(args.auth_file)
     else:
