@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 def with_reason(
     build: Callable[[dict | None], bytes],
     reason: str,
-    *,
     version: int,
     problem_information: bool,
     max_size: int,

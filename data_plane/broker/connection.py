@@ -51,14 +51,7 @@ from typing import Any
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.errors import MQTTError, UnsupportedProtocolVersion
-from common.mqtt.packets import (
-    MQTT_3_1_1,
-    MQTT_5_0,
-    Connack,
-    Connect,
-    Disconnect,
-    PacketType,
-)
+from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Connack, Connect, Disconnect, PacketType
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker.acks import Acks, with_reason
 from data_plane.broker.admission import PublishAdmission
@@ -91,8 +84,7 @@ class MQTTConnection(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | Any = None
         self.reader = Reader(server_side=True, max_packet_size=broker.config.max_packet_size)
         self.loop = asyncio.get_event_loop()
-        self.state = State.CONNECTING
-        self.closing = False  # state is CLOSING (see _enter)
+        self._enter(State.CONNECTING)
         self.peer = ""
         # Who, as CONNECT and the authenticator said.
         self.protocol_version = MQTT_3_1_1
@@ -102,8 +94,7 @@ class MQTTConnection(asyncio.Protocol):
         self.session: Session | None = None
         self.disconnect_reason = ""  # set by whoever ends the connection first
         # What the client negotiated (5.0 CONNECT properties).
-        self.client_receive_maximum = 65535
-        self.client_maximum_packet_size = 268_435_460
+        self.client_receive_maximum, self.client_maximum_packet_size = 65535, 268_435_460
         self.problem_information = True  # 5.0 Request Problem Information
         self.keep_alive = 0.0
         # Collaborators.
@@ -148,8 +139,7 @@ class MQTTConnection(asyncio.Protocol):
         self._counted = False  # counted in the tenant's connections: released exactly once
 
     def _enter(self, state: State) -> None:
-        self.state = state
-        # Sessions and collaborators ask `closing` on every delivery: a plain attribute.
+        self.state = state  # and `closing`, which sessions ask per delivery, a plain attribute
         self.closing = state is State.CLOSING
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -279,14 +269,8 @@ class MQTTConnection(asyncio.Protocol):
         self, build: Callable[[dict | None], bytes], reason: str, *, always: bool = False
     ) -> bytes:
         """`build(properties)`, with a Reason String where this client may receive one."""
-        return with_reason(
-            build,
-            reason,
-            version=self.protocol_version,
-            problem_information=self.problem_information,
-            max_size=self.client_maximum_packet_size,
-            always=always,
-        )
+        version, max_size = self.protocol_version, self.client_maximum_packet_size
+        return with_reason(build, reason, version, self.problem_information, max_size, always)
 
     def taken_over(self) -> None:
         """Another connection claimed this client id: 0x8E, and the will as on any loss (its
@@ -299,9 +283,7 @@ class MQTTConnection(asyncio.Protocol):
             self.broker.schedule_will(session, self._will, self._will_delay)
             self._will = None
 
-    # -- the tenant's rates ---------------------------------------------------------------
-
-    def _set_rates(self) -> None:
+    def _set_rates(self) -> None:  # the tenant's shared buckets (see policy.tenant_rates)
         rates = tenant_rates(self.broker, self.tenant, self.auth.quota)
         self.admission.inbound_rates = rates if rates is not None and rates.limits_inbound else None
         self.outbound_bucket = rates.outbound_bytes if rates is not None else None
