@@ -16,6 +16,7 @@ run: install
 
 test: install
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest
 
 install: system-deps $(STAMP) $(SCAN_STAMP)
@@ -37,6 +38,7 @@ $(SCAN_STAMP): pyproject.toml
 
 lint: install
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m ruff format --check .
 
 bench: install

@@ -79,7 +79,8 @@ def _pinned(cmd: list[str]) -> list[str]:
     return (["taskset", "-c", "0"] + cmd) if shutil.which("taskset") and os.cpu_count() > 1 else cmd
 
 
-def start(name: str, *, max_queued: int = 5000) -> RunningBroker:
+def start(name: str, *, max_queued: int = 5000, repo: Path = REPO) -> RunningBroker:
+    """`repo`: the checkout whose broker `ours` runs (another build, for A/B comparisons)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     port = _free_port()
     if name == "ours":
@@ -120,7 +121,7 @@ def start(name: str, *, max_queued: int = 5000) -> RunningBroker:
         raise ValueError(name)
     process = subprocess.Popen(
         _pinned(cmd),
-        cwd=REPO,
+        cwd=repo,
         stdout=subprocess.DEVNULL,
         stderr=open(workdir / "stderr.log", "w"),
         preexec_fn=_raise_nofile,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from data_plane.mqtt.codec import Reader, encode, encode_publish
-from data_plane.mqtt.packets import Connect, Publish
+from common.mqtt.codec import Reader, encode, encode_publish
+from common.mqtt.packets import Connect, Publish
 
 
 def measure(label: str, func, count: int) -> None:

@@ -41,7 +41,7 @@ def postgres_cpu_seconds() -> float:
 async def main(messages: int, sessions: int, payload: int, burst: int) -> None:
     dsn = os.environ.get("DATABASE_URL")
     if not dsn:
-        from control_plane import embedded
+        from common import embedded
 
         dsn = embedded.postgres_url()
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -10,21 +10,14 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from common.mqtt.properties import encode_varint
+
 _ids = itertools.count(1)
 
 
 def _string(text: str) -> bytes:
     raw = text.encode()
     return len(raw).to_bytes(2, "big") + raw
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def connect_packet(
@@ -36,12 +29,12 @@ def connect_packet(
         body += _string(username)
     if password:
         body += _string(password)
-    return b"\x10" + _varint(len(body)) + body
+    return b"\x10" + encode_varint(len(body)) + body
 
 
 def subscribe_packet(topic: str, qos: int, packet_id: int = 1) -> bytes:
     body = packet_id.to_bytes(2, "big") + _string(topic) + bytes((qos,))
-    return b"\x82" + _varint(len(body)) + body
+    return b"\x82" + encode_varint(len(body)) + body
 
 
 class PublishTemplate:
@@ -51,7 +44,7 @@ class PublishTemplate:
         self.qos = qos
         self.topic = _string(topic)
         self.filler = b"x" * max(0, size - 8)
-        self.header = bytes((0x30 | (qos << 1),)) + _varint(
+        self.header = bytes((0x30 | (qos << 1),)) + encode_varint(
             len(self.topic) + (2 if qos else 0) + 8 + len(self.filler)
         )
 

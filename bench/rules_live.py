@@ -107,7 +107,7 @@ def add_rules(start: int, end: int, url: str) -> None:
 
 
 def _free_port() -> int:
-    from control_plane.embedded import free_port
+    from common.embedded import free_port
 
     return free_port()
 

@@ -51,7 +51,8 @@ def _django() -> str:
 def _seed(devices: int) -> dict[str, str]:
     """Scratch tenants: `bench-auth` with N devices (secrets returned), `bench` with device `d`
     (the generator's fixed password), 10 ACL rules and quotas."""
-    from tenants import secrets, services
+    from common import secrets
+    from tenants import services
     from tenants.models import Credential, Tenant
 
     Tenant.objects.filter(slug__in=[TENANT, PAIRS_TENANT]).delete()

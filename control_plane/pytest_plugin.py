@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from control_plane import embedded
+from common import embedded
 
 _OWNED = not os.environ.get("DATABASE_URL") and "EMBEDDED_PG_DIR" not in os.environ
 

@@ -1,7 +1,7 @@
 """Django settings. Every deployment knob is an environment variable with an embedded default.
 
 `DATABASE_URL` / `REDIS_URL` unset: a private Postgres / Redis under `.data/` is started on demand
-(see `control_plane.embedded`). Production sets them (plus `SECRET_KEY`, `DJANGO_DEBUG=0`,
+(see `common.embedded`). Production sets them (plus `SECRET_KEY`, `DJANGO_DEBUG=0`,
 `ALLOWED_HOSTS`).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import dj_database_url
 from celery.schedules import crontab
 
-from control_plane import embedded
+from common import embedded, notifications
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -185,8 +185,8 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# The single Postgres channel every broker-relevant change is announced on (see tenants/notify.py).
-CONFIG_NOTIFY_CHANNEL = "mqtt_config"
+# The single Postgres channel every broker-relevant change is announced on (common/notifications.py).
+CONFIG_NOTIFY_CHANNEL = notifications.CHANNEL
 
 LOGGING = {
     "version": 1,

@@ -82,7 +82,7 @@ async def run(args: argparse.Namespace) -> None:
         config.tls_port = 8883
     link = None
     if args.auth_file:
-        from data_plane.broker.auth import StaticAuthenticator
+        from data_plane.tenancy.static import StaticAuthenticator
 
         authenticator = StaticAuthenticator.from_file(args.auth_file)
     else:
@@ -91,7 +91,7 @@ async def run(args: argparse.Namespace) -> None:
 
         dsn = args.database_url
         if not dsn:
-            from control_plane import embedded
+            from common import embedded
 
             dsn = embedded.postgres_url()
         link = ControlPlaneLink(dsn)

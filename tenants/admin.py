@@ -39,9 +39,15 @@ class TenantAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         if change and {"status", "quota_overrides", "acl_default"} & set(form.changed_data):
+            from common.notifications import ChangeKind
             from tenants.notify import announce
 
-            announce(obj.slug, "tenant.status" if "status" in form.changed_data else "tenant.quota")
+            announce(
+                obj.slug,
+                ChangeKind.TENANT_STATUS
+                if "status" in form.changed_data
+                else ChangeKind.TENANT_QUOTA,
+            )
 
     @admin.action(description="Suspend selected tenants")
     def suspend(self, request, queryset):
@@ -81,11 +87,12 @@ class DeviceAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         if change:
+            from common.notifications import ChangeKind
             from tenants.notify import announce
 
-            kind = "device.updated"
+            kind = ChangeKind.DEVICE_UPDATED
             if "enabled" in form.changed_data:
-                kind = "device.enabled" if obj.enabled else "device.disabled"
+                kind = ChangeKind.DEVICE_ENABLED if obj.enabled else ChangeKind.DEVICE_DISABLED
             announce(obj.tenant.slug, kind, device=obj.name, ids=[obj.id])
 
     def delete_model(self, request, obj):

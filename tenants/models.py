@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from tenants.quota_keys import QUOTA_KEYS
+from common.quota_keys import QUOTA_KEYS
 
 # Slugs go into MQTT usernames and topic namespaces: keep them boring.
 SLUG_VALIDATOR = RegexValidator(
@@ -174,7 +174,7 @@ class Device(models.Model):
 class Credential(models.Model):
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="credentials")
     secret_hash = models.CharField(max_length=128)
-    # SCRAM-SHA-256 verifier of the same secret (tenants.secrets.scram_verifier): MQTT 5.0
+    # SCRAM-SHA-256 verifier of the same secret (common.secrets.scram_verifier): MQTT 5.0
     # enhanced authentication; empty for credentials issued before it existed.
     scram_verifier = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)

@@ -1,28 +1,24 @@
 """Change notifications for the broker.
 
 Every write that changes what the broker enforces calls `announce()`. It issues `pg_notify` on the
-single channel `settings.CONFIG_NOTIFY_CHANNEL` ("mqtt_config") inside the caller's transaction,
-so Postgres delivers it only when that transaction commits, and never if it rolls back.
-
-Payload (JSON, well under Postgres' 8000-byte limit):
-
-    {"tenant": "acme", "kind": "device.disabled", "device": "sensor-1", "ids": [42]}
-
-kinds: tenant.status, tenant.quota, device.created, device.updated, device.enabled,
-device.disabled, device.deleted, credential.created, credential.rotated, credential.revoked,
-credential.expired, acl.changed. `device` and `ids` are present where they apply.
+single channel `common.notifications.CHANNEL` ("mqtt_config") inside the caller's transaction,
+so Postgres delivers it only when that transaction commits, and never if it rolls back. The
+payload and the kinds are the contract in `common/notifications.py`, which the broker reads too.
 """
 
 from __future__ import annotations
 
 import json
 
-from django.conf import settings
 from django.db import connection, transaction
+
+from common.notifications import CHANNEL, KINDS
 
 
 def announce(tenant: str, kind: str, *, device: str | None = None, ids: list[int] | None = None):
-    payload: dict[str, object] = {"tenant": tenant, "kind": kind}
+    if kind not in KINDS:  # a kind the broker does not know would be silently ignored there
+        raise ValueError(f"not a change kind of common.notifications: {kind!r}")
+    payload: dict[str, object] = {"tenant": tenant, "kind": str(kind)}
     if device is not None:
         payload["device"] = device
     if ids:
@@ -30,5 +26,5 @@ def announce(tenant: str, kind: str, *, device: str | None = None, ids: list[int
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_notify(%s, %s)",
-            [settings.CONFIG_NOTIFY_CHANNEL, json.dumps(payload, separators=(",", ":"))],
+            [CHANNEL, json.dumps(payload, separators=(",", ":"))],
         )

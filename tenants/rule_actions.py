@@ -20,8 +20,8 @@ import secrets
 from typing import Any
 from urllib.parse import urlsplit
 
-from data_plane.mqtt.errors import MQTTError
-from data_plane.mqtt.topics import validate_topic_name
+from common.mqtt.errors import MQTTError
+from common.mqtt.topics import validate_topic_name
 
 # 32 bytes = 256 random bits; the jobs sign each webhook body with it (X-Signature-256).
 WEBHOOK_SECRET_BYTES = 32

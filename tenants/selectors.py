@@ -7,7 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, QuerySet
 from django.http import Http404
 
-from tenants import secrets
+from common import secrets
 from tenants.models import (
     QUOTA_KEYS,
     AclRule,

@@ -13,12 +13,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from common import secrets
 from common.client_id_pattern import PatternError
 from common.client_id_pattern import validate as validate_client_id_pattern
+from common.mqtt.errors import MQTTError
+from common.mqtt.topics import validate_topic_filter
+from common.notifications import ChangeKind
 from common.rules import RuleRuntimeError, RuleSyntaxError, dry_run
-from data_plane.mqtt.errors import MQTTError
-from data_plane.mqtt.topics import validate_topic_filter
-from tenants import secrets
 from tenants.models import (
     QUOTA_KEYS,
     RESERVED_SLUGS,
@@ -87,7 +88,7 @@ def tenant_set_status(tenant: Tenant, status: str) -> Tenant:
         raise ValidationError({"status": [f"Status must be one of {Tenant.Status.values}."]})
     tenant.status = status
     tenant.save(update_fields=["status"])
-    announce(tenant.slug, "tenant.status")
+    announce(tenant.slug, ChangeKind.TENANT_STATUS)
     return tenant
 
 
@@ -104,7 +105,7 @@ def tenant_update_settings(tenant: Tenant, **settings: object) -> Tenant:
         setattr(tenant, key, value)
     tenant.full_clean(exclude=["plan"])
     tenant.save(update_fields=list(settings))
-    announce(tenant.slug, "tenant.settings")
+    announce(tenant.slug, ChangeKind.TENANT_SETTINGS)
     return tenant
 
 
@@ -126,7 +127,7 @@ def tenant_set_quota(tenant: Tenant, overrides: dict[str, object]) -> Tenant:
         merged[key] = number
     tenant.quota_overrides = merged
     tenant.save(update_fields=["quota_overrides"])
-    announce(tenant.slug, "tenant.quota")
+    announce(tenant.slug, ChangeKind.TENANT_QUOTA)
     return tenant
 
 
@@ -253,8 +254,8 @@ def device_create(
         secret_hash=secrets.hash_secret(secret),
         scram_verifier=secrets.scram_verifier(secret),
     )
-    announce(tenant.slug, "device.created", device=device.name, ids=[device.id])
-    announce(tenant.slug, "credential.created", device=device.name, ids=[credential.id])
+    announce(tenant.slug, ChangeKind.DEVICE_CREATED, device=device.name, ids=[device.id])
+    announce(tenant.slug, ChangeKind.CREDENTIAL_CREATED, device=device.name, ids=[credential.id])
     return device, secret
 
 
@@ -270,9 +271,9 @@ def device_update(device: Device, **fields: object) -> Device:
     _validate_client_id_policy(device.client_id_policy, device.client_id_pattern)
     device.save()
     if device.enabled != was_enabled:
-        kind = "device.enabled" if device.enabled else "device.disabled"
+        kind = ChangeKind.DEVICE_ENABLED if device.enabled else ChangeKind.DEVICE_DISABLED
     else:
-        kind = "device.updated"
+        kind = ChangeKind.DEVICE_UPDATED
     announce(device.tenant.slug, kind, device=device.name, ids=[device.id])
     return device
 
@@ -281,7 +282,7 @@ def device_update(device: Device, **fields: object) -> Device:
 def device_delete(device: Device) -> None:
     slug, name, device_id = device.tenant.slug, device.name, device.id
     device.delete()
-    announce(slug, "device.deleted", device=name, ids=[device_id])
+    announce(slug, ChangeKind.DEVICE_DELETED, device=name, ids=[device_id])
 
 
 @transaction.atomic
@@ -304,7 +305,10 @@ def credential_rotate(
         expires_at=expires_at,
     )
     announce(
-        device.tenant.slug, "credential.rotated", device=device.name, ids=[credential.id, *revoked]
+        device.tenant.slug,
+        ChangeKind.CREDENTIAL_ROTATED,
+        device=device.name,
+        ids=[credential.id, *revoked],
     )
     return credential, secret
 
@@ -315,7 +319,12 @@ def credential_revoke(credential: Credential) -> Credential:
         credential.revoked_at = timezone.now()
         credential.save(update_fields=["revoked_at"])
         device = credential.device
-        announce(device.tenant.slug, "credential.revoked", device=device.name, ids=[credential.id])
+        announce(
+            device.tenant.slug,
+            ChangeKind.CREDENTIAL_REVOKED,
+            device=device.name,
+            ids=[credential.id],
+        )
     return credential
 
 
@@ -336,7 +345,7 @@ def credentials_expire() -> int:
                 device = credential.device
                 announce(
                     device.tenant.slug,
-                    "credential.expired",
+                    ChangeKind.CREDENTIAL_EXPIRED,
                     device=device.name,
                     ids=[credential.id],
                 )
@@ -384,7 +393,7 @@ def acl_add(
         topic=topic,
         position=position,
     )
-    announce(tenant.slug, "acl.changed", ids=[rule.id])
+    announce(tenant.slug, ChangeKind.ACL_CHANGED, ids=[rule.id])
     return rule
 
 
@@ -395,7 +404,7 @@ def acl_update(rule: AclRule, **fields: object) -> AclRule:
             setattr(rule, key, fields[key])
     _validate_acl(rule.action, rule.permission, rule.topic)
     rule.save()
-    announce(rule.tenant.slug, "acl.changed", ids=[rule.id])
+    announce(rule.tenant.slug, ChangeKind.ACL_CHANGED, ids=[rule.id])
     return rule
 
 
@@ -403,7 +412,7 @@ def acl_update(rule: AclRule, **fields: object) -> AclRule:
 def acl_delete(rule: AclRule) -> None:
     slug, rule_id = rule.tenant.slug, rule.id
     rule.delete()
-    announce(slug, "acl.changed", ids=[rule_id])
+    announce(slug, ChangeKind.ACL_CHANGED, ids=[rule_id])
 
 
 class RuleSqlInvalid(ValidationError):
@@ -520,5 +529,5 @@ def demo_seed(*, tenant_slug: str = "demo", device_name: str = "demo-device", pa
                 secret_hash=secrets.hash_secret(password),
                 scram_verifier=secrets.scram_verifier(password),
             )
-            announce(tenant.slug, "credential.created", device=device.name)
+            announce(tenant.slug, ChangeKind.CREDENTIAL_CREATED, device=device.name)
     return tenant, device

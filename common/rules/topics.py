@@ -1,43 +1,24 @@
-"""MQTT topic filters as rule sources: validation and matching (no broker import: `common` stands
-alone, and these are the MQTT 5 rules, section 4.7)."""
+"""MQTT topic filters as rule sources: validation and matching are the codec's
+(`common.mqtt.topics`, MQTT 5 section 4.7); the regex pushdown for readers is the dialect's own."""
 
 from __future__ import annotations
 
-MAX_TOPIC_BYTES = 65535
+from common.mqtt.errors import TopicFilterInvalid
+from common.mqtt.topics import topic_matches, validate_topic_filter
 
 
 def topic_filter_problem(topic_filter: str) -> str | None:
     """Why `topic_filter` is not a valid MQTT topic filter, or None when it is."""
-    if not topic_filter:
-        return "topic filter is empty"
-    if "\x00" in topic_filter:
-        return "U+0000 in topic filter"
-    if len(topic_filter.encode()) > MAX_TOPIC_BYTES:
-        return "topic filter longer than 65535 bytes"
-    levels = topic_filter.split("/")
-    last = len(levels) - 1
-    for index, level in enumerate(levels):
-        if "#" in level and (level != "#" or index != last):
-            return "'#' must be the last level and alone in it"
-        if "+" in level and level != "+":
-            return "'+' must occupy a whole level"
+    try:
+        validate_topic_filter(topic_filter)
+    except TopicFilterInvalid as exc:
+        return str(exc)
     return None
 
 
 def topic_match(topic: str, topic_filter: str) -> bool:
-    """Does `topic_filter` match `topic`? `$` topics are not matched by a leading wildcard."""
-    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
-        return False
-    filter_levels = topic_filter.split("/")
-    topic_levels = topic.split("/")
-    for index, level in enumerate(filter_levels):
-        if level == "#":
-            return True
-        if index >= len(topic_levels):
-            return False
-        if level != "+" and level != topic_levels[index]:
-            return False
-    return len(filter_levels) == len(topic_levels)
+    """Does `topic_filter` match `topic`? (The codec's matcher, arguments in the dialect's order.)"""
+    return topic_matches(topic_filter, topic)
 
 
 def topic_filter_regex(topic_filter: str) -> str:

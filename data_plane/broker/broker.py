@@ -8,77 +8,31 @@ touches sockets itself.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from common.mqtt.packets import Subscription
+from common.mqtt.reason_codes import ReasonCode
+from common.mqtt.topics import parse_shared
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.hooks import Hooks
+from data_plane.broker.limits import NEVER_EXPIRES, too_deep
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Client
+from data_plane.broker.rates import TenantRates
 from data_plane.broker.retained import RetainedStore
 from data_plane.broker.router import Router, Subscriber
 from data_plane.broker.session import Delivery, Session, SubscriptionState
+from data_plane.broker.stats import NOTHING, REACHED_ONE, Published, Redirect, TenantStats
+from data_plane.broker.sys_topics import publish_sys
 from data_plane.config import BrokerConfig
-from data_plane.mqtt.packets import MQTT_5_0, Subscription
-from data_plane.mqtt.reason_codes import ReasonCode
-from data_plane.mqtt.topics import parse_shared
-
-if TYPE_CHECKING:
-    from data_plane.broker.connection import MQTTConnection
 
 log = logging.getLogger(__name__)
-NEVER_EXPIRES = 0xFFFFFFFF
-# Topics and filters deeper than this are refused (as EMQX's max_topic_levels): matching walks
-# levels, and nothing real needs more.
-MAX_TOPIC_LEVELS = 128
-
-
-def too_deep(topic: str) -> bool:
-    return topic.count("/") >= MAX_TOPIC_LEVELS
-
-
-@dataclass(frozen=True, slots=True)
-class Redirect:
-    """Where a client should connect instead: 0x9D Server moved when `permanent`, else 0x9C
-    Use another server; 3.1.1 has no such code (CONNACK 3, Server unavailable)."""
-
-    reference: str
-    permanent: bool = False
-
-    @property
-    def reason_code(self) -> int:
-        return ReasonCode.SERVER_MOVED if self.permanent else ReasonCode.USE_ANOTHER_SERVER
-
-
-@dataclass
-class TenantStats:
-    connected: int = 0
-    messages_received: int = 0
-    messages_sent: int = 0
-    bytes_received: int = 0
-    bytes_sent: int = 0
-    dropped: int = 0
-    rate_limited: int = 0
-    denied: int = 0
-    # Of the above, the broker's own traffic ($events, $SYS: publisher ids starting with `$`),
-    # which usage metering leaves out.
-    system_received: int = 0
-    system_bytes_received: int = 0
-    system_sent: int = 0
-    system_bytes_sent: int = 0
-    # Billable message units (5 KiB increments, AWS IoT Core's): each PUBLISH received, each
-    # delivery sent, each retained message stored, each CONNECT and SUBSCRIBE; system traffic
-    # ($events, $SYS) is never billed.
-    message_units: int = 0
-    # quota key -> refusals or pauses (connections, message_size, publish_rate, outbound_rate,
-    # subscriptions, retained)
-    exceeded: dict[str, int] = field(default_factory=dict)
 
 
 class Broker:
@@ -94,7 +48,7 @@ class Broker:
         # tenant -> client ids of its sessions that outlive their connection (quota
         # max_persistent_sessions)
         self.persistent: dict[str, set[str]] = defaultdict(set)
-        self.connections: set[MQTTConnection] = set()
+        self.connections: set[Client] = set()
         self.stats: dict[str, TenantStats] = defaultdict(TenantStats)
         self.started = time.time()
         # Enhanced authentication methods by name (see enhanced_auth); SCRAM-SHA-256 where the
@@ -104,10 +58,9 @@ class Broker:
             self.enhanced_auth[ScramSha256.name] = ScramSha256(authenticator.scram_lookup)
         # Optional callable(connect, auth_result) -> Redirect | None: send this client elsewhere.
         self.redirect: Callable[[Any, Any], Redirect | None] | None = None
-        self.publishing_connection: MQTTConnection | None = None  # set while routing its PUBLISH
+        self.publishing_connection: Client | None = None  # set while routing its PUBLISH
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates
         self.persistence: Any = None  # data_plane.storage.persistence.SessionPersistence
-        self.pending_commits: list[asyncio.Future] = []  # durable copies of the current publish
         self.retained_changed: Any = None  # callable(message): mirrors retained to storage
         self.schedule_delayed: Any = None  # callable(message, seconds) -> future (storage)
 
@@ -115,7 +68,7 @@ class Broker:
 
     def open_session(
         self,
-        conn: MQTTConnection,
+        conn: Client,
         tenant: str,
         client_id: str,
         device: str,
@@ -150,9 +103,7 @@ class Broker:
         session.expiry_interval = expiry_interval
         session.connection = conn
         session.stalled = False
-        session.on_drop = self._dropped
-        session.on_sent = self._sent
-        session.origin = self._origin
+        self.adopt(session)
         session.tenant_id = tenant_id
         if self.persistence is not None:
             self.persistence.attach(session)
@@ -172,10 +123,21 @@ class Broker:
         ids = self.persistent.get(tenant)
         return len(ids) if ids else 0
 
-    def _origin(self) -> MQTTConnection | None:
+    def _origin(self) -> Client | None:
         return self.publishing_connection
 
-    def detach(self, session: Session, conn: MQTTConnection) -> None:
+    def adopt(self, session: Session) -> None:
+        """Wire a session to this broker's accounting (drops, sends, back-pressure): every
+        session, whether opened by a client or restored from storage."""
+        session.on_drop = self._dropped
+        session.on_sent = self._sent
+        session.origin = self._origin
+
+    def expire_later(self, session: Session, delay: float) -> None:
+        """End `session` in `delay` seconds unless a client resumes it first."""
+        session.expiry_handle = asyncio.get_running_loop().call_later(delay, self._expire, session)
+
+    def detach(self, session: Session, conn: Client) -> None:
         """The connection is gone; the session ends now or expires later."""
         if session.connection is not conn:
             return  # taken over: the new connection owns it
@@ -187,8 +149,7 @@ class Broker:
         if session.persist is not None:
             self.persistence.save_later(session, disconnected=True)
         if session.expiry_interval != NEVER_EXPIRES:
-            loop = asyncio.get_running_loop()
-            session.expiry_handle = loop.call_later(session.expiry_interval, self._expire, session)
+            self.expire_later(session, session.expiry_interval)
 
     def _expire(self, session: Session) -> None:
         if session.connection is None and self.sessions.get(session.key) is session:
@@ -214,8 +175,9 @@ class Broker:
 
     # -- publish ------------------------------------------------------------------------
 
-    def publish(self, message: Message) -> int:
-        """Route a message within its tenant; returns how many sessions it reached."""
+    def publish(self, message: Message) -> Published:
+        """Route a message within its tenant; returns what happened: how many sessions it
+        reached and the commits of its durable copies (what a QoS 1/2 acknowledgement awaits)."""
         tenant = message.tenant
         stats = self.stats[tenant]
         stats.messages_received += 1
@@ -229,7 +191,7 @@ class Broker:
         if self.hooks.has("message.publish"):
             message = self.hooks.filter_publish(message)
             if message is None:
-                return 0
+                return NOTHING
         if message.retain:
             if billed and message.payload:  # a retained message stored is metered once more
                 stats.message_units += message.billable_units()
@@ -238,12 +200,12 @@ class Broker:
                 self.retained_changed(message)
         subscribers, groups = self.router.match(tenant, message.topic)
         if not subscribers and not groups:
-            return 0
+            return NOTHING
         if len(subscribers) == 1 and not groups:
             sub = subscribers[0]
             if sub.no_local and sub.session.client_id == message.publisher:
-                return 0
-            sub.session.deliver(
+                return NOTHING
+            commit = sub.session.deliver(
                 Delivery(
                     message,
                     min(message.qos, sub.qos),
@@ -251,29 +213,36 @@ class Broker:
                     (sub.subscription_id,) if sub.subscription_id else (),
                 )
             )
-            return 1
+            return REACHED_ONE if commit is None else Published(1, [commit])
         # Overlapping subscriptions of one session: one copy, the highest QoS, every id.
         targets: dict[int, list[Subscriber]] = {}
         for sub in subscribers:
             if sub.no_local and sub.session.client_id == message.publisher:
                 continue
             targets.setdefault(id(sub.session), []).append(sub)
+        commits = []
         for group in groups:
             member = group.pick()
             if member is not None:
-                self._deliver_shared(message, group, member)
+                commit = self._deliver_shared(message, group, member)
+                if commit is not None:
+                    commits.append(commit)
         for subs in targets.values():
             qos = min(message.qos, max(s.qos for s in subs))
             retain = message.retain and any(s.retain_as_published for s in subs)
             ids = tuple(s.subscription_id for s in subs if s.subscription_id)
-            subs[0].session.deliver(Delivery(message, qos, retain, ids))
-        return len(targets) + len(groups)
+            commit = subs[0].session.deliver(Delivery(message, qos, retain, ids))
+            if commit is not None:
+                commits.append(commit)
+        return Published(len(targets) + len(groups), commits)
 
     @staticmethod
-    def _deliver_shared(message: Message, group: Any, member: Subscriber) -> None:
+    def _deliver_shared(message: Message, group: Any, member: Subscriber) -> Any:
         ids = (member.subscription_id,) if member.subscription_id else ()
         retain = message.retain and member.retain_as_published
-        member.session.deliver(Delivery(message, min(message.qos, member.qos), retain, ids, group))
+        return member.session.deliver(
+            Delivery(message, min(message.qos, member.qos), retain, ids, group)
+        )
 
     def _sent(self, session: Session, delivery: Delivery, size: int) -> None:
         stats = self.stats[session.tenant]
@@ -291,10 +260,6 @@ class Broker:
         """A delivery the client acknowledged (or that was dropped): its durable copy goes."""
         if delivery.seq is not None and self.persistence is not None:
             self.persistence.settled(session, delivery)
-
-    def take_pending_commits(self) -> list[asyncio.Future]:
-        commits, self.pending_commits = self.pending_commits, []
-        return commits
 
     def _dropped(self, session: Session, delivery: Delivery, cause: str) -> None:
         self.settled(session, delivery)
@@ -370,16 +335,16 @@ class Broker:
         session.will_due = time.monotonic() + delay
         session.will_handle = loop.call_later(delay, fire)
 
-    def publish_will(self, session: Session | None, will: Message) -> int:
+    def publish_will(self, session: Session | None, will: Message) -> Published:
         """A will goes out under the checks of any PUBLISH, as they stand now: never on the
         broker's `$` topics, within the device's ACL and the tenant's retained quota."""
         if will.topic[:1] == "$" or too_deep(will.topic):
             self.stats[will.tenant].denied += 1
-            return 0
+            return NOTHING
         acl = session.acl if session is not None else None
         if acl is not None and not acl.can_publish(will.topic):
             self.stats[will.tenant].denied += 1
-            return 0
+            return NOTHING
         quota = session.quota if session is not None else None
         if will.retain and will.payload and quota:
             limit = quota.get("max_retained_messages")
@@ -389,7 +354,7 @@ class Broker:
                 and not self.retained.has(will.tenant, will.topic)
             ):
                 self.quota_exceeded(will.tenant, "retained")
-                return 0
+                return NOTHING
         return self.publish(will)
 
     # -- control-plane actions (data_plane.tenancy.control.LiveConnections) -------------
@@ -429,8 +394,6 @@ class Broker:
 
     def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
         """The tenant's shared token buckets, rebuilt when its quota changed."""
-        from data_plane.tenancy.quotas import TenantRates
-
         rates = self.rates.get(tenant)
         if rates is None or rates.quota != quota:
             rates = self.rates[tenant] = TenantRates(quota)
@@ -446,47 +409,7 @@ class Broker:
 
     def publish_sys(self) -> None:
         """Each tenant's own figures under its own `$SYS/broker/...`, retained."""
-        uptime = int(time.time() - self.started)
-        online: dict[str, set[str]] = defaultdict(set)
-        watched: set[str] = set()  # tenants with a live view open, even before any client
-        for conn in self.connections:
-            if conn.session is None:
-                continue
-            if conn.auth.service:
-                watched.add(conn.tenant)
-            else:
-                online[conn.tenant].add(conn.device)
-        for tenant in watched.union(self.stats):
-            stats = self.stats[tenant]
-            router = self.router.tenants.get(tenant)
-            figures = {
-                "clients/connected": stats.connected,
-                "messages/received": stats.messages_received,
-                "messages/sent": stats.messages_sent,
-                "bytes/received": stats.bytes_received,
-                "bytes/sent": stats.bytes_sent,
-                "messages/dropped": stats.dropped,
-                "quota/rate_limited": stats.rate_limited,
-                "acl/denied": stats.denied,
-                "subscriptions/count": router.count if router else 0,
-                "retained messages/count": self.retained.count(tenant),
-                "uptime": uptime,
-                # Which devices are connected (bounded): the portal's presence snapshot.
-                "clients/online": _online_list(online.get(tenant, ())),
-                **{f"quota/exceeded/{key}": n for key, n in stats.exceeded.items()},
-            }
-            for name, value in figures.items():
-                message = Message(
-                    f"$SYS/broker/{name}",
-                    str(value).encode(),
-                    0,
-                    True,
-                    tenant=tenant,
-                    publisher="$SYS",
-                )
-                self.retained.set(message)
-                for sub in self.router.match(tenant, message.topic)[0]:
-                    sub.session.deliver(Delivery(message, 0, sub.retain_as_published))
+        publish_sys(self)
 
     def shutdown_connections(self) -> None:
         if self.config.server_reference:
@@ -502,18 +425,3 @@ class Broker:
         for conn in list(self.connections):
             if conn.session is not None:
                 conn.disconnect(redirect.reason_code, reference=redirect.reference)
-
-
-ONLINE_LIST_LIMIT = 1000
-
-
-def _online_list(devices: Any) -> str:
-    names = sorted(devices)
-    return json.dumps(
-        {"devices": names[:ONLINE_LIST_LIMIT], "truncated": len(names) > ONLINE_LIST_LIMIT},
-        separators=(",", ":"),
-    )
-
-
-def is_v5(conn: Any) -> bool:
-    return conn.protocol_version == MQTT_5_0

@@ -17,8 +17,9 @@ from typing import Protocol
 
 from scramp import ScramException, ScramMechanism
 
+from common.mqtt.packets import Connect
+from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import AuthResult
-from data_plane.mqtt.packets import Connect
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,7 +39,7 @@ class Succeed:
 
 @dataclass(slots=True, frozen=True)
 class Fail:
-    reason_code: int = 0x87  # Not authorized
+    reason_code: int = ReasonCode.NOT_AUTHORIZED
     reason: str = ""
 
 
@@ -93,13 +94,13 @@ class _ScramExchange:
         try:
             message = (data or b"").decode("utf-8")
         except UnicodeDecodeError:
-            return Fail(0x87, "SCRAM messages are UTF-8")
+            return Fail(ReasonCode.NOT_AUTHORIZED, "SCRAM messages are UTF-8")
         if self.server is None:
             return await self._first(message)
         try:
             self.server.set_client_final(message)
         except ScramException as exc:
-            return Fail(0x87, f"SCRAM: {exc.server_error or 'invalid proof'}")
+            return Fail(ReasonCode.NOT_AUTHORIZED, f"SCRAM: {exc.server_error or 'invalid proof'}")
         return Succeed(self.result, self.server.get_server_final().encode())
 
     async def _first(self, message: str) -> Step:
@@ -107,7 +108,7 @@ class _ScramExchange:
         if result.reason_code:
             return Fail(result.reason_code, result.reason)
         if verifier is None:
-            return Fail(0x8C, "no SCRAM credential for this device")
+            return Fail(ReasonCode.BAD_AUTHENTICATION_METHOD, "no SCRAM credential for this device")
         username = self.connect.username
 
         def credentials(user: str) -> tuple:
@@ -120,5 +121,5 @@ class _ScramExchange:
         try:
             self.server.set_client_first(message)
         except ScramException as exc:
-            return Fail(0x87, f"SCRAM: {exc}")
+            return Fail(ReasonCode.NOT_AUTHORIZED, f"SCRAM: {exc}")
         return Continue(self.server.get_server_first().encode())

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from common.mqtt.topics import topic_matches
 from data_plane.broker.message import Message
-from data_plane.mqtt.topics import topic_matches
 
 
 class RetainedStore:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.mqtt.topics import hidden_from_wildcards
+
 CACHE_LIMIT = 10_000
 
 
@@ -128,7 +130,7 @@ class TenantRouter:
         subscribers: list[Subscriber] = []
         groups: list[SharedGroup] = []
         levels = topic.split("/")
-        self._walk(self.root, levels, 0, subscribers, groups, topic.startswith("$"))
+        self._walk(self.root, levels, 0, subscribers, groups, hidden_from_wildcards(topic))
         result = (subscribers, groups)
         if len(self._cache) >= CACHE_LIMIT:
             self._cache.clear()
@@ -144,7 +146,7 @@ class TenantRouter:
         groups: list,
         dollar: bool,
     ) -> None:
-        # A leading wildcard never matches a `$` topic (MQTT-4.7.2-1).
+        # `dollar`: the topic is hidden from a leading wildcard (MQTT-4.7.2-1).
         wildcard_ok = not (dollar and depth == 0)
         if wildcard_ok:
             hash_node = node.children.get("#")

@@ -11,15 +11,13 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from common.mqtt.codec import encode_ack, encode_publish
+from common.mqtt.packets import MQTT_5_0, PacketType
+from common.mqtt.properties import encode_properties
 from data_plane.broker.message import Message
-from data_plane.mqtt.codec import encode_ack, encode_publish
-from data_plane.mqtt.packets import MQTT_5_0, PacketType
-from data_plane.mqtt.properties import encode_properties
-
-if TYPE_CHECKING:
-    from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.ports import Outlet
 
 AWAIT_PUBACK, AWAIT_PUBREC, AWAIT_PUBCOMP = 1, 2, 3
 
@@ -63,7 +61,7 @@ class Session:
     inflight: OrderedDict[int, Inflight] = field(default_factory=OrderedDict)
     queue: deque[Delivery] = field(default_factory=deque)
     inbound_qos2: set[int] = field(default_factory=set)
-    connection: MQTTConnection | None = None
+    connection: Outlet | None = None
     next_packet_id: int = 1
     dropped: int = 0
     expiry_handle: Any = None
@@ -82,7 +80,8 @@ class Session:
     tenant_id: int | None = None  # set when the tenant lives in the database
     next_seq: int = 0  # last sequence number used in the durable queue
     queued_qos0: int = 0  # QoS 0 deliveries in `queue`
-    persist: Any = None  # callable(session, delivery) for persistent sessions (storage layer)
+    # callable(session, delivery) -> commit future, for persistent sessions (storage layer)
+    persist: Any = None
     queue_qos0_offline: bool = False  # the tenant's setting: QoS 0 waits while offline
     durable: Any = None  # the SessionPersistence, for persistent sessions
     # callable(topic) -> bool when the device's ACL may withhold some topics its subscriptions
@@ -106,11 +105,18 @@ class Session:
 
     # -- outbound -------------------------------------------------------------------------
 
-    def deliver(self, delivery: Delivery) -> None:
+    def deliver(self, delivery: Delivery) -> Any:
+        """Send, queue or drop `delivery`; returns the commit of its durable copy (a future the
+        publisher's acknowledgement waits for) when the session is persistent, else None."""
         if self.read_filter is not None and not self.read_filter(delivery.message.topic):
-            return  # the device may not read this topic: withheld, as if not subscribed
+            return None  # the device may not read this topic: withheld, as if not subscribed
+        commit = None
         if delivery.qos and self.persist is not None and delivery.seq is None:
-            self.persist(self, delivery)
+            commit = self.persist(self, delivery)
+        self._hand_over(delivery)
+        return commit
+
+    def _hand_over(self, delivery: Delivery) -> None:
         conn = self.connection
         if conn is not None and not conn.closing and not conn.write_paused and not self.queue:
             if delivery.qos == 0:
@@ -228,7 +234,7 @@ class Session:
             self.release_publishers()
 
     @staticmethod
-    def _paced(conn: MQTTConnection, delivery: Delivery) -> bool:
+    def _paced(conn: Outlet, delivery: Delivery) -> bool:
         """The tenant's outbound bytes/s quota says wait (the connection re-pumps later)."""
         bucket = conn.outbound_bucket
         if bucket is None:

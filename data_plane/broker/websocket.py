@@ -17,6 +17,7 @@ from wsproto.events import (
     TextMessage,
 )
 
+from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 
@@ -83,7 +84,9 @@ class WebSocketProtocol(asyncio.Protocol):
             elif isinstance(event, BytesMessage):
                 self.mqtt.data_received(bytes(event.data))
             elif isinstance(event, TextMessage):
-                self.mqtt._protocol_failure(0x81, "text frame on an MQTT WebSocket")
+                self.mqtt._protocol_failure(
+                    ReasonCode.MALFORMED_PACKET, "text frame on an MQTT WebSocket"
+                )
             elif isinstance(event, Ping):
                 self._raw(self.ws.send(event.response()))
             elif isinstance(event, CloseConnection):

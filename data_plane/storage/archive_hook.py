@@ -88,7 +88,7 @@ class ArchiveTap:
             conn.device,
             peer=conn.peer,
             proto_ver=conn.protocol_version,
-            keepalive=int(conn._keep_alive),
+            keepalive=int(conn.keep_alive),
             clean_start=conn.clean_start,
             session_expiry=session.expiry_interval if session is not None else None,
         )

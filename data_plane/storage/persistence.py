@@ -3,7 +3,7 @@
 A session is persistent when its client asked for it (3.1.1 clean session 0, 5.0 session expiry
 > 0) and the tenant is known to the database. For such a session every QoS 1/2 delivery gets a
 sequence number and is appended to its queue (group-committed); the publisher's PUBACK/PUBREC
-waits for that commit (`Broker.take_pending_commits`). Acknowledged or dropped deliveries are
+waits for that commit (`Broker.publish` returns the commits). Acknowledged or dropped deliveries are
 deleted. At start-up every live session is restored: subscriptions into the router, queue into
 memory, expiry timers re-armed — so a kill -9 loses nothing that was acknowledged.
 
@@ -21,7 +21,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from data_plane.broker.broker import NEVER_EXPIRES, Broker
+from common.mqtt.packets import Subscription
+from data_plane.broker.broker import Broker
+from data_plane.broker.limits import NEVER_EXPIRES
 from data_plane.broker.message import Message
 from data_plane.broker.session import (
     AWAIT_PUBACK,
@@ -32,7 +34,6 @@ from data_plane.broker.session import (
     Session,
     SubscriptionState,
 )
-from data_plane.mqtt.packets import Subscription
 from data_plane.storage.session_store import RECEIVED, SENT, QueuedMessage, SessionStore
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,8 @@ class SessionPersistence:
 
     # -- deliveries -----------------------------------------------------------------------
 
-    def persist(self, session: Session, delivery: Delivery) -> None:
+    def persist(self, session: Session, delivery: Delivery) -> asyncio.Future:
+        """Append the delivery to the session's durable queue; returns the commit."""
         session.next_seq += 1
         delivery.seq = session.next_seq
         message = delivery.message
@@ -93,7 +95,7 @@ class SessionPersistence:
                 object_key=object_key,
             ),
         )
-        self.broker.pending_commits.append(future)
+        return future
 
     def sent(self, session: Session, delivery: Delivery, packet_id: int) -> None:
         """A QoS 2 delivery went out with this packet id: a restart resends it with the same."""
@@ -168,9 +170,7 @@ class SessionPersistence:
             session.expiry_interval = stored.expiry_interval
             session.next_seq = stored.last_seq
             session.inbound_qos2 = set(stored.inbound_qos2)
-            session.on_drop = self.broker._dropped
-            session.on_sent = self.broker._sent
-            session.origin = self.broker._origin
+            self.broker.adopt(session)
             self.attach(session)
             self.broker.sessions[session.key] = session
             self.broker.track_persistent(session)
@@ -215,9 +215,7 @@ class SessionPersistence:
             else:
                 remaining = None
             if remaining is not None:
-                session.expiry_handle = asyncio.get_running_loop().call_later(
-                    max(0.0, remaining), self.broker._expire, session
-                )
+                self.broker.expire_later(session, max(0.0, remaining))
             if stored.will:
                 self._wills.append((session, *_restore_will(stored.will, tenant, stored.client_id)))
             restored += 1

@@ -20,7 +20,6 @@ from data_plane.broker.message import Message
 from data_plane.storage.persistence import _jsonable, _monotonic, _wall, restore_properties
 
 log = logging.getLogger(__name__)
-MAX_DELAY = 4_294_967  # seconds, as EMQX
 
 
 class RetainedAndDelayed:

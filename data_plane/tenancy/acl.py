@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.mqtt.topics import filter_covers, filters_intersect, hidden_from_wildcards
+from common.mqtt.topics import levels_match as filter_matches
+
 PUBLISH = "publish"
 SUBSCRIBE = "subscribe"
 
@@ -29,50 +32,6 @@ class AclEntry:
 
 def expand(template: str, tenant: str, client: str) -> str:
     return template.replace("${tenant}", tenant).replace("${client}", client)
-
-
-def filter_matches(filter_levels: list[str], topic_levels: list[str]) -> bool:
-    """Topic-name match (MQTT wildcards in the filter); `$` topics need a literal first level."""
-    if topic_levels and topic_levels[0].startswith("$") and filter_levels[0] in ("+", "#"):
-        return False
-    for index, level in enumerate(filter_levels):
-        if level == "#":
-            return True
-        if index >= len(topic_levels):
-            return False
-        if level != "+" and level != topic_levels[index]:
-            return False
-    return len(filter_levels) == len(topic_levels)
-
-
-def filter_covers(outer: list[str], inner: list[str]) -> bool:
-    """True when every topic matched by `inner` is matched by `outer`."""
-    for index, level in enumerate(outer):
-        if level == "#":
-            return True
-        if index >= len(inner):
-            return False
-        if inner[index] == "#":
-            return False
-        if level == "+":
-            continue
-        if inner[index] == "+" or inner[index] != level:
-            return False
-    return len(outer) == len(inner)
-
-
-def filters_intersect(a: list[str], b: list[str]) -> bool:
-    """True when some topic is matched by both filters."""
-    for index in range(max(len(a), len(b))):
-        left = a[index] if index < len(a) else None
-        right = b[index] if index < len(b) else None
-        if left == "#" or right == "#":
-            return True
-        if left is None or right is None:
-            return False
-        if left != "+" and right != "+" and left != right:
-            return False
-    return True
 
 
 class AclPolicy:
@@ -142,7 +101,7 @@ class AclPolicy:
         levels = topic.split("/")
         # `$` topics: a rule's leading wildcard counts here (as it did for subscriptions to
         # `$SYS/#` under an allow `#`), since the subscription itself named the `$` level.
-        match = filter_covers if topic[:1] == "$" else filter_matches
+        match = filter_covers if hidden_from_wildcards(topic) else filter_matches
         decision = self._default_allow
         for allow, rule in self._subscribe:
             if match(rule, levels):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from common.mqtt.packets import Connect
 from data_plane.broker.auth import AuthResult
-from data_plane.mqtt.packets import Connect
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.acl import AclPolicy
 from data_plane.tenancy.directory import TenantDirectory

@@ -14,22 +14,14 @@ from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
+from common.mqtt.reason_codes import ReasonCode
+from common.notifications import DEVICE_REVOKING, ChangeKind
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.notifications import Change, ConfigListener
 from data_plane.tenancy.store import TenantPolicy, TenantStore
 
 log = logging.getLogger(__name__)
-ADMINISTRATIVE_ACTION = 0x98
-
-# Changes that end the device's live connections.
-_DEVICE_REVOKING = {
-    "device.disabled",
-    "device.deleted",
-    "credential.revoked",
-    "credential.rotated",
-    "credential.expired",
-}
 
 
 class LiveConnections(Protocol):
@@ -97,7 +89,7 @@ class ControlPlaneLink:
         kind = str(change.get("kind", ""))
         tenant = str(change.get("tenant", ""))
         device = change.get("device")
-        if kind == "reload":
+        if kind == ChangeKind.RELOAD:
             self.directory.forget_all()
             await self._reapply_all()
             return
@@ -106,17 +98,19 @@ class ControlPlaneLink:
         if kind.startswith("device.") or kind.startswith("credential."):
             if isinstance(device, str):
                 self.directory.forget_device(tenant, device)
-                if self.live and kind in _DEVICE_REVOKING:
-                    closed = self.live.disconnect_device(tenant, device, ADMINISTRATIVE_ACTION)
+                if self.live and kind in DEVICE_REVOKING:
+                    closed = self.live.disconnect_device(
+                        tenant, device, ReasonCode.ADMINISTRATIVE_ACTION
+                    )
                     log.info("%s %s/%s: closed %d connection(s)", kind, tenant, device, closed)
             return
-        # tenant.status, tenant.quota, acl.changed: the tenant's policy changed.
+        # tenant.status, tenant.quota, tenant.settings, acl.changed: the tenant's policy changed.
         self.directory.forget_tenant(tenant)
         policy = await self.directory.policy(tenant)
         if self.live is None:
             return
         if policy is None or not policy.active:
-            closed = self.live.disconnect_tenant(tenant, ADMINISTRATIVE_ACTION)
+            closed = self.live.disconnect_tenant(tenant, ReasonCode.ADMINISTRATIVE_ACTION)
             log.info("tenant %s suspended or gone: closed %d connection(s)", tenant, closed)
         else:
             self.live.apply_policy(tenant, policy)
@@ -128,6 +122,6 @@ class ControlPlaneLink:
         for tenant in list(getattr(self.live, "tenants", lambda: [])()):
             policy = await self.directory.policy(tenant)
             if policy is None or not policy.active:
-                self.live.disconnect_tenant(tenant, ADMINISTRATIVE_ACTION)
+                self.live.disconnect_tenant(tenant, ReasonCode.ADMINISTRATIVE_ACTION)
             else:
                 self.live.apply_policy(tenant, policy)

@@ -18,20 +18,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from common.client_id_pattern import matches as client_id_matches
+from common.mqtt.reason_codes import ReasonCode
+from common.secrets import parse_scram_verifier, verify_secret
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.store import DeviceRecord, TenantPolicy, TenantStore
-from tenants.secrets import parse_scram_verifier, verify_secret
 
 log = logging.getLogger(__name__)
 
 # MQTT 5.0 CONNACK reason codes (the connection layer maps them to 3.1.1 return codes).
-SUCCESS = 0x00
-CLIENT_ID_NOT_VALID = 0x85
-BAD_USERNAME_OR_PASSWORD = 0x86
-NOT_AUTHORIZED = 0x87
-SERVER_UNAVAILABLE = 0x88
-BANNED = 0x8A
-CONNECTION_RATE_EXCEEDED = 0x9F
 
 
 @dataclass(slots=True)
@@ -45,7 +39,7 @@ class Decision:
 
     @property
     def ok(self) -> bool:
-        return self.reason_code == SUCCESS
+        return self.reason_code == ReasonCode.SUCCESS
 
 
 class FailureThrottle:
@@ -164,10 +158,14 @@ class TenantDirectory:
         self, username: str | None, password: bytes | None, client_id: str, address: str
     ) -> Decision:
         if self.by_address.blocked(address):
-            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts from this address")
+            return Decision(
+                ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts from this address"
+            )
         tenant, _, device = (username or "").partition("/")
         if not tenant or not device or "/" in device or len(username or "") > 256:
-            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "username must be tenant/device")
+            return self._fail(
+                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "username must be tenant/device"
+            )
         if device in service_identity.SERVICE_DEVICES:
             return await self._service(tenant, device, password, client_id, address)
         try:
@@ -175,34 +173,46 @@ class TenantDirectory:
             policy = await self.policy(tenant) if record is not None else None
         except DirectoryUnavailable as exc:
             log.warning("refusing %s: %s", username, exc)
-            return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant)
+            return Decision(
+                ReasonCode.SERVER_UNAVAILABLE, "authentication backend unavailable", tenant
+            )
         key = (tenant, device)
         if record is None:
-            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
+            return self._fail(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown tenant")
         if not record.tenant_active:
-            return self._fail(address, BANNED, "tenant suspended", tenant)
+            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
         if record.device_id is None:
-            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown device", tenant)
+            return self._fail(
+                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
+            )
         if not record.enabled:
-            return self._fail(address, NOT_AUTHORIZED, "device disabled", tenant)
+            return self._fail(address, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant)
         if self.by_device.blocked(key):
             # Guessing this device's secret from many addresses: only a secret that verified
             # before still passes (no hashing, no new guesses judged).
             if not password or not self._known_secret(record, password):
                 self.by_address.fail(address)
                 self.stats["rejected_0x9f"] += 1
-                return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant)
+                return Decision(
+                    ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant
+                )
         elif not password or not self._secret_ok(record, password):
             return self._fail(
-                address, BAD_USERNAME_OR_PASSWORD, "wrong or expired secret", tenant, key
+                address,
+                ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+                "wrong or expired secret",
+                tenant,
+                key,
             )
         assigned = self._client_id(record, client_id)
         if assigned is None:
-            return self._fail(address, CLIENT_ID_NOT_VALID, "client id not allowed", tenant)
+            return self._fail(
+                address, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
+            )
         if policy is None or not policy.active:
-            return self._fail(address, BANNED, "tenant suspended", tenant)
+            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
         self.stats["accepted"] += 1
-        return Decision(SUCCESS, "", tenant, device, assigned, policy)
+        return Decision(ReasonCode.SUCCESS, "", tenant, device, assigned, policy)
 
     async def scram_identity(
         self, username: str | None, client_id: str, address: str
@@ -210,28 +220,36 @@ class TenantDirectory:
         """For SCRAM-SHA-256: who the user name names, whether it may connect now (the secret
         aside: the exchange proves it), and the verifier of its newest live credential."""
         if self.by_address.blocked(address):
-            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts"), None
+            return Decision(ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts"), None
         tenant, _, device = (username or "").partition("/")
         if not tenant or not device or "/" in device or device in service_identity.SERVICE_DEVICES:
             return self._fail(
-                address, BAD_USERNAME_OR_PASSWORD, "username must be tenant/device"
+                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "username must be tenant/device"
             ), None
         try:
             record = await self.device(tenant, device)
             policy = await self.policy(tenant) if record is not None else None
         except DirectoryUnavailable:
-            return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant), None
+            return Decision(
+                ReasonCode.SERVER_UNAVAILABLE, "authentication backend unavailable", tenant
+            ), None
         if record is None or record.device_id is None:
-            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown device", tenant), None
+            return self._fail(
+                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
+            ), None
         if not record.tenant_active or policy is None or not policy.active:
-            return self._fail(address, BANNED, "tenant suspended", tenant), None
+            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant), None
         if not record.enabled:
-            return self._fail(address, NOT_AUTHORIZED, "device disabled", tenant), None
+            return self._fail(address, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant), None
         if self.by_device.blocked((tenant, device)):
-            return Decision(CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant), None
+            return Decision(
+                ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant
+            ), None
         assigned = self._client_id(record, client_id)
         if assigned is None:
-            return self._fail(address, CLIENT_ID_NOT_VALID, "client id not allowed", tenant), None
+            return self._fail(
+                address, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
+            ), None
         now = datetime.now(UTC)
         verifier = next(
             (
@@ -242,7 +260,7 @@ class TenantDirectory:
             ),
             None,
         )
-        return Decision(SUCCESS, "", tenant, device, assigned, policy), verifier
+        return Decision(ReasonCode.SUCCESS, "", tenant, device, assigned, policy), verifier
 
     async def _service(
         self, tenant: str, device: str, password: bytes | None, client_id: str, address: str
@@ -252,16 +270,20 @@ class TenantDirectory:
         if self.service_key is None or not service_identity.verify(
             self.service_key, tenant, client_id, token, device=device
         ):
-            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "bad service token", tenant)
+            return self._fail(
+                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad service token", tenant
+            )
         try:
             policy = await self.policy(tenant)
         except DirectoryUnavailable:
-            return Decision(SERVER_UNAVAILABLE, "authentication backend unavailable", tenant)
+            return Decision(
+                ReasonCode.SERVER_UNAVAILABLE, "authentication backend unavailable", tenant
+            )
         if policy is None:
-            return self._fail(address, BAD_USERNAME_OR_PASSWORD, "unknown tenant")
+            return self._fail(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown tenant")
         if not policy.active:
-            return self._fail(address, BANNED, "tenant suspended", tenant)
-        return Decision(SUCCESS, "", tenant, device, client_id, policy)
+            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
+        return Decision(ReasonCode.SUCCESS, "", tenant, device, client_id, policy)
 
     def _fail(
         self,

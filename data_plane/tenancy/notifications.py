@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
-CHANNEL = "mqtt_config"
+from common.notifications import CHANNEL, ChangeKind
+
 log = logging.getLogger(__name__)
 
 Change = dict[str, object]
@@ -52,7 +53,7 @@ class ConfigListener:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {self.channel}")
                     if not first:
-                        await self.on_change({"kind": "reload"})
+                        await self.on_change({"kind": ChangeKind.RELOAD.value})
                     first = False
                     backoff = 0.2
                     self.connected.set()

@@ -12,8 +12,8 @@ from datetime import datetime
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from data_plane.tenancy.acl import AclEntry
-from tenants.quota_keys import QUOTA_KEYS
+from common.quota_keys import QUOTA_KEYS
+from data_plane.tenancy.acl import AclEntry, AclPolicy
 
 QUOTA_COLUMNS = QUOTA_KEYS
 
@@ -49,6 +49,12 @@ class TenantPolicy:
     quota: dict[str, int]
     archive_enabled: bool = True
     queue_qos0_offline: bool = False
+
+    def authorizer(self, tenant: str, device: str) -> AclPolicy:
+        """The ACL one device of this tenant is held to (what a live connection re-reads)."""
+        return AclPolicy(
+            self.acl, tenant=tenant, device=device, default_allow=self.acl_default_allow
+        )
 
 
 _DEVICE_SQL = """

@@ -1,7 +1,7 @@
 """Live portal views: one WebSocket per open page, fed from the broker itself.
 
 The consumer connects to the broker with aiomqtt as the tenant's read-only service identity
-(`data_plane.tenancy.service_identity`), so what a page can see is exactly what the broker scopes
+(`common.service_token`, checked by `data_plane.tenancy.service_identity`), so what a page can see is exactly what the broker scopes
 to that tenant — never another's. It subscribes to the tenant's `$SYS/broker/#` (counters and
 the presence snapshot `clients/online`) and `$events/#` (connects and disconnects), plus one
 topic filter the page asks to watch. Frames sent to the page (JSON):
@@ -31,8 +31,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from data_plane.mqtt.topics import TopicFilterInvalid, topic_matches, validate_topic_filter
-from data_plane.tenancy import service_identity
+from common import service_token
+from common.mqtt.topics import TopicFilterInvalid, topic_matches, validate_topic_filter
 from tenants import selectors
 
 log = logging.getLogger(__name__)
@@ -102,13 +102,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def _follow(self) -> None:
         """Stay subscribed while the page is open, reconnecting when the broker goes away."""
         while True:
-            identifier = service_identity.new_client_id()
-            token = service_identity.sign(service_identity.load_key(), self.tenant, identifier)
+            identifier = service_token.new_client_id()
+            token = service_token.sign(service_token.load_key(), self.tenant, identifier)
             try:
                 async with aiomqtt.Client(
                     settings.MQTT_INTERNAL_HOST,
                     settings.MQTT_INTERNAL_PORT,
-                    username=f"{self.tenant}/{service_identity.SERVICE_DEVICE}",
+                    username=f"{self.tenant}/{service_token.PORTAL_DEVICE}",
                     password=token,
                     identifier=identifier,
                     protocol=aiomqtt.ProtocolVersion.V5,

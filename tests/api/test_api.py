@@ -4,7 +4,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import override_settings
 
-from tenants import secrets, services
+from common import secrets
+from tenants import services
 from tenants.models import Credential, Membership
 from tests.api.conftest import client_for
 

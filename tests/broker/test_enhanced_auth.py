@@ -7,8 +7,8 @@ import socket
 
 from scramp import ScramClient
 
-from data_plane.mqtt.codec import Reader, encode
-from data_plane.mqtt.packets import MQTT_5_0, Auth, Connect, PacketType, Publish
+from common.mqtt.codec import Reader, encode
+from common.mqtt.packets import MQTT_5_0, Auth, Connect, PacketType, Publish
 from tests.broker.clients import run_mqtt_js
 
 METHOD = "SCRAM-SHA-256"

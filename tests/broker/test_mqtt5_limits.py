@@ -5,31 +5,19 @@ import asyncio
 import socket
 import time
 
-from data_plane.broker.auth import StaticAuthenticator
 from data_plane.config import BrokerConfig
 from data_plane.server import serve
+from data_plane.tenancy.static import StaticAuthenticator
 from tests.broker.clients import Paho
 from tests.broker.conftest import TENANTS
 from tests.broker.test_interop import _closed, _raw_client
-
-
-def _s(text: str) -> bytes:
-    return len(text.encode()).to_bytes(2, "big") + text.encode()
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
+from tests.mqtt_bytes import string, varint
 
 
 def test_inbound_packet_over_the_maximum_is_refused(broker):
     sock = _raw_client(broker, "too-big", version=5)
-    body = _s("big") + b"\x00" + b"x" * (1_048_576 + 10)
-    sock.sendall(b"\x30" + _varint(len(body)) + body[:1000])  # the header alone is enough
+    body = string("big") + b"\x00" + b"x" * (1_048_576 + 10)
+    sock.sendall(b"\x30" + varint(len(body)) + body[:1000])  # the header alone is enough
     sent = _closed(sock)
     assert sent[:1] == b"\xe0" and sent[2] == 0x95
     sock.close()
@@ -66,12 +54,12 @@ def test_broker_respects_the_clients_receive_maximum(broker):
     # A raw 5.0 client with Receive Maximum 2 that never acknowledges.
     sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
     props = b"\x21\x00\x02"  # receive_maximum = 2
-    body = _s("MQTT") + bytes((5, 0xC2)) + (60).to_bytes(2, "big") + _varint(len(props)) + props
-    body += _s("recv-max") + _s("acme/d1") + _s("pw1")
-    sock.sendall(b"\x10" + _varint(len(body)) + body)
+    body = string("MQTT") + bytes((5, 0xC2)) + (60).to_bytes(2, "big") + varint(len(props)) + props
+    body += string("recv-max") + string("acme/d1") + string("pw1")
+    sock.sendall(b"\x10" + varint(len(body)) + body)
     assert sock.recv(64)[:1] == b"\x20"
-    sub = _s("rm/t") + b"\x01"
-    sock.sendall(b"\x82" + _varint(3 + len(sub)) + b"\x00\x01\x00" + sub)
+    sub = string("rm/t") + b"\x01"
+    sock.sendall(b"\x82" + varint(3 + len(sub)) + b"\x00\x01\x00" + sub)
     time.sleep(0.3)
     sock.recv(64)  # SUBACK
     pub = Paho(broker.port, "acme/d2", "pw2", "rm-pub")

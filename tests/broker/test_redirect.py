@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from data_plane.broker.auth import StaticAuthenticator
 from data_plane.broker.broker import Redirect
 from data_plane.config import BrokerConfig
 from data_plane.server import serve
+from data_plane.tenancy.static import StaticAuthenticator
 from tests.broker.clients import Paho
 from tests.broker.conftest import TENANTS, start_broker
 

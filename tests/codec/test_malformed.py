@@ -2,10 +2,10 @@
 
 import pytest
 
-from data_plane.mqtt.codec import Reader, encode
-from data_plane.mqtt.errors import MQTTError, PacketTooLarge, UnsupportedProtocolVersion
-from data_plane.mqtt.packets import Connect
-from data_plane.mqtt.topics import parse_shared, topic_matches, validate_topic_filter
+from common.mqtt.codec import Reader, encode
+from common.mqtt.errors import MQTTError, PacketTooLarge, UnsupportedProtocolVersion
+from common.mqtt.packets import Connect
+from common.mqtt.topics import parse_shared, topic_matches, validate_topic_filter
 
 
 def s(text: str | bytes) -> bytes:

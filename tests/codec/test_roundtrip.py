@@ -4,8 +4,8 @@ whole or fed byte by byte."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_plane.mqtt.codec import Reader, encode
-from data_plane.mqtt.packets import (
+from common.mqtt.codec import Reader, encode
+from common.mqtt.packets import (
     Auth,
     Connack,
     Connect,

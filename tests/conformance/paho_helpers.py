@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as mqtt
+import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from tests.conformance.conftest import TENANTS, BrokerProcess, start_broker
+from tests.mqtt_bytes import string, varint
 
 HOST = "127.0.0.1"
 # The tenants of tests/broker/conftest.py, with the Paho suite's ACL on `acme` (subscribing to
@@ -66,6 +68,46 @@ def start_paho_broker(tmp: Any) -> BrokerProcess:
 # another on the shared module broker.
 TOPICS = ("TopicA", "TopicA/B", "Topic/C", "TopicA/C", "/TopicA")
 WILDTOPICS = ("TopicA/+", "+/C", "#", "/#", "/+", "+/+", "TopicA/#")
+
+
+def paho_fixtures(*, v5: bool) -> tuple:
+    """The fixtures both Paho suites use, for one protocol version: a module broker, the
+    per-test topic prefix and topics, and a factory of paho clients (closed at teardown).
+    A suite binds them by name: `broker, prefix, topics, wildtopics, client = paho_fixtures(...)`."""
+
+    @pytest.fixture(scope="module")
+    def broker(tmp_path_factory):
+        process = start_paho_broker(tmp_path_factory.mktemp("paho5" if v5 else "paho311"))
+        yield process
+        process.stop()
+
+    @pytest.fixture
+    def prefix(request) -> str:
+        return request.node.name.removeprefix("test_") + "/"
+
+    @pytest.fixture
+    def topics(prefix) -> list[str]:
+        return [prefix + t for t in TOPICS]
+
+    @pytest.fixture
+    def wildtopics(prefix) -> list[str]:
+        return [prefix + t for t in WILDTOPICS]
+
+    @pytest.fixture
+    def client(broker, prefix):
+        """Factory for paho clients with per-test client ids; all closed at teardown."""
+        made: list[Client] = []
+
+        def make(name: str = "myclientid", user: str = "a", **kwargs) -> Client:
+            client_id = f"{prefix}{name}" if name else ""  # "": a zero-length client id
+            made.append(Client(broker.port, client_id, v5=v5, user=user, **kwargs))
+            return made[-1]
+
+        yield make
+        for c in made:
+            c.close()
+
+    return broker, prefix, topics, wildtopics, client
 
 
 def props(packet_type: int, **values: Any) -> Properties:
@@ -360,26 +402,12 @@ class Client:
 # -- raw MQTT on a socket ----------------------------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _string(text: str | bytes) -> bytes:
-    raw = text.encode() if isinstance(text, str) else text
-    return struct.pack("!H", len(raw)) + raw
-
-
 def frame(first: int, body: bytes) -> bytes:
-    return bytes((first,)) + _varint(len(body)) + body
+    return bytes((first,)) + varint(len(body)) + body
 
 
 def fixed_header(first: int, remaining_length: int) -> bytes:
-    return bytes((first,)) + _varint(remaining_length)
+    return bytes((first,)) + varint(remaining_length)
 
 
 def connect_packet(
@@ -394,16 +422,16 @@ def connect_packet(
 ) -> bytes:
     username, password = USERS[user]
     flags = 0xC0 | (0x02 if clean else 0)
-    body = _string(protocol_name) + bytes((5 if v5 else 4, flags)) + struct.pack("!H", keepalive)
+    body = string(protocol_name) + bytes((5 if v5 else 4, flags)) + struct.pack("!H", keepalive)
     if v5:
         body += props(PacketTypes.CONNECT, **(properties or {})).pack()
-    body += _string(client_id) + _string(username) + _string(password)
+    body += string(client_id) + string(username) + string(password)
     return frame(0x10, body)
 
 
 def subscribe_packet(packet_id: int, topic_filter: str, qos: int, *, v5: bool = False) -> bytes:
     body = struct.pack("!H", packet_id) + (b"\x00" if v5 else b"")
-    return frame(0x82, body + _string(topic_filter) + bytes((qos,)))
+    return frame(0x82, body + string(topic_filter) + bytes((qos,)))
 
 
 def publish_packet(
@@ -417,7 +445,7 @@ def publish_packet(
 ) -> bytes:
     """`properties` is a 5.0 property block as sent (paho's `Properties.pack()` refuses some
     values a test must send, such as topic alias 0)."""
-    body = _string(topic) + (struct.pack("!H", packet_id) if qos else b"")
+    body = string(topic) + (struct.pack("!H", packet_id) if qos else b"")
     body += (properties if v5 else b"") + payload
     return frame(0x30 | (qos << 1), body)
 

@@ -1,7 +1,7 @@
 """MQTT 3.1.1 / 5.0 packets as raw bytes, and a blocking socket client that reads them back.
 
 Written from the OASIS texts (mqtt-v3.1.1-os chapters 1-3, mqtt-v5.0-os chapters 1-3), on purpose
-without `data_plane.mqtt`: the conformance tests must not share the broker's reading of the spec.
+without `common.mqtt`: the conformance tests must not share the broker's reading of the spec.
 Builders take bytes wherever a test needs to send something ill-formed, and `flags=` overrides
 fixed-header flags so reserved bits can be set exactly.
 """

@@ -13,58 +13,20 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.conformance.paho_helpers import (
     TOPICS,
-    WILDTOPICS,
-    Client,
     Raw,
     connack_properties,
     connect_packet,
     fixed_header,
+    paho_fixtures,
     publish_packet,
-    start_paho_broker,
 )
 
 SUCCESS = 0x00
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    process = start_paho_broker(tmp_path_factory.mktemp("paho5"))
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def prefix(request) -> str:
-    return request.node.name.removeprefix("test_") + "/"
-
-
-@pytest.fixture
-def topics(prefix) -> list[str]:
-    return [prefix + t for t in TOPICS]
-
-
-@pytest.fixture
-def wildtopics(prefix) -> list[str]:
-    return [prefix + t for t in WILDTOPICS]
-
-
-@pytest.fixture
-def client(broker, prefix):
-    """Factory for 5.0 paho clients with per-test client ids; all closed at teardown."""
-    made: list[Client] = []
-
-    def make(name: str = "myclientid", user: str = "a", **kwargs) -> Client:
-        client_id = f"{prefix}{name}" if name else ""  # "": a zero-length client id
-        made.append(Client(broker.port, client_id, v5=True, user=user, **kwargs))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.close()
+broker, prefix, topics, wildtopics, client = paho_fixtures(v5=True)
 
 
 USER_PROPS = [("a", "2"), ("c", "3")]

@@ -10,8 +10,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from common import processes
-from control_plane import embedded
+from common import embedded, processes
 from tenants import services
 from tenants.models import Credential
 

@@ -1,7 +1,8 @@
 import pytest
 from django.core.exceptions import ValidationError
 
-from tenants import secrets, selectors, services
+from common import secrets
+from tenants import selectors, services
 from tenants.models import Credential
 
 pytestmark = pytest.mark.django_db

@@ -22,8 +22,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from common import processes
-from control_plane import embedded
+from common import embedded, processes
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO / "docker" / "entrypoint.sh"

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connection
 
 from common import processes
-from control_plane.embedded import free_port, port_open
+from common.embedded import free_port, port_open
 from tenants import services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker

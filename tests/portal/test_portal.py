@@ -60,7 +60,7 @@ def test_create_device_shows_secret_once(client, owner):
     secret = response.context["secret"]["password"]
     assert b"acme/sensor-1" in response.content and secret.encode() in response.content
     stored = Credential.objects.get(device__name="sensor-1")
-    from tenants.secrets import verify_secret
+    from common.secrets import verify_secret
 
     assert verify_secret(secret, stored.secret_hash)
     again = client.get("/devices/sensor-1/")

@@ -19,8 +19,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from common.embedded import free_port
 from common.object_store import LocalObjectStore
-from control_plane.embedded import free_port
 from tenants import services
 from tenants.models import RuleMetrics
 from tests.broker.clients import Paho

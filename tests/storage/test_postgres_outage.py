@@ -7,9 +7,9 @@ import time
 import pytest
 from django.db import connection
 
-from control_plane import embedded
-from data_plane.mqtt.codec import Reader, encode
-from data_plane.mqtt.packets import MQTT_5_0, Connect, PubAck, Publish
+from common import embedded
+from common.mqtt.codec import Reader, encode
+from common.mqtt.packets import MQTT_5_0, Connect, PubAck, Publish
 from tenants import services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker

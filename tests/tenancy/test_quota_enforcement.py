@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from data_plane.mqtt.codec import Reader, encode
-from data_plane.mqtt.packets import MQTT_5_0, Connect, Disconnect, PubAck, Publish
+from common.mqtt.codec import Reader, encode
+from common.mqtt.packets import MQTT_5_0, Connect, Disconnect, PubAck, Publish
 from tenants import services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import running_pg_broker

@@ -1,4 +1,4 @@
-from data_plane.tenancy.quotas import TenantRates, TokenBucket
+from data_plane.broker.rates import TenantRates, TokenBucket
 
 
 def test_bucket_grants_burst_then_rate():

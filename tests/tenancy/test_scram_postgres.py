@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from scramp import ScramClient
 
-from data_plane.mqtt.packets import Auth, PacketType
+from common.mqtt.packets import Auth, PacketType
 from tenants import services
 from tenants.models import Credential
 from tests.broker.test_enhanced_auth import METHOD, Raw

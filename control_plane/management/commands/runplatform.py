@@ -20,9 +20,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from common import embedded, secrets
 from common import processes as process_table
-from control_plane import embedded
-from tenants import secrets, services
+from tenants import services
 
 
 def _demo_password() -> str:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from data_plane.mqtt.errors import MalformedPacket, ProtocolError
-from data_plane.mqtt.packets import PacketType
+from common.mqtt.errors import MalformedPacket, ProtocolError
+from common.mqtt.packets import PacketType
 
 WILL = 0  # pseudo packet type: the will properties inside CONNECT
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from data_plane.mqtt.errors import TopicFilterInvalid, TopicNameInvalid
+from collections.abc import Sequence
+
+from common.mqtt.errors import TopicFilterInvalid, TopicNameInvalid
 
 MAX_TOPIC_BYTES = 65535
 SHARE_PREFIX = "$share/"
@@ -52,12 +54,17 @@ def parse_shared(topic_filter: str) -> tuple[str | None, str]:
     return group, inner
 
 
-def topic_matches(topic_filter: str, topic: str) -> bool:
-    """Does `topic_filter` match `topic`? `$` topics are not matched by a leading wildcard."""
-    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
+def hidden_from_wildcards(topic: str) -> bool:
+    """A topic a leading `+` or `#` never matches: one starting with `$` (MQTT-4.7.2-1). The one
+    place this rule is written; the router's trie, the ACLs and the matchers below ask it."""
+    return topic[:1] == "$"
+
+
+def levels_match(filter_levels: Sequence[str], topic_levels: Sequence[str]) -> bool:
+    """Does a filter match a topic, both already split on `/` (callers that test one topic
+    against many filters split it once)? The `$` rule applies."""
+    if topic_levels and hidden_from_wildcards(topic_levels[0]) and filter_levels[0] in ("+", "#"):
         return False
-    filter_levels = topic_filter.split("/")
-    topic_levels = topic.split("/")
     for index, level in enumerate(filter_levels):
         if level == "#":
             return True
@@ -66,3 +73,38 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
         if level != "+" and level != topic_levels[index]:
             return False
     return len(filter_levels) == len(topic_levels)
+
+
+def topic_matches(topic_filter: str, topic: str) -> bool:
+    """Does `topic_filter` match `topic`? `$` topics are not matched by a leading wildcard."""
+    return levels_match(topic_filter.split("/"), topic.split("/"))
+
+
+def filter_covers(outer: Sequence[str], inner: Sequence[str]) -> bool:
+    """True when every topic matched by filter `inner` is matched by filter `outer` (split)."""
+    for index, level in enumerate(outer):
+        if level == "#":
+            return True
+        if index >= len(inner):
+            return False
+        if inner[index] == "#":
+            return False
+        if level == "+":
+            continue
+        if inner[index] == "+" or inner[index] != level:
+            return False
+    return len(outer) == len(inner)
+
+
+def filters_intersect(a: Sequence[str], b: Sequence[str]) -> bool:
+    """True when some topic is matched by both filters (split)."""
+    for index in range(max(len(a), len(b))):
+        left = a[index] if index < len(a) else None
+        right = b[index] if index < len(b) else None
+        if left == "#" or right == "#":
+            return True
+        if left is None or right is None:
+            return False
+        if left != "+" and right != "+" and left != right:
+            return False
+    return True

@@ -7,7 +7,7 @@ connection must close with, and the reader is unusable afterwards.
 
 from __future__ import annotations
 
-from data_plane.mqtt.errors import (
+from common.mqtt.errors import (
     MalformedPacket,
     MQTTError,
     PacketTooLarge,
@@ -15,7 +15,7 @@ from data_plane.mqtt.errors import (
     TopicFilterInvalid,
     UnsupportedProtocolVersion,
 )
-from data_plane.mqtt.packets import (
+from common.mqtt.packets import (
     MQTT_3_1_1,
     MQTT_5_0,
     Auth,
@@ -38,7 +38,7 @@ from data_plane.mqtt.packets import (
     Unsubscribe,
     Will,
 )
-from data_plane.mqtt.properties import (
+from common.mqtt.properties import (
     WILL,
     encode_binary,
     encode_properties,
@@ -49,8 +49,8 @@ from data_plane.mqtt.properties import (
     read_string,
     read_u16,
 )
-from data_plane.mqtt.reason_codes import connack_v3_code, suback_v3_code
-from data_plane.mqtt.topics import parse_shared, validate_topic_filter, validate_topic_name
+from common.mqtt.reason_codes import connack_v3_code, suback_v3_code
+from common.mqtt.topics import parse_shared, validate_topic_filter, validate_topic_name
 
 MAX_PACKET_SIZE = 268_435_460  # 1 + 4 + 268,435,455
 _CLIENT_TYPES = frozenset(

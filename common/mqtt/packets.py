@@ -1,16 +1,16 @@
 """MQTT control packets as small event classes, shared by the codec and the broker.
 
-This module is the contract between the sans-IO codec (`data_plane.mqtt.codec`) and the rest of
+This module is the contract between the sans-IO codec (`common.mqtt.codec`) and the rest of
 the broker: the codec turns bytes into these objects and back, nothing else creates wire bytes.
 
 Conventions
 - Strings (topics, client ids, usernames) are `str`; binary data (payloads, passwords,
   correlation data, authentication data) is `bytes`.
 - MQTT 5.0 properties are a plain `dict` keyed by the snake_case property name (see
-  `data_plane.mqtt.properties.PROPERTY_NAMES`). Properties that may occur more than once hold a
+  `common.mqtt.properties.PROPERTY_NAMES`). Properties that may occur more than once hold a
   list: `user_property` is `list[tuple[str, str]]`, `subscription_identifier` is `list[int]`.
   On MQTT 3.1.1 connections the dict is always empty and ignored by the encoder.
-- `reason_code` is an `int` (see `data_plane.mqtt.reason_codes.ReasonCode`); on 3.1.1 the codec
+- `reason_code` is an `int` (see `common.mqtt.reason_codes.ReasonCode`); on 3.1.1 the codec
   maps it to the 3.1.1 return code where the packet has one (CONNACK, SUBACK).
 """
 

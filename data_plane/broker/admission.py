@@ -1,0 +1,222 @@
+"""PUBLISH and SUBSCRIBE admission: what the broker does with a client's packet, decided without
+touching the connection (enhanced auth's `Continue | Succeed | Fail` is the model).
+
+`PublishAdmission.admit` returns one of
+
+- `Accept(message, delay)`: route it (`delay`: a `$delayed/{seconds}/...` publish);
+- `Duplicate()`: a QoS 2 resend of a packet id already taken: PUBREC again, deliver nothing;
+- `Refuse(reason_code, reason)`: 5.0 negative acknowledgement; 3.1.1 acknowledges and drops;
+- `Disconnect(reason_code, reason)`: the connection ends;
+- `Pause(wait)`: 3.1.1 over its rate: stop reading and try this packet again in `wait` s.
+
+Every decision carries what it counts (`quota`: the quota key exceeded, for $SYS and the hooks;
+`counts`: the tenant statistics to bump), which the connection applies before acting. The
+admission keeps the state of its connection's inbound side: topic aliases and rate strikes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from common.mqtt.errors import MQTTError
+from common.mqtt.packets import MQTT_5_0, Publish, Subscribe, Subscription
+from common.mqtt.reason_codes import ReasonCode as RC
+from common.mqtt.topics import validate_topic_name
+from data_plane.broker.limits import MAX_DELAY, too_deep
+from data_plane.broker.message import Message
+
+# 5.0 refusals in a row after which a sustained excess of the publish rate ends the connection.
+RATE_STRIKES_BEFORE_DISCONNECT = 100
+
+
+@dataclass(slots=True)
+class Accept:
+    message: Message
+    delay: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    reason_code: int
+    reason: str = ""
+    quota: str | None = None
+    counts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    reason_code: int
+    reason: str = ""
+    quota: str | None = None
+    counts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    wait: float
+    quota: str | None = None
+    counts: tuple[str, ...] = ()
+
+
+PublishDecision = Accept | Duplicate | Refuse | Disconnect | Pause
+_DUPLICATE = Duplicate()
+
+
+class PublishAdmission:
+    """The checks every PUBLISH passes, in the order the broker has always applied them."""
+
+    __slots__ = (
+        "protocol_version",
+        "tenant",
+        "client_id",
+        "device",
+        "auth",
+        "retained",
+        "alias_maximum",
+        "receive_maximum",
+        "inbound_rates",
+        "strikes",
+        "aliases",
+    )
+
+    def __init__(self, config: Any, retained: Any) -> None:
+        self.alias_maximum = config.topic_alias_maximum
+        self.receive_maximum = config.receive_maximum
+        self.retained = retained  # the broker's RetainedStore (count/has, for the quota)
+        self.protocol_version = 4
+        self.tenant = self.client_id = self.device = ""
+        self.auth: Any = None  # the AuthResult: acl and quota (re-read on a policy change)
+        self.inbound_rates: Any = None  # the tenant's TenantRates, when publishes are limited
+        self.strikes = 0
+        self.aliases: dict[int, str] = {}
+
+    def begin(self, auth: Any, protocol_version: int, client_id: str) -> None:
+        """The identity CONNACK settled: publishes are judged for it from now on."""
+        self.auth, self.protocol_version, self.client_id = auth, protocol_version, client_id
+        self.tenant, self.device = auth.tenant, auth.device
+
+    def admit(self, packet: Publish, inbound_qos2: set[int]) -> PublishDecision:
+        v5 = self.protocol_version == MQTT_5_0
+        topic = packet.topic
+        if v5 and "topic_alias" in packet.properties:
+            alias = packet.properties["topic_alias"]
+            if alias > self.alias_maximum:
+                return Disconnect(RC.TOPIC_ALIAS_INVALID)
+            if topic:
+                self.aliases[alias] = topic
+            else:
+                topic = self.aliases.get(alias, "")
+                if not topic:
+                    return Disconnect(RC.PROTOCOL_ERROR, "unknown topic alias")
+        qos = packet.qos
+        if qos == 2:
+            if packet.packet_id in inbound_qos2:
+                return _DUPLICATE  # a resend of a QoS 2 PUBLISH we already took
+            if len(inbound_qos2) >= self.receive_maximum:
+                return Disconnect(RC.RECEIVE_MAXIMUM_EXCEEDED)
+        quota = self.auth.quota
+        max_size = quota.get("max_message_size")
+        if max_size is not None and len(packet.payload) > max_size:
+            # 0x95 is a DISCONNECT code (PUBACK cannot carry it); 3.1.1 drops it silently.
+            if v5:
+                return Disconnect(
+                    RC.PACKET_TOO_LARGE,
+                    f"message larger than {max_size} bytes",
+                    "message_size",
+                    ("dropped",),
+                )
+            return Refuse(0, "", "message_size")
+        if self.inbound_rates is not None:
+            wait = self.inbound_rates.admit(len(packet.payload))
+            if wait:
+                if not v5:  # 3.1.1 has no way to say it: stop reading, try again then
+                    return Pause(min(wait, 5.0), "publish_rate")
+                self.strikes += 1
+                if self.strikes >= RATE_STRIKES_BEFORE_DISCONNECT:
+                    return Disconnect(
+                        RC.MESSAGE_RATE_TOO_HIGH,
+                        "publish rate quota exceeded",
+                        "publish_rate",
+                        ("rate_limited",),
+                    )
+                # PUBACK/PUBREC cannot carry 0x96 (a DISCONNECT code): Quota exceeded.
+                return Refuse(RC.QUOTA_EXCEEDED, "rate quota", "publish_rate", ("rate_limited",))
+            self.strikes = 0
+        delay = None
+        if topic.startswith("$delayed/"):
+            seconds, _, real_topic = topic[len("$delayed/") :].partition("/")
+            try:
+                validate_topic_name(real_topic)
+                delay = int(seconds) if seconds.isdigit() else -1
+            except MQTTError:
+                delay = -1
+            if not 0 <= delay <= MAX_DELAY or real_topic.startswith("$"):
+                return Refuse(RC.TOPIC_NAME_INVALID, "use $delayed/{seconds}/{topic}")
+            topic = real_topic
+        if too_deep(topic):
+            return Refuse(RC.TOPIC_NAME_INVALID, "topic has too many levels")
+        acl = self.auth.acl
+        if topic.startswith("$") or (acl is not None and not acl.can_publish(topic)):
+            return Refuse(RC.NOT_AUTHORIZED, "not authorized", None, ("denied",))
+        message = Message.from_publish(
+            self.tenant,
+            self.client_id,
+            topic,
+            packet.payload,
+            qos,
+            packet.retain,
+            packet.properties if v5 else {},
+            self.device,
+        )
+        if packet.retain and packet.payload:  # clearing is always allowed
+            limit = quota.get("max_retained_messages")
+            if (
+                limit is not None
+                and self.retained.count(self.tenant) >= limit
+                and not self.retained.has(self.tenant, topic)
+            ):
+                return Refuse(RC.QUOTA_EXCEEDED, "retained message limit", "retained")
+        return Accept(message, delay)
+
+
+@dataclass(slots=True)
+class SubscribeDecision:
+    """SUBACK's codes (one per filter, in order), the subscriptions granted, and what to count."""
+
+    codes: list[int]
+    granted: list[Subscription]
+    quota_hits: int = 0  # filters refused by max_subscriptions_per_client
+    denied: int = 0  # filters refused by the ACL
+
+
+def admit_subscribe(packet: Subscribe, auth: Any, subscriptions: Any) -> SubscribeDecision:
+    """Each filter of a SUBSCRIBE: too deep, not authorized, over the tenant's subscription
+    quota, or granted at the QoS asked (`subscriptions`: the session's current ones)."""
+    acl = auth.acl
+    limit = auth.quota.get("max_subscriptions_per_client")
+    decision = SubscribeDecision([], [])
+    for sub in packet.subscriptions:
+        if too_deep(sub.topic_filter):
+            decision.codes.append(RC.TOPIC_FILTER_INVALID)
+            continue
+        if acl is not None and not acl.can_subscribe(sub.topic_filter):
+            decision.denied += 1
+            decision.codes.append(RC.NOT_AUTHORIZED)
+            continue
+        if (
+            limit is not None
+            and sub.topic_filter not in subscriptions
+            and len(subscriptions) >= limit
+        ):
+            decision.quota_hits += 1
+            decision.codes.append(RC.QUOTA_EXCEEDED)
+            continue
+        decision.codes.append(sub.qos)
+        decision.granted.append(sub)
+    return decision

@@ -1,0 +1,135 @@
+"""The read gate: every reason a connection stops reading its client, in one place (uvicorn's
+`FlowControl`).
+
+Three reasons, each with its own way out:
+
+- `burst`: one read brought many packets; yield a loop turn so the deliveries they produced are
+  written before more is read (fairness, bounded batches). Ends on the next loop turn.
+- `rate`: a 3.1.1 client over its tenant's publish rate (it cannot be told): the packet is held
+  and retried when the bucket has refilled.
+- `throttled_by`: subscribers whose queues backed up while this client published to them; each
+  releases it when drained, and all of them at once after `THROTTLE_LIMIT` seconds (a dead
+  subscriber cannot hold a publisher for long).
+
+While reading is paused by `rate` or `throttled_by` (`holds`), packets already read wait in
+`held`, in order, and go first when the gate reopens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+
+class ReadGate:
+    BURST = 64  # packets from one read after which the connection yields a loop turn
+    THROTTLE_LIMIT = 2.0  # seconds a backed-up subscriber may hold a publisher
+
+    __slots__ = ("owner", "loop", "process", "held", "burst", "rate", "throttled_by", "_timer")
+
+    def __init__(
+        self, owner: Any, loop: asyncio.AbstractEventLoop, process: Callable[[list], None]
+    ) -> None:
+        self.owner = owner  # the connection: its transport, `closing`, and who sessions block
+        self.loop = loop
+        self.process = process  # handles packets (and may close the gate again)
+        self.held: list = []  # packets read but not handled while the gate holds
+        self.burst = False
+        self.rate = False
+        self.throttled_by: set = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def holds(self) -> bool:
+        """Paused by a quota or a backed-up subscriber: the rest of a read waits too."""
+        return self.rate or bool(self.throttled_by)
+
+    def after_read(self, count: int) -> None:
+        # libuv reads a busy socket many times per loop turn: yield after a burst.
+        if count >= self.BURST and not self.burst:
+            self.burst = True
+            self.owner.transport.pause_reading()
+            self.loop.call_soon(self._end_burst)
+
+    def pause_for_rate(self, wait: float, packet: Any) -> None:
+        """Stop reading and try `packet` again in `wait` seconds."""
+        self.owner.transport.pause_reading()
+        self.rate = True
+        self.held.insert(0, packet)
+        self.loop.call_later(wait, self._end_rate)
+
+    def throttle_by(self, session: Any) -> None:
+        if self.owner.closing:
+            return
+        if not self.throttled_by:
+            self.owner.transport.pause_reading()
+            self._timer = self.loop.call_later(self.THROTTLE_LIMIT, self._throttle_expired)
+        self.throttled_by.add(session)
+
+    def unthrottle_by(self, session: Any) -> None:
+        self.throttled_by.discard(session)
+        if not self.throttled_by:
+            self._unthrottle_all()
+
+    def resume(self) -> None:
+        """Resume reading once nothing pauses it, handling held packets first."""
+        if self.owner.closing or self.throttled_by or self.rate or self.burst:
+            return
+        if self.held:
+            held, self.held = self.held, []
+            self.process(held)
+            if self.held or self.throttled_by or self.rate:
+                return
+        self.owner.transport.resume_reading()
+
+    def _end_burst(self) -> None:
+        self.burst = False
+        self.resume()
+
+    def _end_rate(self) -> None:
+        self.rate = False
+        self.resume()
+
+    def _throttle_expired(self) -> None:
+        """The subscribers that held us for the whole allowance are not draining: they stop
+        holding publishers (their queues fill to their limit and drop) until they drain."""
+        self._timer = None
+        for session in self.throttled_by:
+            session.stalled = True
+            session.blocked_publishers.discard(self.owner)
+        self._unthrottle_all()
+
+    def _unthrottle_all(self) -> None:
+        self.throttled_by.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.resume()
+
+
+class OutboundPacer:
+    """The tenant's outbound bytes/s quota, spent: the session waits, and is pumped again when
+    the bucket has refilled (one timer per pause, not one per delivery held back)."""
+
+    __slots__ = ("owner", "loop", "_timer")
+
+    def __init__(self, owner: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.owner = owner  # the connection: its tenant, broker and session
+        self.loop = loop
+        self._timer: asyncio.TimerHandle | None = None
+
+    def pace(self, wait: float) -> None:
+        if self._timer is None:
+            self.owner.broker.quota_exceeded(self.owner.tenant, "outbound_rate")
+            self._timer = self.loop.call_later(wait, self._end)
+
+    def cancel(self) -> None:
+        if self._timer:
+            self._timer.cancel()
+
+    def _end(self) -> None:
+        self._timer = None
+        session = self.owner.session
+        if session is not None and session.connection is self.owner:
+            session.pump()

@@ -1,0 +1,375 @@
+"""CONNECT until CONNACK, and enhanced authentication (MQTT 5.0 §4.12) after it.
+
+`Handshake.authenticate` answers a CONNECT with the client's `AuthResult` (who it is, may it come
+in now) or a `Refusal` (the CONNACK reason); `Handshake.welcome` decides the rest of the session's
+terms (client id, expiry, will) or refuses. The connection acts on them: it opens the session,
+writes CONNACK or the refusal, and closes. The handshake never writes CONNACK itself; it only
+speaks AUTH (0x18 challenges) and, after CONNACK, answers re-authentication.
+
+While a CONNECT is being judged the connection reads nothing: the packets that came with it
+(`early`) and the bytes that arrive meanwhile (`buffered`) wait here; an enhanced-auth exchange
+takes the client's AUTH answers from them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from common.mqtt.codec import Reader, encode
+from common.mqtt.errors import MQTTError
+from common.mqtt.packets import MQTT_5_0, Auth, Connack, Connect, PacketType
+from common.mqtt.reason_codes import ReasonCode as RC
+from data_plane.broker.auth import AuthResult
+from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Succeed
+from data_plane.broker.limits import NEVER_EXPIRES, too_deep
+from data_plane.broker.message import Message
+
+log = logging.getLogger(__name__)
+
+
+class HandshakeOutlet(Protocol):
+    """What the handshake needs of its connection."""
+
+    broker: Any
+    config: Any
+    peer: str
+    reader: Reader
+    closing: bool
+    tenant: str
+    device: str
+    loop: asyncio.AbstractEventLoop
+
+    def send(self, data: bytes) -> None: ...
+
+    def write_now(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def disconnect(self, reason_code: int, reason: str = "", *, reference: str = "") -> None: ...
+
+    def with_reason(self, build: Any, reason: str, *, always: bool = False) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """CONNACK with this reason code, then close; `quota`/`counts`: what to count for `tenant`."""
+
+    reason_code: int
+    reason: str = ""
+    reference: str = ""  # Server Reference (5.0 redirects)
+    tenant: str = ""
+    quota: str | None = None
+    counts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The session's terms once the client is in."""
+
+    expiry: int
+    will: Message | None
+    will_delay: int
+
+
+class Handshake:
+    def __init__(self, conn: HandshakeOutlet) -> None:
+        self.conn = conn
+        self.early: list = []  # packets read with the CONNECT, handled after CONNACK
+        self.buffered: list[bytes] = []  # bytes that arrived while CONNECT was judged
+        self.enhanced: EnhancedAuthState | None = None  # when CONNECT named a method
+
+    # -- CONNECT --------------------------------------------------------------------------
+
+    async def authenticate(self, connect: Connect) -> AuthResult | Refusal | None:
+        """Who the client is and whether it may come in now; None when the connection ended
+        meanwhile (nothing more to say)."""
+        conn, broker = self.conn, self.conn.broker
+        v5 = connect.protocol_version == MQTT_5_0
+        props = connect.properties
+        if v5:
+            method = props.get("authentication_method")
+            if method is not None and method not in broker.enhanced_auth:
+                return Refusal(RC.BAD_AUTHENTICATION_METHOD)
+        if not connect.client_id and not connect.clean_start and not v5:
+            return Refusal(RC.CLIENT_IDENTIFIER_NOT_VALID)  # MQTT-3.1.3-8
+        if v5 and "authentication_method" in props:
+            result = await self._exchange(connect)
+            if not isinstance(result, AuthResult):
+                return result
+        else:
+            result = await broker.authenticator.authenticate(connect, conn.peer)
+        if conn.closing:
+            return None
+        if result.reason_code:
+            return Refusal(result.reason_code, result.reason)
+        redirect = broker.redirect(connect, result) if broker.redirect else None
+        if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
+            return Refusal(redirect.reason_code, reference=redirect.reference if v5 else "")
+        max_connections = result.quota.get("max_connections")
+        if (
+            max_connections is not None
+            and not result.service
+            and broker.connection_count(result.tenant) >= max_connections
+        ):
+            return Refusal(
+                RC.QUOTA_EXCEEDED,
+                "tenant connection limit reached",
+                tenant=result.tenant,
+                quota="connections",
+            )
+        return result
+
+    def welcome(self, connect: Connect, result: AuthResult, client_id: str) -> Welcome | Refusal:
+        """The session's expiry (capped by the tenant's quota) and will (judged as a PUBLISH,
+        now), or why the client may not have them."""
+        broker = self.conn.broker
+        tenant, quota = result.tenant, result.quota
+        if connect.protocol_version == MQTT_5_0:
+            expiry = connect.properties.get("session_expiry_interval", 0)
+        else:
+            expiry = 0 if connect.clean_start else NEVER_EXPIRES
+        cap = quota.get("max_session_expiry")
+        if cap is not None and expiry > cap and expiry != 0:
+            expiry = cap  # 3.1.1 persistent sessions too: they expire once offline that long
+        will_message, will_delay = None, 0
+        if connect.will is not None:
+            will = connect.will
+            # The will is a PUBLISH waiting to happen: the same checks, now (and when it goes).
+            if too_deep(will.topic):
+                return Refusal(RC.TOPIC_NAME_INVALID, "will topic has too many levels")
+            if will.topic[:1] == "$" or (
+                result.acl is not None and not result.acl.can_publish(will.topic)
+            ):
+                return Refusal(
+                    RC.NOT_AUTHORIZED,
+                    "will topic not authorized",
+                    tenant=tenant,
+                    counts=("denied",),
+                )
+            will_message = Message.from_publish(
+                tenant,
+                client_id,
+                will.topic,
+                will.payload,
+                will.qos,
+                will.retain,
+                will.properties,
+                result.device,
+            )
+            will_delay = will.properties.get("will_delay_interval", 0)
+        persistent_cap = quota.get("max_persistent_sessions")
+        if (
+            expiry
+            and persistent_cap is not None
+            and not result.service
+            and (tenant, client_id) not in broker.sessions
+            and broker.persistent_count(tenant) >= persistent_cap
+        ):
+            return Refusal(
+                RC.QUOTA_EXCEEDED,
+                "tenant persistent session limit reached",
+                tenant=tenant,
+                quota="persistent_sessions",
+            )
+        return Welcome(expiry, will_message, will_delay)
+
+    def refusal_connack(self, refusal: Refusal, version: int) -> bytes:
+        """CONNACK with the refusal's reason code (a Reason String where the client may take
+        one, and the Server Reference of a redirect)."""
+        extra = {"server_reference": refusal.reference} if refusal.reference else {}
+        return self.conn.with_reason(
+            lambda props: encode(
+                Connack(False, refusal.reason_code, {**(props or {}), **extra}), version
+            ),
+            refusal.reason,
+            always=True,
+        )
+
+    def keep_alive(self, connect: Connect, quota: dict) -> tuple[int, int | None]:
+        """(keep alive in force, Server Keep Alive to announce or None): the tenant's or the
+        broker's limit replaces a longer or absent one (5.0 only can say so)."""
+        keep_alive = connect.keep_alive
+        limit = quota.get("max_keepalive") or self.conn.config.max_keepalive
+        if (
+            limit
+            and (keep_alive == 0 or keep_alive > limit)
+            and connect.protocol_version == MQTT_5_0
+        ):
+            return limit, limit
+        return keep_alive, None
+
+    def connack(
+        self,
+        connect: Connect,
+        present: bool,
+        expiry: int,
+        assigned: str | None,
+        server_keep_alive: int | None,
+    ) -> bytes:
+        """The successful CONNACK: what this broker offers (5.0) and what it changed."""
+        ack_props: dict[str, Any] = {}
+        if connect.protocol_version == MQTT_5_0:
+            config = self.conn.config
+            ack_props = {
+                "receive_maximum": config.receive_maximum,
+                "topic_alias_maximum": config.topic_alias_maximum,
+                "maximum_packet_size": config.max_packet_size,
+                "retain_available": 1,
+                "wildcard_subscription_available": 1,
+                "subscription_identifier_available": 1,
+                "shared_subscription_available": 1,
+            }
+            if assigned:
+                ack_props["assigned_client_identifier"] = assigned
+            if server_keep_alive is not None:
+                ack_props["server_keep_alive"] = server_keep_alive
+            if expiry != connect.properties.get("session_expiry_interval", 0):
+                ack_props["session_expiry_interval"] = expiry
+            if self.enhanced is not None:  # [MQTT-4.12.0-5]
+                ack_props.update(self.enhanced.properties(self.enhanced.final_data))
+        return encode(Connack(present, 0, ack_props), connect.protocol_version)
+
+    # -- while CONNECT is judged -----------------------------------------------------------
+
+    def buffer(self, data: bytes) -> None:
+        """Bytes that arrived while CONNECT is judged: kept in order for after CONNACK (or for
+        the enhanced-auth exchange waiting on the client's next AUTH)."""
+        self.buffered.append(data)
+        self.wake()
+
+    def wake(self) -> None:
+        if self.enhanced is not None:
+            self.enhanced.wake()
+
+    async def _exchange(self, connect: Connect) -> AuthResult | Refusal | None:
+        """The AUTH exchange that completes CONNECT."""
+        conn = self.conn
+        name = connect.properties["authentication_method"]
+        state = self.enhanced = EnhancedAuthState(name, connect, conn.loop)
+        exchange = conn.broker.enhanced_auth[name].start(connect, conn.peer)
+        data = connect.properties.get("authentication_data")
+        while True:
+            step = await exchange.step(data)
+            if conn.closing:
+                return None
+            if isinstance(step, Fail):
+                return Refusal(step.reason_code, step.reason)
+            if isinstance(step, Succeed):
+                if step.result.reason_code:
+                    return Refusal(step.result.reason_code, step.result.reason)
+                state.final_data = step.data
+                return step.result
+            # Continue: AUTH 0x18 with the same method [MQTT-4.12.0-2, MQTT-4.12.0-5].
+            conn.write_now(state.packet(RC.CONTINUE_AUTHENTICATION, step.data))
+            packet = await self._packet_before_connack()
+            if isinstance(packet, Refusal) or packet is None:
+                return packet
+            if packet.type is PacketType.DISCONNECT:
+                conn.close()
+                return None
+            if (
+                packet.type is not PacketType.AUTH  # [MQTT-3.1.2-30]
+                or packet.reason_code != RC.CONTINUE_AUTHENTICATION  # [MQTT-4.12.0-3]
+                or packet.properties.get("authentication_method") != name  # [MQTT-4.12.0-5]
+            ):
+                return Refusal(RC.PROTOCOL_ERROR, "expected AUTH 0x18 with the same method")
+            data = packet.properties.get("authentication_data")
+
+    async def _packet_before_connack(self) -> Any:
+        """The client's next packet while CONNECT is unanswered (None if the connection ends)."""
+        conn, state = self.conn, self.enhanced
+        while not conn.closing:
+            if not self.early and self.buffered:
+                chunks, self.buffered = self.buffered, []
+                try:
+                    for chunk in chunks:
+                        self.early.extend(conn.reader.feed(chunk))
+                except MQTTError as exc:
+                    return Refusal(exc.reason_code, str(exc))
+            if self.early:
+                return self.early.pop(0)
+            await state.wait()
+        return None
+
+    # -- re-authentication (after CONNACK) ---------------------------------------------------
+
+    def reauthenticate(self, packet: Auth) -> None:
+        """AUTH after CONNACK: re-authentication [MQTT-4.12.1]; other traffic flows meanwhile."""
+        conn, state = self.conn, self.enhanced
+        if state is None:  # no method in CONNECT: the client must not send AUTH [MQTT-4.12.0-7]
+            conn.disconnect(RC.PROTOCOL_ERROR, "AUTH without an authentication method in CONNECT")
+            return
+        if packet.properties.get("authentication_method") != state.method:  # [MQTT-4.12.1-1]
+            conn.disconnect(RC.PROTOCOL_ERROR, "re-authentication must use the CONNECT's method")
+            return
+        expected = RC.RE_AUTHENTICATE if state.exchange is None else RC.CONTINUE_AUTHENTICATION
+        if packet.reason_code != expected or state.busy:
+            conn.disconnect(RC.PROTOCOL_ERROR, f"expected AUTH {expected:#04x}")
+            return
+        if state.exchange is None:
+            state.exchange = conn.broker.enhanced_auth[state.method].start(state.connect, conn.peer)
+        state.busy = True
+        step = state.exchange.step(packet.properties.get("authentication_data"))
+        conn.loop.create_task(self._reauthentication_step(state.exchange, step))
+
+    async def _reauthentication_step(self, exchange: Exchange, pending: Any) -> None:
+        conn, state = self.conn, self.enhanced
+        try:
+            step = await pending
+        except Exception:
+            log.exception("re-authentication of %s failed", conn.peer)
+            step = Fail(RC.UNSPECIFIED_ERROR, "internal error")
+        state.busy = False
+        if conn.closing or state.exchange is not exchange:
+            return
+        if isinstance(step, Continue):
+            conn.send(state.packet(RC.CONTINUE_AUTHENTICATION, step.data))
+            return
+        state.exchange = None
+        if isinstance(step, Succeed) and (
+            step.result.reason_code == 0
+            and (step.result.tenant, step.result.device) == (conn.tenant, conn.device)
+        ):
+            conn.send(state.packet(0, step.data))
+            return
+        # The identity may not change on a live connection; 0x86 is no DISCONNECT code.
+        code = step.reason_code if isinstance(step, Fail) else RC.NOT_AUTHORIZED
+        if code == RC.BAD_USER_NAME_OR_PASSWORD:
+            code = RC.NOT_AUTHORIZED
+        conn.disconnect(code, step.reason if isinstance(step, Fail) else "identity changed")
+
+
+class EnhancedAuthState:
+    """A connection's enhanced authentication: its method, the CONNECT it answers for (the
+    identity on re-authentication), the exchange in progress and the wait for the next AUTH."""
+
+    __slots__ = ("method", "connect", "exchange", "busy", "final_data", "_waiter", "_loop")
+
+    def __init__(self, method: str, connect: Connect, loop: asyncio.AbstractEventLoop) -> None:
+        self.method, self.connect, self._loop = method, connect, loop
+        self.exchange: Exchange | None = None  # a re-authentication in progress
+        self.busy = False  # a step is being judged: the client must wait for our answer
+        self.final_data: bytes | None = None  # for CONNACK
+        self._waiter: asyncio.Future | None = None
+
+    def properties(self, data: bytes | None) -> dict[str, Any]:
+        """The method (always, [MQTT-4.12.0-5]) and the data, if any."""
+        props: dict[str, Any] = {"authentication_method": self.method}
+        if data:
+            props["authentication_data"] = data
+        return props
+
+    def packet(self, reason_code: int, data: bytes | None) -> bytes:
+        return encode(Auth(reason_code, self.properties(data)), MQTT_5_0)
+
+    async def wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        await self._waiter
+        self._waiter = None
+
+    def wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)

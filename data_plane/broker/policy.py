@@ -1,0 +1,35 @@
+"""A connection's rights under its tenant's policy: the rate buckets it shares with the tenant's
+other connections, and what its session needs of the ACL and quota. Read at CONNECT and again
+whenever the control plane changes the policy (`data_plane.tenancy.control`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+RATE_KEYS = ("max_publish_rate", "max_inbound_bytes_rate", "max_outbound_bytes_rate")
+
+
+def tenant_rates(broker: Any, tenant: str, quota: dict[str, int]) -> Any | None:
+    """The tenant's shared token buckets when its quota limits a rate, else None: looked up
+    once per connection and per policy change rather than per PUBLISH."""
+    if any(quota.get(key) for key in RATE_KEYS):
+        return broker.rates_for(tenant, quota)
+    return None
+
+
+def reapply(auth: Any, policy: Any, tenant: str, device: str) -> None:
+    """The connection's AuthResult under the tenant's new policy (quota, QoS 0 setting, ACL)."""
+    auth.quota = dict(policy.quota)
+    auth.queue_qos0_offline = policy.queue_qos0_offline
+    auth.acl = policy.authorizer(tenant, device)
+
+
+def authorize_session(session: Any, auth: Any) -> None:
+    """What the session needs of its connection's rights: the read filter for deliveries, and
+    the ACL and quota its will is judged by when it goes out."""
+    acl = auth.acl
+    session.acl = acl
+    session.quota = auth.quota
+    session.read_filter = acl.can_receive if getattr(acl, "filters_reads", False) else None
+    if session.read_filter is not None:
+        session.withhold(session.read_filter)

@@ -1,0 +1,69 @@
+"""What the broker counts per tenant, and where it may send a client instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from common.mqtt.reason_codes import ReasonCode
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """Where a client should connect instead: 0x9D Server moved when `permanent`, else 0x9C
+    Use another server; 3.1.1 has no such code (CONNACK 3, Server unavailable)."""
+
+    reference: str
+    permanent: bool = False
+
+    @property
+    def reason_code(self) -> int:
+        return ReasonCode.SERVER_MOVED if self.permanent else ReasonCode.USE_ANOTHER_SERVER
+
+
+@dataclass
+class TenantStats:
+    connected: int = 0
+    messages_received: int = 0
+    messages_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    dropped: int = 0
+    rate_limited: int = 0
+    denied: int = 0
+    # Of the above, the broker's own traffic ($events, $SYS: publisher ids starting with `$`),
+    # which usage metering leaves out.
+    system_received: int = 0
+    system_bytes_received: int = 0
+    system_sent: int = 0
+    system_bytes_sent: int = 0
+    # Billable message units (5 KiB increments, AWS IoT Core's): each PUBLISH received, each
+    # delivery sent, each retained message stored, each CONNECT and SUBSCRIBE; system traffic
+    # ($events, $SYS) is never billed.
+    message_units: int = 0
+    # quota key -> refusals or pauses (connections, message_size, publish_rate, outbound_rate,
+    # subscriptions, retained)
+    exceeded: dict[str, int] = field(default_factory=dict)
+
+
+# Why a connection ended, in EMQX's words (the `reason` of `$events/client_disconnected`).
+DISCONNECT_REASONS = {
+    ReasonCode.KEEP_ALIVE_TIMEOUT: "keepalive_timeout",
+    ReasonCode.SESSION_TAKEN_OVER: "takenover",
+    ReasonCode.ADMINISTRATIVE_ACTION: "kicked",
+    ReasonCode.NOT_AUTHORIZED: "not_authorized",
+    ReasonCode.PROTOCOL_ERROR: "protocol_error",
+    ReasonCode.SERVER_SHUTTING_DOWN: "server_shutting_down",
+}
+
+
+class Published(NamedTuple):
+    """What `Broker.publish` did with a message."""
+
+    reached: int  # sessions it was handed to (5.0: "no matching subscribers" when 0)
+    commits: Any  # the commits of its durable copies: a QoS 1/2 acknowledgement awaits them
+
+
+# The common answers, shared rather than built per message (the publish path is hot).
+NOTHING = Published(0, ())
+REACHED_ONE = Published(1, ())
