@@ -140,7 +140,7 @@ async def run(args: argparse.Namespace) -> None:
         from data_plane.storage.archive import writer_metrics
         from data_plane.tenancy.observers import TenancyObservers
 
-        link.live = server.broker
+        link.attach(server.broker)  # live connections, each tied to its secret
         from data_plane.storage.usage_log import UsageLogWriter
 
         usage_writer = UsageLogWriter(objects, max_age=args.usage_segment_age)

@@ -126,6 +126,31 @@ class Membership(models.Model):
         return self.role in (self.Role.OWNER, self.Role.ADMIN)
 
 
+class Invitation(models.Model):
+    """An invitation to join a tenant with a role, accepted by a link carrying `token` (only
+    its digest is kept, like API tokens)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(
+        max_length=8, choices=Membership.Role.choices, default=Membership.Role.VIEWER
+    )
+    digest = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    @property
+    def is_open(self) -> bool:
+        return self.accepted_at is None and self.expires_at > timezone.now()
+
+
 class ApiToken(models.Model):
     """A bearer token for the REST API, acting as `user` within `tenant`. Only its digest is kept."""
 
@@ -180,6 +205,8 @@ class Credential(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # When a rotation replaced this secret: from then it only lives out its grace period.
+    retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -194,6 +221,16 @@ class Credential(models.Model):
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or self.expires_at > timezone.now()
+
+    @property
+    def state(self) -> str:
+        """`active`, `retiring` (replaced, still accepted until `expires_at`), `expired` or
+        `revoked`."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "retiring" if self.retired_at is not None else "active"
 
 
 class AclRule(models.Model):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -284,29 +284,68 @@ def device_delete(device: Device) -> None:
     announce(slug, "device.deleted", device=name, ids=[device_id])
 
 
+DEFAULT_ROTATION_GRACE = timedelta(hours=24)
+MAX_ROTATION_GRACE = timedelta(days=30)
+
+
 @transaction.atomic
 def credential_rotate(
-    device: Device, *, expires_at: datetime | None = None
+    device: Device,
+    *,
+    expires_at: datetime | None = None,
+    grace: timedelta | None = DEFAULT_ROTATION_GRACE,
 ) -> tuple[Credential, str]:
-    """Revoke every active secret of the device and issue a new one (returned once)."""
-    if expires_at is not None and expires_at <= timezone.now():
-        raise ValidationError({"expires_at": ["Must be in the future."]})
+    """Issue a new secret (returned once) and retire the previous one after `grace`.
+
+    A device holds at most two live secrets: the new one and, for the grace period, the newest
+    previous one, so devices can be moved over without downtime. Older secrets, and the previous
+    one too when `grace` is zero or None ("now"), are revoked at once. The broker refuses a
+    secret past its expiry and drops the connections that authenticated with it then.
+    """
     now = timezone.now()
-    revoked = list(
-        Credential.objects.filter(device=device, revoked_at=None).values_list("id", flat=True)
-    )
+    if expires_at is not None and expires_at <= now:
+        raise ValidationError({"expires_at": ["Must be in the future."]})
+    if grace is not None and (grace < timedelta(0) or grace > MAX_ROTATION_GRACE):
+        raise ValidationError(
+            {"grace_seconds": [f"Must be between 0 and {int(MAX_ROTATION_GRACE.total_seconds())}."]}
+        )
+    live = [
+        c
+        for c in Credential.objects.select_for_update()
+        .filter(device=device, revoked_at=None)
+        .order_by("-created_at", "-id")
+        if c.expires_at is None or c.expires_at > now
+    ]
+    keep = live[0] if live and grace else None
+    revoked = [c.id for c in live if c is not keep]
     Credential.objects.filter(id__in=revoked).update(revoked_at=now)
+    if keep is not None:
+        retire_at = now + grace
+        if keep.expires_at is None or keep.expires_at > retire_at:
+            keep.expires_at = retire_at
+        keep.retired_at = now
+        keep.save(update_fields=["expires_at", "retired_at"])
+    parsed = secrets.parse_scram_verifier(keep.scram_verifier) if keep else None
     secret = secrets.generate_secret()
     credential = Credential.objects.create(
         device=device,
         secret_hash=secrets.hash_secret(secret),
-        scram_verifier=secrets.scram_verifier(secret),
+        scram_verifier=secrets.scram_verifier(secret, *((parsed[3], parsed[0]) if parsed else ())),
         expires_at=expires_at,
     )
     announce(
-        device.tenant.slug, "credential.rotated", device=device.name, ids=[credential.id, *revoked]
+        device.tenant.slug,
+        "credential.rotated",
+        device=device.name,
+        ids=[credential.id, *revoked, *([keep.id] if keep else [])],
     )
     return credential, secret
+
+
+@transaction.atomic
+def credential_retire_now(credential: Credential) -> Credential:
+    """End a retiring secret's grace period now (the portal asks first): a revocation."""
+    return credential_revoke(credential)
 
 
 @transaction.atomic

@@ -56,4 +56,6 @@ class PostgresAuthenticator:
             dict(policy.quota),
             tenant_id=policy.tenant_id,
             queue_qos0_offline=policy.queue_qos0_offline,
+            credential_id=decision.credential_id,
+            credential_expires_at=decision.credential_expires_at,
         )

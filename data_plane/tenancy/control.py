@@ -15,6 +15,7 @@ from typing import Protocol
 from psycopg_pool import AsyncConnectionPool
 
 from data_plane.tenancy import service_identity
+from data_plane.tenancy.credential_watch import CredentialWatch
 from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.notifications import Change, ConfigListener
 from data_plane.tenancy.store import TenantPolicy, TenantStore
@@ -23,13 +24,10 @@ log = logging.getLogger(__name__)
 ADMINISTRATIVE_ACTION = 0x98
 
 # Changes that end the device's live connections.
-_DEVICE_REVOKING = {
-    "device.disabled",
-    "device.deleted",
-    "credential.revoked",
-    "credential.rotated",
-    "credential.expired",
-}
+_DEVICE_REVOKING = {"device.disabled", "device.deleted"}
+# Changes that end only the connections on a secret no longer accepted (a device may hold two
+# during a rotation's grace period): `CredentialWatch` judges each connection.
+_CREDENTIAL_CHANGES = {"credential.revoked", "credential.rotated", "credential.expired"}
 
 
 class LiveConnections(Protocol):
@@ -81,9 +79,16 @@ class ControlPlaneLink:
         )
         self.listener = ConfigListener(dsn, self.on_change)
         self.live: LiveConnections | None = None
+        self.watch: CredentialWatch | None = None
+
+    def attach(self, broker) -> None:
+        """Act on live connections of `broker`, each tied to the secret it authenticated with."""
+        self.live = broker
+        self.watch = CredentialWatch(broker, self.directory)
 
     async def start(self, live: LiveConnections | None = None) -> None:
-        self.live = live
+        if live is not None:
+            self.attach(live)
         await self.pool.open(wait=True, timeout=30)
         await self.lookups.open(wait=True, timeout=30)
         self.listener.start()
@@ -106,7 +111,12 @@ class ControlPlaneLink:
         if kind.startswith("device.") or kind.startswith("credential."):
             if isinstance(device, str):
                 self.directory.forget_device(tenant, device)
-                if self.live and kind in _DEVICE_REVOKING:
+                if self.live and kind in _CREDENTIAL_CHANGES:
+                    if self.watch is not None:
+                        await self.watch.recheck(tenant, device)
+                    else:  # no per-connection view: the safe side
+                        self.live.disconnect_device(tenant, device, ADMINISTRATIVE_ACTION)
+                elif self.live and kind in _DEVICE_REVOKING:
                     closed = self.live.disconnect_device(tenant, device, ADMINISTRATIVE_ACTION)
                     log.info("%s %s/%s: closed %d connection(s)", kind, tenant, device, closed)
             return

@@ -122,15 +122,37 @@ class DeviceCreatedOutput(DeviceOutput):
 
 
 class CredentialRotateInput(StrictInput):
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    expires_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="when the NEW secret stops working (null: never)",
+    )
+    grace_seconds = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=30 * 86_400,
+        default=24 * 3600,
+        help_text="how long the previous secret keeps working (default 86400 = 24 h; "
+        "0 retires it now and drops the connections that use it)",
+    )
 
 
 class CredentialOutput(serializers.Serializer):
     id = serializers.IntegerField()
     created_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(
+        allow_null=True, help_text="when the broker stops accepting it (null: never)"
+    )
     revoked_at = serializers.DateTimeField(allow_null=True)
-    active = serializers.BooleanField(source="is_active")
+    retired_at = serializers.DateTimeField(
+        allow_null=True, help_text="when a rotation replaced it (its grace period began)"
+    )
+    state = serializers.ChoiceField(
+        ["active", "retiring", "expired", "revoked"],
+        help_text="active; retiring (replaced, accepted until expires_at); expired; revoked",
+    )
+    active = serializers.BooleanField(source="is_active", help_text="accepted by the broker now")
 
 
 class CredentialCreatedOutput(serializers.Serializer):
@@ -138,6 +160,9 @@ class CredentialCreatedOutput(serializers.Serializer):
     username = serializers.CharField()
     password = serializers.CharField(help_text="shown once, never again")
     expires_at = serializers.DateTimeField(allow_null=True)
+    previous = CredentialOutput(
+        many=True, help_text="the device's other secrets after the rotation, with their state"
+    )
 
 
 # -- ACLs -----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ scoped to the caller's tenant, so another tenant's object is a 404."""
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, timedelta
 
 from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError
@@ -227,12 +227,16 @@ class DeviceCredentialsView(TenantAPIView):
     def post(self, request, name: str):
         device = selectors.device_get(tenant=self.tenant, name=name)
         data = validated(s.CredentialRotateInput, request.data)
-        credential, secret = services.credential_rotate(device, **data)
+        grace = timedelta(seconds=data.pop("grace_seconds"))
+        credential, secret = services.credential_rotate(device, grace=grace, **data)
         body = {
             "id": credential.id,
             "username": device.username,
             "password": secret,
             "expires_at": credential.expires_at,
+            "previous": [
+                c for c in device.credentials.exclude(id=credential.id) if c.state != "revoked"
+            ],
         }
         return Response(s.CredentialCreatedOutput(body).data, status=status.HTTP_201_CREATED)
 

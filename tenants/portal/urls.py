@@ -13,6 +13,11 @@ urlpatterns = [
     path("devices/", views.devices, name="devices"),
     path("devices/<str:name>/", views.device_detail, name="device"),
     path("devices/<str:name>/rotate/", views.device_rotate, name="device-rotate"),
+    path(
+        "devices/<str:name>/credentials/<int:credential_id>/retire/",
+        views.credential_retire,
+        name="credential-retire",
+    ),
     path("devices/<str:name>/toggle/", views.device_toggle, name="device-toggle"),
     path("devices/<str:name>/delete/", views.device_delete, name="device-delete"),
     path("live/", views.live, name="live"),

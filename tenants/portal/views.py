@@ -4,6 +4,7 @@ viewers see everything and change nothing."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from functools import wraps
 
 from django.conf import settings
@@ -205,19 +206,61 @@ def device_detail(request, membership, name: str):
             device=device,
             secret=_pop_once(request),
             credentials=device.credentials.all()[:20],
+            grace_choices=GRACE_CHOICES,
             mqtt_host=settings.MQTT_PUBLIC_HOST,
             mqtt_port=settings.MQTT_PUBLIC_PORT,
         ),
     )
 
 
+# Grace periods offered by the rotate form, in seconds ("now" asks for confirmation first).
+GRACE_CHOICES = {"86400": "24 hours", "3600": "1 hour", "604800": "7 days", "0": "now"}
+
+
 @require_POST
 @tenant_view(write=True)
 def device_rotate(request, membership, name: str):
+    """Issue a new secret; the previous one keeps working for the chosen grace period. Retiring
+    it now (grace 0) drops the devices that use it, so the portal asks first."""
     device = selectors.device_get(tenant=membership.tenant, name=name)
-    _, secret = services.credential_rotate(device)
+    grace = request.POST.get("grace", "86400")
+    if grace not in GRACE_CHOICES:
+        grace = "86400"
+    if grace == "0" and request.POST.get("confirm") != "yes":
+        return render(
+            request,
+            "portal/credential_confirm.html",
+            _context(membership, device=device, action="rotate-now"),
+        )
+    _, secret = services.credential_rotate(device, grace=timedelta(seconds=int(grace)))
     _show_once(request, password=secret)
-    messages.success(request, "New secret issued; the previous one no longer works.")
+    if grace == "0":
+        messages.success(request, "New secret issued; the previous one no longer works.")
+    else:
+        messages.success(
+            request,
+            f"New secret issued; the previous one keeps working for {GRACE_CHOICES[grace]}.",
+        )
+    return redirect("portal:device", name=device.name)
+
+
+@tenant_view(write=True)
+def credential_retire(request, membership, name: str, credential_id: int):
+    """End a secret's life now, after a confirmation page (GET shows it, POST acts)."""
+    device = selectors.device_get(tenant=membership.tenant, name=name)
+    credential = device.credentials.filter(id=credential_id, revoked_at=None).first()
+    if credential is None:
+        raise Http404("No such credential.")
+    if request.method != "POST":
+        return render(
+            request,
+            "portal/credential_confirm.html",
+            _context(membership, device=device, credential=credential, action="retire"),
+        )
+    services.credential_retire_now(credential)
+    messages.success(
+        request, f"Secret #{credential.id} retired; devices using it were disconnected."
+    )
     return redirect("portal:device", name=device.name)
 
 

@@ -5,6 +5,7 @@ sending it — a real broker process on Postgres, the exchange over a raw socket
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -60,10 +61,29 @@ def test_platform_secrets_authenticate_with_scram_against_postgres():
         assert wrong.type is PacketType.CONNACK and wrong.reason_code == 0x87
         legacy, _ = scram_connect(port, "acme/old", legacy_secret)
         assert legacy.reason_code == 0x8C  # no verifier: use the password
-        _, rotated = services.credential_rotate(device)
+        _, rotated = services.credential_rotate(device, grace=None)  # retire the old one now
         time.sleep(1.0)  # the change reaches the broker's cache through NOTIFY
         stale, _ = scram_connect(port, "acme/d1", secret, "s2")
         fresh, _ = scram_connect(port, "acme/d1", rotated, "s3")
         ghost, _ = scram_connect(port, "acme/nobody", secret, "s4")
     assert stale.reason_code == 0x87 and fresh.reason_code == 0
     assert ghost.reason_code == 0x86
+
+
+def test_scram_accepts_either_secret_during_a_rotation_grace_period():
+    """Both secrets of a device share one salt, so one server-first message fits either; the
+    proof decides which secret the connection holds; once the old one expires it is refused."""
+    tenant = services.tenant_create("acme")
+    device, old = services.device_create(tenant=tenant, name="d1", client_id_policy="any")
+    _, new = services.credential_rotate(device, grace=timedelta(seconds=3))
+    with running_pg_broker() as port:
+        for secret, client in ((old, "a"), (new, "b")):
+            connack, scram = scram_connect(port, "acme/d1", secret, client)
+            assert connack.type is PacketType.CONNACK and connack.reason_code == 0, secret
+            scram.set_server_final(connack.properties["authentication_data"].decode())
+        wrong, _ = scram_connect(port, "acme/d1", "not-the-secret", "c")
+        assert wrong.reason_code == 0x87
+        time.sleep(3.5)
+        expired, _ = scram_connect(port, "acme/d1", old, "d")
+        still, _ = scram_connect(port, "acme/d1", new, "e")
+    assert expired.reason_code == 0x87 and still.reason_code == 0
