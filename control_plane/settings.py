@@ -96,8 +96,9 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "3600"))
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
+FORMAT_MODULE_PATH = ["control_plane.formats"]  # dates and times shown with their time zone
 USE_TZ = True
 STATIC_URL = "static/"
 # The container image collects them at build time into its read-only /app/static.
@@ -147,7 +148,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # ACL permissions and the tenant's ACL default share one allow/deny choice set.
-    "ENUM_NAME_OVERRIDES": {"AllowDenyEnum": ["allow", "deny"]},
+    "ENUM_NAME_OVERRIDES": {
+        "AllowDenyEnum": ["allow", "deny"],
+        "AclActionEnum": ["publish", "subscribe", "both"],
+        "AclTestActionEnum": ["publish", "subscribe"],
+    },
 }
 
 # Caches back the API throttles; one process in the embedded default.

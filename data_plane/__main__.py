@@ -134,6 +134,7 @@ async def run(args: argparse.Namespace) -> None:
 
     server = await serve(config, authenticator, prepare)
     observers = None
+    presence = None
     purge = None
     tap = None
     if link is not None:
@@ -170,6 +171,10 @@ async def run(args: argparse.Namespace) -> None:
             usage_writer=usage_writer,
         )
         observers.start()
+        from data_plane.tenancy.presence import Presence
+
+        presence = Presence(server.broker, link.pool)  # the portal's device page reads it
+        presence.start()
         persistence.release_wills()
     # What start-up built (modules, pools, caches) lives as long as the process: keep it out
     # of the collector's full passes, which otherwise rescan it while messages flow.
@@ -198,6 +203,8 @@ async def run(args: argparse.Namespace) -> None:
         await persistence.store.stop()
     if observers is not None:
         await observers.stop()
+    if presence is not None:
+        await presence.stop()
     if link is not None:
         await link.stop()
 

@@ -181,6 +181,9 @@ class Device(models.Model):
     attributes = models.JSONField(default=dict, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Written by the broker (data_plane.tenancy.presence) when the device's last connection ended.
+    last_disconnect_reason = models.CharField(max_length=64, blank=True, default="")
+    last_disconnected_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -194,6 +197,38 @@ class Device(models.Model):
     @property
     def username(self) -> str:
         return f"{self.tenant.slug}/{self.name}"
+
+
+class DeviceConnection(models.Model):
+    """A live MQTT connection of a device, as the broker that holds it reports it
+    (`data_plane.tenancy.presence`). A row whose `heartbeat_at` is older than 90 s belongs to a
+    broker that is gone and is ignored."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="connections")
+    client_id = models.CharField(max_length=255)
+    connection_key = models.CharField(max_length=32, unique=True)
+    broker = models.CharField(max_length=128)
+    address = models.CharField(max_length=64)
+    protocol_version = models.PositiveSmallIntegerField()
+    transport = models.CharField(max_length=16, default="tcp")
+    connected_at = models.DateTimeField()
+    subscriptions = models.JSONField(default=list)
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "client_id"], name="deviceconnection_unique_client"
+            )
+        ]
+        ordering = ["connected_at"]
+
+    @property
+    def protocol(self) -> str:
+        return {3: "MQTT 3.1", 4: "MQTT 3.1.1", 5: "MQTT 5.0"}.get(
+            self.protocol_version, str(self.protocol_version)
+        )
 
 
 class Credential(models.Model):

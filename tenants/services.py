@@ -17,7 +17,7 @@ from common.client_id_pattern import PatternError
 from common.client_id_pattern import validate as validate_client_id_pattern
 from common.rules import RuleRuntimeError, RuleSyntaxError, dry_run
 from data_plane.mqtt.errors import MQTTError
-from data_plane.mqtt.topics import validate_topic_filter
+from data_plane.mqtt.topics import validate_topic_filter, validate_topic_name
 from tenants import secrets
 from tenants.models import (
     QUOTA_KEYS,
@@ -400,6 +400,19 @@ def _validate_acl(action: str, permission: str, topic: str) -> None:
 
 
 @transaction.atomic
+def validate_acl_test_topic(action: str, topic: str) -> None:
+    """The ACL tester's topic: a topic name to publish to, a filter to subscribe to."""
+    try:
+        if action == "publish":
+            validate_topic_name(topic)
+        else:
+            validate_topic_filter(topic)
+    except MQTTError as exc:
+        raise ValidationError(
+            {"topic": [f"Invalid topic {'name' if action == 'publish' else 'filter'}: {exc}"]}
+        ) from None
+
+
 def acl_add(
     *,
     tenant: Tenant,

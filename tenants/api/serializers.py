@@ -115,6 +115,14 @@ class DeviceOutput(serializers.Serializer):
     attributes = serializers.DictField()
     last_seen_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
+    connected = serializers.BooleanField(
+        default=False, help_text="whether the device has a live MQTT connection now"
+    )
+    last_disconnect_reason = serializers.CharField(
+        help_text="why its last connection ended (EMQX's words: normal, kicked, "
+        "keepalive_timeout, takenover, tcp_closed, ...); empty if it never disconnected"
+    )
+    last_disconnected_at = serializers.DateTimeField(allow_null=True)
 
 
 class DeviceCreatedOutput(DeviceOutput):
@@ -193,6 +201,25 @@ class AclOutput(serializers.Serializer):
     topic = serializers.CharField()
     position = serializers.IntegerField()
     created_at = serializers.DateTimeField()
+
+
+class AclTestInput(StrictInput):
+    device = serializers.CharField(max_length=64, help_text="one of the tenant's device names")
+    action = serializers.ChoiceField(["publish", "subscribe"])
+    topic = serializers.CharField(
+        max_length=512, help_text="a topic name to publish to, or a topic filter to subscribe to"
+    )
+
+
+class AclTestOutput(serializers.Serializer):
+    device = serializers.CharField()
+    action = serializers.CharField()
+    topic = serializers.CharField()
+    allowed = serializers.BooleanField(help_text="the broker's answer")
+    decided_by = serializers.ChoiceField(
+        ["rule", "default"], help_text="a rule matched, or none did and the default decided"
+    )
+    rule = AclOutput(allow_null=True, help_text="the rule that decided, if one did")
 
 
 # -- rules ----------------------------------------------------------------------------------

@@ -276,6 +276,27 @@ class AclListView(TenantAPIView):
         return Response(s.AclOutput(rule).data, status=status.HTTP_201_CREATED)
 
 
+class AclTestView(TenantAPIView):
+    @extend_schema(
+        request=s.AclTestInput,
+        responses=s.AclTestOutput,
+        operation_id="v1_acls_test",
+        summary="Test the ACL: may a device publish or subscribe to a topic?",
+        description="Answers with the broker's own evaluation (`common.acl`) over the tenant's "
+        "rules and default, and names the rule that decided. Another tenant's device is a 404.",
+    )
+    def post(self, request):
+        data = validated(s.AclTestInput, request.data)
+        services.validate_acl_test_topic(data["action"], data["topic"])
+        result = selectors.acl_check(
+            tenant=self.tenant,
+            device_name=data["device"],
+            action=data["action"],
+            topic=data["topic"],
+        )
+        return Response(s.AclTestOutput(result).data)
+
+
 class AclDetailView(TenantAPIView):
     @extend_schema(responses=s.AclOutput)
     def get(self, request, rule_id: int):
