@@ -107,6 +107,22 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Development serves static files straight from the apps; production runs collectstatic.
 WHITENOISE_USE_FINDERS = DEBUG
 
+# Mail (invitations, password resets): printed to the console unless an SMTP server is set.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_BACKEND = os.environ.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "587"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "1") not in ("0", "false", "False", "")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "MQTT platform <noreply@localhost>")
+# The portal's address as users reach it: links printed by commands (create_tenant --owner).
+PORTAL_URL = os.environ.get("PORTAL_URL", f"http://127.0.0.1:{os.environ.get('WEB_PORT', '8000')}")
+
 # Where devices reach the broker, shown in the portal.
 MQTT_PUBLIC_HOST = os.environ.get("MQTT_PUBLIC_HOST", "127.0.0.1")
 MQTT_PUBLIC_PORT = int(os.environ.get("MQTT_PUBLIC_PORT", "1883"))

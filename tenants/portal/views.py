@@ -49,6 +49,10 @@ def tenant_view(write: bool = False):
         @login_required
         @wraps(view)
         def wrapper(request, *args, **kwargs):
+            if request.user.is_staff and not selectors.memberships_for_user(request.user).exists():
+                # An operator without a tenant of its own (the admin's "View site"): the
+                # operators' overview rather than a bare 403.
+                return redirect("portal:operator")
             membership = _membership(request)
             if write and not membership.can_write:
                 raise PermissionDenied("Your role can read but not change this tenant.")
