@@ -159,6 +159,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Provision devices, credentials, ACLs, rules and read quotas and usage.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Every operation's summary, description and resource tag (tenants/api/docs.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "tenants.api.docs.describe_operations",
+    ],
     # Swagger UI served from our own static files: no CDN needed.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
