@@ -261,10 +261,10 @@ class Credential(models.Model):
     def state(self) -> str:
         """`active`, `retiring` (replaced, still accepted until `expires_at`), `expired` or
         `revoked`."""
+        if self.expires_at is not None and self.expires_at <= (self.revoked_at or timezone.now()):
+            return "expired"  # also once the expiry sweep (credentials_expire) has revoked it
         if self.revoked_at is not None:
             return "revoked"
-        if self.expires_at is not None and self.expires_at <= timezone.now():
-            return "expired"
         return "retiring" if self.retired_at is not None else "active"
 
 
