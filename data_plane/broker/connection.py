@@ -662,6 +662,9 @@ class MQTTConnection(asyncio.Protocol):
             step.result.reason_code == 0
             and (step.result.tenant, step.result.device) == (self.tenant, self.device)
         ):
+            # two-secrets hook: the connection now holds the secret it re-authenticated with
+            self.auth.credential_id = step.result.credential_id
+            self.auth.credential_expires_at = step.result.credential_expires_at
             self.send(state.packet(0, step.data))
             return
         # The identity may not change on a live connection; 0x86 is no DISCONNECT code.
