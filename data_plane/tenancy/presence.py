@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 STALE_AFTER = 90  # seconds without a heartbeat: the row's broker is gone (readers agree)
 HEARTBEAT = 30
+MAX_PENDING = 50_000  # recorded changes kept while the database is away; then resynchronize
 
 _UP = """
 INSERT INTO tenants_deviceconnection
@@ -63,6 +64,8 @@ class Presence:
         self.broker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._keys: dict[int, str] = {}  # id(connection) -> its row's key
         self._ops: list[tuple] = []
+        self._since: dict[int, float] = {}  # id(connection) -> when it connected
+        self._resync = False  # too much piled up: rewrite this broker's rows from what is live
         self._task: asyncio.Task | None = None
         hooks = broker.hooks
         hooks.add("client.connected", self._connected)
@@ -74,32 +77,45 @@ class Presence:
 
     def _connected(self, conn: Any) -> None:
         key = self._keys[id(conn)] = uuid.uuid4().hex
-        self._ops.append(
-            (
-                "up",
-                key,
-                conn.tenant,
-                conn.device,
-                conn.client_id,
-                conn.peer.rsplit(":", 1)[0],
-                conn.protocol_version,
-                conn.transport_name,
-                time.time(),
-                subscriptions_of(conn.session),
-            )
+        self._since[id(conn)] = time.time()
+        self._record(self._up(conn, key, self._since[id(conn)]))
+
+    @staticmethod
+    def _up(conn: Any, key: str, at: float) -> tuple:
+        return (
+            "up",
+            key,
+            conn.tenant,
+            conn.device,
+            conn.client_id,
+            conn.peer.rsplit(":", 1)[0],
+            conn.protocol_version,
+            conn.transport_name,
+            at,
+            subscriptions_of(conn.session),
         )
+
+    def _record(self, op: tuple) -> None:
+        if self._resync:
+            return  # the resynchronization writes the state as it is then
+        self._ops.append(op)
+        if len(self._ops) > MAX_PENDING:
+            log.warning("presence: %d changes pending; will rewrite from live state", MAX_PENDING)
+            self._ops.clear()
+            self._resync = True
 
     def _subscriptions(self, session: Any) -> None:
         conn = session.connection
         key = self._keys.get(id(conn)) if conn is not None else None
         if key is not None:
-            self._ops.append(("subs", key, subscriptions_of(session)))
+            self._record(("subs", key, subscriptions_of(session)))
 
     def _disconnected(self, conn: Any) -> None:
         key = self._keys.pop(id(conn), None)
+        self._since.pop(id(conn), None)
         if key is not None:
             reason = conn.disconnect_reason or "unknown"
-            self._ops.append(("down", key, conn.tenant, conn.device, reason, time.time()))
+            self._record(("down", key, conn.tenant, conn.device, reason, time.time()))
 
     # -- the writer -------------------------------------------------------------------------
 
@@ -141,7 +157,18 @@ class Presence:
                 log.warning("presence: write failed (%s); retrying", exc)
 
     async def flush(self) -> None:
-        ops, self._ops = self._ops, []
+        if self._resync:
+            # This broker's rows from scratch: whatever is connected now.
+            connections = [
+                c for c in list(getattr(self.broker, "connections", ())) if id(c) in self._keys
+            ]
+            ops = [("wipe",)] + [
+                self._up(c, self._keys[id(c)], self._since.get(id(c), time.time()))
+                for c in connections
+            ]
+            self._ops, self._resync = [], False
+        else:
+            ops, self._ops = self._ops, []
         if not ops:
             return
         try:
@@ -167,6 +194,11 @@ class Presence:
                                 tenant,
                             ),
                         )
+                    elif op[0] == "wipe":
+                        await cursor.execute(
+                            "DELETE FROM tenants_deviceconnection WHERE broker = %s",
+                            (self.broker_id,),
+                        )
                     elif op[0] == "subs":
                         await cursor.execute(_SUBSCRIPTIONS, (Jsonb(op[2]), op[1]))
                     else:
@@ -174,5 +206,11 @@ class Presence:
                         await cursor.execute(_DOWN, (key,))
                         await cursor.execute(_LAST_DISCONNECT, (reason, at, tenant, device))
         except Exception:
-            self._ops[:0] = ops  # keep the order: written on the next turn
+            if ops and ops[0] == ("wipe",):
+                self._resync = True
+            else:
+                self._ops[:0] = ops  # keep the order: written on the next turn
+                if len(self._ops) > MAX_PENDING:
+                    self._ops.clear()
+                    self._resync = True
             raise
