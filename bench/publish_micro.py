@@ -26,6 +26,7 @@ import time
 
 import uvloop
 
+from common.acl import AclEntry, AclPolicy
 from common.mqtt.codec import encode
 from common.mqtt.packets import MQTT_3_1_1, Connect, Publish, Subscribe, Subscription
 from common.object_store import LocalObjectStore
@@ -34,7 +35,6 @@ from data_plane.broker.connection import MQTTConnection
 from data_plane.config import BrokerConfig
 from data_plane.storage.archive_hook import ArchiveTap
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
-from data_plane.tenancy.acl import AclEntry, AclPolicy
 from data_plane.tenancy.static import StaticAuthenticator
 
 PAIRS, ROUNDS, BATCH = 50, 200, 20

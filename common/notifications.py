@@ -42,10 +42,11 @@ class ChangeKind(StrEnum):
 KINDS = frozenset(ChangeKind) - {ChangeKind.RELOAD}
 
 # Changes that end the device's live connections.
-DEVICE_REVOKING = frozenset(
+DEVICE_REVOKING = frozenset({ChangeKind.DEVICE_DISABLED, ChangeKind.DEVICE_DELETED})
+# Changes that end only the connections on a secret no longer accepted (a device may hold two
+# during a rotation's grace period): the broker judges each connection.
+CREDENTIAL_CHANGES = frozenset(
     {
-        ChangeKind.DEVICE_DISABLED,
-        ChangeKind.DEVICE_DELETED,
         ChangeKind.CREDENTIAL_REVOKED,
         ChangeKind.CREDENTIAL_ROTATED,
         ChangeKind.CREDENTIAL_EXPIRED,

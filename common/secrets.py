@@ -45,14 +45,21 @@ def verify_secret(secret: str | bytes, stored: str) -> bool:
 SCRAM_ITERATIONS = 4096  # RFC 7677's minimum; the secrets have >= 128 random bits
 
 
-def scram_verifier(secret: str, iterations: int = SCRAM_ITERATIONS) -> str:
+def scram_verifier(
+    secret: str, iterations: int = SCRAM_ITERATIONS, salt: bytes | None = None
+) -> str:
     """The SCRAM-SHA-256 verifier of a secret (RFC 5802: salt, StoredKey, ServerKey, iteration
     count), as `scram-sha-256$<iterations>$<salt b64>$<stored b64>$<server b64>`: what MQTT 5.0
-    enhanced authentication needs, from which the secret cannot be recovered."""
+    enhanced authentication needs, from which the secret cannot be recovered.
+
+    `salt`: a rotated secret reuses its predecessor's salt and iteration count, so during the
+    grace period the broker can send one server-first message and accept a proof from either
+    secret (the salt defends against precomputation across devices, not between the two secrets
+    of one device)."""
     from scramp import ScramMechanism
 
     salt, stored, server, count = ScramMechanism("SCRAM-SHA-256").make_auth_info(
-        secret, iteration_count=iterations
+        secret, iteration_count=iterations, salt=salt
     )
     parts = [base64.b64encode(x).decode() for x in (salt, stored, server)]
     return "$".join(["scram-sha-256", str(count), *parts])

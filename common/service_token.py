@@ -5,6 +5,8 @@ Two identities live in a tenant's namespace without being one of its devices:
 - `{tenant}/$portal`, client id `$portal-…`: the portal's live views; subscribes, never publishes.
 - `{tenant}/$rules`, client id `$rules-…`: the rule jobs' republish action; publishes inside its
   tenant, never subscribes.
+- `{tenant}/$console`, client id `$console-…`: the portal's MQTT client in the browser, for a
+  member who may write; publishes to and subscribes within its tenant's application topics.
 
 A token is `v1.{expires}.{hex HMAC-SHA256(key, tenant \\n client id \\n expires)}` under the key the
 signers share with the brokers (`MQTT_SERVICE_KEY`, or the embedded default file
@@ -27,8 +29,9 @@ DEFAULT_KEY_FILE = Path(__file__).resolve().parents[1] / ".data" / "service-key"
 
 PORTAL_DEVICE = "$portal"
 RULES_DEVICE = "$rules"
+CONSOLE_DEVICE = "$console"
 # The device name each identity connects as, and the client id prefix it must use.
-CLIENT_PREFIXES = {PORTAL_DEVICE: "$portal-", RULES_DEVICE: "$rules-"}
+CLIENT_PREFIXES = {PORTAL_DEVICE: "$portal-", RULES_DEVICE: "$rules-", CONSOLE_DEVICE: "$console-"}
 
 
 def load_key() -> bytes:

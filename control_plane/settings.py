@@ -96,8 +96,9 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "3600"))
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
+FORMAT_MODULE_PATH = ["control_plane.formats"]  # dates and times shown with their time zone
 USE_TZ = True
 STATIC_URL = "static/"
 # The container image collects them at build time into its read-only /app/static.
@@ -105,6 +106,22 @@ STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / ".data" / "static
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Development serves static files straight from the apps; production runs collectstatic.
 WHITENOISE_USE_FINDERS = DEBUG
+
+# Mail (invitations, password resets): printed to the console unless an SMTP server is set.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_BACKEND = os.environ.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "587"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "1") not in ("0", "false", "False", "")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "MQTT platform <noreply@localhost>")
+# The portal's address as users reach it: links printed by commands (create_tenant --owner).
+PORTAL_URL = os.environ.get("PORTAL_URL", f"http://127.0.0.1:{os.environ.get('WEB_PORT', '8000')}")
 
 # Where devices reach the broker, shown in the portal.
 MQTT_PUBLIC_HOST = os.environ.get("MQTT_PUBLIC_HOST", "127.0.0.1")
@@ -142,12 +159,21 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Provision devices, credentials, ACLs, rules and read quotas and usage.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Every operation's summary, description and resource tag (tenants/api/docs.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "tenants.api.docs.describe_operations",
+    ],
     # Swagger UI served from our own static files: no CDN needed.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # ACL permissions and the tenant's ACL default share one allow/deny choice set.
-    "ENUM_NAME_OVERRIDES": {"AllowDenyEnum": ["allow", "deny"]},
+    "ENUM_NAME_OVERRIDES": {
+        "AllowDenyEnum": ["allow", "deny"],
+        "AclActionEnum": ["publish", "subscribe", "both"],
+        "AclTestActionEnum": ["publish", "subscribe"],
+    },
 }
 
 # Caches back the API throttles; one process in the embedded default.

@@ -134,13 +134,14 @@ async def run(args: argparse.Namespace) -> None:
 
     server = await serve(config, authenticator, prepare)
     observers = None
+    presence = None
     purge = None
     tap = None
     if link is not None:
         from data_plane.storage.archive import writer_metrics
         from data_plane.tenancy.observers import TenancyObservers
 
-        link.live = server.broker
+        link.attach(server.broker)  # live connections, each tied to its secret
         from data_plane.storage.usage_log import UsageLogWriter
 
         usage_writer = UsageLogWriter(objects, max_age=args.usage_segment_age)
@@ -170,6 +171,10 @@ async def run(args: argparse.Namespace) -> None:
             usage_writer=usage_writer,
         )
         observers.start()
+        from data_plane.tenancy.presence import Presence
+
+        presence = Presence(server.broker, link.pool)  # the portal's device page reads it
+        presence.start()
         persistence.release_wills()
     # What start-up built (modules, pools, caches) lives as long as the process: keep it out
     # of the collector's full passes, which otherwise rescan it while messages flow.
@@ -198,6 +203,8 @@ async def run(args: argparse.Namespace) -> None:
         await persistence.store.stop()
     if observers is not None:
         await observers.stop()
+    if presence is not None:
+        await presence.stop()
     if link is not None:
         await link.stop()
 

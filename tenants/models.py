@@ -126,6 +126,31 @@ class Membership(models.Model):
         return self.role in (self.Role.OWNER, self.Role.ADMIN)
 
 
+class Invitation(models.Model):
+    """An invitation to join a tenant with a role, accepted by a link carrying `token` (only
+    its digest is kept, like API tokens)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(
+        max_length=8, choices=Membership.Role.choices, default=Membership.Role.VIEWER
+    )
+    digest = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    @property
+    def is_open(self) -> bool:
+        return self.accepted_at is None and self.expires_at > timezone.now()
+
+
 class ApiToken(models.Model):
     """A bearer token for the REST API, acting as `user` within `tenant`. Only its digest is kept."""
 
@@ -156,6 +181,9 @@ class Device(models.Model):
     attributes = models.JSONField(default=dict, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Written by the broker (data_plane.tenancy.presence) when the device's last connection ended.
+    last_disconnect_reason = models.CharField(max_length=64, blank=True, default="")
+    last_disconnected_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -171,6 +199,38 @@ class Device(models.Model):
         return f"{self.tenant.slug}/{self.name}"
 
 
+class DeviceConnection(models.Model):
+    """A live MQTT connection of a device, as the broker that holds it reports it
+    (`data_plane.tenancy.presence`). A row whose `heartbeat_at` is older than 90 s belongs to a
+    broker that is gone and is ignored."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="connections")
+    client_id = models.CharField(max_length=255)
+    connection_key = models.CharField(max_length=32, unique=True)
+    broker = models.CharField(max_length=128)
+    address = models.CharField(max_length=64)
+    protocol_version = models.PositiveSmallIntegerField()
+    transport = models.CharField(max_length=16, default="tcp")
+    connected_at = models.DateTimeField()
+    subscriptions = models.JSONField(default=list)
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "client_id"], name="deviceconnection_unique_client"
+            )
+        ]
+        ordering = ["connected_at"]
+
+    @property
+    def protocol(self) -> str:
+        return {3: "MQTT 3.1", 4: "MQTT 3.1.1", 5: "MQTT 5.0"}.get(
+            self.protocol_version, str(self.protocol_version)
+        )
+
+
 class Credential(models.Model):
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="credentials")
     secret_hash = models.CharField(max_length=128)
@@ -180,6 +240,8 @@ class Credential(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # When a rotation replaced this secret: from then it only lives out its grace period.
+    retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -194,6 +256,16 @@ class Credential(models.Model):
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or self.expires_at > timezone.now()
+
+    @property
+    def state(self) -> str:
+        """`active`, `retiring` (replaced, still accepted until `expires_at`), `expired` or
+        `revoked`."""
+        if self.expires_at is not None and self.expires_at <= (self.revoked_at or timezone.now()):
+            return "expired"  # also once the expiry sweep (credentials_expire) has revoked it
+        if self.revoked_at is not None:
+            return "revoked"
+        return "retiring" if self.retired_at is not None else "active"
 
 
 class AclRule(models.Model):

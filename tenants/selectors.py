@@ -3,16 +3,21 @@ return another tenant's rows."""
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, QuerySet
-from django.http import Http404
+from datetime import timedelta
 
-from common import secrets
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from common import acl, secrets
+from common.acl import AclEntry
 from tenants.models import (
     QUOTA_KEYS,
     AclRule,
     ApiToken,
     Device,
+    DeviceConnection,
     Invoice,
     Membership,
     Rule,
@@ -50,19 +55,82 @@ def api_tokens_list(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet[ApiTo
     return ApiToken.objects.filter(tenant=tenant, user=user).order_by("-created_at")
 
 
+# A broker refreshes its connections' heartbeat every 30 s (data_plane.tenancy.presence): a row
+# older than this belongs to a broker that is gone.
+PRESENCE_STALE_AFTER = timedelta(seconds=90)
+
+
+def live_connections(*, tenant: Tenant) -> QuerySet[DeviceConnection]:
+    return DeviceConnection.objects.filter(
+        tenant=tenant, heartbeat_at__gt=timezone.now() - PRESENCE_STALE_AFTER
+    )
+
+
+def _with_presence(devices: QuerySet[Device], tenant: Tenant) -> QuerySet[Device]:
+    """Each device annotated with `connected`: a live connection at a live broker."""
+    return devices.annotate(
+        connected=Exists(live_connections(tenant=tenant).filter(device=OuterRef("pk")))
+    )
+
+
 def devices_list(*, tenant: Tenant, name: str | None = None) -> QuerySet[Device]:
     devices = Device.objects.filter(tenant=tenant).select_related("tenant")
     if name:
         devices = devices.filter(name__icontains=name)
-    return devices
+    return _with_presence(devices, tenant)
 
 
 def device_get(*, tenant: Tenant, name: str) -> Device:
     """The tenant's device by name; Http404 otherwise (another tenant's device included)."""
-    device = Device.objects.filter(tenant=tenant, name=name).select_related("tenant").first()
+    device = (
+        _with_presence(Device.objects.filter(tenant=tenant, name=name), tenant)
+        .select_related("tenant")
+        .first()
+    )
     if device is None:
         raise Http404(f"No device named {name!r}.")
     return device
+
+
+def device_connections(*, device: Device) -> QuerySet[DeviceConnection]:
+    """The device's live connections (several when its client-id policy allows it)."""
+    return live_connections(tenant=device.tenant).filter(device=device)
+
+
+def acl_check(*, tenant: Tenant, device_name: str, action: str, topic: str) -> dict:
+    """The ACL tester: may the tenant's device `device_name` publish to / subscribe to `topic`?
+    Judged by `common.acl`, the broker's own evaluation, over the tenant's rules in the order the
+    broker loads them; Http404 for a device the tenant does not have."""
+    device = device_get(tenant=tenant, name=device_name)
+    rules = list(
+        AclRule.objects.filter(tenant=tenant).select_related("device").order_by("position", "id")
+    )
+    entries = [
+        AclEntry(
+            action=r.action,
+            allow=r.permission == "allow",
+            topic=r.topic,
+            device=r.device.name if r.device else None,
+        )
+        for r in rules
+    ]
+    verdict = acl.explain(
+        entries,
+        tenant=tenant.slug,
+        device=device.name,
+        default_allow=tenant.acl_default != "deny",
+        action=action,
+        topic=topic,
+    )
+    rule = rules[verdict.rule] if verdict.rule is not None else None
+    return {
+        "device": device.name,
+        "action": action,
+        "topic": topic,
+        "allowed": verdict.allowed,
+        "rule": rule,
+        "decided_by": "rule" if rule is not None else "default",
+    }
 
 
 def effective_quota(tenant: Tenant) -> dict[str, int]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -17,7 +17,7 @@ from common import secrets
 from common.client_id_pattern import PatternError
 from common.client_id_pattern import validate as validate_client_id_pattern
 from common.mqtt.errors import MQTTError
-from common.mqtt.topics import validate_topic_filter
+from common.mqtt.topics import validate_topic_filter, validate_topic_name
 from common.notifications import ChangeKind
 from common.rules import RuleRuntimeError, RuleSyntaxError, dry_run
 from tenants.models import (
@@ -285,32 +285,68 @@ def device_delete(device: Device) -> None:
     announce(slug, ChangeKind.DEVICE_DELETED, device=name, ids=[device_id])
 
 
+DEFAULT_ROTATION_GRACE = timedelta(hours=24)
+MAX_ROTATION_GRACE = timedelta(days=30)
+
+
 @transaction.atomic
 def credential_rotate(
-    device: Device, *, expires_at: datetime | None = None
+    device: Device,
+    *,
+    expires_at: datetime | None = None,
+    grace: timedelta | None = DEFAULT_ROTATION_GRACE,
 ) -> tuple[Credential, str]:
-    """Revoke every active secret of the device and issue a new one (returned once)."""
-    if expires_at is not None and expires_at <= timezone.now():
-        raise ValidationError({"expires_at": ["Must be in the future."]})
+    """Issue a new secret (returned once) and retire the previous one after `grace`.
+
+    A device holds at most two live secrets: the new one and, for the grace period, the newest
+    previous one, so devices can be moved over without downtime. Older secrets, and the previous
+    one too when `grace` is zero or None ("now"), are revoked at once. The broker refuses a
+    secret past its expiry and drops the connections that authenticated with it then.
+    """
     now = timezone.now()
-    revoked = list(
-        Credential.objects.filter(device=device, revoked_at=None).values_list("id", flat=True)
-    )
+    if expires_at is not None and expires_at <= now:
+        raise ValidationError({"expires_at": ["Must be in the future."]})
+    if grace is not None and (grace < timedelta(0) or grace > MAX_ROTATION_GRACE):
+        raise ValidationError(
+            {"grace_seconds": [f"Must be between 0 and {int(MAX_ROTATION_GRACE.total_seconds())}."]}
+        )
+    live = [
+        c
+        for c in Credential.objects.select_for_update()
+        .filter(device=device, revoked_at=None)
+        .order_by("-created_at", "-id")
+        if c.expires_at is None or c.expires_at > now
+    ]
+    keep = live[0] if live and grace else None
+    revoked = [c.id for c in live if c is not keep]
     Credential.objects.filter(id__in=revoked).update(revoked_at=now)
+    if keep is not None:
+        retire_at = now + grace
+        if keep.expires_at is None or keep.expires_at > retire_at:
+            keep.expires_at = retire_at
+        keep.retired_at = now
+        keep.save(update_fields=["expires_at", "retired_at"])
+    parsed = secrets.parse_scram_verifier(keep.scram_verifier) if keep else None
     secret = secrets.generate_secret()
     credential = Credential.objects.create(
         device=device,
         secret_hash=secrets.hash_secret(secret),
-        scram_verifier=secrets.scram_verifier(secret),
+        scram_verifier=secrets.scram_verifier(secret, *((parsed[3], parsed[0]) if parsed else ())),
         expires_at=expires_at,
     )
     announce(
         device.tenant.slug,
         ChangeKind.CREDENTIAL_ROTATED,
         device=device.name,
-        ids=[credential.id, *revoked],
+        ids=[credential.id, *revoked, *([keep.id] if keep else [])],
     )
     return credential, secret
+
+
+@transaction.atomic
+def credential_retire_now(credential: Credential) -> Credential:
+    """End a retiring secret's grace period now (the portal asks first): a revocation."""
+    return credential_revoke(credential)
 
 
 @transaction.atomic
@@ -370,6 +406,19 @@ def _validate_acl(action: str, permission: str, topic: str) -> None:
 
 
 @transaction.atomic
+def validate_acl_test_topic(action: str, topic: str) -> None:
+    """The ACL tester's topic: a topic name to publish to, a filter to subscribe to."""
+    try:
+        if action == "publish":
+            validate_topic_name(topic)
+        else:
+            validate_topic_filter(topic)
+    except MQTTError as exc:
+        raise ValidationError(
+            {"topic": [f"Invalid topic {'name' if action == 'publish' else 'filter'}: {exc}"]}
+        ) from None
+
+
 def acl_add(
     *,
     tenant: Tenant,

@@ -7,7 +7,7 @@ The implementations live in `data_plane.tenancy`: from the control plane's table
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from common.mqtt.packets import Connect
 
@@ -32,6 +32,10 @@ class AuthResult:
     # An internal identity (the portal's live view): not one of the tenant's clients, so not
     # counted, metered or announced; its authorizer stays as issued.
     service: bool = False
+    # Which of the device's secrets authenticated this connection, and when it stops being
+    # accepted (a rotation's grace period): the tenancy layer drops the connection then.
+    credential_id: int | None = None
+    credential_expires_at: Any = None  # datetime | None
 
 
 class Authenticator(Protocol):

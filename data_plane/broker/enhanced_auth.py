@@ -11,8 +11,9 @@ Built in: SCRAM-SHA-256 (RFC 5802/7677), so a device proves its secret without s
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from scramp import ScramException, ScramMechanism
@@ -60,7 +61,9 @@ class Method(Protocol):
 
 
 # The identity a user name stands for (secret not checked: the method proves it) and its SCRAM
-# verifier (salt, stored key, server key, iterations); a failed AuthResult when there is none.
+# verifier (salt, stored key, server key, iterations), or a list of `(credential, verifier)`
+# pairs, newest first, when the device holds two secrets (a rotation's grace period); a failed
+# AuthResult when there is none.
 ScramLookup = Callable[[Connect, str], Awaitable[tuple[AuthResult, tuple | None]]]
 
 
@@ -85,41 +88,71 @@ class ScramSha256:
 
 
 class _ScramExchange:
+    """One exchange. With several verifiers (two secrets during a rotation's grace period), one
+    SCRAM server per verifier that shares the newest one's salt and iteration count, all with the
+    same server nonce, so the client sees one server-first message; the client's proof is then
+    checked against each, and the secret it proves decides which credential the connection
+    holds. A verifier with another salt (issued before rotations shared salts) is not offered."""
+
     def __init__(self, method: ScramSha256, connect: Connect, peer: str) -> None:
         self.method, self.connect, self.peer = method, connect, peer
         self.result: AuthResult | None = None
-        self.server = None
+        self.servers: list[tuple[object, object]] = []  # (credential or None, scramp server)
 
     async def step(self, data: bytes | None) -> Step:
         try:
             message = (data or b"").decode("utf-8")
         except UnicodeDecodeError:
             return Fail(ReasonCode.NOT_AUTHORIZED, "SCRAM messages are UTF-8")
-        if self.server is None:
+        if not self.servers:
             return await self._first(message)
-        try:
-            self.server.set_client_final(message)
-        except ScramException as exc:
-            return Fail(ReasonCode.NOT_AUTHORIZED, f"SCRAM: {exc.server_error or 'invalid proof'}")
-        return Succeed(self.result, self.server.get_server_final().encode())
+        error = None
+        for credential, server in self.servers:
+            try:
+                server.set_client_final(message)
+            except ScramException as exc:
+                error = exc
+                continue
+            result = self.result
+            if credential is not None:
+                result = replace(
+                    result,
+                    credential_id=getattr(credential, "id", None),
+                    credential_expires_at=getattr(credential, "expires_at", None),
+                )
+            return Succeed(result, server.get_server_final().encode())
+        return Fail(
+            ReasonCode.NOT_AUTHORIZED,
+            f"SCRAM: {getattr(error, 'server_error', None) or 'invalid proof'}",
+        )
 
     async def _first(self, message: str) -> Step:
-        result, verifier = await self.method.lookup(self.connect, self.peer)
+        result, found = await self.method.lookup(self.connect, self.peer)
         if result.reason_code:
             return Fail(result.reason_code, result.reason)
-        if verifier is None:
+        if not found:
             return Fail(ReasonCode.BAD_AUTHENTICATION_METHOD, "no SCRAM credential for this device")
+        candidates = found if isinstance(found, list) else [(None, found)]
+        newest = candidates[0][1]
+        usable = [
+            (c, v) for c, v in candidates if (v[0], v[3]) == (newest[0], newest[3])
+        ]  # same salt and iteration count: one server-first message fits them all
         username = self.connect.username
-
-        def credentials(user: str) -> tuple:
-            if user != username:
-                raise ValueError("the SCRAM user must be the CONNECT user name")
-            return verifier
-
+        nonce = secrets.token_urlsafe(18)
         self.result = result
-        self.server = self.method.mechanism.make_server(credentials)
-        try:
-            self.server.set_client_first(message)
-        except ScramException as exc:
-            return Fail(ReasonCode.NOT_AUTHORIZED, f"SCRAM: {exc}")
-        return Continue(self.server.get_server_first().encode())
+        for credential, verifier in usable:
+
+            def credentials(user: str, verifier: tuple = verifier) -> tuple:
+                if user != username:
+                    raise ValueError("the SCRAM user must be the CONNECT user name")
+                return verifier
+
+            server = self.method.mechanism.make_server(credentials, s_nonce=nonce)
+            try:
+                server.set_client_first(message)
+            except ScramException as exc:
+                self.servers = []
+                return Fail(ReasonCode.NOT_AUTHORIZED, f"SCRAM: {exc}")
+            self.servers.append((credential, server))
+        firsts = [server.get_server_first() for _, server in self.servers]  # each server's stage
+        return Continue(firsts[0].encode())

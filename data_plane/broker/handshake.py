@@ -41,6 +41,7 @@ class HandshakeOutlet(Protocol):
     tenant: str
     device: str
     loop: asyncio.AbstractEventLoop
+    auth: AuthResult | None
 
     def send(self, data: bytes) -> None: ...
 
@@ -333,6 +334,9 @@ class Handshake:
             step.result.reason_code == 0
             and (step.result.tenant, step.result.device) == (conn.tenant, conn.device)
         ):
+            if conn.auth is not None:  # the connection now holds the secret it proved
+                conn.auth.credential_id = step.result.credential_id
+                conn.auth.credential_expires_at = step.result.credential_expires_at
             conn.send(state.packet(0, step.data))
             return
         # The identity may not change on a live connection; 0x86 is no DISCONNECT code.

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from common.acl import AclPolicy
 from common.mqtt.packets import Connect
 from data_plane.broker.auth import AuthResult
 from data_plane.tenancy import service_identity
-from data_plane.tenancy.acl import AclPolicy
 from data_plane.tenancy.directory import TenantDirectory
 
 
@@ -56,4 +56,6 @@ class PostgresAuthenticator:
             dict(policy.quota),
             tenant_id=policy.tenant_id,
             queue_qos0_offline=policy.queue_qos0_offline,
+            credential_id=decision.credential_id,
+            credential_expires_at=decision.credential_expires_at,
         )

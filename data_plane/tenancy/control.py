@@ -15,8 +15,9 @@ from typing import Protocol
 from psycopg_pool import AsyncConnectionPool
 
 from common.mqtt.reason_codes import ReasonCode
-from common.notifications import DEVICE_REVOKING, ChangeKind
+from common.notifications import CREDENTIAL_CHANGES, DEVICE_REVOKING, ChangeKind
 from data_plane.tenancy import service_identity
+from data_plane.tenancy.credential_watch import CredentialWatch
 from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.notifications import Change, ConfigListener
 from data_plane.tenancy.store import TenantPolicy, TenantStore
@@ -73,9 +74,16 @@ class ControlPlaneLink:
         )
         self.listener = ConfigListener(dsn, self.on_change)
         self.live: LiveConnections | None = None
+        self.watch: CredentialWatch | None = None
+
+    def attach(self, broker) -> None:
+        """Act on live connections of `broker`, each tied to the secret it authenticated with."""
+        self.live = broker
+        self.watch = CredentialWatch(broker, self.directory)
 
     async def start(self, live: LiveConnections | None = None) -> None:
-        self.live = live
+        if live is not None:
+            self.attach(live)
         await self.pool.open(wait=True, timeout=30)
         await self.lookups.open(wait=True, timeout=30)
         self.listener.start()
@@ -98,7 +106,14 @@ class ControlPlaneLink:
         if kind.startswith("device.") or kind.startswith("credential."):
             if isinstance(device, str):
                 self.directory.forget_device(tenant, device)
-                if self.live and kind in DEVICE_REVOKING:
+                if self.live and kind in CREDENTIAL_CHANGES:
+                    if self.watch is not None:
+                        await self.watch.recheck(tenant, device)
+                    else:  # no per-connection view: the safe side
+                        self.live.disconnect_device(
+                            tenant, device, ReasonCode.ADMINISTRATIVE_ACTION
+                        )
+                elif self.live and kind in DEVICE_REVOKING:
                     closed = self.live.disconnect_device(
                         tenant, device, ReasonCode.ADMINISTRATIVE_ACTION
                     )

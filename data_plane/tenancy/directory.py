@@ -21,7 +21,7 @@ from common.client_id_pattern import matches as client_id_matches
 from common.mqtt.reason_codes import ReasonCode
 from common.secrets import parse_scram_verifier, verify_secret
 from data_plane.tenancy import service_identity
-from data_plane.tenancy.store import DeviceRecord, TenantPolicy, TenantStore
+from data_plane.tenancy.store import CredentialRecord, DeviceRecord, TenantPolicy, TenantStore
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,10 @@ class Decision:
     device: str = ""
     client_id: str = ""  # the client id to use (assigned when the client sent none)
     policy: TenantPolicy | None = None
+    # The credential the secret matched (a device may hold two during a rotation's grace
+    # period): the connection is dropped when that one expires or is revoked.
+    credential_id: int | None = None
+    credential_expires_at: datetime | None = None
 
     @property
     def ok(self) -> bool:
@@ -87,7 +91,8 @@ class TenantDirectory:
         self.ttl, self.negative_ttl, self._clock = ttl, negative_ttl, clock
         self._devices: dict[tuple[str, str], tuple[float, DeviceRecord | None]] = {}
         self._policies: dict[str, tuple[float, TenantPolicy | None]] = {}
-        self._verified: dict[tuple[str, str], set[bytes]] = {}
+        # (tenant, device) -> {sha256(secret): credential id} of secrets that verified
+        self._verified: dict[tuple[str, str], dict[bytes, int]] = {}
         self.by_address = FailureThrottle(failures_per_address, failure_window, clock)
         self.by_device = FailureThrottle(failures_per_device, failure_window, clock)
         self.stats: dict[str, int] = defaultdict(int)
@@ -190,20 +195,23 @@ class TenantDirectory:
         if self.by_device.blocked(key):
             # Guessing this device's secret from many addresses: only a secret that verified
             # before still passes (no hashing, no new guesses judged).
-            if not password or not self._known_secret(record, password):
+            credential = self._known_secret(record, password) if password else None
+            if credential is None:
                 self.by_address.fail(address)
                 self.stats["rejected_0x9f"] += 1
                 return Decision(
                     ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant
                 )
-        elif not password or not self._secret_ok(record, password):
-            return self._fail(
-                address,
-                ReasonCode.BAD_USER_NAME_OR_PASSWORD,
-                "wrong or expired secret",
-                tenant,
-                key,
-            )
+        else:
+            credential = self._secret_ok(record, password) if password else None
+            if credential is None:
+                return self._fail(
+                    address,
+                    ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+                    "wrong or expired secret",
+                    tenant,
+                    key,
+                )
         assigned = self._client_id(record, client_id)
         if assigned is None:
             return self._fail(
@@ -212,13 +220,23 @@ class TenantDirectory:
         if policy is None or not policy.active:
             return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
         self.stats["accepted"] += 1
-        return Decision(ReasonCode.SUCCESS, "", tenant, device, assigned, policy)
+        return Decision(
+            ReasonCode.SUCCESS,
+            "",
+            tenant,
+            device,
+            assigned,
+            policy,
+            credential.id,
+            credential.expires_at,
+        )
 
     async def scram_identity(
         self, username: str | None, client_id: str, address: str
-    ) -> tuple[Decision, tuple | None]:
+    ) -> tuple[Decision, list | None]:
         """For SCRAM-SHA-256: who the user name names, whether it may connect now (the secret
-        aside: the exchange proves it), and the verifier of its newest live credential."""
+        aside: the exchange proves it), and the verifiers of its live credentials, newest first,
+        as `(credential, (salt, stored key, server key, iterations))` pairs."""
         if self.by_address.blocked(address):
             return Decision(ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts"), None
         tenant, _, device = (username or "").partition("/")
@@ -251,16 +269,13 @@ class TenantDirectory:
                 address, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
             ), None
         now = datetime.now(UTC)
-        verifier = next(
-            (
-                parsed
-                for c in record.credentials
-                if (c.expires_at is None or c.expires_at > now)
-                and (parsed := parse_scram_verifier(c.scram_verifier)) is not None
-            ),
-            None,
-        )
-        return Decision(ReasonCode.SUCCESS, "", tenant, device, assigned, policy), verifier
+        verifiers = [
+            (c, parsed)
+            for c in record.credentials
+            if (c.expires_at is None or c.expires_at > now)
+            and (parsed := parse_scram_verifier(c.scram_verifier)) is not None
+        ]
+        return Decision(ReasonCode.SUCCESS, "", tenant, device, assigned, policy), verifiers or None
 
     async def _service(
         self, tenant: str, device: str, password: bytes | None, client_id: str, address: str
@@ -301,30 +316,30 @@ class TenantDirectory:
         self.stats[f"rejected_{code:#04x}"] += 1
         return Decision(code, reason, tenant)
 
-    def _known_secret(self, record: DeviceRecord, password: bytes) -> bool:
-        """The secret verified before and every credential is still live (no hashing)."""
+    @staticmethod
+    def _live(record: DeviceRecord) -> dict[int, CredentialRecord]:
         now = datetime.now(UTC)
-        live = [c for c in record.credentials if c.expires_at is None or c.expires_at > now]
-        return (
-            bool(live)
-            and len(live) == len(record.credentials)
-            and hashlib.sha256(password).digest()
-            in self._verified.get((record.tenant, record.name), ())
-        )
+        return {c.id: c for c in record.credentials if c.expires_at is None or c.expires_at > now}
 
-    def _secret_ok(self, record: DeviceRecord, password: bytes) -> bool:
-        key = (record.tenant, record.name)
-        digest = hashlib.sha256(password).digest()
-        now = datetime.now(UTC)
-        live = [c for c in record.credentials if c.expires_at is None or c.expires_at > now]
-        if digest in self._verified.get(key, ()) and live:
-            if len(live) == len(record.credentials):
-                return True
-        for credential in live:
+    def _known_secret(self, record: DeviceRecord, password: bytes) -> CredentialRecord | None:
+        """The live credential this secret verified against before (no hashing)."""
+        known = self._verified.get((record.tenant, record.name), {})
+        credential_id = known.get(hashlib.sha256(password).digest())
+        return self._live(record).get(credential_id) if credential_id is not None else None
+
+    def _secret_ok(self, record: DeviceRecord, password: bytes) -> CredentialRecord | None:
+        """The live credential whose secret this is; None if none (wrong, expired, revoked)."""
+        known = self._known_secret(record, password)
+        if known is not None:
+            return known
+        for credential in self._live(record).values():
             if verify_secret(password, credential.secret_hash):
-                self._verified.setdefault(key, set()).add(digest)
-                return True
-        return False
+                key = (record.tenant, record.name)
+                self._verified.setdefault(key, {})[hashlib.sha256(password).digest()] = (
+                    credential.id
+                )
+                return credential
+        return None
 
     @staticmethod
     def _client_id(record: DeviceRecord, client_id: str) -> str | None:

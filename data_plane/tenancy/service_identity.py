@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from common.service_token import (  # noqa: F401  (re-exported: the broker's names for them)
     CLIENT_PREFIXES,
+    CONSOLE_DEVICE,
     DEFAULT_KEY_FILE,
     PORTAL_DEVICE,
     RULES_DEVICE,
@@ -51,5 +52,19 @@ class PublishOnly:
         return False
 
 
-def authorizer(device: str) -> ReadOnly | PublishOnly:
-    return PublishOnly() if device == RULES_DEVICE else ReadOnly()
+class Console:
+    """The browser MQTT client of a portal member who may write: publish to the tenant's own
+    topics (never the broker's `$`-topics), subscribe within the tenant (never to a shared group,
+    which would take messages from the tenant's consumers)."""
+
+    def can_publish(self, topic: str) -> bool:
+        return not topic.startswith("$")
+
+    def can_subscribe(self, topic_filter: str) -> bool:
+        return not topic_filter.startswith("$share/")
+
+
+def authorizer(device: str) -> ReadOnly | PublishOnly | Console:
+    if device == RULES_DEVICE:
+        return PublishOnly()
+    return Console() if device == CONSOLE_DEVICE else ReadOnly()

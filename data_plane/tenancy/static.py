@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from common.acl import AclEntry, AclPolicy
 from common.client_id_pattern import matches as client_id_matches
 from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import Authorizer, AuthResult
 from data_plane.broker.enhanced_auth import ScramSha256
-from data_plane.tenancy.acl import AclEntry, AclPolicy
 
 
 class StaticAuthenticator:

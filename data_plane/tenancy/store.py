@@ -12,8 +12,8 @@ from datetime import datetime
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from common.acl import AclEntry, AclPolicy
 from common.quota_keys import QUOTA_KEYS
-from data_plane.tenancy.acl import AclEntry, AclPolicy
 
 QUOTA_COLUMNS = QUOTA_KEYS
 

@@ -115,6 +115,14 @@ class DeviceOutput(serializers.Serializer):
     attributes = serializers.DictField()
     last_seen_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
+    connected = serializers.BooleanField(
+        default=False, help_text="whether the device has a live MQTT connection now"
+    )
+    last_disconnect_reason = serializers.CharField(
+        help_text="why its last connection ended (EMQX's words: normal, kicked, "
+        "keepalive_timeout, takenover, tcp_closed, ...); empty if it never disconnected"
+    )
+    last_disconnected_at = serializers.DateTimeField(allow_null=True)
 
 
 class DeviceCreatedOutput(DeviceOutput):
@@ -122,15 +130,37 @@ class DeviceCreatedOutput(DeviceOutput):
 
 
 class CredentialRotateInput(StrictInput):
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    expires_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="when the NEW secret stops working (null: never)",
+    )
+    grace_seconds = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=30 * 86_400,
+        default=24 * 3600,
+        help_text="how long the previous secret keeps working (default 86400 = 24 h; "
+        "0 retires it now and drops the connections that use it)",
+    )
 
 
 class CredentialOutput(serializers.Serializer):
     id = serializers.IntegerField()
     created_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(
+        allow_null=True, help_text="when the broker stops accepting it (null: never)"
+    )
     revoked_at = serializers.DateTimeField(allow_null=True)
-    active = serializers.BooleanField(source="is_active")
+    retired_at = serializers.DateTimeField(
+        allow_null=True, help_text="when a rotation replaced it (its grace period began)"
+    )
+    state = serializers.ChoiceField(
+        ["active", "retiring", "expired", "revoked"],
+        help_text="active; retiring (replaced, accepted until expires_at); expired; revoked",
+    )
+    active = serializers.BooleanField(source="is_active", help_text="accepted by the broker now")
 
 
 class CredentialCreatedOutput(serializers.Serializer):
@@ -138,6 +168,9 @@ class CredentialCreatedOutput(serializers.Serializer):
     username = serializers.CharField()
     password = serializers.CharField(help_text="shown once, never again")
     expires_at = serializers.DateTimeField(allow_null=True)
+    previous = CredentialOutput(
+        many=True, help_text="the device's other secrets after the rotation, with their state"
+    )
 
 
 # -- ACLs -----------------------------------------------------------------------------------
@@ -168,6 +201,25 @@ class AclOutput(serializers.Serializer):
     topic = serializers.CharField()
     position = serializers.IntegerField()
     created_at = serializers.DateTimeField()
+
+
+class AclTestInput(StrictInput):
+    device = serializers.CharField(max_length=64, help_text="one of the tenant's device names")
+    action = serializers.ChoiceField(["publish", "subscribe"])
+    topic = serializers.CharField(
+        max_length=512, help_text="a topic name to publish to, or a topic filter to subscribe to"
+    )
+
+
+class AclTestOutput(serializers.Serializer):
+    device = serializers.CharField()
+    action = serializers.CharField()
+    topic = serializers.CharField()
+    allowed = serializers.BooleanField(help_text="the broker's answer")
+    decided_by = serializers.ChoiceField(
+        ["rule", "default"], help_text="a rule matched, or none did and the default decided"
+    )
+    rule = AclOutput(allow_null=True, help_text="the rule that decided, if one did")
 
 
 # -- rules ----------------------------------------------------------------------------------

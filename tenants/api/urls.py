@@ -21,6 +21,7 @@ urlpatterns = [
         name="api-device-credential",
     ),
     path("acls", views.AclListView.as_view(), name="api-acls"),
+    path("acls/test", views.AclTestView.as_view(), name="api-acls-test"),
     path("acls/<int:rule_id>", views.AclDetailView.as_view(), name="api-acl"),
     path("rules", views.RuleListView.as_view(), name="api-rules"),
     path("rules/test", views.RuleTestView.as_view(), name="api-rule-test"),  # before <name>

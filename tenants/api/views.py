@@ -4,7 +4,7 @@ scoped to the caller's tenant, so another tenant's object is a 404."""
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, timedelta
 
 from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError
@@ -227,12 +227,16 @@ class DeviceCredentialsView(TenantAPIView):
     def post(self, request, name: str):
         device = selectors.device_get(tenant=self.tenant, name=name)
         data = validated(s.CredentialRotateInput, request.data)
-        credential, secret = services.credential_rotate(device, **data)
+        grace = timedelta(seconds=data.pop("grace_seconds"))
+        credential, secret = services.credential_rotate(device, grace=grace, **data)
         body = {
             "id": credential.id,
             "username": device.username,
             "password": secret,
             "expires_at": credential.expires_at,
+            "previous": [
+                c for c in device.credentials.exclude(id=credential.id) if c.state != "revoked"
+            ],
         }
         return Response(s.CredentialCreatedOutput(body).data, status=status.HTTP_201_CREATED)
 
@@ -270,6 +274,27 @@ class AclListView(TenantAPIView):
                 raise ValidationError({"device": [f"No device named {device_name!r}."]}) from None
         rule = services.acl_add(tenant=self.tenant, device=device, **data)
         return Response(s.AclOutput(rule).data, status=status.HTTP_201_CREATED)
+
+
+class AclTestView(TenantAPIView):
+    @extend_schema(
+        request=s.AclTestInput,
+        responses=s.AclTestOutput,
+        operation_id="v1_acls_test",
+        summary="Test the ACL: may a device publish or subscribe to a topic?",
+        description="Answers with the broker's own evaluation (`common.acl`) over the tenant's "
+        "rules and default, and names the rule that decided. Another tenant's device is a 404.",
+    )
+    def post(self, request):
+        data = validated(s.AclTestInput, request.data)
+        services.validate_acl_test_topic(data["action"], data["topic"])
+        result = selectors.acl_check(
+            tenant=self.tenant,
+            device_name=data["device"],
+            action=data["action"],
+            topic=data["topic"],
+        )
+        return Response(s.AclTestOutput(result).data)
 
 
 class AclDetailView(TenantAPIView):

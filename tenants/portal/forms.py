@@ -90,3 +90,19 @@ class RuleForm(forms.Form):
             raise forms.ValidationError(
                 f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
             ) from None
+
+
+class InviteForm(forms.Form):
+    email = forms.EmailField()
+    role = forms.ChoiceField(
+        choices=[
+            ("viewer", "viewer: reads everything, changes nothing"),
+            ("admin", "admin: manages devices, ACLs, rules and members"),
+            ("owner", "owner: everything, including owners"),
+        ],
+        initial="viewer",
+    )
+
+
+class PasswordChoiceForm(forms.Form):
+    password = forms.CharField(widget=forms.PasswordInput, min_length=8, label="Choose a password")

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from tenants.portal import billing_views, views
+from tenants.portal import billing_views, people_views, views
 
 app_name = "portal"
 
@@ -13,9 +13,17 @@ urlpatterns = [
     path("devices/", views.devices, name="devices"),
     path("devices/<str:name>/", views.device_detail, name="device"),
     path("devices/<str:name>/rotate/", views.device_rotate, name="device-rotate"),
+    path(
+        "devices/<str:name>/credentials/<int:credential_id>/retire/",
+        views.credential_retire,
+        name="credential-retire",
+    ),
     path("devices/<str:name>/toggle/", views.device_toggle, name="device-toggle"),
     path("devices/<str:name>/delete/", views.device_delete, name="device-delete"),
     path("live/", views.live, name="live"),
+    path("start/", views.onboarding, name="onboarding"),
+    path("client/", views.client, name="client"),
+    path("client/token/", views.client_token, name="client-token"),
     path("acls/", views.acls, name="acls"),
     path("acls/<int:rule_id>/delete/", views.acl_delete, name="acl-delete"),
     path("rules/", views.rules, name="rules"),
@@ -34,6 +42,26 @@ urlpatterns = [
         r"^invoices/(?P<period>[0-9]{4}-[0-9]{2})\.(?P<fmt>csv|pdf)$",
         billing_views.invoice_download,
         name="invoice-download",
+    ),
+    path("members/", people_views.members, name="members"),
+    path("members/<int:member_id>/remove/", people_views.member_remove, name="member-remove"),
+    path(
+        "members/invitations/<int:invitation_id>/revoke/",
+        people_views.invitation_revoke,
+        name="invitation-revoke",
+    ),
+    path("invite/<str:token>/", people_views.invite_accept, name="invite-accept"),
+    path("operator/", people_views.operator, name="operator"),
+    path("password-reset/", people_views.PasswordResetView.as_view(), name="password-reset"),
+    path(
+        "password-reset/sent/",
+        people_views.PasswordResetDoneView.as_view(),
+        name="password-reset-done",
+    ),
+    path(
+        "reset/<uidb64>/<token>/",
+        people_views.PasswordResetConfirmView.as_view(),
+        name="password-reset-confirm",
     ),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/delete/", views.token_delete, name="token-delete"),

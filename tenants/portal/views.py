@@ -4,6 +4,7 @@ viewers see everything and change nothing."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from functools import wraps
 
 from django.conf import settings
@@ -11,11 +12,13 @@ from django.contrib import messages
 from django.contrib.auth import authenticate, login, logout
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render, resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from common import service_token
+from tenants import onboarding as onboarding_snippets
 from tenants import selectors, services, throttles
 from tenants.models import Membership
 from tenants.portal.forms import (
@@ -26,6 +29,7 @@ from tenants.portal.forms import (
     SignupForm,
     TokenForm,
 )
+from tenants.quota_display import quota_rows
 from tenants.rule_actions import redact_secrets
 
 ONCE_KEY = "portal_secret_once"
@@ -45,6 +49,10 @@ def tenant_view(write: bool = False):
         @login_required
         @wraps(view)
         def wrapper(request, *args, **kwargs):
+            if request.user.is_staff and not selectors.memberships_for_user(request.user).exists():
+                # An operator without a tenant of its own (the admin's "View site"): the
+                # operators' overview rather than a bare 403.
+                return redirect("portal:operator")
             membership = _membership(request)
             if write and not membership.can_write:
                 raise PermissionDenied("Your role can read but not change this tenant.")
@@ -165,6 +173,82 @@ def dashboard(request, membership):
 
 
 @tenant_view()
+def onboarding(request, membership):
+    """The first device: copy-ready snippets filled with the broker address and the device's
+    identity; a device made here has its secret filled in, once."""
+    tenant = membership.tenant
+    if request.method == "POST":
+        if not membership.can_write:
+            raise PermissionDenied("Your role can read but not change this tenant.")
+        name = request.POST.get("name", "").strip()
+        try:
+            device, secret = services.device_create(tenant=tenant, name=name)
+        except ValidationError as error:
+            for problem in getattr(error, "message_dict", {"name": error.messages}).values():
+                messages.error(request, "; ".join(problem))
+            return redirect("portal:onboarding")
+        _show_once(request, password=secret, device=device.name)
+        return redirect(f"{resolve_url('portal:onboarding')}?device={device.name}")
+    devices = list(selectors.devices_list(tenant=tenant))
+    chosen = request.GET.get("device")
+    device = None
+    if chosen:
+        device = selectors.device_get(tenant=tenant, name=chosen)  # another tenant's: 404
+    elif devices:
+        device = devices[0]
+    once = _pop_once(request)
+    secret = once.get("password") if once and device and once.get("device") == device.name else None
+    context = {
+        "devices": devices,
+        "device": device,
+        "secret": secret,
+        "mqtt_host": settings.MQTT_PUBLIC_HOST,
+        "mqtt_port": settings.MQTT_PUBLIC_PORT,
+        "placeholder": onboarding_snippets.PLACEHOLDER_SECRET,
+        "placeholder_json": json.dumps(onboarding_snippets.PLACEHOLDER_SECRET),
+        "suggested_name": "my-first-device" if not devices else f"device-{len(devices) + 1}",
+    }
+    if device is not None:
+        context["snippets"] = onboarding_snippets.snippets(
+            host=settings.MQTT_PUBLIC_HOST,
+            port=settings.MQTT_PUBLIC_PORT,
+            username=device.username,
+            client_id=device.name,
+            password=secret or onboarding_snippets.PLACEHOLDER_SECRET,
+            topic=onboarding_snippets.hello_topic(device.name),
+        )
+    return render(request, "portal/onboarding.html", _context(membership, **context))
+
+
+@tenant_view()
+def client(request, membership):
+    """An MQTT client in the browser over the broker's WebSocket (static/portal/client.js)."""
+    return render(
+        request,
+        "portal/client.html",
+        _context(
+            membership,
+            devices=selectors.devices_list(tenant=membership.tenant),
+            ws_url=settings.MQTT_PUBLIC_WS_URL,
+        ),
+    )
+
+
+@require_POST
+@tenant_view()
+def client_token(request, membership):
+    """A short-lived identity for the browser client: the tenant console (publish and subscribe
+    within the tenant) for a member who may write, the read-only portal identity otherwise."""
+    device = service_token.CONSOLE_DEVICE if membership.can_write else service_token.PORTAL_DEVICE
+    tenant = membership.tenant.slug
+    client_id = service_token.new_client_id(device)
+    token = service_token.sign(service_token.load_key(), tenant, client_id)
+    return JsonResponse(
+        {"username": f"{tenant}/{device}", "password": token, "client_id": client_id}
+    )
+
+
+@tenant_view()
 def live(request, membership):
     """Messages on a topic filter as they pass through the broker (see `tenants.portal.live`)."""
     return render(request, "portal/live.html", _context(membership))
@@ -205,19 +289,62 @@ def device_detail(request, membership, name: str):
             device=device,
             secret=_pop_once(request),
             credentials=device.credentials.all()[:20],
+            connections=selectors.device_connections(device=device),
+            grace_choices=GRACE_CHOICES,
             mqtt_host=settings.MQTT_PUBLIC_HOST,
             mqtt_port=settings.MQTT_PUBLIC_PORT,
         ),
     )
 
 
+# Grace periods offered by the rotate form, in seconds ("now" asks for confirmation first).
+GRACE_CHOICES = {"86400": "24 hours", "3600": "1 hour", "604800": "7 days", "0": "now"}
+
+
 @require_POST
 @tenant_view(write=True)
 def device_rotate(request, membership, name: str):
+    """Issue a new secret; the previous one keeps working for the chosen grace period. Retiring
+    it now (grace 0) drops the devices that use it, so the portal asks first."""
     device = selectors.device_get(tenant=membership.tenant, name=name)
-    _, secret = services.credential_rotate(device)
+    grace = request.POST.get("grace", "86400")
+    if grace not in GRACE_CHOICES:
+        grace = "86400"
+    if grace == "0" and request.POST.get("confirm") != "yes":
+        return render(
+            request,
+            "portal/credential_confirm.html",
+            _context(membership, device=device, action="rotate-now"),
+        )
+    _, secret = services.credential_rotate(device, grace=timedelta(seconds=int(grace)))
     _show_once(request, password=secret)
-    messages.success(request, "New secret issued; the previous one no longer works.")
+    if grace == "0":
+        messages.success(request, "New secret issued; the previous one no longer works.")
+    else:
+        messages.success(
+            request,
+            f"New secret issued; the previous one keeps working for {GRACE_CHOICES[grace]}.",
+        )
+    return redirect("portal:device", name=device.name)
+
+
+@tenant_view(write=True)
+def credential_retire(request, membership, name: str, credential_id: int):
+    """End a secret's life now, after a confirmation page (GET shows it, POST acts)."""
+    device = selectors.device_get(tenant=membership.tenant, name=name)
+    credential = device.credentials.filter(id=credential_id, revoked_at=None).first()
+    if credential is None:
+        raise Http404("No such credential.")
+    if request.method != "POST":
+        return render(
+            request,
+            "portal/credential_confirm.html",
+            _context(membership, device=device, credential=credential, action="retire"),
+        )
+    services.credential_retire_now(credential)
+    messages.success(
+        request, f"Secret #{credential.id} retired; devices using it were disconnected."
+    )
     return redirect("portal:device", name=device.name)
 
 
@@ -263,7 +390,36 @@ def acls(request, membership):
                 messages.success(request, "ACL rule added.")
                 return redirect("portal:acls")
     rules = selectors.acl_rules_list(tenant=tenant)
-    return render(request, "portal/acls.html", _context(membership, rules=rules, form=form))
+    test, test_error = None, ""
+    query = {k: request.GET.get(k, "").strip() for k in ("device", "action", "topic")}
+    if query["topic"]:
+        if query["action"] not in ("publish", "subscribe"):
+            query["action"] = "publish"
+        try:
+            services.validate_acl_test_topic(query["action"], query["topic"])
+        except ValidationError as error:
+            test_error = "; ".join(error.message_dict.get("topic", error.messages))
+        else:
+            # Another tenant's device name is a 404, like every lookup here.
+            test = selectors.acl_check(
+                tenant=tenant,
+                device_name=query["device"],
+                action=query["action"],
+                topic=query["topic"],
+            )
+    return render(
+        request,
+        "portal/acls.html",
+        _context(
+            membership,
+            rules=rules,
+            form=form,
+            device_names=names,
+            test=test,
+            test_error=test_error,
+            query=query,
+        ),
+    )
 
 
 @require_POST
@@ -278,7 +434,7 @@ def acl_delete(request, membership, rule_id: int):
 def quota(request, membership):
     tenant = membership.tenant
     limits = selectors.effective_quota(tenant)
-    rows = [(key, value, key in (tenant.quota_overrides or {})) for key, value in limits.items()]
+    rows = quota_rows(tenant, limits)
     from datetime import UTC, datetime
 
     from tenants.billing import price_book_for

@@ -40,11 +40,23 @@ def test_contract_flow_signup_token_device_rotation():
     assert rotated.status_code == 201
     new_secret = rotated.json()["password"]
     assert new_secret != body["password"]
-    active = [c for c in Credential.objects.filter(device__name="sensor-1") if c.is_active]
-    assert len(active) == 1 and secrets.verify_secret(new_secret, active[0].secret_hash)
+    # The previous secret keeps working for the default grace period (24 h), and says so.
+    [previous] = rotated.json()["previous"]
+    assert previous["state"] == "retiring" and previous["expires_at"] and previous["active"]
     listed = api.get("/api/v1/devices/sensor-1/credentials").json()["results"]
-    assert [c["active"] for c in listed] == [True, False]
+    assert [(c["state"], c["active"]) for c in listed] == [("active", True), ("retiring", True)]
+    assert listed[1]["expires_at"] == previous["expires_at"]
     assert all("password" not in c and "secret_hash" not in c for c in listed)
+
+    # grace_seconds 0: the previous secrets are retired now.
+    now = api.post("/api/v1/devices/sensor-1/credentials", {"grace_seconds": 0}, format="json")
+    assert now.status_code == 201 and now.json()["previous"] == []
+    active = [c for c in Credential.objects.filter(device__name="sensor-1") if c.is_active]
+    assert len(active) == 1 and secrets.verify_secret(now.json()["password"], active[0].secret_hash)
+    listed = api.get("/api/v1/devices/sensor-1/credentials").json()["results"]
+    assert [c["state"] for c in listed] == ["active", "revoked", "revoked"]
+    bad = api.post("/api/v1/devices/sensor-1/credentials", {"grace_seconds": -1}, format="json")
+    assert bad.status_code == 400 and "grace_seconds" in bad.json()["error"]["fields"]
 
 
 def test_devices_crud_pagination_and_filter(acme):

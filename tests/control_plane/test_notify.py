@@ -41,7 +41,7 @@ def test_every_broker_relevant_change_is_announced(listener):
         ("device.created", "sensor-1"),
         ("credential.created", "sensor-1"),
     ]
-    services.credential_rotate(device)
+    services.credential_rotate(device, grace=None)  # the previous secret is revoked now
     services.device_update(device, enabled=False)
     services.acl_add(tenant=tenant, action="both", permission="deny", topic="x/#")
     services.tenant_set_quota(tenant, {"max_connections": 3})

@@ -1,5 +1,8 @@
+from datetime import timedelta
+
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from common import secrets
 from tenants import selectors, services
@@ -35,14 +38,32 @@ def test_device_secret_is_hashed_and_verifiable():
     assert device.username == "acme/sensor-1"
 
 
-def test_rotation_revokes_previous_secret():
+def test_rotation_now_revokes_previous_secret():
     tenant = services.tenant_create("acme")
     device, first = services.device_create(tenant=tenant, name="sensor-1")
-    _, second = services.credential_rotate(device)
+    _, second = services.credential_rotate(device, grace=None)
     active = [c for c in device.credentials.all() if c.is_active]
     assert len(active) == 1
     assert secrets.verify_secret(second, active[0].secret_hash)
     assert not secrets.verify_secret(first, active[0].secret_hash)
+
+
+def test_rotation_keeps_the_previous_secret_for_its_grace_period():
+    tenant = services.tenant_create("acme")
+    device, first = services.device_create(tenant=tenant, name="sensor-1")
+    before = timezone.now()
+    _, second = services.credential_rotate(device)  # default grace: 24 h
+    new, old = device.credentials.order_by("-id")
+    assert (new.state, old.state) == ("active", "retiring")
+    assert secrets.verify_secret(first, old.secret_hash)
+    assert (
+        timedelta(hours=23, minutes=59) < old.expires_at - before <= timedelta(hours=24, seconds=5)
+    )
+    assert new.expires_at is None
+    # Both verifiers share the salt: one SCRAM server-first message fits either secret.
+    assert new.scram_verifier.split("$")[2] == old.scram_verifier.split("$")[2]
+    with pytest.raises(ValidationError, match="grace_seconds"):
+        services.credential_rotate(device, grace=timedelta(days=31))
 
 
 def test_duplicate_device_name_within_tenant_refused_but_allowed_across_tenants():

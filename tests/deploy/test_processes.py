@@ -245,6 +245,7 @@ def test_make_run_starts_its_roles_from_the_table(env, tmp_path):
     try:
         for role in Command.roles:
             wait_healthy(process, env, role, log, within=180)
+        assert re.search(r"demo portal login +demo@example\.com / \S{8,}", log.read_text())
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)

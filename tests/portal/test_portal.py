@@ -79,6 +79,42 @@ def test_rotate_disable_delete(client, owner):
     assert not Device.objects.filter(id=device.id).exists()
 
 
+def test_rotation_grace_and_the_confirmation_before_retiring(client, owner):
+    device, first = services.device_create(tenant=owner, name="sensor-1")
+    page = client.post("/devices/sensor-1/rotate/", {"grace": "3600"}, follow=True)
+    assert b"keeps working for 1 hour" in page.content
+    old = device.credentials.get(retired_at__isnull=False)
+    assert old.state == "retiring" and old.is_active
+    assert b'data-state="retiring"' in page.content and b"UTC" in page.content
+    # Retiring now asks first: GET is a confirmation page and changes nothing.
+    confirm = client.get(f"/devices/sensor-1/credentials/{old.id}/retire/")
+    assert confirm.status_code == 200 and b"Retire secret" in confirm.content
+    assert Credential.objects.get(id=old.id).is_active
+    client.post(f"/devices/sensor-1/credentials/{old.id}/retire/")
+    assert Credential.objects.get(id=old.id).state == "revoked"
+    # A rotation with no grace period asks first as well.
+    ask = client.post("/devices/sensor-1/rotate/", {"grace": "0"})
+    assert ask.status_code == 200 and b"no grace period" in ask.content
+    assert device.credentials.count() == 2  # nothing issued yet
+    client.post("/devices/sensor-1/rotate/", {"grace": "0", "confirm": "yes"})
+    assert [c.state for c in device.credentials.all()] == ["active", "revoked", "revoked"]
+
+
+def test_another_tenants_credential_cannot_be_retired(client, owner):
+    other = services.tenant_create("other")
+    theirs, _ = services.device_create(tenant=other, name="their-device")
+    services.credential_rotate(theirs)
+    retiring = theirs.credentials.get(retired_at__isnull=False)
+    mine, _ = services.device_create(tenant=owner, name="mine")
+    for url in (
+        f"/devices/their-device/credentials/{retiring.id}/retire/",
+        f"/devices/mine/credentials/{retiring.id}/retire/",  # my device, their credential id
+    ):
+        assert client.get(url).status_code == 404
+        assert client.post(url).status_code == 404
+    assert Credential.objects.get(id=retiring.id).state == "retiring"
+
+
 def test_acls_quota_tokens_pages(client, owner):
     services.device_create(tenant=owner, name="d1")
     response = client.post(

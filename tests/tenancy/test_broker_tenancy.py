@@ -5,6 +5,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
@@ -84,10 +85,68 @@ def test_rotation_disconnects_within_a_second(pg_broker, acme):
     tenant, secret, _ = acme
     client = Paho(pg_broker, "acme/sensor-1", secret, "rot")
     device = tenant.devices.get(name="sensor-1")
-    services.credential_rotate(device)
+    services.credential_rotate(device, grace=None)  # retire the old secret now
     assert wait_disconnected(client, 1.0) <= 1.0
     assert client.disconnect_reason.value == 0x98  # administrative action
     assert Paho(pg_broker, "acme/sensor-1", secret, "rot").reason_code == 0x86
+
+
+def test_rotation_with_grace_keeps_the_device_connected_until_the_old_secret_expires(
+    pg_broker, acme
+):
+    """Two secrets without downtime: after a rotation with a grace period, the connection on the
+    old secret stays up and the old secret still connects; at expiry that connection is
+    dropped (0x98) and the old secret refused, while one on the new secret stays."""
+    tenant, old, _ = acme
+    device = tenant.devices.get(name="sensor-1")
+    on_old = Paho(pg_broker, "acme/sensor-1", old, "old-1")
+    _, new = services.credential_rotate(device, grace=timedelta(seconds=4))
+    expires_at = device.credentials.get(retired_at__isnull=False).expires_at
+    time.sleep(1.0)  # the rotation has reached the broker
+    assert not on_old.disconnected.is_set(), "the rotation dropped the old secret's connection"
+    on_new = Paho(pg_broker, "acme/sensor-1", new, "new-1")
+    assert on_new.reason_code == 0
+    again = Paho(pg_broker, "acme/sensor-1", old, "old-2")  # reconnecting with the old secret
+    assert again.reason_code == 0
+    # Traffic flows on both until then.
+    on_new.subscribe("grace/#", 1)
+    on_old.publish("grace/t", b"from-old", 1)
+    assert on_new.messages.get(timeout=5).payload == b"from-old"
+    assert wait_disconnected(on_old, 6.0) <= 6.0
+    assert wait_disconnected(again, 1.0) <= 1.0
+    dropped_at = datetime.now(UTC)
+    assert dropped_at >= expires_at and (dropped_at - expires_at).total_seconds() < 2.0
+    assert on_old.disconnect_reason.value == 0x98
+    assert not on_new.disconnected.is_set()
+    assert Paho(pg_broker, "acme/sensor-1", old, "old-3").reason_code == 0x86
+    assert Paho(pg_broker, "acme/sensor-1", new, "new-2").reason_code == 0
+    states = {c.id: c.state for c in device.credentials.all()}
+    assert sorted(states.values()) == ["active", "expired"]
+
+
+def test_retiring_the_old_secret_now_drops_only_its_connections(pg_broker, acme):
+    tenant, old, _ = acme
+    device = tenant.devices.get(name="sensor-1")
+    _, new = services.credential_rotate(device, grace=timedelta(hours=24))
+    on_old = Paho(pg_broker, "acme/sensor-1", old, "o")
+    on_new = Paho(pg_broker, "acme/sensor-1", new, "n")
+    assert on_old.reason_code == 0 and on_new.reason_code == 0
+    retiring = device.credentials.get(retired_at__isnull=False)
+    assert retiring.state == "retiring"
+    services.credential_retire_now(retiring)
+    assert wait_disconnected(on_old, 1.0) <= 1.0
+    time.sleep(0.3)
+    assert not on_new.disconnected.is_set()
+    assert Paho(pg_broker, "acme/sensor-1", old, "o2").reason_code == 0x86
+
+
+def test_a_device_never_holds_more_than_two_secrets(acme):
+    tenant, first, _ = acme
+    device = tenant.devices.get(name="sensor-1")
+    services.credential_rotate(device)
+    services.credential_rotate(device)
+    states = sorted(c.state for c in device.credentials.all())
+    assert states == ["active", "retiring", "revoked"]
 
 
 def test_disabled_device_and_suspended_tenant(pg_broker, acme):

@@ -37,6 +37,22 @@ def _demo_password() -> str:
     return password
 
 
+def _demo_login(tenant) -> tuple[str, str]:
+    """The demo tenant's portal login (owner), stable across runs like the device's secret."""
+    from tenants import people
+
+    path = Path(embedded.DATA_DIR) / "demo-login.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+    else:
+        saved = {"email": "demo@example.com", "password": secrets.generate_secret()[:16]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(saved))
+        path.chmod(0o600)
+    people.demo_login_ensure(tenant, email=saved["email"], password=saved["password"])
+    return saved["email"], saved["password"]
+
+
 class Command(BaseCommand):
     help = "Run the portal/API, the MQTT broker and Celery together (the embedded default)."
 
@@ -53,12 +69,15 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         password = _demo_password()
         tenant, device = services.demo_seed(password=password)
+        demo_email, demo_login = _demo_login(tenant)  # first-hour: a portal login for the demo
 
         env = dict(os.environ)
         env["DATABASE_URL"] = settings.DATABASE_URL
         env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
         env.setdefault("MQTT_INTERNAL_HOST", host)  # the portal's live views use this broker
         env.setdefault("MQTT_INTERNAL_PORT", str(mqtt_port))
+        env.setdefault("MQTT_PUBLIC_PORT", str(mqtt_port))  # first-hour: snippets, browser client
+        env.setdefault("MQTT_PUBLIC_WS_URL", f"ws://{host}:{ws_port}/mqtt")
         # The command lines come from the table of processes (common/processes.py), the same
         # one the container entrypoint, compose and Terraform use; only the ports are ours.
         env.update(
@@ -80,6 +99,7 @@ class Command(BaseCommand):
         self._print_banner(
             host, http_port, mqtt_port, ws_port, tenant.slug, device.username, password
         )
+        self.stdout.write(f"  demo portal login   {demo_email} / {demo_login}\n")  # first-hour
         stopping = False
 
         def stop(*_):

@@ -110,3 +110,46 @@ class AclPolicy:
         if len(self._read_cache) < 4096:
             self._read_cache[topic] = decision
         return decision
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    allowed: bool
+    rule: int | None  # index into the entries of the rule that decided; None: the default
+
+
+def explain(
+    entries: list[AclEntry],
+    *,
+    tenant: str,
+    device: str,
+    default_allow: bool,
+    action: str,
+    topic: str,
+) -> Verdict:
+    """ "May `device` publish to / subscribe to `topic`?" as the broker decides it (`AclPolicy`,
+    the same object the broker builds at CONNECT), with the rule that decided, for the portal's
+    ACL tester."""
+    policy = AclPolicy(entries, tenant=tenant, device=device, default_allow=default_allow)
+    if action == PUBLISH:
+        allowed = policy.can_publish(topic)
+    elif action == SUBSCRIBE:
+        allowed = policy.can_subscribe(topic)
+    else:
+        raise ValueError(f"action must be {PUBLISH!r} or {SUBSCRIBE!r}, not {action!r}")
+    levels = (topic.split("/", 2)[2] if topic.startswith("$share/") else topic).split("/")
+    for index, entry in enumerate(entries):
+        if entry.device is not None and entry.device != device:
+            continue
+        if entry.action not in (action, "both"):
+            continue
+        rule = expand(entry.topic, tenant, device).split("/")
+        if action == PUBLISH:
+            decides = filter_matches(rule, levels)
+        else:
+            decides = (entry.allow and filters_intersect(rule, levels)) or (
+                not entry.allow and filter_covers(rule, levels)
+            )
+        if decides:
+            return Verdict(allowed, index)
+    return Verdict(allowed, None)

@@ -1,0 +1,216 @@
+"""Who is connected, for the portal's device page and the API's `connected`: each broker writes
+its live connections (client id, address, protocol version, since when, subscriptions) to
+`tenants_deviceconnection`, and each device's last disconnect reason to `tenants_device`.
+
+Hooks only record what happened; one task writes it in batches (every `interval` seconds) and
+refreshes this broker's heartbeat, so a broker that died leaves rows readers know to ignore
+(`heartbeat_at` older than `STALE_AFTER`) and that the next broker start sweeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+log = logging.getLogger(__name__)
+
+STALE_AFTER = 90  # seconds without a heartbeat: the row's broker is gone (readers agree)
+HEARTBEAT = 30
+MAX_PENDING = 50_000  # recorded changes kept while the database is away; then resynchronize
+
+_UP = """
+INSERT INTO tenants_deviceconnection
+       (tenant_id, device_id, client_id, connection_key, broker, address, protocol_version,
+        transport, connected_at, subscriptions, heartbeat_at)
+SELECT t.id, d.id, %s, %s, %s, %s, %s, %s, to_timestamp(%s), %s, now()
+  FROM tenants_tenant t JOIN tenants_device d ON d.tenant_id = t.id AND d.name = %s
+ WHERE t.slug = %s
+ON CONFLICT (tenant_id, client_id) DO UPDATE SET
+       device_id = EXCLUDED.device_id, connection_key = EXCLUDED.connection_key,
+       broker = EXCLUDED.broker, address = EXCLUDED.address,
+       protocol_version = EXCLUDED.protocol_version, transport = EXCLUDED.transport,
+       connected_at = EXCLUDED.connected_at, subscriptions = EXCLUDED.subscriptions,
+       heartbeat_at = now()
+"""
+_SUBSCRIPTIONS = "UPDATE tenants_deviceconnection SET subscriptions = %s WHERE connection_key = %s"
+_DOWN = "DELETE FROM tenants_deviceconnection WHERE connection_key = %s"
+_LAST_DISCONNECT = """
+UPDATE tenants_device d SET last_disconnect_reason = %s, last_disconnected_at = to_timestamp(%s)
+  FROM tenants_tenant t WHERE d.tenant_id = t.id AND t.slug = %s AND d.name = %s
+"""
+_HEARTBEAT = "UPDATE tenants_deviceconnection SET heartbeat_at = now() WHERE broker = %s"
+_SWEEP = (
+    "DELETE FROM tenants_deviceconnection WHERE heartbeat_at < now() - make_interval(secs => %s)"
+)
+
+
+def subscriptions_of(session: Any) -> list[dict]:
+    return [
+        {"filter": s.topic_filter, "qos": s.qos}
+        for s in list(getattr(session, "subscriptions", {}).values())
+    ]
+
+
+class Presence:
+    def __init__(self, broker: Any, pool: Any, *, interval: float = 0.5) -> None:
+        self.broker, self.pool, self.interval = broker, pool, interval
+        self.broker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._keys: dict[int, str] = {}  # id(connection) -> its row's key
+        self._ops: list[tuple] = []
+        self._since: dict[int, float] = {}  # id(connection) -> when it connected
+        self._resync = False  # too much piled up: rewrite this broker's rows from what is live
+        self._task: asyncio.Task | None = None
+        hooks = broker.hooks
+        hooks.add("client.connected", self._connected)
+        hooks.add("client.disconnected", self._disconnected)
+        hooks.add("session.subscribed", lambda session, sub: self._subscriptions(session))
+        hooks.add("session.unsubscribed", lambda session, f: self._subscriptions(session))
+
+    # -- hooks: record only ---------------------------------------------------------------
+
+    def _connected(self, conn: Any) -> None:
+        key = self._keys[id(conn)] = uuid.uuid4().hex
+        self._since[id(conn)] = time.time()
+        self._record(self._up(conn, key, self._since[id(conn)]))
+
+    @staticmethod
+    def _up(conn: Any, key: str, at: float) -> tuple:
+        return (
+            "up",
+            key,
+            conn.tenant,
+            conn.device,
+            conn.client_id,
+            conn.peer.rsplit(":", 1)[0],
+            conn.protocol_version,
+            conn.transport_name,
+            at,
+            subscriptions_of(conn.session),
+        )
+
+    def _record(self, op: tuple) -> None:
+        if self._resync:
+            return  # the resynchronization writes the state as it is then
+        self._ops.append(op)
+        if len(self._ops) > MAX_PENDING:
+            log.warning("presence: %d changes pending; will rewrite from live state", MAX_PENDING)
+            self._ops.clear()
+            self._resync = True
+
+    def _subscriptions(self, session: Any) -> None:
+        conn = session.connection
+        key = self._keys.get(id(conn)) if conn is not None else None
+        if key is not None:
+            self._record(("subs", key, subscriptions_of(session)))
+
+    def _disconnected(self, conn: Any) -> None:
+        key = self._keys.pop(id(conn), None)
+        self._since.pop(id(conn), None)
+        if key is not None:
+            reason = conn.disconnect_reason or "unknown"
+            self._record(("down", key, conn.tenant, conn.device, reason, time.time()))
+
+    # -- the writer -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="presence")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        try:
+            await self.flush()
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    "DELETE FROM tenants_deviceconnection WHERE broker = %s", (self.broker_id,)
+                )
+        except Exception as exc:
+            log.warning("presence: final write failed: %s", exc)
+
+    async def _run(self) -> None:
+        beat = time.monotonic()
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute(_SWEEP, (STALE_AFTER,))
+        except Exception as exc:
+            log.warning("presence: sweep failed: %s", exc)
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.flush()
+                if time.monotonic() - beat >= HEARTBEAT:
+                    beat = time.monotonic()
+                    async with self.pool.connection() as conn:
+                        await conn.execute(_HEARTBEAT, (self.broker_id,))
+            except Exception as exc:  # the database is away: the ops wait for the next turn
+                log.warning("presence: write failed (%s); retrying", exc)
+
+    async def flush(self) -> None:
+        if self._resync:
+            # This broker's rows from scratch: whatever is connected now.
+            connections = [
+                c for c in list(getattr(self.broker, "connections", ())) if id(c) in self._keys
+            ]
+            ops = [("wipe",)] + [
+                self._up(c, self._keys[id(c)], self._since.get(id(c), time.time()))
+                for c in connections
+            ]
+            self._ops, self._resync = [], False
+        else:
+            ops, self._ops = self._ops, []
+        if not ops:
+            return
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                cursor = conn.cursor()
+                for op in ops:
+                    if op[0] == "up":
+                        _, key, tenant, device, client_id, address, version, transport, at, subs = (
+                            op
+                        )
+                        await cursor.execute(
+                            _UP,
+                            (
+                                client_id,
+                                key,
+                                self.broker_id,
+                                address,
+                                version,
+                                transport,
+                                at,
+                                Jsonb(subs),
+                                device,
+                                tenant,
+                            ),
+                        )
+                    elif op[0] == "wipe":
+                        await cursor.execute(
+                            "DELETE FROM tenants_deviceconnection WHERE broker = %s",
+                            (self.broker_id,),
+                        )
+                    elif op[0] == "subs":
+                        await cursor.execute(_SUBSCRIPTIONS, (Jsonb(op[2]), op[1]))
+                    else:
+                        _, key, tenant, device, reason, at = op
+                        await cursor.execute(_DOWN, (key,))
+                        await cursor.execute(_LAST_DISCONNECT, (reason, at, tenant, device))
+        except Exception:
+            if ops and ops[0] == ("wipe",):
+                self._resync = True
+            else:
+                self._ops[:0] = ops  # keep the order: written on the next turn
+                if len(self._ops) > MAX_PENDING:
+                    self._ops.clear()
+                    self._resync = True
+            raise

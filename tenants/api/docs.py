@@ -1,0 +1,229 @@
+"""The OpenAPI document's words: each operation's summary and description, grouped by resource
+(tags). Applied by a drf-spectacular post-processing hook, so every operation of the generated
+schema has them; `tests/api/test_openapi_docs.py` checks that none is missing or generic."""
+
+from __future__ import annotations
+
+TAGS = [
+    {"name": "Accounts", "description": "Sign up and get API tokens with an email and password."},
+    {"name": "Tenant", "description": "The caller's tenant: its settings, plan and API tokens."},
+    {
+        "name": "Devices",
+        "description": "Devices connect over MQTT as `tenant/device` with a platform-made secret.",
+    },
+    {
+        "name": "Credentials",
+        "description": "A device's secrets. A device may hold two: rotating issues a new one and "
+        "keeps the previous one for a grace period, so devices move over without downtime.",
+    },
+    {"name": "ACLs", "description": "Ordered allow/deny rules on topics, and a tester."},
+    {"name": "Rules", "description": "SQL rules over the tenant's messages, and their actions."},
+    {"name": "Quota and usage", "description": "Limits the broker enforces, and what was used."},
+    {"name": "Invoices", "description": "Monthly invoices as JSON, CSV and PDF."},
+]
+
+SECRET_NOTE = "The secret is in this response only: it cannot be read again."
+TENANT_404 = "Another tenant's object is a 404, as if it did not exist."
+
+# (method, path) -> (tag, summary, description)
+OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("post", "/api/v1/signup"): (
+        "Accounts",
+        "Sign up: a new tenant and its owner",
+        "Creates the tenant `tenant` owned by a new account (`email`, `password`) and returns "
+        "the tenant with an API token for it. The slug becomes the first part of every device "
+        "username. Throttled per address.",
+    ),
+    ("post", "/api/v1/auth/token"): (
+        "Accounts",
+        "Get an API token",
+        "Exchanges an email and password for a bearer token of the account's tenant (send it as "
+        "`Authorization: Bearer TOKEN`). Throttled per address and per account.",
+    ),
+    ("get", "/api/v1/tenant"): (
+        "Tenant",
+        "Show the caller's tenant",
+        "The tenant the token belongs to: slug, status, plan and settings.",
+    ),
+    ("patch", "/api/v1/tenant"): (
+        "Tenant",
+        "Change the tenant's settings",
+        "Changes settings such as the ACL default, archiving and offline QoS 0 queueing; the "
+        "broker applies them to live connections. Owners and admins only.",
+    ),
+    ("get", "/api/v1/tokens"): (
+        "Tenant",
+        "List your API tokens",
+        "The caller's API tokens for this tenant (name, prefix, last use); never the tokens.",
+    ),
+    ("post", "/api/v1/tokens"): (
+        "Tenant",
+        "Create an API token",
+        "A new bearer token for the caller in this tenant. " + SECRET_NOTE,
+    ),
+    ("delete", "/api/v1/tokens/{token_id}"): (
+        "Tenant",
+        "Delete an API token",
+        "The token stops working at once. " + TENANT_404,
+    ),
+    ("get", "/api/v1/devices"): (
+        "Devices",
+        "List devices",
+        "The tenant's devices, paginated, filtered by `name` (substring), each with `connected` "
+        "(a live MQTT connection now) and its last disconnect reason.",
+    ),
+    ("post", "/api/v1/devices"): (
+        "Devices",
+        "Create a device",
+        "Creates a device and its first secret; it connects as `tenant/name` with that secret "
+        "as password. " + SECRET_NOTE,
+    ),
+    ("get", "/api/v1/devices/{name}"): (
+        "Devices",
+        "Show a device",
+        "The device with `connected` and its last disconnect reason. " + TENANT_404,
+    ),
+    ("patch", "/api/v1/devices/{name}"): (
+        "Devices",
+        "Change a device",
+        "Enable or disable it, change its client-id policy or attributes. Disabling drops its "
+        "live connections. " + TENANT_404,
+    ),
+    ("delete", "/api/v1/devices/{name}"): (
+        "Devices",
+        "Delete a device",
+        "Deletes the device and its secrets; its live connections are dropped. " + TENANT_404,
+    ),
+    ("get", "/api/v1/devices/{name}/credentials"): (
+        "Credentials",
+        "List a device's secrets",
+        "Each secret's `state` (active, retiring, expired, revoked) and `expires_at`; never the "
+        "secret itself.",
+    ),
+    ("post", "/api/v1/devices/{name}/credentials"): (
+        "Credentials",
+        "Rotate the device's secret",
+        "Issues a new secret. The previous one keeps working for `grace_seconds` (default 86400, "
+        "24 h; 0 retires it now and drops the connections that use it), then the broker refuses "
+        "it and drops the connections still on it. A device holds at most two secrets. "
+        + SECRET_NOTE,
+    ),
+    ("delete", "/api/v1/devices/{name}/credentials/{credential_id}"): (
+        "Credentials",
+        "Retire a secret now",
+        "Revokes one secret at once (e.g. to end a grace period early); connections that "
+        "authenticated with it are dropped, those on the other secret stay. " + TENANT_404,
+    ),
+    ("get", "/api/v1/acls"): (
+        "ACLs",
+        "List ACL rules",
+        "The tenant's rules in the order the broker applies them; the first that matches "
+        "decides, the tenant's ACL default when none does.",
+    ),
+    ("post", "/api/v1/acls"): (
+        "ACLs",
+        "Add an ACL rule",
+        "Allow or deny publish, subscribe or both on a topic filter, for one device or all; "
+        "`${tenant}` and `${client}` expand. Live connections get the new rules at once.",
+    ),
+    ("post", "/api/v1/acls/test"): (
+        "ACLs",
+        "Test the ACL: may a device publish or subscribe to a topic?",
+        "Answers with the broker's own evaluation over the tenant's rules and default, and names "
+        "the rule that decided. " + TENANT_404,
+    ),
+    ("get", "/api/v1/acls/{rule_id}"): (
+        "ACLs",
+        "Show an ACL rule",
+        "One rule: device, action, permission, topic filter and position. " + TENANT_404,
+    ),
+    ("patch", "/api/v1/acls/{rule_id}"): (
+        "ACLs",
+        "Change an ACL rule",
+        "Changes its action, permission, topic or position; live connections follow. " + TENANT_404,
+    ),
+    ("delete", "/api/v1/acls/{rule_id}"): (
+        "ACLs",
+        "Delete an ACL rule",
+        "Live connections follow at once. " + TENANT_404,
+    ),
+    ("get", "/api/v1/rules"): (
+        "Rules",
+        "List rules",
+        "The tenant's SQL rules with their actions and live metrics.",
+    ),
+    ("post", "/api/v1/rules"): (
+        "Rules",
+        "Create a rule",
+        'A rule in the EMQX-style SQL dialect (`SELECT … FROM "topic/#" WHERE …`) with its '
+        "actions (republish, webhook, dataset); the live rules job picks it up.",
+    ),
+    ("get", "/api/v1/rules/{name}"): (
+        "Rules",
+        "Show a rule",
+        "One rule: its SQL, actions, whether it is enabled and its metrics. " + TENANT_404,
+    ),
+    ("patch", "/api/v1/rules/{name}"): (
+        "Rules",
+        "Change a rule",
+        "Changes its SQL, actions or `enabled`; checked like a new rule. " + TENANT_404,
+    ),
+    ("delete", "/api/v1/rules/{name}"): (
+        "Rules",
+        "Delete a rule",
+        "The live rules job stops running it; its dead letters go too. " + TENANT_404,
+    ),
+    ("get", "/api/v1/rules/{name}/dead-letters"): (
+        "Rules",
+        "List a rule's dead letters",
+        "Action outputs that failed after every retry, newest first.",
+    ),
+    ("delete", "/api/v1/rules/{name}/dead-letters"): (
+        "Rules",
+        "Clear a rule's dead letters",
+        "Forgets the failed outputs kept for the rule.",
+    ),
+    ("post", "/api/v1/rules/test"): (
+        "Rules",
+        "Dry-run rule SQL on a sample message",
+        None,  # keeps the view's own, longer description
+    ),
+    ("get", "/api/v1/quota"): (
+        "Quota and usage",
+        "Show the tenant's limits",
+        "The limits the broker enforces (the plan's, with the tenant's overrides), with units: "
+        "connections, msg/s, bytes/s, bytes, seconds.",
+    ),
+    ("get", "/api/v1/usage"): (
+        "Quota and usage",
+        "Usage over time",
+        "Messages, bytes, connection time and storage per hour or day between `from` and `to`.",
+    ),
+    ("get", "/api/v1/invoices"): (
+        "Invoices",
+        "List invoices",
+        "The tenant's invoices, newest period first, with their status and totals.",
+    ),
+    ("get", "/api/v1/invoices/{period}"): (
+        "Invoices",
+        "Show an invoice",
+        "The invoice of a month (`YYYY-MM`) as JSON with its lines; add `.csv` or `.pdf` to the "
+        "path for a file. " + TENANT_404,
+    ),
+}
+
+
+def describe_operations(result, generator, request, public):
+    """drf-spectacular post-processing hook: the words above on every operation."""
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            words = OPERATIONS.get((method, path))
+            if words is None:
+                continue
+            tag, summary, description = words
+            operation["tags"] = [tag]
+            operation["summary"] = summary
+            if description is not None:
+                operation["description"] = description
+    result["tags"] = TAGS
+    return result

@@ -1,0 +1,184 @@
+"""People of a tenant (writes): invitations by email with a role, accepting them, removing members,
+owners for new tenants, one-time login links. Mail goes through Django's mail API, so the
+embedded default prints it to the console and production sends it over SMTP (`EMAIL_*`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.password_validation import validate_password
+from django.contrib.auth.tokens import default_token_generator
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from common import secrets
+from tenants.models import ApiToken, Invitation, Membership, Tenant
+
+INVITATION_TTL = timedelta(days=7)
+EMAIL_PATTERN = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+
+
+def normalize_email(email: str) -> str:
+    email = (email or "").strip().lower()
+    if not EMAIL_PATTERN.fullmatch(email):
+        raise ValidationError({"email": ["Enter a valid email address."]})
+    return email
+
+
+def invitation_digest(token: str) -> str:
+    return secrets.api_token_digest(token)
+
+
+@transaction.atomic
+def invitation_create(
+    *,
+    tenant: Tenant,
+    email: str,
+    role: str,
+    invited_by: AbstractBaseUser | None,
+    accept_url: Callable[[str], str],
+) -> tuple[Invitation, str]:
+    """Invite `email` to `tenant` as `role` and mail the link (`accept_url(token)`); returns the
+    invitation and its token (only the digest is kept). A new invitation to the same address
+    replaces the open one."""
+    email = normalize_email(email)
+    if role not in Membership.Role.values:
+        raise ValidationError(
+            {"role": [f"Role must be one of {', '.join(Membership.Role.values)}."]}
+        )
+    if Membership.objects.filter(tenant=tenant, user__email__iexact=email).exists():
+        raise ValidationError({"email": [f"{email} is already a member of {tenant.slug}."]})
+    Invitation.objects.filter(tenant=tenant, email=email, accepted_at=None).delete()
+    token = secrets.generate_api_token().replace("mqp_", "inv_", 1)
+    invitation = Invitation.objects.create(
+        tenant=tenant,
+        email=email,
+        role=role,
+        digest=invitation_digest(token),
+        invited_by=invited_by,
+        expires_at=timezone.now() + INVITATION_TTL,
+    )
+    link = accept_url(token)
+    who = getattr(invited_by, "email", "") or "An operator"
+    send_mail(
+        subject=f"You are invited to {tenant.name or tenant.slug} on the MQTT platform",
+        message=(
+            f"{who} invited you to the tenant {tenant.slug} as {role}.\n\n"
+            f"Accept within {INVITATION_TTL.days} days: {link}\n"
+        ),
+        from_email=None,
+        recipient_list=[email],
+    )
+    return invitation, token
+
+
+def _open_invitation(invitation: Invitation) -> None:
+    if not invitation.is_open:
+        raise ValidationError({"invitation": ["This invitation was used or has expired."]})
+
+
+@transaction.atomic
+def invitation_accept(invitation: Invitation, user: AbstractBaseUser) -> Membership:
+    """The invited person, logged in, joins. The link alone is not enough: the account's email
+    must be the invited one."""
+    invitation = Invitation.objects.select_for_update().get(id=invitation.id)
+    _open_invitation(invitation)
+    if (user.email or "").lower() != invitation.email:
+        raise PermissionDenied(f"This invitation is for {invitation.email}.")
+    membership, _ = Membership.objects.get_or_create(
+        user=user, tenant=invitation.tenant, defaults={"role": invitation.role}
+    )
+    invitation.accepted_at = timezone.now()
+    invitation.save(update_fields=["accepted_at"])
+    return membership
+
+
+@transaction.atomic
+def invitation_accept_new_user(invitation: Invitation, password: str) -> AbstractBaseUser:
+    """An invited person without an account chooses a password and joins."""
+    User = get_user_model()
+    if User.objects.filter(email__iexact=invitation.email).exists():
+        raise ValidationError({"email": ["An account with this email exists: log in first."]})
+    user = User(username=invitation.email, email=invitation.email)
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise ValidationError({"password": exc.messages}) from None
+    user.set_password(password)
+    user.save()
+    invitation_accept(invitation, user)
+    return user
+
+
+def invitation_revoke(invitation: Invitation) -> None:
+    invitation.delete()
+
+
+@transaction.atomic
+def membership_remove(membership: Membership, *, by: Membership) -> None:
+    """Remove a member (and the API tokens it holds for that tenant). Only an owner removes an
+    owner; the last owner stays."""
+    if membership.tenant_id != by.tenant_id or not by.can_write:
+        raise PermissionDenied("Your role cannot remove members.")
+    owners = Membership.objects.select_for_update().filter(
+        tenant=membership.tenant, role=Membership.Role.OWNER
+    )
+    if membership.role == Membership.Role.OWNER:
+        if by.role != Membership.Role.OWNER:
+            raise PermissionDenied("Only an owner can remove an owner.")
+        if owners.count() <= 1:
+            raise ValidationError({"member": ["A tenant keeps at least one owner."]})
+    ApiToken.objects.filter(tenant=membership.tenant, user=membership.user).delete()
+    membership.delete()
+
+
+def one_time_login_path(user: AbstractBaseUser) -> str:
+    """A link that lets `user` choose a password and log in, once (Django's password reset token:
+    it stops working when the password changes or the user logs in)."""
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    token = default_token_generator.make_token(user)
+    return reverse("portal:password-reset-confirm", kwargs={"uidb64": uid, "token": token})
+
+
+def portal_url(path: str) -> str:
+    return settings.PORTAL_URL.rstrip("/") + path
+
+
+@transaction.atomic
+def owner_ensure(tenant: Tenant, email: str) -> AbstractBaseUser:
+    """`email` owns `tenant`; a new account gets no password (it sets one by a one-time link)."""
+    email = normalize_email(email)
+    User = get_user_model()
+    user = User.objects.filter(email__iexact=email).first()
+    if user is None:
+        user = User(username=email, email=email)
+        user.set_unusable_password()
+        user.save()
+    Membership.objects.update_or_create(
+        user=user, tenant=tenant, defaults={"role": Membership.Role.OWNER}
+    )
+    return user
+
+
+@transaction.atomic
+def demo_login_ensure(tenant: Tenant, *, email: str, password: str) -> AbstractBaseUser:
+    """The portal login `make run` prints for its demo tenant (idempotent)."""
+    User = get_user_model()
+    user = User.objects.filter(username=email).first() or User(username=email, email=email)
+    if not user.check_password(password):
+        user.set_password(password)
+    user.save()
+    Membership.objects.get_or_create(
+        user=user, tenant=tenant, defaults={"role": Membership.Role.OWNER}
+    )
+    return user

@@ -1,0 +1,202 @@
+"""Portal pages for people: members and invitations, accepting an invitation, password reset
+(Django's auth views), and the operators' overview for staff users."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Count, Q, Sum
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse, reverse_lazy
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from tenants import people
+from tenants.models import Device, DeviceConnection, Invitation, Membership, Tenant, Usage
+from tenants.portal.forms import InviteForm, PasswordChoiceForm
+from tenants.portal.views import _context, _form_errors, tenant_view
+from tenants.selectors import PRESENCE_STALE_AFTER
+
+
+@tenant_view()
+def members(request, membership):
+    tenant = membership.tenant
+    form = InviteForm()
+    if request.method == "POST":
+        if not membership.can_write:
+            raise PermissionDenied("Your role can read but not change this tenant.")
+        form = InviteForm(request.POST)
+        if form.is_valid():
+            try:
+                invitation, _ = people.invitation_create(
+                    tenant=tenant,
+                    invited_by=request.user,
+                    accept_url=lambda token: request.build_absolute_uri(
+                        reverse("portal:invite-accept", args=[token])
+                    ),
+                    **form.cleaned_data,
+                )
+            except ValidationError as error:
+                _form_errors(form, error)
+            else:
+                messages.success(request, f"Invitation sent to {invitation.email}.")
+                return redirect("portal:members")
+    return render(
+        request,
+        "portal/members.html",
+        _context(
+            membership,
+            members=Membership.objects.filter(tenant=tenant)
+            .select_related("user")
+            .order_by("created_at"),
+            invitations=Invitation.objects.filter(
+                tenant=tenant, accepted_at=None, expires_at__gt=timezone.now()
+            ),
+            form=form,
+        ),
+    )
+
+
+@tenant_view(write=True)
+def member_remove(request, membership, member_id: int):
+    target = Membership.objects.filter(tenant=membership.tenant, id=member_id).first()
+    if target is None:
+        raise Http404("No such member.")
+    if request.method != "POST":
+        return render(request, "portal/member_remove.html", _context(membership, member=target))
+    try:
+        people.membership_remove(target, by=membership)
+    except ValidationError as error:
+        messages.error(request, "; ".join(sum(error.message_dict.values(), [])))
+        return redirect("portal:members")
+    messages.success(
+        request, f"{target.user.email} no longer has access to {membership.tenant.slug}."
+    )
+    if target.id == membership.id:
+        return redirect("portal:login")
+    return redirect("portal:members")
+
+
+@require_POST
+@tenant_view(write=True)
+def invitation_revoke(request, membership, invitation_id: int):
+    invitation = Invitation.objects.filter(tenant=membership.tenant, id=invitation_id).first()
+    if invitation is None:
+        raise Http404("No such invitation.")
+    people.invitation_revoke(invitation)
+    messages.success(request, f"Invitation for {invitation.email} withdrawn.")
+    return redirect("portal:members")
+
+
+def invite_accept(request, token: str):
+    """The link in the invitation email. Logged in as the invited address: join. No account
+    yet: choose a password. Another account: log out first."""
+    invitation = (
+        Invitation.objects.select_related("tenant")
+        .filter(digest=people.invitation_digest(token))
+        .first()
+    )
+    if invitation is None:
+        raise Http404("No such invitation.")
+    context = {"invitation": invitation, "form": PasswordChoiceForm()}
+    if not invitation.is_open:
+        return render(request, "portal/invite.html", {**context, "closed": True}, status=410)
+    user = request.user if request.user.is_authenticated else None
+    from django.contrib.auth import get_user_model
+
+    has_account = get_user_model().objects.filter(email__iexact=invitation.email).exists()
+    if request.method == "POST":
+        try:
+            if user is not None:
+                people.invitation_accept(invitation, user)
+            else:
+                form = PasswordChoiceForm(request.POST)
+                context["form"] = form
+                if not form.is_valid():
+                    return render(request, "portal/invite.html", context, status=400)
+                user = people.invitation_accept_new_user(invitation, form.cleaned_data["password"])
+                login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        except ValidationError as error:
+            _form_errors(context["form"], error)
+            return render(request, "portal/invite.html", context, status=400)
+        except PermissionDenied as error:
+            return render(
+                request, "portal/invite.html", {**context, "wrong_user": str(error)}, status=403
+            )
+        request.session["tenant"] = invitation.tenant.slug
+        messages.success(request, f"Welcome to {invitation.tenant.slug}.")
+        return redirect("portal:dashboard")
+    return render(request, "portal/invite.html", {**context, "has_account": has_account})
+
+
+@login_required
+def operator(request):
+    """For staff users (operators): every tenant with its status, connections and usage."""
+    if not request.user.is_staff:
+        raise PermissionDenied("Operators only.")
+    now = timezone.now()
+    since = now - timedelta(hours=24)
+    live = DeviceConnection.objects.filter(heartbeat_at__gt=now - PRESENCE_STALE_AFTER)
+    connections = dict(live.values("tenant").annotate(n=Count("id")).values_list("tenant", "n"))
+    usage = {
+        row["tenant"]: row
+        for row in Usage.objects.filter(minute__gte=since)
+        .values("tenant")
+        .annotate(messages_in=Sum("messages_in"), messages_out=Sum("messages_out"))
+    }
+    devices = dict(
+        Device.objects.values("tenant").annotate(n=Count("id")).values_list("tenant", "n")
+    )
+    tenants = Tenant.objects.select_related("plan").annotate(
+        members=Count("memberships", distinct=True),
+        owners=Count("memberships", filter=Q(memberships__role="owner"), distinct=True),
+    )
+    rows = [
+        {
+            "tenant": t,
+            "devices": devices.get(t.id, 0),
+            "connections": connections.get(t.id, 0),
+            "messages_in": (usage.get(t.id) or {}).get("messages_in") or 0,
+            "messages_out": (usage.get(t.id) or {}).get("messages_out") or 0,
+        }
+        for t in tenants.order_by("slug")
+    ]
+    return render(
+        request,
+        "portal/operator.html",
+        {
+            "rows": rows,
+            "totals": {
+                "tenants": len(rows),
+                "connections": sum(r["connections"] for r in rows),
+                "messages_in": sum(r["messages_in"] for r in rows),
+            },
+            "now": now,
+        },
+    )
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    template_name = "portal/password_reset.html"
+    email_template_name = "portal/password_reset_email.txt"
+    subject_template_name = "portal/password_reset_subject.txt"
+    success_url = reverse_lazy("portal:password-reset-done")
+
+
+class PasswordResetDoneView(auth_views.PasswordResetDoneView):
+    template_name = "portal/password_reset_done.html"
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    """Also the one-time login link of `create_tenant --owner`: choosing a password logs in."""
+
+    template_name = "portal/password_reset_confirm.html"
+    post_reset_login = True
+    post_reset_login_backend = "django.contrib.auth.backends.ModelBackend"
+    success_url = reverse_lazy("portal:dashboard")

@@ -1,0 +1,169 @@
+"""People and tenants through Django's test client on real Postgres: invitations by email
+(Django's mail outbox), accepting by link, removing members, password reset, the one-time login
+link of `create_tenant --owner`, the operators' overview — and the attacker's side of each."""
+
+import json
+import re
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core import mail
+from django.core.management import call_command
+from django.test import Client
+
+from tenants import services
+from tenants.models import ApiToken, Invitation, Membership
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "a long passphrase"
+
+
+@pytest.fixture
+def owner(client):
+    tenant, user, _ = services.signup(tenant="acme", email="boss@acme.io", password=PASSWORD)
+    client.force_login(user)
+    return tenant, user
+
+
+def _link(message) -> str:
+    return re.search(r"https?://[^/\s]+(/\S+)", message.body).group(1)
+
+
+def test_invite_by_email_and_accept_with_a_new_account(client, owner):
+    tenant, _ = owner
+    response = client.post("/members/", {"email": "New@Acme.io", "role": "admin"}, follow=True)
+    assert b"Invitation sent to new@acme.io" in response.content
+    [message] = mail.outbox
+    assert message.to == ["new@acme.io"] and "acme" in message.subject
+    link = _link(message)
+    assert Invitation.objects.get().digest not in link  # only the digest is kept
+
+    newcomer = Client()
+    page = newcomer.get(link)
+    assert page.status_code == 200 and b"as <strong>admin</strong>" in page.content
+    joined = newcomer.post(link, {"password": PASSWORD}, follow=True)
+    assert joined.status_code == 200 and b"Welcome to acme" in joined.content
+    membership = Membership.objects.get(user__email="new@acme.io")
+    assert (membership.tenant, membership.role) == (tenant, "admin")
+    assert newcomer.post(link, {"password": PASSWORD}).status_code == 410  # used once
+
+
+def test_existing_account_must_log_in_as_the_invited_address(client, owner):
+    get_user_model().objects.create_user("old@acme.io", "old@acme.io", PASSWORD)
+    client.post("/members/", {"email": "old@acme.io", "role": "viewer"})
+    link = _link(mail.outbox[0])
+    # Someone else holding the link cannot take the seat.
+    services.signup(tenant="evil", email="mallory@evil.io", password=PASSWORD)
+    mallory = Client()
+    mallory.post("/login/", {"email": "mallory@evil.io", "password": PASSWORD})
+    assert mallory.post(link).status_code == 403
+    assert not Membership.objects.filter(user__email="mallory@evil.io", tenant__slug="acme")
+    # Anonymous with the link: told to log in, and cannot create a second account.
+    anonymous = Client()
+    assert b"log in" in anonymous.get(link).content
+    assert anonymous.post(link, {"password": PASSWORD}).status_code == 400
+    invited = Client()
+    invited.post("/login/", {"email": "old@acme.io", "password": PASSWORD})
+    assert invited.post(link).status_code == 302
+    assert Membership.objects.filter(user__email="old@acme.io", tenant__slug="acme").exists()
+
+
+def test_invitations_and_members_from_the_attackers_side(client, owner):
+    tenant, _ = owner
+    viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", PASSWORD)
+    target = Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
+    client.post("/members/", {"email": "someone@acme.io", "role": "viewer"})
+    invitation = Invitation.objects.get()
+    _, mallory, _ = services.signup(tenant="evil", email="mallory@evil.io", password=PASSWORD)
+    attacker = Client()
+    attacker.force_login(mallory)
+    page = attacker.get("/members/")
+    assert b"v@acme.io" not in page.content and b"someone@acme.io" not in page.content
+    for url in (f"/members/{target.id}/remove/", f"/members/invitations/{invitation.id}/revoke/"):
+        assert attacker.post(url).status_code == 404, url
+    assert attacker.get("/invite/inv_guessed-token/").status_code == 404
+    assert Membership.objects.filter(id=target.id).exists() and Invitation.objects.exists()
+    # A viewer of acme cannot invite or remove.
+    reader = Client()
+    reader.force_login(viewer)
+    assert reader.post("/members/", {"email": "x@acme.io", "role": "owner"}).status_code == 403
+    owner_membership = Membership.objects.get(user__email="boss@acme.io")
+    assert reader.post(f"/members/{owner_membership.id}/remove/").status_code == 403
+
+
+def test_remove_members_keeps_an_owner(client, owner):
+    tenant, boss = owner
+    admin = get_user_model().objects.create_user("a@acme.io", "a@acme.io", PASSWORD)
+    member = Membership.objects.create(user=admin, tenant=tenant, role="admin")
+    services.api_token_create(user=admin, tenant=tenant)
+    assert client.get(f"/members/{member.id}/remove/").status_code == 200  # asks first
+    assert Membership.objects.filter(id=member.id).exists()
+    client.post(f"/members/{member.id}/remove/")
+    assert not Membership.objects.filter(id=member.id).exists()
+    assert not ApiToken.objects.filter(user=admin, tenant=tenant).exists()
+    mine = Membership.objects.get(user=boss)
+    page = client.post(f"/members/{mine.id}/remove/", follow=True)
+    assert b"at least one owner" in page.content
+    assert Membership.objects.filter(id=mine.id).exists()
+
+
+def test_password_reset_by_email(client):
+    services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    anonymous = Client()
+    anonymous.post("/password-reset/", {"email": "me@acme.io"})
+    anonymous.post("/password-reset/", {"email": "nobody@acme.io"})  # no mail, no hint
+    [message] = mail.outbox
+    link = _link(message)
+    form = anonymous.get(link, follow=True)
+    assert b"Choose a password" in form.content
+    done = anonymous.post(
+        form.redirect_chain[-1][0],
+        {"new_password1": "another long passphrase", "new_password2": "another long passphrase"},
+        follow=True,
+    )
+    assert done.status_code == 200 and done.context["user"].is_authenticated
+    fresh = Client()
+    ok = fresh.post("/login/", {"email": "me@acme.io", "password": "another long passphrase"})
+    assert ok.status_code == 302
+    assert b"no longer works" in Client().get(link, follow=True).content  # once
+
+
+def test_create_tenant_with_owner_prints_a_one_time_login_link(settings):
+    settings.PORTAL_URL = "http://portal.example:8000"
+    out = StringIO()
+    call_command("create_tenant", "newco", "--owner", "Founder@NewCo.io", stdout=out)
+    body = json.loads(out.getvalue())
+    assert body["slug"] == "newco" and body["owner"] == "founder@newco.io"
+    assert body["login_url"].startswith("http://portal.example:8000/reset/")
+    path = body["login_url"].removeprefix("http://portal.example:8000")
+    browser = Client()
+    form = browser.get(path, follow=True)
+    assert b"Choose a password" in form.content
+    done = browser.post(
+        form.redirect_chain[-1][0],
+        {"new_password1": "founder passphrase", "new_password2": "founder passphrase"},
+        follow=True,
+    )
+    assert done.context["tenant"].slug == "newco"  # logged in, on the tenant's dashboard
+    assert b"no longer works" in Client().get(path, follow=True).content
+    with pytest.raises(Exception, match="already"):
+        call_command("create_tenant", "newco", "--owner", "x@newco.io", stdout=StringIO())
+
+
+def test_staff_operator_gets_an_overview_not_a_403(client):
+    services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    services.tenant_create("quiet")
+    operator = get_user_model().objects.create_user(
+        "ops@platform.io", "ops@platform.io", PASSWORD, is_staff=True
+    )
+    client.force_login(operator)
+    home = client.get("/", follow=True)
+    assert home.status_code == 200 and home.redirect_chain[-1][0] == "/operator/"
+    page = home.content.decode()
+    assert 'data-tenant="acme"' in page and 'data-tenant="quiet"' in page
+    assert "no owner" in page  # `quiet` has nobody who can log in
+    # Not for tenants' users.
+    user_client = Client()
+    user_client.post("/login/", {"email": "me@acme.io", "password": PASSWORD})
+    assert user_client.get("/operator/").status_code == 403
