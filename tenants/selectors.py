@@ -13,7 +13,6 @@ from tenants.models import (
     AclRule,
     ApiToken,
     Device,
-    Invoice,
     Membership,
     Rule,
     RuleDeadLetter,
@@ -139,10 +138,6 @@ def rule_dead_letters_list(*, rule: Rule) -> QuerySet[RuleDeadLetter]:
 
 def usage_list(*, tenant: Tenant) -> QuerySet[Usage]:
     return Usage.objects.filter(tenant=tenant)
-
-
-def invoices_list(*, tenant: Tenant) -> QuerySet[Invoice]:
-    return Invoice.objects.filter(tenant=tenant)
 
 
 def tenant_get(slug: str) -> Tenant:

@@ -436,12 +436,12 @@ def test_the_documented_examples_work(acme, client):
     _, api = acme
     document = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     test_examples = document["paths"]["/api/v1/rules/test"]["post"]["requestBody"]["content"]
-    for example in test_examples["application/json"]["examples"].values():
-        response = api.post("/api/v1/rules/test", example["value"], format="json")
-        assert response.status_code == 200 and response.json()["match"], example
+    for shown in test_examples["application/json"]["examples"].values():
+        response = api.post("/api/v1/rules/test", shown["value"], format="json")
+        assert response.status_code == 200 and response.json()["match"], shown
     create_examples = document["paths"]["/api/v1/rules"]["post"]["requestBody"]["content"]
-    for example in create_examples["application/json"]["examples"].values():
-        assert api.post("/api/v1/rules", example["value"], format="json").status_code == 201
+    for shown in create_examples["application/json"]["examples"].values():
+        assert api.post("/api/v1/rules", shown["value"], format="json").status_code == 201
 
 
 # Fragments of the dialect (and of what it refuses), shuffled into statements the fuzzer sends.
