@@ -162,7 +162,64 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
     for spec in specs:
         needed.update(_compiled(spec.sql).archive_columns)
     columns = [name for name in df.columns if name in needed]
-    return df.where(scope_predicate(specs)).select(*columns).mapInArrow(evaluate, RESULT_DDL)
+    scoped = df.where(scope_predicate(specs))
+    skips = native_skips(specs) if len(specs) <= PUSHDOWN_LIMIT else {}
+    if not skips:
+        return scoped.select(*columns).mapInArrow(evaluate, RESULT_DDL)
+    # Rows a rule's native prefilter proves it skips (spark/rules/prefilter.py) become `skipped`
+    # results here, counted and metered as the evaluator would; the Python workers get only the
+    # rows some rule may still take, told which rules skip them (`_skip`).
+    skip_ids = F.filter(
+        F.array(*[F.when(cond, F.lit(rule_id)) for rule_id, cond in skips.items()]),
+        lambda x: x.isNotNull(),
+    ).cast("array<long>")
+    marked = scoped.withColumn(SKIP_COLUMN, skip_ids)
+    needs_python = None
+    for spec in specs:
+        compiled = _compiled(spec.sql)
+        pred = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(compiled)
+        if spec.id in skips:
+            pred = pred & ~F.array_contains(F.col(SKIP_COLUMN), F.lit(spec.id))
+        needs_python = pred if needs_python is None else needs_python | pred
+    evaluated = (
+        marked.where(needs_python).select(*columns, SKIP_COLUMN).mapInArrow(evaluate, RESULT_DDL)
+    )
+    native = marked.where(F.size(SKIP_COLUMN) > 0).select(
+        F.explode(SKIP_COLUMN).alias("rule_id"),
+        F.col("tenant"),
+        F.col("ts"),
+        native_units().alias("units"),
+        F.lit(SKIPPED).alias("status"),
+        F.lit(None).cast("string").alias("outputs"),
+        F.lit(None).cast("string").alias("error"),
+    )
+    return evaluated.unionByName(native)
+
+
+SKIP_COLUMN = "_skip"
+
+
+def native_skips(specs: Sequence[RuleSpec]) -> dict[int, Column]:
+    """Per prefiltered rule: the rows of its tenant it surely skips."""
+    from spark.rules.prefilter import skipped_condition
+
+    out = {}
+    for spec in specs:
+        try:
+            condition = skipped_condition(spec.sql, spec.client_prefix)
+        except Exception:  # not prefiltered: the evaluator decides every row, as before
+            condition = None
+        if condition is not None:
+            out[spec.id] = (F.col("tenant") == F.lit(spec.tenant)) & condition
+    return out
+
+
+def native_units() -> Column:
+    """`_units` in Spark: 5 KiB units of payload + topic bytes, at least one."""
+    size = F.coalesce(F.octet_length("payload"), F.lit(0)) + F.coalesce(
+        F.octet_length("topic"), F.lit(0)
+    )
+    return F.greatest(F.ceil(size / F.lit(MESSAGE_UNIT_BYTES)), F.lit(1)).cast("int")
 
 
 # What the evaluator itself reads of every row: scope, self-trigger check, result, units.
@@ -202,9 +259,12 @@ class Evaluator:
             if not rules:
                 continue
             client_id = row["client_id"] or ""
+            skipped = row.pop(SKIP_COLUMN, None) or ()  # answered natively (prefilter)
             for rule_id, compiled, prefix in rules:
                 if client_id.startswith(prefix):
                     continue  # the rule's own republished output never re-triggers it
+                if rule_id in skipped:
+                    continue
                 try:
                     if not compiled.reads(row["event"], row["topic"]):
                         continue
