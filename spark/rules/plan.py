@@ -13,6 +13,7 @@ makes that (rule, row) `failed` and goes on with the next.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from pyspark.sql import functions as F
 
 from common.archive_schema import EVENT_PUBLISH, MESSAGE_UNIT_BYTES
 
+log = logging.getLogger(__name__)
 PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
 
 RESULT_SCHEMA = pa.schema(
@@ -208,6 +210,7 @@ def native_skips(specs: Sequence[RuleSpec]) -> dict[int, Column]:
         try:
             condition = skipped_condition(spec.sql, spec.client_prefix)
         except Exception:  # not prefiltered: the evaluator decides every row, as before
+            log.warning("rule %s: no native prefilter", spec.id, exc_info=True)
             condition = None
         if condition is not None:
             out[spec.id] = (F.col("tenant") == F.lit(spec.tenant)) & condition

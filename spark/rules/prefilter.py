@@ -42,9 +42,13 @@ from common.archive_schema import EVENT_PUBLISH
 
 _NUMERIC = ("BIGINT", "INT", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT")
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
-_NULL = F.lit(None).cast("boolean")
+
+
+def _null() -> Column:
+    return F.lit(None).cast("boolean")
+
+
 RELATIVE_MARGIN = 1e-9
-_VARIANT_GET = "variant_get(try_parse_json(cast(payload as string)), '{path}')"
 
 
 class _Payload:
@@ -52,21 +56,24 @@ class _Payload:
     subexpressions), plus whether its top level is a JSON string."""
 
     def __init__(self) -> None:
-        self.utf8 = F.expr("is_valid_utf8(payload)")
-        self.variant = F.expr("try_parse_json(cast(payload as string))")
+        self.utf8 = F.is_valid_utf8(F.col("payload"))
+        self.variant = F.try_parse_json(F.col("payload").cast("string"))
         self.ok = F.coalesce(self.utf8 & self.variant.isNotNull(), F.lit(False))
-        self.root_is_string = F.expr("cast(payload as string)").rlike('^[ \\t\\r\\n]*"')
+        self.root_is_string = F.coalesce(
+            F.col("payload").cast("string").rlike('^[ \\t\\r\\n]*"'), F.lit(False)
+        )
+
+    def get(self, path: str, target: str = "variant") -> Column:
+        return F.try_variant_get(self.variant, path, target)
+
+    def kind(self, path: str) -> Column:
+        return F.schema_of_variant(self.get(path))
 
 
 def _json_path(keys: list[str]) -> str | None:
-    if any(("'" in k) or ("\\" in k) or ("]" in k) for k in keys):
+    if any(("'" in k) or ("\\" in k) or ("]" in k) or not k for k in keys):
         return None
     return "$" + "".join(f"['{k}']" for k in keys)
-
-
-def _variant_fn(name: str, path: str, *extra: str) -> Column:
-    args = ", ".join(["try_parse_json(cast(payload as string))", f"'{path}'", *extra])
-    return F.expr(f"{name}({args})")
 
 
 def _payload_path(node: tuple, assigned: set[str]) -> list[str] | None:
@@ -84,20 +91,20 @@ def _payload_path(node: tuple, assigned: set[str]) -> list[str] | None:
 def _path_leaf(keys: list[str], op: str, literal: Any, payload: _Payload) -> Column:
     path = _json_path(keys)
     if path is None:
-        return _NULL
-    value = _variant_fn("variant_get", path)
-    kind = F.expr(f"schema_of_variant({_VARIANT_GET.format(path=path)})")
+        return _null()
+    value = payload.get(path)
+    kind = payload.kind(path)
     ancestors_string = payload.root_is_string
     for depth in range(1, len(keys)):
         above = _json_path(keys[:depth])
-        ancestor = F.expr(f"schema_of_variant({_VARIANT_GET.format(path=above)})")
+        ancestor = payload.kind(above)
         ancestors_string = ancestors_string | F.coalesce(ancestor == F.lit("STRING"), F.lit(False))
     if isinstance(literal, bool):
-        return _NULL
+        return _null()
     if isinstance(literal, int | float):
         if op not in _FLIP:
-            return _NULL
-        x = _variant_fn("try_variant_get", path, "'double'")
+            return _null()
+        x = payload.get(path, "double")
         c = F.lit(float(literal))
         numeric = kind.isin(*_NUMERIC) | kind.startswith("DECIMAL")
         near = F.abs(x - c) <= F.lit(RELATIVE_MARGIN) * (F.abs(x) + F.abs(c)) + F.lit(1e-300)
@@ -105,14 +112,14 @@ def _path_leaf(keys: list[str], op: str, literal: Any, payload: _Payload) -> Col
         known = F.when(numeric & x.isNotNull() & ~near, compared)
     elif isinstance(literal, str):
         if op != "=":
-            return _NULL
-        text = _variant_fn("try_variant_get", path, "'string'")
+            return _null()
+        text = payload.get(path, "string")
         known = F.when(kind == F.lit("STRING"), text == F.lit(literal))
     else:
-        return _NULL
+        return _null()
     return (
-        F.when(~payload.ok, _NULL)
-        .when(ancestors_string, _NULL)
+        F.when(~payload.ok, _null())
+        .when(ancestors_string, _null())
         .when(value.isNull(), F.lit(False))
         .otherwise(known)
     )
@@ -146,11 +153,11 @@ def _cmp(node: tuple, assigned: set[str], payload: _Payload) -> Column:
             regex = topic_filter_java_regex(right[1])
             if regex is not None:
                 return F.coalesce(F.col("topic").rlike(regex), F.lit(False))
-        return _NULL
+        return _null()
     if right[0] != "const" and left[0] == "const":
         left, right, op = right, left, _FLIP.get(op, "?")
     if right[0] != "const":
-        return _NULL
+        return _null()
     literal = right[1]
     if (
         left[0] == "var"
@@ -163,7 +170,7 @@ def _cmp(node: tuple, assigned: set[str], payload: _Payload) -> Column:
         return F.coalesce(F.col("topic") == F.lit(literal), F.lit(False))
     keys = _payload_path(left, assigned)
     if keys is None:
-        return _NULL
+        return _null()
     return _path_leaf(keys, op, literal, payload)
 
 
@@ -174,15 +181,15 @@ def where_value(node: tuple, assigned: set[str], payload: _Payload) -> Column:
         return _cmp(node, assigned, payload)
     if kind == "and":
         a, b = where_value(node[1], assigned, payload), where_value(node[2], assigned, payload)
-        return F.when(a.isNull(), _NULL).when(a, b).otherwise(F.lit(False))
+        return F.when(a.isNull(), _null()).when(a, b).otherwise(F.lit(False))
     if kind == "or":
         a, b = where_value(node[1], assigned, payload), where_value(node[2], assigned, payload)
-        return F.when(a.isNull(), _NULL).when(a, F.lit(True)).otherwise(b)
+        return F.when(a.isNull(), _null()).when(a, F.lit(True)).otherwise(b)
     if kind == "not":
         return ~where_value(node[1], assigned, payload)
     if kind == "const" and isinstance(node[1], bool):
         return F.lit(node[1])
-    return _NULL
+    return _null()
 
 
 def _select_is_safe(fields: list) -> tuple[bool, bool]:
@@ -207,7 +214,7 @@ def _select_is_safe(fields: list) -> tuple[bool, bool]:
 def skipped_condition(sql: str, client_prefix: str) -> Column | None:
     """Rows this rule surely answers `skipped` (FROM takes them, nothing raises, WHERE is not
     true), or None when the rule is not prefiltered. The caller ANDs it with the tenant."""
-    from common.rules import funcs
+    from common.rules import functions as funcs
     from common.rules.compiler import _assigned_names
     from common.rules.parser import parse
 
