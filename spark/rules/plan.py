@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from common.archive_schema import EVENT_PUBLISH, MESSAGE_UNIT_BYTES
+from spark.rules.prefilter import Stage, skipped_condition
 
 log = logging.getLogger(__name__)
 PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
@@ -155,9 +156,9 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
     def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         evaluator = Evaluator(shipped)
         for batch in batches:
-            out = evaluator.batch(batch)
-            if out.num_rows:
-                yield out
+            for out in evaluator.batches(batch):
+                if out.num_rows:
+                    yield out
 
     # Only the columns some rule reads become Python objects (and are read from Parquet).
     needed = set(_EVALUATOR_COLUMNS)
@@ -165,50 +166,54 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
         needed.update(_compiled(spec.sql).archive_columns)
     columns = [name for name in df.columns if name in needed]
     scoped = df.where(scope_predicate(specs))
-    skips = native_skips(specs) if len(specs) <= PUSHDOWN_LIMIT else {}
+    stage = Stage()
+    skips = native_skips(specs, stage) if len(specs) <= PUSHDOWN_LIMIT else {}
     if not skips:
         return scoped.select(*columns).mapInArrow(evaluate, RESULT_DDL)
-    # Rows a rule's native prefilter proves it skips (spark/rules/prefilter.py) become `skipped`
-    # results here, counted and metered as the evaluator would; the Python workers get only the
-    # rows some rule may still take, told which rules skip them (`_skip`).
+    # The native prefilter (spark/rules/prefilter.py), in three projections so that each costly
+    # piece runs once per row: the payload parsed, then every leaf of every rule's WHERE, then
+    # per row the rules that surely skip it (`_skip`), its units, and whether any rule still
+    # needs the Python evaluator (`_need`; the payload is sent to Python only then). No filter
+    # on these columns: Catalyst would push it below the projections and repeat their work.
+    # The Python worker turns `_skip` into `skipped` results (counted and metered as before)
+    # and evaluates only the `_need` rows, leaving out the rules that skip them.
+    parsed = scoped.select(*columns, Stage.parsed())
+    leaves = parsed.select(*columns, *[expr.alias(name) for name, expr in stage.leaves.items()])
     skip_ids = F.filter(
         F.array(*[F.when(cond, F.lit(rule_id)) for rule_id, cond in skips.items()]),
         lambda x: x.isNotNull(),
     ).cast("array<long>")
-    marked = scoped.withColumn(SKIP_COLUMN, skip_ids)
-    needs_python = None
+    marked = leaves.select(
+        *columns, skip_ids.alias(SKIP_COLUMN), native_units().alias(UNITS_COLUMN)
+    )
+    need = None
     for spec in specs:
-        compiled = _compiled(spec.sql)
-        pred = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(compiled)
+        pred = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(_compiled(spec.sql))
         if spec.id in skips:
             pred = pred & ~F.array_contains(F.col(SKIP_COLUMN), F.lit(spec.id))
-        needs_python = pred if needs_python is None else needs_python | pred
-    evaluated = (
-        marked.where(needs_python).select(*columns, SKIP_COLUMN).mapInArrow(evaluate, RESULT_DDL)
+        need = pred if need is None else need | pred
+    need = F.coalesce(need, F.lit(False))
+    sent = marked.select(
+        *[F.when(need, F.col(c)).alias(c) if c == "payload" else F.col(c) for c in columns],
+        SKIP_COLUMN,
+        UNITS_COLUMN,
+        need.alias(NEED_COLUMN),
     )
-    native = marked.where(F.size(SKIP_COLUMN) > 0).select(
-        F.explode(SKIP_COLUMN).alias("rule_id"),
-        F.col("tenant"),
-        F.col("ts"),
-        native_units().alias("units"),
-        F.lit(SKIPPED).alias("status"),
-        F.lit(None).cast("string").alias("outputs"),
-        F.lit(None).cast("string").alias("error"),
-    )
-    return evaluated.unionByName(native)
+    return sent.mapInArrow(evaluate, RESULT_DDL)
 
 
-SKIP_COLUMN = "_skip"
+SKIP_COLUMN = "_skip"  # the rules that surely skip the row (prefilter)
+UNITS_COLUMN = "_units"  # its units, computed natively (its payload may not be sent)
+NEED_COLUMN = "_need"  # some rule still needs the evaluator for it
+_HELPER_COLUMNS = (SKIP_COLUMN, UNITS_COLUMN, NEED_COLUMN)
 
 
-def native_skips(specs: Sequence[RuleSpec]) -> dict[int, Column]:
+def native_skips(specs: Sequence[RuleSpec], stage: Stage) -> dict[int, Column]:
     """Per prefiltered rule: the rows of its tenant it surely skips."""
-    from spark.rules.prefilter import skipped_condition
-
     out = {}
     for spec in specs:
         try:
-            condition = skipped_condition(spec.sql, spec.client_prefix)
+            condition = skipped_condition(spec.sql, spec.client_prefix, stage)
         except Exception:  # not prefiltered: the evaluator decides every row, as before
             log.warning("rule %s: no native prefilter", spec.id, exc_info=True)
             condition = None
@@ -249,9 +254,39 @@ class Evaluator:
         for rule_id, tenant, sql, prefix in shipped:
             self.by_tenant.setdefault(tenant, []).append((rule_id, _compiled(sql), prefix))
 
+    def batches(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """Results of one input batch: the prefilter's `skipped` answers (vectorised) and the
+        evaluated rows that still need a rule's evaluation."""
+        batch = batch.filter(pc.is_in(batch.column("tenant"), pa.array(list(self.by_tenant))))
+        names = batch.schema.names
+        if SKIP_COLUMN not in names:
+            yield self.batch(batch)
+            return
+        skip = batch.column(SKIP_COLUMN)
+        parents = pc.list_parent_indices(skip)
+        if len(parents):
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pc.list_flatten(skip).cast(pa.int64()),
+                    batch.column("tenant").take(parents).cast(pa.string()),
+                    batch.column("ts").take(parents).cast(RESULT_SCHEMA.field("ts").type),
+                    batch.column(UNITS_COLUMN).take(parents).cast(pa.int32()),
+                    pa.nulls(len(parents), pa.string()).fill_null(SKIPPED),
+                    pa.nulls(len(parents), pa.string()),
+                    pa.nulls(len(parents), pa.string()),
+                ],
+                schema=RESULT_SCHEMA,
+            )
+        needed = batch.filter(pc.fill_null(batch.column(NEED_COLUMN), False))
+        if needed.num_rows:
+            yield self.batch(needed)
+
     def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         # Rows of tenants without rules never become Python objects (and never reach a rule).
         batch = batch.filter(pc.is_in(batch.column("tenant"), pa.array(list(self.by_tenant))))
+        units = batch.column(UNITS_COLUMN) if UNITS_COLUMN in batch.schema.names else None
+        if units is not None:
+            batch = batch.drop_columns([UNITS_COLUMN, NEED_COLUMN])
         rule_ids: list[int] = []
         taken: list[int] = []  # the batch row of each result
         statuses: list[str] = []
@@ -285,7 +320,7 @@ class Evaluator:
                 pa.array(rule_ids, pa.int64()),
                 batch.column("tenant").take(indices).cast(pa.string()),
                 batch.column("ts").take(indices).cast(RESULT_SCHEMA.field("ts").type),
-                _units(batch).take(indices),
+                (_units(batch) if units is None else units.cast(pa.int32())).take(indices),
                 pa.array(statuses, pa.string()),
                 pa.array(outputs, pa.string()),
                 pa.array(errors, pa.string()),

@@ -51,17 +51,33 @@ def _null() -> Column:
 RELATIVE_MARGIN = 1e-9
 
 
-class _Payload:
-    """The payload as Spark sees it: valid UTF-8 and parsed once (Catalyst shares the common
-    subexpressions), plus whether its top level is a JSON string."""
+VARIANT_COLUMN = "_v"  # the payload parsed once per row (a projection of its own)
+
+
+class Stage:
+    """What the rules' prefilters share in one plan: the parsed payload (column `_v`, which the
+    plan computes in a projection below this one) and every leaf as a named column (`_l0`, …),
+    so a leaf is computed once per row however many conditions use it, and the conditions built
+    on them stay small (each AND/OR repeats only column references)."""
 
     def __init__(self) -> None:
-        self.utf8 = F.is_valid_utf8(F.col("payload"))
-        self.variant = F.try_parse_json(F.col("payload").cast("string"))
-        self.ok = F.coalesce(self.utf8 & self.variant.isNotNull(), F.lit(False))
-        self.root_is_string = F.coalesce(
-            F.col("payload").cast("string").rlike('^[ \\t\\r\\n]*"'), F.lit(False)
+        self.leaves: dict[str, Column] = {}
+        self.variant = F.col(VARIANT_COLUMN)
+        self.ok = self.leaf(
+            F.coalesce(F.is_valid_utf8(F.col("payload")) & self.variant.isNotNull(), F.lit(False))
         )
+        self.root_is_string = self.leaf(
+            F.coalesce(F.col("payload").cast("string").rlike('^[ \\t\\r\\n]*"'), F.lit(False))
+        )
+
+    def leaf(self, expr: Column) -> Column:
+        name = f"_l{len(self.leaves)}"
+        self.leaves[name] = expr
+        return F.col(name)
+
+    @staticmethod
+    def parsed() -> Column:
+        return F.try_parse_json(F.col("payload").cast("string")).alias(VARIANT_COLUMN)
 
     def get(self, path: str, target: str = "variant") -> Column:
         return F.try_variant_get(self.variant, path, target)
@@ -88,7 +104,7 @@ def _payload_path(node: tuple, assigned: set[str]) -> list[str] | None:
     return keys
 
 
-def _path_leaf(keys: list[str], op: str, literal: Any, payload: _Payload) -> Column:
+def _path_leaf(keys: list[str], op: str, literal: Any, payload: Stage) -> Column:
     path = _json_path(keys)
     if path is None:
         return _null()
@@ -117,7 +133,7 @@ def _path_leaf(keys: list[str], op: str, literal: Any, payload: _Payload) -> Col
         known = F.when(kind == F.lit("STRING"), text == F.lit(literal))
     else:
         return _null()
-    return (
+    return payload.leaf(
         F.when(~payload.ok, _null())
         .when(ancestors_string, _null())
         .when(value.isNull(), F.lit(False))
@@ -139,7 +155,7 @@ def topic_filter_java_regex(topic_filter: str) -> str | None:
     return "(?s)^" + head + "/".join(parts) + tail + "\\z"
 
 
-def _cmp(node: tuple, assigned: set[str], payload: _Payload) -> Column:
+def _cmp(node: tuple, assigned: set[str], payload: Stage) -> Column:
     op, left, right = node[1], node[2], node[3]
     if op == "=~":
         if (
@@ -152,7 +168,7 @@ def _cmp(node: tuple, assigned: set[str], payload: _Payload) -> Column:
         ):
             regex = topic_filter_java_regex(right[1])
             if regex is not None:
-                return F.coalesce(F.col("topic").rlike(regex), F.lit(False))
+                return payload.leaf(F.coalesce(F.col("topic").rlike(regex), F.lit(False)))
         return _null()
     if right[0] != "const" and left[0] == "const":
         left, right, op = right, left, _FLIP.get(op, "?")
@@ -167,14 +183,14 @@ def _cmp(node: tuple, assigned: set[str], payload: _Payload) -> Column:
         and op == "="
         and isinstance(literal, str)
     ):
-        return F.coalesce(F.col("topic") == F.lit(literal), F.lit(False))
+        return payload.leaf(F.coalesce(F.col("topic") == F.lit(literal), F.lit(False)))
     keys = _payload_path(left, assigned)
     if keys is None:
         return _null()
     return _path_leaf(keys, op, literal, payload)
 
 
-def where_value(node: tuple, assigned: set[str], payload: _Payload) -> Column:
+def where_value(node: tuple, assigned: set[str], payload: Stage) -> Column:
     """The WHERE as a three-valued Spark condition (see the module docstring)."""
     kind = node[0]
     if kind == "cmp":
@@ -211,7 +227,7 @@ def _select_is_safe(fields: list) -> tuple[bool, bool]:
     return True, reads_payload
 
 
-def skipped_condition(sql: str, client_prefix: str) -> Column | None:
+def skipped_condition(sql: str, client_prefix: str, payload: Stage) -> Column | None:
     """Rows this rule surely answers `skipped` (FROM takes them, nothing raises, WHERE is not
     true), or None when the rule is not prefiltered. The caller ANDs it with the tenant."""
     from common.rules import functions as funcs
@@ -229,7 +245,6 @@ def skipped_condition(sql: str, client_prefix: str) -> Column | None:
     regexes = [topic_filter_java_regex(s) for s in statement.sources]
     if not regexes or any(r is None for r in regexes):
         return None
-    payload = _Payload()
     value = where_value(statement.where, _assigned_names(statement), payload)
     takes = F.col("topic").isNotNull() & (
         F.col("event").isNull() | (F.col("event") == F.lit(EVENT_PUBLISH))

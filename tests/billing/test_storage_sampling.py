@@ -128,3 +128,41 @@ def test_storage_is_sampled_once_an_hour_and_billed_exactly(s3_endpoint, monkeyp
     assert Decimal(str(line["quantity"])) == Decimal(stored) / 10**9
     cents = (Decimal(stored) / 10**9 * 1000 * 100).quantize(Decimal(1), rounding="ROUND_HALF_UP")
     assert line["amount_cents"] == int(cents)
+
+
+def test_the_beat_task_samples_each_hour_once(tmp_path, monkeypatch):
+    """The hourly beat entry, run in-process: a local archive (history + a shared live segment),
+    one write per hour however often it runs, and a new hour samples again."""
+    from datetime import UTC, datetime
+
+    from django.conf import settings
+
+    from common.object_store import LocalObjectStore
+    from tenants import tasks
+    from tenants.storage_usage import storage_sample
+    from tests.spark.conftest import message, parquet_bytes
+
+    monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
+    entry = settings.CELERY_BEAT_SCHEDULE["sample-storage"]
+    assert entry["task"] == "tenants.tasks.sample_storage"
+    assert entry["schedule"].total_seconds() <= 3600
+    services.tenant_create("acme")
+    store = LocalObjectStore(tmp_path)
+    store.put("archive/tenant=acme/date=2026-09-01/hour=00/part-0000-0000.parquet", b"x" * 1000)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    rows = [message("acme", "t", b"a", now_ms)] * 3 + [message("beta", "t", b"b", now_ms)]
+    live_key = f"archive/live/{datetime.now(UTC):date=%Y-%m-%d/hour=%H}/b-0000000001.parquet"
+    store.put(live_key, parquet_bytes(rows))
+    live_size = (tmp_path / live_key).stat().st_size
+
+    first = tasks.sample_storage()
+    assert first["state"] == "sampled" and first["tenants"] == 2
+    assert tasks.sample_storage()["state"] == "already sampled"
+    later = storage_sample(now=datetime.now(UTC).replace(year=2030), store=store)  # a new hour
+    assert later["state"] == "sampled"
+    share = live_size * 3 // 4  # acme has 3 of the live segment's 4 rows
+    assert 1000 + share <= later["tenants"]["acme"]["archive"] <= 1000 + share + 1
+    assert (
+        later["tenants"]["acme"]["archive"] + later["tenants"]["beta"]["archive"]
+        == 1000 + live_size
+    )

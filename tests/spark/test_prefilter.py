@@ -13,7 +13,7 @@ import pytest
 
 from common.archive_schema import ARCHIVE_SCHEMA
 from spark.rules.plan import Evaluator, RuleSpec, rule_outputs
-from spark.rules.prefilter import skipped_condition
+from spark.rules.prefilter import Stage, skipped_condition
 from tests.spark.conftest import message
 
 RULES = [
@@ -132,12 +132,16 @@ def test_rows_answered_natively_are_rows_the_evaluator_skips(frame):
     ts_of = data.column("ts").cast(pa.int64()).to_pylist()
     prefiltered = 0
     for spec in rules:
-        condition = skipped_condition(spec.sql, spec.client_prefix)
+        stage = Stage()
+        condition = skipped_condition(spec.sql, spec.client_prefix, stage)
         if spec.sql.startswith("SELECT upper("):
             assert condition is None  # SELECT may raise: not prefiltered
             continue
         assert condition is not None, spec.sql
-        flagged = df.where(condition & (df.tenant == "acme")).select("ts").collect()
+        staged = df.select("*", Stage.parsed()).select(
+            "*", *[expr.alias(name) for name, expr in stage.leaves.items()]
+        )
+        flagged = staged.where(condition & (staged.tenant == "acme")).select("ts").collect()
         for row in flagged:
             ts = int(row.ts.timestamp() * 1000)
             got = next(s for (rid, t), s in status.items() if rid == spec.id and _ms(t) == ts)
