@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from common.archive_schema import EVENT_PUBLISH, MESSAGE_UNIT_BYTES
-from spark.rules.prefilter import Stage, skipped_condition
+from spark.rules.prefilter import VARIANT_COLUMN, Stage, skipped_condition
 
 log = logging.getLogger(__name__)
 PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
@@ -170,15 +170,19 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
     skips = native_skips(specs, stage) if len(specs) <= PUSHDOWN_LIMIT else {}
     if not skips:
         return scoped.select(*columns).mapInArrow(evaluate, RESULT_DDL)
-    # The native prefilter (spark/rules/prefilter.py), in three projections so that each costly
-    # piece runs once per row: the payload parsed, then every leaf of every rule's WHERE, then
-    # per row the rules that surely skip it (`_skip`), its units, and whether any rule still
-    # needs the Python evaluator (`_need`; the payload is sent to Python only then). No filter
-    # on these columns: Catalyst would push it below the projections and repeat their work.
-    # The Python worker turns `_skip` into `skipped` results (counted and metered as before)
-    # and evaluates only the `_need` rows, leaving out the rules that skip them.
+    # The native prefilter (spark/rules/prefilter.py), in projections so that each costly piece
+    # runs once per row: the payload parsed, the variant at each path, every leaf of every
+    # rule's WHERE, then per row the rules that surely skip it (`_skip`), its units, and whether
+    # any rule still needs the Python evaluator (`_need`; only then are the row's columns other
+    # than tenant and ts sent to Python). No filter on these columns: Catalyst would push it
+    # below the projections and repeat their work. The Python worker turns `_skip` into
+    # `skipped` results (counted and metered as before) and evaluates only the `_need` rows,
+    # leaving out the rules that skip them.
     parsed = scoped.select(*columns, Stage.parsed())
-    leaves = parsed.select(*columns, *[expr.alias(name) for name, expr in stage.leaves.items()])
+    values = parsed.select(
+        *columns, F.col(VARIANT_COLUMN), *[e.alias(n) for n, e in stage.values.items()]
+    )
+    leaves = values.select(*columns, *[expr.alias(name) for name, expr in stage.leaves.items()])
     skip_ids = F.filter(
         F.array(*[F.when(cond, F.lit(rule_id)) for rule_id, cond in skips.items()]),
         lambda x: x.isNotNull(),
@@ -194,7 +198,7 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
         need = pred if need is None else need | pred
     need = F.coalesce(need, F.lit(False))
     sent = marked.select(
-        *[F.when(need, F.col(c)).alias(c) if c == "payload" else F.col(c) for c in columns],
+        *[F.col(c) if c in ("tenant", "ts") else F.when(need, F.col(c)).alias(c) for c in columns],
         SKIP_COLUMN,
         UNITS_COLUMN,
         need.alias(NEED_COLUMN),

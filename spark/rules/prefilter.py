@@ -61,14 +61,25 @@ class Stage:
     on them stay small (each AND/OR repeats only column references)."""
 
     def __init__(self) -> None:
+        self.values: dict[str, Column] = {}  # `_p0`, …: the variant at a path, one per path
+        self._paths: dict[str, str] = {}
         self.leaves: dict[str, Column] = {}
         self.variant = F.col(VARIANT_COLUMN)
         self.ok = self.leaf(
             F.coalesce(F.is_valid_utf8(F.col("payload")) & self.variant.isNotNull(), F.lit(False))
         )
-        self.root_is_string = self.leaf(
-            F.coalesce(F.col("payload").cast("string").rlike('^[ \\t\\r\\n]*"'), F.lit(False))
+        # Evaluated only where needed (an absent leaf), never as a column: a regex per row costs.
+        self.root_is_string = F.coalesce(
+            F.col("payload").cast("string").rlike('^[ \\t\\r\\n]*"'), F.lit(False)
         )
+
+    def value(self, path: str) -> Column:
+        """The variant at `path`, a column of its own (navigated once per row)."""
+        name = self._paths.get(path)
+        if name is None:
+            name = self._paths[path] = f"_p{len(self._paths)}"
+            self.values[name] = self.get(path)
+        return F.col(name)
 
     def leaf(self, expr: Column) -> Column:
         name = f"_l{len(self.leaves)}"
@@ -81,9 +92,6 @@ class Stage:
 
     def get(self, path: str, target: str = "variant") -> Column:
         return F.try_variant_get(self.variant, path, target)
-
-    def kind(self, path: str) -> Column:
-        return F.schema_of_variant(self.get(path))
 
 
 def _json_path(keys: list[str]) -> str | None:
@@ -106,21 +114,14 @@ def _payload_path(node: tuple, assigned: set[str]) -> list[str] | None:
 
 def _path_leaf(keys: list[str], op: str, literal: Any, payload: Stage) -> Column:
     path = _json_path(keys)
-    if path is None:
+    if path is None or isinstance(literal, bool):
         return _null()
-    value = payload.get(path)
-    kind = payload.kind(path)
-    ancestors_string = payload.root_is_string
-    for depth in range(1, len(keys)):
-        above = _json_path(keys[:depth])
-        ancestor = payload.kind(above)
-        ancestors_string = ancestors_string | F.coalesce(ancestor == F.lit("STRING"), F.lit(False))
-    if isinstance(literal, bool):
-        return _null()
+    value = payload.value(path)  # the leaf's variant, navigated once per row
+    kind = F.schema_of_variant(value)
     if isinstance(literal, int | float):
         if op not in _FLIP:
             return _null()
-        x = payload.get(path, "double")
+        x = F.try_variant_get(value, "$", "double")
         c = F.lit(float(literal))
         numeric = kind.isin(*_NUMERIC) | kind.startswith("DECIMAL")
         near = F.abs(x - c) <= F.lit(RELATIVE_MARGIN) * (F.abs(x) + F.abs(c)) + F.lit(1e-300)
@@ -129,15 +130,21 @@ def _path_leaf(keys: list[str], op: str, literal: Any, payload: Stage) -> Column
     elif isinstance(literal, str):
         if op != "=":
             return _null()
-        text = payload.get(path, "string")
+        text = F.try_variant_get(value, "$", "string")
         known = F.when(kind == F.lit("STRING"), text == F.lit(literal))
     else:
         return _null()
+    # Only an absent leaf needs its ancestors' types (a path through a JSON string does not
+    # resolve in the variant, while EMQX would read that string as JSON): checked last.
+    ancestors_string = payload.root_is_string
+    for depth in range(1, len(keys)):
+        ancestor = F.schema_of_variant(payload.get(_json_path(keys[:depth])))
+        ancestors_string = ancestors_string | F.coalesce(ancestor == F.lit("STRING"), F.lit(False))
     return payload.leaf(
         F.when(~payload.ok, _null())
+        .when(value.isNotNull(), known)
         .when(ancestors_string, _null())
-        .when(value.isNull(), F.lit(False))
-        .otherwise(known)
+        .otherwise(F.lit(False))
     )
 
 

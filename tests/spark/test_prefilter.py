@@ -138,8 +138,10 @@ def test_rows_answered_natively_are_rows_the_evaluator_skips(frame):
             assert condition is None  # SELECT may raise: not prefiltered
             continue
         assert condition is not None, spec.sql
-        staged = df.select("*", Stage.parsed()).select(
-            "*", *[expr.alias(name) for name, expr in stage.leaves.items()]
+        staged = (
+            df.select("*", Stage.parsed())
+            .select("*", *[expr.alias(name) for name, expr in stage.values.items()])
+            .select("*", *[expr.alias(name) for name, expr in stage.leaves.items()])
         )
         flagged = staged.where(condition & (staged.tenant == "acme")).select("ts").collect()
         for row in flagged:
