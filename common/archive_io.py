@@ -479,3 +479,57 @@ def compact_due(
 ) -> list[CompactionResult]:
     """Compact every closed hour that has live segments (the periodic task)."""
     return [compact_hour(store, hour) for hour in hours_due(store, now, grace)]
+
+
+# -- what the archive stores per tenant (the storage sampler's archive bytes) -------------------
+
+
+def archive_bytes_by_tenant(store: ObjectStore) -> dict[str, int]:
+    """Bytes of the object store each tenant's archive occupies now.
+
+    - History (`archive/tenant={slug}/…`: compacted parts and version 1 segments) is the
+      tenant's alone: every object's size counts in full. (Parts an interrupted compaction left
+      behind count until the next run overwrites them; they are rare and short-lived.)
+    - Live segments hold every tenant of a broker. Those an hour's `_COMPACTED` marker names are
+      already in history (and about to be deleted): not counted, so nothing counts twice. Each
+      other segment's size is shared among its tenants in proportion to their rows (only the
+      `tenant` column is read: it is dictionary-encoded and small).
+    """
+    totals: dict[str, int] = {}
+    for key, size in store.sizes(f"{ARCHIVE_PREFIX}/tenant=").items():
+        tenant = key.split("/", 2)[1].removeprefix("tenant=")
+        totals[tenant] = totals.get(tenant, 0) + size
+    live = store.sizes(f"{LIVE_PREFIX}/")
+    by_hour = _group_by_hour(live)
+    for hour, keys in sorted(by_hour.items()):
+        done: set[str] = set()
+        if any(k.endswith("/" + COMPACTED_MARKER) for k in keys):
+            manifest = read_manifest(store, hour)
+            done = set(manifest.segments) if manifest else set()
+        for key in keys:
+            if not key.endswith(".parquet") or key in done:
+                continue
+            try:
+                body = store.get(key)
+            except ObjectNotFound:  # compacted and deleted since the listing: now in history
+                continue
+            rows = pq.read_table(pa.BufferReader(body), columns=["tenant"]).column("tenant")
+            counts = pc.value_counts(rows).to_pylist()
+            total_rows = sum(c["counts"] for c in counts)
+            if not total_rows:
+                continue
+            shares = _split(live[key], {c["values"]: c["counts"] for c in counts}, total_rows)
+            for tenant, share in shares.items():
+                totals[tenant] = totals.get(tenant, 0) + share
+    return totals
+
+
+def _split(size: int, rows: dict[str, int], total_rows: int) -> dict[str, int]:
+    """`size` bytes shared by row counts, in whole bytes that add up to `size` exactly (the
+    remainder goes to the largest shares first, ties by tenant name)."""
+    shares = {t: size * n // total_rows for t, n in rows.items()}
+    left = size - sum(shares.values())
+    order = sorted(rows, key=lambda t: (-(size * rows[t] % total_rows), t))
+    for tenant in order[:left]:
+        shares[tenant] += 1
+    return shares

@@ -186,9 +186,14 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # Layout: usage/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet (all tenants of
 # one writer, rows sorted by (tenant, minute), the hour being the rows' minutes', so a late row
 # lands in its own month's folders). Writers: a broker `{host}-{pid}-{random}` (data_plane/storage/
-# usage_log.py: messages, connection_minutes, storage_byte_hours and the plain counts), the rules
-# job `rules-live` / `rules-backfill` (rules_triggered, actions_executed; the control plane adds
-# the `rules-` segments to its usage table for the charts). Every row is immutable once written;
+# usage_log.py: messages, connection_minutes and the plain counts), the rules job `rules-live` /
+# `rules-backfill` (rules_triggered, actions_executed; the control plane adds the `rules-`
+# segments to its usage table for the charts), and the control plane's hourly storage sampler
+# `storage` (tenants/storage_usage.py: storage_byte_hours, one row per tenant at the hour's
+# start, in the one segment `storage-0000000000.parquet` of that hour: written once, so an hour
+# is never sampled twice). Stored bytes = retained + queued messages (payload + topic +
+# properties as stored) + the tenant's archive objects (history in full, its row share of the
+# live segments not yet compacted). Every row is immutable once written;
 # the billing job (spark/billing/job.py) sums all rows of a tenant's month and keeps a digest of
 # them. Version 1 usage lines (gzip'd NDJSON under usage/tenant=…/) are not billed.
 

@@ -27,6 +27,8 @@ class ObjectStore(Protocol):
 
     def list(self, prefix: str = "") -> list[str]: ...
 
+    def sizes(self, prefix: str = "") -> dict[str, int]: ...
+
 
 class ObjectNotFound(KeyError):
     pass
@@ -73,6 +75,10 @@ class LocalObjectStore:
                     keys.append(key)
         return sorted(keys)
 
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """Each key under `prefix` and its size in bytes (what the storage sampler meters)."""
+        return {key: self._path(key).stat().st_size for key in self.list(prefix)}
+
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -112,6 +118,17 @@ class S3ObjectStore:
         for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
             keys.extend(item["Key"][strip:] for item in page.get("Contents", []))
         return sorted(keys)
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """Each key under `prefix` and its size in bytes, from the listing (no object is read)."""
+        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        sizes: dict[str, int] = {}
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+            for item in page.get("Contents", []):
+                sizes[item["Key"][strip:]] = int(item["Size"])
+        return sizes
 
 
 def open_object_store(url: str | None = None) -> ObjectStore:

@@ -14,6 +14,13 @@ Rounding, the one rule: every amount is first computed exactly (Python `Decimal`
 floating point anywhere); each *line* is then rounded once to integer cents, half up (0.5 cent →
 1 cent, -0.5 → -1); the total is the sum of the rounded lines. Nothing else is ever rounded.
 
+Base fee: the whole monthly fee for a tenant on one plan all period. A tenant that starts, or
+changes plan, during the period pays each plan's fee prorated by days: fee × days held / days in
+the month, whole UTC calendar days, the day of the start or change counted in full for the new
+plan (and not for the old one), one line per plan held, each rounded half up to the cent like
+every line (`prorated_base_fee_line`). Usage is priced with the price book of the plan held at
+the end of the period.
+
 Storage is metered in byte-hours and billed in GB-hours (10^9 bytes × 1 hour), exactly:
 `storage_gb_hours = storage_byte_hours / 10^9` as a decimal with up to 9 places.
 """
@@ -22,7 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from typing import Any
 
@@ -194,9 +203,40 @@ def price_book_checksum(price_book: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(price_book))
 
 
-def invoice_lines(usage: dict[str, int], price_book: dict[str, Any]) -> list[dict[str, Any]]:
-    """The base fee and one line per priced dimension, from the period's usage-log sums."""
-    lines = [
+def prorated_base_fee_line(
+    *, base_fee_cents: int, plan: str, first_day: str, last_day: str, period_days: int
+) -> dict[str, Any]:
+    """The base fee of a plan held for part of a period, by days: `days / period_days` of the
+    monthly fee, the days counted in whole UTC calendar days from `first_day` to `last_day`
+    inclusive (the day a tenant starts or changes plan counts for the new plan, in full),
+    computed exactly and rounded once, half up, to the cent (the one rounding rule)."""
+    days = (date.fromisoformat(last_day) - date.fromisoformat(first_day)).days + 1
+    if not 0 < days <= period_days:
+        raise ValueError(f"{first_day}..{last_day} is not 1..{period_days} days of the period")
+    exact = Decimal(base_fee_cents) * days / period_days / 100
+    return {
+        "code": "base_fee",
+        "description": (
+            f"Monthly base fee, plan {plan}, {days} of {period_days} days "
+            f"({first_day} to {last_day})"
+        ),
+        "quantity": days,
+        "included": 0,
+        "billable": days,
+        "unit_price": str(Decimal(base_fee_cents) / 100),
+        "per": period_days,
+        "tiers": [],
+        "amount_cents": round_cents(exact),
+    }
+
+
+def base_fee_lines(price_book: dict[str, Any], terms: Sequence[dict[str, Any]] = ()) -> list[dict]:
+    """The base fee: one full-month line, or, when the tenant started or changed plan during the
+    period, one prorated line per plan held (`terms`: `{"plan", "base_fee_cents", "first_day",
+    "last_day", "period_days"}`, see `prorated_base_fee_line`)."""
+    if terms:
+        return [prorated_base_fee_line(**term) for term in terms]
+    return [
         {
             "code": "base_fee",
             "description": DESCRIPTIONS["base_fee"],
@@ -209,6 +249,13 @@ def invoice_lines(usage: dict[str, int], price_book: dict[str, Any]) -> list[dic
             "amount_cents": int(price_book["base_fee_cents"]),
         }
     ]
+
+
+def invoice_lines(
+    usage: dict[str, int], price_book: dict[str, Any], terms: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The base fee and one line per priced dimension, from the period's usage-log sums."""
+    lines = base_fee_lines(price_book, terms)
     for dimension in DIMENSIONS:
         spec = price_book["dimensions"].get(dimension)
         if spec is None:
@@ -227,13 +274,14 @@ def build_invoice(
     price_book: dict[str, Any],
     adjustments: list[dict[str, Any]] = (),
     credits: list[dict[str, Any]] = (),
+    terms: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The invoice document of one tenant and period. Deterministic: no clock, no randomness;
     `canonical_json` of it is the invoice's byte form and its SHA-256 the `checksum`.
 
     `credits` (`{"amount_cents", "reason"}`, in the order given) are negative `credit` lines,
     each applied up to what is still owed: a credit never makes the total negative."""
-    lines = invoice_lines(usage, price_book) + list(adjustments)
+    lines = invoice_lines(usage, price_book, terms) + list(adjustments)
     owed = sum(line["amount_cents"] for line in lines)
     for credit in credits:
         applied = min(int(credit["amount_cents"]), max(0, owed))
@@ -259,6 +307,8 @@ def build_invoice(
         "adjustments": sha256_hex(canonical_json(list(adjustments))),
         "credits": sha256_hex(canonical_json(list(credits))),
     }
+    if terms:  # only when prorated, so full-month invoices keep their checksums
+        inputs["terms"] = sha256_hex(canonical_json(list(terms)))
     document = {
         "tenant": tenant,
         "period": period,

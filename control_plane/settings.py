@@ -204,6 +204,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.expire_credentials",
         "schedule": timedelta(seconds=int(os.environ.get("CREDENTIAL_EXPIRY_SWEEP_SECONDS", "60"))),
     },
+    # Storage byte-hours: one sample per hour for every tenant (tenants.storage_usage); runs
+    # every 15 minutes so a missed beat is caught within the hour, and writes once per hour.
+    "sample-storage": {
+        "task": "tenants.tasks.sample_storage",
+        "schedule": timedelta(seconds=int(os.environ.get("STORAGE_SAMPLE_SECONDS", "900"))),
+    },
     # Hours closed for 5 minutes get compacted within the next 10 (common.archive_io).
     "compact-archive": {
         "task": "tenants.tasks.compact_archive",

@@ -37,6 +37,14 @@ class TenantAdmin(admin.ModelAdmin):
     actions = ["suspend", "activate"]
 
     def save_model(self, request, obj, form, change):
+        if change and "plan" in form.changed_data:
+            # A plan change from the admin goes through the service: it keeps the history the
+            # billing job prorates the base fee with.
+            before = Tenant.objects.get(pk=obj.pk)
+            new_plan, obj.plan = obj.plan, before.plan
+            super().save_model(request, obj, form, change)
+            services.tenant_change_plan(obj, new_plan.slug)
+            return
         super().save_model(request, obj, form, change)
         if change and {"status", "quota_overrides", "acl_default"} & set(form.changed_data):
             from common.notifications import ChangeKind
@@ -85,6 +93,14 @@ class DeviceAdmin(admin.ModelAdmin):
     inlines = [CredentialInline]
 
     def save_model(self, request, obj, form, change):
+        if change and "plan" in form.changed_data:
+            # A plan change from the admin goes through the service: it keeps the history the
+            # billing job prorates the base fee with.
+            before = Tenant.objects.get(pk=obj.pk)
+            new_plan, obj.plan = obj.plan, before.plan
+            super().save_model(request, obj, form, change)
+            services.tenant_change_plan(obj, new_plan.slug)
+            return
         super().save_model(request, obj, form, change)
         if change:
             from common.notifications import ChangeKind

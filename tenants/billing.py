@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import date
+from datetime import UTC, date, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -25,7 +25,7 @@ from common.pricing import (
     sha256_hex,
     validate_price_book,
 )
-from tenants.models import Credit, Invoice, Plan, PriceBook, Tenant
+from tenants.models import Credit, Invoice, Plan, PriceBook, Tenant, TenantPlanChange
 
 # Months back whose issued invoices a run re-checks for late usage.
 ADJUSTMENT_LOOKBACK_MONTHS = 3
@@ -176,24 +176,88 @@ def _billed_usage(tenant: Tenant, period: str, before: str) -> tuple[PriceBook, 
     return issued.price_book, billed
 
 
-def billing_accounts(period: str, tenant: Tenant | None = None) -> list[tuple[Tenant, PriceBook]]:
+def plan_terms(tenant: Tenant, period: str) -> tuple[Plan, list[dict[str, Any]]]:
+    """The plan whose prices the period's usage is billed at (the one held on its last day) and
+    the base-fee terms: empty when the tenant held that one plan the whole period (the full
+    monthly fee), else one term per plan held, by whole UTC days (see
+    `common.pricing.prorated_base_fee_line`): from the day the tenant was created or moved to the
+    plan, to the day before it moved off it, or the period's last day."""
     start = _period_start(period)
     end = date(start.year + start.month // 12, start.month % 12 + 1, 1)
-    # Tenants that existed during the period (the whole base fee: no proration).
+    period_days = (end - start).days
+    last = end - timedelta(days=1)
+    changes = list(
+        TenantPlanChange.objects.filter(tenant=tenant)
+        .select_related("from_plan", "to_plan")
+        .order_by("effective_at", "id")
+    )
+
+    def plan_on(day: date) -> Plan:
+        held = None
+        for change in changes:
+            if change.effective_at.astimezone(UTC).date() <= day:
+                held = change.to_plan
+            elif held is None:
+                return change.from_plan
+            else:
+                break
+        return held or tenant.plan
+
+    first = max(start, tenant.created_at.astimezone(UTC).date())
+    spans: list[list[Any]] = []  # [plan, first day, last day]
+    day = first
+    while day <= last:
+        plan = plan_on(day)
+        if spans and spans[-1][0].id == plan.id:
+            spans[-1][2] = day
+        else:
+            spans.append([plan, day, day])
+        day += timedelta(days=1)
+    if not spans:  # created after the period: nothing held (not billed, see billing_accounts)
+        return tenant.plan, []
+    final = spans[-1][0]
+    if len(spans) == 1 and spans[0][1] == start:
+        return final, []
+    terms = [
+        {
+            "plan": plan.slug,
+            "base_fee_cents": price_book_for(plan, period).base_fee_cents,
+            "first_day": a.isoformat(),
+            "last_day": b.isoformat(),
+            "period_days": period_days,
+        }
+        for plan, a, b in spans
+    ]
+    return final, terms
+
+
+def billing_accounts(
+    period: str, tenant: Tenant | None = None
+) -> list[tuple[Tenant, PriceBook, list[dict[str, Any]]]]:
+    """Tenants that existed during the period, each with the price book its usage is billed at
+    and its base-fee terms (prorated when it started or changed plan during the period)."""
+    start = _period_start(period)
+    end = date(start.year + start.month // 12, start.month % 12 + 1, 1)
     tenants = (
         Tenant.objects.select_related("plan").filter(created_at__date__lt=end).order_by("slug")
     )
     if tenant is not None:
         tenants = tenants.filter(id=tenant.id)
-    return [(t, price_book_for(t.plan, period)) for t in tenants]
+    out = []
+    for t in tenants:
+        plan, terms = plan_terms(t, period)
+        out.append((t, price_book_for(plan, period), terms))
+    return out
 
 
-def job_accounts(period: str, pairs: list[tuple[Tenant, PriceBook]]) -> list[Any]:
+def job_accounts(
+    period: str, pairs: list[tuple[Tenant, PriceBook, list[dict[str, Any]]]]
+) -> list[Any]:
     from spark.billing.job import Account, IssuedPeriod
 
     months = _months_before(period, ADJUSTMENT_LOOKBACK_MONTHS)
     accounts = []
-    for tenant, book in pairs:
+    for tenant, book, terms in pairs:
         issued = []
         for month in sorted(
             Invoice.objects.filter(
@@ -208,7 +272,9 @@ def job_accounts(period: str, pairs: list[tuple[Tenant, PriceBook]]) -> list[Any
             {"amount_cents": c.amount_cents, "reason": c.reason}
             for c in Credit.objects.filter(tenant=tenant, period=period).order_by("id")
         )
-        accounts.append(Account(tenant.slug, book.as_document(), tuple(issued), credits))
+        accounts.append(
+            Account(tenant.slug, book.as_document(), tuple(issued), credits, tuple(terms))
+        )
     return accounts
 
 
@@ -227,7 +293,7 @@ def run_billing_job(
     _period_start(period)
     progress("loading price books")
     pairs = billing_accounts(period, tenant)
-    books = {t.slug: book for t, book in pairs}
+    books = {t.slug: book for t, book, _ in pairs}
     accounts = job_accounts(period, pairs)
     progress("starting Spark")
     spark = spark or build_session("billing")
@@ -327,7 +393,12 @@ def billing_verify(
         )
     }
     pairs = [
-        (i.tenant, i.price_book or price_book_for(i.tenant.plan, period)) for i in issued.values()
+        (
+            i.tenant,
+            i.price_book or price_book_for(i.tenant.plan, period),
+            plan_terms(i.tenant, period)[1],
+        )
+        for i in issued.values()
     ]
     from common.object_store import open_object_store
     from spark.billing import job

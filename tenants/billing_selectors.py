@@ -76,12 +76,19 @@ def previous_period(period: str) -> str:
     return (start - timedelta(days=1)).strftime("%Y-%m")
 
 
+# What a tenant may see: issued (and paid) invoices. A draft is the operators' (Django admin) until
+# it is issued: its numbers may still change, so a tenant never sees one, in the API or the portal.
+TENANT_VISIBLE = (Invoice.Status.ISSUED, Invoice.Status.PAID)
+
+
 def invoices_list(*, tenant: Tenant):
-    return Invoice.objects.filter(tenant=tenant).order_by("-period")
+    return Invoice.objects.filter(tenant=tenant, status__in=TENANT_VISIBLE).order_by("-period")
 
 
 def invoice_get(*, tenant: Tenant, period: str) -> Invoice:
-    invoice = Invoice.objects.filter(tenant=tenant, period=period).first()
+    invoice = Invoice.objects.filter(
+        tenant=tenant, period=period, status__in=TENANT_VISIBLE
+    ).first()
     if invoice is None:
         raise Http404(f"No invoice for {period}.")
     return invoice

@@ -374,6 +374,19 @@ class Usage(models.Model):
         ordering = ["-minute"]
 
 
+class TenantPlanChange(models.Model):
+    """A tenant moved from one plan to another, effective from `effective_at` (UTC): the history
+    the billing job prorates the base fee with (`common.pricing.prorated_base_fee_line`)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="plan_changes")
+    from_plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="+")
+    to_plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="+")
+    effective_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tenant", "effective_at", "id"]
+
+
 class Credit(models.Model):
     """An amount an operator grants a tenant, taken off the invoice of `period` (never below 0)."""
 

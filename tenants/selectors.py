@@ -18,7 +18,6 @@ from tenants.models import (
     ApiToken,
     Device,
     DeviceConnection,
-    Invoice,
     Membership,
     Rule,
     RuleDeadLetter,
@@ -207,10 +206,6 @@ def rule_dead_letters_list(*, rule: Rule) -> QuerySet[RuleDeadLetter]:
 
 def usage_list(*, tenant: Tenant) -> QuerySet[Usage]:
     return Usage.objects.filter(tenant=tenant)
-
-
-def invoices_list(*, tenant: Tenant) -> QuerySet[Invoice]:
-    return Invoice.objects.filter(tenant=tenant)
 
 
 def tenant_get(slug: str) -> Tenant:

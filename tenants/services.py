@@ -75,6 +75,24 @@ def validate_slug(slug: str) -> None:
 
 
 @transaction.atomic
+@transaction.atomic
+def tenant_change_plan(tenant: Tenant, plan: str, *, at: datetime | None = None) -> Tenant:
+    """Move a tenant to another plan from `at` (now by default), keeping the history billing
+    prorates the base fee with; the broker hears of the new limits."""
+    from tenants.models import TenantPlanChange
+
+    new = plan_get_or_create(plan)
+    if new.id == tenant.plan_id:
+        return tenant
+    TenantPlanChange.objects.create(
+        tenant=tenant, from_plan_id=tenant.plan_id, to_plan=new, effective_at=at or timezone.now()
+    )
+    tenant.plan = new
+    tenant.save(update_fields=["plan"])
+    transaction.on_commit(lambda: announce(tenant.slug, "tenant.quota"))
+    return tenant
+
+
 def tenant_create(slug: str, *, plan: str = DEFAULT_PLAN, name: str = "") -> Tenant:
     validate_slug(slug)
     if Tenant.objects.filter(slug=slug).exists():
@@ -536,6 +554,68 @@ def rule_update(rule: Rule, **fields: object) -> Rule:
 
 def rule_delete(rule: Rule) -> None:
     rule.delete()
+
+
+REPLAY_BATCH = 100  # dead letters re-sent per replay call (oldest first); call again for more
+
+
+def rule_dead_letters_replay(
+    rule: Rule, *, attempts: int = 2, backoff: float = 0.5, timeout: float = 5.0
+) -> dict[str, int]:
+    """Re-send the rule's webhook dead letters (oldest first, up to REPLAY_BATCH) through the
+    same webhook call the jobs make (`common.webhook`), signed with the secret the rule holds
+    now for that URL. A delivered letter is deleted; one that fails again stays, with its
+    attempts and error updated; one whose URL the rule no longer has stays (`orphaned`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from common.webhook import post_signed
+
+    secrets_by_url = {
+        a.get("url"): a.get("secret")
+        for a in rule.actions or []
+        if isinstance(a, dict) and a.get("type") == "webhook"
+    }
+    letters = list(RuleDeadLetter.objects.filter(rule=rule).order_by("created_at", "id"))
+    sendable, orphaned = [], 0
+    for letter in letters[:REPLAY_BATCH]:
+        action = letter.action if isinstance(letter.action, dict) else {}
+        url = action.get("url")
+        if action.get("type") != "webhook" or url not in secrets_by_url:
+            orphaned += 1
+            continue
+        sendable.append((letter, url))
+
+    def send(item):
+        letter, url = item
+        return post_signed(
+            url,
+            str(secrets_by_url[url] or ""),
+            letter.output,
+            rule_id=rule.id,
+            attempts=attempts,
+            backoff=backoff,
+            timeout=timeout,
+        )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(send, sendable))
+    delivered = failed = 0
+    for (letter, _), result in zip(sendable, results, strict=True):
+        if result.ok:
+            letter.delete()
+            delivered += 1
+        else:
+            letter.attempts += result.attempts
+            letter.error = result.error
+            letter.save(update_fields=["attempts", "error"])
+            failed += 1
+    return {
+        "replayed": len(sendable),
+        "delivered": delivered,
+        "failed": failed,
+        "orphaned": orphaned,
+        "remaining": RuleDeadLetter.objects.filter(rule=rule).count(),
+    }
 
 
 def rule_dead_letters_clear(rule: Rule) -> int:

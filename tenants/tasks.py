@@ -62,6 +62,16 @@ def billing_issue_due(today: str | None = None) -> dict:
     return {"period": period, "issued": issued, "waiting": False}
 
 
+@shared_task(name="tenants.tasks.sample_storage")
+def sample_storage() -> dict:
+    """Hourly: the bytes each tenant stores, as this hour's storage byte-hours in the usage log
+    (once per hour however often it runs)."""
+    from tenants.storage_usage import storage_sample
+
+    result = storage_sample()
+    return {"hour": result["hour"], "state": result["state"], "tenants": len(result["tenants"])}
+
+
 @shared_task(name="tenants.tasks.usage_log_rollup")
 def usage_log_rollup() -> dict:
     """The rules job's metered rows (usage log) into the portal's usage minutes."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.archive_schema import message_units
+from common.mqtt.properties import encode_properties
 
 
 @dataclass(slots=True)
@@ -65,20 +66,23 @@ class Message:
 
 
 def metered_size(message: Message) -> int:
-    """Bytes AWS IoT Core meters for a message: payload + topic + properties.
+    """Bytes AWS IoT Core meters for a message: payload + topic + properties, as on the wire.
 
-    The topic is counted in characters (UTF-8 bytes for the ASCII topics devices use; computing
-    the exact encoding per message is not worth its cost), properties as their keys' values: text
-    and bytes by length, numbers as 4 bytes, user properties as key + value.
-    """
-    size = len(message.payload) + len(message.topic)
+    The topic in UTF-8 bytes; the properties as their MQTT 5 encoding (identifier, value, the
+    length prefixes of strings and binary data, each user property pair), without the block's own
+    length. Messages without properties (the common case) encode nothing; those with some are
+    encoded once per message (`billable_units` keeps the result)."""
+    topic = message.topic
+    size = len(message.payload) + (len(topic) if topic.isascii() else len(topic.encode()))
     if message.properties:
-        for name, value in message.properties.items():
-            if name == "user_property":
-                for key, val in value:
-                    size += len(key) + len(val)
-            elif isinstance(value, str | bytes):
-                size += len(value)
-            else:
-                size += 4
+        block = encode_properties(message.properties)
+        size += len(block) - _varint_length(block)
     return size
+
+
+def _varint_length(block: bytes) -> int:
+    """Bytes of the variable byte integer that starts `block` (the property block's length)."""
+    n = 1
+    while block[n - 1] & 0x80:
+        n += 1
+    return n

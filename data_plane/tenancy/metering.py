@@ -9,8 +9,9 @@ Billable units are AWS IoT Core's (see `common.archive_schema`): `message_units`
 increments (the broker counts them in its per-tenant stats), `connection_minutes` per connection
 with partial minutes rounded up — a connection opened at t0 is charged one minute at t0, and one
 more each time it is still open at t0 + 60 s·k, each charge to the minute it falls in, so a
-connection held d seconds costs ceil(d / 60) minutes (at least one) — and `storage_byte_hours`,
-an hourly sample of the bytes a tenant keeps stored.
+connection held d seconds costs ceil(d / 60) minutes (at least one). `storage_byte_hours` stays 0
+here: storage is sampled once an hour for all tenants by the control plane
+(tenants/storage_usage.py), never per broker.
 """
 
 from __future__ import annotations
@@ -110,10 +111,6 @@ class UsageMeter:
         usage.messages_out += messages_out
         usage.bytes_out += bytes_out
         usage.message_units += message_units
-
-    def stored(self, tenant: str, stored_bytes: int) -> None:
-        """An hourly storage sample: `stored_bytes` kept for an hour is that many byte-hours."""
-        self._current(tenant).storage_byte_hours += stored_bytes
 
     def _charge_minute(self, tenant: str, at: float) -> None:
         key = (tenant, int(at // 60) * 60)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from data_plane.broker.broker import Broker
-from data_plane.broker.message import Message, metered_size
+from data_plane.broker.message import Message
 from data_plane.storage.usage_log import UsageLogWriter
 from data_plane.tenancy.metering import UsageMeter
 
@@ -49,7 +49,9 @@ class TenancyObservers:
         # Messages and bytes are not hooked per message: they are sampled from the broker's
         # per-tenant counters every second (`_sample`), keeping the publish path lean.
         self._counted: dict[str, tuple[int, int, int, int, int]] = {}
-        self._sampled_hour: int | None = None  # storage is sampled once an hour
+        # Storage is not sampled here: each broker sees only its own copy of retained messages
+        # and its own sessions, so per-broker samples double count or miss. The control plane
+        # samples it once an hour for every tenant (tenants/storage_usage.py).
         hooks.add("message.dropped", self._dropped)
         # Quota refusals are metered beside drops, as `quota_<key>` causes.
         hooks.add("quota.exceeded", lambda tenant, key: self.meter.dropped(tenant, f"quota_{key}"))
@@ -122,29 +124,6 @@ class TenancyObservers:
                     message_units=now[4] - before[4],
                 )
 
-    def _sample_storage(self) -> None:
-        """Once an hour (and at start), the bytes each tenant keeps here: retained messages and
-        the queues of its sessions. Each sample is an hour of storage.
-
-        Known limits (follow-up: one sampler over Postgres and the object store in the control
-        plane): archive bytes are not counted yet; a restart inside an hour samples that hour
-        again; with several workers each holding every retained message, each samples it."""
-        hour = int(time.time() // 3600)
-        if hour == self._sampled_hour:
-            return
-        self._sampled_hour = hour
-        stored: dict[str, int] = {}
-        for tenant in list(self.broker.stats):
-            retained = self.broker.retained.match(tenant, "#")
-            stored[tenant] = sum(metered_size(m) for m in retained)
-        for session in list(self.broker.sessions.values()):
-            queued = sum(metered_size(d.message) for d in session.queue)
-            if queued:
-                stored[session.tenant] = stored.get(session.tenant, 0) + queued
-        for tenant, size in stored.items():
-            if size:
-                self.meter.stored(tenant, size)
-
     def _dropped(self, session: Any, delivery: Any, cause: str) -> None:
         self.meter.dropped(session.tenant, cause)
 
@@ -165,7 +144,6 @@ class TenancyObservers:
 
     async def flush(self, final: bool = False) -> None:
         self._sample()
-        self._sample_storage()
         for tenant in list(self.broker.stats):
             self.meter.gauge(tenant, retained_count=self.broker.retained.count(tenant))
         seen, self._seen = self._seen, {}

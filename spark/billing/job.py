@@ -67,6 +67,9 @@ class Account:
     price_book: dict[str, Any]  # the version in force for the billed period
     issued: tuple[IssuedPeriod, ...] = ()
     credits: tuple[dict[str, Any], ...] = ()  # {"amount_cents", "reason"} for this period
+    # Prorated base fee: one term per plan held when the tenant started or changed plan during
+    # the period (common.pricing.prorated_base_fee_line); empty: the full monthly fee.
+    terms: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -207,6 +210,7 @@ def bill(
                 price_book=account.price_book,
                 adjustments=adjustments,
                 credits=list(account.credits),
+                terms=list(account.terms),
             )
         )
     return invoices

@@ -16,16 +16,12 @@ and a webhook that failed after its retries becomes a dead letter.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import re
 import secrets
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +34,7 @@ import pyarrow.parquet as pq
 
 from common import service_token
 from common.object_store import ObjectStore
+from common.webhook import post_signed
 
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -239,34 +236,18 @@ class ActionRunner:
     # -- webhook -------------------------------------------------------------------------------
 
     def webhook(self, job: Job) -> Outcome:
-        url = str(job.action.get("url", ""))
-        if not url.startswith(("http://", "https://")):
-            return Outcome(job, False, f"webhook: invalid url {url!r}", dead=True)
-        body = _to_json(job.output).encode()
-        secret = str(job.action.get("secret", ""))
-        signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "mqtt-platform-rules/1",
-            "X-Signature-256": f"sha256={signature}",
-            "X-Rule-Id": str(job.rule_id),
-        }
-        error = ""
-        for attempt in range(1, self.attempts + 1):
-            request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    response.read(1024)
-                return Outcome(job, True, attempts=attempt)
-            except urllib.error.HTTPError as exc:
-                error = f"webhook: HTTP {exc.code}"
-                if exc.code < 500 and exc.code != 429:
-                    return Outcome(job, False, error, attempts=attempt, dead=True)
-            except Exception as exc:
-                error = f"webhook: {type(exc).__name__}: {exc}"
-            if attempt < self.attempts:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-        return Outcome(job, False, error[:500], attempts=self.attempts, dead=True)
+        result = post_signed(
+            str(job.action.get("url", "")),
+            str(job.action.get("secret", "")),
+            job.output,
+            rule_id=job.rule_id,
+            attempts=self.attempts,
+            backoff=self.backoff,
+            timeout=self.timeout,
+        )
+        if result.ok:
+            return Outcome(job, True, attempts=result.attempts)
+        return Outcome(job, False, result.error, attempts=result.attempts, dead=True)
 
     # -- dataset -------------------------------------------------------------------------------
 

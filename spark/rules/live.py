@@ -107,7 +107,23 @@ class LiveMetrics:
         )
         self.batches = Counter("rules_batches", "Micro-batches processed", registry=self.registry)
         self.batch_failures = Counter(
-            "rules_batch_failures", "Micro-batches that failed", registry=self.registry
+            "rules_batch_failures",
+            "Micro-batches that failed after retries",
+            registry=self.registry,
+        )
+        self.batch_retries = Counter(
+            "rules_batch_retries", "Micro-batch evaluations retried", registry=self.registry
+        )
+        # The time window of the last failed batch: `run_rules --from/--to` re-runs it.
+        self.failed_from = Gauge(
+            "rules_failed_batch_from_seconds",
+            "Oldest message of the last failed batch (Unix time)",
+            registry=self.registry,
+        )
+        self.failed_to = Gauge(
+            "rules_failed_batch_to_seconds",
+            "Just after the newest message of the last failed batch (Unix time)",
+            registry=self.registry,
         )
         self.enabled = Gauge("rules_enabled", "Enabled rules being served", registry=self.registry)
 
@@ -140,6 +156,8 @@ class LiveJob:
         runner: ActionRunner | None = None,
         metrics: LiveMetrics | None = None,
         max_file_age: str = "1h",
+        attempts: int = 3,
+        backoff: float = 1.0,
     ) -> None:
         self.spark, self.dsn, self.store = spark, dsn, store
         self.checkpoint = str(checkpoint)
@@ -149,6 +167,8 @@ class LiveJob:
         self.rules = RuleCache(dsn)
         self.usage = UsageWriter(store, "rules-live")
         self.max_file_age = max_file_age
+        self.attempts, self.backoff = max(1, attempts), backoff
+        self.failed_windows: list[tuple[datetime, datetime]] = []  # the last 100
         self.query = None
         self.total = BatchSummary()
         self.batches = 0
@@ -158,21 +178,74 @@ class LiveJob:
         self._stop = threading.Event()
 
     def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
-        # A batch that fails is logged and counted, never raised: one bad batch (the database
-        # away, a worker lost) must not end the one query that serves every tenant. Its messages
-        # stay in the archive; `run_rules --from/--to` over that window runs them again.
+        # A batch is first *evaluated* (the rules' probe, the Spark plan, collected): no side
+        # effect yet, so a failure there (the database or a worker away for a moment) is retried,
+        # up to `attempts` times with doubling back-off. Then its actions and counters run once:
+        # retrying them could repeat actions already done. A batch that still fails is logged
+        # with its time window and counted, never raised — one bad batch must not end the query
+        # that serves every tenant; its messages stay in the archive and
+        # `run_rules --from/--to` over the logged window runs them again.
         started = time.monotonic()
         try:
-            self._handle(batch)
+            specs, rows = self._evaluate_with_retries(batch, batch_id)
+            if specs:
+                self._act(specs, rows)
             self.batches += 1
             log.debug("batch %s done in %.2fs", batch_id, time.monotonic() - started)
         except Exception as exc:
             self.last_batch_error = f"{type(exc).__name__}: {exc}"
             self.metrics.batch_failures.inc()
-            log.exception("batch %s failed", batch_id)
             self.rules.conn = None
+            window = self._window(batch)
+            if window is not None:
+                self.failed_windows.append(window)
+                del self.failed_windows[:-100]
+                self.metrics.failed_from.set(window[0].timestamp())
+                self.metrics.failed_to.set(window[1].timestamp())
+                log.error(
+                    "batch %s failed (%s); its messages are in the archive: re-run them with "
+                    "manage.py run_rules --from %s --to %s",
+                    batch_id,
+                    self.last_batch_error,
+                    window[0].isoformat(),
+                    window[1].isoformat(),
+                    exc_info=True,
+                )
+            else:
+                log.exception("batch %s failed (its time window unknown)", batch_id)
 
-    def _handle(self, batch: DataFrame) -> None:
+    def _evaluate_with_retries(self, batch: DataFrame, batch_id: int) -> tuple[list, list]:
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return self._evaluate(batch)
+            except Exception as exc:
+                self.rules.conn = None
+                if attempt == self.attempts or self._stop.is_set():
+                    raise
+                self.metrics.batch_retries.inc()
+                delay = self.backoff * 2 ** (attempt - 1)
+                log.warning(
+                    "batch %s: attempt %d failed (%s), retrying in %.1fs",
+                    batch_id,
+                    attempt,
+                    exc,
+                    delay,
+                )
+                self._stop.wait(delay)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _window(batch: DataFrame) -> tuple[datetime, datetime] | None:
+        """[oldest, newest + 1 ms) of the batch's messages (what a backfill must re-run)."""
+        try:
+            low, high = batch.agg(F.min("ts"), F.max("ts")).first()
+        except Exception:
+            return None
+        if low is None:
+            return None
+        return low.astimezone(UTC), high.astimezone(UTC) + timedelta(milliseconds=1)
+
+    def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], list]:
         specs, compile_errors = self.rules.current()
         conn = self.rules.connection()
         if self.not_before is not None:
@@ -183,9 +256,9 @@ class LiveJob:
             )
         self.metrics.enabled.set(len(specs))
         if not specs:
-            return
+            return [], []
         t0 = time.monotonic()
-        rows = rule_outputs(batch, specs).collect()
+        rows = evaluate_batch(batch, specs)
         if rows and log.isEnabledFor(logging.DEBUG):
             newest = max(r.ts for r in rows).timestamp()
             log.debug(
@@ -194,6 +267,10 @@ class LiveJob:
                 time.monotonic() - t0,
                 time.time() - (time.monotonic() - t0) - newest,
             )
+        return specs, rows
+
+    def _act(self, specs: list[RuleSpec], rows: list) -> None:
+        conn = self.rules.connection()
         by_id = {s.id: s for s in specs}
         counts: dict[int, RuleCount] = {}
         passed = []
@@ -280,6 +357,11 @@ class LiveJob:
             self.query.stop()
         self.runner.close()
         self.rules.close()
+
+
+def evaluate_batch(batch: DataFrame, specs: list[RuleSpec]) -> list:
+    """The batch's results, collected to the driver (the side-effect-free step a retry repeats)."""
+    return rule_outputs(batch, specs).collect()
 
 
 def serve_metrics(metrics: LiveMetrics, port: int, host: str = "127.0.0.1") -> None:

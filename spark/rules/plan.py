@@ -13,6 +13,7 @@ makes that (rule, row) `failed` and goes on with the next.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from common.archive_schema import EVENT_PUBLISH, MESSAGE_UNIT_BYTES
+from spark.rules.prefilter import VARIANT_COLUMN, Stage, skipped_condition
 
+log = logging.getLogger(__name__)
 PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
 
 RESULT_SCHEMA = pa.schema(
@@ -153,16 +156,82 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
     def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         evaluator = Evaluator(shipped)
         for batch in batches:
-            out = evaluator.batch(batch)
-            if out.num_rows:
-                yield out
+            for out in evaluator.batches(batch):
+                if out.num_rows:
+                    yield out
 
     # Only the columns some rule reads become Python objects (and are read from Parquet).
     needed = set(_EVALUATOR_COLUMNS)
     for spec in specs:
         needed.update(_compiled(spec.sql).archive_columns)
     columns = [name for name in df.columns if name in needed]
-    return df.where(scope_predicate(specs)).select(*columns).mapInArrow(evaluate, RESULT_DDL)
+    scoped = df.where(scope_predicate(specs))
+    stage = Stage()
+    skips = native_skips(specs, stage) if len(specs) <= PUSHDOWN_LIMIT else {}
+    if not skips:
+        return scoped.select(*columns).mapInArrow(evaluate, RESULT_DDL)
+    # The native prefilter (spark/rules/prefilter.py), in projections so that each costly piece
+    # runs once per row: the payload parsed, the variant at each path, every leaf of every
+    # rule's WHERE, then per row the rules that surely skip it (`_skip`), its units, and whether
+    # any rule still needs the Python evaluator (`_need`; only then are the row's columns other
+    # than tenant and ts sent to Python). No filter on these columns: Catalyst would push it
+    # below the projections and repeat their work. The Python worker turns `_skip` into
+    # `skipped` results (counted and metered as before) and evaluates only the `_need` rows,
+    # leaving out the rules that skip them.
+    parsed = scoped.select(*columns, Stage.parsed())
+    values = parsed.select(
+        *columns, F.col(VARIANT_COLUMN), *[e.alias(n) for n, e in stage.values.items()]
+    )
+    leaves = values.select(*columns, *[expr.alias(name) for name, expr in stage.leaves.items()])
+    skip_ids = F.filter(
+        F.array(*[F.when(cond, F.lit(rule_id)) for rule_id, cond in skips.items()]),
+        lambda x: x.isNotNull(),
+    ).cast("array<long>")
+    marked = leaves.select(
+        *columns, skip_ids.alias(SKIP_COLUMN), native_units().alias(UNITS_COLUMN)
+    )
+    need = None
+    for spec in specs:
+        pred = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(_compiled(spec.sql))
+        if spec.id in skips:
+            pred = pred & ~F.array_contains(F.col(SKIP_COLUMN), F.lit(spec.id))
+        need = pred if need is None else need | pred
+    need = F.coalesce(need, F.lit(False))
+    sent = marked.select(
+        *[F.col(c) if c in ("tenant", "ts") else F.when(need, F.col(c)).alias(c) for c in columns],
+        SKIP_COLUMN,
+        UNITS_COLUMN,
+        need.alias(NEED_COLUMN),
+    )
+    return sent.mapInArrow(evaluate, RESULT_DDL)
+
+
+SKIP_COLUMN = "_skip"  # the rules that surely skip the row (prefilter)
+UNITS_COLUMN = "_units"  # its units, computed natively (its payload may not be sent)
+NEED_COLUMN = "_need"  # some rule still needs the evaluator for it
+_HELPER_COLUMNS = (SKIP_COLUMN, UNITS_COLUMN, NEED_COLUMN)
+
+
+def native_skips(specs: Sequence[RuleSpec], stage: Stage) -> dict[int, Column]:
+    """Per prefiltered rule: the rows of its tenant it surely skips."""
+    out = {}
+    for spec in specs:
+        try:
+            condition = skipped_condition(spec.sql, spec.client_prefix, stage)
+        except Exception:  # not prefiltered: the evaluator decides every row, as before
+            log.warning("rule %s: no native prefilter", spec.id, exc_info=True)
+            condition = None
+        if condition is not None:
+            out[spec.id] = (F.col("tenant") == F.lit(spec.tenant)) & condition
+    return out
+
+
+def native_units() -> Column:
+    """`_units` in Spark: 5 KiB units of payload + topic bytes, at least one."""
+    size = F.coalesce(F.octet_length("payload"), F.lit(0)) + F.coalesce(
+        F.octet_length("topic"), F.lit(0)
+    )
+    return F.greatest(F.ceil(size / F.lit(MESSAGE_UNIT_BYTES)), F.lit(1)).cast("int")
 
 
 # What the evaluator itself reads of every row: scope, self-trigger check, result, units.
@@ -189,9 +258,39 @@ class Evaluator:
         for rule_id, tenant, sql, prefix in shipped:
             self.by_tenant.setdefault(tenant, []).append((rule_id, _compiled(sql), prefix))
 
+    def batches(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """Results of one input batch: the prefilter's `skipped` answers (vectorised) and the
+        evaluated rows that still need a rule's evaluation."""
+        batch = batch.filter(pc.is_in(batch.column("tenant"), pa.array(list(self.by_tenant))))
+        names = batch.schema.names
+        if SKIP_COLUMN not in names:
+            yield self.batch(batch)
+            return
+        skip = batch.column(SKIP_COLUMN)
+        parents = pc.list_parent_indices(skip)
+        if len(parents):
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pc.list_flatten(skip).cast(pa.int64()),
+                    batch.column("tenant").take(parents).cast(pa.string()),
+                    batch.column("ts").take(parents).cast(RESULT_SCHEMA.field("ts").type),
+                    batch.column(UNITS_COLUMN).take(parents).cast(pa.int32()),
+                    pa.nulls(len(parents), pa.string()).fill_null(SKIPPED),
+                    pa.nulls(len(parents), pa.string()),
+                    pa.nulls(len(parents), pa.string()),
+                ],
+                schema=RESULT_SCHEMA,
+            )
+        needed = batch.filter(pc.fill_null(batch.column(NEED_COLUMN), False))
+        if needed.num_rows:
+            yield self.batch(needed)
+
     def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         # Rows of tenants without rules never become Python objects (and never reach a rule).
         batch = batch.filter(pc.is_in(batch.column("tenant"), pa.array(list(self.by_tenant))))
+        units = batch.column(UNITS_COLUMN) if UNITS_COLUMN in batch.schema.names else None
+        if units is not None:
+            batch = batch.drop_columns([UNITS_COLUMN, NEED_COLUMN])
         rule_ids: list[int] = []
         taken: list[int] = []  # the batch row of each result
         statuses: list[str] = []
@@ -202,9 +301,12 @@ class Evaluator:
             if not rules:
                 continue
             client_id = row["client_id"] or ""
+            skipped = row.pop(SKIP_COLUMN, None) or ()  # answered natively (prefilter)
             for rule_id, compiled, prefix in rules:
                 if client_id.startswith(prefix):
                     continue  # the rule's own republished output never re-triggers it
+                if rule_id in skipped:
+                    continue
                 try:
                     if not compiled.reads(row["event"], row["topic"]):
                         continue
@@ -222,7 +324,7 @@ class Evaluator:
                 pa.array(rule_ids, pa.int64()),
                 batch.column("tenant").take(indices).cast(pa.string()),
                 batch.column("ts").take(indices).cast(RESULT_SCHEMA.field("ts").type),
-                _units(batch).take(indices),
+                (_units(batch) if units is None else units.cast(pa.int32())).take(indices),
                 pa.array(statuses, pa.string()),
                 pa.array(outputs, pa.string()),
                 pa.array(errors, pa.string()),

@@ -456,3 +456,11 @@ class InvoiceOutput(serializers.Serializer):
     @extend_schema_field(InvoiceLineOutput(many=True))
     def get_line_items(self, invoice) -> list[dict]:
         return self._lines(invoice)
+
+
+class DeadLetterReplayOutput(serializers.Serializer):
+    replayed = serializers.IntegerField(help_text="letters re-sent by this call")
+    delivered = serializers.IntegerField(help_text="accepted by the receiver (and deleted)")
+    failed = serializers.IntegerField(help_text="failed again (kept, error updated)")
+    orphaned = serializers.IntegerField(help_text="kept: the rule has no webhook to that URL now")
+    remaining = serializers.IntegerField(help_text="dead letters left")

@@ -31,6 +31,11 @@ urlpatterns = [
         views.RuleDeadLettersView.as_view(),
         name="api-rule-dead-letters",
     ),
+    path(
+        "rules/<str:name>/dead-letters/replay",
+        views.RuleDeadLettersReplayView.as_view(),
+        name="api-rule-dead-letters-replay",
+    ),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),
     path("invoices", views.InvoiceView.as_view(), name="api-invoices"),

@@ -401,6 +401,23 @@ class RuleDeadLettersView(TenantAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class RuleDeadLettersReplayView(TenantAPIView):
+    """Re-send the rule's webhook dead letters through the same webhook action."""
+
+    @extend_schema(
+        request=None,
+        responses={200: s.DeadLetterReplayOutput},
+        description=(
+            "Re-sends up to 100 of the rule's webhook dead letters (oldest first), signed with "
+            "the secret the rule's webhook has now. Delivered letters are deleted; the rest stay "
+            "with their error. Call again while `remaining` is not 0."
+        ),
+    )
+    def post(self, request, name: str):
+        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        return Response(services.rule_dead_letters_replay(rule))
+
+
 _ERROR_EXAMPLE = {
     "error": {
         "code": "invalid",

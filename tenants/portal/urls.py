@@ -31,6 +31,11 @@ urlpatterns = [
     path("rules/<str:name>/", views.rule_detail, name="rule"),
     path("rules/<str:name>/delete/", views.rule_delete, name="rule-delete"),
     path(
+        "rules/<str:name>/dead-letters/replay/",
+        views.rule_dead_letters_replay,
+        name="rule-dead-letters-replay",
+    ),
+    path(
         "rules/<str:name>/dead-letters/clear/",
         views.rule_dead_letters_clear,
         name="rule-dead-letters-clear",

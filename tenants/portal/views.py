@@ -586,6 +586,19 @@ def rule_delete(request, membership, name: str):
 
 @require_POST
 @tenant_view(write=True)
+def rule_dead_letters_replay(request, membership, name: str):
+    rule = selectors.rule_get(tenant=membership.tenant, name=name)
+    result = services.rule_dead_letters_replay(rule)
+    messages.success(
+        request,
+        f"{result['delivered']} of {result['replayed']} dead letter(s) delivered; "
+        f"{result['remaining']} remain.",
+    )
+    return redirect("portal:rule", name=name)
+
+
+@require_POST
+@tenant_view(write=True)
 def rule_dead_letters_clear(request, membership, name: str):
     rule = selectors.rule_get(tenant=membership.tenant, name=name)
     cleared = services.rule_dead_letters_clear(rule)

@@ -153,3 +153,38 @@ def test_portal_invoice_downloads_are_the_tenants_own(acme, attacker, client):  
     client.logout()
     client.login(username="owner@acme.io", password="pass-w0rd-acme")
     assert client.get("/invoices/2026-09.csv").content.decode().splitlines()[-1].endswith(",100")
+
+
+def test_tenants_never_see_drafts(acme, client):  # noqa: F811
+    """A draft is the operators' until it is issued: not in the tenant's API list, its detail,
+    CSV or PDF, nor the portal's Invoices page; issuing it makes it appear everywhere."""
+    from tenants.models import Invoice
+
+    tenant, api = acme
+    line = {
+        "code": "base_fee",
+        "description": "Monthly base fee",
+        "quantity": 1,
+        "included": 0,
+        "billable": 1,
+        "unit_price": "1",
+        "per": 1,
+        "amount_cents": 4242,
+    }
+    draft = Invoice.objects.create(
+        tenant=tenant, period="2026-10", status="draft", total_cents=4242, line_items=[line]
+    )
+    assert api.get("/api/v1/invoices").json()["count"] == 0
+    for suffix in ("", ".csv", ".pdf"):
+        assert api.get(f"/api/v1/invoices/2026-10{suffix}").status_code == 404, suffix
+    client.login(username="owner@acme.io", password="pass-w0rd-acme")
+    page = client.get("/invoices/").content.decode()
+    assert "2026-10" not in page and "42.42" not in page
+    for suffix in ("csv", "pdf"):
+        assert client.get(f"/invoices/2026-10.{suffix}").status_code == 404
+
+    draft.status = "issued"
+    draft.save()
+    assert [i["period"] for i in api.get("/api/v1/invoices").json()["results"]] == ["2026-10"]
+    assert api.get("/api/v1/invoices/2026-10").json()["total_cents"] == 4242
+    assert "2026-10" in client.get("/invoices/").content.decode()

@@ -70,7 +70,7 @@ def test_open_connections_are_charged_every_minute_they_stay_open():
 def test_message_units_are_5_kib_increments_of_payload_topic_and_properties():
     assert [message_units(n) for n in (0, 1, 5120, 5121, 12_000)] == [1, 1, 1, 2, 3]
     message = Message("t/x", b"x" * 5_100, 1, False, {"user_property": [("k", "v" * 20)]})
-    assert metered_size(message) == 5_100 + 3 + 21
+    assert metered_size(message) == 5_100 + 3 + (1 + 2 + 1 + 2 + 20)  # id, key, value
     assert message.billable_units() == 2
 
 
@@ -132,3 +132,26 @@ def test_known_traffic_is_metered_logged_and_invoiced(tmp_path, monkeypatch, spa
     assert lines["messages"]["quantity"] == expected["messages"]
     assert lines["connection_minutes"]["quantity"] == expected["connection_minutes"]
     assert invoice.total_cents == expected["messages"] * 1 + expected["connection_minutes"] * 5
+
+
+def test_metered_size_counts_properties_as_encoded_on_the_wire():
+    """Payload + topic (UTF-8 bytes) + each property as MQTT 5 encodes it (computed by hand from
+    the specification's layouts, not by the codec)."""
+    message = Message(
+        "capteurs/température",  # é: 2 bytes in UTF-8
+        b"p" * 100,
+        1,
+        False,
+        {
+            "payload_format_indicator": 1,  # id + byte
+            "message_expiry_interval": 60,  # id + 4 bytes
+            "content_type": "application/json",  # id + 2 + 16
+            "response_topic": "r/1",  # id + 2 + 3
+            "correlation_data": b"\x00\x01\x02",  # id + 2 + 3
+            "user_property": [("a", "bb"), ("a", "ccc")],  # (id + 2 + 1 + 2 + 2), (… + 3)
+        },
+    )
+    topic = len("capteurs/temperature") + 1
+    properties = 2 + 5 + 19 + 6 + 6 + 8 + 9
+    assert metered_size(message) == 100 + topic + properties
+    assert metered_size(Message("t", b"", 0, False)) == 1  # no properties: nothing more

@@ -72,7 +72,7 @@ def write_live(store, rows: list[dict], writer: str = "broker-a") -> str:
 class Receiver:
     """A real HTTP server recording POSTs; answers `status` (a list pops one per request)."""
 
-    def __init__(self, statuses: list[int] | None = None) -> None:
+    def __init__(self, statuses: list[int] | None = None, port: int = 0) -> None:
         self.calls: list[dict] = []
         self.statuses = list(statuses or [])
         receiver = self
@@ -97,7 +97,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -1,0 +1,77 @@
+"""The base fee prorated by days for a tenant that starts, or changes plan, during the period:
+the Spark job's invoices against an independent computation (fractions, half-up by hand)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from fractions import Fraction
+
+import pytest
+
+from tenants import billing, services
+from tenants.models import Invoice, Tenant
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def half_up_cents(fee_cents: int, days: int, period_days: int) -> int:
+    exact = Fraction(fee_cents * days, period_days)
+    return int(exact) + (1 if exact - int(exact) >= Fraction(1, 2) else 0)
+
+
+def prices(plan: str, fee: int) -> None:
+    billing.price_book_set(
+        services.plan_get_or_create(plan),
+        effective_from=date(2026, 1, 1),
+        base_fee_cents=fee,
+        dimensions={
+            "messages": {"included": 0, "per": 1, "tiers": [{"up_to": None, "price": "0"}]}
+        },
+    )
+
+
+def test_base_fee_prorated_by_days(tmp_path, monkeypatch, spark):
+    monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
+    prices("free", 1001)  # odd amounts so that rounding shows
+    prices("pro", 4999)
+    late = services.tenant_create("late", plan="pro")
+    mover = services.tenant_create("mover", plan="free")
+    steady = services.tenant_create("steady", plan="free")
+    Tenant.objects.filter(id=late.id).update(created_at=datetime(2026, 9, 10, 23, 59, tzinfo=UTC))
+    Tenant.objects.exclude(id=late.id).update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
+    mover.refresh_from_db()
+    services.tenant_change_plan(mover, "pro", at=datetime(2026, 9, 21, 0, 30, tzinfo=UTC))
+    steady.refresh_from_db()
+    services.tenant_change_plan(steady, "pro", at=datetime(2026, 10, 5, tzinfo=UTC))  # October
+
+    billing.billing_report("2026-09")
+    base = {
+        i.tenant.slug: [line for line in i.line_items if line["code"] == "base_fee"]
+        for i in Invoice.objects.filter(period="2026-09").select_related("tenant")
+    }
+    # Created on the 10th: the 10th to the 30th, 21 of 30 days of Pro.
+    (line,) = base["late"]
+    assert (line["quantity"], line["per"], line["unit_price"]) == (21, 30, "49.99")
+    assert line["amount_cents"] == half_up_cents(4999, 21, 30) == 3499
+    assert "21 of 30 days (2026-09-10 to 2026-09-30)" in line["description"]
+    # Free from the 1st to the 20th, Pro from the 21st (the day of the change) to the 30th.
+    free, pro = base["mover"]
+    assert (free["quantity"], free["amount_cents"]) == (20, half_up_cents(1001, 20, 30))
+    assert (pro["quantity"], pro["amount_cents"]) == (10, half_up_cents(4999, 10, 30))
+    assert free["amount_cents"] == 667 and pro["amount_cents"] == 1666
+    invoice = Invoice.objects.get(tenant__slug="mover", period="2026-09")
+    assert invoice.price_book.plan.slug == "pro"  # usage at the plan held on the last day
+    assert invoice.total_cents == 667 + 1666
+    # On Free all September (moved in October): the whole fee, one line, Free's prices.
+    (full,) = base["steady"]
+    assert (full["quantity"], full["per"], full["amount_cents"]) == (1, 1, 1001)
+    assert Invoice.objects.get(tenant__slug="steady", period="2026-09").price_book.plan.slug == (
+        "free"
+    )
+    # October: steady is prorated now (Free 4 days, Pro 27 of 31), the others whole.
+    billing.billing_report("2026-10", tenant=steady)
+    october = Invoice.objects.get(tenant__slug="steady", period="2026-10")
+    fees = [
+        (x["quantity"], x["amount_cents"]) for x in october.line_items if x["code"] == "base_fee"
+    ]
+    assert fees == [(4, half_up_cents(1001, 4, 31)), (27, half_up_cents(4999, 27, 31))]
