@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 from celery.schedules import crontab
 
+from common import logs
 from control_plane import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -188,9 +189,7 @@ CELERY_BEAT_SCHEDULE = {
 # The single Postgres channel every broker-relevant change is announced on (see tenants/notify.py).
 CONFIG_NOTIFY_CHANNEL = "mqtt_config"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-}
+# One format for every process (web, broker, workers): text, or JSON lines with LOG_FORMAT=json.
+LOGGING = logs.dict_config()
+# Celery keeps the format above instead of installing its own on the root logger.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -66,8 +66,9 @@ class TenantStats:
     dropped: int = 0
     rate_limited: int = 0
     denied: int = 0
-    # Of the above, the broker's own traffic ($events, $SYS: publisher ids starting with `$`),
-    # which usage metering leaves out.
+    # Of the above, the platform's own traffic, which usage metering and the tenant's figures
+    # leave out: what the broker or a service identity published ($events, $SYS, `$rules-…`
+    # client ids) and what was delivered to a service identity (the portal's `$portal-…`).
     system_received: int = 0
     system_bytes_received: int = 0
     system_sent: int = 0
@@ -279,7 +280,8 @@ class Broker:
         stats = self.stats[session.tenant]
         stats.messages_sent += 1
         stats.bytes_sent += size
-        if delivery.message.publisher[:1] == "$":
+        # Service identities' client ids start with `$` (devices may not): not the tenant's traffic.
+        if delivery.message.publisher[:1] == "$" or session.client_id[:1] == "$":
             stats.system_sent += 1
             stats.system_bytes_sent += size
         else:
@@ -461,10 +463,11 @@ class Broker:
             router = self.router.tenants.get(tenant)
             figures = {
                 "clients/connected": stats.connected,
-                "messages/received": stats.messages_received,
-                "messages/sent": stats.messages_sent,
-                "bytes/received": stats.bytes_received,
-                "bytes/sent": stats.bytes_sent,
+                # Application messages only (PUBLISH in, deliveries out), as usage meters them.
+                "messages/received": stats.messages_received - stats.system_received,
+                "messages/sent": stats.messages_sent - stats.system_sent,
+                "bytes/received": stats.bytes_received - stats.system_bytes_received,
+                "bytes/sent": stats.bytes_sent - stats.system_bytes_sent,
                 "messages/dropped": stats.dropped,
                 "quota/rate_limited": stats.rate_limited,
                 "acl/denied": stats.denied,

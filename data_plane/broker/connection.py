@@ -43,6 +43,7 @@ from data_plane.mqtt.packets import (
 )
 from data_plane.mqtt.reason_codes import ReasonCode as RC
 from data_plane.mqtt.topics import validate_topic_name
+from data_plane.observability import refusals
 
 MAX_DELAY = 4_294_967  # seconds, as EMQX
 
@@ -135,6 +136,7 @@ class MQTTConnection(asyncio.Protocol):
         try:
             packets = self.reader.feed(data)
         except UnsupportedProtocolVersion:
+            refusals.malformed_packet(self, 0x84, "unsupported protocol version")  # refusal hook
             # Answer in the form the client can read: 3.1.1 CONNACK "unacceptable version".
             self._write_now(b"\x20\x02\x00\x01")
             self._close()
@@ -270,6 +272,7 @@ class MQTTConnection(asyncio.Protocol):
         go instead, for 0x9C/0x9D)."""
         if self.closing:
             return
+        refusals.forced_disconnect(self, reason_code, reason)  # refusal hook
         if not self.disconnect_reason:
             self.disconnect_reason = DISCONNECT_REASONS.get(reason_code, f"0x{reason_code:02x}")
         if self.session is not None and self.protocol_version == MQTT_5_0:
@@ -326,6 +329,7 @@ class MQTTConnection(asyncio.Protocol):
         """The tenant's outbound rate is spent: pump the session again in `wait` seconds."""
         if self._pace_timer is None:  # once per pause, not per delivery held back
             self.broker.quota_exceeded(self.tenant, "outbound_rate")
+            refusals.quota_exceeded(self, "outbound_rate", reason="paced")  # refusal hook
             self._pace_timer = self.loop.call_later(wait, self._end_pace)
 
     def _end_pace(self) -> None:
@@ -347,6 +351,7 @@ class MQTTConnection(asyncio.Protocol):
 
     def _protocol_failure(self, reason_code: int, reason: str) -> None:
         log.info("closing %s: %s (%#x)", self.peer, reason, reason_code)
+        refusals.malformed_packet(self, reason_code, reason)  # refusal hook
         if self.session is None:
             if self.reader.protocol_version == MQTT_5_0 and not self._connecting:
                 self._write_now(encode(Connack(False, reason_code), MQTT_5_0))
@@ -432,6 +437,7 @@ class MQTTConnection(asyncio.Protocol):
         if self.closing:
             return
         if result.reason_code:
+            refusals.auth_failed(self, connect, result)  # refusal hook
             self._connack_failure(result.reason_code, result.reason)
             return
         redirect = self.broker.redirect(connect, result) if self.broker.redirect else None
@@ -446,6 +452,7 @@ class MQTTConnection(asyncio.Protocol):
             and self.broker.connection_count(result.tenant) >= max_connections
         ):
             self.broker.quota_exceeded(result.tenant, "connections")
+            refusals.connect_refused(self, connect, result.tenant, "connections")  # refusal hook
             self._connack_failure(RC.QUOTA_EXCEEDED, "tenant connection limit reached")
             return
         self.auth = result
@@ -474,6 +481,7 @@ class MQTTConnection(asyncio.Protocol):
                 result.acl is not None and not result.acl.can_publish(will.topic)
             ):
                 self.broker.stats[result.tenant].denied += 1
+                refusals.acl_denied(self, "will", will.topic)  # refusal hook
                 self._connack_failure(RC.NOT_AUTHORIZED, "will topic not authorized")
                 return
             self._will = Message.from_publish(
@@ -497,6 +505,7 @@ class MQTTConnection(asyncio.Protocol):
             and self.broker.persistent_count(self.tenant) >= persistent_cap
         ):
             self.broker.quota_exceeded(self.tenant, "persistent_sessions")
+            refusals.quota_exceeded(self, "persistent_sessions")  # refusal hook
             self._connack_failure(RC.QUOTA_EXCEEDED, "tenant persistent session limit reached")
             return
 
@@ -583,10 +592,12 @@ class MQTTConnection(asyncio.Protocol):
             if self.closing:
                 return None
             if isinstance(step, Fail):
+                refusals.auth_failed(self, connect, step)  # refusal hook
                 self._connack_failure(step.reason_code, step.reason)
                 return None
             if isinstance(step, Succeed):
                 if step.result.reason_code:
+                    refusals.auth_failed(self, connect, step.result)  # refusal hook
                     self._connack_failure(step.result.reason_code, step.result.reason)
                     return None
                 state.final_data = step.data
@@ -759,6 +770,7 @@ class MQTTConnection(asyncio.Protocol):
         if max_size is not None and len(packet.payload) > max_size:
             # 0x95 is a DISCONNECT code (PUBACK cannot carry it); 3.1.1 drops it silently.
             self.broker.quota_exceeded(self.tenant, "message_size")
+            refusals.quota_exceeded(self, "message_size", 0x95)  # refusal hook
             if v5:
                 self.broker.stats[self.tenant].dropped += 1
                 self.disconnect(RC.PACKET_TOO_LARGE, f"message larger than {max_size} bytes")
@@ -769,6 +781,7 @@ class MQTTConnection(asyncio.Protocol):
             wait = self._inbound_rates.admit(len(packet.payload))
             if wait:
                 self.broker.quota_exceeded(self.tenant, "publish_rate")
+                refusals.quota_exceeded(self, "publish_rate")  # refusal hook
                 if not v5:
                     # 3.1.1 has no way to say it: stop reading, and try this one again then.
                     self.transport.pause_reading()
@@ -807,6 +820,7 @@ class MQTTConnection(asyncio.Protocol):
         acl = self.auth.acl
         if topic.startswith("$") or (acl is not None and not acl.can_publish(topic)):
             self.broker.stats[self.tenant].denied += 1
+            refusals.acl_denied(self, "publish", topic)  # refusal hook
             self._refuse_publish(packet, RC.NOT_AUTHORIZED, "not authorized")
             return
         message = Message.from_publish(
@@ -829,6 +843,7 @@ class MQTTConnection(asyncio.Protocol):
                 and not self.broker.retained.has(self.tenant, topic)
             ):
                 self.broker.quota_exceeded(self.tenant, "retained")
+                refusals.quota_exceeded(self, "retained")  # refusal hook
                 self._refuse_publish(packet, RC.QUOTA_EXCEEDED, "retained message limit")
                 return
         if delay is not None:
@@ -936,6 +951,7 @@ class MQTTConnection(asyncio.Protocol):
                 continue
             if acl is not None and not acl.can_subscribe(sub.topic_filter):
                 self.broker.stats[self.tenant].denied += 1
+                refusals.acl_denied(self, "subscribe", sub.topic_filter)  # refusal hook
                 codes.append(RC.NOT_AUTHORIZED)
                 continue
             if (
@@ -944,6 +960,7 @@ class MQTTConnection(asyncio.Protocol):
                 and len(self.session.subscriptions) >= limit
             ):
                 self.broker.quota_exceeded(self.tenant, "subscriptions")
+                refusals.quota_exceeded(self, "subscriptions")  # refusal hook
                 codes.append(RC.QUOTA_EXCEEDED)
                 continue
             codes.append(sub.qos)
