@@ -10,6 +10,7 @@ import contextlib
 import os
 import pty
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,15 @@ from control_plane import embedded
 
 REPO = Path(__file__).resolve().parents[2]
 PORT_VARIABLES = ("WEB_PORT", "MQTT_PORT", "MQTT_WS_PORT", "METRICS_PORT", "RULES_METRICS_PORT")
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A folder the `postgres` user may enter (a root-run test's own tmp_path is private)."""
+    folder = embedded.DATA_DIR / "test-make-run" / uuid.uuid4().hex[:12]
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

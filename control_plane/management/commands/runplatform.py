@@ -98,8 +98,8 @@ class Command(BaseCommand):
         self._stopping = False
         self._processes: dict[str, subprocess.Popen] = {}
         host = options["host"] or os.environ.get("BIND_HOST") or "127.0.0.1"
-        ports = self._ports(options)
-        problems = [c.message() for c in port_check.check(host, ports)]
+        ports, problems = self._ports(options)
+        problems += [c.message() for c in port_check.check(host, ports)]
         problems += self._tls_problems(ports)
         if problems:
             for problem in problems:
@@ -180,8 +180,9 @@ class Command(BaseCommand):
 
     # -- ports --------------------------------------------------------------------------
 
-    def _ports(self, options) -> dict[str, int]:
-        chosen = {}
+    def _ports(self, options) -> tuple[dict[str, int], list[str]]:
+        """The ports chosen (variable → port), and what is wrong with the values given."""
+        chosen, problems = {}, []
         for variable, option, default, _what in PORTS:
             value = options.get(option)
             if value is None:
@@ -191,13 +192,13 @@ class Command(BaseCommand):
                 try:
                     value = int(raw)
                 except ValueError:
-                    self.stderr.write(f"make run: {variable}={raw!r} is not a port number.")
-                    sys.exit(2)
+                    problems.append(f"{variable}={raw!r} is not a port number.")
+                    continue
             if not 0 < value < 65536:
-                self.stderr.write(f"make run: {variable}={value} is not a port (1-65535).")
-                sys.exit(2)
+                problems.append(f"{variable}={value} is not a port (1-65535).")
+                continue
             chosen[variable] = value
-        return chosen
+        return chosen, problems
 
     def _tls_problems(self, ports: dict[str, int]) -> list[str]:
         wanted = [v for v in ("MQTT_TLS_PORT", "MQTT_WSS_PORT") if v in ports]
