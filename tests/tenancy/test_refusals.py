@@ -98,6 +98,7 @@ def wait_for(predicate, within: float = 5.0):
 def test_each_refusal_is_logged_and_counted_per_tenant(tmp_path):
     tenant = services.tenant_create("refused")
     _, secret = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
+    kicked, kicked_secret = services.device_create(tenant=tenant, name="sensor-2")
     services.acl_add(tenant=tenant, action="both", permission="deny", topic="secret/#")
     services.tenant_set_quota(tenant, {"max_subscriptions_per_client": 1})
     bystander = services.tenant_create("bystander")
@@ -137,12 +138,24 @@ def test_each_refusal_is_logged_and_counted_per_tenant(tmp_path):
             sock.sendall(b"\x36\x05\x00\x01t\x00\x01")  # PUBLISH flags QoS 3: malformed
             assert wait_for(lambda: sock.recv(16) == b"", 5) is True  # the broker closes
         client.close()
+        # A forced disconnect: the operator disables a connected device (DISCONNECT 0x98).
+        victim = Paho(mqtt, "refused/sensor-2", kicked_secret, "sensor-2")
+        assert victim.reason_code == 0
+        services.device_update(kicked, enabled=False)
+        assert victim.disconnected.wait(5)
+        victim.close()
 
         def counted():
             found = refusals(metrics)
             mine = {k: v for k, v in found.items() if k[0] == "refused"}
             kinds = {kind for (_, kind, _) in mine}
-            want = {"auth_failed", "acl_denied", "quota_exceeded", "malformed_packet"}
+            want = {
+                "auth_failed",
+                "acl_denied",
+                "quota_exceeded",
+                "malformed_packet",
+                "forced_disconnect",
+            }
             return mine if want <= kinds else None
 
         mine = wait_for(counted)
@@ -151,6 +164,7 @@ def test_each_refusal_is_logged_and_counted_per_tenant(tmp_path):
         assert mine[("refused", "acl_denied", "0x87")] == 2
         assert mine[("refused", "quota_exceeded", "0x97")] == 1
         assert sum(v for (_, k, _), v in mine.items() if k == "malformed_packet") == 1
+        assert mine[("refused", "forced_disconnect", "0x98")] == 1
         # Per tenant: the bystander tenant was refused nothing.
         assert not [k for k in refusals(metrics) if k[0] == "bystander"]
 
@@ -168,6 +182,8 @@ def test_each_refusal_is_logged_and_counted_per_tenant(tmp_path):
             assert line["level"] == "WARNING"
         assert by_kind["acl_denied"][0]["reason_code"] == "0x87"
         assert "secret/" in by_kind["acl_denied"][0]["reason"]
+        kick = [x for x in by_kind["forced_disconnect"] if x["reason_code"] == "0x98"]
+        assert kick and kick[0]["device"] == "sensor-2" and kick[0]["tenant"] == "refused"
 
 
 def test_a_flood_of_failures_is_counted_in_full_but_logged_sparingly(tmp_path):
