@@ -307,12 +307,16 @@ class Command(BaseCommand):
             signal.signal(signal.SIGTTOU, ttou)
             yield
             return
+        # Ctrl-Z would stop this supervisor alone (the shell waits on make, not on us): the
+        # terminal would seem to hang. Ctrl-C is the way out.
+        tstp = signal.signal(signal.SIGTSTP, signal.SIG_IGN)
         try:
             yield
         finally:
             with contextlib.suppress(OSError):
                 os.tcsetpgrp(fd, parent_group)
             signal.signal(signal.SIGTTOU, ttou)
+            signal.signal(signal.SIGTSTP, tstp)
 
     # -- output -------------------------------------------------------------------------
 
