@@ -79,9 +79,8 @@ def _web(env: Env, python: str) -> list[str]:
         "-p",
         _get(env, "WEB_PORT", "8000"),
         # The load balancer in front sets X-Forwarded-For; Daphne trusts it for client addresses.
+        # The access log is Django's (control_plane/access_log.py), in the platform's format.
         "--proxy-headers",
-        "--access-log",
-        "-",
         "control_plane.asgi:application",
     ]
 

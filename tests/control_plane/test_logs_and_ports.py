@@ -11,13 +11,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
-from common import logs, ports
+from common import logs, ports, processes
 from control_plane import embedded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ def test_the_port_check_names_the_holder_and_the_variable():
 
 
 @pytest.mark.django_db
-def test_web_and_worker_log_json_lines_with_log_format_json():
+def test_web_and_worker_log_json_lines_with_log_format_json(tmp_path):
     db = connection.settings_dict
     env = dict(
         os.environ,
@@ -86,6 +87,35 @@ def test_web_and_worker_log_json_lines_with_log_format_json():
     )
     line = json.loads(web.stderr.strip().splitlines()[-1])
     assert (line["logger"], line["message"], line["tenant"]) == ("tenants.api", "hello", "a")
+
+    # The web role as it runs (Daphne): its access log is in the same format.
+    port = embedded.free_port()
+    log = tmp_path / "web.log"
+    with open(log, "w") as err:
+        daphne = subprocess.Popen(
+            processes.command("web", {**env, "WEB_PORT": str(port), "BIND_HOST": "127.0.0.1"}),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    access = None
+    try:
+        deadline = time.monotonic() + 60
+        while not embedded.port_open(port):
+            assert daphne.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10).read()
+        while access is None and time.monotonic() < deadline:
+            for text in log.read_text().splitlines():
+                if text.startswith("{") and json.loads(text)["logger"] == "control_plane.access":
+                    access = json.loads(text)
+            time.sleep(0.2)
+    finally:
+        daphne.terminate()
+        daphne.wait(timeout=30)
+    assert access is not None
+    assert (access["method"], access["path"], access["status"]) == ("GET", "/login/", 200)
 
     node = f"logs-test-{uuid.uuid4().hex[:8]}@localhost"
     worker = subprocess.Popen(
