@@ -11,8 +11,11 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 
 .PHONY: run test lint bench system-deps install
 
+# Ports and settings come from the environment, or `make run VAR=value` (docs/reference.md):
+# WEB_PORT, MQTT_PORT, MQTT_WS_PORT, MQTT_TLS_PORT, MQTT_WSS_PORT, METRICS_PORT,
+# RULES_METRICS_PORT, BIND_HOST, LOG_LEVEL, LOG_FORMAT.
 run: install
-	$(PY) manage.py runplatform
+	@$(PY) manage.py runplatform
 
 test: install
 	$(PY) -m ruff check .
@@ -24,17 +27,16 @@ install: system-deps $(STAMP) $(SCAN_STAMP)
 system-deps:
 	@./scripts/install-system-deps.sh
 
+# Progress is shown; pip's full output goes to $(VENV)/pip-install.log.
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
-	$(PY) -m pip install -q -e '.[test]' 2>&1 | { grep -v "is ignored" || true; }
-	touch $(STAMP)
+	@PYTHON=$(PYTHON) ./scripts/install-python-deps.sh $(VENV) -e '.[test]'
+	@touch $(STAMP)
 
 $(SCAN_STAMP): pyproject.toml
-	test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
-	$(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["scan"]))' > $(SCAN_VENV)/requirements.txt
-	$(SCAN_VENV)/bin/python -m pip install -q -r $(SCAN_VENV)/requirements.txt 2>&1 | { grep -v "is ignored" || true; }
-	touch $(SCAN_STAMP)
+	@test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
+	@$(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["scan"]))' > $(SCAN_VENV)/requirements.txt
+	@PYTHON=$(PYTHON) ./scripts/install-python-deps.sh $(SCAN_VENV) -r $(SCAN_VENV)/requirements.txt
+	@touch $(SCAN_STAMP)
 
 lint: install
 	$(PY) -m ruff check .

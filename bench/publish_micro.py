@@ -32,6 +32,7 @@ from common.mqtt.packets import MQTT_3_1_1, Connect, Publish, Subscribe, Subscri
 from common.object_store import LocalObjectStore
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.policy import authorize_session
 from data_plane.config import BrokerConfig
 from data_plane.storage.archive_hook import ArchiveTap
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
@@ -112,8 +113,7 @@ async def main():
         assert conn.session is not None
         if USE_ACL:
             conn.auth.acl = AclPolicy(entries, tenant="t", device="d0", default_allow=True)
-            if hasattr(conn, "_authorize_session"):
-                conn._authorize_session(conn.session)
+            authorize_session(conn.session, conn.auth)
     for i, conn in enumerate(subs):
         conn.data_received(encode(Subscribe(1, [Subscription(f"t/{i}", QOS)]), MQTT_3_1_1))
     await asyncio.sleep(0.01)

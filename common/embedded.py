@@ -30,6 +30,11 @@ class EmbeddedServiceError(RuntimeError):
     pass
 
 
+# The embedded services this process started (not found running): `make run` stops exactly
+# these when it ends, and leaves the others as it found them.
+STARTED: set[str] = set()
+
+
 def postgres_dir() -> Path:
     return Path(os.environ.get("EMBEDDED_PG_DIR", DATA_DIR / "postgres"))
 
@@ -118,6 +123,7 @@ def postgres_url() -> str:
             _init_cluster(cluster)
         if not port_open(port):
             _start_cluster(cluster, folder / "postgres.log", port)
+            STARTED.add("postgres")
             _wait_for_port(port, "Postgres")
             _create_database(port)
     return f"postgres://{DB_USER}@127.0.0.1:{port}/{DB_NAME}"
@@ -221,6 +227,7 @@ def redis_url() -> str:
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
+            STARTED.add("redis")
             _wait_for_port(port, "Redis")
     return f"redis://127.0.0.1:{port}/0"
 
@@ -229,6 +236,10 @@ def stop_redis() -> None:
     pid_file = redis_dir() / "redis.pid"
     if pid_file.exists():
         try:
-            os.kill(int(pid_file.read_text()), 15)
+            pid = int(pid_file.read_text())
+            os.kill(pid, 15)
         except (ProcessLookupError, ValueError):
-            pass
+            return
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # gone when this returns: the caller may report it stopped

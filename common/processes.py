@@ -11,9 +11,9 @@ A command line is a function of the environment, so one table serves a laptop an
 | `BIND_HOST` | web, broker | `127.0.0.1` (a container sets `0.0.0.0`) |
 | `WEB_PORT` | web | `8000` |
 | `MQTT_PORT`, `MQTT_WS_PORT` | broker | `1883`, `8083` |
-| `MQTT_TLS_PORT`, `MQTT_WSS_PORT`, `METRICS_PORT` | broker | off |
+| `MQTT_TLS_PORT`, `MQTT_WSS_PORT`, `METRICS_PORT` | broker | off (`make run`: `METRICS_PORT` 9100) |
 | `RULES_METRICS_PORT`, `RULES_CHECKPOINT` | rules (`/metrics`, streaming checkpoint) | `9101`, the job's default |
-| `LOG_LEVEL` | web, broker, worker, beat | `INFO` |
+| `LOG_LEVEL`, `LOG_FORMAT` | every role (`common/logs.py`) | `INFO`, `text` (or `json`) |
 | `WORKER_CONCURRENCY` | worker | `2` |
 | `PLATFORM_STATE_DIR` | beat (schedule, pid file) | `.data` of the checkout |
 | `BILLING_PERIOD` | billing | the previous calendar month (UTC) |
@@ -79,9 +79,8 @@ def _web(env: Env, python: str) -> list[str]:
         "-p",
         _get(env, "WEB_PORT", "8000"),
         # The load balancer in front sets X-Forwarded-For; Daphne trusts it for client addresses.
+        # The access log is Django's (control_plane/access_log.py), in the platform's format.
         "--proxy-headers",
-        "--access-log",
-        "-",
         "control_plane.asgi:application",
     ]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import dj_database_url
 from celery.schedules import crontab
 
-from common import embedded, notifications
+from common import embedded, logs, notifications
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -42,6 +42,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "control_plane.access_log.access_log",  # outermost: every request, in the one log format
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -220,9 +221,7 @@ CELERY_BEAT_SCHEDULE = {
 # The single Postgres channel every broker-relevant change is announced on (common/notifications.py).
 CONFIG_NOTIFY_CHANNEL = notifications.CHANNEL
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-}
+# One format for every process (web, broker, workers): text, or JSON lines with LOG_FORMAT=json.
+LOGGING = logs.dict_config()
+# Celery keeps the format above instead of installing its own on the root logger.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False

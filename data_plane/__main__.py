@@ -10,8 +10,8 @@ import logging
 import os
 import resource
 import signal
-import sys
 
+from common import logs
 from data_plane.broker.broker import Redirect
 from data_plane.config import BrokerConfig
 
@@ -223,11 +223,7 @@ def _dump_memory() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(args.log_level)  # the platform's one format (LOG_FORMAT=json for JSON)
     raise_open_file_limit()
     try:
         import uvloop

@@ -1,4 +1,11 @@
-"""Prometheus metrics of the broker, per tenant, read from the broker's counters on scrape."""
+"""Prometheus metrics of the broker, per tenant, read from the broker's counters on scrape.
+
+Messages are application messages: PUBLISH packets received from the tenant's clients and
+deliveries (PUBLISH packets) sent to them; the platform's own traffic — `$SYS`, `$events`, the
+portal's live views and the rules' republish identity — is left out, as usage metering does.
+Refusals (failed authentication, ACL denials, quota refusals, malformed packets, forced
+disconnects) come from `data_plane.observability.refusals`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from data_plane.broker.broker import Broker
+from data_plane.observability import refusals
 
 
 class BrokerCollector:
@@ -14,27 +22,56 @@ class BrokerCollector:
 
     def collect(self):
         connected = GaugeMetricFamily(
-            "mqtt_clients_connected", "Connected clients", labels=["tenant"]
+            "mqtt_clients_connected",
+            "Clients connected (devices; the platform's service identities are not counted)",
+            labels=["tenant"],
         )
         received = CounterMetricFamily(
-            "mqtt_messages_received", "Messages published", labels=["tenant"]
+            "mqtt_messages_received",
+            "PUBLISH packets received from the tenant's clients",
+            labels=["tenant"],
         )
-        sent = CounterMetricFamily("mqtt_messages_sent", "Messages delivered", labels=["tenant"])
-        bytes_in = CounterMetricFamily("mqtt_bytes_received", "Payload bytes in", labels=["tenant"])
-        bytes_out = CounterMetricFamily("mqtt_bytes_sent", "Payload bytes out", labels=["tenant"])
+        sent = CounterMetricFamily(
+            "mqtt_messages_sent",
+            "PUBLISH packets delivered to the tenant's clients",
+            labels=["tenant"],
+        )
+        bytes_in = CounterMetricFamily(
+            "mqtt_bytes_received",
+            "Payload bytes of the PUBLISH packets received from the tenant's clients",
+            labels=["tenant"],
+        )
+        bytes_out = CounterMetricFamily(
+            "mqtt_bytes_sent",
+            "Payload bytes of the PUBLISH packets delivered to the tenant's clients",
+            labels=["tenant"],
+        )
         dropped = CounterMetricFamily(
-            "mqtt_messages_dropped", "Messages dropped", labels=["tenant"]
+            "mqtt_messages_dropped",
+            "Messages not delivered: PUBLISHes refused, and deliveries dropped (queue full, "
+            "expired, QoS 0 while offline)",
+            labels=["tenant"],
+        )
+        exceeded = CounterMetricFamily(
+            "mqtt_quota_exceeded",
+            "Quota refusals and pauses by quota key",
+            labels=["tenant", "quota"],
         )
         for tenant, stats in list(self.broker.stats.items()):
             connected.add_metric([tenant], stats.connected)
-            received.add_metric([tenant], stats.messages_received)
-            sent.add_metric([tenant], stats.messages_sent)
-            bytes_in.add_metric([tenant], stats.bytes_received)
-            bytes_out.add_metric([tenant], stats.bytes_sent)
+            received.add_metric([tenant], stats.messages_received - stats.system_received)
+            sent.add_metric([tenant], stats.messages_sent - stats.system_sent)
+            bytes_in.add_metric([tenant], stats.bytes_received - stats.system_bytes_received)
+            bytes_out.add_metric([tenant], stats.bytes_sent - stats.system_bytes_sent)
             dropped.add_metric([tenant], stats.dropped)
-        sessions = GaugeMetricFamily("mqtt_sessions", "Sessions in memory")
+            for key, count in list(stats.exceeded.items()):
+                exceeded.add_metric([tenant, key], count)
+        sessions = GaugeMetricFamily(
+            "mqtt_sessions", "Sessions held by this broker process, connected or not"
+        )
         sessions.add_metric([], len(self.broker.sessions))
-        yield from (connected, received, sent, bytes_in, bytes_out, dropped, sessions)
+        yield from (connected, received, sent, bytes_in, bytes_out, dropped, exceeded, sessions)
+        yield from refusals.log_for(self.broker).metrics()
         for source in list(self.broker.metric_sources):
             yield from source()
 

@@ -13,6 +13,7 @@ from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.websocket import WebSocketProtocol
 from data_plane.config import BrokerConfig
+from data_plane.observability import refusals
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ async def serve(config: BrokerConfig, authenticator: Authenticator, prepare: Any
     """Start the listeners; `prepare(broker)` (async) runs first, e.g. to restore sessions."""
     loop = asyncio.get_running_loop()
     broker = Broker(config, authenticator)
+    refusals.listen(broker)  # log lines and counters of what connections refuse
     if prepare is not None:
         await prepare(broker)
     server = Server(broker)

@@ -248,7 +248,8 @@ class Broker:
         stats = self.stats[session.tenant]
         stats.messages_sent += 1
         stats.bytes_sent += size
-        if delivery.message.publisher[:1] == "$":
+        # Service identities' client ids start with `$` (devices may not): not the tenant's traffic.
+        if delivery.message.publisher[:1] == "$" or session.client_id[:1] == "$":
             stats.system_sent += 1
             stats.system_bytes_sent += size
         else:

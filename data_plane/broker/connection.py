@@ -53,6 +53,7 @@ from common.mqtt.codec import Reader, encode
 from common.mqtt.errors import MQTTError, UnsupportedProtocolVersion
 from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Connack, Connect, Disconnect, PacketType
 from common.mqtt.reason_codes import ReasonCode as RC
+from data_plane.broker import refused
 from data_plane.broker.acks import Acks, with_reason
 from data_plane.broker.admission import PublishAdmission
 from data_plane.broker.aliases import OutboundAliases
@@ -62,7 +63,7 @@ from data_plane.broker.flow import OutboundPacer, ReadGate
 from data_plane.broker.handshake import Handshake, Refusal
 from data_plane.broker.inbound import Inbound
 from data_plane.broker.message import Message
-from data_plane.broker.policy import authorize_session, reapply, tenant_rates
+from data_plane.broker.policy import apply_policy, authorize_session, tenant_rates
 from data_plane.broker.session import Session
 from data_plane.broker.stats import DISCONNECT_REASONS
 from data_plane.broker.writer import Writer
@@ -164,6 +165,7 @@ class MQTTConnection(asyncio.Protocol):
             packets = self.reader.feed(data)
         except UnsupportedProtocolVersion:
             # Answer in the form the client can read: 3.1.1 CONNACK "unacceptable version".
+            refused.malformed(self, RC.UNSUPPORTED_PROTOCOL_VERSION, "unsupported protocol")
             self.write_now(b"\x20\x02\x00\x01")
             self.close()
             return
@@ -245,11 +247,15 @@ class MQTTConnection(asyncio.Protocol):
         self.writer.flush()
         self.transport.close()
 
-    def disconnect(self, reason_code: int, reason: str = "", *, reference: str = "") -> None:
+    def disconnect(
+        self, reason_code: int, reason: str = "", *, reference: str = "", refusal: bool = True
+    ) -> None:
         """Server-initiated close: DISCONNECT with a reason on 5.0 after CONNACK (and where to
-        go instead, for 0x9C/0x9D)."""
+        go instead, for 0x9C/0x9D); told as a forced disconnect unless already told otherwise."""
         if self.closing:
             return
+        if refusal:
+            refused.disconnected(self, reason_code, reason)
         if not self.disconnect_reason:
             self.disconnect_reason = DISCONNECT_REASONS.get(reason_code, f"0x{reason_code:02x}")
         if self.session is not None and self.protocol_version == MQTT_5_0:
@@ -306,12 +312,13 @@ class MQTTConnection(asyncio.Protocol):
 
     def _protocol_failure(self, reason_code: int, reason: str) -> None:
         log.info("closing %s: %s (%#x)", self.peer, reason, reason_code)
+        refused.malformed(self, reason_code, reason)
         if self.session is None:
             if self.reader.protocol_version == MQTT_5_0 and not self._judging:
                 self.write_now(encode(Connack(False, reason_code), MQTT_5_0))
             self.close()
             return
-        self.disconnect(reason_code, reason)
+        self.disconnect(reason_code, reason, refusal=False)
 
     # -- timers -------------------------------------------------------------------------
 
@@ -340,7 +347,7 @@ class MQTTConnection(asyncio.Protocol):
         except Exception:
             log.exception("CONNECT from %s failed", self.peer)
             if not self.closing:
-                self._refuse_connect(Refusal(RC.UNSPECIFIED_ERROR))
+                self._refuse_connect(Refusal(RC.UNSPECIFIED_ERROR), connect)
             return
         finally:
             self._judging = False
@@ -355,8 +362,9 @@ class MQTTConnection(asyncio.Protocol):
         except MQTTError as exc:
             self._protocol_failure(exc.reason_code, str(exc))
 
-    def _refuse_connect(self, refusal: Refusal) -> None:
+    def _refuse_connect(self, refusal: Refusal, connect: Connect) -> None:
         """CONNACK with the refusal's reason code (and Server Reference), then close."""
+        refused.connect(self, refusal, connect)
         if refusal.tenant:
             self.inbound.count(refusal.tenant, refusal.quota, refusal.counts)
         self.write_now(self.handshake.refusal_connack(refusal, self.protocol_version))
@@ -371,7 +379,7 @@ class MQTTConnection(asyncio.Protocol):
             self._aliases.maximum = props.get("topic_alias_maximum", 0)
         result = await self.handshake.authenticate(connect)
         if isinstance(result, Refusal):
-            self._refuse_connect(result)
+            self._refuse_connect(result, connect)
         if not isinstance(result, AuthResult):
             return
         self.auth = result
@@ -382,7 +390,7 @@ class MQTTConnection(asyncio.Protocol):
             self.client_id = client_id = self.broker.assign_client_id()
         welcome = self.handshake.welcome(connect, result, client_id)
         if isinstance(welcome, Refusal):
-            self._refuse_connect(welcome)
+            self._refuse_connect(welcome, connect)
             return
         self._will, self._will_delay = welcome.will, welcome.will_delay
         quota = result.quota
@@ -401,7 +409,7 @@ class MQTTConnection(asyncio.Protocol):
         )
         self.session = session  # from here on, any exit path detaches it (connection_lost)
         session.will, session.will_delay = self._will, self._will_delay
-        self._authorize_session(session)
+        authorize_session(session, self.auth)
         session.queue_qos0_offline = result.queue_qos0_offline
         if session.persist is not None:
             try:
@@ -423,28 +431,18 @@ class MQTTConnection(asyncio.Protocol):
         self._acked = True
         if self._timer:
             self._timer.cancel()
-            self._timer = None
-        if self.keep_alive:
-            self._timer = self.loop.call_later(self.keep_alive * 1.5, self._check_keep_alive)
+        keep_alive = self.keep_alive * 1.5
+        self._timer = (
+            self.loop.call_later(keep_alive, self._check_keep_alive) if keep_alive else None
+        )
         if present:
             session.resend_inflight()
         session.pump()  # what it had queued, and what arrived while CONNECT was handled
         self._announce(True)
 
-    # -- packets after CONNECT ----------------------------------------------------------
-
     # -- control plane ------------------------------------------------------------------
 
     def apply_policy(self, policy: Any) -> None:
         """The tenant's policy changed (`data_plane.tenancy`): re-read its quota and ACL."""
-        if self.auth is None or self.auth.service:
-            return
-        reapply(self.auth, policy, self.tenant, self.device)
-        if self.session is not None:
-            self.session.queue_qos0_offline = policy.queue_qos0_offline
-        self._set_rates()
-        if self.session is not None and self.session.connection is self:
-            self._authorize_session(self.session)
-
-    def _authorize_session(self, session: Session) -> None:
-        authorize_session(session, self.auth)
+        if apply_policy(self, policy):
+            self._set_rates()

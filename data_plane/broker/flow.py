@@ -21,6 +21,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from data_plane.broker import refused
+
 
 class ReadGate:
     BURST = 64  # packets from one read after which the connection yields a loop turn
@@ -122,6 +124,7 @@ class OutboundPacer:
     def pace(self, wait: float) -> None:
         if self._timer is None:
             self.owner.broker.quota_exceeded(self.owner.tenant, "outbound_rate")
+            refused.paced(self.owner)
             self._timer = self.loop.call_later(wait, self._end)
 
     def cancel(self) -> None:

@@ -21,6 +21,7 @@ HOOK_NAMES = (
     "message.acked",
     "message.dropped",
     "quota.exceeded",
+    "client.refused",  # data_plane.broker.refused: what a connection refused, and why
 )
 
 

@@ -19,7 +19,7 @@ from common.mqtt.packets import (
     Unsubscribe,
 )
 from common.mqtt.reason_codes import ReasonCode as RC
-from data_plane.broker import admission
+from data_plane.broker import admission, refused
 from data_plane.broker.acks import Acks
 from data_plane.broker.admission import Accept, Duplicate, PublishAdmission, Refuse
 
@@ -40,7 +40,9 @@ class InboundOutlet(Protocol):
 
     def close(self) -> None: ...
 
-    def disconnect(self, reason_code: int, reason: str = "", *, reference: str = "") -> None: ...
+    def disconnect(
+        self, reason_code: int, reason: str = "", *, reference: str = "", refusal: bool = True
+    ) -> None: ...
 
     def will_on_close(self, send: bool) -> None: ...
 
@@ -88,10 +90,11 @@ class Inbound:
             conn.acks.duplicate(packet)
             return
         self.count(conn.tenant, decision.quota, decision.counts)
+        refused.publish(conn, decision, packet.topic)
         if type(decision) is Refuse:
             conn.acks.refuse(packet, decision.reason_code, decision.reason)
         elif type(decision) is admission.Disconnect:
-            conn.disconnect(decision.reason_code, decision.reason)
+            conn.disconnect(decision.reason_code, decision.reason, refusal=False)
         else:  # Pause: 3.1.1 over its rate; this packet is tried again when the gate reopens
             conn.gate.pause_for_rate(decision.wait, packet)
 
@@ -103,6 +106,9 @@ class Inbound:
             broker.stats[tenant].denied += decision.denied
         for _ in range(decision.quota_hits):
             broker.quota_exceeded(tenant, "subscriptions")
+        if decision.denied or decision.quota_hits:
+            filters = [sub.topic_filter for sub in packet.subscriptions]
+            refused.subscribe(conn, filters, decision.codes)
         conn.send(encode(SubAck(packet.packet_id, decision.codes), conn.protocol_version))
         if not conn.auth.service:  # a SUBSCRIBE is billed per 5 KiB of its filters
             size = sum(len(sub.topic_filter) for sub in packet.subscriptions)

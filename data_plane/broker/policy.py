@@ -33,3 +33,17 @@ def authorize_session(session: Any, auth: Any) -> None:
     session.read_filter = acl.can_receive if getattr(acl, "filters_reads", False) else None
     if session.read_filter is not None:
         session.withhold(session.read_filter)
+
+
+def apply_policy(conn: Any, policy: Any) -> bool:
+    """A live connection's rights (and its session's) under the tenant's changed policy; False
+    for the platform's own identities, which keep the rights they were issued."""
+    auth, session = conn.auth, conn.session
+    if auth is None or auth.service:
+        return False
+    reapply(auth, policy, conn.tenant, conn.device)
+    if session is not None:
+        session.queue_qos0_offline = policy.queue_qos0_offline
+        if session.connection is conn:
+            authorize_session(session, auth)
+    return True

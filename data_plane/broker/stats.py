@@ -31,8 +31,9 @@ class TenantStats:
     dropped: int = 0
     rate_limited: int = 0
     denied: int = 0
-    # Of the above, the broker's own traffic ($events, $SYS: publisher ids starting with `$`),
-    # which usage metering leaves out.
+    # Of the above, the platform's own traffic, which usage metering and the tenant's figures
+    # leave out: what the broker or a service identity published ($events, $SYS, `$rules-…`
+    # client ids) and what was delivered to a service identity (the portal's `$portal-…`).
     system_received: int = 0
     system_bytes_received: int = 0
     system_sent: int = 0

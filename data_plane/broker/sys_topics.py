@@ -29,10 +29,11 @@ def publish_sys(broker: Any) -> None:
         router = broker.router.tenants.get(tenant)
         figures = {
             "clients/connected": stats.connected,
-            "messages/received": stats.messages_received,
-            "messages/sent": stats.messages_sent,
-            "bytes/received": stats.bytes_received,
-            "bytes/sent": stats.bytes_sent,
+            # Application messages only (PUBLISH in, deliveries out), as usage meters them.
+            "messages/received": stats.messages_received - stats.system_received,
+            "messages/sent": stats.messages_sent - stats.system_sent,
+            "bytes/received": stats.bytes_received - stats.system_bytes_received,
+            "bytes/sent": stats.bytes_sent - stats.system_bytes_sent,
             "messages/dropped": stats.dropped,
             "quota/rate_limited": stats.rate_limited,
             "acl/denied": stats.denied,

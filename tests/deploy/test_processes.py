@@ -89,6 +89,7 @@ def env(tmp_path) -> dict[str, str]:
         WORKER_NODE_HOST=f"deploy-test-{uuid.uuid4().hex[:8]}",
         WORKER_CONCURRENCY="1",
         RULES_METRICS_PORT=str(embedded.free_port()),
+        METRICS_PORT=str(embedded.free_port()),
         RULES_CHECKPOINT=str(tmp_path / "rules-checkpoint"),
         MQTT_SERVICE_KEY="deploy-test-service-key",
         LOG_LEVEL="INFO",

@@ -1,28 +1,58 @@
 """`make run`: the whole platform in the foreground on its embedded defaults.
 
-Migrates, seeds the demo tenant and device, then supervises the web server (Daphne, ASGI), the
-MQTT broker, a Celery worker with beat and the live rules job (`run_rules --live`, Spark). Ctrl-C
-(or SIGTERM) stops everything it started; if one part dies, the others are stopped too and the
-command exits non-zero.
+Checks every port first (a port taken is named, with who holds it and the variable that moves
+it, and nothing is left running), migrates, seeds the demo tenant and device, then supervises
+the web server (Daphne, ASGI), the MQTT broker (with `/metrics`), a Celery worker, beat and the
+live rules job (`run_rules --live`, Spark). The "is up" banner comes once every listener
+answers. Ctrl-C (or SIGTERM) stops everything it started — the embedded Postgres and Redis too,
+when it was the one that started them — and exits 0; if one part dies, the others are stopped
+and the command exits 1.
+
+Ports: `WEB_PORT` (8000), `MQTT_PORT` (1883), `MQTT_WS_PORT` (8083), `MQTT_TLS_PORT`,
+`MQTT_WSS_PORT` (off; need `MQTT_TLS_CERT`/`MQTT_TLS_KEY`), `METRICS_PORT` (9100),
+`RULES_METRICS_PORT` (9101); the options below override them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import connections
 
 from common import embedded, secrets
+from common import ports as port_check
 from common import processes as process_table
 from tenants import services
+
+# variable, command-line option, default ("" = off unless set), what listens there
+PORTS = (
+    ("WEB_PORT", "http_port", "8000", "portal + REST API"),
+    ("MQTT_PORT", "mqtt_port", "1883", "MQTT"),
+    ("MQTT_WS_PORT", "ws_port", "8083", "MQTT over WebSocket"),
+    ("MQTT_TLS_PORT", "tls_port", "", "MQTT over TLS"),
+    ("MQTT_WSS_PORT", "wss_port", "", "MQTT over secure WebSocket"),
+    ("METRICS_PORT", "metrics_port", "9100", "broker metrics"),
+    ("RULES_METRICS_PORT", "rules_metrics_port", "9101", "rules job metrics"),
+)
+# Which role binds which port: the banner waits for each to answer.
+LISTENERS = {
+    "web": ("WEB_PORT",),
+    "broker": ("MQTT_PORT", "MQTT_WS_PORT", "MQTT_TLS_PORT", "MQTT_WSS_PORT", "METRICS_PORT"),
+    "rules": ("RULES_METRICS_PORT",),
+}
+STOP_GRACE = 20.0  # seconds each part gets to stop after SIGTERM before SIGKILL
 
 
 def _demo_password() -> str:
@@ -53,6 +83,10 @@ def _demo_login(tenant) -> tuple[str, str]:
     return saved["email"], saved["password"]
 
 
+class Stop(Exception):
+    """Ctrl-C or SIGTERM arrived: stop what was started and exit 0."""
+
+
 class Command(BaseCommand):
     help = "Run the portal/API, the MQTT broker and Celery together (the embedded default)."
 
@@ -60,92 +94,295 @@ class Command(BaseCommand):
     roles = ("web", "broker", "worker", "beat", "rules")
 
     def add_arguments(self, parser):
-        parser.add_argument("--http-port", type=int, default=8000)
-        parser.add_argument("--mqtt-port", type=int, default=1883)
-        parser.add_argument("--ws-port", type=int, default=8083)
-        parser.add_argument("--host", default="127.0.0.1")
+        for variable, option, default, what in PORTS:
+            parser.add_argument(
+                "--" + option.replace("_", "-"),
+                type=int,
+                help=f"{what} (default: ${variable}, else {default or 'off'})",
+            )
+        parser.add_argument("--host", help="address to bind (default: $BIND_HOST, else 127.0.0.1)")
+        parser.add_argument(
+            "--startup-timeout",
+            type=float,
+            default=float(os.environ.get("STARTUP_TIMEOUT") or 600),
+            help="seconds to wait for every listener before giving up (default 600)",
+        )
 
-    def handle(self, *args, http_port, mqtt_port, ws_port, host, **options):
+    # -- the run ------------------------------------------------------------------------
+
+    def handle(self, *args, **options):
+        self._stopping = False
+        self._processes: dict[str, subprocess.Popen] = {}
+        host = options["host"] or os.environ.get("BIND_HOST") or "127.0.0.1"
+        ports, problems = self._ports(options)
+        problems += [c.message() for c in port_check.check(host, ports)]
+        problems += self._tls_problems(ports)
+        if problems:
+            for problem in problems:
+                self.stderr.write(f"make run: {problem}")
+            self.stderr.write("make run: nothing started.")
+            self._stop_embedded()
+            sys.exit(2)
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        exit_code = 0
+        with self._own_terminal():
+            try:
+                exit_code = self._run(host, ports, options["startup_timeout"])
+            except Stop:
+                exit_code = 0
+            finally:
+                self._stop_processes()
+                connections.close_all()
+                self._stop_embedded()
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
+        if exit_code:
+            sys.exit(exit_code)
+
+    def _run(self, host: str, ports: dict[str, int], startup_timeout: float) -> int:
+        self._say("preparing the database (migrations, demo tenant)…")
         call_command("migrate", interactive=False, verbosity=0)
         password = _demo_password()
         tenant, device = services.demo_seed(password=password)
-        demo_email, demo_login = _demo_login(tenant)  # first-hour: a portal login for the demo
+        self._portal_login = _demo_login(tenant)  # a portal login for the demo tenant
+        self._check_stop()
 
         env = dict(os.environ)
         env["DATABASE_URL"] = settings.DATABASE_URL
         env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
-        env.setdefault("MQTT_INTERNAL_HOST", host)  # the portal's live views use this broker
-        env.setdefault("MQTT_INTERNAL_PORT", str(mqtt_port))
-        env.setdefault("MQTT_PUBLIC_PORT", str(mqtt_port))  # first-hour: snippets, browser client
-        env.setdefault("MQTT_PUBLIC_WS_URL", f"ws://{host}:{ws_port}/mqtt")
+        # The portal's live views use this broker; it tells devices where it is.
+        env.setdefault("MQTT_INTERNAL_HOST", _connect_host(host))
+        env.setdefault("MQTT_INTERNAL_PORT", str(ports["MQTT_PORT"]))
+        env.setdefault("MQTT_PUBLIC_HOST", _connect_host(host))
+        env.setdefault("MQTT_PUBLIC_PORT", str(ports["MQTT_PORT"]))
+        env.setdefault(
+            "MQTT_PUBLIC_WS_URL", f"ws://{_connect_host(host)}:{ports['MQTT_WS_PORT']}/mqtt"
+        )
         # The command lines come from the table of processes (common/processes.py), the same
         # one the container entrypoint, compose and Terraform use; only the ports are ours.
+        for variable, _option, _default, _what in PORTS:
+            env.pop(variable, None)
+        env.update({variable: str(port) for variable, port in ports.items()})
         env.update(
             BIND_HOST=host,
-            WEB_PORT=str(http_port),
-            MQTT_PORT=str(mqtt_port),
-            MQTT_WS_PORT=str(ws_port),
             LOG_LEVEL=os.environ.get("LOG_LEVEL", "WARNING"),
             WORKER_CONCURRENCY=os.environ.get("WORKER_CONCURRENCY", "1"),
             PLATFORM_STATE_DIR=os.environ.get("PLATFORM_STATE_DIR") or str(embedded.DATA_DIR),
         )
-        parts = {role: process_table.command(role, env) for role in self.roles}
+        self._check_stop()
+        self._say(f"starting {', '.join(self.roles)}; waiting for their listeners…")
         for role in self.roles:
             process_table.prepare(role, env)
-        processes = {
-            name: subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env)
-            for name, cmd in parts.items()
-        }
-        self._print_banner(
-            host, http_port, mqtt_port, ws_port, tenant.slug, device.username, password
-        )
-        self.stdout.write(f"  demo portal login   {demo_email} / {demo_login}\n")  # first-hour
-        stopping = False
-
-        def stop(*_):
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGTERM, stop)
-        exit_code = 0
-        try:
-            while not stopping:
-                for name, process in processes.items():
-                    if process.poll() is not None:
-                        self.stderr.write(f"{name} exited with {process.returncode}; stopping.")
-                        exit_code = 1
-                        stopping = True
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            for process in processes.values():
-                if process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-            for process in processes.values():
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-        if exit_code:
-            sys.exit(exit_code)
-
-    def _print_banner(self, host, http_port, mqtt_port, ws_port, tenant, username, password):
-        self.stdout.write(
-            "\n".join(
-                [
-                    "",
-                    "MQTT platform is up (Ctrl-C stops everything):",
-                    f"  portal + REST API   http://{host}:{http_port}/   (docs: /api/docs/)",
-                    f"  MQTT                mqtt://{host}:{mqtt_port}",
-                    f"  MQTT over WebSocket ws://{host}:{ws_port}/mqtt",
-                    f"  demo tenant         {tenant}",
-                    f"  demo device         username {username}",
-                    f"                      password {password}",
-                    f"  try: mosquitto_sub -h {host} -p {mqtt_port} -u '{username}' -P '{password}'"
-                    " -t 'demo/#' -v",
-                    "",
-                ]
+            # Each part in its own process group: Ctrl-C reaches this supervisor alone, which
+            # stops every part (and whatever the part started: Spark's JVM) in order.
+            self._processes[role] = subprocess.Popen(
+                process_table.command(role, env),
+                cwd=settings.BASE_DIR,
+                env=env,
+                start_new_session=True,
             )
-        )
+        failed = self._wait_for_listeners(host, ports, startup_timeout)
+        if failed:
+            return 1
+        self._print_banner(host, ports, tenant.slug, device.username, password)
+        while True:
+            self._check_stop()
+            for name, process in self._processes.items():
+                if process.poll() is not None:
+                    self.stderr.write(
+                        f"make run: {name} exited with {process.returncode}; stopping everything."
+                    )
+                    return 1
+            time.sleep(0.5)
+
+    # -- ports --------------------------------------------------------------------------
+
+    def _ports(self, options) -> tuple[dict[str, int], list[str]]:
+        """The ports chosen (variable → port), and what is wrong with the values given."""
+        chosen, problems = {}, []
+        for variable, option, default, _what in PORTS:
+            value = options.get(option)
+            if value is None:
+                raw = os.environ.get(variable, "").strip() or default
+                if not raw:
+                    continue
+                try:
+                    value = int(raw)
+                except ValueError:
+                    problems.append(f"{variable}={raw!r} is not a port number.")
+                    continue
+            if not 0 < value < 65536:
+                problems.append(f"{variable}={value} is not a port (1-65535).")
+                continue
+            chosen[variable] = value
+        return chosen, problems
+
+    def _tls_problems(self, ports: dict[str, int]) -> list[str]:
+        wanted = [v for v in ("MQTT_TLS_PORT", "MQTT_WSS_PORT") if v in ports]
+        if wanted and not (os.environ.get("MQTT_TLS_CERT") and os.environ.get("MQTT_TLS_KEY")):
+            return [f"{' and '.join(wanted)} need MQTT_TLS_CERT and MQTT_TLS_KEY (PEM files)."]
+        return []
+
+    def _wait_for_listeners(self, host: str, ports: dict[str, int], timeout: float) -> bool:
+        """Wait until every listener answers; True (after saying why) when it never will."""
+        connect = _connect_host(host)
+        waiting = {
+            (role, variable): ports[variable]
+            for role, variables in LISTENERS.items()
+            for variable in variables
+            if variable in ports
+        }
+        started = time.monotonic()
+        next_note = started + 15
+        while waiting:
+            self._check_stop()
+            for role, process in self._processes.items():
+                if process.poll() is not None:
+                    self.stderr.write(
+                        f"make run: {role} exited with {process.returncode} while starting; "
+                        "stopping everything."
+                    )
+                    return True
+            for key, port in list(waiting.items()):
+                if _answers(connect, port):
+                    del waiting[key]
+            now = time.monotonic()
+            if waiting and now > started + timeout:
+                missing = ", ".join(f"{r} ({v}={p})" for (r, v), p in waiting.items())
+                self.stderr.write(f"make run: not listening after {timeout:.0f} s: {missing}.")
+                return True
+            if waiting and now > next_note:
+                next_note = now + 15
+                missing = ", ".join(sorted({role for role, _ in waiting}))
+                self._say(f"still starting: {missing} ({now - started:.0f} s)…")
+            time.sleep(0.2)
+        return False
+
+    # -- stopping -----------------------------------------------------------------------
+
+    def _on_signal(self, signum, frame) -> None:
+        if not self._stopping:
+            self._stopping = True
+            self._say("stopping…")
+
+    def _check_stop(self) -> None:
+        if self._stopping:
+            raise Stop
+
+    def _stop_processes(self) -> None:
+        running = {n: p for n, p in self._processes.items() if p.poll() is None}
+        for process in running.values():
+            # The part alone, as a container runtime does: it stops its own children in order
+            # (the rules job its Spark JVM); what is left of its group is killed after.
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for name, process in running.items():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stderr.write(
+                    f"make run: {name} did not stop within {STOP_GRACE:.0f} s: killed"
+                )
+        for process in self._processes.values():
+            _signal_group(process, signal.SIGKILL)  # stragglers of a group (a JVM, a pool)
+            process.wait()
+
+    def _stop_embedded(self) -> None:
+        """Stop the embedded services this process started; say so of those it found running."""
+        for name, env_var, stop in (
+            ("Redis", "REDIS_URL", embedded.stop_redis),
+            ("Postgres", "DATABASE_URL", embedded.stop_postgres),
+        ):
+            if name.lower() in embedded.STARTED:
+                stop()
+                embedded.STARTED.discard(name.lower())
+                self._say(f"stopped the embedded {name} it had started.")
+            elif not os.environ.get(env_var) and self._used_embedded(name):
+                self._say(f"left the embedded {name} running: it was running before make run.")
+
+    def _used_embedded(self, name: str) -> bool:
+        if name == "Postgres":
+            return True  # settings resolved DATABASE_URL from it
+        return bool(self._processes)  # Redis is looked up only once the parts start
+
+    @contextlib.contextmanager
+    def _own_terminal(self) -> Iterator[None]:
+        """Under `make run` in a terminal, take the terminal's foreground: Ctrl-C then reaches
+        this command alone (which stops everything and exits 0), not make, which would
+        otherwise die of the signal and report an error."""
+        fd = sys.stdin.fileno() if sys.stdin and sys.stdin.isatty() else None
+        if fd is None or os.tcgetpgrp(fd) != os.getpgrp() or os.getpgrp() == os.getpid():
+            yield
+            return
+        parent_group = os.getpgrp()
+        ttou = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        try:
+            os.setpgid(0, 0)
+            os.tcsetpgrp(fd, os.getpgrp())
+        except OSError:
+            signal.signal(signal.SIGTTOU, ttou)
+            yield
+            return
+        # Ctrl-Z would stop this supervisor alone (the shell waits on make, not on us): the
+        # terminal would seem to hang. Ctrl-C is the way out.
+        tstp = signal.signal(signal.SIGTSTP, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.tcsetpgrp(fd, parent_group)
+            signal.signal(signal.SIGTTOU, ttou)
+            signal.signal(signal.SIGTSTP, tstp)
+
+    # -- output -------------------------------------------------------------------------
+
+    def _say(self, text: str) -> None:
+        self.stdout.write(f"make run: {text}")
         self.stdout.flush()
+
+    def _print_banner(self, host, ports, tenant, username, password) -> None:
+        at = _connect_host(host)
+        lines = ["", "MQTT platform is up (Ctrl-C stops everything):"]
+        addresses = {
+            "WEB_PORT": f"http://{at}:{ports['WEB_PORT']}/   (API docs: /api/docs/)",
+            "MQTT_PORT": f"mqtt://{at}:{ports['MQTT_PORT']}",
+            "MQTT_WS_PORT": f"ws://{at}:{ports['MQTT_WS_PORT']}/mqtt",
+            "MQTT_TLS_PORT": f"mqtts://{at}:{ports.get('MQTT_TLS_PORT')}",
+            "MQTT_WSS_PORT": f"wss://{at}:{ports.get('MQTT_WSS_PORT')}/mqtt",
+            "METRICS_PORT": f"http://{at}:{ports.get('METRICS_PORT')}/metrics",
+            "RULES_METRICS_PORT": f"http://{at}:{ports.get('RULES_METRICS_PORT')}/metrics",
+        }
+        for variable, _option, _default, what in PORTS:
+            if variable in ports:
+                lines.append(f"  {what:<27} {addresses[variable]}")
+        lines += [
+            f"  demo tenant                 {tenant}",
+            f"  demo device                 username {username}",
+            f"                              password {password}",
+            "  demo portal login           {} / {}".format(*self._portal_login),
+            f"  try: mosquitto_sub -h {at} -p {ports['MQTT_PORT']} -u '{username}' "
+            f"-P '{password}' -t 'demo/#' -v",
+            "  ports: " + " ".join(f"{v}={p}" for v, p in ports.items()),
+            "  (move one with `make run VARIABLE=PORT`; see docs/reference.md)",
+            "",
+        ]
+        self.stdout.write("\n".join(lines))
+        self.stdout.flush()
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)

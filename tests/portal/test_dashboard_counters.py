@@ -1,0 +1,153 @@
+"""Numbers that are true: the dashboard's "Messages in/out" count the tenant's application
+messages (PUBLISH received from its devices, deliveries sent to them) — never the platform's own
+service identities (the portal's live views, the rules' republish identity, `$SYS`, `$events`) —
+and agree with the usage API for the same minutes; the retained count is the tenant's retained
+messages, not its `$SYS` topics. Real broker and portal processes, paho clients, Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from common import processes, service_token
+from common.embedded import free_port, port_open
+from tenants import services
+from tests.broker.clients import Paho
+from tests.tenancy.test_broker_tenancy import start_pg_broker
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+KEY = "dashboard-counters-test-key"
+
+
+@pytest.fixture
+def platform(monkeypatch):
+    monkeypatch.setenv("MQTT_SERVICE_KEY", KEY)
+    broker, mqtt_port = start_pg_broker(
+        "--sys-interval", "0.5", "--usage-flush-interval", "1", "--no-archive"
+    )
+    db = connection.settings_dict
+    http_port = free_port()
+    env = dict(
+        os.environ,
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        MQTT_INTERNAL_HOST="127.0.0.1",
+        MQTT_INTERNAL_PORT=str(mqtt_port),
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        BIND_HOST="127.0.0.1",
+        WEB_PORT=str(http_port),
+    )
+    web = subprocess.Popen(
+        processes.command("web", env),
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not port_open(http_port):
+        assert web.poll() is None, web.stderr.read().decode()
+        assert time.monotonic() < deadline, "portal did not start"
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{http_port}", mqtt_port
+    for process in (web, broker):
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def accounts():
+    acme, _, token = services.signup(tenant="acme", email="ops@acme.io", password="a long pass")
+    _, publisher = services.device_create(tenant=acme, name="sensor-1")
+    _, subscriber = services.device_create(tenant=acme, name="sensor-2")
+    return token, publisher, subscriber
+
+
+def usage_minutes(url: str, token: str, since: datetime) -> list[dict]:
+    request = urllib.request.Request(
+        f"{url}/api/v1/usage?since={since.isoformat().replace('+00:00', 'Z')}&limit=500",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)["results"]
+
+
+def counter(page, name: str) -> str:
+    return page.locator(f'[data-sys="{name}"]').text_content()
+
+
+def test_dashboard_counts_application_messages_and_agrees_with_usage(platform, accounts, page):
+    url, mqtt_port = platform
+    token, publisher_secret, subscriber_secret = accounts
+    started = datetime.now(UTC) - timedelta(minutes=1)
+
+    page.goto(f"{url}/login/")
+    page.fill("input[name=email]", "ops@acme.io")
+    page.fill("input[name=password]", "a long pass")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{url}/")
+    # A second tab watches the same topics in the Live viewer: the portal's own identity
+    # receives every message too, and must not count.
+    live = page.context.new_page()
+    live.goto(f"{url}/live/")
+    live.fill("#watch-filter", "sensors/#")
+    live.click("text=Watch")
+    live.wait_for_selector("#watch-state:has-text('Watching sensors/#')")
+    page.wait_for_selector("#live-status.on")
+
+    subscriber = Paho(mqtt_port, "acme/sensor-2", subscriber_secret, "sensor-2")
+    subscriber.subscribe("sensors/#", 1)
+    device = Paho(mqtt_port, "acme/sensor-1", publisher_secret, "sensor-1")
+    for n in range(10):
+        device.publish("sensors/t", f"reading {n}", 1)
+    device.publish("sensors/state/a", "on", 1, retain=True)
+    device.publish("sensors/state/b", "off", 1, retain=True)
+    # The rules' republish identity publishes too: the platform's traffic, not the tenant's.
+    rules_id = service_token.new_client_id(service_token.RULES_DEVICE)
+    rules = Paho(
+        mqtt_port,
+        f"acme/{service_token.RULES_DEVICE}",
+        service_token.sign(KEY.encode(), "acme", rules_id),
+        rules_id,
+    )
+    assert rules.reason_code == 0
+    for n in range(3):
+        rules.publish("sensors/alert", f"rule output {n}", 1)
+    assert len(subscriber.expect(15)) == 15  # 12 from the device, 3 from the rules
+    live.wait_for_selector("#live-messages tr.live-message:has-text('rule output 2')")
+
+    # 12 PUBLISH in from devices; 12 deliveries to sensor-2 (the rules' 3 and every copy to
+    # the portal's viewer aside); 2 retained messages (the $SYS topics aside).
+    page.wait_for_function(
+        "() => document.querySelector('[data-sys=\"messages/received\"]').textContent === '12'"
+        " && document.querySelector('[data-sys=\"messages/sent\"]').textContent === '12'",
+        timeout=15000,
+    )
+    time.sleep(1.5)  # several $SYS rounds later, still the same: nothing else creeps in
+    assert counter(page, "messages/received") == "12"
+    assert counter(page, "messages/sent") == "12"
+    assert counter(page, "retained messages/count") == "2"
+    assert counter(page, "clients/connected") == "2"  # the devices; not the portal, not rules
+
+    # The broker writes a minute of usage once the minute is over: wait for it (≤ 1 min).
+    deadline = time.monotonic() + 80
+    while True:
+        minutes = usage_minutes(url, token, started)
+        totals = (
+            sum(m["messages_in"] for m in minutes),
+            sum(m["messages_out"] for m in minutes),
+        )
+        if totals == (12, 12) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert totals == (12, 12), minutes
+    assert max(m["retained_count"] for m in minutes) == 2
+    for client in (device, subscriber, rules):
+        client.close()
