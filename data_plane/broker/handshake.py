@@ -104,8 +104,8 @@ class Handshake:
             result = await broker.authenticator.authenticate(connect, conn.peer)
         if conn.closing:
             return None
-        if result.reason_code:
-            return Refusal(result.reason_code, result.reason)
+        if result.reason_code:  # the tenant, when it exists: whose refusal operators see
+            return Refusal(result.reason_code, result.reason, tenant=result.tenant or "")
         redirect = broker.redirect(connect, result) if broker.redirect else None
         if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
             return Refusal(redirect.reason_code, reference=redirect.reference if v5 else "")
