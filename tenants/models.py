@@ -499,3 +499,95 @@ class DelayedMessage(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["deliver_at"], name="delayed_due_idx")]
+
+
+# -- device identity beyond secrets (issue 20): X.509 and JWT -------------------------------
+
+
+class CaCertificate(models.Model):
+    """A tenant's certificate authority (AWS IoT's "register CA"): device certificates it signed
+    name their device in the subject CN, and the CA names the tenant. A CA belongs to one tenant
+    (its fingerprint is unique among the live ones)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ca_certificates")
+    name = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
+    pem = models.TextField()
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the DER, hex")
+    subject = models.CharField(max_length=512)
+    not_after = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="ca_unique_name"),
+            models.UniqueConstraint(
+                fields=["fingerprint"], condition=Q(revoked_at=None), name="ca_live_fingerprint"
+            ),
+        ]
+
+
+class DeviceCertificate(models.Model):
+    """One device's own certificate, registered by its SHA-256 fingerprint (self-signed or from a
+    CA the platform does not know)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="device_certificates")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="certificates")
+    pem = models.TextField()
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the DER, hex")
+    subject = models.CharField(max_length=512)
+    not_after = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fingerprint"],
+                condition=Q(revoked_at=None),
+                name="device_cert_live_fingerprint",
+            ),
+        ]
+
+
+class JwtKey(models.Model):
+    """A tenant's public key for device JWTs (the password of `tenant/device`)."""
+
+    class Algorithm(models.TextChoices):
+        RS256 = "RS256"
+        ES256 = "ES256"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="jwt_keys")
+    kid = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
+    algorithm = models.CharField(max_length=5, choices=Algorithm.choices)
+    public_key = models.TextField(help_text="PEM (SubjectPublicKeyInfo)")
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["kid"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "kid"], name="jwt_key_kid")]
+
+
+# -- accountability (issue 20) -------------------------------------------------------------
+
+
+class AuditEntry(models.Model):
+    """One control-plane change: who, what, when, from where, through which door."""
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="audit_entries", null=True, blank=True
+    )
+    actor = models.CharField(max_length=254, help_text="the user's email, or the command")
+    via = models.CharField(max_length=16, help_text="api, portal, admin, command")
+    action = models.CharField(max_length=64, help_text="e.g. device.create")
+    target = models.CharField(max_length=256, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="audit_tenant_time")]

@@ -43,6 +43,7 @@ from data_plane.mqtt.packets import (
 )
 from data_plane.mqtt.reason_codes import ReasonCode as RC
 from data_plane.mqtt.topics import validate_topic_name
+from data_plane.tenancy import identity  # identity hook: mTLS client certificates
 
 MAX_DELAY = 4_294_967  # seconds, as EMQX
 
@@ -428,7 +429,10 @@ class MQTTConnection(asyncio.Protocol):
             if result is None:
                 return
         else:
-            result = await self.broker.authenticator.authenticate(connect, self.peer)
+            # identity hook: the client certificate (mTLS), if any, goes to the authenticator
+            result = await identity.authenticate(
+                self.broker.authenticator, connect, self.peer, self.transport
+            )
         if self.closing:
             return
         if result.reason_code:

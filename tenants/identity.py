@@ -1,0 +1,181 @@
+"""Device identity beyond secrets, on the control plane: a tenant's CA certificates, devices'
+own certificates (by fingerprint) and JWT public keys. Writes (services) and reads (selectors) of
+one small domain; each write announces `identity.*` so the broker adds a TLS anchor or ends the
+connections a revoked one admitted (`data_plane.tenancy.control`)."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from common.device_identity import (
+    IdentityError,
+    parse_ca,
+    parse_device_certificate,
+    parse_public_keys,
+)
+from tenants.models import CaCertificate, Device, DeviceCertificate, JwtKey, Tenant
+from tenants.notify import announce
+from tenants.services import _require_active
+
+
+def _invalid(field: str, exc: Exception) -> ValidationError:
+    return ValidationError({field: [str(exc)]})
+
+
+# -- CA certificates ----------------------------------------------------------------------------
+
+
+@transaction.atomic
+def ca_register(*, tenant: Tenant, name: str, pem: str) -> CaCertificate:
+    """AWS IoT's "register CA": device certificates it issues name their device in the CN."""
+    _require_active(tenant)
+    try:
+        parsed = parse_ca(pem)
+    except IdentityError as exc:
+        raise _invalid("pem", exc) from None
+    ca = CaCertificate(
+        tenant=tenant,
+        name=name,
+        pem=pem.strip() + "\n",
+        fingerprint=parsed.fingerprint,
+        subject=parsed.subject[:512],
+        not_after=parsed.not_after,
+    )
+    try:
+        ca.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict) from None
+    if CaCertificate.objects.filter(tenant=tenant, name=name).exists():
+        raise ValidationError({"name": [f"A CA named {name!r} already exists."]})
+    try:
+        with transaction.atomic():
+            ca.save()
+    except IntegrityError:
+        # Never say whose: the same CA registered by another tenant stays that tenant's secret.
+        raise ValidationError({"pem": ["This CA certificate is already registered."]}) from None
+    announce(tenant.slug, "identity.ca_added", ids=[ca.id])
+    return ca
+
+
+@transaction.atomic
+def ca_revoke(ca: CaCertificate) -> CaCertificate:
+    if ca.revoked_at is None:
+        ca.revoked_at = timezone.now()
+        ca.save(update_fields=["revoked_at"])
+        announce(ca.tenant.slug, "identity.ca_revoked", ids=[ca.id])
+    return ca
+
+
+def cas_list(*, tenant: Tenant) -> QuerySet[CaCertificate]:
+    return CaCertificate.objects.filter(tenant=tenant)
+
+
+def ca_get(*, tenant: Tenant, name: str) -> CaCertificate:
+    ca = CaCertificate.objects.filter(tenant=tenant, name=name).first()
+    if ca is None:
+        raise Http404("No such CA.")
+    return ca
+
+
+# -- device certificates (by fingerprint) -------------------------------------------------------
+
+
+@transaction.atomic
+def device_certificate_register(*, device: Device, pem: str) -> DeviceCertificate:
+    _require_active(device.tenant)
+    try:
+        parsed = parse_device_certificate(pem)
+    except IdentityError as exc:
+        raise _invalid("pem", exc) from None
+    certificate = DeviceCertificate(
+        tenant=device.tenant,
+        device=device,
+        pem=pem.strip() + "\n",
+        fingerprint=parsed.fingerprint,
+        subject=parsed.subject[:512],
+        not_after=parsed.not_after,
+    )
+    try:
+        with transaction.atomic():
+            certificate.save()
+    except IntegrityError:
+        raise ValidationError({"pem": ["This certificate is already registered."]}) from None
+    announce(device.tenant.slug, "identity.cert_added", device=device.name, ids=[certificate.id])
+    return certificate
+
+
+@transaction.atomic
+def device_certificate_revoke(certificate: DeviceCertificate) -> DeviceCertificate:
+    if certificate.revoked_at is None:
+        certificate.revoked_at = timezone.now()
+        certificate.save(update_fields=["revoked_at"])
+        announce(
+            certificate.tenant.slug,
+            "identity.cert_revoked",
+            device=certificate.device.name,
+            ids=[certificate.id],
+        )
+    return certificate
+
+
+def device_certificates_list(*, device: Device) -> QuerySet[DeviceCertificate]:
+    return DeviceCertificate.objects.filter(device=device)
+
+
+def device_certificate_get(*, device: Device, certificate_id: int) -> DeviceCertificate:
+    certificate = DeviceCertificate.objects.filter(device=device, id=certificate_id).first()
+    if certificate is None:
+        raise Http404("No such certificate.")
+    return certificate
+
+
+# -- JWT keys -----------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def jwt_keys_add(*, tenant: Tenant, key: str, kid: str = "", algorithm: str = "") -> list[JwtKey]:
+    """One PEM public key (named `kid`) or every key of a JWKS document."""
+    _require_active(tenant)
+    try:
+        parsed = parse_public_keys(key, kid=kid, algorithm=algorithm)
+    except IdentityError as exc:
+        raise _invalid("key", exc) from None
+    created = []
+    for public in parsed:
+        row = JwtKey(
+            tenant=tenant, kid=public.kid, algorithm=public.algorithm, public_key=public.pem
+        )
+        try:
+            row.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+        except ValidationError as exc:
+            raise ValidationError({"kid": exc.message_dict.get("kid", [str(exc)])}) from None
+        if JwtKey.objects.filter(tenant=tenant, kid=public.kid).exists():
+            raise ValidationError({"kid": [f"A key with kid {public.kid!r} already exists."]})
+        row.save()
+        created.append(row)
+    announce(tenant.slug, "identity.jwt_key_added", ids=[row.id for row in created])
+    return created
+
+
+@transaction.atomic
+def jwt_key_revoke(key: JwtKey) -> JwtKey:
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+        announce(key.tenant.slug, "identity.jwt_key_revoked", ids=[key.id])
+    return key
+
+
+def jwt_keys_list(*, tenant: Tenant) -> QuerySet[JwtKey]:
+    return JwtKey.objects.filter(tenant=tenant)
+
+
+def jwt_key_get(*, tenant: Tenant, kid: str) -> JwtKey:
+    key = JwtKey.objects.filter(tenant=tenant, kid=kid).first()
+    if key is None:
+        raise Http404("No such key.")
+    return key
