@@ -575,19 +575,20 @@ class JwtKey(models.Model):
 
 
 class AuditEntry(models.Model):
-    """One control-plane change: who, what, when, from where, through which door."""
+    """One control-plane change: who, what, when, from where, through which door. The tenant is
+    kept by id and slug, not as a foreign key: the entry outlives what it records, the tenant's
+    own deletion included."""
 
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, related_name="audit_entries", null=True, blank=True
-    )
+    tenant_id = models.BigIntegerField(null=True, blank=True, help_text="None: platform-wide")
+    tenant_slug = models.CharField(max_length=32, blank=True)
     actor = models.CharField(max_length=254, help_text="the user's email, or the command")
-    via = models.CharField(max_length=16, help_text="api, portal, admin, command")
-    action = models.CharField(max_length=64, help_text="e.g. device.create")
+    via = models.CharField(max_length=16, help_text="api, portal, admin, command, system")
+    action = models.CharField(max_length=64, help_text="e.g. device.created")
     target = models.CharField(max_length=256, blank=True)
     detail = models.JSONField(default=dict, blank=True)
     address = models.GenericIPAddressField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["tenant", "-created_at"], name="audit_tenant_time")]
+        indexes = [models.Index(fields=["tenant_id", "-created_at"], name="audit_tenant_time")]

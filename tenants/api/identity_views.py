@@ -7,7 +7,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from tenants import identity, selectors
+from rest_framework import exceptions
+
+from tenants import audit, identity, selectors
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.serializers import StrictInput
 from tenants.api.views import TenantAPIView, paginated, validated
@@ -136,3 +138,46 @@ class JwtKeyDetailView(TenantAPIView):
     def delete(self, request, kid: str):
         identity.jwt_key_revoke(identity.jwt_key_get(tenant=self.tenant, kid=kid))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# -- the audit log ------------------------------------------------------------------------------
+
+
+class AuditEntryOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    actor = serializers.CharField()
+    via = serializers.CharField()
+    address = serializers.CharField(allow_null=True)
+    action = serializers.CharField()
+    target = serializers.CharField()
+    detail = serializers.JSONField()
+
+
+class OwnersOnly(TenantAPIView):
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        if self.membership.role != "owner":
+            raise exceptions.PermissionDenied("Only the tenant's owners see its audit log.")
+
+
+class AuditView(OwnersOnly):
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(AuditEntryOutput),
+        operation_id="v1_audit_list",
+        description="Every change to this tenant (who, what, when, from where), newest first.",
+    )
+    def get(self, request):
+        entries = audit.entries_list(tenant=self.tenant)
+        return paginated(self, request, entries, AuditEntryOutput)
+
+
+class AuditCsvView(OwnersOnly):
+    @extend_schema(
+        responses={(200, "text/csv"): str},
+        operation_id="v1_audit_csv",
+        description="The whole audit log of this tenant as CSV.",
+    )
+    def get(self, request):
+        return audit.csv_response(audit.entries_list(tenant=self.tenant))

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from tenants.portal import billing_views, views
+from tenants.portal import billing_views, trust_views, views
 
 app_name = "portal"
 
@@ -35,6 +35,11 @@ urlpatterns = [
         billing_views.invoice_download,
         name="invoice-download",
     ),
+    path("identity/", trust_views.identity_page, name="identity"),
+    path("identity/cas/<str:name>/revoke/", trust_views.ca_revoke, name="ca-revoke"),
+    path("identity/keys/<str:kid>/revoke/", trust_views.jwt_key_revoke, name="jwt-key-revoke"),
+    path("audit/", trust_views.audit_page, name="audit"),
+    path("audit.csv", trust_views.audit_csv, name="audit-csv"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/delete/", views.token_delete, name="token-delete"),
 ]
