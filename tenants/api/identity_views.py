@@ -4,10 +4,8 @@ certificates (`/devices/{name}/certificates`) and JWT keys (`/jwt-keys`). Thin, 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
-
-from rest_framework import exceptions
 
 from tenants import audit, identity, selectors
 from tenants.api.pagination import PAGE_PARAMETERS, page_of

@@ -10,81 +10,189 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0007_security'),
+        ("tenants", "0007_security"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditEntry',
+            name="AuditEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tenant_id', models.BigIntegerField(blank=True, help_text='None: platform-wide', null=True)),
-                ('tenant_slug', models.CharField(blank=True, max_length=32)),
-                ('actor', models.CharField(help_text="the user's email, or the command", max_length=254)),
-                ('via', models.CharField(help_text='api, portal, admin, command, system', max_length=16)),
-                ('action', models.CharField(help_text='e.g. device.created', max_length=64)),
-                ('target', models.CharField(blank=True, max_length=256)),
-                ('detail', models.JSONField(blank=True, default=dict)),
-                ('address', models.GenericIPAddressField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "tenant_id",
+                    models.BigIntegerField(blank=True, help_text="None: platform-wide", null=True),
+                ),
+                ("tenant_slug", models.CharField(blank=True, max_length=32)),
+                (
+                    "actor",
+                    models.CharField(help_text="the user's email, or the command", max_length=254),
+                ),
+                (
+                    "via",
+                    models.CharField(
+                        help_text="api, portal, admin, command, system", max_length=16
+                    ),
+                ),
+                ("action", models.CharField(help_text="e.g. device.created", max_length=64)),
+                ("target", models.CharField(blank=True, max_length=256)),
+                ("detail", models.JSONField(blank=True, default=dict)),
+                ("address", models.GenericIPAddressField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['tenant_id', '-created_at'], name='audit_tenant_time')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(fields=["tenant_id", "-created_at"], name="audit_tenant_time")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='CaCertificate',
+            name="CaCertificate",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$', "Use 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit.")])),
-                ('pem', models.TextField()),
-                ('fingerprint', models.CharField(help_text='SHA-256 of the DER, hex', max_length=64)),
-                ('subject', models.CharField(max_length=512)),
-                ('not_after', models.DateTimeField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='ca_certificates', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=64,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$",
+                                "Use 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit.",
+                            )
+                        ],
+                    ),
+                ),
+                ("pem", models.TextField()),
+                (
+                    "fingerprint",
+                    models.CharField(help_text="SHA-256 of the DER, hex", max_length=64),
+                ),
+                ("subject", models.CharField(max_length=512)),
+                ("not_after", models.DateTimeField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="ca_certificates",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'name'), name='ca_unique_name'), models.UniqueConstraint(condition=models.Q(('revoked_at', None)), fields=('fingerprint',), name='ca_live_fingerprint')],
+                "ordering": ["name"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("tenant", "name"), name="ca_unique_name"),
+                    models.UniqueConstraint(
+                        condition=models.Q(("revoked_at", None)),
+                        fields=("fingerprint",),
+                        name="ca_live_fingerprint",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='DeviceCertificate',
+            name="DeviceCertificate",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('pem', models.TextField()),
-                ('fingerprint', models.CharField(help_text='SHA-256 of the DER, hex', max_length=64)),
-                ('subject', models.CharField(max_length=512)),
-                ('not_after', models.DateTimeField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('device', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='certificates', to='tenants.device')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='device_certificates', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("pem", models.TextField()),
+                (
+                    "fingerprint",
+                    models.CharField(help_text="SHA-256 of the DER, hex", max_length=64),
+                ),
+                ("subject", models.CharField(max_length=512)),
+                ("not_after", models.DateTimeField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "device",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="certificates",
+                        to="tenants.device",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="device_certificates",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('revoked_at', None)), fields=('fingerprint',), name='device_cert_live_fingerprint')],
+                "ordering": ["-created_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("revoked_at", None)),
+                        fields=("fingerprint",),
+                        name="device_cert_live_fingerprint",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='JwtKey',
+            name="JwtKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kid', models.CharField(max_length=64, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$', "Use 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit.")])),
-                ('algorithm', models.CharField(choices=[('RS256', 'Rs256'), ('ES256', 'Es256')], max_length=5)),
-                ('public_key', models.TextField(help_text='PEM (SubjectPublicKeyInfo)')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jwt_keys', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kid",
+                    models.CharField(
+                        max_length=64,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$",
+                                "Use 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit.",
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "algorithm",
+                    models.CharField(
+                        choices=[("RS256", "Rs256"), ("ES256", "Es256")], max_length=5
+                    ),
+                ),
+                ("public_key", models.TextField(help_text="PEM (SubjectPublicKeyInfo)")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jwt_keys",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['kid'],
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'kid'), name='jwt_key_kid')],
+                "ordering": ["kid"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("tenant", "kid"), name="jwt_key_kid")
+                ],
             },
         ),
     ]

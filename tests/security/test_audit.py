@@ -54,9 +54,10 @@ def test_api_changes_are_recorded_with_who_and_where(tenants):
     acme, _, acme_token, evil, evil_token = tenants
     owner = token_client(acme_token, "203.0.113.7")
     assert owner.post("/api/v1/devices", {"name": "sensor-1"}, format="json").status_code == 201
-    assert owner.patch(
-        "/api/v1/devices/sensor-1", {"enabled": False}, format="json"
-    ).status_code == 200
+    assert (
+        owner.patch("/api/v1/devices/sensor-1", {"enabled": False}, format="json").status_code
+        == 200
+    )
     assert owner.delete("/api/v1/devices/sensor-1").status_code == 204
     page = owner.get("/api/v1/audit").json()
     actions = [(e["action"], e["target"]) for e in page["results"]]
