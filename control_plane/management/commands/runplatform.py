@@ -55,6 +55,7 @@ class Command(BaseCommand):
         tenant, device = services.demo_seed(password=password)
 
         env = dict(os.environ)
+        pki = self._dev_pki(env, tenant, device)
         env["DATABASE_URL"] = settings.DATABASE_URL
         env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
         env.setdefault("MQTT_INTERNAL_HOST", host)  # the portal's live views use this broker
@@ -80,6 +81,15 @@ class Command(BaseCommand):
         self._print_banner(
             host, http_port, mqtt_port, ws_port, tenant.slug, device.username, password
         )
+        if pki is not None:
+            port = env["MQTT_TLS_PORT"]
+            self.stdout.write(
+                f"  MQTT over TLS       mqtts://{host}:{port} (development CA: {pki.ca})\n"
+                f"  try (certificate):  mosquitto_pub -h {host} -p {port} --cafile {pki.ca}"
+                f" --cert {pki.device_cert} --key {pki.device_key} -i {device.name}"
+                " -t demo/tls -m hello\n"
+            )
+            self.stdout.flush()
         stopping = False
 
         def stop(*_):
@@ -109,6 +119,27 @@ class Command(BaseCommand):
                     process.kill()
         if exit_code:
             sys.exit(exit_code)
+
+    @staticmethod
+    def _dev_pki(env: dict, tenant, device):
+        """`make run MQTT_TLS_PORT=8883` without a certificate of one's own: a development CA
+        (control_plane/dev_pki.py) for the server and the demo device, registered for the demo
+        tenant so the device connects with its certificate."""
+        if not env.get("MQTT_TLS_PORT") or env.get("MQTT_TLS_CERT"):
+            return None
+        from control_plane import dev_pki
+        from tenants import identity
+        from tenants.models import CaCertificate
+
+        pki = dev_pki.ensure(Path(embedded.DATA_DIR) / "dev-pki", device.name)
+        env["MQTT_TLS_CERT"], env["MQTT_TLS_KEY"] = str(pki.server_cert), str(pki.server_key)
+        pem = pki.ca.read_text()
+        if not CaCertificate.objects.filter(tenant=tenant, pem=pem, revoked_at=None).exists():
+            name = "dev-ca"
+            if CaCertificate.objects.filter(tenant=tenant, name=name).exists():
+                name = f"dev-ca-{CaCertificate.objects.filter(tenant=tenant).count()}"
+            identity.ca_register(tenant=tenant, name=name, pem=pem)
+        return pki
 
     def _print_banner(self, host, http_port, mqtt_port, ws_port, tenant, username, password):
         self.stdout.write(
