@@ -10,7 +10,10 @@ Payload (JSON, well under Postgres' 8000-byte limit):
 
 kinds: tenant.status, tenant.quota, device.created, device.updated, device.enabled,
 device.disabled, device.deleted, credential.created, credential.rotated, credential.revoked,
-credential.expired, acl.changed. `device` and `ids` are present where they apply.
+credential.expired, acl.changed, identity.ca_added, identity.ca_revoked, identity.cert_added,
+identity.cert_revoked, identity.jwt_key_added, identity.jwt_key_revoked (`ids`: the CA, device
+certificate or JWT key rows; see `tenants/identity.py`). `device` and `ids` are present where they
+apply.
 """
 
 from __future__ import annotations
