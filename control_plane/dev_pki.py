@@ -66,3 +66,14 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
     if path.suffix == ".key":
         path.chmod(0o600)
+
+
+def verification(pki: DevPki, code: str) -> str:
+    """A verification certificate for registering the development CA (CN = registration code)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key((pki.directory / "ca.key").read_bytes(), None)
+    cert, _key = make_leaf(code, ca_cert, ca_key, days=1)
+    return pem_of(cert)

@@ -13,7 +13,9 @@ from django.utils import timezone
 
 from common.device_identity import (
     IdentityError,
+    issued_by,
     parse_ca,
+    parse_certificate,
     parse_device_certificate,
     parse_public_keys,
 )
@@ -29,14 +31,49 @@ def _invalid(field: str, exc: Exception) -> ValidationError:
 # -- CA certificates ----------------------------------------------------------------------------
 
 
+def registration_code(tenant: Tenant) -> str:
+    """The CN a verification certificate must carry to register a CA for this tenant (AWS IoT's
+    registration code): proof that whoever registers the CA holds its private key, so nobody can
+    claim another's CA and have its devices land in their tenant."""
+    import hashlib
+    import hmac
+
+    from django.conf import settings
+
+    message = f"ca-registration:{tenant.id}:{tenant.slug}".encode()
+    return hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).hexdigest()[:40]
+
+
+def _check_possession(tenant: Tenant, ca, verification_pem: str) -> None:
+    try:
+        verification = parse_certificate(verification_pem or "")
+    except IdentityError as exc:
+        raise _invalid("verification_pem", exc) from None
+    if verification.common_name != registration_code(tenant):
+        raise ValidationError(
+            {
+                "verification_pem": [
+                    "The verification certificate's CN must be this tenant's registration code "
+                    "(GET /api/v1/cas/registration-code)."
+                ]
+            }
+        )
+    if not issued_by(verification, ca):
+        raise ValidationError(
+            {"verification_pem": ["The verification certificate is not signed by this CA."]}
+        )
+
+
 @transaction.atomic
-def ca_register(*, tenant: Tenant, name: str, pem: str) -> CaCertificate:
-    """AWS IoT's "register CA": device certificates it issues name their device in the CN."""
+def ca_register(*, tenant: Tenant, name: str, pem: str, verification_pem: str) -> CaCertificate:
+    """AWS IoT's "register CA": device certificates it issues name their device in the CN.
+    `verification_pem`: a certificate the CA signed whose CN is `registration_code(tenant)`."""
     _require_active(tenant)
     try:
         parsed = parse_ca(pem)
     except IdentityError as exc:
         raise _invalid("pem", exc) from None
+    _check_possession(tenant, parsed, verification_pem)
     ca = CaCertificate(
         tenant=tenant,
         name=name,

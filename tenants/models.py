@@ -530,7 +530,9 @@ class CaCertificate(models.Model):
 
 class DeviceCertificate(models.Model):
     """One device's own certificate, registered by its SHA-256 fingerprint (self-signed or from a
-    CA the platform does not know)."""
+    CA the platform does not know). It proves the key, not the tenant: a client presenting it must
+    name its device in the user name (`tenant/device`), so another tenant registering the same
+    certificate for itself gains nothing (unique per tenant, not across tenants)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="device_certificates")
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="certificates")
@@ -545,7 +547,7 @@ class DeviceCertificate(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
-                fields=["fingerprint"],
+                fields=["tenant", "fingerprint"],
                 condition=Q(revoked_at=None),
                 name="device_cert_live_fingerprint",
             ),

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+
 from common.device_identity import IdentityError, looks_like_jwt, verify_jwt
 from data_plane.broker.auth import AuthResult
 from data_plane.mqtt.packets import Connect
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.acl import AclPolicy
-from data_plane.tenancy.directory import BAD_USERNAME_OR_PASSWORD, TenantDirectory
+from data_plane.tenancy.directory import (
+    BAD_USERNAME_OR_PASSWORD,
+    SERVER_UNAVAILABLE,
+    TenantDirectory,
+)
 from data_plane.tenancy.identity import IdentityStore, TrustAnchors, identify_certificate
+
+log = logging.getLogger(__name__)
 
 
 class PostgresAuthenticator:
@@ -46,9 +54,12 @@ class PostgresAuthenticator:
         if self.directory.by_address.blocked(address):
             return self._result(await self.directory.admit("", "", "", address, None))
         try:
-            who = await identify_certificate(self.identities, der)
+            who = await identify_certificate(self.identities, der, connect.username)
         except IdentityError as exc:
             return self._result(self.directory.refuse(address, BAD_USERNAME_OR_PASSWORD, str(exc)))
+        except Exception as exc:  # the database: like the directory, refuse as unavailable
+            log.warning("certificate lookup failed: %s", exc)
+            return AuthResult(SERVER_UNAVAILABLE, reason="authentication backend unavailable")
         decision = await self.directory.admit(
             who.tenant, who.device, connect.client_id, address, connect.username
         )
@@ -64,7 +75,13 @@ class PostgresAuthenticator:
             )
         if self.directory.by_address.blocked(address):
             return self._result(await self.directory.admit(tenant, device, "", address, None))
-        keys = await self.identities.jwt_keys(tenant)
+        try:
+            keys = await self.identities.jwt_keys(tenant)
+        except Exception as exc:
+            log.warning("JWT key lookup failed: %s", exc)
+            return AuthResult(
+                SERVER_UNAVAILABLE, tenant, reason="authentication backend unavailable"
+            )
         try:
             _claims, used = verify_jwt(
                 (connect.password or b"").decode("ascii", "replace"),

@@ -6,9 +6,10 @@ tenants register more). The handshake therefore only proves the client holds a k
 vouched for; *which* tenant and device, and whether that is still true (revoked, expired), is
 decided here at CONNECT, against the tables:
 
-- a certificate registered by its SHA-256 fingerprint names its device directly;
+- a certificate registered by its SHA-256 fingerprint for the device the user name names;
 - otherwise the CA that issued it (matched by subject, checked by signature) names the tenant and
-  the certificate's subject CN the device.
+  the certificate's subject CN the device (a tenant registers a CA only with proof that it holds
+  the CA's key: `tenants.identity.ca_register`).
 
 A user name, if the client sends one, must agree (`tenant/device`). A JWT password is checked
 against the tenant's registered keys (`common.device_identity.verify_jwt`).
@@ -69,7 +70,7 @@ SELECT c.id, t.slug, d.name, c.not_after
   FROM tenants_devicecertificate c
   JOIN tenants_device d ON d.id = c.device_id
   JOIN tenants_tenant t ON t.id = c.tenant_id
- WHERE c.fingerprint = %s AND c.revoked_at IS NULL
+ WHERE c.fingerprint = %s AND t.slug = %s AND d.name = %s AND c.revoked_at IS NULL
 """
 _JWT_KEYS_SQL = """
 SELECT k.id, k.kid, k.algorithm, k.public_key
@@ -119,8 +120,11 @@ class IdentityStore:
         rows = await self._cached(("ca", subject), _CA_SQL, (subject,))
         return [(row[0], row[1], parse_certificate(row[2])) for row in rows]
 
-    async def device_certificate(self, fingerprint: str) -> tuple[int, str, str] | None:
-        rows = await self._cached(("cert", fingerprint), _DEVICE_CERT_SQL, (fingerprint,))
+    async def device_certificate(
+        self, fingerprint: str, tenant: str, device: str
+    ) -> tuple[int, str, str] | None:
+        key = ("cert", fingerprint, tenant, device)
+        rows = await self._cached(key, _DEVICE_CERT_SQL, (fingerprint, tenant, device))
         return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
 
     async def jwt_keys(self, tenant: str) -> list[tuple[int, PublicKey]]:
@@ -137,17 +141,24 @@ class IdentityStore:
         return [row[0] for row in rows]
 
 
-async def identify_certificate(store: IdentityStore, der: bytes) -> CertificateIdentity:
-    """Which tenant's device this certificate is, or IdentityError saying why none."""
+async def identify_certificate(
+    store: IdentityStore, der: bytes, username: str | None = None
+) -> CertificateIdentity:
+    """Which tenant's device this certificate is, or IdentityError saying why none. A
+    certificate registered for one device counts only with that device's user name (it proves the
+    key, not the tenant: anyone can register a certificate they have seen); a CA-issued one names
+    its device by itself (registering a CA needs proof of its key)."""
     try:
         presented = parse_certificate(der)
     except IdentityError:
         raise IdentityError("unreadable client certificate") from None
     check_valid(presented)  # the handshake checked too; the clock may have moved since
-    registered = await store.device_certificate(presented.fingerprint)
-    if registered is not None:
-        cert_id, tenant, device = registered
-        return CertificateIdentity(tenant, device, f"cert:{cert_id}")
+    tenant, _, device = (username or "").partition("/")
+    if tenant and device:
+        registered = await store.device_certificate(presented.fingerprint, tenant, device)
+        if registered is not None:
+            cert_id, tenant, device = registered
+            return CertificateIdentity(tenant, device, f"cert:{cert_id}")
     for ca_id, tenant, ca in await store.cas_named(presented.issuer):
         if issued_by(presented, ca):
             check_valid(ca)

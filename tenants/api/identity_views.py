@@ -16,6 +16,15 @@ from tenants.api.views import TenantAPIView, paginated, validated
 class CaInput(StrictInput):
     name = serializers.CharField(max_length=64)
     pem = serializers.CharField(max_length=16_384, trim_whitespace=False)
+    verification_pem = serializers.CharField(
+        max_length=16_384,
+        trim_whitespace=False,
+        help_text="a certificate signed by the CA whose CN is the registration code",
+    )
+
+
+class RegistrationCodeOutput(serializers.Serializer):
+    registration_code = serializers.CharField()
 
 
 class CaOutput(serializers.Serializer):
@@ -71,6 +80,15 @@ class CaListView(TenantAPIView):
     def post(self, request):
         ca = identity.ca_register(tenant=self.tenant, **validated(CaInput, request.data))
         return Response(CaOutput(ca).data, status=status.HTTP_201_CREATED)
+
+
+class CaRegistrationCodeView(TenantAPIView):
+    @extend_schema(
+        responses=RegistrationCodeOutput,
+        description="The CN of the verification certificate that proves you hold a CA's key.",
+    )
+    def get(self, request):
+        return Response({"registration_code": identity.registration_code(self.tenant)})
 
 
 class CaDetailView(TenantAPIView):

@@ -31,6 +31,11 @@ urlpatterns = [
         name="api-device-certificate",
     ),
     path("cas", identity_views.CaListView.as_view(), name="api-cas"),
+    path(
+        "cas/registration-code",  # before cas/<name>
+        identity_views.CaRegistrationCodeView.as_view(),
+        name="api-ca-registration-code",
+    ),
     path("cas/<str:name>", identity_views.CaDetailView.as_view(), name="api-ca"),
     path("jwt-keys", identity_views.JwtKeyListView.as_view(), name="api-jwt-keys"),
     path("jwt-keys/<str:kid>", identity_views.JwtKeyDetailView.as_view(), name="api-jwt-key"),

@@ -143,7 +143,7 @@ class Migration(migrations.Migration):
                 "constraints": [
                     models.UniqueConstraint(
                         condition=models.Q(("revoked_at", None)),
-                        fields=("fingerprint",),
+                        fields=("tenant", "fingerprint"),
                         name="device_cert_live_fingerprint",
                     )
                 ],

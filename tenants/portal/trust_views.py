@@ -20,6 +20,12 @@ class CaForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
         help_text="Devices present certificates it signed; their subject CN names the device.",
     )
+    verification_pem = forms.CharField(
+        label="Verification certificate (PEM)",
+        max_length=16_384,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        help_text="Signed by the CA, with the registration code above as its CN.",
+    )
 
 
 class JwtKeyForm(forms.Form):
@@ -68,6 +74,7 @@ def identity_page(request, membership):
             keys=identity.jwt_keys_list(tenant=tenant),
             ca_form=ca_form,
             key_form=key_form,
+            registration_code=identity.registration_code(tenant),
         ),
     )
 

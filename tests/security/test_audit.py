@@ -19,8 +19,8 @@ from django.core.cache import cache
 from django.db import connection
 from rest_framework.test import APIClient
 
-from common.device_identity import make_ca, pem_of
-from tenants import services
+from common.device_identity import make_ca, make_leaf, pem_of
+from tenants import identity, services
 from tenants.models import AuditEntry, Device
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,10 +104,16 @@ def test_only_owners_read_the_log_and_csv_exports_it(tenants):
 def test_portal_admin_and_command_changes_are_recorded(tenants, client, admin_client):
     acme, owner_user, acme_token, _, _ = tenants
     client.force_login(owner_user)
-    ca, _ = make_ca("acme CA")
+    ca, ca_key = make_ca("acme CA")
+    code = identity.registration_code(acme)
+    assert code.encode() in client.get("/identity/").content  # the portal shows it
     response = client.post(
         "/identity/",
-        {"ca-name": "fleet", "ca-pem": pem_of(ca)},
+        {
+            "ca-name": "fleet",
+            "ca-pem": pem_of(ca),
+            "ca-verification_pem": pem_of(make_leaf(code, ca, ca_key)[0]),
+        },
         REMOTE_ADDR="192.0.2.4",
     )
     assert response.status_code == 302, response.content[:500]

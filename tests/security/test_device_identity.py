@@ -77,6 +77,15 @@ def api(tenant) -> APIClient:
     return client
 
 
+def register_ca(client: APIClient, name: str, ca, ca_key, *, code: str | None = None):
+    """POST /cas as a tenant does: with a verification certificate signed by the CA whose CN is
+    the tenant's registration code (proof of the CA's key)."""
+    code = code or client.get("/api/v1/cas/registration-code").json()["registration_code"]
+    verification, _ = make_leaf(code, ca, ca_key, days=1)
+    body = {"name": name, "pem": pem_of(ca), "verification_pem": pem_of(verification)}
+    return client.post("/api/v1/cas", body, format="json")
+
+
 def write_identity(directory: Path, name: str, cert, key) -> tuple[str, str]:
     cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
     cert_path.write_text(pem_of(cert))
@@ -107,21 +116,50 @@ def two_tenants():
 def test_ca_registration_api_validates_and_scopes(two_tenants):
     acme, evil = two_tenants
     owner, attacker = api(acme), api(evil)
-    ca, _ = make_ca("acme devices")
-    leaf, _ = make_leaf("x", ca, _)
-    bad = owner.post("/api/v1/cas", {"name": "x", "pem": pem_of(leaf)}, format="json")
+    ca, ca_key = make_ca("acme devices")
+    leaf, _ = make_leaf("x", ca, ca_key)
+    code = owner.get("/api/v1/cas/registration-code").json()["registration_code"]
+    verification = pem_of(make_leaf(code, ca, ca_key)[0])
+    bad = owner.post(
+        "/api/v1/cas",
+        {"name": "x", "pem": pem_of(leaf), "verification_pem": verification},
+        format="json",
+    )
     assert bad.status_code == 400 and "not a CA" in json.dumps(bad.json())
-    garbage = owner.post("/api/v1/cas", {"name": "x", "pem": "hello"}, format="json")
+    garbage = owner.post(
+        "/api/v1/cas", {"name": "x", "pem": "hello", "verification_pem": "x"}, format="json"
+    )
     assert garbage.status_code == 400 and garbage.json()["error"]["fields"]["pem"]
-    made = owner.post("/api/v1/cas", {"name": "fleet", "pem": pem_of(ca)}, format="json")
+    unproven = owner.post("/api/v1/cas", {"name": "x", "pem": pem_of(ca)}, format="json")
+    assert unproven.status_code == 400 and "verification_pem" in unproven.json()["error"]["fields"]
+    made = register_ca(owner, "fleet", ca, ca_key)
     assert made.status_code == 201, made.content
     assert made.json()["subject"] == "CN=acme devices"
-    # The attacker cannot see it, revoke it, or register the same CA for itself.
+    # The attacker cannot see it, revoke it, or claim the (public) CA certificate for itself:
+    # it has no verification certificate the CA signed for its own registration code.
     assert attacker.get("/api/v1/cas/fleet").status_code == 404
     assert attacker.delete("/api/v1/cas/fleet").status_code == 404
     assert attacker.get("/api/v1/cas").json()["count"] == 0
-    again = attacker.post("/api/v1/cas", {"name": "mine", "pem": pem_of(ca)}, format="json")
-    assert again.status_code == 400 and "acme" not in json.dumps(again.json())
+    replayed = attacker.post(
+        "/api/v1/cas",
+        {"name": "mine", "pem": pem_of(ca), "verification_pem": verification},
+        format="json",
+    )
+    assert replayed.status_code == 400 and "registration code" in json.dumps(replayed.json())
+    own_ca, own_key = make_ca("evil CA")
+    evil_code = attacker.get("/api/v1/cas/registration-code").json()["registration_code"]
+    assert evil_code != code
+    forged = attacker.post(
+        "/api/v1/cas",
+        {
+            "name": "mine",
+            "pem": pem_of(ca),
+            "verification_pem": pem_of(make_leaf(evil_code, own_ca, own_key)[0]),
+        },
+        format="json",
+    )
+    assert forged.status_code == 400 and "not signed by this CA" in json.dumps(forged.json())
+    assert attacker.get("/api/v1/cas").json()["count"] == 0
 
 
 def test_mtls_devices_connect_with_mosquitto_and_are_refused_otherwise(two_tenants, tmp_path):
@@ -129,8 +167,8 @@ def test_mtls_devices_connect_with_mosquitto_and_are_refused_otherwise(two_tenan
     owner, attacker = api(acme), api(evil)
     ca, ca_key = make_ca("acme fleet CA")
     evil_ca, evil_key = make_ca("evil CA")
-    assert owner.post("/api/v1/cas", {"name": "fleet", "pem": pem_of(ca)}).status_code == 201
-    assert attacker.post("/api/v1/cas", {"name": "e", "pem": pem_of(evil_ca)}).status_code == 201
+    assert register_ca(owner, "fleet", ca, ca_key).status_code == 201
+    assert register_ca(attacker, "e", evil_ca, evil_key).status_code == 201
     good = write_identity(tmp_path, "sensor-1", *make_leaf("sensor-1", ca, ca_key))
     other = write_identity(tmp_path, "sensor-2", *make_leaf("sensor-2", ca, ca_key))
     unknown_ca, unknown_key = make_ca("nobody's CA")
@@ -183,15 +221,31 @@ def test_device_certificate_by_fingerprint(two_tenants, tmp_path):
     made = owner.post("/api/v1/devices/sensor-1/certificates", {"pem": pem_of(cert)})
     assert made.status_code == 201, made.content
     certificate_id = made.json()["id"]
-    # The attacker can neither see nor revoke it, nor register it for one of its devices.
+    # The attacker can neither see nor revoke it. It may register the same certificate for one
+    # of its own devices, and gains nothing: a certificate registered by fingerprint counts only
+    # with the user name of the device it was registered for.
     assert attacker.get("/api/v1/devices/sensor-1/certificates").status_code == 404
     path = f"/api/v1/devices/sensor-1/certificates/{certificate_id}"
     assert attacker.delete(path).status_code == 404
-    stolen = attacker.post("/api/v1/devices/e1/certificates", {"pem": pem_of(cert)})
-    assert stolen.status_code == 400
+    assert (
+        attacker.post("/api/v1/devices/e1/certificates", {"pem": pem_of(cert)}).status_code == 201
+    )
+    again = owner.post("/api/v1/devices/sensor-2/certificates", {"pem": pem_of(cert)})
+    assert again.status_code == 400  # once per tenant
     with tls_broker(tmp_path) as ports:
         port, server_ca = ports["mqtts"], tmp_path / "server-ca.pem"
-        assert mosquitto_pub(port, server_ca, *paths) == 0
+        assert mosquitto_pub(port, server_ca, *paths, "-u", "acme/sensor-1") == 0
+        assert mosquitto_pub(port, server_ca, *paths) != 0  # which device? the user name says
+        assert mosquitto_pub(port, server_ca, *paths, "-u", "acme/sensor-2") != 0
+        # The victim's device, as it always connects, lands in its own tenant: a subscriber of
+        # acme sees its message, evil's device of the same certificate is another identity.
+        watcher_tls_options = watcher_tls(tmp_path, server_ca, owner)
+        watcher = Paho(port, "acme/sensor-2", "", "sensor-2", tls=watcher_tls_options)
+        watcher.client.subscribe("t/#", qos=1)
+        time.sleep(0.3)
+        assert mosquitto_pub(port, server_ca, *paths, "-u", "acme/sensor-1") == 0
+        assert watcher.messages.get(timeout=5).topic == "t/cert"
+        watcher.close()
         tls = {"ca_certs": str(server_ca), "certfile": paths[0], "keyfile": paths[1]}
         live = Paho(port, "acme/sensor-1", "", "sensor-1", tls=tls)
         assert live.reason_code == 0
@@ -200,6 +254,16 @@ def test_device_certificate_by_fingerprint(two_tenants, tmp_path):
         assert live.disconnected.wait(3)
         assert time.monotonic() - started <= 1.0
         assert mosquitto_pub(port, server_ca, *paths) != 0
+
+
+def watcher_tls(directory: Path, server_ca: Path, owner: APIClient) -> dict:
+    """A second acme device (sensor-2) with its own registered certificate, to watch acme's
+    topics over TLS."""
+    cert, key = make_leaf("sensor-2", None, None)
+    made = owner.post("/api/v1/devices/sensor-2/certificates", {"pem": pem_of(cert)})
+    assert made.status_code == 201, made.content
+    certfile, keyfile = write_identity(directory, "watcher", cert, key)
+    return {"ca_certs": str(server_ca), "certfile": certfile, "keyfile": keyfile}
 
 
 def _token(key, alg: str, sub: str, *, exp_in: float = 300, kid: str | None = None) -> str:

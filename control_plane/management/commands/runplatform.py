@@ -138,7 +138,12 @@ class Command(BaseCommand):
             name = "dev-ca"
             if CaCertificate.objects.filter(tenant=tenant, name=name).exists():
                 name = f"dev-ca-{CaCertificate.objects.filter(tenant=tenant).count()}"
-            identity.ca_register(tenant=tenant, name=name, pem=pem)
+            identity.ca_register(
+                tenant=tenant,
+                name=name,
+                pem=pem,
+                verification_pem=dev_pki.verification(pki, identity.registration_code(tenant)),
+            )
         return pki
 
     def _print_banner(self, host, http_port, mqtt_port, ws_port, tenant, username, password):
