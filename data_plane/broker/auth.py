@@ -36,7 +36,7 @@ class AuthResult:
     # An internal identity (the portal's live view): not one of the tenant's clients, so not
     # counted, metered or announced; its authorizer stays as issued.
     service: bool = False
-    # How the client proved who it is, when not by secret (`ca:ID`, `cert:ID`, `jwt:TENANT`):
+    # How the client proved who it is, when not by secret (`ca:ID`, `cert:ID`, `jwt:ID`):
     # revoking that ends exactly these connections (`data_plane.tenancy.identity`).
     identity: str = ""
 
