@@ -34,6 +34,13 @@ class ChangeKind(StrEnum):
     CREDENTIAL_REVOKED = "credential.revoked"
     CREDENTIAL_EXPIRED = "credential.expired"
     ACL_CHANGED = "acl.changed"
+    # Device identity beyond secrets (`ids`: the CA, device certificate or JWT key rows).
+    IDENTITY_CA_ADDED = "identity.ca_added"
+    IDENTITY_CA_REVOKED = "identity.ca_revoked"
+    IDENTITY_CERT_ADDED = "identity.cert_added"
+    IDENTITY_CERT_REVOKED = "identity.cert_revoked"
+    IDENTITY_JWT_KEY_ADDED = "identity.jwt_key_added"
+    IDENTITY_JWT_KEY_REVOKED = "identity.jwt_key_revoked"
     # Never sent by the control plane: the broker's listener reports it after reconnecting
     # (changes may have been missed while it was away; every cache is dropped).
     RELOAD = "reload"

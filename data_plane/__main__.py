@@ -95,7 +95,9 @@ async def run(args: argparse.Namespace) -> None:
 
             dsn = embedded.postgres_url()
         link = ControlPlaneLink(dsn)
-        authenticator = PostgresAuthenticator(link.directory)
+        authenticator = PostgresAuthenticator(
+            link.directory, link.identities, trust_anchors=link.trust_anchors
+        )
     persistence = None
     kept = None
     prepare = None

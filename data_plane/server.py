@@ -62,6 +62,9 @@ async def serve(config: BrokerConfig, authenticator: Authenticator, prepare: Any
         await prepare(broker)
     server = Server(broker)
     tls = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
+    anchors = getattr(authenticator, "trust_anchors", None)
+    if tls is not None and anchors is not None:  # identity hook: client certificates (mTLS)
+        await anchors.attach(tls)
 
     async def listen(name: str, port: int | None, factory, ssl_context=None) -> None:
         if port is None:

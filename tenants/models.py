@@ -584,3 +584,98 @@ class DelayedMessage(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["deliver_at"], name="delayed_due_idx")]
+
+
+# -- device identity beyond secrets (issue 20): X.509 and JWT -------------------------------
+
+
+class CaCertificate(models.Model):
+    """A tenant's certificate authority (AWS IoT's "register CA"): device certificates it signed
+    name their device in the subject CN, and the CA names the tenant. A CA belongs to one tenant
+    (its fingerprint is unique among the live ones)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ca_certificates")
+    name = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
+    pem = models.TextField()
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the DER, hex")
+    subject = models.CharField(max_length=512)
+    not_after = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="ca_unique_name"),
+            models.UniqueConstraint(
+                fields=["fingerprint"], condition=Q(revoked_at=None), name="ca_live_fingerprint"
+            ),
+        ]
+
+
+class DeviceCertificate(models.Model):
+    """One device's own certificate, registered by its SHA-256 fingerprint (self-signed or from a
+    CA the platform does not know). It proves the key, not the tenant: a client presenting it must
+    name its device in the user name (`tenant/device`), so another tenant registering the same
+    certificate for itself gains nothing (unique per tenant, not across tenants)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="device_certificates")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="certificates")
+    pem = models.TextField()
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the DER, hex")
+    subject = models.CharField(max_length=512)
+    not_after = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "fingerprint"],
+                condition=Q(revoked_at=None),
+                name="device_cert_live_fingerprint",
+            ),
+        ]
+
+
+class JwtKey(models.Model):
+    """A tenant's public key for device JWTs (the password of `tenant/device`)."""
+
+    class Algorithm(models.TextChoices):
+        RS256 = "RS256"
+        ES256 = "ES256"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="jwt_keys")
+    kid = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
+    algorithm = models.CharField(max_length=5, choices=Algorithm.choices)
+    public_key = models.TextField(help_text="PEM (SubjectPublicKeyInfo)")
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["kid"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "kid"], name="jwt_key_kid")]
+
+
+# -- accountability (issue 20) -------------------------------------------------------------
+
+
+class AuditEntry(models.Model):
+    """One control-plane change: who, what, when, from where, through which door. The tenant is
+    kept by id and slug, not as a foreign key: the entry outlives what it records, the tenant's
+    own deletion included."""
+
+    tenant_id = models.BigIntegerField(null=True, blank=True, help_text="None: platform-wide")
+    tenant_slug = models.CharField(max_length=32, blank=True)
+    actor = models.CharField(max_length=254, help_text="the user's email, or the command")
+    via = models.CharField(max_length=16, help_text="api, portal, admin, command, system")
+    action = models.CharField(max_length=64, help_text="e.g. device.created")
+    target = models.CharField(max_length=256, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant_id", "-created_at"], name="audit_tenant_time")]

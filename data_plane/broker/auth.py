@@ -6,6 +6,7 @@ The implementations live in `data_plane.tenancy`: from the control plane's table
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,7 +37,23 @@ class AuthResult:
     # accepted (a rotation's grace period): the tenancy layer drops the connection then.
     credential_id: int | None = None
     credential_expires_at: Any = None  # datetime | None
+    # How the client proved who it is, when not by secret (`ca:ID`, `cert:ID`, `jwt:ID`):
+    # revoking that ends exactly these connections (`data_plane.tenancy.identity`).
+    identity: str = ""
 
 
 class Authenticator(Protocol):
     async def authenticate(self, connect: Connect, peer: str) -> AuthResult: ...
+
+
+def peer_certificate(transport: Any) -> bytes | None:
+    """The client certificate (DER) the TLS handshake received, if any (mTLS device identity:
+    an authenticator with `accepts_certificates` is given it)."""
+    get = getattr(transport, "get_extra_info", None)
+    getpeercert = getattr(get("ssl_object") if get is not None else None, "getpeercert", None)
+    if getpeercert is None:  # not TLS
+        return None
+    try:
+        return getpeercert(binary_form=True)
+    except (ValueError, ssl.SSLError):  # handshake not complete
+        return None

@@ -57,7 +57,7 @@ from data_plane.broker import refused
 from data_plane.broker.acks import Acks, with_reason
 from data_plane.broker.admission import PublishAdmission
 from data_plane.broker.aliases import OutboundAliases
-from data_plane.broker.auth import AuthResult
+from data_plane.broker.auth import AuthResult, peer_certificate
 from data_plane.broker.broker import Broker
 from data_plane.broker.flow import OutboundPacer, ReadGate
 from data_plane.broker.handshake import Handshake, Refusal
@@ -149,6 +149,7 @@ class MQTTConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
+        self.peer_certificate = peer_certificate(transport)  # mTLS: for the authenticator
         self.broker.connections.add(self)
         if hasattr(transport, "set_write_buffer_limits"):
             transport.set_write_buffer_limits(high=self.config.write_buffer_high)

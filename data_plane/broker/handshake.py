@@ -42,6 +42,7 @@ class HandshakeOutlet(Protocol):
     device: str
     loop: asyncio.AbstractEventLoop
     auth: AuthResult | None
+    peer_certificate: bytes | None  # the client certificate (DER) of a TLS connection
 
     def send(self, data: bytes) -> None: ...
 
@@ -100,6 +101,10 @@ class Handshake:
             result = await self._exchange(connect)
             if not isinstance(result, AuthResult):
                 return result
+        elif conn.peer_certificate and getattr(broker.authenticator, "accepts_certificates", 0):
+            result = await broker.authenticator.authenticate(
+                connect, conn.peer, certificate=conn.peer_certificate
+            )
         else:
             result = await broker.authenticator.authenticate(connect, conn.peer)
         if conn.closing:

@@ -2,23 +2,105 @@
 
 from __future__ import annotations
 
+import logging
+
 from common.acl import AclPolicy
+from common.device_identity import IdentityError, looks_like_jwt, verify_jwt
 from common.mqtt.packets import Connect
+from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import AuthResult
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.directory import TenantDirectory
+from data_plane.tenancy.identity import IdentityStore, TrustAnchors, identify_certificate
+
+log = logging.getLogger(__name__)
 
 
 class PostgresAuthenticator:
-    def __init__(self, directory: TenantDirectory) -> None:
-        self.directory = directory
+    """Secrets (and SCRAM) through the directory; client certificates and JWT passwords through
+    `identities` when given (`data_plane.tenancy.identity`)."""
 
-    async def authenticate(self, connect: Connect, peer: str) -> AuthResult:
+    accepts_certificates = True
+
+    def __init__(
+        self,
+        directory: TenantDirectory,
+        identities: IdentityStore | None = None,
+        trust_anchors: TrustAnchors | None = None,
+    ) -> None:
+        self.directory = directory
+        self.identities = identities
+        self.trust_anchors = trust_anchors  # the TLS listener asks it for client-cert anchors
+
+    async def authenticate(
+        self, connect: Connect, peer: str, certificate: bytes | None = None
+    ) -> AuthResult:
         address = peer.rsplit(":", 1)[0]
+        if self.identities is not None:
+            # A client certificate is the identity; a password beside it is not looked at.
+            if certificate is not None:
+                return await self._by_certificate(connect, address, certificate)
+            if looks_like_jwt(connect.password):
+                return await self._by_jwt(connect, address)
         decision = await self.directory.authenticate(
             connect.username, connect.password, connect.client_id, address
         )
         return self._result(decision)
+
+    async def _by_certificate(self, connect: Connect, address: str, der: bytes) -> AuthResult:
+        if self.directory.by_address.blocked(address):
+            return self._result(await self.directory.admit("", "", "", address, None))
+        try:
+            who = await identify_certificate(self.identities, der, connect.username)
+        except IdentityError as exc:
+            return self._result(
+                self.directory.refuse(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc))
+            )
+        except Exception as exc:  # the database: like the directory, refuse as unavailable
+            log.warning("certificate lookup failed: %s", exc)
+            return AuthResult(
+                ReasonCode.SERVER_UNAVAILABLE, reason="authentication backend unavailable"
+            )
+        decision = await self.directory.admit(
+            who.tenant, who.device, connect.client_id, address, connect.username
+        )
+        return self._result(decision, identity=who.label)
+
+    async def _by_jwt(self, connect: Connect, address: str) -> AuthResult:
+        tenant, _, device = (connect.username or "").partition("/")
+        if not tenant or not device or "/" in device:
+            return self._result(
+                self.directory.refuse(
+                    address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "username must be tenant/device"
+                )
+            )
+        if self.directory.by_address.blocked(address):
+            return self._result(await self.directory.admit(tenant, device, "", address, None))
+        try:
+            keys = await self.identities.jwt_keys(tenant)
+        except Exception as exc:
+            log.warning("JWT key lookup failed: %s", exc)
+            return AuthResult(
+                ReasonCode.SERVER_UNAVAILABLE, tenant, reason="authentication backend unavailable"
+            )
+        try:
+            _claims, used = verify_jwt(
+                (connect.password or b"").decode("ascii", "replace"),
+                [key for _id, key in keys],
+                tenant=tenant,
+                device=device,
+            )
+        except IdentityError as exc:
+            return self._result(
+                self.directory.refuse(
+                    address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc), tenant
+                )
+            )
+        key_id = next(id_ for id_, key in keys if key is used)
+        decision = await self.directory.admit(
+            tenant, device, connect.client_id, address, connect.username
+        )
+        return self._result(decision, identity=f"jwt:{key_id}")
 
     async def scram_lookup(self, connect: Connect, peer: str) -> tuple[AuthResult, tuple | None]:
         """For SCRAM-SHA-256 (enhanced authentication): the identity and its stored verifier."""
@@ -28,7 +110,7 @@ class PostgresAuthenticator:
         return self._result(decision), verifier
 
     @staticmethod
-    def _result(decision) -> AuthResult:
+    def _result(decision, identity: str = "") -> AuthResult:
         if not decision.ok:
             return AuthResult(decision.reason_code, decision.tenant, reason=decision.reason)
         policy = decision.policy
@@ -58,4 +140,5 @@ class PostgresAuthenticator:
             queue_qos0_offline=policy.queue_qos0_offline,
             credential_id=decision.credential_id,
             credential_expires_at=decision.credential_expires_at,
+            identity=identity,
         )

@@ -19,6 +19,7 @@ from common.notifications import CREDENTIAL_CHANGES, DEVICE_REVOKING, ChangeKind
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.credential_watch import CredentialWatch
 from data_plane.tenancy.directory import TenantDirectory
+from data_plane.tenancy.identity import IdentityStore, TrustAnchors, end_connections
 from data_plane.tenancy.notifications import Change, ConfigListener
 from data_plane.tenancy.store import TenantPolicy, TenantStore
 
@@ -72,6 +73,8 @@ class ControlPlaneLink:
         self.directory = TenantDirectory(
             TenantStore(self.lookups), service_key=service_identity.load_key()
         )
+        self.identities = IdentityStore(self.lookups)
+        self.trust_anchors = TrustAnchors(self.identities)
         self.listener = ConfigListener(dsn, self.on_change)
         self.live: LiveConnections | None = None
         self.watch: CredentialWatch | None = None
@@ -97,7 +100,11 @@ class ControlPlaneLink:
         kind = str(change.get("kind", ""))
         tenant = str(change.get("tenant", ""))
         device = change.get("device")
+        if kind.startswith("identity."):
+            await self._identity_changed(kind, change.get("ids") or [])
+            return
         if kind == ChangeKind.RELOAD:
+            self.identities.forget()
             self.directory.forget_all()
             await self._reapply_all()
             return
@@ -129,6 +136,24 @@ class ControlPlaneLink:
             log.info("tenant %s suspended or gone: closed %d connection(s)", tenant, closed)
         else:
             self.live.apply_policy(tenant, policy)
+
+    async def _identity_changed(self, kind: str, ids: list) -> None:
+        """A CA, device certificate or JWT key registered or revoked: forget the cached tables;
+        a new certificate becomes a TLS anchor; a revoked one ends what it admitted."""
+        self.identities.forget()
+        what, _, event = kind.removeprefix("identity.").rpartition("_")
+        label = {"ca": "ca", "cert": "cert", "jwt_key": "jwt"}.get(what)
+        if label is None:
+            return
+        numbers = [int(i) for i in ids if isinstance(i, int)]
+        if event == "added" and label in ("ca", "cert"):
+            await self.trust_anchors.added(label, numbers)
+        elif event == "revoked" and self.live is not None:
+            for number in numbers:
+                closed = end_connections(
+                    self.live, f"{label}:{number}", ReasonCode.ADMINISTRATIVE_ACTION
+                )
+                log.info("%s %s: closed %d connection(s)", kind, number, closed)
 
     async def _reapply_all(self) -> None:
         """After a lost notification connection: anything may have changed while away."""

@@ -231,6 +231,50 @@ class TenantDirectory:
             credential.expires_at,
         )
 
+    async def admit(
+        self, tenant: str, device: str, client_id: str, address: str, username: str | None
+    ) -> Decision:
+        """For an identity proven otherwise (a client certificate, a JWT): may this device
+        connect now? The same checks as after a secret, the secret aside. A user name, when the
+        client sends one, must name the same device."""
+        if self.by_address.blocked(address):
+            return Decision(
+                ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts from this address"
+            )
+        if username and username != f"{tenant}/{device}":
+            return self._fail(
+                address,
+                ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+                "user name does not match the identity",
+                tenant,
+            )
+        try:
+            record = await self.device(tenant, device)
+            policy = await self.policy(tenant) if record is not None else None
+        except DirectoryUnavailable:
+            return Decision(
+                ReasonCode.SERVER_UNAVAILABLE, "authentication backend unavailable", tenant
+            )
+        if record is None or record.device_id is None:
+            return self._fail(
+                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
+            )
+        if not record.tenant_active or policy is None or not policy.active:
+            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
+        if not record.enabled:
+            return self._fail(address, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant)
+        assigned = self._client_id(record, client_id)
+        if assigned is None:
+            return self._fail(
+                address, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
+            )
+        self.stats["accepted"] += 1
+        return Decision(ReasonCode.SUCCESS, "", tenant, device, assigned, policy)
+
+    def refuse(self, address: str, code: int, reason: str, tenant: str = "") -> Decision:
+        """A failed proof of identity (certificate, JWT): counted against the address."""
+        return self._fail(address, code, reason, tenant)
+
     async def scram_identity(
         self, username: str | None, client_id: str, address: str
     ) -> tuple[Decision, list | None]:

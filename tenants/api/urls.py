@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from tenants.api import views
+from tenants.api import identity_views, views
 
 urlpatterns = [
     path("signup", views.SignupView.as_view(), name="api-signup"),
@@ -20,6 +20,27 @@ urlpatterns = [
         views.DeviceCredentialDetailView.as_view(),
         name="api-device-credential",
     ),
+    path(
+        "devices/<str:name>/certificates",
+        identity_views.DeviceCertificateListView.as_view(),
+        name="api-device-certificates",
+    ),
+    path(
+        "devices/<str:name>/certificates/<int:certificate_id>",
+        identity_views.DeviceCertificateDetailView.as_view(),
+        name="api-device-certificate",
+    ),
+    path("cas", identity_views.CaListView.as_view(), name="api-cas"),
+    path(
+        "cas/registration-code",  # before cas/<name>
+        identity_views.CaRegistrationCodeView.as_view(),
+        name="api-ca-registration-code",
+    ),
+    path("cas/<str:name>", identity_views.CaDetailView.as_view(), name="api-ca"),
+    path("jwt-keys", identity_views.JwtKeyListView.as_view(), name="api-jwt-keys"),
+    path("jwt-keys/<str:kid>", identity_views.JwtKeyDetailView.as_view(), name="api-jwt-key"),
+    path("audit", identity_views.AuditView.as_view(), name="api-audit"),
+    path("audit.csv", identity_views.AuditCsvView.as_view(), name="api-audit-csv"),
     path("acls", views.AclListView.as_view(), name="api-acls"),
     path("acls/test", views.AclTestView.as_view(), name="api-acls-test"),
     path("acls/<int:rule_id>", views.AclDetailView.as_view(), name="api-acl"),

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("tenants", "0008_first_hour")]
+    dependencies = [("tenants", "0009_trust")]
 
     operations = [
         migrations.CreateModel(

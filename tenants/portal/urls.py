@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from tenants.portal import billing_views, people_views, views
+from tenants.portal import billing_views, people_views, trust_views, views
 
 app_name = "portal"
 
@@ -68,6 +68,11 @@ urlpatterns = [
         people_views.PasswordResetConfirmView.as_view(),
         name="password-reset-confirm",
     ),
+    path("identity/", trust_views.identity_page, name="identity"),
+    path("identity/cas/<str:name>/revoke/", trust_views.ca_revoke, name="ca-revoke"),
+    path("identity/keys/<str:kid>/revoke/", trust_views.jwt_key_revoke, name="jwt-key-revoke"),
+    path("audit/", trust_views.audit_page, name="audit"),
+    path("audit.csv", trust_views.audit_csv, name="audit-csv"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:token_id>/delete/", views.token_delete, name="token-delete"),
 ]

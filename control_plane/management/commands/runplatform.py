@@ -148,6 +148,7 @@ class Command(BaseCommand):
         self._check_stop()
 
         env = dict(os.environ)
+        pki = self._dev_pki(env, ports, tenant, device)
         env["DATABASE_URL"] = settings.DATABASE_URL
         env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
         # The portal's live views use this broker; it tells devices where it is.
@@ -185,6 +186,15 @@ class Command(BaseCommand):
         if failed:
             return 1
         self._print_banner(host, ports, tenant.slug, device.username, password)
+        if pki is not None and "MQTT_TLS_PORT" in ports:
+            at, port = _connect_host(host), ports["MQTT_TLS_PORT"]
+            self.stdout.write(
+                f"  development CA              {pki.ca}\n"
+                f"  try (certificate): mosquitto_pub -h {at} -p {port} --cafile {pki.ca}"
+                f" --cert {pki.device_cert} --key {pki.device_key} -i {device.name}"
+                " -t demo/tls -m hello\n"
+            )
+            self.stdout.flush()
         while True:
             self._check_stop()
             for name, process in self._processes.items():
@@ -218,10 +228,39 @@ class Command(BaseCommand):
         return chosen, problems
 
     def _tls_problems(self, ports: dict[str, int]) -> list[str]:
+        # Neither given: a development CA is made (`_dev_pki`); one without the other is a slip.
         wanted = [v for v in ("MQTT_TLS_PORT", "MQTT_WSS_PORT") if v in ports]
-        if wanted and not (os.environ.get("MQTT_TLS_CERT") and os.environ.get("MQTT_TLS_KEY")):
-            return [f"{' and '.join(wanted)} need MQTT_TLS_CERT and MQTT_TLS_KEY (PEM files)."]
+        given = [v for v in ("MQTT_TLS_CERT", "MQTT_TLS_KEY") if os.environ.get(v)]
+        if wanted and len(given) == 1:
+            return [f"{' and '.join(wanted)} need both MQTT_TLS_CERT and MQTT_TLS_KEY (PEM files)."]
         return []
+
+    @staticmethod
+    def _dev_pki(env: dict, ports: dict[str, int], tenant, device):
+        """A TLS port without a certificate of one's own: a development CA
+        (control_plane/dev_pki.py) for the server and the demo device, registered for the demo
+        tenant so the device connects with its certificate."""
+        wanted = "MQTT_TLS_PORT" in ports or "MQTT_WSS_PORT" in ports
+        if not wanted or env.get("MQTT_TLS_CERT"):
+            return None
+        from control_plane import dev_pki
+        from tenants import identity
+        from tenants.models import CaCertificate
+
+        pki = dev_pki.ensure(Path(embedded.DATA_DIR) / "dev-pki", device.name)
+        env["MQTT_TLS_CERT"], env["MQTT_TLS_KEY"] = str(pki.server_cert), str(pki.server_key)
+        pem = pki.ca.read_text()
+        if not CaCertificate.objects.filter(tenant=tenant, pem=pem, revoked_at=None).exists():
+            name = "dev-ca"
+            if CaCertificate.objects.filter(tenant=tenant, name=name).exists():
+                name = f"dev-ca-{CaCertificate.objects.filter(tenant=tenant).count()}"
+            identity.ca_register(
+                tenant=tenant,
+                name=name,
+                pem=pem,
+                verification_pem=dev_pki.verification(pki, identity.registration_code(tenant)),
+            )
+        return pki
 
     def _wait_for_listeners(self, host: str, ports: dict[str, int], timeout: float) -> bool:
         """Wait until every listener answers; True (after saying why) when it never will."""

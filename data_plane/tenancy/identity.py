@@ -1,0 +1,201 @@
+"""Device identity beyond secrets, on the broker: client certificates (mTLS) and JWT passwords.
+
+The TLS listener asks for a client certificate (`CERT_OPTIONAL`) and trusts, as anchors, every
+live CA and device certificate tenants registered (`TrustAnchors`, loaded at start and added to as
+tenants register more). The handshake therefore only proves the client holds a key some tenant
+vouched for; *which* tenant and device, and whether that is still true (revoked, expired), is
+decided here at CONNECT, against the tables:
+
+- a certificate registered by its SHA-256 fingerprint for the device the user name names;
+- otherwise the CA that issued it (matched by subject, checked by signature) names the tenant and
+  the certificate's subject CN the device (a tenant registers a CA only with proof that it holds
+  the CA's key: `tenants.identity.ca_register`).
+
+A user name, if the client sends one, must agree (`tenant/device`). A JWT password is checked
+against the tenant's registered keys (`common.device_identity.verify_jwt`).
+
+Every identity is labelled (`ca:ID`, `cert:ID`, `jwt:ID`) on the connection's `AuthResult`, so
+revoking one ends exactly the connections it admitted (`end_connections`).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from common.device_identity import (
+    IdentityError,
+    ParsedCertificate,
+    PublicKey,
+    check_valid,
+    issued_by,
+    parse_certificate,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateIdentity:
+    tenant: str
+    device: str
+    label: str  # `ca:ID` or `cert:ID`: what revoking ends
+
+
+_CA_SQL = """
+SELECT c.id, t.slug, c.pem
+  FROM tenants_cacertificate c JOIN tenants_tenant t ON t.id = c.tenant_id
+ WHERE c.subject = %s AND c.revoked_at IS NULL
+"""
+_DEVICE_CERT_SQL = """
+SELECT c.id, t.slug, d.name, c.not_after
+  FROM tenants_devicecertificate c
+  JOIN tenants_device d ON d.id = c.device_id
+  JOIN tenants_tenant t ON t.id = c.tenant_id
+ WHERE c.fingerprint = %s AND t.slug = %s AND d.name = %s AND c.revoked_at IS NULL
+"""
+_JWT_KEYS_SQL = """
+SELECT k.id, k.kid, k.algorithm, k.public_key
+  FROM tenants_jwtkey k JOIN tenants_tenant t ON t.id = k.tenant_id
+ WHERE t.slug = %s AND k.revoked_at IS NULL
+"""
+_ANCHORS_SQL = """
+SELECT pem FROM tenants_cacertificate WHERE revoked_at IS NULL
+UNION ALL
+SELECT pem FROM tenants_devicecertificate WHERE revoked_at IS NULL
+"""
+_ANCHOR_SQL = {
+    "ca": "SELECT pem FROM tenants_cacertificate WHERE id = ANY(%s) AND revoked_at IS NULL",
+    "cert": "SELECT pem FROM tenants_devicecertificate WHERE id = ANY(%s) AND revoked_at IS NULL",
+}
+
+
+class IdentityStore:
+    """Reads of the identity tables, cached until a notification says they changed (`forget`)
+    and at most `ttl` seconds; misses are cached briefly too, so a stranger's certificates cost
+    one query per `negative_ttl`."""
+
+    def __init__(
+        self, pool: AsyncConnectionPool, *, ttl: float = 60.0, negative_ttl: float = 2.0
+    ) -> None:
+        self.pool, self.ttl, self.negative_ttl = pool, ttl, negative_ttl
+        self._cache: dict[tuple, tuple[float, Any]] = {}
+
+    def forget(self) -> None:
+        """Registrations and revocations are rare: forget everything."""
+        self._cache.clear()
+
+    async def _cached(self, key: tuple, sql: str, args: tuple) -> list[tuple]:
+        now = time.monotonic()
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        async with self.pool.connection() as conn:
+            cursor = conn.cursor(row_factory=tuple_row)
+            rows = await (await cursor.execute(sql, args)).fetchall()
+        if len(self._cache) > 50_000:
+            self._cache.clear()
+        self._cache[key] = (now + (self.ttl if rows else self.negative_ttl), rows)
+        return rows
+
+    async def cas_named(self, subject: str) -> list[tuple[int, str, ParsedCertificate]]:
+        rows = await self._cached(("ca", subject), _CA_SQL, (subject,))
+        return [(row[0], row[1], parse_certificate(row[2])) for row in rows]
+
+    async def device_certificate(
+        self, fingerprint: str, tenant: str, device: str
+    ) -> tuple[int, str, str] | None:
+        key = ("cert", fingerprint, tenant, device)
+        rows = await self._cached(key, _DEVICE_CERT_SQL, (fingerprint, tenant, device))
+        return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+    async def jwt_keys(self, tenant: str) -> list[tuple[int, PublicKey]]:
+        rows = await self._cached(("jwt", tenant), _JWT_KEYS_SQL, (tenant,))
+        return [(row[0], PublicKey(row[1], row[2], row[3])) for row in rows]
+
+    async def anchors(self, kind: str | None = None, ids: list[int] | None = None) -> list[str]:
+        async with self.pool.connection() as conn:
+            cursor = conn.cursor(row_factory=tuple_row)
+            if kind is None:
+                rows = await (await cursor.execute(_ANCHORS_SQL)).fetchall()
+            else:
+                rows = await (await cursor.execute(_ANCHOR_SQL[kind], (ids or [],))).fetchall()
+        return [row[0] for row in rows]
+
+
+async def identify_certificate(
+    store: IdentityStore, der: bytes, username: str | None = None
+) -> CertificateIdentity:
+    """Which tenant's device this certificate is, or IdentityError saying why none. A
+    certificate registered for one device counts only with that device's user name (it proves the
+    key, not the tenant: anyone can register a certificate they have seen); a CA-issued one names
+    its device by itself (registering a CA needs proof of its key)."""
+    try:
+        presented = parse_certificate(der)
+    except IdentityError:
+        raise IdentityError("unreadable client certificate") from None
+    check_valid(presented)  # the handshake checked too; the clock may have moved since
+    tenant, _, device = (username or "").partition("/")
+    if tenant and device:
+        registered = await store.device_certificate(presented.fingerprint, tenant, device)
+        if registered is not None:
+            cert_id, tenant, device = registered
+            return CertificateIdentity(tenant, device, f"cert:{cert_id}")
+    for ca_id, tenant, ca in await store.cas_named(presented.issuer):
+        if issued_by(presented, ca):
+            check_valid(ca)
+            if not presented.common_name:
+                raise IdentityError("the certificate's subject has no CN naming the device")
+            return CertificateIdentity(tenant, presented.common_name, f"ca:{ca_id}")
+    raise IdentityError("client certificate not registered by any tenant (CA or fingerprint)")
+
+
+class TrustAnchors:
+    """What the TLS listener accepts as client-certificate anchors: every live registered CA and
+    device certificate. OpenSSL's store only grows (a revoked anchor is refused at CONNECT, by
+    `identify_certificate`, and dropped at the next restart)."""
+
+    def __init__(self, store: IdentityStore) -> None:
+        self.store = store
+        self.contexts: list[ssl.SSLContext] = []
+
+    async def attach(self, context: ssl.SSLContext) -> None:
+        context.verify_mode = ssl.CERT_OPTIONAL
+        # A registered anchor is trusted by itself: an intermediate CA, or a device's own
+        # (possibly self-signed) certificate registered by fingerprint.
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        self.contexts.append(context)
+        self._load(context, await self.store.anchors())
+
+    async def added(self, kind: str, ids: list[int]) -> None:
+        if not self.contexts:
+            return
+        pems = await self.store.anchors(kind, ids)
+        for context in self.contexts:
+            self._load(context, pems)
+
+    @staticmethod
+    def _load(context: ssl.SSLContext, pems: list[str]) -> None:
+        for pem in pems:
+            try:
+                context.load_verify_locations(cadata=pem)
+            except (ssl.SSLError, ValueError) as exc:  # one bad row must not stop the rest
+                log.warning("trust anchor not loaded: %s", exc)
+
+
+def end_connections(live: Any, label: str, reason_code: int) -> int:
+    """Disconnect the connections an identity (`ca:ID`, `cert:ID`, `jwt:ID`) admitted."""
+    doomed = [
+        conn
+        for conn in list(getattr(live, "connections", ()))
+        if getattr(getattr(conn, "auth", None), "identity", "") == label
+    ]
+    for conn in doomed:
+        conn.disconnect(reason_code)
+    return len(doomed)

@@ -1,0 +1,199 @@
+"""REST API for device identity beyond secrets: CA certificates (`/cas`), devices' own
+certificates (`/devices/{name}/certificates`) and JWT keys (`/jwt-keys`). Thin, as the others."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.response import Response
+
+from tenants import audit, identity, selectors
+from tenants.api.pagination import PAGE_PARAMETERS, page_of
+from tenants.api.serializers import StrictInput
+from tenants.api.views import TenantAPIView, paginated, validated
+
+
+class CaInput(StrictInput):
+    name = serializers.CharField(max_length=64)
+    pem = serializers.CharField(max_length=16_384, trim_whitespace=False)
+    verification_pem = serializers.CharField(
+        max_length=16_384,
+        trim_whitespace=False,
+        help_text="a certificate signed by the CA whose CN is the registration code",
+    )
+
+
+class RegistrationCodeOutput(serializers.Serializer):
+    registration_code = serializers.CharField()
+
+
+class CaOutput(serializers.Serializer):
+    name = serializers.CharField()
+    fingerprint = serializers.CharField()
+    subject = serializers.CharField()
+    not_after = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    pem = serializers.CharField()
+
+
+class DeviceCertificateInput(StrictInput):
+    pem = serializers.CharField(max_length=16_384, trim_whitespace=False)
+
+
+class DeviceCertificateOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    device = serializers.CharField(source="device.name")
+    fingerprint = serializers.CharField()
+    subject = serializers.CharField()
+    not_after = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+class JwtKeyInput(StrictInput):
+    key = serializers.CharField(
+        max_length=65_536, help_text="a PEM public key, or a JWKS document {keys: [...]}"
+    )
+    kid = serializers.CharField(max_length=64, required=False, default="")
+    algorithm = serializers.ChoiceField(
+        choices=["RS256", "ES256"], required=False, help_text="inferred from the key if omitted"
+    )
+
+
+class JwtKeyOutput(serializers.Serializer):
+    kid = serializers.CharField()
+    algorithm = serializers.CharField()
+    public_key = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+class CaListView(TenantAPIView):
+    @extend_schema(
+        parameters=PAGE_PARAMETERS, responses=page_of(CaOutput), operation_id="v1_cas_list"
+    )
+    def get(self, request):
+        return paginated(self, request, identity.cas_list(tenant=self.tenant), CaOutput)
+
+    @extend_schema(request=CaInput, responses={201: CaOutput})
+    def post(self, request):
+        ca = identity.ca_register(tenant=self.tenant, **validated(CaInput, request.data))
+        return Response(CaOutput(ca).data, status=status.HTTP_201_CREATED)
+
+
+class CaRegistrationCodeView(TenantAPIView):
+    @extend_schema(
+        responses=RegistrationCodeOutput,
+        description="The CN of the verification certificate that proves you hold a CA's key.",
+    )
+    def get(self, request):
+        return Response({"registration_code": identity.registration_code(self.tenant)})
+
+
+class CaDetailView(TenantAPIView):
+    @extend_schema(responses=CaOutput)
+    def get(self, request, name: str):
+        return Response(CaOutput(identity.ca_get(tenant=self.tenant, name=name)).data)
+
+    @extend_schema(responses={204: None}, description="Revoke: its devices are disconnected.")
+    def delete(self, request, name: str):
+        identity.ca_revoke(identity.ca_get(tenant=self.tenant, name=name))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DeviceCertificateListView(TenantAPIView):
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(DeviceCertificateOutput),
+        operation_id="v1_devices_certificates_list",
+    )
+    def get(self, request, name: str):
+        device = selectors.device_get(tenant=self.tenant, name=name)
+        certificates = identity.device_certificates_list(device=device)
+        return paginated(self, request, certificates, DeviceCertificateOutput)
+
+    @extend_schema(request=DeviceCertificateInput, responses={201: DeviceCertificateOutput})
+    def post(self, request, name: str):
+        device = selectors.device_get(tenant=self.tenant, name=name)
+        data = validated(DeviceCertificateInput, request.data)
+        certificate = identity.device_certificate_register(device=device, **data)
+        return Response(DeviceCertificateOutput(certificate).data, status=status.HTTP_201_CREATED)
+
+
+class DeviceCertificateDetailView(TenantAPIView):
+    @extend_schema(responses={204: None}, description="Revoke: the device's TLS sessions end.")
+    def delete(self, request, name: str, certificate_id: int):
+        device = selectors.device_get(tenant=self.tenant, name=name)
+        certificate = identity.device_certificate_get(device=device, certificate_id=certificate_id)
+        identity.device_certificate_revoke(certificate)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class JwtKeyListView(TenantAPIView):
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(JwtKeyOutput),
+        operation_id="v1_jwt_keys_list",
+    )
+    def get(self, request):
+        return paginated(self, request, identity.jwt_keys_list(tenant=self.tenant), JwtKeyOutput)
+
+    @extend_schema(request=JwtKeyInput, responses={201: JwtKeyOutput(many=True)})
+    def post(self, request):
+        keys = identity.jwt_keys_add(tenant=self.tenant, **validated(JwtKeyInput, request.data))
+        return Response(JwtKeyOutput(keys, many=True).data, status=status.HTTP_201_CREATED)
+
+
+class JwtKeyDetailView(TenantAPIView):
+    @extend_schema(responses=JwtKeyOutput)
+    def get(self, request, kid: str):
+        return Response(JwtKeyOutput(identity.jwt_key_get(tenant=self.tenant, kid=kid)).data)
+
+    @extend_schema(responses={204: None}, description="Revoke: JWTs it signed stop working.")
+    def delete(self, request, kid: str):
+        identity.jwt_key_revoke(identity.jwt_key_get(tenant=self.tenant, kid=kid))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# -- the audit log ------------------------------------------------------------------------------
+
+
+class AuditEntryOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    actor = serializers.CharField()
+    via = serializers.CharField()
+    address = serializers.CharField(allow_null=True)
+    action = serializers.CharField()
+    target = serializers.CharField()
+    detail = serializers.JSONField()
+
+
+class OwnersOnly(TenantAPIView):
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        if self.membership.role != "owner":
+            raise exceptions.PermissionDenied("Only the tenant's owners see its audit log.")
+
+
+class AuditView(OwnersOnly):
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(AuditEntryOutput),
+        operation_id="v1_audit_list",
+        description="Every change to this tenant (who, what, when, from where), newest first.",
+    )
+    def get(self, request):
+        entries = audit.entries_list(tenant=self.tenant)
+        return paginated(self, request, entries, AuditEntryOutput)
+
+
+class AuditCsvView(OwnersOnly):
+    @extend_schema(
+        responses={(200, "text/csv"): str},
+        operation_id="v1_audit_csv",
+        description="The whole audit log of this tenant as CSV.",
+    )
+    def get(self, request):
+        return audit.csv_response(audit.entries_list(tenant=self.tenant))

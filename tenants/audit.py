@@ -1,0 +1,248 @@
+"""The audit log: every control-plane change, who made it, when, from which address, through
+which door (API, portal, admin, a management command).
+
+One writer, `record()`. Saves and deletes of the tenant domain's models reach it through Django
+signals (`connect_signals`, from `TenantsConfig.ready`), so every path that writes — the services
+the API and portal call, the Django admin, management commands, Celery tasks — is covered without
+each remembering to call it. Who is acting comes from a context variable: the request
+(`AuditActorMiddleware`; DRF sets `request.user` when it authenticates a token, which is read
+only when an entry is written), else the command line.
+
+Secrets never enter an entry: `detail` holds field names and a few safe values, never hashes,
+PEMs or keys.
+"""
+
+from __future__ import annotations
+
+import csv
+import getpass
+import sys
+from collections.abc import Iterable
+from contextvars import ContextVar
+
+from django.db.models import QuerySet
+from django.db.models.signals import post_delete, post_save
+from django.http import HttpRequest, HttpResponse
+
+_request: ContextVar[HttpRequest | None] = ContextVar("audit_request", default=None)
+
+# What is recorded, and the field that gives each object a readable name.
+_NAMED = {
+    "Tenant": "slug",
+    "Device": "name",
+    "Credential": "id",
+    "AclRule": "topic",
+    "Rule": "name",
+    "ApiToken": "prefix",
+    "Membership": "role",
+    "CaCertificate": "name",
+    "DeviceCertificate": "fingerprint",
+    "JwtKey": "kid",
+    "Credit": "period",
+}
+# Fields whose change alone is bookkeeping, not a change anyone made.
+_BOOKKEEPING = {"last_used_at", "last_seen_at", "updated_at"}
+# Values safe to show (never secrets).
+_SAFE_VALUES = {
+    "enabled",
+    "status",
+    "role",
+    "action",
+    "permission",
+    "topic",
+    "client_id_policy",
+    "revoked_at",
+    "expires_at",
+    "acl_default",
+    "archive_enabled",
+    "quota_overrides",
+    "subject",
+    "algorithm",
+    "not_after",
+}
+
+
+class AuditActorMiddleware:
+    """Makes the request the audit log's source of who/where for everything it writes."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        token = _request.set(request)
+        try:
+            return self.get_response(request)
+        finally:
+            _request.reset(token)
+
+
+def _actor() -> tuple[str, str, str | None]:
+    """(actor, via, address) of whatever is writing now."""
+    request = _request.get()
+    if request is not None:
+        from tenants.throttles import client_address
+
+        user = getattr(request, "user", None)
+        actor = getattr(user, "email", "") or getattr(user, "username", "") or "anonymous"
+        path = request.path
+        via = "api" if path.startswith("/api/") else "admin" if path.startswith("/admin/") else ""
+        try:
+            address = client_address(request.META) or None
+        except Exception:  # an unparsable header must not stop the write being recorded
+            address = None
+        return actor, via or "portal", address
+    argv = sys.argv
+    if argv and argv[0].endswith("manage.py") and len(argv) > 1:
+        try:
+            who = getpass.getuser()
+        except Exception:
+            who = "?"
+        return f"{who}: manage.py {argv[1]}"[:254], "command", None
+    return "system", "system", None
+
+
+def record(
+    *,
+    tenant_id: int | None,
+    tenant_slug: str,
+    action: str,
+    target: str = "",
+    detail: dict | None = None,
+):
+    """The one writer of the audit log."""
+    from tenants.models import AuditEntry
+
+    actor, via, address = _actor()
+    return AuditEntry.objects.create(
+        tenant_id=tenant_id,
+        tenant_slug=tenant_slug[:32],
+        actor=actor,
+        via=via,
+        action=action[:64],
+        target=str(target)[:256],
+        detail=detail or {},
+        address=address,
+    )
+
+
+def _tenant_of(instance) -> tuple[int | None, str]:
+    from tenants.models import Tenant
+
+    if isinstance(instance, Tenant):
+        return instance.id, instance.slug
+    tenant_id = getattr(instance, "tenant_id", None)
+    if tenant_id is None and getattr(instance, "device_id", None) is not None:
+        tenant_id = instance.device.tenant_id
+    if tenant_id is None:
+        return None, ""
+    from tenants.models import Tenant as T
+
+    slug = T.objects.filter(id=tenant_id).values_list("slug", flat=True).first() or ""
+    return tenant_id, slug
+
+
+def _target(instance) -> str:
+    name = str(getattr(instance, _NAMED[type(instance).__name__], "") or instance.pk)
+    device = getattr(instance, "device", None) if hasattr(instance, "device_id") else None
+    return f"{device.name}/{name}" if device is not None else name
+
+
+def _detail(instance, fields: Iterable[str] | None) -> dict:
+    detail: dict = {}
+    if fields:
+        detail["fields"] = sorted(fields)
+    for field in fields or _SAFE_VALUES:
+        if field in _SAFE_VALUES and hasattr(instance, field):
+            value = getattr(instance, field)
+            detail[field] = value if isinstance(value, str | int | bool | dict) else str(value)
+    return detail
+
+
+def _saved(sender, instance, created, update_fields=None, raw=False, **kwargs) -> None:
+    if raw:  # fixtures being loaded
+        return
+    if update_fields and set(update_fields) <= _BOOKKEEPING:
+        return
+    tenant_id, slug = _tenant_of(instance)
+    action = f"{sender._meta.model_name}.{'created' if created else 'updated'}"
+    record(
+        tenant_id=tenant_id,
+        tenant_slug=slug,
+        action=action,
+        target=_target(instance),
+        detail=_detail(instance, None if created else update_fields),
+    )
+
+
+def _deleted(sender, instance, **kwargs) -> None:
+    from tenants.models import Tenant
+
+    if isinstance(instance, Tenant):
+        tenant_id, slug = instance.id, instance.slug
+    else:
+        tenant_id = getattr(instance, "tenant_id", None)
+        slug = ""
+        if tenant_id is None:
+            device_id = getattr(instance, "device_id", None)
+            from tenants.models import Device
+
+            row = Device.objects.filter(id=device_id).values_list("tenant_id", flat=True)
+            tenant_id = row.first() if device_id else None
+    if tenant_id is not None and not slug:
+        from tenants.models import Tenant as T
+
+        slug = T.objects.filter(id=tenant_id).values_list("slug", flat=True).first() or ""
+    try:
+        target = _target(instance)
+    except Exception:  # its device went first (cascade): the id will do
+        target = str(instance.pk)
+    record(
+        tenant_id=tenant_id,
+        tenant_slug=slug,
+        action=f"{sender._meta.model_name}.deleted",
+        target=target,
+    )
+
+
+def connect_signals() -> None:
+    from tenants import models
+
+    for name in _NAMED:
+        model = getattr(models, name)
+        post_save.connect(_saved, sender=model, dispatch_uid=f"audit-save-{name}")
+        post_delete.connect(_deleted, sender=model, dispatch_uid=f"audit-delete-{name}")
+
+
+# -- reads --------------------------------------------------------------------------------------
+
+
+def entries_list(*, tenant) -> QuerySet:
+    """A tenant's entries, newest first: only its own, by construction."""
+    from tenants.models import AuditEntry
+
+    return AuditEntry.objects.filter(tenant_id=tenant.id)
+
+
+CSV_COLUMNS = ("created_at", "actor", "via", "address", "action", "target", "detail")
+
+
+def csv_response(entries: QuerySet, filename: str = "audit.csv") -> HttpResponse:
+    import json
+
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    writer = csv.writer(response)
+    writer.writerow(CSV_COLUMNS)
+    for entry in entries.iterator():
+        row = [
+            entry.created_at.isoformat(),
+            entry.actor,
+            entry.via,
+            entry.address or "",
+            entry.action,
+            entry.target,
+            json.dumps(entry.detail, sort_keys=True, default=str),
+        ]
+        # A cell starting with = + - @ is a formula to spreadsheets: quote it as text.
+        writer.writerow([f"'{v}" if v[:1] in ("=", "+", "-", "@") else v for v in row])
+    return response
