@@ -1,5 +1,5 @@
 """Security headers Django's own middleware does not set: a Content-Security-Policy (scripts,
-styles, images, connections only from the portal itself; no framing, no plugins, forms post only
+styles, images, connections only from the portal itself and the broker's WebSocket; no framing, no plugins, forms post only
 here) and a Referrer-Policy. `X-Frame-Options: DENY` and `nosniff` come from Django's settings
 (X_FRAME_OPTIONS, SECURE_CONTENT_TYPE_NOSNIFF).
 
@@ -11,13 +11,25 @@ scripts and styles, nothing else does.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+
+def _broker_websocket() -> str:
+    """The origin of the broker's WebSocket as browsers reach it (the portal's MQTT client
+    connects there: another port, so not 'self')."""
+    url = urlsplit(getattr(settings, "MQTT_PUBLIC_WS_URL", "") or "")
+    return f"{url.scheme}://{url.netloc}" if url.scheme in ("ws", "wss") and url.netloc else ""
+
+
 POLICY = "; ".join(
     [
         "default-src 'self'",
         "script-src 'self'",
         "style-src 'self'",
         "img-src 'self' data:",
-        "connect-src 'self'",
+        f"connect-src 'self' {_broker_websocket()}".rstrip(),
         "font-src 'self'",
         "object-src 'none'",
         "base-uri 'self'",

@@ -20,6 +20,12 @@ TAGS = [
     {"name": "Rules", "description": "SQL rules over the tenant's messages, and their actions."},
     {"name": "Quota and usage", "description": "Limits the broker enforces, and what was used."},
     {"name": "Invoices", "description": "Monthly invoices as JSON, CSV and PDF."},
+    {
+        "name": "Device identity",
+        "description": "Devices proving who they are without a secret: X.509 certificates "
+        "(a registered CA, or one device's certificate) and JWTs signed by registered keys.",
+    },
+    {"name": "Audit", "description": "Who changed what in the tenant, when and from where."},
 ]
 
 SECRET_NOTE = "The secret is in this response only: it cannot be read again."
@@ -209,6 +215,93 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Show an invoice",
         "The invoice of a month (`YYYY-MM`) as JSON with its lines; add `.csv` or `.pdf` to the "
         "path for a file. " + TENANT_404,
+    ),
+    ("get", "/api/v1/cas/registration-code"): (
+        "Device identity",
+        "Get the CA registration code",
+        "The tenant's registration code: the CN of the verification certificate that proves, "
+        "when a CA is registered, that the tenant holds the CA's private key.",
+    ),
+    ("get", "/api/v1/cas"): (
+        "Device identity",
+        "List registered CA certificates",
+        "The CA certificates the tenant registered (name, subject, fingerprint, validity, "
+        "revoked or not); devices with certificates they issued connect over TLS.",
+    ),
+    ("post", "/api/v1/cas"): (
+        "Device identity",
+        "Register a CA certificate",
+        "Registers a CA (`pem`) with proof of its key (`verification_pem`: a certificate it "
+        "signed whose CN is the registration code). A CA belongs to one tenant only.",
+    ),
+    ("get", "/api/v1/cas/{name}"): (
+        "Device identity",
+        "Show one registered CA",
+        "One CA certificate of the tenant with its subject, fingerprint and validity. "
+        + TENANT_404,
+    ),
+    ("delete", "/api/v1/cas/{name}"): (
+        "Device identity",
+        "Revoke a CA certificate",
+        "Revokes the CA: devices with certificates it issued are refused from now on, and "
+        "the connections it admitted are ended within a second.",
+    ),
+    ("get", "/api/v1/devices/{name}/certificates"): (
+        "Device identity",
+        "List a device's own certificates",
+        "Certificates registered for this device by SHA-256 fingerprint (used together with "
+        "the user name `tenant/device`). " + TENANT_404,
+    ),
+    ("post", "/api/v1/devices/{name}/certificates"): (
+        "Device identity",
+        "Register a device certificate",
+        "Registers one certificate (`pem`) for this device; over TLS, the device presenting it "
+        "with its user name connects without a secret.",
+    ),
+    ("delete", "/api/v1/devices/{name}/certificates/{certificate_id}"): (
+        "Device identity",
+        "Revoke a device certificate",
+        "Revokes one of the device's certificates; connections it admitted end within a second.",
+    ),
+    ("get", "/api/v1/jwt-keys"): (
+        "Device identity",
+        "List JWT signing keys",
+        "Public keys (RS256, ES256) whose JWTs devices may send as their password, by key id.",
+    ),
+    ("post", "/api/v1/jwt-keys"): (
+        "Device identity",
+        "Register JWT signing keys",
+        "Registers a public key as PEM, or every key of a JWKS document. A device's JWT must "
+        "name it in `sub`, carry `exp` (at most 24 hours ahead) and be signed by one of them.",
+    ),
+    ("get", "/api/v1/jwt-keys/{kid}"): (
+        "Device identity",
+        "Show one JWT signing key",
+        "One registered public key with its algorithm and state. " + TENANT_404,
+    ),
+    ("delete", "/api/v1/jwt-keys/{kid}"): (
+        "Device identity",
+        "Revoke a JWT signing key",
+        "Revokes the key: JWTs it signed are refused, and the connections they admitted end "
+        "within a second.",
+    ),
+    ("get", "/api/v1/audit"): (
+        "Audit",
+        "Read the audit log",
+        "Every change to the tenant's objects, newest first: when, who, through which door "
+        "(api, portal, admin, command), from which address, what. Owners only.",
+    ),
+    ("get", "/api/v1/audit.csv"): (
+        "Audit",
+        "Export the audit log as CSV",
+        "The same entries as the audit log, as a CSV download (cells that a spreadsheet would "
+        "read as formulas are quoted). Owners only.",
+    ),
+    ("post", "/api/v1/rules/{name}/dead-letters/replay"): (
+        "Rules",
+        "Replay a rule's dead letters",
+        "Sends the rule's dead-lettered webhook calls again (up to 100, oldest first) through "
+        "the same signed call as the live job, with the rule's current secret.",
     ),
 }
 
