@@ -7,20 +7,16 @@ messages, not its `$SYS` topics. Real broker and portal processes, paho clients,
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
-from common import processes, service_token
-from common.embedded import free_port, port_open
+from common import service_token
 from tenants import services
 from tests.broker.clients import Paho
+from tests.portal.web import running_portal
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -33,33 +29,10 @@ def platform(monkeypatch):
     broker, mqtt_port = start_pg_broker(
         "--sys-interval", "0.5", "--usage-flush-interval", "1", "--no-archive"
     )
-    db = connection.settings_dict
-    http_port = free_port()
-    env = dict(
-        os.environ,
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        MQTT_INTERNAL_HOST="127.0.0.1",
-        MQTT_INTERNAL_PORT=str(mqtt_port),
-        ALLOWED_HOSTS="127.0.0.1,localhost",
-        BIND_HOST="127.0.0.1",
-        WEB_PORT=str(http_port),
-    )
-    web = subprocess.Popen(
-        processes.command("web", env),
-        cwd=settings.BASE_DIR,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 30
-    while not port_open(http_port):
-        assert web.poll() is None, web.stderr.read().decode()
-        assert time.monotonic() < deadline, "portal did not start"
-        time.sleep(0.1)
-    yield f"http://127.0.0.1:{http_port}", mqtt_port
-    for process in (web, broker):
-        process.terminate()
-        process.wait(timeout=10)
+    with running_portal(mqtt_port) as url:
+        yield url, mqtt_port
+    broker.terminate()
+    broker.wait(timeout=10)
 
 
 @pytest.fixture

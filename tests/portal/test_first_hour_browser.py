@@ -14,9 +14,9 @@ from django.conf import settings
 from django.db import connection
 
 from common import processes
-from common.embedded import free_port, port_open
 from tenants import services
 from tests.broker.clients import JS, Paho
+from tests.portal.web import running_portal
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
@@ -55,36 +55,15 @@ def platform(monkeypatch):
     addresses (MQTT_PUBLIC_*), so what the snippets and the browser client say is reachable."""
     monkeypatch.setenv("MQTT_SERVICE_KEY", KEY)
     broker, mqtt_port, ws_port = _broker()
-    db = connection.settings_dict
-    http_port = free_port()
-    env = dict(
-        os.environ,
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        MQTT_INTERNAL_HOST="127.0.0.1",
-        MQTT_INTERNAL_PORT=str(mqtt_port),
-        MQTT_PUBLIC_HOST="127.0.0.1",
-        MQTT_PUBLIC_PORT=str(mqtt_port),
-        MQTT_PUBLIC_WS_URL=f"ws://127.0.0.1:{ws_port}/mqtt",
-        ALLOWED_HOSTS="127.0.0.1,localhost",
-        BIND_HOST="127.0.0.1",
-        WEB_PORT=str(http_port),
-    )
-    web = subprocess.Popen(
-        processes.command("web", env),
-        cwd=settings.BASE_DIR,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 30
-    while not port_open(http_port):
-        assert web.poll() is None, web.stderr.read().decode()
-        assert time.monotonic() < deadline, "portal did not start"
-        time.sleep(0.1)
-    yield f"http://127.0.0.1:{http_port}", mqtt_port
-    for process in (web, broker):
-        process.terminate()
-        process.wait(timeout=10)
+    public = {
+        "MQTT_PUBLIC_HOST": "127.0.0.1",
+        "MQTT_PUBLIC_PORT": str(mqtt_port),
+        "MQTT_PUBLIC_WS_URL": f"ws://127.0.0.1:{ws_port}/mqtt",
+    }
+    with running_portal(mqtt_port, **public) as url:
+        yield url, mqtt_port
+    broker.terminate()
+    broker.wait(timeout=10)
 
 
 @pytest.fixture
