@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from common.object_store import ObjectNotFound, ObjectStore
+from common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +134,7 @@ class SessionStore:
     async def stop(self) -> None:
         if self._task:
             self._wakeup.set()
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
         if self._in_flight is not None and not self._in_flight.done():
             await asyncio.wait([self._in_flight])

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 
 from common.notifications import CHANNEL, ChangeKind
+from common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +39,7 @@ class ConfigListener:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="config-listener")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         backoff = 0.2

@@ -12,6 +12,7 @@ import logging
 import time
 from typing import Any
 
+from common.tasks import cancel_and_wait
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.storage.usage_log import UsageLogWriter
@@ -60,12 +61,7 @@ class TenancyObservers:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="usage-flush")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         await self.flush(final=True)
 
     # -- hooks ----------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from common.tasks import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 STALE_AFTER = 90  # seconds without a heartbeat: the row's broker is gone (readers agree)
@@ -123,12 +125,7 @@ class Presence:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="presence")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         try:
             await self.flush()
             async with self.pool.connection() as conn:
