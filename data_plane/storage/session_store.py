@@ -71,7 +71,10 @@ class StoredSession:
 class _Batch:
     inserts: list[tuple] = field(default_factory=list)
     deletes: list[tuple[int, str, int]] = field(default_factory=list)
-    updates: list[tuple[int, str, int, int | None, int]] = field(default_factory=list)
+    # (tenant id, client id, seq) -> (packet id, state). A dict, so the last mark of a delivery
+    # wins: one UPDATE ... FROM joining a row twice applies an arbitrary one of the two (SENT
+    # over RECEIVED would make a restart resend a PUBLISH the client was already released).
+    updates: dict[tuple[int, str, int], tuple[int | None, int]] = field(default_factory=dict)
     uploads: dict[str, bytes] = field(default_factory=dict)
     # (tenant id, client id) -> {packet id: held}; the last change to an id wins.
     inbound: dict[tuple[int, str], dict[int, bool]] = field(default_factory=dict)
@@ -181,7 +184,7 @@ class SessionStore:
     def mark(
         self, tenant_id: int, client_id: str, seq: int, packet_id: int | None, state: int
     ) -> asyncio.Future:
-        self._batch.updates.append((tenant_id, client_id, seq, packet_id, state))
+        self._batch.updates[tenant_id, client_id, seq] = (packet_id, state)
         return self._future()
 
     def inbound_qos2(
@@ -230,9 +233,8 @@ class SessionStore:
                             for row in batch.inserts:
                                 await copy.write_row(row)
                     if batch.updates:
-                        await cursor.execute(
-                            _UPDATE, [list(c) for c in zip(*batch.updates, strict=True)]
-                        )
+                        rows = [(*key, *mark) for key, mark in batch.updates.items()]
+                        await cursor.execute(_UPDATE, [list(c) for c in zip(*rows, strict=True)])
                     if batch.deletes:
                         await cursor.execute(
                             _DELETE, [list(c) for c in zip(*batch.deletes, strict=True)]

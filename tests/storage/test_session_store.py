@@ -7,7 +7,13 @@ import pytest
 from django.db import connection
 from psycopg_pool import AsyncConnectionPool
 
-from data_plane.storage.session_store import SENT, QueuedMessage, SessionStore, StoreUnavailable
+from data_plane.storage.session_store import (
+    RECEIVED,
+    SENT,
+    QueuedMessage,
+    SessionStore,
+    StoreUnavailable,
+)
 from tenants import services
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,3 +122,26 @@ def test_writes_fail_clearly_when_the_database_refuses(tenant_id):
         return [m.seq for m in await store.fetch(tenant_id, "c1")]
 
     assert run(body) == [1]
+
+
+def test_the_last_mark_of_a_delivery_in_one_commit_wins(tenant_id):
+    """SENT then RECEIVED (PUBREC seen, PUBREL sent) in one group commit: RECEIVED is stored.
+
+    Were SENT kept, a restart would resend the PUBLISH (DUP, same packet id) after the client
+    had already been released the message and forgotten the id: delivered twice (the QoS 2
+    duplicate seen at kill -9 under load)."""
+
+    async def body(store):
+        await store.save_session(tenant_id, "c1", expiry_interval=3600, subscriptions=[])
+        seqs = range(1, 201)
+        await asyncio.gather(*(store.enqueue(tenant_id, "c1", message(s)) for s in seqs))
+        marks = []
+        for s in seqs:  # one loop turn: every mark joins the same transaction
+            marks.append(store.mark(tenant_id, "c1", s, s, SENT))
+            marks.append(store.mark(tenant_id, "c1", s, s, RECEIVED))
+        await asyncio.gather(*marks)
+        return await store.fetch(tenant_id, "c1", limit=1000)
+
+    stored = run(body)
+    assert len(stored) == 200
+    assert [m.state for m in stored if m.state != RECEIVED] == []
