@@ -140,7 +140,7 @@ async def run(args: argparse.Namespace) -> None:
     purge = None
     tap = None
     if link is not None:
-        from data_plane.storage.archive import writer_metrics
+        from data_plane.storage.store_metrics import writer_metrics
         from data_plane.tenancy.observers import TenancyObservers
 
         link.attach(server.broker)  # live connections, each tied to its secret

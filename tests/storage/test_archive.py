@@ -24,8 +24,8 @@ from common.archive_io import (
 from common.archive_schema import COMPACTED_MARKER, EVENT_CONNECTED, EVENT_PUBLISH
 from common.object_store import open_object_store
 from data_plane.broker.message import Message
-from data_plane.storage.archive import NdjsonSegmentWriter, read_segment
 from data_plane.storage.parquet_archive import ParquetArchiveWriter, publish_columns
+from tests.storage.ndjson_v1 import NdjsonSegmentWriter
 
 HOUR = datetime(2023, 11, 14, 22, tzinfo=UTC)  # 22:00-23:00 UTC
 T0 = HOUR.timestamp() + 13 * 60  # 22:13
@@ -317,32 +317,6 @@ def test_parquet_writer_buffers_within_its_bound_while_the_store_is_down(tmp_pat
     assert uploaded + writer.dropped_records == total
     kept = read_archive(store, *window()).num_rows
     assert kept == uploaded == writer.written_records
-
-
-def test_ndjson_writer_keeps_usage_segments_partitioned_and_bounded(tmp_path, s3_store):
-    writer = NdjsonSegmentWriter(s3_store, dataset="usage", writer_id="w1")
-    for tenant, ts in (("acme", T0), ("acme", T0 + 3600), ("other", T0)):
-        writer.append({"tenant": tenant, "ts": int(ts * 1000), "messages_in": 1})
-    assert writer.flush(force=True) == 3
-    assert s3_store.list("usage/") == [
-        "usage/tenant=acme/date=2023-11-14/hour=22/w1-00000001.ndjson.gz",
-        "usage/tenant=acme/date=2023-11-14/hour=23/w1-00000002.ndjson.gz",
-        "usage/tenant=other/date=2023-11-14/hour=22/w1-00000003.ndjson.gz",
-    ]
-    assert read_segment(s3_store.get(s3_store.list("usage/")[0])) == [
-        {"tenant": "acme", "ts": int(T0 * 1000), "messages_in": 1}
-    ]
-    flaky = FlakyStore(open_object_store(f"file://{tmp_path}"))
-    bounded = NdjsonSegmentWriter(flaky, writer_id="w", max_bytes=200, max_pending_bytes=2000)
-    for i in range(200):
-        bounded.append({"tenant": "acme", "ts": int(T0 * 1000), "n": str(i) * 20})
-    bounded.flush(force=True)
-    assert bounded.upload_failures >= 1 and bounded.pending_bytes <= 2000
-    flaky.up = True
-    uploaded = bounded.flush()
-    assert uploaded + bounded.dropped_records == 200
-    assert sum(len(read_segment(flaky.get(k))) for k in flaky.list()) == uploaded
-    assert json.dumps(read_segment(flaky.get(flaky.list()[0])))
 
 
 def test_compact_archive_command_and_periodic_task(tmp_path, monkeypatch):

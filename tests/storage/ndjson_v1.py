@@ -1,16 +1,12 @@
-"""Gzip'd newline-delimited JSON segments in the object store: the usage records of the billing
-job (the message archive was this format in version 1; it is Parquet now, see `parquet_archive`,
-and `common.archive_schema.read_ndjson_segment` still reads its old segments).
+"""Writes version 1 archive segments (gzip'd NDJSON, the format before Parquet), so the tests
+can prove that yesterday's history stays readable (`common.archive_schema.read_ndjson_segment`).
+Production no longer writes this format.
 
 Key:  {dataset}/tenant={slug}/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:08d}.ndjson.gz
 
-Usage records (`dataset="usage"`, see `usage_record`): usage/tenant={slug}/date=.../hour=.../
-...ndjson.gz, one line per tenant-minute flush; lines for the same tenant and minute add up (a
-minute may be flushed in parts, by several brokers).
-
 A segment closes after `max_age` seconds or `max_bytes` of uncompressed lines, whichever comes
 first. When the store is unavailable, closed segments wait in memory up to `max_pending_bytes`;
-beyond that the oldest are dropped and counted (`dropped_records`), and the failure is logged.
+beyond that the oldest are dropped and counted (`dropped_records`).
 """
 
 from __future__ import annotations
@@ -44,24 +40,6 @@ class _Closed:
     key: str
     body: bytes
     records: int
-
-
-def usage_record(tenant: str, minute: int, usage: Any, *, writer: str = "") -> dict[str, Any]:
-    """One tenant-minute of metered usage (a `MinuteUsage`) as an object-store line."""
-    return {
-        "tenant": tenant,
-        "ts": minute * 1000,
-        "minute": datetime.fromtimestamp(minute, UTC).isoformat(),
-        "connection_seconds": round(usage.connection_seconds, 3),
-        "messages_in": usage.messages_in,
-        "messages_out": usage.messages_out,
-        "bytes_in": usage.bytes_in,
-        "bytes_out": usage.bytes_out,
-        "dropped": dict(usage.dropped),
-        "retained_count": usage.retained_count,
-        "stored_bytes": usage.stored_bytes,
-        "writer": writer,
-    }
 
 
 class NdjsonSegmentWriter:
@@ -171,32 +149,3 @@ ArchiveWriter = NdjsonSegmentWriter
 
 def read_segment(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gzip.decompress(body).splitlines() if line]
-
-
-def writer_metrics(writers: list[Any]):
-    """Prometheus families for object-store writers (this one, `ParquetArchiveWriter`), labelled
-    by dataset (archive, usage)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-    pending = GaugeMetricFamily(
-        "mqtt_store_pending_bytes",
-        "Closed segments waiting for the object store",
-        labels=["dataset"],
-    )
-    written = CounterMetricFamily(
-        "mqtt_store_records_written", "Records uploaded to the object store", labels=["dataset"]
-    )
-    dropped = CounterMetricFamily(
-        "mqtt_store_records_dropped",
-        "Records dropped: object store away too long",
-        labels=["dataset"],
-    )
-    failures = CounterMetricFamily(
-        "mqtt_store_upload_failures", "Failed object store uploads", labels=["dataset"]
-    )
-    for writer in writers:
-        pending.add_metric([writer.dataset], writer.pending_bytes)
-        written.add_metric([writer.dataset], writer.written_records)
-        dropped.add_metric([writer.dataset], writer.dropped_records)
-        failures.add_metric([writer.dataset], writer.upload_failures)
-    return [pending, written, dropped, failures]
