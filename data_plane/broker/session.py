@@ -196,9 +196,12 @@ class Session:
         self.queue = kept
 
     def release_publishers(self) -> None:
-        for publisher in list(self.blocked_publishers):
+        # Swapped first: a released publisher reads at once what it held, and may back this
+        # queue up again and be held anew; that hold must survive (clearing after would lose
+        # it, and the publisher would wait out the read gate's whole allowance).
+        publishers, self.blocked_publishers = self.blocked_publishers, set()
+        for publisher in publishers:
             publisher.unthrottle_by(self)
-        self.blocked_publishers.clear()
 
     def _drop(self, delivery: Delivery, cause: str) -> None:
         self.dropped += 1
