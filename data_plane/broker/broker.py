@@ -63,9 +63,9 @@ class Broker:
         self.redirect: Callable[[Any, Any], Redirect | None] | None = None
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates
         # What it is plugged into, fixed for its life (see ports.Ports); None: memory only.
-        self.persistence = ports.sessions
-        self.retained_storage = ports.retained
-        self.delayed_storage = ports.delayed
+        self.persistence = ports.persistence
+        self.retained_storage = ports.retained_storage
+        self.delayed_storage = ports.delayed_storage
         self.cluster = ports.cluster  # the other nodes; None: the only one (see `publish`)
 
     # -- sessions -----------------------------------------------------------------------
@@ -300,7 +300,6 @@ class Broker:
             Subscriber(session, sub.qos, sub.no_local, sub.retain_as_published, subscription_id),
             group,
         )
-
         session.subscriptions[sub.topic_filter] = SubscriptionState(
             sub.topic_filter,
             sub.qos,

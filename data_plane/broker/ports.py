@@ -12,10 +12,12 @@ client through these narrow interfaces (the connection satisfies both; tests may
 What the broker is plugged into is given to it once, at construction (`Ports`); it never learns
 of storage or the cluster any other way, and neither ever sets an attribute of the broker:
 
-- `SessionStorage`: persistent sessions and their queues (`data_plane.storage.persistence`);
-- `RetainedStorage`: a copy of every retained change (`data_plane.storage.retained_delayed`);
-- `DelayedStorage`: `$delayed/{seconds}/...` publishes kept until due (same module);
-- `Cluster`: the other broker processes (issue 17; none yet: a single node).
+- `persistence` (`SessionStorage`): persistent sessions and their queues
+  (`data_plane.storage.persistence`);
+- `retained_storage` (`RetainedStorage`): a copy of every retained change
+  (`data_plane.storage.retained_delayed`);
+- `delayed_storage` (`DelayedStorage`): `$delayed/{seconds}/...` publishes kept until due (same);
+- `cluster` (`Cluster`): the other broker processes (issue 17; none yet: a single node).
 
 Each is optional: without it the broker keeps that state in memory only (tests, `--auth-file`).
 Storage objects are built first, handed to `Broker(...)` in `Ports`, then started with the broker
@@ -141,11 +143,12 @@ class Cluster(Protocol):
 @dataclass(frozen=True, slots=True)
 class Ports:
     """What a broker is plugged into, given at construction; None: that state stays in memory
-    (or, for `cluster`, this broker is the only node)."""
+    (or, for `cluster`, this broker is the only node). The broker keeps each under the same
+    name (`broker.persistence`, ...)."""
 
-    sessions: SessionStorage | None = None
-    retained: RetainedStorage | None = None
-    delayed: DelayedStorage | None = None
+    persistence: SessionStorage | None = None
+    retained_storage: RetainedStorage | None = None
+    delayed_storage: DelayedStorage | None = None
     cluster: Cluster | None = None
 
 
