@@ -132,7 +132,8 @@ class Cluster(Protocol):
 
     def forward(self, message: Any, local: Any) -> Any:
         """Send `message` once to every other node with a matching route; returns `local` (the
-        `Published` of the local delivery) with those nodes and the bus's commit added."""
+        `Published` of the local delivery) with those nodes and the bus's commit added, and
+        its `slow_down` kept (`local._replace(...)`): back-pressure stays local."""
         ...
 
     def members(self) -> list[dict[str, Any]]:
