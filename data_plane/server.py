@@ -11,6 +11,7 @@ from typing import Any
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.ports import NO_PORTS, Ports
 from data_plane.broker.websocket import WebSocketProtocol
 from data_plane.config import BrokerConfig
 from data_plane.observability import refusals
@@ -53,10 +54,16 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
-async def serve(config: BrokerConfig, authenticator: Authenticator, prepare: Any = None) -> Server:
-    """Start the listeners; `prepare(broker)` (async) runs first, e.g. to restore sessions."""
+async def serve(
+    config: BrokerConfig,
+    authenticator: Authenticator,
+    prepare: Any = None,
+    ports: Ports = NO_PORTS,
+) -> Server:
+    """Start the listeners around a broker plugged into `ports` (storage, cluster); `prepare(broker)`
+    (async) runs first, e.g. to restore sessions into it."""
     loop = asyncio.get_running_loop()
-    broker = Broker(config, authenticator)
+    broker = Broker(config, authenticator, ports)
     refusals.listen(broker)  # log lines and counters of what connections refuse
     if prepare is not None:
         await prepare(broker)

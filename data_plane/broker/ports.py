@@ -1,4 +1,5 @@
-"""The broker's ports: what each side of the broker core may ask of the other, as protocols.
+"""The broker's ports: what each side of the broker core may ask of the other, as protocols,
+and what a publish returns.
 
 The broker and the session never import the connection: they talk to whatever stands for a
 client through these narrow interfaces (the connection satisfies both; tests may pass fakes).
@@ -7,11 +8,31 @@ client through these narrow interfaces (the connection satisfies both; tests may
   Receive Maximum, Maximum Packet Size, topic aliases), whether it can take more now, and `send`.
 - `Client`: what the broker sees of a live connection: who it is, its session, and the three
   things the broker may do to it (take it over, disconnect it, re-apply its tenant's policy).
+
+What the broker is plugged into is given to it once, at construction (`Ports`); it never learns
+of storage or the cluster any other way, and neither ever sets an attribute of the broker:
+
+- `persistence` (`SessionStorage`): persistent sessions and their queues
+  (`data_plane.storage.persistence`);
+- `retained_storage` (`RetainedStorage`): a copy of every retained change
+  (`data_plane.storage.retained_delayed`);
+- `delayed_storage` (`DelayedStorage`): `$delayed/{seconds}/...` publishes kept until due (same);
+- `cluster` (`Cluster`): the other broker processes (issue 17; none yet: a single node).
+
+Each is optional: without it the broker keeps that state in memory only (tests, `--auth-file`).
+Storage objects are built first, handed to `Broker(...)` in `Ports`, then started with the broker
+they serve (restore sessions, load retained and delayed messages).
+
+`Broker.publish` returns `Published`: whom it reached, the commits a QoS 1/2 acknowledgement
+waits for, and the subscribers whose queues backed up (`slow_down`): the caller that read the
+PUBLISH pauses its client until they drain (`flow.ReadGate.slow_down`); others ignore it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import asyncio
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 
 class Outlet(Protocol):
@@ -32,8 +53,6 @@ class Outlet(Protocol):
 
     def outbound_alias(self, topic: str) -> tuple[int, bool] | None: ...
 
-    def throttle_by(self, session: Any) -> None: ...
-
     def unthrottle_by(self, session: Any) -> None: ...
 
 
@@ -48,3 +67,90 @@ class Client(Outlet, Protocol):
     def disconnect(self, reason_code: int, reason: str = "", *, reference: str = "") -> None: ...
 
     def apply_policy(self, policy: Any) -> None: ...
+
+
+# -- what a publish returns -------------------------------------------------------------------
+
+
+class Published(NamedTuple):
+    """What `Broker.publish` did with a message."""
+
+    reached: int  # sessions it was handed to (5.0: "no matching subscribers" when 0)
+    commits: Any  # the commits of its durable copies: a QoS 1/2 acknowledgement awaits them
+    # Sessions whose queue this message backed up (past half, QoS 1/2): whoever published it
+    # should stop reading its client until they drain (back-pressure; see flow.ReadGate).
+    slow_down: tuple = ()
+
+
+# The common answers, shared rather than built per message (the publish path is hot).
+NOTHING = Published(0, ())
+REACHED_ONE = Published(1, ())
+
+
+# -- what the broker is plugged into ------------------------------------------------------------
+
+
+class SessionStorage(Protocol):
+    """Persistent sessions, mirrored durably. `attach` decides whether a session is persistent:
+    it sets `session.persist` (called per QoS 1/2 delivery, returns the commit) and
+    `session.durable` (this object, for the acknowledgements' commits) or leaves both None."""
+
+    def attach(self, session: Any) -> None: ...
+
+    async def save(self, session: Any, *, disconnected: bool = False) -> None: ...
+
+    def save_later(self, session: Any, *, disconnected: bool = False) -> None: ...
+
+    def sent(self, session: Any, delivery: Any, packet_id: int) -> None: ...
+
+    def released(self, session: Any, delivery: Any, packet_id: int) -> asyncio.Future: ...
+
+    def inbound_qos2(self, session: Any, packet_id: int, held: bool) -> asyncio.Future: ...
+
+    def settled(self, session: Any, delivery: Any) -> None: ...
+
+    def will_published(self, session: Any) -> None: ...
+
+    def forget(self, session: Any) -> None: ...
+
+
+class RetainedStorage(Protocol):
+    def retained_changed(self, message: Any) -> None:
+        """A retained message was set (or cleared: empty payload); called in order."""
+
+
+class DelayedStorage(Protocol):
+    def schedule(self, message: Any, seconds: int) -> asyncio.Future:
+        """Keep `message` and publish it in `seconds`; the future resolves once it is kept (the
+        publisher's acknowledgement waits for it)."""
+
+
+class Cluster(Protocol):
+    """The other broker processes (data_plane.cluster, issue 17; none yet: a single node). It
+    hands each publish on to the nodes with a matching route and delivers theirs here through
+    `Broker.route`."""
+
+    def forward(self, message: Any, local: Any) -> Any:
+        """Send `message` once to every other node with a matching route; returns `local` (the
+        `Published` of the local delivery) with those nodes and the bus's commit added, and
+        its `slow_down` kept (`local._replace(...)`): back-pressure stays local."""
+        ...
+
+    def members(self) -> list[dict[str, Any]]:
+        """The live nodes, this one included (for `$SYS/broker/nodes`)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """What a broker is plugged into, given at construction; None: that state stays in memory
+    (or, for `cluster`, this broker is the only node). The broker keeps each under the same
+    name (`broker.persistence`, ...)."""
+
+    persistence: SessionStorage | None = None
+    retained_storage: RetainedStorage | None = None
+    delayed_storage: DelayedStorage | None = None
+    cluster: Cluster | None = None
+
+
+NO_PORTS = Ports()
