@@ -60,6 +60,10 @@ class Broker:
         self.redirect: Callable[[Any, Any], Redirect | None] | None = None
         self.publishing_connection: Client | None = None  # set while routing its PUBLISH
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates
+        # The archive's recorder of routed messages (data_plane.storage.archive_hook), or None:
+        # a direct call, not a `message.publish` hook, since the hooks' dispatch cost the loop
+        # more than the recording itself.
+        self.archive_record: Callable[[Message], None] | None = None
         self.persistence: Any = None  # data_plane.storage.persistence.SessionPersistence
         self.retained_changed: Any = None  # callable(message): mirrors retained to storage
         self.schedule_delayed: Any = None  # callable(message, seconds) -> future (storage)
@@ -192,6 +196,8 @@ class Broker:
             message = self.hooks.filter_publish(message)
             if message is None:
                 return NOTHING
+        if self.archive_record is not None:  # after the hooks: what is really routed
+            self.archive_record(message)
         if message.retain:
             if billed and message.payload:  # a retained message stored is metered once more
                 stats.message_units += message.billable_units()
