@@ -33,6 +33,7 @@ from common.object_store import LocalObjectStore
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.policy import authorize_session
+from data_plane.broker.ports import Ports
 from data_plane.config import BrokerConfig
 from data_plane.storage.archive_hook import ArchiveTap
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
@@ -80,11 +81,13 @@ async def main():
     tenants = {
         "t": {"devices": {f"d{i}": {"password": "p", "client_ids": "any"} for i in range(2)}}
     }
-    broker = Broker(BrokerConfig(), StaticAuthenticator(tenants))
     tap = None
     if ARCHIVE:
         scratch = tempfile.mkdtemp(prefix="publish-micro-archive-")
-        tap = ArchiveTap(broker, ParquetArchiveWriter(LocalObjectStore(scratch)))
+        tap = ArchiveTap(ParquetArchiveWriter(LocalObjectStore(scratch)))
+    broker = Broker(BrokerConfig(), StaticAuthenticator(tenants), Ports(archive=tap))
+    if tap is not None:
+        tap.listen(broker.hooks)
         tap.start()
     pubs, subs = [], []
     for i in range(PAIRS):

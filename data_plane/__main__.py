@@ -103,6 +103,7 @@ async def run(args: argparse.Namespace) -> None:
     kept = None
     prepare = None
     objects = None
+    tap = None
     ports = NO_PORTS
     if link is not None:
         from common.object_store import open_object_store
@@ -122,7 +123,22 @@ async def run(args: argparse.Namespace) -> None:
         # the broker from it before any client connects.
         persistence = SessionPersistence(store)
         kept = RetainedAndDelayed(link.pool)
-        ports = Ports(persistence=persistence, retained_storage=kept, delayed_storage=kept)
+        if not args.no_archive:
+            from data_plane.storage.archive_hook import ArchiveTap
+            from data_plane.storage.parquet_archive import ParquetArchiveWriter
+
+            def archive_enabled(tenant: str) -> bool:
+                policy = link.directory.cached_policy(tenant)
+                return policy is None or policy.archive_enabled
+
+            tap = ArchiveTap(
+                ParquetArchiveWriter(objects),
+                enabled_for=archive_enabled,  # asked from the encoding thread, once per batch
+                interval=args.archive_interval,
+            )
+        ports = Ports(
+            persistence=persistence, retained_storage=kept, delayed_storage=kept, archive=tap
+        )
 
         async def prepare(broker):
             async with link.pool.connection() as conn:
@@ -139,7 +155,6 @@ async def run(args: argparse.Namespace) -> None:
     observers = None
     presence = None
     purge = None
-    tap = None
     if link is not None:
         from data_plane.storage.store_metrics import writer_metrics
         from data_plane.tenancy.observers import TenancyObservers
@@ -150,20 +165,8 @@ async def run(args: argparse.Namespace) -> None:
         usage_writer = UsageLogWriter(objects, max_age=args.usage_segment_age)
         writers = []
         server.broker.metric_sources.append(lambda: writer_metrics(writers))
-        if not args.no_archive:
-            from data_plane.storage.archive_hook import ArchiveTap
-            from data_plane.storage.parquet_archive import ParquetArchiveWriter
-
-            def archive_enabled(tenant: str) -> bool:
-                policy = link.directory.cached_policy(tenant)
-                return policy is None or policy.archive_enabled
-
-            tap = ArchiveTap(
-                server.broker,
-                ParquetArchiveWriter(objects),
-                enabled_for=archive_enabled,  # asked from the encoding thread, once per batch
-                interval=args.archive_interval,
-            )
+        if tap is not None:
+            tap.listen(server.broker.hooks)
             tap.start()
             writers.append(tap.writer)
         purge = asyncio.get_running_loop().create_task(persistence.purge_forever())

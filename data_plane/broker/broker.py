@@ -67,6 +67,7 @@ class Broker:
         self.retained_storage = ports.retained_storage
         self.delayed_storage = ports.delayed_storage
         self.cluster = ports.cluster  # the other nodes; None: the only one (see `publish`)
+        self.archive = ports.archive  # records each routed message; None: no archive
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -193,6 +194,8 @@ class Broker:
             message = self.hooks.filter_publish(message)
             if message is None:
                 return NOTHING
+        if self.archive is not None:  # after the hooks: what is really routed
+            self.archive.record(message)
         if message.retain:
             if billed and message.payload:  # a retained message stored is metered once more
                 stats.message_units += message.billable_units()

@@ -17,7 +17,10 @@ of storage or the cluster any other way, and neither ever sets an attribute of t
 - `retained_storage` (`RetainedStorage`): a copy of every retained change
   (`data_plane.storage.retained_delayed`);
 - `delayed_storage` (`DelayedStorage`): `$delayed/{seconds}/...` publishes kept until due (same);
-- `cluster` (`Cluster`): the other broker processes (issue 17; none yet: a single node).
+- `cluster` (`Cluster`): the other broker processes (issue 17; none yet: a single node);
+- `archive` (`Archive`): records every routed message (`data_plane.storage.archive_hook`); a
+  direct call from `Broker.publish`, not a `message.publish` hook, because the hooks' dispatch
+  cost the loop more than the recording itself.
 
 Each is optional: without it the broker keeps that state in memory only (tests, `--auth-file`).
 Storage objects are built first, handed to `Broker(...)` in `Ports`, then started with the broker
@@ -125,6 +128,12 @@ class DelayedStorage(Protocol):
         publisher's acknowledgement waits for it)."""
 
 
+class Archive(Protocol):
+    # An attribute, not a method: the recorder is swapped at each hand-off to the encoder, and
+    # calling it straight saves a frame per message on the hot path.
+    record: Any  # Callable[[Message], None]: append what was routed; never blocks
+
+
 class Cluster(Protocol):
     """The other broker processes (data_plane.cluster, issue 17; none yet: a single node). It
     hands each publish on to the nodes with a matching route and delivers theirs here through
@@ -151,6 +160,7 @@ class Ports:
     retained_storage: RetainedStorage | None = None
     delayed_storage: DelayedStorage | None = None
     cluster: Cluster | None = None
+    archive: Archive | None = None
 
 
 NO_PORTS = Ports()

@@ -1,11 +1,13 @@
 """The archive tap: every routed message and client lifecycle event, as Parquet segments (see
 `parquet_archive`), unless the tenant turned its archive off.
 
-On the event loop the tap appends each of a publish's fields to its column
-(`parquet_archive.PublishColumns`): nothing copied, decoded or converted; every `interval`
-seconds it swaps the columns and a worker thread encodes them (a second one uploads), so
-building and compressing never run on the loop. The broker's own `$SYS`/`$events` messages are
-not archived.
+On the event loop the broker calls the tap's recorder (its `Archive` port, `tap.record`) with each
+routed message, which appends each of its fields to its column and copies the payload into a
+reused buffer (`parquet_archive.PublishColumns`): nothing decoded or converted. Every `TICK`
+seconds the tap hands the columns to a worker thread once `HANDOFF_ROWS` have gathered, which
+writes them as row groups of the open segments; every `interval` seconds it closes the segments
+(a second thread uploads them). Building and compressing never run on the loop. The broker's
+own `$SYS`/`$events` messages are not archived (the worker leaves them out).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from time import time
+from time import monotonic, time
 from typing import Any
 
 from common.archive_schema import (
@@ -24,17 +26,31 @@ from common.archive_schema import (
     EVENT_UNSUBSCRIBED,
 )
 from common.tasks import cancel_and_wait
-from data_plane.broker.broker import Broker
-from data_plane.broker.message import Message
-from data_plane.storage.parquet_archive import ParquetArchiveWriter, PublishColumns
+from data_plane.broker.hooks import Hooks
+from data_plane.storage.parquet_archive import (
+    ParquetArchiveWriter,
+    PublishColumns,
+    reusable_payloads,
+)
 
 log = logging.getLogger(__name__)
+
+# Hand-offs: rows are handed to the worker once this many have gathered (checked every TICK
+# seconds), and at every interval. Small enough that the worker reads payloads the loop has just
+# written, still in cache, through buffers whose pages stay mapped; large enough for few hand-offs.
+TICK = 0.02
+HANDOFF_ROWS = 8192
+SPARE_BUFFERS = 4  # payload buffers kept for reuse
+
+
+def _log_failure(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("archive batch failed", exc_info=future.exception())
 
 
 class ArchiveTap:
     def __init__(
         self,
-        broker: Broker,
         writer: ParquetArchiveWriter,
         *,
         enabled_for: Callable[[str], bool] | None = None,
@@ -43,8 +59,11 @@ class ArchiveTap:
         self.writer = writer
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
-        self._columns = PublishColumns()  # this interval's publishes
-        self._record = self._columns.recorder()
+        self._columns = PublishColumns()  # publishes since the last hand-off
+        self._spare: list[Any] = []  # payload buffers the worker is done with
+        self._sealed_at = 0.0  # monotonic()
+        # The broker's `Archive` port: called with each routed message (see ports.Archive).
+        self.record = self._columns.recorder()
         self._events: list[dict[str, Any]] = []
         self._task: asyncio.Task | None = None
         # The newest batch handed to the builder. Batches encode first in first out on one
@@ -55,18 +74,15 @@ class ArchiveTap:
         # One thread builds, one uploads: a slow store never delays the next batch's encoding.
         self._builder = ThreadPoolExecutor(1, thread_name_prefix="archive-build")
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix="archive-upload")
-        broker.hooks.add("message.publish", self._tap, priority=-200)  # what was really routed
-        broker.hooks.add("client.connected", self._connected)
-        broker.hooks.add("client.disconnected", self._disconnected)
-        broker.hooks.add("session.subscribed", self._subscribed)
-        broker.hooks.add("session.unsubscribed", self._unsubscribed)
+
+    def listen(self, hooks: Hooks) -> None:
+        """Record the broker's lifecycle events too (messages come through the port)."""
+        hooks.add("client.connected", self._connected)
+        hooks.add("client.disconnected", self._disconnected)
+        hooks.add("session.subscribed", self._subscribed)
+        hooks.add("session.unsubscribed", self._unsubscribed)
 
     # -- on the event loop: appends only ------------------------------------------------
-
-    def _tap(self, m: Message) -> Message:
-        if m.publisher[:1] != "$":  # $SYS, $events: the broker's own
-            self._record(m)
-        return m
 
     def _event(self, event: str, tenant: str, client_id: str, device: str, **fields: Any) -> None:
         self._events.append(
@@ -127,29 +143,49 @@ class ArchiveTap:
     # -- batches ------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._sealed_at = monotonic()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="archive")
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(TICK)
             try:
-                await self.flush()
+                if monotonic() - self._sealed_at >= self.interval:
+                    await self.flush()
+                elif len(self._columns) >= HANDOFF_ROWS:
+                    self._hand_off()
             except Exception:  # a bug in encoding must not end the archive
                 log.exception("archive batch failed")
 
-    async def flush(self, wait_upload: bool = False) -> None:
-        """Swap the buffer, encode it in the builder thread, start an upload round."""
-        columns, self._columns = self._columns, PublishColumns()
-        self._record = self._columns.recorder()
+    def _hand_off(self) -> None:
+        """Give the rows gathered (and the lifecycle events) to the worker."""
+        columns = self._columns
+        self._columns = PublishColumns(self._spare.pop() if self._spare else None)
+        self.record = self._columns.recorder()
         events, self._events = self._events, []
+        if not len(columns) and not events:
+            return
+        self._encoding = asyncio.get_running_loop().run_in_executor(
+            self._builder, self.writer.add, columns, events, self.enabled_for
+        )
+        self._encoding.add_done_callback(_log_failure)  # nobody awaits an interim batch
+        self._encoding.add_done_callback(lambda _: self._recycle(columns))
+
+    def _recycle(self, columns: PublishColumns) -> None:
+        payloads = reusable_payloads(columns)
+        if payloads is not None and len(self._spare) < SPARE_BUFFERS:
+            self._spare.append(payloads)
+
+    async def flush(self, wait_upload: bool = False) -> None:
+        """Hand the rows over, close the segments in the worker thread, start an upload
+        round."""
+        self._hand_off()
+        self._sealed_at = monotonic()
         loop = asyncio.get_running_loop()
-        if len(columns) or events:
-            self._encoding = loop.run_in_executor(
-                self._builder, self.writer.encode, columns, events, self.enabled_for
-            )
-            # Shielded: the rows are out of the buffer now, so a stop() cancelling this await
-            # must not cancel the queued encoding with them (stop() waits for it instead).
-            await asyncio.shield(self._encoding)
+        self._encoding = loop.run_in_executor(self._builder, self.writer.seal)
+        # Shielded: the rows are out of the buffer now, so a stop() cancelling this await must
+        # not cancel the queued encoding with them (stop() waits for it instead).
+        await asyncio.shield(self._encoding)
         if self.writer.pending_bytes and (self._upload is None or self._upload.done()):
             self._upload = loop.run_in_executor(self._uploader, self.writer.upload_pending)
         if wait_upload and self._upload is not None:

@@ -1,11 +1,17 @@
 """The archive writer, version 2: batches of routed messages and lifecycle events as Parquet
 segments in the object store (schema and layout: `common.archive_schema`).
 
-The event loop only appends: each of a message's fields to its column (`PublishColumns`),
-nothing copied, decoded or converted. Every interval the tap swaps the columns and hands them to
-`build_segments`, which runs in a worker thread: it turns them into Arrow arrays (in chunks),
-drops tenants whose archive is off, groups rows by tenant, splits at hour boundaries and encodes
-each hour as one Parquet file. Uploads run in a second worker thread, in order.
+The event loop only appends: each of a message's fields to its column (`PublishColumns`), the
+payload copied into a buffer reused from batch to batch; nothing decoded or converted. A few
+times a second the tap hands the columns to a worker thread (`ParquetArchiveWriter.add`), which
+turns them into Arrow arrays (the payload column over the buffer itself), drops the broker's own
+messages and tenants whose archive is off, and writes them as row groups (grouped by tenant,
+then in time order) of the open segment of each hour; every interval (`seal`) it closes the
+segments and queues them. Uploads run in a second worker thread, in order.
+
+Small hand-offs keep what the worker reads recently written (in cache, its pages mapped): the
+measured cost of the archive was less its own instructions than a second's worth of payloads
+streamed through memory beside the event loop's working set.
 
 When the store is unavailable, encoded segments wait in memory up to `max_pending_bytes`; beyond
 that the oldest are dropped and counted (`dropped_records`), and the failure is logged.
@@ -13,11 +19,13 @@ that the oldest are dropped and counted (`dropped_records`), and the failure is 
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
 import time
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,8 +45,8 @@ from common.object_store import ObjectStore
 log = logging.getLogger(__name__)
 
 HOUR_MS = 3_600_000
-# Rows converted per GIL hold (a few ms): short enough not to stall the event loop, long enough
-# for few hand-offs (each may wait for the OS scheduler when the machine is busy).
+# Rows per row group at most (the tap hands over fewer, a few times a second): converted and
+# encoded holding the GIL a few ms at most.
 CHUNK_ROWS = 16384
 _TS = pa.timestamp("ms", tz="UTC")
 
@@ -57,13 +65,14 @@ def default_writer_id() -> str:
 
 
 class PublishColumns:
-    """One interval's publishes, column by column: what the tap appends on the event loop.
+    """Routed messages, column by column: what the tap appends on the event loop.
 
     Column by column, not a tuple per message: appending a reference or a number to a column
-    allocates nothing the garbage collector tracks, and the payloads stay the Message's own
-    bytes objects (copying them into one growing buffer on the loop cost more than everything
-    else in the archive: every second a fresh few hundred MB, page-faulted in on the loop).
-    The builder thread copies them once, into Arrow's reused memory pool.
+    allocates nothing the garbage collector tracks. Payloads are copied, once, into `payload`, a
+    buffer the tap reuses (`reusable_payloads`), their sizes into `payload_size`: keeping each
+    message's own bytes object instead held every payload of the batch alive, so new PUBLISHes'
+    bytes came from cold or freshly faulted memory, and the worker copied each once more into
+    Arrow. The worker wraps the buffer as the Parquet payload column without copying it.
     """
 
     __slots__ = (
@@ -75,10 +84,13 @@ class PublishColumns:
         "qos",
         "retain",
         "payload",
+        "payload_size",
         "properties",
+        "_view",
+        "reusable",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, payloads: io.BytesIO | None = None) -> None:
         self.received = array("d")  # time.time()
         self.tenant: list[str] = []
         self.client_id: list[str] = []
@@ -86,19 +98,26 @@ class PublishColumns:
         self.topic: list[str] = []
         self.qos = bytearray()
         self.retain = bytearray()
-        self.payload: list[bytes] = []
+        # Written from the start: a reused buffer keeps its capacity (and its mapped pages).
+        self.payload = payloads if payloads is not None else io.BytesIO()
+        self.payload.seek(0)
+        self.payload_size = array("I")  # bytes of each payload, in order (MQTT: < 256 MiB)
         self.properties: dict[int, dict[str, Any]] = {}  # row -> properties; most have none
+        self._view: memoryview | None = None
+        self.reusable = False  # set by `release()` once no Arrow array points into `payload`
 
     def __len__(self) -> int:
         return len(self.topic)
 
     def recorder(self) -> Callable[[Any], None]:
-        """The function the tap calls per message: appends with every method bound once."""
+        """The function the broker calls per routed message: appends, every method bound once.
+        Everything is recorded, the broker's own messages too: the worker leaves those out."""
         add_received, add_tenant = self.received.append, self.tenant.append
         add_client, add_device = self.client_id.append, self.device.append
         topics, add_topic = self.topic, self.topic.append
         add_qos, add_retain = self.qos.append, self.retain.append
-        add_payload, properties = self.payload.append, self.properties
+        write_payload, add_size = self.payload.write, self.payload_size.append
+        properties = self.properties
         now = time.time
 
         def record(m: Any, received: float | None = None) -> None:
@@ -111,9 +130,41 @@ class PublishColumns:
             add_topic(m.topic)
             add_qos(m.qos)
             add_retain(m.retain)
-            add_payload(m.payload)
+            add_size(write_payload(m.payload))
 
         return record
+
+    def payload_view(self) -> memoryview:
+        """The payload bytes written (worker thread; `release()` when done)."""
+        if self._view is None:
+            self._view = self.payload.getbuffer()
+        return self._view
+
+    def release(self) -> None:
+        """Give up the payload view. If an Arrow array still points into it (an error left one
+        alive), the buffer is not reused: `reusable` stays false and it is simply dropped."""
+        if self._view is not None:
+            try:
+                self._view.release()
+            except BufferError:
+                return
+            self._view = None
+        self.reusable = True
+
+
+# A payload buffer larger than this after a burst is dropped, not kept for the next batch.
+MAX_REUSED_PAYLOAD_BYTES = 64 * 1024 * 1024
+# Payload bytes per row group at most: bounded so the 32-bit offsets of Arrow's binary type hold.
+CHUNK_PAYLOAD_BYTES = 64 * 1024 * 1024
+
+
+def reusable_payloads(columns: PublishColumns) -> io.BytesIO | None:
+    """`columns`' payload buffer, if the worker is done with it and it is not oversized."""
+    if not columns.reusable:
+        return None
+    if columns.payload.seek(0, io.SEEK_END) > MAX_REUSED_PAYLOAD_BYTES:
+        return None
+    return columns.payload
 
 
 def publish_columns(messages: list[tuple[float, Any]]) -> PublishColumns:
@@ -143,15 +194,54 @@ def _fixed_width(data: array | bytearray, type_: pa.DataType, start: int, stop: 
     return whole.slice(start, stop - start)
 
 
-def publish_batch(columns: PublishColumns, start: int, stop: int) -> pa.RecordBatch:
-    """Rows `start:stop` of the tap's columns as `message.publish` rows (ARCHIVE_SCHEMA).
+class _Payloads:
+    """The payload buffer and each row's offset into it, cut into row groups' payload columns
+    without copying (the worker's; `close()` before `PublishColumns.release()`)."""
 
-    Numbers are wrapped, not converted; strings and payloads are one C-level pass each. This is
-    most of what the archive costs per message, so it stays lean."""
+    def __init__(self, columns: PublishColumns) -> None:
+        sizes = _fixed_width(columns.payload_size, pa.uint32(), 0, len(columns))
+        ends = pc.cumulative_sum(sizes.cast(pa.int64()))
+        self.offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends])
+        self._at = memoryview(self.offsets.buffers()[1]).cast("q")  # a fresh array: no offset
+        self._data: pa.Buffer | None = pa.py_buffer(columns.payload_view())
+
+    def bounds(self, total: int) -> Iterator[tuple[int, int]]:
+        """Row groups of at most `CHUNK_ROWS` rows and `CHUNK_PAYLOAD_BYTES` of payload (a
+        larger payload is a group of its own)."""
+        at, start = self._at, 0
+        while start < total:
+            last = min(start + CHUNK_ROWS, total)
+            stop = bisect_right(at, at[start] + CHUNK_PAYLOAD_BYTES, start + 1, last + 1) - 1
+            stop = max(stop, start + 1)
+            yield start, stop
+            start = stop
+
+    def column(self, start: int, stop: int) -> pa.Array:
+        """Rows `start:stop`'s payloads: Arrow binary over the buffer itself."""
+        assert self._data is not None
+        base, end = self._at[start], self._at[stop]
+        offsets = pc.subtract(self.offsets.slice(start, stop - start + 1), base).cast(pa.int32())
+        data = self._data.slice(base, end - base)
+        return pa.Array.from_buffers(pa.binary(), stop - start, [None, offsets.buffers()[1], data])
+
+    def close(self) -> None:
+        self._at.release()
+        self._data = None
+
+
+def publish_batch(
+    columns: PublishColumns, start: int, stop: int, payload: pa.Array
+) -> pa.RecordBatch:
+    """Rows `start:stop` of the tap's columns as `message.publish` rows (ARCHIVE_SCHEMA), with
+    their payload column (`_Payloads.column`); the broker's own (`$SYS`, `$events`: client ids
+    starting with `$`) left out here, not on the loop.
+
+    Numbers and payloads are wrapped, not converted; strings are one C-level pass each."""
     n = stop - start
     ts = pc.multiply(_fixed_width(columns.received, pa.float64(), start, stop), 1000.0)
     tenants = pa.array(columns.tenant[start:stop], pa.string())
     devices = pa.array(columns.device[start:stop], pa.string())
+    clients = pa.array(columns.client_id[start:stop], pa.string())
     username = pc.if_else(
         pc.equal(devices, ""),
         pa.scalar(None, pa.string()),
@@ -161,12 +251,12 @@ def publish_batch(columns: PublishColumns, start: int, stop: int) -> pa.RecordBa
         "event": pa.repeat(pa.scalar(EVENT_PUBLISH, pa.string()), n),
         "tenant": tenants,
         "ts": pc.cast(ts, pa.int64(), safe=False).cast(_TS),
-        "client_id": pa.array(columns.client_id[start:stop], pa.string()),
+        "client_id": clients,
         "username": username,
         "topic": pa.array(columns.topic[start:stop], pa.string()),
         "qos": _fixed_width(columns.qos, pa.uint8(), start, stop).cast(pa.int8()),
         "retain": pc.not_equal(_fixed_width(columns.retain, pa.uint8(), start, stop), 0),
-        "payload": pa.array(columns.payload[start:stop], pa.binary()),
+        "payload": payload,
     }
     # Properties are rare: fill the property columns only where a message has any.
     where = [i for i in columns.properties if start <= i < stop]
@@ -182,44 +272,51 @@ def publish_batch(columns: PublishColumns, start: int, stop: int) -> pa.RecordBa
             if pairs:
                 user_properties[i - start] = [{"key": k, "value": v} for k, v in pairs]
         out["user_properties"] = pa.array(user_properties, pa.list_(USER_PROPERTY))
-    return pa.RecordBatch.from_arrays(
+    batch = pa.RecordBatch.from_arrays(
         [out[f.name] if f.name in out else pa.nulls(n, f.type) for f in ARCHIVE_SCHEMA],
         schema=ARCHIVE_SCHEMA,
     )
+    system = pc.starts_with(clients, "$")
+    return batch.filter(pc.invert(system)) if pc.any(system).as_py() else batch
 
 
 def _chunks(columns: PublishColumns, events: list[dict[str, Any]]) -> Iterator[pa.Table]:
-    """The batch as tables of at most `CHUNK_ROWS` publishes, the lifecycle rows with the first.
-
-    A chunk at a time: a conversion holds the GIL throughout, and the event loop should wait for
-    one chunk at most, never for a whole second's batch; and a chunk's memory, freed before the
-    next is built, is reused warm instead of a second's worth being faulted in afresh."""
+    """The batch as tables of at most `CHUNK_ROWS` publishes (a row group each), the lifecycle
+    rows with the first. The payload view is given up when the generator ends (then
+    `columns.release()` can succeed)."""
     total = len(columns)
-    starts = range(0, total, CHUNK_ROWS) if total else [0]
-    for start in starts:
-        batches = [publish_batch(columns, start, min(start + CHUNK_ROWS, total))] if total else []
-        if events and start == 0:
-            batches.extend(pa.Table.from_pylist(events, schema=ARCHIVE_SCHEMA).to_batches())
-        yield pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
+    payloads = _Payloads(columns)
+    try:
+        first = True
+        for start, stop in payloads.bounds(total) if total else [(0, 0)]:
+            batches = (
+                [publish_batch(columns, start, stop, payloads.column(start, stop))] if total else []
+            )
+            if events and first:
+                batches.extend(pa.Table.from_pylist(events, schema=ARCHIVE_SCHEMA).to_batches())
+            first = False
+            yield pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
+    finally:
+        payloads.close()
 
 
-def build_segments(
+def write_row_groups(
     columns: PublishColumns,
     events: list[dict[str, Any]],
+    files: dict[int, ParquetBytesWriter],
     *,
-    writer_id: str,
-    next_sequence: Callable[[], int],
     enabled_for: Callable[[str], bool] | None = None,
     compression: str = "zstd",
-) -> list[Segment]:
-    """Encode a batch: one Parquet segment per hour it spans, each chunk's rows (a row group)
-    sorted by tenant then time, tenants whose archive is off left out. Runs in a worker thread."""
+) -> int:
+    """Write a batch into `files` (hour -> its open segment, added to as needed): each chunk's
+    rows a row group, sorted by tenant then time, tenants whose archive is off left out.
+    Runs in a worker thread; returns rows written."""
     off: list[str] = []
     if enabled_for is not None:
         tenants = set(columns.tenant).union(e["tenant"] for e in events)
         off = [t for t in tenants if not enabled_for(t)]
     excluded = pa.array(off, pa.string())
-    files: dict[int, ParquetBytesWriter] = {}
+    written = 0
     for table in _chunks(columns, events):
         if off:
             table = table.filter(pc.invert(pc.is_in(table["tenant"], excluded)))
@@ -237,12 +334,8 @@ def build_segments(
             if hour not in files:
                 files[hour] = ParquetBytesWriter(compression=compression)
             files[hour].write(part)
-    segments = []
-    for hour in sorted(files):
-        rows = files[hour].rows
-        key = live_segment_key(hour * HOUR_MS, writer_id, next_sequence())
-        segments.append(Segment(key, files[hour].close(), rows))
-    return segments
+        written += table.num_rows
+    return written
 
 
 class ParquetArchiveWriter:
@@ -266,6 +359,7 @@ class ParquetArchiveWriter:
         self._pending_bytes = 0
         self._uploading: Segment | None = None  # never dropped: it may be landing right now
         self._sequence = 0
+        self._open: dict[int, ParquetBytesWriter] = {}  # hour -> its segment so far (worker's)
         self._lock = threading.Lock()  # the builder thread adds while the uploader takes
         self.written_records = 0
         self.dropped_records = 0
@@ -279,27 +373,49 @@ class ParquetArchiveWriter:
         self._sequence += 1
         return self._sequence
 
-    def encode(
+    def add(
         self,
         columns: PublishColumns,
         events: list[dict[str, Any]],
         enabled_for: Callable[[str], bool] | None = None,
     ) -> int:
-        """Build and queue the segments of a batch (worker thread); returns rows queued."""
-        segments = build_segments(
-            columns,
-            events,
-            writer_id=self.writer_id,
-            next_sequence=self._next_sequence,
-            enabled_for=enabled_for,
-            compression=self.compression,
-        )
+        """Write a batch as row groups of the open segments (worker thread; `seal` closes
+        them), then let go of its payload buffer; returns rows written."""
+        try:
+            return write_row_groups(
+                columns,
+                events,
+                self._open,
+                enabled_for=enabled_for,
+                compression=self.compression,
+            )
+        finally:
+            columns.release()  # the tap may reuse the payload buffer once no array points in
+
+    def seal(self) -> int:
+        """Close the open segments and queue them for upload (worker thread); returns rows."""
+        segments = []
+        for hour in sorted(self._open):
+            file = self._open[hour]
+            key = live_segment_key(hour * HOUR_MS, self.writer_id, self._next_sequence())
+            segments.append(Segment(key, file.close(), file.rows))
+        self._open = {}
         with self._lock:
             for segment in segments:
                 self._pending.append(segment)
                 self._pending_bytes += len(segment.body)
             self._drop_over_bound()
         return sum(s.records for s in segments)
+
+    def encode(
+        self,
+        columns: PublishColumns,
+        events: list[dict[str, Any]],
+        enabled_for: Callable[[str], bool] | None = None,
+    ) -> int:
+        """A batch as segments of its own (`add` then `seal`); returns rows queued."""
+        self.add(columns, events, enabled_for)
+        return self.seal()
 
     def upload_pending(self) -> int:
         """Upload queued segments in order until done or the store fails (worker thread)."""
