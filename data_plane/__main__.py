@@ -52,6 +52,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where 5.0 clients should reconnect when this broker shuts down or evacuates "
         "(SIGUSR2): sent with DISCONNECT 0x9C instead of 0x8B",
     )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL"),
+        help="join the broker cluster on this Redis (the bus); unset: one process on its own",
+    )
+    parser.add_argument(
+        "--cluster-name",
+        default=os.environ.get("CLUSTER_NAME", "default"),
+        help="brokers on one Redis with the same name form one cluster",
+    )
+    parser.add_argument(
+        "--cluster-heartbeat",
+        type=float,
+        default=float(os.environ.get("CLUSTER_HEARTBEAT", "2")),
+        help="seconds: a node is known dead at most twice this long after it stopped",
+    )
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="SO_REUSEPORT: several workers share the listeners' ports (runbroker --workers)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -77,7 +98,18 @@ async def run(args: argparse.Namespace) -> None:
         sys_interval=args.sys_interval,
         max_queued_messages=args.max_queued,
         server_reference=args.server_reference,
+        reuse_port=args.reuse_port,
     )
+    cluster = None
+    if args.redis_url:
+        from data_plane.cluster import Cluster
+
+        cluster = Cluster(
+            args.redis_url,
+            name=args.cluster_name,
+            heartbeat=args.cluster_heartbeat,
+            info={"mqtt_port": args.port},
+        )
     if config.tls_cert and config.tls_port is None:
         config.tls_port = 8883
     link = None
@@ -134,7 +166,7 @@ async def run(args: argparse.Namespace) -> None:
                 "loaded %d retained and %d delayed messages", retained, delayed
             )
 
-    server = await serve(config, authenticator, prepare)
+    server = await serve(config, authenticator, prepare, cluster)
     observers = None
     presence = None
     purge = None
@@ -194,6 +226,8 @@ async def run(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signal.SIGUSR2, server.broker.evacuate, redirect)
     await stop.wait()
     await server.shutdown()
+    if cluster is not None:
+        await cluster.stop()
     if purge is not None:
         purge.cancel()
     if tap is not None:

@@ -53,10 +53,15 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
-async def serve(config: BrokerConfig, authenticator: Authenticator, prepare: Any = None) -> Server:
-    """Start the listeners; `prepare(broker)` (async) runs first, e.g. to restore sessions."""
+async def serve(
+    config: BrokerConfig, authenticator: Authenticator, prepare: Any = None, cluster: Any = None
+) -> Server:
+    """Start the listeners; `prepare(broker)` (async) runs first, e.g. to restore sessions.
+    `cluster` (data_plane.cluster.Cluster) joins before: restored subscriptions are routes."""
     loop = asyncio.get_running_loop()
-    broker = Broker(config, authenticator)
+    broker = Broker(config, authenticator, cluster=cluster)
+    if cluster is not None:
+        await cluster.start(broker)
     refusals.listen(broker)  # log lines and counters of what connections refuse
     if prepare is not None:
         await prepare(broker)
@@ -70,7 +75,13 @@ async def serve(config: BrokerConfig, authenticator: Authenticator, prepare: Any
         if port is None:
             return
         listener = await loop.create_server(
-            factory, config.host, port, ssl=ssl_context, backlog=config.backlog, reuse_address=True
+            factory,
+            config.host,
+            port,
+            ssl=ssl_context,
+            backlog=config.backlog,
+            reuse_address=True,
+            reuse_port=config.reuse_port or None,  # workers of one machine share the port
         )
         server.servers.append(listener)
         bound = listener.sockets[0].getsockname()

@@ -23,7 +23,7 @@ from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.limits import NEVER_EXPIRES, too_deep
 from data_plane.broker.message import Message
-from data_plane.broker.ports import Client
+from data_plane.broker.ports import Client, Cluster
 from data_plane.broker.rates import TenantRates
 from data_plane.broker.retained import RetainedStore
 from data_plane.broker.router import Router, Subscriber
@@ -36,8 +36,12 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, authenticator: Authenticator) -> None:
+    def __init__(
+        self, config: BrokerConfig, authenticator: Authenticator, cluster: Cluster | None = None
+    ) -> None:
         self.config = config
+        # The other nodes (data_plane.cluster), or None for a single process: see `publish`.
+        self.cluster = cluster
         self.authenticator = authenticator
         self.router = Router()
         self.retained = RetainedStore()
@@ -198,7 +202,14 @@ class Broker:
             self.retained.set(message)
             if self.retained_changed is not None:
                 self.retained_changed(message)
-        subscribers, groups = self.router.match(tenant, message.topic)
+        if self.cluster is not None:  # cluster: once to each other node with a matching route
+            return self.cluster.forward(message, self.route(message))
+        return self.route(message)
+
+    def route(self, message: Message) -> Published:
+        """Deliver a message to this process's matching sessions (a message another node
+        forwarded comes in here: it was counted, filtered and retained where it was published)."""
+        subscribers, groups = self.router.match(message.tenant, message.topic)
         if not subscribers and not groups:
             return NOTHING
         if len(subscribers) == 1 and not groups:

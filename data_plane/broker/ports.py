@@ -7,6 +7,9 @@ client through these narrow interfaces (the connection satisfies both; tests may
   Receive Maximum, Maximum Packet Size, topic aliases), whether it can take more now, and `send`.
 - `Client`: what the broker sees of a live connection: who it is, its session, and the three
   things the broker may do to it (take it over, disconnect it, re-apply its tenant's policy).
+- `Cluster`: the other broker processes (data_plane.cluster), given to `Broker(...)`: it hands
+  each publish on to the nodes with a matching route and delivers theirs through
+  `Broker.route`; it follows the broker's subscriptions through `Router.on_route`.
 """
 
 from __future__ import annotations
@@ -48,3 +51,14 @@ class Client(Outlet, Protocol):
     def disconnect(self, reason_code: int, reason: str = "", *, reference: str = "") -> None: ...
 
     def apply_policy(self, policy: Any) -> None: ...
+
+
+class Cluster(Protocol):
+    def forward(self, message: Any, local: Any) -> Any:
+        """Send `message` once to every other node with a matching route; returns `local` (the
+        `Published` of the local delivery) with those nodes and the bus's commit added."""
+        ...
+
+    def members(self) -> list[dict[str, Any]]:
+        """The live nodes, this one included (for `$SYS/broker/nodes`)."""
+        ...

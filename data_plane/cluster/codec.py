@@ -1,0 +1,101 @@
+"""Forwarded messages on the bus: a batch of messages as one byte string, and back.
+
+One entry of a node's forward stream carries many messages (forwarding is batched), each as:
+
+    flags u8 | qos u8 | retain u8 | expiry_ms i32 (-1: none) | units u32
+    tenant, topic, publisher, device: u16 length + UTF-8
+    properties: the MQTT 5 property block (the broker's own codec), u32 length first
+    payload: u32 length + bytes
+
+`flags` says what the receiving node does with it (`DELIVER`: to its matching subscribers;
+`RETAIN`: into its in-memory retained store). The message expiry travels as the time that
+remains (monotonic clocks are per process). No pickle: the bus is shared infrastructure and a
+batch is only ever data.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from common.mqtt.packets import PacketType
+from common.mqtt.properties import encode_properties, read_properties
+from data_plane.broker.message import Message
+
+DELIVER = 1  # route it to the node's local subscribers
+RETAIN = 2  # keep it in the node's retained store (retained messages are cluster-wide)
+
+_HEAD = struct.Struct("!BBBiI")
+_U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+
+
+def _text(value: str) -> bytes:
+    raw = value.encode()
+    return _U16.pack(len(raw)) + raw
+
+
+def encode(message: Message, flags: int, now: float | None = None) -> bytes:
+    expiry = -1
+    if message.expires_at is not None:
+        remaining = message.expires_at - (now if now is not None else time.monotonic())
+        expiry = max(0, int(remaining * 1000))
+    props = encode_properties(message.properties) if message.properties else b""
+    return b"".join(
+        (
+            _HEAD.pack(flags, message.qos, message.retain, expiry, message.units),
+            _text(message.tenant),
+            _text(message.topic),
+            _text(message.publisher),
+            _text(message.device),
+            _U32.pack(len(props)),
+            props,
+            _U32.pack(len(message.payload)),
+            message.payload,
+        )
+    )
+
+
+def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message]]:
+    """Every (flags, message) of a batch, in the order they were published."""
+    now = now if now is not None else time.monotonic()
+    view = memoryview(batch)
+    out: list[tuple[int, Message]] = []
+    offset = 0
+    end = len(batch)
+    while offset < end:
+        flags, qos, retain, expiry, units = _HEAD.unpack_from(view, offset)
+        offset += _HEAD.size
+        texts = []
+        for _ in range(4):
+            (length,) = _U16.unpack_from(view, offset)
+            offset += 2
+            texts.append(bytes(view[offset : offset + length]).decode())
+            offset += length
+        tenant, topic, publisher, device = texts
+        (length,) = _U32.unpack_from(view, offset)
+        offset += 4
+        properties = {}
+        if length:
+            properties, _ = read_properties(
+                bytes(view[offset : offset + length]), 0, PacketType.PUBLISH
+            )
+        offset += length
+        (length,) = _U32.unpack_from(view, offset)
+        offset += 4
+        payload = bytes(view[offset : offset + length])
+        offset += length
+        message = Message(
+            topic,
+            payload,
+            qos,
+            bool(retain),
+            properties,
+            now + expiry / 1000 if expiry >= 0 else None,
+            publisher,
+            tenant,
+            device,
+            units,
+        )
+        out.append((flags, message))
+    return out
