@@ -7,9 +7,10 @@ client through these narrow interfaces (the connection satisfies both; tests may
   Receive Maximum, Maximum Packet Size, topic aliases), whether it can take more now, and `send`.
 - `Client`: what the broker sees of a live connection: who it is, its session, and the three
   things the broker may do to it (take it over, disconnect it, re-apply its tenant's policy).
-- `Cluster`: the other broker processes (data_plane.cluster), given to `Broker(...)`: it hands
-  each publish on to the nodes with a matching route and delivers theirs through
-  `Broker.route`; it follows the broker's subscriptions through `Router.on_route`.
+- `Cluster`: the other broker processes (data_plane.cluster), given to `Broker(...)`: it routes
+  each publish here (`Broker.route`) and once to each other node with a matching route, picks
+  one node per shared group, and delivers what other nodes forward through `Broker.route`; it
+  follows the broker's subscriptions through `Router.on_route`.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ class Client(Outlet, Protocol):
 
 
 class Cluster(Protocol):
-    def forward(self, message: Any, local: Any) -> Any:
-        """Send `message` once to every other node with a matching route; returns `local` (the
-        `Published` of the local delivery) with those nodes and the bus's commit added."""
+    def publish(self, message: Any) -> Any:
+        """Route `message` (counted, filtered and retained already) here and to every other
+        node with a matching route; the `Published` of both (the bus's commit included)."""
         ...
 
     def members(self) -> list[dict[str, Any]]:

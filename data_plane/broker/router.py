@@ -31,6 +31,7 @@ class SharedGroup:
     name: str
     members: list[Subscriber] = field(default_factory=list)
     cursor: int = 0
+    topic_filter: str = ""  # the filter it shares: (filter, name) is the group's identity
 
     def pick(self) -> Subscriber | None:
         """Round robin over members, preferring connected ones."""
@@ -88,7 +89,7 @@ class TenantRouter:
         else:
             shared = node.groups.get(group)
             if shared is None:
-                shared = node.groups[group] = SharedGroup(group)
+                shared = node.groups[group] = SharedGroup(group, topic_filter=topic_filter)
                 if self.on_route is not None:
                     self.on_route(topic_filter, group, True)
             existing = [i for i, m in enumerate(shared.members) if m.session is subscriber.session]

@@ -6,6 +6,7 @@ One entry of a node's forward stream carries many messages (forwarding is batche
     tenant, topic, publisher, device: u16 length + UTF-8
     properties: the MQTT 5 property block (the broker's own codec), u32 length first
     payload: u32 length + bytes
+    shared groups this node serves for it: u16 count, then (filter, group) as u16-length texts
 
 `flags` says what the receiving node does with it (`DELIVER`: to its matching subscribers;
 `RETAIN`: into its in-memory retained store). The message expiry travels as the time that
@@ -35,7 +36,9 @@ def _text(value: str) -> bytes:
     return _U16.pack(len(raw)) + raw
 
 
-def encode(message: Message, flags: int, now: float | None = None) -> bytes:
+def encode(
+    message: Message, flags: int, groups: tuple[tuple[str, str], ...] = (), now: float | None = None
+) -> bytes:
     expiry = -1
     if message.expires_at is not None:
         remaining = message.expires_at - (now if now is not None else time.monotonic())
@@ -52,15 +55,20 @@ def encode(message: Message, flags: int, now: float | None = None) -> bytes:
             props,
             _U32.pack(len(message.payload)),
             message.payload,
+            _U16.pack(len(groups)),
+            *(_text(topic_filter) + _text(group) for topic_filter, group in groups),
         )
     )
 
 
-def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message]]:
-    """Every (flags, message) of a batch, in the order they were published."""
+Groups = frozenset[tuple[str, str]]
+
+
+def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, Groups]]:
+    """Every (flags, message, groups to serve) of a batch, in the order they were published."""
     now = now if now is not None else time.monotonic()
     view = memoryview(batch)
-    out: list[tuple[int, Message]] = []
+    out: list[tuple[int, Message, Groups]] = []
     offset = 0
     end = len(batch)
     while offset < end:
@@ -85,6 +93,15 @@ def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message]]:
         offset += 4
         payload = bytes(view[offset : offset + length])
         offset += length
+        (count,) = _U16.unpack_from(view, offset)
+        offset += 2
+        names = []
+        for _ in range(count * 2):
+            (length,) = _U16.unpack_from(view, offset)
+            offset += 2
+            names.append(bytes(view[offset : offset + length]).decode())
+            offset += length
+        groups = frozenset(zip(names[::2], names[1::2], strict=True))
         message = Message(
             topic,
             payload,
@@ -97,5 +114,5 @@ def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message]]:
             device,
             units,
         )
-        out.append((flags, message))
+        out.append((flags, message, groups))
     return out

@@ -38,8 +38,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.stats import Published
 from data_plane.cluster import codec
 from data_plane.cluster.forward import Forwarder
@@ -95,6 +98,17 @@ class Keys:
         return f"{self.prefix}:purge:{node_id}"
 
 
+class _Unavailable:
+    """What the handshake's redirect hook answers to refuse a client: CONNACK 0x88 (3.1.1: 3,
+    Server unavailable) without a Server Reference."""
+
+    reason_code = ReasonCode.SERVER_UNAVAILABLE
+    reference = ""
+
+
+UNAVAILABLE = _Unavailable()
+
+
 def new_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -119,12 +133,15 @@ class Cluster:
         self.info.update(info or {})
         self.info["started"] = time.time()
         timeout = max(1.0, heartbeat)
+        # A command the bus does not answer fails within about a heartbeat (redis-py's default
+        # retries for many seconds): the beat, the forwarder and the island guard need to know.
+        retry = Retry(ExponentialBackoff(cap=0.25, base=0.05), 2)
         self.redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=retry
         )
         # XREAD blocks: its own connection, with a timeout beyond the block.
         self.reader = aioredis.Redis.from_url(
-            url, socket_timeout=timeout + 2, socket_connect_timeout=timeout
+            url, socket_timeout=timeout + 2, socket_connect_timeout=timeout, retry=retry
         )
         self.table = RouteTable()
         self.forwarder = Forwarder(self.redis, self.keys.stream)
@@ -139,6 +156,9 @@ class Cluster:
         self.tasks: list[asyncio.Task] = []
         self.apply_routes = self.redis.register_script(APPLY_ROUTES)
         self.loading: set[str] = set()
+        self.last_ok = float("-inf")  # monotonic time of the last heartbeat Redis took
+        self.refused = 0  # connections refused while cut off
+        self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
 
     # -- life -----------------------------------------------------------------------------
 
@@ -149,6 +169,17 @@ class Cluster:
         for tenant, router in broker.router.tenants.items():
             router.on_route = lambda f, g, added, t=tenant: self.route_changed(t, f, g, added)
         broker.metric_sources.append(self.metrics)
+        # Cut off from the bus, this node would be an island (its clients would see nothing of
+        # the others'): new clients are refused (CONNACK 0x88) until the bus answers again.
+        previous = broker.redirect
+
+        def refuse_when_cut_off(connect: Any, result: Any) -> Any:
+            if self.cut_off:
+                self.refused += 1
+                return UNAVAILABLE
+            return previous(connect, result) if previous is not None else None
+
+        broker.redirect = refuse_when_cut_off
         self.forwarder.on_drop = self._count_dropped
         try:
             await self._beat()
@@ -183,33 +214,79 @@ class Cluster:
 
     # -- the port -------------------------------------------------------------------------
 
-    def forward(self, message: Any, local: Published) -> Published:
-        nodes = self.table.match(message.tenant, message.topic)
-        retain = message.retain
-        if not nodes and not (retain and self.alive):
-            return local
+    def publish(self, message: Any) -> Published:
+        broker = self.broker
+        plain, shared = self.table.match(message.tenant, message.topic)
+        assigned: dict[str, list[tuple[str, str]]] = {}
+        if not shared:  # the common case: every matching group (if any) is here only
+            local = broker.route(message)
+            if not plain and not (message.retain and self.alive):
+                return local
+        else:
+            mine = self._assign_groups(message, shared, assigned)
+            local = broker.route(message, lambda group: (group.topic_filter, group.name) in mine)
+        targets: dict[str, tuple[tuple[str, str], ...]] = {}
+        for node in plain:
+            if node.node_id in self.alive:  # else dead or not seen yet (EMQX's is_routable)
+                targets[node.node_id] = ()
+        for node_id, keys in assigned.items():
+            targets[node_id] = tuple(keys)
         wait = message.qos > 0
         commit = None
-        reached = local.reached
-        delivered = set()
-        for node in nodes:
-            if node.node_id not in self.alive:
-                continue  # not routable: dead or not yet seen alive (EMQX's is_routable)
-            flags = codec.DELIVER | (codec.RETAIN if retain else 0)
-            commit = self.forwarder.add(
-                node.node_id, codec.encode(message, flags), message.tenant, message.qos, wait
-            )
-            delivered.add(node.node_id)
-            reached += 1
-        if retain:  # every node's retained store has it, whether it has subscribers or not
+        for node_id, groups in targets.items():
+            flags = codec.DELIVER | (codec.RETAIN if message.retain else 0)
+            data = codec.encode(message, flags, groups)
+            commit = self.forwarder.add(node_id, data, message.tenant, message.qos, wait)
+        if message.retain:  # every node's retained store has it, subscribers there or not
             for node_id in self.alive:
-                if node_id not in delivered:
-                    self.forwarder.add(
-                        node_id, codec.encode(message, codec.RETAIN), message.tenant, 0, False
-                    )
+                if node_id not in targets:
+                    data = codec.encode(message, codec.RETAIN)
+                    self.forwarder.add(node_id, data, message.tenant, 0, False)
+        if not targets:
+            return local
+        reached = local.reached + len(targets)
         if commit is None:
-            return local if reached == local.reached else Published(reached, local.commits)
+            return Published(reached, local.commits)
         return Published(reached, [*local.commits, commit])
+
+    def _assign_groups(
+        self,
+        message: Any,
+        shared: list[tuple[tuple[str, str], list[Any]]],
+        assigned: dict[str, list[tuple[str, str]]],
+    ) -> set[tuple[str, str]]:
+        """One node per matching shared group (filter, group) for this message, in turn among
+        the nodes with members (this one included); fills `assigned` (node -> its groups) and
+        returns the groups this node serves."""
+        here = {
+            (group.topic_filter, group.name)
+            for group in self.broker.router.match(message.tenant, message.topic)[1]
+        }
+        remote = {
+            key: sorted(node.node_id for node in nodes if node.node_id in self.alive)
+            for key, nodes in shared
+        }
+        mine: set[tuple[str, str]] = set()
+        if len(self.turns) > 100_000:  # groups come and go: forget old turns now and then
+            self.turns.clear()
+        for key in here | remote.keys():
+            candidates = ([self.node_id] if key in here else []) + remote.get(key, [])
+            if not candidates:
+                continue
+            turn_key = (message.tenant, key)
+            turn = self.turns.get(turn_key, 0)
+            self.turns[turn_key] = turn + 1
+            chosen = candidates[turn % len(candidates)]
+            if chosen == self.node_id:
+                mine.add(key)
+            else:
+                assigned.setdefault(chosen, []).append(key)
+        return mine
+
+    @property
+    def cut_off(self) -> bool:
+        """No heartbeat got through for as long as the others take to count us dead."""
+        return time.monotonic() - self.last_ok > 1.5 * self.heartbeat
 
     def members(self) -> list[dict[str, Any]]:
         return [self.info, *self.alive.values()]
@@ -353,6 +430,7 @@ class Cluster:
         pipe.exists(self.keys.version(self.node_id))
         pipe.smembers(self.keys.members)
         _, added, has_version, members = await pipe.execute()
+        self.last_ok = time.monotonic()
         if not self.bus_up:
             log.info("cluster bus %s up", self.url)
         self.bus_up = True
@@ -436,12 +514,12 @@ class Cluster:
         except Exception:
             log.exception("undecodable forwarded batch (%d bytes) dropped", len(batch))
             return
-        for flags, message in messages:
+        for flags, message, groups in messages:
             self.received += 1
             if flags & codec.RETAIN:
                 broker.retained.set(message)
-            if flags & codec.DELIVER:
-                broker.route(message)
+            if flags & codec.DELIVER:  # its plain subscribers here, and the groups given to us
+                broker.route(message, lambda group, g=groups: (group.topic_filter, group.name) in g)
 
     def _count_dropped(self, tenant: str, count: int) -> None:
         self.broker.stats[tenant].dropped += count
@@ -488,4 +566,9 @@ class Cluster:
         )
         for reason in ("bus_unavailable", "backlog"):
             dropped.add_metric([reason], self.forwarder.dropped[reason])
-        yield from (nodes, member, bus, routes, forwarded, batches, received, dropped)
+        refused = CounterMetricFamily(
+            "mqtt_cluster_refused_connections",
+            "Connections refused (0x88) while this node was cut off from the cluster bus",
+        )
+        refused.add_metric([], self.refused)
+        yield from (nodes, member, bus, routes, forwarded, batches, received, dropped, refused)

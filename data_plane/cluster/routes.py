@@ -115,16 +115,19 @@ class RouteTable:
         for key in list(node.routes):
             self._remove(node, key)
 
-    def match(self, tenant: str, topic: str) -> list[RemoteNode]:
-        """The nodes with a route matching `topic`, each once (plain or shared)."""
+    def match(
+        self, tenant: str, topic: str
+    ) -> tuple[list[RemoteNode], list[tuple[tuple[str, str], list[RemoteNode]]]]:
+        """The nodes with a plain route matching `topic`, and each matching shared group
+        ((filter, group), the nodes with members of it)."""
         router = self.tenants.get(tenant)
         if router is None:
-            return []
+            return [], []
         subscribers, groups = router.match(topic)
-        if not groups and len(subscribers) <= 1:
-            return [sub.session for sub in subscribers]
-        nodes: dict[int, RemoteNode] = {id(sub.session): sub.session for sub in subscribers}
-        for group in groups:
-            for member in group.members:
-                nodes[id(member.session)] = member.session
-        return list(nodes.values())
+        plain = [sub.session for sub in subscribers]
+        if not groups:
+            return plain, []
+        return plain, [
+            ((group.topic_filter, group.name), [member.session for member in group.members])
+            for group in groups
+        ]

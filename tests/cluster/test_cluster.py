@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import time
 import uuid
@@ -93,6 +94,33 @@ def test_no_route_no_forward_and_tenants_apart(three):
     publisher.close()
 
 
+def test_shared_group_gets_each_message_once_across_the_cluster(three):
+    a, b, c = three
+    topic = f"work/{uuid.uuid4().hex[:6]}"
+    members = [Paho(a.port, "acme/d1", "pw1", f"grp-a{i}") for i in range(2)]
+    members.append(Paho(c.port, "acme/d2", "pw2", "grp-c"))
+    for member in members:
+        member.subscribe(f"$share/workers/{topic}", qos=1)
+    watcher = Paho(c.port, "acme/d3", "pw3", "grp-watch")  # a plain subscriber sees all
+    watcher.subscribe(topic, qos=1)
+    publisher = Paho(b.port, "acme/d4", "pw4", "grp-pub")
+    until_routed(publisher, watcher, topic)
+    time.sleep(0.3)  # the group's routes too (same batch of route changes as the watcher's)
+    for member in members:
+        while member.expect(1, timeout=0.05):
+            pass
+    for i in range(60):
+        publisher.publish(topic, str(i), qos=1)
+    assert len(watcher.expect(60, timeout=10)) == 60
+    time.sleep(0.5)
+    got = [[m.payload.decode() for m in member.expect(60, timeout=0.3)] for member in members]
+    everything = [p for payloads in got for p in payloads]
+    assert sorted(everything, key=int) == [str(i) for i in range(60)]  # once each, none lost
+    assert got[0] + got[1] and got[2]  # both nodes' members took turns
+    for client in (*members, watcher, publisher):
+        client.close()
+
+
 def test_retained_on_one_node_is_seen_from_another(three):
     a, b, c = three
     topic = f"kept/{uuid.uuid4().hex[:6]}"
@@ -159,6 +187,20 @@ def test_routes_rebuilt_after_redis_restart(tmp_path, private_redis):
         until_routed(publisher, sub, "restart/probe")
         private_redis.stop()  # every key gone: routes, members, streams
         wait_for(lambda: metric(b, "mqtt_cluster_bus_up") == 0, 4 * HEARTBEAT)
+        # Meanwhile a QoS 1 message for the other node is refused to its publisher, not
+        # acknowledged then lost, and counted as dropped with its reason.
+        acks = queue.Queue()
+        publisher.client.on_publish = lambda client, data, mid, code, props: acks.put(code)
+        publisher.client.publish("restart/x", "during", qos=1)
+        assert acks.get(timeout=5).value == 0x80
+        assert metric(b, "mqtt_cluster_forward_dropped_total", '{reason="bus_unavailable"}') >= 1
+        # Cut off for longer than the others wait before counting it dead: no new clients.
+        time.sleep(1.5 * HEARTBEAT)
+        late = Paho(b.port, "acme/d3", "pw3", "late", connect=False)
+        late.connect(wait=False)
+        assert late.connack.wait(5) and late.reason_code.value == 0x88
+        late.close()
+        assert metric(b, "mqtt_cluster_refused_connections_total") >= 1
         private_redis.start()
         converged = wait_for(
             lambda: metric(b, "mqtt_cluster_nodes") == 2 and remote_routes(b) == 1,
@@ -166,7 +208,9 @@ def test_routes_rebuilt_after_redis_restart(tmp_path, private_redis):
         )
         assert converged <= 3 * HEARTBEAT + 2  # the documented bound: a beat after reconnecting
         publisher.publish("restart/x", "after", qos=1)
-        assert [m.payload for m in sub.expect(1, timeout=5)] == [b"after"]
+        assert [m.payload for m in sub.expect(1, timeout=5)] == [b"after"]  # never "during"
+        again = Paho(b.port, "acme/d3", "pw3", "again")  # accepting clients again
+        again.close()
     finally:
         for client in (sub, publisher):
             if client is not None:
