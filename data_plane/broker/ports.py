@@ -63,3 +63,8 @@ class Cluster(Protocol):
     def members(self) -> list[dict[str, Any]]:
         """The live nodes, this one included (for `$SYS/broker/nodes`)."""
         ...
+
+    async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
+        """Before a CONNECT opens its session: the client id is this node's from now on; any
+        other node holding its session lets it go (its connection gets 0x8E) first."""
+        ...

@@ -3,9 +3,9 @@
 One entry of a node's forward stream carries many messages (forwarding is batched), each as:
 
     flags u8 | qos u8 | retain u8 | expiry_ms i32 (-1: none) | units u32
-    tenant, topic, publisher, device: u16 length + UTF-8
-    properties: the MQTT 5 property block (the broker's own codec), u32 length first
-    payload: u32 length + bytes
+    | lengths of tenant, topic, publisher, device (u16 each), of properties and payload (u32)
+    tenant, topic, publisher, device (UTF-8), properties (the MQTT 5 property block, the
+    broker's own codec; empty when none), payload
     shared groups this node serves for it: u16 count, then (filter, group) as u16-length texts
 
 `flags` says what the receiving node does with it (`DELIVER`: to its matching subscribers;
@@ -26,7 +26,7 @@ from data_plane.broker.message import Message
 DELIVER = 1  # route it to the node's local subscribers
 RETAIN = 2  # keep it in the node's retained store (retained messages are cluster-wide)
 
-_HEAD = struct.Struct("!BBBiI")
+_HEAD = struct.Struct("!BBBiIHHHHII")
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 
@@ -44,24 +44,34 @@ def encode(
         remaining = message.expires_at - (now if now is not None else time.monotonic())
         expiry = max(0, int(remaining * 1000))
     props = encode_properties(message.properties) if message.properties else b""
+    tenant = message.tenant.encode()
+    topic = message.topic.encode()
+    publisher = message.publisher.encode()
+    device = message.device.encode()
+    payload = message.payload
+    head = _HEAD.pack(
+        flags,
+        message.qos,
+        message.retain,
+        expiry,
+        message.units,
+        len(tenant),
+        len(topic),
+        len(publisher),
+        len(device),
+        len(props),
+        len(payload),
+    )
+    if not groups:
+        return b"".join((head, tenant, topic, publisher, device, props, payload, b"\x00\x00"))
+    tail = b"".join(_text(topic_filter) + _text(group) for topic_filter, group in groups)
     return b"".join(
-        (
-            _HEAD.pack(flags, message.qos, message.retain, expiry, message.units),
-            _text(message.tenant),
-            _text(message.topic),
-            _text(message.publisher),
-            _text(message.device),
-            _U32.pack(len(props)),
-            props,
-            _U32.pack(len(message.payload)),
-            message.payload,
-            _U16.pack(len(groups)),
-            *(_text(topic_filter) + _text(group) for topic_filter, group in groups),
-        )
+        (head, tenant, topic, publisher, device, props, payload, _U16.pack(len(groups)), tail)
     )
 
 
 Groups = frozenset[tuple[str, str]]
+NO_GROUPS: Groups = frozenset()
 
 
 def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, Groups]]:
@@ -72,25 +82,20 @@ def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, G
     offset = 0
     end = len(batch)
     while offset < end:
-        flags, qos, retain, expiry, units = _HEAD.unpack_from(view, offset)
+        (flags, qos, retain, expiry, units, *lengths) = _HEAD.unpack_from(view, offset)
         offset += _HEAD.size
         texts = []
-        for _ in range(4):
-            (length,) = _U16.unpack_from(view, offset)
-            offset += 2
-            texts.append(bytes(view[offset : offset + length]).decode())
+        for length in lengths[:4]:
+            texts.append(str(view[offset : offset + length], "utf-8"))
             offset += length
         tenant, topic, publisher, device = texts
-        (length,) = _U32.unpack_from(view, offset)
-        offset += 4
+        length = lengths[4]
         properties = {}
         if length:
-            properties, _ = read_properties(
-                bytes(view[offset : offset + length]), 0, PacketType.PUBLISH
-            )
+            block = bytes(view[offset : offset + length])
+            properties, _ = read_properties(block, 0, PacketType.PUBLISH)
         offset += length
-        (length,) = _U32.unpack_from(view, offset)
-        offset += 4
+        length = lengths[5]
         payload = bytes(view[offset : offset + length])
         offset += length
         (count,) = _U16.unpack_from(view, offset)
@@ -101,7 +106,7 @@ def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, G
             offset += 2
             names.append(bytes(view[offset : offset + length]).decode())
             offset += length
-        groups = frozenset(zip(names[::2], names[1::2], strict=True))
+        groups = frozenset(zip(names[::2], names[1::2], strict=True)) if count else NO_GROUPS
         message = Message(
             topic,
             payload,

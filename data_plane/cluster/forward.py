@@ -12,6 +12,10 @@ node and read with XREAD by its owner. Why a stream and not pub/sub:
 - Redis restarted: XADD fails until it is back (counted as dropped, QoS > 0 refused to the
   publisher as above); entry ids are Redis' clock, so the readers' last ids stay valid.
 
+Back-pressure: publishers outpacing the bus are paused (`PAUSE_BYTES`), as the broker pauses
+publishers for a backed-up subscriber, so a burst waits at the publishers' sockets instead of
+being dropped here.
+
 Batching: messages for a node gather in a buffer for the rest of the event loop's turn (and
 while the previous XADD round trip is in flight), then go as one entry per node per round (cut
 at `BATCH_BYTES`), all nodes in one pipeline. The stream is capped (`STREAM_MAXLEN` entries,
@@ -33,6 +37,10 @@ log = logging.getLogger(__name__)
 BATCH_BYTES = 256 * 1024  # one stream entry at most (a bigger message goes alone)
 STREAM_MAXLEN = 10_000  # entries kept per node's stream (each a batch)
 BACKLOG_BYTES = 64 * 1024 * 1024  # buffered while the bus does not answer: beyond, drop
+# Back-pressure: a publisher whose message finds this much waiting for the bus stops being read
+# (as for a backed-up subscriber, see data_plane.broker.flow) until it is down to RESUME_BYTES.
+PAUSE_BYTES = 4 * 1024 * 1024
+RESUME_BYTES = 1024 * 1024
 
 
 class BusUnavailable(Exception):
@@ -53,6 +61,20 @@ class Forwarder:
         self.batches = 0
         self.dropped: Counter[str] = Counter()  # reason -> messages
         self.on_drop: Callable[[str, int], None] | None = None  # (tenant, count): tenant stats
+        # As a throttler of publishing connections (data_plane.broker.flow reads these two).
+        self.blocked_publishers: set = set()
+        self.stalled = False
+
+    def hold(self, connection: Any) -> None:
+        """Pause the publisher whose message made the backlog too long (see PAUSE_BYTES)."""
+        if connection is not None and connection not in self.blocked_publishers:
+            self.blocked_publishers.add(connection)
+            connection.throttle_by(self)
+
+    def _release(self) -> None:
+        blocked, self.blocked_publishers = self.blocked_publishers, set()
+        for connection in blocked:
+            connection.unthrottle_by(self)
 
     def add(self, node_id: str, data: bytes, tenant: str, qos: int, wait: bool) -> Any:
         """Buffer one message for one node; returns the commit to wait for when `wait`."""
@@ -115,8 +137,12 @@ class Forwarder:
                 self.batches += entries
                 if commit is not None:
                     commit.set_result(None)
+                if self.blocked_publishers and self.buffered < RESUME_BYTES:
+                    self._release()
         finally:
             self._flushing = False
+            if self.blocked_publishers:
+                self._release()
 
     def _drop(self, reason: str, losses: list[tuple[str, int]]) -> None:
         self.dropped[reason] += len(losses)

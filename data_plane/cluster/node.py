@@ -45,8 +45,9 @@ from redis.exceptions import RedisError
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.stats import Published
 from data_plane.cluster import codec
-from data_plane.cluster.forward import Forwarder
+from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
 from data_plane.cluster.routes import RouteTable, route_key
+from data_plane.cluster.sessions import SessionClaims, encode_control
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -156,6 +157,7 @@ class Cluster:
         self.tasks: list[asyncio.Task] = []
         self.apply_routes = self.redis.register_script(APPLY_ROUTES)
         self.loading: set[str] = set()
+        self.sessions = SessionClaims(self)
         self.last_ok = float("-inf")  # monotonic time of the last heartbeat Redis took
         self.refused = 0  # connections refused while cut off
         self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
@@ -233,10 +235,19 @@ class Cluster:
             targets[node_id] = tuple(keys)
         wait = message.qos > 0
         commit = None
+        flags = codec.DELIVER | (codec.RETAIN if message.retain else 0)
+        plain_data = None  # the same bytes for every node that serves no group
+        forwarder = self.forwarder
         for node_id, groups in targets.items():
-            flags = codec.DELIVER | (codec.RETAIN if message.retain else 0)
-            data = codec.encode(message, flags, groups)
-            commit = self.forwarder.add(node_id, data, message.tenant, message.qos, wait)
+            if groups:
+                data = codec.encode(message, flags, groups)
+            else:
+                if plain_data is None:
+                    plain_data = codec.encode(message, flags)
+                data = plain_data
+            commit = forwarder.add(node_id, data, message.tenant, message.qos, wait)
+        if forwarder.buffered > PAUSE_BYTES:  # the bus lags: this publisher waits
+            forwarder.hold(broker.publishing_connection)
         if message.retain:  # every node's retained store has it, subscribers there or not
             for node_id in self.alive:
                 if node_id not in targets:
@@ -282,6 +293,20 @@ class Cluster:
             else:
                 assigned.setdefault(chosen, []).append(key)
         return mine
+
+    async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
+        """A CONNECT is about to open the session of `client_id`: it is this node's now (see
+        `sessions`); returns once the node that held it has let it go."""
+        await self.sessions.claim(tenant, client_id, clean_start)
+
+    async def control(self, node_id: str, body: dict[str, Any]) -> None:
+        """A control message (session takeover) to another node, on its forward stream."""
+        await self.redis.xadd(
+            self.keys.stream(node_id),
+            {b"c": encode_control(body)},
+            maxlen=STREAM_MAXLEN,
+            approximate=True,
+        )
 
     @property
     def cut_off(self) -> bool:
@@ -499,7 +524,10 @@ class Cluster:
             for _name, entries in answer or ():
                 for entry_id, fields in entries:
                     last = entry_id
-                    self._receive(fields.get(b"m", b""))
+                    if b"c" in fields:
+                        self._control(fields[b"c"])
+                    else:
+                        self._receive(fields.get(b"m", b""))
             if time.monotonic() - trimmed > 1.0 and last != b"0-0":
                 trimmed = time.monotonic()
                 try:  # what we handled need not stay in Redis
@@ -520,6 +548,12 @@ class Cluster:
                 broker.retained.set(message)
             if flags & codec.DELIVER:  # its plain subscribers here, and the groups given to us
                 broker.route(message, lambda group, g=groups: (group.topic_filter, group.name) in g)
+
+    def _control(self, data: bytes) -> None:
+        try:
+            self.sessions.on_control(json.loads(data))
+        except Exception:
+            log.exception("control message not handled: %r", data[:200])
 
     def _count_dropped(self, tenant: str, count: int) -> None:
         self.broker.stats[tenant].dropped += count
@@ -571,4 +605,12 @@ class Cluster:
             "Connections refused (0x88) while this node was cut off from the cluster bus",
         )
         refused.add_metric([], self.refused)
+        takeovers = CounterMetricFamily(
+            "mqtt_cluster_session_takeovers",
+            "Sessions taken over between nodes: `taken` from another node, `released` to one",
+            labels=["direction"],
+        )
+        takeovers.add_metric(["taken"], self.sessions.takeovers)
+        takeovers.add_metric(["released"], self.sessions.released)
         yield from (nodes, member, bus, routes, forwarded, batches, received, dropped, refused)
+        yield takeovers

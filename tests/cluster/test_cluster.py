@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
+import threading
 import time
 import uuid
 
@@ -217,3 +218,33 @@ def test_routes_rebuilt_after_redis_restart(tmp_path, private_redis):
                 client.close()
         a.stop()
         b.stop()
+
+
+def test_one_client_id_at_two_nodes_ends_with_one_session(three):
+    """Takeover across nodes (0x8E at the old node), and the SO_REUSEPORT race: two CONNECTs
+    of one client id at two nodes at once, many times over; one session remains each time."""
+    a, b, _ = three
+    first = Paho(a.port, "acme/d1", "pw1", "roamer")
+    first.subscribe("roam/#", qos=1)
+    second = Paho(b.port, "acme/d1", "pw1", "roamer")
+    assert first.disconnected.wait(5) and first.disconnect_reason.value == 0x8E
+    second.close()
+    first.close()
+    for attempt in range(15):
+        client_id = f"race-{attempt}"
+        clients = [Paho(node.port, "acme/d2", "pw2", client_id, connect=False) for node in (a, b)]
+        threads = [threading.Thread(target=c.connect, kwargs={"wait": False}) for c in clients]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for client in clients:
+            assert client.connack.wait(5)
+        time.sleep(0.3)
+        alive = [c for c in clients if not c.disconnected.is_set()]
+        assert len(alive) == 1, f"attempt {attempt}: {len(alive)} sessions"
+        loser = next(c for c in clients if c.disconnected.is_set())
+        assert loser.disconnect_reason.value == 0x8E
+        for client in clients:
+            client.close()
+    assert metric(a, "mqtt_cluster_session_takeovers_total", '{direction="released"}') >= 1
