@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -13,6 +14,7 @@ import signal
 
 from common import logs
 from data_plane.broker.broker import Redirect
+from data_plane.broker.ports import NO_PORTS, Ports
 from data_plane.config import BrokerConfig
 
 
@@ -134,39 +136,41 @@ async def run(args: argparse.Namespace) -> None:
     kept = None
     prepare = None
     objects = None
+    ports = NO_PORTS
     if link is not None:
         from common.object_store import open_object_store
+        from data_plane.storage.persistence import SessionPersistence
+        from data_plane.storage.retained_delayed import RetainedAndDelayed
+        from data_plane.storage.session_store import SessionStore
 
         objects = open_object_store()
         await link.start(None)
+        store = SessionStore(
+            link.pool,
+            object_store=objects,
+            large_payload_threshold=args.large_payload_threshold,
+        )
+        store.start()
+        # Storage is built first and given to the broker as its ports; `prepare` then fills
+        # the broker from it before any client connects.
+        persistence = SessionPersistence(store)
+        kept = RetainedAndDelayed(link.pool)
+        ports = Ports(sessions=persistence, retained=kept, delayed=kept)
 
         async def prepare(broker):
-            nonlocal persistence
-            from data_plane.storage.persistence import SessionPersistence
-            from data_plane.storage.session_store import SessionStore
-
-            store = SessionStore(
-                link.pool,
-                object_store=objects,
-                large_payload_threshold=args.large_payload_threshold,
-            )
-            store.start()
-            persistence = SessionPersistence(broker, store)
             async with link.pool.connection() as conn:
                 rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
-            restored = await persistence.restore(dict(rows))
+            restored = await persistence.restore(broker, dict(rows))
             logging.getLogger("data_plane").info("restored %d persistent sessions", restored)
-            nonlocal kept
-            from data_plane.storage.retained_delayed import RetainedAndDelayed
-
-            kept = RetainedAndDelayed(broker, link.pool)
-            retained, delayed = await kept.load()
+            retained, delayed = await kept.load(broker)
             kept.start()
             logging.getLogger("data_plane").info(
                 "loaded %d retained and %d delayed messages", retained, delayed
             )
 
-    server = await serve(config, authenticator, prepare, cluster)
+    if cluster is not None:  # the cluster plugs in as the broker's Cluster port
+        ports = dataclasses.replace(ports, cluster=cluster)
+    server = await serve(config, authenticator, prepare, ports)
     observers = None
     presence = None
     purge = None

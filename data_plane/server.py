@@ -11,6 +11,7 @@ from typing import Any
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.ports import NO_PORTS, Ports
 from data_plane.broker.websocket import WebSocketProtocol
 from data_plane.config import BrokerConfig
 from data_plane.observability import refusals
@@ -54,14 +55,17 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
 
 
 async def serve(
-    config: BrokerConfig, authenticator: Authenticator, prepare: Any = None, cluster: Any = None
+    config: BrokerConfig,
+    authenticator: Authenticator,
+    prepare: Any = None,
+    ports: Ports = NO_PORTS,
 ) -> Server:
-    """Start the listeners; `prepare(broker)` (async) runs first, e.g. to restore sessions.
-    `cluster` (data_plane.cluster.Cluster) joins before: restored subscriptions are routes."""
+    """Start the listeners around a broker plugged into `ports` (storage, cluster); `prepare(broker)`
+    (async) runs first, e.g. to restore sessions into it."""
     loop = asyncio.get_running_loop()
-    broker = Broker(config, authenticator, cluster=cluster)
-    if cluster is not None:
-        await cluster.start(broker)
+    broker = Broker(config, authenticator, ports)
+    if ports.cluster is not None:  # joins first: the subscriptions `prepare` restores are routes
+        await ports.cluster.start(broker)
     refusals.listen(broker)  # log lines and counters of what connections refuse
     if prepare is not None:
         await prepare(broker)

@@ -2,7 +2,8 @@
 messages, wills, and what the control plane may do to live connections.
 
 Connections (data_plane.broker.connection) turn packets into calls on this object; it never
-touches sockets itself.
+touches sockets itself. Storage and the cluster plug in through the `Ports` given at
+construction (data_plane.broker.ports).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.limits import NEVER_EXPIRES, too_deep
 from data_plane.broker.message import Message
-from data_plane.broker.ports import Client, Cluster
+from data_plane.broker.ports import NO_PORTS, NOTHING, REACHED_ONE, Client, Ports, Published
 from data_plane.broker.rates import TenantRates
 from data_plane.broker.retained import RetainedStore
 from data_plane.broker.router import Router, Subscriber
 from data_plane.broker.session import Delivery, Session, SubscriptionState
-from data_plane.broker.stats import NOTHING, REACHED_ONE, Published, Redirect, TenantStats
+from data_plane.broker.stats import Redirect, TenantStats
 from data_plane.broker.sys_topics import publish_sys
 from data_plane.config import BrokerConfig
 
@@ -37,13 +38,12 @@ log = logging.getLogger(__name__)
 
 class Broker:
     def __init__(
-        self, config: BrokerConfig, authenticator: Authenticator, cluster: Cluster | None = None
+        self, config: BrokerConfig, authenticator: Authenticator, ports: Ports = NO_PORTS
     ) -> None:
         self.config = config
-        # The other nodes (data_plane.cluster), or None for a single process: see `publish`.
-        self.cluster = cluster
         self.authenticator = authenticator
-        self.router = Router()
+        # A cluster's route table follows the router's routes (ports.Cluster.route_changed).
+        self.router = Router(ports.cluster.route_changed if ports.cluster is not None else None)
         self.retained = RetainedStore()
         self.hooks = Hooks()
         # Callables yielding extra Prometheus metric families (storage, archive, ...).
@@ -62,11 +62,12 @@ class Broker:
             self.enhanced_auth[ScramSha256.name] = ScramSha256(authenticator.scram_lookup)
         # Optional callable(connect, auth_result) -> Redirect | None: send this client elsewhere.
         self.redirect: Callable[[Any, Any], Redirect | None] | None = None
-        self.publishing_connection: Client | None = None  # set while routing its PUBLISH
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates
-        self.persistence: Any = None  # data_plane.storage.persistence.SessionPersistence
-        self.retained_changed: Any = None  # callable(message): mirrors retained to storage
-        self.schedule_delayed: Any = None  # callable(message, seconds) -> future (storage)
+        # What it is plugged into, fixed for its life (see ports.Ports); None: memory only.
+        self.persistence = ports.sessions
+        self.retained_storage = ports.retained
+        self.delayed_storage = ports.delayed
+        self.cluster = ports.cluster  # the other nodes; None: the only one (see `publish`)
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -127,15 +128,11 @@ class Broker:
         ids = self.persistent.get(tenant)
         return len(ids) if ids else 0
 
-    def _origin(self) -> Client | None:
-        return self.publishing_connection
-
     def adopt(self, session: Session) -> None:
-        """Wire a session to this broker's accounting (drops, sends, back-pressure): every
-        session, whether opened by a client or restored from storage."""
+        """Wire a session to this broker's accounting (drops, sends): every session, whether
+        opened by a client or restored from storage."""
         session.on_drop = self._dropped
         session.on_sent = self._sent
-        session.origin = self._origin
 
     def expire_later(self, session: Session, delay: float) -> None:
         """End `session` in `delay` seconds unless a client resumes it first."""
@@ -171,8 +168,8 @@ class Broker:
         session.clear_delivery_state()
         for delivery in orphans:  # unacknowledged shared messages go to another member
             member = delivery.group.pick()
-            if member is not None:
-                self._deliver_shared(delivery.message, delivery.group, member)
+            if member is not None:  # nobody to acknowledge or slow down: results unused
+                member.session.deliver(_shared(delivery.message, delivery.group, member))
         if self.sessions.get(session.key) is session:
             del self.sessions[session.key]
             self.persistent[session.tenant].discard(session.client_id)
@@ -181,7 +178,8 @@ class Broker:
 
     def publish(self, message: Message) -> Published:
         """Route a message within its tenant; returns what happened: how many sessions it
-        reached and the commits of its durable copies (what a QoS 1/2 acknowledgement awaits)."""
+        reached, the commits of its durable copies (what a QoS 1/2 acknowledgement awaits) and
+        the sessions it backed up (whose publisher should slow down)."""
         tenant = message.tenant
         stats = self.stats[tenant]
         stats.messages_received += 1
@@ -200,8 +198,8 @@ class Broker:
             if billed and message.payload:  # a retained message stored is metered once more
                 stats.message_units += message.billable_units()
             self.retained.set(message)
-            if self.retained_changed is not None:
-                self.retained_changed(message)
+            if self.retained_storage is not None:
+                self.retained_storage.retained_changed(message)
         if self.cluster is not None:  # the cluster routes it here (`route`) and to other nodes
             return self.cluster.publish(message)
         return self.route(message)
@@ -220,14 +218,16 @@ class Broker:
             sub = subscribers[0]
             if sub.no_local and sub.session.client_id == message.publisher:
                 return NOTHING
-            commit = sub.session.deliver(
-                Delivery(
-                    message,
-                    min(message.qos, sub.qos),
-                    message.retain and sub.retain_as_published,
-                    (sub.subscription_id,) if sub.subscription_id else (),
-                )
+            session = sub.session
+            delivery = Delivery(
+                message,
+                min(message.qos, sub.qos),
+                message.retain and sub.retain_as_published,
+                (sub.subscription_id,) if sub.subscription_id else (),
             )
+            commit = session.deliver(delivery)
+            if session.queue and session.backs_up(delivery):
+                return Published(1, [commit] if commit is not None else (), (session,))
             return REACHED_ONE if commit is None else Published(1, [commit])
         # Overlapping subscriptions of one session: one copy, the highest QoS, every id.
         targets: dict[int, list[Subscriber]] = {}
@@ -235,29 +235,27 @@ class Broker:
             if sub.no_local and sub.session.client_id == message.publisher:
                 continue
             targets.setdefault(id(sub.session), []).append(sub)
-        commits = []
+        commits: list = []
+        backed_up: list[Session] = []
         for group in groups:
             member = group.pick()
             if member is not None:
-                commit = self._deliver_shared(message, group, member)
-                if commit is not None:
-                    commits.append(commit)
+                self._hand(member.session, _shared(message, group, member), commits, backed_up)
         for subs in targets.values():
             qos = min(message.qos, max(s.qos for s in subs))
             retain = message.retain and any(s.retain_as_published for s in subs)
             ids = tuple(s.subscription_id for s in subs if s.subscription_id)
-            commit = subs[0].session.deliver(Delivery(message, qos, retain, ids))
-            if commit is not None:
-                commits.append(commit)
-        return Published(len(targets) + len(groups), commits)
+            self._hand(subs[0].session, Delivery(message, qos, retain, ids), commits, backed_up)
+        return Published(len(targets) + len(groups), commits, tuple(backed_up))
 
     @staticmethod
-    def _deliver_shared(message: Message, group: Any, member: Subscriber) -> Any:
-        ids = (member.subscription_id,) if member.subscription_id else ()
-        retain = message.retain and member.retain_as_published
-        return member.session.deliver(
-            Delivery(message, min(message.qos, member.qos), retain, ids, group)
-        )
+    def _hand(session: Session, delivery: Delivery, commits: list, backed_up: list) -> None:
+        """Deliver; note the commit of its durable copy, and the session if it backed up."""
+        commit = session.deliver(delivery)
+        if commit is not None:
+            commits.append(commit)
+        if session.queue and session.backs_up(delivery):  # queue empty: it went out at once
+            backed_up.append(session)
 
     def _sent(self, session: Session, delivery: Delivery, size: int) -> None:
         stats = self.stats[session.tenant]
@@ -307,6 +305,7 @@ class Broker:
             Subscriber(session, sub.qos, sub.no_local, sub.retain_as_published, subscription_id),
             group,
         )
+
         session.subscriptions[sub.topic_filter] = SubscriptionState(
             sub.topic_filter,
             sub.qos,
@@ -397,8 +396,8 @@ class Broker:
 
     def delay(self, message: Message, seconds: int) -> asyncio.Future | None:
         """`$delayed/{seconds}/{topic}`: publish later (durably when storage is configured)."""
-        if self.schedule_delayed is not None:
-            return self.schedule_delayed(message, seconds)
+        if self.delayed_storage is not None:
+            return self.delayed_storage.schedule(message, seconds)
         asyncio.get_running_loop().call_later(seconds, self.publish, message)
         return None
 
@@ -441,3 +440,10 @@ class Broker:
         for conn in list(self.connections):
             if conn.session is not None:
                 conn.disconnect(redirect.reason_code, reference=redirect.reference)
+
+
+def _shared(message: Message, group: Any, member: Subscriber) -> Delivery:
+    """The copy for one member of a shared group."""
+    ids = (member.subscription_id,) if member.subscription_id else ()
+    retain = message.retain and member.retain_as_published
+    return Delivery(message, min(message.qos, member.qos), retain, ids, group)

@@ -26,8 +26,9 @@ session (and sends the will, if CONNACK was ever sent).
 Reading. While a CONNECT is judged (`_judging`, possibly waiting on the database or on the
 client's AUTH answers), no packet is handled: the ones read with the CONNECT and the bytes that
 follow wait in the handshake, and are handled in order after CONNACK. After it, the read gate may
-pause reading (a burst, a 3.1.1 client over its publish rate, a subscriber whose queue backed up);
-packets already read then wait in the gate (`held`) and go first when it reopens.
+pause reading (a burst, a 3.1.1 client over its publish rate, subscribers whose queues its PUBLISH
+backed up: `Published.slow_down`); packets already read then wait in the gate (`held`) and go
+first when it reopens.
 
 Writing. Everything written in one loop turn goes out in one `transport.write` (`writer.Writer`).
 From the moment the session is attached until CONNACK is written, writes are held: CONNACK is
@@ -104,8 +105,8 @@ class MQTTConnection(asyncio.Protocol):
         self.inbound = Inbound(self, self.admission)
         self.acks = Acks(self)
         self.gate = ReadGate(self, self.loop, self._process)
-        # Back-pressure: subscribers whose queues back up pause this publisher's reading.
-        self.throttle_by, self.unthrottle_by = self.gate.throttle_by, self.gate.unthrottle_by
+        # Back-pressure: a subscriber that drained lets this publisher read again (ports.Outlet).
+        self.unthrottle_by = self.gate.unthrottle_by
         # What each packet after CONNECT goes to (CONNECT itself is intercepted in _process).
         inbound, acks = self.inbound, self.acks
         self._handlers: dict[PacketType, Callable[[Any], None]] = {

@@ -7,9 +7,9 @@ Three reasons, each with its own way out:
   written before more is read (fairness, bounded batches). Ends on the next loop turn.
 - `rate`: a 3.1.1 client over its tenant's publish rate (it cannot be told): the packet is held
   and retried when the bucket has refilled.
-- `throttled_by`: subscribers whose queues backed up while this client published to them; each
-  releases it when drained, and all of them at once after `THROTTLE_LIMIT` seconds (a dead
-  subscriber cannot hold a publisher for long).
+- `throttled_by`: subscribers whose queues backed up with what this client published (the
+  `slow_down` of `Broker.publish`'s result); each releases it when drained, and all of them at
+  once after `THROTTLE_LIMIT` seconds (a dead subscriber cannot hold a publisher for long).
 
 While reading is paused by `rate` or `throttled_by` (`holds`), packets already read wait in
 `held`, in order, and go first when the gate reopens.
@@ -60,6 +60,15 @@ class ReadGate:
         self.rate = True
         self.held.insert(0, packet)
         self.loop.call_later(wait, self._end_rate)
+
+    def slow_down(self, sessions: tuple) -> None:
+        """Stop reading for these subscribers (never for the client's own session); each
+        releases the connection (`unthrottle_by`) once its queue has drained."""
+        owner = self.owner
+        for session in sessions:
+            if session is not owner.session:
+                self.throttle_by(session)
+                session.hold(owner)
 
     def throttle_by(self, session: Any) -> None:
         if self.owner.closing:

@@ -76,11 +76,9 @@ class Inbound:
             stored = broker.delay(message, decision.delay)
             conn.acks.accepted(packet, 0, [stored] if stored is not None else [])
             return
-        broker.publishing_connection = conn
-        try:
-            reached, commits = broker.publish(message)
-        finally:
-            broker.publishing_connection = None
+        reached, commits, slow_down = broker.publish(message)
+        if slow_down:  # subscribers it backed up: read no more of this client until they drain
+            conn.gate.slow_down(slow_down)
         code = 0 if reached or conn.protocol_version != MQTT_5_0 else RC.NO_MATCHING_SUBSCRIBERS
         conn.acks.accepted(packet, code, commits or [])
 

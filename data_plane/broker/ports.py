@@ -1,4 +1,5 @@
-"""The broker's ports: what each side of the broker core may ask of the other, as protocols.
+"""The broker's ports: what each side of the broker core may ask of the other, as protocols,
+and what a publish returns.
 
 The broker and the session never import the connection: they talk to whatever stands for a
 client through these narrow interfaces (the connection satisfies both; tests may pass fakes).
@@ -7,15 +8,32 @@ client through these narrow interfaces (the connection satisfies both; tests may
   Receive Maximum, Maximum Packet Size, topic aliases), whether it can take more now, and `send`.
 - `Client`: what the broker sees of a live connection: who it is, its session, and the three
   things the broker may do to it (take it over, disconnect it, re-apply its tenant's policy).
-- `Cluster`: the other broker processes (data_plane.cluster), given to `Broker(...)`: it routes
-  each publish here (`Broker.route`) and once to each other node with a matching route, picks
-  one node per shared group, and delivers what other nodes forward through `Broker.route`; it
-  follows the broker's subscriptions through `Router.on_route`.
+
+What the broker is plugged into is given to it once, at construction (`Ports`); it never learns
+of storage or the cluster any other way, and neither ever sets an attribute of the broker:
+
+- `SessionStorage`: persistent sessions and their queues (`data_plane.storage.persistence`);
+- `RetainedStorage`: a copy of every retained change (`data_plane.storage.retained_delayed`);
+- `DelayedStorage`: `$delayed/{seconds}/...` publishes kept until due (same module);
+- `Cluster`: the other broker processes (data_plane.cluster): it routes each publish here
+  (`Broker.route`) and once to each other node with a matching route, picks one node per shared
+  group, delivers what other nodes forward through `Broker.route`, follows the broker's
+  subscriptions through `Router.on_route`, and claims a client id for a CONNECT.
+
+Each is optional: without it the broker keeps that state in memory only (tests, `--auth-file`).
+Storage objects are built first, handed to `Broker(...)` in `Ports`, then started with the broker
+they serve (restore sessions, load retained and delayed messages).
+
+`Broker.publish` returns `Published`: whom it reached, the commits a QoS 1/2 acknowledgement
+waits for, and the subscribers whose queues backed up (`slow_down`): the caller that read the
+PUBLISH pauses its client until they drain (`flow.ReadGate.slow_down`); others ignore it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import asyncio
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 
 class Outlet(Protocol):
@@ -36,8 +54,6 @@ class Outlet(Protocol):
 
     def outbound_alias(self, topic: str) -> tuple[int, bool] | None: ...
 
-    def throttle_by(self, session: Any) -> None: ...
-
     def unthrottle_by(self, session: Any) -> None: ...
 
 
@@ -54,17 +70,96 @@ class Client(Outlet, Protocol):
     def apply_policy(self, policy: Any) -> None: ...
 
 
+# -- what a publish returns -------------------------------------------------------------------
+
+
+class Published(NamedTuple):
+    """What `Broker.publish` did with a message."""
+
+    reached: int  # sessions it was handed to (5.0: "no matching subscribers" when 0)
+    commits: Any  # the commits of its durable copies: a QoS 1/2 acknowledgement awaits them
+    # Sessions whose queue this message backed up (past half, QoS 1/2): whoever published it
+    # should stop reading its client until they drain (back-pressure; see flow.ReadGate).
+    slow_down: tuple = ()
+
+
+# The common answers, shared rather than built per message (the publish path is hot).
+NOTHING = Published(0, ())
+REACHED_ONE = Published(1, ())
+
+
+# -- what the broker is plugged into ------------------------------------------------------------
+
+
+class SessionStorage(Protocol):
+    """Persistent sessions, mirrored durably. `attach` decides whether a session is persistent:
+    it sets `session.persist` (called per QoS 1/2 delivery, returns the commit) and
+    `session.durable` (this object, for the acknowledgements' commits) or leaves both None."""
+
+    def attach(self, session: Any) -> None: ...
+
+    async def save(self, session: Any, *, disconnected: bool = False) -> None: ...
+
+    def save_later(self, session: Any, *, disconnected: bool = False) -> None: ...
+
+    def sent(self, session: Any, delivery: Any, packet_id: int) -> None: ...
+
+    def released(self, session: Any, delivery: Any, packet_id: int) -> asyncio.Future: ...
+
+    def inbound_qos2(self, session: Any, packet_id: int, held: bool) -> asyncio.Future: ...
+
+    def settled(self, session: Any, delivery: Any) -> None: ...
+
+    def will_published(self, session: Any) -> None: ...
+
+    def forget(self, session: Any) -> None: ...
+
+
+class RetainedStorage(Protocol):
+    def retained_changed(self, message: Any) -> None:
+        """A retained message was set (or cleared: empty payload); called in order."""
+
+
+class DelayedStorage(Protocol):
+    def schedule(self, message: Any, seconds: int) -> asyncio.Future:
+        """Keep `message` and publish it in `seconds`; the future resolves once it is kept (the
+        publisher's acknowledgement waits for it)."""
+
+
 class Cluster(Protocol):
+    """The other broker processes (data_plane.cluster). It routes each publish here and to the
+    nodes with a matching route, and delivers theirs here through `Broker.route`."""
+
     def publish(self, message: Any) -> Any:
-        """Route `message` (counted, filtered and retained already) here and to every other
-        node with a matching route; the `Published` of both (the bus's commit included)."""
+        """Route `message` (counted, filtered and retained already) here (`Broker.route`) and
+        to every other node with a matching route; the `Published` of both (the bus's commit
+        among its commits, the bus itself in `slow_down` when it lags)."""
         ...
 
     def members(self) -> list[dict[str, Any]]:
         """The live nodes, this one included (for `$SYS/broker/nodes`)."""
         ...
 
+    def route_changed(self, tenant: str, topic_filter: str, group: str | None, added: bool) -> None:
+        """A filter (or a shared group on it) got its first subscriber here, or lost its last:
+        the route table follows (the broker's `Router` calls it)."""
+        ...
+
     async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
         """Before a CONNECT opens its session: the client id is this node's from now on; any
         other node holding its session lets it go (its connection gets 0x8E) first."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """What a broker is plugged into, given at construction; None: that state stays in memory
+    (or, for `cluster`, this broker is the only node)."""
+
+    sessions: SessionStorage | None = None
+    retained: RetainedStorage | None = None
+    delayed: DelayedStorage | None = None
+    cluster: Cluster | None = None
+
+
+NO_PORTS = Ports()

@@ -196,10 +196,10 @@ class TenantRouter:
 class Router:
     """All tenants' routers; a tenant's router exists while it has subscriptions."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_route: Any = None) -> None:
         self.tenants: dict[str, TenantRouter] = {}
         # callable(tenant, filter, group, added): see TenantRouter.on_route (the cluster's).
-        self.on_route: Any = None
+        self.on_route = on_route
 
     def for_tenant(self, tenant: str) -> TenantRouter:
         router = self.tenants.get(tenant)

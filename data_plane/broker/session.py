@@ -74,8 +74,8 @@ class Session:
     will_handle: Any = None
     on_drop: Any = None  # callable(session, delivery, cause)
     on_sent: Any = None  # callable(session, delivery, size)
-    origin: Any = None  # callable() -> the connection whose PUBLISH is being routed, or None
-    # Publishers paused because this session's queue backed up (see `_enqueue`).
+    # Publishers paused because this session's queue backed up (see `backs_up`); each is
+    # released (`unthrottle_by`) once the queue has drained to a quarter.
     blocked_publishers: set = field(default_factory=set)
     tenant_id: int | None = None  # set when the tenant lives in the database
     next_seq: int = 0  # last sequence number used in the durable queue
@@ -161,19 +161,24 @@ class Session:
                 self._drop(delivery, "queue_full")
                 return
         self.queue.append(delivery)
-        if (
-            delivery.qos
+
+    def backs_up(self, delivery: Delivery) -> bool:
+        """Whether `delivery`, just handed over, waits at the end of a queue past half full:
+        then its publisher should stop reading until this queue drains (back-pressure, bounded
+        in time by the publisher's read gate, so a dead subscriber cannot stall it for long)."""
+        queue = self.queue
+        return (
+            delivery.qos > 0
             and self.connection is not None  # an offline session has nobody draining it
-            and len(self.queue) >= self.max_queued // 2
-            and self.origin
+            and bool(queue)
+            and queue[-1] is delivery
+            and len(queue) >= self.max_queued // 2
             and not self.stalled
-        ):
-            # Back-pressure: stop reading the publisher until this queue drains (bounded in
-            # time by the publisher, so a dead subscriber cannot stall it for long).
-            publisher = self.origin()
-            if publisher is not None and publisher.session is not self:
-                publisher.throttle_by(self)
-                self.blocked_publishers.add(publisher)
+        )
+
+    def hold(self, publisher: Any) -> None:
+        """`publisher` stopped reading for this session: release it once drained."""
+        self.blocked_publishers.add(publisher)
 
     def withhold(self, may_read: Any) -> None:
         """Drop what waits in the queue on topics the device may not read: queued before its
@@ -191,9 +196,12 @@ class Session:
         self.queue = kept
 
     def release_publishers(self) -> None:
-        for publisher in list(self.blocked_publishers):
+        # Swapped first: a released publisher reads at once what it held, and may back this
+        # queue up again and be held anew; that hold must survive (clearing after would lose
+        # it, and the publisher would wait out the read gate's whole allowance).
+        publishers, self.blocked_publishers = self.blocked_publishers, set()
+        for publisher in publishers:
             publisher.unthrottle_by(self)
-        self.blocked_publishers.clear()
 
     def _drop(self, delivery: Delivery, cause: str) -> None:
         self.dropped += 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
 
 from common.mqtt.reason_codes import ReasonCode
 
@@ -56,15 +55,3 @@ DISCONNECT_REASONS = {
     ReasonCode.PROTOCOL_ERROR: "protocol_error",
     ReasonCode.SERVER_SHUTTING_DOWN: "server_shutting_down",
 }
-
-
-class Published(NamedTuple):
-    """What `Broker.publish` did with a message."""
-
-    reached: int  # sessions it was handed to (5.0: "no matching subscribers" when 0)
-    commits: Any  # the commits of its durable copies: a QoS 1/2 acknowledgement awaits them
-
-
-# The common answers, shared rather than built per message (the publish path is hot).
-NOTHING = Published(0, ())
-REACHED_ONE = Published(1, ())

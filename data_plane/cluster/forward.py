@@ -12,9 +12,10 @@ node and read with XREAD by its owner. Why a stream and not pub/sub:
 - Redis restarted: XADD fails until it is back (counted as dropped, QoS > 0 refused to the
   publisher as above); entry ids are Redis' clock, so the readers' last ids stay valid.
 
-Back-pressure: publishers outpacing the bus are paused (`PAUSE_BYTES`), as the broker pauses
-publishers for a backed-up subscriber, so a burst waits at the publishers' sockets instead of
-being dropped here.
+Back-pressure: a publish that finds `PAUSE_BYTES` waiting for the bus names the forwarder in
+its `Published.slow_down`, as a backed-up subscriber's session is named: the publisher's read
+gate pauses it until the backlog is down to `RESUME_BYTES`, so a burst waits at the publishers'
+sockets instead of being dropped here.
 
 Batching: messages for a node gather in a buffer for the rest of the event loop's turn (and
 while the previous XADD round trip is in flight), then go as one entry per node per round (cut
@@ -65,11 +66,10 @@ class Forwarder:
         self.blocked_publishers: set = set()
         self.stalled = False
 
-    def hold(self, connection: Any) -> None:
-        """Pause the publisher whose message made the backlog too long (see PAUSE_BYTES)."""
-        if connection is not None and connection not in self.blocked_publishers:
-            self.blocked_publishers.add(connection)
-            connection.throttle_by(self)
+    def hold(self, publisher: Any) -> None:
+        """`publisher` stopped reading for the bus (the read gate acted on `slow_down`):
+        release it once the backlog is down to RESUME_BYTES."""
+        self.blocked_publishers.add(publisher)
 
     def _release(self) -> None:
         blocked, self.blocked_publishers = self.blocked_publishers, set()

@@ -43,7 +43,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from common.mqtt.reason_codes import ReasonCode
-from data_plane.broker.stats import Published
+from data_plane.broker.ports import Published
 from data_plane.cluster import codec
 from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
 from data_plane.cluster.routes import RouteTable, route_key
@@ -167,9 +167,6 @@ class Cluster:
     async def start(self, broker: Any) -> None:
         """Attach to the broker (before any subscription is restored) and join."""
         self.broker = broker
-        broker.router.on_route = self.route_changed
-        for tenant, router in broker.router.tenants.items():
-            router.on_route = lambda f, g, added, t=tenant: self.route_changed(t, f, g, added)
         broker.metric_sources.append(self.metrics)
         # Cut off from the bus, this node would be an island (its clients would see nothing of
         # the others'): new clients are refused (CONNACK 0x88) until the bus answers again.
@@ -246,8 +243,6 @@ class Cluster:
                     plain_data = codec.encode(message, flags)
                 data = plain_data
             commit = forwarder.add(node_id, data, message.tenant, message.qos, wait)
-        if forwarder.buffered > PAUSE_BYTES:  # the bus lags: this publisher waits
-            forwarder.hold(broker.publishing_connection)
         if message.retain:  # every node's retained store has it, subscribers there or not
             for node_id in self.alive:
                 if node_id not in targets:
@@ -255,10 +250,13 @@ class Cluster:
                     self.forwarder.add(node_id, data, message.tenant, 0, False)
         if not targets:
             return local
+        slow_down = local.slow_down
+        if forwarder.buffered > PAUSE_BYTES:  # the bus lags: its publisher waits for it
+            slow_down = (*slow_down, forwarder)
         reached = local.reached + len(targets)
         if commit is None:
-            return Published(reached, local.commits)
-        return Published(reached, [*local.commits, commit])
+            return Published(reached, local.commits, slow_down)
+        return Published(reached, [*local.commits, commit], slow_down)
 
     def _assign_groups(
         self,

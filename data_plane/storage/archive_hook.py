@@ -23,6 +23,7 @@ from common.archive_schema import (
     EVENT_SUBSCRIBED,
     EVENT_UNSUBSCRIBED,
 )
+from common.tasks import cancel_and_wait
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.storage.parquet_archive import ParquetArchiveWriter, PublishColumns
@@ -157,10 +158,9 @@ class ArchiveTap:
     async def stop(self) -> None:
         """Encode what is buffered and upload everything pending; what a store still down at
         exit could not take is lost, and the log says how much."""
-        if self._task:
-            self._task.cancel()
         loop = asyncio.get_running_loop()
         try:
+            await cancel_and_wait(self._task)  # the periodic flush; its batch is waited below
             # A batch the cancelled periodic flush handed over may still be encoding; with
             # nothing new buffered, flush() below would not wait for it, and its rows (up to an
             # interval's worth) would miss the last upload round.

@@ -52,14 +52,16 @@ def _monotonic(wall: datetime | None) -> float | None:
 
 
 class SessionPersistence:
-    def __init__(self, broker: Broker, store: SessionStore) -> None:
-        self.broker = broker
+    """The broker's `SessionStorage` port (data_plane.broker.ports): built on its store, handed
+    to `Broker(..., Ports(sessions=...))`, then `restore(broker, ...)` before clients connect."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.broker: Broker | None = None  # the broker it serves: set by restore()
         self.store = store
         self._tasks: set[asyncio.Task] = set()
         # A message fanned out to many persistent sessions spills to one object, not one each.
         self._spilled: tuple[Message | None, str] = (None, "")
         self._wills: list[tuple[Session, Message, float]] = []  # restored, not yet scheduled
-        broker.persistence = self
 
     # -- which sessions -------------------------------------------------------------------
 
@@ -158,8 +160,11 @@ class SessionPersistence:
 
     # -- start-up -------------------------------------------------------------------------
 
-    async def restore(self, tenant_slugs: dict[int, str]) -> int:
-        """Bring back every unexpired session with its subscriptions and queue."""
+    async def restore(self, broker: Broker, tenant_slugs: dict[int, str]) -> int:
+        """Bring back into `broker` (given this object as its `sessions` port) every unexpired
+        session with its subscriptions and queue."""
+        assert broker.persistence is self, "the broker was not built with this persistence"
+        self.broker = broker
         restored = 0
         for stored in await self.store.live_sessions():
             tenant = tenant_slugs.get(stored.tenant_id)
@@ -170,12 +175,12 @@ class SessionPersistence:
             session.expiry_interval = stored.expiry_interval
             session.next_seq = stored.last_seq
             session.inbound_qos2 = set(stored.inbound_qos2)
-            self.broker.adopt(session)
+            broker.adopt(session)
             self.attach(session)
-            self.broker.sessions[session.key] = session
-            self.broker.track_persistent(session)
+            broker.sessions[session.key] = session
+            broker.track_persistent(session)
             for record in stored.subscriptions:
-                self.broker.restore_subscription(
+                broker.restore_subscription(
                     session,
                     Subscription(
                         record["filter"],
@@ -215,7 +220,7 @@ class SessionPersistence:
             else:
                 remaining = None
             if remaining is not None:
-                self.broker.expire_later(session, max(0.0, remaining))
+                broker.expire_later(session, max(0.0, remaining))
             if stored.will:
                 self._wills.append((session, *_restore_will(stored.will, tenant, stored.client_id)))
             restored += 1
@@ -226,9 +231,10 @@ class SessionPersistence:
         hooks are back: a client connected when the broker died lost its connection then, so its
         will goes after its delay unless it resumes the session first."""
         wills, self._wills = self._wills, []
+        broker = self.broker
         for session, will, delay in wills:
-            if session.connection is None and self.broker.sessions.get(session.key) is session:
-                self.broker.schedule_will(session, will, delay)
+            if session.connection is None and broker.sessions.get(session.key) is session:
+                broker.schedule_will(session, will, delay)
         return len(wills)
 
     async def purge_forever(self, interval: float = 60.0) -> None:

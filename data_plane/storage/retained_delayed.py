@@ -23,14 +23,20 @@ log = logging.getLogger(__name__)
 
 
 class RetainedAndDelayed:
-    def __init__(self, broker: Broker, pool: Any) -> None:
-        self.broker = broker
+    """The broker's `RetainedStorage` and `DelayedStorage` ports (data_plane.broker.ports): built
+    on a pool, handed to `Broker(..., Ports(retained=..., delayed=...))`, then `load(broker)`
+    and `start()` before clients connect."""
+
+    def __init__(self, pool: Any) -> None:
+        self.broker: Broker | None = None  # the broker it serves: set by load()
         self.pool = pool
         self._changes: asyncio.Queue[Message] = asyncio.Queue()
         self._writer: asyncio.Task | None = None
         self._timers: set[asyncio.TimerHandle] = set()
-        broker.retained_changed = self._changes.put_nowait
-        broker.schedule_delayed = self.schedule
+
+    def retained_changed(self, message: Message) -> None:
+        """Queue the change for the writer, which applies changes in order."""
+        self._changes.put_nowait(message)
 
     def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._write_retained())
@@ -47,7 +53,11 @@ class RetainedAndDelayed:
 
     # -- retained -------------------------------------------------------------------------
 
-    async def load(self) -> tuple[int, int]:
+    async def load(self, broker: Broker) -> tuple[int, int]:
+        """Into `broker`, the one these are kept for: retained messages into its store, delayed
+        ones armed to publish when due. Returns how many of each."""
+        assert broker.retained_storage is self, "the broker was not built with this storage"
+        self.broker = broker
         async with self.pool.connection() as conn:
             retained = await (
                 await conn.execute(
@@ -65,7 +75,7 @@ class RetainedAndDelayed:
             ).fetchall()
         for slug, topic, payload, qos, properties, expires_at in retained:
             props = restore_properties(properties or {})
-            self.broker.retained.set(
+            broker.retained.set(
                 Message(
                     topic, bytes(payload or b""), qos, True, props, _monotonic(expires_at), "", slug
                 )
