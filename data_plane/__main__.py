@@ -160,7 +160,8 @@ async def run(args: argparse.Namespace) -> None:
         async def prepare(broker):
             async with link.pool.connection() as conn:
                 rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
-            restored = await persistence.restore(broker, dict(rows))
+            keep = cluster.claim_restored if cluster is not None else None  # one node each
+            restored = await persistence.restore(broker, dict(rows), keep)
             logging.getLogger("data_plane").info("restored %d persistent sessions", restored)
             retained, delayed = await kept.load(broker)
             kept.start()

@@ -69,6 +69,8 @@ async def serve(
     refusals.listen(broker)  # log lines and counters of what connections refuse
     if prepare is not None:
         await prepare(broker)
+    if ports.cluster is not None:  # filled: what other nodes forward may come in
+        await ports.cluster.ready()
     server = Server(broker)
     tls = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
     anchors = getattr(authenticator, "trust_anchors", None)

@@ -140,6 +140,14 @@ class Cluster(Protocol):
         """The live nodes, this one included (for `$SYS/broker/nodes`)."""
         ...
 
+    async def start(self, broker: Any) -> None:
+        """Join, before the broker is filled (restored subscriptions are routes too)."""
+        ...
+
+    async def ready(self) -> None:
+        """The broker is filled (restored): take what other nodes forward from now on."""
+        ...
+
     def route_changed(self, tenant: str, topic_filter: str, group: str | None, added: bool) -> None:
         """A filter (or a shared group on it) got its first subscriber here, or lost its last:
         the route table follows (the broker's `Router` calls it)."""

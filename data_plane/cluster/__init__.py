@@ -6,7 +6,8 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `routes`: the route table (tenant, filter) → nodes, EMQX's merge semantics;
 - `forward`: a publish once to each other node with a matching route, batched, on streams;
 - `codec`: forwarded messages as bytes;
-- `sessions`: one session per client id across the cluster (takeover between nodes).
+- `sessions`: one session per client id across the cluster (takeover between nodes), and at
+  start-up each stored persistent session restored by one node only (no owner, or a dead one).
 
 Not yet (issue 17, points 3-5), and how it will go:
 
@@ -14,9 +15,6 @@ Not yet (issue 17, points 3-5), and how it will go:
   that one session from Postgres (subscriptions, queue, inbound QoS 2 ids, will) before its
   CONNACK (session present 1); the releasing node saves it and drains its pending commits
   before answering. Until then the new node starts the session afresh.
-- Persistent sessions at start-up: a node restores only the sessions it can claim (`SET NX` on
-  their ownership key), so a session is held by one node; the others' clients reconnect where
-  they like and the session follows them as above.
 - A dead node's persistent sessions and wills: the survivor that takes the purge lock claims
   the dead node's sessions (their ownership keys name it), restores them from Postgres and
   schedules their wills after the will delay, unless the client reconnects first.

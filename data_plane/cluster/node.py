@@ -185,10 +185,14 @@ class Cluster:
         except (RedisError, OSError) as exc:
             log.warning("cluster bus %s not reachable yet (%s): retrying", self.url, exc)
         loop = asyncio.get_running_loop()
-        for job in (self._beat_forever, self._listen_forever, self._read_forever):
+        for job in (self._beat_forever, self._listen_forever, self._routes_forever):
             self.tasks.append(loop.create_task(job()))
-        self.tasks.append(loop.create_task(self._routes_forever()))
         log.info("node %s joined cluster %s", self.node_id, self.keys.prefix)
+
+    async def ready(self) -> None:
+        """The broker is filled (persistent sessions restored, see `claim_restored`): take
+        what other nodes forward from now on."""
+        self.tasks.append(asyncio.get_running_loop().create_task(self._read_forever()))
 
     async def stop(self) -> None:
         """Leave: the others drop this node's routes now rather than after its TTL."""
@@ -291,6 +295,14 @@ class Cluster:
             else:
                 assigned.setdefault(chosen, []).append(key)
         return mine
+
+    async def claim_restored(self, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of the stored persistent sessions this node restores (see `sessions`)."""
+        try:
+            return await self.sessions.claim_restored(keys)
+        except (RedisError, OSError) as exc:  # no bus: restore them all, as a single node
+            log.warning("persistent sessions not claimed in the cluster: %s", exc)
+            return set(keys)
 
     async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
         """A CONNECT is about to open the session of `client_id`: it is this node's now (see

@@ -15,9 +15,13 @@ its stream and waits (at most `TAKEOVER_WAIT`) for `released`:
   answer had not arrived): the takeover waits for that CONNECT to open its session, then
   takes it over — the earlier client gets CONNACK then 0x8E, one session remains.
 
+At start-up a node restores from Postgres only the persistent sessions it can own
+(`claim_restored`: no owner yet, or a dead one), in one script per 500 sessions.
+
 Not yet: the claimer restores a persistent session from Postgres after `released` (today the
 new node starts a fresh session: `session present` 0 unless it had the session itself), and a
-dead node's persistent sessions and wills are not yet adopted by a survivor.
+dead node's persistent sessions and wills are adopted only by the next node that starts, not
+by a survivor at once.
 """
 
 from __future__ import annotations
@@ -37,6 +41,25 @@ log = logging.getLogger("data_plane.cluster")
 
 TAKEOVER_WAIT = 2.0  # seconds a CONNECT waits for the previous node to let the session go
 OWNER_TTL = 7 * 86400  # seconds an ownership record outlives the last CONNECT that wrote it
+
+
+# KEYS: ownership keys. ARGV: this node, the TTL, then the live nodes. Each key without an owner,
+# or whose owner is not live, becomes this node's; returns every key's owner after the call.
+CLAIM_RESTORED = """
+local live = {}
+for i = 3, #ARGV do live[ARGV[i]] = true end
+local owners = {}
+for i, key in ipairs(KEYS) do
+  local owner = redis.call('GET', key)
+  if not owner or (owner ~= ARGV[1] and not live[owner]) then
+    redis.call('SET', key, ARGV[1], 'EX', ARGV[2])
+    owner = ARGV[1]
+  end
+  owners[i] = owner
+end
+return owners
+"""
+CLAIM_CHUNK = 500  # ownership keys per script call
 
 
 @dataclass
@@ -95,6 +118,30 @@ class SessionClaims:
             log.warning("node %s did not release %s/%s: %r", node, tenant, client_id, exc)
         finally:
             self.waiting.pop(request, None)
+
+    async def claim_restored(self, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Of the persistent sessions (tenant, client id) in the database — every node that
+        starts could restore them all — the ones this node may own: no owner yet, or a dead
+        one. The others stay with the live nodes that hold them (the storage's `restore` skips
+        them: no copy here, no write to their records)."""
+        cluster = self.cluster
+        script = cluster.redis.register_script(CLAIM_RESTORED)
+        live = [cluster.node_id, *cluster.alive]
+        mine: set[tuple[str, str]] = set()
+        for start in range(0, len(keys), CLAIM_CHUNK):
+            chunk = keys[start : start + CLAIM_CHUNK]
+            owners = await script(
+                keys=[self.owner_key(tenant, client_id) for tenant, client_id in chunk],
+                args=[cluster.node_id, OWNER_TTL, *live],
+            )
+            for key, owner in zip(chunk, owners, strict=True):
+                if owner.decode() == cluster.node_id:
+                    mine.add(key)
+        if len(mine) < len(keys):
+            log.info(
+                "left %d persistent sessions to the nodes that hold them", len(keys) - len(mine)
+            )
+        return mine
 
     # -- what other nodes ask ---------------------------------------------------------------
 
