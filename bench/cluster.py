@@ -11,6 +11,9 @@ Configurations (each a fresh set of processes; Redis a private `redis-server` in
   publisher on the other: each message crosses the bus (the worst case of forwarding);
 - `mosquitto`: single-threaded Mosquitto.
 
+Then the latency at a fixed rate (QoS 0, 1,000 msg/s over 100 pairs): p50/p99 of publish to
+delivery, on one node, across two nodes, and on Mosquitto.
+
 Every broker process is unpinned (the point is the whole machine); the generator is one
 process (as bench.compare's). Usage: `python -m bench.cluster [--seconds 10] [--pairs 100]`;
 `--write` appends the table to bench/RESULTS.md.
@@ -174,6 +177,46 @@ async def pairs(setup: Setup, n: int, qos: int, seconds: float) -> dict:
     }
 
 
+async def latency(setup: Setup, n: int, rate: int, seconds: float) -> dict:
+    """A fixed total rate over n pairs at QoS 0 (subscribers on `sub_port`, publishers on
+    `pub_port`: across nodes for `ours-across`); p50/p99 of publish-to-delivery."""
+    stats = Stats()
+    subs = await connect_many(n, "127.0.0.1", setup.sub_port, stats, "lsub", USERNAME, PASSWORD)
+    for index, sub in enumerate(subs):
+        await sub.subscribe(f"bench/lat/{index}", 0)
+    pubs = await connect_many(n, "127.0.0.1", setup.pub_port, Stats(), "lpub", USERNAME, PASSWORD)
+    await asyncio.sleep(1.0)  # routes reach the other node
+    templates = [PublishTemplate(f"bench/lat/{i}", 1024, 0) for i in range(n)]
+    tick = 0.01
+    per_tick = max(1, int(rate * tick))
+    cpu_before = setup.cpu()
+    started = time.perf_counter()
+    next_at = started
+    index = 0
+    while time.perf_counter() - started < seconds:
+        for _ in range(per_tick):
+            pubs[index % n].transport.write(templates[index % n].packet())
+            stats.sent += 1
+            index += 1
+        next_at += tick
+        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+    deadline = time.perf_counter() + 2
+    while stats.received < stats.sent and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+    cpu = setup.cpu() - cpu_before
+    close_all(subs + pubs)
+    await asyncio.sleep(0.5)
+    return {
+        "setup": setup.name,
+        "scenario": f"latency n={n} {rate}/s qos=0",
+        "delivered": stats.received / seconds,
+        "p50": stats.percentile(0.5),
+        "p99": stats.percentile(0.99),
+        "loss": stats.sent - stats.received,
+        "cpu_per_1k": cpu / max(stats.received, 1) * 1000,
+    }
+
+
 SETUPS = {
     "ours-1": lambda: ours("ours 1 worker", 1, False),
     "ours-2": lambda: ours("ours 2 workers (SO_REUSEPORT)", 2, False),
@@ -188,6 +231,8 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=100)
     parser.add_argument("--qos", default="0,1")
     parser.add_argument("--setups", default=",".join(SETUPS))
+    parser.add_argument("--rate", type=int, default=1000, help="latency: messages/s in total")
+    parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--write", action="store_true", help="append the table to RESULTS.md")
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -206,6 +251,21 @@ async def main(argv: list[str] | None = None) -> None:
                 f"{row['scenario']:20} {row['setup']:34} {row['delivered']:>9,.0f} msg/s"
                 f"  p50 {row['p50']:>8.2f} ms  p99 {row['p99']:>8.2f} ms  loss {row['loss']:>7}"
                 f"  cpu/1k {row['cpu_per_1k']:.4f}",
+                flush=True,
+            )
+    if not args.no_latency:
+        for key in args.setups.split(","):
+            if key == "ours-2":
+                continue  # half the pairs cross: between the other two
+            setup = SETUPS[key]()
+            try:
+                row = await latency(setup, args.pairs, args.rate, args.seconds)
+            finally:
+                setup.stop()
+            rows.append(row)
+            print(
+                f"{row['scenario']:20} {row['setup']:34} p50 {row['p50']:.2f} ms"
+                f"  p99 {row['p99']:.2f} ms  loss {row['loss']}",
                 flush=True,
             )
     command = "python -m bench.cluster " + " ".join(argv if argv is not None else sys.argv[1:])

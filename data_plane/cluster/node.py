@@ -153,6 +153,7 @@ class Cluster:
         self.version = 0  # of our route set: only grows, across Redis restarts too
         self.pending: dict[str, bool] = {}  # route key -> added (the last change wins)
         self.routes_wake = asyncio.Event()
+        self.routes_lock = asyncio.Lock()
         self.received = 0
         self.tasks: list[asyncio.Task] = []
         self.apply_routes = self.redis.register_script(APPLY_ROUTES)
@@ -342,20 +343,22 @@ class Cluster:
             await self.routes_wake.wait()
             await asyncio.sleep(ROUTE_FLUSH)  # gather a burst of subscriptions into one call
             self.routes_wake.clear()
-            if not self.synced:
-                self.pending.clear()  # the rewrite after reconnecting reads the router itself
-                continue
-            pending, self.pending = self.pending, {}
-            if not pending:
-                continue
-            ops = [("+" if added else "-") + key for key, added in pending.items()]
-            try:
-                version = await self.apply_routes(
-                    keys=[self.keys.routes(self.node_id), self.keys.version(self.node_id)],
-                    args=[self.keys.channel, self.node_id, *ops],
-                )
-            except (RedisError, OSError) as exc:
-                log.warning("route changes not written (%s): rewriting after reconnect", exc)
+            if not self.synced or not self.pending:
+                continue  # changes wait for the rewrite, which wakes this loop when done
+            async with self.routes_lock:  # never beside a rewrite: Redis must see them in order
+                if not self.synced or not self.pending:
+                    continue  # a rewrite ran meanwhile and took them
+                pending, self.pending = self.pending, {}
+                ops = [("+" if added else "-") + key for key, added in pending.items()]
+                try:
+                    version = await self.apply_routes(
+                        keys=[self.keys.routes(self.node_id), self.keys.version(self.node_id)],
+                        args=[self.keys.channel, self.node_id, *ops],
+                    )
+                except (RedisError, OSError) as exc:
+                    version = exc
+            if isinstance(version, Exception):
+                log.warning("route changes not written (%s): rewriting after reconnect", version)
                 self.synced = False
                 continue
             if version == -1:  # Redis lost our data (restarted): the beat rewrites it all
@@ -365,7 +368,13 @@ class Cluster:
 
     async def _rewrite_routes(self) -> None:
         """Our whole route set from the router, under a version above any we used."""
-        self.pending.clear()
+        async with self.routes_lock:
+            await self._rewrite_routes_locked()
+        if self.pending:  # changed while we wrote: they go as the next delta
+            self.routes_wake.set()
+
+    async def _rewrite_routes_locked(self) -> None:
+        self.pending.clear()  # the router holds them all: the snapshot below has them
         routes = list(self._local_routes())
         version = self.version + 1
         pipe = self.redis.pipeline(transaction=True)
