@@ -155,7 +155,7 @@ async def run(args: argparse.Namespace) -> None:
         # the broker from it before any client connects.
         persistence = SessionPersistence(store)
         kept = RetainedAndDelayed(link.pool)
-        ports = Ports(sessions=persistence, retained=kept, delayed=kept)
+        ports = Ports(persistence=persistence, retained_storage=kept, delayed_storage=kept)
 
         async def prepare(broker):
             async with link.pool.connection() as conn:

@@ -64,9 +64,9 @@ class Broker:
         self.redirect: Callable[[Any, Any], Redirect | None] | None = None
         self.rates: dict[str, Any] = {}  # tenant -> TenantRates
         # What it is plugged into, fixed for its life (see ports.Ports); None: memory only.
-        self.persistence = ports.sessions
-        self.retained_storage = ports.retained
-        self.delayed_storage = ports.delayed
+        self.persistence = ports.persistence
+        self.retained_storage = ports.retained_storage
+        self.delayed_storage = ports.delayed_storage
         self.cluster = ports.cluster  # the other nodes; None: the only one (see `publish`)
 
     # -- sessions -----------------------------------------------------------------------
@@ -226,7 +226,7 @@ class Broker:
                 (sub.subscription_id,) if sub.subscription_id else (),
             )
             commit = session.deliver(delivery)
-            if session.queue and session.backs_up(delivery):
+            if delivery.qos and session.queue and session.backs_up(delivery):  # cheap ones first
                 return Published(1, [commit] if commit is not None else (), (session,))
             return REACHED_ONE if commit is None else Published(1, [commit])
         # Overlapping subscriptions of one session: one copy, the highest QoS, every id.
@@ -254,7 +254,7 @@ class Broker:
         commit = session.deliver(delivery)
         if commit is not None:
             commits.append(commit)
-        if session.queue and session.backs_up(delivery):  # queue empty: it went out at once
+        if delivery.qos and session.queue and session.backs_up(delivery):  # cheap ones first
             backed_up.append(session)
 
     def _sent(self, session: Session, delivery: Delivery, size: int) -> None:
@@ -305,7 +305,6 @@ class Broker:
             Subscriber(session, sub.qos, sub.no_local, sub.retain_as_published, subscription_id),
             group,
         )
-
         session.subscriptions[sub.topic_filter] = SubscriptionState(
             sub.topic_filter,
             sub.qos,

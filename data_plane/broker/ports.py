@@ -12,13 +12,15 @@ client through these narrow interfaces (the connection satisfies both; tests may
 What the broker is plugged into is given to it once, at construction (`Ports`); it never learns
 of storage or the cluster any other way, and neither ever sets an attribute of the broker:
 
-- `SessionStorage`: persistent sessions and their queues (`data_plane.storage.persistence`);
-- `RetainedStorage`: a copy of every retained change (`data_plane.storage.retained_delayed`);
-- `DelayedStorage`: `$delayed/{seconds}/...` publishes kept until due (same module);
-- `Cluster`: the other broker processes (data_plane.cluster): it routes each publish here
-  (`Broker.route`) and once to each other node with a matching route, picks one node per shared
-  group, delivers what other nodes forward through `Broker.route`, follows the broker's
-  subscriptions through `Router.on_route`, and claims a client id for a CONNECT.
+- `persistence` (`SessionStorage`): persistent sessions and their queues
+  (`data_plane.storage.persistence`);
+- `retained_storage` (`RetainedStorage`): a copy of every retained change
+  (`data_plane.storage.retained_delayed`);
+- `delayed_storage` (`DelayedStorage`): `$delayed/{seconds}/...` publishes kept until due (same);
+- `cluster` (`Cluster`): the other broker processes (data_plane.cluster): it routes each
+  publish here (`Broker.route`) and once to each other node with a matching route, picks one
+  node per shared group, delivers what other nodes forward through `Broker.route`, follows the
+  broker's subscriptions through `Router.on_route`, and claims a client id for a CONNECT.
 
 Each is optional: without it the broker keeps that state in memory only (tests, `--auth-file`).
 Storage objects are built first, handed to `Broker(...)` in `Ports`, then started with the broker
@@ -162,11 +164,12 @@ class Cluster(Protocol):
 @dataclass(frozen=True, slots=True)
 class Ports:
     """What a broker is plugged into, given at construction; None: that state stays in memory
-    (or, for `cluster`, this broker is the only node)."""
+    (or, for `cluster`, this broker is the only node). The broker keeps each under the same
+    name (`broker.persistence`, ...)."""
 
-    sessions: SessionStorage | None = None
-    retained: RetainedStorage | None = None
-    delayed: DelayedStorage | None = None
+    persistence: SessionStorage | None = None
+    retained_storage: RetainedStorage | None = None
+    delayed_storage: DelayedStorage | None = None
     cluster: Cluster | None = None
 
 

@@ -53,7 +53,7 @@ def _monotonic(wall: datetime | None) -> float | None:
 
 class SessionPersistence:
     """The broker's `SessionStorage` port (data_plane.broker.ports): built on its store, handed
-    to `Broker(..., Ports(sessions=...))`, then `restore(broker, ...)` before clients connect."""
+    to `Broker(..., Ports(persistence=...))`, then `restore(broker, ...)` before clients connect."""
 
     def __init__(self, store: SessionStore) -> None:
         self.broker: Broker | None = None  # the broker it serves: set by restore()

@@ -23,9 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class RetainedAndDelayed:
-    """The broker's `RetainedStorage` and `DelayedStorage` ports (data_plane.broker.ports): built
-    on a pool, handed to `Broker(..., Ports(retained=..., delayed=...))`, then `load(broker)`
-    and `start()` before clients connect."""
+    """The broker's `RetainedStorage` and `DelayedStorage` ports (data_plane.broker.ports):
+    built on a pool, handed to `Broker(...)` in `Ports(retained_storage=, delayed_storage=)`,
+    then `load(broker)` and `start()` before clients connect."""
 
     def __init__(self, pool: Any) -> None:
         self.broker: Broker | None = None  # the broker it serves: set by load()
