@@ -11,6 +11,7 @@ A command line is a function of the environment, so one table serves a laptop an
 | `BIND_HOST` | web, broker | `127.0.0.1` (a container sets `0.0.0.0`) |
 | `WEB_PORT` | web | `8000` |
 | `MQTT_PORT`, `MQTT_WS_PORT` | broker | `1883`, `8083` |
+| `BROKER_WORKERS` | broker: processes sharing its ports (a cluster on `REDIS_URL`) | `1` |
 | `MQTT_TLS_PORT`, `MQTT_WSS_PORT`, `METRICS_PORT` | broker | off (`make run`: `METRICS_PORT` 9100) |
 | `RULES_METRICS_PORT`, `RULES_CHECKPOINT` | rules (`/metrics`, streaming checkpoint) | `9101`, the job's default |
 | `LOG_LEVEL`, `LOG_FORMAT` | every role (`common/logs.py`) | `INFO`, `text` (or `json`) |
@@ -101,10 +102,50 @@ def _broker(env: Env, python: str) -> list[str]:
         ("--tls-port", "MQTT_TLS_PORT"),
         ("--wss-port", "MQTT_WSS_PORT"),
         ("--metrics-port", "METRICS_PORT"),
+        ("--workers", "BROKER_WORKERS"),
     ):
         if env.get(name):
             argv += [flag, env[name]]
     return argv
+
+
+def supervise(commands: Sequence[Sequence[str]], restart_delay: float = 1.0) -> int:
+    """Run several processes as one (`runbroker --workers N`): SIGTERM/SIGINT reach every one
+    and the supervisor returns once all are gone; one that dies on its own is started again
+    after `restart_delay` (its clients reconnect to the others meanwhile: they share the port).
+    Returns the exit status of the first process that ended when told to."""
+    import signal
+    import subprocess
+    import time
+
+    children = [subprocess.Popen(list(argv)) for argv in commands]
+    stopping = False
+
+    def stop(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stopping:
+            for index, child in enumerate(children):
+                status = child.poll()
+                if status is not None and not stopping:
+                    print(
+                        f"worker {index} (pid {child.pid}) exited with {status}: restarting",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    time.sleep(restart_delay)
+                    children[index] = subprocess.Popen(list(commands[index]))
+            time.sleep(0.2)
+        return max((child.wait() for child in children), default=0)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _worker(env: Env, python: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -53,6 +54,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where 5.0 clients should reconnect when this broker shuts down or evacuates "
         "(SIGUSR2): sent with DISCONNECT 0x9C instead of 0x8B",
     )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL"),
+        help="join the broker cluster on this Redis (the bus); unset: one process on its own",
+    )
+    parser.add_argument(
+        "--cluster-name",
+        default=os.environ.get("CLUSTER_NAME", "default"),
+        help="brokers on one Redis with the same name form one cluster",
+    )
+    parser.add_argument(
+        "--cluster-heartbeat",
+        type=float,
+        default=float(os.environ.get("CLUSTER_HEARTBEAT", "2")),
+        help="seconds: a node is known dead at most twice this long after it stopped",
+    )
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="SO_REUSEPORT: several workers share the listeners' ports (runbroker --workers)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -78,7 +100,18 @@ async def run(args: argparse.Namespace) -> None:
         sys_interval=args.sys_interval,
         max_queued_messages=args.max_queued,
         server_reference=args.server_reference,
+        reuse_port=args.reuse_port,
     )
+    cluster = None
+    if args.redis_url:
+        from data_plane.cluster import Cluster
+
+        cluster = Cluster(
+            args.redis_url,
+            name=args.cluster_name,
+            heartbeat=args.cluster_heartbeat,
+            info={"mqtt_port": args.port},
+        )
     if config.tls_cert and config.tls_port is None:
         config.tls_port = 8883
     link = None
@@ -143,7 +176,8 @@ async def run(args: argparse.Namespace) -> None:
         async def prepare(broker):
             async with link.pool.connection() as conn:
                 rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
-            restored = await persistence.restore(broker, dict(rows))
+            keep = cluster.claim_restored if cluster is not None else None  # one node each
+            restored = await persistence.restore(broker, dict(rows), keep)
             logging.getLogger("data_plane").info("restored %d persistent sessions", restored)
             retained, delayed = await kept.load(broker)
             kept.start()
@@ -151,6 +185,8 @@ async def run(args: argparse.Namespace) -> None:
                 "loaded %d retained and %d delayed messages", retained, delayed
             )
 
+    if cluster is not None:  # the cluster plugs in as the broker's Cluster port
+        ports = dataclasses.replace(ports, cluster=cluster)
     server = await serve(config, authenticator, prepare, ports)
     observers = None
     presence = None
@@ -198,6 +234,8 @@ async def run(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signal.SIGUSR2, server.broker.evacuate, redirect)
     await stop.wait()
     await server.shutdown()
+    if cluster is not None:
+        await cluster.stop()
     if purge is not None:
         purge.cancel()
     if tap is not None:

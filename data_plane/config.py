@@ -25,6 +25,9 @@ class BrokerConfig:
     sys_interval: float = 10.0
     write_buffer_high: int = 512 * 1024  # bytes buffered to a client before it counts as slow
     backlog: int = 4096
+    # SO_REUSEPORT: several broker processes (`runbroker --workers N`) listen on one port and
+    # the kernel spreads new connections over them.
+    reuse_port: bool = False
     # Where clients should go when this broker leaves (MQTT 5.0 Server Reference, e.g.
     # "mqtt2.example.com:8883"): shutdown and evacuation send 0x9C with it instead of 0x8B.
     server_reference: str | None = None

@@ -64,9 +64,13 @@ async def serve(
     (async) runs first, e.g. to restore sessions into it."""
     loop = asyncio.get_running_loop()
     broker = Broker(config, authenticator, ports)
+    if ports.cluster is not None:  # joins first: the subscriptions `prepare` restores are routes
+        await ports.cluster.start(broker)
     refusals.listen(broker)  # log lines and counters of what connections refuse
     if prepare is not None:
         await prepare(broker)
+    if ports.cluster is not None:  # filled: what other nodes forward may come in
+        await ports.cluster.ready()
     server = Server(broker)
     tls = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
     anchors = getattr(authenticator, "trust_anchors", None)
@@ -77,7 +81,13 @@ async def serve(
         if port is None:
             return
         listener = await loop.create_server(
-            factory, config.host, port, ssl=ssl_context, backlog=config.backlog, reuse_address=True
+            factory,
+            config.host,
+            port,
+            ssl=ssl_context,
+            backlog=config.backlog,
+            reuse_address=True,
+            reuse_port=config.reuse_port or None,  # workers of one machine share the port
         )
         server.servers.append(listener)
         bound = listener.sockets[0].getsockname()

@@ -42,7 +42,8 @@ class Broker:
     ) -> None:
         self.config = config
         self.authenticator = authenticator
-        self.router = Router()
+        # A cluster's route table follows the router's routes (ports.Cluster.route_changed).
+        self.router = Router(ports.cluster.route_changed if ports.cluster is not None else None)
         self.retained = RetainedStore()
         self.hooks = Hooks()
         # Callables yielding extra Prometheus metric families (storage, archive, ...).
@@ -202,14 +203,18 @@ class Broker:
             self.retained.set(message)
             if self.retained_storage is not None:
                 self.retained_storage.retained_changed(message)
-        if self.cluster is not None:  # cluster: once to each other node with a matching route
-            return self.cluster.forward(message, self.route(message))
+        if self.cluster is not None:  # the cluster routes it here (`route`) and to other nodes
+            return self.cluster.publish(message)
         return self.route(message)
 
-    def route(self, message: Message) -> Published:
+    def route(self, message: Message, serve: Callable[[Any], bool] | None = None) -> Published:
         """Deliver a message to this process's matching sessions (a message another node
-        forwarded comes in here: it was counted, filtered and retained where it was published)."""
+        forwarded comes in here: it was counted, filtered and retained where it was published).
+        `serve(group)`: whether this process serves that shared group for this message (in a
+        cluster one node per group does); None: every group."""
         subscribers, groups = self.router.match(message.tenant, message.topic)
+        if serve is not None and groups:
+            groups = [group for group in groups if serve(group)]
         if not subscribers and not groups:
             return NOTHING
         if len(subscribers) == 1 and not groups:

@@ -397,6 +397,10 @@ class MQTTConnection(asyncio.Protocol):
         self._will, self._will_delay = welcome.will, welcome.will_delay
         quota = result.quota
         max_queued = quota.get("max_queued_messages", self.config.max_queued_messages)
+        if self.broker.cluster is not None:  # cluster: another node may hold this client id
+            await self.broker.cluster.claim(self.tenant, client_id, connect.clean_start)
+            if self.closing:
+                return
         # Until CONNACK: deliveries queue in the session (as for a slow reader), writes wait.
         self.writer.hold = self.write_paused = True
         session, present = self.broker.open_session(

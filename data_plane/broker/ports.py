@@ -17,7 +17,10 @@ of storage or the cluster any other way, and neither ever sets an attribute of t
 - `retained_storage` (`RetainedStorage`): a copy of every retained change
   (`data_plane.storage.retained_delayed`);
 - `delayed_storage` (`DelayedStorage`): `$delayed/{seconds}/...` publishes kept until due (same);
-- `cluster` (`Cluster`): the other broker processes (issue 17; none yet: a single node);
+- `cluster` (`Cluster`): the other broker processes (data_plane.cluster): it routes each
+  publish here (`Broker.route`) and once to each other node with a matching route, picks one
+  node per shared group, delivers what other nodes forward through `Broker.route`, follows the
+  broker's subscriptions through `Router.on_route`, and claims a client id for a CONNECT;
 - `archive` (`Archive`): records every routed message (`data_plane.storage.archive_hook`); a
   direct call from `Broker.publish`, not a `message.publish` hook, because the hooks' dispatch
   cost the loop more than the recording itself.
@@ -135,18 +138,35 @@ class Archive(Protocol):
 
 
 class Cluster(Protocol):
-    """The other broker processes (data_plane.cluster, issue 17; none yet: a single node). It
-    hands each publish on to the nodes with a matching route and delivers theirs here through
-    `Broker.route`."""
+    """The other broker processes (data_plane.cluster). It routes each publish here and to the
+    nodes with a matching route, and delivers theirs here through `Broker.route`."""
 
-    def forward(self, message: Any, local: Any) -> Any:
-        """Send `message` once to every other node with a matching route; returns `local` (the
-        `Published` of the local delivery) with those nodes and the bus's commit added, and
-        its `slow_down` kept (`local._replace(...)`): back-pressure stays local."""
+    def publish(self, message: Any) -> Any:
+        """Route `message` (counted, filtered and retained already) here (`Broker.route`) and
+        to every other node with a matching route; the `Published` of both (the bus's commit
+        among its commits, the bus itself in `slow_down` when it lags)."""
         ...
 
     def members(self) -> list[dict[str, Any]]:
         """The live nodes, this one included (for `$SYS/broker/nodes`)."""
+        ...
+
+    async def start(self, broker: Any) -> None:
+        """Join, before the broker is filled (restored subscriptions are routes too)."""
+        ...
+
+    async def ready(self) -> None:
+        """The broker is filled (restored): take what other nodes forward from now on."""
+        ...
+
+    def route_changed(self, tenant: str, topic_filter: str, group: str | None, added: bool) -> None:
+        """A filter (or a shared group on it) got its first subscriber here, or lost its last:
+        the route table follows (the broker's `Router` calls it)."""
+        ...
+
+    async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
+        """Before a CONNECT opens its session: the client id is this node's from now on; any
+        other node holding its session lets it go (its connection gets 0x8E) first."""
         ...
 
 

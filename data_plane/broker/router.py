@@ -6,6 +6,7 @@ no filter — `#` included — can ever match another tenant's message.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ class SharedGroup:
     name: str
     members: list[Subscriber] = field(default_factory=list)
     cursor: int = 0
+    topic_filter: str = ""  # the filter it shares: (filter, name) is the group's identity
 
     def pick(self) -> Subscriber | None:
         """Round robin over members, preferring connected ones."""
@@ -59,12 +61,15 @@ class _Node:
 
 
 class TenantRouter:
-    __slots__ = ("root", "_cache", "count")
+    __slots__ = ("root", "_cache", "count", "on_route")
 
-    def __init__(self) -> None:
+    def __init__(self, on_route: Any = None) -> None:
         self.root = _Node()
         self._cache: dict[str, tuple[list[Subscriber], list[SharedGroup]]] = {}
         self.count = 0
+        # callable(filter, group, added) when a filter (or a shared group on it) gets its first
+        # subscriber or loses its last: the cluster's route table follows it (data_plane.cluster).
+        self.on_route = on_route
 
     def subscribe(self, topic_filter: str, subscriber: Subscriber, group: str | None) -> bool:
         """Add or replace; returns True when the session had no such subscription before."""
@@ -78,11 +83,15 @@ class TenantRouter:
         key = id(subscriber.session)
         if group is None:
             new = key not in node.subscribers
+            if not node.subscribers and self.on_route is not None:
+                self.on_route(topic_filter, None, True)
             node.subscribers[key] = subscriber
         else:
             shared = node.groups.get(group)
             if shared is None:
-                shared = node.groups[group] = SharedGroup(group)
+                shared = node.groups[group] = SharedGroup(group, topic_filter=topic_filter)
+                if self.on_route is not None:
+                    self.on_route(topic_filter, group, True)
             existing = [i for i, m in enumerate(shared.members) if m.session is subscriber.session]
             new = not existing
             if existing:
@@ -105,6 +114,8 @@ class TenantRouter:
         removed = False
         if group is None:
             removed = node.subscribers.pop(id(session), None) is not None
+            if removed and not node.subscribers and self.on_route is not None:
+                self.on_route(topic_filter, None, False)
         else:
             shared = node.groups.get(group)
             if shared:
@@ -113,6 +124,8 @@ class TenantRouter:
                 removed = len(shared.members) != before
                 if not shared.members:
                     del node.groups[group]
+                    if self.on_route is not None:
+                        self.on_route(topic_filter, group, False)
         if removed:
             self.count -= 1
             self._cache.clear()
@@ -122,6 +135,20 @@ class TenantRouter:
                 else:
                     break
         return removed
+
+    def routes(self) -> list[tuple[str, str | None]]:
+        """Every (filter, group) with at least one subscriber: what the cluster's route table
+        holds for this tenant on this node (group None: plain subscriptions)."""
+        out: list[tuple[str, str | None]] = []
+        stack: list[tuple[_Node, str]] = [(self.root, "")]
+        while stack:
+            node, path = stack.pop()
+            if node.subscribers:
+                out.append((path, None))
+            out.extend((path, group) for group in node.groups)
+            for level, child in node.children.items():
+                stack.append((child, level if node is self.root else f"{path}/{level}"))
+        return out
 
     def match(self, topic: str) -> tuple[list[Subscriber], list[SharedGroup]]:
         cached = self._cache.get(topic)
@@ -169,13 +196,18 @@ class TenantRouter:
 class Router:
     """All tenants' routers; a tenant's router exists while it has subscriptions."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_route: Any = None) -> None:
         self.tenants: dict[str, TenantRouter] = {}
+        # callable(tenant, filter, group, added): see TenantRouter.on_route (the cluster's).
+        self.on_route = on_route
 
     def for_tenant(self, tenant: str) -> TenantRouter:
         router = self.tenants.get(tenant)
         if router is None:
-            router = self.tenants[tenant] = TenantRouter()
+            on_route = None
+            if self.on_route is not None:
+                on_route = functools.partial(self.on_route, tenant)
+            router = self.tenants[tenant] = TenantRouter(on_route)
         return router
 
     def match(self, tenant: str, topic: str) -> tuple[list[Subscriber], list[SharedGroup]]:

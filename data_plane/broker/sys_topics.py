@@ -24,6 +24,10 @@ def publish_sys(broker: Any) -> None:
             watched.add(conn.tenant)
         else:
             online[conn.tenant].add(conn.device)
+    # The cluster's live nodes (data_plane.cluster), when this process is one of several.
+    nodes = None
+    if broker.cluster is not None:
+        nodes = json.dumps(sorted(m["node"] for m in broker.cluster.members()))
     for tenant in watched.union(broker.stats):
         stats = broker.stats[tenant]
         router = broker.router.tenants.get(tenant)
@@ -44,6 +48,8 @@ def publish_sys(broker: Any) -> None:
             "clients/online": _online_list(online.get(tenant, ())),
             **{f"quota/exceeded/{key}": n for key, n in stats.exceeded.items()},
         }
+        if nodes is not None:
+            figures["nodes"] = nodes
         for name, value in figures.items():
             message = Message(
                 f"$SYS/broker/{name}",

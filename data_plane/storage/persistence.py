@@ -160,16 +160,23 @@ class SessionPersistence:
 
     # -- start-up -------------------------------------------------------------------------
 
-    async def restore(self, broker: Broker, tenant_slugs: dict[int, str]) -> int:
+    async def restore(self, broker: Broker, tenant_slugs: dict[int, str], keep: Any = None) -> int:
         """Bring back into `broker` (given this object as its `sessions` port) every unexpired
-        session with its subscriptions and queue."""
+        session with its subscriptions and queue. `keep` (async, [(tenant, client id)] -> the
+        set to restore): in a cluster, only the sessions no other live node holds."""
         assert broker.persistence is self, "the broker was not built with this persistence"
         self.broker = broker
         restored = 0
-        for stored in await self.store.live_sessions():
-            tenant = tenant_slugs.get(stored.tenant_id)
-            if tenant is None:
-                continue
+        stored_sessions = [
+            s for s in await self.store.live_sessions() if s.tenant_id in tenant_slugs
+        ]
+        if keep is not None:  # the cluster's say (data_plane.cluster.sessions.claim_restored)
+            wanted = await keep([(tenant_slugs[s.tenant_id], s.client_id) for s in stored_sessions])
+            stored_sessions = [
+                s for s in stored_sessions if (tenant_slugs[s.tenant_id], s.client_id) in wanted
+            ]
+        for stored in stored_sessions:
+            tenant = tenant_slugs[stored.tenant_id]
             session = Session(tenant, stored.client_id, max_queued=10**9)
             session.tenant_id = stored.tenant_id
             session.expiry_interval = stored.expiry_interval

@@ -100,27 +100,38 @@ def test_fan_out_names_only_the_subscribers_that_backed_up():
 
 
 class RecordingCluster:
-    """A stand-in for data_plane.cluster: records what it is asked to forward."""
+    """A stand-in for data_plane.cluster: routes each message here through the broker (as the
+    real one does, beside forwarding it) and records what it is given."""
 
     def __init__(self) -> None:
-        self.forwarded: list[tuple[str, Published]] = []
+        self.broker: Broker | None = None  # the stand-in's own wiring, as Cluster.start does
+        self.published: list[tuple[str, Published]] = []
+        self.routes: list[tuple[str, str, str | None, bool]] = []
 
-    def forward(self, message: Message, local: Published) -> Published:
-        self.forwarded.append((message.topic, local))
+    def publish(self, message: Message) -> Published:
+        local = self.broker.route(message)
+        self.published.append((message.topic, local))
         return local._replace(reached=local.reached + 1)  # as if one other node matched
 
     def members(self) -> list[dict]:
         return [{"node": "here"}]
 
+    def route_changed(self, tenant: str, topic_filter: str, group: str | None, added: bool):
+        self.routes.append((tenant, topic_filter, group, added))
+
+    async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
+        return None
+
 
 def test_cluster_port_gets_every_routed_message_with_the_local_result():
     cluster = RecordingCluster()
-    broker = _broker(Ports(cluster=cluster))
+    broker = cluster.broker = _broker(Ports(cluster=cluster))
     slow = _connect(broker, "slow", "t/#", 1)
+    assert cluster.routes == [("acme", "t/#", None, True)]  # the route table follows
     results = [broker.publish(_message(topic, 1)) for topic in ("nobody/here", "t/a")]
     results += [broker.publish(_message("t/a", 1)) for _ in range(MAX_QUEUED // 2 - 1)]
     # Every message, with or without a local subscriber, and the publish's answer is the
     # cluster's (which keeps whom to slow down here).
-    assert [topic for topic, _ in cluster.forwarded] == ["nobody/here"] + ["t/a"] * 5
+    assert [topic for topic, _ in cluster.published] == ["nobody/here"] + ["t/a"] * 5
     assert [r.reached for r in results] == [1] + [2] * 5
-    assert results[-1].slow_down == (slow,) and cluster.forwarded[-1][1].slow_down == (slow,)
+    assert results[-1].slow_down == (slow,) and cluster.published[-1][1].slow_down == (slow,)

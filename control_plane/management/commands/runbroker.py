@@ -4,9 +4,10 @@ import os
 import sys
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from common.processes import data_plane_command
+from common import embedded
+from common.processes import data_plane_command, supervise
 
 
 class Command(BaseCommand):
@@ -20,7 +21,8 @@ class Command(BaseCommand):
             "--workers",
             type=int,
             default=1,
-            help="broker processes (each needs its own ports until clustering)",
+            help="broker processes sharing the ports (SO_REUSEPORT), each a node of the cluster "
+            "on REDIS_URL (the embedded Redis when unset); /metrics on --metrics-port + i",
         )
         parser.add_argument("--tls-port", type=int, help="MQTT over TLS (MQTT_TLS_CERT/KEY)")
         parser.add_argument("--wss-port", type=int, help="secure WebSocket (MQTT_TLS_CERT/KEY)")
@@ -54,6 +56,9 @@ class Command(BaseCommand):
                 extra += [flag, str(value)]
         if no_archive:
             extra.append("--no-archive")
+        os.chdir(settings.BASE_DIR)
+        if workers > 1:
+            sys.exit(self.workers(workers, host, port, ws_port, metrics_port, extra))
         argv = data_plane_command(
             host=host,
             port=port,
@@ -61,9 +66,31 @@ class Command(BaseCommand):
             database_url=settings.DATABASE_URL,
             extra=extra,
         )
-        if workers != 1:
-            self.stderr.write("--workers > 1 needs the cluster bus; running one worker.")
         # The broker has no Django on its hot path: it replaces this process, so signals
         # (Ctrl-C, SIGTERM from a supervisor) reach it directly.
-        os.chdir(settings.BASE_DIR)
         os.execv(sys.executable, argv)
+
+    def workers(self, count, host, port, ws_port, metrics_port, extra) -> int:
+        """N broker processes on the same ports, each a node of one cluster on Redis."""
+        if not port or not ws_port:
+            raise CommandError("--workers needs fixed ports (0 would give each its own)")
+        redis_url = os.environ.get("REDIS_URL") or embedded.redis_url()
+        extra = list(extra)
+        if metrics_port:  # each worker its own /metrics: the port, the port + 1, ...
+            i = extra.index("--metrics-port")
+            del extra[i : i + 2]
+        commands = []
+        for index in range(count):
+            own = ["--reuse-port", "--redis-url", redis_url]
+            if metrics_port:
+                own += ["--metrics-port", str(metrics_port + index)]
+            commands.append(
+                data_plane_command(
+                    host=host,
+                    port=port,
+                    ws_port=ws_port,
+                    database_url=settings.DATABASE_URL,
+                    extra=[*extra, *own],
+                )
+            )
+        return supervise(commands)

@@ -1,0 +1,123 @@
+"""Forwarded messages on the bus: a batch of messages as one byte string, and back.
+
+One entry of a node's forward stream carries many messages (forwarding is batched), each as:
+
+    flags u8 | qos u8 | retain u8 | expiry_ms i32 (-1: none) | units u32
+    | lengths of tenant, topic, publisher, device (u16 each), of properties and payload (u32)
+    tenant, topic, publisher, device (UTF-8), properties (the MQTT 5 property block, the
+    broker's own codec; empty when none), payload
+    shared groups this node serves for it: u16 count, then (filter, group) as u16-length texts
+
+`flags` says what the receiving node does with it (`DELIVER`: to its matching subscribers;
+`RETAIN`: into its in-memory retained store). The message expiry travels as the time that
+remains (monotonic clocks are per process). No pickle: the bus is shared infrastructure and a
+batch is only ever data.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from common.mqtt.packets import PacketType
+from common.mqtt.properties import encode_properties, read_properties
+from data_plane.broker.message import Message
+
+DELIVER = 1  # route it to the node's local subscribers
+RETAIN = 2  # keep it in the node's retained store (retained messages are cluster-wide)
+
+_HEAD = struct.Struct("!BBBiIHHHHII")
+_U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+
+
+def _text(value: str) -> bytes:
+    raw = value.encode()
+    return _U16.pack(len(raw)) + raw
+
+
+def encode(
+    message: Message, flags: int, groups: tuple[tuple[str, str], ...] = (), now: float | None = None
+) -> bytes:
+    expiry = -1
+    if message.expires_at is not None:
+        remaining = message.expires_at - (now if now is not None else time.monotonic())
+        expiry = max(0, int(remaining * 1000))
+    props = encode_properties(message.properties) if message.properties else b""
+    tenant = message.tenant.encode()
+    topic = message.topic.encode()
+    publisher = message.publisher.encode()
+    device = message.device.encode()
+    payload = message.payload
+    head = _HEAD.pack(
+        flags,
+        message.qos,
+        message.retain,
+        expiry,
+        message.units,
+        len(tenant),
+        len(topic),
+        len(publisher),
+        len(device),
+        len(props),
+        len(payload),
+    )
+    if not groups:
+        return b"".join((head, tenant, topic, publisher, device, props, payload, b"\x00\x00"))
+    tail = b"".join(_text(topic_filter) + _text(group) for topic_filter, group in groups)
+    return b"".join(
+        (head, tenant, topic, publisher, device, props, payload, _U16.pack(len(groups)), tail)
+    )
+
+
+Groups = frozenset[tuple[str, str]]
+NO_GROUPS: Groups = frozenset()
+
+
+def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, Groups]]:
+    """Every (flags, message, groups to serve) of a batch, in the order they were published."""
+    now = now if now is not None else time.monotonic()
+    view = memoryview(batch)
+    out: list[tuple[int, Message, Groups]] = []
+    offset = 0
+    end = len(batch)
+    while offset < end:
+        (flags, qos, retain, expiry, units, *lengths) = _HEAD.unpack_from(view, offset)
+        offset += _HEAD.size
+        texts = []
+        for length in lengths[:4]:
+            texts.append(str(view[offset : offset + length], "utf-8"))
+            offset += length
+        tenant, topic, publisher, device = texts
+        length = lengths[4]
+        properties = {}
+        if length:
+            block = bytes(view[offset : offset + length])
+            properties, _ = read_properties(block, 0, PacketType.PUBLISH)
+        offset += length
+        length = lengths[5]
+        payload = bytes(view[offset : offset + length])
+        offset += length
+        (count,) = _U16.unpack_from(view, offset)
+        offset += 2
+        names = []
+        for _ in range(count * 2):
+            (length,) = _U16.unpack_from(view, offset)
+            offset += 2
+            names.append(bytes(view[offset : offset + length]).decode())
+            offset += length
+        groups = frozenset(zip(names[::2], names[1::2], strict=True)) if count else NO_GROUPS
+        message = Message(
+            topic,
+            payload,
+            qos,
+            bool(retain),
+            properties,
+            now + expiry / 1000 if expiry >= 0 else None,
+            publisher,
+            tenant,
+            device,
+            units,
+        )
+        out.append((flags, message, groups))
+    return out

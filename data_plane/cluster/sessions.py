@@ -1,0 +1,205 @@
+"""One session per client id across the cluster: the node a client connects to claims the id,
+and the node that held it lets it go (its connection gets DISCONNECT 0x8E).
+
+Ownership: `Keys.owner(tenant, client id)` → node id, written by every CONNECT with one
+`SET … GET` (Redis ≥ 6.2): the answer is the previous owner, and Redis orders two CONNECTs of
+one client id at two nodes — the SO_REUSEPORT race — so the later one always learns of the
+earlier one. When the previous owner is another live node, the claimer sends it `takeover` on
+its stream and waits (at most `TAKEOVER_WAIT`) for `released`:
+
+- the owner holds the session: its connection is taken over as locally (0x8E; its will
+  scheduled with its delay, which the new connection's resumption cancels as MQTT 5
+  §3.1.2.5 says); a session that outlives its connection is dropped from the owner's memory
+  once saved (its subscriptions leave the owner's routes), never forgotten in the database;
+- the owner is itself still in its CONNECT for that id (its own claim came first but its
+  answer had not arrived): the takeover waits for that CONNECT to open its session, then
+  takes it over — the earlier client gets CONNACK then 0x8E, one session remains.
+
+At start-up a node restores from Postgres only the persistent sessions it can own
+(`claim_restored`: no owner yet, or a dead one), in one script per 500 sessions.
+
+Not yet: the claimer restores a persistent session from Postgres after `released` (today the
+new node starts a fresh session: `session present` 0 unless it had the session itself), and a
+dead node's persistent sessions and wills are adopted only by the next node that starts, not
+by a survivor at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from common.mqtt.topics import parse_shared
+
+log = logging.getLogger("data_plane.cluster")
+
+TAKEOVER_WAIT = 2.0  # seconds a CONNECT waits for the previous node to let the session go
+OWNER_TTL = 7 * 86400  # seconds an ownership record outlives the last CONNECT that wrote it
+
+
+# KEYS: ownership keys. ARGV: this node, the TTL, then the live nodes. Each key without an owner,
+# or whose owner is not live, becomes this node's; returns every key's owner after the call.
+CLAIM_RESTORED = """
+local live = {}
+for i = 3, #ARGV do live[ARGV[i]] = true end
+local owners = {}
+for i, key in ipairs(KEYS) do
+  local owner = redis.call('GET', key)
+  if not owner or (owner ~= ARGV[1] and not live[owner]) then
+    redis.call('SET', key, ARGV[1], 'EX', ARGV[2])
+    owner = ARGV[1]
+  end
+  owners[i] = owner
+end
+return owners
+"""
+CLAIM_CHUNK = 500  # ownership keys per script call
+
+
+@dataclass
+class _Claim:
+    lost_to: tuple[str, str, bool] | None = None  # (node, request id, clean start) that won
+
+
+class SessionClaims:
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.claiming: dict[tuple[str, str], _Claim] = {}  # our CONNECTs between SET and open
+        self.waiting: dict[str, asyncio.Future] = {}  # request id -> its `released`
+        self.takeovers = 0  # sessions this node took from another
+        self.released = 0  # sessions this node gave up to another
+
+    def owner_key(self, tenant: str, client_id: str) -> str:
+        return f"{self.cluster.keys.prefix}:owner:{tenant}:{client_id}"
+
+    async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
+        """Before a CONNECT opens its session: this node owns the client id from now on."""
+        cluster = self.cluster
+        key = (tenant, client_id)
+        mine = _Claim()
+        self.claiming[key] = mine
+        try:
+            try:
+                previous = await cluster.redis.set(
+                    self.owner_key(tenant, client_id), cluster.node_id, ex=OWNER_TTL, get=True
+                )
+            except (RedisError, OSError) as exc:
+                log.warning("session ownership of %s/%s not recorded: %s", tenant, client_id, exc)
+                return
+            previous = previous.decode() if previous else None
+            if previous and previous != cluster.node_id and previous in cluster.alive:
+                await self._take_from(previous, tenant, client_id, clean_start)
+        finally:
+            if self.claiming.get(key) is mine:
+                del self.claiming[key]
+            if mine.lost_to is not None:  # a later CONNECT elsewhere won: once opened, go
+                node, request, clean = mine.lost_to
+                asyncio.get_running_loop().call_soon(
+                    self.release, tenant, client_id, node, request, clean
+                )
+
+    async def _take_from(self, node: str, tenant: str, client_id: str, clean: bool) -> None:
+        request = uuid.uuid4().hex
+        answer = asyncio.get_running_loop().create_future()
+        self.waiting[request] = answer
+        body = {"op": "takeover", "tenant": tenant, "client_id": client_id}
+        body.update({"from": self.cluster.node_id, "id": request, "clean": clean})
+        try:
+            await self.cluster.control(node, body)
+            await asyncio.wait_for(answer, TAKEOVER_WAIT)
+            self.takeovers += 1
+        except (TimeoutError, RedisError, OSError) as exc:
+            log.warning("node %s did not release %s/%s: %r", node, tenant, client_id, exc)
+        finally:
+            self.waiting.pop(request, None)
+
+    async def claim_restored(self, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Of the persistent sessions (tenant, client id) in the database — every node that
+        starts could restore them all — the ones this node may own: no owner yet, or a dead
+        one. The others stay with the live nodes that hold them (the storage's `restore` skips
+        them: no copy here, no write to their records)."""
+        cluster = self.cluster
+        script = cluster.redis.register_script(CLAIM_RESTORED)
+        live = [cluster.node_id, *cluster.alive]
+        mine: set[tuple[str, str]] = set()
+        for start in range(0, len(keys), CLAIM_CHUNK):
+            chunk = keys[start : start + CLAIM_CHUNK]
+            owners = await script(
+                keys=[self.owner_key(tenant, client_id) for tenant, client_id in chunk],
+                args=[cluster.node_id, OWNER_TTL, *live],
+            )
+            for key, owner in zip(chunk, owners, strict=True):
+                if owner.decode() == cluster.node_id:
+                    mine.add(key)
+        if len(mine) < len(keys):
+            log.info(
+                "left %d persistent sessions to the nodes that hold them", len(keys) - len(mine)
+            )
+        return mine
+
+    # -- what other nodes ask ---------------------------------------------------------------
+
+    def on_control(self, body: dict[str, Any]) -> None:
+        op = body.get("op")
+        if op == "released":
+            answer = self.waiting.get(body.get("id", ""))
+            if answer is not None and not answer.done():
+                answer.set_result(None)
+        elif op == "takeover":
+            key = (body["tenant"], body["client_id"])
+            pending = self.claiming.get(key)
+            if pending is not None:  # our CONNECT for it has not opened its session yet
+                pending.lost_to = (body["from"], body["id"], bool(body.get("clean")))
+                return
+            self.release(body["tenant"], body["client_id"], body["from"], body["id"], body["clean"])
+
+    def release(self, tenant: str, client_id: str, node: str, request: str, clean: bool) -> None:
+        """Let `node` have the session: take it from its connection here, drop it here."""
+        broker = self.cluster.broker
+        session = broker.sessions.get((tenant, client_id))
+        if session is not None:
+            self.released += 1
+            connection = session.connection
+            if connection is not None:
+                connection.taken_over()  # 0x8E, the will scheduled with its delay
+            if session.expiry_interval and broker.sessions.get(session.key) is session:
+                self._drop(session, clean)
+        asyncio.get_running_loop().create_task(
+            self._answer(node, {"op": "released", "id": request})
+        )
+
+    def _drop(self, session: Any, clean: bool) -> None:
+        """A persistent session leaves this node's memory (the database keeps it)."""
+        broker = self.cluster.broker
+        if session.will_handle is not None:
+            session.will_handle.cancel()
+            session.will_handle = None
+            if clean and session.will is not None:  # the session ends: its will goes now
+                broker.publish_will(session, session.will)
+            session.will = session.will_due = None
+        if session.expiry_handle is not None:
+            session.expiry_handle.cancel()
+            session.expiry_handle = None
+        if session.persist is not None and broker.persistence is not None:
+            broker.persistence.save_later(session, disconnected=True)  # subscriptions kept
+        for state in session.subscriptions.values():  # out of this node's routes only
+            group, topic_filter = parse_shared(state.topic_filter)
+            broker.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
+        del broker.sessions[session.key]
+        broker.persistent[session.tenant].discard(session.client_id)
+
+    async def _answer(self, node: str, body: dict[str, Any]) -> None:
+        try:
+            await self.cluster.control(node, body)
+        except (RedisError, OSError) as exc:
+            log.warning("could not answer node %s: %s", node, exc)
+
+
+def encode_control(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()

@@ -1,0 +1,115 @@
+"""Broker processes (`python -m data_plane`) joined into one cluster on a real Redis."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from common import embedded
+from tests.broker.conftest import BrokerProcess, start_broker
+
+HEARTBEAT = 1.0  # seconds: short, so a dead node is noticed within the tests' patience
+
+
+def start_node(
+    tmp: Path, redis_url: str, cluster: str, *extra: str, heartbeat: float = HEARTBEAT
+) -> BrokerProcess:
+    folder = tmp / uuid.uuid4().hex[:8]
+    folder.mkdir()
+    return start_broker(
+        folder,
+        "--redis-url",
+        redis_url,
+        "--cluster-name",
+        cluster,
+        "--cluster-heartbeat",
+        str(heartbeat),
+        "--metrics-port",
+        "0",
+        "--sys-interval",
+        "0.5",
+        *extra,
+    )
+
+
+def metric(node: BrokerProcess, name: str, labels: str = "") -> float:
+    """One sample of the node's /metrics (0 when absent)."""
+    host, port = node.listeners["metrics"]
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read().decode()
+    suffix = re.escape(labels) if labels else r"(\{\})?"
+    pattern = rf"^{re.escape(name)}{suffix} (\S+)$"
+    found = re.search(pattern, text, re.M)
+    return float(found.group(found.lastindex)) if found else 0.0
+
+
+def wait_for(condition, timeout: float, step: float = 0.05) -> float:
+    """Seconds until `condition()` held; fails after `timeout`."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"not within {timeout}s: {condition}")
+        time.sleep(step)
+    return time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> str:
+    """The test session's Redis (control_plane.pytest_plugin keeps it under .data/test-redis)."""
+    return os.environ.get("REDIS_URL") or embedded.redis_url()
+
+
+class PrivateRedis:
+    """A Redis of one test's own, to stop and start without disturbing anyone else's."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = embedded.free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [shutil.which("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1"]
+            + ["--save", "", "--appendonly", "no", "--dir", str(self.folder)],
+            stdout=subprocess.DEVNULL,
+        )
+        wait_for(lambda: embedded.port_open(self.port), 10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(5)
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    yield redis
+    redis.stop()
+
+
+def until_routed(publisher, subscriber, topic: str, timeout: float = 5.0) -> float:
+    """Probe (QoS 0) until the subscriber on another node gets one: the route has reached the
+    publisher's node. Returns the seconds it took; the probes are drained."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        publisher.publish(topic, "probe")
+        if subscriber.expect(1, timeout=0.1):
+            time.sleep(0.2)
+            while subscriber.expect(1, timeout=0.05):
+                pass
+            return time.monotonic() - start
+    raise AssertionError(f"{topic}: not routed across nodes within {timeout}s")

@@ -1,0 +1,250 @@
+"""Several broker processes on one Redis act as one broker: membership, routes, forwarding."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from tests.broker.clients import Paho
+from tests.cluster.conftest import HEARTBEAT, metric, start_node, until_routed, wait_for
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory, redis_url):
+    tmp = tmp_path_factory.mktemp("cluster")
+    name = f"three-{uuid.uuid4().hex[:6]}"
+    nodes = [start_node(tmp, redis_url, name) for _ in range(3)]
+    for node in nodes:  # everybody sees everybody
+        wait_for(lambda n=node: metric(n, "mqtt_cluster_nodes") == 3, 10)
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
+def remote_routes(node) -> float:
+    return metric(node, "mqtt_cluster_remote_routes")
+
+
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_subscriber_on_one_node_gets_what_another_node_publishes(three, qos):
+    a, b, c = three
+    topic = f"cross/{qos}/{uuid.uuid4().hex[:6]}"
+    sub = Paho(a.port, "acme/d1", "pw1", f"sub-{qos}")
+    sub.subscribe(topic, qos=2)
+    publisher = Paho(b.port, "acme/d2", "pw2", f"pub-{qos}")
+    until_routed(publisher, sub, topic)
+    for i in range(20):
+        publisher.publish(topic, f"m{i}", qos=qos)
+    got = sub.expect(20, timeout=10)
+    assert [m.payload.decode() for m in got] == [f"m{i}" for i in range(20)]
+    assert {m.qos for m in got} == {qos}
+    assert sub.nothing(0.5)  # each exactly once
+    sub.close()
+    publisher.close()
+
+
+def test_forwarded_once_per_node_never_per_subscriber(three):
+    a, b, c = three
+    topic = f"fan/{uuid.uuid4().hex[:6]}"
+    subs = [Paho(a.port, "acme/d3", "pw3", f"fan-a{i}") for i in range(3)]
+    subs += [Paho(c.port, "acme/d3", "pw3", f"fan-c{i}") for i in range(2)]
+    for sub in subs:
+        sub.subscribe(topic, qos=1)
+    publisher = Paho(b.port, "acme/d4", "pw4", "fan-pub")
+    for sub in (subs[2], subs[4]):
+        until_routed(publisher, sub, topic)
+    for sub in subs:
+        while sub.expect(1, timeout=0.05):
+            pass
+    before = metric(b, "mqtt_cluster_forwarded_messages_total")
+    batches_before = metric(b, "mqtt_cluster_forward_batches_total")
+    for i in range(50):
+        publisher.publish(topic, str(i), qos=1)
+    for sub in subs:
+        assert len(sub.expect(50, timeout=10)) == 50
+    forwarded = metric(b, "mqtt_cluster_forwarded_messages_total") - before
+    assert forwarded == 100  # 50 messages × 2 nodes, not × 5 subscribers
+    # Batched: QoS 1 publishes wait for their PUBACK one by one here, yet never more entries
+    # than messages; the receiving nodes counted what they got.
+    assert metric(b, "mqtt_cluster_forward_batches_total") - batches_before <= forwarded
+    assert metric(a, "mqtt_cluster_received_messages_total") >= 50
+    for sub in subs:
+        sub.close()
+    publisher.close()
+
+
+def test_no_route_no_forward_and_tenants_apart(three):
+    a, b, _ = three
+    spy = Paho(a.port, "other/d1", "other-pw", "spy")  # another tenant, everything it may see
+    spy.subscribe("#", qos=1)
+    wait_for(lambda: remote_routes(b) >= 1, 5)
+    before = metric(b, "mqtt_cluster_forwarded_messages_total")
+    publisher = Paho(b.port, "acme/d5", "pw5", "apart-pub")
+    publisher.publish(f"apart/{uuid.uuid4().hex[:6]}", "secret", qos=1)
+    assert spy.nothing(1.0)
+    # acme's topic matches no acme route anywhere: nothing crossed the bus
+    assert metric(b, "mqtt_cluster_forwarded_messages_total") == before
+    spy.close()
+    publisher.close()
+
+
+def test_shared_group_gets_each_message_once_across_the_cluster(three):
+    a, b, c = three
+    topic = f"work/{uuid.uuid4().hex[:6]}"
+    members = [Paho(a.port, "acme/d1", "pw1", f"grp-a{i}") for i in range(2)]
+    members.append(Paho(c.port, "acme/d2", "pw2", "grp-c"))
+    for member in members:
+        member.subscribe(f"$share/workers/{topic}", qos=1)
+    watcher = Paho(c.port, "acme/d3", "pw3", "grp-watch")  # a plain subscriber sees all
+    watcher.subscribe(topic, qos=1)
+    publisher = Paho(b.port, "acme/d4", "pw4", "grp-pub")
+    until_routed(publisher, watcher, topic)
+    time.sleep(0.3)  # the group's routes too (same batch of route changes as the watcher's)
+    for member in members:
+        while member.expect(1, timeout=0.05):
+            pass
+    for i in range(60):
+        publisher.publish(topic, str(i), qos=1)
+    assert len(watcher.expect(60, timeout=10)) == 60
+    time.sleep(0.5)
+    got = [[m.payload.decode() for m in member.expect(60, timeout=0.3)] for member in members]
+    everything = [p for payloads in got for p in payloads]
+    assert sorted(everything, key=int) == [str(i) for i in range(60)]  # once each, none lost
+    assert got[0] + got[1] and got[2]  # both nodes' members took turns
+    for client in (*members, watcher, publisher):
+        client.close()
+
+
+def test_retained_on_one_node_is_seen_from_another(three):
+    a, b, c = three
+    topic = f"kept/{uuid.uuid4().hex[:6]}"
+    publisher = Paho(b.port, "acme/d6", "pw6", "kept-pub")
+    publisher.publish(topic, "last value", qos=1, retain=True)
+    time.sleep(0.3)
+    sub = Paho(c.port, "acme/d7", "pw7", "kept-sub")
+    sub.subscribe(topic, qos=1)
+    got = sub.expect(1, timeout=5)
+    assert [(m.payload, m.retain) for m in got] == [(b"last value", True)]
+    publisher.close()
+    sub.close()
+
+
+def test_sys_nodes_and_metrics_show_members(three):
+    a, b, c = three
+    watcher = Paho(a.port, "acme/d8", "pw8", "sys-watch")
+    watcher.subscribe("$SYS/broker/nodes")
+    got = watcher.expect(1, timeout=5)
+    nodes = json.loads(got[0].payload)
+    assert len(nodes) == 3
+    for node in three:
+        assert metric(node, "mqtt_cluster_nodes") == 3
+        assert metric(node, "mqtt_cluster_bus_up") == 1
+    watcher.close()
+
+
+def test_dead_node_noticed_within_two_heartbeats_and_its_routes_leave(tmp_path, redis_url):
+    name = f"dead-{uuid.uuid4().hex[:6]}"
+    survivor = start_node(tmp_path, redis_url, name)
+    doomed = start_node(tmp_path, redis_url, name)
+    try:
+        wait_for(lambda: metric(survivor, "mqtt_cluster_nodes") == 2, 10)
+        sub = Paho(doomed.port, "acme/d1", "pw1", "doomed-sub")
+        sub.subscribe("dead/#", qos=1)
+        wait_for(lambda: remote_routes(survivor) == 1, 5)
+        bus = redis.Redis.from_url(redis_url)
+        # the doomed node's route set (the survivor has none: an empty set is no key)
+        assert len(bus.keys(f"mqtt-cluster:{name}:routes:*")) == 1
+        assert len(bus.keys(f"mqtt-cluster:{name}:version:*")) == 2
+        doomed.process.send_signal(signal.SIGKILL)
+        doomed.process.wait(5)
+        noticed = wait_for(lambda: metric(survivor, "mqtt_cluster_nodes") == 1, 4 * HEARTBEAT)
+        assert noticed <= 2 * HEARTBEAT + 0.3  # + the scrape loop's own step
+        assert remote_routes(survivor) == 0
+        wait_for(lambda: not bus.keys(f"mqtt-cluster:{name}:routes:*"), 2)  # purged
+        assert len(bus.keys(f"mqtt-cluster:{name}:version:*")) == 1
+        assert bus.scard(f"mqtt-cluster:{name}:members") == 1
+    finally:
+        survivor.stop()
+        doomed.stop()
+
+
+def test_routes_rebuilt_after_redis_restart(tmp_path, private_redis):
+    name = "restart"
+    a = start_node(tmp_path, private_redis.url, name)
+    b = start_node(tmp_path, private_redis.url, name)
+    sub = publisher = None
+    try:
+        wait_for(lambda: metric(b, "mqtt_cluster_nodes") == 2, 10)
+        sub = Paho(a.port, "acme/d1", "pw1", "restart-sub")
+        sub.subscribe("restart/#", qos=1)
+        publisher = Paho(b.port, "acme/d2", "pw2", "restart-pub")
+        until_routed(publisher, sub, "restart/probe")
+        private_redis.stop()  # every key gone: routes, members, streams
+        wait_for(lambda: metric(b, "mqtt_cluster_bus_up") == 0, 4 * HEARTBEAT)
+        # Meanwhile a QoS 1 message for the other node is refused to its publisher, not
+        # acknowledged then lost, and counted as dropped with its reason.
+        acks = queue.Queue()
+        publisher.client.on_publish = lambda client, data, mid, code, props: acks.put(code)
+        publisher.client.publish("restart/x", "during", qos=1)
+        assert acks.get(timeout=5).value == 0x80
+        assert metric(b, "mqtt_cluster_forward_dropped_total", '{reason="bus_unavailable"}') >= 1
+        # Cut off for longer than the others wait before counting it dead: no new clients.
+        time.sleep(1.5 * HEARTBEAT)
+        late = Paho(b.port, "acme/d3", "pw3", "late", connect=False)
+        late.connect(wait=False)
+        assert late.connack.wait(5) and late.reason_code.value == 0x88
+        late.close()
+        assert metric(b, "mqtt_cluster_refused_connections_total") >= 1
+        private_redis.start()
+        converged = wait_for(
+            lambda: metric(b, "mqtt_cluster_nodes") == 2 and remote_routes(b) == 1,
+            10,
+        )
+        assert converged <= 3 * HEARTBEAT + 2  # the documented bound: a beat after reconnecting
+        publisher.publish("restart/x", "after", qos=1)
+        assert [m.payload for m in sub.expect(1, timeout=5)] == [b"after"]  # never "during"
+        again = Paho(b.port, "acme/d3", "pw3", "again")  # accepting clients again
+        again.close()
+    finally:
+        for client in (sub, publisher):
+            if client is not None:
+                client.close()
+        a.stop()
+        b.stop()
+
+
+def test_one_client_id_at_two_nodes_ends_with_one_session(three):
+    """Takeover across nodes (0x8E at the old node), and the SO_REUSEPORT race: two CONNECTs
+    of one client id at two nodes at once, many times over; one session remains each time."""
+    a, b, _ = three
+    first = Paho(a.port, "acme/d1", "pw1", "roamer")
+    first.subscribe("roam/#", qos=1)
+    second = Paho(b.port, "acme/d1", "pw1", "roamer")
+    assert first.disconnected.wait(5) and first.disconnect_reason.value == 0x8E
+    second.close()
+    first.close()
+    for attempt in range(15):
+        client_id = f"race-{attempt}"
+        clients = [Paho(node.port, "acme/d2", "pw2", client_id, connect=False) for node in (a, b)]
+        threads = [threading.Thread(target=c.connect, kwargs={"wait": False}) for c in clients]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for client in clients:
+            assert client.connack.wait(5)
+        time.sleep(0.3)
+        alive = [c for c in clients if not c.disconnected.is_set()]
+        assert len(alive) == 1, f"attempt {attempt}: {len(alive)} sessions"
+        loser = next(c for c in clients if c.disconnected.is_set())
+        assert loser.disconnect_reason.value == 0x8E
+        for client in clients:
+            client.close()
+    assert metric(a, "mqtt_cluster_session_takeovers_total", '{direction="released"}') >= 1
