@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from common.acl import AclPolicy
 from common.device_identity import IdentityError, looks_like_jwt, verify_jwt
@@ -33,7 +34,7 @@ class PostgresAuthenticator:
         self.trust_anchors = trust_anchors  # the TLS listener asks it for client-cert anchors
 
     async def authenticate(
-        self, connect: Connect, peer: str, certificate: bytes | None = None
+        self, connect: Connect, peer: str, certificate: Sequence[bytes] | bytes | None = None
     ) -> AuthResult:
         address = peer.rsplit(":", 1)[0]
         if self.identities is not None:
@@ -47,11 +48,13 @@ class PostgresAuthenticator:
         )
         return self._result(decision)
 
-    async def _by_certificate(self, connect: Connect, address: str, der: bytes) -> AuthResult:
+    async def _by_certificate(
+        self, connect: Connect, address: str, chain: Sequence[bytes] | bytes
+    ) -> AuthResult:
         if self.directory.by_address.blocked(address):
             return self._result(await self.directory.admit("", "", "", address, None))
         try:
-            who = await identify_certificate(self.identities, der, connect.username)
+            who = await identify_certificate(self.identities, chain, connect.username)
         except IdentityError as exc:
             return self._result(
                 self.directory.refuse(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc))
@@ -64,7 +67,9 @@ class PostgresAuthenticator:
         decision = await self.directory.admit(
             who.tenant, who.device, connect.client_id, address, connect.username
         )
-        return self._result(decision, identity=who.label)
+        result = self._result(decision, identity=who.label)
+        result.valid_until = who.not_after  # the connection ends when the certificate does
+        return result
 
     async def _by_jwt(self, connect: Connect, address: str) -> AuthResult:
         tenant, _, device = (connect.username or "").partition("/")
