@@ -10,6 +10,7 @@ import logging
 import os
 import resource
 import signal
+import time
 
 from common import logs
 from data_plane.broker.broker import Redirect
@@ -212,10 +213,26 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def _dump_memory() -> None:
-    """SIGUSR1: where memory goes (run with PYTHONTRACEMALLOC=1 for allocation sites)."""
+    """SIGUSR1: where memory goes (run with PYTHONTRACEMALLOC=1 for allocation sites). With
+    MEMORY_DUMP_DIR set, also write the tracemalloc snapshot and a count of live objects by type
+    there (`bench.soak --snapshots` diffs them to find what grows)."""
     import tracemalloc
 
     log = logging.getLogger("data_plane.memory")
+    directory = os.environ.get("MEMORY_DUMP_DIR")
+    if directory:
+        import collections
+        import json
+        from pathlib import Path
+
+        stamp = f"{time.time():.0f}"
+        gc.collect()  # count what is kept, not garbage the collector has yet to reach
+        counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        Path(directory, f"types-{stamp}.json").write_text(json.dumps(dict(counts)))
+        if tracemalloc.is_tracing():
+            tracemalloc.take_snapshot().dump(str(Path(directory, f"snapshot-{stamp}.pickle")))
+        log.warning("memory dump written to %s (%s)", directory, stamp)
+        return
     if not tracemalloc.is_tracing():
         log.warning("start the broker with PYTHONTRACEMALLOC=1 to trace allocations")
         return

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from common.acl import AclPolicy
-from common.device_identity import IdentityError, looks_like_jwt, verify_jwt
+from common.device_identity import LEEWAY, IdentityError, looks_like_jwt, verify_jwt
 from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import AuthResult
@@ -89,7 +90,7 @@ class PostgresAuthenticator:
                 ReasonCode.SERVER_UNAVAILABLE, tenant, reason="authentication backend unavailable"
             )
         try:
-            _claims, used = verify_jwt(
+            claims, used = verify_jwt(
                 (connect.password or b"").decode("ascii", "replace"),
                 [key for _id, key in keys],
                 tenant=tenant,
@@ -105,7 +106,10 @@ class PostgresAuthenticator:
         decision = await self.directory.admit(
             tenant, device, connect.client_id, address, connect.username
         )
-        return self._result(decision, identity=f"jwt:{key_id}")
+        result = self._result(decision, identity=f"jwt:{key_id}")
+        # The connection ends when the token does (with the clock skew it was accepted with).
+        result.valid_until = datetime.fromtimestamp(float(claims["exp"]) + LEEWAY, UTC)
+        return result
 
     async def scram_lookup(self, connect: Connect, peer: str) -> tuple[AuthResult, tuple | None]:
         """For SCRAM-SHA-256 (enhanced authentication): the identity and its stored verifier."""

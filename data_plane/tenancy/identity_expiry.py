@@ -1,5 +1,6 @@
 """A client certificate that expires while its device is connected ends the connection at its
-notAfter (the earliest of the chain's: device, intermediates, registered CA).
+notAfter (the earliest of the chain's: device, intermediates, registered CA); a JWT password, at
+its `exp` (plus the clock skew it was accepted with).
 
 One timer per connection that has an expiry (`AuthResult.valid_until`), armed on
 `client.connected` and cancelled on `client.disconnected`, rather than a periodic sweep: it fires
@@ -22,7 +23,6 @@ from typing import Any
 from common.mqtt.reason_codes import ReasonCode
 
 log = logging.getLogger(__name__)
-REASON = "client certificate expired"
 
 
 class IdentityExpiry:
@@ -48,5 +48,7 @@ class IdentityExpiry:
 
     def _expire(self, conn: Any) -> None:
         self._timers.pop(id(conn), None)
-        log.info("%s/%s: %s, connection closed", conn.tenant, conn.device, REASON)
-        conn.disconnect(ReasonCode.NOT_AUTHORIZED, REASON)
+        what = "JWT" if getattr(conn.auth, "identity", "").startswith("jwt:") else "certificate"
+        reason = f"{what} expired"
+        log.info("%s/%s: %s, connection closed", conn.tenant, conn.device, reason)
+        conn.disconnect(ReasonCode.NOT_AUTHORIZED, reason)

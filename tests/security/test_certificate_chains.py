@@ -366,3 +366,34 @@ def test_mtls_over_secure_websocket(two_tenants, tmp_path):
         assert device.disconnected.wait(3) and watcher.disconnected.wait(3)
         assert time.monotonic() - started <= 1.0
         assert device.disconnect_reason.value == 0x98
+
+
+def test_a_jwt_expiring_while_connected_ends_the_connection(two_tenants, tmp_path):
+    """A JWT password holds the connection only until its `exp` (plus the 60 s of clock skew it
+    was accepted with): a token that expired 55 s ago by our clock is accepted, for 5 s more."""
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tests.security.test_device_identity import pem_of_public
+
+    acme, _ = two_tenants
+    owner = api(acme)
+    key = ec.generate_private_key(ec.SECP256R1())
+    made = owner.post("/api/v1/jwt-keys", {"key": pem_of_public(key), "kid": "k1"}, format="json")
+    assert made.status_code == 201, made.content
+
+    def token(sub: str, exp_in: float) -> str:
+        now = time.time()
+        claims = {"sub": sub, "iat": int(now), "exp": int(now + exp_in)}
+        return jwt.encode(claims, key, algorithm="ES256", headers={"kid": "k1"})
+
+    with tls_broker(tmp_path) as ports:
+        ending = Paho(ports["mqtt"], "acme/sensor-1", token("sensor-1", -55), "sensor-1")
+        lasting = Paho(ports["mqtt"], "acme/sensor-2", token("sensor-2", 300), "sensor-2")
+        assert ending.reason_code == 0 and lasting.reason_code == 0
+        started = time.monotonic()
+        assert ending.disconnected.wait(10)
+        assert time.monotonic() - started <= 7.5
+        assert ending.disconnect_reason.value == 0x87
+        assert not lasting.disconnected.is_set()
+        lasting.close()
