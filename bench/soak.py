@@ -173,7 +173,7 @@ def memory_report(directory: Path, top: int = 12) -> list[str]:
     dumps = sorted(directory.glob("types-*.json"))
     stamps = [p.stem.split("-", 1)[1] for p in dumps]
     pairs = list(zip(stamps, stamps[1:], strict=False))
-    if len(stamps) > 2:
+    if len(stamps) > 3:
         pairs.append((stamps[1], stamps[-1]))  # first after warm-up to last
     for before, after in pairs:
         lines.append(f"== {before} -> {after} ({int(after) - int(before)} s)")
