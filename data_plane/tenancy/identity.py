@@ -61,9 +61,10 @@ MAX_INTERMEDIATES = 4
 
 
 _CA_SQL = """
-SELECT c.id, t.slug, c.pem
+SELECT c.id, t.slug, c.pem, c.revoked_at IS NOT NULL
   FROM tenants_cacertificate c JOIN tenants_tenant t ON t.id = c.tenant_id
- WHERE c.subject = %s AND c.revoked_at IS NULL
+ WHERE c.subject = %s
+ ORDER BY c.revoked_at IS NOT NULL, c.id
 """
 _DEVICE_CERT_SQL = """
 SELECT c.id, t.slug, d.name, c.not_after
@@ -116,9 +117,10 @@ class IdentityStore:
         self._cache[key] = (now + (self.ttl if rows else self.negative_ttl), rows)
         return rows
 
-    async def cas_named(self, subject: str) -> list[tuple[int, str, ParsedCertificate]]:
+    async def cas_named(self, subject: str) -> list[tuple[int, str, ParsedCertificate, bool]]:
+        """Registered CAs of this subject, live ones first: (id, tenant, CA, revoked)."""
         rows = await self._cached(("ca", subject), _CA_SQL, (subject,))
-        return [(row[0], row[1], parse_certificate(row[2])) for row in rows]
+        return [(row[0], row[1], parse_certificate(row[2]), row[3]) for row in rows]
 
     async def device_certificate(
         self, fingerprint: str, tenant: str, device: str
@@ -169,8 +171,11 @@ async def identify_certificate(
     path = [leaf]  # the device's certificate, then the intermediates that signed each link
     for above in [*presented[1:], None]:
         current = path[-1]
-        for ca_id, tenant, ca in await store.cas_named(current.issuer):
+        for ca_id, tenant, ca, revoked in await store.cas_named(current.issuer):
             if issued_by(current, ca) and _may_sign(ca, len(path) - 1):
+                if revoked:  # a tenant revoked this CA: what it signed is refused, even if a
+                    # CA above it is still registered (live registrations come first)
+                    raise IdentityError("the certificate chains through a revoked CA")
                 check_valid(ca)
                 not_after = min(c.not_after for c in (*path, ca))
                 return CertificateIdentity(tenant, leaf.common_name, f"ca:{ca_id}", not_after)

@@ -397,3 +397,28 @@ def test_a_jwt_expiring_while_connected_ends_the_connection(two_tenants, tmp_pat
         assert ending.disconnect_reason.value == 0x87
         assert not lasting.disconnected.is_set()
         lasting.close()
+
+
+def test_revoking_a_registered_intermediate_refuses_what_it_signed(two_tenants, tmp_path):
+    """A tenant registers its root and its issuing CA; revoking the issuing CA (compromised)
+    ends its devices' connections and refuses them afterwards, although the root above it is
+    still registered."""
+    acme, _ = two_tenants
+    owner = api(acme)
+    root, root_key = make_ca("acme root", path_length=1)
+    issuing, issuing_key = make_ca("acme issuing CA", signer=(root, root_key))
+    other, other_key = make_ca("acme other issuing CA", signer=(root, root_key))
+    assert register_ca(owner, "root", root, root_key).status_code == 201
+    assert register_ca(owner, "issuing", issuing, issuing_key).status_code == 201
+    chained = write_chain(
+        tmp_path, "chained", *make_leaf("sensor-1", issuing, issuing_key), issuing
+    )
+    sibling = write_chain(tmp_path, "sibling", *make_leaf("sensor-2", other, other_key), other)
+    with tls_broker(tmp_path) as ports:
+        port, server_ca = ports["mqtts"], tmp_path / "server-ca.pem"
+        live = Paho(port, "", "", "sensor-1", tls=tls_options(server_ca, chained))
+        assert live.reason_code == 0
+        assert owner.delete("/api/v1/cas/issuing").status_code == 204
+        assert live.disconnected.wait(3) and live.disconnect_reason.value == 0x98
+        assert mosquitto_pub(port, server_ca, *chained) != 0
+        assert mosquitto_pub(port, server_ca, *sibling, client_id="sensor-2") == 0  # root vouches
