@@ -219,12 +219,13 @@ class AuditedQuerySet(models.QuerySet):
     def update(self, **kwargs):
         if not kwargs or set(kwargs) <= _BOOKKEEPING:
             return super().update(**kwargs)
+        base = self.model._base_manager.using(self.db)  # a plain manager: no recursion
         with transaction.atomic(using=self.db):
-            # The rows it will touch, locked so the update changes exactly these.
-            rows = list(self.select_for_update(of=("self",)).select_related(None))
+            # The rows it will touch (whatever shape this queryset has: values(), distinct()),
+            # locked so the update changes exactly these.
+            rows = list(base.filter(pk__in=self.values("pk")).select_for_update())
             if not rows:
                 return 0
-            base = self.model._base_manager.using(self.db)  # a plain manager: no recursion
             count = base.filter(pk__in=[row.pk for row in rows]).update(**kwargs)
             for row in rows:
                 for field, value in kwargs.items():
