@@ -181,6 +181,16 @@ def memory_report(directory: Path, top: int = 12) -> list[str]:
         new = json.loads((directory / f"types-{after}.json").read_text())
         grown = sorted(((new.get(k, 0) - old.get(k, 0), k) for k in new), reverse=True)[:top]
         lines.append("objects: " + ", ".join(f"{k} {d:+d}" for d, k in grown if d))
+        heaps = [directory / f"heap-{stamp}.json" for stamp in (before, after)]
+        if all(p.exists() for p in heaps):
+            old_heap, new_heap = (json.loads(p.read_text()) for p in heaps)
+            lines.append(
+                "native heap: "
+                + ", ".join(
+                    f"{k} {v / 2**20:.1f} MiB ({(v - old_heap.get(k, 0)) / 2**20:+.1f})"
+                    for k, v in new_heap.items()
+                )
+            )
         a, b = directory / f"snapshot-{before}.pickle", directory / f"snapshot-{after}.pickle"
         if a.exists() and b.exists():
             first = tracemalloc.Snapshot.load(str(a))
@@ -201,7 +211,8 @@ async def soak(args: argparse.Namespace) -> dict:
     if dumps is not None:
         dumps.mkdir(parents=True, exist_ok=True)
         os.environ["MEMORY_DUMP_DIR"] = str(dumps.resolve())
-        os.environ["PYTHONTRACEMALLOC"] = str(args.trace_frames)
+        if args.trace_frames:  # 0: object counts and the native heap only, untraced
+            os.environ["PYTHONTRACEMALLOC"] = str(args.trace_frames)
     broker = start_runbroker(archive=True, objects=objects)
     next_dump = time.monotonic() + 60 * args.snapshot_every
     dsn = database_url()
@@ -286,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="also write the samples here (JSON lines)")
     parser.add_argument("--snapshots", help="trace memory; write the broker's dumps here")
     parser.add_argument("--snapshot-every", type=float, default=2, help="minutes between dumps")
-    parser.add_argument("--trace-frames", type=int, default=1, help="tracemalloc frames")
+    parser.add_argument("--trace-frames", type=int, default=1, help="tracemalloc frames (0: off)")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(soak(args)), indent=1))
 

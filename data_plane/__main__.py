@@ -229,6 +229,7 @@ def _dump_memory() -> None:
         gc.collect()  # count what is kept, not garbage the collector has yet to reach
         counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
         Path(directory, f"types-{stamp}.json").write_text(json.dumps(dict(counts)))
+        Path(directory, f"heap-{stamp}.json").write_text(json.dumps(_native_heap()))
         Path(directory, f"closed-{stamp}.txt").write_text(_closed_connections_held())
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(str(Path(directory, f"snapshot-{stamp}.pickle")))
@@ -239,6 +240,50 @@ def _dump_memory() -> None:
         return
     for stat in tracemalloc.take_snapshot().statistics("lineno")[:15]:
         log.warning("%s", stat)
+
+
+def _native_heap() -> dict[str, int]:
+    """Memory outside Python's objects: glibc malloc's arenas (in use, and free but kept: what
+    fragmentation costs), pyarrow's pool (the archive's Parquet writer)."""
+    import ctypes
+    import sys
+
+    heap: dict[str, int] = {}
+    try:
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [
+                (name, ctypes.c_size_t)
+                for name in (
+                    "arena",
+                    "ordblks",
+                    "smblks",
+                    "hblks",
+                    "hblkhd",
+                    "usmblks",
+                    "fsmblks",
+                    "uordblks",
+                    "fordblks",
+                    "keepcost",
+                )
+            ]
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        info = libc.mallinfo2()
+        heap.update(
+            malloc_arena=info.arena,
+            malloc_mmapped=info.hblkhd,
+            malloc_in_use=info.uordblks,
+            malloc_free_kept=info.fordblks,
+        )
+    except (OSError, AttributeError):  # not glibc
+        pass
+    arrow = sys.modules.get("pyarrow")
+    if arrow is not None:
+        heap["pyarrow_allocated"] = arrow.total_allocated_bytes()
+        heap["pyarrow_pool_max"] = arrow.default_memory_pool().max_memory() or 0
+    return heap
 
 
 def _closed_connections_held(sample: int = 10) -> str:
