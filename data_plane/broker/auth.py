@@ -41,8 +41,8 @@ class AuthResult:
     # How the client proved who it is, when not by secret (`ca:ID`, `cert:ID`, `jwt:ID`):
     # revoking that ends exactly these connections (`data_plane.tenancy.identity`).
     identity: str = ""
-    # When that identity stops being valid (a client certificate's notAfter): the tenancy layer
-    # ends the connection then (`data_plane.tenancy.identity_expiry`).
+    # When that identity stops being valid (a client certificate's notAfter, a JWT's exp): the
+    # tenancy layer ends the connection then (`data_plane.tenancy.identity_expiry`).
     valid_until: Any = None  # datetime | None
 
 
