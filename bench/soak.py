@@ -16,6 +16,12 @@ Every `--sample` seconds: the broker's RSS (KiB), open file descriptors, Postgre
 the database (pg_stat_activity), and the messages delivered so far. Growth is judged after a
 warm-up (the first fifth of the run): the mean of the last fifth over the mean of the second
 fifth, for RSS, descriptors and database connections (the target: ≤ 5 %).
+
+`--snapshots DIR --snapshot-every MIN`: run the broker with tracemalloc on (`--trace-frames`
+frames) and ask it (SIGUSR1, `MEMORY_DUMP_DIR`) for a snapshot and a count of live objects by type
+every MIN minutes; at the end, print what grew between consecutive dumps and from the first
+dump after warm-up to the last (allocation sites by traced bytes, object types by count). Traced
+runs are slower: use them to find a leak, not for the RSS figure.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import statistics
 import tempfile
 import time
@@ -158,10 +165,56 @@ def growth(samples: list[dict], key: str) -> float:
     return statistics.mean(s[key] for s in late) / base - 1 if base else 0.0
 
 
+def memory_report(directory: Path, top: int = 12) -> list[str]:
+    """What grew between the broker's memory dumps (tracemalloc snapshots, object counts)."""
+    import tracemalloc
+
+    lines: list[str] = []
+    dumps = sorted(directory.glob("types-*.json"))
+    stamps = [p.stem.split("-", 1)[1] for p in dumps]
+    pairs = list(zip(stamps, stamps[1:], strict=False))
+    if len(stamps) > 3:
+        pairs.append((stamps[1], stamps[-1]))  # first after warm-up to last
+    for before, after in pairs:
+        lines.append(f"== {before} -> {after} ({int(after) - int(before)} s)")
+        old = json.loads((directory / f"types-{before}.json").read_text())
+        new = json.loads((directory / f"types-{after}.json").read_text())
+        grown = sorted(((new.get(k, 0) - old.get(k, 0), k) for k in new), reverse=True)[:top]
+        lines.append("objects: " + ", ".join(f"{k} {d:+d}" for d, k in grown if d))
+        heaps = [directory / f"heap-{stamp}.json" for stamp in (before, after)]
+        if all(p.exists() for p in heaps):
+            old_heap, new_heap = (json.loads(p.read_text()) for p in heaps)
+            lines.append(
+                "native heap: "
+                + ", ".join(
+                    f"{k} {v / 2**20:.1f} MiB ({(v - old_heap.get(k, 0)) / 2**20:+.1f})"
+                    for k, v in new_heap.items()
+                )
+            )
+        a, b = directory / f"snapshot-{before}.pickle", directory / f"snapshot-{after}.pickle"
+        if a.exists() and b.exists():
+            first = tracemalloc.Snapshot.load(str(a))
+            second = tracemalloc.Snapshot.load(str(b))
+            total = sum(s.size for s in second.statistics("filename")) - sum(
+                s.size for s in first.statistics("filename")
+            )
+            lines.append(f"traced bytes {total:+,d}")
+            for stat in second.compare_to(first, "lineno")[:top]:
+                lines.append(f"  {stat}")
+    return lines
+
+
 async def soak(args: argparse.Namespace) -> dict:
     tenant, user = seed()
     objects = Path(tempfile.mkdtemp(prefix="soak-objects-"))
+    dumps = Path(args.snapshots) if args.snapshots else None
+    if dumps is not None:
+        dumps.mkdir(parents=True, exist_ok=True)
+        os.environ["MEMORY_DUMP_DIR"] = str(dumps.resolve())
+        if args.trace_frames:  # 0: object counts and the native heap only, untraced
+            os.environ["PYTHONTRACEMALLOC"] = str(args.trace_frames)
     broker = start_runbroker(archive=True, objects=objects)
+    next_dump = time.monotonic() + 60 * args.snapshot_every
     dsn = database_url()
     counters = Counters()
     stop = asyncio.Event()
@@ -192,8 +245,12 @@ async def soak(args: argparse.Namespace) -> dict:
                 "churned": counters.churned,
                 "client_errors": counters.errors,
                 "cpu_s": round(broker.cpu_seconds(), 1),
+                "load1": round(os.getloadavg()[0], 2),
             }
             samples.append(point)
+            if dumps is not None and time.monotonic() >= next_dump:
+                os.kill(broker.process.pid, signal.SIGUSR1)
+                next_dump += 60 * args.snapshot_every
             if out:
                 out.write(json.dumps(point) + "\n")
                 out.flush()
@@ -207,7 +264,10 @@ async def soak(args: argparse.Namespace) -> dict:
         await asyncio.to_thread(cleanup, tenant)  # Django's ORM is synchronous
         if out:
             out.close()
+    if dumps is not None:
+        print("\n".join(memory_report(dumps)), flush=True)
     return {
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "minutes": round((time.monotonic() - started) / 60, 1),
         "samples": len(samples),
         "published": counters.published,
@@ -235,6 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=20, help="msg/s per publisher")
     parser.add_argument("--churn", type=float, default=0.05, help="seconds between churn clients")
     parser.add_argument("--out", help="also write the samples here (JSON lines)")
+    parser.add_argument("--snapshots", help="trace memory; write the broker's dumps here")
+    parser.add_argument("--snapshot-every", type=float, default=2, help="minutes between dumps")
+    parser.add_argument("--trace-frames", type=int, default=1, help="tracemalloc frames (0: off)")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(soak(args)), indent=1))
 

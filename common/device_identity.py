@@ -264,25 +264,34 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def make_ca(cn: str, *, days: int = 3650):
-    """A self-signed P-256 CA: (certificate, private key)."""
+def make_ca(
+    cn: str,
+    *,
+    days: int = 3650,
+    signer: tuple | None = None,
+    path_length: int | None = 0,
+    not_after: datetime | None = None,
+):
+    """A P-256 CA: (certificate, private key). Self-signed, or an intermediate signed by
+    `signer` = (CA certificate, its key); `path_length` CAs may stand below it (None: any)."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(UTC) - timedelta(minutes=5)
+    issuer, signing_key = (signer[0].subject, signer[1]) if signer else (_name(cn), key)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(cn))
-        .issuer_name(_name(cn))
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now)
-        .not_valid_after(now + timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .not_valid_after(not_after or now + timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
         .add_extension(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False),
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-        .sign(key, _sha256())
+        .sign(signing_key, _sha256())
     )
     return cert, key
 

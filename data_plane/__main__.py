@@ -11,6 +11,7 @@ import logging
 import os
 import resource
 import signal
+import time
 
 from common import logs
 from data_plane.broker.broker import Redirect
@@ -254,15 +255,141 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def _dump_memory() -> None:
-    """SIGUSR1: where memory goes (run with PYTHONTRACEMALLOC=1 for allocation sites)."""
+    """SIGUSR1: where memory goes (run with PYTHONTRACEMALLOC=1 for allocation sites). With
+    MEMORY_DUMP_DIR set, also write the tracemalloc snapshot and a count of live objects by type
+    there (`bench.soak --snapshots` diffs them to find what grows)."""
     import tracemalloc
 
     log = logging.getLogger("data_plane.memory")
+    directory = os.environ.get("MEMORY_DUMP_DIR")
+    if directory:
+        import collections
+        import json
+        from pathlib import Path
+
+        stamp = f"{time.time():.0f}"
+        gc.collect()  # count what is kept, not garbage the collector has yet to reach
+        counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        Path(directory, f"types-{stamp}.json").write_text(json.dumps(dict(counts)))
+        Path(directory, f"heap-{stamp}.json").write_text(json.dumps(_native_heap()))
+        Path(directory, f"closed-{stamp}.txt").write_text(_closed_connections_held())
+        if tracemalloc.is_tracing():
+            tracemalloc.take_snapshot().dump(str(Path(directory, f"snapshot-{stamp}.pickle")))
+        log.warning("memory dump written to %s (%s)", directory, stamp)
+        return
     if not tracemalloc.is_tracing():
         log.warning("start the broker with PYTHONTRACEMALLOC=1 to trace allocations")
         return
     for stat in tracemalloc.take_snapshot().statistics("lineno")[:15]:
         log.warning("%s", stat)
+
+
+def _native_heap() -> dict[str, int]:
+    """Memory outside Python's objects: glibc malloc's arenas (in use, and free but kept: what
+    fragmentation costs), pyarrow's pool (the archive's Parquet writer)."""
+    import ctypes
+    import sys
+
+    heap: dict[str, int] = {}
+    try:
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [
+                (name, ctypes.c_size_t)
+                for name in (
+                    "arena",
+                    "ordblks",
+                    "smblks",
+                    "hblks",
+                    "hblkhd",
+                    "usmblks",
+                    "fsmblks",
+                    "uordblks",
+                    "fordblks",
+                    "keepcost",
+                )
+            ]
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        info = libc.mallinfo2()
+        heap.update(
+            malloc_arena=info.arena,
+            malloc_mmapped=info.hblkhd,
+            malloc_in_use=info.uordblks,
+            malloc_free_kept=info.fordblks,
+        )
+    except (OSError, AttributeError):  # not glibc
+        pass
+    arrow = sys.modules.get("pyarrow")
+    if arrow is not None:
+        heap["pyarrow_allocated"] = arrow.total_allocated_bytes()
+        heap["pyarrow_pool_max"] = arrow.default_memory_pool().max_memory() or 0
+    return heap
+
+
+def _closed_connections_held(sample: int = 10) -> str:
+    """Connections that ended but are still referenced, and by what: a closed connection should
+    be garbage once its socket is gone. For each sampled one, the objects it owns (its parts,
+    their bound methods and closures, its transport) are set apart; what else refers to any of
+    them is what keeps it, tallied with what refers to that in turn."""
+    import types
+
+    from data_plane.broker.connection import MQTTConnection
+
+    closed = [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, MQTTConnection) and o.closing and o not in o.broker.connections
+    ]
+    lines = [f"closed connections alive: {len(closed)}"]
+    plain = (dict, list, tuple, set, types.CellType, types.FunctionType, types.MethodType)
+
+    def owned(conn: object) -> set[int]:
+        mine, stack = set(), [(conn, 0)]
+        while stack:
+            obj, depth = stack.pop()
+            if id(obj) in mine or depth > 6:
+                continue
+            mine.add(id(obj))
+            for child in gc.get_referents(obj):
+                kind = type(child)
+                module = getattr(kind, "__module__", "")
+                part = module.startswith("data_plane.broker") and kind.__name__ not in (
+                    "Session",
+                    "Broker",
+                )
+                if part or isinstance(child, plain) or "Transport" in kind.__name__:
+                    stack.append((child, depth + 1))
+        return mine
+
+    def label(obj: object) -> str:
+        if isinstance(obj, types.MethodType):
+            return f"method {obj.__func__.__qualname__}"
+        if isinstance(obj, types.FunctionType):
+            return f"function {obj.__qualname__}"
+        return type(obj).__qualname__
+
+    tally: dict[str, int] = {}
+    for conn in closed[:sample]:
+        mine = owned(conn)
+        inside = [o for o in gc.get_objects() if id(o) in mine]
+        for obj in inside:
+            for holder in gc.get_referrers(obj):
+                if id(holder) in mine or holder is inside or holder is closed:
+                    continue
+                if isinstance(holder, types.FrameType):
+                    continue
+                above = [
+                    label(h)
+                    for h in gc.get_referrers(holder)
+                    if h is not inside and not isinstance(h, types.FrameType)
+                ][:3]
+                chain = f"{above} -> {label(holder)} -> {label(obj)}"
+                tally[chain] = tally.get(chain, 0) + 1
+        del inside
+    lines += [f"{n:5d}  {chain}" for chain, n in sorted(tally.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines[:40]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:

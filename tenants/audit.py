@@ -8,6 +8,11 @@ each remembering to call it. Who is acting comes from a context variable: the re
 (`AuditActorMiddleware`; DRF sets `request.user` when it authenticates a token, which is read
 only when an entry is written), else the command line.
 
+Bulk writes (`QuerySet.update()`, `bulk_create`, `bulk_update`) send no signals: the audited
+models' managers are `AuditedQuerySet`s, which record one entry per row they touch, the same
+entry a `save()` would have made (`detail.bulk` says which way it came). So a rotation's revoked
+secrets, or any later bulk write, cannot slip past the log.
+
 Secrets never enter an entry: `detail` holds field names and a few safe values, never hashes,
 PEMs or keys.
 """
@@ -20,7 +25,9 @@ import sys
 from collections.abc import Iterable
 from contextvars import ContextVar
 
+from django.db import models, transaction
 from django.db.models import QuerySet
+from django.db.models.expressions import Combinable
 from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest, HttpResponse
 
@@ -39,6 +46,7 @@ _NAMED = {
     "DeviceCertificate": "fingerprint",
     "JwtKey": "kid",
     "Credit": "period",
+    "Invitation": "email",
 }
 # Fields whose change alone is bookkeeping, not a change anyone made.
 _BOOKKEEPING = {"last_used_at", "last_seen_at", "updated_at"}
@@ -202,6 +210,58 @@ def _deleted(sender, instance, **kwargs) -> None:
         action=f"{sender._meta.model_name}.deleted",
         target=target,
     )
+
+
+class AuditedQuerySet(models.QuerySet):
+    """The audited models' queryset: its bulk writes are recorded like saves (no signal tells
+    about them). Bookkeeping-only updates (`last_used_at`...) are not, like with signals."""
+
+    def update(self, **kwargs):
+        if not kwargs or set(kwargs) <= _BOOKKEEPING:
+            return super().update(**kwargs)
+        base = self.model._base_manager.using(self.db)  # a plain manager: no recursion
+        with transaction.atomic(using=self.db):
+            # The rows it will touch (whatever shape this queryset has: values(), distinct()),
+            # locked so the update changes exactly these.
+            rows = list(base.filter(pk__in=self.values("pk")).select_for_update())
+            if not rows:
+                return 0
+            count = base.filter(pk__in=[row.pk for row in rows]).update(**kwargs)
+            for row in rows:
+                for field, value in kwargs.items():
+                    if not isinstance(value, Combinable):  # F() etc.: not known without a read
+                        setattr(row, field, value)
+            _record_bulk(self.model, rows, "updated", sorted(kwargs))
+        return count
+
+    def bulk_create(self, objs, *args, **kwargs):
+        made = super().bulk_create(objs, *args, **kwargs)
+        _record_bulk(self.model, made, "created", None)
+        return made
+
+    def bulk_update(self, objs, fields, *args, **kwargs):
+        objs = list(objs)
+        count = super().bulk_update(objs, fields, *args, **kwargs)
+        if not set(fields) <= _BOOKKEEPING:
+            _record_bulk(self.model, objs, "updated", sorted(fields))
+        return count
+
+
+def _record_bulk(model, rows: list, verb: str, fields: list[str] | None) -> None:
+    name = model._meta.model_name
+    for row in rows:
+        tenant_id, slug = _tenant_of(row)
+        try:
+            target = _target(row)
+        except Exception:  # a row without its related objects: the id will do
+            target = str(row.pk)
+        record(
+            tenant_id=tenant_id,
+            tenant_slug=slug,
+            action=f"{name}.{verb}",
+            target=target,
+            detail={**_detail(row, fields), "bulk": True},
+        )
 
 
 def connect_signals() -> None:

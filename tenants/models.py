@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from common.quota_keys import QUOTA_KEYS
+from tenants.audit import AuditedQuerySet
 
 # Slugs go into MQTT usernames and topic namespaces: keep them boring.
 SLUG_VALIDATOR = RegexValidator(
@@ -74,6 +75,8 @@ class Plan(models.Model):
 
 
 class Tenant(models.Model):
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
     class Status(models.TextChoices):
         ACTIVE = "active"
         SUSPENDED = "suspended"
@@ -104,6 +107,8 @@ class Tenant(models.Model):
 
 
 class Membership(models.Model):
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
     class Role(models.TextChoices):
         OWNER = "owner"
         ADMIN = "admin"
@@ -130,6 +135,8 @@ class Invitation(models.Model):
     """An invitation to join a tenant with a role, accepted by a link carrying `token` (only
     its digest is kept, like API tokens)."""
 
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
     email = models.EmailField()
     role = models.CharField(
@@ -154,6 +161,8 @@ class Invitation(models.Model):
 class ApiToken(models.Model):
     """A bearer token for the REST API, acting as `user` within `tenant`. Only its digest is kept."""
 
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
@@ -166,6 +175,8 @@ class ApiToken(models.Model):
 
 
 class Device(models.Model):
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
     class ClientIdPolicy(models.TextChoices):
         EXACT = "exact"
         ANY = "any"
@@ -232,6 +243,7 @@ class DeviceConnection(models.Model):
 
 
 class Credential(models.Model):
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="credentials")
     secret_hash = models.CharField(max_length=128)
     # SCRAM-SHA-256 verifier of the same secret (common.secrets.scram_verifier): MQTT 5.0
@@ -269,6 +281,8 @@ class Credential(models.Model):
 
 
 class AclRule(models.Model):
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
     class Action(models.TextChoices):
         PUBLISH = "publish"
         SUBSCRIBE = "subscribe"
@@ -294,6 +308,8 @@ class AclRule(models.Model):
 
 class Rule(models.Model):
     """A tenant's data rule: SQL over its message stream plus actions (run by the Spark jobs)."""
+
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rules")
     name = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
@@ -389,6 +405,8 @@ class TenantPlanChange(models.Model):
 
 class Credit(models.Model):
     """An amount an operator grants a tenant, taken off the invoice of `period` (never below 0)."""
+
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="credits")
     period = models.CharField(max_length=7, help_text="YYYY-MM")
@@ -594,6 +612,8 @@ class CaCertificate(models.Model):
     name their device in the subject CN, and the CA names the tenant. A CA belongs to one tenant
     (its fingerprint is unique among the live ones)."""
 
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ca_certificates")
     name = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
     pem = models.TextField()
@@ -619,6 +639,8 @@ class DeviceCertificate(models.Model):
     name its device in the user name (`tenant/device`), so another tenant registering the same
     certificate for itself gains nothing (unique per tenant, not across tenants)."""
 
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="device_certificates")
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="certificates")
     pem = models.TextField()
@@ -641,6 +663,8 @@ class DeviceCertificate(models.Model):
 
 class JwtKey(models.Model):
     """A tenant's public key for device JWTs (the password of `tenant/device`)."""
+
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
 
     class Algorithm(models.TextChoices):
         RS256 = "RS256"

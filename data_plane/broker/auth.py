@@ -6,6 +6,7 @@ The implementations live in `data_plane.tenancy`: from the control plane's table
 
 from __future__ import annotations
 
+import _ssl
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -40,20 +41,43 @@ class AuthResult:
     # How the client proved who it is, when not by secret (`ca:ID`, `cert:ID`, `jwt:ID`):
     # revoking that ends exactly these connections (`data_plane.tenancy.identity`).
     identity: str = ""
+    # When that identity stops being valid (a client certificate's notAfter, a JWT's exp): the
+    # tenancy layer ends the connection then (`data_plane.tenancy.identity_expiry`).
+    valid_until: Any = None  # datetime | None
 
 
 class Authenticator(Protocol):
     async def authenticate(self, connect: Connect, peer: str) -> AuthResult: ...
 
 
-def peer_certificate(transport: Any) -> bytes | None:
-    """The client certificate (DER) the TLS handshake received, if any (mTLS device identity:
-    an authenticator with `accepts_certificates` is given it)."""
+def peer_certificate(transport: Any) -> tuple[bytes, ...] | None:
+    """The client certificate chain (DER, the device's own first, then up to the trust anchor)
+    the TLS handshake verified, if any (mTLS device identity: an authenticator with
+    `accepts_certificates` is given it; intermediates let it find the tenant's registered CA)."""
     get = getattr(transport, "get_extra_info", None)
-    getpeercert = getattr(get("ssl_object") if get is not None else None, "getpeercert", None)
+    ssl_object = get("ssl_object") if get is not None else None
+    getpeercert = getattr(ssl_object, "getpeercert", None)
     if getpeercert is None:  # not TLS
         return None
     try:
-        return getpeercert(binary_form=True)
+        leaf = getpeercert(binary_form=True)
     except (ValueError, ssl.SSLError):  # handshake not complete
         return None
+    if not leaf:
+        return None
+    return _verified_chain(ssl_object) or (leaf,)
+
+
+def _verified_chain(ssl_object: Any) -> tuple[bytes, ...]:
+    """The chain OpenSSL verified: public from Python 3.13, on the private `_sslobj` before
+    (3.10-3.12 have it there); empty where neither exists (then the leaf alone is judged)."""
+    try:
+        public = getattr(ssl_object, "get_verified_chain", None)
+        if public is not None:
+            return tuple(public() or ())
+        private = getattr(getattr(ssl_object, "_sslobj", None), "get_verified_chain", None)
+        if private is None:
+            return ()
+        return tuple(c.public_bytes(_ssl.ENCODING_DER) for c in private() or ())
+    except (ValueError, ssl.SSLError, AttributeError):
+        return ()

@@ -42,7 +42,7 @@ class HandshakeOutlet(Protocol):
     device: str
     loop: asyncio.AbstractEventLoop
     auth: AuthResult | None
-    peer_certificate: bytes | None  # the client certificate (DER) of a TLS connection
+    peer_certificate: tuple[bytes, ...] | None  # a TLS client's verified chain (DER), leaf first
 
     def send(self, data: bytes) -> None: ...
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from common.acl import AclPolicy
-from common.device_identity import IdentityError, looks_like_jwt, verify_jwt
+from common.device_identity import LEEWAY, IdentityError, looks_like_jwt, verify_jwt
 from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import AuthResult
@@ -33,7 +35,7 @@ class PostgresAuthenticator:
         self.trust_anchors = trust_anchors  # the TLS listener asks it for client-cert anchors
 
     async def authenticate(
-        self, connect: Connect, peer: str, certificate: bytes | None = None
+        self, connect: Connect, peer: str, certificate: Sequence[bytes] | bytes | None = None
     ) -> AuthResult:
         address = peer.rsplit(":", 1)[0]
         if self.identities is not None:
@@ -47,11 +49,13 @@ class PostgresAuthenticator:
         )
         return self._result(decision)
 
-    async def _by_certificate(self, connect: Connect, address: str, der: bytes) -> AuthResult:
+    async def _by_certificate(
+        self, connect: Connect, address: str, chain: Sequence[bytes] | bytes
+    ) -> AuthResult:
         if self.directory.by_address.blocked(address):
             return self._result(await self.directory.admit("", "", "", address, None))
         try:
-            who = await identify_certificate(self.identities, der, connect.username)
+            who = await identify_certificate(self.identities, chain, connect.username)
         except IdentityError as exc:
             return self._result(
                 self.directory.refuse(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc))
@@ -64,7 +68,9 @@ class PostgresAuthenticator:
         decision = await self.directory.admit(
             who.tenant, who.device, connect.client_id, address, connect.username
         )
-        return self._result(decision, identity=who.label)
+        result = self._result(decision, identity=who.label)
+        result.valid_until = who.not_after  # the connection ends when the certificate does
+        return result
 
     async def _by_jwt(self, connect: Connect, address: str) -> AuthResult:
         tenant, _, device = (connect.username or "").partition("/")
@@ -84,7 +90,7 @@ class PostgresAuthenticator:
                 ReasonCode.SERVER_UNAVAILABLE, tenant, reason="authentication backend unavailable"
             )
         try:
-            _claims, used = verify_jwt(
+            claims, used = verify_jwt(
                 (connect.password or b"").decode("ascii", "replace"),
                 [key for _id, key in keys],
                 tenant=tenant,
@@ -100,7 +106,10 @@ class PostgresAuthenticator:
         decision = await self.directory.admit(
             tenant, device, connect.client_id, address, connect.username
         )
-        return self._result(decision, identity=f"jwt:{key_id}")
+        result = self._result(decision, identity=f"jwt:{key_id}")
+        # The connection ends when the token does (with the clock skew it was accepted with).
+        result.valid_until = datetime.fromtimestamp(float(claims["exp"]) + LEEWAY, UTC)
+        return result
 
     async def scram_lookup(self, connect: Connect, peer: str) -> tuple[AuthResult, tuple | None]:
         """For SCRAM-SHA-256 (enhanced authentication): the identity and its stored verifier."""

@@ -20,6 +20,7 @@ from data_plane.tenancy import service_identity
 from data_plane.tenancy.credential_watch import CredentialWatch
 from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.identity import IdentityStore, TrustAnchors, end_connections
+from data_plane.tenancy.identity_expiry import IdentityExpiry
 from data_plane.tenancy.notifications import Change, ConfigListener
 from data_plane.tenancy.store import TenantPolicy, TenantStore
 
@@ -78,11 +79,13 @@ class ControlPlaneLink:
         self.listener = ConfigListener(dsn, self.on_change)
         self.live: LiveConnections | None = None
         self.watch: CredentialWatch | None = None
+        self.expiry: IdentityExpiry | None = None
 
     def attach(self, broker) -> None:
         """Act on live connections of `broker`, each tied to the secret it authenticated with."""
         self.live = broker
         self.watch = CredentialWatch(broker, self.directory)
+        self.expiry = IdentityExpiry(broker)  # certificates that expire while connected
 
     async def start(self, live: LiveConnections | None = None) -> None:
         if live is not None:

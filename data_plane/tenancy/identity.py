@@ -7,9 +7,13 @@ vouched for; *which* tenant and device, and whether that is still true (revoked,
 decided here at CONNECT, against the tables:
 
 - a certificate registered by its SHA-256 fingerprint for the device the user name names;
-- otherwise the CA that issued it (matched by subject, checked by signature) names the tenant and
-  the certificate's subject CN the device (a tenant registers a CA only with proof that it holds
-  the CA's key: `tenants.identity.ca_register`).
+- otherwise the registered CA it chains up to names the tenant and the certificate's subject CN
+  the device (a tenant registers a CA only with proof that it holds the CA's key:
+  `tenants.identity.ca_register`). The CA may have signed it directly, or through intermediates
+  the device sends with its certificate (as AWS IoT accepts): the chain is walked up from the
+  device's certificate, each link checked by signature, CA flag, path length and validity, until
+  a CA some tenant registered signed the last one; that CA, and only a registered CA, anchors
+  the chain and says whose device it is. An intermediate nobody registered anchors nothing.
 
 A user name, if the client sends one, must agree (`tenant/device`). A JWT password is checked
 against the tenant's registered keys (`common.device_identity.verify_jwt`).
@@ -23,9 +27,12 @@ from __future__ import annotations
 import logging
 import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from cryptography import x509
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -46,12 +53,18 @@ class CertificateIdentity:
     tenant: str
     device: str
     label: str  # `ca:ID` or `cert:ID`: what revoking ends
+    not_after: datetime  # the earliest notAfter of the chain: the connection ends then
+
+
+# Intermediates between a device certificate and its tenant's registered CA, at most.
+MAX_INTERMEDIATES = 4
 
 
 _CA_SQL = """
-SELECT c.id, t.slug, c.pem
+SELECT c.id, t.slug, c.pem, c.revoked_at IS NOT NULL
   FROM tenants_cacertificate c JOIN tenants_tenant t ON t.id = c.tenant_id
- WHERE c.subject = %s AND c.revoked_at IS NULL
+ WHERE c.subject = %s
+ ORDER BY c.revoked_at IS NOT NULL, c.id
 """
 _DEVICE_CERT_SQL = """
 SELECT c.id, t.slug, d.name, c.not_after
@@ -104,9 +117,10 @@ class IdentityStore:
         self._cache[key] = (now + (self.ttl if rows else self.negative_ttl), rows)
         return rows
 
-    async def cas_named(self, subject: str) -> list[tuple[int, str, ParsedCertificate]]:
+    async def cas_named(self, subject: str) -> list[tuple[int, str, ParsedCertificate, bool]]:
+        """Registered CAs of this subject, live ones first: (id, tenant, CA, revoked)."""
         rows = await self._cached(("ca", subject), _CA_SQL, (subject,))
-        return [(row[0], row[1], parse_certificate(row[2])) for row in rows]
+        return [(row[0], row[1], parse_certificate(row[2]), row[3]) for row in rows]
 
     async def device_certificate(
         self, fingerprint: str, tenant: str, device: str
@@ -130,30 +144,64 @@ class IdentityStore:
 
 
 async def identify_certificate(
-    store: IdentityStore, der: bytes, username: str | None = None
+    store: IdentityStore, chain: bytes | Sequence[bytes], username: str | None = None
 ) -> CertificateIdentity:
-    """Which tenant's device this certificate is, or IdentityError saying why none. A
+    """Which tenant's device this certificate is, or IdentityError saying why none. `chain` is
+    the device's certificate (DER), or the chain the handshake verified, device's first. A
     certificate registered for one device counts only with that device's user name (it proves the
     key, not the tenant: anyone can register a certificate they have seen); a CA-issued one names
     its device by itself (registering a CA needs proof of its key)."""
+    ders = [chain] if isinstance(chain, bytes) else list(chain)
     try:
-        presented = parse_certificate(der)
+        presented = [parse_certificate(der) for der in ders[: MAX_INTERMEDIATES + 2]]
     except IdentityError:
         raise IdentityError("unreadable client certificate") from None
-    check_valid(presented)  # the handshake checked too; the clock may have moved since
+    if not presented:
+        raise IdentityError("no client certificate")
+    leaf = presented[0]
+    check_valid(leaf)  # the handshake checked too; the clock may have moved since
     tenant, _, device = (username or "").partition("/")
     if tenant and device:
-        registered = await store.device_certificate(presented.fingerprint, tenant, device)
+        registered = await store.device_certificate(leaf.fingerprint, tenant, device)
         if registered is not None:
             cert_id, tenant, device = registered
-            return CertificateIdentity(tenant, device, f"cert:{cert_id}")
-    for ca_id, tenant, ca in await store.cas_named(presented.issuer):
-        if issued_by(presented, ca):
-            check_valid(ca)
-            if not presented.common_name:
-                raise IdentityError("the certificate's subject has no CN naming the device")
-            return CertificateIdentity(tenant, presented.common_name, f"ca:{ca_id}")
+            return CertificateIdentity(tenant, device, f"cert:{cert_id}", leaf.not_after)
+    if not leaf.common_name:
+        raise IdentityError("the certificate's subject has no CN naming the device")
+    path = [leaf]  # the device's certificate, then the intermediates that signed each link
+    for above in [*presented[1:], None]:
+        current = path[-1]
+        for ca_id, tenant, ca, revoked in await store.cas_named(current.issuer):
+            if issued_by(current, ca) and _may_sign(ca, len(path) - 1):
+                if revoked:  # a tenant revoked this CA: what it signed is refused, even if a
+                    # CA above it is still registered (live registrations come first)
+                    raise IdentityError("the certificate chains through a revoked CA")
+                check_valid(ca)
+                not_after = min(c.not_after for c in (*path, ca))
+                return CertificateIdentity(tenant, leaf.common_name, f"ca:{ca_id}", not_after)
+        # Not a registered CA's: the next certificate sent must be the CA that signed this one.
+        if above is None or len(path) > MAX_INTERMEDIATES:
+            break
+        if not issued_by(current, above) or not _may_sign(above, len(path) - 1):
+            break
+        check_valid(above)
+        path.append(above)
     raise IdentityError("client certificate not registered by any tenant (CA or fingerprint)")
+
+
+def _may_sign(ca: ParsedCertificate, intermediates_below: int) -> bool:
+    """`ca` may sign a certificate with this many CA certificates below it (RFC 5280: a CA, with
+    keyCertSign if it says how its key is used, within its pathLenConstraint)."""
+    if not ca.is_ca:
+        return False
+    extensions = ca.certificate.extensions
+    try:
+        if not extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign:
+            return False
+    except x509.ExtensionNotFound:
+        pass
+    limit = extensions.get_extension_for_class(x509.BasicConstraints).value.path_length
+    return limit is None or intermediates_below <= limit
 
 
 class TrustAnchors:

@@ -72,11 +72,15 @@ class UsageMeter:
         self._minutes: dict[tuple[str, int], MinuteUsage] = {}
         self._connected: dict[str, int] = defaultdict(int)
         self._accounted_until = clock()
-        # Open connections for connection-minutes: key -> (tenant, next charge time), and a heap
-        # of (next charge, tiebreak, key) so a tick only looks at the connections that are due.
-        self._open: dict[Any, tuple[str, float]] = {}
-        self._due: list[tuple[float, int, Any]] = []
-        self._tiebreak = itertools.count()
+        # Open connections for connection-minutes: key -> (tenant, next charge time, token), and
+        # a heap of (next charge, token) so a tick only looks at the connections that are due.
+        # The heap holds tokens, never the keys (connections): a closed connection's entry stays
+        # in the heap until its minute is up, and must not keep the connection alive meanwhile
+        # (at 1,000 closes a second that would pin 60,000 dead connections).
+        self._open: dict[Any, tuple[str, float, int]] = {}
+        self._keys: dict[int, Any] = {}  # token -> key, for open connections only
+        self._due: list[tuple[float, int]] = []
+        self._tokens = itertools.count()
 
     def _current(self, tenant: str) -> MinuteUsage:
         key = (tenant, int(self._clock() // 60) * 60)
@@ -120,14 +124,17 @@ class UsageMeter:
     def connection_opened(self, key: Any, tenant: str) -> None:
         now = self._clock()
         self._charge_minute(tenant, now)
-        self._open[key] = (tenant, now + 60)
-        heapq.heappush(self._due, (now + 60, next(self._tiebreak), key))
+        token = next(self._tokens)
+        self._open[key] = (tenant, now + 60, token)
+        self._keys[token] = key
+        heapq.heappush(self._due, (now + 60, token))
 
     def connection_closed(self, key: Any) -> None:
         entry = self._open.pop(key, None)
         if entry is None:
             return
-        tenant, due = entry
+        tenant, due, token = entry
+        del self._keys[token]
         now = self._clock()
         while due < now:  # minutes begun since the last tick (a minute begun is a minute billed)
             self._charge_minute(tenant, due)
@@ -136,16 +143,17 @@ class UsageMeter:
     def _charge_open_connections(self) -> None:
         now = self._clock()
         while self._due and self._due[0][0] <= now:
-            due, _, key = heapq.heappop(self._due)
-            entry = self._open.get(key)
+            due, token = heapq.heappop(self._due)
+            key = self._keys.get(token)
+            entry = self._open.get(key) if key is not None else None
             if entry is None or entry[1] != due:
                 continue  # closed, or already charged past this point
             tenant = entry[0]
             while due <= now:
                 self._charge_minute(tenant, due)
                 due += 60
-            self._open[key] = (tenant, due)
-            heapq.heappush(self._due, (due, next(self._tiebreak), key))
+            self._open[key] = (tenant, due, token)
+            heapq.heappush(self._due, (due, token))
 
     def dropped(self, tenant: str, cause: str, count: int = 1) -> None:
         self._current(tenant).dropped[cause] += count

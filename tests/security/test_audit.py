@@ -196,3 +196,58 @@ def test_portal_security_headers_and_cookie_flags(tenants, client):
         timeout=60,
     )
     assert production.stdout.split() == ["True", "True", "True", "True"], production.stderr
+
+
+def test_bulk_writes_are_recorded_like_saves(tenants, client):
+    """`QuerySet.update()` and `bulk_create` send no signals: a rotation's revoked secrets, the
+    expiry sweep and any other bulk write must still reach the owner's log (API, CSV, portal),
+    and only that owner's."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants.models import AclRule, Credential
+
+    acme, owner_user, acme_token, evil, evil_token = tenants
+    owner = token_client(acme_token, "203.0.113.7")
+    assert owner.post("/api/v1/devices", {"name": "sensor-1"}, format="json").status_code == 201
+    device = Device.objects.get(tenant=acme, name="sensor-1")
+    path = "/api/v1/devices/sensor-1/credentials"
+    first = owner.post(path, {"grace_seconds": 0}, format="json").json()["id"]
+    second = owner.post(path, {"grace_seconds": 0}, format="json").json()["id"]
+    assert Credential.objects.get(id=first).revoked_at is not None  # revoked in bulk
+    revoked = [
+        e
+        for e in owner.get("/api/v1/audit?limit=100").json()["results"]
+        if e["action"] == "credential.updated" and e["target"] == f"sensor-1/{first}"
+    ]
+    assert revoked, "the secret the rotation revoked is not in the audit log"
+    assert revoked[0]["detail"]["fields"] == ["revoked_at"] and revoked[0]["detail"]["revoked_at"]
+    assert revoked[0]["actor"] == "owner@acme.io" and revoked[0]["address"] == "203.0.113.7"
+    # The expiry sweep (Celery, no request): a bulk update by the system.
+    Credential.objects.filter(id=second).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert services.credentials_expire() == 1
+    swept = AuditEntry.objects.filter(
+        tenant_id=acme.id, action="credential.updated", target=f"sensor-1/{second}"
+    )
+    assert any(e.detail.get("fields") == ["revoked_at"] and e.via == "system" for e in swept)
+    # Any other bulk write of an audited model: update() and bulk_create().
+    Device.objects.filter(tenant=acme).update(enabled=False)
+    AclRule.objects.bulk_create(
+        [AclRule(tenant=acme, action="publish", permission="deny", topic="secret/#")]
+    )
+    rows = list(csv.DictReader(io.StringIO(owner.get("/api/v1/audit.csv").content.decode())))
+    disabled = [r for r in rows if r["action"] == "device.updated" and r["target"] == "sensor-1"]
+    assert any(json.loads(r["detail"]).get("enabled") is False for r in disabled)
+    assert any(r["action"] == "aclrule.created" and r["target"] == "secret/#" for r in rows)
+    assert any(r["target"] == f"sensor-1/{first}" and "revoked_at" in r["detail"] for r in rows)
+    # The portal shows them to the owner, with what changed.
+    client.force_login(owner_user)
+    page = client.get("/audit/").content.decode()
+    assert f"sensor-1/{first}" in page and "revoked_at" in page and "secret/#" in page
+    # Bookkeeping is not a change anyone made; the other tenant sees none of it.
+    before = AuditEntry.objects.count()
+    Device.objects.filter(id=device.id).update(last_seen_at=timezone.now())
+    assert AuditEntry.objects.count() == before
+    theirs = token_client(evil_token, "198.51.100.9").get("/api/v1/audit.csv").content.decode()
+    assert "sensor-1" not in theirs and "secret/#" not in theirs

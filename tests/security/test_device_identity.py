@@ -30,9 +30,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @contextmanager
-def tls_broker(directory: Path) -> Iterator[dict[str, int]]:
+def tls_broker(directory: Path, *, wss: bool = False) -> Iterator[dict[str, int]]:
     """A broker on the test database with a TLS listener (server certificate from a CA of our
-    own): its ports by listener name."""
+    own; `wss`: secure WebSocket too, and metrics): its ports by listener name."""
     ca, ca_key = make_ca("broker test CA")
     server, server_key = make_leaf("localhost", ca, ca_key, server_names=["localhost", "127.0.0.1"])
     (directory / "server-ca.pem").write_text(pem_of(ca))
@@ -42,6 +42,10 @@ def tls_broker(directory: Path) -> Iterator[dict[str, int]]:
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     tls = ["--tls-port", "0", "--tls-cert", str(directory / "server.pem")]
     tls += ["--tls-key", str(directory / "server.key"), "--log-level", "INFO"]
+    wanted = {"mqtt", "ws", "mqtts"}
+    if wss:
+        tls += ["--wss-port", "0", "--metrics-port", "0"]
+        wanted |= {"wss", "metrics"}
     process = subprocess.Popen(
         data_plane_command(port=0, ws_port=0, database_url=url, extra=tls),
         cwd=settings.BASE_DIR,
@@ -50,7 +54,7 @@ def tls_broker(directory: Path) -> Iterator[dict[str, int]]:
     )
     ports: dict[str, int] = {}
     try:
-        while not {"mqtt", "ws", "mqtts"} <= set(ports):
+        while not wanted <= set(ports):
             line = process.stdout.readline()
             assert line, "broker exited"
             if line.startswith("LISTENING"):
