@@ -18,6 +18,7 @@ from typing import Any
 from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
+from data_plane.broker import refused
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.hooks import Hooks
@@ -341,10 +342,14 @@ class Broker:
         broker's `$` topics, within the device's ACL and the tenant's retained quota."""
         if will.topic[:1] == "$" or too_deep(will.topic):
             self.stats[will.tenant].denied += 1
+            refused.will(self, session, will, "acl_denied", ReasonCode.NOT_AUTHORIZED, "will topic")
             return NOTHING
         acl = session.acl if session is not None else None
         if acl is not None and not acl.can_publish(will.topic):
             self.stats[will.tenant].denied += 1
+            # Told to operators like any refusal (the ACL may have changed since CONNECT).
+            reason = f"will {will.topic[:256]!r} not authorized"
+            refused.will(self, session, will, "acl_denied", ReasonCode.NOT_AUTHORIZED, reason)
             return NOTHING
         quota = session.quota if session is not None else None
         if will.retain and will.payload and quota:
@@ -355,6 +360,9 @@ class Broker:
                 and not self.retained.has(will.tenant, will.topic)
             ):
                 self.quota_exceeded(will.tenant, "retained")
+                refused.will(
+                    self, session, will, "quota_exceeded", ReasonCode.QUOTA_EXCEEDED, "retained"
+                )
                 return NOTHING
         return self.publish(will)
 
