@@ -18,6 +18,7 @@ from typing import Any
 from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
+from common.service_token import TENANT_CLIENT_PREFIXES, is_platform_client
 from data_plane.broker import refused
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.enhanced_auth import Method, ScramSha256
@@ -183,7 +184,11 @@ class Broker:
         stats = self.stats[tenant]
         stats.messages_received += 1
         stats.bytes_received += len(message.payload)
-        billed = message.publisher[:1] != "$"
+        # Devices' client ids never start with `$`; of the `$` ones only the browser client's
+        # (`$console-…`, `$viewer-…`) are the tenant's traffic (common.service_token).
+        billed = message.publisher[:1] != "$" or message.publisher.startswith(
+            TENANT_CLIENT_PREFIXES
+        )
         if billed:
             stats.message_units += message.billable_units()
         else:
@@ -249,8 +254,9 @@ class Broker:
         stats = self.stats[session.tenant]
         stats.messages_sent += 1
         stats.bytes_sent += size
-        # Service identities' client ids start with `$` (devices may not): not the tenant's traffic.
-        if delivery.message.publisher[:1] == "$" or session.client_id[:1] == "$":
+        # Platform identities' client ids start with `$` (devices may not): not the tenant's
+        # traffic; the browser client's (`$console-…`, `$viewer-…`) is (common.service_token).
+        if is_platform_client(delivery.message.publisher) or is_platform_client(session.client_id):
             stats.system_sent += 1
             stats.system_bytes_sent += size
         else:
