@@ -179,7 +179,7 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # received, each delivery sent, each retained message stored, each CONNECT and SUBSCRIBE (size =
 # payload + topic + properties); `connection_minutes` each minute a connection was open (partial
 # minutes round up, per connection); `rules_triggered` 5 KiB increments of messages a rule
-# evaluated; `actions_executed` actions run; `storage_byte_hours` an hourly sample of bytes stored
+# evaluated (sized the same way: payload + topic + properties); `actions_executed` actions run; `storage_byte_hours` an hourly sample of bytes stored
 # (retained, queued, archive), so a sample of B bytes adds B byte-hours. The plain counts
 # (publishes_in, deliveries_out, bytes_in, bytes_out, dropped) are for charts, not for pricing.
 #
