@@ -187,8 +187,9 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # one writer, rows sorted by (tenant, minute), the hour being the rows' minutes', so a late row
 # lands in its own month's folders). Writers: a broker `{host}-{pid}-{random}` (data_plane/storage/
 # usage_log.py: messages, connection_minutes and the plain counts), the rules job `rules-live` /
-# `rules-backfill` (rules_triggered, actions_executed; the control plane adds the `rules-`
-# segments to its usage table for the charts), and the control plane's hourly storage sampler
+# `rules-backfill` (rules_triggered, actions_executed), the control plane's dead-letter replay
+# `rules-replay.{random}` (actions_executed, one segment per replay) — the control plane adds the
+# `rules-` segments to its usage table for the charts —, and the control plane's hourly storage sampler
 # `storage` (tenants/storage_usage.py: storage_byte_hours, one row per tenant at the hour's
 # start, in the one segment `storage-0000000000.parquet` of that hour: written once, so an hour
 # is never sampled twice). Stored bytes = retained + queued messages (payload + topic +

@@ -565,7 +565,8 @@ def rule_dead_letters_replay(
     """Re-send the rule's webhook dead letters (oldest first, up to REPLAY_BATCH) through the
     same webhook call the jobs make (`common.webhook`), signed with the secret the rule holds
     now for that URL. A delivered letter is deleted; one that fails again stays, with its
-    attempts and error updated; one whose URL the rule no longer has stays (`orphaned`)."""
+    attempts and error updated; one whose URL the rule no longer has stays (`orphaned`). The calls
+    made are metered as `actions_executed` in the usage log (`billing.actions_replayed_record`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from common.webhook import post_signed
@@ -599,6 +600,10 @@ def rule_dead_letters_replay(
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(send, sendable))
+    # Each call made is an action executed, delivered or not (as the rules job meters them).
+    from tenants.billing import actions_replayed_record
+
+    actions_replayed_record(rule.tenant.slug, len(sendable))
     delivered = failed = 0
     for (letter, _), result in zip(sendable, results, strict=True):
         if result.ok:
