@@ -11,8 +11,11 @@ in A-B-B-A order (on, off, off, on) so drift on a shared machine lands on both s
 - connects/s (all CONNACKs of a round) and disconnects/s (until the broker has let every
   connection go, as its `tenants_deviceconnection` rows or, without presence, the socket closes
   tell),
+- how long the broker takes to handle the disconnects (a fresh CONNECT sent after them is
+  answered once it has read them all),
 - with presence on, the catch-up lag: after the last CONNACK, how long until every connection
-  has its row; after the last DISCONNECT, how long until none has.
+  has its row; after the DISCONNECTs were sent, how long until none has (the broker's own
+  handling included: when its hooks saw the last one is reported beside it).
 
 Beside them, Mosquitto's connect rate with the same users in a password file, for scale (it
 writes no presence anywhere). Uses the embedded cluster (or DATABASE_URL) and a scratch tenant
@@ -40,6 +43,12 @@ from common.processes import data_plane_command
 _ROWS = """
 SELECT count(*) FROM tenants_deviceconnection c JOIN tenants_tenant t ON t.id = c.tenant_id
  WHERE t.slug = %s
+"""
+
+
+_LAST_SEEN = """
+SELECT extract(epoch FROM max(d.last_disconnected_at))::float8 FROM tenants_device d
+  JOIN tenants_tenant t ON t.id = d.tenant_id WHERE t.slug = %s
 """
 
 
@@ -89,12 +98,24 @@ async def storm_round(
     connect_s = time.perf_counter() - started
     out = {"connects_per_s": len(users) / connect_s}
     if db is not None:
-        out["lag_up_s"] = await _rows_reach(db, len(users))
-    started = time.perf_counter()
+        out["lag_up_s"] = await _rows_reach(db, len(users))  # from the last CONNACK
+    started, wall_started = time.perf_counter(), time.time()
     close_all(list(clients))
+    # The broker's own share: a fresh CONNECT sent after every DISCONNECT is answered once the
+    # broker has read them (one event loop), so its CONNACK marks the disconnects handled.
+    user, secret = next(iter(users.items()))
+    canary = await connect("127.0.0.1", broker.port, stats, "canary", user, secret)
+    out["broker_drain_s"] = time.perf_counter() - started
+    close_all([canary])
     if db is not None:
-        out["lag_down_s"] = await _rows_reach(db, 0)
-        out["disconnects_per_s"] = len(users) / (time.perf_counter() - started)
+        await _rows_reach(db, 0)
+        out["lag_down_s"] = time.perf_counter() - started  # from the DISCONNECTs sent
+        out["disconnects_per_s"] = len(users) / out["lag_down_s"]
+        # When the broker's hook saw the last disconnect (the time presence records with it):
+        # what is left of the lag is presence's own.
+        cursor = await db.execute(_LAST_SEEN, (TENANT,))
+        (last,) = await cursor.fetchone()
+        out["hooks_done_s"] = last - wall_started
     else:
         await asyncio.sleep(0.5)
     return out
@@ -120,7 +141,9 @@ async def run(dsn: str, users: dict[str, str], rounds: int) -> list[str]:
         line = (
             f"presence {'on ' if presence else 'off'}  connects/s cold "
             f"{statistics.mean(r['connects_per_s'] for r in cold):>7,.0f}  warm median "
-            f"{statistics.median(r['connects_per_s'] for r in warm):>7,.0f}"
+            f"{statistics.median(r['connects_per_s'] for r in warm):>7,.0f}  broker handled "
+            f"the disconnects in (median) "
+            f"{statistics.median(r['broker_drain_s'] for r in results[presence]) * 1000:,.0f} ms"
         )
         if presence:
             line += (
@@ -129,9 +152,11 @@ async def run(dsn: str, users: dict[str, str], rounds: int) -> list[str]:
                 f"  catch-up after the last CONNACK median "
                 f"{statistics.median(r['lag_up_s'] for r in results[presence]) * 1000:,.0f} ms"
                 f" (max {max(r['lag_up_s'] for r in results[presence]) * 1000:,.0f})"
-                f", after the last DISCONNECT median "
+                f", after the DISCONNECTs median "
                 f"{statistics.median(r['lag_down_s'] for r in results[presence]) * 1000:,.0f} ms"
-                f" (max {max(r['lag_down_s'] for r in results[presence]) * 1000:,.0f})"
+                f" (max {max(r['lag_down_s'] for r in results[presence]) * 1000:,.0f}), of which "
+                f"the broker's hooks took (median) "
+                f"{statistics.median(r['hooks_done_s'] for r in results[presence]) * 1000:,.0f} ms"
             )
         lines.append(line)
     mosquitto = start_mosquitto_with_passwords(users)

@@ -182,7 +182,8 @@ async def run(args: argparse.Namespace) -> None:
 
         presence = None
         if not args.no_presence:
-            presence = Presence(server.broker, link.pool)  # the portal's device page reads it
+            # The portal's device page reads it; written on its own connection (see control).
+            presence = Presence(server.broker, link.presence_pool)
             presence.start()
         persistence.release_wills()
     # What start-up built (modules, pools, caches) lives as long as the process: keep it out
