@@ -348,7 +348,8 @@ class Broker:
         broker's `$` topics, within the device's ACL and the tenant's retained quota."""
         if will.topic[:1] == "$" or too_deep(will.topic):
             self.stats[will.tenant].denied += 1
-            refused.will(self, session, will, "acl_denied", ReasonCode.NOT_AUTHORIZED, "will topic")
+            reason = f"will {will.topic[:256]!r} not allowed (a `$` topic, or too deep)"
+            refused.will(self, session, will, "acl_denied", ReasonCode.NOT_AUTHORIZED, reason)
             return NOTHING
         acl = session.acl if session is not None else None
         if acl is not None and not acl.can_publish(will.topic):

@@ -98,7 +98,9 @@ class _Gone:
         self.peer = getattr(conn, "peer", "") if conn is not None else ""
 
 
-def will(broker: Any, session: Any, will_message: Any, kind: str, reason_code: int, reason: str):
+def will(
+    broker: Any, session: Any, will_message: Any, kind: str, reason_code: int, reason: str
+) -> None:
     """A will refused when it goes out (the ACL or the retained quota as they stand then; the
     connection may be long gone)."""
     _tell(_Gone(broker, session, will_message), kind, reason_code, reason)
