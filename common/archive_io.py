@@ -484,21 +484,22 @@ def compact_due(
 # -- what the archive stores per tenant (the storage sampler's archive bytes) -------------------
 
 
-def archive_bytes_by_tenant(store: ObjectStore) -> dict[str, int]:
+def archive_bytes_by_tenant(
+    store: ObjectStore, history: dict[str, int] | None = None
+) -> dict[str, int]:
     """Bytes of the object store each tenant's archive occupies now.
 
     - History (`archive/tenant={slug}/…`: compacted parts and version 1 segments) is the
       tenant's alone: every object's size counts in full. (Parts an interrupted compaction left
-      behind count until the next run overwrites them; they are rare and short-lived.)
+      behind count until the next run overwrites them; they are rare and short-lived.) Listed
+      here in full unless the caller has the totals (`history`: the storage sampler keeps them
+      incrementally, `tenants.storage_usage.HistoryIndex`).
     - Live segments hold every tenant of a broker. Those an hour's `_COMPACTED` marker names are
       already in history (and about to be deleted): not counted, so nothing counts twice. Each
       other segment's size is shared among its tenants in proportion to their rows (only the
       `tenant` column is read: it is dictionary-encoded and small).
     """
-    totals: dict[str, int] = {}
-    for key, size in store.sizes(f"{ARCHIVE_PREFIX}/tenant=").items():
-        tenant = key.split("/", 2)[1].removeprefix("tenant=")
-        totals[tenant] = totals.get(tenant, 0) + size
+    totals = dict(history) if history is not None else history_bytes_by_tenant(store)
     live = store.sizes(f"{LIVE_PREFIX}/")
     by_hour = _group_by_hour(live)
     for hour, keys in sorted(by_hour.items()):
@@ -521,6 +522,16 @@ def archive_bytes_by_tenant(store: ObjectStore) -> dict[str, int]:
             shares = _split(live[key], {c["values"]: c["counts"] for c in counts}, total_rows)
             for tenant, share in shares.items():
                 totals[tenant] = totals.get(tenant, 0) + share
+    return totals
+
+
+def history_bytes_by_tenant(store: ObjectStore, start_after: str = "") -> dict[str, int]:
+    """Per tenant, the bytes of its history objects (all of them: one listing of the history
+    prefix, after `start_after` if given)."""
+    totals: dict[str, int] = {}
+    for key, size in store.sizes(f"{ARCHIVE_PREFIX}/tenant=", start_after).items():
+        tenant = key.split("/", 2)[1].removeprefix("tenant=")
+        totals[tenant] = totals.get(tenant, 0) + size
     return totals
 
 

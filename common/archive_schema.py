@@ -179,7 +179,7 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # received, each delivery sent, each retained message stored, each CONNECT and SUBSCRIBE (size =
 # payload + topic + properties); `connection_minutes` each minute a connection was open (partial
 # minutes round up, per connection); `rules_triggered` 5 KiB increments of messages a rule
-# evaluated; `actions_executed` actions run; `storage_byte_hours` an hourly sample of bytes stored
+# evaluated (sized the same way: payload + topic + properties); `actions_executed` actions run; `storage_byte_hours` an hourly sample of bytes stored
 # (retained, queued, archive), so a sample of B bytes adds B byte-hours. The plain counts
 # (publishes_in, deliveries_out, bytes_in, bytes_out, dropped) are for charts, not for pricing.
 #
@@ -187,8 +187,9 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # one writer, rows sorted by (tenant, minute), the hour being the rows' minutes', so a late row
 # lands in its own month's folders). Writers: a broker `{host}-{pid}-{random}` (data_plane/storage/
 # usage_log.py: messages, connection_minutes and the plain counts), the rules job `rules-live` /
-# `rules-backfill` (rules_triggered, actions_executed; the control plane adds the `rules-`
-# segments to its usage table for the charts), and the control plane's hourly storage sampler
+# `rules-backfill` (rules_triggered, actions_executed), the control plane's dead-letter replay
+# `rules-replay.{random}` (actions_executed, one segment per replay) — the control plane adds the
+# `rules-` segments to its usage table for the charts —, and the control plane's hourly storage sampler
 # `storage` (tenants/storage_usage.py: storage_byte_hours, one row per tenant at the hour's
 # start, in the one segment `storage-0000000000.parquet` of that hour: written once, so an hour
 # is never sampled twice). Stored bytes = retained + queued messages (payload + topic +

@@ -27,7 +27,7 @@ class ObjectStore(Protocol):
 
     def list(self, prefix: str = "") -> list[str]: ...
 
-    def sizes(self, prefix: str = "") -> dict[str, int]: ...
+    def sizes(self, prefix: str = "", start_after: str = "") -> dict[str, int]: ...
 
 
 class ObjectNotFound(KeyError):
@@ -75,9 +75,14 @@ class LocalObjectStore:
                     keys.append(key)
         return sorted(keys)
 
-    def sizes(self, prefix: str = "") -> dict[str, int]:
-        """Each key under `prefix` and its size in bytes (what the storage sampler meters)."""
-        return {key: self._path(key).stat().st_size for key in self.list(prefix)}
+    def sizes(self, prefix: str = "", start_after: str = "") -> dict[str, int]:
+        """Each key under `prefix` (and after `start_after`, as S3's StartAfter) and its size in
+        bytes (what the storage sampler meters)."""
+        return {
+            key: self._path(key).stat().st_size
+            for key in self.list(prefix)
+            if not start_after or key > start_after
+        }
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -119,13 +124,15 @@ class S3ObjectStore:
             keys.extend(item["Key"][strip:] for item in page.get("Contents", []))
         return sorted(keys)
 
-    def sizes(self, prefix: str = "") -> dict[str, int]:
-        """Each key under `prefix` and its size in bytes, from the listing (no object is read)."""
+    def sizes(self, prefix: str = "", start_after: str = "") -> dict[str, int]:
+        """Each key under `prefix` (and after `start_after`: S3 starts the listing there, so the
+        keys before it cost nothing) and its size in bytes, from the listing (no object read)."""
         full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
         strip = len(self.prefix) + 1 if self.prefix else 0
         sizes: dict[str, int] = {}
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+        extra = {"StartAfter": self._key(start_after)} if start_after else {}
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=full, **extra):
             for item in page.get("Contents", []):
                 sizes[item["Key"][strip:]] = int(item["Size"])
         return sizes

@@ -1,12 +1,18 @@
-"""Tokens of the internal service identities, shared by whoever signs them and the broker.
+"""Tokens of the identities the platform signs, shared by whoever signs them and the broker.
 
-Two identities live in a tenant's namespace without being one of its devices:
+Two platform identities live in a tenant's namespace without being one of its clients (not
+counted, metered or limited):
 
 - `{tenant}/$portal`, client id `$portal-…`: the portal's live views; subscribes, never publishes.
 - `{tenant}/$rules`, client id `$rules-…`: the rule jobs' republish action; publishes inside its
   tenant, never subscribes.
-- `{tenant}/$console`, client id `$console-…`: the portal's MQTT client in the browser, for a
-  member who may write; publishes to and subscribes within its tenant's application topics.
+
+Two more are the portal's MQTT client in the browser, driven by a person: their traffic is the
+tenant's own, like a device's — metered (messages, connection-minutes), counted against its
+quotas and rate limits and held to its ACL (as a device named `$console` / `$viewer`):
+
+- `{tenant}/$console`, client id `$console-…`: for a member who may write.
+- `{tenant}/$viewer`, client id `$viewer-…`: for a member who may only read (never publishes).
 
 A token is `v1.{expires}.{hex HMAC-SHA256(key, tenant \\n client id \\n expires)}` under the key the
 signers share with the brokers (`MQTT_SERVICE_KEY`, or the embedded default file
@@ -30,8 +36,25 @@ DEFAULT_KEY_FILE = Path(__file__).resolve().parents[1] / ".data" / "service-key"
 PORTAL_DEVICE = "$portal"
 RULES_DEVICE = "$rules"
 CONSOLE_DEVICE = "$console"
-# The device name each identity connects as, and the client id prefix it must use.
-CLIENT_PREFIXES = {PORTAL_DEVICE: "$portal-", RULES_DEVICE: "$rules-", CONSOLE_DEVICE: "$console-"}
+VIEWER_DEVICE = "$viewer"
+# The device name each identity connects as, and the client id prefix it must use (no prefix is
+# a prefix of another: a token names its identity through its client id).
+CLIENT_PREFIXES = {
+    PORTAL_DEVICE: "$portal-",
+    RULES_DEVICE: "$rules-",
+    CONSOLE_DEVICE: "$console-",
+    VIEWER_DEVICE: "$viewer-",
+}
+# The browser client's identities: tenant traffic, not the platform's.
+TENANT_DEVICES = frozenset({CONSOLE_DEVICE, VIEWER_DEVICE})
+TENANT_CLIENT_PREFIXES = tuple(CLIENT_PREFIXES[device] for device in sorted(TENANT_DEVICES))
+
+
+def is_platform_client(client_id: str) -> bool:
+    """Whether traffic from / to this client id is the platform's own (`$events`, `$SYS`, the
+    portal's live views, the rules' republish), which usage metering leaves out. Devices may not
+    take `$` client ids; the browser client's (`$console-…`, `$viewer-…`) are the tenant's."""
+    return client_id[:1] == "$" and not client_id.startswith(TENANT_CLIENT_PREFIXES)
 
 
 def load_key() -> bytes:

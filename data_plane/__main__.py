@@ -44,6 +44,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--archive-segment-age", type=float, help=argparse.SUPPRESS)  # v1's
     parser.add_argument("--no-archive", action="store_true", help="archive nothing")
     parser.add_argument(
+        "--no-presence",
+        action="store_true",
+        help="write no connection presence (the portal's online state): for benchmarks",
+    )
+    parser.add_argument(
         "--large-payload-threshold",
         type=int,
         default=256 * 1024,
@@ -216,8 +221,11 @@ async def run(args: argparse.Namespace) -> None:
         observers.start()
         from data_plane.tenancy.presence import Presence
 
-        presence = Presence(server.broker, link.pool)  # the portal's device page reads it
-        presence.start()
+        presence = None
+        if not args.no_presence:
+            # The portal's device page reads it; written on its own connection (see control).
+            presence = Presence(server.broker, link.presence_pool)
+            presence.start()
         persistence.release_wills()
     # What start-up built (modules, pools, caches) lives as long as the process: keep it out
     # of the collector's full passes, which otherwise rescan it while messages flow.

@@ -468,6 +468,41 @@ ON CONFLICT (tenant_id, minute) DO UPDATE SET
   actions_executed = tenants_usage.actions_executed + EXCLUDED.actions_executed
 """
 ROLLUP_WRITER_PREFIX = "rules-"
+# Dead letters replayed from the API or the portal (`services.rule_dead_letters_replay`): each
+# webhook call is an action executed, as when the rules job makes it. A `rules-` writer, so the
+# rollup below adds it to the charts like the job's own rows.
+REPLAY_WRITER = "rules-replay"
+
+
+def actions_replayed_record(
+    tenant: str, calls: int, *, store: Any = None, now: Any = None
+) -> str | None:
+    """Meter `calls` replayed webhook calls of `tenant` as `actions_executed` in the usage log
+    (the bill's source), in the minute they were made: one segment per replay, under a writer
+    name of its own (rows are immutable; two replays never share a key). Returns its key."""
+    import io
+    import secrets
+    from datetime import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from common.archive_schema import USAGE_SCHEMA, usage_segment_key
+    from common.object_store import open_object_store
+
+    if calls <= 0:
+        return None
+    store = store or open_object_store()
+    now = now or datetime.now(UTC)
+    minute = now.replace(second=0, microsecond=0)
+    row: dict[str, Any] = {name: 0 for name in USAGE_SCHEMA.names}
+    row.update(tenant=tenant, minute=minute, writer=REPLAY_WRITER, actions_executed=calls)
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist([row], schema=USAGE_SCHEMA), sink, compression="zstd")
+    writer = f"{REPLAY_WRITER}.{secrets.token_hex(6)}"
+    key = usage_segment_key(int(minute.timestamp() * 1000), writer, 0)
+    store.put(key, sink.getvalue())
+    return key
 
 
 def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:

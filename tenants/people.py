@@ -4,7 +4,9 @@ embedded default prints it to the console and production sends it over SMTP (`EM
 
 from __future__ import annotations
 
+import logging
 import re
+import smtplib
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -24,6 +26,7 @@ from django.utils.http import urlsafe_base64_encode
 from common import secrets
 from tenants.models import ApiToken, Invitation, Membership, Tenant
 
+log = logging.getLogger(__name__)
 INVITATION_TTL = timedelta(days=7)
 EMAIL_PATTERN = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
@@ -39,7 +42,22 @@ def invitation_digest(token: str) -> str:
     return secrets.api_token_digest(token)
 
 
-@transaction.atomic
+class MailNotSent(Exception):
+    """The invitation is saved (and can be sent again: `invitation_resend`), but the mail server
+    did not take the email. `str()` names the problem for the person who invited."""
+
+    def __init__(self, invitation: Invitation, cause: BaseException) -> None:
+        self.invitation = invitation
+        self.cause = cause
+        server = f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}" if settings.EMAIL_HOST else ""
+        detail = f"{type(cause).__name__}: {cause}".strip().rstrip(":")
+        super().__init__(
+            f"The invitation for {invitation.email} is saved, but the email could not be sent"
+            + (f" (mail server {server}: {detail})" if server else f" ({detail})")
+            + ". Send it again once mail works, or give them the link another way."
+        )
+
+
 def invitation_create(
     *,
     tenant: Tenant,
@@ -50,7 +68,67 @@ def invitation_create(
 ) -> tuple[Invitation, str]:
     """Invite `email` to `tenant` as `role` and mail the link (`accept_url(token)`); returns the
     invitation and its token (only the digest is kept). A new invitation to the same address
-    replaces the open one."""
+    replaces the open one.
+
+    The invitation is committed before the mail goes: a mail server that is down raises
+    `MailNotSent` (logged) and leaves an open invitation `invitation_resend` sends again."""
+    invitation, token = _invitation_record(
+        tenant=tenant, email=email, role=role, invited_by=invited_by
+    )
+    _invitation_mail(invitation, accept_url(token))
+    return invitation, token
+
+
+def invitation_resend(
+    invitation: Invitation, *, accept_url: Callable[[str], str]
+) -> tuple[Invitation, str]:
+    """Send an open invitation again with a fresh link (the old link stops working, the 7 days
+    start again); `MailNotSent` as for `invitation_create`."""
+    _open_invitation(invitation)
+    token = _invitation_token()
+    invitation.digest = invitation_digest(token)
+    invitation.expires_at = timezone.now() + INVITATION_TTL
+    invitation.save(update_fields=["digest", "expires_at"])
+    _invitation_mail(invitation, accept_url(token))
+    return invitation, token
+
+
+def _invitation_token() -> str:
+    return secrets.generate_api_token().replace("mqp_", "inv_", 1)
+
+
+def _invitation_mail(invitation: Invitation, link: str) -> None:
+    tenant = invitation.tenant
+    who = getattr(invitation.invited_by, "email", "") or "An operator"
+    try:
+        send_mail(
+            subject=f"You are invited to {tenant.name or tenant.slug} on the MQTT platform",
+            message=(
+                f"{who} invited you to the tenant {tenant.slug} as {invitation.role}.\n\n"
+                f"Accept within {INVITATION_TTL.days} days: {link}\n"
+            ),
+            from_email=None,
+            recipient_list=[invitation.email],
+        )
+    except (OSError, smtplib.SMTPException) as exc:  # refused, unreachable, timed out, rejected
+        log.warning(
+            "invitation mail not sent",
+            extra={
+                "fields": {
+                    "tenant": tenant.slug,
+                    "invitation": invitation.id,
+                    "email": invitation.email,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            },
+        )
+        raise MailNotSent(invitation, exc) from exc
+
+
+@transaction.atomic
+def _invitation_record(
+    *, tenant: Tenant, email: str, role: str, invited_by: AbstractBaseUser | None
+) -> tuple[Invitation, str]:
     email = normalize_email(email)
     if role not in Membership.Role.values:
         raise ValidationError(
@@ -59,7 +137,7 @@ def invitation_create(
     if Membership.objects.filter(tenant=tenant, user__email__iexact=email).exists():
         raise ValidationError({"email": [f"{email} is already a member of {tenant.slug}."]})
     Invitation.objects.filter(tenant=tenant, email=email, accepted_at=None).delete()
-    token = secrets.generate_api_token().replace("mqp_", "inv_", 1)
+    token = _invitation_token()
     invitation = Invitation.objects.create(
         tenant=tenant,
         email=email,
@@ -67,17 +145,6 @@ def invitation_create(
         digest=invitation_digest(token),
         invited_by=invited_by,
         expires_at=timezone.now() + INVITATION_TTL,
-    )
-    link = accept_url(token)
-    who = getattr(invited_by, "email", "") or "An operator"
-    send_mail(
-        subject=f"You are invited to {tenant.name or tenant.slug} on the MQTT platform",
-        message=(
-            f"{who} invited you to the tenant {tenant.slug} as {role}.\n\n"
-            f"Accept within {INVITATION_TTL.days} days: {link}\n"
-        ),
-        from_email=None,
-        recipient_list=[email],
     )
     return invitation, token
 
@@ -148,6 +215,42 @@ def one_time_login_path(user: AbstractBaseUser) -> str:
     uid = urlsafe_base64_encode(force_bytes(user.pk))
     token = default_token_generator.make_token(user)
     return reverse("portal:password-reset-confirm", kwargs={"uidb64": uid, "token": token})
+
+
+def owner_for_login_link(tenant: Tenant, email: str | None = None) -> AbstractBaseUser:
+    """The owner of `tenant` a new one-time login link is for: the one named by `email`, or the
+    only owner. Not a member who is not an owner, nor another tenant's owner."""
+    owners = (
+        get_user_model()
+        .objects.filter(memberships__tenant=tenant, memberships__role=Membership.Role.OWNER)
+        .order_by("email")
+    )
+    if email:
+        user = owners.filter(email__iexact=normalize_email(email)).first()
+        if user is None:
+            raise ValidationError({"email": [f"{email} is not an owner of {tenant.slug}."]})
+        return user
+    listed = list(owners[:10])
+    if not listed:
+        raise ValidationError({"tenant": [f"{tenant.slug} has no owner: use --email to name one."]})
+    if len(listed) > 1:
+        names = ", ".join(u.email for u in listed)
+        raise ValidationError({"email": [f"{tenant.slug} has several owners ({names}): pick one."]})
+    return listed[0]
+
+
+def login_link_mail(user: AbstractBaseUser, tenant: Tenant, url: str) -> None:
+    """Mail a one-time login link to its owner (a mail server that is down raises `OSError` or
+    `smtplib.SMTPException`: the caller says so)."""
+    send_mail(
+        subject=f"Your login link for {tenant.name or tenant.slug} on the MQTT platform",
+        message=(
+            f"Choose a password and log in to the tenant {tenant.slug}: {url}\n\n"
+            "The link works once, and stops working when you log in or change your password.\n"
+        ),
+        from_email=None,
+        recipient_list=[user.email],
+    )
 
 
 def portal_url(path: str) -> str:

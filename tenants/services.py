@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -75,17 +75,59 @@ def validate_slug(slug: str) -> None:
 
 
 @transaction.atomic
-@transaction.atomic
 def tenant_change_plan(tenant: Tenant, plan: str, *, at: datetime | None = None) -> Tenant:
     """Move a tenant to another plan from `at` (now by default), keeping the history billing
-    prorates the base fee with; the broker hears of the new limits."""
-    from tenants.models import TenantPlanChange
+    prorates the base fee with; the broker hears of the new limits (at once: a change is
+    recorded when it takes effect, so `at` is never in the future).
+
+    `at` may lie in the past (an operator recording an upgrade from the 1st), but not before the
+    tenant's latest plan change (the history stays in order) nor inside a period already
+    invoiced (issued invoices are never rewritten)."""
+    from tenants.models import Invoice, TenantPlanChange
 
     new = plan_get_or_create(plan)
     if new.id == tenant.plan_id:
         return tenant
+    now = timezone.now()
+    at = (at or now).astimezone(UTC)
+    if at > now:
+        raise ValidationError(
+            {"from": [f"{at:%Y-%m-%d %H:%M} UTC is in the future: change the plan on that day."]}
+        )
+    latest = (
+        TenantPlanChange.objects.select_for_update()
+        .filter(tenant=tenant)
+        .order_by("-effective_at", "-id")
+        .first()
+    )
+    if latest is not None and at < latest.effective_at:
+        raise ValidationError(
+            {
+                "from": [
+                    f"{tenant.slug} changed plan on {latest.effective_at:%Y-%m-%d %H:%M} UTC: "
+                    "a new change cannot take effect before it."
+                ]
+            }
+        )
+    invoiced = (
+        Invoice.objects.filter(
+            tenant=tenant, status__in=[Invoice.Status.ISSUED, Invoice.Status.PAID]
+        )
+        .order_by("-period")
+        .values_list("period", flat=True)
+        .first()
+    )
+    if invoiced is not None and f"{at:%Y-%m}" <= invoiced:
+        raise ValidationError(
+            {
+                "from": [
+                    f"{invoiced} is already invoiced for {tenant.slug}: a plan change can take "
+                    "effect from the month after."
+                ]
+            }
+        )
     TenantPlanChange.objects.create(
-        tenant=tenant, from_plan_id=tenant.plan_id, to_plan=new, effective_at=at or timezone.now()
+        tenant=tenant, from_plan_id=tenant.plan_id, to_plan=new, effective_at=at
     )
     tenant.plan = new
     tenant.save(update_fields=["plan"])
@@ -565,7 +607,8 @@ def rule_dead_letters_replay(
     """Re-send the rule's webhook dead letters (oldest first, up to REPLAY_BATCH) through the
     same webhook call the jobs make (`common.webhook`), signed with the secret the rule holds
     now for that URL. A delivered letter is deleted; one that fails again stays, with its
-    attempts and error updated; one whose URL the rule no longer has stays (`orphaned`)."""
+    attempts and error updated; one whose URL the rule no longer has stays (`orphaned`). The calls
+    made are metered as `actions_executed` in the usage log (`billing.actions_replayed_record`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from common.webhook import post_signed
@@ -599,6 +642,10 @@ def rule_dead_letters_replay(
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(send, sendable))
+    # Each call made is an action executed, delivered or not (as the rules job meters them).
+    from tenants.billing import actions_replayed_record
+
+    actions_replayed_record(rule.tenant.slug, len(sendable))
     delivered = failed = 0
     for (letter, _), result in zip(sendable, results, strict=True):
         if result.ok:

@@ -13,6 +13,13 @@ queues refer to it); and
 - its archive in the object store (`common.archive_io.archive_bytes_by_tenant`: its history
   files in full, its row share of the live segments not yet compacted).
 
+The history is not listed in full every hour (a listing that grows with every hour of every
+tenant's archive, forever): `history_bytes` keeps the totals of *settled* days (older than
+`SETTLE_DAYS`) in a small index object and lists only the days after them, per tenant, starting
+the listing past the settled days (S3's StartAfter), so an hour's cost is bounded by the number
+of tenants and their recent objects, not by the archive's age. See `history_bytes` for why that
+is exact and when it lists everything again.
+
 A sample of B bytes stands for the hour it is taken in: B byte-hours (billed as B / 10^9
 GB-hours). It is written to the usage log as rows of writer `storage`, at a key fixed by the
 hour (`usage/date=…/hour=HH/storage-0000000000.parquet`): a second run in the same hour finds
@@ -24,7 +31,9 @@ once to `tenants_usage` for the portal's charts (the bill reads only the log).
 from __future__ import annotations
 
 import io
-from datetime import UTC, datetime
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -32,9 +41,9 @@ import pyarrow.parquet as pq
 from django.db import connection, transaction
 
 from common.archive_io import archive_bytes_by_tenant
-from common.archive_schema import USAGE_SCHEMA, usage_segment_key
+from common.archive_schema import ARCHIVE_PREFIX, USAGE_SCHEMA, usage_segment_key
 from common.object_store import ObjectNotFound, ObjectStore, open_object_store
-from tenants.models import UsageLogImport
+from tenants.models import Tenant, UsageLogImport
 
 STORAGE_WRITER = "storage"
 PAYLOAD_PREFIX = "payloads/"  # spilled payloads (data_plane.storage.session_store)
@@ -73,7 +82,90 @@ def storage_segment_key(hour: datetime) -> str:
     return usage_segment_key(int(hour.timestamp()) * 1000, STORAGE_WRITER, 0)
 
 
-def stored_bytes_by_tenant(store: ObjectStore, now: datetime) -> dict[str, dict[str, int]]:
+# -- the archive history, incrementally ---------------------------------------------------------
+
+HISTORY_INDEX_KEY = "storage-index/history.json"  # outside archive/: never counted itself
+SETTLE_DAYS = 2
+RESCAN = timedelta(days=7)
+
+
+def _history_day(key: str) -> str:
+    """`YYYY-MM-DD` of a history key `archive/tenant=T/date=YYYY-MM-DD/…` ("" if none)."""
+    parts = key.split("/", 3)
+    return parts[2].removeprefix("date=") if len(parts) > 3 and parts[2][:5] == "date=" else ""
+
+
+def history_bytes(
+    store: ObjectStore, tenants: Iterable[str], now: datetime, *, full: bool = False
+) -> tuple[dict[str, int], str]:
+    """Per tenant, the bytes of its archive history now, and how they were found (`full` or
+    `incremental`).
+
+    History objects are written by the compaction of a closed hour (`common.archive_io`), a
+    few minutes after it closes, under that hour's `date=…/hour=…` folder, and never deleted.
+    So a day older than SETTLE_DAYS no longer changes: the index (`HISTORY_INDEX_KEY`) keeps
+    each tenant's total of the days up to `settled_through`, and each sample lists, per tenant,
+    only the keys after that day's folder (`StartAfter=archive/tenant=T/date=D/~`: `~` sorts
+    after every `hour=` key of day D). Days that have settled since the last sample move into
+    the index. A listing is therefore bounded by the tenants and their last few days of objects,
+    not by the archive's age.
+
+    The one way a settled day could still change is a compaction of a very old hour (a broker
+    that uploads segments days late, or `compact_archive` run by hand for an old day): the index
+    would miss those parts. Hence a full listing, rebuilding the index, when it is RESCAN old
+    (once a week instead of every hour), when there is none, or with `full=True`
+    (`manage.py sample_storage --full`)."""
+    cutoff = (now.astimezone(UTC) - timedelta(days=SETTLE_DAYS)).date().isoformat()
+    index = _read_index(store)
+    stale = index is None or now - datetime.fromisoformat(index["full_scan_at"]) >= RESCAN
+    if full or stale:
+        totals: dict[str, int] = {}
+        settled: dict[str, int] = {}
+        for key, size in store.sizes(f"{ARCHIVE_PREFIX}/tenant=").items():
+            tenant = key.split("/", 2)[1].removeprefix("tenant=")
+            totals[tenant] = totals.get(tenant, 0) + size
+            if _history_day(key) <= cutoff:
+                settled[tenant] = settled.get(tenant, 0) + size
+        _write_index(store, cutoff, settled, full_scan_at=now)
+        return totals, "full"
+    previous = index["settled_through"]
+    settled = dict(index["tenants"])
+    totals = dict(settled)
+    for tenant in sorted(set(tenants) | set(settled)):
+        prefix = f"{ARCHIVE_PREFIX}/tenant={tenant}/"
+        for key, size in store.sizes(prefix, f"{prefix}date={previous}/~").items():
+            totals[tenant] = totals.get(tenant, 0) + size
+            if _history_day(key) <= cutoff:  # settled since the last sample
+                settled[tenant] = settled.get(tenant, 0) + size
+    if cutoff > previous:
+        full_scan_at = datetime.fromisoformat(index["full_scan_at"])
+        _write_index(store, cutoff, settled, full_scan_at=full_scan_at)
+    return totals, "incremental"
+
+
+def _read_index(store: ObjectStore) -> dict[str, Any] | None:
+    try:
+        index = json.loads(store.get(HISTORY_INDEX_KEY))
+    except (ObjectNotFound, ValueError):
+        return None
+    return index if isinstance(index, dict) and index.get("version") == 1 else None
+
+
+def _write_index(
+    store: ObjectStore, settled_through: str, tenants: dict[str, int], *, full_scan_at: datetime
+) -> None:
+    body = {
+        "version": 1,
+        "settled_through": settled_through,
+        "full_scan_at": full_scan_at.astimezone(UTC).isoformat(),
+        "tenants": dict(sorted(tenants.items())),
+    }
+    store.put(HISTORY_INDEX_KEY, json.dumps(body).encode())
+
+
+def stored_bytes_by_tenant(
+    store: ObjectStore, now: datetime, *, full: bool = False
+) -> dict[str, dict[str, int]]:
     """Per tenant: `retained`, `queued` and `archive` bytes stored at `now`."""
     payload_sizes: dict[str, int] | None = None
     measured: dict[str, dict[str, int]] = {}
@@ -87,12 +179,16 @@ def stored_bytes_by_tenant(store: ObjectStore, now: datetime) -> dict[str, dict[
                         payload_sizes = store.sizes(PAYLOAD_PREFIX)
                     size += sum(payload_sizes.get(key, 0) for key in object_keys)
                 measured.setdefault(slug, {"retained": 0, "queued": 0, "archive": 0})[kind] = size
-    for slug, size in archive_bytes_by_tenant(store).items():
+    slugs = Tenant.objects.values_list("slug", flat=True)
+    history, _ = history_bytes(store, slugs, now, full=full)
+    for slug, size in archive_bytes_by_tenant(store, history).items():
         measured.setdefault(slug, {"retained": 0, "queued": 0, "archive": 0})["archive"] = size
     return measured
 
 
-def storage_sample(*, now: datetime | None = None, store: ObjectStore | None = None) -> dict:
+def storage_sample(
+    *, now: datetime | None = None, store: ObjectStore | None = None, full: bool = False
+) -> dict:
     """Take this hour's storage sample unless it was taken already. Returns what it did."""
     store = store or open_object_store()
     now = now or datetime.now(UTC)
@@ -103,7 +199,7 @@ def storage_sample(*, now: datetime | None = None, store: ObjectStore | None = N
         return {"hour": hour.isoformat(), "key": key, "state": "already sampled", "tenants": {}}
     except ObjectNotFound:
         pass
-    measured = stored_bytes_by_tenant(store, now)
+    measured = stored_bytes_by_tenant(store, now, full=full)
     rows = [
         _usage_row(slug, hour, sum(parts.values()))
         for slug, parts in sorted(measured.items())

@@ -19,6 +19,8 @@ from typing import Any
 from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
+from common.service_token import TENANT_CLIENT_PREFIXES, is_platform_client
+from data_plane.broker import refused
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.hooks import Hooks
@@ -185,7 +187,11 @@ class Broker:
         stats = self.stats[tenant]
         stats.messages_received += 1
         stats.bytes_received += len(message.payload)
-        billed = message.publisher[:1] != "$"
+        # Devices' client ids never start with `$`; of the `$` ones only the browser client's
+        # (`$console-…`, `$viewer-…`) are the tenant's traffic (common.service_token).
+        billed = message.publisher[:1] != "$" or message.publisher.startswith(
+            TENANT_CLIENT_PREFIXES
+        )
         if billed:
             stats.message_units += message.billable_units()
         else:
@@ -264,8 +270,9 @@ class Broker:
         stats = self.stats[session.tenant]
         stats.messages_sent += 1
         stats.bytes_sent += size
-        # Service identities' client ids start with `$` (devices may not): not the tenant's traffic.
-        if delivery.message.publisher[:1] == "$" or session.client_id[:1] == "$":
+        # Platform identities' client ids start with `$` (devices may not): not the tenant's
+        # traffic; the browser client's (`$console-…`, `$viewer-…`) is (common.service_token).
+        if is_platform_client(delivery.message.publisher) or is_platform_client(session.client_id):
             stats.system_sent += 1
             stats.system_bytes_sent += size
         else:
@@ -357,10 +364,15 @@ class Broker:
         broker's `$` topics, within the device's ACL and the tenant's retained quota."""
         if will.topic[:1] == "$" or too_deep(will.topic):
             self.stats[will.tenant].denied += 1
+            reason = f"will {will.topic[:256]!r} not allowed (a `$` topic, or too deep)"
+            refused.will(self, session, will, "acl_denied", ReasonCode.NOT_AUTHORIZED, reason)
             return NOTHING
         acl = session.acl if session is not None else None
         if acl is not None and not acl.can_publish(will.topic):
             self.stats[will.tenant].denied += 1
+            # Told to operators like any refusal (the ACL may have changed since CONNECT).
+            reason = f"will {will.topic[:256]!r} not authorized"
+            refused.will(self, session, will, "acl_denied", ReasonCode.NOT_AUTHORIZED, reason)
             return NOTHING
         quota = session.quota if session is not None else None
         if will.retain and will.payload and quota:
@@ -371,6 +383,9 @@ class Broker:
                 and not self.retained.has(will.tenant, will.topic)
             ):
                 self.quota_exceeded(will.tenant, "retained")
+                refused.will(
+                    self, session, will, "quota_exceeded", ReasonCode.QUOTA_EXCEEDED, "retained"
+                )
                 return NOTHING
         return self.publish(will)
 

@@ -5,7 +5,8 @@ The decisions are made elsewhere (handshake, admission, the read path); this mod
 each refusal's kind and who was refused, so the places that apply decisions call one function.
 Kinds: `auth_failed`, `acl_denied`, `quota_exceeded`, `malformed_packet`, `forced_disconnect`.
 A hook gets `(connection, kind, reason_code, reason, who)`; `who` overrides the connection's
-tenant / device / client id where the connection does not know them yet (CONNECT refusals).
+tenant / device / client id / address where the connection does not know them (CONNECT refusals,
+a WebSocket refused before its upgrade) or no longer has one (a will that goes out later).
 """
 
 from __future__ import annotations
@@ -75,6 +76,34 @@ def paced(conn: Any) -> None:
 def malformed(conn: Any, reason_code: int, reason: str) -> None:
     """Bytes that are not valid MQTT, or a protocol violation: the connection ends."""
     _tell(conn, "malformed_packet", reason_code, reason)
+
+
+def websocket(conn: Any, reason: str, address: str = "") -> None:
+    """A WebSocket the broker closes for bad framing or a bad upgrade (a client's frame not
+    masked, reserved bits, a control frame too long, invalid UTF-8 in a close, bad HTTP…): for
+    operators this is a malformed packet, the MQTT bytes never having been readable."""
+    who = {"address": address} if address and not conn.peer else {}
+    _tell(conn, "malformed_packet", RC.MALFORMED_PACKET, f"WebSocket: {reason}"[:300], **who)
+
+
+class _Gone:
+    """Who a will belonged to once its connection is gone (the hook's `connection`)."""
+
+    def __init__(self, broker: Any, session: Any, will: Any) -> None:
+        conn = getattr(session, "connection", None)
+        self.broker = broker
+        self.tenant = will.tenant
+        self.device = will.device or getattr(session, "device", "")
+        self.client_id = getattr(session, "client_id", "") or will.publisher
+        self.peer = getattr(conn, "peer", "") if conn is not None else ""
+
+
+def will(
+    broker: Any, session: Any, will_message: Any, kind: str, reason_code: int, reason: str
+) -> None:
+    """A will refused when it goes out (the ACL or the retained quota as they stand then; the
+    connection may be long gone)."""
+    _tell(_Gone(broker, session, will_message), kind, reason_code, reason)
 
 
 def disconnected(conn: Any, reason_code: int, reason: str) -> None:

@@ -18,10 +18,15 @@ from wsproto.events import (
 )
 
 from common.mqtt.reason_codes import ReasonCode
+from data_plane.broker import refused
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 
 WS_PATH = "/mqtt"
+# The close codes wsproto answers a frame it cannot parse with (1002 protocol error: unmasked
+# client frame, reserved bits, bad opcode, fragmented control frame…; 1007 invalid UTF-8; 1009
+# too big): a framing error, a refusal operators see. A client's own close is not one.
+FRAMING_ERRORS = frozenset({1002, 1007, 1009})
 
 
 class _WebSocketTransport(asyncio.Transport):
@@ -75,7 +80,8 @@ class WebSocketProtocol(asyncio.Protocol):
         try:
             self.ws.receive_data(data)
             events = list(self.ws.events())
-        except Exception:
+        except Exception as exc:  # a bad upgrade request (wsproto's RemoteProtocolError)
+            self._refused(str(exc) or type(exc).__name__)
             self.close()
             return
         for event in events:
@@ -90,6 +96,8 @@ class WebSocketProtocol(asyncio.Protocol):
             elif isinstance(event, Ping):
                 self._raw(self.ws.send(event.response()))
             elif isinstance(event, CloseConnection):
+                if event.code in FRAMING_ERRORS:  # wsproto's answer to a bad frame
+                    self._refused(f"{event.reason or 'bad frame'} (close code {event.code})")
                 try:
                     self._raw(self.ws.send(event.response()))
                 except Exception:
@@ -106,6 +114,12 @@ class WebSocketProtocol(asyncio.Protocol):
         self._raw(self.ws.send(AcceptConnection(subprotocol=subprotocol)))
         self.upgraded = True
         self.mqtt.connection_made(_WebSocketTransport(self))
+
+    def _refused(self, reason: str) -> None:
+        """Told to operators as a malformed packet (`refused.websocket`)."""
+        peer = self.transport.get_extra_info("peername") if self.transport else None
+        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
+        refused.websocket(self.mqtt, reason, address)
 
     def send_bytes(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():

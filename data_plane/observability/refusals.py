@@ -124,7 +124,7 @@ def _record(conn: Any, kind: str, reason_code: int, reason: str, **who: str) -> 
         tenant=who.get("tenant", conn.tenant),
         device=who.get("device", conn.device),
         client_id=who.get("client_id", conn.client_id),
-        address=conn.peer,
+        address=who.get("address", conn.peer),
         reason_code=int(reason_code),
         reason=reason,
     )

@@ -6,7 +6,6 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from common.acl import AclPolicy
 from common.device_identity import LEEWAY, IdentityError, looks_like_jwt, verify_jwt
 from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
@@ -123,7 +122,7 @@ class PostgresAuthenticator:
         if not decision.ok:
             return AuthResult(decision.reason_code, decision.tenant, reason=decision.reason)
         policy = decision.policy
-        if decision.device in service_identity.SERVICE_DEVICES:
+        if decision.device in service_identity.PLATFORM_DEVICES:
             return AuthResult(
                 0,
                 decision.tenant,
@@ -132,12 +131,8 @@ class PostgresAuthenticator:
                 service_identity.authorizer(decision.device),
                 service=True,
             )
-        acl = AclPolicy(
-            policy.acl,
-            tenant=decision.tenant,
-            device=decision.device,
-            default_allow=policy.acl_default_allow,
-        )
+        # A device, or the browser client (`$console`/`$viewer`): the tenant's ACL and quota.
+        acl = policy.authorizer(decision.tenant, decision.device)
         return AuthResult(
             0,
             decision.tenant,

@@ -71,6 +71,17 @@ class ControlPlaneLink:
             timeout=timeout,
             check=AsyncConnectionPool.check_connection,
         )
+        # Presence (the portal's online state) writes on a connection of its own: on the shared
+        # `pool` it queued behind a disconnect storm's session deletes, one transaction per
+        # session, and fell seconds behind (bench/presence.py, bench/RESULTS.md).
+        self.presence_pool = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=1,
+            open=False,
+            timeout=timeout,
+            check=AsyncConnectionPool.check_connection,
+        )
         self.directory = TenantDirectory(
             TenantStore(self.lookups), service_key=service_identity.load_key()
         )
@@ -92,12 +103,14 @@ class ControlPlaneLink:
             self.attach(live)
         await self.pool.open(wait=True, timeout=30)
         await self.lookups.open(wait=True, timeout=30)
+        await self.presence_pool.open(wait=True, timeout=30)
         self.listener.start()
 
     async def stop(self) -> None:
         await self.listener.stop()
         await self.pool.close()
         await self.lookups.close()
+        await self.presence_pool.close()
 
     async def on_change(self, change: Change) -> None:
         kind = str(change.get("kind", ""))

@@ -10,6 +10,7 @@ refreshes this broker's heartbeat, so a broker that died leaves rows readers kno
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -27,13 +28,21 @@ STALE_AFTER = 90  # seconds without a heartbeat: the row's broker is gone (reade
 HEARTBEAT = 30
 MAX_PENDING = 50_000  # recorded changes kept while the database is away; then resynchronize
 
-_UP = """
+# A run of connects in one statement (arrays, one element per connect; for a client id twice in
+# the run, the last connect wins, as it would one statement after the other).
+_UP_MANY = """
 INSERT INTO tenants_deviceconnection
        (tenant_id, device_id, client_id, connection_key, broker, address, protocol_version,
         transport, connected_at, subscriptions, heartbeat_at)
-SELECT t.id, d.id, %s, %s, %s, %s, %s, %s, to_timestamp(%s), %s, now()
-  FROM tenants_tenant t JOIN tenants_device d ON d.tenant_id = t.id AND d.name = %s
- WHERE t.slug = %s
+SELECT DISTINCT ON (t.id, a.client_id)
+       t.id, d.id, a.client_id, a.key, %s, a.address, a.version, a.transport,
+       to_timestamp(a.at), a.subs::jsonb, now()
+  FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::float8[],
+              %s::text[], %s::text[], %s::text[]) WITH ORDINALITY
+       AS a(client_id, key, address, version, transport, at, subs, device, tenant, n)
+  JOIN tenants_tenant t ON t.slug = a.tenant
+  JOIN tenants_device d ON d.tenant_id = t.id AND d.name = a.device
+ ORDER BY t.id, a.client_id, a.n DESC
 ON CONFLICT (tenant_id, client_id) DO UPDATE SET
        device_id = EXCLUDED.device_id, connection_key = EXCLUDED.connection_key,
        broker = EXCLUDED.broker, address = EXCLUDED.address,
@@ -42,15 +51,33 @@ ON CONFLICT (tenant_id, client_id) DO UPDATE SET
        heartbeat_at = now()
 """
 _SUBSCRIPTIONS = "UPDATE tenants_deviceconnection SET subscriptions = %s WHERE connection_key = %s"
-_DOWN = "DELETE FROM tenants_deviceconnection WHERE connection_key = %s"
-_LAST_DISCONNECT = """
-UPDATE tenants_device d SET last_disconnect_reason = %s, last_disconnected_at = to_timestamp(%s)
-  FROM tenants_tenant t WHERE d.tenant_id = t.id AND t.slug = %s AND d.name = %s
+# A run of disconnects in two statements (a device that left twice keeps its last reason).
+_DOWN_MANY = "DELETE FROM tenants_deviceconnection WHERE connection_key = ANY(%s::text[])"
+_LAST_DISCONNECT_MANY = """
+UPDATE tenants_device d SET last_disconnect_reason = a.reason,
+       last_disconnected_at = to_timestamp(a.at)
+  FROM (SELECT DISTINCT ON (u.tenant, u.device) u.reason, u.at, u.tenant, u.device
+          FROM unnest(%s::text[], %s::float8[], %s::text[], %s::text[]) WITH ORDINALITY
+               AS u(reason, at, tenant, device, n)
+         ORDER BY u.tenant, u.device, u.n DESC) a
+  JOIN tenants_tenant t ON t.slug = a.tenant
+ WHERE d.tenant_id = t.id AND d.name = a.device
 """
 _HEARTBEAT = "UPDATE tenants_deviceconnection SET heartbeat_at = now() WHERE broker = %s"
 _SWEEP = (
     "DELETE FROM tenants_deviceconnection WHERE heartbeat_at < now() - make_interval(secs => %s)"
 )
+
+
+def _runs(ops: list[tuple]) -> list[tuple[str, list[tuple]]]:
+    """Consecutive changes of the same kind, grouped, the order kept."""
+    runs: list[tuple[str, list[tuple]]] = []
+    for op in ops:
+        if runs and runs[-1][0] == op[0]:
+            runs[-1][1].append(op)
+        else:
+            runs.append((op[0], [op]))
+    return runs
 
 
 def subscriptions_of(session: Any) -> list[dict]:
@@ -153,6 +180,27 @@ class Presence:
             except Exception as exc:  # the database is away: the ops wait for the next turn
                 log.warning("presence: write failed (%s); retrying", exc)
 
+    def _statements(self, kind: str, run: list[tuple]) -> list[tuple[str, list[tuple]]]:
+        """The statements (and their parameter rows) that write a run of changes of `kind`:
+        connects and disconnects as arrays, one statement for the whole run."""
+        if kind == "up":
+            columns: list[list[Any]] = [[] for _ in range(9)]
+            for op in run:
+                _, key, tenant, device, client_id, address, version, transport, at, subs = op
+                values = (client_id, key, address, version, transport, at)
+                row = (*values, json.dumps(subs), device, tenant)
+                for column, value in zip(columns, row, strict=True):
+                    column.append(value)
+            return [(_UP_MANY, [(self.broker_id, *columns)])]
+        if kind == "wipe":
+            return [("DELETE FROM tenants_deviceconnection WHERE broker = %s", [(self.broker_id,)])]
+        if kind == "subs":
+            return [(_SUBSCRIPTIONS, [(Jsonb(op[2]), op[1]) for op in run])]
+        keys = [op[1] for op in run]
+        reasons = [[op[4] for op in run], [op[5] for op in run]]
+        who = [[op[2] for op in run], [op[3] for op in run]]
+        return [(_DOWN_MANY, [(keys,)]), (_LAST_DISCONNECT_MANY, [(*reasons, *who)])]
+
     async def flush(self) -> None:
         if self._resync:
             # This broker's rows from scratch: whatever is connected now.
@@ -171,37 +219,13 @@ class Presence:
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 cursor = conn.cursor()
-                for op in ops:
-                    if op[0] == "up":
-                        _, key, tenant, device, client_id, address, version, transport, at, subs = (
-                            op
-                        )
-                        await cursor.execute(
-                            _UP,
-                            (
-                                client_id,
-                                key,
-                                self.broker_id,
-                                address,
-                                version,
-                                transport,
-                                at,
-                                Jsonb(subs),
-                                device,
-                                tenant,
-                            ),
-                        )
-                    elif op[0] == "wipe":
-                        await cursor.execute(
-                            "DELETE FROM tenants_deviceconnection WHERE broker = %s",
-                            (self.broker_id,),
-                        )
-                    elif op[0] == "subs":
-                        await cursor.execute(_SUBSCRIPTIONS, (Jsonb(op[2]), op[1]))
-                    else:
-                        _, key, tenant, device, reason, at = op
-                        await cursor.execute(_DOWN, (key,))
-                        await cursor.execute(_LAST_DISCONNECT, (reason, at, tenant, device))
+                # Runs of changes of one kind go as one statement each (arrays: one round trip
+                # and one plan per run, not per change), in the order they happened. A statement
+                # per change made a connect storm's presence fall seconds behind
+                # (bench/presence.py, bench/RESULTS.md).
+                for kind, run in _runs(ops):
+                    for statement, params in self._statements(kind, run):
+                        await cursor.executemany(statement, params)
         except Exception:
             if ops and ops[0] == ("wipe",):
                 self._resync = True

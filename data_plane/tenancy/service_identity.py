@@ -1,4 +1,7 @@
-"""Internal service identities: the portal's live views and the rule jobs' republish action.
+"""Identities proved by a token the platform signs: the portal's live views and the rule jobs'
+republish action (the platform's own), and the portal's browser MQTT client (the tenant's: held
+to its ACL and quota and metered like a device named `$console` or `$viewer`, see
+`common.service_token`).
 
 The portal connects as `{tenant}/$portal` with client id `$portal-{random}`; the rule jobs as
 `{tenant}/$rules` with client id `$rules-{…}`; each with a short-lived token signed with the key
@@ -13,12 +16,16 @@ so no device can pose as either.
 
 from __future__ import annotations
 
+from typing import Any
+
 from common.service_token import (  # noqa: F401  (re-exported: the broker's names for them)
     CLIENT_PREFIXES,
     CONSOLE_DEVICE,
     DEFAULT_KEY_FILE,
     PORTAL_DEVICE,
     RULES_DEVICE,
+    TENANT_DEVICES,
+    VIEWER_DEVICE,
     load_key,
     new_client_id,
     sign,
@@ -26,7 +33,10 @@ from common.service_token import (  # noqa: F401  (re-exported: the broker's nam
 )
 
 SERVICE_DEVICE = PORTAL_DEVICE
-SERVICE_DEVICES = frozenset(CLIENT_PREFIXES)
+SERVICE_DEVICES = frozenset(CLIENT_PREFIXES)  # every identity proved by a signed token
+# Of those, the platform's own: not the tenant's clients (not counted, metered or limited). The
+# browser client's (`$console`, `$viewer`) are tenant clients held to the tenant's ACL and quota.
+PLATFORM_DEVICES = SERVICE_DEVICES - TENANT_DEVICES
 CLIENT_PREFIX = CLIENT_PREFIXES[PORTAL_DEVICE]
 
 
@@ -52,19 +62,26 @@ class PublishOnly:
         return False
 
 
-class Console:
-    """The browser MQTT client of a portal member who may write: publish to the tenant's own
-    topics (never the broker's `$`-topics), subscribe within the tenant (never to a shared group,
-    which would take messages from the tenant's consumers)."""
+class Viewer:
+    """The browser MQTT client of a member who may only read: the tenant's ACL for a device named
+    `$viewer` (what it may subscribe to and receive), and never a publish."""
+
+    __slots__ = ("acl", "filters_reads")
+
+    def __init__(self, acl: Any) -> None:
+        self.acl = acl
+        self.filters_reads = getattr(acl, "filters_reads", False)
 
     def can_publish(self, topic: str) -> bool:
-        return not topic.startswith("$")
+        return False
 
     def can_subscribe(self, topic_filter: str) -> bool:
-        return not topic_filter.startswith("$share/")
+        return self.acl.can_subscribe(topic_filter)
+
+    def can_receive(self, topic: str) -> bool:
+        return self.acl.can_receive(topic)
 
 
-def authorizer(device: str) -> ReadOnly | PublishOnly | Console:
-    if device == RULES_DEVICE:
-        return PublishOnly()
-    return Console() if device == CONSOLE_DEVICE else ReadOnly()
+def authorizer(device: str) -> ReadOnly | PublishOnly:
+    """A platform identity's rights (the browser client's are the tenant's ACL: `store`)."""
+    return PublishOnly() if device == RULES_DEVICE else ReadOnly()

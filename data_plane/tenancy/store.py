@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from common.acl import AclEntry, AclPolicy
 from common.quota_keys import QUOTA_KEYS
+from data_plane.tenancy import service_identity
 
 QUOTA_COLUMNS = QUOTA_KEYS
 
@@ -50,11 +51,13 @@ class TenantPolicy:
     archive_enabled: bool = True
     queue_qos0_offline: bool = False
 
-    def authorizer(self, tenant: str, device: str) -> AclPolicy:
-        """The ACL one device of this tenant is held to (what a live connection re-reads)."""
-        return AclPolicy(
+    def authorizer(self, tenant: str, device: str) -> AclPolicy | service_identity.Viewer:
+        """The ACL one device of this tenant is held to (what a live connection re-reads); the
+        read-only browser client (`$viewer`) the same, never publishing."""
+        acl = AclPolicy(
             self.acl, tenant=tenant, device=device, default_allow=self.acl_default_allow
         )
+        return service_identity.Viewer(acl) if device == service_identity.VIEWER_DEVICE else acl
 
 
 _DEVICE_SQL = """

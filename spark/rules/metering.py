@@ -1,8 +1,10 @@
 """Metering for the bill: what the rule jobs did per tenant per minute, as usage-log rows.
 
 `rules_triggered` counts 5 KiB units (`message_units`) of each message a rule evaluated (one per
-rule per message, as AWS IoT Core counts), `actions_executed` each action run. Both are billed in
-the minute the job did the work. Rows go to the object store as USAGE_SCHEMA Parquet under
+rule per message, as AWS IoT Core counts), the message sized as every message unit is: payload +
+topic (UTF-8) + properties as MQTT 5 encodes them (`spark.rules.plan.native_units`);
+`actions_executed` each action run (a dead letter replayed later is metered by the control plane,
+`tenants.billing.actions_replayed_record`). Both are billed in the minute the work was done. Rows go to the object store as USAGE_SCHEMA Parquet under
 `usage_segment_key` with writer `rules-live` or `rules-backfill`; the billing job sums them with
 the brokers' rows.
 """

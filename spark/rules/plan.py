@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
@@ -165,11 +166,14 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
     for spec in specs:
         needed.update(_compiled(spec.sql).archive_columns)
     columns = [name for name in df.columns if name in needed]
-    scoped = df.where(scope_predicate(specs))
+    # Each row's units natively, first: they read the property columns, which the rules may
+    # not need (so they are neither shipped to Python nor carried through the prefilter).
+    scoped = df.where(scope_predicate(specs)).select(*columns, native_units().alias(UNITS_COLUMN))
     stage = Stage()
     skips = native_skips(specs, stage) if len(specs) <= PUSHDOWN_LIMIT else {}
     if not skips:
-        return scoped.select(*columns).mapInArrow(evaluate, RESULT_DDL)
+        return scoped.mapInArrow(evaluate, RESULT_DDL)
+    carried = [*columns, UNITS_COLUMN]
     # The native prefilter (spark/rules/prefilter.py), in projections so that each costly piece
     # runs once per row: the payload parsed, the variant at each path, every leaf of every
     # rule's WHERE, then per row the rules that surely skip it (`_skip`), its units, and whether
@@ -178,18 +182,16 @@ def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
     # below the projections and repeat their work. The Python worker turns `_skip` into
     # `skipped` results (counted and metered as before) and evaluates only the `_need` rows,
     # leaving out the rules that skip them.
-    parsed = scoped.select(*columns, Stage.parsed())
+    parsed = scoped.select(*carried, Stage.parsed())
     values = parsed.select(
-        *columns, F.col(VARIANT_COLUMN), *[e.alias(n) for n, e in stage.values.items()]
+        *carried, F.col(VARIANT_COLUMN), *[e.alias(n) for n, e in stage.values.items()]
     )
-    leaves = values.select(*columns, *[expr.alias(name) for name, expr in stage.leaves.items()])
+    leaves = values.select(*carried, *[expr.alias(name) for name, expr in stage.leaves.items()])
     skip_ids = F.filter(
         F.array(*[F.when(cond, F.lit(rule_id)) for rule_id, cond in skips.items()]),
         lambda x: x.isNotNull(),
     ).cast("array<long>")
-    marked = leaves.select(
-        *columns, skip_ids.alias(SKIP_COLUMN), native_units().alias(UNITS_COLUMN)
-    )
+    marked = leaves.select(*carried, skip_ids.alias(SKIP_COLUMN))
     need = None
     for spec in specs:
         pred = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(_compiled(spec.sql))
@@ -226,11 +228,35 @@ def native_skips(specs: Sequence[RuleSpec], stage: Stage) -> dict[int, Column]:
     return out
 
 
+# The MQTT 5 encoding of each archived publish property (identifier byte, then the value: a
+# byte, a four-byte integer, or a string / binary with its two-byte length), as the broker meters
+# it (`data_plane.broker.message.metered_size`): a rule evaluation is sized like every other
+# message unit, payload + topic (UTF-8) + properties.
+_FIXED_PROPERTIES = {"payload_format": 1 + 1, "message_expiry": 1 + 4}
+_LENGTH_PROPERTIES = ("content_type", "response_topic", "correlation_data")  # 1 + 2 + length
+_USER_PROPERTY_OVERHEAD = 1 + 2 + 2  # identifier, key length, value length
+
+
 def native_units() -> Column:
-    """`_units` in Spark: 5 KiB units of payload + topic bytes, at least one."""
+    """`_units` in Spark: 5 KiB units of payload + topic + properties bytes, at least one."""
     size = F.coalesce(F.octet_length("payload"), F.lit(0)) + F.coalesce(
         F.octet_length("topic"), F.lit(0)
     )
+    for name, width in _FIXED_PROPERTIES.items():
+        size = size + F.when(F.col(name).isNotNull(), F.lit(width)).otherwise(F.lit(0))
+    for name in _LENGTH_PROPERTIES:
+        size = size + F.coalesce(F.octet_length(name) + F.lit(3), F.lit(0))
+    pairs = F.aggregate(
+        F.col("user_properties"),
+        F.lit(0),
+        lambda acc, p: (
+            acc
+            + F.lit(_USER_PROPERTY_OVERHEAD)
+            + F.coalesce(F.octet_length(p["key"]), F.lit(0))
+            + F.coalesce(F.octet_length(p["value"]), F.lit(0))
+        ),
+    )
+    size = size + F.coalesce(pairs, F.lit(0))
     return F.greatest(F.ceil(size / F.lit(MESSAGE_UNIT_BYTES)), F.lit(1)).cast("int")
 
 
@@ -290,7 +316,9 @@ class Evaluator:
         batch = batch.filter(pc.is_in(batch.column("tenant"), pa.array(list(self.by_tenant))))
         units = batch.column(UNITS_COLUMN) if UNITS_COLUMN in batch.schema.names else None
         if units is not None:
-            batch = batch.drop_columns([UNITS_COLUMN, NEED_COLUMN])
+            batch = batch.drop_columns(
+                [c for c in (UNITS_COLUMN, NEED_COLUMN) if c in batch.schema.names]
+            )
         rule_ids: list[int] = []
         taken: list[int] = []  # the batch row of each result
         statuses: list[str] = []
@@ -370,10 +398,45 @@ def _json_default(value: Any) -> Any:
 
 
 def _units(batch: pa.RecordBatch) -> pa.Array:
-    """Each row's billable 5 KiB units (`message_units` of payload + topic bytes), vectorized."""
-    payload = pc.fill_null(pc.binary_length(batch.column("payload")), 0)
-    topic = pc.fill_null(pc.binary_length(batch.column("topic").cast(pa.binary())), 0)
-    size = pc.add(payload, topic).cast(pa.int64())
+    """Each row's billable 5 KiB units (`message_units` of payload + topic + properties bytes,
+    as `native_units`), vectorized; property columns the batch lacks count as absent."""
+    names = set(batch.schema.names)
+
+    def length(name: str) -> pa.Array:
+        return pc.fill_null(pc.binary_length(batch.column(name).cast(pa.binary())), 0).cast(
+            pa.int64()
+        )
+
+    size = pc.add(length("payload"), length("topic"))
+    for name, width in _FIXED_PROPERTIES.items():
+        if name in names:
+            present = pc.is_valid(batch.column(name))
+            size = pc.add(size, pc.if_else(present, width, 0).cast(pa.int64()))
+    for name in _LENGTH_PROPERTIES:
+        if name in names:
+            present = pc.is_valid(batch.column(name))
+            size = pc.add(size, pc.if_else(present, pc.add(length(name), 3), 0))
+    if "user_properties" in names:
+        pairs = batch.column("user_properties")
+        flat = pc.list_flatten(pairs)
+        if len(flat):
+            each = pc.add(
+                pc.add(
+                    pc.fill_null(
+                        pc.binary_length(pc.struct_field(flat, "key").cast(pa.binary())), 0
+                    ),
+                    pc.fill_null(
+                        pc.binary_length(pc.struct_field(flat, "value").cast(pa.binary())), 0
+                    ),
+                ),
+                _USER_PROPERTY_OVERHEAD,
+            ).cast(pa.int64())
+            per_row = np.bincount(
+                pc.list_parent_indices(pairs).to_numpy(),
+                weights=each.to_numpy(),
+                minlength=batch.num_rows,
+            )
+            size = pc.add(size, pa.array(per_row.astype(np.int64)))
     units = pc.divide(pc.add(size, MESSAGE_UNIT_BYTES - 1), MESSAGE_UNIT_BYTES)
     return pc.max_element_wise(units, 1).cast(pa.int32())
 

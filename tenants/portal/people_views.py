@@ -44,6 +44,9 @@ def members(request, membership):
                 )
             except ValidationError as error:
                 _form_errors(form, error)
+            except people.MailNotSent as error:
+                messages.error(request, str(error))
+                return redirect("portal:members")
             else:
                 messages.success(request, f"Invitation sent to {invitation.email}.")
                 return redirect("portal:members")
@@ -80,6 +83,29 @@ def member_remove(request, membership, member_id: int):
     )
     if target.id == membership.id:
         return redirect("portal:login")
+    return redirect("portal:members")
+
+
+@require_POST
+@tenant_view(write=True)
+def invitation_resend(request, membership, invitation_id: int):
+    """Send an open invitation again (a new link), e.g. after the mail server was down."""
+    invitation = Invitation.objects.filter(tenant=membership.tenant, id=invitation_id).first()
+    if invitation is None:
+        raise Http404("No such invitation.")
+    try:
+        people.invitation_resend(
+            invitation,
+            accept_url=lambda token: request.build_absolute_uri(
+                reverse("portal:invite-accept", args=[token])
+            ),
+        )
+    except ValidationError as error:
+        messages.error(request, "; ".join(sum(error.message_dict.values(), [])))
+    except people.MailNotSent as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, f"Invitation sent again to {invitation.email}.")
     return redirect("portal:members")
 
 

@@ -55,6 +55,11 @@ urlpatterns = [
         people_views.invitation_revoke,
         name="invitation-revoke",
     ),
+    path(
+        "members/invitations/<int:invitation_id>/resend/",
+        people_views.invitation_resend,
+        name="invitation-resend",
+    ),
     path("invite/<str:token>/", people_views.invite_accept, name="invite-accept"),
     path("operator/", people_views.operator, name="operator"),
     path("password-reset/", people_views.PasswordResetView.as_view(), name="password-reset"),

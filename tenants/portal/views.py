@@ -237,9 +237,10 @@ def client(request, membership):
 @require_POST
 @tenant_view()
 def client_token(request, membership):
-    """A short-lived identity for the browser client: the tenant console (publish and subscribe
-    within the tenant) for a member who may write, the read-only portal identity otherwise."""
-    device = service_token.CONSOLE_DEVICE if membership.can_write else service_token.PORTAL_DEVICE
+    """A short-lived identity for the browser client: the tenant console (`$console`) for a member
+    who may write, the read-only `$viewer` otherwise. Either is one of the tenant's clients, not
+    the platform's: metered, counted against its quotas and held to its ACL like a device."""
+    device = service_token.CONSOLE_DEVICE if membership.can_write else service_token.VIEWER_DEVICE
     tenant = membership.tenant.slug
     client_id = service_token.new_client_id(device)
     token = service_token.sign(service_token.load_key(), tenant, client_id)

@@ -75,3 +75,62 @@ def test_base_fee_prorated_by_days(tmp_path, monkeypatch, spark):
         (x["quantity"], x["amount_cents"]) for x in october.line_items if x["code"] == "base_fee"
     ]
     assert fees == [(4, half_up_cents(1001, 4, 31)), (27, half_up_cents(4999, 27, 31))]
+
+
+def test_set_plan_command_records_the_change_billing_prorates(tmp_path):
+    """`manage.py set_plan TENANT PLAN --from DATE` goes through `tenant_change_plan`: the tenant
+    is on the new plan, and the period's base-fee terms split at that day (checked against the
+    days counted by hand); what cannot be billed honestly is refused with a clear error."""
+    import json
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    prices("free", 1001)
+    prices("pro", 4999)
+    tenant = services.tenant_create("switcher", plan="free")
+    Tenant.objects.filter(id=tenant.id).update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
+    out = StringIO()
+    call_command("set_plan", "switcher", "pro", "--from", "2026-09-21", stdout=out)
+    assert json.loads(out.getvalue()) == {
+        "tenant": "switcher",
+        "plan": "pro",
+        "from_plan": "free",
+        "changed": True,
+        "effective_at": "2026-09-21T00:00:00+00:00",
+    }
+    tenant.refresh_from_db()
+    assert tenant.plan.slug == "pro"
+    plan, terms = billing.plan_terms(tenant, "2026-09")
+    assert plan.slug == "pro"
+    assert [(t["plan"], t["first_day"], t["last_day"]) for t in terms] == [
+        ("free", "2026-09-01", "2026-09-20"),
+        ("pro", "2026-09-21", "2026-09-30"),
+    ]
+    assert [t["base_fee_cents"] for t in terms] == [1001, 4999]
+    # By hand: 20 days of Free, 10 of Pro, of 30.
+    assert half_up_cents(1001, 20, 30) + half_up_cents(4999, 10, 30) == 667 + 1666
+    assert billing.plan_terms(tenant, "2026-08")[1] == []  # August: Free, whole
+
+    def refused(*args: str) -> str:
+        with pytest.raises(CommandError) as caught:
+            call_command("set_plan", *args, stdout=StringIO())
+        return str(caught.value)
+
+    assert "before it" in refused("switcher", "free", "--from", "2026-09-01")  # out of order
+    assert "in the future" in refused("switcher", "free", "--from", "2999-01-01")
+    assert "use YYYY-MM-DD" in refused("switcher", "free", "--from", "21/09/2026")
+    assert "Unknown plan" in refused("switcher", "platinum")
+    assert "Unknown tenant" in refused("nobody", "free")
+    Invoice.objects.create(tenant=tenant, period="2026-10", status=Invoice.Status.ISSUED)
+    assert "2026-10 is already invoiced" in refused("switcher", "free", "--from", "2026-10-15")
+    tenant.refresh_from_db()
+    assert tenant.plan.slug == "pro"  # every refusal left it as it was
+    # Unchanged plan: nothing recorded.
+    out = StringIO()
+    call_command("set_plan", "switcher", "pro", stdout=out)
+    assert json.loads(out.getvalue())["changed"] is False
+    assert tenant.plan_changes.count() == 1
+    # Without --from: from now.
+    call_command("set_plan", "switcher", "free", stdout=StringIO())
+    assert tenant.plan_changes.count() == 2

@@ -166,3 +166,94 @@ def test_the_beat_task_samples_each_hour_once(tmp_path, monkeypatch):
         later["tenants"]["acme"]["archive"] + later["tenants"]["beta"]["archive"]
         == 1000 + live_size
     )
+
+
+def test_history_is_listed_incrementally_and_stays_exact(tmp_path):
+    """Hour after hour the sampler lists only each tenant's days since its settled days (not the
+    whole history), and still finds exactly what a full walk of the store's files finds; days
+    settle into its index; a weekly (or `--full`) listing rebuilds the index."""
+    from datetime import UTC, datetime, timedelta
+
+    from common.object_store import LocalObjectStore
+    from tenants import storage_usage
+    from tenants.storage_usage import HISTORY_INDEX_KEY, storage_sample
+
+    class Recording(LocalObjectStore):
+        listed: list[str] = []
+
+        def sizes(self, prefix: str = "", start_after: str = "") -> dict[str, int]:
+            found = super().sizes(prefix, start_after)
+            self.listed.extend(k for k in found if k.startswith("archive/tenant="))
+            return found
+
+    store = Recording(tmp_path)
+    services.tenant_create("acme")
+    services.tenant_create("beta")
+    now = datetime(2026, 11, 20, 10, 30, tzinfo=UTC)
+
+    def part(tenant: str, day: datetime, hour: int, size: int) -> None:
+        key = f"archive/tenant={tenant}/{day:date=%Y-%m-%d}/hour={hour:02d}/part-0000-0000.parquet"
+        store.put(key, b"p" * size)
+
+    # Thirty days of history for acme, ten for beta (one part an hour on a few hours).
+    for back in range(30):
+        day = now - timedelta(days=back)
+        for hour in (0, 6, 12) if back else (0, 6):
+            part("acme", day, hour, 100 + back)
+        if back < 10:
+            part("beta", day, 3, 1000 + back)
+
+    def by_walk() -> dict[str, int]:
+        """Independently: every history file on disk, summed per tenant."""
+        totals: dict[str, int] = {}
+        for path in (tmp_path / "archive").glob("tenant=*/**/*.parquet"):
+            tenant = path.relative_to(tmp_path / "archive").parts[0].removeprefix("tenant=")
+            totals[tenant] = totals.get(tenant, 0) + path.stat().st_size
+        return totals
+
+    def archive(result: dict) -> dict[str, int]:
+        return {t: m["archive"] for t, m in result["tenants"].items()}
+
+    store.listed = []
+    first = storage_sample(now=now, store=store)  # no index yet: one full listing
+    assert archive(first) == by_walk()
+    assert len(store.listed) == 30 * 3 - 1 + 10
+    index = json.loads(store.get(HISTORY_INDEX_KEY))
+    assert index["settled_through"] == "2026-11-18"
+
+    # An hour later a new part of today: listed are only the days after the settled ones.
+    later = now + timedelta(hours=1)
+    part("acme", later, 11, 77)
+    store.listed = []
+    second = storage_sample(now=later, store=store)
+    assert archive(second) == by_walk()
+    days = {storage_usage._history_day(k) for k in store.listed}
+    assert days == {"2026-11-19", "2026-11-20"}
+    assert len(store.listed) == (3 + 3) + (1 + 1)  # acme 19th + 20th (3 parts each), beta 2
+
+    # Two days on: the 19th and 20th are listed once more as they settle into the index...
+    two_days = later + timedelta(days=2)
+    part("beta", two_days, 1, 5)
+    store.listed = []
+    third = storage_sample(now=two_days, store=store)
+    assert archive(third) == by_walk()
+    days = {storage_usage._history_day(k) for k in store.listed}
+    assert days == {"2026-11-19", "2026-11-20", "2026-11-22"}
+    assert json.loads(store.get(HISTORY_INDEX_KEY))["settled_through"] == "2026-11-20"
+    # ...and from the next hour on, only the 22nd is.
+    store.listed = []
+    fourth = storage_sample(now=two_days + timedelta(hours=1), store=store)
+    assert archive(fourth) == by_walk()
+    assert {storage_usage._history_day(k) for k in store.listed} == {"2026-11-22"}
+
+    # A week after the full listing, the next sample lists everything again (late compactions).
+    week = now + timedelta(days=7, hours=2)
+    store.listed = []
+    rescan = storage_sample(now=week, store=store)
+    assert archive(rescan) == by_walk()
+    assert len(store.listed) == len(list((tmp_path / "archive").glob("tenant=*/**/*.parquet")))
+    # `sample_storage --full` lists everything whenever an operator asks.
+    store.listed = []
+    forced = storage_sample(now=week + timedelta(hours=1), store=store, full=True)
+    assert archive(forced) == by_walk()
+    assert len(store.listed) == len(list((tmp_path / "archive").glob("tenant=*/**/*.parquet")))

@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 from django.contrib.auth import get_user_model
 from django.core import mail
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from tenants import services
@@ -167,3 +167,113 @@ def test_staff_operator_gets_an_overview_not_a_403(client):
     user_client = Client()
     user_client.post("/login/", {"email": "me@acme.io", "password": PASSWORD})
     assert user_client.get("/operator/").status_code == 403
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # bound then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_invitation_when_the_mail_server_is_down(client, owner, settings, caplog):
+    """SMTP down: the owner reads what went wrong (no 500), the invitation stays open and is sent
+    again once mail works, with a link that works; the failure is logged."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", _closed_port()
+    settings.EMAIL_USE_TLS, settings.EMAIL_TIMEOUT = False, 5
+    response = client.post("/members/", {"email": "late@acme.io", "role": "viewer"}, follow=True)
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "could not be sent" in text and f"127.0.0.1:{settings.EMAIL_PORT}" in text
+    assert "ConnectionRefusedError" in text
+    invitation = Invitation.objects.get(email="late@acme.io")
+    assert invitation.is_open
+    assert 'data-invitation="late@acme.io"' in text  # listed, with "send again"
+    [record] = [r for r in caplog.records if r.getMessage() == "invitation mail not sent"]
+    assert record.levelname == "WARNING" and record.fields["email"] == "late@acme.io"
+
+    # Still down: sending again says so too.
+    again = client.post(f"/members/invitations/{invitation.id}/resend/", follow=True)
+    assert again.status_code == 200 and "could not be sent" in again.content.decode()
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"  # mail is back
+    sent = client.post(f"/members/invitations/{invitation.id}/resend/", follow=True)
+    assert b"Invitation sent again to late@acme.io" in sent.content
+    [message] = mail.outbox
+    newcomer = Client()
+    joined = newcomer.post(_link(message), {"password": PASSWORD}, follow=True)
+    assert joined.status_code == 200
+    assert Membership.objects.get(user__email="late@acme.io").role == "viewer"
+
+
+def test_only_writers_of_the_tenant_resend_its_invitations(client, owner):
+    tenant, _ = owner
+    client.post("/members/", {"email": "x@acme.io", "role": "viewer"})
+    invitation = Invitation.objects.get()
+    mail.outbox.clear()
+    intruder, _, _ = services.signup(tenant="evil", email="e@evil.io", password=PASSWORD)
+    attacker = Client()
+    attacker.login(username="e@evil.io", password=PASSWORD)
+    assert attacker.post(f"/members/invitations/{invitation.id}/resend/").status_code == 404
+    assert mail.outbox == []
+
+
+def test_owner_login_link_reissues_a_working_link(settings):
+    """`owner_login_link TENANT`: the owner who lost the first link (or the password) gets a new
+    one that logs them in once; only an owner of that tenant, never a member or a stranger."""
+    settings.PORTAL_URL = "http://portal.example:8000"
+    call_command("create_tenant", "newco", "--owner", "founder@newco.io", stdout=StringIO())
+    out = StringIO()
+    call_command("owner_login_link", "newco", stdout=out)
+    body = json.loads(out.getvalue())
+    assert body["owner"] == "founder@newco.io" and body["sent"] is False
+    path = body["login_url"].removeprefix("http://portal.example:8000")
+    browser = Client()
+    form = browser.get(path, follow=True)
+    assert form.status_code == 200
+    chosen = browser.post(
+        form.redirect_chain[-1][0],
+        {"new_password1": "another long phrase", "new_password2": "another long phrase"},
+        follow=True,
+    )
+    assert chosen.status_code == 200
+    assert Client().login(username="founder@newco.io", password="another long phrase")
+    assert Client().get(path, follow=True).context["validlink"] is False  # once
+
+    # --send mails it; a second owner means naming one; a viewer or a stranger is refused.
+    call_command("owner_login_link", "newco", "--send", stdout=StringIO())
+    [message] = mail.outbox
+    assert (
+        message.to == ["founder@newco.io"] and "http://portal.example:8000/reset/" in message.body
+    )
+    from tenants import people
+    from tenants.models import Tenant
+
+    tenant = Tenant.objects.get(slug="newco")
+    people.owner_ensure(tenant, "cofounder@newco.io")
+    with pytest.raises(CommandError, match="several owners"):
+        call_command("owner_login_link", "newco", stdout=StringIO())
+    out = StringIO()
+    call_command("owner_login_link", "newco", "--email", "CoFounder@newco.io", stdout=out)
+    assert json.loads(out.getvalue())["owner"] == "cofounder@newco.io"
+    viewer = get_user_model().objects.create_user("v@newco.io", "v@newco.io", PASSWORD)
+    Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
+    services.signup(tenant="other", email="boss@other.io", password=PASSWORD)
+    for stranger in ("v@newco.io", "boss@other.io"):
+        with pytest.raises(CommandError, match="not an owner of newco"):
+            call_command("owner_login_link", "newco", "--email", stranger, stdout=StringIO())
+    with pytest.raises(CommandError, match="Unknown tenant"):
+        call_command("owner_login_link", "nope", stdout=StringIO())
+
+
+def test_owner_login_link_with_the_mail_server_down_still_prints_the_link(settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", _closed_port()
+    settings.EMAIL_USE_TLS, settings.EMAIL_TIMEOUT = False, 5
+    call_command("create_tenant", "newco", "--owner", "founder@newco.io", stdout=StringIO())
+    out = StringIO()
+    with pytest.raises(CommandError, match="not mailed to founder@newco.io: ConnectionRefused"):
+        call_command("owner_login_link", "newco", "--send", stdout=out)
+    assert "/reset/" in json.loads(out.getvalue())["login_url"]

@@ -178,3 +178,29 @@ def test_csrf_is_enforced():
 def test_admin_lists_tenants(admin_client):
     services.tenant_create("acme")
     assert b"acme" in admin_client.get("/admin/tenants/tenant/").content
+
+
+def test_browser_client_identity_is_a_tenant_client(client, owner):
+    """The browser client's token: `$console` for a member who may write, `$viewer` (read-only)
+    otherwise — both tenant clients the broker meters and limits, never the platform's
+    `$portal` identity, whose traffic is not billed."""
+    from common import service_token
+
+    writer = client.post("/client/token/").json()
+    assert writer["username"] == f"{owner.slug}/$console"
+    assert writer["client_id"].startswith("$console-")
+    assert not service_token.is_platform_client(writer["client_id"])
+    viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", "a long passphrase")
+    Membership.objects.create(user=viewer, tenant=owner, role="viewer")
+    client.force_login(viewer)
+    reader = client.post("/client/token/").json()
+    assert reader["username"] == f"{owner.slug}/$viewer"
+    assert not service_token.is_platform_client(reader["client_id"])
+    assert service_token.verify(
+        service_token.load_key(),
+        owner.slug,
+        reader["client_id"],
+        reader["password"],
+        device="$viewer",
+    )
+    assert service_token.is_platform_client(service_token.new_client_id("$portal"))

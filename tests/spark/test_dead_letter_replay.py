@@ -5,16 +5,20 @@ tenant cannot replay them."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 
+import pyarrow.parquet as pq
 import pytest
 from django.db import connection
+from django.db.models import Sum
 
 from spark.rules.actions import ActionRunner
 from spark.rules.backfill import run_backfill
 from tenants import services
-from tenants.models import RuleDeadLetter
+from tenants.billing import usage_log_rollup
+from tenants.models import RuleDeadLetter, Usage
 from tests.api.conftest import acme, attacker  # noqa: F401 (fixtures)
 from tests.spark.conftest import Receiver, database_url, message, signature_ok, write_live
 
@@ -22,8 +26,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SECRET = "whsec-replay-test-secret-1"
 
 
-def test_dead_letters_replay_once_the_receiver_is_back(spark, store, acme, attacker, client):  # noqa: F811
+def test_dead_letters_replay_once_the_receiver_is_back(
+    spark,
+    store,
+    acme,  # noqa: F811
+    attacker,  # noqa: F811
+    client,
+    monkeypatch,
+):
     tenant, api = acme
+    monkeypatch.setenv("OBJECT_STORE_URL", f"file://{store.root}")
     down = Receiver()
     url, port = down.url, down.server.server_port
     down.close()  # nothing listens there now: connection refused
@@ -84,3 +96,20 @@ def test_dead_letters_replay_once_the_receiver_is_back(spark, store, acme, attac
         assert json.loads(up.wait(4, 10)[-1]["body"]) == {"n": 9}
     finally:
         up.close()
+
+    # Metered: every replayed call is an action executed (3 failed, 3 delivered, 1 from the
+    # portal), in the usage log the bill reads, beside the job's own 3 — and none for the
+    # attacker's refused call, nor for the other tenant.
+    executed: dict[tuple[str, str], int] = {}
+    for key in store.list("usage/"):
+        for row in pq.read_table(io.BytesIO(store.get(key))).to_pylist():
+            writer = row["writer"]
+            bucket = (row["tenant"], writer)
+            executed[bucket] = executed.get(bucket, 0) + row["actions_executed"]
+    assert executed.get(("acme", "rules-replay")) == 7
+    assert executed.get(("acme", "rules-backfill")) == 3
+    assert not [k for k in executed if k[0] != "acme"]
+    # The portal's charts get them too (the rollup adds every `rules-` segment once).
+    usage_log_rollup(store=store)
+    total = Usage.objects.filter(tenant=tenant).aggregate(n=Sum("actions_executed"))["n"]
+    assert total == 10

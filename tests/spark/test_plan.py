@@ -238,3 +238,56 @@ def test_dataset_rows_keep_scalar_types_and_store_the_rest_as_json():
     assert table["ok"].to_pylist() == [True, None]
     assert table["site"].to_pylist() == ['{"id":7}', None]
     assert table["name"].to_pylist() == ["a", None]
+
+
+def test_rule_units_are_sized_as_the_broker_meters_messages(spark, store):
+    """`rules_triggered` units: payload + topic (UTF-8) + properties as MQTT 5 encodes them, the
+    size every other message unit has — checked against the broker's own metering of the same
+    messages, archived as the broker archives them, on both evaluation paths (with and without
+    the native prefilter)."""
+    from common.archive_schema import message_units
+    from data_plane.broker.message import Message, metered_size
+    from data_plane.storage.parquet_archive import publish_batch, publish_columns
+
+    def publish(topic, size, **props):
+        return Message.from_publish("acme", "dev-1", topic, b"x" * size, 0, False, props, "dev-1")
+
+    sent = [
+        publish("s/é/t", 5100, user_property=[("k" * 10, "v" * 10), ("a", "b")]),  # 1 unit bare
+        publish("s/a", 5100, content_type="application/json"),
+        publish(
+            "s/b",
+            5000,
+            correlation_data=b"c" * 100,
+            response_topic="r/1",
+            payload_format_indicator=1,
+            message_expiry_interval=60,
+        ),
+        publish("s/c", 5117),  # 5117 + 3: exactly one unit, no properties
+        publish("s/d", 10),
+    ]
+    expected = [message_units(metered_size(m)) for m in sent]
+    bare = [message_units(len(m.payload) + len(m.topic.encode())) for m in sent]
+    assert expected != bare  # properties change the units of some of these messages
+    now = time.time()
+    batch = publish_batch(publish_columns([(now, m) for m in sent]), 0, len(sent))
+    rows = batch.to_pylist()
+    for row in rows:
+        row["ts"] = int(row["ts"].timestamp() * 1000)
+    write_live(store, rows)
+    start, end = int(now * 1000) - 1000, int(now * 1000) + 1000
+    plain = RuleSpec(1, "acme", "all", 'SELECT topic FROM "s/#"')
+    filtered = RuleSpec(2, "acme", "some", 'SELECT topic FROM "s/#" WHERE payload.v > 1')
+    for specs in ([plain], [plain, filtered]):
+        results, errors = run(spark, store, specs, start, end)
+        assert errors == {}
+        by_rule: dict[int, list[int]] = {}
+        for r in results:
+            by_rule.setdefault(r["rule_id"], []).append(r["units"])
+        assert sorted(by_rule) == sorted(s.id for s in specs)
+        for units in by_rule.values():
+            assert sorted(units) == sorted(expected)
+    # The evaluator's own vectorized sizing (rows evaluated without the native column) agrees.
+    from spark.rules.plan import _units
+
+    assert _units(batch).to_pylist() == expected

@@ -49,7 +49,7 @@ def broker_with_metrics(log: Path, *extra: str) -> Iterator[dict[str, int]]:
     ports: dict[str, int] = {}
     try:
         deadline = time.monotonic() + 30
-        while {"mqtt", "metrics"} - set(ports) and time.monotonic() < deadline:
+        while {"mqtt", "ws", "metrics"} - set(ports) and time.monotonic() < deadline:
             line = process.stdout.readline()
             assert line, f"broker exited: {log.read_text()}"
             if line.startswith("LISTENING"):
@@ -199,3 +199,72 @@ def test_a_flood_of_failures_is_counted_in_full_but_logged_sparingly(tmp_path):
         assert found and total == 12
         lines = [x for x in log_lines(log) if x["tenant"] == "flooded"]
         assert 1 <= len(lines) <= 6, lines  # a burst of 5, then one per 10 s
+
+
+def _ws_upgrade(port: int) -> socket.socket:
+    """A raw socket through the broker's WebSocket upgrade on `/mqtt` (subprotocol mqtt)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(
+        b"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Protocol: mqtt\r\n\r\n"
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = sock.recv(1024)
+        assert chunk, answer
+        answer += chunk
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    return sock
+
+
+def test_refused_wills_and_websocket_framing_errors_are_logged_and_counted(tmp_path):
+    """A will the ACL denies when it goes out (the rule added after CONNECT), and WebSocket
+    frames the broker cannot parse (an unmasked client frame; bad upgrade bytes): each a log line
+    and a per-tenant count, like every other refusal."""
+    tenant = services.tenant_create("willful")
+    _, secret = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
+    log = tmp_path / "broker.log"
+    with broker_with_metrics(log) as ports:
+        mqtt, metrics = ports["mqtt"], ports["metrics"]
+        dying = Paho(mqtt, "willful/sensor-1", secret, "dying", will=("lastwill/dying", "gone", 1))
+        assert dying.reason_code == 0  # the will topic is allowed at CONNECT
+        services.acl_add(tenant=tenant, action="publish", permission="deny", topic="lastwill/#")
+        # The broker has the new ACL once a probe's publish there is denied (0x87 PUBACK).
+        probe = Paho(mqtt, "willful/sensor-1", secret, "probe")
+        watcher = Paho(mqtt, "willful/sensor-1", secret, "watcher")
+        watcher.subscribe("lastwill/#", 1)
+
+        def denied_once():
+            probe.client.publish("lastwill/probe", "x", 1).wait_for_publish(5)
+            return refusals(metrics).get(("willful", "acl_denied", "0x87"))
+
+        assert wait_for(denied_once, 10) == 1
+        dying.close(abrupt=True)  # no DISCONNECT: the will goes out, and the ACL refuses it
+        assert wait_for(lambda: refusals(metrics).get(("willful", "acl_denied", "0x87")) == 2)
+        assert watcher.nothing(0.5)
+
+        # WebSocket: a client frame without a mask (RFC 6455 §5.1: the server must close).
+        ws = ports["ws"]
+        with _ws_upgrade(ws) as sock:
+            sock.sendall(b"\x82\x02\x10\x00")  # FIN + binary, unmasked, 2 bytes
+            assert wait_for(lambda: sock.recv(64) is not None, 5)
+        # A frame with reserved bits set, after a good upgrade.
+        with _ws_upgrade(ws) as sock:
+            sock.sendall(b"\xf2\x80\x00\x00\x00\x00")
+            assert wait_for(lambda: sock.recv(64) is not None, 5)
+        unattributed = lambda: refusals(metrics).get(("", "malformed_packet", "0x81"))  # noqa: E731
+        assert wait_for(lambda: unattributed() == 2), refusals(metrics)
+        for client in (probe, watcher):
+            client.close()
+
+    lines = log_lines(log)
+    wills = [x for x in lines if x["kind"] == "acl_denied" and x["reason"].startswith("will ")]
+    assert len(wills) == 1, lines
+    assert wills[0]["tenant"] == "willful" and wills[0]["device"] == "sensor-1"
+    assert wills[0]["client_id"] == "dying" and "lastwill/dying" in wills[0]["reason"]
+    frames = [x for x in lines if x["kind"] == "malformed_packet"]
+    assert len(frames) == 2, lines
+    assert all(x["reason"].startswith("WebSocket:") for x in frames)
+    assert all(x["address"].startswith("127.0.0.1:") for x in frames)
+    assert any("1002" in x["reason"] for x in frames)

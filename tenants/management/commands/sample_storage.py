@@ -14,5 +14,12 @@ class Command(BaseCommand):
         "Prints what it measured as JSON."
     )
 
-    def handle(self, *args, **options):
-        print_json(self, storage_sample())
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--full",
+            action="store_true",
+            help="list the whole archive history again (rebuilds the index of settled days)",
+        )
+
+    def handle(self, *args, full=False, **options):
+        print_json(self, storage_sample(full=full))

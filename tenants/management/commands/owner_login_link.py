@@ -1,0 +1,36 @@
+import smtplib
+
+from django.core.management.base import BaseCommand, CommandError
+
+from tenants import people
+from tenants.management.commands._output import print_json, run_service, tenant_or_error
+
+
+class Command(BaseCommand):
+    help = (
+        "Issue a new one-time login link for an owner of a tenant (who lost the first one, or "
+        "their password); prints JSON with owner and login_url. --send also mails it."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("tenant")
+        parser.add_argument(
+            "--email", metavar="EMAIL", help="which owner (needed when the tenant has several)"
+        )
+        parser.add_argument("--send", action="store_true", help="also mail the link to the owner")
+
+    def handle(self, *args, tenant, email=None, send=False, **options):
+        found = tenant_or_error(tenant)
+        user = run_service(lambda: people.owner_for_login_link(found, email))
+        url = people.portal_url(people.one_time_login_path(user))
+        body = {"tenant": found.slug, "owner": user.email, "login_url": url, "sent": False}
+        if send:
+            try:
+                people.login_link_mail(user, found, url)
+            except (OSError, smtplib.SMTPException) as exc:
+                print_json(self, body)  # the link is still good: give it another way
+                raise CommandError(
+                    f"The link was not mailed to {user.email}: {type(exc).__name__}: {exc}"
+                ) from None
+            body["sent"] = True
+        print_json(self, body)
