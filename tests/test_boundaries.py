@@ -20,3 +20,12 @@ def test_import_contracts_hold():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_no_broker_module_grows_past_450_lines():
+    """Issue 16's measure of a room a newcomer can read: a module that outgrows it wants a split
+    (as the connection's jobs became handshake, admission, inbound, acks, flow, writer...)."""
+    broker = ROOT / "data_plane" / "broker"
+    sizes = {p.name: len(p.read_text().splitlines()) for p in broker.glob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 450} == {}
+    assert "connection.py" in sizes and "broker.py" in sizes  # the folder is where we think

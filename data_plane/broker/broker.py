@@ -19,12 +19,12 @@ from typing import Any
 from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
-from common.service_token import TENANT_CLIENT_PREFIXES, is_platform_client
-from data_plane.broker import refused
+from common.service_token import is_platform_client
+from data_plane.broker import refused, wills
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.hooks import Hooks
-from data_plane.broker.limits import NEVER_EXPIRES, too_deep
+from data_plane.broker.limits import NEVER_EXPIRES
 from data_plane.broker.message import Message
 from data_plane.broker.ports import NO_PORTS, NOTHING, REACHED_ONE, Client, Ports, Published
 from data_plane.broker.rates import TenantRates
@@ -188,10 +188,8 @@ class Broker:
         stats.messages_received += 1
         stats.bytes_received += len(message.payload)
         # Devices' client ids never start with `$`; of the `$` ones only the browser client's
-        # (`$console-…`, `$viewer-…`) are the tenant's traffic (common.service_token).
-        billed = message.publisher[:1] != "$" or message.publisher.startswith(
-            TENANT_CLIENT_PREFIXES
-        )
+        # are the tenant's traffic (`$console-…`, `$viewer-…`: common.service_token).
+        billed = message.publisher[:1] != "$" or not is_platform_client(message.publisher)
         if billed:
             stats.message_units += message.billable_units()
         else:
@@ -270,9 +268,12 @@ class Broker:
         stats = self.stats[session.tenant]
         stats.messages_sent += 1
         stats.bytes_sent += size
-        # Platform identities' client ids start with `$` (devices may not): not the tenant's
-        # traffic; the browser client's (`$console-…`, `$viewer-…`) is (common.service_token).
-        if is_platform_client(delivery.message.publisher) or is_platform_client(session.client_id):
+        # Platform identities' client ids start with `$` (devices' may not), but the browser
+        # client's are the tenant's traffic; the `$` test inline spares devices the call.
+        publisher, receiver = delivery.message.publisher, session.client_id
+        if (publisher[:1] == "$" and is_platform_client(publisher)) or (
+            receiver[:1] == "$" and is_platform_client(receiver)
+        ):
             stats.system_sent += 1
             stats.system_bytes_sent += size
         else:
@@ -360,34 +361,17 @@ class Broker:
         session.will_handle = loop.call_later(delay, fire)
 
     def publish_will(self, session: Session | None, will: Message) -> Published:
-        """A will goes out under the checks of any PUBLISH, as they stand now: never on the
-        broker's `$` topics, within the device's ACL and the tenant's retained quota."""
-        if will.topic[:1] == "$" or too_deep(will.topic):
+        """A will goes out under the checks of any PUBLISH, as they stand now (`wills`); a
+        refusal is told to operators like any other."""
+        refusal = wills.refusal(will, session, self.retained)
+        if refusal is None:
+            return self.publish(will)
+        if refusal.kind == "quota_exceeded":
+            self.quota_exceeded(will.tenant, "retained")
+        else:
             self.stats[will.tenant].denied += 1
-            reason = f"will {will.topic[:256]!r} not allowed (a `$` topic, or too deep)"
-            refused.will(self, session, will, "acl_denied", ReasonCode.NOT_AUTHORIZED, reason)
-            return NOTHING
-        acl = session.acl if session is not None else None
-        if acl is not None and not acl.can_publish(will.topic):
-            self.stats[will.tenant].denied += 1
-            # Told to operators like any refusal (the ACL may have changed since CONNECT).
-            reason = f"will {will.topic[:256]!r} not authorized"
-            refused.will(self, session, will, "acl_denied", ReasonCode.NOT_AUTHORIZED, reason)
-            return NOTHING
-        quota = session.quota if session is not None else None
-        if will.retain and will.payload and quota:
-            limit = quota.get("max_retained_messages")
-            if (
-                limit is not None
-                and self.retained.count(will.tenant) >= limit
-                and not self.retained.has(will.tenant, will.topic)
-            ):
-                self.quota_exceeded(will.tenant, "retained")
-                refused.will(
-                    self, session, will, "quota_exceeded", ReasonCode.QUOTA_EXCEEDED, "retained"
-                )
-                return NOTHING
-        return self.publish(will)
+        refused.will(self, session, will, *refusal)
+        return NOTHING
 
     # -- control-plane actions (data_plane.tenancy.control.LiveConnections) -------------
 

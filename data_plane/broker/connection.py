@@ -262,15 +262,11 @@ class MQTTConnection(asyncio.Protocol):
             self.disconnect_reason = DISCONNECT_REASONS.get(reason_code, f"0x{reason_code:02x}")
         if self.session is not None and self.protocol_version == MQTT_5_0:
             extra = {"server_reference": reference} if reference else {}
-            self.send(
-                self.with_reason(
-                    lambda props: encode(
-                        Disconnect(reason_code, {**(props or {}), **extra}), MQTT_5_0
-                    ),
-                    reason,
-                    always=True,
-                )
-            )
+
+            def build(props: dict | None) -> bytes:
+                return encode(Disconnect(reason_code, {**(props or {}), **extra}), MQTT_5_0)
+
+            self.send(self.with_reason(build, reason, always=True))
         self.close()
 
     def with_reason(

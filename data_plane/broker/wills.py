@@ -1,0 +1,39 @@
+"""Whether a will may go out: the checks of any PUBLISH, as they stand when it goes (the ACL or
+the retained quota may have changed since the CONNECT that carried it). A pure decision, like
+admission's; `Broker.publish_will` applies it."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from common.mqtt.reason_codes import ReasonCode
+from data_plane.broker.limits import too_deep
+from data_plane.broker.message import Message
+from data_plane.broker.retained import RetainedStore
+
+
+class WillRefused(NamedTuple):
+    kind: str  # a `refused` kind: acl_denied, quota_exceeded
+    reason_code: int
+    reason: str
+
+
+def refusal(will: Message, session: Any, retained: RetainedStore) -> WillRefused | None:
+    """Why `will` may not go out, or None: never on the broker's `$` topics, within the
+    device's ACL and the tenant's retained quota."""
+    if will.topic[:1] == "$" or too_deep(will.topic):
+        reason = f"will {will.topic[:256]!r} not allowed (a `$` topic, or too deep)"
+        return WillRefused("acl_denied", ReasonCode.NOT_AUTHORIZED, reason)
+    acl = session.acl if session is not None else None
+    if acl is not None and not acl.can_publish(will.topic):
+        reason = f"will {will.topic[:256]!r} not authorized"
+        return WillRefused("acl_denied", ReasonCode.NOT_AUTHORIZED, reason)
+    quota = session.quota if session is not None else None
+    limit = quota.get("max_retained_messages") if quota and will.retain and will.payload else None
+    if (
+        limit is not None
+        and retained.count(will.tenant) >= limit
+        and not retained.has(will.tenant, will.topic)
+    ):
+        return WillRefused("quota_exceeded", ReasonCode.QUOTA_EXCEEDED, "retained")
+    return None
