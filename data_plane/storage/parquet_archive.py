@@ -177,6 +177,17 @@ def publish_columns(messages: list[tuple[float, Any]]) -> PublishColumns:
     return columns
 
 
+def publish_rows(messages: list[tuple[float, Any]]) -> pa.RecordBatch:
+    """`(received, Message)` pairs as the archive's publish rows, built exactly as the tap's
+    worker builds them; for callers outside the publish path (tests, tools)."""
+    columns = publish_columns(messages)
+    payloads = _Payloads(columns)
+    try:
+        return publish_batch(columns, 0, len(columns), payloads.column(0, len(columns)))
+    finally:
+        payloads.close()
+
+
 # Publish properties kept in their own columns (MQTT 5 names → archive columns).
 _PROPERTY_COLUMNS = {
     "payload_format": "payload_format_indicator",

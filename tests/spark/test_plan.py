@@ -247,7 +247,7 @@ def test_rule_units_are_sized_as_the_broker_meters_messages(spark, store):
     the native prefilter)."""
     from common.archive_schema import message_units
     from data_plane.broker.message import Message, metered_size
-    from data_plane.storage.parquet_archive import publish_batch, publish_columns
+    from data_plane.storage.parquet_archive import publish_rows
 
     def publish(topic, size, **props):
         return Message.from_publish("acme", "dev-1", topic, b"x" * size, 0, False, props, "dev-1")
@@ -270,7 +270,7 @@ def test_rule_units_are_sized_as_the_broker_meters_messages(spark, store):
     bare = [message_units(len(m.payload) + len(m.topic.encode())) for m in sent]
     assert expected != bare  # properties change the units of some of these messages
     now = time.time()
-    batch = publish_batch(publish_columns([(now, m) for m in sent]), 0, len(sent))
+    batch = publish_rows([(now, m) for m in sent])
     rows = batch.to_pylist()
     for row in rows:
         row["ts"] = int(row["ts"].timestamp() * 1000)
