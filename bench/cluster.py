@@ -35,7 +35,14 @@ import time
 from pathlib import Path
 
 from bench.brokers import PASSWORD, USERNAME, _free_port, _raise_nofile, _wait_port
-from bench.loadgen import PublishTemplate, Stats, close_all, connect_many, publish_flat_out
+from bench.loadgen import (
+    PublishTemplate,
+    Stats,
+    close_all,
+    connect_many,
+    publish_at_rate,
+    publish_flat_out,
+)
 from common.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,19 +194,8 @@ async def latency(setup: Setup, n: int, rate: int, seconds: float) -> dict:
     pubs = await connect_many(n, "127.0.0.1", setup.pub_port, Stats(), "lpub", USERNAME, PASSWORD)
     await asyncio.sleep(1.0)  # routes reach the other node
     templates = [PublishTemplate(f"bench/lat/{i}", 1024, 0) for i in range(n)]
-    tick = 0.01
-    per_tick = max(1, int(rate * tick))
     cpu_before = setup.cpu()
-    started = time.perf_counter()
-    next_at = started
-    index = 0
-    while time.perf_counter() - started < seconds:
-        for _ in range(per_tick):
-            pubs[index % n].transport.write(templates[index % n].packet())
-            stats.sent += 1
-            index += 1
-        next_at += tick
-        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+    await publish_at_rate(pubs, templates, rate, seconds, stats)
     deadline = time.perf_counter() + 2
     while stats.received < stats.sent and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)

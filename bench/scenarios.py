@@ -13,6 +13,7 @@ from bench.loadgen import (
     Stats,
     close_all,
     connect_many,
+    publish_at_rate,
     publish_flat_out,
 )
 
@@ -91,19 +92,8 @@ async def latency(broker: RunningBroker, n: int, rate: int, seconds: float) -> R
         await sub.subscribe(f"bench/lat/{index}", 0)
     pubs = await connect_many(n, "127.0.0.1", broker.port, Stats(), "lpub", *creds)
     templates = [PublishTemplate(f"bench/lat/{i}", 1024, 0) for i in range(n)]
-    tick = 0.01
-    per_tick = max(1, int(rate * tick))
     cpu_before = broker.cpu_seconds()
-    started = time.perf_counter()
-    next_at = started
-    index = 0
-    while time.perf_counter() - started < seconds:
-        for _ in range(per_tick):
-            pubs[index % n].transport.write(templates[index % n].packet())
-            stats.sent += 1
-            index += 1
-        next_at += tick
-        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+    await publish_at_rate(pubs, templates, rate, seconds, stats)
     await _drain(stats, stats.sent, 2)
     cpu = broker.cpu_seconds() - cpu_before
     close_all(subs + pubs)
