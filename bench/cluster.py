@@ -43,6 +43,7 @@ from bench.loadgen import (
     publish_at_rate,
     publish_flat_out,
 )
+from bench.scenarios import drain
 from common.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,22 +167,12 @@ async def pairs(setup: Setup, n: int, qos: int, seconds: float) -> dict:
             for i, pub in enumerate(pubs)
         )
     )
-    deadline = time.perf_counter() + (10 if qos else 2)
-    while stats.received < stats.sent and time.perf_counter() < deadline:
-        await asyncio.sleep(0.05)
+    await drain(stats, stats.sent, 10 if qos else 2)
     elapsed = time.perf_counter() - started
     cpu = setup.cpu() - cpu_before
     close_all(subs + pubs)
     await asyncio.sleep(0.5)
-    return {
-        "setup": setup.name,
-        "scenario": f"pairs n={n} qos={qos}",
-        "delivered": stats.received / elapsed,
-        "p50": stats.percentile(0.5),
-        "p99": stats.percentile(0.99),
-        "loss": stats.sent - stats.received,
-        "cpu_per_1k": cpu / max(stats.received, 1) * 1000,
-    }
+    return _row(setup, f"pairs n={n} qos={qos}", stats, elapsed, cpu)
 
 
 async def latency(setup: Setup, n: int, rate: int, seconds: float) -> dict:
@@ -196,15 +187,19 @@ async def latency(setup: Setup, n: int, rate: int, seconds: float) -> dict:
     templates = [PublishTemplate(f"bench/lat/{i}", 1024, 0) for i in range(n)]
     cpu_before = setup.cpu()
     await publish_at_rate(pubs, templates, rate, seconds, stats)
-    deadline = time.perf_counter() + 2
-    while stats.received < stats.sent and time.perf_counter() < deadline:
-        await asyncio.sleep(0.05)
+    await drain(stats, stats.sent, 2)
     cpu = setup.cpu() - cpu_before
     close_all(subs + pubs)
     await asyncio.sleep(0.5)
+    return _row(setup, f"latency n={n} {rate}/s qos=0", stats, seconds, cpu)
+
+
+def _row(setup: Setup, scenario: str, stats: Stats, seconds: float, cpu: float) -> dict:
+    """One line of the results table: delivered msg/s over `seconds`, latency percentiles,
+    loss, and the brokers' CPU seconds per 1,000 delivered."""
     return {
         "setup": setup.name,
-        "scenario": f"latency n={n} {rate}/s qos=0",
+        "scenario": scenario,
         "delivered": stats.received / seconds,
         "p50": stats.percentile(0.5),
         "p99": stats.percentile(0.99),

@@ -37,7 +37,8 @@ class Result:
         return asdict(self)
 
 
-async def _drain(stats: Stats, expected: int, timeout: float) -> None:
+async def drain(stats: Stats, expected: int, timeout: float) -> None:
+    """Wait until `expected` messages arrived, or `timeout` seconds."""
     deadline = time.perf_counter() + timeout
     while stats.received < expected and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)
@@ -66,7 +67,7 @@ async def pairs(
             for i, pub in enumerate(pubs)
         )
     )
-    await _drain(stats, stats.sent, 10 if qos else 2)
+    await drain(stats, stats.sent, 10 if qos else 2)
     elapsed = time.perf_counter() - started
     cpu = broker.cpu_seconds() - cpu_before
     close_all(subs + pubs)
@@ -94,7 +95,7 @@ async def latency(broker: RunningBroker, n: int, rate: int, seconds: float) -> R
     templates = [PublishTemplate(f"bench/lat/{i}", 1024, 0) for i in range(n)]
     cpu_before = broker.cpu_seconds()
     await publish_at_rate(pubs, templates, rate, seconds, stats)
-    await _drain(stats, stats.sent, 2)
+    await drain(stats, stats.sent, 2)
     cpu = broker.cpu_seconds() - cpu_before
     close_all(subs + pubs)
     return Result(
@@ -128,7 +129,7 @@ async def fanout(broker: RunningBroker, n: int, qos: int, seconds: float) -> Res
             published += 1
         else:
             await asyncio.sleep(0.001)
-    await _drain(stats, published * n, 10)
+    await drain(stats, published * n, 10)
     elapsed = time.perf_counter() - started
     cpu = broker.cpu_seconds() - cpu_before
     close_all(subs + [pub])
@@ -164,7 +165,7 @@ async def fanin(broker: RunningBroker, n: int, qos: int, seconds: float, shared:
             for i, pub in enumerate(pubs)
         )
     )
-    await _drain(stats, stats.sent, 15)
+    await drain(stats, stats.sent, 15)
     elapsed = time.perf_counter() - started
     cpu = broker.cpu_seconds() - cpu_before
     close_all(subs + pubs)
@@ -225,7 +226,7 @@ async def slowsub(broker: RunningBroker, n: int, seconds: float) -> Result:
             for i, pub in enumerate(pubs)
         )
     )
-    await _drain(stats, stats.sent, 2)
+    await drain(stats, stats.sent, 2)
     elapsed = time.perf_counter() - started
     growth_mib = (broker.rss_kib() - rss_before) / 1024
     cpu = broker.cpu_seconds() - cpu_before
