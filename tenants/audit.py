@@ -155,6 +155,15 @@ def _target(instance) -> str:
     return f"{device.name}/{name}" if device is not None else name
 
 
+def _target_or_id(instance) -> str:
+    """`_target`, or the id when the row's related objects are gone (a cascade deleted its
+    device first, a bulk row without them)."""
+    try:
+        return _target(instance)
+    except Exception:
+        return str(instance.pk)
+
+
 def _detail(instance, fields: Iterable[str] | None) -> dict:
     detail: dict = {}
     if fields:
@@ -200,10 +209,7 @@ def _deleted(sender, instance, **kwargs) -> None:
         from tenants.models import Tenant as T
 
         slug = T.objects.filter(id=tenant_id).values_list("slug", flat=True).first() or ""
-    try:
-        target = _target(instance)
-    except Exception:  # its device went first (cascade): the id will do
-        target = str(instance.pk)
+    target = _target_or_id(instance)
     record(
         tenant_id=tenant_id,
         tenant_slug=slug,
@@ -251,10 +257,7 @@ def _record_bulk(model, rows: list, verb: str, fields: list[str] | None) -> None
     name = model._meta.model_name
     for row in rows:
         tenant_id, slug = _tenant_of(row)
-        try:
-            target = _target(row)
-        except Exception:  # a row without its related objects: the id will do
-            target = str(row.pk)
+        target = _target_or_id(row)
         record(
             tenant_id=tenant_id,
             tenant_slug=slug,
