@@ -40,12 +40,13 @@ import redis.asyncio as aioredis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.ports import Published
 from data_plane.cluster import codec
 from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
+from data_plane.cluster.inherit import GROUP, ensure_group, inherit, settle
 from data_plane.cluster.routes import RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
 
@@ -148,6 +149,12 @@ class Cluster:
         self.forwarder = Forwarder(self.redis, self.keys.stream)
         self.broker: Any = None
         self.alive: dict[str, dict[str, Any]] = {}  # other live nodes -> their description
+        # Dead nodes no survivor has taken the place of yet: still forwarded to (their streams
+        # are drained into their adopted sessions, see `inherit`).
+        self.dying: set[str] = set()
+        self.inheriting: set[str] = set()  # dead nodes this one is taking the place of
+        self.dropped: dict[str, int] = {}  # reason -> messages lost here (not the forwarder's)
+        self.resubscribed = 0  # times the route channel had to be subscribed again
         self.bus_up = False
         self.synced = False  # our route set in Redis is what the router holds
         self.version = 0  # of our route set: only grows, across Redis restarts too
@@ -230,8 +237,9 @@ class Cluster:
             mine = self._assign_groups(message, shared, assigned)
             local = broker.route(message, lambda group: (group.topic_filter, group.name) in mine)
         targets: dict[str, tuple[tuple[str, str], ...]] = {}
-        for node in plain:
-            if node.node_id in self.alive:  # else dead or not seen yet (EMQX's is_routable)
+        alive, dying = self.alive, self.dying
+        for node in plain:  # a dead node's stream keeps its messages until a survivor takes over
+            if node.node_id in alive or node.node_id in dying:  # else not seen yet
                 targets[node.node_id] = ()
         for node_id, keys in assigned.items():
             targets[node_id] = tuple(keys)
@@ -414,10 +422,11 @@ class Cluster:
         if node_id == self.node_id:
             return
         if change.get("left"):
-            self.alive.pop(node_id, None)
-            self.table.drop(node_id)
+            self.gone(node_id)
             log.info("node %s left", node_id)
             return
+        if change.get("replaces"):  # a survivor took a dead node's place: switch at once
+            self.gone(change["replaces"])
         if node_id not in self.alive:  # it wrote, so it lives; the beat fills in the rest
             self.alive[node_id] = {"node": node_id}
         if change.get("reset") or not self.table.apply(
@@ -445,7 +454,11 @@ class Cluster:
                     if message is not None and message["type"] == "message":
                         self._on_route_message(message["data"])
             except (RedisError, OSError) as exc:
-                log.debug("route channel lost (%s): resubscribing", exc)
+                # E.g. Redis' output-buffer limit cut this (slow) subscriber off: whatever was
+                # published meanwhile is reloaded above, and our own set is announced again.
+                log.warning("route channel lost (%s): resubscribing", exc)
+                self.resubscribed += 1
+                self.synced = False
                 await asyncio.sleep(min(1.0, self.heartbeat / 2))
             finally:
                 try:
@@ -496,6 +509,8 @@ class Cluster:
             if node_id not in alive:
                 self._dead(node_id)
                 await self._purge(node_id)
+        for node_id in (set(self.table.nodes) | self.dying) - set(others):
+            self.gone(node_id)  # no longer a member: its successor's message was missed
         for node_id in alive:
             if node_id not in self.alive:
                 log.info("node %s is up", node_id)
@@ -506,55 +521,77 @@ class Cluster:
                 await self._load(node_id)  # new, or a delta of it was missed
 
     def _dead(self, node_id: str) -> None:
-        if node_id in self.alive or node_id in self.table.nodes:
+        if node_id in self.alive:
             log.warning("node %s is dead (no heartbeat for 1.5 × %ss)", node_id, self.heartbeat)
         self.alive.pop(node_id, None)
+        if node_id in self.table.nodes:  # its routes stay until a survivor takes its place
+            self.dying.add(node_id)
+
+    def gone(self, node_id: str) -> None:
+        """A node left, or a survivor took its place: out of the table."""
+        self.alive.pop(node_id, None)
+        self.dying.discard(node_id)
         self.table.drop(node_id)
 
     async def _purge(self, node_id: str) -> None:
-        """One survivor removes a dead node's routes and stream from Redis."""
+        """One survivor takes a dead node's place (data_plane.cluster.inherit): adopts its
+        persistent sessions, drains its stream into them, then removes its routes and stream."""
+        if node_id in self.inheriting:
+            return
         taken = await self.redis.set(
             self.keys.purge(node_id), self.node_id, nx=True, px=int(self.heartbeat * 5000)
         )
         if not taken:
             return
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(
-            self.keys.routes(node_id), self.keys.version(node_id), self.keys.stream(node_id)
-        )
-        pipe.srem(self.keys.members, node_id)
-        pipe.publish(self.keys.channel, json.dumps({"node": node_id, "left": True}))
-        await pipe.execute()
-        log.info("purged the routes of dead node %s", node_id)
+        self.inheriting.add(node_id)
+        self.tasks.append(asyncio.get_running_loop().create_task(inherit(self, node_id)))
 
     # -- receiving ------------------------------------------------------------------------
 
     async def _read_forever(self) -> None:
+        """Our stream through its consumer group: an entry is acknowledged once what it
+        delivered to persistent sessions is committed (see `inherit`: a survivor delivers what
+        is not acknowledged when this node dies)."""
         stream = self.keys.stream(self.node_id)
-        last = b"0-0"
         trimmed = time.monotonic()
+        grouped = False
         while True:
             try:
-                answer = await self.reader.xread({stream: last}, count=64, block=1000)
+                if not grouped:  # at start, and after Redis lost it (restarted)
+                    await ensure_group(self.reader, stream)
+                    grouped = True
+                answer = await self.reader.xreadgroup(
+                    GROUP, self.node_id, {stream: ">"}, count=64, block=1000
+                )
             except (RedisError, OSError) as exc:
+                if not isinstance(exc, ResponseError):
+                    await asyncio.sleep(min(1.0, self.heartbeat / 2))
                 log.debug("forward stream read failed (%s): retrying", exc)
-                await asyncio.sleep(min(1.0, self.heartbeat / 2))
+                grouped = False
                 continue
+            ids = []
+            commits: list = []
             for _name, entries in answer or ():
                 for entry_id, fields in entries:
-                    last = entry_id
+                    ids.append(entry_id)
                     if b"c" in fields:
                         self._control(fields[b"c"])
                     else:
-                        self._receive(fields.get(b"m", b""))
-            if time.monotonic() - trimmed > 1.0 and last != b"0-0":
-                trimmed = time.monotonic()
-                try:  # what we handled need not stay in Redis
-                    await self.reader.xtrim(stream, minid=last, approximate=True)
-                except (RedisError, OSError):
-                    pass
+                        self._receive(fields.get(b"m", b""), commits)
+            if not ids:
+                continue
+            await settle(commits, lambda n: self.count_dropped_here("store_unavailable", n))
+            try:
+                pipe = self.reader.pipeline(transaction=False)
+                pipe.xack(stream, GROUP, *ids)
+                if time.monotonic() - trimmed > 1.0:  # what we handled need not stay in Redis
+                    trimmed = time.monotonic()
+                    pipe.xtrim(stream, minid=ids[-1], approximate=True)
+                await pipe.execute()
+            except (RedisError, OSError) as exc:  # read again after a restart: at least once
+                log.debug("forward stream not acknowledged (%s)", exc)
 
-    def _receive(self, batch: bytes) -> None:
+    def _receive(self, batch: bytes, commits: list) -> None:
         broker = self.broker
         try:
             messages = codec.decode(batch)
@@ -566,7 +603,11 @@ class Cluster:
             if flags & codec.RETAIN:
                 broker.retained.set(message)
             if flags & codec.DELIVER:  # its plain subscribers here, and the groups given to us
-                broker.route(message, lambda group, g=groups: (group.topic_filter, group.name) in g)
+                published = broker.route(
+                    message, lambda group, g=groups: (group.topic_filter, group.name) in g
+                )
+                if published.commits:
+                    commits.extend(published.commits)
 
     def _control(self, data: bytes) -> None:
         try:
@@ -576,6 +617,10 @@ class Cluster:
 
     def _count_dropped(self, tenant: str, count: int) -> None:
         self.broker.stats[tenant].dropped += count
+
+    def count_dropped_here(self, reason: str, count: int) -> None:
+        """Messages this node could not keep for its sessions (e.g. the database refused)."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     # -- /metrics -------------------------------------------------------------------------
 
@@ -614,11 +659,13 @@ class Cluster:
         received.add_metric([], self.received)
         dropped = CounterMetricFamily(
             "mqtt_cluster_forward_dropped",
-            "Messages not forwarded, by reason (bus_unavailable, backlog)",
+            "Messages not forwarded or not kept, by reason (bus_unavailable, backlog, store_unavailable)",
             labels=["reason"],
         )
         for reason in ("bus_unavailable", "backlog"):
             dropped.add_metric([reason], self.forwarder.dropped[reason])
+        for reason, count in self.dropped.items():  # e.g. store_unavailable, stream_trimmed
+            dropped.add_metric([reason], count)
         refused = CounterMetricFamily(
             "mqtt_cluster_refused_connections",
             "Connections refused (0x88) while this node was cut off from the cluster bus",
@@ -631,5 +678,12 @@ class Cluster:
         )
         takeovers.add_metric(["taken"], self.sessions.takeovers)
         takeovers.add_metric(["released"], self.sessions.released)
+        takeovers.add_metric(["restored"], self.sessions.brought)
+        takeovers.add_metric(["adopted"], self.sessions.adopted)
+        resubscribed = CounterMetricFamily(
+            "mqtt_cluster_route_channel_resubscribed",
+            "Times the route channel was lost (Redis restarted, output-buffer limit) and taken up",
+        )
+        resubscribed.add_metric([], self.resubscribed)
         yield from (nodes, member, bus, routes, forwarded, batches, received, dropped, refused)
-        yield takeovers
+        yield from (takeovers, resubscribed)

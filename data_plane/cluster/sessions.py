@@ -74,6 +74,8 @@ class SessionClaims:
         self.waiting: dict[str, asyncio.Future] = {}  # request id -> its `released`
         self.takeovers = 0  # sessions this node took from another
         self.released = 0  # sessions this node gave up to another
+        self.brought = 0  # persistent sessions restored here from the database at a CONNECT
+        self.adopted = 0  # persistent sessions of dead nodes taken here
 
     def owner_key(self, tenant: str, client_id: str) -> str:
         return f"{self.cluster.keys.prefix}:owner:{tenant}:{client_id}"
@@ -95,6 +97,8 @@ class SessionClaims:
             previous = previous.decode() if previous else None
             if previous and previous != cluster.node_id and previous in cluster.alive:
                 await self._take_from(previous, tenant, client_id, clean_start)
+            if not clean_start:  # the session continues here: bring it from the database
+                await self._bring(tenant, client_id)
         finally:
             if self.claiming.get(key) is mine:
                 del self.claiming[key]
@@ -103,6 +107,19 @@ class SessionClaims:
                 asyncio.get_running_loop().call_soon(
                     self.release, tenant, client_id, node, request, clean
                 )
+
+    async def _bring(self, tenant: str, client_id: str) -> None:
+        """The persistent session of a client id this node does not hold, restored from the
+        database before its CONNACK (session present 1): the node that held it (taken over, or
+        dead, or this one before a restart) saved it and committed its queue first."""
+        broker = self.cluster.broker
+        if broker.persistence is None or (tenant, client_id) in broker.sessions:
+            return
+        try:
+            if await broker.persistence.restore_one(tenant, client_id) is not None:
+                self.brought += 1
+        except Exception as exc:  # the database did not answer: the session starts afresh
+            log.warning("session %s/%s not restored: %s", tenant, client_id, exc)
 
     async def _take_from(self, node: str, tenant: str, client_id: str, clean: bool) -> None:
         request = uuid.uuid4().hex
@@ -143,6 +160,37 @@ class SessionClaims:
             )
         return mine
 
+    async def adopt(self) -> set[tuple[str, str]]:
+        """A dead node's persistent sessions (their owner is not live, or none) from the
+        database into this node, with their wills scheduled (data_plane.cluster.inherit).
+        While they load, a CONNECT elsewhere for one of them waits, as for a CONNECT of ours
+        (`claiming`): it takes the session over once it is here."""
+        broker = self.cluster.broker
+        if broker.persistence is None or not hasattr(broker.persistence, "adopt"):
+            return set()
+        mine: set[tuple[str, str]] = set()
+        marks: dict[tuple[str, str], _Claim] = {}
+
+        async def keep(keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+            fresh = [key for key in keys if key not in broker.sessions]
+            for key in fresh:
+                if key not in self.claiming:
+                    marks[key] = self.claiming[key] = _Claim()
+            mine.update(await self.claim_restored(fresh))
+            return mine
+
+        try:
+            await broker.persistence.adopt(keep)
+        finally:
+            for key, mark in marks.items():
+                if self.claiming.get(key) is mark:
+                    del self.claiming[key]
+                if mark.lost_to is not None:
+                    node, request, clean = mark.lost_to
+                    self.release(*key, node, request, clean)
+        self.adopted += len(mine)
+        return mine
+
     # -- what other nodes ask ---------------------------------------------------------------
 
     def on_control(self, body: dict[str, Any]) -> None:
@@ -160,22 +208,33 @@ class SessionClaims:
             self.release(body["tenant"], body["client_id"], body["from"], body["id"], body["clean"])
 
     def release(self, tenant: str, client_id: str, node: str, request: str, clean: bool) -> None:
-        """Let `node` have the session: take it from its connection here, drop it here."""
+        """Let `node` have the session: take it from its connection here, then hand it over."""
         broker = self.cluster.broker
         session = broker.sessions.get((tenant, client_id))
+        dropped = None
         if session is not None:
             self.released += 1
             connection = session.connection
             if connection is not None:
                 connection.taken_over()  # 0x8E, the will scheduled with its delay
             if session.expiry_interval and broker.sessions.get(session.key) is session:
-                self._drop(session, clean)
-        asyncio.get_running_loop().create_task(
-            self._answer(node, {"op": "released", "id": request})
-        )
+                dropped = self._drop(session, clean)
+        asyncio.get_running_loop().create_task(self._hand_over(node, request, dropped))
 
-    def _drop(self, session: Any, clean: bool) -> None:
-        """A persistent session leaves this node's memory (the database keeps it)."""
+    async def _hand_over(self, node: str, request: str, saved: Any) -> None:
+        """`released` once the database has all of the session (record, queue, in-flight
+        states, acknowledgements): the claimer restores it from there."""
+        try:
+            if saved is not None:
+                await saved
+                await self.cluster.broker.persistence.store.flushed()
+        except Exception as exc:
+            log.warning("session not saved before its hand-over to %s: %s", node, exc)
+        await self._answer(node, {"op": "released", "id": request})
+
+    def _drop(self, session: Any, clean: bool) -> Any:
+        """A persistent session leaves this node's memory (the database keeps it); returns the
+        save to wait for (None when the session is not stored)."""
         broker = self.cluster.broker
         if session.will_handle is not None:
             session.will_handle.cancel()
@@ -186,13 +245,17 @@ class SessionClaims:
         if session.expiry_handle is not None:
             session.expiry_handle.cancel()
             session.expiry_handle = None
+        saved = None
         if session.persist is not None and broker.persistence is not None:
-            broker.persistence.save_later(session, disconnected=True)  # subscriptions kept
+            # subscriptions kept; the will gone (published, or the session continues)
+            saved = asyncio.ensure_future(broker.persistence.save(session, disconnected=True))
+        session.persist = None  # nothing more of it is written from here
         for state in session.subscriptions.values():  # out of this node's routes only
             group, topic_filter = parse_shared(state.topic_filter)
             broker.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
         del broker.sessions[session.key]
         broker.persistent[session.tenant].discard(session.client_id)
+        return saved
 
     async def _answer(self, node: str, body: dict[str, Any]) -> None:
         try:
