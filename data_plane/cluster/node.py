@@ -443,8 +443,11 @@ class Cluster:
     async def _listen_forever(self) -> None:
         while True:
             pubsub = self.redis.pubsub()
+            channel = None
             try:
                 await pubsub.subscribe(self.keys.channel)
+                channel = pubsub.connection  # redis-py reconnects it quietly: we want to know
+                channel.register_connect_callback(self._channel_reconnected)
                 # Deltas sent before this subscription are missed: the beat's version check
                 # (right below, and every half heartbeat) loads whatever changed meanwhile.
                 for node_id in list(self.table.nodes):
@@ -461,10 +464,23 @@ class Cluster:
                 self.synced = False
                 await asyncio.sleep(min(1.0, self.heartbeat / 2))
             finally:
+                if channel is not None:
+                    channel.deregister_connect_callback(self._channel_reconnected)
                 try:
                     await pubsub.aclose()
                 except (RedisError, OSError):
                     pass
+
+    def _channel_reconnected(self, _connection: Any) -> None:
+        """redis-py took the route channel up again by itself (Redis restarted, or its
+        output-buffer limit cut this node off for reading too slowly): the deltas published
+        meanwhile are lost, so every node's set is reloaded and ours announced anew."""
+        log.warning("route channel reconnected: reloading the route table")
+        self.resubscribed += 1
+        self.synced = False  # the beat rewrites our set (the others reload it)
+        loop = asyncio.get_running_loop()
+        for node_id in list(self.table.nodes):
+            loop.create_task(self._load_quietly(node_id))
 
     # -- membership -----------------------------------------------------------------------
 

@@ -249,3 +249,63 @@ def test_one_client_id_at_two_nodes_ends_with_one_session(three):
         for client in clients:
             client.close()
     assert metric(a, "mqtt_cluster_session_takeovers_total", '{direction="released"}') >= 1
+
+
+def test_slow_node_cut_off_by_the_output_buffer_limit_recovers(tmp_path, private_redis):
+    """Redis drops a pub/sub client whose output buffer passes its limit: a node that stalls
+    (SIGSTOP, shorter than its heartbeat TTL) while route traffic flows loses its route channel,
+    then subscribes again, reloads the others' routes, announces its own anew and serves
+    traffic; what was forwarded to it meanwhile waited in its stream (nothing dropped)."""
+    bus = redis.Redis.from_url(private_redis.url)
+    bus.config_set("client-output-buffer-limit", "pubsub 1mb 512kb 1")
+    name = "slow"
+    a = start_node(tmp_path, private_redis.url, name, heartbeat=3.0)
+    b = start_node(tmp_path, private_redis.url, name, heartbeat=3.0)
+    clients = []
+    try:
+        wait_for(lambda: metric(b, "mqtt_cluster_nodes") == 2, 10)
+        sub = Paho(a.port, "acme/d1", "pw1", "slow-sub")
+        sub.subscribe("slow/#", qos=1)
+        publisher = Paho(b.port, "acme/d2", "pw2", "slow-pub")
+        clients += [sub, publisher]
+        until_routed(publisher, sub, "slow/probe")
+        a_id = next(
+            m.decode()
+            for m in bus.smembers(f"mqtt-cluster:{name}:members")
+            if json.loads(bus.get(f"mqtt-cluster:{name}:node:{m.decode()}"))["pid"] == a.process.pid
+        )
+        version = int(bus.get(f"mqtt-cluster:{name}:version:{a_id}"))
+        assert len(bus.client_list(_type="pubsub")) == 2  # each node's route channel
+        a.process.send_signal(signal.SIGSTOP)
+        try:
+            for i in range(3):  # acknowledged: they wait in node a's stream
+                publisher.publish("slow/x", f"held{i}", qos=1)
+            # Route traffic it cannot read (deltas it would ignore: its own id, an old version)
+            pad = json.dumps({"node": a_id, "version": 0, "pad": "x" * (1 << 20)})
+            for _ in range(16):
+                bus.publish(f"mqtt-cluster:{name}:routes", pad)
+            # Redis closed node a's subscriber connection (its output buffer passed 1 MB)
+            wait_for(lambda: len(bus.client_list(_type="pubsub")) == 1, 2)
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: metric(a, "mqtt_cluster_route_channel_resubscribed_total") >= 1, 5)
+        wait_for(lambda: int(bus.get(f"mqtt-cluster:{name}:version:{a_id}")) > version, 5)
+        assert metric(b, "mqtt_cluster_nodes") == 2  # never counted dead
+        got = [m.payload for m in sub.expect(3, timeout=5)]
+        assert got == [b"held0", b"held1", b"held2"]  # each once, in order
+        assert sub.nothing(0.5)
+        # serving again, both ways: a new route of node a reaches node b, and back
+        later = Paho(a.port, "acme/d3", "pw3", "slow-later")
+        later.subscribe("after/#", qos=1)
+        clients.append(later)
+        until_routed(publisher, later, "after/probe")
+        watcher = Paho(b.port, "acme/d4", "pw4", "slow-watch")
+        watcher.subscribe("back/#", qos=1)
+        clients.append(watcher)
+        until_routed(later, watcher, "back/probe")
+        assert metric(a, "mqtt_cluster_forward_dropped_total", '{reason="bus_unavailable"}') == 0
+    finally:
+        for client in clients:
+            client.close()
+        a.stop()
+        b.stop()
