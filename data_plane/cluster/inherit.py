@@ -7,7 +7,8 @@ but did not acknowledge (its pending list) and entries it never read. Publishers
 forwarding to a dead node (`Cluster.dying`) until a survivor takes its place, so those
 messages pile up in its stream too, instead of matching no route at all.
 
-The survivor that takes the node's purge lock (`Cluster._purge`), holding its own route lock so
+The survivor that takes the node's purge lock (`Cluster._purge`) first publishes the wills of
+its clients not kept in Postgres (data_plane.cluster.wills), then, holding its own route lock so
 that none of its route changes reaches the others meanwhile:
 
 1. adopts the dead node's persistent sessions from Postgres (their ownership keys name the dead
@@ -129,6 +130,7 @@ class Inheritance:
 
     async def run(self) -> None:
         cluster = self.cluster
+        await cluster.wills.publish_for(self.dead)  # its clients' wills not in Postgres
         async with cluster.routes_lock:  # our route changes reach the others in step 3 only
             self.adopted = await cluster.sessions.adopt()
             await self._drain()

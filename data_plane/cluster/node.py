@@ -49,6 +49,7 @@ from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
 from data_plane.cluster.inherit import GROUP, ensure_group, inherit, settle
 from data_plane.cluster.routes import RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
+from data_plane.cluster.wills import WillRegistry
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -166,6 +167,7 @@ class Cluster:
         self.apply_routes = self.redis.register_script(APPLY_ROUTES)
         self.loading: set[str] = set()
         self.sessions = SessionClaims(self)
+        self.wills = WillRegistry(self)  # clients' wills a survivor publishes if we die
         self.last_ok = float("-inf")  # monotonic time of the last heartbeat Redis took
         self.refused = 0  # connections refused while cut off
         self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
@@ -188,12 +190,14 @@ class Cluster:
 
         broker.redirect = refuse_when_cut_off
         self.forwarder.on_drop = self._count_dropped
+        self.wills.attach(broker)  # the wills of clients not kept in Postgres, into Redis
         try:
             await self._beat()
         except (RedisError, OSError) as exc:
             log.warning("cluster bus %s not reachable yet (%s): retrying", self.url, exc)
         loop = asyncio.get_running_loop()
-        for job in (self._beat_forever, self._listen_forever, self._routes_forever):
+        jobs = (self._beat_forever, self._listen_forever, self._routes_forever, self.wills.forever)
+        for job in jobs:
             self.tasks.append(loop.create_task(job()))
         log.info("node %s joined cluster %s", self.node_id, self.keys.prefix)
 
@@ -215,6 +219,7 @@ class Cluster:
                 self.keys.routes(self.node_id),
                 self.keys.version(self.node_id),
                 self.keys.stream(self.node_id),
+                self.wills.key(self.node_id),  # its clients were told to go: no will left
             )
             pipe.publish(self.keys.channel, json.dumps({"node": self.node_id, "left": True}))
             await pipe.execute()
@@ -507,6 +512,8 @@ class Cluster:
         if not self.bus_up:
             log.info("cluster bus %s up", self.url)
         self.bus_up = True
+        if added or not has_version:  # counted dead, or Redis lost our data: wills again
+            self.wills.rewrite()
         if added or not has_version or not self.synced:
             await self._rewrite_routes()  # joined, reconnected, or Redis lost our data
         others = sorted({m.decode() for m in members} - {self.node_id})
@@ -696,10 +703,15 @@ class Cluster:
         takeovers.add_metric(["released"], self.sessions.released)
         takeovers.add_metric(["restored"], self.sessions.brought)
         takeovers.add_metric(["adopted"], self.sessions.adopted)
+        wills = CounterMetricFamily(
+            "mqtt_cluster_dead_node_wills",
+            "Wills of dead nodes' clients (not kept in Postgres) published by this node",
+        )
+        wills.add_metric([], self.wills.published)
         resubscribed = CounterMetricFamily(
             "mqtt_cluster_route_channel_resubscribed",
             "Times the route channel was lost (Redis restarted, output-buffer limit) and taken up",
         )
         resubscribed.add_metric([], self.resubscribed)
         yield from (nodes, member, bus, routes, forwarded, batches, received, dropped, refused)
-        yield from (takeovers, resubscribed)
+        yield from (takeovers, resubscribed, wills)

@@ -309,3 +309,38 @@ def test_slow_node_cut_off_by_the_output_buffer_limit_recovers(tmp_path, private
             client.close()
         a.stop()
         b.stop()
+
+
+def test_wills_of_a_killed_nodes_clients_are_published_by_a_survivor(tmp_path, redis_url):
+    """Clients of a node that dies (kill -9) lose their connection with it: a survivor publishes
+    their wills (clean sessions: the session ended with the node, so at once), never the will
+    of a client that had left cleanly before."""
+    name = f"wills-{uuid.uuid4().hex[:6]}"
+    survivor = start_node(tmp_path, redis_url, name)
+    doomed = start_node(tmp_path, redis_url, name)
+    clients = []
+    try:
+        wait_for(lambda: metric(survivor, "mqtt_cluster_nodes") == 2, 10)
+        watcher = Paho(survivor.port, "acme/d1", "pw1", "will-watch")
+        watcher.subscribe("lwt/#", qos=1)
+        clients.append(watcher)
+        sensor = Paho(doomed.port, "acme/d2", "pw2", "sensor", will=("lwt/sensor", "off", 1))
+        polite = Paho(doomed.port, "acme/d2", "pw2", "polite", will=("lwt/polite", "off", 1))
+        probe = Paho(doomed.port, "acme/d3", "pw3", "lwt-probe")
+        clients += [sensor, polite, probe]
+        until_routed(probe, watcher, "lwt/probe")
+        polite.close()  # DISCONNECT 0x00: its will is discarded, here and at the survivor
+        time.sleep(0.2)  # (its will record leaves Redis within a few ms)
+        doomed.process.send_signal(signal.SIGKILL)
+        doomed.process.wait(5)
+        for client in (sensor, probe):
+            client.client.loop_stop()  # no reconnecting to a dead port
+        got = watcher.expect(1, timeout=2 * HEARTBEAT + 2)
+        assert [(m.topic, m.payload) for m in got] == [("lwt/sensor", b"off")]
+        assert watcher.nothing(1.0)  # once, and nothing from "polite"
+        assert metric(survivor, "mqtt_cluster_dead_node_wills_total") == 1
+    finally:
+        for client in clients:
+            client.close()
+        survivor.stop()
+        doomed.stop()
