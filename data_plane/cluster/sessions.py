@@ -40,6 +40,8 @@ from common.mqtt.topics import parse_shared
 log = logging.getLogger("data_plane.cluster")
 
 TAKEOVER_WAIT = 2.0  # seconds a CONNECT waits for the previous node to let the session go
+RELEASE_STEP = 0.005  # seconds between looks for the CONNACK of a CONNECT that lost a race
+RELEASE_TRIES = 200  # at most one second of them (its takeover waits TAKEOVER_WAIT)
 OWNER_TTL = 7 * 86400  # seconds an ownership record outlives the last CONNECT that wrote it
 
 
@@ -103,10 +105,27 @@ class SessionClaims:
             if self.claiming.get(key) is mine:
                 del self.claiming[key]
             if mine.lost_to is not None:  # a later CONNECT elsewhere won: once opened, go
-                node, request, clean = mine.lost_to
-                asyncio.get_running_loop().call_soon(
-                    self.release, tenant, client_id, node, request, clean
+                asyncio.get_running_loop().call_soon(  # (our CONNECT opens its session first)
+                    self._release_once_acked, tenant, client_id, *mine.lost_to
                 )
+
+    def _release_once_acked(
+        self, tenant: str, client_id: str, node: str, request: str, clean: bool, tries: int = 0
+    ) -> None:
+        """Release to `node` once our CONNECT for the id has its CONNACK (a client must see
+        CONNACK before DISCONNECT 0x8E, or it counts the connect as failed and retries it);
+        the session's first save may stand between the two."""
+        session = self.cluster.broker.sessions.get((tenant, client_id))
+        connection = session.connection if session is not None else None
+        if connection is not None and not connection._acked and not connection.closing:
+            if tries < RELEASE_TRIES:
+                asyncio.get_running_loop().call_later(
+                    RELEASE_STEP,
+                    self._release_once_acked,
+                    *(tenant, client_id, node, request, clean, tries + 1),
+                )
+                return
+        self.release(tenant, client_id, node, request, clean)
 
     async def _bring(self, tenant: str, client_id: str) -> None:
         """The persistent session of a client id this node does not hold, restored from the

@@ -186,3 +186,48 @@ def test_kill_9_mid_traffic_loses_nothing_acknowledged(nodes, tenant_user):
     assert adopted == 1
     for client in (back, watcher, publisher):
         client.close()
+
+
+def test_persistent_client_id_racing_at_two_nodes_ends_with_one_session(nodes, tenant_user):
+    """The SO_REUSEPORT race with persistent sessions (clean start 0), many times over: two
+    CONNECTs of one client id at two nodes at once end with one session, which has the
+    subscription and the message queued for it; nothing reaches the client id twice after."""
+    _, (a, b, c) = nodes
+    user, secret = tenant_user
+    publisher = Paho(c.port, user, secret, "race-pub")
+    for attempt in range(20):
+        client_id, topic = f"prace-{attempt}", f"prace/{attempt}"
+        first = Paho(c.port, user, secret, client_id, clean=False, expiry=600)
+        first.subscribe(topic, qos=1)
+        first.close()
+        publisher.publish(topic, "queued", qos=1)  # waits for it at node c, in Postgres
+        clients = [
+            Paho(node.port, user, secret, client_id, clean=False, expiry=600, connect=False)
+            for node in (a, b)
+        ]
+        threads = [threading.Thread(target=cl.connect, kwargs={"wait": False}) for cl in clients]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        waited = []
+        for client in clients:
+            assert client.connack.wait(5)
+            waited.append(time.monotonic() - started)
+        time.sleep(0.3)
+        alive = [cl for cl in clients if not cl.disconnected.is_set()]
+        reasons = [(cl.session_present, cl.disconnect_reason, waited) for cl in clients]
+        assert len(alive) == 1, f"attempt {attempt}: {len(alive)} sessions {reasons}"
+        loser = next(cl for cl in clients if cl.disconnected.is_set())
+        assert loser.disconnect_reason.value == 0x8E
+        loser.close()
+        winner = alive[0]
+        assert winner.session_present
+        queued = [m.payload for cl in clients for m in cl.expect(1, timeout=0.5)]
+        assert b"queued" in queued, f"attempt {attempt}: the queued message was lost"
+        publisher.publish(topic, "after", qos=1)
+        assert [m.payload for m in winner.expect(1, timeout=2)] == [b"after"], attempt
+        assert winner.nothing(0.2), attempt  # once
+        winner.close()
+    publisher.close()
