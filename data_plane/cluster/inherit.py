@@ -50,7 +50,8 @@ log = logging.getLogger("data_plane.cluster")
 GROUP = "deliver"  # the consumer group every forward stream is read through
 DRAIN_COUNT = 500  # stream entries per read while draining a dead node's stream
 
-# KEYS: our route set, our version, the dead node's route set, its version, the members set.
+# KEYS: our route set, our version, the dead node's route set, its version, the members set,
+# its tombstone (what it finds if it was only stalled and comes back: see `counted_dead`).
 # ARGV: channel, our id, the dead node's id, then "+key" / "-key" ops of our routes.
 # Returns our new version, or -1 when our version key is gone (our routes are rewritten by the
 # next beat; the dead node is announced as having left).
@@ -70,6 +71,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 redis.call('DEL', KEYS[3], KEYS[4])
 redis.call('SREM', KEYS[5], ARGV[3])
+redis.call('SET', KEYS[6], ARGV[2], 'EX', 86400)
 if version == -1 then
   redis.call('PUBLISH', ARGV[1], cjson.encode({node = ARGV[3], left = true}))
 else
@@ -144,6 +146,7 @@ class Inheritance:
                     keys.routes(self.dead),
                     keys.version(self.dead),
                     keys.members,
+                    keys.dead(self.dead),
                 ],
                 args=[keys.channel, cluster.node_id, self.dead, *ops],
             )

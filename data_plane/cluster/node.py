@@ -100,6 +100,10 @@ class Keys:
     def purge(self, node_id: str) -> str:
         return f"{self.prefix}:purge:{node_id}"
 
+    def dead(self, node_id: str) -> str:
+        """Left by the survivor that took a dead node's place (see `inherit`)."""
+        return f"{self.prefix}:dead:{node_id}"
+
 
 class _Unavailable:
     """What the handshake's redirect hook answers to refuse a client: CONNACK 0x88 (3.1.1: 3,
@@ -512,6 +516,10 @@ class Cluster:
         if not self.bus_up:
             log.info("cluster bus %s up", self.url)
         self.bus_up = True
+        if added and await self.redis.delete(self.keys.dead(self.node_id)):
+            # We stalled past our TTL and a survivor took our place (our clients' wills are
+            # out, our persistent sessions adopted): our clients go, to reconnect anywhere.
+            self.sessions.counted_dead()
         if added or not has_version:  # counted dead, or Redis lost our data: wills again
             self.wills.rewrite()
         if added or not has_version or not self.synced:

@@ -8,20 +8,32 @@ earlier one. When the previous owner is another live node, the claimer sends it 
 its stream and waits (at most `TAKEOVER_WAIT`) for `released`:
 
 - the owner holds the session: its connection is taken over as locally (0x8E; its will
-  scheduled with its delay, which the new connection's resumption cancels as MQTT 5
-  §3.1.2.5 says); a session that outlives its connection is dropped from the owner's memory
-  once saved (its subscriptions leave the owner's routes), never forgotten in the database;
+  scheduled with its delay: with clean start 1 the session ends and the will goes at once,
+  with clean start 0 it continues and the will is discarded, MQTT 5 §3.1.2.5); the session
+  leaves the owner's memory (its subscriptions leave the owner's routes unless other local
+  subscribers need them) and a persistent one is saved; the owner answers `released` only once
+  the database holds all of it (record, queue, in-flight states, acknowledgements: the store's
+  pending group commit is awaited);
 - the owner is itself still in its CONNECT for that id (its own claim came first but its
-  answer had not arrived): the takeover waits for that CONNECT to open its session, then
-  takes it over — the earlier client gets CONNACK then 0x8E, one session remains.
+  answer had not arrived): the takeover waits for that CONNECT to open its session and send
+  its CONNACK, then takes it over — the earlier client gets CONNACK then 0x8E, one session
+  remains.
+
+The claimer, when the client asked to continue its session (clean start 0) and this node does
+not hold it, restores it from Postgres (`SessionPersistence.restore_one`) before its CONNACK:
+session present 1, its subscriptions (routes added here), its queue and in-flight deliveries
+(QoS 2 ones resent with their packet ids: exactly once). A session whose owner is dead needs no
+answer: it is restored at once.
 
 At start-up a node restores from Postgres only the persistent sessions it can own
-(`claim_restored`: no owner yet, or a dead one), in one script per 500 sessions.
+(`claim_restored`: no owner yet, or a dead one), in one script per 500 sessions. When a node
+dies, the survivor that takes its place adopts its persistent sessions the same way (`adopt`,
+see data_plane.cluster.inherit); a CONNECT elsewhere meanwhile waits for the adoption, then
+takes the session over. A node that was only stalled past its TTL and comes back finds the
+survivor's tombstone (`counted_dead`): its clients go (0x8E) and reconnect anywhere.
 
-Not yet: the claimer restores a persistent session from Postgres after `released` (today the
-new node starts a fresh session: `session present` 0 unless it had the session itself), and a
-dead node's persistent sessions and wills are adopted only by the next node that starts, not
-by a survivor at once.
+Bounds: a takeover waits at most `TAKEOVER_WAIT` for `released` (a node that does not answer
+in time keeps a copy until it notices, the known cost of not using consensus).
 """
 
 from __future__ import annotations
@@ -236,7 +248,7 @@ class SessionClaims:
             connection = session.connection
             if connection is not None:
                 connection.taken_over()  # 0x8E, the will scheduled with its delay
-            if session.expiry_interval and broker.sessions.get(session.key) is session:
+            if broker.sessions.get(session.key) is session:  # (a clean one ends here too)
                 dropped = self._drop(session, clean)
         asyncio.get_running_loop().create_task(self._hand_over(node, request, dropped))
 
@@ -251,9 +263,25 @@ class SessionClaims:
             log.warning("session not saved before its hand-over to %s: %s", node, exc)
         await self._answer(node, {"op": "released", "id": request})
 
+    def counted_dead(self) -> None:
+        """This node was counted dead and a survivor took its place: every connection here
+        goes (0x8E, no will: the survivor published it) and the persistent sessions leave
+        memory without a write (the survivor holds them now)."""
+        broker = self.cluster.broker
+        log.warning("this node was counted dead: its %d sessions go", len(broker.sessions))
+        for session in list(broker.sessions.values()):
+            connection = session.connection
+            if connection is not None:
+                connection._will = None
+                connection.taken_over()
+            if broker.sessions.get(session.key) is session:
+                session.persist = None
+                self._drop(session, False)
+
     def _drop(self, session: Any, clean: bool) -> Any:
-        """A persistent session leaves this node's memory (the database keeps it); returns the
-        save to wait for (None when the session is not stored)."""
+        """A session leaves this node's memory (the database keeps a persistent one: never
+        `forget` here, the claimer may be writing it already); returns the save to wait for
+        (None when the session is not stored)."""
         broker = self.cluster.broker
         if session.will_handle is not None:
             session.will_handle.cancel()
