@@ -4,6 +4,7 @@ Real broker processes on the test Postgres and Redis, real MQTT clients (paho)."
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -231,3 +232,49 @@ def test_persistent_client_id_racing_at_two_nodes_ends_with_one_session(nodes, t
         assert winner.nothing(0.2), attempt  # once
         winner.close()
     publisher.close()
+
+
+def test_a_node_stalled_past_its_ttl_is_replaced_and_lets_its_clients_go(redis_url, tenant_user):
+    """SIGSTOP longer than the heartbeat TTL: the survivor counts the node dead, adopts its
+    persistent session and publishes its will; when the node wakes up it finds itself
+    replaced, lets its client go (0x8E) and the client finds its session at the survivor."""
+    user, secret = tenant_user
+    cluster = f"stall-{uuid.uuid4().hex[:6]}"
+    a, b = PgNode(redis_url, cluster, HEARTBEAT), PgNode(redis_url, cluster, HEARTBEAT)
+    clients = []
+    try:
+        wait_for(lambda: metric(b, "mqtt_cluster_nodes") == 2, 10)
+        held = Paho(
+            a.port, user, secret, "held", clean=False, expiry=600, will=will("st/w", "z", 0)
+        )
+        held.subscribe("st/data", qos=1)
+        watcher = Paho(b.port, user, secret, "st-watch")
+        watcher.subscribe("st/w", qos=1)
+        clients += [held, watcher]
+        until_routed(watcher, held, "st/data")
+        a.process.send_signal(signal.SIGSTOP)
+        try:
+            got = watcher.expect(1, timeout=2 * HEARTBEAT + 3)
+            assert [(m.topic, m.payload) for m in got] == [("st/w", b"z")]
+            wait_for(
+                lambda: (
+                    metric(b, "mqtt_cluster_session_takeovers_total", '{direction="adopted"}') == 1
+                ),
+                3,
+            )
+            watcher.publish("st/data", "while-stalled", qos=1)  # queued at the survivor
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        assert held.disconnected.wait(3 * HEARTBEAT) and held.disconnect_reason.value == 0x8E
+        held.close()
+        back = Paho(b.port, user, secret, "held", clean=False, expiry=600)
+        clients.append(back)
+        assert back.session_present
+        assert [m.payload for m in back.expect(1, timeout=3)] == [b"while-stalled"]
+        wait_for(lambda: metric(a, "mqtt_cluster_nodes") == 2, 3 * HEARTBEAT)  # a member again
+        assert watcher.nothing(0.5)  # the will went once
+    finally:
+        for client in clients:
+            client.close()
+        a.stop()
+        b.stop()
