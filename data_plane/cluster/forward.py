@@ -1,11 +1,13 @@
 """Forwarding: a publish goes once to each other node with a matching route, in batches.
 
 Transport: one Redis stream per node (`Keys.stream(node)`), written with XADD by every other
-node and read with XREAD by its owner. Why a stream and not pub/sub:
+node and read by its owner through a consumer group (XREADGROUP, XACK once delivered and, for
+persistent sessions, committed). Why a stream and not pub/sub:
 
 - a stream keeps what its reader has not read yet: a node that lost its connection for a moment
-  (Redis' output-buffer limit cuts a slow pub/sub client off, the network blips) resumes from
-  the last entry id it read instead of losing whatever was published meanwhile;
+  (Redis' output-buffer limit cuts a slow pub/sub client off, the network blips) resumes where
+  its group stands instead of losing whatever was published meanwhile; and when the node dies,
+  what it had not acknowledged is still there for the survivor (see `inherit`);
 - XADD answers once Redis holds the entry, so a QoS 1/2 publisher's acknowledgement can wait
   for it (the entry's commit is one of the `Published.commits` the PUBACK awaits): a message
   the bus refused is refused to its publisher, never acknowledged then lost;

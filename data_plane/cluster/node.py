@@ -3,10 +3,13 @@
 Membership: the node writes `Keys.node(id)` (its description, JSON) with a TTL of 1.5 × the
 heartbeat every half heartbeat, and adds itself to `Keys.members`. Every half heartbeat it also
 reads the members: one whose key has expired is dead, so a node that died is noticed at most
-1.5 + 0.5 = 2 heartbeats after its last write. Its routes leave this node's table at once; one
-survivor (whoever takes `Keys.purge(id)` first, as EMQX's router helper takes a global lock)
-deletes its route set and stream from Redis. A node that stalled past its TTL and comes back
-finds itself gone (`SADD` answers 1) and rewrites everything, like a node after a Redis restart.
+1.5 + 0.5 = 2 heartbeats after its last write. Its routes stay in the table (`dying`: messages
+for it wait in its stream) until one survivor (whoever takes `Keys.purge(id)` first, as EMQX's
+router helper takes a global lock) has taken its place (`inherit`: its persistent sessions,
+its stream, its clients' wills) and switched every node from it to itself in one message. A
+node that stalled past its TTL and comes back finds itself gone (`SADD` answers 1) and
+rewrites everything, like a node after a Redis restart; if a survivor took its place (its
+tombstone, `Keys.dead`) its clients go first (`SessionClaims.counted_dead`).
 
 Routes: the broker's router reports each filter (or shared group) that gets its first local
 subscriber or loses its last (`Router.on_route`). Changes gather for a moment and go to Redis in
@@ -15,10 +18,13 @@ on `Keys.channel`, all at once. Other nodes apply deltas in version order (see `
 any break in the connection (or the bus lost its data: the version key is gone, or the node is
 no longer a member) the node rewrites its whole set from the router — what its clients are
 subscribed to now is the truth — and the others reload it: the table converges to the union of
-live subscriptions within one heartbeat of Redis being back.
+live subscriptions within one heartbeat of Redis being back. The same holds when only the route
+channel broke (redis-py reconnects it quietly, e.g. after Redis' output-buffer limit cut a node
+that read too slowly): the node reloads every other node's set and rewrites its own.
 
-Forwarding and receiving: see `forward`. The node reads its own stream with XREAD from the last
-id it handled; each message is delivered with `Broker.route` (not counted again as received,
+Forwarding and receiving: see `forward`. The node reads its own stream through its consumer
+group (XREADGROUP) and acknowledges (XACK) a batch of entries once what they delivered to
+persistent sessions is committed (see `inherit` for why); each message is delivered with `Broker.route` (not counted again as received,
 not filtered, not stored as retained: the publishing node did all that), and a retained message
 is put in the local retained store too (sent to every live node, so a new subscription anywhere
 sees it at once; Postgres keeps it across restarts as before).
