@@ -639,6 +639,10 @@ class Cluster:
             self.received += 1
             if flags & codec.RETAIN:
                 broker.retained.set(message)
+            if flags & codec.TARGET:  # relayed for one session (data_plane.cluster.relay)
+                for client_id, _ in groups:
+                    self.sessions.targeted(message, client_id, commits)
+                continue
             if flags & codec.DELIVER:  # its plain subscribers here, and the groups given to us
                 published = broker.route(
                     message, lambda group, g=groups: (group.topic_filter, group.name) in g
@@ -722,10 +726,15 @@ class Cluster:
             "Wills of dead nodes' clients (not kept in Postgres) published by this node",
         )
         wills.add_metric([], self.wills.published)
+        relayed = CounterMetricFamily(
+            "mqtt_cluster_relayed_messages",
+            "Messages relays here sent on to the node a session moved to (cluster/relay.py)",
+        )
+        relayed.add_metric([], self.sessions.relayed)
         resubscribed = CounterMetricFamily(
             "mqtt_cluster_route_channel_resubscribed",
             "Times the route channel was lost (Redis restarted, output-buffer limit) and taken up",
         )
         resubscribed.add_metric([], self.resubscribed)
         yield from (nodes, member, bus, routes, forwarded, batches, received, dropped, refused)
-        yield from (takeovers, resubscribed, wills)
+        yield from (takeovers, resubscribed, wills, relayed)

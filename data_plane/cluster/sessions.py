@@ -11,7 +11,8 @@ its stream and waits (at most `TAKEOVER_WAIT`) for `released`:
   scheduled with its delay: with clean start 1 the session ends and the will goes at once,
   with clean start 0 it continues and the will is discarded, MQTT 5 §3.1.2.5); the session
   leaves the owner's memory (its subscriptions leave the owner's routes unless other local
-  subscribers need them) and a persistent one is saved; the owner answers `released` only once
+  subscribers need them, once a relay has bridged the moment until the claimer's routes stand:
+  data_plane.cluster.relay) and a persistent one is saved; the owner answers `released` only once
   the database holds all of it (record, queue, in-flight states, acknowledgements: the store's
   pending group commit is awaited);
 - the owner is itself still in its CONNECT for that id (its own claim came first but its
@@ -48,6 +49,8 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from common.mqtt.topics import parse_shared
+from data_plane.cluster.inherit import deliver_to
+from data_plane.cluster.relay import Relay
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -90,6 +93,9 @@ class SessionClaims:
         self.released = 0  # sessions this node gave up to another
         self.brought = 0  # persistent sessions restored here from the database at a CONNECT
         self.adopted = 0  # persistent sessions of dead nodes taken here
+        self.relayed = 0  # messages relays here sent on to the node a session moved to
+        # Relayed messages for sessions still being restored here (claiming): they wait.
+        self.held: dict[tuple[str, str], list[Any]] = {}
 
     def owner_key(self, tenant: str, client_id: str) -> str:
         return f"{self.cluster.keys.prefix}:owner:{tenant}:{client_id}"
@@ -116,6 +122,7 @@ class SessionClaims:
         finally:
             if self.claiming.get(key) is mine:
                 del self.claiming[key]
+                self._deliver_held(key)
             if mine.lost_to is not None:  # a later CONNECT elsewhere won: once opened, go
                 asyncio.get_running_loop().call_soon(  # (our CONNECT opens its session first)
                     self._release_once_acked, tenant, client_id, *mine.lost_to
@@ -216,11 +223,26 @@ class SessionClaims:
             for key, mark in marks.items():
                 if self.claiming.get(key) is mark:
                     del self.claiming[key]
+                    self._deliver_held(key)
                 if mark.lost_to is not None:
                     node, request, clean = mark.lost_to
                     self.release(*key, node, request, clean)
         self.adopted += len(mine)
         return mine
+
+    def targeted(self, message: Any, client_id: str, commits: list) -> None:
+        """A message another node's relay sent for one session here (data_plane.cluster.relay)."""
+        key = (message.tenant, client_id)
+        if key in self.claiming:  # being restored here: it waits for the session
+            self.held.setdefault(key, []).append(message)
+        elif not deliver_to(self.cluster.broker, message, {key}, commits):
+            self.cluster.count_dropped_here("session_gone", 1)
+
+    def _deliver_held(self, key: tuple[str, str]) -> None:
+        held = self.held.pop(key, None)
+        for message in held or ():
+            if not deliver_to(self.cluster.broker, message, {key}, []):
+                self.cluster.count_dropped_here("session_gone", 1)
 
     # -- what other nodes ask ---------------------------------------------------------------
 
@@ -249,6 +271,8 @@ class SessionClaims:
             if connection is not None:
                 connection.taken_over()  # 0x8E, the will scheduled with its delay
             if broker.sessions.get(session.key) is session:  # (a clean one ends here too)
+                if not clean and session.persist is not None:  # it continues at `node`
+                    Relay(self.cluster, tenant, client_id, node).stand_in(session)
                 dropped = self._drop(session, clean)
         asyncio.get_running_loop().create_task(self._hand_over(node, request, dropped))
 
