@@ -231,7 +231,7 @@ def test_one_client_id_at_two_nodes_ends_with_one_session(three):
     assert first.disconnected.wait(5) and first.disconnect_reason.value == 0x8E
     second.close()
     first.close()
-    for attempt in range(15):
+    for attempt in range(30):
         client_id = f"race-{attempt}"
         clients = [Paho(node.port, "acme/d2", "pw2", client_id, connect=False) for node in (a, b)]
         threads = [threading.Thread(target=c.connect, kwargs={"wait": False}) for c in clients]
