@@ -23,6 +23,8 @@ Batching: messages for a node gather in a buffer for the rest of the event loop'
 while the previous XADD round trip is in flight), then go as one entry per node per round (cut
 at `BATCH_BYTES`), all nodes in one pipeline. The stream is capped (`STREAM_MAXLEN` entries,
 approximately): a reader that far behind loses the oldest entries rather than Redis its memory.
+Such a loss is not counted yet (a node that far behind while still beating is the one case;
+a stalled node is counted dead long before and its stream drained by a survivor).
 """
 
 from __future__ import annotations
