@@ -157,7 +157,7 @@ class Cluster:
             url, socket_timeout=timeout + 2, socket_connect_timeout=timeout, retry=retry
         )
         self.table = RouteTable()
-        self.forwarder = Forwarder(self.redis, self.keys.stream)
+        self.forwarder = Forwarder(self.redis, self.keys.stream, self.node_id)
         self.broker: Any = None
         self.alive: dict[str, dict[str, Any]] = {}  # other live nodes -> their description
         # Dead nodes no survivor has taken the place of yet: still forwarded to (their streams
@@ -166,6 +166,7 @@ class Cluster:
         self.inheriting: set[str] = set()  # dead nodes this one is taking the place of
         self.dropped: dict[str, int] = {}  # reason -> messages lost here (not the forwarder's)
         self.resubscribed = 0  # times the route channel had to be subscribed again
+        self.stream_seen: dict[bytes, int] = {}  # writer -> its `c` in the last entry read
         self.bus_up = False
         self.synced = False  # our route set in Redis is what the router holds
         self.version = 0  # of our route set: only grows, across Redis restarts too
@@ -611,10 +612,11 @@ class Cluster:
             for _name, entries in answer or ():
                 for entry_id, fields in entries:
                     ids.append(entry_id)
-                    if b"c" in fields:
-                        self._control(fields[b"c"])
+                    if b"m" not in fields:
+                        self._control(fields.get(b"c", b"{}"))
                     else:
-                        self._receive(fields.get(b"m", b""), commits)
+                        received = self._receive(fields[b"m"], commits)
+                        self._check_gap(fields.get(b"w"), fields.get(b"c"), received)
             if not ids:
                 continue
             await settle(commits, lambda n: self.count_dropped_here("store_unavailable", n))
@@ -628,13 +630,26 @@ class Cluster:
             except (RedisError, OSError) as exc:  # read again after a restart: at least once
                 log.debug("forward stream not acknowledged (%s)", exc)
 
-    def _receive(self, batch: bytes, commits: list) -> None:
+    def _check_gap(self, writer: bytes | None, sent: bytes | None, count: int) -> None:
+        """Entries of a writer missing before this one (trimmed by the stream's cap, lost
+        with a Redis restart): their messages are counted as dropped (`stream_gap`)."""
+        if writer is None or sent is None:
+            return
+        sent_now = int(sent)
+        before = self.stream_seen.get(writer)
+        self.stream_seen[writer] = sent_now
+        if before is not None and sent_now - count > before:
+            lost = sent_now - count - before
+            log.warning("%d forwarded messages from %s lost before read", lost, writer.decode())
+            self.count_dropped_here("stream_gap", lost)
+
+    def _receive(self, batch: bytes, commits: list) -> int:
         broker = self.broker
         try:
             messages = codec.decode(batch)
         except Exception:
             log.exception("undecodable forwarded batch (%d bytes) dropped", len(batch))
-            return
+            return 0
         for flags, message, groups in messages:
             self.received += 1
             if flags & codec.RETAIN:
@@ -649,6 +664,7 @@ class Cluster:
                 )
                 if published.commits:
                     commits.extend(published.commits)
+        return len(messages)
 
     def _control(self, data: bytes) -> None:
         try:
@@ -700,7 +716,7 @@ class Cluster:
         received.add_metric([], self.received)
         dropped = CounterMetricFamily(
             "mqtt_cluster_forward_dropped",
-            "Messages not forwarded or not kept, by reason (bus_unavailable, backlog, store_unavailable)",
+            "Messages not forwarded or not kept, by reason (bus_unavailable, backlog, store_unavailable, stream_gap, session_gone)",
             labels=["reason"],
         )
         for reason in ("bus_unavailable", "backlog"):
