@@ -6,25 +6,23 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `routes`: the route table (tenant, filter) → nodes, EMQX's merge semantics;
 - `forward`: a publish once to each other node with a matching route, batched, on streams;
 - `codec`: forwarded messages as bytes;
-- `sessions`: one session per client id across the cluster (takeover between nodes), and at
-  start-up each stored persistent session restored by one node only (no owner, or a dead one).
+- `sessions`: one session per client id across the cluster (takeover between nodes; a
+  persistent session moves with its client through Postgres), and at start-up each stored
+  persistent session restored by one node only (no owner, or a dead one);
+- `inherit`: a survivor taking a dead node's place (its persistent sessions adopted, its
+  stream's unacknowledged messages delivered into them, its clients' wills published);
+- `relay`: while a persistent session moves, the old node relays what still reaches it to the
+  new one until the new node's routes stand (no moment without a route);
+- `wills`: the wills of clients not kept in Postgres, in Redis under their node.
 
 Not yet (issue 17, points 3-5), and how it will go:
 
-- A persistent session moving with its client: after `released`, the claiming node restores
-  that one session from Postgres (subscriptions, queue, inbound QoS 2 ids, will) before its
-  CONNACK (session present 1); the releasing node saves it and drains its pending commits
-  before answering. Until then the new node starts the session afresh.
-- A dead node's persistent sessions and wills: the survivor that takes the purge lock claims
-  the dead node's sessions (their ownership keys name it), restores them from Postgres and
-  schedules their wills after the will delay, unless the client reconnects first.
 - Cluster-wide limits (point 4): counters in Redis (INCR with expiry per window), each node
   leasing a slice of the allowance so the hot path stays local; max connections by an INCR/DECR
   counter per tenant claimed at CONNECT (with the node's own count rebuilt after Redis
   restarts, like its routes).
-- A forwarded QoS 1/2 message is acknowledged to its publisher once Redis holds it; a node that
-  dies between reading its stream and handing a message to its sessions loses it. Consumer
-  groups (XREADGROUP/XACK, XAUTOCLAIM by the survivor) would close that gap.
+- A shared-group message forwarded to a node that dies before delivering it is not given to
+  another member (the group's members there are adopted, but not re-assigned the message).
 """
 
 from data_plane.cluster.node import Cluster

@@ -25,6 +25,9 @@ from data_plane.broker.message import Message
 
 DELIVER = 1  # route it to the node's local subscribers
 RETAIN = 2  # keep it in the node's retained store (retained messages are cluster-wide)
+# For one session only (a relay's, see data_plane.cluster.relay): the "groups" carry one pair,
+# (client id, "").
+TARGET = 4
 
 _HEAD = struct.Struct("!BBBiIHHHHII")
 _U16 = struct.Struct("!H")

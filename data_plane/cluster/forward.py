@@ -1,11 +1,13 @@
 """Forwarding: a publish goes once to each other node with a matching route, in batches.
 
 Transport: one Redis stream per node (`Keys.stream(node)`), written with XADD by every other
-node and read with XREAD by its owner. Why a stream and not pub/sub:
+node and read by its owner through a consumer group (XREADGROUP, XACK once delivered and, for
+persistent sessions, committed). Why a stream and not pub/sub:
 
 - a stream keeps what its reader has not read yet: a node that lost its connection for a moment
-  (Redis' output-buffer limit cuts a slow pub/sub client off, the network blips) resumes from
-  the last entry id it read instead of losing whatever was published meanwhile;
+  (Redis' output-buffer limit cuts a slow pub/sub client off, the network blips) resumes where
+  its group stands instead of losing whatever was published meanwhile; and when the node dies,
+  what it had not acknowledged is still there for the survivor (see `inherit`);
 - XADD answers once Redis holds the entry, so a QoS 1/2 publisher's acknowledgement can wait
   for it (the entry's commit is one of the `Published.commits` the PUBACK awaits): a message
   the bus refused is refused to its publisher, never acknowledged then lost;
@@ -21,6 +23,9 @@ Batching: messages for a node gather in a buffer for the rest of the event loop'
 while the previous XADD round trip is in flight), then go as one entry per node per round (cut
 at `BATCH_BYTES`), all nodes in one pipeline. The stream is capped (`STREAM_MAXLEN` entries,
 approximately): a reader that far behind loses the oldest entries rather than Redis its memory.
+Such a loss is counted by the reader: every entry carries its writer (`w`) and the number of
+messages that writer has sent to that stream so far (`c`), so a gap — entries trimmed by the
+cap, or lost with a Redis restart — is counted as dropped (`stream_gap`), never silent.
 """
 
 from __future__ import annotations
@@ -49,9 +54,11 @@ class BusUnavailable(Exception):
 
 
 class Forwarder:
-    def __init__(self, redis: Any, stream_of: Callable[[str], str]) -> None:
+    def __init__(self, redis: Any, stream_of: Callable[[str], str], writer: str = "") -> None:
         self.redis = redis
         self.stream_of = stream_of
+        self.writer = writer.encode()
+        self.sent: dict[str, int] = {}  # node -> messages written to its stream (the `c` field)
         self.buffers: dict[str, list[bytes]] = {}
         self.buffered = 0
         self.commit: asyncio.Future | None = None  # of the messages buffered now (QoS > 0)
@@ -116,11 +123,13 @@ class Forwarder:
                 self.buffered = 0
                 pipe = self.redis.pipeline(transaction=False)
                 entries = 0
+                sent_before = dict(self.sent)
                 for node_id, parts in buffers.items():
-                    for batch in _batches(parts):
+                    for batch, count in _batches(parts):
+                        sent = self.sent[node_id] = self.sent.get(node_id, 0) + count
                         pipe.xadd(
                             self.stream_of(node_id),
-                            {b"m": batch},
+                            {b"m": batch, b"w": self.writer, b"c": sent},
                             maxlen=STREAM_MAXLEN,
                             approximate=True,
                         )
@@ -128,6 +137,7 @@ class Forwarder:
                 try:
                     await pipe.execute()
                 except (RedisError, OSError) as exc:
+                    self.sent = sent_before  # counted as dropped here, not as a gap there
                     log.warning("cluster bus refused %d forwarded messages: %s", len(losses), exc)
                     self._drop("bus_unavailable", losses)
                     if commit is not None:
@@ -152,18 +162,19 @@ class Forwarder:
                 self.on_drop(tenant, count)
 
 
-def _batches(parts: list[bytes]) -> list[bytes]:
-    out: list[bytes] = []
+def _batches(parts: list[bytes]) -> list[tuple[bytes, int]]:
+    """The encoded messages as stream entries of at most BATCH_BYTES: (bytes, messages)."""
+    out: list[tuple[bytes, int]] = []
     current: list[bytes] = []
     size = 0
     for part in parts:
         if current and size + len(part) > BATCH_BYTES:
-            out.append(b"".join(current))
+            out.append((b"".join(current), len(current)))
             current, size = [], 0
         current.append(part)
         size += len(part)
     if current:
-        out.append(b"".join(current))
+        out.append((b"".join(current), len(current)))
     return out
 
 

@@ -3,10 +3,13 @@
 Membership: the node writes `Keys.node(id)` (its description, JSON) with a TTL of 1.5 × the
 heartbeat every half heartbeat, and adds itself to `Keys.members`. Every half heartbeat it also
 reads the members: one whose key has expired is dead, so a node that died is noticed at most
-1.5 + 0.5 = 2 heartbeats after its last write. Its routes leave this node's table at once; one
-survivor (whoever takes `Keys.purge(id)` first, as EMQX's router helper takes a global lock)
-deletes its route set and stream from Redis. A node that stalled past its TTL and comes back
-finds itself gone (`SADD` answers 1) and rewrites everything, like a node after a Redis restart.
+1.5 + 0.5 = 2 heartbeats after its last write. Its routes stay in the table (`dying`: messages
+for it wait in its stream) until one survivor (whoever takes `Keys.purge(id)` first, as EMQX's
+router helper takes a global lock) has taken its place (`inherit`: its persistent sessions,
+its stream, its clients' wills) and switched every node from it to itself in one message. A
+node that stalled past its TTL and comes back finds itself gone (`SADD` answers 1) and
+rewrites everything, like a node after a Redis restart; if a survivor took its place (its
+tombstone, `Keys.dead`) its clients go first (`SessionClaims.counted_dead`).
 
 Routes: the broker's router reports each filter (or shared group) that gets its first local
 subscriber or loses its last (`Router.on_route`). Changes gather for a moment and go to Redis in
@@ -15,10 +18,13 @@ on `Keys.channel`, all at once. Other nodes apply deltas in version order (see `
 any break in the connection (or the bus lost its data: the version key is gone, or the node is
 no longer a member) the node rewrites its whole set from the router — what its clients are
 subscribed to now is the truth — and the others reload it: the table converges to the union of
-live subscriptions within one heartbeat of Redis being back.
+live subscriptions within one heartbeat of Redis being back. The same holds when only the route
+channel broke (redis-py reconnects it quietly, e.g. after Redis' output-buffer limit cut a node
+that read too slowly): the node reloads every other node's set and rewrites its own.
 
-Forwarding and receiving: see `forward`. The node reads its own stream with XREAD from the last
-id it handled; each message is delivered with `Broker.route` (not counted again as received,
+Forwarding and receiving: see `forward`. The node reads its own stream through its consumer
+group (XREADGROUP) and acknowledges (XACK) a batch of entries once what they delivered to
+persistent sessions is committed (see `inherit` for why); each message is delivered with `Broker.route` (not counted again as received,
 not filtered, not stored as retained: the publishing node did all that), and a retained message
 is put in the local retained store too (sent to every live node, so a new subscription anywhere
 sees it at once; Postgres keeps it across restarts as before).
@@ -40,14 +46,16 @@ import redis.asyncio as aioredis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.ports import Published
 from data_plane.cluster import codec
 from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
+from data_plane.cluster.inherit import GROUP, ensure_group, inherit, settle
 from data_plane.cluster.routes import RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
+from data_plane.cluster.wills import WillRegistry
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -98,6 +106,10 @@ class Keys:
     def purge(self, node_id: str) -> str:
         return f"{self.prefix}:purge:{node_id}"
 
+    def dead(self, node_id: str) -> str:
+        """Left by the survivor that took a dead node's place (see `inherit`)."""
+        return f"{self.prefix}:dead:{node_id}"
+
 
 class _Unavailable:
     """What the handshake's redirect hook answers to refuse a client: CONNACK 0x88 (3.1.1: 3,
@@ -145,9 +157,16 @@ class Cluster:
             url, socket_timeout=timeout + 2, socket_connect_timeout=timeout, retry=retry
         )
         self.table = RouteTable()
-        self.forwarder = Forwarder(self.redis, self.keys.stream)
+        self.forwarder = Forwarder(self.redis, self.keys.stream, self.node_id)
         self.broker: Any = None
         self.alive: dict[str, dict[str, Any]] = {}  # other live nodes -> their description
+        # Dead nodes no survivor has taken the place of yet: still forwarded to (their streams
+        # are drained into their adopted sessions, see `inherit`).
+        self.dying: set[str] = set()
+        self.inheriting: set[str] = set()  # dead nodes this one is taking the place of
+        self.dropped: dict[str, int] = {}  # reason -> messages lost here (not the forwarder's)
+        self.resubscribed = 0  # times the route channel had to be subscribed again
+        self.stream_seen: dict[bytes, int] = {}  # writer -> its `c` in the last entry read
         self.bus_up = False
         self.synced = False  # our route set in Redis is what the router holds
         self.version = 0  # of our route set: only grows, across Redis restarts too
@@ -159,6 +178,7 @@ class Cluster:
         self.apply_routes = self.redis.register_script(APPLY_ROUTES)
         self.loading: set[str] = set()
         self.sessions = SessionClaims(self)
+        self.wills = WillRegistry(self)  # clients' wills a survivor publishes if we die
         self.last_ok = float("-inf")  # monotonic time of the last heartbeat Redis took
         self.refused = 0  # connections refused while cut off
         self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
@@ -181,12 +201,14 @@ class Cluster:
 
         broker.redirect = refuse_when_cut_off
         self.forwarder.on_drop = self._count_dropped
+        self.wills.attach(broker)  # the wills of clients not kept in Postgres, into Redis
         try:
             await self._beat()
         except (RedisError, OSError) as exc:
             log.warning("cluster bus %s not reachable yet (%s): retrying", self.url, exc)
         loop = asyncio.get_running_loop()
-        for job in (self._beat_forever, self._listen_forever, self._routes_forever):
+        jobs = (self._beat_forever, self._listen_forever, self._routes_forever, self.wills.forever)
+        for job in jobs:
             self.tasks.append(loop.create_task(job()))
         log.info("node %s joined cluster %s", self.node_id, self.keys.prefix)
 
@@ -208,6 +230,7 @@ class Cluster:
                 self.keys.routes(self.node_id),
                 self.keys.version(self.node_id),
                 self.keys.stream(self.node_id),
+                self.wills.key(self.node_id),  # its clients were told to go: no will left
             )
             pipe.publish(self.keys.channel, json.dumps({"node": self.node_id, "left": True}))
             await pipe.execute()
@@ -230,8 +253,9 @@ class Cluster:
             mine = self._assign_groups(message, shared, assigned)
             local = broker.route(message, lambda group: (group.topic_filter, group.name) in mine)
         targets: dict[str, tuple[tuple[str, str], ...]] = {}
-        for node in plain:
-            if node.node_id in self.alive:  # else dead or not seen yet (EMQX's is_routable)
+        alive, dying = self.alive, self.dying
+        for node in plain:  # a dead node's stream keeps its messages until a survivor takes over
+            if node.node_id in alive or node.node_id in dying:  # else not seen yet
                 targets[node.node_id] = ()
         for node_id, keys in assigned.items():
             targets[node_id] = tuple(keys)
@@ -414,10 +438,11 @@ class Cluster:
         if node_id == self.node_id:
             return
         if change.get("left"):
-            self.alive.pop(node_id, None)
-            self.table.drop(node_id)
+            self.gone(node_id)
             log.info("node %s left", node_id)
             return
+        if change.get("replaces"):  # a survivor took a dead node's place: switch at once
+            self.gone(change["replaces"])
         if node_id not in self.alive:  # it wrote, so it lives; the beat fills in the rest
             self.alive[node_id] = {"node": node_id}
         if change.get("reset") or not self.table.apply(
@@ -434,8 +459,11 @@ class Cluster:
     async def _listen_forever(self) -> None:
         while True:
             pubsub = self.redis.pubsub()
+            channel = None
             try:
                 await pubsub.subscribe(self.keys.channel)
+                channel = pubsub.connection  # redis-py reconnects it quietly: we want to know
+                channel.register_connect_callback(self._channel_reconnected)
                 # Deltas sent before this subscription are missed: the beat's version check
                 # (right below, and every half heartbeat) loads whatever changed meanwhile.
                 for node_id in list(self.table.nodes):
@@ -445,13 +473,30 @@ class Cluster:
                     if message is not None and message["type"] == "message":
                         self._on_route_message(message["data"])
             except (RedisError, OSError) as exc:
-                log.debug("route channel lost (%s): resubscribing", exc)
+                # E.g. Redis' output-buffer limit cut this (slow) subscriber off: whatever was
+                # published meanwhile is reloaded above, and our own set is announced again.
+                log.warning("route channel lost (%s): resubscribing", exc)
+                self.resubscribed += 1
+                self.synced = False
                 await asyncio.sleep(min(1.0, self.heartbeat / 2))
             finally:
+                if channel is not None:
+                    channel.deregister_connect_callback(self._channel_reconnected)
                 try:
                     await pubsub.aclose()
                 except (RedisError, OSError):
                     pass
+
+    def _channel_reconnected(self, _connection: Any) -> None:
+        """redis-py took the route channel up again by itself (Redis restarted, or its
+        output-buffer limit cut this node off for reading too slowly): the deltas published
+        meanwhile are lost, so every node's set is reloaded and ours announced anew."""
+        log.warning("route channel reconnected: reloading the route table")
+        self.resubscribed += 1
+        self.synced = False  # the beat rewrites our set (the others reload it)
+        loop = asyncio.get_running_loop()
+        for node_id in list(self.table.nodes):
+            loop.create_task(self._load_quietly(node_id))
 
     # -- membership -----------------------------------------------------------------------
 
@@ -478,6 +523,12 @@ class Cluster:
         if not self.bus_up:
             log.info("cluster bus %s up", self.url)
         self.bus_up = True
+        if added and await self.redis.delete(self.keys.dead(self.node_id)):
+            # We stalled past our TTL and a survivor took our place (our clients' wills are
+            # out, our persistent sessions adopted): our clients go, to reconnect anywhere.
+            self.sessions.counted_dead()
+        if added or not has_version:  # counted dead, or Redis lost our data: wills again
+            self.wills.rewrite()
         if added or not has_version or not self.synced:
             await self._rewrite_routes()  # joined, reconnected, or Redis lost our data
         others = sorted({m.decode() for m in members} - {self.node_id})
@@ -496,6 +547,8 @@ class Cluster:
             if node_id not in alive:
                 self._dead(node_id)
                 await self._purge(node_id)
+        for node_id in (set(self.table.nodes) | self.dying) - set(others):
+            self.gone(node_id)  # no longer a member: its successor's message was missed
         for node_id in alive:
             if node_id not in self.alive:
                 log.info("node %s is up", node_id)
@@ -506,67 +559,112 @@ class Cluster:
                 await self._load(node_id)  # new, or a delta of it was missed
 
     def _dead(self, node_id: str) -> None:
-        if node_id in self.alive or node_id in self.table.nodes:
+        if node_id in self.alive:
             log.warning("node %s is dead (no heartbeat for 1.5 × %ss)", node_id, self.heartbeat)
         self.alive.pop(node_id, None)
+        if node_id in self.table.nodes:  # its routes stay until a survivor takes its place
+            self.dying.add(node_id)
+
+    def gone(self, node_id: str) -> None:
+        """A node left, or a survivor took its place: out of the table."""
+        self.alive.pop(node_id, None)
+        self.dying.discard(node_id)
         self.table.drop(node_id)
 
     async def _purge(self, node_id: str) -> None:
-        """One survivor removes a dead node's routes and stream from Redis."""
+        """One survivor takes a dead node's place (data_plane.cluster.inherit): adopts its
+        persistent sessions, drains its stream into them, then removes its routes and stream."""
+        if node_id in self.inheriting:
+            return
         taken = await self.redis.set(
             self.keys.purge(node_id), self.node_id, nx=True, px=int(self.heartbeat * 5000)
         )
         if not taken:
             return
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(
-            self.keys.routes(node_id), self.keys.version(node_id), self.keys.stream(node_id)
-        )
-        pipe.srem(self.keys.members, node_id)
-        pipe.publish(self.keys.channel, json.dumps({"node": node_id, "left": True}))
-        await pipe.execute()
-        log.info("purged the routes of dead node %s", node_id)
+        self.inheriting.add(node_id)
+        self.tasks.append(asyncio.get_running_loop().create_task(inherit(self, node_id)))
 
     # -- receiving ------------------------------------------------------------------------
 
     async def _read_forever(self) -> None:
+        """Our stream through its consumer group: an entry is acknowledged once what it
+        delivered to persistent sessions is committed (see `inherit`: a survivor delivers what
+        is not acknowledged when this node dies)."""
         stream = self.keys.stream(self.node_id)
-        last = b"0-0"
         trimmed = time.monotonic()
+        grouped = False
         while True:
             try:
-                answer = await self.reader.xread({stream: last}, count=64, block=1000)
+                if not grouped:  # at start, and after Redis lost it (restarted)
+                    await ensure_group(self.reader, stream)
+                    grouped = True
+                answer = await self.reader.xreadgroup(
+                    GROUP, self.node_id, {stream: ">"}, count=64, block=1000
+                )
             except (RedisError, OSError) as exc:
+                if not isinstance(exc, ResponseError):
+                    await asyncio.sleep(min(1.0, self.heartbeat / 2))
                 log.debug("forward stream read failed (%s): retrying", exc)
-                await asyncio.sleep(min(1.0, self.heartbeat / 2))
+                grouped = False
                 continue
+            ids = []
+            commits: list = []
             for _name, entries in answer or ():
                 for entry_id, fields in entries:
-                    last = entry_id
-                    if b"c" in fields:
-                        self._control(fields[b"c"])
+                    ids.append(entry_id)
+                    if b"m" not in fields:
+                        self._control(fields.get(b"c", b"{}"))
                     else:
-                        self._receive(fields.get(b"m", b""))
-            if time.monotonic() - trimmed > 1.0 and last != b"0-0":
-                trimmed = time.monotonic()
-                try:  # what we handled need not stay in Redis
-                    await self.reader.xtrim(stream, minid=last, approximate=True)
-                except (RedisError, OSError):
-                    pass
+                        received = self._receive(fields[b"m"], commits)
+                        self._check_gap(fields.get(b"w"), fields.get(b"c"), received)
+            if not ids:
+                continue
+            await settle(commits, lambda n: self.count_dropped_here("store_unavailable", n))
+            try:
+                pipe = self.reader.pipeline(transaction=False)
+                pipe.xack(stream, GROUP, *ids)
+                if time.monotonic() - trimmed > 1.0:  # what we handled need not stay in Redis
+                    trimmed = time.monotonic()
+                    pipe.xtrim(stream, minid=ids[-1], approximate=True)
+                await pipe.execute()
+            except (RedisError, OSError) as exc:  # read again after a restart: at least once
+                log.debug("forward stream not acknowledged (%s)", exc)
 
-    def _receive(self, batch: bytes) -> None:
+    def _check_gap(self, writer: bytes | None, sent: bytes | None, count: int) -> None:
+        """Entries of a writer missing before this one (trimmed by the stream's cap, lost
+        with a Redis restart): their messages are counted as dropped (`stream_gap`)."""
+        if writer is None or sent is None:
+            return
+        sent_now = int(sent)
+        before = self.stream_seen.get(writer)
+        self.stream_seen[writer] = sent_now
+        if before is not None and sent_now - count > before:
+            lost = sent_now - count - before
+            log.warning("%d forwarded messages from %s lost before read", lost, writer.decode())
+            self.count_dropped_here("stream_gap", lost)
+
+    def _receive(self, batch: bytes, commits: list) -> int:
         broker = self.broker
         try:
             messages = codec.decode(batch)
         except Exception:
             log.exception("undecodable forwarded batch (%d bytes) dropped", len(batch))
-            return
+            return 0
         for flags, message, groups in messages:
             self.received += 1
             if flags & codec.RETAIN:
                 broker.retained.set(message)
+            if flags & codec.TARGET:  # relayed for one session (data_plane.cluster.relay)
+                for client_id, _ in groups:
+                    self.sessions.targeted(message, client_id, commits)
+                continue
             if flags & codec.DELIVER:  # its plain subscribers here, and the groups given to us
-                broker.route(message, lambda group, g=groups: (group.topic_filter, group.name) in g)
+                published = broker.route(
+                    message, lambda group, g=groups: (group.topic_filter, group.name) in g
+                )
+                if published.commits:
+                    commits.extend(published.commits)
+        return len(messages)
 
     def _control(self, data: bytes) -> None:
         try:
@@ -576,6 +674,10 @@ class Cluster:
 
     def _count_dropped(self, tenant: str, count: int) -> None:
         self.broker.stats[tenant].dropped += count
+
+    def count_dropped_here(self, reason: str, count: int) -> None:
+        """Messages this node could not keep for its sessions (e.g. the database refused)."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     # -- /metrics -------------------------------------------------------------------------
 
@@ -614,11 +716,13 @@ class Cluster:
         received.add_metric([], self.received)
         dropped = CounterMetricFamily(
             "mqtt_cluster_forward_dropped",
-            "Messages not forwarded, by reason (bus_unavailable, backlog)",
+            "Messages not forwarded or not kept, by reason (bus_unavailable, backlog, store_unavailable, stream_gap, session_gone)",
             labels=["reason"],
         )
         for reason in ("bus_unavailable", "backlog"):
             dropped.add_metric([reason], self.forwarder.dropped[reason])
+        for reason, count in self.dropped.items():  # e.g. store_unavailable, stream_trimmed
+            dropped.add_metric([reason], count)
         refused = CounterMetricFamily(
             "mqtt_cluster_refused_connections",
             "Connections refused (0x88) while this node was cut off from the cluster bus",
@@ -631,5 +735,22 @@ class Cluster:
         )
         takeovers.add_metric(["taken"], self.sessions.takeovers)
         takeovers.add_metric(["released"], self.sessions.released)
+        takeovers.add_metric(["restored"], self.sessions.brought)
+        takeovers.add_metric(["adopted"], self.sessions.adopted)
+        wills = CounterMetricFamily(
+            "mqtt_cluster_dead_node_wills",
+            "Wills of dead nodes' clients (not kept in Postgres) published by this node",
+        )
+        wills.add_metric([], self.wills.published)
+        relayed = CounterMetricFamily(
+            "mqtt_cluster_relayed_messages",
+            "Messages relays here sent on to the node a session moved to (cluster/relay.py)",
+        )
+        relayed.add_metric([], self.sessions.relayed)
+        resubscribed = CounterMetricFamily(
+            "mqtt_cluster_route_channel_resubscribed",
+            "Times the route channel was lost (Redis restarted, output-buffer limit) and taken up",
+        )
+        resubscribed.add_metric([], self.resubscribed)
         yield from (nodes, member, bus, routes, forwarded, batches, received, dropped, refused)
-        yield takeovers
+        yield from (takeovers, resubscribed, wills, relayed)

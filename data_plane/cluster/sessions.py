@@ -8,20 +8,33 @@ earlier one. When the previous owner is another live node, the claimer sends it 
 its stream and waits (at most `TAKEOVER_WAIT`) for `released`:
 
 - the owner holds the session: its connection is taken over as locally (0x8E; its will
-  scheduled with its delay, which the new connection's resumption cancels as MQTT 5
-  §3.1.2.5 says); a session that outlives its connection is dropped from the owner's memory
-  once saved (its subscriptions leave the owner's routes), never forgotten in the database;
+  scheduled with its delay: with clean start 1 the session ends and the will goes at once,
+  with clean start 0 it continues and the will is discarded, MQTT 5 §3.1.2.5); the session
+  leaves the owner's memory (its subscriptions leave the owner's routes unless other local
+  subscribers need them, once a relay has bridged the moment until the claimer's routes stand:
+  data_plane.cluster.relay) and a persistent one is saved; the owner answers `released` only once
+  the database holds all of it (record, queue, in-flight states, acknowledgements: the store's
+  pending group commit is awaited);
 - the owner is itself still in its CONNECT for that id (its own claim came first but its
-  answer had not arrived): the takeover waits for that CONNECT to open its session, then
-  takes it over — the earlier client gets CONNACK then 0x8E, one session remains.
+  answer had not arrived): the takeover waits for that CONNECT to open its session and send
+  its CONNACK, then takes it over — the earlier client gets CONNACK then 0x8E, one session
+  remains.
+
+The claimer, when the client asked to continue its session (clean start 0) and this node does
+not hold it, restores it from Postgres (`SessionPersistence.restore_one`) before its CONNACK:
+session present 1, its subscriptions (routes added here), its queue and in-flight deliveries
+(QoS 2 ones resent with their packet ids: exactly once). A session whose owner is dead needs no
+answer: it is restored at once.
 
 At start-up a node restores from Postgres only the persistent sessions it can own
-(`claim_restored`: no owner yet, or a dead one), in one script per 500 sessions.
+(`claim_restored`: no owner yet, or a dead one), in one script per 500 sessions. When a node
+dies, the survivor that takes its place adopts its persistent sessions the same way (`adopt`,
+see data_plane.cluster.inherit); a CONNECT elsewhere meanwhile waits for the adoption, then
+takes the session over. A node that was only stalled past its TTL and comes back finds the
+survivor's tombstone (`counted_dead`): its clients go (0x8E) and reconnect anywhere.
 
-Not yet: the claimer restores a persistent session from Postgres after `released` (today the
-new node starts a fresh session: `session present` 0 unless it had the session itself), and a
-dead node's persistent sessions and wills are adopted only by the next node that starts, not
-by a survivor at once.
+Bounds: a takeover waits at most `TAKEOVER_WAIT` for `released` (a node that does not answer
+in time keeps a copy until it notices, the known cost of not using consensus).
 """
 
 from __future__ import annotations
@@ -36,10 +49,14 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from common.mqtt.topics import parse_shared
+from data_plane.cluster.inherit import deliver_to
+from data_plane.cluster.relay import Relay
 
 log = logging.getLogger("data_plane.cluster")
 
 TAKEOVER_WAIT = 2.0  # seconds a CONNECT waits for the previous node to let the session go
+RELEASE_STEP = 0.005  # seconds between looks for the CONNACK of a CONNECT that lost a race
+RELEASE_TRIES = 200  # at most one second of them (its takeover waits TAKEOVER_WAIT)
 OWNER_TTL = 7 * 86400  # seconds an ownership record outlives the last CONNECT that wrote it
 
 
@@ -74,6 +91,11 @@ class SessionClaims:
         self.waiting: dict[str, asyncio.Future] = {}  # request id -> its `released`
         self.takeovers = 0  # sessions this node took from another
         self.released = 0  # sessions this node gave up to another
+        self.brought = 0  # persistent sessions restored here from the database at a CONNECT
+        self.adopted = 0  # persistent sessions of dead nodes taken here
+        self.relayed = 0  # messages relays here sent on to the node a session moved to
+        # Relayed messages for sessions still being restored here (claiming): they wait.
+        self.held: dict[tuple[str, str], list[Any]] = {}
 
     def owner_key(self, tenant: str, client_id: str) -> str:
         return f"{self.cluster.keys.prefix}:owner:{tenant}:{client_id}"
@@ -95,14 +117,47 @@ class SessionClaims:
             previous = previous.decode() if previous else None
             if previous and previous != cluster.node_id and previous in cluster.alive:
                 await self._take_from(previous, tenant, client_id, clean_start)
+            if not clean_start:  # the session continues here: bring it from the database
+                await self._bring(tenant, client_id)
         finally:
             if self.claiming.get(key) is mine:
                 del self.claiming[key]
+                self._deliver_held(key)
             if mine.lost_to is not None:  # a later CONNECT elsewhere won: once opened, go
-                node, request, clean = mine.lost_to
-                asyncio.get_running_loop().call_soon(
-                    self.release, tenant, client_id, node, request, clean
+                asyncio.get_running_loop().call_soon(  # (our CONNECT opens its session first)
+                    self._release_once_acked, tenant, client_id, *mine.lost_to
                 )
+
+    def _release_once_acked(
+        self, tenant: str, client_id: str, node: str, request: str, clean: bool, tries: int = 0
+    ) -> None:
+        """Release to `node` once our CONNECT for the id has its CONNACK (a client must see
+        CONNACK before DISCONNECT 0x8E, or it counts the connect as failed and retries it);
+        the session's first save may stand between the two."""
+        session = self.cluster.broker.sessions.get((tenant, client_id))
+        connection = session.connection if session is not None else None
+        if connection is not None and not connection._acked and not connection.closing:
+            if tries < RELEASE_TRIES:
+                asyncio.get_running_loop().call_later(
+                    RELEASE_STEP,
+                    self._release_once_acked,
+                    *(tenant, client_id, node, request, clean, tries + 1),
+                )
+                return
+        self.release(tenant, client_id, node, request, clean)
+
+    async def _bring(self, tenant: str, client_id: str) -> None:
+        """The persistent session of a client id this node does not hold, restored from the
+        database before its CONNACK (session present 1): the node that held it (taken over, or
+        dead, or this one before a restart) saved it and committed its queue first."""
+        broker = self.cluster.broker
+        if broker.persistence is None or (tenant, client_id) in broker.sessions:
+            return
+        try:
+            if await broker.persistence.restore_one(tenant, client_id) is not None:
+                self.brought += 1
+        except Exception as exc:  # the database did not answer: the session starts afresh
+            log.warning("session %s/%s not restored: %s", tenant, client_id, exc)
 
     async def _take_from(self, node: str, tenant: str, client_id: str, clean: bool) -> None:
         request = uuid.uuid4().hex
@@ -143,6 +198,52 @@ class SessionClaims:
             )
         return mine
 
+    async def adopt(self) -> set[tuple[str, str]]:
+        """A dead node's persistent sessions (their owner is not live, or none) from the
+        database into this node, with their wills scheduled (data_plane.cluster.inherit).
+        While they load, a CONNECT elsewhere for one of them waits, as for a CONNECT of ours
+        (`claiming`): it takes the session over once it is here."""
+        broker = self.cluster.broker
+        if broker.persistence is None or not hasattr(broker.persistence, "adopt"):
+            return set()
+        mine: set[tuple[str, str]] = set()
+        marks: dict[tuple[str, str], _Claim] = {}
+
+        async def keep(keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+            fresh = [key for key in keys if key not in broker.sessions]
+            for key in fresh:
+                if key not in self.claiming:
+                    marks[key] = self.claiming[key] = _Claim()
+            mine.update(await self.claim_restored(fresh))
+            return mine
+
+        try:
+            await broker.persistence.adopt(keep)
+        finally:
+            for key, mark in marks.items():
+                if self.claiming.get(key) is mark:
+                    del self.claiming[key]
+                    self._deliver_held(key)
+                if mark.lost_to is not None:
+                    node, request, clean = mark.lost_to
+                    self.release(*key, node, request, clean)
+        self.adopted += len(mine)
+        return mine
+
+    def targeted(self, message: Any, client_id: str, commits: list) -> None:
+        """A message another node's relay sent for one session here (data_plane.cluster.relay)."""
+        key = (message.tenant, client_id)
+        if key in self.claiming:  # being restored here: it waits for the session
+            self.held.setdefault(key, []).append(message)
+        elif not deliver_to(self.cluster.broker, message, {key}, commits):
+            self.cluster.count_dropped_here("session_gone", 1)
+
+    def _deliver_held(self, key: tuple[str, str]) -> None:
+        held = self.held.pop(key, None)
+        for message in held or ():
+            if not deliver_to(self.cluster.broker, message, {key}, []):
+                self.cluster.count_dropped_here("session_gone", 1)
+
     # -- what other nodes ask ---------------------------------------------------------------
 
     def on_control(self, body: dict[str, Any]) -> None:
@@ -160,22 +261,51 @@ class SessionClaims:
             self.release(body["tenant"], body["client_id"], body["from"], body["id"], body["clean"])
 
     def release(self, tenant: str, client_id: str, node: str, request: str, clean: bool) -> None:
-        """Let `node` have the session: take it from its connection here, drop it here."""
+        """Let `node` have the session: take it from its connection here, then hand it over."""
         broker = self.cluster.broker
         session = broker.sessions.get((tenant, client_id))
+        dropped = None
         if session is not None:
             self.released += 1
             connection = session.connection
             if connection is not None:
                 connection.taken_over()  # 0x8E, the will scheduled with its delay
-            if session.expiry_interval and broker.sessions.get(session.key) is session:
-                self._drop(session, clean)
-        asyncio.get_running_loop().create_task(
-            self._answer(node, {"op": "released", "id": request})
-        )
+            if broker.sessions.get(session.key) is session:  # (a clean one ends here too)
+                if not clean and session.persist is not None:  # it continues at `node`
+                    Relay(self.cluster, tenant, client_id, node).stand_in(session)
+                dropped = self._drop(session, clean)
+        asyncio.get_running_loop().create_task(self._hand_over(node, request, dropped))
 
-    def _drop(self, session: Any, clean: bool) -> None:
-        """A persistent session leaves this node's memory (the database keeps it)."""
+    async def _hand_over(self, node: str, request: str, saved: Any) -> None:
+        """`released` once the database has all of the session (record, queue, in-flight
+        states, acknowledgements): the claimer restores it from there."""
+        try:
+            if saved is not None:
+                await saved
+                await self.cluster.broker.persistence.store.flushed()
+        except Exception as exc:
+            log.warning("session not saved before its hand-over to %s: %s", node, exc)
+        await self._answer(node, {"op": "released", "id": request})
+
+    def counted_dead(self) -> None:
+        """This node was counted dead and a survivor took its place: every connection here
+        goes (0x8E, no will: the survivor published it) and the persistent sessions leave
+        memory without a write (the survivor holds them now)."""
+        broker = self.cluster.broker
+        log.warning("this node was counted dead: its %d sessions go", len(broker.sessions))
+        for session in list(broker.sessions.values()):
+            connection = session.connection
+            if connection is not None:
+                connection._will = None
+                connection.taken_over()
+            if broker.sessions.get(session.key) is session:
+                session.persist = None
+                self._drop(session, False)
+
+    def _drop(self, session: Any, clean: bool) -> Any:
+        """A session leaves this node's memory (the database keeps a persistent one: never
+        `forget` here, the claimer may be writing it already); returns the save to wait for
+        (None when the session is not stored)."""
         broker = self.cluster.broker
         if session.will_handle is not None:
             session.will_handle.cancel()
@@ -186,13 +316,17 @@ class SessionClaims:
         if session.expiry_handle is not None:
             session.expiry_handle.cancel()
             session.expiry_handle = None
+        saved = None
         if session.persist is not None and broker.persistence is not None:
-            broker.persistence.save_later(session, disconnected=True)  # subscriptions kept
+            # subscriptions kept; the will gone (published, or the session continues)
+            saved = asyncio.ensure_future(broker.persistence.save(session, disconnected=True))
+        session.persist = None  # nothing more of it is written from here
         for state in session.subscriptions.values():  # out of this node's routes only
             group, topic_filter = parse_shared(state.topic_filter)
             broker.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
         del broker.sessions[session.key]
         broker.persistent[session.tenant].discard(session.client_id)
+        return saved
 
     async def _answer(self, node: str, body: dict[str, Any]) -> None:
         try:

@@ -177,61 +177,88 @@ class SessionPersistence:
             ]
         for stored in stored_sessions:
             tenant = tenant_slugs[stored.tenant_id]
-            session = Session(tenant, stored.client_id, max_queued=10**9)
-            session.tenant_id = stored.tenant_id
-            session.expiry_interval = stored.expiry_interval
-            session.next_seq = stored.last_seq
-            session.inbound_qos2 = set(stored.inbound_qos2)
-            broker.adopt(session)
-            self.attach(session)
-            broker.sessions[session.key] = session
-            broker.track_persistent(session)
-            for record in stored.subscriptions:
-                broker.restore_subscription(
-                    session,
-                    Subscription(
-                        record["filter"],
-                        record["qos"],
-                        record.get("nl", False),
-                        record.get("rap", False),
-                        record.get("rh", 0),
-                    ),
-                    record.get("id"),
-                )
-            for queued in await self.store.fetch(stored.tenant_id, stored.client_id, limit=100_000):
-                message = Message(
-                    queued.topic,
-                    queued.payload,
-                    queued.qos,
-                    queued.retain,
-                    restore_properties(queued.properties),
-                    _monotonic(queued.expires_at),
-                    "",
-                    tenant,
-                )
-                delivery = Delivery(message, queued.qos, queued.retain, seq=queued.seq)
-                if queued.packet_id and queued.state in (SENT, RECEIVED):
-                    # In flight when the broker stopped: resent on reconnect, same packet id.
-                    state = AWAIT_PUBACK if queued.qos == 1 else AWAIT_PUBREC
-                    if queued.state == RECEIVED:
-                        state = AWAIT_PUBCOMP
-                    session.inflight[queued.packet_id] = Inflight(delivery, state)
-                else:
-                    session.queue.append(delivery)
-            if stored.expires_at is not None:
-                remaining = (stored.expires_at - datetime.now(UTC)).total_seconds()
-            elif session.expiry_interval != NEVER_EXPIRES:
-                # Connected when the broker died: its expiry runs from now.
-                remaining = session.expiry_interval
-                self.save_later(session, disconnected=True)
-            else:
-                remaining = None
-            if remaining is not None:
-                broker.expire_later(session, max(0.0, remaining))
+            session = await self._bring_back(broker, stored, tenant)
             if stored.will:
                 self._wills.append((session, *_restore_will(stored.will, tenant, stored.client_id)))
             restored += 1
         return restored
+
+    async def _bring_back(self, broker: Broker, stored: Any, tenant: str) -> Session:
+        """One stored session into `broker`: subscriptions routed, queue and in-flight
+        deliveries in memory, its expiry armed (the stored will is the caller's)."""
+        session = Session(tenant, stored.client_id, max_queued=10**9)
+        session.tenant_id = stored.tenant_id
+        session.expiry_interval = stored.expiry_interval
+        session.next_seq = stored.last_seq
+        session.inbound_qos2 = set(stored.inbound_qos2)
+        broker.adopt(session)
+        self.attach(session)
+        broker.sessions[session.key] = session
+        broker.track_persistent(session)
+        for record in stored.subscriptions:
+            broker.restore_subscription(
+                session,
+                Subscription(
+                    record["filter"],
+                    record["qos"],
+                    record.get("nl", False),
+                    record.get("rap", False),
+                    record.get("rh", 0),
+                ),
+                record.get("id"),
+            )
+        for queued in await self.store.fetch(stored.tenant_id, stored.client_id, limit=100_000):
+            message = Message(
+                queued.topic,
+                queued.payload,
+                queued.qos,
+                queued.retain,
+                restore_properties(queued.properties),
+                _monotonic(queued.expires_at),
+                "",
+                tenant,
+            )
+            delivery = Delivery(message, queued.qos, queued.retain, seq=queued.seq)
+            if queued.packet_id and queued.state in (SENT, RECEIVED):
+                # In flight when the broker stopped: resent on reconnect, same packet id.
+                state = AWAIT_PUBACK if queued.qos == 1 else AWAIT_PUBREC
+                if queued.state == RECEIVED:
+                    state = AWAIT_PUBCOMP
+                session.inflight[queued.packet_id] = Inflight(delivery, state)
+            else:
+                session.queue.append(delivery)
+        if stored.expires_at is not None:
+            remaining = (stored.expires_at - datetime.now(UTC)).total_seconds()
+        elif session.expiry_interval != NEVER_EXPIRES:
+            # Connected when the broker died: its expiry runs from now.
+            remaining = session.expiry_interval
+            self.save_later(session, disconnected=True)
+        else:
+            remaining = None
+        if remaining is not None:
+            broker.expire_later(session, max(0.0, remaining))
+        return session
+
+    async def restore_one(self, tenant: str, client_id: str) -> Session | None:
+        """The stored session of (tenant slug, client id) into the broker, or None if there is
+        none: a session another node of the cluster held, restored where its client comes back
+        (data_plane.cluster.sessions). Its stored will is not scheduled: the new connection
+        brings its own."""
+        broker = self.broker
+        stored = await self.store.load_session_of(tenant, client_id)
+        if stored is None or broker is None or broker.sessions.get((tenant, client_id)):
+            return None
+        return await self._bring_back(broker, stored, tenant)
+
+    async def adopt(self, keep: Any) -> int:
+        """A dead node's persistent sessions into this broker (data_plane.cluster): every
+        stored session `keep` hands over, with its will scheduled after its delay (the client
+        lost its connection when the node died) unless it resumes the session first."""
+        async with self.store.pool.connection() as conn:
+            rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
+        adopted = await self.restore(self.broker, dict(rows), keep)
+        self.release_wills()
+        return adopted
 
     def release_wills(self) -> int:
         """Schedule the restored wills, once every subscription, the retained store and the

@@ -194,6 +194,14 @@ class SessionStore:
         self._batch.inbound.setdefault((tenant_id, client_id), {})[packet_id] = held
         return self._future()
 
+    async def flushed(self) -> None:
+        """Every write queued so far is committed (or failed): a session handed to another
+        node of the cluster leaves nothing behind in this process."""
+        if self._in_flight is not None and not self._in_flight.done():
+            await asyncio.wait([self._in_flight])
+        if len(self._batch):
+            await asyncio.wait([self._future()])
+
     def _future(self) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         self._batch.futures.append(future)
@@ -327,6 +335,15 @@ class SessionStore:
     async def load_session(self, tenant_id: int, client_id: str) -> StoredSession | None:
         sessions = await self._sessions(
             "s.tenant_id = %s AND s.client_id = %s", (tenant_id, client_id)
+        )
+        return sessions[0] if sessions else None
+
+    async def load_session_of(self, tenant: str, client_id: str) -> StoredSession | None:
+        """The unexpired session of (tenant slug, client id), or None."""
+        sessions = await self._sessions(
+            "s.tenant_id = (SELECT id FROM tenants_tenant WHERE slug = %s)"
+            " AND s.client_id = %s AND (s.expires_at IS NULL OR s.expires_at > now())",
+            (tenant, client_id),
         )
         return sessions[0] if sessions else None
 

@@ -13,8 +13,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.db import connection
 
 from common import embedded
+from common.processes import data_plane_command
 from tests.broker.conftest import BrokerProcess, start_broker
 
 HEARTBEAT = 1.0  # seconds: short, so a dead node is noticed within the tests' patience
@@ -113,3 +116,53 @@ def until_routed(publisher, subscriber, topic: str, timeout: float = 5.0) -> flo
                 pass
             return time.monotonic() - start
     raise AssertionError(f"{topic}: not routed across nodes within {timeout}s")
+
+
+class PgNode:
+    """A broker process on the test database (persistent sessions in Postgres), in a cluster."""
+
+    def __init__(self, redis_url: str, cluster: str, heartbeat: float = 1.0) -> None:
+        db = connection.settings_dict
+        url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        extra = [
+            "--redis-url",
+            redis_url,
+            "--cluster-name",
+            cluster,
+            "--cluster-heartbeat",
+            str(heartbeat),
+        ]
+        self.process = subprocess.Popen(
+            data_plane_command(
+                port=0,
+                ws_port=0,
+                database_url=url,
+                extra=[*extra, "--metrics-port", "0", "--no-archive", "--log-level", "INFO"],
+            ),
+            cwd=settings.BASE_DIR,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.listeners: dict[str, tuple[str, int]] = {}
+        while not {"mqtt", "ws", "metrics"} <= set(self.listeners):
+            line = self.process.stdout.readline()
+            assert line, "broker exited"
+            if line.startswith("LISTENING"):
+                _, name, address = line.split()
+                host, port = address.rsplit(":", 1)
+                self.listeners[name] = (host, int(port))
+        connection.close()  # the brokers and the test share the database
+
+    @property
+    def port(self) -> int:
+        return self.listeners["mqtt"][1]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
+        self.process.stdout.close()
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=5)

@@ -2,54 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
-from common.processes import data_plane_command
 from tenants import services
 from tests.broker.clients import Paho
-from tests.cluster.conftest import metric, until_routed, wait_for
+from tests.cluster.conftest import PgNode, metric, until_routed, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class PgNode:
-    def __init__(self, redis_url: str, cluster: str) -> None:
-        db = connection.settings_dict
-        url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        extra = ["--redis-url", redis_url, "--cluster-name", cluster, "--cluster-heartbeat", "1"]
-        self.process = subprocess.Popen(
-            data_plane_command(
-                port=0,
-                ws_port=0,
-                database_url=url,
-                extra=[*extra, "--metrics-port", "0", "--no-archive", "--log-level", "INFO"],
-            ),
-            cwd=settings.BASE_DIR,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.listeners: dict[str, tuple[str, int]] = {}
-        while not {"mqtt", "ws", "metrics"} <= set(self.listeners):
-            line = self.process.stdout.readline()
-            assert line, "broker exited"
-            if line.startswith("LISTENING"):
-                _, name, address = line.split()
-                host, port = address.rsplit(":", 1)
-                self.listeners[name] = (host, int(port))
-        connection.close()  # the brokers and the test share the database
-
-    @property
-    def port(self) -> int:
-        return self.listeners["mqtt"][1]
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=15)
 
 
 def test_a_persistent_session_is_restored_by_one_node_only(redis_url):

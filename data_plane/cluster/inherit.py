@@ -1,0 +1,216 @@
+"""What a survivor does when a node dies: nothing acknowledged for its persistent sessions lost.
+
+The forward streams are read through a consumer group (`GROUP`): a node acknowledges (XACK) an
+entry only once what it delivered from it to persistent sessions is committed to Postgres, so
+the stream of a node that died holds exactly what it may not have delivered — entries it read
+but did not acknowledge (its pending list) and entries it never read. Publishers keep
+forwarding to a dead node (`Cluster.dying`) until a survivor takes its place, so those
+messages pile up in its stream too, instead of matching no route at all.
+
+The survivor that takes the node's purge lock (`Cluster._purge`) first publishes the wills of
+its clients not kept in Postgres (data_plane.cluster.wills), then, holding its own route lock so
+that none of its route changes reaches the others meanwhile:
+
+1. adopts the dead node's persistent sessions from Postgres (their ownership keys name the dead
+   node, or nobody): subscriptions, queues, in-flight deliveries; their wills are scheduled
+   after their delay (the clients lost their connections when the node died) unless they
+   resume first (`SessionClaims.adopt`);
+2. drains the dead node's stream into those sessions only (XAUTOCLAIM of the dead consumer's
+   pending entries, then XREADGROUP of the unread ones), waiting for the Postgres commits
+   before XACK: every QoS 1/2 message a publisher got its PUBACK for is now in a session
+   queue (a message the dead node had committed but not acknowledged comes again: at least
+   once, never lost);
+3. in one script (`REPLACE`): writes its own route changes (the adopted sessions'
+   subscriptions), deletes the dead node's routes and membership, and publishes one message
+   that makes every node switch from the dead node to itself at once — a publish goes to the
+   dead node's stream before the switch and to the survivor after it, never to neither and
+   never to both;
+4. after half a heartbeat (forwards already buffered for the dead node when the switch came),
+   drains the stream again, then deletes it.
+
+Not covered: shared-group messages assigned to the dead node (a group's members there are
+adopted, but a message already given to that node's members is not re-assigned), and QoS 2
+exactly-once for a message the dead node had committed but not acknowledged (it is queued a
+second time: at least once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from redis.exceptions import RedisError, ResponseError
+
+from data_plane.broker.session import Delivery
+from data_plane.cluster import codec
+
+log = logging.getLogger("data_plane.cluster")
+
+GROUP = "deliver"  # the consumer group every forward stream is read through
+DRAIN_COUNT = 500  # stream entries per read while draining a dead node's stream
+
+# KEYS: our route set, our version, the dead node's route set, its version, the members set,
+# its tombstone (what it finds if it was only stalled and comes back: see `counted_dead`).
+# ARGV: channel, our id, the dead node's id, then "+key" / "-key" ops of our routes.
+# Returns our new version, or -1 when our version key is gone (our routes are rewritten by the
+# next beat; the dead node is announced as having left).
+REPLACE = """
+local version = -1
+local added, removed = {}, {}
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  version = redis.call('INCR', KEYS[2])
+  for i = 4, #ARGV do
+    local op, key = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
+    if op == '+' then
+      redis.call('SADD', KEYS[1], key); added[#added + 1] = key
+    else
+      redis.call('SREM', KEYS[1], key); removed[#removed + 1] = key
+    end
+  end
+end
+redis.call('DEL', KEYS[3], KEYS[4])
+redis.call('SREM', KEYS[5], ARGV[3])
+redis.call('SET', KEYS[6], ARGV[2], 'EX', 86400)
+if version == -1 then
+  redis.call('PUBLISH', ARGV[1], cjson.encode({node = ARGV[3], left = true}))
+else
+  redis.call('PUBLISH', ARGV[1], cjson.encode({node = ARGV[2], version = version,
+    added = added, removed = removed, replaces = ARGV[3]}))
+end
+return version
+"""
+
+
+async def ensure_group(redis: Any, stream: str) -> None:
+    """The stream's consumer group, from its first entry (the stream is made if need be)."""
+    try:
+        await redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+async def settle(commits: list, on_fail: Any) -> None:
+    """Wait for the durable copies of what was delivered; `on_fail(count)` for any refused."""
+    if not commits:
+        return
+    results = await asyncio.gather(*commits, return_exceptions=True)
+    failed = sum(1 for result in results if isinstance(result, BaseException))
+    if failed:
+        on_fail(failed)
+
+
+def deliver_to(broker: Any, message: Any, keys: set[tuple[str, str]], commits: list) -> int:
+    """Deliver `message` to the matching subscriptions of the sessions `keys` only (one copy per
+    session, the highest QoS, every subscription id); returns how many sessions it reached."""
+    subscribers, _groups = broker.router.match(message.tenant, message.topic)
+    targets: dict[int, list[Any]] = {}
+    for sub in subscribers:
+        if sub.session.key in keys:
+            targets.setdefault(id(sub.session), []).append(sub)
+    for subs in targets.values():
+        qos = min(message.qos, max(s.qos for s in subs))
+        retain = message.retain and any(s.retain_as_published for s in subs)
+        ids = tuple(s.subscription_id for s in subs if s.subscription_id)
+        commit = subs[0].session.deliver(Delivery(message, qos, retain, ids))
+        if commit is not None:
+            commits.append(commit)
+    return len(targets)
+
+
+class Inheritance:
+    """A survivor taking the place of one dead node (see the module's docstring)."""
+
+    def __init__(self, cluster: Any, dead: str) -> None:
+        self.cluster = cluster
+        self.dead = dead
+        self.stream = cluster.keys.stream(dead)
+        self.adopted: set[tuple[str, str]] = set()
+        self.drained = 0  # messages delivered from the dead node's stream
+        self.replace = cluster.redis.register_script(REPLACE)
+
+    async def run(self) -> None:
+        cluster = self.cluster
+        await cluster.wills.publish_for(self.dead)  # its clients' wills not in Postgres
+        async with cluster.routes_lock:  # our route changes reach the others in step 3 only
+            self.adopted = await cluster.sessions.adopt()
+            await self._drain()
+            pending, cluster.pending = cluster.pending, {}
+            ops = [("+" if added else "-") + key for key, added in pending.items()]
+            keys = cluster.keys
+            version = await self.replace(
+                keys=[
+                    keys.routes(cluster.node_id),
+                    keys.version(cluster.node_id),
+                    keys.routes(self.dead),
+                    keys.version(self.dead),
+                    keys.members,
+                    keys.dead(self.dead),
+                ],
+                args=[keys.channel, cluster.node_id, self.dead, *ops],
+            )
+            if version == -1:
+                cluster.synced = False  # the beat rewrites our whole set
+            else:
+                cluster.version = version
+        cluster.gone(self.dead)
+        await asyncio.sleep(cluster.heartbeat / 2)  # forwards buffered before the switch
+        await self._drain()
+        await cluster.redis.delete(self.stream)
+        log.info(
+            "took the place of dead node %s: %d persistent sessions, %d messages from its stream",
+            self.dead,
+            len(self.adopted),
+            self.drained,
+        )
+
+    async def _drain(self) -> None:
+        """Everything in the dead node's stream not acknowledged yet, into the adopted
+        sessions; acknowledged once committed."""
+        redis, me = self.cluster.redis, self.cluster.node_id
+        await ensure_group(redis, self.stream)
+        start = "0-0"
+        while True:  # what the dead node read but did not acknowledge
+            answer = await redis.xautoclaim(
+                self.stream, GROUP, me, 0, start_id=start, count=DRAIN_COUNT
+            )
+            start, entries = answer[0], answer[1]
+            await self._handle(entries)
+            if not entries or start in (b"0-0", "0-0"):
+                break
+        while True:  # what it never read
+            answer = await redis.xreadgroup(GROUP, me, {self.stream: ">"}, count=DRAIN_COUNT)
+            entries = [entry for _name, part in answer or () for entry in part]
+            if not entries:
+                break
+            await self._handle(entries)
+
+    async def _handle(self, entries: list) -> None:
+        cluster = self.cluster
+        commits: list = []
+        ids = []
+        for entry_id, fields in entries:
+            ids.append(entry_id)
+            batch = (fields or {}).get(b"m")
+            if not batch or not self.adopted:
+                continue  # control messages were for the dead node; no session to serve
+            for flags, message, _groups in codec.decode(batch):
+                if flags & codec.DELIVER:  # the sessions decide, as for any delivery
+                    self.drained += deliver_to(cluster.broker, message, self.adopted, commits)
+        await settle(commits, lambda n: cluster.count_dropped_here("store_unavailable", n))
+        if ids:
+            await cluster.redis.xack(self.stream, GROUP, *ids)
+
+
+async def inherit(cluster: Any, dead: str) -> None:
+    """Run an `Inheritance`, logging (not raising) a failure: the purge lock expires and the
+    next beat of some survivor tries again."""
+    try:
+        await Inheritance(cluster, dead).run()
+    except (RedisError, OSError) as exc:
+        log.warning("could not take the place of dead node %s: %s", dead, exc)
+    except Exception:
+        log.exception("taking the place of dead node %s failed", dead)
+    finally:
+        cluster.inheriting.discard(dead)
