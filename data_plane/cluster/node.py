@@ -46,6 +46,7 @@ from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.ports import Published
 from data_plane.cluster import codec
 from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
+from data_plane.cluster.limits import ClusterLimits
 from data_plane.cluster.routes import RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
 
@@ -162,6 +163,7 @@ class Cluster:
         self.last_ok = float("-inf")  # monotonic time of the last heartbeat Redis took
         self.refused = 0  # connections refused while cut off
         self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
+        self.limits = ClusterLimits(self)  # tenants' limits across the nodes (see `limits`)
 
     # -- life -----------------------------------------------------------------------------
 
@@ -188,6 +190,7 @@ class Cluster:
         loop = asyncio.get_running_loop()
         for job in (self._beat_forever, self._listen_forever, self._routes_forever):
             self.tasks.append(loop.create_task(job()))
+        await self.limits.start(broker)
         log.info("node %s joined cluster %s", self.node_id, self.keys.prefix)
 
     async def ready(self) -> None:
@@ -200,6 +203,7 @@ class Cluster:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.limits.stop()
         try:
             pipe = self.redis.pipeline(transaction=True)
             pipe.srem(self.keys.members, self.node_id)
@@ -318,6 +322,17 @@ class Cluster:
             maxlen=STREAM_MAXLEN,
             approximate=True,
         )
+
+    # -- tenants' limits across the nodes (data_plane.cluster.limits) ----------------------
+
+    async def admit_connection(self, conn: Any, tenant: str, limit: int) -> int:
+        return await self.limits.admit(conn, tenant, limit)
+
+    def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
+        return self.limits.rates_for(tenant, quota)
+
+    def figures(self, tenant: str, local: dict[str, Any]) -> dict[str, Any]:
+        return self.limits.figures(tenant, local)
 
     @property
     def cut_off(self) -> bool:

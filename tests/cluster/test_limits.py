@@ -1,0 +1,259 @@
+"""A tenant's limits across three broker processes on one Redis (issue 17, point 4): max
+connections exact, publish rates within 5 %, `$SYS` figures summed over the nodes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from tests.broker.clients import Paho
+from tests.broker.conftest import TENANTS, start_broker
+from tests.cluster.conftest import HEARTBEAT, metric, until_routed, wait_for
+
+LIMIT = 5
+RATE = 200  # msg/s, the tenant's publish rate across the cluster
+TENANTS_WITH_LIMITS = {
+    **TENANTS,
+    "capped": {
+        "devices": {f"d{i}": {"password": f"pw{i}", "client_ids": "any"} for i in range(1, 4)},
+        "quota": {"max_connections": LIMIT},
+    },
+    "paced": {
+        "devices": {f"d{i}": {"password": f"pw{i}", "client_ids": "any"} for i in range(1, 5)},
+        "quota": {"max_publish_rate": RATE},
+    },
+    "counted": {
+        "devices": {f"d{i}": {"password": f"pw{i}", "client_ids": "any"} for i in range(1, 5)},
+    },
+}
+
+
+def start_limited_node(tmp, redis_url: str, cluster: str):
+    folder = tmp / uuid.uuid4().hex[:8]
+    folder.mkdir()
+    return start_broker(
+        folder,
+        "--redis-url",
+        redis_url,
+        "--cluster-name",
+        cluster,
+        "--cluster-heartbeat",
+        str(HEARTBEAT),
+        "--metrics-port",
+        "0",
+        "--sys-interval",
+        "0.5",
+        tenants=TENANTS_WITH_LIMITS,
+    )
+
+
+class Nodes(list):
+    name: str
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory, redis_url):
+    tmp = tmp_path_factory.mktemp("limits")
+    name = f"limits-{uuid.uuid4().hex[:6]}"
+    nodes = Nodes(start_limited_node(tmp, redis_url, name) for _ in range(3))
+    nodes.name = name
+    for node in nodes:
+        wait_for(lambda n=node: metric(n, "mqtt_cluster_nodes") == 3, 10)
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
+def connect_at_once(ports: list[int], tenant: str, devices: int) -> list[Paho]:
+    """One client per port, all CONNECTs sent together (a thread each)."""
+    clients = [
+        Paho(port, f"{tenant}/d{i % devices + 1}", f"pw{i % devices + 1}", f"c{i}", connect=False)
+        for i, port in enumerate(ports)
+    ]
+    barrier = threading.Barrier(len(clients))
+
+    def go(client: Paho) -> None:
+        barrier.wait()
+        client.connect(wait=False)
+
+    threads = [threading.Thread(target=go, args=(c,)) for c in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for client in clients:
+        assert client.connack.wait(10), "no CONNACK"
+    return clients
+
+
+def leave(client: Paho) -> None:
+    """DISCONNECT, and the socket closed whatever paho's loop got to write before it stopped
+    (else the broker holds the connection, and its place, until the keep-alive runs out)."""
+    client.close()
+    sock = client.client.socket()
+    if sock is not None:
+        sock.close()
+
+
+def test_max_connections_exact_across_nodes(three, redis_url):
+    """Limit 5, eight CONNECTs spread over three nodes at once, many times: exactly five in,
+    the others refused 0x97 (as one broker answers); the places come back when clients leave."""
+    ports = [three[i % 3].port for i in range(8)]
+    bus = redis.Redis.from_url(redis_url)
+    key = f"mqtt-cluster:{three.name}:conns:capped"
+    for attempt in range(10):
+        clients = connect_at_once(ports, "capped", 3)
+        codes = sorted(c.reason_code.value for c in clients)
+        assert codes == [0] * LIMIT + [0x97] * 3, f"attempt {attempt}: {codes}"
+        assert sum(int(n) for n in bus.hvals(key)) == LIMIT  # the nodes' counts in Redis
+        for client in clients:
+            leave(client)
+        # Every place comes back as its client leaves: the next round starts from zero.
+        wait_for(lambda: not bus.exists(key), 2.0)
+    refused = sum(
+        metric(node, "mqtt_quota_exceeded_total", '{quota="connections",tenant="capped"}')
+        for node in three
+    )
+    # 3 per round, counted where they were refused (paho retries a refused CONNECT after a
+    # second: a round's losers may have knocked again before they were closed)
+    assert refused >= 30
+
+
+def test_a_dead_nodes_connections_free_their_places(tmp_path, redis_url):
+    name = f"limits-dead-{uuid.uuid4().hex[:6]}"
+    survivor = start_limited_node(tmp_path, redis_url, name)
+    doomed = start_limited_node(tmp_path, redis_url, name)
+    clients = []
+    try:
+        wait_for(lambda: metric(survivor, "mqtt_cluster_nodes") == 2, 10)
+        clients = connect_at_once([doomed.port] * 3 + [survivor.port] * 2, "capped", 3)
+        assert [c.reason_code.value for c in clients] == [0] * 5
+        late = Paho(survivor.port, "capped/d1", "pw1", "late", connect=False)
+        late.connect(wait=False)
+        assert late.connack.wait(5) and late.reason_code.value == 0x97
+        doomed.process.send_signal(signal.SIGKILL)
+        doomed.process.wait(5)
+        started = time.monotonic()
+        while True:  # its three places come back once its heartbeat has expired
+            again = Paho(survivor.port, "capped/d1", "pw1", f"again-{time.monotonic()}")
+            if again.reason_code.value == 0:
+                break
+            again.close()
+            assert time.monotonic() - started < 3 * HEARTBEAT, "the dead node's places stayed"
+            time.sleep(0.1)
+        freed = time.monotonic() - started
+        assert freed <= 1.5 * HEARTBEAT + 0.5
+        clients.append(again)
+        more = [Paho(survivor.port, "capped/d2", "pw2", f"more-{i}") for i in range(3)]
+        assert [c.reason_code.value for c in more] == [0, 0, 0x97]  # 2 live + 3 = the limit
+        clients += more
+    finally:
+        for client in clients:
+            client.close()
+        survivor.stop()
+        doomed.stop()
+
+
+def test_publish_rate_across_three_nodes_within_5_percent(three):
+    """A publisher on each node, together 2.5 times the tenant's rate, for 7 s (MQTT 3.1.1: over
+    the rate the broker stops reading, so nothing is refused, only slowed): the subscriber gets
+    the tenant's rate, within 5 %, once the first second's burst is spent."""
+    topic = f"rate/{uuid.uuid4().hex[:6]}"
+    arrivals: list[float] = []
+    sub = Paho(three[0].port, "paced/d4", "pw4", "rate-sub")
+    sub.subscribe(f"{topic}/#", qos=0)
+    probe = Paho(three[1].port, "paced/d1", "pw1", "rate-probe")
+    until_routed(probe, sub, f"{topic}/probe")
+    until_routed(Paho(three[2].port, "paced/d2", "pw2", "rate-probe-c"), sub, f"{topic}/probe")
+    probe.close()
+    time.sleep(1.5)  # the probes' tokens refill: the run starts from a full burst
+    sub.client.on_message = lambda client, userdata, message: arrivals.append(time.monotonic())
+    seconds, each = 7.0, RATE * 2.5 / 3
+    stop = threading.Event()
+    publishers = [
+        Paho(node.port, f"paced/d{i + 1}", f"pw{i + 1}", f"rate-pub-{i}", v5=False)
+        for i, node in enumerate(three)
+    ]
+
+    def blast(client: Paho, index: int) -> None:
+        sent, started = 0, time.monotonic()
+        while not stop.is_set():
+            client.client.publish(f"{topic}/{index}", b"x" * 20, 0)
+            sent += 1
+            delay = started + sent / each - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    threads = [threading.Thread(target=blast, args=(p, i)) for i, p in enumerate(publishers)]
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    time.sleep(0.5)
+    window = (began + 2.0, began + seconds - 0.5)  # after the burst, before the end
+    inside = [t for t in arrivals if window[0] <= t < window[1]]
+    measured = len(inside) / (window[1] - window[0])
+    assert abs(measured - RATE) <= 0.05 * RATE, f"{measured:.1f} msg/s against a limit of {RATE}"
+    # Every node throttled its publisher (none had the whole budget to itself).
+    for node in three:
+        assert metric(node, "mqtt_quota_exceeded_total", '{quota="publish_rate",tenant="paced"}')
+    for client in (*publishers, sub):
+        client.close()
+
+
+def sys_value(client: Paho, name: str, want, timeout: float = 5.0):
+    """The latest value of a retained `$SYS` figure until it equals `want` (or the timeout)."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        for message in client.expect(50, timeout=0.3):
+            if message.topic == f"$SYS/broker/{name}":
+                value = message.payload.decode()
+        if value == str(want):
+            return value
+    return value
+
+
+def test_sys_figures_are_cluster_wide_and_each_message_counted_once(three):
+    a, b, c = three
+    watcher = Paho(c.port, "counted/d4", "pw4", "sys-watch")
+    clients = [
+        Paho(a.port, "counted/d1", "pw1", "sys-a1"),
+        Paho(a.port, "counted/d1", "pw1", "sys-a2"),
+        Paho(b.port, "counted/d2", "pw2", "sys-b"),
+    ]
+    watcher.subscribe("$SYS/broker/#")
+    # Four clients of the tenant on three nodes (the watcher at c is one of them).
+    assert sys_value(watcher, "clients/connected", 4) == "4"
+    online = None
+    for message in watcher.expect(50, timeout=1.5):
+        if message.topic == "$SYS/broker/clients/online":
+            online = json.loads(message.payload)
+    assert online is not None and set(online["devices"]) == {"d1", "d2", "d4"}
+    # Ten messages published at b, delivered at a: received once, sent once, cluster-wide.
+    topic = "metered/once"
+    clients[0].subscribe(topic, qos=1)
+    until_routed(clients[2], clients[0], topic)
+    time.sleep(1.5)
+    before_received = int(sys_value(watcher, "messages/received", -1, timeout=1.2))
+    before_sent = int(sys_value(watcher, "messages/sent", -1, timeout=1.2))
+    for i in range(10):
+        clients[2].publish(topic, f"m{i}", qos=1)
+    assert len(clients[0].expect(10, timeout=5)) == 10
+    assert sys_value(watcher, "messages/received", before_received + 10) == str(
+        before_received + 10
+    )
+    assert sys_value(watcher, "messages/sent", before_sent + 10) == str(before_sent + 10)
+    clients[1].close()
+    assert sys_value(watcher, "clients/connected", 3) == "3"
+    for client in (*clients, watcher):
+        client.close()
