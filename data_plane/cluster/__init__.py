@@ -7,7 +7,9 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `forward`: a publish once to each other node with a matching route, batched, on streams;
 - `codec`: forwarded messages as bytes;
 - `sessions`: one session per client id across the cluster (takeover between nodes), and at
-  start-up each stored persistent session restored by one node only (no owner, or a dead one).
+  start-up each stored persistent session restored by one node only (no owner, or a dead one);
+- `limits`: a tenant's limits across the nodes: max connections exact, rates on leases of
+  token buckets in Redis, `$SYS` figures summed over the nodes.
 
 Not yet (issue 17, points 3-5), and how it will go:
 
@@ -18,10 +20,6 @@ Not yet (issue 17, points 3-5), and how it will go:
 - A dead node's persistent sessions and wills: the survivor that takes the purge lock claims
   the dead node's sessions (their ownership keys name it), restores them from Postgres and
   schedules their wills after the will delay, unless the client reconnects first.
-- Cluster-wide limits (point 4): counters in Redis (INCR with expiry per window), each node
-  leasing a slice of the allowance so the hot path stays local; max connections by an INCR/DECR
-  counter per tenant claimed at CONNECT (with the node's own count rebuilt after Redis
-  restarts, like its routes).
 - A forwarded QoS 1/2 message is acknowledged to its publisher once Redis holds it; a node that
   dies between reading its stream and handing a message to its sessions loses it. Consumer
   groups (XREADGROUP/XACK, XAUTOCLAIM by the survivor) would close that gap.
