@@ -24,7 +24,10 @@ are topped up in one script call for all of them. The bucket's refill is capped 
 tokens plus what every live node holds never exceed the burst (one second of the rate, as on one
 broker), hence the bound, the same as one broker's:
 
-    admitted in any window of T seconds ≤ rate × T + burst   (+ one message per node, outbound)
+    admitted in any window of T seconds ≤ rate × T + burst
+        (+ one message per node, outbound; + once, what a node new to the tenant spends of its
+        first credit — `LEASE_AHEAD` of the rate over the live nodes — before its first lease
+        reports it)
 
 Under sustained excess the buckets are drained each tick and the nodes spend all they lease, so
 the cluster admits the rate itself; what a window of T seconds can differ from rate × T by is
@@ -236,6 +239,7 @@ class ClusterLimits:
         self.release_script = cluster.redis.register_script(RELEASE)
         self.lease_script = cluster.redis.register_script(LEASE)
         self.wake = asyncio.Event()
+        self.leasing = asyncio.Lock()
         self.last_tick = time.monotonic()
         self.last_sys = float("-inf")
         self.marked = float("-inf")  # monotonic time our marker was last set from
@@ -256,7 +260,7 @@ class ClusterLimits:
         self.tasks += [loop.create_task(self._tick_forever()), loop.create_task(self._counts())]
 
     async def stop(self) -> None:
-        for task in self.tasks:
+        for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         try:  # leave: our counts and leases need not wait for the marker to expire
@@ -403,9 +407,17 @@ class ClusterLimits:
                 log.debug("first lease failed (%s): next tick", exc)
 
         if buckets:
-            asyncio.get_running_loop().create_task(lease())
+            task = asyncio.get_running_loop().create_task(lease())
+            self.tasks.append(task)
+            task.add_done_callback(self.tasks.remove)
 
     async def _lease(self, buckets: list[LeasedBucket], now: float) -> None:
+        # One call at a time: two calls out at once would both report the same holding and
+        # both be granted up to the target (Redis would then undercount what we hold).
+        async with self.leasing:
+            await self._lease_locked(buckets, now)
+
+    async def _lease_locked(self, buckets: list[LeasedBucket], now: float) -> None:
         args: list[Any] = [self.cluster.node_id, self.marker_prefix]
         for bucket in buckets:
             held = max(bucket.tokens, 0.0)

@@ -202,6 +202,7 @@ def test_publish_rate_across_three_nodes_within_5_percent(three):
     window = (began + 2.0, began + seconds - 0.5)  # after the burst, before the end
     inside = [t for t in arrivals if window[0] <= t < window[1]]
     measured = len(inside) / (window[1] - window[0])
+    print(f"cluster-wide publish rate {measured:.1f} msg/s, limit {RATE}")
     assert abs(measured - RATE) <= 0.05 * RATE, f"{measured:.1f} msg/s against a limit of {RATE}"
     # Every node throttled its publisher (none had the whole budget to itself).
     for node in three:
