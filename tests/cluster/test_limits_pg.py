@@ -14,9 +14,11 @@ import uuid
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.db.models import Sum
 
 from common.processes import data_plane_command
 from tenants import services
+from tenants.models import Usage
 from tests.broker.clients import Paho
 from tests.cluster.conftest import HEARTBEAT, metric, wait_for
 
@@ -123,7 +125,7 @@ def test_disabled_device_is_cut_on_every_node_within_a_second(three_pg, acme):
     assert not any(c.disconnected.is_set() for c in spared)
     for node in three_pg:  # and no node lets it back in
         assert Paho(node.port, "acme/sensor-1", secret, "again").reason_code == 0x87
-    for client in spared:
+    for client in doomed + spared:
         client.close()
 
 
@@ -157,3 +159,75 @@ def test_quota_change_acts_on_every_node_within_a_second(three_pg, acme):
             thread.join()
     assert max(delays) <= 1.0, delays
     assert {c.disconnect_reason.value for c in clients} == {0x95}  # packet too large
+    for client in clients:
+        client.close()
+
+
+def test_usage_rows_count_a_message_crossing_nodes_once(three_pg, acme):
+    """Published at b, delivered at a: the usage rows (what the bill is built from) have it
+    once as received (at b) and once as sent (at a), never again at the node it crossed to."""
+    tenant, secret, other = acme
+    a, b, _ = three_pg
+    sub = Paho(a.port, "acme/sensor-1", secret, "usage-sub")
+    sub.subscribe("usage/t", qos=1)
+    publisher = Paho(b.port, "acme/sensor-2", other, "usage-pub")
+    sent = got = 0
+    deadline = time.monotonic() + 5
+    while not got:  # probes until the route has reached b: each is metered too, so count them
+        assert time.monotonic() < deadline, "not routed across nodes"
+        publisher.publish("usage/t", "probe")
+        sent += 1
+        got += len(sub.expect(1, timeout=0.1))
+    time.sleep(0.3)
+    got += len(sub.expect(100, timeout=0.3))
+    for i in range(10):
+        publisher.publish("usage/t", f"m{i}", qos=1)
+    assert len(sub.expect(10, timeout=5)) == 10
+    sub.close()
+    publisher.close()
+    for node in three_pg:  # a node writes what it metered when it stops (and every 10 s)
+        node.stop()
+    totals = Usage.objects.filter(tenant=tenant).aggregate(
+        received=Sum("messages_in"), delivered=Sum("messages_out")
+    )
+    assert totals == {"received": sent + 10, "delivered": got + 10}
+
+
+def test_acl_change_acts_on_every_node_within_a_second(three_pg, acme):
+    """A deny rule added in the control plane: on every node the next PUBLISH to the topic is
+    refused (PUBACK 0x87) within a second."""
+    tenant, _, other = acme
+    clients = [
+        Paho(node.port, "acme/sensor-2", other, f"acl-{i}") for i, node in enumerate(three_pg)
+    ]
+    denied_at: dict[int, float] = {}
+    for index, client in enumerate(clients):
+
+        def on_publish(c, userdata, mid, reason_code, properties, index=index):
+            if reason_code.value == 0x87:
+                denied_at.setdefault(index, time.monotonic())
+
+        client.client.on_publish = on_publish
+    stop = threading.Event()
+
+    def keep_publishing(client: Paho, index: int) -> None:
+        while not stop.is_set() and index not in denied_at:
+            client.client.publish("open/x", b"hello", 1).wait_for_publish(2)
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=keep_publishing, args=(c, i)) for i, c in enumerate(clients)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    assert not denied_at  # allowed so far
+    started = time.monotonic()
+    services.acl_add(tenant=tenant, action="publish", permission="deny", topic="open/#")
+    time.sleep(1.5)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert sorted(denied_at) == [0, 1, 2], denied_at
+    delays = [at - started for at in denied_at.values()]
+    assert max(delays) <= 1.0, delays
+    for client in clients:
+        client.close()
