@@ -50,10 +50,11 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
 from common.mqtt.reason_codes import ReasonCode
@@ -252,6 +253,7 @@ class ClusterLimits:
     async def start(self, broker: Any) -> None:
         # A connection that was counted gives its slot back as it goes (takeover included).
         broker.hooks.add("client.disconnected", self.release)
+        broker.metric_sources.append(self.metrics)
         try:  # our marker before any count of ours: else another node's ADMIT drops our field
             await self._mark()
         except (RedisError, OSError) as exc:
@@ -491,6 +493,25 @@ class ClusterLimits:
         self.others = {
             n: json.loads(value) for n, value in zip(others, found, strict=True) if value
         }
+
+    # -- /metrics ---------------------------------------------------------------------------
+
+    def metrics(self) -> Iterator[Any]:
+        held = GaugeMetricFamily(
+            "mqtt_cluster_connection_places",
+            "Places of tenants' max_connections this node holds in the cluster's counts",
+        )
+        held.add_metric([], sum(self.counts.values()))
+        leases = CounterMetricFamily(
+            "mqtt_cluster_rate_leases", "Lease calls topping up this node's rate tokens"
+        )
+        leases.add_metric([], self.leases)
+        local = CounterMetricFamily(
+            "mqtt_cluster_rate_local_refills",
+            "Ticks Redis did not answer and the rate tokens were refilled locally (rate / nodes)",
+        )
+        local.add_metric([], self.local_refills)
+        yield from (held, leases, local)
 
     # -- every tick -------------------------------------------------------------------------
 

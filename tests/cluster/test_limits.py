@@ -70,10 +70,16 @@ def three(tmp_path_factory, redis_url):
         node.stop()
 
 
-def connect_at_once(ports: list[int], tenant: str, devices: int) -> list[Paho]:
+def connect_at_once(ports: list[int], tenant: str, devices: int, prefix: str = "c") -> list[Paho]:
     """One client per port, all CONNECTs sent together (a thread each)."""
     clients = [
-        Paho(port, f"{tenant}/d{i % devices + 1}", f"pw{i % devices + 1}", f"c{i}", connect=False)
+        Paho(
+            port,
+            f"{tenant}/d{i % devices + 1}",
+            f"pw{i % devices + 1}",
+            f"{prefix}{i}",
+            connect=False,
+        )
         for i, port in enumerate(ports)
     ]
     barrier = threading.Barrier(len(clients))
@@ -258,3 +264,32 @@ def test_sys_figures_are_cluster_wide_and_each_message_counted_once(three):
     assert sys_value(watcher, "clients/connected", 3) == "3"
     for client in (*clients, watcher):
         client.close()
+
+
+def test_connection_counts_are_written_again_after_a_redis_restart(tmp_path, private_redis):
+    """Redis restarted empty: each node writes its own count again (its marker was gone), and
+    the limit holds as before — three places taken, two left."""
+    name = f"limits-restart-{uuid.uuid4().hex[:6]}"
+    a = start_limited_node(tmp_path, private_redis.url, name)
+    b = start_limited_node(tmp_path, private_redis.url, name)
+    clients: list[Paho] = []
+    try:
+        wait_for(lambda: metric(a, "mqtt_cluster_nodes") == 2, 10)
+        clients = connect_at_once([a.port, a.port, b.port], "capped", 3)
+        assert [c.reason_code.value for c in clients] == [0, 0, 0]
+        private_redis.stop()
+        private_redis.start()
+        bus = redis.Redis.from_url(private_redis.url)
+        key = f"mqtt-cluster:{name}:conns:capped"
+        wait_for(lambda: sum(int(n) for n in bus.hvals(key)) == 3, 5)
+        for node in (a, b):
+            wait_for(lambda n=node: metric(n, "mqtt_cluster_bus_up") == 1, 5)
+        assert metric(a, "mqtt_cluster_connection_places") == 2
+        more = connect_at_once([a.port, b.port, a.port], "capped", 3, prefix="more-")
+        clients += more
+        assert sorted(c.reason_code.value for c in more) == [0, 0, 0x97]
+    finally:
+        for client in clients:
+            leave(client)
+        a.stop()
+        b.stop()
