@@ -220,6 +220,7 @@ class ClusterLimits:
     cluster: Any
     counts: dict[str, int] = field(default_factory=dict)  # tenant -> our field in Redis
     holders: dict[Any, str] = field(default_factory=dict)  # connection -> tenant of its slot
+    pending: set[Any] = field(default_factory=set)  # of those, not counted (no CONNACK) yet
     queue: list[_Op] = field(default_factory=list)
     resync: bool = True  # our count fields must be written again (Redis lost them)
     buckets: dict[str, LeasedBucket] = field(default_factory=dict)  # key -> bucket
@@ -253,6 +254,7 @@ class ClusterLimits:
     async def start(self, broker: Any) -> None:
         # A connection that was counted gives its slot back as it goes (takeover included).
         broker.hooks.add("client.disconnected", self.release)
+        broker.hooks.add("client.connected", self.pending.discard)  # the hook releases it now
         broker.metric_sources.append(self.metrics)
         try:  # our marker before any count of ours: else another node's ADMIT drops our field
             await self._mark()
@@ -293,9 +295,11 @@ class ClusterLimits:
         if not admitted:
             return ReasonCode.QUOTA_EXCEEDED
         self.holders[conn] = tenant
+        self.pending.add(conn)
         return 0
 
     def release(self, conn: Any) -> None:
+        self.pending.discard(conn)
         tenant = self.holders.pop(conn, None)
         if tenant is not None:
             self._queue(_Op("release", tenant))
@@ -544,7 +548,7 @@ class ClusterLimits:
     async def _tick(self) -> None:
         now = time.monotonic()
         await self._mark()
-        self._sweep(self.holders)
+        self._sweep(self.pending)
         due = [bucket for bucket in self.buckets.values() if bucket.needs_lease(now)]
         if due:
             await self._lease(due, now)
@@ -553,8 +557,8 @@ class ClusterLimits:
             self.last_sys = now
             await self._exchange_figures()
 
-    def _sweep(self, holders: Iterable[Any]) -> None:
+    def _sweep(self, pending: Iterable[Any]) -> None:
         """Slots of connections that ended before they were counted (refused after admission,
-        gone during CONNECT) go back here."""
-        for conn in [conn for conn in holders if conn.closing]:
+        gone during CONNECT) go back here; a counted one gives its back by the hook."""
+        for conn in [conn for conn in pending if conn.closing]:
             self.release(conn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -15,6 +16,7 @@ import redis
 from tests.broker.clients import Paho
 from tests.broker.conftest import TENANTS, start_broker
 from tests.cluster.conftest import HEARTBEAT, metric, until_routed, wait_for
+from tests.mqtt_bytes import string, varint
 
 LIMIT = 5
 RATE = 200  # msg/s, the tenant's publish rate across the cluster
@@ -98,6 +100,18 @@ def connect_at_once(ports: list[int], tenant: str, devices: int, prefix: str = "
     return clients
 
 
+def raw_connect(port: int, username: str, password: str, client_id: str) -> tuple:
+    """A 5.0 CONNECT on a plain socket (paho's retries would take places of their own): the
+    socket, open while it holds its place, and the CONNACK reason code."""
+    body = string("MQTT") + bytes([5, 0xC2]) + (60).to_bytes(2, "big") + b"\x00"
+    body += string(client_id) + string(username) + string(password)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"\x10" + varint(len(body)) + body)
+    answer = sock.recv(64)
+    assert answer[:1] == b"\x20", answer
+    return sock, answer[3]
+
+
 def leave(client: Paho) -> None:
     """DISCONNECT, and the socket closed whatever paho's loop got to write before it stopped
     (else the broker holds the connection, and its place, until the keep-alive runs out)."""
@@ -135,33 +149,35 @@ def test_a_dead_nodes_connections_free_their_places(tmp_path, redis_url):
     name = f"limits-dead-{uuid.uuid4().hex[:6]}"
     survivor = start_limited_node(tmp_path, redis_url, name)
     doomed = start_limited_node(tmp_path, redis_url, name)
-    clients = []
+    clients, held = [], []
     try:
         wait_for(lambda: metric(survivor, "mqtt_cluster_nodes") == 2, 10)
         clients = connect_at_once([doomed.port] * 3 + [survivor.port] * 2, "capped", 3)
         assert [c.reason_code.value for c in clients] == [0] * 5
-        late = Paho(survivor.port, "capped/d1", "pw1", "late", connect=False)
-        late.connect(wait=False)
-        assert late.connack.wait(5) and late.reason_code.value == 0x97
+        late, code = raw_connect(survivor.port, "capped/d1", "pw1", "late")
+        late.close()
+        assert code == 0x97
         doomed.process.send_signal(signal.SIGKILL)
         doomed.process.wait(5)
         started = time.monotonic()
-        while True:  # its three places come back once its heartbeat has expired
-            again = Paho(survivor.port, "capped/d1", "pw1", f"again-{time.monotonic()}")
-            if again.reason_code.value == 0:
+        while True:  # its three places come back once its marker has expired
+            sock, code = raw_connect(survivor.port, "capped/d1", "pw1", "again")
+            if code == 0:
                 break
-            again.close()
+            sock.close()
             assert time.monotonic() - started < 3 * HEARTBEAT, "the dead node's places stayed"
-            time.sleep(0.1)
+            time.sleep(0.05)
         freed = time.monotonic() - started
-        assert freed <= 1.5 * HEARTBEAT + 0.5
-        clients.append(again)
+        assert freed <= 1.5 * HEARTBEAT + 0.3  # its marker's TTL, + a tick and our step
+        held.append(sock)
         more = [Paho(survivor.port, "capped/d2", "pw2", f"more-{i}") for i in range(3)]
         assert [c.reason_code.value for c in more] == [0, 0, 0x97]  # 2 live + 3 = the limit
         clients += more
     finally:
         for client in clients:
-            client.close()
+            leave(client)
+        for sock in held:
+            sock.close()
         survivor.stop()
         doomed.stop()
 
@@ -288,6 +304,40 @@ def test_connection_counts_are_written_again_after_a_redis_restart(tmp_path, pri
         more = connect_at_once([a.port, b.port, a.port], "capped", 3, prefix="more-")
         clients += more
         assert sorted(c.reason_code.value for c in more) == [0, 0, 0x97]
+    finally:
+        for client in clients:
+            leave(client)
+        a.stop()
+        b.stop()
+
+
+def test_without_redis_each_node_keeps_its_share_of_the_rate(tmp_path, private_redis):
+    """Redis gone: the leases cannot be topped up, so each of the two nodes refills its own at
+    half the tenant's rate — together never more than the rate."""
+    name = f"limits-norate-{uuid.uuid4().hex[:6]}"
+    a = start_limited_node(tmp_path, private_redis.url, name)
+    b = start_limited_node(tmp_path, private_redis.url, name)
+    clients: list[Paho] = []
+    try:
+        wait_for(lambda: metric(a, "mqtt_cluster_nodes") == 2, 10)
+        sub = Paho(a.port, "paced/d4", "pw4", "norate-sub")
+        sub.subscribe("norate/#", qos=0)
+        publisher = Paho(a.port, "paced/d1", "pw1", "norate-pub", v5=False)
+        clients = [sub, publisher]
+        private_redis.stop()
+        wait_for(lambda: metric(a, "mqtt_cluster_rate_local_refills_total") > 0, 5)
+        arrivals: list[float] = []
+        sub.client.on_message = lambda client, userdata, message: arrivals.append(time.monotonic())
+        seconds, began = 4.0, time.monotonic()
+        sent = 0
+        while time.monotonic() - began < seconds:  # twice the whole rate, from one node
+            publisher.client.publish("norate/x", b"x" * 20, 0)
+            sent += 1
+            time.sleep(max(0.0, began + sent / (2 * RATE) - time.monotonic()))
+        time.sleep(0.3)
+        inside = [t for t in arrivals if began + 1.5 <= t < began + seconds - 0.2]
+        measured = len(inside) / (seconds - 1.7)
+        assert abs(measured - RATE / 2) <= 0.1 * RATE / 2, measured
     finally:
         for client in clients:
             leave(client)
