@@ -245,6 +245,7 @@ class ClusterLimits:
         self.last_tick = time.monotonic()
         self.last_sys = float("-inf")
         self.marked = float("-inf")  # monotonic time our marker was last set from
+        self.written = ""  # our $SYS figures as last written
 
     def conns_key(self, tenant: str) -> str:
         return f"{self.cluster.keys.prefix}:conns:{tenant}"
@@ -487,12 +488,19 @@ class ClusterLimits:
         redis, node = self.cluster.redis, self.cluster.node_id
         ttl = int(self.cluster.heartbeat * 1500)
         pipe = redis.pipeline(transaction=False)
-        if self.mine:
-            pipe.set(self.sys_key + node, json.dumps(self.mine, separators=(",", ":")), px=ttl)
+        if self.mine:  # one value for all our tenants, rewritten only when it changed
+            text = json.dumps(self.mine, separators=(",", ":"))
+            if text != self.written:
+                pipe.set(self.sys_key + node, text, px=ttl)
+                self.written = text
+            else:
+                pipe.pexpire(self.sys_key + node, ttl)
         others = sorted(self.cluster.alive)
         if others:
             pipe.mget([self.sys_key + n for n in others])
         replies = await pipe.execute()
+        if self.mine and not replies[0]:  # the key was gone (Redis restarted): write it next
+            self.written = ""
         found = replies[-1] if others else []
         self.others = {
             n: json.loads(value) for n, value in zip(others, found, strict=True) if value

@@ -37,7 +37,7 @@ async def run_nodes(url: str, seconds: float, demand_per_node: float) -> tuple[l
     for node_id in ids:
         alive = {other: {} for other in ids if other != node_id}
         limits = ClusterLimits(fake_cluster(url, name, node_id, alive))
-        await limits.start(SimpleNamespace(hooks=Hooks()))
+        await limits.start(SimpleNamespace(hooks=Hooks(), metric_sources=[]))
         nodes.append(limits)
     admitted: list[float] = []
     quota = {"max_publish_rate": RATE}
