@@ -168,7 +168,7 @@ def test_a_dead_nodes_connections_free_their_places(tmp_path, redis_url):
             assert time.monotonic() - started < 3 * HEARTBEAT, "the dead node's places stayed"
             time.sleep(0.05)
         freed = time.monotonic() - started
-        assert freed <= 1.5 * HEARTBEAT + 0.3  # its marker's TTL, + a tick and our step
+        assert freed <= 1.5 * HEARTBEAT + 0.5  # its marker's TTL, + a tick and our step
         held.append(sock)
         more = [Paho(survivor.port, "capped/d2", "pw2", f"more-{i}") for i in range(3)]
         assert [c.reason_code.value for c in more] == [0, 0, 0x97]  # 2 live + 3 = the limit
