@@ -124,7 +124,9 @@ def test_disabled_device_is_cut_on_every_node_within_a_second(three_pg, acme):
     time.sleep(0.3)
     assert not any(c.disconnected.is_set() for c in spared)
     for node in three_pg:  # and no node lets it back in
-        assert Paho(node.port, "acme/sensor-1", secret, "again").reason_code == 0x87
+        again = Paho(node.port, "acme/sensor-1", secret, "again")
+        again.close()
+        assert again.reason_code == 0x87
     for client in doomed + spared:
         client.close()
 
