@@ -114,18 +114,23 @@ class Handshake:
         redirect = broker.redirect(connect, result) if broker.redirect else None
         if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
             return Refusal(redirect.reason_code, reference=redirect.reference if v5 else "")
-        max_connections = result.quota.get("max_connections")
-        if (
-            max_connections is not None
-            and not result.service
-            and broker.connection_count(result.tenant) >= max_connections
-        ):
-            return Refusal(
-                RC.QUOTA_EXCEEDED,
-                "tenant connection limit reached",
-                tenant=result.tenant,
-                quota="connections",
-            )
+        limit = result.quota.get("max_connections")
+        if limit is not None and not result.service:
+            if broker.cluster is None:
+                code = RC.QUOTA_EXCEEDED if broker.connection_count(result.tenant) >= limit else 0
+            else:  # counted over every node, exactly (data_plane.cluster.limits)
+                code = await broker.cluster.admit_connection(conn, result.tenant, limit)
+                if conn.closing:
+                    return None  # its place goes back with the cluster's next sweep
+            if code == RC.SERVER_UNAVAILABLE:
+                return Refusal(code, "cluster bus unavailable", tenant=result.tenant)
+            if code:
+                return Refusal(
+                    RC.QUOTA_EXCEEDED,
+                    "tenant connection limit reached",
+                    tenant=result.tenant,
+                    quota="connections",
+                )
         return result
 
     def welcome(self, connect: Connect, result: AuthResult, client_id: str) -> Welcome | Refusal:

@@ -13,6 +13,8 @@ def tenant_rates(broker: Any, tenant: str, quota: dict[str, int]) -> Any | None:
     """The tenant's shared token buckets when its quota limits a rate, else None: looked up
     once per connection and per policy change rather than per PUBLISH."""
     if any(quota.get(key) for key in RATE_KEYS):
+        if broker.cluster is not None:  # budgets shared by the nodes (data_plane.cluster.limits)
+            return broker.cluster.rates_for(tenant, quota)
         return broker.rates_for(tenant, quota)
     return None
 

@@ -169,6 +169,19 @@ class Cluster(Protocol):
         other node holding its session lets it go (its connection gets 0x8E) first."""
         ...
 
+    async def admit_connection(self, conn: Any, tenant: str, limit: int) -> int:
+        """A CONNECT under the tenant's max_connections counted over every node: 0 (its place is
+        held until the connection ends), else the CONNACK reason code."""
+        ...
+
+    def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
+        """The tenant's rate buckets (as `Broker.rates_for`), shared by every node."""
+        ...
+
+    def figures(self, tenant: str, local: dict[str, Any]) -> dict[str, Any]:
+        """The tenant's `$SYS` figures over every node, from this node's own (`local`)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Ports:

@@ -48,7 +48,8 @@ def publish_sys(broker: Any) -> None:
             "clients/online": _online_list(online.get(tenant, ())),
             **{f"quota/exceeded/{key}": n for key, n in stats.exceeded.items()},
         }
-        if nodes is not None:
+        if nodes is not None:  # a cluster: the tenant's figures summed over its nodes
+            figures = broker.cluster.figures(tenant, figures)
             figures["nodes"] = nodes
         for name, value in figures.items():
             message = Message(

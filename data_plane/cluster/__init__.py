@@ -13,14 +13,12 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
   stream's unacknowledged messages delivered into them, its clients' wills published);
 - `relay`: while a persistent session moves, the old node relays what still reaches it to the
   new one until the new node's routes stand (no moment without a route);
-- `wills`: the wills of clients not kept in Postgres, in Redis under their node.
+- `wills`: the wills of clients not kept in Postgres, in Redis under their node;
+- `limits`: a tenant's limits across the nodes: max connections exact, rates on leases of
+  token buckets in Redis, `$SYS` figures summed over the nodes.
 
-Not yet (issue 17, points 3-5), and how it will go:
+Not yet (issue 17):
 
-- Cluster-wide limits (point 4): counters in Redis (INCR with expiry per window), each node
-  leasing a slice of the allowance so the hot path stays local; max connections by an INCR/DECR
-  counter per tenant claimed at CONNECT (with the node's own count rebuilt after Redis
-  restarts, like its routes).
 - A shared-group message forwarded to a node that dies before delivering it is not given to
   another member (the group's members there are adopted, but not re-assigned the message).
 """

@@ -53,6 +53,7 @@ from data_plane.broker.ports import Published
 from data_plane.cluster import codec
 from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
 from data_plane.cluster.inherit import GROUP, ensure_group, inherit, settle
+from data_plane.cluster.limits import ClusterLimits
 from data_plane.cluster.routes import RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
 from data_plane.cluster.wills import WillRegistry
@@ -182,6 +183,7 @@ class Cluster:
         self.last_ok = float("-inf")  # monotonic time of the last heartbeat Redis took
         self.refused = 0  # connections refused while cut off
         self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
+        self.limits = ClusterLimits(self)  # tenants' limits across the nodes (see `limits`)
 
     # -- life -----------------------------------------------------------------------------
 
@@ -210,6 +212,7 @@ class Cluster:
         jobs = (self._beat_forever, self._listen_forever, self._routes_forever, self.wills.forever)
         for job in jobs:
             self.tasks.append(loop.create_task(job()))
+        await self.limits.start(broker)
         log.info("node %s joined cluster %s", self.node_id, self.keys.prefix)
 
     async def ready(self) -> None:
@@ -222,6 +225,7 @@ class Cluster:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.limits.stop()
         try:
             pipe = self.redis.pipeline(transaction=True)
             pipe.srem(self.keys.members, self.node_id)
@@ -342,6 +346,17 @@ class Cluster:
             maxlen=STREAM_MAXLEN,
             approximate=True,
         )
+
+    # -- tenants' limits across the nodes (data_plane.cluster.limits) ----------------------
+
+    async def admit_connection(self, conn: Any, tenant: str, limit: int) -> int:
+        return await self.limits.admit(conn, tenant, limit)
+
+    def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
+        return self.limits.rates_for(tenant, quota)
+
+    def figures(self, tenant: str, local: dict[str, Any]) -> dict[str, Any]:
+        return self.limits.figures(tenant, local)
 
     @property
     def cut_off(self) -> bool:
