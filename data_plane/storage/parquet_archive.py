@@ -380,6 +380,36 @@ class ParquetArchiveWriter:
     def pending_bytes(self) -> int:
         return self._pending_bytes
 
+    @staticmethod
+    def warm_up() -> None:
+        """Encode a throwaway batch (a publish and a lifecycle row, two tenants, one left out)
+        so that what the encoder loads on first use is loaded now, at start-up: pyarrow imports
+        pandas the first time it converts Python objects (about 0.2 s of CPU and 100,000 objects
+        the collector would rescan, had they arrived after the broker's `gc.freeze()`), and
+        Parquet's and Arrow's kernels initialise on their first call. Measured, that first batch
+        was a third of a microsecond per message of a 5-second run at 100,000 msg/s."""
+        from types import SimpleNamespace
+
+        message = SimpleNamespace(
+            topic="warm/up",
+            payload=b"x",
+            qos=1,
+            retain=False,
+            properties={"content_type": "x"},
+            publisher="c",
+            tenant="t",
+            device="d",
+        )
+        columns = publish_columns([(time.time(), message), (time.time(), message)])
+        event = {"event": "client.connected", "tenant": "u", "ts": 0, "client_id": "c"}
+        files: dict[int, ParquetBytesWriter] = {}
+        try:
+            write_row_groups(columns, [event], files, enabled_for=lambda tenant: tenant == "t")
+        finally:
+            columns.release()
+        for file in files.values():
+            file.close()
+
     def _next_sequence(self) -> int:
         self._sequence += 1
         return self._sequence
