@@ -9,6 +9,10 @@ messages and tenants whose archive is off, and writes them as row groups (groupe
 then in time order) of the open segment of each hour; every interval (`seal`) it closes the
 segments and queues them. Uploads run in a second worker thread, in order.
 
+Live segments are LZ4/snappy (`LIVE_COMPRESSION`); compaction writes the history in zstd. The
+encoder is warmed up when the tap is built (`ParquetArchiveWriter.warm_up`), so its one-time
+imports and kernel set-up happen at start-up, not in the first batch of live traffic.
+
 Small hand-offs keep what the worker reads recently written (in cache, its pages mapped): the
 measured cost of the archive was less its own instructions than a second's worth of payloads
 streamed through memory beside the event loop's working set.
