@@ -398,7 +398,7 @@ class ParquetArchiveWriter:
     def warm_up() -> None:
         """Encode a throwaway batch (a publish and a lifecycle row, two tenants, one left out)
         so that what the encoder loads on first use is loaded now, at start-up: pyarrow imports
-        pandas the first time it converts Python objects (about 0.2 s of CPU and 100,000 objects
+        pandas the first time it converts Python objects (about 0.2 s of CPU and 30,000 objects
         the collector would rescan, had they arrived after the broker's `gc.freeze()`), and
         Parquet's and Arrow's kernels initialise on their first call. Measured, that first batch
         was a third of a microsecond per message of a 5-second run at 100,000 msg/s."""
