@@ -72,7 +72,7 @@ class ParquetBytesWriter:
     """One Parquet file of archive rows built a row group at a time (`write`), as bytes
     (`close`); same encoding options as `encode_parquet`. For writers that stream."""
 
-    def __init__(self, *, compression: str = "zstd") -> None:
+    def __init__(self, *, compression: str | dict[str, str] = "zstd") -> None:
         self._sink = pa.BufferOutputStream()
         self._writer = pq.ParquetWriter(
             self._sink,

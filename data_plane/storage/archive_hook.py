@@ -57,6 +57,7 @@ class ArchiveTap:
         interval: float = 1.0,
     ) -> None:
         self.writer = writer
+        writer.warm_up()  # at start-up, before the broker freezes what it loaded (see warm_up)
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
         self._columns = PublishColumns()  # publishes since the last hand-off

@@ -9,6 +9,9 @@ neither waited for it nor uploaded what it produced. A slow encoder makes that m
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -107,3 +110,35 @@ def test_payloads_survive_reused_buffers_and_the_brokers_own_are_left_out(tmp_pa
     for row in rows:
         index = int(row["topic"][2:])
         assert row["payload"] == f"{index}:".encode() * (1 + index % 7)
+
+
+def test_the_first_batch_of_live_traffic_loads_nothing(tmp_path):
+    """Building the tap warms the encoder up: pyarrow's first conversion of Python objects
+    imports pandas (~0.2 s of CPU and ~30,000 objects); that belongs to start-up, before the
+    broker freezes what it loaded, not to the first batch of live traffic. A fresh interpreter,
+    so that nothing an earlier test loaded hides it."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from common.object_store import LocalObjectStore
+        from data_plane.broker.message import Message
+        from data_plane.storage.archive_hook import ArchiveTap
+        from data_plane.storage.parquet_archive import ParquetArchiveWriter, publish_columns
+
+        writer = ParquetArchiveWriter(LocalObjectStore({str(tmp_path)!r}))
+        tap = ArchiveTap(writer, enabled_for=lambda tenant: tenant != "off")
+        loaded = set(sys.modules)
+        messages = [
+            (1.7e9 + i, Message.from_publish(t, "c1", "t/1", b"x" * 100, 1, False, {{}}, "d"))
+            for i, t in enumerate(["acme", "off", "acme"])
+        ]
+        event = {{"event": "client.connected", "tenant": "acme", "ts": 0, "client_id": "c1"}}
+        assert writer.encode(publish_columns(messages), [event], tap.enabled_for) == 3
+        print(sorted(set(sys.modules) - loaded))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
