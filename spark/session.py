@@ -30,7 +30,10 @@ def build_session(app_name: str = "mqtt-platform", master: str | None = None) ->
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J}")
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dlog4j2.configurationFile={LOG4J} -XX:-DontCompileHugeMethods",
+        )
         # A live segment compacted away between listing and reading is not an error.
         .config("spark.sql.files.ignoreMissingFiles", "true")
         .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
