@@ -153,9 +153,7 @@ class LiveSegmentsReader(DataSourceStreamReader):
 
     def hours(self) -> list[str]:
         now = int(time.time() * 1000)
-        return [
-            live_hour_prefix(now + step * HOUR_MS) for step in range(-self.max_age_hours, 2)
-        ]
+        return [live_hour_prefix(now + step * HOUR_MS) for step in range(-self.max_age_hours, 2)]
 
     def _list(self, hours: Sequence[str]) -> dict[str, tuple[str, int]]:
         listing = {}
