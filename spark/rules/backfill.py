@@ -177,16 +177,10 @@ def _native_first_counts(plan: RulePlan) -> list[RuleCount]:
     of): with rules that compile natively over well-formed payloads, no Python worker runs."""
     if plan.marked is None:
         return _counts(plan.evaluated())
-    rows = rule_counts(plan.answered(pending=True)).collect()
+    rows = plan.native_counts()
     counts = {
         r["rule_id"]: RuleCount(
-            r["rule_id"],
-            r["tenant"],
-            r["matched"],
-            r["passed"],
-            r["failed"],
-            r["last_error"],
-            r["units"],
+            r["rule_id"], r["tenant"], r["matched"], r["passed"], 0, None, r["units"]
         )
         for r in rows
     }

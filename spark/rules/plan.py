@@ -180,108 +180,35 @@ class RulePlan:
         self.df = df
         self.native: dict[int, NativeRule] = {}
         self.marked: DataFrame | None = None
+        self.statuses: DataFrame | None = None
         if not self.specs:
             return
         needed = set(_EVALUATOR_COLUMNS)
         for spec in self.specs:
             needed.update(_compiled(spec.sql).archive_columns)
         self.columns = [name for name in df.columns if name in needed]
+        # The columns are built once per set of rules (a few hundred py4j calls each time would
+        # cost the live job about a second per micro-batch), then applied to each DataFrame.
+        key = (
+            tuple((s.id, s.tenant, s.sql, s.client_prefix) for s in self.specs),
+            tuple(df.columns),
+        )
+        recipe = _RECIPES.get(key)
+        if recipe is None:
+            if len(_RECIPES) >= 16:
+                _RECIPES.clear()
+            recipe = _RECIPES[key] = _Recipe(self.specs, self.columns)
+        self.native = recipe.native
         # Each row's units natively, first: they read the property columns, which the rules may
         # not need (so they are neither shipped to Python nor carried through the stages).
-        self.scoped = df.where(scope_predicate(self.specs)).select(
-            *self.columns, native_units().alias(UNITS_COLUMN)
-        )
-        if len(self.specs) > PUSHDOWN_LIMIT:
-            return  # one plan of that many rules costs Catalyst more than Python costs the rows
-        stage = Stage()
-        for spec in self.specs:
-            try:
-                self.native[spec.id] = compile_native(spec.sql, stage)
-            except NotNative as exc:
-                log.debug("rule %s: evaluated in Python (%s)", spec.id, exc)
-            except Exception:
-                log.warning("rule %s: no native form", spec.id, exc_info=True)
-        if self.native:
-            self.marked = self._mark(stage)
-
-    def _mark(self, stage: Stage) -> DataFrame:
-        # In projections, so that each costly piece runs once per row: the payload parsed, the
-        # variant at each path, its text and double, then per rule its status, then the arrays.
-        # No filter on these columns: Catalyst would push it below the projections.
-        carried = [*self.columns, UNITS_COLUMN]
-        frame = self.scoped
-        if stage.uses_payload:
-            frame = frame.select(*carried, *Stage.parsed())
-            frame = frame.select(*carried, VARIANT_COLUMN, Stage.payload_ok())
-            kept = [VARIANT_COLUMN, PAYLOAD_OK]
-            frame = frame.select(*carried, *kept, *[e.alias(n) for n, e in stage.layer1.items()])
-            kept += list(stage.layer1)
-            frame = frame.select(*carried, *kept, *[e.alias(n) for n, e in stage.layer2.items()])
-            kept += list(stage.layer2)
-        if stage.layer3:
-            frame = frame.select(*carried, *kept, *[e.alias(n) for n, e in stage.layer3.items()])
-            kept += list(stage.layer3)
-        else:
-            kept = []
-        statuses = []
-        for spec in self.specs:
-            rule = self.native.get(spec.id)
-            if rule is None:
-                continue
-            reads = (
-                (F.col("tenant") == F.lit(spec.tenant))
-                & rule.takes
-                & ~F.coalesce(F.col("client_id"), F.lit("")).startswith(spec.client_prefix)
-            )
-            # `*` outputs are built in Python: natively only the rows WHERE rejects.
-            passed = F.lit(PASSED) if rule.outputs is not None else F.lit(_PYTHON)
-            status = F.when(
-                reads,
-                F.when(rule.sure, F.when(rule.passes, passed).otherwise(F.lit(SKIPPED))).otherwise(
-                    F.lit(_PYTHON)
-                ),
-            )
-            statuses.append((spec.id, status.alias(f"_s{spec.id}"), rule.outputs))
-        frame = frame.select(*carried, *kept, *[s for _, s, _ in statuses])
-        answered = F.array(
-            *[
-                F.when(
-                    F.col(f"_s{rule_id}").isin(PASSED, SKIPPED),
-                    F.struct(
-                        F.lit(rule_id).cast("long").alias("rule_id"),
-                        F.col(f"_s{rule_id}").alias("status"),
-                        (
-                            F.when(F.col(f"_s{rule_id}") == F.lit(PASSED), outputs)
-                            if outputs is not None
-                            else F.lit(None).cast("string")
-                        ).alias("outputs"),
-                    ),
-                )
-                for rule_id, _, outputs in statuses
-            ]
-        )
-        answered = F.filter(answered, lambda x: x.isNotNull()).cast(_SURE_TYPE)
-        left = []
-        for spec in self.specs:
-            if spec.id in self.native:
-                left.append(F.when(F.col(f"_s{spec.id}") == F.lit(_PYTHON), F.lit(spec.id)))
-            else:
-                reads = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(
-                    _compiled(spec.sql)
-                )
-                left.append(F.when(reads, F.lit(spec.id)))
-        python = F.filter(F.array(*left), lambda x: x.isNotNull()).cast("array<long>")
-        frame = frame.select(*carried, answered.alias(SURE_COLUMN), python.alias(PY_COLUMN))
-        need = F.size(F.col(PY_COLUMN)) > 0
-        return frame.select(
-            *[
-                F.col(c) if c in ("tenant", "ts") else F.when(need, F.col(c)).alias(c)
-                for c in self.columns
-            ],
-            UNITS_COLUMN,
-            SURE_COLUMN,
-            PY_COLUMN,
-        )
+        self.scoped = df.where(recipe.scope).select(*recipe.first)
+        if recipe.layers:
+            frame = self.scoped
+            for index, layer in enumerate(recipe.layers):
+                frame = frame.select(*layer)
+                if index == recipe.statuses_at:
+                    self.statuses = frame  # per native rule `_s{id}`: passed|skipped|python|NULL
+            self.marked = frame
 
     def _evaluate(self) -> Any:
         shipped = [(s.id, s.tenant, s.sql, s.client_prefix) for s in self.specs]
@@ -327,6 +254,47 @@ class RulePlan:
             F.lit(None).cast("string").alias("error"),
         )
 
+    def native_counts(self) -> list[dict]:
+        """Per native rule, in one aggregation over the rows (no row per result): matched,
+        passed, units, newest ts of the pairs answered natively, and `pending`, the pairs left to
+        the evaluator; plus one `pending` entry per rule with no native form that may read a
+        row. What a backfill counts before deciding whether a Python pass is needed at all."""
+        assert self.marked is not None
+        aggregates, names = [], []
+        for spec in self.specs:
+            if spec.id in self.native:
+                status = F.col(f"_s{spec.id}")
+                answered = status.isin(PASSED, SKIPPED)
+                aggregates += [
+                    F.count(F.when(answered, 1)),
+                    F.count(F.when(status == F.lit(PASSED), 1)),
+                    F.count(F.when(status == F.lit(_PYTHON), 1)),
+                    F.sum(F.when(answered, F.col(UNITS_COLUMN))),
+                    F.max(F.when(answered, F.col("ts"))),
+                ]
+            else:
+                reads = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(
+                    _compiled(spec.sql)
+                )
+                aggregates += [F.lit(0), F.lit(0), F.count(F.when(reads, 1)), F.lit(0), F.lit(None)]
+            names.append(spec)
+        row = self.statuses.agg(*aggregates).first()
+        out = []
+        for index, spec in enumerate(names):
+            matched, passed, pending, units, newest = row[index * 5 : index * 5 + 5]
+            out.append(
+                {
+                    "rule_id": spec.id,
+                    "tenant": spec.tenant,
+                    "matched": matched,
+                    "passed": passed,
+                    "pending": pending,
+                    "units": units or 0,
+                    "max_ts": newest,
+                }
+            )
+        return out
+
     def evaluated(self) -> DataFrame:
         """The results the Python evaluator answers (its rows only)."""
         if self.marked is None:
@@ -345,6 +313,115 @@ class RulePlan:
         if self.marked is None:
             return self.evaluated()
         return self.answered().unionByName(self.evaluated())
+
+
+_RECIPES: dict[tuple, _Recipe] = {}
+
+
+class _Recipe:
+    """The Spark columns of a set of rules: the scope, then the projections of the native plan
+    (`RulePlan`), independent of any DataFrame."""
+
+    def __init__(self, specs: list[RuleSpec], columns: list[str]) -> None:
+        self.specs, self.columns = specs, columns
+        self.scope = scope_predicate(specs)
+        self.first = [*columns, native_units().alias(UNITS_COLUMN)]
+        self.native: dict[int, NativeRule] = {}
+        self.layers: list[list] = []
+        self.statuses_at = -1
+        if len(specs) > PUSHDOWN_LIMIT:
+            return  # one plan of that many rules costs Catalyst more than Python costs the rows
+        stage = Stage()
+        for spec in specs:
+            try:
+                self.native[spec.id] = compile_native(spec.sql, stage)
+            except NotNative as exc:
+                log.debug("rule %s: evaluated in Python (%s)", spec.id, exc)
+            except Exception:
+                log.warning("rule %s: no native form", spec.id, exc_info=True)
+        if self.native:
+            self._layers(stage)
+
+    def _layers(self, stage: Stage) -> None:
+        # In projections, so that each costly piece runs once per row: the payload parsed, the
+        # variant at each path, its type and double, each comparison, then per rule its status,
+        # then the arrays. No filter on these columns: Catalyst would push it below them.
+        carried = [*self.columns, UNITS_COLUMN]
+        layers = self.layers
+        kept: list[str] = []
+        if stage.uses_payload:
+            layers.append([*carried, *Stage.parsed()])
+            layers.append([*carried, VARIANT_COLUMN, Stage.payload_ok()])
+            kept = [VARIANT_COLUMN, PAYLOAD_OK]
+            layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer1.items()]])
+            kept += list(stage.layer1)
+            layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer2.items()]])
+            kept += list(stage.layer2)
+        if stage.layer3:
+            layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer3.items()]])
+            kept += list(stage.layer3)
+        statuses = []
+        for spec in self.specs:
+            rule = self.native.get(spec.id)
+            if rule is None:
+                continue
+            reads = (
+                (F.col("tenant") == F.lit(spec.tenant))
+                & rule.takes
+                & ~F.coalesce(F.col("client_id"), F.lit("")).startswith(spec.client_prefix)
+            )
+            # `*` outputs are built in Python: natively only the rows WHERE rejects.
+            passed = F.lit(PASSED) if rule.outputs is not None else F.lit(_PYTHON)
+            status = F.when(
+                reads,
+                F.when(rule.sure, F.when(rule.passes, passed).otherwise(F.lit(SKIPPED))).otherwise(
+                    F.lit(_PYTHON)
+                ),
+            )
+            statuses.append((spec.id, status.alias(f"_s{spec.id}"), rule.outputs))
+        layers.append([*carried, *kept, *[s for _, s, _ in statuses]])
+        self.statuses_at = len(layers) - 1
+        answered = F.array(
+            *[
+                F.when(
+                    F.col(f"_s{rule_id}").isin(PASSED, SKIPPED),
+                    F.struct(
+                        F.lit(rule_id).cast("long").alias("rule_id"),
+                        F.col(f"_s{rule_id}").alias("status"),
+                        (
+                            F.when(F.col(f"_s{rule_id}") == F.lit(PASSED), outputs)
+                            if outputs is not None
+                            else F.lit(None).cast("string")
+                        ).alias("outputs"),
+                    ),
+                )
+                for rule_id, _, outputs in statuses
+            ]
+        )
+        answered = F.filter(answered, lambda x: x.isNotNull()).cast(_SURE_TYPE)
+        left = []
+        for spec in self.specs:
+            if spec.id in self.native:
+                left.append(F.when(F.col(f"_s{spec.id}") == F.lit(_PYTHON), F.lit(spec.id)))
+            else:
+                reads = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(
+                    _compiled(spec.sql)
+                )
+                left.append(F.when(reads, F.lit(spec.id)))
+        python = F.filter(F.array(*left), lambda x: x.isNotNull()).cast("array<long>")
+        layers.append([*carried, answered.alias(SURE_COLUMN), python.alias(PY_COLUMN)])
+        need = F.size(F.col(PY_COLUMN)) > 0
+        layers.append(
+            [
+                *[
+                    F.col(c) if c in ("tenant", "ts") else F.when(need, F.col(c)).alias(c)
+                    for c in self.columns
+                ],
+                UNITS_COLUMN,
+                SURE_COLUMN,
+                PY_COLUMN,
+            ]
+        )
 
 
 _PYTHON = PENDING = "python"  # a status only inside the plan: the evaluator answers it
