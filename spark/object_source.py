@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from common.archive_schema import LIVE_PREFIX, live_hour_prefix
+from common.archive_schema import ARCHIVE_SCHEMA, LIVE_PREFIX, live_hour_prefix
 
 NAME = "mqtt_archive_objects"
 HOUR_MS = 3_600_000
@@ -117,9 +117,9 @@ class ArchiveObjects(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        from spark.archive import spark_schema
+        from pyspark.sql.pandas.types import from_arrow_schema
 
-        return spark_schema()
+        return from_arrow_schema(ARCHIVE_SCHEMA)  # as `spark.archive.spark_schema`
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return ObjectsReader(dict(self.options), schema)
