@@ -45,7 +45,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from common.archive_schema import EVENT_PUBLISH
-from common.rules.values import erlang_float, erlang_int, parse_number
+from common.rules.values import parse_number
 
 VARIANT_COLUMN = "_v"  # the payload parsed once per row
 PAYLOAD_OK = "_ok"  # the payload is valid UTF-8 and parsed
@@ -580,7 +580,5 @@ __all__ = [
     "NotNative",
     "Stage",
     "compile_native",
-    "erlang_float",
-    "erlang_int",
     "topic_filter_java_regex",
 ]

@@ -1,13 +1,15 @@
 """The rule plan: archive rows → one row per (rule, row its FROM took), as pure DataFrame functions.
 
 Scoping is decided here and only here, from the rule's stored tenant and its compiled FROM — never
-from the rule's text as Spark sees it: the SQL is never handed to Spark. Spark only gets literal
-predicates built from the compiled topic filters (pushed down to the Parquet scan) and one
-`mapInArrow` that evaluates each row with `CompiledRule.apply`, the same code the dry run uses, so
-the jobs and the dry run share one semantics. Inside the evaluator a row reaches a rule only when
-the row's tenant is the rule's tenant (checked again, not just pushed down), the rule's FROM reads
-it, and it is not the rule's own republished output. An exception evaluating one row for one rule
-makes that (rule, row) `failed` and goes on with the next.
+from the rule's text as Spark sees it: the SQL is never handed to Spark. Spark gets literal
+predicates built from the compiled topic filters (pushed down to the Parquet scan), then the
+native columns `spark.rules.native` builds from each rule's AST (whole rules answered in Spark
+where their answer is exact, per row), and one `mapInArrow` that evaluates the rest with
+`CompiledRule.apply`, the same code the dry run uses, so the jobs and the dry run share one
+semantics. A row reaches a rule only when the row's tenant is the rule's tenant (in the native
+status and checked again in the evaluator, not just pushed down), the rule's FROM reads it, and
+it is not the rule's own republished output. An exception evaluating one row for one rule makes
+that (rule, row) `failed` and goes on with the next.
 """
 
 from __future__ import annotations
