@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
                 "rows beside them, not read).\n\n"
                 "| engine | rows read | result rows | seconds | msg/s | msg/s per core |\n"
                 "|---|---:|---:|---:|---:|---:|\n"
-                f"| Spark (rules plan: native WHERE prefilter, then mapInArrow + CompiledRule) | {summary['rows_read']:,} | "
+                f"| Spark (rules plan: native Spark columns, Python evaluator only for rows it cannot be sure of) | {summary['rows_read']:,} | "
                 f"{summary['passed']:,} | {summary['seconds']:.1f} | {spark_rate:,.0f} | "
                 f"{spark_rate / cores:,.0f} |\n"
                 f"| DuckDB (same files, equivalent SQL, {cores} threads) | {args.messages:,} | {count:,} | "

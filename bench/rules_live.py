@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TENANTS = 200
-SECRET = "bench-secret"
+SECRET = "bench-webhook-secret-0001"  # 16 to 256 characters, as the API requires
 
 
 def _django() -> str:

@@ -6,13 +6,15 @@ plus the live segments it does not name, and version 1 NDJSON segments — nothi
 rows are filtered to those tenants before anything else sees them, so a plan built from here holds
 no other tenant's rows by construction.
 
-Paths: a `file://` object store (the embedded default) is read as local files. An `s3://` store is
-read as `s3a://bucket/prefix/...`, which needs the cluster's S3 connector (hadoop-aws is not in the
-pyspark wheel and nothing is fetched at run time).
+Paths: a `file://` object store (the embedded default) is read by Spark's file source as local
+files. Any other store (`s3://`) is read through `common.object_store` (boto3) by the Python data
+source of `spark.object_source`, batch and streaming: Spark's `s3a://` needs hadoop-aws, which is
+not in the pyspark wheel, and nothing is fetched at run time.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
@@ -26,6 +28,7 @@ from pyspark.sql.types import StructType
 from common.archive_io import ArchiveFile, archive_files
 from common.archive_schema import ARCHIVE_SCHEMA, LIVE_PREFIX, read_ndjson_segment
 from common.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
+from spark import object_source
 
 
 def spark_schema() -> StructType:
@@ -77,10 +80,19 @@ def read_archive(
         return empty_archive(spark)
     if listing is None:
         listing = list_archive(store, tenants, start_ms, end_ms)
-    parquet = [store_path(store, f.key) for f in listing if f.format == "parquet"]
+    parquet = [f.key for f in listing if f.format == "parquet"]
     frames = []
-    if parquet:
-        frames.append(spark.read.schema(spark_schema()).parquet(*parquet))
+    if parquet and _local(store):
+        paths = [store_path(store, key) for key in parquet]
+        frames.append(spark.read.schema(spark_schema()).parquet(*paths))
+    elif parquet:
+        object_source.register(spark)
+        frames.append(
+            spark.read.format(object_source.NAME)
+            .options(**object_source.store_options(store))
+            .option("keys", json.dumps(parquet))
+            .load()
+        )
     ndjson = [f.key for f in listing if f.format == "ndjson"]
     if ndjson:
         frames.append(_ndjson_frame(spark, store, ndjson, tenants))
@@ -113,11 +125,26 @@ def _ndjson_frame(
     return spark.createDataFrame(pa.concat_tables(tables))
 
 
-def live_stream(spark: SparkSession, store: ObjectStore, max_file_age: str = "1h") -> DataFrame:
-    """The live segments of every broker as a stream (file source, Parquet, schema given).
+def _local(store: ObjectStore) -> bool:
+    return isinstance(store, LocalObjectStore) or hasattr(store, "root")
 
-    Only `*.parquet` objects: the markers and a local store's `.partial` files are never read.
-    `maxFileAge` bounds what a first start (no checkpoint) picks up from before it."""
+
+def live_stream(spark: SparkSession, store: ObjectStore, max_file_age: str = "1h") -> DataFrame:
+    """The live segments of every broker as a stream (Parquet, schema given).
+
+    A local store: Spark's file source; only `*.parquet` objects (the markers and a local store's
+    `.partial` files are never read); `maxFileAge` bounds what a first start (no checkpoint)
+    picks up from before it. Any other store (`s3://`): `spark.object_source`'s stream, offsets
+    per writer's segment sequence, listing the last hours (`max_file_age`, rounded up)."""
+    if not _local(store):
+        object_source.register(spark)
+        hours = max(1, -(-_seconds(max_file_age) // 3600))
+        return (
+            spark.readStream.format(object_source.NAME)
+            .options(**object_source.store_options(store))
+            .option("maxAgeHours", str(hours))
+            .load()
+        )
     return (
         spark.readStream.schema(spark_schema())
         .option("recursiveFileLookup", "true")
@@ -125,6 +152,15 @@ def live_stream(spark: SparkSession, store: ObjectStore, max_file_age: str = "1h
         .option("maxFileAge", max_file_age)
         .parquet(store_path(store, LIVE_PREFIX))
     )
+
+
+def _seconds(age: str) -> int:
+    """`1h`, `30m`, `90s` (Spark's maxFileAge style) as seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    text = age.strip().lower()
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(float(text))
 
 
 def _dt(ms: int) -> datetime:

@@ -1,13 +1,15 @@
 """The rule plan: archive rows → one row per (rule, row its FROM took), as pure DataFrame functions.
 
 Scoping is decided here and only here, from the rule's stored tenant and its compiled FROM — never
-from the rule's text as Spark sees it: the SQL is never handed to Spark. Spark only gets literal
-predicates built from the compiled topic filters (pushed down to the Parquet scan) and one
-`mapInArrow` that evaluates each row with `CompiledRule.apply`, the same code the dry run uses, so
-the jobs and the dry run share one semantics. Inside the evaluator a row reaches a rule only when
-the row's tenant is the rule's tenant (checked again, not just pushed down), the rule's FROM reads
-it, and it is not the rule's own republished output. An exception evaluating one row for one rule
-makes that (rule, row) `failed` and goes on with the next.
+from the rule's text as Spark sees it: the SQL is never handed to Spark. Spark gets literal
+predicates built from the compiled topic filters (pushed down to the Parquet scan), then the
+native columns `spark.rules.native` builds from each rule's AST (whole rules answered in Spark
+where their answer is exact, per row), and one `mapInArrow` that evaluates the rest with
+`CompiledRule.apply`, the same code the dry run uses, so the jobs and the dry run share one
+semantics. A row reaches a rule only when the row's tenant is the rule's tenant (in the native
+status and checked again in the evaluator, not just pushed down), the rule's FROM reads it, and
+it is not the rule's own republished output. An exception evaluating one row for one rule makes
+that (rule, row) `failed` and goes on with the next.
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from common.archive_schema import EVENT_PUBLISH, MESSAGE_UNIT_BYTES
-from spark.rules.prefilter import VARIANT_COLUMN, Stage, skipped_condition
+from spark.rules.native import (
+    PAYLOAD_OK,
+    VARIANT_COLUMN,
+    NativeRule,
+    NotNative,
+    Stage,
+    compile_native,
+)
 
 log = logging.getLogger(__name__)
 PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
@@ -149,83 +158,275 @@ def scope_predicate(specs: Sequence[RuleSpec]) -> Column:
 
 def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
     """Archive rows → RESULT_SCHEMA rows: one per (rule, row whose tenant and FROM it reads)."""
-    specs = list(specs)
-    if not specs:
-        return df.sparkSession.createDataFrame([], RESULT_DDL)
-    shipped = [(s.id, s.tenant, s.sql, s.client_prefix) for s in specs]
+    plan = RulePlan(df, specs)
+    return plan.results()
 
-    def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        evaluator = Evaluator(shipped)
-        for batch in batches:
-            for out in evaluator.batches(batch):
+
+SURE_COLUMN = "_res"  # the (rule, status, outputs) answered natively for the row
+PY_COLUMN = "_py"  # the rules the Python evaluator must answer for the row
+UNITS_COLUMN = "_units"  # its units, computed natively (its payload may not be sent)
+_HELPER_COLUMNS = (SURE_COLUMN, PY_COLUMN, UNITS_COLUMN)
+_SURE_TYPE = "array<struct<rule_id:long,status:string,outputs:string>>"
+
+
+class RulePlan:
+    """The rules over one DataFrame of archive rows, as native Spark columns first
+    (`spark/rules/native.py`: whole rules, per row where their answer is exact) and the Python
+    evaluator (`CompiledRule.apply`) for the rest: rules with no native form, and the rows a
+    native rule is not sure of. `marked` holds per row the native answers (`_res`), the rules
+    Python must still answer (`_py`) and its units; only a row with some `_py` rule carries its
+    columns to the Python worker."""
+
+    def __init__(self, df: DataFrame, specs: Sequence[RuleSpec]) -> None:
+        self.specs = list(specs)
+        self.df = df
+        self.native: dict[int, NativeRule] = {}
+        self.marked: DataFrame | None = None
+        self.statuses: DataFrame | None = None
+        if not self.specs:
+            return
+        needed = set(_EVALUATOR_COLUMNS)
+        for spec in self.specs:
+            needed.update(_compiled(spec.sql).archive_columns)
+        self.columns = [name for name in df.columns if name in needed]
+        # The columns are built once per set of rules (a few hundred py4j calls each time would
+        # cost the live job about a second per micro-batch), then applied to each DataFrame.
+        key = (
+            tuple((s.id, s.tenant, s.sql, s.client_prefix) for s in self.specs),
+            tuple(df.columns),
+        )
+        recipe = _RECIPES.get(key)
+        if recipe is None:
+            if len(_RECIPES) >= 16:
+                _RECIPES.clear()
+            recipe = _RECIPES[key] = _Recipe(self.specs, self.columns)
+        self.native = recipe.native
+        # Each row's units natively, first: they read the property columns, which the rules may
+        # not need (so they are neither shipped to Python nor carried through the stages).
+        self.scoped = df.where(recipe.scope).select(*recipe.first)
+        if recipe.layers:
+            frame = self.scoped
+            for index, layer in enumerate(recipe.layers):
+                frame = frame.select(*layer)
+                if index == recipe.statuses_at:
+                    self.statuses = frame  # per native rule `_s{id}`: passed|skipped|python|NULL
+            self.marked = frame
+
+    def _evaluate(self) -> Any:
+        shipped = [(s.id, s.tenant, s.sql, s.client_prefix) for s in self.specs]
+
+        def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            evaluator = Evaluator(shipped)
+            for batch in batches:
+                out = evaluator.batch(batch)
                 if out.num_rows:
                     yield out
 
-    # Only the columns some rule reads become Python objects (and are read from Parquet).
-    needed = set(_EVALUATOR_COLUMNS)
-    for spec in specs:
-        needed.update(_compiled(spec.sql).archive_columns)
-    columns = [name for name in df.columns if name in needed]
-    # Each row's units natively, first: they read the property columns, which the rules may
-    # not need (so they are neither shipped to Python nor carried through the prefilter).
-    scoped = df.where(scope_predicate(specs)).select(*columns, native_units().alias(UNITS_COLUMN))
-    stage = Stage()
-    skips = native_skips(specs, stage) if len(specs) <= PUSHDOWN_LIMIT else {}
-    if not skips:
-        return scoped.mapInArrow(evaluate, RESULT_DDL)
-    carried = [*columns, UNITS_COLUMN]
-    # The native prefilter (spark/rules/prefilter.py), in projections so that each costly piece
-    # runs once per row: the payload parsed, the variant at each path, every leaf of every
-    # rule's WHERE, then per row the rules that surely skip it (`_skip`), its units, and whether
-    # any rule still needs the Python evaluator (`_need`; only then are the row's columns other
-    # than tenant and ts sent to Python). No filter on these columns: Catalyst would push it
-    # below the projections and repeat their work. The Python worker turns `_skip` into
-    # `skipped` results (counted and metered as before) and evaluates only the `_need` rows,
-    # leaving out the rules that skip them.
-    parsed = scoped.select(*carried, Stage.parsed())
-    values = parsed.select(
-        *carried, F.col(VARIANT_COLUMN), *[e.alias(n) for n, e in stage.values.items()]
-    )
-    leaves = values.select(*carried, *[expr.alias(name) for name, expr in stage.leaves.items()])
-    skip_ids = F.filter(
-        F.array(*[F.when(cond, F.lit(rule_id)) for rule_id, cond in skips.items()]),
-        lambda x: x.isNotNull(),
-    ).cast("array<long>")
-    marked = leaves.select(*carried, skip_ids.alias(SKIP_COLUMN))
-    need = None
-    for spec in specs:
-        pred = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(_compiled(spec.sql))
-        if spec.id in skips:
-            pred = pred & ~F.array_contains(F.col(SKIP_COLUMN), F.lit(spec.id))
-        need = pred if need is None else need | pred
-    need = F.coalesce(need, F.lit(False))
-    sent = marked.select(
-        *[F.col(c) if c in ("tenant", "ts") else F.when(need, F.col(c)).alias(c) for c in columns],
-        SKIP_COLUMN,
-        UNITS_COLUMN,
-        need.alias(NEED_COLUMN),
-    )
-    return sent.mapInArrow(evaluate, RESULT_DDL)
+        return evaluate
+
+    def answered(self, pending: bool = False) -> DataFrame:
+        """The results Spark answered natively; with `pending`, also one row of status
+        `python` per (rule, row) left to the evaluator (so one pass can count both)."""
+        assert self.marked is not None
+        answers = F.col(SURE_COLUMN)
+        if pending:
+            answers = F.concat(
+                answers,
+                F.transform(
+                    F.col(PY_COLUMN),
+                    lambda rule_id: F.struct(
+                        rule_id.alias("rule_id"),
+                        F.lit(PENDING).alias("status"),
+                        F.lit(None).cast("string").alias("outputs"),
+                    ),
+                ).cast(_SURE_TYPE),
+            )
+        return self.marked.select(
+            "tenant",
+            "ts",
+            F.col(UNITS_COLUMN).alias("units"),
+            F.explode(answers).alias("r"),
+        ).select(
+            F.col("r.rule_id").alias("rule_id"),
+            "tenant",
+            "ts",
+            "units",
+            F.col("r.status").alias("status"),
+            F.col("r.outputs").alias("outputs"),
+            F.lit(None).cast("string").alias("error"),
+        )
+
+    def native_counts(self) -> list[dict]:
+        """Per native rule, in one aggregation over the rows (no row per result): matched,
+        passed, units, newest ts of the pairs answered natively, and `pending`, the pairs left to
+        the evaluator; plus one `pending` entry per rule with no native form that may read a
+        row. What a backfill counts before deciding whether a Python pass is needed at all."""
+        assert self.marked is not None
+        aggregates, names = [], []
+        for spec in self.specs:
+            if spec.id in self.native:
+                status = F.col(f"_s{spec.id}")
+                answered = status.isin(PASSED, SKIPPED)
+                aggregates += [
+                    F.count(F.when(answered, 1)),
+                    F.count(F.when(status == F.lit(PASSED), 1)),
+                    F.count(F.when(status == F.lit(_PYTHON), 1)),
+                    F.sum(F.when(answered, F.col(UNITS_COLUMN))),
+                    F.max(F.when(answered, F.col("ts"))),
+                ]
+            else:
+                reads = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(
+                    _compiled(spec.sql)
+                )
+                aggregates += [F.lit(0), F.lit(0), F.count(F.when(reads, 1)), F.lit(0), F.lit(None)]
+            names.append(spec)
+        row = self.statuses.agg(*aggregates).first()
+        out = []
+        for index, spec in enumerate(names):
+            matched, passed, pending, units, newest = row[index * 5 : index * 5 + 5]
+            out.append(
+                {
+                    "rule_id": spec.id,
+                    "tenant": spec.tenant,
+                    "matched": matched,
+                    "passed": passed,
+                    "pending": pending,
+                    "units": units or 0,
+                    "max_ts": newest,
+                }
+            )
+        return out
+
+    def evaluated(self) -> DataFrame:
+        """The results the Python evaluator answers (its rows only)."""
+        if self.marked is None:
+            return self.scoped.mapInArrow(self._evaluate(), RESULT_DDL)
+        rows = self.marked.where(F.size(F.col(PY_COLUMN)) > 0).drop(SURE_COLUMN)
+        return rows.mapInArrow(self._evaluate(), RESULT_DDL)
+
+    def undecided(self) -> DataFrame:
+        """Rows some rule leaves to Python (counted to skip the Python pass when there are none)."""
+        assert self.marked is not None
+        return self.marked.where(F.size(F.col(PY_COLUMN)) > 0)
+
+    def results(self) -> DataFrame:
+        if not self.specs:
+            return self.df.sparkSession.createDataFrame([], RESULT_DDL)
+        if self.marked is None:
+            return self.evaluated()
+        return self.answered().unionByName(self.evaluated())
 
 
-SKIP_COLUMN = "_skip"  # the rules that surely skip the row (prefilter)
-UNITS_COLUMN = "_units"  # its units, computed natively (its payload may not be sent)
-NEED_COLUMN = "_need"  # some rule still needs the evaluator for it
-_HELPER_COLUMNS = (SKIP_COLUMN, UNITS_COLUMN, NEED_COLUMN)
+_RECIPES: dict[tuple, _Recipe] = {}
 
 
-def native_skips(specs: Sequence[RuleSpec], stage: Stage) -> dict[int, Column]:
-    """Per prefiltered rule: the rows of its tenant it surely skips."""
-    out = {}
-    for spec in specs:
-        try:
-            condition = skipped_condition(spec.sql, spec.client_prefix, stage)
-        except Exception:  # not prefiltered: the evaluator decides every row, as before
-            log.warning("rule %s: no native prefilter", spec.id, exc_info=True)
-            condition = None
-        if condition is not None:
-            out[spec.id] = (F.col("tenant") == F.lit(spec.tenant)) & condition
-    return out
+class _Recipe:
+    """The Spark columns of a set of rules: the scope, then the projections of the native plan
+    (`RulePlan`), independent of any DataFrame."""
+
+    def __init__(self, specs: list[RuleSpec], columns: list[str]) -> None:
+        self.specs, self.columns = specs, columns
+        self.scope = scope_predicate(specs)
+        self.first = [*columns, native_units().alias(UNITS_COLUMN)]
+        self.native: dict[int, NativeRule] = {}
+        self.layers: list[list] = []
+        self.statuses_at = -1
+        if len(specs) > PUSHDOWN_LIMIT:
+            return  # one plan of that many rules costs Catalyst more than Python costs the rows
+        stage = Stage()
+        for spec in specs:
+            try:
+                self.native[spec.id] = compile_native(spec.sql, stage)
+            except NotNative as exc:
+                log.debug("rule %s: evaluated in Python (%s)", spec.id, exc)
+            except Exception:
+                log.warning("rule %s: no native form", spec.id, exc_info=True)
+        if self.native:
+            self._layers(stage)
+
+    def _layers(self, stage: Stage) -> None:
+        # In projections, so that each costly piece runs once per row: the payload parsed, the
+        # variant at each path, its type and double, each comparison, then per rule its status,
+        # then the arrays. No filter on these columns: Catalyst would push it below them.
+        carried = [*self.columns, UNITS_COLUMN]
+        layers = self.layers
+        kept: list[str] = []
+        if stage.uses_payload:
+            layers.append([*carried, *Stage.parsed()])
+            layers.append([*carried, VARIANT_COLUMN, Stage.payload_ok()])
+            kept = [VARIANT_COLUMN, PAYLOAD_OK]
+            layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer1.items()]])
+            kept += list(stage.layer1)
+            layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer2.items()]])
+            kept += list(stage.layer2)
+        if stage.layer3:
+            layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer3.items()]])
+            kept += list(stage.layer3)
+        statuses = []
+        for spec in self.specs:
+            rule = self.native.get(spec.id)
+            if rule is None:
+                continue
+            reads = (
+                (F.col("tenant") == F.lit(spec.tenant))
+                & rule.takes
+                & ~F.coalesce(F.col("client_id"), F.lit("")).startswith(spec.client_prefix)
+            )
+            # `*` outputs are built in Python: natively only the rows WHERE rejects.
+            passed = F.lit(PASSED) if rule.outputs is not None else F.lit(_PYTHON)
+            status = F.when(
+                reads,
+                F.when(rule.sure, F.when(rule.passes, passed).otherwise(F.lit(SKIPPED))).otherwise(
+                    F.lit(_PYTHON)
+                ),
+            )
+            statuses.append((spec.id, status.alias(f"_s{spec.id}"), rule.outputs))
+        layers.append([*carried, *kept, *[s for _, s, _ in statuses]])
+        self.statuses_at = len(layers) - 1
+        answered = F.array(
+            *[
+                F.when(
+                    F.col(f"_s{rule_id}").isin(PASSED, SKIPPED),
+                    F.struct(
+                        F.lit(rule_id).cast("long").alias("rule_id"),
+                        F.col(f"_s{rule_id}").alias("status"),
+                        (
+                            F.when(F.col(f"_s{rule_id}") == F.lit(PASSED), outputs)
+                            if outputs is not None
+                            else F.lit(None).cast("string")
+                        ).alias("outputs"),
+                    ),
+                )
+                for rule_id, _, outputs in statuses
+            ]
+        )
+        answered = F.filter(answered, lambda x: x.isNotNull()).cast(_SURE_TYPE)
+        left = []
+        for spec in self.specs:
+            if spec.id in self.native:
+                left.append(F.when(F.col(f"_s{spec.id}") == F.lit(_PYTHON), F.lit(spec.id)))
+            else:
+                reads = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(
+                    _compiled(spec.sql)
+                )
+                left.append(F.when(reads, F.lit(spec.id)))
+        python = F.filter(F.array(*left), lambda x: x.isNotNull()).cast("array<long>")
+        layers.append([*carried, answered.alias(SURE_COLUMN), python.alias(PY_COLUMN)])
+        need = F.size(F.col(PY_COLUMN)) > 0
+        layers.append(
+            [
+                *[
+                    F.col(c) if c in ("tenant", "ts") else F.when(need, F.col(c)).alias(c)
+                    for c in self.columns
+                ],
+                UNITS_COLUMN,
+                SURE_COLUMN,
+                PY_COLUMN,
+            ]
+        )
+
+
+_PYTHON = PENDING = "python"  # a status only inside the plan: the evaluator answers it
 
 
 # The MQTT 5 encoding of each archived publish property (identifier byte, then the value: a
@@ -276,6 +477,9 @@ def _compiled(sql: str) -> Any:
     return rule
 
 
+_ALL = object()
+
+
 class Evaluator:
     """Runs in the Python workers: rows of one Arrow batch through the tenants' compiled rules."""
 
@@ -284,41 +488,12 @@ class Evaluator:
         for rule_id, tenant, sql, prefix in shipped:
             self.by_tenant.setdefault(tenant, []).append((rule_id, _compiled(sql), prefix))
 
-    def batches(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-        """Results of one input batch: the prefilter's `skipped` answers (vectorised) and the
-        evaluated rows that still need a rule's evaluation."""
-        batch = batch.filter(pc.is_in(batch.column("tenant"), pa.array(list(self.by_tenant))))
-        names = batch.schema.names
-        if SKIP_COLUMN not in names:
-            yield self.batch(batch)
-            return
-        skip = batch.column(SKIP_COLUMN)
-        parents = pc.list_parent_indices(skip)
-        if len(parents):
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pc.list_flatten(skip).cast(pa.int64()),
-                    batch.column("tenant").take(parents).cast(pa.string()),
-                    batch.column("ts").take(parents).cast(RESULT_SCHEMA.field("ts").type),
-                    batch.column(UNITS_COLUMN).take(parents).cast(pa.int32()),
-                    pa.nulls(len(parents), pa.string()).fill_null(SKIPPED),
-                    pa.nulls(len(parents), pa.string()),
-                    pa.nulls(len(parents), pa.string()),
-                ],
-                schema=RESULT_SCHEMA,
-            )
-        needed = batch.filter(pc.fill_null(batch.column(NEED_COLUMN), False))
-        if needed.num_rows:
-            yield self.batch(needed)
-
     def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         # Rows of tenants without rules never become Python objects (and never reach a rule).
         batch = batch.filter(pc.is_in(batch.column("tenant"), pa.array(list(self.by_tenant))))
         units = batch.column(UNITS_COLUMN) if UNITS_COLUMN in batch.schema.names else None
         if units is not None:
-            batch = batch.drop_columns(
-                [c for c in (UNITS_COLUMN, NEED_COLUMN) if c in batch.schema.names]
-            )
+            batch = batch.drop_columns([UNITS_COLUMN])
         rule_ids: list[int] = []
         taken: list[int] = []  # the batch row of each result
         statuses: list[str] = []
@@ -329,12 +504,13 @@ class Evaluator:
             if not rules:
                 continue
             client_id = row["client_id"] or ""
-            skipped = row.pop(SKIP_COLUMN, None) or ()  # answered natively (prefilter)
+            # The rules Spark left to Python for this row (all of them without native plan).
+            left = row.pop(PY_COLUMN, _ALL)
             for rule_id, compiled, prefix in rules:
                 if client_id.startswith(prefix):
                     continue  # the rule's own republished output never re-triggers it
-                if rule_id in skipped:
-                    continue
+                if left is not _ALL and rule_id not in left:
+                    continue  # answered natively
                 try:
                     if not compiled.reads(row["event"], row["topic"]):
                         continue
@@ -445,12 +621,15 @@ def _units(batch: pa.RecordBatch) -> pa.Array:
 
 
 def rule_counts(results: DataFrame) -> DataFrame:
-    """Per rule: matched (the FROM took the row), passed, failed, units, newest ts, last error."""
+    """Per rule: matched (the FROM took the row), passed, failed, units, newest ts, last error;
+    `pending`: rows left to the evaluator (`RulePlan.answered(pending=True)`), not counted yet."""
+    answered = F.col("status") != F.lit(PENDING)
     return results.groupBy("rule_id", "tenant").agg(
-        F.count(F.lit(1)).alias("matched"),
+        F.sum(F.when(answered, 1).otherwise(0)).alias("matched"),
+        F.sum(F.when(~answered, 1).otherwise(0)).alias("pending"),
         F.sum(F.when(F.col("status") == PASSED, 1).otherwise(0)).alias("passed"),
         F.sum(F.when(F.col("status") == FAILED, 1).otherwise(0)).alias("failed"),
         F.max(F.when(F.col("status") == FAILED, F.col("error"))).alias("last_error"),
-        F.sum("units").cast("long").alias("units"),
-        F.max("ts").alias("max_ts"),
+        F.sum(F.when(answered, F.col("units"))).cast("long").alias("units"),
+        F.max(F.when(answered, F.col("ts"))).alias("max_ts"),
     )

@@ -1,0 +1,584 @@
+"""Rules compiled to native Spark expressions: no Python worker for the rows Spark can decide.
+
+The Python evaluator (`CompiledRule.apply`, the dry run's semantics) stays the reference. This
+module compiles the parts of a rule that have an *exact* Spark equivalent and, per row, also a
+condition saying where that equivalent is exact ("sure"). Rows where every native rule is sure
+never reach Python; the others go to the evaluator, for the rules not sure of them only. So a rule
+is either native (its SELECT and WHERE compile here) or left to Python whole, and a native rule's
+row is either decided here or handed over: a gap in this module can cost speed, never a result.
+`tests/spark/test_native.py` runs the dialect's case tables and hypothesis payloads through both
+and asserts the same results.
+
+What compiles (anything else leaves the rule to Python):
+
+- FROM: topic filters (the exact MQTT match as a Java regex); `$events/…` sources do not compile.
+- SELECT: no FOREACH; `*` (it cannot raise: its rows that WHERE rejects are answered here, those
+  it takes go to Python for their outputs), and otherwise each field a plain path `payload.k1.k2[i][-j]` (keys, non-zero
+  literal indexes) with a one-name alias, or a bare column (`payload`, `topic`, `clientid`,
+  `username`, `qos`, `timestamp`, `publish_received_at`) without one; distinct output names. An
+  output value is sure when it is a JSON scalar Spark renders as Python would (no `E` notation) or
+  a column; objects and arrays are left to Python (Spark's variant orders object keys).
+- WHERE: AND / OR / NOT (with the evaluator's left-to-right short circuit: a later side that would
+  raise is never reached), `=`, `!=`, `<>`, `<`, `<=`, `>`, `>=` between one of those values and a
+  literal (number or string, either side), `topic =~ 'filter'`, `x [NOT] IN (literals)`, TRUE/FALSE.
+  EMQX's comparison semantics, per the value's JSON type at run time: a missing field compares
+  false (`!=` too); a string beside a number is read as a number (`'2' = 2`) when it is an Erlang
+  integer or float literal (else the evaluator reports the failure: not sure); true/false/null
+  beside a string compare as their names; otherwise Erlang's term order (number < atom < map <
+  list < binary). Numbers compare as doubles where that is exact: a Python float is the correctly
+  rounded double of the same text Spark rounds correctly, and an integer below 2^53 converts
+  exactly; larger integers are not sure.
+- A name the SELECT binds (other than a bare column binding itself) read by WHERE or a later field:
+  not compiled (EMQX lets them read the selected value).
+
+The payload is parsed once per row with `try_parse_json` (valid UTF-8 only). A path into a JSON
+string (EMQX decodes a string met on a path) is not sure; an unparsable payload is not sure (the
+evaluator reports it as failed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from common.archive_schema import EVENT_PUBLISH
+from common.rules.values import parse_number
+
+VARIANT_COLUMN = "_v"  # the payload parsed once per row
+PAYLOAD_OK = "_ok"  # the payload is valid UTF-8 and parsed
+EXACT = 2**53  # integers below this convert to doubles exactly
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!=", "<>": "<>"}
+_NUMBER_FIRST = ("-", *"0123456789")
+_INT_TEXT = "^[+-]?[0-9]{1,15}\\z"  # an Erlang integer below 2^53 (15 digits)
+_FLOAT_TEXT = "^[+-]?[0-9]+\\.[0-9]+([eE][+-]?[0-9]+)?\\z"  # an Erlang float
+# Rule columns with a direct archive equivalent: (kind, expression, may be missing).
+_COLUMNS = {
+    "topic": "str",
+    "clientid": "str",
+    "username": "str",
+    "qos": "int",
+    "timestamp": "int",
+    "publish_received_at": "int",
+}
+
+
+class NotNative(Exception):
+    """This rule (or a part of it) has no exact native equivalent here: Python evaluates it."""
+
+
+def _true() -> Column:
+    return F.lit(True)
+
+
+def _false() -> Column:
+    return F.lit(False)
+
+
+def topic_filter_java_regex(topic_filter: str) -> str | None:
+    """The exact MQTT match of `topic_filter` as a Java regex (None when it cannot be quoted)."""
+    if "\\E" in topic_filter:
+        return None
+    levels = topic_filter.split("/")
+    tail = ""
+    if levels[-1] == "#":
+        levels = levels[:-1]
+        tail = "(/.*)?" if levels else ".*"
+    parts = ["[^/]*" if level == "+" else f"\\Q{level}\\E" for level in levels]
+    head = "(?!\\$)" if topic_filter[:1] in ("+", "#") else ""
+    return "(?s)^" + head + "/".join(parts) + tail + "\\z"
+
+
+class Stage:
+    """The per-row columns the native rules share, in layers the plan projects one after another
+    (so each is computed once per row however many rules use it): the parsed payload, the variant
+    at each path, then per path its type, double value and whether "missing" is sure."""
+
+    def __init__(self) -> None:
+        self.paths: dict[tuple, str] = {}  # segments -> index name
+        self.layer1: dict[str, Column] = {}  # `_p{i}`: the variant at a path
+        self.layer2: dict[str, Column] = {}  # `_t{i}`, `_x{i}`, `_m{i}`
+        self.layer3: dict[str, Column] = {}  # `_cv{k}`, `_cs{k}`: each comparison's value, sure
+        self._leaves: dict[str, Cond] = {}
+        self.uses_payload = False
+
+    @staticmethod
+    def parsed() -> list[Column]:
+        return [
+            F.try_parse_json(F.col("payload").cast("string")).alias(VARIANT_COLUMN),
+        ]
+
+    @staticmethod
+    def payload_ok() -> Column:
+        return F.coalesce(
+            F.is_valid_utf8(F.col("payload")) & F.col(VARIANT_COLUMN).isNotNull(), _false()
+        ).alias(PAYLOAD_OK)
+
+    def path(self, segments: tuple) -> str:
+        """The index of a payload path (its columns registered once)."""
+        self.uses_payload = True
+        name = self.paths.get(segments)
+        if name is None:
+            name = self.paths[segments] = str(len(self.paths))
+            self.layer1[f"_p{name}"] = _navigate(F.col(VARIANT_COLUMN), segments)
+            value = F.col(f"_p{name}")
+            self.layer2[f"_t{name}"] = F.schema_of_variant(value)
+            self.layer2[f"_x{name}"] = F.try_variant_get(value, "$", "double")
+            # Missing is sure unless the path went through a JSON string (EMQX would decode it):
+            # only then are the ancestors' types looked at (CASE is lazy).
+            through_string = F.schema_of_variant(F.col(VARIANT_COLUMN)) == F.lit("STRING")
+            for depth in range(1, len(segments)):
+                ancestor = _navigate(F.col(VARIANT_COLUMN), segments[:depth])
+                through_string = through_string | F.coalesce(
+                    F.schema_of_variant(ancestor) == F.lit("STRING"), _false()
+                )
+            self.layer2[f"_m{name}"] = F.when(value.isNotNull(), _true()).otherwise(
+                ~F.coalesce(through_string, _true())
+            )
+        return name
+
+    def leaf(self, key: str, build: Any) -> Cond:
+        """A comparison (or an output's sureness) as two columns of their own, built once per
+        distinct `key`, so the rules' AND/OR over them stay small and each runs once per row."""
+        cond = self._leaves.get(key)
+        if cond is None:
+            built = build()
+            k = len(self._leaves)
+            self.layer3[f"_cv{k}"] = built.value
+            self.layer3[f"_cs{k}"] = built.sure
+            cond = self._leaves[key] = Cond(F.col(f"_cv{k}"), F.col(f"_cs{k}"))
+        return cond
+
+
+def _navigate(variant: Column, segments: tuple) -> Column:
+    """The variant at a path of keys and 1-based indexes (negative from the end)."""
+    current, path = variant, "$"
+    for kind, arg in segments:
+        if kind == "key":
+            path += f"['{arg}']"
+        elif arg > 0:
+            path += f"[{arg - 1}]"
+        else:  # from the end: the array, then its element (Spark's paths count from the start)
+            items = F.try_variant_get(current, path, "array<variant>")
+            current, path = F.try_element_at(items, F.lit(arg)), "$"
+    return current if path == "$" else F.try_variant_get(current, path, "variant")
+
+
+_INTEGERS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
+
+
+class Leaf:
+    """A payload path's stage columns and what its variant type says about the Python value."""
+
+    def __init__(self, name: str) -> None:
+        self.p, self.t = F.col(f"_p{name}"), F.col(f"_t{name}")
+        self.x, self.missing_sure = F.col(f"_x{name}"), F.col(f"_m{name}")
+        t = self.t
+        self.is_string = t == F.lit("STRING")
+        self.is_atom = t.isin("BOOLEAN", "VOID")  # true, false, null
+        self.is_container = t.startswith("OBJECT") | t.startswith("ARRAY")
+        decimal = t.startswith("DECIMAL")
+        self.is_number = t.isin(*_INTEGERS, "DOUBLE", "FLOAT") | decimal
+        # Python reads a JSON integer as an int, anything else as a float. Spark keeps integers
+        # that fit as BIGINT, other numbers as a DECIMAL with trailing zeros stripped (so `2.0`
+        # and an integer beyond 2^63 are both DECIMAL(p,0)) or, beyond 38 digits, a DOUBLE.
+        fraction = decimal & ~t.endswith(",0)")
+        finite = F.abs(self.x) < F.lit(1e38)
+        self.py_int = t.isin(*_INTEGERS)
+        self.py_float = fraction | (t.isin("DOUBLE", "FLOAT") & finite)
+        # A double comparison is exact for a Python float (correctly rounded from the same text
+        # as Spark's double) and for an integer below 2^53.
+        self.number_sure = fraction | (F.abs(self.x) < F.lit(float(EXACT)))
+        self.text = F.try_variant_get(self.p, "$", "string")
+
+    def atom_text(self) -> Column:
+        return F.to_json(self.p)  # true | false | null, as EMQX compares them with a string
+
+
+@dataclass
+class Value:
+    """A compiled value: `kind` is "json" (a payload path: `name` indexes its stage columns),
+    "str", "int" (a column; SQL NULL is EMQX's missing) or "payload" (the raw payload text)."""
+
+    kind: str
+    col: Column | None = None
+    name: str | None = None
+    payload: bool = False  # reads the parsed payload (needs `_ok`)
+
+
+@dataclass
+class Cond:
+    value: Column  # meaningful where `sure`
+    sure: Column
+
+
+def _segments(node: tuple) -> tuple:
+    out = []
+    for seg in node[2]:
+        if seg[0] == "key":
+            key = seg[1]
+            if not key or any(c in key for c in "'\\]"):
+                raise NotNative("a key Spark's variant paths cannot quote")
+            out.append(("key", key))
+        elif seg[0] == "index" and seg[1][0] == "const" and type(seg[1][1]) is int and seg[1][1]:
+            out.append(("index", seg[1][1]))
+        else:
+            raise NotNative("a computed index or a range")
+    return tuple(out)
+
+
+class RuleCompiler:
+    """One rule's SELECT and WHERE → native columns over the stage (raises NotNative)."""
+
+    def __init__(self, stage: Stage, bound: set[str]) -> None:
+        self.stage = stage
+        self.bound = bound  # names the SELECT binds to something other than their column
+
+    def value(self, node: tuple) -> Value:
+        if node[0] != "var":
+            raise NotNative(f"{node[0]} is evaluated in Python")
+        name = node[1]
+        if name in self.bound:
+            raise NotNative(f"{name} is bound by the SELECT")
+        if name == "payload":
+            if not node[2]:
+                return Value("payload", F.col("payload").cast("string"))
+            return Value("json", name=self.stage.path(_segments(node)), payload=True)
+        if node[2] or name not in _COLUMNS:
+            raise NotNative(f"column {name}")
+        if name in ("timestamp", "publish_received_at"):
+            return Value("int", F.unix_millis(F.col("ts")))
+        column = {"clientid": "client_id"}.get(name, name)
+        return Value(_COLUMNS[name], F.col(column).cast("long" if name == "qos" else "string"))
+
+    # -- conditions ------------------------------------------------------------------------------
+    def cond(self, node: tuple) -> Cond:
+        kind = node[0]
+        if kind == "and":
+            a, b = self.cond(node[1]), self.cond(node[2])
+            return Cond(
+                F.when(a.value, b.value).otherwise(_false()),
+                a.sure & F.when(a.value, b.sure).otherwise(_true()),
+            )
+        if kind == "or":
+            a, b = self.cond(node[1]), self.cond(node[2])
+            return Cond(
+                F.when(a.value, _true()).otherwise(b.value),
+                a.sure & F.when(a.value, _true()).otherwise(b.sure),
+            )
+        if kind == "not":
+            inner = self.cond(node[1])
+            return Cond(~inner.value, inner.sure)
+        if kind == "const" and isinstance(node[1], bool):
+            return Cond(F.lit(node[1]), _true())
+        if kind == "cmp":
+            built = self.compare(node)  # raises NotNative before anything is registered
+            return self.stage.leaf(repr(("cmp", node, sorted(self.bound))), lambda: built)
+        if kind == "in":
+            built = self.member(node)
+            return self.stage.leaf(repr(("in", node, sorted(self.bound))), lambda: built)
+        raise NotNative(f"{kind} as a condition")
+
+    def compare(self, node: tuple) -> Cond:
+        op, left, right = node[1], node[2], node[3]
+        if op == "=~":
+            if left == ("var", "topic", []) and right[0] == "const" and isinstance(right[1], str):
+                regex = topic_filter_java_regex(right[1])
+                if regex is not None and "topic" not in self.bound:
+                    return Cond(F.coalesce(F.col("topic").rlike(regex), _false()), _true())
+            raise NotNative("=~ other than topic =~ 'filter'")
+        if left[0] == "const" and right[0] != "const":
+            left, right, op = right, left, _FLIP[op]
+        if right[0] != "const" or left[0] == "const":
+            raise NotNative("a comparison of two computed values")
+        literal = right[1]
+        if isinstance(literal, bool) or not isinstance(literal, int | float | str):
+            raise NotNative("a comparison with a boolean")
+        if isinstance(literal, int) and abs(literal) >= EXACT:
+            raise NotNative("an integer literal beyond 2^53")
+        value = self.value(left)
+        if value.kind == "json":
+            return self._compare_json(value, op, literal)
+        if value.kind == "payload":
+            text = value.col
+            return _compare_text(text, F.is_valid_utf8(F.col("payload")), op, literal)
+        if value.kind == "str":
+            return _compare_text(value.col, _true(), op, literal)
+        return _compare_number(value.col, _true(), op, literal)
+
+    def _compare_json(self, value: Value, op: str, literal: Any) -> Cond:
+        leaf = Leaf(value.name)
+        higher_rank = {  # the JSON value is of a higher Erlang rank than the literal
+            "=": _false(),
+            "!=": _true(),
+            "<>": _true(),
+            "<": _false(),
+            "<=": _false(),
+            ">": _true(),
+            ">=": _true(),
+        }
+        lower_rank = {k: (v if k in ("=", "!=", "<>") else ~v) for k, v in higher_rank.items()}
+        if isinstance(literal, str):
+            number = _number_or_none(literal)
+            on_number = (
+                _number_cond(leaf.x, op, number)
+                if number is not None
+                else Cond(_false(), _false())  # the evaluator fails the row
+            )
+            on_string = _compare_text(leaf.text, _true(), op, literal)
+            value_ = (
+                F.when(leaf.p.isNull(), _false())
+                .when(leaf.is_string, on_string.value)
+                .when(leaf.is_number, on_number.value)
+                .when(leaf.is_atom, _text_cond(leaf.atom_text(), op, literal))
+                .otherwise(lower_rank[op])
+            )
+            sure = (
+                F.when(leaf.p.isNull(), leaf.missing_sure)
+                .when(leaf.is_number, on_number.sure & leaf.number_sure)
+                .when(leaf.is_string | leaf.is_atom | leaf.is_container, _true())
+                .otherwise(_false())
+            )
+        else:
+            on_number = _number_cond(leaf.x, op, literal)
+            on_string = _compare_number_text(leaf.text, op, literal)
+            value_ = (
+                F.when(leaf.p.isNull(), _false())
+                .when(leaf.is_number, on_number.value)
+                .when(leaf.is_string, on_string.value)
+                .otherwise(higher_rank[op])
+            )
+            sure = (
+                F.when(leaf.p.isNull(), leaf.missing_sure)
+                .when(leaf.is_number, leaf.number_sure)
+                .when(leaf.is_string, on_string.sure)
+                .when(leaf.is_atom | leaf.is_container, _true())
+                .otherwise(_false())
+            )
+        return Cond(F.coalesce(value_, _false()), F.coalesce(F.col(PAYLOAD_OK) & sure, _false()))
+
+    def member(self, node: tuple) -> Cond:
+        value, items, negated = self.value(node[1]), node[2], node[3]
+        if any(item[0] != "const" for item in items):
+            raise NotNative("IN with a computed item")
+        literals = [item[1] for item in items]
+        if any(not isinstance(v, int | float | str) for v in literals):
+            raise NotNative("IN with a boolean")
+        if any(
+            isinstance(v, int) and not isinstance(v, bool) and abs(v) >= EXACT for v in literals
+        ):
+            raise NotNative("an integer literal beyond 2^53")
+        strings = [v for v in literals if isinstance(v, str)]
+        ints = [float(v) for v in literals if type(v) is int]
+        floats = [v for v in literals if type(v) is float]
+        if value.kind == "json":
+            leaf = Leaf(value.name)
+            found = (
+                F.when(leaf.p.isNull(), _false())
+                .when(leaf.is_string, _isin(leaf.text, strings))
+                .when(leaf.py_int, _isin(leaf.x, ints))
+                .when(leaf.py_float, _isin(leaf.x, floats))
+                .otherwise(_false())
+            )
+            sure = (
+                F.when(leaf.p.isNull(), leaf.missing_sure)
+                .when(leaf.py_int, F.abs(leaf.x) < F.lit(float(EXACT)))
+                .when(leaf.is_number, leaf.py_float)
+                .otherwise(_true())
+            )
+            sure = F.coalesce(F.col(PAYLOAD_OK) & sure, _false())
+        elif value.kind in ("str", "payload"):
+            found = F.coalesce(_isin(value.col, strings), _false())
+            sure = F.is_valid_utf8(F.col("payload")) if value.kind == "payload" else _true()
+            sure = F.coalesce(sure, _false())
+        else:
+            found = F.coalesce(_isin(value.col.cast("double"), ints), _false())
+            sure = _true()
+        found = F.coalesce(found, _false())
+        return Cond(~found if negated else found, sure)
+
+    # -- outputs ---------------------------------------------------------------------------------
+    def output(self, node: tuple) -> tuple[Column, Column]:
+        """(the output value, where it is sure) of one SELECT field."""
+        value = self.value(node)
+        if value.kind == "json":
+            leaf = Leaf(value.name)
+            # Strings and atoms render as Python renders them, and numbers whose Python type the
+            # variant type tells; objects and arrays are left to Python (a variant orders keys).
+            scalar = leaf.is_string | leaf.is_atom | leaf.py_int | leaf.py_float
+            sure = F.when(leaf.p.isNull(), leaf.missing_sure).otherwise(scalar)
+            return leaf.p, F.coalesce(F.col(PAYLOAD_OK) & sure, _false())
+        if value.kind == "payload":
+            return value.col, F.coalesce(F.is_valid_utf8(F.col("payload")), _false())
+        return value.col, _true()
+
+
+def _isin(column: Column, values: list) -> Column:
+    return column.isin(*values) if values else _false()
+
+
+def _number_or_none(text: str) -> int | float | None:
+    try:
+        number = parse_number(text)
+    except Exception:
+        return None
+    if type(number) is int and abs(number) >= EXACT:
+        return None
+    return number
+
+
+def _number_cond(x: Column, op: str, literal: int | float) -> Cond:
+    c = F.lit(float(literal))
+    compared = {
+        "=": x == c,
+        "!=": x != c,
+        "<>": x != c,
+        "<": x < c,
+        "<=": x <= c,
+        ">": x > c,
+        ">=": x >= c,
+    }[op]
+    return Cond(F.coalesce(compared, _false()), x.isNotNull())
+
+
+def _text_cond(text: Column, op: str, literal: str) -> Column:
+    c = F.lit(literal)
+    return {
+        "=": text == c,
+        "!=": text != c,
+        "<>": text != c,
+        "<": text < c,
+        "<=": text <= c,
+        ">": text > c,
+        ">=": text >= c,
+    }[op]
+
+
+def _compare_number(column: Column, sure: Column, op: str, literal: Any) -> Cond:
+    """An integer column (missing when NULL) against a literal."""
+    if isinstance(literal, str):
+        number = _number_or_none(literal)
+        if number is None:
+            raise NotNative("a number column against a string that is not a number")
+        literal = number
+    present = _number_cond(column.cast("double"), op, literal)
+    return Cond(
+        F.when(column.isNull(), _false()).otherwise(present.value), F.coalesce(sure, _false())
+    )
+
+
+def _compare_text(text: Column, sure: Column, op: str, literal: Any) -> Cond:
+    """A string (missing when NULL) against a literal: text order, or as a number."""
+    if isinstance(literal, str):
+        value = F.coalesce(_text_cond(text, op, literal), _false())
+        return Cond(value, F.coalesce(sure, _false()))
+    read = _compare_number_text(text, op, literal)
+    return Cond(
+        F.when(text.isNull(), _false()).otherwise(read.value),
+        F.coalesce(sure & F.when(text.isNull(), _true()).otherwise(read.sure), _false()),
+    )
+
+
+def _compare_number_text(text: Column, op: str, literal: int | float) -> Cond:
+    """A string beside a number is read as an Erlang integer or float (else the evaluator
+    fails the row: not sure)."""
+    as_int = text.rlike(_INT_TEXT)
+    as_float = text.rlike(_FLOAT_TEXT)
+    number = F.when(as_int | as_float, text.try_cast("double"))
+    compared = _number_cond(number, op, literal)
+    return Cond(F.coalesce(compared.value, _false()), F.coalesce(number.isNotNull(), _false()))
+
+
+# -- a rule --------------------------------------------------------------------------------------
+
+
+@dataclass
+class NativeRule:
+    takes: Column  # FROM takes the row (publish rows of the filters)
+    sure: Column  # the native answer is the evaluator's
+    passes: Column  # WHERE holds (where sure)
+    # The JSON list of the one output object (where it passes); None: built in Python (`*`).
+    outputs: Column | None
+
+
+def _transparent(field: tuple) -> bool:
+    """A bare column field binds its name to its own value (reading it later sees the same)."""
+    _, expr, alias, _text = field
+    return alias is None and expr[0] == "var" and not expr[2]
+
+
+def compile_native(sql: str, stage: Stage) -> NativeRule:
+    """The rule's native columns, or NotNative when some part has no exact equivalent here."""
+    from common.rules import functions as funcs
+    from common.rules.parser import parse
+
+    statement = parse(sql, funcs.ARITIES)
+    if statement.foreach or statement.do or statement.incase is not None:
+        raise NotNative("FOREACH")
+    if not statement.sources or any(s.startswith("$events/") for s in statement.sources):
+        raise NotNative("event sources")
+    regexes = [topic_filter_java_regex(s) for s in statement.sources]
+    if any(r is None for r in regexes):
+        raise NotNative("a filter that cannot be quoted")
+    bound: set[str] = set()
+    names: list[str] = []
+    star = False
+    for field in statement.fields:
+        if field[0] == "star":
+            star = True  # cannot raise; its outputs (every column) are built in Python
+            continue
+        _, expr, alias, _text = field
+        if alias is not None:
+            if len(alias) != 1:
+                raise NotNative("a nested alias")
+            name = alias[0][1]
+        elif expr[0] == "var" and not expr[2]:
+            name = expr[1]
+        else:
+            raise NotNative("an output named by a path or its text")
+        names.append(name)
+        if not _transparent(field):
+            bound.add(name)
+    if len(set(names)) != len(names):
+        raise NotNative("an output name given twice")
+    compiler = RuleCompiler(stage, bound)
+    fields, select_sure = [], _true()
+    plain = [f for f in statement.fields if f[0] != "star"]
+    for name, field in zip(names, plain, strict=True):
+        value, sure = compiler.output(field[1])
+        fields.append(value.alias(name))
+        sure_col = stage.leaf(repr(("out", field[1])), lambda s=sure: Cond(_true(), s)).sure
+        select_sure = select_sure & sure_col
+    if statement.where is not None:
+        where = compiler.cond(statement.where)
+    else:
+        where = Cond(_true(), _true())
+    matches = F.col("topic").rlike(regexes[0])
+    for regex in regexes[1:]:
+        matches = matches | F.col("topic").rlike(regex)
+    takes = F.coalesce(
+        F.col("topic").isNotNull()
+        & (F.col("event").isNull() | (F.col("event") == F.lit(EVENT_PUBLISH)))
+        & matches,
+        _false(),
+    )
+    outputs = None
+    if not star:
+        outputs = F.to_json(F.array(F.struct(*fields)), {"ignoreNullFields": "false"})
+    return NativeRule(
+        takes=takes,
+        sure=F.coalesce(select_sure & where.sure, _false()),
+        passes=F.coalesce(where.value, _false()),
+        outputs=outputs,
+    )
+
+
+__all__ = [
+    "NativeRule",
+    "NotNative",
+    "Stage",
+    "compile_native",
+    "topic_filter_java_regex",
+]
