@@ -17,10 +17,14 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 run: install
 	@$(PY) manage.py runplatform
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist); tests on the shared Spark session
+# stay together on one of them (tests/conftest.py). TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+
 test: install
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-logo
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 install: system-deps $(STAMP) $(SCAN_STAMP)
 
