@@ -53,6 +53,7 @@ def devices():
     return acme, evil, acme_secret, evil_secret
 
 
+@pytest.mark.serial  # asserts the publish -> action latency target: not beside other tests
 def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
     port, store, _ = platform
     acme, evil, acme_secret, evil_secret = devices()

@@ -44,6 +44,7 @@ class RawV5:
         return ack
 
 
+@pytest.mark.serial  # stops the Postgres every other test uses
 def test_postgres_outage_and_recovery():
     tenant = services.tenant_create("acme")
     _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
