@@ -99,6 +99,9 @@ def test_retained_message(client, topics, wildtopics):
     for topic in topics[1:4]:
         a.publish(topic, b"", 0, retain=True)
     a.disconnect()
+    # The clears reached this connection's own `+/+` subscription live (empty, retain 0) if paho
+    # read them before the socket closed: forget them, as Paho's test clears its callback here.
+    a.drain(0.1)
 
     a.connect(clean=True)
     a.subscribe(wildtopics[5], 2)
