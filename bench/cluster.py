@@ -11,6 +11,11 @@ Configurations (each a fresh set of processes; Redis a private `redis-server` in
   publisher on the other: each message crosses the bus (the worst case of forwarding);
 - `mosquitto`: single-threaded Mosquitto.
 
+Fan-out (1 publisher → `--fanout` subscribers on one topic) and fan-in (`--fanin` publishers → 1
+subscriber) run through bench.scenarios' own scenarios on the one-port setups (1 worker, 2 workers
+with SO_REUSEPORT, Mosquitto): with 2 workers the kernel spreads the clients, so a fan-out
+crosses once to the other node and about half of a fan-in does.
+
 Then the latency at a fixed rate (QoS 0, 1,000 msg/s over 100 pairs): p50/p99 of publish to
 delivery, on one node, across two nodes, and on Mosquitto.
 
@@ -34,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import scenarios
 from bench.brokers import PASSWORD, USERNAME, _free_port, _raise_nofile, _wait_port
 from bench.loadgen import (
     PublishTemplate,
@@ -80,6 +86,14 @@ class Setup:
 
     def cpu(self) -> float:
         return sum(cpu_seconds(p.pid) for p in self.brokers)
+
+    # What bench.scenarios asks of a broker (its fan-out and fan-in run on one port).
+    @property
+    def port(self) -> int:
+        return self.sub_port
+
+    def cpu_seconds(self) -> float:
+        return self.cpu()
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -194,6 +208,22 @@ async def latency(setup: Setup, n: int, rate: int, seconds: float) -> dict:
     return _row(setup, f"latency n={n} {rate}/s qos=0", stats, seconds, cpu)
 
 
+async def fan(setup: Setup, kind: str, n: int, qos: int, seconds: float) -> dict:
+    """bench.scenarios' fan-out or fan-in on this setup, as a row of this table."""
+    run = scenarios.fanout if kind == "fanout" else scenarios.fanin
+    result = await run(setup, n, qos, seconds)
+    await asyncio.sleep(0.5)
+    return {
+        "setup": setup.name,
+        "scenario": result.scenario,
+        "delivered": result.delivered_per_s,
+        "p50": result.p50_ms,
+        "p99": result.p99_ms,
+        "loss": result.loss,
+        "cpu_per_1k": result.cpu_per_1000,
+    }
+
+
 def _row(setup: Setup, scenario: str, stats: Stats, seconds: float, cpu: float) -> dict:
     """One line of the results table: delivered msg/s over `seconds`, latency percentiles,
     loss, and the brokers' CPU seconds per 1,000 delivered."""
@@ -216,6 +246,15 @@ SETUPS = {
 }
 
 
+def _show(row: dict) -> None:
+    print(
+        f"{row['scenario']:20} {row['setup']:34} {row['delivered']:>9,.0f} msg/s"
+        f"  p50 {row['p50']:>8.2f} ms  p99 {row['p99']:>8.2f} ms  loss {row['loss']:>7}"
+        f"  cpu/1k {row['cpu_per_1k']:.4f}",
+        flush=True,
+    )
+
+
 async def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -223,6 +262,8 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--qos", default="0,1")
     parser.add_argument("--setups", default=",".join(SETUPS))
     parser.add_argument("--rate", type=int, default=1000, help="latency: messages/s in total")
+    parser.add_argument("--fanout", type=int, default=100, help="subscribers; 0: no fan-out")
+    parser.add_argument("--fanin", type=int, default=100, help="publishers; 0: no fan-in")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--write", action="store_true", help="append the table to RESULTS.md")
     args = parser.parse_args(argv)
@@ -237,13 +278,20 @@ async def main(argv: list[str] | None = None) -> None:
                 row = await pairs(setup, args.pairs, qos, args.seconds)
             finally:
                 setup.stop()
+            _show(row)
             rows.append(row)
-            print(
-                f"{row['scenario']:20} {row['setup']:34} {row['delivered']:>9,.0f} msg/s"
-                f"  p50 {row['p50']:>8.2f} ms  p99 {row['p99']:>8.2f} ms  loss {row['loss']:>7}"
-                f"  cpu/1k {row['cpu_per_1k']:.4f}",
-                flush=True,
-            )
+    for kind, n in (("fanout", args.fanout), ("fanin", args.fanin)):
+        for qos in [int(q) for q in args.qos.split(",")] if n else []:
+            for key in args.setups.split(","):
+                if key == "ours-across":
+                    continue  # one port per scenario: the kernel spreads the clients
+                setup = SETUPS[key]()
+                try:
+                    row = await fan(setup, kind, n, qos, args.seconds)
+                finally:
+                    setup.stop()
+                _show(row)
+                rows.append(row)
     if not args.no_latency:
         for key in args.setups.split(","):
             if key == "ours-2":
@@ -262,7 +310,7 @@ async def main(argv: list[str] | None = None) -> None:
     command = "python -m bench.cluster " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [
         "",
-        "## Cluster: 1 vs 2 workers, pairs across nodes, beside Mosquitto",
+        "## Cluster: 1 vs 2 workers (pairs, fan-out, fan-in), pairs across nodes, beside Mosquitto",
         "",
         f"Command: `{command.strip()}`  ",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; took {time.time() - started:.0f} s  ",

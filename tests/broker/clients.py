@@ -15,6 +15,26 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 
+def _keep_owed_pubrels(client: mqtt.Client) -> None:
+    """Work around a paho-mqtt 2.2 bug that breaks QoS 2 exactly-once across a broker restart.
+
+    paho resets its outgoing messages at every reconnect ATTEMPT, before the socket connects:
+    a message awaiting PUBCOMP becomes "resend PUBREL" — and at the next reset (the broker was
+    still down, the attempt was refused) it becomes "publish", so paho sends the message again as
+    a new PUBLISH (DUP 0) with a packet id the broker already released (MQTT-4.3.3: never
+    re-send the PUBLISH once PUBREL was sent). A broker must take that as a new message; the
+    subscriber then gets it twice. Here an owed PUBREL stays owed however many attempts fail."""
+    reset = client._messages_reconnect_reset_out
+
+    def reset_keeping_owed_pubrels() -> None:
+        for message in client._out_messages.values():
+            if message.state == mqtt.mqtt_ms_resend_pubrel:
+                message.state = mqtt.mqtt_ms_wait_for_pubcomp
+        reset()
+
+    client._messages_reconnect_reset_out = reset_keeping_owed_pubrels
+
+
 class Paho:
     """A connected paho client collecting messages; v5 or 3.1.1."""
 
@@ -44,6 +64,7 @@ class Paho:
             transport=transport,
             **kwargs,
         )
+        _keep_owed_pubrels(self.client)
         if transport == "websockets":
             self.client.ws_set_options(path="/mqtt")
         if tls:
