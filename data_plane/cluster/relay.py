@@ -51,8 +51,9 @@ class Relay:
 
     def deliver(self, delivery: Any) -> Any:
         self.relayed += 1
-        data = codec.encode(delivery.message, codec.TARGET, ((self.client_id, ""),))
         message = delivery.message
+        node, seq = self.cluster.origins.of(message) or ("", 0)  # (data_plane.cluster.exactly)
+        data = codec.encode(message, codec.TARGET, ((self.client_id, node),), seq=seq)
         return self.cluster.forwarder.add(
             self.node, data, message.tenant, message.qos, message.qos > 0
         )
