@@ -14,6 +14,8 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `relay`: while a persistent session moves, the old node relays what still reaches it to the
   new one until the new node's routes stand (no moment without a route);
 - `wills`: the wills of clients not kept in Postgres, in Redis under their node.
+- `exactly`: exactly once while a session moves (a message that reaches the new node both
+  directly and through the relay is delivered once, by its origin).
 
 Not yet (issue 17, points 3-5), and how it will go:
 

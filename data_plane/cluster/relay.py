@@ -14,7 +14,8 @@ The new node delivers a targeted message to that session only; one that arrives 
 session is still being restored waits for it (`SessionClaims.held`).
 
 A message a publisher sent in the short overlap (its node already knew the new route and not
-yet that the old one went) reaches the session twice: at least once, like EMQX's takeover.
+yet that the old one went) reaches the new node twice, directly and relayed: the relay keeps the
+message's origin, and the new node delivers it once (data_plane.cluster.exactly).
 Shared subscriptions are not relayed (a group's message goes to another member or is lost in
 that moment).
 """
