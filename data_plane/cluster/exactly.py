@@ -20,6 +20,12 @@ message object it is about to route (`mark`) — routing is synchronous — and 
 identities (`delivery.message is` the marked one), so a stale mark never applies to another
 message. Deliveries the cluster did not mark (wills, delayed messages) pass unchecked.
 
+The same holds for a survivor taking a dead node's place (data_plane.cluster.inherit): from the
+moment it adopts the dead node's persistent sessions they are in its router, so a message
+published at the survivor reaches them at once and, until every node has switched from the
+dead node to the survivor, also lands in the dead node's stream, which the survivor drains into
+them. The adopted sessions are watched the same way until the inheritance is over.
+
 The window is installed on the session object as it is created at B (the broker's `adopt`
 wiring, which every opened or restored session passes through), before its subscriptions enter
 the router: no direct copy reaches it unrecorded.
@@ -53,7 +59,8 @@ class Origins:
         self.message: Any = None  # the message being routed now, and its origin
         self.origin: Origin | None = None
         self.expected: set[tuple[str, str]] = set()  # sessions moving here, not created yet
-        self.windows = 0  # windows opened here
+        self.open: dict[tuple[str, str], Window] = {}  # by session key
+        self.opened = 0  # windows opened here
         self.duplicates = 0  # deliveries dropped as duplicates
 
     def attach(self, broker: Any) -> None:
@@ -92,6 +99,14 @@ class Origins:
         """Its CONNECT is done (the window opened, or the session never came)."""
         self.expected.discard(key)
 
+    def close(self, keys: Any) -> None:
+        """The sessions `keys` need no more watching (an inheritance is over)."""
+        for key in keys:
+            self.expected.discard(key)
+            window = self.open.get(key)
+            if window is not None:
+                window.close()
+
     def metrics(self) -> Iterator[Any]:
         duplicates = CounterMetricFamily(
             "mqtt_cluster_duplicates_dropped",
@@ -101,7 +116,7 @@ class Origins:
         windows = CounterMetricFamily(
             "mqtt_cluster_move_windows", "Sessions moved here watched for duplicate copies"
         )
-        windows.add_metric([], self.windows)
+        windows.add_metric([], self.opened)
         yield from (duplicates, windows)
 
 
@@ -114,7 +129,8 @@ class Window:
         self.seen: set[Origin] = set()
         self.inner = session.deliver
         session.deliver = self.deliver  # (an instance attribute: the class's method returns)
-        origins.windows += 1
+        origins.opened += 1
+        origins.open[session.key] = self
         self.handle = asyncio.get_running_loop().call_later(WINDOW, self.close)
 
     def deliver(self, delivery: Any) -> Any:
@@ -127,11 +143,13 @@ class Window:
             self.seen.add(origin)
             if len(self.seen) > WINDOW_MAX:
                 log.warning("move window of %s/%s full: closed early", *self.session.key)
-                self.handle.cancel()
                 self.close()
         return self.inner(delivery)
 
     def close(self) -> None:
+        self.handle.cancel()
         if self.session.__dict__.get("deliver") == self.deliver:
             del self.session.deliver
+        if self.origins.open.get(self.session.key) is self:
+            del self.origins.open[self.session.key]
         self.seen = set()

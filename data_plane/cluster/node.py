@@ -53,7 +53,14 @@ from data_plane.broker.ports import Published
 from data_plane.cluster import codec
 from data_plane.cluster.exactly import Origins
 from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
-from data_plane.cluster.inherit import GROUP, ensure_group, inherit, settle
+from data_plane.cluster.inherit import (
+    GROUP,
+    ensure_group,
+    forget_stream_mark,
+    inherit,
+    settle,
+    stream_mark,
+)
 from data_plane.cluster.routes import RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
 from data_plane.cluster.wills import WillRegistry
@@ -239,6 +246,7 @@ class Cluster:
             await pipe.execute()
         except (RedisError, OSError) as exc:
             log.warning("could not leave the cluster cleanly: %s", exc)
+        await forget_stream_mark(self.broker, self.node_id)  # nobody drains our stream
         await self.redis.aclose()
         await self.reader.aclose()
 
@@ -623,6 +631,8 @@ class Cluster:
                         self._check_gap(fields.get(b"w"), fields.get(b"c"), received)
             if not ids:
                 continue
+            if commits:  # committed with these deliveries: a survivor skips them (inherit.py)
+                stream_mark(self.broker, self.node_id, ids[-1])
             await settle(commits, lambda n: self.count_dropped_here("store_unavailable", n))
             try:
                 pipe = self.reader.pipeline(transaction=False)

@@ -218,6 +218,8 @@ class SessionClaims:
                 if key not in self.claiming:
                     marks[key] = self.claiming[key] = _Claim()
             mine.update(await self.claim_restored(fresh))
+            for key in mine:  # watched for duplicates while the node's place is taken
+                self.cluster.origins.expect(key)  # (data_plane.cluster.exactly)
             return mine
 
         try:

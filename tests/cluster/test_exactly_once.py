@@ -12,9 +12,10 @@ import uuid
 from collections import Counter
 
 import pytest
+import redis
 
 from tests.broker.clients import Paho
-from tests.cluster.conftest import metric, until_routed
+from tests.cluster.conftest import HEARTBEAT, metric, until_routed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,4 +104,47 @@ def test_a_session_moving_under_qos2_traffic_gets_every_message_exactly_once(nod
     relayed = sum(metric(n, "mqtt_cluster_relayed_messages_total") for n in (a, b, c))
     assert relayed >= 1  # the relays did work (else this test proves nothing)
     for client in (mover, publisher):
+        client.close()
+
+
+def test_kill_9_at_qos2_delivers_every_message_exactly_once(nodes, tenant_user, redis_url):
+    """Two persistent QoS 2 subscribers on node a, QoS 2 traffic from node c; Redis pauses
+    writes for a moment (as a slow Redis would) and node a is killed (-9) inside it: it had
+    committed deliveries it could not acknowledge on the bus yet. The survivor adopts the
+    sessions and drains a's stream; the clients resume at node b and get every acknowledged
+    message exactly once (counted by payload)."""
+    _, (a, b, c) = nodes
+    user, secret = tenant_user
+    topic = f"k2/{uuid.uuid4().hex[:6]}"
+    subscribers = []
+    for name in ("kept-1", "kept-2"):
+        client = Paho(a.port, user, secret, name, clean=False, expiry=3600)
+        client.subscribe(f"{topic}/#", qos=2)
+        subscribers.append(client)
+    publisher = Paho(c.port, user, secret, "k2-pub")
+    for client in subscribers:
+        until_routed(publisher, client, f"{topic}/probe")
+    bus = redis.Redis.from_url(redis_url)
+    with Publisher(publisher, f"{topic}/x") as traffic:
+        time.sleep(1.0)
+        bus.execute_command("CLIENT", "PAUSE", 400, "WRITE")  # a's XACK waits; commits don't
+        time.sleep(0.2)
+        a.kill()
+        time.sleep(2 * HEARTBEAT + 1.5)  # noticed, adopted, drained; traffic goes on
+    for client in subscribers:
+        client.client.loop_stop()  # (its node is gone: no reconnecting there on its own)
+        move(client, b.port)
+    acked = traffic.acked
+    assert len(acked) > 150
+    for client in subscribers:
+        got = collect([client], acked, patience=15)
+        missing = [p for p in acked if p not in got]
+        twice = sorted((p for p, n in got.items() if n > 1), key=lambda p: int(p[1:]))
+        assert not missing, f"{len(missing)} acknowledged messages lost: {missing[:10]}"
+        assert not twice, f"{len(twice)} messages delivered twice: {twice[:10]}"
+    adopted = sum(
+        metric(n, "mqtt_cluster_session_takeovers_total", '{direction="adopted"}') for n in (b, c)
+    )
+    assert adopted == 2
+    for client in (*subscribers, publisher):
         client.close()
