@@ -82,9 +82,8 @@ class _Batch:
     # cluster node -> the last entry of its forward stream whose deliveries this batch holds
     stream_marks: dict[str, str] = field(default_factory=dict)
 
-    def __len__(self) -> int:
-        writes = len(self.inserts) + len(self.deletes) + len(self.updates) + len(self.inbound)
-        return writes + len(self.stream_marks)
+    def __len__(self) -> int:  # (a stream mark rides with writes: never alone, not counted)
+        return len(self.inserts) + len(self.deletes) + len(self.updates) + len(self.inbound)
 
 
 _COPY = (
@@ -203,8 +202,10 @@ class SessionStore:
 
     def stream_mark(self, node: str, entry: str) -> None:
         """Cluster node `node` delivered its forward stream up to `entry`: recorded in the
-        transaction that commits those deliveries (data_plane.cluster.inherit)."""
-        self._batch.stream_marks[node] = entry
+        transaction that commits those deliveries (data_plane.cluster.inherit). Nothing
+        waiting to be written: those deliveries wrote nothing here, no mark is needed."""
+        if len(self._batch):
+            self._batch.stream_marks[node] = entry
 
     async def stream_mark_of(self, node: str) -> str | None:
         async with self.pool.connection() as conn:

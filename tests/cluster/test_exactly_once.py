@@ -109,8 +109,9 @@ def test_a_session_moving_under_qos2_traffic_gets_every_message_exactly_once(nod
 
 def test_kill_9_at_qos2_delivers_every_message_exactly_once(nodes, tenant_user, redis_url):
     """Two persistent QoS 2 subscribers on node a, QoS 2 traffic from node c; Redis pauses
-    writes for a moment (as a slow Redis would) and node a is killed (-9) inside it: it had
-    committed deliveries it could not acknowledge on the bus yet. The survivor adopts the
+    writes for a moment (as a slow Redis would) just as node a delivers a message, and node a
+    is killed (-9) inside the pause: it had committed deliveries it could not acknowledge on
+    the bus yet (without the stream mark they are queued again: the test fails). The survivor adopts the
     sessions and drains a's stream; the clients resume at node b and get every acknowledged
     message exactly once (counted by payload)."""
     _, (a, b, c) = nodes
@@ -125,9 +126,21 @@ def test_kill_9_at_qos2_delivers_every_message_exactly_once(nodes, tenant_user, 
     for client in subscribers:
         until_routed(publisher, client, f"{topic}/probe")
     bus = redis.Redis.from_url(redis_url)
+    armed, paused = threading.Event(), threading.Event()
+
+    def pause_at_publish(_client, _userdata, _level, text: str) -> None:
+        # A PUBLISH just came from node a: it is committing that delivery now, then it will
+        # acknowledge the stream entry (XACK) — which Redis, pausing writes, holds back.
+        if armed.is_set() and text.startswith("Received PUBLISH"):
+            armed.clear()
+            bus.execute_command("CLIENT", "PAUSE", 400, "WRITE")
+            paused.set()
+
+    subscribers[0].client.on_log = pause_at_publish
     with Publisher(publisher, f"{topic}/x") as traffic:
         time.sleep(1.0)
-        bus.execute_command("CLIENT", "PAUSE", 400, "WRITE")  # a's XACK waits; commits don't
+        armed.set()
+        assert paused.wait(5)
         time.sleep(0.2)
         a.kill()
         time.sleep(2 * HEARTBEAT + 1.5)  # noticed, adopted, drained; traffic goes on
