@@ -10,7 +10,8 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
   persistent session moves with its client through Postgres), and at start-up each stored
   persistent session restored by one node only (no owner, or a dead one);
 - `inherit`: a survivor taking a dead node's place (its persistent sessions adopted, its
-  stream's unacknowledged messages delivered into them, its clients' wills published);
+  stream's unacknowledged messages delivered into them once — entries the dead node's last
+  commit covered are skipped —, its clients' wills published);
 - `relay`: while a persistent session moves, the old node relays what still reaches it to the
   new one until the new node's routes stand (no moment without a route);
 - `wills`: the wills of clients not kept in Postgres, in Redis under their node.
