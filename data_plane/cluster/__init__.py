@@ -14,7 +14,8 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
   commit covered are skipped —, its clients' wills published);
 - `relay`: while a persistent session moves, the old node relays what still reaches it to the
   new one until the new node's routes stand (no moment without a route);
-- `wills`: the wills of clients not kept in Postgres, in Redis under their node.
+- `wills`: the wills of clients not kept in Postgres, in Redis under their node;
+- `regroup`: a dead node's share of shared-group messages, given to a surviving member;
 - `exactly`: exactly once while a session moves (a message that reaches the new node both
   directly and through the relay is delivered once, by its origin).
 
@@ -24,8 +25,6 @@ Not yet (issue 17, points 3-5), and how it will go:
   leasing a slice of the allowance so the hot path stays local; max connections by an INCR/DECR
   counter per tenant claimed at CONNECT (with the node's own count rebuilt after Redis
   restarts, like its routes).
-- A shared-group message forwarded to a node that dies before delivering it is not given to
-  another member (the group's members there are adopted, but not re-assigned the message).
 """
 
 from data_plane.cluster.node import Cluster

@@ -31,6 +31,9 @@ RETAIN = 2  # keep it in the node's retained store (retained messages are cluste
 # For one session only (a relay's, see data_plane.cluster.relay): the "groups" carry one pair,
 # (client id, node the message was published at).
 TARGET = 4
+# A dead node's share of a shared-group message handed on by the survivor (data_plane.cluster.
+# regroup): the receiving node serves the groups named only, not its plain subscribers.
+GROUPS = 8
 
 _HEAD = struct.Struct("!BBBiIHHHHII")
 _U16 = struct.Struct("!H")

@@ -32,8 +32,8 @@ that none of its route changes reaches the others meanwhile:
 4. after half a heartbeat (forwards already buffered for the dead node when the switch came),
    drains the stream again, then deletes it and the dead node's mark.
 
-Not covered: shared-group messages assigned to the dead node (a group's members there are
-adopted, but a message already given to that node's members is not re-assigned).
+Shared-group messages given to the dead node are handed to a surviving member of each group
+(data_plane.cluster.regroup), once.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from data_plane.broker.session import Delivery
 from data_plane.cluster import codec
+from data_plane.cluster.regroup import reassign
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -239,16 +240,19 @@ class Inheritance:
         for entry_id, fields in entries:
             ids.append(entry_id)
             batch = (fields or {}).get(b"m")
-            if not batch or not self.adopted:
-                continue  # control messages were for the dead node; no session to serve
+            if not batch:
+                continue  # control messages were for the dead node
             if self.mark is not None and _entry(entry_id) <= self.mark:
                 self.skipped += 1  # its deliveries were committed: the sessions have them
                 continue
             writer = (fields.get(b"w") or b"").decode()
-            for flags, message, _groups, seq in codec.decode_counted(batch):
+            for flags, message, groups, seq in codec.decode_counted(batch):
                 if flags & codec.DELIVER:  # the sessions decide, as for any delivery
                     cluster.origins.mark(message, writer, seq)  # (exactly.py)
                     self.drained += deliver_to(cluster.broker, message, self.adopted, commits)
+                    if groups:  # the shared groups it was to serve: to a survivor (regroup.py)
+                        cluster.origins.mark(message, "", 0)
+                        self.drained += reassign(cluster, message, groups, seq, commits)
         await settle(commits, lambda n: cluster.count_dropped_here("store_unavailable", n))
         if ids:
             await cluster.redis.xack(self.stream, GROUP, *ids)

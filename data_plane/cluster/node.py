@@ -61,6 +61,7 @@ from data_plane.cluster.inherit import (
     settle,
     stream_mark,
 )
+from data_plane.cluster.regroup import serve_here
 from data_plane.cluster.routes import RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
 from data_plane.cluster.wills import WillRegistry
@@ -669,6 +670,9 @@ class Cluster:
             self.received += 1
             if flags & codec.RETAIN:
                 broker.retained.set(message)
+            if flags & codec.GROUPS:  # a dead node's group share, handed on (cluster/regroup.py)
+                serve_here(broker, message, groups, commits)
+                continue
             if flags & codec.TARGET:  # relayed for one session (data_plane.cluster.relay)
                 for client_id, published_at in groups:
                     self.origins.mark(message, published_at, seq)  # (exactly.py)

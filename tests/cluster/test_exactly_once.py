@@ -161,3 +161,44 @@ def test_kill_9_at_qos2_delivers_every_message_exactly_once(nodes, tenant_user, 
     assert adopted == 2
     for client in (*subscribers, publisher):
         client.close()
+
+
+def test_kill_9_gives_a_dead_nodes_shared_group_messages_to_a_survivor(nodes, tenant_user):
+    """A shared group with a persistent QoS 2 member on node a and one on node b; QoS 2
+    traffic from node c, each message to one member. Node a is killed (-9) mid-traffic: what
+    was given to node a and not delivered goes to a surviving member (b's, or a's own session
+    adopted by the survivor, which its client resumes at b). Every acknowledged message
+    reaches the group exactly once (counted by payload over both members)."""
+    _, (a, b, c) = nodes
+    user, secret = tenant_user
+    topic = f"g2/{uuid.uuid4().hex[:6]}"
+    members = []
+    for node, name in ((a, "member-a"), (b, "member-b")):
+        client = Paho(node.port, user, secret, name, clean=False, expiry=3600)
+        client.subscribe(f"$share/g/{topic}/#", qos=2)
+        members.append(client)
+    publisher = Paho(c.port, user, secret, "g2-pub")
+    deadline = time.monotonic() + 5
+    reached: set[int] = set()
+    while len(reached) < 2:  # both members' routes reached node c
+        assert time.monotonic() < deadline, "shared group not routed across nodes"
+        publisher.publish(f"{topic}/probe", "probe")
+        reached |= {i for i, m in enumerate(members) if m.expect(1, timeout=0.1)}
+    time.sleep(0.3)
+    for member in members:
+        member.expect(100, timeout=0.1)  # (the probes)
+    with Publisher(publisher, f"{topic}/x") as traffic:
+        time.sleep(1.0)
+        a.kill()
+        time.sleep(2 * HEARTBEAT + 1.5)  # noticed, adopted, drained; traffic goes on
+    members[0].client.loop_stop()
+    move(members[0], b.port)
+    acked = traffic.acked
+    assert len(acked) > 150
+    got = collect(members, acked, patience=15)
+    missing = [p for p in acked if p not in got]
+    twice = sorted((p for p, n in got.items() if n > 1), key=lambda p: int(p[1:]))
+    assert not missing, f"{len(missing)} acknowledged messages lost: {missing[:10]}"
+    assert not twice, f"{len(twice)} messages delivered twice: {twice[:10]}"
+    for client in (*members, publisher):
+        client.close()
