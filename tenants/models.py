@@ -703,3 +703,16 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["tenant_id", "-created_at"], name="audit_tenant_time")]
+
+
+class MqttStreamMark(models.Model):
+    """The last entry of a broker node's forward stream (data_plane/cluster/forward.py) whose
+    deliveries to persistent sessions are committed, written by the node in the same transaction
+    as them: a survivor draining the stream of a node that died skips the entries it covers, so
+    a message the dead node committed but had not acknowledged on the bus is not queued twice
+    (data_plane/cluster/inherit.py). One row per node, deleted when the node leaves or is
+    replaced."""
+
+    node = models.CharField(max_length=200, primary_key=True)
+    entry = models.CharField(max_length=48, help_text="a Redis stream entry id, ms-seq")
+    updated_at = models.DateTimeField(default=timezone.now)

@@ -10,17 +10,16 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
   persistent session moves with its client through Postgres), and at start-up each stored
   persistent session restored by one node only (no owner, or a dead one);
 - `inherit`: a survivor taking a dead node's place (its persistent sessions adopted, its
-  stream's unacknowledged messages delivered into them, its clients' wills published);
+  stream's unacknowledged messages delivered into them once — entries the dead node's last
+  commit covered are skipped —, its clients' wills published);
 - `relay`: while a persistent session moves, the old node relays what still reaches it to the
   new one until the new node's routes stand (no moment without a route);
 - `wills`: the wills of clients not kept in Postgres, in Redis under their node;
 - `limits`: a tenant's limits across the nodes: max connections exact, rates on leases of
-  token buckets in Redis, `$SYS` figures summed over the nodes.
-
-Not yet (issue 17):
-
-- A shared-group message forwarded to a node that dies before delivering it is not given to
-  another member (the group's members there are adopted, but not re-assigned the message).
+  token buckets in Redis, `$SYS` figures summed over the nodes;
+- `regroup`: a dead node's share of shared-group messages, given to a surviving member;
+- `exactly`: exactly once while a session moves (a message that reaches the new node both
+  directly and through the relay is delivered once, by its origin).
 """
 
 from data_plane.cluster.node import Cluster

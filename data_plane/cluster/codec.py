@@ -7,10 +7,13 @@ One entry of a node's forward stream carries many messages (forwarding is batche
     tenant, topic, publisher, device (UTF-8), properties (the MQTT 5 property block, the
     broker's own codec; empty when none), payload
     shared groups this node serves for it: u16 count, then (filter, group) as u16-length texts
+    origin count u64 (the publishing node's running count of its publishes, 0: unknown)
 
 `flags` says what the receiving node does with it (`DELIVER`: to its matching subscribers;
 `RETAIN`: into its in-memory retained store). The message expiry travels as the time that
-remains (monotonic clocks are per process). No pickle: the bus is shared infrastructure and a
+remains (monotonic clocks are per process). The origin count with the node that published the
+message (the stream entry's writer; for a relayed copy the pair's second text) identifies it
+across copies: data_plane.cluster.exactly. No pickle: the bus is shared infrastructure and a
 batch is only ever data.
 """
 
@@ -26,12 +29,16 @@ from data_plane.broker.message import Message
 DELIVER = 1  # route it to the node's local subscribers
 RETAIN = 2  # keep it in the node's retained store (retained messages are cluster-wide)
 # For one session only (a relay's, see data_plane.cluster.relay): the "groups" carry one pair,
-# (client id, "").
+# (client id, node the message was published at).
 TARGET = 4
+# A dead node's share of a shared-group message handed on by the survivor (data_plane.cluster.
+# regroup): the receiving node serves the groups named only, not its plain subscribers.
+GROUPS = 8
 
 _HEAD = struct.Struct("!BBBiIHHHHII")
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
+_U64 = struct.Struct("!Q")
 
 
 def _text(value: str) -> bytes:
@@ -40,7 +47,11 @@ def _text(value: str) -> bytes:
 
 
 def encode(
-    message: Message, flags: int, groups: tuple[tuple[str, str], ...] = (), now: float | None = None
+    message: Message,
+    flags: int,
+    groups: tuple[tuple[str, str], ...] = (),
+    now: float | None = None,
+    seq: int = 0,
 ) -> bytes:
     expiry = -1
     if message.expires_at is not None:
@@ -65,11 +76,15 @@ def encode(
         len(props),
         len(payload),
     )
+    origin = _U64.pack(seq)
     if not groups:
-        return b"".join((head, tenant, topic, publisher, device, props, payload, b"\x00\x00"))
+        return b"".join(
+            (head, tenant, topic, publisher, device, props, payload, b"\x00\x00", origin)
+        )
     tail = b"".join(_text(topic_filter) + _text(group) for topic_filter, group in groups)
     return b"".join(
         (head, tenant, topic, publisher, device, props, payload, _U16.pack(len(groups)), tail)
+        + (origin,)
     )
 
 
@@ -79,9 +94,16 @@ NO_GROUPS: Groups = frozenset()
 
 def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, Groups]]:
     """Every (flags, message, groups to serve) of a batch, in the order they were published."""
+    return [(flags, message, groups) for flags, message, groups, _ in decode_counted(batch, now)]
+
+
+def decode_counted(
+    batch: bytes, now: float | None = None
+) -> list[tuple[int, Message, Groups, int]]:
+    """Every (flags, message, groups, origin count) of a batch, in the order published."""
     now = now if now is not None else time.monotonic()
     view = memoryview(batch)
-    out: list[tuple[int, Message, Groups]] = []
+    out: list[tuple[int, Message, Groups, int]] = []
     offset = 0
     end = len(batch)
     while offset < end:
@@ -110,6 +132,8 @@ def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, G
             names.append(bytes(view[offset : offset + length]).decode())
             offset += length
         groups = frozenset(zip(names[::2], names[1::2], strict=True)) if count else NO_GROUPS
+        (seq,) = _U64.unpack_from(view, offset)
+        offset += 8
         message = Message(
             topic,
             payload,
@@ -122,5 +146,5 @@ def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, G
             device,
             units,
         )
-        out.append((flags, message, groups))
+        out.append((flags, message, groups, seq))
     return out

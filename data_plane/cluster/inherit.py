@@ -18,20 +18,22 @@ that none of its route changes reaches the others meanwhile:
 2. drains the dead node's stream into those sessions only (XAUTOCLAIM of the dead consumer's
    pending entries, then XREADGROUP of the unread ones), waiting for the Postgres commits
    before XACK: every QoS 1/2 message a publisher got its PUBACK for is now in a session
-   queue (a message the dead node had committed but not acknowledged comes again: at least
-   once, never lost);
+   queue, once. A node records, in the very transaction that commits the deliveries of a
+   batch of entries it read, the last of those entries (`tenants_mqttstreammark`, a row per
+   node: `stream_mark`); the survivor skips the entries at or below the dead node's mark —
+   their deliveries are in the sessions it just loaded from Postgres — and delivers the rest
+   (read but not committed, or never read). Exact, because the mark and the deliveries it
+   covers commit or fail together, and entries are read in id order;
 3. in one script (`REPLACE`): writes its own route changes (the adopted sessions'
    subscriptions), deletes the dead node's routes and membership, and publishes one message
    that makes every node switch from the dead node to itself at once — a publish goes to the
    dead node's stream before the switch and to the survivor after it, never to neither and
    never to both;
 4. after half a heartbeat (forwards already buffered for the dead node when the switch came),
-   drains the stream again, then deletes it.
+   drains the stream again, then deletes it and the dead node's mark.
 
-Not covered: shared-group messages assigned to the dead node (a group's members there are
-adopted, but a message already given to that node's members is not re-assigned), and QoS 2
-exactly-once for a message the dead node had committed but not acknowledged (it is queued a
-second time: at least once).
+Shared-group messages given to the dead node are handed to a surviving member of each group
+(data_plane.cluster.regroup), once.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from data_plane.broker.session import Delivery
 from data_plane.cluster import codec
+from data_plane.cluster.regroup import reassign
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -101,6 +104,35 @@ async def settle(commits: list, on_fail: Any) -> None:
         on_fail(failed)
 
 
+def _store(broker: Any) -> Any:
+    """The session store (Postgres) under the broker's persistence, if it keeps stream marks."""
+    store = getattr(broker.persistence, "store", None)
+    return store if hasattr(store, "stream_mark") else None
+
+
+def stream_mark(broker: Any, node: str, entry: bytes | str) -> None:
+    """`node` delivered its stream up to `entry`: recorded with those deliveries' commit."""
+    store = _store(broker)
+    if store is not None:
+        store.stream_mark(node, entry.decode() if isinstance(entry, bytes) else entry)
+
+
+async def forget_stream_mark(broker: Any, node: str) -> None:
+    store = _store(broker)
+    if store is None:
+        return
+    try:
+        await store.forget_stream_mark(node)
+    except Exception as exc:  # a stale row only: the next survivor of that id overwrites it
+        log.warning("stream mark of %s not deleted: %s", node, exc)
+
+
+def _entry(entry_id: bytes | str) -> tuple[int, int]:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def deliver_to(broker: Any, message: Any, keys: set[tuple[str, str]], commits: list) -> int:
     """Deliver `message` to the matching subscriptions of the sessions `keys` only (one copy per
     session, the highest QoS, every subscription id); returns how many sessions it reached."""
@@ -128,13 +160,25 @@ class Inheritance:
         self.stream = cluster.keys.stream(dead)
         self.adopted: set[tuple[str, str]] = set()
         self.drained = 0  # messages delivered from the dead node's stream
+        self.skipped = 0  # entries the dead node had committed (at or below its mark)
+        self.mark: tuple[int, int] | None = None
         self.replace = cluster.redis.register_script(REPLACE)
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:  # the adopted sessions need no more watching for duplicates (exactly.py)
+            self.cluster.origins.close(self.adopted)
+
+    async def _run(self) -> None:
         cluster = self.cluster
         await cluster.wills.publish_for(self.dead)  # its clients' wills not in Postgres
         async with cluster.routes_lock:  # our route changes reach the others in step 3 only
             self.adopted = await cluster.sessions.adopt()
+            store = _store(cluster.broker)
+            if store is not None:  # what the dead node committed is in the adopted sessions
+                mark = await store.stream_mark_of(self.dead)
+                self.mark = _entry(mark) if mark else None
             await self._drain()
             pending, cluster.pending = cluster.pending, {}
             ops = [("+" if added else "-") + key for key, added in pending.items()]
@@ -158,11 +202,14 @@ class Inheritance:
         await asyncio.sleep(cluster.heartbeat / 2)  # forwards buffered before the switch
         await self._drain()
         await cluster.redis.delete(self.stream)
+        await forget_stream_mark(cluster.broker, self.dead)
         log.info(
-            "took the place of dead node %s: %d persistent sessions, %d messages from its stream",
+            "took the place of dead node %s: %d persistent sessions, %d messages from its"
+            " stream (%d entries it had committed skipped)",
             self.dead,
             len(self.adopted),
             self.drained,
+            self.skipped,
         )
 
     async def _drain(self) -> None:
@@ -193,11 +240,19 @@ class Inheritance:
         for entry_id, fields in entries:
             ids.append(entry_id)
             batch = (fields or {}).get(b"m")
-            if not batch or not self.adopted:
-                continue  # control messages were for the dead node; no session to serve
-            for flags, message, _groups in codec.decode(batch):
+            if not batch:
+                continue  # control messages were for the dead node
+            if self.mark is not None and _entry(entry_id) <= self.mark:
+                self.skipped += 1  # its deliveries were committed: the sessions have them
+                continue
+            writer = (fields.get(b"w") or b"").decode()
+            for flags, message, groups, seq in codec.decode_counted(batch):
                 if flags & codec.DELIVER:  # the sessions decide, as for any delivery
+                    cluster.origins.mark(message, writer, seq)  # (exactly.py)
                     self.drained += deliver_to(cluster.broker, message, self.adopted, commits)
+                    if groups:  # the shared groups it was to serve: to a survivor (regroup.py)
+                        cluster.origins.mark(message, "", 0)
+                        self.drained += reassign(cluster, message, groups, seq, commits)
         await settle(commits, lambda n: cluster.count_dropped_here("store_unavailable", n))
         if ids:
             await cluster.redis.xack(self.stream, GROUP, *ids)

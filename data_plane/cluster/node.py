@@ -51,9 +51,18 @@ from redis.exceptions import RedisError, ResponseError
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.ports import Published
 from data_plane.cluster import codec
+from data_plane.cluster.exactly import Origins
 from data_plane.cluster.forward import PAUSE_BYTES, STREAM_MAXLEN, Forwarder
-from data_plane.cluster.inherit import GROUP, ensure_group, inherit, settle
+from data_plane.cluster.inherit import (
+    GROUP,
+    ensure_group,
+    forget_stream_mark,
+    inherit,
+    settle,
+    stream_mark,
+)
 from data_plane.cluster.limits import ClusterLimits
+from data_plane.cluster.regroup import serve_here
 from data_plane.cluster.routes import RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
 from data_plane.cluster.wills import WillRegistry
@@ -184,6 +193,7 @@ class Cluster:
         self.refused = 0  # connections refused while cut off
         self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
         self.limits = ClusterLimits(self)  # tenants' limits across the nodes (see `limits`)
+        self.origins = Origins(self.node_id)  # exactly once while sessions move (exactly.py)
 
     # -- life -----------------------------------------------------------------------------
 
@@ -204,6 +214,7 @@ class Cluster:
         broker.redirect = refuse_when_cut_off
         self.forwarder.on_drop = self._count_dropped
         self.wills.attach(broker)  # the wills of clients not kept in Postgres, into Redis
+        self.origins.attach(broker)  # moving sessions watched for duplicates (exactly.py)
         try:
             await self._beat()
         except (RedisError, OSError) as exc:
@@ -240,6 +251,7 @@ class Cluster:
             await pipe.execute()
         except (RedisError, OSError) as exc:
             log.warning("could not leave the cluster cleanly: %s", exc)
+        await forget_stream_mark(self.broker, self.node_id)  # nobody drains our stream
         await self.redis.aclose()
         await self.reader.aclose()
 
@@ -247,6 +259,7 @@ class Cluster:
 
     def publish(self, message: Any) -> Published:
         broker = self.broker
+        seq = self.origins.local(message)  # its origin, carried by every copy (exactly.py)
         plain, shared = self.table.match(message.tenant, message.topic)
         assigned: dict[str, list[tuple[str, str]]] = {}
         if not shared:  # the common case: every matching group (if any) is here only
@@ -270,10 +283,10 @@ class Cluster:
         forwarder = self.forwarder
         for node_id, groups in targets.items():
             if groups:
-                data = codec.encode(message, flags, groups)
+                data = codec.encode(message, flags, groups, seq=seq)
             else:
                 if plain_data is None:
-                    plain_data = codec.encode(message, flags)
+                    plain_data = codec.encode(message, flags, seq=seq)
                 data = plain_data
             commit = forwarder.add(node_id, data, message.tenant, message.qos, wait)
         if message.retain:  # every node's retained store has it, subscribers there or not
@@ -630,10 +643,12 @@ class Cluster:
                     if b"m" not in fields:
                         self._control(fields.get(b"c", b"{}"))
                     else:
-                        received = self._receive(fields[b"m"], commits)
+                        received = self._receive(fields[b"m"], commits, fields.get(b"w"))
                         self._check_gap(fields.get(b"w"), fields.get(b"c"), received)
             if not ids:
                 continue
+            if commits:  # committed with these deliveries: a survivor skips them (inherit.py)
+                stream_mark(self.broker, self.node_id, ids[-1])
             await settle(commits, lambda n: self.count_dropped_here("store_unavailable", n))
             try:
                 pipe = self.reader.pipeline(transaction=False)
@@ -658,22 +673,28 @@ class Cluster:
             log.warning("%d forwarded messages from %s lost before read", lost, writer.decode())
             self.count_dropped_here("stream_gap", lost)
 
-    def _receive(self, batch: bytes, commits: list) -> int:
+    def _receive(self, batch: bytes, commits: list, writer: bytes | None = None) -> int:
         broker = self.broker
+        origin = writer.decode() if writer else ""
         try:
-            messages = codec.decode(batch)
+            messages = codec.decode_counted(batch)
         except Exception:
             log.exception("undecodable forwarded batch (%d bytes) dropped", len(batch))
             return 0
-        for flags, message, groups in messages:
+        for flags, message, groups, seq in messages:
             self.received += 1
             if flags & codec.RETAIN:
                 broker.retained.set(message)
+            if flags & codec.GROUPS:  # a dead node's group share, handed on (cluster/regroup.py)
+                serve_here(broker, message, groups, commits)
+                continue
             if flags & codec.TARGET:  # relayed for one session (data_plane.cluster.relay)
-                for client_id, _ in groups:
+                for client_id, published_at in groups:
+                    self.origins.mark(message, published_at, seq)  # (exactly.py)
                     self.sessions.targeted(message, client_id, commits)
                 continue
             if flags & codec.DELIVER:  # its plain subscribers here, and the groups given to us
+                self.origins.mark(message, origin, seq)  # (exactly.py)
                 published = broker.route(
                     message, lambda group, g=groups: (group.topic_filter, group.name) in g
                 )

@@ -14,7 +14,8 @@ The new node delivers a targeted message to that session only; one that arrives 
 session is still being restored waits for it (`SessionClaims.held`).
 
 A message a publisher sent in the short overlap (its node already knew the new route and not
-yet that the old one went) reaches the session twice: at least once, like EMQX's takeover.
+yet that the old one went) reaches the new node twice, directly and relayed: the relay keeps the
+message's origin, and the new node delivers it once (data_plane.cluster.exactly).
 Shared subscriptions are not relayed (a group's message goes to another member or is lost in
 that moment).
 """
@@ -51,8 +52,9 @@ class Relay:
 
     def deliver(self, delivery: Any) -> Any:
         self.relayed += 1
-        data = codec.encode(delivery.message, codec.TARGET, ((self.client_id, ""),))
         message = delivery.message
+        node, seq = self.cluster.origins.of(message) or ("", 0)  # (data_plane.cluster.exactly)
+        data = codec.encode(message, codec.TARGET, ((self.client_id, node),), seq=seq)
         return self.cluster.forwarder.add(
             self.node, data, message.tenant, message.qos, message.qos > 0
         )

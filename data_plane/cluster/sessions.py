@@ -95,7 +95,7 @@ class SessionClaims:
         self.adopted = 0  # persistent sessions of dead nodes taken here
         self.relayed = 0  # messages relays here sent on to the node a session moved to
         # Relayed messages for sessions still being restored here (claiming): they wait.
-        self.held: dict[tuple[str, str], list[Any]] = {}
+        self.held: dict[tuple[str, str], list[tuple[Any, Any]]] = {}  # (message, origin)
 
     def owner_key(self, tenant: str, client_id: str) -> str:
         return f"{self.cluster.keys.prefix}:owner:{tenant}:{client_id}"
@@ -116,6 +116,8 @@ class SessionClaims:
                 return
             previous = previous.decode() if previous else None
             if previous and previous != cluster.node_id and previous in cluster.alive:
+                if not clean_start:  # its relay and the publishers may both send us a message
+                    cluster.origins.expect(key)  # (data_plane.cluster.exactly)
                 await self._take_from(previous, tenant, client_id, clean_start)
             if not clean_start:  # the session continues here: bring it from the database
                 await self._bring(tenant, client_id)
@@ -123,6 +125,7 @@ class SessionClaims:
             if self.claiming.get(key) is mine:
                 del self.claiming[key]
                 self._deliver_held(key)
+            cluster.origins.settled(key)
             if mine.lost_to is not None:  # a later CONNECT elsewhere won: once opened, go
                 asyncio.get_running_loop().call_soon(  # (our CONNECT opens its session first)
                     self._release_once_acked, tenant, client_id, *mine.lost_to
@@ -215,6 +218,8 @@ class SessionClaims:
                 if key not in self.claiming:
                     marks[key] = self.claiming[key] = _Claim()
             mine.update(await self.claim_restored(fresh))
+            for key in mine:  # watched for duplicates while the node's place is taken
+                self.cluster.origins.expect(key)  # (data_plane.cluster.exactly)
             return mine
 
         try:
@@ -233,14 +238,15 @@ class SessionClaims:
     def targeted(self, message: Any, client_id: str, commits: list) -> None:
         """A message another node's relay sent for one session here (data_plane.cluster.relay)."""
         key = (message.tenant, client_id)
-        if key in self.claiming:  # being restored here: it waits for the session
-            self.held.setdefault(key, []).append(message)
+        if key in self.claiming:  # being restored here: it waits for the session (and origin)
+            self.held.setdefault(key, []).append((message, self.cluster.origins.of(message)))
         elif not deliver_to(self.cluster.broker, message, {key}, commits):
             self.cluster.count_dropped_here("session_gone", 1)
 
     def _deliver_held(self, key: tuple[str, str]) -> None:
         held = self.held.pop(key, None)
-        for message in held or ():
+        for message, origin in held or ():
+            self.cluster.origins.mark(message, *(origin or ("", 0)))
             if not deliver_to(self.cluster.broker, message, {key}, []):
                 self.cluster.count_dropped_here("session_gone", 1)
 

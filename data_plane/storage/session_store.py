@@ -79,8 +79,10 @@ class _Batch:
     # (tenant id, client id) -> {packet id: held}; the last change to an id wins.
     inbound: dict[tuple[int, str], dict[int, bool]] = field(default_factory=dict)
     futures: list[asyncio.Future] = field(default_factory=list)
+    # cluster node -> the last entry of its forward stream whose deliveries this batch holds
+    stream_marks: dict[str, str] = field(default_factory=dict)
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # (a stream mark rides with writes: never alone, not counted)
         return len(self.inserts) + len(self.deletes) + len(self.updates) + len(self.inbound)
 
 
@@ -93,6 +95,10 @@ UPDATE tenants_mqttsession SET inbound_qos2 = ARRAY(
     SELECT DISTINCT x FROM unnest(inbound_qos2 || %(held)s::int[]) AS x
      WHERE x <> ALL(%(released)s::int[]) ORDER BY x)
  WHERE tenant_id = %(tenant_id)s AND client_id = %(client_id)s
+"""
+_STREAM_MARK = """
+INSERT INTO tenants_mqttstreammark (node, entry, updated_at) VALUES (%s, %s, now())
+ON CONFLICT (node) DO UPDATE SET entry = EXCLUDED.entry, updated_at = now()
 """
 _DELETE = """
 DELETE FROM tenants_mqttqueuedmessage q
@@ -194,6 +200,25 @@ class SessionStore:
         self._batch.inbound.setdefault((tenant_id, client_id), {})[packet_id] = held
         return self._future()
 
+    def stream_mark(self, node: str, entry: str) -> None:
+        """Cluster node `node` delivered its forward stream up to `entry`: recorded in the
+        transaction that commits those deliveries (data_plane.cluster.inherit). Nothing
+        waiting to be written: those deliveries wrote nothing here, no mark is needed."""
+        if len(self._batch):
+            self._batch.stream_marks[node] = entry
+
+    async def stream_mark_of(self, node: str) -> str | None:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT entry FROM tenants_mqttstreammark WHERE node = %s", (node,)
+            )
+            row = await cursor.fetchone()
+        return row[0] if row else None
+
+    async def forget_stream_mark(self, node: str) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute("DELETE FROM tenants_mqttstreammark WHERE node = %s", (node,))
+
     async def flushed(self) -> None:
         """Every write queued so far is committed (or failed): a session handed to another
         node of the cluster leaves nothing behind in this process."""
@@ -247,6 +272,8 @@ class SessionStore:
                         await cursor.execute(
                             _DELETE, [list(c) for c in zip(*batch.deletes, strict=True)]
                         )
+                    if batch.stream_marks:
+                        await cursor.executemany(_STREAM_MARK, list(batch.stream_marks.items()))
                     if batch.inbound:
                         await cursor.executemany(
                             _INBOUND,

@@ -18,6 +18,7 @@ from django.db import connection
 
 from common import embedded
 from common.processes import data_plane_command
+from tenants import services
 from tests.broker.conftest import BrokerProcess, start_broker
 
 HEARTBEAT = 1.0  # seconds: short, so a dead node is noticed within the tests' patience
@@ -166,3 +167,22 @@ class PgNode:
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=5)
+
+
+@pytest.fixture
+def tenant_user():
+    tenant = services.tenant_create(f"roam{uuid.uuid4().hex[:6]}")
+    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    return f"{tenant.slug}/d", secret
+
+
+@pytest.fixture
+def nodes(redis_url):
+    """Three broker processes on Postgres, one cluster; they may be killed by the test."""
+    cluster = f"sess-{uuid.uuid4().hex[:6]}"
+    started = [PgNode(redis_url, cluster, HEARTBEAT) for _ in range(3)]
+    for node in started:
+        wait_for(lambda n=node: metric(n, "mqtt_cluster_nodes") == 3, 10)
+    yield cluster, started
+    for node in started:
+        node.stop()

@@ -14,7 +14,6 @@ import redis
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tenants import services
 from tests.broker.clients import Paho
 from tests.cluster.conftest import PgNode, metric, until_routed, wait_for
 
@@ -27,25 +26,6 @@ def will(topic: str, payload: str, delay: int) -> tuple:
     props = Properties(PacketTypes.WILLMESSAGE)
     props.WillDelayInterval = delay
     return (topic, payload, 1, False, props)
-
-
-@pytest.fixture
-def tenant_user():
-    tenant = services.tenant_create(f"roam{uuid.uuid4().hex[:6]}")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
-    return f"{tenant.slug}/d", secret
-
-
-@pytest.fixture
-def nodes(redis_url):
-    """Three broker processes on Postgres, one cluster; they may be killed by the test."""
-    cluster = f"sess-{uuid.uuid4().hex[:6]}"
-    started = [PgNode(redis_url, cluster, HEARTBEAT) for _ in range(3)]
-    for node in started:
-        wait_for(lambda n=node: metric(n, "mqtt_cluster_nodes") == 3, 10)
-    yield cluster, started
-    for node in started:
-        node.stop()
 
 
 def route_holders(redis_url: str, cluster: str, key_part: str) -> int:

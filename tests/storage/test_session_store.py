@@ -145,3 +145,26 @@ def test_the_last_mark_of_a_delivery_in_one_commit_wins(tenant_id):
     stored = run(body)
     assert len(stored) == 200
     assert [m.state for m in stored if m.state != RECEIVED] == []
+
+
+def test_a_stream_mark_commits_with_the_writes_it_rides_with_and_never_alone(tenant_id):
+    """A cluster node's last delivered stream entry (data_plane.cluster.inherit) is written in
+    the transaction of the deliveries queued before it; with nothing queued, none is kept (and
+    the committer is not left waiting for a batch that never wakes it)."""
+
+    async def body(store):
+        await store.save_session(tenant_id, "c1", expiry_interval=3600, subscriptions=[])
+        store.stream_mark("node-x", "5-0")  # nothing queued: no mark
+        await asyncio.wait_for(store.flushed(), 2)
+        alone = await store.stream_mark_of("node-x")
+        queued = store.enqueue(tenant_id, "c1", message(1))
+        store.stream_mark("node-x", "7-1")
+        await queued
+        after = await store.stream_mark_of("node-x")
+        later = store.enqueue(tenant_id, "c1", message(2))
+        await asyncio.wait_for(store.flushed(), 2)  # a later write still wakes the committer
+        await later
+        await store.forget_stream_mark("node-x")
+        return alone, after, await store.stream_mark_of("node-x")
+
+    assert run(body) == (None, "7-1", None)

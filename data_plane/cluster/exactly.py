@@ -1,0 +1,155 @@
+"""Exactly once (QoS 2) while a session moves between nodes: a message reaches it once.
+
+When a persistent session moves from node A to node B (data_plane.cluster.relay), a publisher's
+node that already knows B's route but not yet that A's is gone sends a message to both: B gets
+it directly, and again from A's relay. Likewise a message published at B itself reaches the
+session at B and, through B's stale route to A, A's relay. So every message carries its origin:
+the node it was published at and that node's running count of publishes (`Origins.local`). A
+direct copy's origin node is the writer of its stream entry (`w`), a relayed copy names it
+(`codec.TARGET`'s pair), both carry the count (`codec.encode(seq=...)`).
+
+B watches the moved session for `WINDOW` seconds from the moment it is restored there (the
+relay stands at most `RELAY_MAX`, and both copies of one message are on the bus within
+milliseconds of each other): its `Window` records the origin of every delivery and drops a
+second one with the same origin (whichever came first: direct, relayed, or published at B).
+The state is one set per moved session, bounded (`WINDOW_MAX` origins: beyond it the window
+closes early, at least once again, and says so in the log) and gone when the window ends.
+
+How a delivery's origin is known without carrying it through the broker: the cluster marks the
+message object it is about to route (`mark`) — routing is synchronous — and the window compares
+identities (`delivery.message is` the marked one), so a stale mark never applies to another
+message. Deliveries the cluster did not mark (wills, delayed messages) pass unchecked.
+
+The same holds for a survivor taking a dead node's place (data_plane.cluster.inherit): from the
+moment it adopts the dead node's persistent sessions they are in its router, so a message
+published at the survivor reaches them at once and, until every node has switched from the
+dead node to the survivor, also lands in the dead node's stream, which the survivor drains into
+them. The adopted sessions are watched the same way until the inheritance is over.
+
+The window is installed on the session object as it is created at B (the broker's `adopt`
+wiring, which every opened or restored session passes through), before its subscriptions enter
+the router: no direct copy reaches it unrecorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily
+
+from data_plane.cluster.relay import RELAY_MAX
+
+log = logging.getLogger("data_plane.cluster")
+
+WINDOW = RELAY_MAX + 1.0  # seconds a moved session's deliveries are checked for duplicates
+WINDOW_MAX = 50_000  # origins one window keeps at most
+
+Origin = tuple[str, int]  # (node the message was published at, its count of publishes there)
+
+
+class Origins:
+    """This node's side of exactly once across a move (see the module's docstring)."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.count = 0  # publishes at this node (the `seq` of their origin)
+        self.message: Any = None  # the message being routed now, and its origin
+        self.origin: Origin | None = None
+        self.expected: set[tuple[str, str]] = set()  # sessions moving here, not created yet
+        self.open: dict[tuple[str, str], Window] = {}  # by session key
+        self.opened = 0  # windows opened here
+        self.duplicates = 0  # deliveries dropped as duplicates
+
+    def attach(self, broker: Any) -> None:
+        """Open a window on a moving session as soon as the broker wires it (`Broker.adopt`
+        runs for every session, opened or restored, before it is routed to)."""
+        adopt = broker.adopt
+
+        def adopt_and_watch(session: Any) -> None:
+            adopt(session)
+            if session.key in self.expected:
+                self.expected.discard(session.key)
+                Window(self, session)
+
+        broker.adopt = adopt_and_watch
+        broker.metric_sources.append(self.metrics)
+
+    def local(self, message: Any) -> int:
+        """A message published at this node: its origin count (0 is "unknown")."""
+        self.count += 1
+        self.mark(message, self.node_id, self.count)
+        return self.count
+
+    def mark(self, message: Any, node: str, seq: int) -> None:
+        """`message` is about to be routed here; it was published at `node` as `seq`."""
+        self.message = message
+        self.origin = (node, seq) if node and seq else None
+
+    def of(self, message: Any) -> Origin | None:
+        return self.origin if message is self.message else None
+
+    def expect(self, key: tuple[str, str]) -> None:
+        """The session `key` (tenant, client id) is moving here from a live node's relay."""
+        self.expected.add(key)
+
+    def settled(self, key: tuple[str, str]) -> None:
+        """Its CONNECT is done (the window opened, or the session never came)."""
+        self.expected.discard(key)
+
+    def close(self, keys: Any) -> None:
+        """The sessions `keys` need no more watching (an inheritance is over)."""
+        for key in keys:
+            self.expected.discard(key)
+            window = self.open.get(key)
+            if window is not None:
+                window.close()
+
+    def metrics(self) -> Iterator[Any]:
+        duplicates = CounterMetricFamily(
+            "mqtt_cluster_duplicates_dropped",
+            "Second copies of a message dropped while a session moved here (cluster/exactly.py)",
+        )
+        duplicates.add_metric([], self.duplicates)
+        windows = CounterMetricFamily(
+            "mqtt_cluster_move_windows", "Sessions moved here watched for duplicate copies"
+        )
+        windows.add_metric([], self.opened)
+        yield from (duplicates, windows)
+
+
+class Window:
+    """One moved session's check for duplicates: wraps its `deliver` for `WINDOW` seconds."""
+
+    def __init__(self, origins: Origins, session: Any) -> None:
+        self.origins = origins
+        self.session = session
+        self.seen: set[Origin] = set()
+        self.inner = session.deliver
+        session.deliver = self.deliver  # (an instance attribute: the class's method returns)
+        origins.opened += 1
+        origins.open[session.key] = self
+        self.handle = asyncio.get_running_loop().call_later(WINDOW, self.close)
+
+    def deliver(self, delivery: Any) -> Any:
+        origins = self.origins
+        if delivery.message is origins.message and origins.origin is not None:
+            origin = origins.origin
+            if origin in self.seen:
+                origins.duplicates += 1
+                return None
+            self.seen.add(origin)
+            if len(self.seen) > WINDOW_MAX:
+                log.warning("move window of %s/%s full: closed early", *self.session.key)
+                self.close()
+        return self.inner(delivery)
+
+    def close(self) -> None:
+        self.handle.cancel()
+        if self.session.__dict__.get("deliver") == self.deliver:
+            del self.session.deliver
+        if self.origins.open.get(self.session.key) is self:
+            del self.origins.open[self.session.key]
+        self.seen = set()

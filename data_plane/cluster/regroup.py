@@ -1,0 +1,64 @@
+"""A dead node's share of shared-group messages, given to a surviving member of each group.
+
+A publish assigns each matching shared group to one node with members (`Cluster._assign_groups`)
+and sends it the message naming the groups it serves. When that node dies before it delivered
+(its stream still holds the entry: read but not acknowledged, or not read — see `inherit`), the
+survivor draining the stream hands each named group's copy on (`reassign`): to a member here
+(this node's own, or one of the dead node's persistent members it just adopted) if there is one,
+else to a live node with members, marked `codec.GROUPS` so that node serves that group only (its
+plain subscribers had their own copy from the publisher). A group with no member left anywhere
+counts the message as dropped (`group_gone`).
+
+Once per group: entries the dead node had committed (its persistent members' queues hold them)
+are skipped by the drain's stream mark, and every other entry is handed on once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from data_plane.broker.session import Delivery
+from data_plane.cluster import codec
+
+
+def serve_here(broker: Any, message: Any, groups: Any, commits: list) -> set[tuple[str, str]]:
+    """Give `message` to one member here of each of `groups` ((filter, group) pairs); returns
+    the groups that have no member here."""
+    _subscribers, here = broker.router.match(message.tenant, message.topic)
+    local = {(group.topic_filter, group.name): group for group in here}
+    missing = set()
+    for key in groups:
+        group = local.get(key)
+        member = group.pick() if group is not None else None
+        if member is None:
+            missing.add(key)
+            continue
+        ids = (member.subscription_id,) if member.subscription_id else ()
+        retain = message.retain and member.retain_as_published
+        delivery = Delivery(message, min(message.qos, member.qos), retain, ids, group)
+        commit = member.session.deliver(delivery)
+        if commit is not None:
+            commits.append(commit)
+    return missing
+
+
+def reassign(cluster: Any, message: Any, groups: Any, seq: int, commits: list) -> int:
+    """The groups the dead node was to serve for `message`, served by a surviving member;
+    returns how many groups were served."""
+    missing = serve_here(cluster.broker, message, groups, commits)
+    served = len(groups) - len(missing)
+    if missing:
+        _plain, shared = cluster.table.match(message.tenant, message.topic)
+        remote = dict(shared)
+        for key in missing:
+            nodes = sorted(n.node_id for n in remote.get(key, ()) if n.node_id in cluster.alive)
+            if not nodes:
+                cluster.count_dropped_here("group_gone", 1)
+                continue
+            node = nodes[seq % len(nodes)]  # (spread, like the publisher's turns)
+            data = codec.encode(message, codec.GROUPS, (key,))
+            commit = cluster.forwarder.add(node, data, message.tenant, message.qos, message.qos > 0)
+            if commit is not None:
+                commits.append(commit)
+            served += 1
+    return served
