@@ -211,7 +211,7 @@ async def latency(setup: Setup, n: int, rate: int, seconds: float) -> dict:
 async def fan(setup: Setup, kind: str, n: int, qos: int, seconds: float) -> dict:
     """bench.scenarios' fan-out or fan-in on this setup, as a row of this table."""
     run = scenarios.fanout if kind == "fanout" else scenarios.fanin
-    result = await run(setup, n, qos, seconds)
+    result = await run(setup, n, qos, seconds, settle=1.0)  # routes reach the other node
     await asyncio.sleep(0.5)
     return {
         "setup": setup.name,

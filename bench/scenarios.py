@@ -111,12 +111,17 @@ async def latency(broker: RunningBroker, n: int, rate: int, seconds: float) -> R
     )
 
 
-async def fanout(broker: RunningBroker, n: int, qos: int, seconds: float) -> Result:
+async def fanout(
+    broker: RunningBroker, n: int, qos: int, seconds: float, settle: float = 0.0
+) -> Result:
+    """1 publisher → n subscribers. `settle`: seconds between the subscriptions and the first
+    publish (a cluster spreads a node's new routes to the others asynchronously, as EMQX does)."""
     stats = Stats(sample_every=50)
     creds = (USERNAME, PASSWORD)
     subs = await connect_many(n, "127.0.0.1", broker.port, stats, "fsub", *creds)
     for sub in subs:
         await sub.subscribe("bench/fanout", qos)
+    await asyncio.sleep(settle)
     (pub,) = await connect_many(1, "127.0.0.1", broker.port, Stats(), "fpub", *creds)
     template = PublishTemplate("bench/fanout", 1024, qos)
     cpu_before = broker.cpu_seconds()
@@ -146,13 +151,22 @@ async def fanout(broker: RunningBroker, n: int, qos: int, seconds: float) -> Res
     )
 
 
-async def fanin(broker: RunningBroker, n: int, qos: int, seconds: float, shared: int = 0) -> Result:
+async def fanin(
+    broker: RunningBroker,
+    n: int,
+    qos: int,
+    seconds: float,
+    shared: int = 0,
+    settle: float = 0.0,
+) -> Result:
+    """n publishers → 1 subscriber (or a shared group of `shared`); `settle` as in fanout."""
     stats = Stats(sample_every=10)
     creds = (USERNAME, PASSWORD)
     topic = "$share/g/bench/fanin/#" if shared else "bench/fanin/#"
     subs = await connect_many(max(1, shared), "127.0.0.1", broker.port, stats, "isub", *creds)
     for sub in subs:
         await sub.subscribe(topic, qos)
+    await asyncio.sleep(settle)
     pubs = await connect_many(n, "127.0.0.1", broker.port, Stats(), "ipub", *creds)
     cpu_before = broker.cpu_seconds()
     started = time.perf_counter()
