@@ -16,9 +16,12 @@ its stream and waits (at most `TAKEOVER_WAIT`) for `released`:
   the database holds all of it (record, queue, in-flight states, acknowledgements: the store's
   pending group commit is awaited);
 - the owner is itself still in its CONNECT for that id (its own claim came first but its
-  answer had not arrived): the takeover waits for that CONNECT to open its session and send
-  its CONNACK, then takes it over — the earlier client gets CONNACK then 0x8E, one session
-  remains.
+  answer had not arrived, or its session is open but its first save still stands before its
+  CONNACK): the takeover waits for that CONNECT to open its session and send its CONNACK, then
+  takes it over — the earlier client gets CONNACK then 0x8E, one session remains. (Taken over
+  before its CONNACK, the connection would close with nothing written, its CONNACK and
+  DISCONNECT still held: the client sees a lost connection, reconnects and takes the session
+  back from the winner.)
 
 The claimer, when the client asked to continue its session (clean start 0) and this node does
 not hold it, restores it from Postgres (`SessionPersistence.restore_one`) before its CONNACK:
@@ -56,7 +59,7 @@ log = logging.getLogger("data_plane.cluster")
 
 TAKEOVER_WAIT = 2.0  # seconds a CONNECT waits for the previous node to let the session go
 RELEASE_STEP = 0.005  # seconds between looks for the CONNACK of a CONNECT that lost a race
-RELEASE_TRIES = 200  # at most one second of them (its takeover waits TAKEOVER_WAIT)
+RELEASE_WAIT = TAKEOVER_WAIT  # at most this long (the claimer waits no longer for `released`)
 OWNER_TTL = 7 * 86400  # seconds an ownership record outlives the last CONNECT that wrote it
 
 
@@ -132,21 +135,32 @@ class SessionClaims:
                 )
 
     def _release_once_acked(
-        self, tenant: str, client_id: str, node: str, request: str, clean: bool, tries: int = 0
+        self,
+        tenant: str,
+        client_id: str,
+        node: str,
+        request: str,
+        clean: bool,
+        deadline: float | None = None,
     ) -> None:
         """Release to `node` once our CONNECT for the id has its CONNACK (a client must see
         CONNACK before DISCONNECT 0x8E, or it counts the connect as failed and retries it);
-        the session's first save may stand between the two."""
+        the session's first save may stand between the two. At once when there is no such
+        CONNECT; after RELEASE_WAIT at most (a CONNECT stuck that long is let go unanswered)."""
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + RELEASE_WAIT
         session = self.cluster.broker.sessions.get((tenant, client_id))
         connection = session.connection if session is not None else None
         if connection is not None and not connection._acked and not connection.closing:
-            if tries < RELEASE_TRIES:
-                asyncio.get_running_loop().call_later(
+            if loop.time() < deadline:
+                loop.call_later(
                     RELEASE_STEP,
                     self._release_once_acked,
-                    *(tenant, client_id, node, request, clean, tries + 1),
+                    *(tenant, client_id, node, request, clean, deadline),
                 )
                 return
+            log.warning("CONNECT of %s/%s not answered before its takeover", tenant, client_id)
         self.release(tenant, client_id, node, request, clean)
 
     async def _bring(self, tenant: str, client_id: str) -> None:
@@ -264,7 +278,8 @@ class SessionClaims:
             if pending is not None:  # our CONNECT for it has not opened its session yet
                 pending.lost_to = (body["from"], body["id"], bool(body.get("clean")))
                 return
-            self.release(body["tenant"], body["client_id"], body["from"], body["id"], body["clean"])
+            # Opened but maybe not acknowledged yet (its first save): CONNACK first, then 0x8E.
+            self._release_once_acked(*key, body["from"], body["id"], bool(body.get("clean")))
 
     def release(self, tenant: str, client_id: str, node: str, request: str, clean: bool) -> None:
         """Let `node` have the session: take it from its connection here, then hand it over."""
