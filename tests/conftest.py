@@ -13,14 +13,6 @@ import pytest
 from tests.browser import artifacts, page  # noqa: F401 (fixtures for every browser test)
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that uses the
-    shared Spark session runs on one worker: one JVM for the suite instead of one per worker."""
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

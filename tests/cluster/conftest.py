@@ -11,6 +11,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -25,8 +26,14 @@ HEARTBEAT = 1.0  # seconds: short, so a dead node is noticed within the tests' p
 
 
 def start_node(
-    tmp: Path, redis_url: str, cluster: str, *extra: str, heartbeat: float = HEARTBEAT
+    tmp: Path,
+    redis_url: str,
+    cluster: str,
+    *extra: str,
+    heartbeat: float = HEARTBEAT,
+    **broker: Any,
 ) -> BrokerProcess:
+    """A node of `cluster` on a static tenants file (`broker`: start_broker's own options)."""
     folder = tmp / uuid.uuid4().hex[:8]
     folder.mkdir()
     return start_broker(
@@ -42,6 +49,7 @@ def start_node(
         "--sys-interval",
         "0.5",
         *extra,
+        **broker,
     )
 
 

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from tests.broker.clients import Paho
-from tests.broker.conftest import TENANTS, start_broker
-from tests.cluster.conftest import HEARTBEAT, metric, until_routed, wait_for
+from tests.broker.conftest import TENANTS
+from tests.cluster.conftest import HEARTBEAT, metric, start_node, until_routed, wait_for
 from tests.mqtt_bytes import string, varint
 
 LIMIT = 5
@@ -37,22 +37,7 @@ TENANTS_WITH_LIMITS = {
 
 
 def start_limited_node(tmp, redis_url: str, cluster: str):
-    folder = tmp / uuid.uuid4().hex[:8]
-    folder.mkdir()
-    return start_broker(
-        folder,
-        "--redis-url",
-        redis_url,
-        "--cluster-name",
-        cluster,
-        "--cluster-heartbeat",
-        str(HEARTBEAT),
-        "--metrics-port",
-        "0",
-        "--sys-interval",
-        "0.5",
-        tenants=TENANTS_WITH_LIMITS,
-    )
+    return start_node(tmp, redis_url, cluster, tenants=TENANTS_WITH_LIMITS)
 
 
 class Nodes(list):
