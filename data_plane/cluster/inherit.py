@@ -47,6 +47,7 @@ from redis.exceptions import RedisError, ResponseError
 from data_plane.broker.session import Delivery
 from data_plane.cluster import codec
 from data_plane.cluster.regroup import reassign
+from data_plane.cluster.routes import APPLY_OPS_LUA
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -58,19 +59,14 @@ DRAIN_COUNT = 500  # stream entries per read while draining a dead node's stream
 # ARGV: channel, our id, the dead node's id, then "+key" / "-key" ops of our routes.
 # Returns our new version, or -1 when our version key is gone (our routes are rewritten by the
 # next beat; the dead node is announced as having left).
-REPLACE = """
+REPLACE = (
+    APPLY_OPS_LUA
+    + """
 local version = -1
 local added, removed = {}, {}
 if redis.call('EXISTS', KEYS[2]) == 1 then
   version = redis.call('INCR', KEYS[2])
-  for i = 4, #ARGV do
-    local op, key = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
-    if op == '+' then
-      redis.call('SADD', KEYS[1], key); added[#added + 1] = key
-    else
-      redis.call('SREM', KEYS[1], key); removed[#removed + 1] = key
-    end
-  end
+  added, removed = apply_ops(KEYS[1], 4)
 end
 redis.call('DEL', KEYS[3], KEYS[4])
 redis.call('SREM', KEYS[5], ARGV[3])
@@ -83,6 +79,7 @@ else
 end
 return version
 """
+)
 
 
 async def ensure_group(redis: Any, stream: str) -> None:

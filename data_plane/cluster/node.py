@@ -63,7 +63,7 @@ from data_plane.cluster.inherit import (
 )
 from data_plane.cluster.limits import ClusterLimits
 from data_plane.cluster.regroup import serve_here
-from data_plane.cluster.routes import RouteTable, route_key
+from data_plane.cluster.routes import APPLY_OPS_LUA, RouteTable, route_key
 from data_plane.cluster.sessions import SessionClaims, encode_control
 from data_plane.cluster.wills import WillRegistry
 
@@ -75,22 +75,17 @@ ROUTE_CHUNK = 1000  # set members per SADD when a node rewrites its whole set
 # KEYS: the node's route set, its version. ARGV: channel, node id, then "+key" / "-key" ops.
 # Returns the new version, or -1 when the version key is gone (Redis lost the node's data:
 # the caller rewrites the whole set instead).
-APPLY_ROUTES = """
+APPLY_ROUTES = (
+    APPLY_OPS_LUA
+    + """
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 local version = redis.call('INCR', KEYS[2])
-local added, removed = {}, {}
-for i = 3, #ARGV do
-  local op, key = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
-  if op == '+' then
-    redis.call('SADD', KEYS[1], key); added[#added + 1] = key
-  else
-    redis.call('SREM', KEYS[1], key); removed[#removed + 1] = key
-  end
-end
+local added, removed = apply_ops(KEYS[1], 3)
 redis.call('PUBLISH', ARGV[1], cjson.encode({node = ARGV[2], version = version,
   added = added, removed = removed}))
 return version
 """
+)
 
 
 class Keys:

@@ -51,6 +51,24 @@ class RemoteNode:
         return ""
 
 
+# A Lua function both route scripts start with (node.APPLY_ROUTES, inherit.REPLACE): applies the
+# "+key" / "-key" ops from ARGV[first] on to the node's route set, returns (added, removed).
+APPLY_OPS_LUA = """
+local function apply_ops(set, first)
+  local added, removed = {}, {}
+  for i = first, #ARGV do
+    local op, key = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
+    if op == '+' then
+      redis.call('SADD', set, key); added[#added + 1] = key
+    else
+      redis.call('SREM', set, key); removed[#removed + 1] = key
+    end
+  end
+  return added, removed
+end
+"""
+
+
 class RouteTable:
     def __init__(self) -> None:
         self.nodes: dict[str, RemoteNode] = {}
