@@ -233,7 +233,7 @@ class Broker:
                 (sub.subscription_id,) if sub.subscription_id else (),
             )
             commit = session.deliver(delivery)
-            if delivery.qos and session.queue and session.backs_up(delivery):  # cheap ones first
+            if session.queue and session.backs_up(delivery):  # cheap one first
                 return Published(1, [commit] if commit is not None else (), (session,))
             return REACHED_ONE if commit is None else Published(1, [commit])
         # Overlapping subscriptions of one session: one copy, the highest QoS, every id.
@@ -261,7 +261,7 @@ class Broker:
         commit = session.deliver(delivery)
         if commit is not None:
             commits.append(commit)
-        if delivery.qos and session.queue and session.backs_up(delivery):  # cheap ones first
+        if session.queue and session.backs_up(delivery):  # cheap one first
             backed_up.append(session)
 
     def _sent(self, session: Session, delivery: Delivery, size: int) -> None:

@@ -108,7 +108,7 @@ class ReadGate:
         self._timer = None
         for session in self.throttled_by:
             session.stalled = True
-            session.blocked_publishers.discard(self.owner)
+            session.blocked_publishers.pop(self.owner, None)
         self._unthrottle_all()
 
     def _unthrottle_all(self) -> None:

@@ -70,16 +70,16 @@ class Forwarder:
         self.dropped: Counter[str] = Counter()  # reason -> messages
         self.on_drop: Callable[[str, int], None] | None = None  # (tenant, count): tenant stats
         # As a throttler of publishing connections (data_plane.broker.flow reads these two).
-        self.blocked_publishers: set = set()
+        self.blocked_publishers: dict = {}  # as a session's: in the order they were held
         self.stalled = False
 
     def hold(self, publisher: Any) -> None:
         """`publisher` stopped reading for the bus (the read gate acted on `slow_down`):
         release it once the backlog is down to RESUME_BYTES."""
-        self.blocked_publishers.add(publisher)
+        self.blocked_publishers[publisher] = None
 
     def _release(self) -> None:
-        blocked, self.blocked_publishers = self.blocked_publishers, set()
+        blocked, self.blocked_publishers = self.blocked_publishers, {}
         for connection in blocked:
             connection.unthrottle_by(self)
 

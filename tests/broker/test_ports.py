@@ -11,6 +11,7 @@ from common.mqtt.packets import Subscription
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Ports, Published
+from data_plane.broker.session import Session
 from data_plane.config import BrokerConfig
 from data_plane.tenancy.static import StaticAuthenticator
 
@@ -52,9 +53,16 @@ def _broker(ports: Ports | None = None) -> Broker:
     return Broker(config, auth) if ports is None else Broker(config, auth, ports)
 
 
-def _connect(broker: Broker, client_id: str, topic_filter: str, qos: int):
+def _connect(
+    broker: Broker,
+    client_id: str,
+    topic_filter: str,
+    qos: int,
+    expiry: int = 0,
+    max_queued: int = MAX_QUEUED,
+):
     client = FakeClient(client_id)
-    session, _ = broker.open_session(client, "acme", client_id, "d1", True, 0, MAX_QUEUED)
+    session, _ = broker.open_session(client, "acme", client_id, "d1", True, expiry, max_queued)
     client.session = session
     broker.subscribe(session, Subscription(topic_filter, qos), None)
     return session
@@ -73,10 +81,75 @@ def test_publish_names_the_subscriber_whose_queue_backed_up_past_half():
     assert all(r.reached == 1 for r in results)
 
 
-def test_qos0_never_slows_a_publisher_down():
+def test_qos0_slows_a_publisher_down_once_the_backlog_is_half_its_cap():
+    # Without it a fan-in of QoS 0 publishers had the loop reading and dropping while the one
+    # subscriber got ~1% of the messages.
     broker = _broker()
-    _connect(broker, "slow", "t/#", 0)
-    assert all(not broker.publish(_message("t/a", 0)).slow_down for _ in range(MAX_QUEUED))
+    slow = _connect(broker, "slow", "t/#", 0, max_queued=1000)
+    half = Session.QOS0_QUEUE_LIMIT // 2
+    results = [broker.publish(_message("t/a", 0)) for _ in range(half + 2)]
+    assert [r.slow_down for r in results] == [()] * (half - 1) + [(slow,)] * 3
+    assert slow.queued_qos0 == half + 2 and slow.dropped == 0
+
+
+def test_qos0_into_a_short_queue_slows_the_publisher_at_half_the_queue():
+    broker = _broker()
+    slow = _connect(broker, "slow", "t/#", 0)  # a queue of MAX_QUEUED, below the QoS 0 cap
+    results = [broker.publish(_message("t/a", 0)) for _ in range(MAX_QUEUED)]
+    assert [r.slow_down for r in results] == [()] * 4 + [(slow,)] * 6
+
+
+def test_an_offline_qos0_subscriber_slows_nobody_down():
+    broker = _broker()
+    slow = _connect(broker, "slow", "t/#", 0, expiry=60, max_queued=1000)
+    slow.queue_qos0_offline = True
+    slow.connection = None  # offline (detached, not expired): its queue keeps QoS 0
+    limit = Session.QOS0_QUEUE_LIMIT
+    assert all(not broker.publish(_message("t/a", 0)).slow_down for _ in range(limit))
+    assert slow.queued_qos0 == limit
+
+
+class HeldPublisher:
+    """A publisher's read gate, as the session sees it: released ones publish what they held."""
+
+    def __init__(self, name: str, broker: Broker, held: int, released: list[str]) -> None:
+        self.name, self.broker, self.held, self.released = name, broker, held, released
+
+    def unthrottle_by(self, session: Session) -> None:
+        self.released.append(self.name)
+        for _ in range(self.held):
+            result = self.broker.publish(_message("t/a", 0, self.name))
+            if result.slow_down:  # held anew, as the read gate would be
+                session.hold(self)
+                return
+
+
+def test_held_publishers_go_oldest_first_while_the_queue_has_room():
+    broker = _broker()
+    slow = _connect(broker, "slow", "t/#", 0, max_queued=1000)
+    half = Session.QOS0_QUEUE_LIMIT // 2
+    released: list[str] = []
+    publishers = [HeldPublisher(f"p{i}", broker, 5, released) for i in range(half + 10)]
+    for publisher in publishers:
+        slow.hold(publisher)
+    slow.release_publishers()  # the queue is empty: room up to the hold mark
+    # Each released publisher publishes what it held (5) until the queue reaches the hold mark:
+    # the tenth is held anew there, behind those still waiting, in order.
+    assert released == [f"p{i}" for i in range(10)]
+    assert slow.queued_qos0 == half and slow.dropped == 0
+    assert list(slow.blocked_publishers) == publishers[10:] + [publishers[9]]
+
+
+def test_a_departing_subscriber_releases_every_publisher():
+    broker = _broker()
+    slow = _connect(broker, "slow", "t/#", 0, max_queued=1000)
+    released: list[str] = []
+    for _ in range(Session.QOS0_QUEUE_LIMIT):
+        broker.publish(_message("t/a", 0))
+    for i in range(3):
+        slow.hold(HeldPublisher(f"p{i}", broker, 0, released))
+    broker.detach(slow, slow.connection)
+    assert released == ["p0", "p1", "p2"] and not slow.blocked_publishers
 
 
 def test_a_stalled_subscriber_no_longer_slows_publishers_down():
