@@ -137,7 +137,7 @@ class MQTTConnection(asyncio.Protocol):
         self._will_delay = 0
         self._send_will = True
         self._judging = False  # a CONNECT is being judged
-        self._acked = False  # CONNACK (success) sent: stays true while closing
+        self.acked = False  # CONNACK (success) sent: stays true while closing
         self._counted = False  # counted in the tenant's connections: released exactly once
 
     def _enter(self, state: State) -> None:
@@ -218,7 +218,7 @@ class MQTTConnection(asyncio.Protocol):
         session = self.session
         if session is None:
             return
-        if not self._acked:  # gone before CONNACK: never connected, so no will either
+        if not self.acked:  # gone before CONNACK: never connected, so no will either
             if session.connection is self:
                 session.will = None
         elif self._will is not None and self._send_will:
@@ -393,10 +393,9 @@ class MQTTConnection(asyncio.Protocol):
         self._will, self._will_delay = welcome.will, welcome.will_delay
         quota = result.quota
         max_queued = quota.get("max_queued_messages", self.config.max_queued_messages)
-        if self.broker.cluster is not None:  # cluster: another node may hold this client id
-            await self.broker.cluster.claim(self.tenant, client_id, connect.clean_start)
-            if self.closing:
-                return
+        await self.handshake.claim(client_id, connect.clean_start)  # earlier CONNECTs first
+        if self.closing:
+            return
         # Until CONNACK: deliveries queue in the session (as for a slow reader), writes wait.
         self.writer.hold = self.write_paused = True
         session, present = self.broker.open_session(
@@ -430,7 +429,7 @@ class MQTTConnection(asyncio.Protocol):
         self.write_paused = False
         self.writer.first(connack)  # first, whatever was written meanwhile
         self._enter(State.CONNECTED)
-        self._acked = True
+        self.acked = True
         if self._timer:
             self._timer.cancel()
         keep_alive = self.keep_alive * 1.5

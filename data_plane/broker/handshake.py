@@ -29,6 +29,9 @@ from data_plane.broker.message import Message
 
 log = logging.getLogger(__name__)
 
+CONNACK_WAIT = 2.0  # seconds a CONNECT waits for an earlier one of its client id to be answered
+CONNACK_STEP = 0.005  # seconds between looks
+
 
 class HandshakeOutlet(Protocol):
     """What the handshake needs of its connection."""
@@ -132,6 +135,24 @@ class Handshake:
                     quota="connections",
                 )
         return result
+
+    async def claim(self, client_id: str, clean_start: bool) -> None:
+        """Make the client id this connection's before its session opens: the cluster moves it
+        here from another node, and an earlier CONNECT of the id on this node that has not had
+        its CONNACK yet (its session's first save stands between the two) is answered first.
+        Taken over before its CONNACK, that client got DISCONNECT 0x8E without one, which
+        clients count as a failed connect and retry. Waits `CONNACK_WAIT` at most."""
+        conn = self.conn
+        broker = conn.broker
+        if broker.cluster is not None:
+            await broker.cluster.claim(conn.tenant, client_id, clean_start)
+        deadline = conn.loop.time() + CONNACK_WAIT
+        while not conn.closing and conn.loop.time() < deadline:
+            session = broker.sessions.get((conn.tenant, client_id))
+            earlier = session.connection if session is not None else None
+            if earlier is None or earlier is conn or earlier.closing or earlier.acked:
+                return
+            await asyncio.sleep(CONNACK_STEP)
 
     def welcome(self, connect: Connect, result: AuthResult, client_id: str) -> Welcome | Refusal:
         """The session's expiry (capped by the tenant's quota) and will (judged as a PUBLISH,

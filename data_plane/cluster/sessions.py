@@ -152,7 +152,7 @@ class SessionClaims:
             deadline = loop.time() + RELEASE_WAIT
         session = self.cluster.broker.sessions.get((tenant, client_id))
         connection = session.connection if session is not None else None
-        if connection is not None and not connection._acked and not connection.closing:
+        if connection is not None and not connection.acked and not connection.closing:
             if loop.time() < deadline:
                 loop.call_later(
                     RELEASE_STEP,
