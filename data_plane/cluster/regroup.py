@@ -1,6 +1,6 @@
 """A dead node's share of shared-group messages, given to a surviving member of each group.
 
-A publish assigns each matching shared group to one node with members (`Cluster._assign_groups`)
+A publish assigns each matching shared group to one node with members (`Publisher._assign_groups`)
 and sends it the message naming the groups it serves. When that node dies before it delivered
 (its stream still holds the entry: read but not acknowledged, or not read — see `inherit`), the
 survivor draining the stream hands each named group's copy on (`reassign`): to a member here
