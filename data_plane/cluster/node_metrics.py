@@ -1,8 +1,9 @@
 """The node's `/metrics`: what an operator reads to see the cluster from one of its nodes.
 
-One collector (`collect`, appended to the broker's `metric_sources` at start) reads the counters
-the other rooms keep — membership, the route table, the forwarder, the stream consumer,
-session takeovers, wills, relays — at scrape time, so the hot paths only bump integers.
+One collector (`collect`, behind `Cluster.metrics` in the broker's `metric_sources`) reads
+the counters the other rooms keep — membership, the route table, the forwarder, the stream
+consumer, session takeovers, wills, relays — at scrape time, so the hot paths only bump
+integers.
 `$SYS/broker/nodes` reads `Cluster.members()` instead (data_plane.broker.sys_topics); the
 tenants' `$SYS` figures over the nodes are `limits`' own (`ClusterLimits.figures`).
 """
