@@ -1,9 +1,9 @@
 """A dead node's share of shared-group messages, given to a surviving member of each group.
 
-A publish assigns each matching shared group to one node with members (`Publisher._assign_groups`)
-and sends it the message naming the groups it serves. When that node dies before it delivered
-(its stream still holds the entry: read but not acknowledged, or not read — see `inherit`), the
-survivor draining the stream hands each named group's copy on (`reassign`): to a member here
+A publish assigns each matching shared group to one node with members
+(`Publisher._assign_groups`) and sends it the message naming the groups it serves. When that
+node dies before it delivered (its stream still holds the entry: read but not acknowledged, or
+not read — see `inherit`), the survivor draining the stream hands each named group's copy on (`reassign`): to a member here
 (this node's own, or one of the dead node's persistent members it just adopted) if there is one,
 else to a live node with members, marked `codec.GROUPS` so that node serves that group only (its
 plain subscribers had their own copy from the publisher). A group with no member left anywhere
