@@ -39,7 +39,8 @@ import redis
 
 from common import embedded
 from data_plane.broker.router import Router, Subscriber
-from data_plane.cluster.node import ROUTE_CHUNK, Keys
+from data_plane.cluster.keys import Keys
+from data_plane.cluster.own_routes import ROUTE_CHUNK
 from data_plane.cluster.routes import RouteTable, route_key
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,10 +2,19 @@
 acting as one broker. Importing the broker, never imported by it: the broker sees a `Cluster`
 port (data_plane.broker.ports) given to it at construction, or nothing (one process, no bus).
 
-- `node`: membership (heartbeat keys with a TTL), this node's routes, receiving;
+- `node`: the `Cluster` port the server plugs in, a thin composition of the rooms below;
+- `keys`: where the cluster keeps things in Redis (every key and channel name);
+- `membership`: the heartbeat (keys with a TTL), the others' liveness, joining and leaving,
+  no new clients while cut off from the bus;
 - `routes`: the route table (tenant, filter) → nodes, EMQX's merge semantics;
-- `forward`: a publish once to each other node with a matching route, batched, on streams;
+- `own_routes`: this node's route set in Redis (the router's changes as versioned deltas);
+- `their_routes`: the other nodes' route sets into the table (the route channel, reloads);
+- `publish`: the port's publish: routed here, and once to each node with a matching route
+  (one node per shared group);
+- `forward`: the copies for other nodes, batched on their streams, with back-pressure;
+- `receive`: this node's stream read through its consumer group and delivered here;
 - `codec`: forwarded messages as bytes;
+- `node_metrics`: the node's /metrics;
 - `sessions`: one session per client id across the cluster (takeover between nodes; a
   persistent session moves with its client through Postgres), and at start-up each stored
   persistent session restored by one node only (no owner, or a dead one);

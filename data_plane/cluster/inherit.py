@@ -7,7 +7,7 @@ but did not acknowledge (its pending list) and entries it never read. Publishers
 forwarding to a dead node (`Cluster.dying`) until a survivor takes its place, so those
 messages pile up in its stream too, instead of matching no route at all.
 
-The survivor that takes the node's purge lock (`Cluster._purge`) first publishes the wills of
+The survivor that takes the node's purge lock (`Membership._purge`) first publishes the wills of
 its clients not kept in Postgres (data_plane.cluster.wills), then, holding its own route lock so
 that none of its route changes reaches the others meanwhile:
 
@@ -170,14 +170,15 @@ class Inheritance:
     async def _run(self) -> None:
         cluster = self.cluster
         await cluster.wills.publish_for(self.dead)  # its clients' wills not in Postgres
-        async with cluster.routes_lock:  # our route changes reach the others in step 3 only
+        own = cluster.own_routes
+        async with own.lock:  # our route changes reach the others in step 3 only
             self.adopted = await cluster.sessions.adopt()
             store = _store(cluster.broker)
             if store is not None:  # what the dead node committed is in the adopted sessions
                 mark = await store.stream_mark_of(self.dead)
                 self.mark = _entry(mark) if mark else None
             await self._drain()
-            pending, cluster.pending = cluster.pending, {}
+            pending, own.pending = own.pending, {}
             ops = [("+" if added else "-") + key for key, added in pending.items()]
             keys = cluster.keys
             version = await self.replace(
@@ -192,10 +193,10 @@ class Inheritance:
                 args=[keys.channel, cluster.node_id, self.dead, *ops],
             )
             if version == -1:
-                cluster.synced = False  # the beat rewrites our whole set
+                own.synced = False  # the beat rewrites our whole set
             else:
-                cluster.version = version
-        cluster.gone(self.dead)
+                own.version = version
+        cluster.membership.gone(self.dead)
         await asyncio.sleep(cluster.heartbeat / 2)  # forwards buffered before the switch
         await self._drain()
         await cluster.redis.delete(self.stream)
@@ -265,4 +266,4 @@ async def inherit(cluster: Any, dead: str) -> None:
     except Exception:
         log.exception("taking the place of dead node %s failed", dead)
     finally:
-        cluster.inheriting.discard(dead)
+        cluster.membership.inheriting.discard(dead)

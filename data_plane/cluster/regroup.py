@@ -1,13 +1,13 @@
 """A dead node's share of shared-group messages, given to a surviving member of each group.
 
-A publish assigns each matching shared group to one node with members (`Cluster._assign_groups`)
-and sends it the message naming the groups it serves. When that node dies before it delivered
-(its stream still holds the entry: read but not acknowledged, or not read — see `inherit`), the
-survivor draining the stream hands each named group's copy on (`reassign`): to a member here
-(this node's own, or one of the dead node's persistent members it just adopted) if there is one,
-else to a live node with members, marked `codec.GROUPS` so that node serves that group only (its
-plain subscribers had their own copy from the publisher). A group with no member left anywhere
-counts the message as dropped (`group_gone`).
+A publish assigns each matching shared group to one node with members
+(`Publisher._assign_groups`) and sends it the message naming the groups it serves. When that
+node dies before it delivered (its stream still holds the entry: read but not acknowledged, or
+not read — see `inherit`), the survivor draining the stream hands each named group's copy on
+(`reassign`): to a member here (this node's own, or one of the dead node's persistent members it
+just adopted) if there is one, else to a live node with members, marked `codec.GROUPS` so that
+node serves that group only (its plain subscribers had their own copy from the publisher). A
+group with no member left anywhere counts the message as dropped (`group_gone`).
 
 Once per group: entries the dead node had committed (its persistent members' queues hold them)
 are skipped by the drain's stream mark, and every other entry is handed on once.

@@ -51,8 +51,9 @@ class RemoteNode:
         return ""
 
 
-# A Lua function both route scripts start with (node.APPLY_ROUTES, inherit.REPLACE): applies the
-# "+key" / "-key" ops from ARGV[first] on to the node's route set, returns (added, removed).
+# A Lua function both route scripts start with (own_routes.APPLY_ROUTES, inherit.REPLACE):
+# applies the "+key" / "-key" ops from ARGV[first] on to the node's route set, returns
+# (added, removed).
 APPLY_OPS_LUA = """
 local function apply_ops(set, first)
   local added, removed = {}, {}

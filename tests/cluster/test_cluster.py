@@ -8,6 +8,10 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import redis
@@ -30,6 +34,40 @@ def three(tmp_path_factory, redis_url):
 
 def remote_routes(node) -> float:
     return metric(node, "mqtt_cluster_remote_routes")
+
+
+@dataclass
+class Pair:
+    """Two nodes, a subscriber on `a` and a publisher on `b`; `clients` are closed at the end."""
+
+    a: Any
+    b: Any
+    sub: Paho
+    publisher: Paho
+    clients: list[Paho] = field(default_factory=list)
+
+
+@contextmanager
+def routed_pair(tmp_path, url: str, name: str, heartbeat: float = HEARTBEAT) -> Iterator[Pair]:
+    """Two nodes of cluster `name`; a subscriber to `{name}/#` on the first, a publisher on the
+    second, once the subscriber's route reached the publisher's node (`until_routed`). Both nodes
+    stop, and every client in `Pair.clients` closes, when the block ends."""
+    a = start_node(tmp_path, url, name, heartbeat=heartbeat)
+    b = start_node(tmp_path, url, name, heartbeat=heartbeat)
+    clients: list[Paho] = []
+    try:
+        wait_for(lambda: metric(b, "mqtt_cluster_nodes") == 2, 10)
+        sub = Paho(a.port, "acme/d1", "pw1", f"{name}-sub")
+        sub.subscribe(f"{name}/#", qos=1)
+        publisher = Paho(b.port, "acme/d2", "pw2", f"{name}-pub")
+        clients += [sub, publisher]
+        until_routed(publisher, sub, f"{name}/probe")
+        yield Pair(a, b, sub, publisher, clients)
+    finally:
+        for client in clients:
+            client.close()
+        a.stop()
+        b.stop()
 
 
 @pytest.mark.parametrize("qos", [0, 1, 2])
@@ -177,16 +215,8 @@ def test_dead_node_noticed_within_two_heartbeats_and_its_routes_leave(tmp_path, 
 
 
 def test_routes_rebuilt_after_redis_restart(tmp_path, private_redis):
-    name = "restart"
-    a = start_node(tmp_path, private_redis.url, name)
-    b = start_node(tmp_path, private_redis.url, name)
-    sub = publisher = None
-    try:
-        wait_for(lambda: metric(b, "mqtt_cluster_nodes") == 2, 10)
-        sub = Paho(a.port, "acme/d1", "pw1", "restart-sub")
-        sub.subscribe("restart/#", qos=1)
-        publisher = Paho(b.port, "acme/d2", "pw2", "restart-pub")
-        until_routed(publisher, sub, "restart/probe")
+    with routed_pair(tmp_path, private_redis.url, "restart") as pair:
+        b, sub, publisher = pair.b, pair.sub, pair.publisher
         private_redis.stop()  # every key gone: routes, members, streams
         wait_for(lambda: metric(b, "mqtt_cluster_bus_up") == 0, 4 * HEARTBEAT)
         # Meanwhile a QoS 1 message for the other node is refused to its publisher, not
@@ -213,12 +243,6 @@ def test_routes_rebuilt_after_redis_restart(tmp_path, private_redis):
         assert [m.payload for m in sub.expect(1, timeout=5)] == [b"after"]  # never "during"
         again = Paho(b.port, "acme/d3", "pw3", "again")  # accepting clients again
         again.close()
-    finally:
-        for client in (sub, publisher):
-            if client is not None:
-                client.close()
-        a.stop()
-        b.stop()
 
 
 def test_one_client_id_at_two_nodes_ends_with_one_session(three):
@@ -259,16 +283,8 @@ def test_slow_node_cut_off_by_the_output_buffer_limit_recovers(tmp_path, private
     bus = redis.Redis.from_url(private_redis.url)
     bus.config_set("client-output-buffer-limit", "pubsub 1mb 512kb 1")
     name = "slow"
-    a = start_node(tmp_path, private_redis.url, name, heartbeat=3.0)
-    b = start_node(tmp_path, private_redis.url, name, heartbeat=3.0)
-    clients = []
-    try:
-        wait_for(lambda: metric(b, "mqtt_cluster_nodes") == 2, 10)
-        sub = Paho(a.port, "acme/d1", "pw1", "slow-sub")
-        sub.subscribe("slow/#", qos=1)
-        publisher = Paho(b.port, "acme/d2", "pw2", "slow-pub")
-        clients += [sub, publisher]
-        until_routed(publisher, sub, "slow/probe")
+    with routed_pair(tmp_path, private_redis.url, name, heartbeat=3.0) as pair:
+        a, b, sub, publisher = pair.a, pair.b, pair.sub, pair.publisher
         a_id = next(
             m.decode()
             for m in bus.smembers(f"mqtt-cluster:{name}:members")
@@ -297,18 +313,13 @@ def test_slow_node_cut_off_by_the_output_buffer_limit_recovers(tmp_path, private
         # serving again, both ways: a new route of node a reaches node b, and back
         later = Paho(a.port, "acme/d3", "pw3", "slow-later")
         later.subscribe("after/#", qos=1)
-        clients.append(later)
+        pair.clients.append(later)
         until_routed(publisher, later, "after/probe")
         watcher = Paho(b.port, "acme/d4", "pw4", "slow-watch")
         watcher.subscribe("back/#", qos=1)
-        clients.append(watcher)
+        pair.clients.append(watcher)
         until_routed(later, watcher, "back/probe")
         assert metric(a, "mqtt_cluster_forward_dropped_total", '{reason="bus_unavailable"}') == 0
-    finally:
-        for client in clients:
-            client.close()
-        a.stop()
-        b.stop()
 
 
 def test_wills_of_a_killed_nodes_clients_are_published_by_a_survivor(tmp_path, redis_url):
@@ -352,16 +363,8 @@ def test_forwarded_messages_lost_in_the_stream_are_counted(tmp_path, private_red
     their reason, and the node goes on with what follows."""
     bus = redis.Redis.from_url(private_redis.url)
     name = "gap"
-    a = start_node(tmp_path, private_redis.url, name, heartbeat=3.0)
-    b = start_node(tmp_path, private_redis.url, name, heartbeat=3.0)
-    clients = []
-    try:
-        wait_for(lambda: metric(b, "mqtt_cluster_nodes") == 2, 10)
-        sub = Paho(a.port, "acme/d1", "pw1", "gap-sub")
-        sub.subscribe("gap/#", qos=1)
-        publisher = Paho(b.port, "acme/d2", "pw2", "gap-pub")
-        clients += [sub, publisher]
-        until_routed(publisher, sub, "gap/probe")
+    with routed_pair(tmp_path, private_redis.url, name, heartbeat=3.0) as pair:
+        a, sub, publisher = pair.a, pair.sub, pair.publisher
         [stream] = [k for k in bus.keys(f"mqtt-cluster:{name}:stream:*") if bus.xlen(k)]
         a.process.send_signal(signal.SIGSTOP)
         try:
@@ -379,8 +382,3 @@ def test_forwarded_messages_lost_in_the_stream_are_counted(tmp_path, private_red
         assert got[:-1] == [b"gone0"][:early]
         label = '{reason="stream_gap"}'
         wait_for(lambda: metric(a, "mqtt_cluster_forward_dropped_total", label) == 6 - early, 3)
-    finally:
-        for client in clients:
-            client.close()
-        a.stop()
-        b.stop()

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import redis.asyncio as aioredis
 
 from data_plane.broker.hooks import Hooks
+from data_plane.cluster.keys import Keys
 from data_plane.cluster.limits import ClusterLimits
-from data_plane.cluster.node import Keys
 
 RATE = 400
 

@@ -1,0 +1,188 @@
+"""Who is in the cluster: this node's heartbeat, the others' liveness, joining and leaving.
+
+The node writes `Keys.node(id)` (its description, JSON) with a TTL of 1.5 × the heartbeat every
+half heartbeat, and adds itself to `Keys.members`. Every half heartbeat it also reads the
+members: one whose key has expired is dead, so a node that died is noticed at most
+1.5 + 0.5 = 2 heartbeats after its last write. Its routes stay in the table (`Cluster.dying`:
+messages for it wait in its stream) until one survivor (whoever takes `Keys.purge(id)` first,
+as EMQX's router helper takes a global lock) has taken its place (`inherit`: its persistent
+sessions, its stream, its clients' wills) and switched every node from it to itself in one
+message.
+
+A node that stalled past its TTL and comes back finds itself gone (`SADD` answers 1) and
+rewrites everything (its routes, its wills), like a node after a Redis restart; if a survivor
+took its place (its tombstone, `Keys.dead`) its clients go first (`SessionClaims.counted_dead`).
+The beat is also where the route table catches up: a live node whose version is ahead of the
+table's is loaded (`their_routes`), and this node's own set is rewritten when Redis lost it or
+it fell out of step (`own_routes`).
+
+Cut off from the bus for as long as the others take to count it dead, this node would be an
+island (its clients would see nothing of the others'): new clients are refused (CONNACK 0x88)
+until the bus answers again (`guard`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from common.mqtt.reason_codes import ReasonCode
+from data_plane.cluster.inherit import inherit
+
+log = logging.getLogger("data_plane.cluster")
+
+
+class _Unavailable:
+    """What the handshake's redirect hook answers to refuse a client: CONNACK 0x88 (3.1.1: 3,
+    Server unavailable) without a Server Reference."""
+
+    reason_code = ReasonCode.SERVER_UNAVAILABLE
+    reference = ""
+
+
+UNAVAILABLE = _Unavailable()
+
+
+class Membership:
+    """This node's heartbeat and its view of the others (`Cluster.alive`, `Cluster.dying`)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.bus_up = False
+        self.last_ok = float("-inf")  # monotonic time of the last heartbeat Redis took
+        self.refused = 0  # connections refused while cut off
+        self.inheriting: set[str] = set()  # dead nodes this one is taking the place of
+
+    @property
+    def cut_off(self) -> bool:
+        """No heartbeat got through for as long as the others take to count us dead."""
+        return time.monotonic() - self.last_ok > 1.5 * self.cluster.heartbeat
+
+    def guard(self, broker: Any) -> None:
+        """Refuse new clients (0x88) while cut off, in front of the broker's redirect hook."""
+        previous = broker.redirect
+
+        def refuse_when_cut_off(connect: Any, result: Any) -> Any:
+            if self.cut_off:
+                self.refused += 1
+                return UNAVAILABLE
+            return previous(connect, result) if previous is not None else None
+
+        broker.redirect = refuse_when_cut_off
+
+    async def forever(self) -> None:
+        """Beat every half heartbeat for as long as the node runs."""
+        cluster = self.cluster
+        while True:
+            await asyncio.sleep(cluster.heartbeat / 2)
+            try:
+                await self.beat()
+            except (RedisError, OSError) as exc:
+                if self.bus_up:
+                    log.warning("cluster bus lost: %s", exc)
+                self.bus_up = False
+                cluster.own_routes.synced = False
+
+    async def beat(self) -> None:
+        """Renew our key, then read who lives (see the module's docstring)."""
+        cluster = self.cluster
+        keys, node_id = cluster.keys, cluster.node_id
+        ttl = int(cluster.heartbeat * 1500)
+        pipe = cluster.redis.pipeline(transaction=False)
+        pipe.set(keys.node(node_id), json.dumps(cluster.info), px=ttl)
+        pipe.sadd(keys.members, node_id)
+        pipe.exists(keys.version(node_id))
+        pipe.smembers(keys.members)
+        _, added, has_version, members = await pipe.execute()
+        self.last_ok = time.monotonic()
+        if not self.bus_up:
+            log.info("cluster bus %s up", cluster.url)
+        self.bus_up = True
+        if added and await cluster.redis.delete(keys.dead(node_id)):
+            # We stalled past our TTL and a survivor took our place (our clients' wills are
+            # out, our persistent sessions adopted): our clients go, to reconnect anywhere.
+            cluster.sessions.counted_dead()
+        if added or not has_version:  # counted dead, or Redis lost our data: wills again
+            cluster.wills.rewrite()
+        if added or not has_version or not cluster.own_routes.synced:
+            await cluster.own_routes.rewrite()  # joined, reconnected, or Redis lost our data
+        others = sorted({m.decode() for m in members} - {node_id})
+        alive: dict[str, dict[str, Any]] = {}
+        versions: dict[str, int] = {}
+        if others:
+            pipe = cluster.redis.pipeline(transaction=False)
+            pipe.mget([keys.node(n) for n in others])
+            pipe.mget([keys.version(n) for n in others])
+            infos, found = await pipe.execute()
+            for other, info, version in zip(others, infos, found, strict=True):
+                if info is not None:
+                    alive[other] = json.loads(info)
+                    versions[other] = int(version) if version is not None else 0
+        for other in list(cluster.alive) + [n for n in others if n not in alive]:
+            if other not in alive:
+                self._dead(other)
+                await self._purge(other)
+        for other in (set(cluster.table.nodes) | cluster.dying) - set(others):
+            self.gone(other)  # no longer a member: its successor's message was missed
+        for other in alive:
+            if other not in cluster.alive:
+                log.info("node %s is up", other)
+        cluster.alive = alive
+        for other, version in versions.items():
+            known = cluster.table.nodes.get(other)
+            if known is None or known.version < version:
+                await cluster.their_routes.load(other)  # new, or a delta of it was missed
+
+    def _dead(self, node_id: str) -> None:
+        cluster = self.cluster
+        if node_id in cluster.alive:
+            log.warning("node %s is dead (no heartbeat for 1.5 × %ss)", node_id, cluster.heartbeat)
+        cluster.alive.pop(node_id, None)
+        if node_id in cluster.table.nodes:  # its routes stay until a survivor takes its place
+            cluster.dying.add(node_id)
+
+    def gone(self, node_id: str) -> None:
+        """A node left, or a survivor took its place: out of the table."""
+        cluster = self.cluster
+        cluster.alive.pop(node_id, None)
+        cluster.dying.discard(node_id)
+        cluster.table.drop(node_id)
+
+    async def _purge(self, node_id: str) -> None:
+        """One survivor takes a dead node's place (data_plane.cluster.inherit): adopts its
+        persistent sessions, drains its stream into them, then removes its routes and stream."""
+        if node_id in self.inheriting:
+            return
+        cluster = self.cluster
+        taken = await cluster.redis.set(
+            cluster.keys.purge(node_id), cluster.node_id, nx=True, px=int(cluster.heartbeat * 5000)
+        )
+        if not taken:
+            return
+        self.inheriting.add(node_id)
+        cluster.tasks.append(asyncio.get_running_loop().create_task(inherit(cluster, node_id)))
+
+    async def leave(self) -> None:
+        """Out of the cluster at once: the others drop our routes now rather than after our
+        TTL (our clients were told to go: no will of theirs is left either)."""
+        cluster = self.cluster
+        keys, node_id = cluster.keys, cluster.node_id
+        try:
+            pipe = cluster.redis.pipeline(transaction=True)
+            pipe.srem(keys.members, node_id)
+            pipe.delete(
+                keys.node(node_id),
+                keys.routes(node_id),
+                keys.version(node_id),
+                keys.stream(node_id),
+                cluster.wills.key(node_id),  # its clients were told to go: no will left
+            )
+            pipe.publish(keys.channel, json.dumps({"node": node_id, "left": True}))
+            await pipe.execute()
+        except (RedisError, OSError) as exc:
+            log.warning("could not leave the cluster cleanly: %s", exc)

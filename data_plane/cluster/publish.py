@@ -1,0 +1,121 @@
+"""Where a publish goes in the cluster: here, and once to each other node with a matching route.
+
+This is the hot path of the `Cluster` port (`Cluster.publish` is `Publisher.publish` itself,
+no frame in between). The broker has counted, filtered and kept the message as retained; here
+the route table (`routes`) names the other nodes with a matching filter, the message is routed
+locally (`Broker.route`) and handed to the `Forwarder` (`forward`) once per node — never once
+per subscriber — encoded once for every node that serves no shared group.
+
+Shared groups: each matching group (filter, group name) gets the message on one node only, in
+turn among the nodes with members (this one included); a node given groups gets them named in
+its copy, so it serves those and no others (`codec`).
+
+A retained message goes to every live node, subscribers there or not, so a new subscription
+anywhere finds it. A dead node no survivor has replaced yet (`Cluster.dying`) is still
+forwarded to: its stream keeps the messages for the survivor (`inherit`). The `Published`
+answer joins the local one and the bus's: each forwarded copy counts as reached, a QoS > 0
+message waits for the bus's commit, and a lagging bus slows its publisher down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from data_plane.broker.ports import Published
+from data_plane.cluster import codec
+from data_plane.cluster.forward import PAUSE_BYTES
+
+TURNS_MAX = 100_000  # shared groups' turns remembered before they are forgotten at once
+
+
+class Publisher:
+    """The `publish` of the Cluster port, and the shared groups' turns it keeps."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
+
+    def publish(self, message: Any) -> Published:
+        """Route `message` here and forward it to every other node with a matching route."""
+        cluster = self.cluster
+        broker = cluster.broker
+        seq = cluster.origins.local(message)  # its origin, carried by every copy (exactly.py)
+        plain, shared = cluster.table.match(message.tenant, message.topic)
+        assigned: dict[str, list[tuple[str, str]]] = {}
+        if not shared:  # the common case: every matching group (if any) is here only
+            local = broker.route(message)
+            if not plain and not (message.retain and cluster.alive):
+                return local
+        else:
+            mine = self._assign_groups(message, shared, assigned)
+            local = broker.route(message, lambda group: (group.topic_filter, group.name) in mine)
+        targets: dict[str, tuple[tuple[str, str], ...]] = {}
+        alive, dying = cluster.alive, cluster.dying
+        for node in plain:  # a dead node's stream keeps its messages until a survivor takes over
+            if node.node_id in alive or node.node_id in dying:  # else not seen yet
+                targets[node.node_id] = ()
+        for node_id, keys in assigned.items():
+            targets[node_id] = tuple(keys)
+        wait = message.qos > 0
+        commit = None
+        flags = codec.DELIVER | (codec.RETAIN if message.retain else 0)
+        plain_data = None  # the same bytes for every node that serves no group
+        forwarder = cluster.forwarder
+        for node_id, groups in targets.items():
+            if groups:
+                data = codec.encode(message, flags, groups, seq=seq)
+            else:
+                if plain_data is None:
+                    plain_data = codec.encode(message, flags, seq=seq)
+                data = plain_data
+            commit = forwarder.add(node_id, data, message.tenant, message.qos, wait)
+        if message.retain:  # every node's retained store has it, subscribers there or not
+            for node_id in alive:
+                if node_id not in targets:
+                    data = codec.encode(message, codec.RETAIN)
+                    forwarder.add(node_id, data, message.tenant, 0, False)
+        if not targets:
+            return local
+        slow_down = local.slow_down
+        if forwarder.buffered > PAUSE_BYTES:  # the bus lags: its publisher waits for it
+            slow_down = (*slow_down, forwarder)
+        reached = local.reached + len(targets)
+        if commit is None:
+            return Published(reached, local.commits, slow_down)
+        return Published(reached, [*local.commits, commit], slow_down)
+
+    def _assign_groups(
+        self,
+        message: Any,
+        shared: list[tuple[tuple[str, str], list[Any]]],
+        assigned: dict[str, list[tuple[str, str]]],
+    ) -> set[tuple[str, str]]:
+        """One node per matching shared group (filter, group) for this message, in turn among
+        the nodes with members (this one included); fills `assigned` (node -> its groups) and
+        returns the groups this node serves."""
+        cluster = self.cluster
+        me, alive = cluster.node_id, cluster.alive
+        here = {
+            (group.topic_filter, group.name)
+            for group in cluster.broker.router.match(message.tenant, message.topic)[1]
+        }
+        remote = {
+            key: sorted(node.node_id for node in nodes if node.node_id in alive)
+            for key, nodes in shared
+        }
+        mine: set[tuple[str, str]] = set()
+        if len(self.turns) > TURNS_MAX:  # groups come and go: forget old turns now and then
+            self.turns.clear()
+        for key in here | remote.keys():
+            candidates = ([me] if key in here else []) + remote.get(key, [])
+            if not candidates:
+                continue
+            turn_key = (message.tenant, key)
+            turn = self.turns.get(turn_key, 0)
+            self.turns[turn_key] = turn + 1
+            chosen = candidates[turn % len(candidates)]
+            if chosen == me:
+                mine.add(key)
+            else:
+                assigned.setdefault(chosen, []).append(key)
+        return mine
