@@ -30,6 +30,7 @@ def plan(quick: bool, conns: int | None = None) -> list[tuple[str, dict]]:
         ("pairs", {"n": 100, "qos": 1, "seconds": seconds}),
         ("latency", {"n": 100, "rate": 1000, "seconds": seconds}),
         ("fanout", {"n": 100 if quick else 1000, "qos": 0, "seconds": seconds}),
+        ("fanin", {"n": 100 if quick else 1000, "qos": 0, "seconds": seconds}),
         ("fanin", {"n": 100 if quick else 1000, "qos": 1, "seconds": seconds}),
         ("fanin", {"n": 100 if quick else 1000, "qos": 1, "seconds": seconds, "shared": 4}),
         ("conns", {"n": conns or (1000 if quick else 10_000)}),
