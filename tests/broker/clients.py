@@ -181,6 +181,28 @@ class Paho:
 JS = Path(__file__).with_name("js")
 
 
+def race_for_one_client_id(clients: list[Paho], attempt: int = 0) -> Paho:
+    """CONNECT every client (built with `connect=False`, one client id) at the same moment, a
+    thread each, and check what a takeover race must end with: each got a CONNACK (success),
+    and once the takeovers settle exactly one is connected, the others taken over (0x8E).
+    Returns the survivor; closes nobody."""
+    threads = [threading.Thread(target=c.connect, kwargs={"wait": False}) for c in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for client in clients:
+        assert client.connack.wait(5), f"attempt {attempt}: no CONNACK"
+        assert client.reason_code == 0, f"attempt {attempt}: {client.reason_code}"
+    time.sleep(0.3)
+    alive = [c for c in clients if not c.disconnected.is_set()]
+    assert len(alive) == 1, f"attempt {attempt}: {len(alive)} connected"
+    for loser in clients:
+        if loser is not alive[0]:
+            assert loser.disconnect_reason.value == 0x8E, f"attempt {attempt}"
+    return alive[0]
+
+
 def run_mqtt_js(script: str, *args: str, timeout: float = 30) -> dict:
     """Run a Node script of tests/broker/js with MQTT.js (installed on first use); the JSON
     object it prints last."""

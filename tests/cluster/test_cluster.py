@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import queue
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.broker.clients import Paho
+from tests.broker.clients import Paho, race_for_one_client_id
 from tests.cluster.conftest import HEARTBEAT, metric, start_node, until_routed, wait_for
 
 
@@ -258,18 +257,7 @@ def test_one_client_id_at_two_nodes_ends_with_one_session(three):
     for attempt in range(30):
         client_id = f"race-{attempt}"
         clients = [Paho(node.port, "acme/d2", "pw2", client_id, connect=False) for node in (a, b)]
-        threads = [threading.Thread(target=c.connect, kwargs={"wait": False}) for c in clients]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        for client in clients:
-            assert client.connack.wait(5)
-        time.sleep(0.3)
-        alive = [c for c in clients if not c.disconnected.is_set()]
-        assert len(alive) == 1, f"attempt {attempt}: {len(alive)} sessions"
-        loser = next(c for c in clients if c.disconnected.is_set())
-        assert loser.disconnect_reason.value == 0x8E
+        race_for_one_client_id(clients, attempt)
         for client in clients:
             client.close()
     assert metric(a, "mqtt_cluster_session_takeovers_total", '{direction="released"}') >= 1

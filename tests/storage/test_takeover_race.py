@@ -3,13 +3,10 @@ Postgres before CONNACK): each client gets its CONNACK, then one of them 0x8E, a
 remains. Taken over before its CONNACK, the first connection was closed with a DISCONNECT and
 no CONNACK, which a client counts as a failed connect and retries (paho does, in a loop)."""
 
-import threading
-import time
-
 import pytest
 
 from tenants import services
-from tests.broker.clients import Paho
+from tests.broker.clients import Paho, race_for_one_client_id
 from tests.tenancy.test_broker_tenancy import running_pg_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,18 +24,6 @@ def test_two_connects_of_one_client_id_each_get_connack_then_one_is_taken_over()
             ]
             for client in clients:  # a refused connect must not come back by itself
                 client.client._reconnect_on_failure = False
-            threads = [threading.Thread(target=c.connect, kwargs={"wait": False}) for c in clients]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            for client in clients:
-                assert client.connack.wait(5), f"attempt {attempt}: no CONNACK"
-                assert client.reason_code == 0, f"attempt {attempt}: {client.reason_code}"
-            time.sleep(0.3)
-            alive = [c for c in clients if not c.disconnected.is_set()]
-            assert len(alive) == 1, f"attempt {attempt}: {len(alive)} connected"
-            loser = next(c for c in clients if c.disconnected.is_set())
-            assert loser.disconnect_reason.value == 0x8E, f"attempt {attempt}"
+            race_for_one_client_id(clients, attempt)
             for client in clients:
                 client.close()
