@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_name
+from common.webhook import url_problem
 
 # 32 bytes = 256 random bits; the jobs sign each webhook body with it (X-Signature-256).
 WEBHOOK_SECRET_BYTES = 32
@@ -130,6 +131,9 @@ def _webhook(index: int, action: dict, known_secrets: dict) -> dict:
         raise RuleActionError(index, "url must not carry credentials; the secret signs requests.")
     if any(ch.isspace() for ch in url) or len(url) > 2048:
         raise RuleActionError(index, "url must have no spaces and at most 2048 characters.")
+    problem = url_problem(url)
+    if problem is not None:
+        raise RuleActionError(index, f"url {url!r}: {problem}.")
     secret = action.get("secret")
     if secret is None or secret == "":
         secret = known_secrets.get(url) or secrets.token_urlsafe(WEBHOOK_SECRET_BYTES)
