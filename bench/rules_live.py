@@ -37,8 +37,6 @@ SECRET = "bench-webhook-secret-0001"  # 16 to 256 characters, as the API require
 def _django() -> str:
     os.environ["EMBEDDED_PG_DIR"] = str(REPO / ".data" / "bench-rules-postgres")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
-    # The bench's webhook receiver listens on loopback: allowed, as a self-hosted operator would.
-    os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE", "1")
     import django
 
     django.setup()

@@ -7,11 +7,12 @@ errors, 5xx and 429 are retried (`attempts`, back-off doubling from `backoff` se
 
 Tenants choose the URL, and the call is made from inside the platform's network: a URL aimed at
 a loopback, private, link-local (the cloud's metadata service at 169.254.169.254) or otherwise
-non-public address would let a tenant reach what only the platform should. Such destinations are
-refused unless the operator allows them (`WEBHOOK_ALLOW_PRIVATE=1`, for a self-hosted platform
-whose receivers live on its own network): at save time by the URL's literal host
-(`url_problem`), and at every call by the address actually connected to (so a name that
-resolves, or later re-resolves, to such an address is refused too).
+non-public address would let a tenant reach what only the platform should. A deployed platform
+refuses them (`WEBHOOK_ALLOW_PRIVATE=0`, which `infra/terraform` sets for every process): at save
+time by the URL's literal host (`url_problem`), and at every call by the address actually
+connected to (so a name that resolves, or later re-resolves, to such an address is refused too).
+Unset, they are allowed: on the embedded single-machine platform (`make run`) the receivers a
+user tries first are on that machine, and it is nobody else's network.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ _LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loop
 
 
 def private_allowed() -> bool:
-    """The operator's choice: webhooks may call non-public addresses."""
-    return os.environ.get(ALLOW_PRIVATE_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+    """The operator's choice: webhooks may call non-public addresses (unless set to 0)."""
+    setting = os.environ.get(ALLOW_PRIVATE_VARIABLE, "").strip().lower()
+    return setting not in ("0", "false", "no")
 
 
 def address_problem(address: str) -> str | None:
@@ -59,7 +61,7 @@ def address_problem(address: str) -> str | None:
         return None
     return (
         f"{ip} is {kind} address: webhooks call public addresses only "
-        f"(the operator may allow private ones with {ALLOW_PRIVATE_VARIABLE}=1)"
+        f"(the platform sets {ALLOW_PRIVATE_VARIABLE}=0)"
     )
 
 
@@ -75,7 +77,7 @@ def url_problem(url: str, allow_private: bool | None = None) -> str | None:
     if host in _LOCAL_NAMES or host.endswith(".localhost"):
         return (
             f"{host} is this machine: webhooks call public addresses only "
-            f"(the operator may allow private ones with {ALLOW_PRIVATE_VARIABLE}=1)"
+            f"(the platform sets {ALLOW_PRIVATE_VARIABLE}=0)"
         )
     try:
         ipaddress.ip_address(host)

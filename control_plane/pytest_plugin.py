@@ -15,10 +15,6 @@ from common import embedded
 
 _OWNED = not os.environ.get("DATABASE_URL") and "EMBEDDED_PG_DIR" not in os.environ
 
-# The tests' webhook receivers listen on loopback: allowed as an operator of a self-hosted
-# platform would allow them. tests/security/test_webhook_destinations.py checks the default.
-os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE", "1")
-
 if _OWNED:
     os.environ["EMBEDDED_PG_DIR"] = str(embedded.DATA_DIR / "test-postgres")
     os.environ.setdefault("EMBEDDED_REDIS_DIR", str(embedded.DATA_DIR / "test-redis"))

@@ -1,6 +1,7 @@
 """A tenant's webhook must not reach the platform's own network (SSRF), from the attacker's side.
 
-By default (no `WEBHOOK_ALLOW_PRIVATE`) a rule's webhook may call public addresses only: a URL
+As deployed (`WEBHOOK_ALLOW_PRIVATE=0`, set by infra/terraform) a rule's webhook may call public
+addresses only: a URL
 whose literal host is loopback, private, link-local (the cloud metadata service) or otherwise
 non-public is refused when the rule is saved (400 naming the action and the address), and every
 call checks the address it actually connected to, so names that resolve there are refused too.
@@ -14,6 +15,7 @@ import pytest
 from common.webhook import post_signed
 from tenants.models import Rule
 from tests.api.conftest import acme  # noqa: F401 (fixture)
+from tests.deploy.test_terraform import TERRAFORM, load, value
 from tests.spark.conftest import Receiver
 
 SQL = 'SELECT * FROM "sensors/#"'
@@ -21,7 +23,7 @@ SQL = 'SELECT * FROM "sensors/#"'
 
 @pytest.fixture
 def private_refused(monkeypatch):
-    monkeypatch.delenv("WEBHOOK_ALLOW_PRIVATE", raising=False)
+    monkeypatch.setenv("WEBHOOK_ALLOW_PRIVATE", "0")
 
 
 @pytest.fixture
@@ -87,14 +89,21 @@ def test_a_call_reaching_an_internal_address_is_refused_before_a_byte_is_sent(
     assert internal.calls == []
 
 
-def test_an_operator_may_allow_private_receivers(internal):
-    # The test environment allows them (control_plane.pytest_plugin), as a self-hosted
-    # operator whose receivers live on its own network would.
+def test_the_embedded_platform_allows_receivers_on_its_own_machine(internal, monkeypatch):
+    # Unset (make run: one machine, the user's own), a receiver on loopback is called.
+    monkeypatch.delenv("WEBHOOK_ALLOW_PRIVATE", raising=False)
     result = post_signed(internal.url, "s" * 32, {"a": 1}, rule_id=1)
     assert result.ok and len(internal.calls) == 1
 
 
-def test_redirects_are_not_followed(internal):
+def test_the_deployed_platform_refuses_private_destinations():
+    platform = TERRAFORM / "modules" / "platform" / "main.tf"
+    environment = load(platform)["locals"][0]["environment"]
+    assert value(environment["WEBHOOK_ALLOW_PRIVATE"]) == "0"
+
+
+def test_redirects_are_not_followed(internal, monkeypatch):
+    monkeypatch.delenv("WEBHOOK_ALLOW_PRIVATE", raising=False)
     internal.statuses = [302]
     result = post_signed(internal.url, "s" * 32, {"a": 1}, rule_id=1, attempts=3)
     assert not result.ok and "redirects are not followed" in result.error

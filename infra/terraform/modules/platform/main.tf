@@ -22,6 +22,9 @@ locals {
     MQTT_INTERNAL_PORT   = "1883"
     LOG_LEVEL            = "INFO"
     AWS_DEFAULT_REGION   = var.region
+    # Tenants' webhooks reach public addresses only: never the VPC, the cloud metadata
+    # service or the tasks themselves (common/webhook.py).
+    WEBHOOK_ALLOW_PRIVATE = "0"
   }
 
   secrets = {
