@@ -52,6 +52,18 @@ class BrokerCollector:
             "expired, QoS 0 while offline)",
             labels=["tenant"],
         )
+        held = CounterMetricFamily(
+            "mqtt_publishers_held",
+            "Times a publisher was paused (its socket not read) while a subscriber it fed was "
+            "backed up",
+            labels=["tenant"],
+        )
+        stalled = CounterMetricFamily(
+            "mqtt_subscribers_stalled",
+            "Subscribers that held publishers a whole allowance (2 s) without draining: they "
+            "stop holding anyone, and their queue drops, until drained",
+            labels=["tenant"],
+        )
         exceeded = CounterMetricFamily(
             "mqtt_quota_exceeded",
             "Quota refusals and pauses by quota key",
@@ -64,13 +76,16 @@ class BrokerCollector:
             bytes_in.add_metric([tenant], stats.bytes_received - stats.system_bytes_received)
             bytes_out.add_metric([tenant], stats.bytes_sent - stats.system_bytes_sent)
             dropped.add_metric([tenant], stats.dropped)
+            held.add_metric([tenant], stats.publishers_held)
+            stalled.add_metric([tenant], stats.subscribers_stalled)
             for key, count in list(stats.exceeded.items()):
                 exceeded.add_metric([tenant, key], count)
         sessions = GaugeMetricFamily(
             "mqtt_sessions", "Sessions held by this broker process, connected or not"
         )
         sessions.add_metric([], len(self.broker.sessions))
-        yield from (connected, received, sent, bytes_in, bytes_out, dropped, exceeded, sessions)
+        yield from (connected, received, sent, bytes_in, bytes_out, dropped, held, stalled)
+        yield from (exceeded, sessions)
         yield from refusals.log_for(self.broker).metrics()
         for source in list(self.broker.metric_sources):
             yield from source()

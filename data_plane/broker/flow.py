@@ -74,7 +74,9 @@ class ReadGate:
         if self.owner.closing:
             return
         if not self.throttled_by:
-            self.owner.transport.pause_reading()
+            owner = self.owner
+            owner.transport.pause_reading()
+            owner.broker.stats[owner.tenant].publishers_held += 1
             self._timer = self.loop.call_later(self.THROTTLE_LIMIT, self._throttle_expired)
         self.throttled_by.add(session)
 
@@ -106,7 +108,10 @@ class ReadGate:
         """The subscribers that held us for the whole allowance are not draining: they stop
         holding publishers (their queues fill to their limit and drop) until they drain."""
         self._timer = None
+        stats = self.owner.broker.stats
         for session in self.throttled_by:
+            if not session.stalled and hasattr(session, "tenant"):  # (not the cluster's bus)
+                stats[session.tenant].subscribers_stalled += 1
             session.stalled = True
             session.blocked_publishers.pop(self.owner, None)
         self._unthrottle_all()

@@ -41,6 +41,11 @@ class TenantStats:
     # delivery sent, each retained message stored, each CONNECT and SUBSCRIBE; system traffic
     # ($events, $SYS) is never billed.
     message_units: int = 0
+    # Back-pressure: pauses of the tenant's publishers for subscribers whose queues backed up
+    # (data_plane.broker.flow), and subscribers that held them a whole allowance without
+    # draining (then left to drop until drained).
+    publishers_held: int = 0
+    subscribers_stalled: int = 0
     # quota key -> refusals or pauses (connections, message_size, publish_rate, outbound_rate,
     # subscriptions, retained)
     exceeded: dict[str, int] = field(default_factory=dict)

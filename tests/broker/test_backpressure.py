@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import socket
 import time
 
+from common.mqtt.codec import Reader, encode
+from common.mqtt.packets import MQTT_5_0, Connect, PacketType, Subscribe, Subscription
 from data_plane.broker.flow import ReadGate
 from data_plane.config import BrokerConfig
 from data_plane.server import serve
@@ -97,4 +100,67 @@ async def test_a_subscriber_that_never_drains_holds_its_publisher_only_for_the_a
         assert server.broker.stats["acme"].dropped > 0
     finally:
         await asyncio.to_thread(lambda: (sub.close(), pub.close()))
+        await server.shutdown()
+
+
+class SilentSubscriber:
+    """A QoS 0 subscriber on a plain socket that reads nothing until told to: its socket's
+    buffers fill, then its session's queue. `read_all` counts the PUBLISH packets that came."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        self.reader = Reader(server_side=False, protocol_version=MQTT_5_0)
+        connect = Connect("slow-qos0", MQTT_5_0, username="acme/d1", password=b"pw1")
+        self.sock.sendall(encode(connect, MQTT_5_0))
+        self._until(PacketType.CONNACK)
+        subscribe = Subscribe(1, [Subscription(topic, 0)])
+        self.sock.sendall(encode(subscribe, MQTT_5_0))
+        self._until(PacketType.SUBACK)
+
+    def _until(self, kind: PacketType) -> None:
+        while True:
+            for packet in self.reader.feed(self.sock.recv(65536)):
+                if packet.type is kind:
+                    return
+
+    def read_all(self, quiet: float = 1.0) -> int:
+        """PUBLISHes received until none came for `quiet` seconds."""
+        self.sock.settimeout(quiet)
+        count = 0
+        while True:
+            try:
+                data = self.sock.recv(1 << 20)
+            except TimeoutError:
+                return count
+            if not data:
+                return count
+            count += sum(p.type is PacketType.PUBLISH for p in self.reader.feed(data))
+
+
+async def test_a_backed_up_qos0_subscriber_holds_its_publisher_instead_of_dropping(monkeypatch):
+    """QoS 0 too: the broker stops reading the publisher while the subscriber's queue is backed
+    up, rather than reading on and dropping (a fan-in had delivered ~1% of what it read)."""
+    monkeypatch.setattr(ReadGate, "THROTTLE_LIMIT", 60.0)  # here only draining releases it
+    config = BrokerConfig(port=0, ws_port=0, sys_interval=0)
+    server = await serve(config, StaticAuthenticator(TENANTS))
+    port = server.listeners["mqtt"][1]
+    sub = await asyncio.to_thread(SilentSubscriber, port, "bp0/#")
+    pub = await asyncio.to_thread(Paho, port, "acme/d2", "pw2", "bp0-pub")
+    total = 20_000  # 20 MiB: far more than the sockets between them buffer
+    try:
+        payload = b"x" * 1024
+        for _ in range(total):
+            pub.client.publish("bp0/t", payload, 0)
+        await asyncio.sleep(2.0)  # the broker reads until the subscriber's queue backs up
+        stats = server.broker.stats["acme"]
+        assert stats.publishers_held >= 1
+        assert stats.messages_received < total  # it stopped reading the publisher
+        received = await asyncio.to_thread(sub.read_all)
+        assert stats.messages_received == total  # then read it all as the subscriber drained
+        # At most a message per held read past the queue's cap is dropped: (almost) all arrive.
+        assert received + stats.dropped == total and stats.dropped <= 100, (received, stats)
+        assert stats.subscribers_stalled == 0
+    finally:
+        await asyncio.to_thread(lambda: (sub.sock.close(), pub.close()))
         await server.shutdown()
