@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,10 +24,22 @@ def test_import_contracts_hold():
     assert "0 broken" in result.stdout
 
 
-def test_no_broker_module_grows_past_450_lines():
+# The folders held to 450 lines a module, each with modules it must hold (the folder is where we
+# think). data_plane/storage/ is not held yet: session_store.py and parquet_archive.py are over.
+HELD = {
+    "broker": ("connection.py", "broker.py"),
+    "cluster": ("node.py", "limits.py"),
+    "tenancy": ("directory.py", "authenticator.py"),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(HELD))
+def test_no_module_grows_past_450_lines(folder):
     """Issue 16's measure of a room a newcomer can read: a module that outgrows it wants a split
-    (as the connection's jobs became handshake, admission, inbound, acks, flow, writer...)."""
-    broker = ROOT / "data_plane" / "broker"
-    sizes = {p.name: len(p.read_text().splitlines()) for p in broker.glob("*.py")}
+    (as the connection's jobs became handshake, admission, inbound, acks, flow, writer..., and
+    the cluster's limits became connection_counts, leases, leased_buckets, sys_figures)."""
+    sizes = {
+        p.name: len(p.read_text().splitlines()) for p in (ROOT / "data_plane" / folder).glob("*.py")
+    }
     assert {name: n for name, n in sizes.items() if n > 450} == {}
-    assert "connection.py" in sizes and "broker.py" in sizes  # the folder is where we think
+    assert set(HELD[folder]) <= set(sizes)

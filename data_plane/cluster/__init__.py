@@ -24,8 +24,13 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `relay`: while a persistent session moves, the old node relays what still reaches it to the
   new one until the new node's routes stand (no moment without a route);
 - `wills`: the wills of clients not kept in Postgres, in Redis under their node;
-- `limits`: a tenant's limits across the nodes: max connections exact, rates on leases of
-  token buckets in Redis, `$SYS` figures summed over the nodes;
+- `limits`: a tenant's limits across the nodes, a thin composition of the four rooms below
+  (their life, the tick they run on, their /metrics);
+- `connection_counts`: max connections exact (one Redis script admits a CONNECT over the live
+  nodes' counts), and the node's marker that says which counts and leases are live;
+- `leases`: rates as token buckets in Redis that the nodes lease from once a tick;
+- `leased_buckets`: the tokens a node holds, spent without Redis by the broker's hot path;
+- `sys_figures`: the tenants' `$SYS` figures summed over the nodes;
 - `regroup`: a dead node's share of shared-group messages, given to a surviving member;
 - `exactly`: exactly once while a session moves (a message that reaches the new node both
   directly and through the relay is delivered once, by its origin).

@@ -1,4 +1,4 @@
-"""The rate leases (data_plane.cluster.limits) on a real Redis, three nodes in one process: the
+"""The rate leases (data_plane.cluster.leases) on a real Redis, three nodes in one process: the
 documented bound (at most rate × T + burst in any window of T seconds) and the rate itself
 under a sustained excess, without brokers or sockets in the way."""
 
@@ -66,7 +66,7 @@ def test_three_nodes_admit_the_rate_and_never_more_than_rate_times_t_plus_burst(
     # The bound, over every window starting at the beginning (the bucket starts full).
     for end in (1.0, 2.0, 3.0, 4.0, seconds):
         inside = sum(1 for t in admitted if t - started <= end)
-        # + the first credits (limits.rates_for: a node new to the tenant starts with its share
+        # + the first credits (leases.rates_for: a node new to the tenant starts with its share
         # of a lease, 0.25 s of the rate over the three nodes, before its first lease counts it)
         assert inside <= RATE * end + RATE + RATE * 0.25, (end, inside)
     # Under 3 × the rate, once the first second's burst is spent: the rate, within 5 %.
