@@ -34,7 +34,8 @@ from data_plane.broker.session import (
     Session,
     SubscriptionState,
 )
-from data_plane.storage.session_store import RECEIVED, SENT, QueuedMessage, SessionStore
+from data_plane.storage.queue_records import RECEIVED, SENT, QueuedMessage
+from data_plane.storage.session_store import SessionStore
 
 log = logging.getLogger(__name__)
 

@@ -6,19 +6,15 @@ until `max_batch` — and committed in one transaction (COPY for appends, array-
 UPDATE for the rest). Each write returns a future that resolves once its transaction committed:
 the broker acknowledges a publish (PUBACK/PUBREC) only after awaiting it. Reads are ranges.
 
-Payloads larger than `large_payload_threshold` go to the object store under
-`payloads/{tenant_id}/{created_ms}-{uuid}`, uploaded before the transaction that writes the row
-referencing them (`object_key`); one object serves every queue the message was copied to.
-Acknowledged rows leave their object behind: `collect_orphans` deletes objects no row refers
-to once they are older than a grace period (an upload whose row is not committed yet is young).
+Payloads larger than `large_payload_threshold` go to the object store (`spilled_payloads`),
+uploaded before the transaction that writes the row referencing them (`object_key`). The records
+read and written are in `queue_records`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -27,44 +23,29 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from common.object_store import ObjectNotFound, ObjectStore
+from common.object_store import ObjectStore
 from common.tasks import cancel_and_wait
+from data_plane.storage.queue_records import (
+    QUEUED,
+    RECEIVED,
+    SENT,
+    QueuedMessage,
+    StoredSession,
+    StoreUnavailable,
+)
+from data_plane.storage.spilled_payloads import LARGE_PAYLOAD_THRESHOLD, SpilledPayloads
+
+__all__ = [
+    "QUEUED",
+    "RECEIVED",
+    "SENT",
+    "QueuedMessage",
+    "SessionStore",
+    "StoreUnavailable",
+    "StoredSession",
+]
 
 log = logging.getLogger(__name__)
-
-QUEUED, SENT, RECEIVED = 0, 1, 2  # RECEIVED: PUBREC seen, PUBREL sent (QoS 2)
-LARGE_PAYLOAD_THRESHOLD = 256 * 1024
-PAYLOAD_PREFIX = "payloads/"
-
-
-class StoreUnavailable(RuntimeError):
-    """The database did not take a write; the broker answers with a failure reason code."""
-
-
-@dataclass(slots=True)
-class QueuedMessage:
-    seq: int
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool = False
-    properties: dict[str, Any] = field(default_factory=dict)
-    expires_at: datetime | None = None
-    packet_id: int | None = None
-    state: int = QUEUED
-    object_key: str = ""
-
-
-@dataclass(slots=True)
-class StoredSession:
-    tenant_id: int
-    client_id: str
-    expiry_interval: int
-    expires_at: datetime | None
-    subscriptions: list[dict[str, Any]]
-    will: dict[str, Any] | None
-    last_seq: int
-    inbound_qos2: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -124,8 +105,7 @@ class SessionStore:
         large_payload_threshold: int = LARGE_PAYLOAD_THRESHOLD,
     ) -> None:
         self.pool = pool
-        self.object_store = object_store
-        self.large_payload_threshold = large_payload_threshold
+        self.payloads = SpilledPayloads(object_store, large_payload_threshold)
         self.commit_interval = commit_interval
         self.max_batch = max_batch
         self._batch = _Batch()
@@ -154,11 +134,11 @@ class SessionStore:
 
     def spills(self, size: int) -> bool:
         """Whether a payload of `size` bytes is kept in the object store, not in its row."""
-        return self.object_store is not None and size > self.large_payload_threshold
+        return self.payloads.spills(size)
 
     @staticmethod
     def new_object_key(tenant_id: int) -> str:
-        return f"{PAYLOAD_PREFIX}{tenant_id}/{int(time.time() * 1000)}-{uuid.uuid4().hex}"
+        return SpilledPayloads.new_key(tenant_id)
 
     def enqueue(self, tenant_id: int, client_id: str, message: QueuedMessage) -> asyncio.Future:
         now = datetime.now(UTC)
@@ -257,7 +237,7 @@ class SessionStore:
     async def _commit(self, batch: _Batch) -> None:
         try:
             if batch.uploads:
-                await asyncio.to_thread(self._upload, batch.uploads)
+                await asyncio.to_thread(self.payloads.upload, batch.uploads)
             async with self.pool.connection() as conn:
                 async with conn.transaction():
                     cursor = conn.cursor()
@@ -300,12 +280,6 @@ class SessionStore:
         for future in batch.futures:
             if not future.done():
                 future.set_result(None)
-
-    def _upload(self, uploads: dict[str, bytes]) -> None:
-        if self.object_store is None:
-            raise StoreUnavailable("no object store for large payloads")
-        for key, data in uploads.items():
-            self.object_store.put(key, data)
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -441,40 +415,12 @@ class SessionStore:
         ]
         spilled = [m for m in messages if m.object_key]
         if spilled:
-            await asyncio.to_thread(self._download, spilled)
+            await asyncio.to_thread(self.payloads.download, spilled)
         return messages
-
-    def _download(self, messages: list[QueuedMessage]) -> None:
-        if self.object_store is None:
-            raise StoreUnavailable("queued payloads are in an object store that is not configured")
-        for message in messages:
-            try:
-                message.payload = self.object_store.get(message.object_key)
-            except ObjectNotFound:
-                # Not ours to invent a payload; say so loudly and deliver it empty.
-                log.error("queued payload object %s is missing", message.object_key)
 
     async def collect_orphans(self, grace: float = 600.0) -> int:
         """Delete payload objects older than `grace` seconds that no queue row refers to."""
-        if self.object_store is None:
-            return 0
-        keys = await asyncio.to_thread(self.object_store.list, PAYLOAD_PREFIX)
-        cutoff_ms = (time.time() - grace) * 1000
-        old = [k for k in keys if _created_ms(k) < cutoff_ms]
-        if not old:
-            return 0
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                "SELECT DISTINCT object_key FROM tenants_mqttqueuedmessage"
-                " WHERE object_key = ANY(%s)",
-                (old,),
-            )
-            referenced = {row[0] for row in await cursor.fetchall()}
-        orphans = [k for k in old if k not in referenced]
-        if orphans:
-            await asyncio.to_thread(lambda: [self.object_store.delete(k) for k in orphans])
-            log.info("collected %d orphaned payload objects", len(orphans))
-        return len(orphans)
+        return await self.payloads.collect_orphans(self.pool, grace)
 
     async def purge_expired(self) -> tuple[int, int]:
         """Delete expired sessions' queued messages, then expired sessions and messages;
@@ -493,11 +439,3 @@ class SessionStore:
                 "DELETE FROM tenants_mqttqueuedmessage WHERE expires_at <= now()"
             )
         return sessions.rowcount, messages.rowcount
-
-
-def _created_ms(key: str) -> float:
-    """The creation time in a payload key; unparseable keys count as new (never collected)."""
-    try:
-        return float(key.rsplit("/", 1)[1].split("-", 1)[0])
-    except (IndexError, ValueError):
-        return float("inf")
