@@ -2,7 +2,8 @@
 
 Rules come from the database (`--tenant`, `--rule` narrow them; a rule named explicitly runs even
 when disabled). Only those rules' tenants are listed and read. The range is read in chunks of hours
-(≤ `max_chunks`, balanced by file count) so the caller can show progress; each chunk is one Spark
+(≤ `max_chunks`, balanced by file count, two files per core at least) so the caller can show
+progress; each chunk is one Spark
 job for the counts and, when a rule has actions, a streamed pass over the passed rows.
 """
 
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
 from common.archive_io import ArchiveFile
@@ -44,9 +45,13 @@ class Progress:
     summary: BatchSummary = field(repr=False, default_factory=BatchSummary)
 
 
-def chunked(listing: list[ArchiveFile], max_chunks: int) -> list[list[ArchiveFile]]:
-    """Whole hours per chunk, about len(listing) / max_chunks files each (a progress step)."""
-    target = max(1, -(-len(listing) // max_chunks))
+def chunked(
+    listing: list[ArchiveFile], max_chunks: int, min_files: int = 1
+) -> list[list[ArchiveFile]]:
+    """Whole hours per chunk, about len(listing) / max_chunks files each (a progress step), and at
+    least `min_files` each: a history part is one row group of up to a million rows, which Spark
+    reads as one task, so a chunk of fewer files than cores leaves cores idle."""
+    target = max(1, min_files, -(-len(listing) // max_chunks))
     chunks: list[list[ArchiveFile]] = []
     for file in listing:
         if chunks and (len(chunks[-1]) < target or chunks[-1][-1].hour == file.hour):
@@ -83,7 +88,8 @@ def run_backfill(
         by_id = {s.id: s for s in good}
         tenants = sorted({s.tenant for s in good})
         listing = list_archive(store, tenants, start_ms, end_ms)
-        chunks = chunked(listing, max_chunks)
+        # Two files per core and chunk: every core busy, even with files of unequal sizes.
+        chunks = chunked(listing, max_chunks, 2 * spark.sparkContext.defaultParallelism)
         usage = UsageWriter(store, "rules-backfill")
         total = BatchSummary()
         rows_read = 0
@@ -94,12 +100,18 @@ def run_backfill(
         try:
             for index, chunk in enumerate(chunks, 1):
                 frame = read_archive(spark, store, tenants, start_ms, end_ms, listing=chunk)
-                rows_read += frame.count()
+                # The rows read, counted as they pass on their way to the rules (in the counts'
+                # own job) rather than by a count() reading the chunk once more.
+                seen = Observation(f"rows-read-{index}")
+                frame = frame.observe(seen, F.count(F.lit(1)).alias("rows"))
                 if with_actions:
                     results = rule_outputs(frame, good).persist()
                     counts = _counts(results)
                 else:
                     counts = _native_first_counts(RulePlan(frame, good))
+                rows_read += seen.get[
+                    "rows"
+                ]  # filled by the job that counted (there always is one)
                 passed = ()
                 if with_actions:
                     passed = (
