@@ -3,8 +3,8 @@
 Rules come from the database (`--tenant`, `--rule` narrow them; a rule named explicitly runs even
 when disabled). Only those rules' tenants are listed and read. The range is read in chunks of hours
 (≤ `max_chunks`, balanced by file count, two files per core at least) so the caller can show
-progress; each chunk is one Spark
-job for the counts and, when a rule has actions, a streamed pass over the passed rows.
+progress; each chunk is one Spark job for the counts and, when a rule has actions, a streamed pass
+over the passed rows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark.sql import Observation, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from common.archive_io import ArchiveFile
@@ -100,18 +100,12 @@ def run_backfill(
         try:
             for index, chunk in enumerate(chunks, 1):
                 frame = read_archive(spark, store, tenants, start_ms, end_ms, listing=chunk)
-                # The rows read, counted as they pass on their way to the rules (in the counts'
-                # own job) rather than by a count() reading the chunk once more.
-                seen = Observation(f"rows-read-{index}")
-                frame = frame.observe(seen, F.count(F.lit(1)).alias("rows"))
+                rows_read += frame.count()
                 if with_actions:
                     results = rule_outputs(frame, good).persist()
                     counts = _counts(results)
                 else:
                     counts = _native_first_counts(RulePlan(frame, good))
-                rows_read += seen.get[
-                    "rows"
-                ]  # filled by the job that counted (there always is one)
                 passed = ()
                 if with_actions:
                     passed = (
