@@ -117,7 +117,8 @@ class Stage:
     def __init__(self) -> None:
         self.paths: dict[tuple, str] = {}  # segments -> index name
         self.layer1: dict[str, Column] = {}  # `_p{i}`: the variant at a path
-        self.layer2: dict[str, Column] = {}  # `_t{i}`, `_x{i}`, `_m{i}`
+        self.layer2: dict[str, Column] = {}  # `_t{i}`, `_m{i}`
+        self.numbers: dict[str, Column] = {}  # `_x{i}` (reads `_t{i}`)
         self.layer3: dict[str, Column] = {}  # `_cv{k}`, `_cs{k}`: each comparison's value, sure
         self._leaves: dict[str, Cond] = {}
         self.uses_payload = False
@@ -143,7 +144,16 @@ class Stage:
             self.layer1[f"_p{name}"] = _navigate(F.col(VARIANT_COLUMN), segments)
             value = F.col(f"_p{name}")
             self.layer2[f"_t{name}"] = F.schema_of_variant(value)
-            self.layer2[f"_x{name}"] = F.try_variant_get(value, "$", "double")
+            # The double of a JSON number, read back from Spark's own rendering of it: the same
+            # value as `try_variant_get(value, '$', 'double')` (a long is printed in full and
+            # read back correctly rounded, as the long's conversion rounds; a decimal is printed
+            # plain and read back correctly rounded, as BigDecimal.doubleValue; a finite double
+            # round-trips; a non-finite one reads back as NULL, which is never sure), at a
+            # third of the cost: variant_get builds a Cast expression per row. NULL for other
+            # types, where no comparison reads it (they all look at `_t` first).
+            self.numbers[f"_x{name}"] = F.when(
+                _number_type(F.col(f"_t{name}")), F.to_json(value).try_cast("double")
+            )
             # Missing is sure unless the path went through a JSON string (EMQX would decode it):
             # only then are the ancestors' types looked at (CASE is lazy).
             through_string = F.schema_of_variant(F.col(VARIANT_COLUMN)) == F.lit("STRING")
@@ -187,6 +197,11 @@ def _navigate(variant: Column, segments: tuple) -> Column:
 _INTEGERS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 
 
+def _number_type(t: Column) -> Column:
+    """`schema_of_variant` names a number."""
+    return t.isin(*_INTEGERS, "DOUBLE", "FLOAT") | t.startswith("DECIMAL")
+
+
 class Leaf:
     """A payload path's stage columns and what its variant type says about the Python value."""
 
@@ -198,7 +213,7 @@ class Leaf:
         self.is_atom = t.isin("BOOLEAN", "VOID")  # true, false, null
         self.is_container = t.startswith("OBJECT") | t.startswith("ARRAY")
         decimal = t.startswith("DECIMAL")
-        self.is_number = t.isin(*_INTEGERS, "DOUBLE", "FLOAT") | decimal
+        self.is_number = _number_type(t)
         # Python reads a JSON integer as an int, anything else as a float. Spark keeps integers
         # that fit as BIGINT, other numbers as a DECIMAL with trailing zeros stripped (so `2.0`
         # and an integer beyond 2^63 are both DECIMAL(p,0)) or, beyond 38 digits, a DOUBLE.
