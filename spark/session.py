@@ -32,9 +32,12 @@ def build_session(app_name: str = "mqtt-platform", master: str | None = None) ->
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # The native rules' generated code has methods beyond HotSpot's 8,000-byte JIT limit:
         # without this they run interpreted (measured ~2x slower on the backfill benchmark).
+        # The parallel collector: parsing payloads as VARIANT allocates a few small objects per
+        # row, which G1's barriers and concurrent work make dearer on a small machine (backfill
+        # of 4M rows, cold: 11% less CPU; bench/RESULTS.md).
         .config(
             "spark.driver.extraJavaOptions",
-            f"-Dlog4j2.configurationFile={LOG4J} -XX:-DontCompileHugeMethods",
+            f"-Dlog4j2.configurationFile={LOG4J} -XX:-DontCompileHugeMethods -XX:+UseParallelGC",
         )
         # A live segment compacted away between listing and reading is not an error.
         .config("spark.sql.files.ignoreMissingFiles", "true")

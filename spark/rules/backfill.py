@@ -2,8 +2,9 @@
 
 Rules come from the database (`--tenant`, `--rule` narrow them; a rule named explicitly runs even
 when disabled). Only those rules' tenants are listed and read. The range is read in chunks of hours
-(≤ `max_chunks`, balanced by file count) so the caller can show progress; each chunk is one Spark
-job for the counts and, when a rule has actions, a streamed pass over the passed rows.
+(≤ `max_chunks`, balanced by file count, two files per core at least) so the caller can show
+progress; each chunk is one Spark job for the counts and, when a rule has actions, a streamed pass
+over the passed rows.
 """
 
 from __future__ import annotations
@@ -44,9 +45,13 @@ class Progress:
     summary: BatchSummary = field(repr=False, default_factory=BatchSummary)
 
 
-def chunked(listing: list[ArchiveFile], max_chunks: int) -> list[list[ArchiveFile]]:
-    """Whole hours per chunk, about len(listing) / max_chunks files each (a progress step)."""
-    target = max(1, -(-len(listing) // max_chunks))
+def chunked(
+    listing: list[ArchiveFile], max_chunks: int, min_files: int = 1
+) -> list[list[ArchiveFile]]:
+    """Whole hours per chunk, about len(listing) / max_chunks files each (a progress step), and at
+    least `min_files` each: a history part is one row group of up to a million rows, which Spark
+    reads as one task, so a chunk of fewer files than cores leaves cores idle."""
+    target = max(1, min_files, -(-len(listing) // max_chunks))
     chunks: list[list[ArchiveFile]] = []
     for file in listing:
         if chunks and (len(chunks[-1]) < target or chunks[-1][-1].hour == file.hour):
@@ -83,7 +88,8 @@ def run_backfill(
         by_id = {s.id: s for s in good}
         tenants = sorted({s.tenant for s in good})
         listing = list_archive(store, tenants, start_ms, end_ms)
-        chunks = chunked(listing, max_chunks)
+        # Two files per core and chunk: every core busy, even with files of unequal sizes.
+        chunks = chunked(listing, max_chunks, 2 * spark.sparkContext.defaultParallelism)
         usage = UsageWriter(store, "rules-backfill")
         total = BatchSummary()
         rows_read = 0

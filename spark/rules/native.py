@@ -11,7 +11,8 @@ and asserts the same results.
 
 What compiles (anything else leaves the rule to Python):
 
-- FROM: topic filters (the exact MQTT match as a Java regex); `$events/…` sources do not compile.
+- FROM: topic filters (the exact MQTT match: an equality or prefix test, a Java regex with `+`);
+  `$events/…` sources do not compile.
 - SELECT: no FOREACH; `*` (it cannot raise: its rows that WHERE rejects are answered here, those
   it takes go to Python for their outputs), and otherwise each field a plain path `payload.k1.k2[i][-j]` (keys, non-zero
   literal indexes) with a one-name alias, or a bare column (`payload`, `topic`, `clientid`,
@@ -91,6 +92,23 @@ def topic_filter_java_regex(topic_filter: str) -> str | None:
     return "(?s)^" + head + "/".join(parts) + tail + "\\z"
 
 
+def topic_matches(topic: Column, topic_filter: str) -> Column | None:
+    """The exact MQTT match of `topic_filter` (None when it cannot be quoted): without `+`, an
+    equality or a prefix test (what the regex decides, without a regex engine per row)."""
+    regex = topic_filter_java_regex(topic_filter)
+    if regex is None:
+        return None
+    levels = topic_filter.split("/")
+    if "+" in levels:
+        return topic.rlike(regex)
+    if levels[-1] != "#":
+        return topic == F.lit(topic_filter)
+    if len(levels) == 1:  # `#`: every topic but the `$` ones
+        return ~topic.startswith(F.lit("$"))
+    prefix = "/".join(levels[:-1])
+    return (topic == F.lit(prefix)) | topic.startswith(F.lit(prefix + "/"))
+
+
 class Stage:
     """The per-row columns the native rules share, in layers the plan projects one after another
     (so each is computed once per row however many rules use it): the parsed payload, the variant
@@ -99,7 +117,8 @@ class Stage:
     def __init__(self) -> None:
         self.paths: dict[tuple, str] = {}  # segments -> index name
         self.layer1: dict[str, Column] = {}  # `_p{i}`: the variant at a path
-        self.layer2: dict[str, Column] = {}  # `_t{i}`, `_x{i}`, `_m{i}`
+        self.layer2: dict[str, Column] = {}  # `_t{i}`, `_m{i}`
+        self.numbers: dict[str, Column] = {}  # `_x{i}` (reads `_t{i}`)
         self.layer3: dict[str, Column] = {}  # `_cv{k}`, `_cs{k}`: each comparison's value, sure
         self._leaves: dict[str, Cond] = {}
         self.uses_payload = False
@@ -125,7 +144,16 @@ class Stage:
             self.layer1[f"_p{name}"] = _navigate(F.col(VARIANT_COLUMN), segments)
             value = F.col(f"_p{name}")
             self.layer2[f"_t{name}"] = F.schema_of_variant(value)
-            self.layer2[f"_x{name}"] = F.try_variant_get(value, "$", "double")
+            # The double of a JSON number, read back from Spark's own rendering of it: the same
+            # value as `try_variant_get(value, '$', 'double')` (a long is printed in full and
+            # read back correctly rounded, as the long's conversion rounds; a decimal is printed
+            # plain and read back correctly rounded, as BigDecimal.doubleValue; a finite double
+            # round-trips; a non-finite one reads back as NULL, which is never sure), at a
+            # third of the cost: variant_get builds a Cast expression per row. NULL for other
+            # types, where no comparison reads it (they all look at `_t` first).
+            self.numbers[f"_x{name}"] = F.when(
+                _number_type(F.col(f"_t{name}")), F.to_json(value).try_cast("double")
+            )
             # Missing is sure unless the path went through a JSON string (EMQX would decode it):
             # only then are the ancestors' types looked at (CASE is lazy).
             through_string = F.schema_of_variant(F.col(VARIANT_COLUMN)) == F.lit("STRING")
@@ -169,6 +197,11 @@ def _navigate(variant: Column, segments: tuple) -> Column:
 _INTEGERS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 
 
+def _number_type(t: Column) -> Column:
+    """`schema_of_variant` names a number."""
+    return t.isin(*_INTEGERS, "DOUBLE", "FLOAT") | t.startswith("DECIMAL")
+
+
 class Leaf:
     """A payload path's stage columns and what its variant type says about the Python value."""
 
@@ -180,7 +213,7 @@ class Leaf:
         self.is_atom = t.isin("BOOLEAN", "VOID")  # true, false, null
         self.is_container = t.startswith("OBJECT") | t.startswith("ARRAY")
         decimal = t.startswith("DECIMAL")
-        self.is_number = t.isin(*_INTEGERS, "DOUBLE", "FLOAT") | decimal
+        self.is_number = _number_type(t)
         # Python reads a JSON integer as an int, anything else as a float. Spark keeps integers
         # that fit as BIGINT, other numbers as a DECIMAL with trailing zeros stripped (so `2.0`
         # and an integer beyond 2^63 are both DECIMAL(p,0)) or, beyond 38 digits, a DOUBLE.
@@ -285,9 +318,9 @@ class RuleCompiler:
         op, left, right = node[1], node[2], node[3]
         if op == "=~":
             if left == ("var", "topic", []) and right[0] == "const" and isinstance(right[1], str):
-                regex = topic_filter_java_regex(right[1])
-                if regex is not None and "topic" not in self.bound:
-                    return Cond(F.coalesce(F.col("topic").rlike(regex), _false()), _true())
+                match = topic_matches(F.col("topic"), right[1])
+                if match is not None and "topic" not in self.bound:
+                    return Cond(F.coalesce(match, _false()), _true())
             raise NotNative("=~ other than topic =~ 'filter'")
         if left[0] == "const" and right[0] != "const":
             left, right, op = right, left, _FLIP[op]
@@ -519,8 +552,8 @@ def compile_native(sql: str, stage: Stage) -> NativeRule:
         raise NotNative("FOREACH")
     if not statement.sources or any(s.startswith("$events/") for s in statement.sources):
         raise NotNative("event sources")
-    regexes = [topic_filter_java_regex(s) for s in statement.sources]
-    if any(r is None for r in regexes):
+    filters = [topic_matches(F.col("topic"), s) for s in statement.sources]
+    if any(f is None for f in filters):
         raise NotNative("a filter that cannot be quoted")
     bound: set[str] = set()
     names: list[str] = []
@@ -555,9 +588,9 @@ def compile_native(sql: str, stage: Stage) -> NativeRule:
         where = compiler.cond(statement.where)
     else:
         where = Cond(_true(), _true())
-    matches = F.col("topic").rlike(regexes[0])
-    for regex in regexes[1:]:
-        matches = matches | F.col("topic").rlike(regex)
+    matches = filters[0]
+    for match in filters[1:]:
+        matches = matches | match
     takes = F.coalesce(
         F.col("topic").isNotNull()
         & (F.col("event").isNull() | (F.col("event") == F.lit(EVENT_PUBLISH)))
@@ -581,4 +614,5 @@ __all__ = [
     "Stage",
     "compile_native",
     "topic_filter_java_regex",
+    "topic_matches",
 ]

@@ -359,6 +359,8 @@ class _Recipe:
             kept += list(stage.layer1)
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer2.items()]])
             kept += list(stage.layer2)
+            layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.numbers.items()]])
+            kept += list(stage.numbers)
         if stage.layer3:
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer3.items()]])
             kept += list(stage.layer3)

@@ -345,3 +345,73 @@ def test_generated_payloads_compare_as_the_evaluator_does(spark, payloads):
     data = pa.Table.from_pylist(rows, schema=ARCHIVE_SCHEMA)
     rules = [RuleSpec(i + 1, "acme", f"h{i}", sql) for i, sql in enumerate(COMPARED)]
     assert plan_results(spark, data, rules) == evaluator_results(data, rules)
+
+
+# -- the pieces the native plan swaps in for costlier equivalents -----------------------------------
+
+FILTERS = ["#", "a/#", "a", "a/b", "+/b", "a/+", "+", "$SYS/#", "/#", "a//#", "a/b/#", "é/#"]
+TOPIC_NAMES = ["", "a", "a/", "a/b", "a/b/c", "ab", "ab/c", "/a", "$SYS", "$SYS/x", "a\nb", "é/x"]
+
+
+def test_topic_filters_match_as_the_codec_does(spark):
+    """`topic_matches` (equality or prefix where the filter has no `+`) against the MQTT matcher
+    the evaluator uses, filter by topic."""
+    from pyspark.sql import functions as F
+
+    from common.rules.topics import topic_match
+    from spark.rules.native import topic_matches
+
+    frame = spark.createDataFrame([(t,) for t in TOPIC_NAMES], "topic string")
+    columns = [topic_matches(F.col("topic"), f).alias(f"f{i}") for i, f in enumerate(FILTERS)]
+    for row in frame.select("topic", *columns).collect():
+        got = [row[f"f{i}"] for i in range(len(FILTERS))]
+        assert got == [topic_match(row["topic"], f) for f in FILTERS], row["topic"]
+
+
+NUMBER_TEXTS = [
+    "0",
+    "-0",
+    "-0.0",
+    "7",
+    "90.5",
+    "2.50",
+    "1E2",
+    "1e-7",
+    "-1.5e300",
+    "1e400",
+    "-1e400",
+    "9007199254740993",
+    "12345678901234567890",
+    "123456789012345678901234567890123456789012",
+    "0.1",
+    "0.30000000000000004",
+    "1.7976931348623157e308",
+    "4.9e-324",
+    "2e-400",
+    "3.141592653589793238462643383279",
+    "-922337203685477580.8",
+    "1" + "0" * 38,
+]
+
+
+def test_a_payload_numbers_double_is_the_variant_casts(spark):
+    """The stage reads a JSON number's double back from `to_json` (cheaper than
+    `try_variant_get(v, '$', 'double')`, which builds a Cast per row): the same double, or NULL
+    (never sure) — for every kind of number `parse_json` stores (long, decimal, double)."""
+    from pyspark.sql import functions as F
+
+    frame = spark.createDataFrame([(f'{{"n": {t}}}',) for t in NUMBER_TEXTS], "p string")
+    value = F.try_variant_get(F.try_parse_json("p"), "$.n", "variant")
+    rows = frame.select(
+        "p",
+        F.schema_of_variant(value).alias("t"),
+        F.try_variant_get(value, "$", "double").alias("cast"),
+        F.to_json(value).try_cast("double").alias("read"),
+    ).collect()
+    for row in rows:
+        assert row["t"] != "STRING", row
+        assert row["read"] is None or row["read"] == row["cast"], row
+        # the double compares as Python's float of the same text where Spark reads one
+        if row["read"] is not None:
+            assert row["read"] == float(json.loads(row["p"])["n"]), row
+    assert sum(r["read"] is not None for r in rows) >= len(NUMBER_TEXTS) - 4
