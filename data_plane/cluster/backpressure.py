@@ -42,15 +42,17 @@ from data_plane.broker.flow import ReadGate
 log = logging.getLogger("data_plane.cluster")
 
 # A destination stream this long (entries, each one forward batch of at most BATCH_BYTES =
-# 256 KiB) holds the publishers that forward to it. 128 entries are at most 32 MiB of Redis
-# per stream (plus what the senders had buffered when they learnt it, PAUSE_BYTES each), where
-# STREAM_MAXLEN's worst case is 10,000 entries = 2.5 GiB; and it is two of the reader's reads
-# (XREADGROUP count=64): a reader that keeps up, whose stream is trimmed as it acknowledges,
-# stays below it, so publishers are held only when the reader is really behind.
-PAUSE_ENTRIES = 128
-# ... and lets them go once it is down to half a read: the reader still has that to work on
-# while the publishers' next messages come, so it does not idle between the two.
-RESUME_ENTRIES = 32
+# 256 KiB) holds the publishers that forward to it: at most 8 MiB of Redis per stream (plus
+# what the senders had buffered when they learnt it: PAUSE_BYTES each, and what their publishers'
+# last reads brought), where STREAM_MAXLEN's worst case is 10,000 entries = 2.5 GiB. It is half
+# of one of the reader's reads (XREADGROUP count=64): a reader that keeps up, whose stream is
+# trimmed as it acknowledges, finds a few entries per read; one that finds 32 waiting, or holds
+# a read it cannot deliver (its entries stay in the stream until acknowledged), is behind.
+# (Counted in entries, not bytes: XLEN is O(1), a stream's memory is not.)
+PAUSE_ENTRIES = 32
+# ... and lets them go once it is down to a quarter of that: the reader still has those to work
+# on while the publishers' next messages come, so it does not idle between the two.
+RESUME_ENTRIES = 8
 RECHECK = 0.05  # seconds between re-reads of the lengths while a destination lags
 
 
