@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -126,11 +127,18 @@ class TwoNodes:
 
 
 async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
-    """Fan-in (n publishers → 1 subscriber) or n pairs, QoS 0, every message across."""
+    """Fan-in (n publishers → 1 subscriber), n pairs, or n pairs of which the first one's
+    subscriber reads 2 ms in every 502 (`slow1`: what one slow subscriber does to the
+    others), QoS 0, every message across."""
     stats = Stats(sample_every=10)
+    slow = Stats()  # the slow pair's, apart
     creds = (USERNAME, PASSWORD)
-    subs = await connect_many(1 if kind == "fanin" else n, "127.0.0.1", nodes.sub_port, stats,
-                              "xsub", *creds)  # fmt: skip
+    if kind == "slow1":
+        subs = await connect_many(1, "127.0.0.1", nodes.sub_port, slow, "xslow", *creds)
+        subs += await connect_many(n - 1, "127.0.0.1", nodes.sub_port, stats, "xsub", *creds)
+    else:
+        subs = await connect_many(1 if kind == "fanin" else n, "127.0.0.1", nodes.sub_port,
+                                  stats, "xsub", *creds)  # fmt: skip
     for index, sub in enumerate(subs):
         await sub.subscribe("bench/x/#" if kind == "fanin" else f"bench/x/{index}", 0)
     pubs = await connect_many(n, "127.0.0.1", nodes.pub_port, Stats(), "xpub", *creds)
@@ -144,19 +152,39 @@ async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
             peak = max(peak, await asyncio.to_thread(nodes.stream_length))
             await asyncio.sleep(0.25)
 
+    async def crawl(sub) -> None:  # reads 2 ms in every 502, through a small socket buffer
+        sock = sub.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        while not done.is_set():
+            sub.transport.pause_reading()
+            await asyncio.sleep(0.5)
+            sub.transport.resume_reading()
+            await asyncio.sleep(0.002)
+
     sampler = asyncio.create_task(sample())
+    crawler = asyncio.create_task(crawl(subs[0])) if kind == "slow1" else None
     started = time.perf_counter()
     deadline = started + seconds
     window = 2 if kind == "fanin" else 10
     await asyncio.gather(
         *(
-            publish_flat_out(pub, PublishTemplate(f"bench/x/{i}", 1024, 0), deadline, stats, window)
+            publish_flat_out(
+                pub,
+                PublishTemplate(f"bench/x/{i}", 1024, 0),
+                deadline,
+                slow if kind == "slow1" and i == 0 else stats,
+                window,
+            )
             for i, pub in enumerate(pubs)
         )
     )
     elapsed = await drain(stats, stats.sent, 15) - started
     done.set()
     await sampler
+    if crawler is not None:
+        await crawler
+        subs[0].transport.resume_reading()
+        await drain(slow, slow.sent, 5)
     close_all(subs + pubs)
     await asyncio.sleep(0.5)
     sub_node, pub_node = nodes.scrape(0), nodes.scrape(1)
@@ -175,10 +203,12 @@ async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
         "stream_gap": sub_node.get('mqtt_cluster_forward_dropped_total{reason="stream_gap"}', 0),
         "session_dropped": sub_node.get("mqtt_messages_dropped_total", 0),
         "stream_peak_entries": peak,
+        **({"slow_sent": slow.sent, "slow_received": slow.received} if kind == "slow1" else {}),
         "destination_backlogs": pub_node.get("mqtt_cluster_destination_backlogs_total", 0),
         "stream_holds": sum(
             v for k, v in sub_node.items() if k.startswith("mqtt_cluster_stream_holds_total")
         ),
+        "held_s": sub_node.get("mqtt_cluster_stream_held_seconds_total", 0),
         "stream_holds_expired": sub_node.get('mqtt_cluster_stream_holds_total{end="expired"}', 0),
     }
 
@@ -188,12 +218,13 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--fanin", type=int, default=100)
     parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--slow1", type=int, default=0, help="pairs, the first one slow")
     parser.add_argument("--repo", type=Path, action="append")
     args = parser.parse_args()
     repos = [r.resolve() for r in args.repo] if args.repo else [REPO]
     order = repos if len(repos) == 1 else [repos[0], repos[1], repos[1], repos[0]]
     print(f"load average at start {os.getloadavg()[0]:.1f}", flush=True)
-    for kind, n in (("fanin", args.fanin), ("pairs", args.pairs)):
+    for kind, n in (("fanin", args.fanin), ("pairs", args.pairs), ("slow1", args.slow1)):
         if not n:
             continue
         for repo in order:

@@ -9,10 +9,22 @@ no connection to stop, so the chain has two links, each bounded in time:
 1. Receiving side (`Hold`): the node's stream reader (`receive.Receiver`) is a held publisher.
    A route it makes that names sessions in `slow_down` stops it reading its stream until they
    release it (`unthrottle_by`, when drained, as they release a connection), or
-   `ReadGate.THROTTLE_LIMIT` after the first one held it: then those sessions are `stalled`
-   (they hold nobody until drained, their QoS 0 copies drop at their cap, counted), exactly as
-   a connection's read gate does. Meanwhile what other nodes forward waits in Redis (the stream
-   is the buffer); entries are acknowledged only once delivered (and committed), as before.
+   a limit after the first one held it: then the reader no longer waits for those
+   sessions (their QoS 0 copies drop at their cap, counted) until they release it, drained to
+   their release mark. (Not `stalled`, which a connection's read gate sets after its 2 s and a
+   session clears only once its queue is empty: a subscriber fed steadily, only slower than its
+   publishers, never empties it, and lost all its overflow after its first long hold.)
+   Meanwhile what other nodes forward waits in Redis (the stream is the buffer); entries are
+   acknowledged only once delivered (and committed).
+
+   The reader is shared: every session of the node gets what other nodes forward through it,
+   so while one session holds it, all of them wait (one stream per node, in order). Hence,
+   when other sessions' messages wait behind the hold, a limit far shorter than a connection's
+   2 s (when only the holding sessions' do, a connection's): a subscriber that reads steadily, only slower
+   than its publishers, drains its hold mark's worth in milliseconds and loses nothing; one that
+   stops reading for long (a stuck or bursty client) is skipped after `SHARED_HOLD_LIMIT` and
+   loses its QoS 0 overflow as before, instead of slowing every other session of its node to its
+   pace.
 
 2. Sending side (`Backlogs`): the forwarder reads the length of each destination's stream in
    the pipeline that writes to it (XLEN: one more command in a round trip it makes anyway, no
@@ -33,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -53,6 +66,17 @@ PAUSE_ENTRIES = 32
 # ... and lets them go once it is down to a quarter of that: the reader still has those to work
 # on while the publishers' next messages come, so it does not idle between the two.
 RESUME_ENTRIES = 8
+# Seconds the sessions a stream reader delivers to may hold it at once when messages for other
+# sessions wait behind them (`others_wait`: the rest of the entry, or the next one): then
+# every other session of the node waits too. Measured (bench.cluster_loss --slow1 10: one of
+# 10 subscribers reads 2 ms in every 500 ms): with 0.1 s the other 9 went at the pace they had
+# without any hold and lost nothing; with 2 s at a fifth of it. When only the holding sessions'
+# messages wait (a fan-in into them), the limit is a connection's (ReadGate.THROTTLE_LIMIT,
+# 2 s): a subscriber that reads steadily but slower than its publishers can be behind for
+# longer than 0.1 s (its socket buffers drain first; a paho client in the tests lost two thirds
+# of a fan-in at 0.1 s, and some at 0.5 s), and holding then costs nobody else.
+SHARED_HOLD_LIMIT = 0.1
+CHECK_EVERY = 0.05  # seconds between looks at what waits behind a long hold
 RECHECK = 0.05  # seconds between re-reads of the lengths while a destination lags
 
 
@@ -60,54 +84,83 @@ class Hold:
     """The stream reader as a publisher the sessions it delivers to may hold (the read gate's
     contract: `unthrottle_by`; sessions keep it in `blocked_publishers`)."""
 
-    __slots__ = ("throttled_by", "since", "holds", "expired", "_waiter")
+    __slots__ = ("throttled_by", "skipped", "since", "holds", "expired", "seconds", "_waiter")
 
     def __init__(self) -> None:
         self.throttled_by: set = set()  # sessions that backed up with what we delivered
+        # Sessions that held us for the whole allowance: not waited for until they release us.
+        self.skipped: weakref.WeakSet = weakref.WeakSet()
         self.since = 0.0  # when the first of them held us (monotonic)
         self.holds = 0  # times the reader stopped for backed-up sessions (metrics)
-        self.expired = 0  # holds ended by THROTTLE_LIMIT: those sessions stalled (metrics)
+        self.expired = 0  # holds ended by their limit: those sessions skipped (metrics)
+        self.seconds = 0.0  # spent held (metrics)
         self._waiter: asyncio.Future | None = None
 
     def slow_down(self, sessions: tuple) -> None:
         """These sessions backed up with a message just delivered: stop once it is safe."""
         for session in sessions:
-            if session not in self.throttled_by:
+            if session not in self.throttled_by and session not in self.skipped:
                 if not self.throttled_by:
                     self.since = time.monotonic()
+                    self.holds += 1
                 self.throttled_by.add(session)
                 session.hold(self)
 
     def unthrottle_by(self, session: Any) -> None:
         self.throttled_by.discard(session)
-        if not self.throttled_by and self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        self.skipped.discard(session)
+        if not self.throttled_by:
+            self._wake()
 
-    async def released(self) -> None:
-        """Until every session holding us let go, or THROTTLE_LIMIT after the first held us."""
+    async def wait(self, others_wait: bool) -> None:
+        """Until every session holding us let go, or the limit after the first did (then they
+        are skipped), or CHECK_EVERY seconds have passed (the caller looks again whether others
+        wait: it reads on). The limit is short when messages for other sessions wait behind
+        them (SHARED_HOLD_LIMIT), else a connection's (ReadGate.THROTTLE_LIMIT)."""
         if not self.throttled_by:
             return
-        self.holds += 1
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        remaining = self.since + ReadGate.THROTTLE_LIMIT - time.monotonic()
-        timer = loop.call_later(max(0.0, remaining), self._expire)
+        now = time.monotonic()
+        deadline = self.since + (SHARED_HOLD_LIMIT if others_wait else ReadGate.THROTTLE_LIMIT)
+        if deadline - now <= CHECK_EVERY:
+            timer = loop.call_later(max(0.0, deadline - now), self._expire)
+        else:
+            timer = loop.call_later(CHECK_EVERY, self._wake)
         try:
             await waiter
         finally:
             timer.cancel()
             self._waiter = None
+            self.seconds += time.monotonic() - now
 
-    def _expire(self) -> None:
-        """Held for the whole allowance (as `ReadGate._throttle_expired`): those sessions are
-        not draining; they stop holding anyone (and drop at their cap) until they drain."""
-        self.expired += 1
-        for session in self.throttled_by:
-            session.stalled = True
-            session.blocked_publishers.pop(self, None)
-        self.throttled_by.clear()
+    def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def others_wait(self, broker: Any, messages: list, at: int) -> bool:
+        """Whether any of `messages` from `at` goes to a session not holding us (only while
+        held: a route lookup per topic, the rest of one entry)."""
+        held, match = self.throttled_by, broker.router.match
+        seen: set = set()
+        for _flags, message, _groups, _seq in messages[at:]:
+            key = (message.tenant, message.topic)
+            if key in seen:
+                continue
+            seen.add(key)
+            subscribers, groups = match(*key)
+            if groups or any(sub.session not in held for sub in subscribers):
+                return True
+        return False
+
+    def _expire(self) -> None:
+        """Held for the whole allowance: those sessions are not draining. The reader goes on
+        without them (their QoS 0 copies drop at their cap) until they release it, drained to
+        their release mark (it stays among their `blocked_publishers` for that)."""
+        self.expired += 1
+        self.skipped.update(self.throttled_by)
+        self.throttled_by.clear()
+        self._wake()
 
 
 class Backlog:

@@ -96,6 +96,11 @@ def collect(cluster: Any) -> Iterator[Any]:
     )
     held.add_metric(["released"], hold.holds - hold.expired)
     held.add_metric(["expired"], hold.expired)
+    held_seconds = CounterMetricFamily(
+        "mqtt_cluster_stream_held_seconds",
+        "Seconds this node's forward stream reader spent held by sessions it backed up",
+    )
+    held_seconds.add_metric([], hold.seconds)
     backlogs = forwarder.backlogs
     paused = CounterMetricFamily(
         "mqtt_cluster_destination_backlogs",
@@ -112,4 +117,4 @@ def collect(cluster: Any) -> Iterator[Any]:
     )
     resubscribed.add_metric([], cluster.their_routes.resubscribed)
     yield from (nodes, member, bus, routes, forwarded, batches, received, dropped, refused)
-    yield from (takeovers, resubscribed, wills, relayed, held, paused, lagging)
+    yield from (takeovers, resubscribed, wills, relayed, held, held_seconds, paused, lagging)

@@ -85,12 +85,15 @@ class Receiver:
         hold = self.hold
         commits: list = []
         acked = 0  # entries[:acked] are acknowledged
+        upcoming: dict[int, list] = {}  # entries decoded ahead (to see who waits behind a hold)
         for index, (_entry_id, fields) in enumerate(entries):
             if b"m" not in fields:
                 self._control(fields.get(b"c", b"{}"))
                 continue
             writer = fields.get(b"w")
-            messages = self._decode(fields[b"m"])
+            messages = upcoming.pop(index, None)
+            if messages is None:
+                messages = self._decode(fields[b"m"])
             self._check_gap(writer, fields.get(b"c"), len(messages))
             origin = writer.decode() if writer else ""
             at = 0
@@ -99,12 +102,46 @@ class Receiver:
                 if at < len(messages):  # held mid-entry (nothing of this read to commit)
                     await self._acknowledge(stream, entries[acked:index], commits)
                     acked = index
-                    await hold.released()
+                    await self._held(stream, entries, index, messages, at, upcoming)
             if hold.throttled_by:  # held at the end of the entry
                 await self._acknowledge(stream, entries[acked : index + 1], commits)
                 acked, commits = index + 1, []
-                await hold.released()
+                await self._held(stream, entries, index, messages, len(messages), upcoming)
         await self._acknowledge(stream, entries[acked:], commits)
+
+    async def _held(
+        self, stream: str, entries: list, index: int, messages: list, at: int, upcoming: dict
+    ) -> None:
+        """Wait while sessions hold the reader: briefly if messages for other sessions wait
+        behind them — in the rest of this entry, the next one, or (read now, added to this
+        read) the stream's next ones —, else up to a connection's allowance, looking again
+        every CHECK_EVERY seconds (others' messages may come meanwhile)."""
+        hold, broker = self.hold, self.cluster.broker
+        others = hold.others_wait(broker, messages, at)
+        while hold.throttled_by:
+            if not others:
+                others = await self._others_next(stream, entries, index + 1, upcoming)
+            await hold.wait(others)
+
+    async def _others_next(self, stream: str, entries: list, start: int, upcoming: dict) -> bool:
+        """Whether the next entry with messages (of this read, else read now and added to it)
+        has any for sessions not holding the reader; decoded now, kept for its turn."""
+        if start >= len(entries):  # read on: at most one read more in memory
+            cluster = self.cluster
+            try:
+                answer = await cluster.reader.xreadgroup(
+                    GROUP, cluster.node_id, {stream: ">"}, count=64
+                )
+            except (RedisError, OSError):
+                return False
+            entries.extend(entry for _name, read in answer or () for entry in read)
+        for index in range(start, len(entries)):
+            fields = entries[index][1]
+            if b"m" in fields:
+                if index not in upcoming:
+                    upcoming[index] = self._decode(fields[b"m"])
+                return self.hold.others_wait(self.cluster.broker, upcoming[index], 0)
+        return False
 
     async def _acknowledge(self, stream: str, entries: list, commits: list) -> None:
         """`entries` were delivered: once `commits` (theirs) are, acknowledge and trim them.

@@ -1,8 +1,8 @@
 """Back-pressure across nodes, over real sockets: two broker processes on one Redis, the
 subscriber on one node and its publishers on the other (every message crosses the bus), paho
 clients. A subscriber that reads slowly slows the publishers on the other node down instead of
-losing their QoS 0 messages; one that never reads holds them only for the read gate's
-allowance (THROTTLE_LIMIT, 2 s), then its messages drop, counted.
+losing their QoS 0 messages; one that never reads holds them only briefly (the stream reader's
+allowance, 0.1 s, and a connection's at most, 2 s), then its messages drop, counted.
 
 The subscriber's socket receive buffer is made small so that its backlog shows in the broker's
 session queue (on loopback the kernel would otherwise buffer megabytes of it).
@@ -119,11 +119,11 @@ def test_a_subscriber_that_never_reads_holds_publishers_on_another_node_only_for
         wait_for(lambda: len(acked) >= count, 30, step=0.1)
         stuck.set()
         gaps = [later - earlier for earlier, later in zip([started, *acked], acked, strict=False)]
-        # The publisher was held (its acknowledgements stopped) while the stuck subscriber held
-        # its node's stream reader, and for no longer than the allowance (and a drain).
-        assert 0.3 < max(gaps) < ReadGate.THROTTLE_LIMIT + 1.0, max(gaps)
+        # The stuck subscriber held its node's stream reader (and the stream backed up behind
+        # it) for the reader's allowance only: the publisher was never held for longer than a
+        # connection's allowance (and a drain).
+        assert max(gaps) < ReadGate.THROTTLE_LIMIT + 1.0, max(gaps)
         assert metric(a, "mqtt_cluster_stream_holds_total", '{end="expired"}') >= 1
-        assert metric(b, "mqtt_cluster_destination_backlogs_total") >= 1
         # Then the subscriber stalled: it holds nobody more and its messages drop, counted.
         assert metric(a, "mqtt_messages_dropped_total", '{tenant="acme"}') > 0
     finally:
