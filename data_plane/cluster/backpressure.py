@@ -8,23 +8,23 @@ no connection to stop, so the chain has two links, each bounded in time:
 
 1. Receiving side (`Hold`): the node's stream reader (`receive.Receiver`) is a held publisher.
    A route it makes that names sessions in `slow_down` stops it reading its stream until they
-   release it (`unthrottle_by`, when drained, as they release a connection), or
-   a limit after the first one held it: then the reader no longer waits for those
-   sessions (their QoS 0 copies drop at their cap, counted) until they release it, drained to
-   their release mark. (Not `stalled`, which a connection's read gate sets after its 2 s and a
-   session clears only once its queue is empty: a subscriber fed steadily, only slower than its
-   publishers, never empties it, and lost all its overflow after its first long hold.)
-   Meanwhile what other nodes forward waits in Redis (the stream is the buffer); entries are
-   acknowledged only once delivered (and committed).
+   release it (`unthrottle_by`, when drained, as they release a connection), or until a limit
+   after the first one held it: then the reader no longer waits for those sessions (their QoS 0
+   copies drop at their cap, counted) until they release it, drained to their release mark.
+   (Not `stalled`, which a connection's read gate sets and a session clears only once its
+   queue is empty: a subscriber fed steadily, only slower than its publishers, never empties
+   it, and lost all its overflow after its first long hold.) Meanwhile what other nodes
+   forward waits in Redis (the stream is the buffer); entries are acknowledged only once
+   delivered (and committed).
 
    The reader is shared: every session of the node gets what other nodes forward through it,
-   so while one session holds it, all of them wait (one stream per node, in order). Hence,
-   when other sessions' messages wait behind the hold, a limit far shorter than a connection's
-   2 s (when only the holding sessions' do, a connection's): a subscriber that reads steadily, only slower
-   than its publishers, drains its hold mark's worth in milliseconds and loses nothing; one that
-   stops reading for long (a stuck or bursty client) is skipped after `SHARED_HOLD_LIMIT` and
-   loses its QoS 0 overflow as before, instead of slowing every other session of its node to its
-   pace.
+   in order, so while one session holds it all of them wait. The limit is therefore short
+   (`SHARED_HOLD_LIMIT`) when messages for other sessions wait behind the hold — the rest of
+   the read, or the stream's next entries, read on while held and looked at again every
+   `CHECK_EVERY` — and a connection's (THROTTLE_LIMIT, 2 s) only when nothing else waits (a
+   fan-in into the holding sessions: holding then costs nobody else). A stuck or bursty
+   subscriber loses its QoS 0 overflow as before, instead of slowing every other session of
+   its node to its pace.
 
 2. Sending side (`Backlogs`): the forwarder reads the length of each destination's stream in
    the pipeline that writes to it (XLEN: one more command in a round trip it makes anyway, no
@@ -158,6 +158,11 @@ class Hold:
         without them (their QoS 0 copies drop at their cap) until they release it, drained to
         their release mark (it stays among their `blocked_publishers` for that)."""
         self.expired += 1
+        log.info(
+            "forward stream reader held %.2f s by %d sessions: going on without them",
+            time.monotonic() - self.since,
+            len(self.throttled_by),
+        )
         self.skipped.update(self.throttled_by)
         self.throttled_by.clear()
         self._wake()
