@@ -13,6 +13,9 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
   (one node per shared group);
 - `forward`: the copies for other nodes, batched on their streams, with back-pressure;
 - `receive`: this node's stream read through its consumer group and delivered here;
+- `backpressure`: a backed-up subscriber slows publishers on other nodes too (the stream reader
+  held by the sessions it backs up; a destination whose stream backs up holds the publishers
+  forwarding to it), each hold bounded by the read gate's allowance;
 - `codec`: forwarded messages as bytes;
 - `node_metrics`: the node's /metrics;
 - `sessions`: one session per client id across the cluster (takeover between nodes; a

@@ -17,7 +17,9 @@ persistent sessions, committed). Why a stream and not pub/sub:
 Back-pressure: a publish that finds `PAUSE_BYTES` waiting for the bus names the forwarder in
 its `Published.slow_down`, as a backed-up subscriber's session is named: the publisher's read
 gate pauses it until the backlog is down to `RESUME_BYTES`, so a burst waits at the publishers'
-sockets instead of being dropped here.
+sockets instead of being dropped here. And a destination whose stream backs up (its reader is
+behind, or held by its backed-up subscribers) holds the publishers that forward to it: each
+flush reads the destinations' stream lengths in its own pipeline (`backpressure.Backlogs`).
 
 Batching: messages for a node gather in a buffer for the rest of the event loop's turn (and
 while the previous XADD round trip is in flight), then go as one entry per node per round (cut
@@ -37,6 +39,8 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError
+
+from data_plane.cluster.backpressure import Backlogs
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,9 @@ class Forwarder:
         # As a throttler of publishing connections (data_plane.broker.flow reads these two).
         self.blocked_publishers: dict = {}  # as a session's: in the order they were held
         self.stalled = False
+        # The destinations' stream lengths, read with each flush; publish reads `lagging`.
+        self.backlogs = Backlogs(redis, stream_of)
+        self.lagging = self.backlogs.lagging
 
     def hold(self, publisher: Any) -> None:
         """`publisher` stopped reading for the bus (the read gate acted on `slow_down`):
@@ -134,8 +141,9 @@ class Forwarder:
                             approximate=True,
                         )
                         entries += 1
+                self.backlogs.measure(pipe, buffers)  # XLEN of each: the same round trip
                 try:
-                    await pipe.execute()
+                    results = await pipe.execute()
                 except (RedisError, OSError) as exc:
                     self.sent = sent_before  # counted as dropped here, not as a gap there
                     log.warning("cluster bus refused %d forwarded messages: %s", len(losses), exc)
@@ -145,6 +153,7 @@ class Forwarder:
                     continue
                 self.forwarded += len(losses)
                 self.batches += entries
+                self.backlogs.update(buffers, results[entries:])
                 if commit is not None:
                     commit.set_result(None)
                 if self.blocked_publishers and self.buffered < RESUME_BYTES:

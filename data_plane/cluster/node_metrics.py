@@ -87,10 +87,34 @@ def collect(cluster: Any) -> Iterator[Any]:
         "Messages relays here sent on to the node a session moved to (cluster/relay.py)",
     )
     relayed.add_metric([], sessions.relayed)
+    hold = cluster.receiver.hold
+    held = CounterMetricFamily(
+        "mqtt_cluster_stream_holds",
+        "Times this node stopped reading its forward stream for sessions it backed up "
+        "(`expired`: they held it for the whole allowance and stalled)",
+        labels=["end"],
+    )
+    held.add_metric(["released"], hold.holds - hold.expired)
+    held.add_metric(["expired"], hold.expired)
+    held_seconds = CounterMetricFamily(
+        "mqtt_cluster_stream_held_seconds",
+        "Seconds this node's forward stream reader spent held by sessions it backed up",
+    )
+    held_seconds.add_metric([], hold.seconds)
+    backlogs = forwarder.backlogs
+    paused = CounterMetricFamily(
+        "mqtt_cluster_destination_backlogs",
+        "Times another node's forward stream backed up past its mark: its publishers here held",
+    )
+    paused.add_metric([], backlogs.paused)
+    lagging = GaugeMetricFamily(
+        "mqtt_cluster_destinations_lagging", "Other nodes whose forward stream is backed up now"
+    )
+    lagging.add_metric([], len(backlogs.lagging))
     resubscribed = CounterMetricFamily(
         "mqtt_cluster_route_channel_resubscribed",
         "Times the route channel was lost (Redis restarted, output-buffer limit) and taken up",
     )
     resubscribed.add_metric([], cluster.their_routes.resubscribed)
     yield from (nodes, member, bus, routes, forwarded, batches, received, dropped, refused)
-    yield from (takeovers, resubscribed, wills, relayed)
+    yield from (takeovers, resubscribed, wills, relayed, held, held_seconds, paused, lagging)

@@ -14,7 +14,8 @@ A retained message goes to every live node, subscribers there or not, so a new s
 anywhere finds it. A dead node no survivor has replaced yet (`Cluster.dying`) is still
 forwarded to: its stream keeps the messages for the survivor (`inherit`). The `Published`
 answer joins the local one and the bus's: each forwarded copy counts as reached, a QoS > 0
-message waits for the bus's commit, and a lagging bus slows its publisher down.
+message waits for the bus's commit, and a lagging bus — or a destination whose stream backs up
+(`backpressure`) — slows its publisher down.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ class Publisher:
         slow_down = local.slow_down
         if forwarder.buffered > PAUSE_BYTES:  # the bus lags: its publisher waits for it
             slow_down = (*slow_down, forwarder)
+        if forwarder.lagging:  # a destination's stream backs up: so does this publisher
+            slow_down = (*slow_down, *forwarder.backlogs.slowing(targets))
         reached = local.reached + len(targets)
         if commit is None:
             return Published(reached, local.commits, slow_down)

@@ -14,6 +14,11 @@ Besides plain deliveries an entry may carry: a dead node's share of shared-group
 message between nodes (a session takeover: `sessions`). Entries the stream lost before they were
 read (trimmed by its cap, gone with a Redis restart) show as a gap in their writer's count and
 are counted as dropped (`stream_gap`), never silently.
+
+Back-pressure: a delivery that backs a session up (`Published.slow_down`) stops the reading
+until the session drains, bounded by the read gate's allowance (`backpressure.Hold`): what
+other nodes forward waits in the stream meanwhile, and their forwarders, seeing it grow, hold
+the publishers that feed it (`backpressure.Backlogs`).
 """
 
 from __future__ import annotations
@@ -21,12 +26,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
 from data_plane.cluster import codec
+from data_plane.cluster.backpressure import Hold
 from data_plane.cluster.inherit import GROUP, ensure_group, settle, stream_mark
 from data_plane.cluster.regroup import serve_here
 
@@ -40,6 +45,7 @@ class Receiver:
         self.cluster = cluster
         self.received = 0  # messages other nodes forwarded here
         self.stream_seen: dict[bytes, int] = {}  # writer -> its `c` in the last entry read
+        self.hold = Hold()  # back-pressure: sessions it backed up hold it (`backpressure`)
 
     async def forever(self) -> None:
         """Our stream through its consumer group: an entry is acknowledged once what it
@@ -48,7 +54,6 @@ class Receiver:
         cluster = self.cluster
         reader, node_id = cluster.reader, cluster.node_id
         stream = cluster.keys.stream(node_id)
-        trimmed = time.monotonic()
         grouped = False
         while True:
             try:
@@ -64,30 +69,98 @@ class Receiver:
                 log.debug("forward stream read failed (%s): retrying", exc)
                 grouped = False
                 continue
-            ids = []
-            commits: list = []
-            for _name, entries in answer or ():
-                for entry_id, fields in entries:
-                    ids.append(entry_id)
-                    if b"m" not in fields:
-                        self._control(fields.get(b"c", b"{}"))
-                    else:
-                        received = self._receive(fields[b"m"], commits, fields.get(b"w"))
-                        self._check_gap(fields.get(b"w"), fields.get(b"c"), received)
-            if not ids:
+            entries = [entry for _name, read in answer or () for entry in read]
+            if entries:
+                await self._deliver(stream, entries)
+
+    async def _deliver(self, stream: str, entries: list) -> None:
+        """Deliver one read's entries in order, and acknowledge them once done.
+
+        Back-pressure (`backpressure.Hold`): a route that backs sessions up stops the delivery
+        there until they drain (or THROTTLE_LIMIT passes), the rest of the read waiting in
+        memory and the stream waiting in Redis. It stops at once when nothing of this read
+        awaits a commit (QoS 0, sessions not persistent); else at the end of the entry, after
+        the entries done are marked, committed and acknowledged: a stream mark commits with
+        the deliveries it covers, whole entries (`inherit`), so no wait may split them."""
+        hold = self.hold
+        commits: list = []
+        acked = 0  # entries[:acked] are acknowledged
+        upcoming: dict[int, list] = {}  # entries decoded ahead (to see who waits behind a hold)
+        for index, (_entry_id, fields) in enumerate(entries):
+            if b"m" not in fields:
+                self._control(fields.get(b"c", b"{}"))
                 continue
-            if commits:  # committed with these deliveries: a survivor skips them (inherit.py)
-                stream_mark(cluster.broker, node_id, ids[-1])
-            await settle(commits, lambda n: cluster.count_dropped_here("store_unavailable", n))
+            writer = fields.get(b"w")
+            messages = upcoming.pop(index, None)
+            if messages is None:
+                messages = self._decode(fields[b"m"])
+            self._check_gap(writer, fields.get(b"c"), len(messages))
+            origin = writer.decode() if writer else ""
+            at = 0
+            while at < len(messages):
+                at = self._receive(messages, at, commits, origin)
+                if at < len(messages):  # held mid-entry (nothing of this read to commit)
+                    await self._acknowledge(stream, entries[acked:index], commits)
+                    acked = index
+                    await self._held(stream, entries, index, messages, at, upcoming)
+            if hold.throttled_by:  # held at the end of the entry
+                await self._acknowledge(stream, entries[acked : index + 1], commits)
+                acked, commits = index + 1, []
+                await self._held(stream, entries, index, messages, len(messages), upcoming)
+        await self._acknowledge(stream, entries[acked:], commits)
+
+    async def _held(
+        self, stream: str, entries: list, index: int, messages: list, at: int, upcoming: dict
+    ) -> None:
+        """Wait while sessions hold the reader: briefly if messages for other sessions wait
+        behind them — in the rest of this entry, the next one, or (read now, added to this
+        read) the stream's next ones —, else up to a connection's allowance, looking again
+        every CHECK_EVERY seconds (others' messages may come meanwhile)."""
+        hold, broker = self.hold, self.cluster.broker
+        others = hold.others_wait(broker, messages, at)
+        while hold.throttled_by:
+            if not others:
+                others = await self._others_next(stream, entries, index + 1, upcoming)
+            await hold.wait(others)
+
+    async def _others_next(self, stream: str, entries: list, start: int, upcoming: dict) -> bool:
+        """Whether the next entry with messages (of this read, else read now and added to it)
+        has any for sessions not holding the reader; decoded now, kept for its turn."""
+        if start >= len(entries):  # read on: at most one read more in memory
+            cluster = self.cluster
             try:
-                pipe = reader.pipeline(transaction=False)
-                pipe.xack(stream, GROUP, *ids)
-                if time.monotonic() - trimmed > 1.0:  # what we handled need not stay in Redis
-                    trimmed = time.monotonic()
-                    pipe.xtrim(stream, minid=ids[-1], approximate=True)
-                await pipe.execute()
-            except (RedisError, OSError) as exc:  # read again after a restart: at least once
-                log.debug("forward stream not acknowledged (%s)", exc)
+                answer = await cluster.reader.xreadgroup(
+                    GROUP, cluster.node_id, {stream: ">"}, count=64
+                )
+            except (RedisError, OSError):
+                return False
+            entries.extend(entry for _name, read in answer or () for entry in read)
+        for index in range(start, len(entries)):
+            fields = entries[index][1]
+            if b"m" in fields:
+                if index not in upcoming:
+                    upcoming[index] = self._decode(fields[b"m"])
+                return self.hold.others_wait(self.cluster.broker, upcoming[index], 0)
+        return False
+
+    async def _acknowledge(self, stream: str, entries: list, commits: list) -> None:
+        """`entries` were delivered: once `commits` (theirs) are, acknowledge and trim them.
+
+        Trimmed at each acknowledgement (MINID: what was handled need not stay in Redis), so the
+        stream's length is what waits for this node: the senders read it (`backpressure`)."""
+        if not entries:
+            return
+        cluster, last = self.cluster, entries[-1][0]
+        if commits:  # committed with these deliveries: a survivor skips them (inherit.py)
+            stream_mark(cluster.broker, cluster.node_id, last)
+        await settle(commits, lambda n: cluster.count_dropped_here("store_unavailable", n))
+        try:
+            pipe = cluster.reader.pipeline(transaction=False)
+            pipe.xack(stream, GROUP, *(entry_id for entry_id, _ in entries))
+            pipe.xtrim(stream, minid=last, approximate=False)
+            await pipe.execute()
+        except (RedisError, OSError) as exc:  # read again after a restart: at least once
+            log.debug("forward stream not acknowledged (%s)", exc)
 
     def _check_gap(self, writer: bytes | None, sent: bytes | None, count: int) -> None:
         """Entries of a writer missing before this one (trimmed by the stream's cap, lost
@@ -102,16 +175,20 @@ class Receiver:
             log.warning("%d forwarded messages from %s lost before read", lost, writer.decode())
             self.cluster.count_dropped_here("stream_gap", lost)
 
-    def _receive(self, batch: bytes, commits: list, writer: bytes | None = None) -> int:
-        cluster = self.cluster
-        broker, origins = cluster.broker, cluster.origins
-        origin = writer.decode() if writer else ""
+    def _decode(self, batch: bytes) -> list:
         try:
-            messages = codec.decode_counted(batch)
+            return codec.decode_counted(batch)
         except Exception:
             log.exception("undecodable forwarded batch (%d bytes) dropped", len(batch))
-            return 0
-        for flags, message, groups, seq in messages:
+            return []
+
+    def _receive(self, messages: list, at: int, commits: list, origin: str) -> int:
+        """Deliver `messages[at:]`; returns where it stopped: their end, or just after a route
+        that backed sessions up while nothing of this read awaits a commit (see `_deliver`)."""
+        cluster = self.cluster
+        broker, origins, hold = cluster.broker, cluster.origins, self.hold
+        for index in range(at, len(messages)):
+            flags, message, groups, seq = messages[index]
             self.received += 1
             if flags & codec.RETAIN:
                 broker.retained.set(message)
@@ -130,6 +207,10 @@ class Receiver:
                 )
                 if published.commits:
                     commits.extend(published.commits)
+                if published.slow_down:  # sessions it backed up: they hold this reader
+                    hold.slow_down(published.slow_down)
+                    if not commits:
+                        return index + 1
         return len(messages)
 
     def _control(self, data: bytes) -> None:

@@ -1,0 +1,249 @@
+"""Where QoS 0 traffic that crosses nodes is lost under overload, and how fast it goes: two
+nodes on two ports (every subscriber on one, every publisher on the other: each message crosses
+the bus), each with its `/metrics`, then the loss taken apart from the nodes' own counters.
+
+    .venv/bin/python -m bench.cluster_loss [--seconds 4] [--fanin 100] [--pairs 10]
+        [--repo /path/to/other/checkout ...]
+
+Each `--repo` (default: this checkout) runs as `python -m data_plane` from its own directory
+with this virtualenv (as bench.ab_builds), so two builds compare in one run (A, B, B, A when
+two are given: a drift in machine load cancels out).
+
+Per run: what the publishers wrote, what the subscriber(s) received, and from the metrics:
+received at the publishers' node, forwarded on the bus, dropped by the bus (`backlog`,
+`bus_unavailable`), received by the subscribers' node from its stream, lost before read
+(`stream_gap`), dropped at the subscribers' sessions (queue full), and the Redis stream's length
+at its peak (sampled) — what the bus holds while the reader is behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.brokers import PASSWORD, REPO, USERNAME, _free_port, _raise_nofile, _wait_port
+from bench.loadgen import PublishTemplate, Stats, close_all, connect_many, publish_flat_out
+from bench.scenarios import drain
+from common.processes import data_plane_command
+
+
+class TwoNodes:
+    """Redis and two broker nodes of one cluster, on two ports, with metrics."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+        self.workdir = Path(tempfile.mkdtemp(prefix="bench-xloss-"))
+        self.processes: list[subprocess.Popen] = []
+        auth = self.workdir / "tenants.json"
+        auth.write_text(
+            json.dumps(
+                {
+                    "tenants": {
+                        "bench": {"devices": {"d": {"password": PASSWORD, "client_ids": "any"}}}
+                    }
+                }
+            )
+        )
+        self.redis_port = _free_port()
+        redis = self._spawn(
+            [shutil.which("redis-server"), "--port", str(self.redis_port), "--bind", "127.0.0.1"]
+            + ["--save", "", "--appendonly", "no", "--dir", str(self.workdir)]
+        )
+        _wait_port(redis, self.redis_port, "redis")
+        self.ports = [_free_port(), _free_port()]
+        self.metrics = [_free_port(), _free_port()]
+        extra = ["--sys-interval", "0", "--max-queued", "5000", "--log-level", "WARNING"]
+        extra += ["--redis-url", f"redis://127.0.0.1:{self.redis_port}/0"]
+        extra += ["--cluster-name", "bench"]
+        for port, metrics in zip(self.ports, self.metrics, strict=True):
+            cmd = data_plane_command(
+                port=port, ws_port=0, auth_file=auth, extra=[*extra, "--metrics-port", str(metrics)]
+            )
+            _wait_port(self._spawn(cmd), port, f"node on {port}")
+        time.sleep(2.5)  # both see each other (heartbeat 2 s)
+        self.sub_port, self.pub_port = self.ports
+
+    def _spawn(self, cmd: list[str]) -> subprocess.Popen:
+        process = subprocess.Popen(
+            cmd,
+            cwd=self.repo,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.workdir / f"stderr-{len(self.processes)}.log", "w"),
+            preexec_fn=_raise_nofile,
+        )
+        self.processes.append(process)
+        return process
+
+    def scrape(self, index: int) -> dict[str, float]:
+        """The node's metrics as {name{labels}: value} (the tenant label dropped)."""
+        url = f"http://127.0.0.1:{self.metrics[index]}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line.startswith("mqtt_"):
+                continue
+            name, value = line.rsplit(" ", 1)
+            name = re.sub(r'tenant="[^"]*",?', "", name).replace("{}", "")
+            out[name] = out.get(name, 0.0) + float(value)
+        return out
+
+    def stream_length(self) -> int:
+        """The subscribers' node's forward stream: entries not trimmed yet (each a batch)."""
+        cli = shutil.which("redis-cli")
+        keys = subprocess.run(
+            [cli, "-p", str(self.redis_port), "--scan", "--pattern", "*stream*"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        total = 0
+        for key in keys:
+            answer = subprocess.run(
+                [cli, "-p", str(self.redis_port), "xlen", key], capture_output=True, text=True
+            ).stdout.strip()
+            total += int(answer) if answer.isdigit() else 0
+        return total
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
+    """Fan-in (n publishers → 1 subscriber), n pairs, or n pairs of which the first one's
+    subscriber reads 2 ms in every 502 (`slow1`: what one slow subscriber does to the
+    others), QoS 0, every message across."""
+    stats = Stats(sample_every=10)
+    slow = Stats()  # the slow pair's, apart
+    creds = (USERNAME, PASSWORD)
+    if kind == "slow1":
+        subs = await connect_many(1, "127.0.0.1", nodes.sub_port, slow, "xslow", *creds)
+        subs += await connect_many(n - 1, "127.0.0.1", nodes.sub_port, stats, "xsub", *creds)
+    else:
+        subs = await connect_many(1 if kind == "fanin" else n, "127.0.0.1", nodes.sub_port,
+                                  stats, "xsub", *creds)  # fmt: skip
+    for index, sub in enumerate(subs):
+        await sub.subscribe("bench/x/#" if kind == "fanin" else f"bench/x/{index}", 0)
+    pubs = await connect_many(n, "127.0.0.1", nodes.pub_port, Stats(), "xpub", *creds)
+    await asyncio.sleep(1.0)  # routes reach the other node
+    peak = 0
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, await asyncio.to_thread(nodes.stream_length))
+            await asyncio.sleep(0.25)
+
+    async def crawl(sub) -> None:  # reads 2 ms in every 502, through a small socket buffer
+        sock = sub.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        while not done.is_set():
+            sub.transport.pause_reading()
+            await asyncio.sleep(0.5)
+            sub.transport.resume_reading()
+            await asyncio.sleep(0.002)
+
+    sampler = asyncio.create_task(sample())
+    crawler = asyncio.create_task(crawl(subs[0])) if kind == "slow1" else None
+    started = time.perf_counter()
+    deadline = started + seconds
+    window = 2 if kind == "fanin" else 10
+    await asyncio.gather(
+        *(
+            publish_flat_out(
+                pub,
+                PublishTemplate(f"bench/x/{i}", 1024, 0),
+                deadline,
+                slow if kind == "slow1" and i == 0 else stats,
+                window,
+            )
+            for i, pub in enumerate(pubs)
+        )
+    )
+    elapsed = await drain(stats, stats.sent, 15) - started
+    done.set()
+    await sampler
+    if crawler is not None:
+        await crawler
+        subs[0].transport.resume_reading()
+        await drain(slow, slow.sent, 5)
+    close_all(subs + pubs)
+    await asyncio.sleep(0.5)
+    sub_node, pub_node = nodes.scrape(0), nodes.scrape(1)
+    return {
+        "scenario": f"{kind} n={n}",
+        "sent": stats.sent,
+        "received": stats.received,
+        "delivered_per_s": stats.received / elapsed,
+        "loss": stats.sent - stats.received,
+        "pub_node_received": pub_node.get("mqtt_messages_received_total", 0),
+        "forwarded": pub_node.get("mqtt_cluster_forwarded_messages_total", 0),
+        "bus_dropped": sum(
+            v for k, v in pub_node.items() if k.startswith("mqtt_cluster_forward_dropped")
+        ),
+        "sub_node_from_stream": sub_node.get("mqtt_cluster_received_messages_total", 0),
+        "stream_gap": sub_node.get('mqtt_cluster_forward_dropped_total{reason="stream_gap"}', 0),
+        "session_dropped": sub_node.get("mqtt_messages_dropped_total", 0),
+        "stream_peak_entries": peak,
+        **({"slow_sent": slow.sent, "slow_received": slow.received} if kind == "slow1" else {}),
+        "destination_backlogs": pub_node.get("mqtt_cluster_destination_backlogs_total", 0),
+        "stream_holds": sum(
+            v for k, v in sub_node.items() if k.startswith("mqtt_cluster_stream_holds_total")
+        ),
+        "held_s": sub_node.get("mqtt_cluster_stream_held_seconds_total", 0),
+        "stream_holds_expired": sub_node.get('mqtt_cluster_stream_holds_total{end="expired"}', 0),
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--fanin", type=int, default=100)
+    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--slow1", type=int, default=0, help="pairs, the first one slow")
+    parser.add_argument("--repo", type=Path, action="append")
+    args = parser.parse_args()
+    repos = [r.resolve() for r in args.repo] if args.repo else [REPO]
+    order = repos if len(repos) == 1 else [repos[0], repos[1], repos[1], repos[0]]
+    print(f"load average at start {os.getloadavg()[0]:.1f}", flush=True)
+    for kind, n in (("fanin", args.fanin), ("pairs", args.pairs), ("slow1", args.slow1)):
+        if not n:
+            continue
+        for repo in order:
+            nodes = TwoNodes(repo)
+            try:
+                row = await run(nodes, kind, n, args.seconds)
+            finally:
+                nodes.stop()
+            print(f"{repo.name:14} " + " ".join(f"{k}={_fmt(v)}" for k, v in row.items()),
+                  flush=True)  # fmt: skip
+    print(f"load average at end {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def _fmt(value: object) -> str:
+    return f"{value:,.0f}" if isinstance(value, float | int) else str(value)
+
+
+if __name__ == "__main__":
+    import uvloop
+
+    uvloop.install()
+    asyncio.run(main())
