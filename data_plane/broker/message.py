@@ -35,7 +35,9 @@ class Message:
     device: str = ""  # the publishing device (username `tenant/device`), for the archive
     units: int = 0  # billable 5 KiB message units, set once when the broker routes it
     # The publishing connection's `Origin` (tenant, publisher and device are its values); None
-    # for messages the broker makes or restores (wills, $SYS, ...). Not part of equality.
+    # for messages the broker makes or restores (wills, $SYS, ...). Not part of equality. The
+    # archive records the origin's values for a message that carries one: a copy re-addressed
+    # to another tenant, client id or device must not carry it.
     origin: Origin | None = field(default=None, compare=False, repr=False)
 
     def billable_units(self) -> int:

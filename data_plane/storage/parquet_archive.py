@@ -140,10 +140,10 @@ class PublishColumns:
     def _row_of(self, m: Any) -> int:
         """The row of `m`'s publisher, added at its first message in the batch."""
         origin = getattr(m, "origin", None)
-        values = (m.tenant, m.publisher, m.device)
-        if origin is not None and (origin.tenant, origin.client_id, origin.device) != values:
-            origin = None  # not this message's publisher (see Message.origin): by value
-        key = values if origin is None else origin
+        if origin is None:
+            key = values = (m.tenant, m.publisher, m.device)
+        else:  # the connection's own values, for every message that carries it
+            key, values = origin, (origin.tenant, origin.client_id, origin.device)
         row = self._rows.get(key)
         if row is None:
             row = self._rows[key] = len(self.publishers)

@@ -240,3 +240,33 @@ def test_one_batch_never_gives_a_row_another_connections_publisher(tmp_path):
             "t/same",
         ), row
     assert {r["tenant"] for r in published} == {"acme", "evil"}
+
+
+def test_the_table_of_publishers_keys_by_connection_and_by_value_without_one():
+    """One row per connection (its `Origin`, by identity) and, for messages without one, per
+    (tenant, client id, device): equal client ids in two tenants never share a row."""
+    from data_plane.broker.message import Origin
+    from data_plane.storage.parquet_archive import PublishColumns, publish_rows
+
+    first, again = Origin("acme", "c1", "d"), Origin("acme", "c1", "d")  # a reconnection
+    evil = Origin("evil", "c1", "d")
+    sent = []
+    for n in range(6):
+        for tenant, origin in (("acme", first), ("evil", evil), ("acme", again)):
+            sent.append(
+                Message.from_publish(tenant, "c1", "t", b"%d" % n, 0, False, {}, "d", origin)
+            )
+        sent.append(Message("t", b"will", 0, False, publisher="c1", tenant="evil", device="d"))
+        sent.append(Message("t", b"will", 0, False, publisher="c1", tenant="acme", device="d"))
+    columns = PublishColumns()
+    record = columns.recorder()
+    for message in sent:
+        record(message)
+    assert sorted(columns.publishers) == sorted(
+        [("acme", "c1", "d"), ("evil", "c1", "d"), ("acme", "c1", "d")]
+        + [("evil", "c1", "d"), ("acme", "c1", "d")]
+    )
+    rows = publish_rows([(1.7e9, m) for m in sent]).to_pylist()
+    assert [(r["tenant"], r["client_id"], r["username"]) for r in rows] == [
+        (m.tenant, m.publisher, f"{m.tenant}/d") for m in sent
+    ]
