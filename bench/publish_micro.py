@@ -5,6 +5,8 @@
                                                         # per-delivery read check), QoS 1
     .venv/bin/python -m bench.publish_micro noacl 0 archive     # the archive tap on (a scratch
     .venv/bin/python -m bench.publish_micro noacl 0 no-archive  # folder as the store) or off
+    .venv/bin/python -m bench.publish_micro noacl 0 archive threads  # + CPU of the event loop's
+                                                        # thread and of the archive's encoder
 
 PUBLISH bytes go in through `MQTTConnection.data_received` of 50 publishers, are routed and
 delivered to 50 subscribers whose transports only count bytes; QoS 1 deliveries are acknowledged.
@@ -46,6 +48,8 @@ QOS = int(sys.argv[2])
 # after start-up) and long enough for several archive intervals, so the two compare.
 ARCHIVE_MODE = sys.argv[3] if len(sys.argv) > 3 else None
 ARCHIVE = ARCHIVE_MODE == "archive"
+# "threads": also print the event loop thread's and the encoding thread's CPU per message.
+THREADS = "threads" in sys.argv[4:]
 if ARCHIVE_MODE:
     ROUNDS *= 3
 
@@ -82,9 +86,10 @@ async def main():
         "t": {"devices": {f"d{i}": {"password": "p", "client_ids": "any"} for i in range(2)}}
     }
     tap = None
+    encoding = [0.0]  # the encoding thread's CPU seconds in `add` and `seal`
     if ARCHIVE:
         scratch = tempfile.mkdtemp(prefix="publish-micro-archive-")
-        tap = ArchiveTap(ParquetArchiveWriter(LocalObjectStore(scratch)))
+        tap = ArchiveTap(_TimedWriter(LocalObjectStore(scratch), encoding))
     broker = Broker(BrokerConfig(), StaticAuthenticator(tenants), Ports(archive=tap))
     if tap is not None:
         tap.listen(broker.hooks)
@@ -133,7 +138,7 @@ async def main():
         gc.freeze()
     else:
         gc.disable()
-    started = time.process_time()
+    started, loop_started = time.process_time(), time.thread_time()
     for _ in range(ROUNDS):
         for conn, data in zip(pubs, batches, strict=True):
             conn.data_received(data)
@@ -147,10 +152,39 @@ async def main():
         await tap.stop()
         assert tap.writer.written_records >= PAIRS * ROUNDS * BATCH, "archive rows missing"
         shutil.rmtree(scratch, ignore_errors=True)
-    elapsed = time.process_time() - started
+    elapsed, loop = time.process_time() - started, time.thread_time() - loop_started
     delivered = sum(c.transport.n for c in subs)
     assert delivered >= PAIRS * ROUNDS * BATCH * len(payload), "not everything was delivered"
-    print(f"{elapsed / (PAIRS * ROUNDS * BATCH) * 1e6:.3f}")
+    per_message = 1e6 / (PAIRS * ROUNDS * BATCH)
+    if THREADS:
+        print(
+            f"{elapsed * per_message:.3f} loop={loop * per_message:.3f}"
+            f" encoder={encoding[0] * per_message:.3f}"
+        )
+    else:
+        print(f"{elapsed * per_message:.3f}")
+
+
+class _TimedWriter(ParquetArchiveWriter):
+    """The archive writer, counting the CPU its encoding thread spends on batches."""
+
+    def __init__(self, store, seconds: list[float]) -> None:
+        super().__init__(store)
+        self.seconds = seconds
+
+    def add(self, *args, **kwargs):
+        started = time.thread_time()
+        try:
+            return super().add(*args, **kwargs)
+        finally:
+            self.seconds[0] += time.thread_time() - started
+
+    def seal(self):
+        started = time.thread_time()
+        try:
+            return super().seal()
+        finally:
+            self.seconds[0] += time.thread_time() - started
 
 
 if __name__ == "__main__":

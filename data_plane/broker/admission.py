@@ -24,7 +24,7 @@ from common.mqtt.packets import MQTT_5_0, Publish, Subscribe, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
 from common.mqtt.topics import validate_topic_name
 from data_plane.broker.limits import MAX_DELAY, too_deep
-from data_plane.broker.message import Message
+from data_plane.broker.message import Message, Origin
 
 # 5.0 refusals in a row after which a sustained excess of the publish rate ends the connection.
 RATE_STRIKES_BEFORE_DISCONNECT = 100
@@ -83,6 +83,7 @@ class PublishAdmission:
         "inbound_rates",
         "strikes",
         "aliases",
+        "origin",
     )
 
     def __init__(self, config: Any, retained: Any) -> None:
@@ -95,11 +96,14 @@ class PublishAdmission:
         self.inbound_rates: Any = None  # the tenant's TenantRates, when publishes are limited
         self.strikes = 0
         self.aliases: dict[int, str] = {}
+        self.origin: Origin | None = None
 
     def begin(self, auth: Any, protocol_version: int, client_id: str) -> None:
         """The identity CONNACK settled: publishes are judged for it from now on."""
         self.auth, self.protocol_version, self.client_id = auth, protocol_version, client_id
         self.tenant, self.device = auth.tenant, auth.device
+        # One per connection: the archive keys its per-batch table of publishers by it.
+        self.origin = Origin(self.tenant, client_id, self.device)
 
     def admit(self, packet: Publish, inbound_qos2: set[int]) -> PublishDecision:
         v5 = self.protocol_version == MQTT_5_0
@@ -173,6 +177,7 @@ class PublishAdmission:
             packet.retain,
             packet.properties if v5 else {},
             self.device,
+            self.origin,
         )
         if packet.retain and packet.payload:  # clearing is always allowed
             limit = quota.get("max_retained_messages")

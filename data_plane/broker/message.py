@@ -10,6 +10,18 @@ from common.archive_schema import message_units
 from common.mqtt.properties import encode_properties
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Origin:
+    """Who publishes on a connection: tenant, client id and device, settled at CONNACK. One object
+    per connection, compared and hashed by identity: the archive records its values once per
+    batch and an index per message (`data_plane.storage.parquet_archive`). Immutable, so every
+    message carrying it has exactly these values; a reconnection or a takeover gets a new one."""
+
+    tenant: str
+    client_id: str
+    device: str
+
+
 @dataclass(slots=True)
 class Message:
     topic: str
@@ -22,6 +34,11 @@ class Message:
     tenant: str = ""
     device: str = ""  # the publishing device (username `tenant/device`), for the archive
     units: int = 0  # billable 5 KiB message units, set once when the broker routes it
+    # The publishing connection's `Origin` (tenant, publisher and device are its values); None
+    # for messages the broker makes or restores (wills, $SYS, ...). Not part of equality. The
+    # archive records the origin's values for a message that carries one: a copy re-addressed
+    # to another tenant, client id or device must not carry it.
+    origin: Origin | None = field(default=None, compare=False, repr=False)
 
     def billable_units(self) -> int:
         """AWS IoT Core's message units of this message (computed once, then kept)."""
@@ -41,9 +58,12 @@ class Message:
         retain: bool,
         properties: dict[str, Any],
         device: str = "",
+        origin: Origin | None = None,
     ) -> Message:
+        """A client's PUBLISH as a message; `origin`, when given, holds `tenant`, `publisher`
+        and `device` (the connection's `PublishAdmission` passes its own)."""
         if not properties:  # the common case: nothing to filter
-            return cls(topic, payload, qos, retain, {}, None, publisher, tenant, device)
+            return cls(topic, payload, qos, retain, {}, None, publisher, tenant, device, 0, origin)
         props = {
             k: v
             for k, v in properties.items()
@@ -51,7 +71,9 @@ class Message:
         }
         expiry = props.get("message_expiry_interval")
         expires_at = time.monotonic() + expiry if expiry is not None else None
-        return cls(topic, payload, qos, retain, props, expires_at, publisher, tenant, device)
+        return cls(
+            topic, payload, qos, retain, props, expires_at, publisher, tenant, device, 0, origin
+        )
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and (now or time.monotonic()) >= self.expires_at

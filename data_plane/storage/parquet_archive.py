@@ -1,7 +1,8 @@
 """The archive writer, version 2: batches of routed messages and lifecycle events as Parquet
 segments in the object store (schema and layout: `common.archive_schema`).
 
-The event loop only appends: each of a message's fields to its column (`PublishColumns`), the
+The event loop only appends: each of a message's fields to its column (`PublishColumns`), its
+publisher (tenant, client id, device) as an index into the batch's table of publishers, the
 payload copied into a buffer reused from batch to batch; nothing decoded or converted. A few
 times a second the tap hands the columns to a worker thread (`ParquetArchiveWriter.add`), which
 turns them into Arrow arrays (the payload column over the buffer itself), drops the broker's own
@@ -86,13 +87,21 @@ class PublishColumns:
     message's own bytes object instead held every payload of the batch alive, so new PUBLISHes'
     bytes came from cold or freshly faulted memory, and the worker copied each once more into
     Arrow. The worker wraps the buffer as the Parquet payload column without copying it.
+
+    Who published (tenant, client id, device) is the same for every message of a connection: it
+    is recorded once per batch, as a row of `publishers`, and each message appends only that
+    row's index to `publisher` (one int instead of three strings on the loop; the worker builds
+    the three string columns and the username by `take` from the small table, in C). Rows are
+    keyed by the message's `Origin`, one object per connection compared by identity and held by
+    the table for the batch (so no other connection's object can take its place); messages
+    without one (wills, the broker's own) are keyed by the values themselves.
     """
 
     __slots__ = (
         "received",
-        "tenant",
-        "client_id",
-        "device",
+        "publisher",
+        "publishers",
+        "_rows",
         "topic",
         "qos",
         "retain",
@@ -105,9 +114,10 @@ class PublishColumns:
 
     def __init__(self, payloads: io.BytesIO | None = None) -> None:
         self.received = array("d")  # time.time()
-        self.tenant: list[str] = []
-        self.client_id: list[str] = []
-        self.device: list[str] = []
+        self.publisher = array("I")  # per message: its row of `publishers`
+        self.publishers: list[tuple[str, str, str]] = []  # (tenant, client id, device)
+        # Origin (or, without one, the (tenant, client id, device) tuple) -> its row.
+        self._rows: dict[Any, int] = {}
         self.topic: list[str] = []
         self.qos = bytearray()
         self.retain = bytearray()
@@ -122,11 +132,29 @@ class PublishColumns:
     def __len__(self) -> int:
         return len(self.topic)
 
+    @property
+    def tenants(self) -> set[str]:
+        """The tenants of the batch's publishes."""
+        return {tenant for tenant, _, _ in self.publishers}
+
+    def _row_of(self, m: Any) -> int:
+        """The row of `m`'s publisher, added at its first message in the batch."""
+        origin = getattr(m, "origin", None)
+        if origin is None:
+            key = values = (m.tenant, m.publisher, m.device)
+        else:  # the connection's own values, for every message that carries it
+            key, values = origin, (origin.tenant, origin.client_id, origin.device)
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = len(self.publishers)
+            self.publishers.append(values)
+        return row
+
     def recorder(self) -> Callable[[Any], None]:
         """The function the broker calls per routed message: appends, every method bound once.
         Everything is recorded, the broker's own messages too: the worker leaves those out."""
-        add_received, add_tenant = self.received.append, self.tenant.append
-        add_client, add_device = self.client_id.append, self.device.append
+        add_received, add_publisher = self.received.append, self.publisher.append
+        row_of, new_row = self._rows.get, self._row_of
         topics, add_topic = self.topic, self.topic.append
         add_qos, add_retain = self.qos.append, self.retain.append
         write_payload, add_size = self.payload.write, self.payload_size.append
@@ -134,10 +162,10 @@ class PublishColumns:
         now = time.time
 
         def record(m: Any) -> None:
+            # m.origin None (no connection) is never a key: new_row keys such messages by value.
+            row = row_of(m.origin)
+            add_publisher(new_row(m) if row is None else row)
             add_received(now())
-            add_tenant(m.tenant)
-            add_client(m.publisher)
-            add_device(m.device)
             if m.properties:
                 properties[len(topics)] = m.properties
             add_topic(m.topic)
@@ -261,17 +289,16 @@ def publish_batch(
     their payload column (`_Payloads.column`); the broker's own (`$SYS`, `$events`: client ids
     starting with `$`) left out here, not on the loop.
 
-    Numbers and payloads are wrapped, not converted; strings are one C-level pass each."""
+    Numbers and payloads are wrapped, not converted; the publisher columns are taken from the
+    batch's table of publishers, the topics converted in one C-level pass."""
     n = stop - start
     ts = pc.multiply(_fixed_width(columns.received, pa.float64(), start, stop), 1000.0)
-    tenants = pa.array(columns.tenant[start:stop], pa.string())
-    devices = pa.array(columns.device[start:stop], pa.string())
-    clients = pa.array(columns.client_id[start:stop], pa.string())
-    username = pc.if_else(
-        pc.equal(devices, ""),
-        pa.scalar(None, pa.string()),
-        pc.binary_join_element_wise(tenants, devices, "/"),
-    )
+    # The publisher columns: the batch's small table of publishers, taken row by row.
+    rows = _fixed_width(columns.publisher, pa.uint32(), start, stop)
+    table = columns.publishers
+    tenants = pa.array([t for t, _, _ in table], pa.string()).take(rows)
+    clients = pa.array([c for _, c, _ in table], pa.string()).take(rows)
+    username = pa.array([f"{t}/{d}" if d else None for t, _, d in table], pa.string()).take(rows)
     out: dict[str, pa.Array] = {
         "event": pa.repeat(pa.scalar(EVENT_PUBLISH, pa.string()), n),
         "tenant": tenants,
@@ -301,8 +328,10 @@ def publish_batch(
         [out[f.name] if f.name in out else pa.nulls(n, f.type) for f in ARCHIVE_SCHEMA],
         schema=ARCHIVE_SCHEMA,
     )
-    system = pc.starts_with(clients, "$")
-    return batch.filter(pc.invert(system)) if pc.any(system).as_py() else batch
+    system = [c[:1] == "$" for _, c, _ in table]
+    if not any(system):
+        return batch
+    return batch.filter(pc.invert(pa.array(system, pa.bool_()).take(rows)))
 
 
 def _chunks(columns: PublishColumns, events: list[dict[str, Any]]) -> Iterator[pa.Table]:
@@ -338,9 +367,10 @@ def write_row_groups(
     Runs in a worker thread; returns rows written."""
     off: list[str] = []
     if enabled_for is not None:
-        tenants = set(columns.tenant).union(e["tenant"] for e in events)
+        tenants = columns.tenants.union(e["tenant"] for e in events)
         off = [t for t in tenants if not enabled_for(t)]
     excluded = pa.array(off, pa.string())
+    several = len(columns.tenants) > 1
     written = 0
     for table in _chunks(columns, events):
         if off:
@@ -349,7 +379,7 @@ def write_row_groups(
             continue
         # Publishes arrive in time order: one tenant without lifecycle rows (a busy small
         # broker) needs no sort; otherwise a stable one by tenant and time.
-        if events or pc.count_distinct(table["tenant"]).as_py() > 1:
+        if events or several:
             order = pc.sort_indices(table, [("tenant", "ascending"), ("ts", "ascending")])
             table = table.take(order)
         hours = pc.divide(table["ts"].cast(pa.int64()), HOUR_MS)
@@ -413,6 +443,7 @@ class ParquetArchiveWriter:
             publisher="c",
             tenant="t",
             device="d",
+            origin=None,
         )
         columns = publish_columns([(time.time(), message), (time.time(), message)])
         event = {"event": "client.connected", "tenant": "u", "ts": 0, "client_id": "c"}

@@ -142,3 +142,131 @@ def test_the_first_batch_of_live_traffic_loads_nothing(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+class _Transport:
+    """A connection's transport that keeps nothing (the broker's writes are not under test)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, key: str):
+        return ("127.0.0.1", 1)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+
+def test_one_batch_never_gives_a_row_another_connections_publisher(tmp_path):
+    """The tap records who published once per connection and batch, and an index per message.
+    From the attacker's side: two tenants whose devices use the same client id, device name and
+    topics publish interleaved in one batch; one reconnects mid-batch, the other's client id is
+    taken over by a second connection, and an abrupt close sends a will (a message without a
+    connection). Every row keeps its own publisher's tenant, client id and username."""
+    from common.mqtt.codec import encode
+    from common.mqtt.packets import MQTT_3_1_1, Connect, Publish, Will
+    from data_plane.broker.broker import Broker
+    from data_plane.broker.connection import MQTTConnection
+    from data_plane.broker.ports import Ports
+    from data_plane.config import BrokerConfig
+    from data_plane.tenancy.static import StaticAuthenticator
+
+    device = {"password": "p", "client_ids": "any"}
+    tenants = {name: {"devices": {"d": dict(device)}} for name in ("acme", "evil")}
+    sent: list[tuple[str, str]] = []  # (tenant, payload) in publish order
+
+    async def scenario() -> None:
+        tap = ArchiveTap(ParquetArchiveWriter(LocalObjectStore(tmp_path)))
+        broker = Broker(BrokerConfig(), StaticAuthenticator(tenants), Ports(archive=tap))
+        tap.listen(broker.hooks)  # not started: no hand-off, every row in one batch
+
+        async def connect(tenant: str, will: Will | None = None) -> MQTTConnection:
+            conn = MQTTConnection(broker)
+            conn.connection_made(_Transport())
+            packet = Connect("same-id", username=f"{tenant}/d", password=b"p", will=will)
+            conn.data_received(encode(packet, MQTT_3_1_1))
+            for _ in range(100):
+                if conn.session is not None:
+                    return conn
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"{tenant}: no CONNACK")
+
+        def publish(conn: MQTTConnection, tenant: str, n: int) -> None:
+            payload = f"{tenant}:{n}"
+            conn.data_received(encode(Publish("t/same", payload.encode(), 0), MQTT_3_1_1))
+            sent.append((tenant, payload))
+
+        acme = await connect("acme", Will("t/same", b"acme:will"))
+        evil = await connect("evil")
+        for n in range(50):
+            publish(acme if n % 2 else evil, "acme" if n % 2 else "evil", n)
+        acme.connection_lost(None)  # abrupt: its will is published, and it reconnects
+        sent.append(("acme", "acme:will"))
+        await asyncio.sleep(0.05)
+        acme = await connect("acme")
+        taker = await connect("evil")  # takes "same-id" over from the first evil connection
+        for n in range(50, 100):
+            publish(acme if n % 2 else taker, "acme" if n % 2 else "evil", n)
+        assert len(tap._columns) == len(sent)  # one batch
+        await tap.stop()
+
+    asyncio.run(scenario())
+    rows = []
+    for path in sorted((tmp_path / "archive").rglob("*.parquet")):
+        rows += pq.read_table(path).to_pylist()
+    published = [r for r in rows if r["event"] == EVENT_PUBLISH]
+    assert sorted(r["payload"].decode() for r in published) == sorted(p for _, p in sent)
+    for row in published:
+        tenant = row["payload"].decode().split(":")[0]
+        assert (row["tenant"], row["client_id"], row["username"], row["topic"]) == (
+            tenant,
+            "same-id",
+            f"{tenant}/d",
+            "t/same",
+        ), row
+    assert {r["tenant"] for r in published} == {"acme", "evil"}
+
+
+def test_the_table_of_publishers_keys_by_connection_and_by_value_without_one():
+    """One row per connection (its `Origin`, by identity) and, for messages without one, per
+    (tenant, client id, device): equal client ids in two tenants never share a row."""
+    from data_plane.broker.message import Origin
+    from data_plane.storage.parquet_archive import PublishColumns, publish_rows
+
+    first, again = Origin("acme", "c1", "d"), Origin("acme", "c1", "d")  # a reconnection
+    evil = Origin("evil", "c1", "d")
+    sent = []
+    for n in range(6):
+        for tenant, origin in (("acme", first), ("evil", evil), ("acme", again)):
+            sent.append(
+                Message.from_publish(tenant, "c1", "t", b"%d" % n, 0, False, {}, "d", origin)
+            )
+        sent.append(Message("t", b"will", 0, False, publisher="c1", tenant="evil", device="d"))
+        sent.append(Message("t", b"will", 0, False, publisher="c1", tenant="acme", device="d"))
+    columns = PublishColumns()
+    record = columns.recorder()
+    for message in sent:
+        record(message)
+    assert sorted(columns.publishers) == sorted(
+        [("acme", "c1", "d"), ("evil", "c1", "d"), ("acme", "c1", "d")]
+        + [("evil", "c1", "d"), ("acme", "c1", "d")]
+    )
+    rows = publish_rows([(1.7e9, m) for m in sent]).to_pylist()
+    assert [(r["tenant"], r["client_id"], r["username"]) for r in rows] == [
+        (m.tenant, m.publisher, f"{m.tenant}/d") for m in sent
+    ]
