@@ -77,6 +77,10 @@ RESUME_ENTRIES = 8
 # of a fan-in at 0.1 s, and some at 0.5 s), and holding then costs nobody else.
 SHARED_HOLD_LIMIT = 0.1
 CHECK_EVERY = 0.05  # seconds between looks at what waits behind a long hold
+# Seconds a session that held the reader a whole allowance is not waited for, unless it drains
+# to its release mark first. Without an end, a session skipped under a steady flood never got
+# back to that mark, and lost the rest of the flood (a paho fan-in lost two thirds).
+SKIP_FOR = 0.5
 RECHECK = 0.05  # seconds between re-reads of the lengths while a destination lags
 
 
@@ -88,8 +92,9 @@ class Hold:
 
     def __init__(self) -> None:
         self.throttled_by: set = set()  # sessions that backed up with what we delivered
-        # Sessions that held us for the whole allowance: not waited for until they release us.
-        self.skipped: weakref.WeakSet = weakref.WeakSet()
+        # Sessions that held us for the whole allowance -> when: not waited for until they
+        # release us, or SKIP_FOR seconds have passed.
+        self.skipped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.since = 0.0  # when the first of them held us (monotonic)
         self.holds = 0  # times the reader stopped for backed-up sessions (metrics)
         self.expired = 0  # holds ended by their limit: those sessions skipped (metrics)
@@ -99,7 +104,12 @@ class Hold:
     def slow_down(self, sessions: tuple) -> None:
         """These sessions backed up with a message just delivered: stop once it is safe."""
         for session in sessions:
-            if session not in self.throttled_by and session not in self.skipped:
+            skipped_at = self.skipped.get(session)
+            if skipped_at is not None:
+                if time.monotonic() - skipped_at < SKIP_FOR:
+                    continue
+                del self.skipped[session]
+            if session not in self.throttled_by:
                 if not self.throttled_by:
                     self.since = time.monotonic()
                     self.holds += 1
@@ -108,7 +118,7 @@ class Hold:
 
     def unthrottle_by(self, session: Any) -> None:
         self.throttled_by.discard(session)
-        self.skipped.discard(session)
+        self.skipped.pop(session, None)
         if not self.throttled_by:
             self._wake()
 
@@ -156,14 +166,17 @@ class Hold:
     def _expire(self) -> None:
         """Held for the whole allowance: those sessions are not draining. The reader goes on
         without them (their QoS 0 copies drop at their cap) until they release it, drained to
-        their release mark (it stays among their `blocked_publishers` for that)."""
+        their release mark (it stays among their `blocked_publishers` for that), or SKIP_FOR
+        has passed."""
         self.expired += 1
         log.info(
             "forward stream reader held %.2f s by %d sessions: going on without them",
             time.monotonic() - self.since,
             len(self.throttled_by),
         )
-        self.skipped.update(self.throttled_by)
+        now = time.monotonic()
+        for session in self.throttled_by:
+            self.skipped[session] = now
         self.throttled_by.clear()
         self._wake()
 

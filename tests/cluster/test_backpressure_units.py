@@ -152,6 +152,21 @@ async def test_a_subscriber_that_never_drains_holds_the_reader_only_for_the_allo
     assert not receiver.hold.skipped  # drained: it may hold the reader again
 
 
+async def test_a_skipped_subscriber_may_hold_the_reader_again_after_a_while(monkeypatch):
+    # A steady flood never lets it drain to its release mark: the skip ends by time too.
+    monkeypatch.setattr(ReadGate, "THROTTLE_LIMIT", 0.2)
+    monkeypatch.setattr(backpressure, "SKIP_FOR", 0.3)
+    receiver, broker = _receiver()
+    session, _client = _subscriber(broker, 0)
+    await asyncio.wait_for(receiver._deliver(STREAM, _entries(1, 100, 0)), 5)
+    assert receiver.hold.expired == 1 and set(receiver.hold.skipped) == {session}
+    await receiver._deliver(STREAM, _entries(1, 10, 0))
+    assert receiver.hold.holds == 1  # skipped: not waited for
+    await asyncio.sleep(0.35)
+    await asyncio.wait_for(receiver._deliver(STREAM, _entries(1, 10, 0)), 5)
+    assert receiver.hold.holds == 2 and receiver.hold.expired == 2  # held (and expired) again
+
+
 async def test_a_stuck_subscriber_holds_the_reader_only_briefly_when_others_wait_behind(
     monkeypatch,
 ):
