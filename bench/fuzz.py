@@ -385,7 +385,7 @@ class Machine:
             self.errors.append(f"{transport.writes_after_close} write(s) after close")
         if conn in self.broker.connections:
             self.errors.append("connection still registered after it was lost")
-        state = "accepted" if conn._acked else "refused"
+        state = "accepted" if conn.acked else "refused"
         return f"{state}:{'closed' if transport.closed else 'open'}"
 
 
