@@ -35,7 +35,8 @@ system-deps:
 	@./scripts/install-system-deps.sh
 
 # Progress is shown; pip's full output goes to $(VENV)/pip-install.log.
-$(STAMP): pyproject.toml
+# setup.py builds the C recorder (data_plane/storage/_recorder.c): a change there reinstalls.
+$(STAMP): pyproject.toml setup.py data_plane/storage/_recorder.c
 	@PYTHON=$(PYTHON) ./scripts/install-python-deps.sh $(VENV) -e '.[test]'
 	@touch $(STAMP)
 

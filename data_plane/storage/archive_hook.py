@@ -28,11 +28,8 @@ from common.archive_schema import (
 )
 from common.tasks import cancel_and_wait
 from data_plane.broker.hooks import Hooks
-from data_plane.storage.parquet_archive import (
-    ParquetArchiveWriter,
-    PublishColumns,
-    reusable_payloads,
-)
+from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_payloads
+from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +39,9 @@ log = logging.getLogger(__name__)
 TICK = 0.02
 HANDOFF_ROWS = 8192
 SPARE_BUFFERS = 4  # payload buffers kept for reuse
+# Batches handed to the builder and not yet written, at most, before hand-offs wait (the rows
+# gather in the open batch meanwhile, as they would with no hand-off at all).
+MAX_QUEUED_BATCHES = 4
 
 
 def _log_failure(future: asyncio.Future) -> None:
@@ -59,6 +59,10 @@ class ArchiveTap:
     ) -> None:
         self.writer = writer
         writer.warm_up()  # at start-up, before the broker freezes what it loaded (see warm_up)
+        if RECORDER != "c":
+            log.warning(
+                "archive: the C recorder is not built; the Python one costs more per message"
+            )
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
         self._columns = PublishColumns()  # publishes since the last hand-off
@@ -73,6 +77,7 @@ class ArchiveTap:
         # the periodic flush it cancels may have handed over the last rows a moment before.
         self._encoding: asyncio.Future | None = None
         self._upload: asyncio.Future | None = None
+        self._queued = 0  # batches handed to the builder, not yet written
         # One thread builds, one uploads: a slow store never delays the next batch's encoding.
         self._builder = ThreadPoolExecutor(1, thread_name_prefix="archive-build")
         self._uploader = ThreadPoolExecutor(1, thread_name_prefix="archive-upload")
@@ -149,12 +154,16 @@ class ArchiveTap:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="archive")
 
     async def _run(self) -> None:
+        # Never awaits the builder: a tick that waited for a seal (queued behind the batch being
+        # encoded) let rows pile up meanwhile, and a bigger batch took longer still. Measured
+        # under 120,000 msg/s: hand-offs of 98,000 rows, payload buffers of 128 MiB too large to
+        # reuse, and a page fault on the event loop every 5 messages.
         while True:
             await asyncio.sleep(TICK)
             try:
                 if monotonic() - self._sealed_at >= self.interval:
-                    await self.flush()
-                elif len(self._columns) >= HANDOFF_ROWS:
+                    self._seal()
+                elif len(self._columns) >= HANDOFF_ROWS and self._queued < MAX_QUEUED_BATCHES:
                     self._hand_off()
             except Exception:  # a bug in encoding must not end the archive
                 log.exception("archive batch failed")
@@ -170,26 +179,38 @@ class ArchiveTap:
         self._encoding = asyncio.get_running_loop().run_in_executor(
             self._builder, self.writer.add, columns, events, self.enabled_for
         )
+        self._queued += 1
         self._encoding.add_done_callback(_log_failure)  # nobody awaits an interim batch
         self._encoding.add_done_callback(lambda _: self._recycle(columns))
 
     def _recycle(self, columns: PublishColumns) -> None:
+        self._queued -= 1
         payloads = reusable_payloads(columns)
         if payloads is not None and len(self._spare) < SPARE_BUFFERS:
             self._spare.append(payloads)
 
-    async def flush(self, wait_upload: bool = False) -> None:
-        """Hand the rows over, close the segments in the worker thread, start an upload
-        round."""
+    def _seal(self) -> None:
+        """Hand the rows over and queue the closing of the segments behind them (one builder
+        thread: in order); once closed, an upload round starts (`_sealed`)."""
         self._hand_off()
         self._sealed_at = monotonic()
-        loop = asyncio.get_running_loop()
-        self._encoding = loop.run_in_executor(self._builder, self.writer.seal)
+        self._encoding = asyncio.get_running_loop().run_in_executor(self._builder, self.writer.seal)
+        self._encoding.add_done_callback(_log_failure)
+        self._encoding.add_done_callback(self._sealed)
+
+    def _sealed(self, _: asyncio.Future) -> None:
+        if self.writer.pending_bytes and (self._upload is None or self._upload.done()):
+            loop = asyncio.get_running_loop()
+            self._upload = loop.run_in_executor(self._uploader, self.writer.upload_pending)
+
+    async def flush(self, wait_upload: bool = False) -> None:
+        """Hand the rows over, close the segments and wait for that; start an upload round
+        (and wait for it with `wait_upload`)."""
+        self._seal()
         # Shielded: the rows are out of the buffer now, so a stop() cancelling this await must
         # not cancel the queued encoding with them (stop() waits for it instead).
         await asyncio.shield(self._encoding)
-        if self.writer.pending_bytes and (self._upload is None or self._upload.done()):
-            self._upload = loop.run_in_executor(self._uploader, self.writer.upload_pending)
+        self._sealed(self._encoding)  # its callback may not have run yet
         if wait_upload and self._upload is not None:
             await self._upload
 

@@ -1,7 +1,7 @@
 """The archive writer, version 2: batches of routed messages and lifecycle events as Parquet
 segments in the object store (schema and layout: `common.archive_schema`).
 
-The event loop only appends: each of a message's fields to its column (`PublishColumns`), its
+The event loop only appends: each of a message's fields to its column (`archive_columns`), its
 publisher (tenant, client id, device) as an index into the batch's table of publishers, the
 payload copied into a buffer reused from batch to batch; nothing decoded or converted. A few
 times a second the tap hands the columns to a worker thread (`ParquetArchiveWriter.add`), which
@@ -24,12 +24,10 @@ that the oldest are dropped and counted (`dropped_records`), and the failure is 
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import threading
 import time
-from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from common.archive_schema import (
     live_segment_key,
 )
 from common.object_store import ObjectStore
+from data_plane.storage.archive_columns import PublishColumns, publish_columns
 
 log = logging.getLogger(__name__)
 
@@ -78,145 +77,8 @@ def default_writer_id() -> str:
     return f"{os.uname().nodename}-{os.getpid()}-{int(time.time() * 1000):x}"
 
 
-class PublishColumns:
-    """Routed messages, column by column: what the tap appends on the event loop.
-
-    Column by column, not a tuple per message: appending a reference or a number to a column
-    allocates nothing the garbage collector tracks. Payloads are copied, once, into `payload`, a
-    buffer the tap reuses (`reusable_payloads`), their sizes into `payload_size`: keeping each
-    message's own bytes object instead held every payload of the batch alive, so new PUBLISHes'
-    bytes came from cold or freshly faulted memory, and the worker copied each once more into
-    Arrow. The worker wraps the buffer as the Parquet payload column without copying it.
-
-    Who published (tenant, client id, device) is the same for every message of a connection: it
-    is recorded once per batch, as a row of `publishers`, and each message appends only that
-    row's index to `publisher` (one int instead of three strings on the loop; the worker builds
-    the three string columns and the username by `take` from the small table, in C). Rows are
-    keyed by the message's `Origin`, one object per connection compared by identity and held by
-    the table for the batch (so no other connection's object can take its place); messages
-    without one (wills, the broker's own) are keyed by the values themselves.
-    """
-
-    __slots__ = (
-        "received",
-        "publisher",
-        "publishers",
-        "_rows",
-        "topic",
-        "qos",
-        "retain",
-        "payload",
-        "payload_size",
-        "properties",
-        "_view",
-        "reusable",
-    )
-
-    def __init__(self, payloads: io.BytesIO | None = None) -> None:
-        self.received = array("d")  # time.time()
-        self.publisher = array("I")  # per message: its row of `publishers`
-        self.publishers: list[tuple[str, str, str]] = []  # (tenant, client id, device)
-        # Origin (or, without one, the (tenant, client id, device) tuple) -> its row.
-        self._rows: dict[Any, int] = {}
-        self.topic: list[str] = []
-        self.qos = bytearray()
-        self.retain = bytearray()
-        # Written from the start: a reused buffer keeps its capacity (and its mapped pages).
-        self.payload = payloads if payloads is not None else io.BytesIO()
-        self.payload.seek(0)
-        self.payload_size = array("I")  # bytes of each payload, in order (MQTT: < 256 MiB)
-        self.properties: dict[int, dict[str, Any]] = {}  # row -> properties; most have none
-        self._view: memoryview | None = None
-        self.reusable = False  # set by `release()` once no Arrow array points into `payload`
-
-    def __len__(self) -> int:
-        return len(self.topic)
-
-    @property
-    def tenants(self) -> set[str]:
-        """The tenants of the batch's publishes."""
-        return {tenant for tenant, _, _ in self.publishers}
-
-    def _row_of(self, m: Any) -> int:
-        """The row of `m`'s publisher, added at its first message in the batch."""
-        origin = getattr(m, "origin", None)
-        if origin is None:
-            key = values = (m.tenant, m.publisher, m.device)
-        else:  # the connection's own values, for every message that carries it
-            key, values = origin, (origin.tenant, origin.client_id, origin.device)
-        row = self._rows.get(key)
-        if row is None:
-            row = self._rows[key] = len(self.publishers)
-            self.publishers.append(values)
-        return row
-
-    def recorder(self) -> Callable[[Any], None]:
-        """The function the broker calls per routed message: appends, every method bound once.
-        Everything is recorded, the broker's own messages too: the worker leaves those out."""
-        add_received, add_publisher = self.received.append, self.publisher.append
-        row_of, new_row = self._rows.get, self._row_of
-        topics, add_topic = self.topic, self.topic.append
-        add_qos, add_retain = self.qos.append, self.retain.append
-        write_payload, add_size = self.payload.write, self.payload_size.append
-        properties = self.properties
-        now = time.time
-
-        def record(m: Any) -> None:
-            # m.origin None (no connection) is never a key: new_row keys such messages by value.
-            row = row_of(m.origin)
-            add_publisher(new_row(m) if row is None else row)
-            add_received(now())
-            if m.properties:
-                properties[len(topics)] = m.properties
-            add_topic(m.topic)
-            add_qos(m.qos)
-            add_retain(m.retain)
-            add_size(write_payload(m.payload))
-
-        return record
-
-    def payload_view(self) -> memoryview:
-        """The payload bytes written (worker thread; `release()` when done)."""
-        if self._view is None:
-            self._view = self.payload.getbuffer()
-        return self._view
-
-    def release(self) -> None:
-        """Give up the payload view. If an Arrow array still points into it (an error left one
-        alive), the buffer is not reused: `reusable` stays false and it is simply dropped."""
-        if self._view is not None:
-            try:
-                self._view.release()
-            except BufferError:
-                return
-            self._view = None
-        self.reusable = True
-
-
-# A payload buffer larger than this after a burst is dropped, not kept for the next batch.
-MAX_REUSED_PAYLOAD_BYTES = 64 * 1024 * 1024
 # Payload bytes per row group at most: bounded so the 32-bit offsets of Arrow's binary type hold.
 CHUNK_PAYLOAD_BYTES = 64 * 1024 * 1024
-
-
-def reusable_payloads(columns: PublishColumns) -> io.BytesIO | None:
-    """`columns`' payload buffer, if the worker is done with it and it is not oversized."""
-    if not columns.reusable:
-        return None
-    if columns.payload.seek(0, io.SEEK_END) > MAX_REUSED_PAYLOAD_BYTES:
-        return None
-    return columns.payload
-
-
-def publish_columns(messages: list[tuple[float, Any]]) -> PublishColumns:
-    """`(received, Message)` pairs as the tap records them; for callers outside the publish
-    path (tests, tools)."""
-    columns = PublishColumns()
-    record = columns.recorder()
-    for received, message in messages:
-        record(message)
-        columns.received[-1] = received  # the time given, not the recorder's clock
-    return columns
 
 
 def publish_rows(messages: list[tuple[float, Any]]) -> pa.RecordBatch:
@@ -240,9 +102,9 @@ _PROPERTY_COLUMNS = {
 }
 
 
-def _fixed_width(data: array | bytearray, type_: pa.DataType, start: int, stop: int) -> pa.Array:
-    """A slice of a numeric column as an Arrow array over the same memory (no copy)."""
-    # len() counts elements for both: array("d") in doubles, bytearray in bytes (uint8).
+def _fixed_width(data: Any, type_: pa.DataType, start: int, stop: int) -> pa.Array:
+    """A slice of a numeric column (`archive_columns`: a `Buffer`, an `array` or a `bytearray`,
+    whose len() counts items) as an Arrow array over the same memory (no copy)."""
     whole = pa.Array.from_buffers(type_, len(data), [None, pa.py_buffer(data)])
     return whole.slice(start, stop - start)
 

@@ -24,7 +24,8 @@ from common.archive_io import (
 from common.archive_schema import COMPACTED_MARKER, EVENT_CONNECTED, EVENT_PUBLISH
 from common.object_store import open_object_store
 from data_plane.broker.message import Message
-from data_plane.storage.parquet_archive import ParquetArchiveWriter, publish_columns
+from data_plane.storage.archive_columns import publish_columns
+from data_plane.storage.parquet_archive import ParquetArchiveWriter
 from tests.storage.ndjson_v1 import NdjsonSegmentWriter
 
 HOUR = datetime(2023, 11, 14, 22, tzinfo=UTC)  # 22:00-23:00 UTC

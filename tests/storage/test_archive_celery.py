@@ -8,7 +8,8 @@ import pytest
 from common.archive_io import read_archive, read_manifest
 from common.object_store import open_object_store
 from data_plane.broker.message import Message
-from data_plane.storage.parquet_archive import ParquetArchiveWriter, publish_columns
+from data_plane.storage.archive_columns import publish_columns
+from data_plane.storage.parquet_archive import ParquetArchiveWriter
 from tests.control_plane.test_celery import worker  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)

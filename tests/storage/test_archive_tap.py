@@ -123,7 +123,8 @@ def test_the_first_batch_of_live_traffic_loads_nothing(tmp_path):
         from common.object_store import LocalObjectStore
         from data_plane.broker.message import Message
         from data_plane.storage.archive_hook import ArchiveTap
-        from data_plane.storage.parquet_archive import ParquetArchiveWriter, publish_columns
+        from data_plane.storage.archive_columns import publish_columns
+        from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
         writer = ParquetArchiveWriter(LocalObjectStore({str(tmp_path)!r}))
         tap = ArchiveTap(writer, enabled_for=lambda tenant: tenant != "off")
@@ -246,7 +247,8 @@ def test_the_table_of_publishers_keys_by_connection_and_by_value_without_one():
     """One row per connection (its `Origin`, by identity) and, for messages without one, per
     (tenant, client id, device): equal client ids in two tenants never share a row."""
     from data_plane.broker.message import Origin
-    from data_plane.storage.parquet_archive import PublishColumns, publish_rows
+    from data_plane.storage.archive_columns import PublishColumns
+    from data_plane.storage.parquet_archive import publish_rows
 
     first, again = Origin("acme", "c1", "d"), Origin("acme", "c1", "d")  # a reconnection
     evil = Origin("evil", "c1", "d")
@@ -270,3 +272,52 @@ def test_the_table_of_publishers_keys_by_connection_and_by_value_without_one():
     assert [(r["tenant"], r["client_id"], r["username"]) for r in rows] == [
         (m.tenant, m.publisher, f"{m.tenant}/d") for m in sent
     ]
+
+
+class SlowSealWriter(ParquetArchiveWriter):
+    """Closes segments slowly (a large one, a busy core); records each batch's size."""
+
+    def __init__(self, *args, delay: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.delay = delay
+        self.batches: list[int] = []
+
+    def add(self, columns, *args, **kwargs) -> int:
+        self.batches.append(len(columns))
+        return super().add(columns, *args, **kwargs)
+
+    def seal(self) -> int:
+        time.sleep(self.delay)
+        return super().seal()
+
+
+def test_hand_offs_go_on_while_segments_are_sealed(tmp_path, monkeypatch):
+    """The periodic seal never holds the next hand-offs back: rows are handed over in batches of
+    about `HANDOFF_ROWS` while the builder closes segments. (Waiting for the seal let 98,000 rows
+    and 100 MiB of payloads pile up at 120,000 msg/s: buffers too large to reuse, cold memory,
+    a page fault every few messages on the event loop.)"""
+    from data_plane.storage import archive_hook
+
+    monkeypatch.setattr(archive_hook, "HANDOFF_ROWS", 300)
+    monkeypatch.setattr(archive_hook, "MAX_QUEUED_BATCHES", 1000, raising=False)
+
+    writer = SlowSealWriter(LocalObjectStore(tmp_path), delay=0.25)
+
+    async def scenario() -> int:
+        tap = ArchiveTap(writer, interval=0.3)
+        tap.start()
+        deadline = time.monotonic() + 1.5
+        index = 0
+        while time.monotonic() < deadline:
+            for _ in range(100):
+                _publish(tap, index)
+                index += 1
+            await asyncio.sleep(0.01)
+        await tap.stop()
+        return index
+
+    published = asyncio.run(scenario())
+    assert _archived_publishes(tmp_path) == published
+    # Each tick (20 ms) adds about 200 rows; a hand-off happens at the first tick past 300.
+    # Waiting for each 0.25 s seal would let ~2,500 gather. The last batch is what stop() found.
+    assert len(writer.batches) > 5 and max(writer.batches[:-1]) < 1000, writer.batches
