@@ -31,6 +31,8 @@ RECORDER = "c" if native is not None else "python"
 
 # A payload buffer larger than this after a burst is dropped, not kept for the next batch.
 MAX_REUSED_PAYLOAD_BYTES = 64 * 1024 * 1024
+# The C recorder's columns, in the order `PublishColumns` unpacks them.
+_NATIVE_FORMATS = ("d", "I", "B", "B", "B", "I", "B", "I")
 
 
 class PublishColumns:
@@ -38,7 +40,7 @@ class PublishColumns:
 
     Column by column, not a tuple per message: appending a number to a column allocates nothing
     the garbage collector tracks. Payloads are copied, once, into `payload`, a buffer the tap
-    reuses (`reusable_payloads`), their sizes into `payload_size`: keeping each message's own
+    reuses (`reusable_columns`), their sizes into `payload_size`: keeping each message's own
     bytes object instead held every payload of the batch alive, so new PUBLISHes' bytes came
     from cold or freshly faulted memory, and the worker copied each once more into Arrow. The
     worker wraps the buffer as the Parquet payload column without copying it.
@@ -53,7 +55,11 @@ class PublishColumns:
 
     The numeric columns and the payload are `_recorder.Buffer`s with the C recorder, `array`s
     and a `BytesIO` with the Python one: both export their memory to Arrow without a copy, and
-    `len()` counts items.
+    `len()` counts items. The C recorder copies topics too, as UTF-8 into `topic` with their
+    sizes in `topic_size` (the Python one keeps the `str`s in a list): holding a batch's topic
+    strings kept thousands of small objects alive per batch, so the allocator kept taking fresh
+    memory, and the worker converted each string once more. With the C recorder the tap reuses
+    every column (`reusable_columns`), so a batch writes into memory the last one warmed.
     """
 
     __slots__ = (
@@ -62,6 +68,7 @@ class PublishColumns:
         "publishers",
         "_rows",
         "topic",
+        "topic_size",
         "qos",
         "retain",
         "payload",
@@ -69,12 +76,12 @@ class PublishColumns:
         "properties",
         "native",
         "_native_recorder",
-        "_view",
+        "_views",
         "reusable",
     )
 
-    def __init__(self, payloads: Any = None, *, use_c: bool | None = None) -> None:
-        """`payloads`: a buffer from `reusable_payloads` (same recorder kind); `use_c`: None for
+    def __init__(self, reused: Any = None, *, use_c: bool | None = None) -> None:
+        """`reused`: what `reusable_columns` gave back (same recorder kind); `use_c`: None for
         the compiled recorder where it is built."""
         self.native = native is not None if use_c is None else use_c
         if self.native and native is None:
@@ -82,31 +89,37 @@ class PublishColumns:
         self.publishers: list[tuple[str, str, str]] = []  # (tenant, client id, device)
         # Origin (or, without one, the (tenant, client id, device) tuple) -> its row.
         self._rows: dict[Any, int] = {}
-        self.topic: list[str] = []
         self.properties: dict[int, dict[str, Any]] = {}  # row -> properties; most have none
+        self.topic_size: Any = None
         if self.native:
-            self.received: Any = native.Buffer("d")  # time.time()
-            self.publisher: Any = native.Buffer("I")  # per message: its row of `publishers`
-            self.qos: Any = native.Buffer("B")
-            self.retain: Any = native.Buffer("B")
-            # A reused buffer keeps its capacity (and its mapped pages).
-            self.payload: Any = payloads if payloads is not None else native.Buffer("B")
-            self.payload.clear()
-            self.payload_size: Any = native.Buffer("I")  # bytes of each payload (MQTT: < 256 MiB)
+            buffers = reused or tuple(native.Buffer(f) for f in _NATIVE_FORMATS)
+            for buffer in buffers:
+                buffer.clear()  # keeps its capacity (and its mapped pages)
+            (
+                self.received,  # time.time()
+                self.publisher,  # per message: its row of `publishers`
+                self.qos,
+                self.retain,
+                self.payload,
+                self.payload_size,  # bytes of each payload (MQTT: < 256 MiB)
+                self.topic,
+                self.topic_size,
+            ) = buffers
         else:
             self.received = array("d")
             self.publisher = array("I")
             self.qos = bytearray()
             self.retain = bytearray()
-            self.payload = payloads if payloads is not None else io.BytesIO()
+            self.payload = reused if reused is not None else io.BytesIO()
             self.payload.seek(0)  # written from the start
             self.payload_size = array("I")
+            self.topic: Any = []
         self._native_recorder: Any = None
-        self._view: memoryview | None = None
-        self.reusable = False  # set by `release()` once no Arrow array points into `payload`
+        self._views: list[memoryview] = []
+        self.reusable = False  # set by `release()` once no Arrow array points into a column
 
     def __len__(self) -> int:
-        return len(self.topic)
+        return len(self.payload_size)
 
     @property
     def tenants(self) -> set[str]:
@@ -126,7 +139,7 @@ class PublishColumns:
             self.publishers.append(values)
         return row
 
-    def _c_recorder(self) -> Any:
+    def _c_recorder(self, limit: int = 0, on_full: Callable[[], None] | None = None) -> Any:
         if self._native_recorder is None:
             self._native_recorder = native.Recorder(
                 self.received,
@@ -136,17 +149,23 @@ class PublishColumns:
                 self.payload,
                 self.payload_size,
                 self.topic,
+                self.topic_size,
                 self.properties,
                 self._rows,
                 self._row_of,
+                limit,
+                on_full,
             )
         return self._native_recorder
 
-    def recorder(self) -> Callable[[Any], None]:
+    def recorder(
+        self, limit: int = 0, on_full: Callable[[], None] | None = None
+    ) -> Callable[[Any], None]:
         """The function the broker calls per routed message. Everything is recorded, the broker's
-        own messages too: the worker leaves those out."""
+        own messages too: the worker leaves those out. The C recorder calls `on_full()` once, as
+        the batch reaches `limit` rows (the Python one leaves that to the tap's ticks)."""
         if self.native:
-            return self._c_recorder().record
+            return self._c_recorder(limit, on_full).record
         return self._python_recorder()
 
     def record_at(self, message: Any, received: float) -> None:
@@ -182,32 +201,45 @@ class PublishColumns:
 
         return record
 
-    def payload_view(self) -> memoryview:
-        """The payload bytes written (worker thread; `release()` when done)."""
-        if self._view is None:
-            self._view = memoryview(self.payload) if self.native else self.payload.getbuffer()
-        return self._view
+    def view(self, column: Any) -> memoryview:
+        """A column's bytes written so far, for the worker (`release()` when done)."""
+        view = memoryview(column) if self.native else column.getbuffer()
+        self._views.append(view)
+        return view
 
     def release(self) -> None:
-        """Give up the payload view. If an Arrow array still points into it (an error left one
-        alive), the buffer is not reused: `reusable` stays false and it is simply dropped."""
-        if self._view is not None:
+        """Give up the views. If an Arrow array still points into one (an error left one alive),
+        the columns are not reused: `reusable` stays false and they are simply dropped."""
+        while self._views:
             try:
-                self._view.release()
+                self._views[-1].release()
             except BufferError:
                 return
-            self._view = None
+            self._views.pop()
         self.reusable = True
 
 
-def reusable_payloads(columns: PublishColumns) -> Any:
-    """`columns`' payload buffer, if the worker is done with it and it is not oversized."""
+def reusable_columns(columns: PublishColumns) -> Any:
+    """What a new `PublishColumns` may reuse of `columns` once the worker is done with them: with
+    the C recorder every column, with the Python one the payload buffer; None if an export is
+    still alive or the payloads grew past `MAX_REUSED_PAYLOAD_BYTES`."""
     if not columns.reusable:
         return None
     if columns.native:
-        if columns.payload.exports or columns.payload.capacity > MAX_REUSED_PAYLOAD_BYTES:
+        buffers = (
+            columns.received,
+            columns.publisher,
+            columns.qos,
+            columns.retain,
+            columns.payload,
+            columns.payload_size,
+            columns.topic,
+            columns.topic_size,
+        )
+        if columns.payload.capacity > MAX_REUSED_PAYLOAD_BYTES or any(b.exports for b in buffers):
             return None
-    elif columns.payload.seek(0, io.SEEK_END) > MAX_REUSED_PAYLOAD_BYTES:
+        return buffers
+    if columns.payload.seek(0, io.SEEK_END) > MAX_REUSED_PAYLOAD_BYTES:
         return None
     return columns.payload
 

@@ -28,7 +28,7 @@ from common.archive_schema import (
 )
 from common.tasks import cancel_and_wait
 from data_plane.broker.hooks import Hooks
-from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_payloads
+from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # written, still in cache, through buffers whose pages stay mapped; large enough for few hand-offs.
 TICK = 0.02
 HANDOFF_ROWS = 8192
-SPARE_BUFFERS = 4  # payload buffers kept for reuse
+SPARE_BUFFERS = 4  # columns (or payload buffers) kept for reuse
 # Batches handed to the builder and not yet written, at most, before hand-offs wait (the rows
 # gather in the open batch meanwhile, as they would with no hand-off at all).
 MAX_QUEUED_BATCHES = 4
@@ -65,11 +65,11 @@ class ArchiveTap:
             )
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
-        self._columns = PublishColumns()  # publishes since the last hand-off
-        self._spare: list[Any] = []  # payload buffers the worker is done with
+        self._spare: list[Any] = []  # columns the worker is done with (`reusable_columns`)
         self._sealed_at = 0.0  # monotonic()
-        # The broker's `Archive` port: called with each routed message (see ports.Archive).
-        self.record = self._columns.recorder()
+        # Publishes since the last hand-off, and the broker's `Archive` port: the recorder,
+        # called with each routed message (see ports.Archive).
+        self._columns, self.record = self._new_batch()
         self._events: list[dict[str, Any]] = []
         self._task: asyncio.Task | None = None
         # The newest batch handed to the builder. Batches encode first in first out on one
@@ -170,24 +170,36 @@ class ArchiveTap:
 
     def _hand_off(self) -> None:
         """Give the rows gathered (and the lifecycle events) to the worker."""
+        loop = asyncio.get_running_loop()  # first: without a loop, nothing changes hands
         columns = self._columns
-        self._columns = PublishColumns(self._spare.pop() if self._spare else None)
-        self.record = self._columns.recorder()
+        self._columns, self.record = self._new_batch()
         events, self._events = self._events, []
         if not len(columns) and not events:
             return
-        self._encoding = asyncio.get_running_loop().run_in_executor(
+        self._encoding = loop.run_in_executor(
             self._builder, self.writer.add, columns, events, self.enabled_for
         )
         self._queued += 1
         self._encoding.add_done_callback(_log_failure)  # nobody awaits an interim batch
         self._encoding.add_done_callback(lambda _: self._recycle(columns))
 
+    def _new_batch(self) -> tuple[PublishColumns, Callable[[Any], None]]:
+        columns = PublishColumns(self._spare.pop() if self._spare else None)
+        return columns, columns.recorder(HANDOFF_ROWS, self._full)
+
+    def _full(self) -> None:
+        """The batch reached `HANDOFF_ROWS` (called by the C recorder, in the publish path): hand
+        it over now. Ticks alone came late under load: one iteration of a busy loop can route
+        25,000 messages, and each batch (25 MiB of payloads) left the cache before the worker
+        read it."""
+        if self._queued < MAX_QUEUED_BATCHES:
+            self._hand_off()
+
     def _recycle(self, columns: PublishColumns) -> None:
         self._queued -= 1
-        payloads = reusable_payloads(columns)
-        if payloads is not None and len(self._spare) < SPARE_BUFFERS:
-            self._spare.append(payloads)
+        reused = reusable_columns(columns)
+        if reused is not None and len(self._spare) < SPARE_BUFFERS:
+            self._spare.append(reused)
 
     def _seal(self) -> None:
         """Hand the rows over and queue the closing of the segments behind them (one builder

@@ -85,11 +85,13 @@ def publish_rows(messages: list[tuple[float, Any]]) -> pa.RecordBatch:
     """`(received, Message)` pairs as the archive's publish rows, built exactly as the tap's
     worker builds them; for callers outside the publish path (tests, tools)."""
     columns = publish_columns(messages)
-    payloads = _Payloads(columns)
+    payloads, topics = _Values.payloads(columns), _Values.topics(columns)
     try:
-        return publish_batch(columns, 0, len(columns), payloads.column(0, len(columns)))
+        return _publish_batch(columns, 0, len(columns), payloads, topics)
     finally:
         payloads.close()
+        if topics is not None:
+            topics.close()
 
 
 # Publish properties kept in their own columns (MQTT 5 names → archive columns).
@@ -109,20 +111,32 @@ def _fixed_width(data: Any, type_: pa.DataType, start: int, stop: int) -> pa.Arr
     return whole.slice(start, stop - start)
 
 
-class _Payloads:
-    """The payload buffer and each row's offset into it, cut into row groups' payload columns
-    without copying (the worker's; `close()` before `PublishColumns.release()`)."""
+class _Values:
+    """Variable-width values back to back in one buffer (payloads, or the C recorder's UTF-8
+    topics) and each one's size, cut into row groups' columns without copying (the worker's;
+    `close()` before `PublishColumns.release()`)."""
 
-    def __init__(self, columns: PublishColumns) -> None:
-        sizes = _fixed_width(columns.payload_size, pa.uint32(), 0, len(columns))
-        ends = pc.cumulative_sum(sizes.cast(pa.int64()))
+    def __init__(self, sizes: Any, data: memoryview, count: int, type_: pa.DataType) -> None:
+        ends = pc.cumulative_sum(_fixed_width(sizes, pa.uint32(), 0, count).cast(pa.int64()))
         self.offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends])
         self._at = memoryview(self.offsets.buffers()[1]).cast("q")  # a fresh array: no offset
-        self._data: pa.Buffer | None = pa.py_buffer(columns.payload_view())
+        self._data: pa.Buffer | None = pa.py_buffer(data)
+        self._type = type_
+
+    @classmethod
+    def payloads(cls, columns: PublishColumns) -> _Values:
+        return cls(columns.payload_size, columns.view(columns.payload), len(columns), pa.binary())
+
+    @classmethod
+    def topics(cls, columns: PublishColumns) -> _Values | None:
+        """The C recorder's topics (the Python one keeps `str`s: None)."""
+        if not columns.native:
+            return None
+        return cls(columns.topic_size, columns.view(columns.topic), len(columns), pa.string())
 
     def bounds(self, total: int) -> Iterator[tuple[int, int]]:
-        """Row groups of at most `CHUNK_ROWS` rows and `CHUNK_PAYLOAD_BYTES` of payload (a
-        larger payload is a group of its own)."""
+        """Row groups of at most `CHUNK_ROWS` rows and `CHUNK_PAYLOAD_BYTES` of values (a
+        larger value is a group of its own)."""
         at, start = self._at, 0
         while start < total:
             last = min(start + CHUNK_ROWS, total)
@@ -132,12 +146,12 @@ class _Payloads:
             start = stop
 
     def column(self, start: int, stop: int) -> pa.Array:
-        """Rows `start:stop`'s payloads: Arrow binary over the buffer itself."""
+        """Rows `start:stop`'s values: an Arrow binary (or string) array over the buffer itself."""
         assert self._data is not None
         base, end = self._at[start], self._at[stop]
         offsets = pc.subtract(self.offsets.slice(start, stop - start + 1), base).cast(pa.int32())
         data = self._data.slice(base, end - base)
-        return pa.Array.from_buffers(pa.binary(), stop - start, [None, offsets.buffers()[1], data])
+        return pa.Array.from_buffers(self._type, stop - start, [None, offsets.buffers()[1], data])
 
     def close(self) -> None:
         self._at.release()
@@ -145,14 +159,19 @@ class _Payloads:
 
 
 def publish_batch(
-    columns: PublishColumns, start: int, stop: int, payload: pa.Array
+    columns: PublishColumns,
+    start: int,
+    stop: int,
+    payload: pa.Array,
+    topic: pa.Array | None = None,
 ) -> pa.RecordBatch:
     """Rows `start:stop` of the tap's columns as `message.publish` rows (ARCHIVE_SCHEMA), with
-    their payload column (`_Payloads.column`); the broker's own (`$SYS`, `$events`: client ids
+    their payload column (`_Values.column`); the broker's own (`$SYS`, `$events`: client ids
     starting with `$`) left out here, not on the loop.
 
-    Numbers and payloads are wrapped, not converted; the publisher columns are taken from the
-    batch's table of publishers, the topics converted in one C-level pass."""
+    Numbers, payloads and the C recorder's topics (`topic`, from `_Values.topics`) are wrapped,
+    not converted; the publisher columns are taken from the batch's table of publishers; the
+    Python recorder's topic strings are converted in one C-level pass."""
     n = stop - start
     ts = pc.multiply(_fixed_width(columns.received, pa.float64(), start, stop), 1000.0)
     # The publisher columns: the batch's small table of publishers, taken row by row.
@@ -167,7 +186,7 @@ def publish_batch(
         "ts": pc.cast(ts, pa.int64(), safe=False).cast(_TS),
         "client_id": clients,
         "username": username,
-        "topic": pa.array(columns.topic[start:stop], pa.string()),
+        "topic": topic if topic is not None else pa.array(columns.topic[start:stop], pa.string()),
         "qos": _fixed_width(columns.qos, pa.uint8(), start, stop).cast(pa.int8()),
         "retain": pc.not_equal(_fixed_width(columns.retain, pa.uint8(), start, stop), 0),
         "payload": payload,
@@ -196,24 +215,31 @@ def publish_batch(
     return batch.filter(pc.invert(pa.array(system, pa.bool_()).take(rows)))
 
 
+def _publish_batch(
+    columns: PublishColumns, start: int, stop: int, payloads: _Values, topics: _Values | None
+) -> pa.RecordBatch:
+    topic = topics.column(start, stop) if topics is not None else None
+    return publish_batch(columns, start, stop, payloads.column(start, stop), topic)
+
+
 def _chunks(columns: PublishColumns, events: list[dict[str, Any]]) -> Iterator[pa.Table]:
     """The batch as tables of at most `CHUNK_ROWS` publishes (a row group each), the lifecycle
     rows with the first. The payload view is given up when the generator ends (then
     `columns.release()` can succeed)."""
     total = len(columns)
-    payloads = _Payloads(columns)
+    payloads, topics = _Values.payloads(columns), _Values.topics(columns)
     try:
         first = True
         for start, stop in payloads.bounds(total) if total else [(0, 0)]:
-            batches = (
-                [publish_batch(columns, start, stop, payloads.column(start, stop))] if total else []
-            )
+            batches = [_publish_batch(columns, start, stop, payloads, topics)] if total else []
             if events and first:
                 batches.extend(pa.Table.from_pylist(events, schema=ARCHIVE_SCHEMA).to_batches())
             first = False
             yield pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
     finally:
         payloads.close()
+        if topics is not None:
+            topics.close()
 
 
 def write_row_groups(

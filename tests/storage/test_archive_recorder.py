@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from data_plane.broker.message import Message, Origin
 from data_plane.storage import archive_columns
-from data_plane.storage.archive_columns import PublishColumns, publish_columns, reusable_payloads
-from data_plane.storage.parquet_archive import _Payloads, publish_batch
+from data_plane.storage.archive_columns import PublishColumns, publish_columns, reusable_columns
+from data_plane.storage.parquet_archive import _publish_batch, _Values
 
 
 def test_the_install_built_the_c_recorder():
@@ -24,11 +24,13 @@ def test_the_install_built_the_c_recorder():
 
 
 def rows_of(columns: PublishColumns) -> list[dict]:
-    payloads = _Payloads(columns)
+    payloads, topics = _Values.payloads(columns), _Values.topics(columns)
     try:
-        return publish_batch(columns, 0, len(columns), payloads.column(0, len(columns))).to_pylist()
+        return _publish_batch(columns, 0, len(columns), payloads, topics).to_pylist()
     finally:
         payloads.close()
+        if topics is not None:
+            topics.close()
         columns.release()
 
 
@@ -106,7 +108,7 @@ def test_a_message_missing_a_field_changes_no_column():
     with pytest.raises(ValueError):
         record(Message("t", b"x", 7, False, tenant="acme", publisher="c", device="d"))
     assert [len(c) for c in (columns.received, columns.publisher, columns.qos)] == [1, 1, 1]
-    assert len(columns.payload_size) == len(columns.topic) == 1
+    assert len(columns.payload_size) == len(columns.topic_size) == 1
     assert columns.payload.nbytes == 2
     assert [(r["topic"], r["payload"], r["qos"]) for r in rows_of(columns)] == [("t", b"ok", 1)]
 
@@ -131,26 +133,52 @@ def test_a_column_never_moves_under_an_arrow_array():
     assert len(column) == 0
 
 
-def test_the_payload_buffer_is_reused_with_its_capacity():
+def test_every_column_is_reused_with_its_capacity():
     columns = PublishColumns(use_c=True)
     record = columns.recorder()
-    for _ in range(100):
-        record(Message("t", b"x" * 1000, 0, False, tenant="acme", publisher="c", device="d"))
+    for n in range(100):
+        record(Message(f"t/{n}", b"x" * 1000, 0, False, tenant="acme", publisher="c", device="d"))
     rows_of(columns)  # the worker's pass, then release()
-    payloads = reusable_payloads(columns)
-    assert payloads is columns.payload and payloads.capacity >= 100_000
-    again = PublishColumns(payloads, use_c=True)
-    again.recorder()(Message("t", b"y", 0, False, tenant="acme", publisher="c", device="d"))
-    assert again.payload.capacity == payloads.capacity
-    assert [r["payload"] for r in rows_of(again)] == [b"y"]
+    reused = reusable_columns(columns)
+    assert reused is not None and reused[4] is columns.payload
+    assert columns.payload.capacity >= 100_000
+    capacities = [b.capacity for b in reused]
+    again = PublishColumns(reused, use_c=True)
+    again.recorder()(Message("é/1", b"y", 2, True, tenant="acme", publisher="c", device="d"))
+    assert [b.capacity for b in reused] == capacities
+    assert [(r["topic"], r["payload"], r["qos"]) for r in rows_of(again)] == [("é/1", b"y", 2)]
 
 
 def test_payload_buffer_still_exported_is_not_reused():
     columns = PublishColumns(use_c=True)
     columns.recorder()(Message("t", b"x", 0, False, tenant="acme", publisher="c", device="d"))
-    payloads = _Payloads(columns)
+    payloads = _Values.payloads(columns)
     kept = payloads.column(0, 1)  # an array the worker failed to drop
     payloads.close()
     columns.release()
-    assert reusable_payloads(columns) is None
+    assert reusable_columns(columns) is None
     assert kept.to_pylist() == [b"x"]
+
+
+def test_a_topic_that_is_not_utf8_never_fails_the_publish():
+    """The codec never decodes a lone surrogate, but a bug that made one must not fail the
+    publish in the recorder: the topic is archived with a replacement character."""
+    columns = PublishColumns(use_c=True)
+    columns.recorder()(Message("a/\udc80", b"x", 0, False, tenant="acme", publisher="c"))
+    assert [r["topic"] for r in rows_of(columns)] == ["a/?"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_full_batch_is_announced_once_and_a_failing_announcement_loses_nothing():
+    calls = []
+
+    def on_full():
+        calls.append(len(columns))
+        raise RuntimeError("the tap failed")  # reported as unraisable, never into the publish
+
+    columns = PublishColumns(use_c=True)
+    record = columns.recorder(3, on_full)
+    for n in range(5):
+        record(Message(f"t/{n}", b"x", 0, False, tenant="acme", publisher="c", device="d"))
+    assert calls == [3]
+    assert [r["topic"] for r in rows_of(columns)] == [f"t/{n}" for n in range(5)]

@@ -321,3 +321,25 @@ def test_hand_offs_go_on_while_segments_are_sealed(tmp_path, monkeypatch):
     # Each tick (20 ms) adds about 200 rows; a hand-off happens at the first tick past 300.
     # Waiting for each 0.25 s seal would let ~2,500 gather. The last batch is what stop() found.
     assert len(writer.batches) > 5 and max(writer.batches[:-1]) < 1000, writer.batches
+
+
+def test_a_full_batch_is_handed_over_without_waiting_for_a_tick(tmp_path, monkeypatch):
+    """One iteration of a busy loop can route tens of thousands of messages before any timer
+    runs: the recorder hands a batch over as it reaches `HANDOFF_ROWS`."""
+    from data_plane.storage import archive_hook
+
+    monkeypatch.setattr(archive_hook, "HANDOFF_ROWS", 1000)
+    writer = SlowSealWriter(LocalObjectStore(tmp_path), delay=0)
+
+    async def scenario() -> None:
+        tap = ArchiveTap(writer, interval=60)
+        tap.start()
+        for index in range(3500):  # no await: no tick can run
+            _publish(tap, index)
+        assert tap._queued == 3  # handed over (the worker thread may already be writing them)
+        assert len(tap._columns) == 500
+        await tap.stop()
+
+    asyncio.run(scenario())
+    assert writer.batches == [1000, 1000, 1000, 500]
+    assert _archived_publishes(tmp_path) == 3500
