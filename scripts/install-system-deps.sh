@@ -2,7 +2,8 @@
 # Installs the Debian packages the platform and its tests run against, only those missing.
 # Postgres server binaries, Redis, Mosquitto (+ clients, the reference broker of the interop tests
 # and benchmarks), Chromium (browser tests), Node.js (MQTT.js interop), a JDK (PySpark), openssl,
-# Pango (WeasyPrint, invoice PDFs) and poppler-utils (pdftotext, the PDF tests).
+# Pango (WeasyPrint, invoice PDFs), poppler-utils (pdftotext, the PDF tests) and a C compiler (the
+# archive's recorder).
 set -euo pipefail
 
 missing=()
@@ -17,6 +18,11 @@ have java || missing+=(openjdk-17-jre-headless)
 have openssl || missing+=(openssl)
 have runuser || missing+=(util-linux)
 have pdftotext || missing+=(poppler-utils)  # invoice PDFs read back in the tests
+# A C compiler and Python's headers build the archive's recorder (setup.py); without them the
+# install still succeeds and the broker runs the slower Python recorder.
+have gcc || missing+=(gcc libc6-dev)
+"${PYTHON:-python3}" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null ||
+  missing+=(python3-dev)
 # WeasyPrint (invoice PDFs) loads Pango and its FreeType backend at run time.
 # (Read the cache once: `ldconfig -p | grep -q` fails under pipefail when grep stops early.)
 libraries=$(ldconfig -p 2>/dev/null || true)

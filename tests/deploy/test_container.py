@@ -156,3 +156,16 @@ def test_published_ports_are_documented_in_the_readme():
     assert {8000, 1883, 8083, 1884, 8084, 9000, 9001} <= set(published)
     for port in published:
         assert str(port) in section, f"port {port} is not in README's Containers section"
+
+
+def test_the_image_carries_the_compiled_recorder():
+    """The broker's archive recorder is C (setup.py); the image builds it in the wheels stage,
+    where the compiler is, and puts it beside the code it runs."""
+    text = DOCKERFILE.read_text()
+    build = text[: text.index("AS runtime")]
+    assert re.search(r"apt-get install[^\n]*\bgcc=", build), "a pinned compiler in the build stage"
+    assert "COPY pyproject.toml setup.py" in build
+    assert "data_plane/storage/_recorder.c" in build
+    assert "COPY --from=wheels --chown=root:root /compiled/ /app/data_plane/storage/" in text
+    runtime = text[text.index("AS runtime") :]
+    assert "gcc" not in runtime, "no compiler in the image that runs"
