@@ -25,10 +25,11 @@ def test_import_contracts_hold():
 
 
 # The folders held to 450 lines a module, each with modules it must hold (the folder is where we
-# think). data_plane/storage/ is not held yet: session_store.py and parquet_archive.py are over.
+# think).
 HELD = {
     "broker": ("connection.py", "broker.py"),
     "cluster": ("node.py", "limits.py"),
+    "storage": ("parquet_archive.py", "archive_columns.py", "session_store.py"),
     "tenancy": ("directory.py", "authenticator.py"),
 }
 
@@ -37,7 +38,8 @@ HELD = {
 def test_no_module_grows_past_450_lines(folder):
     """Issue 16's measure of a room a newcomer can read: a module that outgrows it wants a split
     (as the connection's jobs became handshake, admission, inbound, acks, flow, writer..., and
-    the cluster's limits became connection_counts, leases, leased_buckets, sys_figures)."""
+    the cluster's limits became connection_counts, leases, leased_buckets, sys_figures, and the
+    archive's recording left the Parquet writer for archive_columns)."""
     sizes = {
         p.name: len(p.read_text().splitlines()) for p in (ROOT / "data_plane" / folder).glob("*.py")
     }
