@@ -29,11 +29,11 @@ order; MQTT allows repeated keys), `message_expiry` (seconds), `response_topic`,
 Layout in the object store
 --------------------------
 - Live segments, written by each broker about once a second, all tenants of that broker together
-  (rows grouped by tenant):
+  (rows in arrival order, tenants interleaved):
   `archive/live/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet`
 - History, compacted per tenant from the live segments once an hour is closed:
   `archive/tenant={slug}/date={YYYY-MM-DD}/hour={HH}/part-{round:04d}-{n:04d}.parquet` (large row
-  groups, rows in time order per writer). The hour's live folder then gets the marker
+  groups, rows in time order per live segment). The hour's live folder then gets the marker
   `_COMPACTED`: a JSON manifest naming the live segments it covers and the history parts that hold
   them. It is written after the parts and before those segments are deleted, so a crash at any
   step leaves either the live segments in force (no marker, or not named in it) or the parts named

@@ -59,7 +59,7 @@ def rows_of(table):
     return [(r["tenant"], r["topic"], r["payload"]) for r in table.to_pylist()]
 
 
-def test_segments_are_parquet_partitioned_by_hour_grouped_by_tenant(s3_store, tmp_path):
+def test_segments_are_parquet_partitioned_by_hour_in_arrival_order(s3_store, tmp_path):
     batch = [
         publish("zeta", "t/1", b"z1", T0),
         publish("acme", "t/1", b"a1", T0 + 1, props={"user_property": [("k", "v")]}),
@@ -84,15 +84,16 @@ def test_segments_are_parquet_partitioned_by_hour_grouped_by_tenant(s3_store, tm
     first = pq.read_table(
         pa.BufferReader(s3_store.get("archive/live/date=2023-11-14/hour=22/w1-0000000001.parquet"))
     )
-    # Grouped by tenant, in time order within each; the tenant whose archive is off: absent.
+    # In arrival order, tenants interleaved (the broker does not sort; compaction does), the
+    # batch's lifecycle rows after its publishes; the tenant whose archive is off: absent.
     assert [(r["tenant"], r["topic"], r["event"]) for r in first.to_pylist()] == [
-        ("acme", "t/1", EVENT_PUBLISH),
-        ("acme", None, EVENT_CONNECTED),
-        ("acme", "t/3", EVENT_PUBLISH),
         ("zeta", "t/1", EVENT_PUBLISH),
+        ("acme", "t/1", EVENT_PUBLISH),
+        ("acme", "t/3", EVENT_PUBLISH),
+        ("acme", None, EVENT_CONNECTED),
     ]
-    assert first.to_pylist()[0]["user_properties"] == [{"key": "k", "value": "v"}]
-    assert first.to_pylist()[0]["username"] == "acme/d"
+    assert first.to_pylist()[1]["user_properties"] == [{"key": "k", "value": "v"}]
+    assert first.to_pylist()[1]["username"] == "acme/d"
     acme = read_archive(s3_store, *window(), "acme", [EVENT_PUBLISH])
     assert rows_of(acme) == [
         ("acme", "t/1", b"a1"),
@@ -148,6 +149,27 @@ def test_compaction_moves_a_closed_hour_into_per_tenant_history(s3_store):
     again = compact_hour(s3_store, "2023-11-14", 22)  # nothing left to do
     assert (again.segments, again.deleted) == (0, 0)
     assert {t: rows_of(read_archive(s3_store, *window(), t)) for t in before} == before
+
+
+def test_compaction_sorts_a_segments_interleaved_tenants_by_time(s3_store):
+    """Live segments hold tenants interleaved, lifecycle rows after the batch's publishes; each
+    tenant's history comes out in time order, the connection in its place."""
+    connected = {
+        "event": EVENT_CONNECTED,
+        "tenant": "acme",
+        "ts": int(T0 * 1000) + 1500,
+        "client_id": "c1",
+    }
+    batch = [publish(t, "x", b"%d" % n, T0 + n) for n in range(4) for t in ("zeta", "acme")]
+    write(s3_store, batch, [connected])
+    compact_hour(s3_store, HOUR)
+    for tenant in ("acme", "zeta"):
+        key = f"archive/tenant={tenant}/date=2023-11-14/hour=22/part-0000-0000.parquet"
+        rows = pq.read_table(pa.BufferReader(s3_store.get(key))).to_pylist()
+        assert {r["tenant"] for r in rows} == {tenant}
+        assert [r["ts"] for r in rows] == sorted(r["ts"] for r in rows)
+        expected = [b"0", b"1", None, b"2", b"3"] if tenant == "acme" else [b"0", b"1", b"2", b"3"]
+        assert [r["payload"] for r in rows] == expected
 
 
 def test_a_late_segment_is_read_and_compacted_in_a_second_round(s3_store):
