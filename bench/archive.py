@@ -1,13 +1,14 @@
 """What the archive costs the broker as operators run it (issue 14).
 
-    .venv/bin/python -m bench.archive [--seconds 5] [--pairs 100] [--qos 0,1]
+    .venv/bin/python -m bench.archive [--seconds 5] [--pairs 100] [--qos 0,1] [--tenants 10]
 
 The broker is `python manage.py runbroker` on Postgres (the embedded cluster, or DATABASE_URL)
 with its defaults: usage metering on, the archive on (Parquet segments every second into the
-object store, here a scratch `file://` folder) or off (`--no-archive`). The tenant and its device
-come from `manage.py create_tenant` / `create_device`, with ACL rules (`add_acl`) and quotas
-(`set_quota`, high enough not to refuse) checked on every PUBLISH and SUBSCRIBE. Mosquitto 2
-runs the same pairs in the same run, for reference.
+object store, here a scratch `file://` folder) or off (`--no-archive`). The pairs are spread over
+`--tenants` tenants, as on a shared broker (every archive batch then holds several tenants). Each
+tenant and its device come from `manage.py create_tenant` / `create_device`, with ACL rules
+(`add_acl`) and quotas (`set_quota`, high enough not to refuse) checked on every PUBLISH and
+SUBSCRIBE. Mosquitto 2 runs the same pairs in the same run, for reference.
 
 Per QoS: 100 pairs of 1 KiB messages flat out, archive on, off, off, on (A-B-B-A, so drift on a
 shared machine lands on both sides) with Mosquitto between; figures are means. Reported: delivered
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import shutil
@@ -48,17 +50,36 @@ def manage(*args: str) -> dict:
     return json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
 
 
-def seed() -> tuple[str, tuple[str, str]]:
-    """A scratch tenant with one device (any client id), 10 ACL rules and quotas."""
-    tenant = f"bench-arch-{uuid.uuid4().hex[:6]}"
+def seed(tenants: int = 1) -> tuple[list[str], list[tuple[str, str]]]:
+    """Scratch tenants, each with one device (any client id), 10 ACL rules and quotas, made by
+    the operator commands (`manage.py create_tenant`, `create_device`, `add_acl`, `set_quota`):
+    the first from a shell, the others with the same commands run in this process (a command's
+    start-up is a second or two; 13 per tenant)."""
     manage("migrate", "--verbosity", "0")
-    manage("create_tenant", tenant)
-    device = manage("create_device", tenant, "d", "--password", PASSWORD, "--client-ids", "any")
+    made = [_seed_tenant(manage)]
+    if tenants > 1:
+        _django()
+        from django.core.management import call_command
+
+        def in_process(*args: str) -> dict:
+            out = io.StringIO()
+            call_command(*args, stdout=out)
+            text = out.getvalue()
+            return json.loads(text) if text.strip().startswith("{") else {}
+
+        made += [_seed_tenant(in_process) for _ in range(tenants - 1)]
+    return [slug for slug, _ in made], [login for _, login in made]
+
+
+def _seed_tenant(run) -> tuple[str, tuple[str, str]]:
+    tenant = f"bench-arch-{uuid.uuid4().hex[:6]}"
+    run("create_tenant", tenant)
+    device = run("create_device", tenant, "d", "--password", PASSWORD, "--client-ids", "any")
     for topic in ("admin/#", "$internal/#", "ops/+/secret", "firmware/#", "billing/#"):
-        manage("add_acl", tenant, "--action", "both", "--deny", "--topic", topic)
+        run("add_acl", tenant, "--action", "both", "--deny", "--topic", topic)
     for topic in ("bench/slow/#", "bench/pairs/#", "bench/fan/#", "bench/${client}/#", "t/#"):
-        manage("add_acl", tenant, "--action", "both", "--allow", "--topic", topic)
-    manage(
+        run("add_acl", tenant, "--action", "both", "--allow", "--topic", topic)
+    run(
         "set_quota",
         tenant,
         "max_connections=100000",
@@ -72,14 +93,18 @@ def seed() -> tuple[str, tuple[str, str]]:
     return tenant, (device["username"], PASSWORD)
 
 
-def cleanup(tenant: str) -> None:
+def _django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
     import django
 
     django.setup()
+
+
+def cleanup(tenants: list[str]) -> None:
+    _django()
     from tenants.models import Tenant
 
-    Tenant.objects.filter(slug=tenant).delete()
+    Tenant.objects.filter(slug__in=tenants).delete()
 
 
 def start_runbroker(archive: bool, objects: Path) -> RunningBroker:
@@ -110,8 +135,13 @@ def archived_publishes(objects: Path) -> int:
     return total
 
 
-async def run(pairs: int, seconds: float, qos_levels: list[int], creds: tuple[str, str]) -> str:
-    lines = [f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"]
+async def run(
+    pairs: int, seconds: float, qos_levels: list[int], creds: list[tuple[str, str]]
+) -> str:
+    lines = [
+        f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores); "
+        f"pairs across {len(creds)} tenant(s)"
+    ]
     print(lines[0], flush=True)
     for qos in qos_levels:
         runs: dict[str, list[scenarios.Result]] = {"on": [], "off": [], "mosquitto": []}
@@ -161,15 +191,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--qos", default="0,1")
+    parser.add_argument(
+        "--tenants", type=int, default=10, help="pairs spread over this many tenants (default 10)"
+    )
     args = parser.parse_args(argv)
-    tenant, creds = seed()
+    tenants, creds = seed(args.tenants)
     try:
         import uvloop
 
         uvloop.install()
         asyncio.run(run(args.pairs, args.seconds, [int(q) for q in args.qos.split(",")], creds))
     finally:
-        cleanup(tenant)
+        cleanup(tenants)
 
 
 if __name__ == "__main__":

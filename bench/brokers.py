@@ -18,6 +18,7 @@ from common.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[1]
 USERNAME, PASSWORD = "bench/d", "bench-password"
+SECOND_TENANT = ("bench2/d", PASSWORD)  # the same device in another tenant of `ours`
 
 
 def _free_port() -> int:
@@ -88,8 +89,9 @@ def start(name: str, *, max_queued: int = 5000, repo: Path = REPO) -> RunningBro
         auth.write_text(
             json.dumps(
                 {
-                    "tenants": {
-                        "bench": {"devices": {"d": {"password": PASSWORD, "client_ids": "any"}}}
+                    "tenants": {  # a second tenant for pairs across tenants (SECOND_TENANT)
+                        name: {"devices": {"d": {"password": PASSWORD, "client_ids": "any"}}}
+                        for name in ("bench", "bench2")
                     }
                 }
             )

@@ -188,14 +188,16 @@ async def connect_many(
     username: str | None,
     password: str | None,
     parallel: int = 200,
+    logins: list[tuple[str, str]] | None = None,
 ) -> list[Client]:
+    """`count` clients; with `logins`, client i logs in as `logins[i % len(logins)]` (devices of
+    several tenants), else all as `username`."""
     gate = asyncio.Semaphore(parallel)
 
     async def one(index: int) -> Client:
+        user, secret = logins[index % len(logins)] if logins else (username, password)
         async with gate:
-            return await connect(
-                host, port, stats, f"{prefix}-{index}-{next(_ids)}", username, password
-            )
+            return await connect(host, port, stats, f"{prefix}-{index}-{next(_ids)}", user, secret)
 
     return list(await asyncio.gather(*(one(i) for i in range(count))))
 

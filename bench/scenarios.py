@@ -59,13 +59,18 @@ async def pairs(
     n: int,
     qos: int,
     seconds: float,
-    creds: tuple[str, str] = (USERNAME, PASSWORD),
+    creds: tuple[str, str] | list[tuple[str, str]] = (USERNAME, PASSWORD),
 ) -> Result:
+    """n publisher/subscriber pairs, each on its own topic. `creds`: one login for every client,
+    or a list: pair i's two clients log in as `creds[i % len(creds)]` (pairs across tenants)."""
+    logins = creds if isinstance(creds, list) else [creds]
     stats = Stats(sample_every=10)
-    subs = await connect_many(n, "127.0.0.1", broker.port, stats, "sub", *creds)
+    subs = await connect_many(n, "127.0.0.1", broker.port, stats, "sub", None, None, logins=logins)
     for index, sub in enumerate(subs):
         await sub.subscribe(f"bench/pairs/{index}", qos)
-    pubs = await connect_many(n, "127.0.0.1", broker.port, Stats(), "pub", *creds)
+    pubs = await connect_many(
+        n, "127.0.0.1", broker.port, Stats(), "pub", None, None, logins=logins
+    )
     cpu_before = broker.cpu_seconds()
     started = time.perf_counter()
     deadline = started + seconds

@@ -261,7 +261,7 @@ async def soak(args: argparse.Namespace) -> dict:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         broker.stop()
-        await asyncio.to_thread(cleanup, tenant)  # Django's ORM is synchronous
+        await asyncio.to_thread(cleanup, [tenant])  # Django's ORM is synchronous
         if out:
             out.close()
     if dumps is not None:
