@@ -1,9 +1,12 @@
 """The archive's encoder alone: worker-thread CPU per row for batches like the broker's.
 
-    .venv/bin/python -m bench.archive_encoder [--tenants 1] [--rows 8192] [--batches 60]
+    .venv/bin/python -m bench.archive_encoder [--tenants 1] [--payload filler|json]
+        [--rows 8192] [--batches 60]
 
-Each batch is filled by the recorder the broker runs (the C one where built) with 1 KiB bench
-messages, published round robin by one connection per tenant, then written by
+Each batch is filled by the recorder the broker runs (the C one where built) with 1 KiB
+messages, published round robin by one connection per tenant: `filler` is what bench.loadgen
+sends (an 8-byte timestamp, then `x`s: compresses to nothing, in no time), `json` a device's
+telemetry (readings with varied numbers, as devices send; compresses about 3:1). then written by
 `ParquetArchiveWriter.add` (and sealed every 12 batches, about a second at 100,000 msg/s) while
 `time.thread_time` counts. Prints the median and quartiles in ns per row. Run it pinned
 (`taskset -c 0`) on a quiet machine; compare tenant counts in one sitting.
@@ -12,6 +15,8 @@ messages, published round robin by one connection per tenant, then written by
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import struct
 import tempfile
 import time
@@ -22,12 +27,32 @@ from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusabl
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
 
-def measure(tenants: int, rows: int, batches: int) -> list[float]:
+def telemetry(random_: random.Random, seq: int) -> bytes:
+    """About 1 KiB of a device's JSON telemetry."""
+    readings = []
+    while len(json.dumps(readings)) < 1020:
+        readings.append(
+            {
+                "sensor": f"{random_.choice(['temp', 'humidity', 'pressure', 'co2', 'vibration'])}"
+                f"-{random_.randrange(16)}",
+                "value": round(random_.uniform(-40, 1200), random_.randrange(1, 5)),
+                "status": random_.choice(["ok", "ok", "ok", "warn"]),
+            }
+        )
+    body = {"device": f"sensor-{seq % 997:04d}", "ts": 1_764_000_000_000 + seq, "seq": seq}
+    return json.dumps({**body, "readings": readings}, separators=(",", ":")).encode()
+
+
+def measure(tenants: int, rows: int, batches: int, payload_kind: str = "filler") -> list[float]:
     origins = [Origin(f"tenant-{i:03d}", f"c{i}", "d") for i in range(tenants)]
+    random_ = random.Random(14)
     messages = []
     for i in range(rows):
         origin = origins[i % tenants]
-        payload = struct.pack("d", time.time()) + b"x" * 1016  # as bench.loadgen sends
+        if payload_kind == "json":
+            payload = telemetry(random_, i)
+        else:
+            payload = struct.pack("d", time.time()) + b"x" * 1016  # as bench.loadgen sends
         messages.append(
             Message.from_publish(
                 origin.tenant,
@@ -63,13 +88,15 @@ def measure(tenants: int, rows: int, batches: int) -> list[float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tenants", type=int, default=1)
+    parser.add_argument("--payload", choices=["filler", "json"], default="filler")
     parser.add_argument("--rows", type=int, default=8192)
     parser.add_argument("--batches", type=int, default=60)
     args = parser.parse_args(argv)
-    per_row = measure(args.tenants, args.rows, args.batches)
+    per_row = measure(args.tenants, args.rows, args.batches, args.payload)
     n = len(per_row)
     print(
-        f"encoder ({RECORDER} recorder), {args.tenants} tenant(s), {args.rows:,}-row batches: "
+        f"encoder ({RECORDER} recorder), {args.tenants} tenant(s), {args.payload} payloads, "
+        f"{args.rows:,}-row batches: "
         f"median {per_row[n // 2]:.0f} ns/row (quartiles {per_row[n // 4]:.0f}–"
         f"{per_row[3 * n // 4]:.0f})"
     )
