@@ -1,14 +1,15 @@
 """The archive's encoder alone: worker-thread CPU per row for batches like the broker's.
 
     .venv/bin/python -m bench.archive_encoder [--tenants 1] [--payload filler|json]
-        [--rows 8192] [--batches 60]
+        [--compression lz4|none] [--rows 8192] [--batches 60]
 
 Each batch is filled by the recorder the broker runs (the C one where built) with 1 KiB
 messages, published round robin by one connection per tenant: `filler` is what bench.loadgen
 sends (an 8-byte timestamp, then `x`s: compresses to nothing, in no time), `json` a device's
-telemetry (readings with varied numbers, as devices send; compresses about 3:1). then written by
-`ParquetArchiveWriter.add` (and sealed every 12 batches, about a second at 100,000 msg/s) while
-`time.thread_time` counts. Prints the median and quartiles in ns per row. Run it pinned
+telemetry (readings with varied numbers, as devices send; compresses about 3.8:1). `--compression`
+is the live segments' payload codec (`parquet_archive.live_compression`; the broker runs LZ4).
+Each batch is then written by `ParquetArchiveWriter.add` (and sealed every 12 batches, about a
+second at 100,000 msg/s) while `time.thread_time` counts; the upload is not measured. Prints the median and quartiles in ns per row. Run it pinned
 (`taskset -c 0`) on a quiet machine; compare tenant counts in one sitting.
 """
 
@@ -24,7 +25,7 @@ import time
 from common.object_store import LocalObjectStore
 from data_plane.broker.message import Message, Origin
 from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_columns
-from data_plane.storage.parquet_archive import ParquetArchiveWriter
+from data_plane.storage.parquet_archive import ParquetArchiveWriter, live_compression
 
 
 def telemetry(random_: random.Random, seq: int) -> bytes:
@@ -43,7 +44,9 @@ def telemetry(random_: random.Random, seq: int) -> bytes:
     return json.dumps({**body, "readings": readings}, separators=(",", ":")).encode()
 
 
-def measure(tenants: int, rows: int, batches: int, payload_kind: str = "filler") -> list[float]:
+def measure(
+    tenants: int, rows: int, batches: int, payload_kind: str = "filler", codec: str = "lz4"
+) -> list[float]:
     origins = [Origin(f"tenant-{i:03d}", f"c{i}", "d") for i in range(tenants)]
     random_ = random.Random(14)
     messages = []
@@ -66,7 +69,10 @@ def measure(tenants: int, rows: int, batches: int, payload_kind: str = "filler")
                 origin,
             )
         )
-    writer = ParquetArchiveWriter(LocalObjectStore(tempfile.mkdtemp(prefix="bench-encoder-")))
+    writer = ParquetArchiveWriter(
+        LocalObjectStore(tempfile.mkdtemp(prefix="bench-encoder-")),
+        compression=live_compression(codec),
+    )
     writer.warm_up()
     reused, per_row = None, []
     for batch in range(batches):
@@ -89,13 +95,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tenants", type=int, default=1)
     parser.add_argument("--payload", choices=["filler", "json"], default="filler")
+    parser.add_argument("--compression", choices=["lz4", "none"], default="lz4")
     parser.add_argument("--rows", type=int, default=8192)
     parser.add_argument("--batches", type=int, default=60)
     args = parser.parse_args(argv)
-    per_row = measure(args.tenants, args.rows, args.batches, args.payload)
+    per_row = measure(args.tenants, args.rows, args.batches, args.payload, args.compression)
     n = len(per_row)
     print(
-        f"encoder ({RECORDER} recorder), {args.tenants} tenant(s), {args.payload} payloads, "
+        f"encoder ({RECORDER} recorder), {args.tenants} tenant(s), {args.payload} payloads "
+        f"({args.compression}), "
         f"{args.rows:,}-row batches: "
         f"median {per_row[n // 2]:.0f} ns/row (quartiles {per_row[n // 4]:.0f}–"
         f"{per_row[3 * n // 4]:.0f})"

@@ -69,8 +69,9 @@ def encode_parquet(
 
 
 class ParquetBytesWriter:
-    """One Parquet file of archive rows built a row group at a time (`write`), as bytes
-    (`close`); same encoding options as `encode_parquet`. For writers that stream."""
+    """One Parquet file of archive rows built a row group at a time (`write`), as an Arrow
+    buffer (`close`: the file's bytes without a copy; any object store's `put` takes it); same
+    encoding options as `encode_parquet`. For writers that stream."""
 
     def __init__(self, *, compression: str | dict[str, str] = "zstd") -> None:
         self._sink = pa.BufferOutputStream()
@@ -87,9 +88,11 @@ class ParquetBytesWriter:
         self._writer.write_table(table)
         self.rows += table.num_rows
 
-    def close(self) -> bytes:
+    def close(self) -> pa.Buffer:
+        # Not `to_pybytes()`: a second-long segment of uncompressed payloads is ~100 MB, and
+        # copying it into a new `bytes` cost ~0.37 us per row (cold memory, fresh pages).
         self._writer.close()
-        return self._sink.getvalue().to_pybytes()
+        return self._sink.getvalue()
 
 
 def decode_parquet(body: bytes) -> pa.Table:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / ".data" / "objects"
@@ -19,7 +19,10 @@ DEFAULT_DIR = Path(__file__).resolve().parents[1] / ".data" / "objects"
 class ObjectStore(Protocol):
     url: str
 
-    def put(self, key: str, data: bytes) -> None: ...
+    def put(self, key: str, data: bytes | memoryview | Any) -> None:
+        """Store `data` (bytes, or any object exporting its bytes through the buffer protocol,
+        such as an Arrow buffer) under `key`, replacing what was there."""
+        ...
 
     def get(self, key: str) -> bytes: ...
 
@@ -50,7 +53,7 @@ class LocalObjectStore:
     def _path(self, key: str) -> Path:
         return self.root / _clean_key(key)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview | Any) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
@@ -102,7 +105,9 @@ class S3ObjectStore:
         key = _clean_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview | Any) -> None:
+        if not isinstance(data, bytes | bytearray):  # botocore takes bytes or a file
+            data = memoryview(data).tobytes()
         self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
     def get(self, key: str) -> bytes:

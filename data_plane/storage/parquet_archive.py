@@ -10,7 +10,7 @@ messages and tenants whose archive is off, and writes them as row groups (in arr
 tenants together: compaction sorts them) of the open segment of each hour; every interval
 (`seal`) it closes the segments and queues them. Uploads run in a second worker thread, in order.
 
-Live segments are LZ4/snappy (`LIVE_COMPRESSION`); compaction writes the history in zstd. The
+Live segments are LZ4 and snappy (`LIVE_COMPRESSION`); compaction writes the history in zstd. The
 encoder is warmed up when the tap is built (`ParquetArchiveWriter.warm_up`), so its one-time
 imports and kernel set-up happen at start-up, not in the first batch of live traffic.
 
@@ -53,15 +53,27 @@ HOUR_MS = 3_600_000
 # encoded holding the GIL a few ms at most.
 CHUNK_ROWS = 16384
 _TS = pa.timestamp("ms", tz="UTC")
-# Live segments: LZ4 (LZ4_RAW) for the payloads and correlation data, snappy for the small
-# columns. zstd cost about 1 µs per 1 KiB JSON payload against LZ4's 0.5 (0.3 against 0.2 on random
-# bytes), and a zstd context per column chunk cost each row group ~0.3 ms more for
-# columns of a few kB. Live segments live an hour: compaction rewrites them into the history
-# files with zstd throughout (`common.archive_io`). Spark, DuckDB and pyarrow read both codecs.
-LIVE_COMPRESSION = {
-    name: ("lz4" if name in ("payload", "correlation_data") else "snappy")
-    for name in ARCHIVE_SCHEMA.names
-}
+# Live segments: the payloads and correlation data in LZ4 (LZ4_RAW), snappy for the small columns.
+# On device telemetry (1 KiB of JSON) LZ4 costs the encoder ~0.9 us per message, snappy ~0.7,
+# zstd ~1.2; on the benchmarks' filler, nothing. Uncompressed payloads ("none", for
+# bench.archive_encoder) cost more than they save: over sockets, with filler, the archive went
+# from 1.11x to 1.53x the CPU per message, writing ~4x the bytes (bench/RESULTS.md).
+# Live segments live an hour: compaction rewrites them into the history files with zstd
+# throughout (`common.archive_io`), off the broker. Spark, DuckDB and pyarrow read every codec.
+LIVE_PAYLOAD_CODECS = ("lz4", "none")
+
+
+def live_compression(payload_codec: str = "lz4") -> dict[str, str]:
+    """Each column's codec in live segments, the payloads' (and correlation data's) given."""
+    if payload_codec not in LIVE_PAYLOAD_CODECS:
+        raise ValueError(f"live payload codec must be one of {LIVE_PAYLOAD_CODECS}")
+    return {
+        name: (payload_codec if name in ("payload", "correlation_data") else "snappy")
+        for name in ARCHIVE_SCHEMA.names
+    }
+
+
+LIVE_COMPRESSION = live_compression()
 
 
 @dataclass(slots=True)
