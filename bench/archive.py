@@ -1,6 +1,7 @@
 """What the archive costs the broker as operators run it (issue 14).
 
     .venv/bin/python -m bench.archive [--seconds 5] [--pairs 100] [--qos 0,1] [--tenants 10]
+        [--payload filler|json]
 
 The broker is `python manage.py runbroker` on Postgres (the embedded cluster, or DATABASE_URL)
 with its defaults: usage metering on, the archive on (Parquet segments every second into the
@@ -36,6 +37,7 @@ import pyarrow.parquet as pq
 
 from bench import brokers, scenarios
 from bench.brokers import REPO, RunningBroker
+from bench.loadgen import json_bodies
 
 PASSWORD = "bench-archive-password-0123456789"
 
@@ -136,12 +138,17 @@ def archived_publishes(objects: Path) -> int:
 
 
 async def run(
-    pairs: int, seconds: float, qos_levels: list[int], creds: list[tuple[str, str]]
+    pairs: int,
+    seconds: float,
+    qos_levels: list[int],
+    creds: list[tuple[str, str]],
+    payload: str = "filler",
 ) -> str:
     lines = [
         f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores); "
-        f"pairs across {len(creds)} tenant(s)"
+        f"pairs across {len(creds)} tenant(s); {payload} payloads"
     ]
+    bodies = json_bodies(1024) if payload == "json" else None
     print(lines[0], flush=True)
     for qos in qos_levels:
         runs: dict[str, list[scenarios.Result]] = {"on": [], "off": [], "mosquitto": []}
@@ -155,7 +162,7 @@ async def run(
                 broker = start_runbroker(label == "on", objects)
                 who = creds
             try:
-                result = await scenarios.pairs(broker, pairs, qos, seconds, who)
+                result = await scenarios.pairs(broker, pairs, qos, seconds, who, bodies)
             finally:
                 broker.stop()  # SIGTERM: the archive uploads what it holds before exiting
             runs[label].append(result)
@@ -194,13 +201,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--tenants", type=int, default=10, help="pairs spread over this many tenants (default 10)"
     )
+    parser.add_argument(
+        "--payload",
+        choices=["filler", "json"],
+        default="filler",
+        help="after each payload's timestamp: x's (default), or device telemetry as JSON",
+    )
     args = parser.parse_args(argv)
     tenants, creds = seed(args.tenants)
     try:
         import uvloop
 
         uvloop.install()
-        asyncio.run(run(args.pairs, args.seconds, [int(q) for q in args.qos.split(",")], creds))
+        qos_levels = [int(q) for q in args.qos.split(",")]
+        asyncio.run(run(args.pairs, args.seconds, qos_levels, creds, args.payload))
     finally:
         cleanup(tenants)
 

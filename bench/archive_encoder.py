@@ -6,7 +6,7 @@
 Each batch is filled by the recorder the broker runs (the C one where built) with 1 KiB
 messages, published round robin by one connection per tenant: `filler` is what bench.loadgen
 sends (an 8-byte timestamp, then `x`s: compresses to nothing, in no time), `json` a device's
-telemetry (readings with varied numbers, as devices send; compresses about 3.8:1). `--compression`
+telemetry (`bench.loadgen.json_bodies`: readings with varied numbers; LZ4 gets about 3.8:1). `--compression`
 is the live segments' payload codec (`parquet_archive.live_compression`; the broker runs LZ4).
 Each batch is then written by `ParquetArchiveWriter.add` (and sealed every 12 batches, about a
 second at 100,000 msg/s) while `time.thread_time` counts; the upload is not measured. Prints the median and quartiles in ns per row. Run it pinned
@@ -16,46 +16,27 @@ second at 100,000 msg/s) while `time.thread_time` counts; the upload is not meas
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import struct
 import tempfile
 import time
 
+from bench.loadgen import json_bodies
 from common.object_store import LocalObjectStore
 from data_plane.broker.message import Message, Origin
 from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter, live_compression
 
 
-def telemetry(random_: random.Random, seq: int) -> bytes:
-    """About 1 KiB of a device's JSON telemetry."""
-    readings = []
-    while len(json.dumps(readings)) < 1020:
-        readings.append(
-            {
-                "sensor": f"{random_.choice(['temp', 'humidity', 'pressure', 'co2', 'vibration'])}"
-                f"-{random_.randrange(16)}",
-                "value": round(random_.uniform(-40, 1200), random_.randrange(1, 5)),
-                "status": random_.choice(["ok", "ok", "ok", "warn"]),
-            }
-        )
-    body = {"device": f"sensor-{seq % 997:04d}", "ts": 1_764_000_000_000 + seq, "seq": seq}
-    return json.dumps({**body, "readings": readings}, separators=(",", ":")).encode()
-
-
 def measure(
     tenants: int, rows: int, batches: int, payload_kind: str = "filler", codec: str = "lz4"
 ) -> list[float]:
     origins = [Origin(f"tenant-{i:03d}", f"c{i}", "d") for i in range(tenants)]
-    random_ = random.Random(14)
+    bodies = json_bodies(1024) if payload_kind == "json" else [b"x" * 1016]
     messages = []
     for i in range(rows):
         origin = origins[i % tenants]
-        if payload_kind == "json":
-            payload = telemetry(random_, i)
-        else:
-            payload = struct.pack("d", time.time()) + b"x" * 1016  # as bench.loadgen sends
+        # As bench.loadgen sends them: an 8-byte timestamp, then the body.
+        payload = struct.pack("d", time.time()) + bodies[i % len(bodies)]
         messages.append(
             Message.from_publish(
                 origin.tenant,

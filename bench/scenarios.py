@@ -60,9 +60,12 @@ async def pairs(
     qos: int,
     seconds: float,
     creds: tuple[str, str] | list[tuple[str, str]] = (USERNAME, PASSWORD),
+    bodies: list[bytes] | None = None,
 ) -> Result:
     """n publisher/subscriber pairs, each on its own topic. `creds`: one login for every client,
-    or a list: pair i's two clients log in as `creds[i % len(creds)]` (pairs across tenants)."""
+    or a list: pair i's two clients log in as `creds[i % len(creds)]` (pairs across tenants).
+    `bodies`: the payloads' contents after the timestamp (`loadgen.json_bodies`), each publisher
+    starting at its own place; else `x`s."""
     logins = creds if isinstance(creds, list) else [creds]
     stats = Stats(sample_every=10)
     subs = await connect_many(n, "127.0.0.1", broker.port, stats, "sub", None, None, logins=logins)
@@ -77,7 +80,11 @@ async def pairs(
     await asyncio.gather(
         *(
             publish_flat_out(
-                pub, PublishTemplate(f"bench/pairs/{i}", 1024, qos), deadline, stats, 10
+                pub,
+                PublishTemplate(f"bench/pairs/{i}", 1024, qos, bodies, start=i * 997),
+                deadline,
+                stats,
+                10,
             )
             for i, pub in enumerate(pubs)
         )
