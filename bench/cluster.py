@@ -96,15 +96,20 @@ class Setup:
         return self.cpu()
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        stop_processes(self.processes, self.workdir)
+
+
+def stop_processes(processes: list[subprocess.Popen], workdir: Path) -> None:
+    """SIGTERM in reverse start order, wait up to 10 s each (then kill), remove the scratch dir."""
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def ours(name: str, workers: int, across: bool) -> Setup:

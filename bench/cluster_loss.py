@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -33,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.brokers import PASSWORD, REPO, USERNAME, _free_port, _raise_nofile, _wait_port
+from bench.cluster import stop_processes
 from bench.loadgen import PublishTemplate, Stats, close_all, connect_many, publish_flat_out
 from bench.scenarios import drain
 from common.processes import data_plane_command
@@ -115,15 +115,7 @@ class TwoNodes:
         return total
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        stop_processes(self.processes, self.workdir)
 
 
 async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:

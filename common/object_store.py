@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+# What `put` stores: bytes, or any object exporting its bytes through the buffer protocol (such
+# as the Arrow buffer of a Parquet file just written: no copy into `bytes` first).
+BytesLike = Any
+
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / ".data" / "objects"
 
 
 class ObjectStore(Protocol):
     url: str
 
-    def put(self, key: str, data: bytes | memoryview | Any) -> None:
-        """Store `data` (bytes, or any object exporting its bytes through the buffer protocol,
-        such as an Arrow buffer) under `key`, replacing what was there."""
-        ...
+    def put(self, key: str, data: BytesLike) -> None: ...
 
     def get(self, key: str) -> bytes: ...
 
@@ -53,7 +54,7 @@ class LocalObjectStore:
     def _path(self, key: str) -> Path:
         return self.root / _clean_key(key)
 
-    def put(self, key: str, data: bytes | memoryview | Any) -> None:
+    def put(self, key: str, data: BytesLike) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
@@ -105,7 +106,7 @@ class S3ObjectStore:
         key = _clean_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    def put(self, key: str, data: bytes | memoryview | Any) -> None:
+    def put(self, key: str, data: BytesLike) -> None:
         if not isinstance(data, bytes | bytearray):  # botocore takes bytes or a file
             data = memoryview(data).tobytes()
         self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)

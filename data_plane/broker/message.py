@@ -14,7 +14,7 @@ from common.mqtt.properties import encode_properties
 class Origin:
     """Who publishes on a connection: tenant, client id and device, settled at CONNACK. One object
     per connection, compared and hashed by identity: the archive records its values once per
-    batch and an index per message (`data_plane.storage.parquet_archive`). Immutable, so every
+    batch and an index per message (`data_plane.storage.archive_columns`). Immutable, so every
     message carrying it has exactly these values; a reconnection or a takeover gets a new one."""
 
     tenant: str

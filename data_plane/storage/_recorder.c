@@ -175,7 +175,7 @@ static PyObject *
 Buffer_append(Buffer *self, PyObject *value)
 {
     /* For callers outside the recorder (tests, tools): one item. */
-    if (self->itemsize == sizeof(double) && self->format[0] == 'd') {
+    if (self->format[0] == 'd') {
         double d = PyFloat_AsDouble(value);
         if (d == -1.0 && PyErr_Occurred())
             return NULL;
@@ -209,21 +209,6 @@ Buffer_append(Buffer *self, PyObject *value)
 }
 
 static PyObject *
-Buffer_set_last(Buffer *self, PyObject *value)
-{
-    /* The last double replaced (the tests' and tools' own received time). */
-    if (self->format[0] != 'd' || self->size < (Py_ssize_t)sizeof(double)) {
-        PyErr_SetString(PyExc_IndexError, "no last double to set");
-        return NULL;
-    }
-    double d = PyFloat_AsDouble(value);
-    if (d == -1.0 && PyErr_Occurred())
-        return NULL;
-    memcpy(self->data + self->size - sizeof d, &d, sizeof d);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
 Buffer_get_nbytes(Buffer *self, void *closure)
 {
     return PyLong_FromSsize_t(self->size);
@@ -244,7 +229,6 @@ Buffer_get_exports(Buffer *self, void *closure)
 static PyMethodDef Buffer_methods[] = {
     {"clear", (PyCFunction)Buffer_clear, METH_NOARGS, "Empty the column, keeping its capacity."},
     {"append", (PyCFunction)Buffer_append, METH_O, "Append one item."},
-    {"set_last", (PyCFunction)Buffer_set_last, METH_O, "Replace the last double."},
     {NULL},
 };
 

@@ -31,7 +31,7 @@ RECORDER = "c" if native is not None else "python"
 
 # A payload buffer larger than this after a burst is dropped, not kept for the next batch.
 MAX_REUSED_PAYLOAD_BYTES = 64 * 1024 * 1024
-# The C recorder's columns, in the order `PublishColumns` unpacks them.
+# The C recorder's columns, in the order `PublishColumns` unpacks them and `Recorder` takes them.
 _NATIVE_FORMATS = ("d", "I", "B", "B", "B", "I", "B", "I")
 
 
@@ -75,7 +75,8 @@ class PublishColumns:
         "payload_size",
         "properties",
         "native",
-        "_native_recorder",
+        "_buffers",
+        "_at_recorder",
         "_views",
         "reusable",
     )
@@ -91,8 +92,9 @@ class PublishColumns:
         self._rows: dict[Any, int] = {}
         self.properties: dict[int, dict[str, Any]] = {}  # row -> properties; most have none
         self.topic_size: Any = None
+        self._buffers: tuple = ()  # the C recorder's columns, as `reusable_columns` hands them on
         if self.native:
-            buffers = reused or tuple(native.Buffer(f) for f in _NATIVE_FORMATS)
+            buffers = self._buffers = reused or tuple(native.Buffer(f) for f in _NATIVE_FORMATS)
             for buffer in buffers:
                 buffer.clear()  # keeps its capacity (and its mapped pages)
             (
@@ -114,7 +116,7 @@ class PublishColumns:
             self.payload.seek(0)  # written from the start
             self.payload_size = array("I")
             self.topic: Any = []
-        self._native_recorder: Any = None
+        self._at_recorder: Any = None  # `record_at`'s C recorder, made at its first call
         self._views: list[memoryview] = []
         self.reusable = False  # set by `release()` once no Arrow array points into a column
 
@@ -140,23 +142,15 @@ class PublishColumns:
         return row
 
     def _c_recorder(self, limit: int = 0, on_full: Callable[[], None] | None = None) -> Any:
-        if self._native_recorder is None:
-            self._native_recorder = native.Recorder(
-                self.received,
-                self.publisher,
-                self.qos,
-                self.retain,
-                self.payload,
-                self.payload_size,
-                self.topic,
-                self.topic_size,
-                self.properties,
-                self._rows,
-                self._row_of,
-                limit,
-                on_full,
-            )
-        return self._native_recorder
+        # Any number may record into the same columns: each appends to the shared buffers.
+        return native.Recorder(
+            *self._buffers,  # in Recorder's order: received, publisher, ..., topic, topic_size
+            self.properties,
+            self._rows,
+            self._row_of,
+            limit,
+            on_full,
+        )
 
     def recorder(
         self, limit: int = 0, on_full: Callable[[], None] | None = None
@@ -172,7 +166,9 @@ class PublishColumns:
         """Record `message` as received at `received` (`time.time()`), not now: for callers
         outside the publish path (tests, tools)."""
         if self.native:
-            self._c_recorder().record_at(message, received)
+            if self._at_recorder is None:
+                self._at_recorder = self._c_recorder()
+            self._at_recorder.record_at(message, received)
         else:
             self._python_recorder()(message)
             self.received[-1] = received
@@ -226,16 +222,7 @@ def reusable_columns(columns: PublishColumns) -> Any:
     if not columns.reusable:
         return None
     if columns.native:
-        buffers = (
-            columns.received,
-            columns.publisher,
-            columns.qos,
-            columns.retain,
-            columns.payload,
-            columns.payload_size,
-            columns.topic,
-            columns.topic_size,
-        )
+        buffers = columns._buffers
         if columns.payload.capacity > MAX_REUSED_PAYLOAD_BYTES or any(b.exports for b in buffers):
             return None
         return buffers

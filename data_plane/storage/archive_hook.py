@@ -4,10 +4,11 @@
 On the event loop the broker calls the tap's recorder (its `Archive` port, `tap.record`) with each
 routed message, which appends each of its fields to its column (its publisher once per batch,
 an index per message) and copies the payload into a reused buffer
-(`parquet_archive.PublishColumns`): nothing decoded or converted. Every `TICK`
-seconds the tap hands the columns to a worker thread once `HANDOFF_ROWS` have gathered, which
-writes them as row groups of the open segments; every `interval` seconds it closes the segments
-(a second thread uploads them). Building and compressing never run on the loop. The broker's
+(`archive_columns.PublishColumns`): nothing decoded or converted. The tap hands the columns to a
+worker thread once `HANDOFF_ROWS` have gathered (the C recorder says so as it happens; every
+`TICK` seconds the tap checks too), which writes them as row groups of the open segments; every
+`interval` seconds it closes the segments (a second thread uploads them). Building and
+compressing never run on the loop. The broker's
 own `$SYS`/`$events` messages are not archived (the worker leaves them out).
 """
 

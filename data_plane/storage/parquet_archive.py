@@ -30,6 +30,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,13 +98,8 @@ def publish_rows(messages: list[tuple[float, Any]]) -> pa.RecordBatch:
     """`(received, Message)` pairs as the archive's publish rows, built exactly as the tap's
     worker builds them; for callers outside the publish path (tests, tools)."""
     columns = publish_columns(messages)
-    payloads, topics = _Values.payloads(columns), _Values.topics(columns)
-    try:
+    with _values(columns) as (payloads, topics):
         return _publish_batch(columns, 0, len(columns), payloads, topics)
-    finally:
-        payloads.close()
-        if topics is not None:
-            topics.close()
 
 
 # Publish properties kept in their own columns (MQTT 5 names → archive columns).
@@ -227,6 +223,18 @@ def publish_batch(
     return batch.filter(pc.invert(pa.array(system, pa.bool_()).take(rows)))
 
 
+@contextmanager
+def _values(columns: PublishColumns) -> Iterator[tuple[_Values, _Values | None]]:
+    """The batch's payloads and (C recorder) topics, given up at the end."""
+    payloads, topics = _Values.payloads(columns), _Values.topics(columns)
+    try:
+        yield payloads, topics
+    finally:
+        payloads.close()
+        if topics is not None:
+            topics.close()
+
+
 def _publish_batch(
     columns: PublishColumns, start: int, stop: int, payloads: _Values, topics: _Values | None
 ) -> pa.RecordBatch:
@@ -239,8 +247,7 @@ def _chunks(columns: PublishColumns, events: list[dict[str, Any]]) -> Iterator[p
     rows with the first. The payload view is given up when the generator ends (then
     `columns.release()` can succeed)."""
     total = len(columns)
-    payloads, topics = _Values.payloads(columns), _Values.topics(columns)
-    try:
+    with _values(columns) as (payloads, topics):
         first = True
         for start, stop in payloads.bounds(total) if total else [(0, 0)]:
             batches = [_publish_batch(columns, start, stop, payloads, topics)] if total else []
@@ -248,10 +255,6 @@ def _chunks(columns: PublishColumns, events: list[dict[str, Any]]) -> Iterator[p
                 batches.extend(pa.Table.from_pylist(events, schema=ARCHIVE_SCHEMA).to_batches())
             first = False
             yield pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
-    finally:
-        payloads.close()
-        if topics is not None:
-            topics.close()
 
 
 def write_row_groups(

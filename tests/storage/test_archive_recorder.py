@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from data_plane.broker.message import Message, Origin
 from data_plane.storage import archive_columns
 from data_plane.storage.archive_columns import PublishColumns, publish_columns, reusable_columns
-from data_plane.storage.parquet_archive import _publish_batch, _Values
+from data_plane.storage.parquet_archive import _publish_batch, _Values, _values
 
 
 def test_the_install_built_the_c_recorder():
@@ -24,13 +24,10 @@ def test_the_install_built_the_c_recorder():
 
 
 def rows_of(columns: PublishColumns) -> list[dict]:
-    payloads, topics = _Values.payloads(columns), _Values.topics(columns)
     try:
-        return _publish_batch(columns, 0, len(columns), payloads, topics).to_pylist()
+        with _values(columns) as (payloads, topics):
+            return _publish_batch(columns, 0, len(columns), payloads, topics).to_pylist()
     finally:
-        payloads.close()
-        if topics is not None:
-            topics.close()
         columns.release()
 
 

@@ -17,6 +17,7 @@ import time
 
 import pyarrow.parquet as pq
 
+from bench.fuzz import RecordingTransport
 from common.archive_schema import EVENT_PUBLISH
 from common.object_store import LocalObjectStore
 from data_plane.broker.hooks import Hooks
@@ -145,34 +146,6 @@ def test_the_first_batch_of_live_traffic_loads_nothing(tmp_path):
     assert result.stdout.strip() == "[]"
 
 
-class _Transport:
-    """A connection's transport that keeps nothing (the broker's writes are not under test)."""
-
-    def __init__(self) -> None:
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, key: str):
-        return ("127.0.0.1", 1)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def set_write_buffer_limits(self, high: int) -> None:
-        pass
-
-
 def test_one_batch_never_gives_a_row_another_connections_publisher(tmp_path):
     """The tap records who published once per connection and batch, and an index per message.
     From the attacker's side: two tenants whose devices use the same client id, device name and
@@ -198,7 +171,7 @@ def test_one_batch_never_gives_a_row_another_connections_publisher(tmp_path):
 
         async def connect(tenant: str, will: Will | None = None) -> MQTTConnection:
             conn = MQTTConnection(broker)
-            conn.connection_made(_Transport())
+            conn.connection_made(RecordingTransport())  # the broker's writes: not under test
             packet = Connect("same-id", username=f"{tenant}/d", password=b"p", will=will)
             conn.data_received(encode(packet, MQTT_3_1_1))
             for _ in range(100):
