@@ -242,6 +242,7 @@ async def run(args: argparse.Namespace) -> None:
         redirect = Redirect(config.server_reference)
         loop.add_signal_handler(signal.SIGUSR2, server.broker.evacuate, redirect)
     await stop.wait()
+    watchdog = loop.create_task(_report_stalled_shutdown())
     await server.shutdown()
     if cluster is not None:
         await cluster.stop()
@@ -260,6 +261,19 @@ async def run(args: argparse.Namespace) -> None:
         await presence.stop()
     if link is not None:
         await link.stop()
+    watchdog.cancel()
+
+
+async def _report_stalled_shutdown(after: float = 8.0) -> None:
+    """A graceful stop that takes longer than `after` seconds logs where each task waits: an
+    orchestrator's SIGKILL follows soon, and the log is all that tells what held it."""
+    from common.tasks import where
+
+    await asyncio.sleep(after)
+    log = logging.getLogger("data_plane")
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task():
+            log.warning("shutdown stalled for %.0f s; waiting: %s", after, where(task))
 
 
 def _dump_memory() -> None:

@@ -29,6 +29,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
+from common.tasks import stop_all
 from data_plane.cluster.connection_counts import ConnectionCounts
 from data_plane.cluster.leased_buckets import TICK, ClusterRates
 from data_plane.cluster.leases import RateLeases
@@ -79,10 +80,7 @@ class ClusterLimits:
     async def stop(self) -> None:
         """Stop the loops and leave: our counts and leases need not wait for the marker to
         expire."""
-        tasks = [*self.tasks, *self.leases.tasks]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_all([*self.tasks, *self.leases.tasks], "cluster limits")
         try:
             node = self.cluster.node_id
             pipe = self.cluster.redis.pipeline(transaction=False)

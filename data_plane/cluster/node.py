@@ -35,6 +35,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from common.tasks import stop_all
 from data_plane.broker.ports import Published
 from data_plane.cluster import node_metrics
 from data_plane.cluster.exactly import Origins
@@ -146,9 +147,7 @@ class Cluster:
 
     async def stop(self) -> None:
         """Leave: the others drop this node's routes now rather than after its TTL."""
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await stop_all(self.tasks, "cluster")
         await self.limits.stop()
         await self.membership.leave()
         await forget_stream_mark(self.broker, self.node_id)  # nobody drains our stream
