@@ -1,11 +1,12 @@
 """What the archive costs the broker as operators run it (issue 14).
 
     .venv/bin/python -m bench.archive [--seconds 5] [--pairs 100] [--qos 0,1] [--tenants 10]
-        [--payload filler|json]
+        [--payload filler|json] [--store file|s3]
 
 The broker is `python manage.py runbroker` on Postgres (the embedded cluster, or DATABASE_URL)
 with its defaults: usage metering on, the archive on (Parquet segments every second into the
-object store, here a scratch `file://` folder) or off (`--no-archive`). The pairs are spread over
+object store: a scratch `file://` folder, or with `--store s3` a bucket on moto's S3 server, as
+deployments write to S3) or off (`--no-archive`). The pairs are spread over
 `--tenants` tenants, as on a shared broker (every archive batch then holds several tenants). Each
 tenant and its device come from `manage.py create_tenant` / `create_device`, with ACL rules
 (`add_acl`) and quotas (`set_quota`, high enough not to refuse) checked on every PUBLISH and
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -31,11 +33,13 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from urllib.parse import urlparse
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench import brokers, scenarios
+from bench import brokers, s3, scenarios
 from bench.brokers import REPO, RunningBroker
 from bench.loadgen import json_bodies
 
@@ -109,13 +113,13 @@ def cleanup(tenants: list[str]) -> None:
     Tenant.objects.filter(slug__in=tenants).delete()
 
 
-def start_runbroker(archive: bool, objects: Path) -> RunningBroker:
+def start_runbroker(archive: bool, store_url: str) -> RunningBroker:
     workdir = Path(tempfile.mkdtemp(prefix="bench-runbroker-"))
     port = brokers._free_port()
     cmd = [sys.executable, "manage.py", "runbroker", "--port", str(port), "--ws-port", "0"]
     if not archive:
         cmd.append("--no-archive")
-    env = {**os.environ, "OBJECT_STORE_URL": objects.as_uri()}
+    env = {**os.environ, "OBJECT_STORE_URL": store_url}
     process = subprocess.Popen(  # runbroker execs the broker: this pid is the broker's
         brokers._pinned(cmd),
         cwd=REPO,
@@ -129,12 +133,46 @@ def start_runbroker(archive: bool, objects: Path) -> RunningBroker:
     return RunningBroker(name, process, port, workdir)
 
 
-def archived_publishes(objects: Path) -> int:
-    total = 0
-    for path in (objects / "archive").rglob("*.parquet"):  # not the usage log beside it
-        events = pq.read_table(path, columns=["event"])["event"]
+def archived_publishes(store_url: str) -> int:
+    """Publish rows in the archive's Parquet segments under `store_url` (read back as any
+    reader would, through the object store)."""
+    from common.object_store import open_object_store
+
+    store, total = open_object_store(store_url), 0
+    for key in store.list("archive/"):  # not the usage log beside it
+        if not key.endswith(".parquet"):
+            continue
+        events = pq.read_table(pa.BufferReader(store.get(key)), columns=["event"])["event"]
         total += pc.sum(pc.equal(events, "message.publish")).as_py() or 0
     return total
+
+
+class Stores:
+    """A fresh, empty object store per broker run: a scratch folder (`file`), or a prefix of a
+    bucket on moto's S3 server (`s3`, as deployments run: boto3 over HTTP)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._stack = contextlib.ExitStack()
+        if kind == "s3":
+            env = self._stack.enter_context(s3.moto_server(core=1))
+            os.environ.update(env)  # the brokers (and `archived_publishes`) reach it
+            s3.create_bucket(env, BUCKET)
+
+    def new(self) -> str:
+        if self.kind == "s3":
+            return f"s3://{BUCKET}/run-{uuid.uuid4().hex[:8]}"
+        return Path(tempfile.mkdtemp(prefix="bench-archive-objects-")).as_uri()
+
+    def discard(self, url: str) -> None:
+        if url.startswith("file://"):
+            shutil.rmtree(urlparse(url).path, ignore_errors=True)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+BUCKET = "bench-archive"
 
 
 async def run(
@@ -143,10 +181,13 @@ async def run(
     qos_levels: list[int],
     creds: list[tuple[str, str]],
     payload: str = "filler",
+    stores: Stores | None = None,
 ) -> str:
+    stores = stores or Stores("file")
+    where = "moto's S3 server" if stores.kind == "s3" else "a local folder"
     lines = [
         f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores); "
-        f"pairs across {len(creds)} tenant(s); {payload} payloads"
+        f"pairs across {len(creds)} tenant(s); {payload} payloads; object store: {where}"
     ]
     bodies = json_bodies(1024) if payload == "json" else None
     print(lines[0], flush=True)
@@ -154,12 +195,12 @@ async def run(
         runs: dict[str, list[scenarios.Result]] = {"on": [], "off": [], "mosquitto": []}
         archived: list[tuple[int, int]] = []
         for label in ("on", "off", "mosquitto", "off", "on", "mosquitto"):
-            objects = Path(tempfile.mkdtemp(prefix="bench-archive-objects-"))
+            store_url = stores.new()
             if label == "mosquitto":
                 broker = brokers.start("mosquitto")
                 who = (brokers.USERNAME, brokers.PASSWORD)
             else:
-                broker = start_runbroker(label == "on", objects)
+                broker = start_runbroker(label == "on", store_url)
                 who = creds
             try:
                 result = await scenarios.pairs(broker, pairs, qos, seconds, who, bodies)
@@ -167,8 +208,8 @@ async def run(
                 broker.stop()  # SIGTERM: the archive uploads what it holds before exiting
             runs[label].append(result)
             if label == "on":
-                archived.append((archived_publishes(objects), result.received))
-            shutil.rmtree(objects, ignore_errors=True)
+                archived.append((archived_publishes(store_url), result.received))
+            stores.discard(store_url)
             print(
                 f"  qos={qos} {broker.name:<24} {result.delivered_per_s:>9,.0f} msg/s "
                 f"cpu/1k {result.cpu_per_1000:.4f}  sent {result.sent:,} received "
@@ -207,15 +248,24 @@ def main(argv: list[str] | None = None) -> None:
         default="filler",
         help="after each payload's timestamp: x's (default), or device telemetry as JSON",
     )
+    parser.add_argument(
+        "--store",
+        choices=["file", "s3"],
+        default="file",
+        help="the object store: a local folder (default), or moto's S3 server on loopback, "
+        "pinned off the broker's core (deployments write to S3)",
+    )
     args = parser.parse_args(argv)
     tenants, creds = seed(args.tenants)
+    stores = Stores(args.store)
     try:
         import uvloop
 
         uvloop.install()
         qos_levels = [int(q) for q in args.qos.split(",")]
-        asyncio.run(run(args.pairs, args.seconds, qos_levels, creds, args.payload))
+        asyncio.run(run(args.pairs, args.seconds, qos_levels, creds, args.payload, stores))
     finally:
+        stores.close()
         cleanup(tenants)
 
 

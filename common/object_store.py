@@ -7,6 +7,7 @@ thread (`asyncio.to_thread`) off its event loop.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from pathlib import Path
@@ -93,6 +94,37 @@ class LocalObjectStore:
         self.root.mkdir(parents=True, exist_ok=True)
 
 
+class _BufferFile(io.RawIOBase):
+    """A read-only, seekable file over a buffer (no copy of it; each read copies its chunk)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self._view = view.cast("B")
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        chunk = self._view[self._at : self._at + len(target)]
+        target[: len(chunk)] = chunk
+        self._at += len(chunk)
+        return len(chunk)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
+        self._at = max(0, base + offset)
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+    def __len__(self) -> int:  # botocore's Content-Length
+        return len(self._view)
+
+
 class S3ObjectStore:
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None) -> None:
         import boto3
@@ -107,8 +139,11 @@ class S3ObjectStore:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def put(self, key: str, data: BytesLike) -> None:
-        if not isinstance(data, bytes | bytearray):  # botocore takes bytes or a file
-            data = memoryview(data).tobytes()
+        if not isinstance(data, bytes | bytearray):
+            # botocore takes bytes or a file: a file over the buffer, read in chunks as it is
+            # checksummed and sent, rather than a copy of it all (a live archive segment is
+            # megabytes, and a copy of that many fresh pages cost the broker ~0.5 us per KiB).
+            data = _BufferFile(memoryview(data))
         self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
     def get(self, key: str) -> bytes:

@@ -3,6 +3,7 @@
 import uuid
 
 import boto3
+import pyarrow as pa
 import pytest
 
 from common.object_store import (
@@ -33,6 +34,18 @@ def test_put_get_list_delete(store):
     store.delete("a/two.bin")
     with pytest.raises(ObjectNotFound):
         store.get("a/two.bin")
+
+
+def test_a_buffer_is_stored_whole(store):
+    """What the archive hands over: an Arrow buffer (a closed segment) or a memoryview, megabytes
+    long, stored as the bytes it holds (S3 reads it in chunks as it checksums and sends it)."""
+    body = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB, not a multiple of any chunk
+    store.put("seg/arrow.parquet", pa.py_buffer(body))
+    store.put("seg/view.parquet", memoryview(body)[5:])
+    store.put("seg/empty.parquet", pa.py_buffer(b""))
+    assert store.get("seg/arrow.parquet") == body
+    assert store.get("seg/view.parquet") == body[5:]
+    assert store.get("seg/empty.parquet") == b""
 
 
 def test_urls_pick_the_backend(tmp_path, s3_endpoint):
