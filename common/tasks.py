@@ -20,7 +20,7 @@ async def cancel_and_wait(task: asyncio.Task | None) -> None:
         await task
 
 
-async def stop_all(tasks: list[asyncio.Task], what: str, within: float = 5.0) -> None:
+async def stop_all(tasks: list[asyncio.Task], what: str, within: float = 3.0) -> None:
     """Cancel `tasks` and wait for them, but no longer than `within` seconds: a task that does
     not end (it swallowed its cancellation, or waits in an `finally`) is logged with where it
     waits, and left behind, so that a graceful stop goes on to what follows (leaving the
