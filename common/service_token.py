@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 import time
-from pathlib import Path
 
-DEFAULT_KEY_FILE = Path(__file__).resolve().parents[1] / ".data" / "service-key"
+from common.key_files import DATA_DIR, shared_key
+
+DEFAULT_KEY_FILE = DATA_DIR / "service-key"
 
 PORTAL_DEVICE = "$portal"
 RULES_DEVICE = "$rules"
@@ -59,20 +59,7 @@ def is_platform_client(client_id: str) -> bool:
 
 def load_key() -> bytes:
     """The shared key: `MQTT_SERVICE_KEY`, else the embedded default file (created once)."""
-    value = os.environ.get("MQTT_SERVICE_KEY")
-    if value:
-        return value.encode()
-    path = Path(os.environ.get("MQTT_SERVICE_KEY_FILE", DEFAULT_KEY_FILE))
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process created it first
-        else:
-            with os.fdopen(fd, "w") as out:
-                out.write(secrets.token_hex(32))
-    return path.read_text().strip().encode()
+    return shared_key("MQTT_SERVICE_KEY", DEFAULT_KEY_FILE)
 
 
 def new_client_id(device: str = PORTAL_DEVICE) -> str:

@@ -1,8 +1,8 @@
 """Django settings. Every deployment knob is an environment variable with an embedded default.
 
 `DATABASE_URL` / `REDIS_URL` unset: a private Postgres / Redis under `.data/` is started on demand
-(see `common.embedded`). Production sets them (plus `SECRET_KEY`, `DJANGO_DEBUG=0`,
-`ALLOWED_HOSTS`).
+(see `common.embedded`). Production sets them (plus `SECRET_KEY`, `SEALING_KEY`,
+`DJANGO_DEBUG=0`, `ALLOWED_HOSTS`).
 """
 
 import os
@@ -22,6 +22,10 @@ if not SECRET_KEY:
     if not DEBUG:
         raise RuntimeError("SECRET_KEY must be set when DJANGO_DEBUG=0")
     SECRET_KEY = "insecure-development-key-only-for-the-embedded-default"
+if not DEBUG and not os.environ.get("SEALING_KEY"):
+    # Else each container would seal webhook secrets under its own `.data/sealing-key`, and the
+    # rule jobs could not open what the portal sealed (common/sealed.py).
+    raise RuntimeError("SEALING_KEY must be set when DJANGO_DEBUG=0")
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from common.quota_keys import QUOTA_KEYS
 from tenants.audit import AuditedQuerySet
+from tenants.rule_actions import seal_secrets, unseal_secrets
 
 # Slugs go into MQTT usernames and topic namespaces: keep them boring.
 SLUG_VALIDATOR = RegexValidator(
@@ -306,6 +307,18 @@ class AclRule(models.Model):
         ordering = ["position", "id"]
 
 
+class ActionsField(models.JSONField):
+    """A rule's actions: webhook secrets sealed in the database and open in Python, on every
+    path the ORM takes (saves, bulk writes, reads, `values()`), so no view or service can store
+    one in the clear by forgetting to (`tenants.rule_actions.seal_secrets`, `common.sealed`)."""
+
+    def get_prep_value(self, value):
+        return super().get_prep_value(seal_secrets(value))
+
+    def from_db_value(self, value, expression, connection):
+        return unseal_secrets(super().from_db_value(value, expression, connection))
+
+
 class Rule(models.Model):
     """A tenant's data rule: SQL over its message stream plus actions (run by the Spark jobs)."""
 
@@ -314,7 +327,7 @@ class Rule(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rules")
     name = models.CharField(max_length=64, validators=[DEVICE_NAME_VALIDATOR])
     sql = models.TextField()
-    actions = models.JSONField(default=list, blank=True)
+    actions = ActionsField(default=list, blank=True)
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -707,3 +708,39 @@ def demo_seed(*, tenant_slug: str = "demo", device_name: str = "demo-device", pa
             )
             announce(tenant.slug, ChangeKind.CREDENTIAL_CREATED, device=device.name)
     return tenant, device
+
+
+def rules_reseal_secrets() -> dict[str, int]:
+    """Every rule's webhook secrets sealed under the current `SEALING_KEY` (the last step of a
+    rotation, `common.sealed`); read and written as stored, past the field that opens them."""
+    from django.db import connection
+
+    from common import sealed
+
+    counts = {"rules": 0, "resealed": 0, "current": 0, "unopened": 0}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT id, actions FROM tenants_rule ORDER BY id FOR UPDATE")
+        for rule_id, stored in cursor.fetchall():
+            counts["rules"] += 1
+            actions = json.loads(stored) if isinstance(stored, str) else stored
+            changed = False
+            for action in actions or []:
+                secret = action.get("secret") if isinstance(action, dict) else None
+                if not isinstance(secret, str):
+                    continue
+                try:
+                    again = sealed.reseal(secret)
+                except sealed.SealError:
+                    counts["unopened"] += 1
+                    continue
+                if again == secret:
+                    counts["current"] += 1
+                else:
+                    action["secret"], changed = again, True
+                    counts["resealed"] += 1
+            if changed:
+                cursor.execute(
+                    "UPDATE tenants_rule SET actions = %s::jsonb WHERE id = %s",
+                    [json.dumps(actions), rule_id],
+                )
+    return counts

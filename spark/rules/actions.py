@@ -32,11 +32,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common import service_token
+from common import sealed, service_token
 from common.object_store import ObjectStore
 from common.webhook import post_signed
 
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+UNOPENED = "the secret is sealed under a key this process does not have (SEALING_KEY)"
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,8 @@ class ActionRunner:
     # -- webhook -------------------------------------------------------------------------------
 
     def webhook(self, job: Job) -> Outcome:
+        if sealed.is_sealed(job.action.get("secret")):  # not opened (store.load_rules): no key
+            return Outcome(job, False, f"webhook: {UNOPENED}", dead=True)
         result = post_signed(
             str(job.action.get("url", "")),
             str(job.action.get("secret", "")),

@@ -190,7 +190,7 @@ def test_portal_security_headers_and_cookie_flags(tenants, client):
             " s.SECURE_HSTS_SECONDS > 0)",
         ],
         cwd=settings.BASE_DIR,
-        env=dict(os.environ, DJANGO_DEBUG="0", SECRET_KEY="x" * 50),
+        env=dict(os.environ, DJANGO_DEBUG="0", SECRET_KEY="x" * 50, SEALING_KEY="y" * 50),
         capture_output=True,
         text=True,
         timeout=60,

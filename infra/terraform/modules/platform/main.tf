@@ -30,6 +30,7 @@ locals {
   secrets = {
     SECRET_KEY       = module.secrets.django_secret_key_arn
     MQTT_SERVICE_KEY = module.secrets.service_key_arn
+    SEALING_KEY      = module.secrets.sealing_key_arn
     REDIS_URL        = module.secrets.redis_url_arn
     PGPASSWORD       = "${module.database.master_secret_arn}:password::"
   }
@@ -137,28 +138,28 @@ module "cluster" {
 module "web" {
   source = "../web"
 
-  name                = local.name
-  region              = var.region
-  vpc_id              = module.network.vpc_id
-  public_subnet_ids   = module.network.public_subnet_ids
-  private_subnet_ids  = module.network.private_subnet_ids
-  certificate_arn     = var.portal_certificate_arn
-  access_logs_bucket  = module.storage.logs_bucket
-  waf_log_group_arn   = module.observability.waf_log_group_arn
-  deletion_protection = var.deletion_protection
-  cluster_arn         = module.cluster.arn
-  cluster_name        = module.cluster.name
-  image               = var.image
-  cpu                 = var.web_cpu
+  name                          = local.name
+  region                        = var.region
+  vpc_id                        = module.network.vpc_id
+  public_subnet_ids             = module.network.public_subnet_ids
+  private_subnet_ids            = module.network.private_subnet_ids
+  certificate_arn               = var.portal_certificate_arn
+  access_logs_bucket            = module.storage.logs_bucket
+  waf_log_group_arn             = module.observability.waf_log_group_arn
+  deletion_protection           = var.deletion_protection
+  cluster_arn                   = module.cluster.arn
+  cluster_name                  = module.cluster.name
+  image                         = var.image
+  cpu                           = var.web_cpu
   service_connect_namespace_arn = module.cluster.service_connect_namespace_arn
-  memory              = var.web_memory
-  min_count           = var.web_min_count
-  max_count           = var.web_max_count
-  execution_role_arn  = module.iam.execution_role_arn
-  task_role_arn       = module.iam.task_role_arns["web"]
-  environment         = local.environment
-  secrets             = local.secrets
-  log_group_name      = module.observability.log_group_names["web"]
+  memory                        = var.web_memory
+  min_count                     = var.web_min_count
+  max_count                     = var.web_max_count
+  execution_role_arn            = module.iam.execution_role_arn
+  task_role_arn                 = module.iam.task_role_arns["web"]
+  environment                   = local.environment
+  secrets                       = local.secrets
+  log_group_name                = module.observability.log_group_names["web"]
 }
 
 module "broker" {

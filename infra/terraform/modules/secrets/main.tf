@@ -1,5 +1,5 @@
 # The platform's secrets in Secrets Manager, encrypted with their own KMS key:
-#   django-secret-key → SECRET_KEY, service-key → MQTT_SERVICE_KEY,
+#   django-secret-key → SECRET_KEY, service-key → MQTT_SERVICE_KEY, sealing-key → SEALING_KEY,
 #   redis-auth-token (the cache's AUTH token) and redis-url → REDIS_URL (rediss://, with it).
 # The database password is not here: RDS manages it in its own secret (database module), so
 # it never passes through Terraform. Values are generated once by Secrets Manager; Terraform
@@ -40,6 +40,7 @@ locals {
   generated = {
     "django-secret-key" = "Django SECRET_KEY of the portal/API (signs sessions and CSRF tokens)"
     "service-key"       = "MQTT_SERVICE_KEY shared by the portal and every broker (signs the portal's broker tokens)"
+    "sealing-key"       = "SEALING_KEY of the portal and the rule jobs (seals rules' webhook secrets in the database)"
     "redis-auth-token"  = "AUTH token of the ElastiCache replication group"
   }
 }

@@ -13,6 +13,11 @@ output "service_key_arn" {
   value       = aws_secretsmanager_secret.generated["service-key"].arn
 }
 
+output "sealing_key_arn" {
+  description = "Secret holding SEALING_KEY."
+  value       = aws_secretsmanager_secret.generated["sealing-key"].arn
+}
+
 output "redis_auth_token_arn" {
   description = "Secret holding the cache's AUTH token."
   value       = aws_secretsmanager_secret.generated["redis-auth-token"].arn

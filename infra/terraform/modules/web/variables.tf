@@ -122,7 +122,7 @@ variable "environment" {
 }
 
 variable "secrets" {
-  description = "Environment from Secrets Manager (SECRET_KEY, PGPASSWORD, REDIS_URL, MQTT_SERVICE_KEY)."
+  description = "Environment from Secrets Manager (SECRET_KEY, PGPASSWORD, REDIS_URL, MQTT_SERVICE_KEY, SEALING_KEY)."
   type        = map(string)
 }
 

@@ -1,0 +1,83 @@
+"""Secrets the platform keeps in its database to use again, sealed at rest.
+
+A rule's webhook signing secret is one: the rule jobs sign every call with it, so it cannot be
+stored as a hash the way device secrets are. In the database it is `sealed:v1:<Fernet token>`
+(AES-128-CBC with HMAC-SHA256, `cryptography`) under a key that is not in the database:
+`SEALING_KEY` (any long random string; the Fernet key is derived from it with HKDF), else the
+embedded default file `.data/sealing-key`, created once. A copy of the database alone (a backup,
+a replica, a query that reads more than it should) then yields no secret that forges the
+platform's webhook signatures.
+
+Rotation: the new key in `SEALING_KEY`, the old one in `SEALING_KEY_PREVIOUS`; roll the processes
+(both keys unseal, the new one seals); `manage.py reseal_secrets` re-seals what is stored; then drop
+the previous key.
+
+Here (not in `tenants`) because the Spark jobs unseal too and import no Django.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from common.key_files import DATA_DIR, shared_key
+
+PREFIX = "sealed:v1:"
+DEFAULT_KEY_FILE = DATA_DIR / "sealing-key"
+
+
+class SealError(ValueError):
+    """A sealed value no key of this process opens (sealed under a key since dropped)."""
+
+
+def _fernet(material: bytes) -> Fernet:
+    key = HKDF(algorithm=SHA256(), length=32, salt=None, info=b"mqtt-platform sealed v1")
+    return Fernet(base64.urlsafe_b64encode(key.derive(material)))
+
+
+def _keys() -> list[Fernet]:
+    """The current key first (it seals), then the previous one while a rotation runs."""
+    keys = [_fernet(shared_key("SEALING_KEY", DEFAULT_KEY_FILE))]
+    previous = os.environ.get("SEALING_KEY_PREVIOUS")
+    if previous:
+        keys.append(_fernet(previous.encode()))
+    return keys
+
+
+def is_sealed(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def seal(secret: str) -> str:
+    """`secret` sealed under the current key; a value already sealed is kept as it is."""
+    if is_sealed(secret):
+        return secret
+    return PREFIX + _keys()[0].encrypt(secret.encode()).decode()
+
+
+def unseal(value: str) -> str:
+    """The secret inside a sealed value (a value stored before sealing existed is returned as it
+    is); SealError if no key of this process opens it."""
+    if not is_sealed(value):
+        return value
+    try:
+        return MultiFernet(_keys()).decrypt(value[len(PREFIX) :].encode()).decode()
+    except InvalidToken:
+        raise SealError(
+            "a sealed secret no key of this process opens (SEALING_KEY, SEALING_KEY_PREVIOUS)"
+        ) from None
+
+
+def reseal(value: str) -> str:
+    """`value` sealed under the current key (after a rotation; SealError if no key opens it)."""
+    if is_sealed(value):
+        try:
+            _keys()[0].decrypt(value[len(PREFIX) :].encode())
+            return value  # the current key's already
+        except InvalidToken:
+            pass
+    return PREFIX + _keys()[0].encrypt(unseal(value).encode()).decode()

@@ -1,0 +1,25 @@
+"""`manage.py reseal_secrets`: the last step of a SEALING_KEY rotation."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from tenants.management.commands._output import print_json
+from tenants.services import rules_reseal_secrets
+
+
+class Command(BaseCommand):
+    help = (
+        "Seal every stored webhook secret under the current SEALING_KEY (run once every process "
+        "has the new key, with the old one in SEALING_KEY_PREVIOUS; then drop the previous key). "
+        "Secrets stored in the clear before sealing existed are sealed too. Prints counts as "
+        "JSON; exits 1 if a secret opens with neither key."
+    )
+
+    def handle(self, *args, **options):
+        counts = rules_reseal_secrets()
+        print_json(self, counts)
+        if counts["unopened"]:
+            raise CommandError(
+                f"{counts['unopened']} webhook secret(s) open with neither SEALING_KEY nor "
+                "SEALING_KEY_PREVIOUS: set the key they were sealed with as SEALING_KEY_PREVIOUS "
+                "and run again, or give those rules new secrets."
+            )
