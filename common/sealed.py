@@ -18,13 +18,17 @@ Here (not in `tenants`) because the Spark jobs unseal too and import no Django.
 from __future__ import annotations
 
 import base64
+import logging
 import os
+from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from common.key_files import DATA_DIR, shared_key
+
+log = logging.getLogger(__name__)
 
 PREFIX = "sealed:v1:"
 DEFAULT_KEY_FILE = DATA_DIR / "sealing-key"
@@ -81,3 +85,35 @@ def reseal(value: str) -> str:
         except InvalidToken:
             pass
     return PREFIX + _keys()[0].encrypt(unseal(value).encode()).decode()
+
+
+# -- a rule's actions (a JSON list of objects; webhooks carry a "secret") ------------------------
+
+
+def seal_actions(actions: Any) -> Any:
+    """The actions as the database keeps them: each "secret" sealed."""
+    if not isinstance(actions, list):
+        return actions
+    return [
+        {**a, "secret": seal(a["secret"])}
+        if isinstance(a, dict) and isinstance(a.get("secret"), str)
+        else a
+        for a in actions
+    ]
+
+
+def open_actions(actions: Any) -> Any:
+    """The actions as stored, each "secret" opened for the code that signs with it or shows it
+    to members who may write. One no key opens stays sealed, and is logged: the webhook call
+    then fails without being made (`spark.rules.actions`), and a member sees it must be replaced."""
+    if not isinstance(actions, list):
+        return actions
+    opened = []
+    for action in actions:
+        if isinstance(action, dict) and is_sealed(action.get("secret")):
+            try:
+                action = {**action, "secret": unseal(action["secret"])}
+            except SealError as exc:
+                log.warning("webhook secret of %s not opened: %s", action.get("url"), exc)
+        opened.append(action)
+    return opened

@@ -11,8 +11,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from common.quota_keys import QUOTA_KEYS
+from common.sealed import open_actions, seal_actions
 from tenants.audit import AuditedQuerySet
-from tenants.rule_actions import seal_secrets, unseal_secrets
 
 # Slugs go into MQTT usernames and topic namespaces: keep them boring.
 SLUG_VALIDATOR = RegexValidator(
@@ -310,13 +310,13 @@ class AclRule(models.Model):
 class ActionsField(models.JSONField):
     """A rule's actions: webhook secrets sealed in the database and open in Python, on every
     path the ORM takes (saves, bulk writes, reads, `values()`), so no view or service can store
-    one in the clear by forgetting to (`tenants.rule_actions.seal_secrets`, `common.sealed`)."""
+    one in the clear by forgetting to (`common.sealed`)."""
 
     def get_prep_value(self, value):
-        return super().get_prep_value(seal_secrets(value))
+        return super().get_prep_value(seal_actions(value))
 
     def from_db_value(self, value, expression, connection):
-        return unseal_secrets(super().from_db_value(value, expression, connection))
+        return open_actions(super().from_db_value(value, expression, connection))
 
 
 class Rule(models.Model):

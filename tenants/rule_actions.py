@@ -15,18 +15,14 @@ placeholder standing for a plain level fragment, so only the filled values can s
 
 from __future__ import annotations
 
-import logging
 import re
 import secrets
 from typing import Any
 from urllib.parse import urlsplit
 
-from common import sealed
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_name
 from common.webhook import url_problem
-
-log = logging.getLogger(__name__)
 
 # 32 bytes = 256 random bits; the jobs sign each webhook body with it (X-Signature-256).
 WEBHOOK_SECRET_BYTES = 32
@@ -176,35 +172,6 @@ def _check_template(index: int, field: str, template: str) -> None:
 
 
 REDACTED = "********"
-
-
-def seal_secrets(actions: Any) -> Any:
-    """The actions as the database keeps them: webhook secrets sealed (`common.sealed`)."""
-    if not isinstance(actions, list):
-        return actions
-    return [
-        {**a, "secret": sealed.seal(a["secret"])}
-        if isinstance(a, dict) and isinstance(a.get("secret"), str)
-        else a
-        for a in actions
-    ]
-
-
-def unseal_secrets(actions: Any) -> Any:
-    """The actions as read from the database, webhook secrets in the clear for the code that
-    signs or shows them to members who may write. One no key opens stays sealed (and logged):
-    signing with it fails visibly, and showing it tells the member to set a new one."""
-    if not isinstance(actions, list):
-        return actions
-    opened = []
-    for action in actions:
-        if isinstance(action, dict) and sealed.is_sealed(action.get("secret")):
-            try:
-                action = {**action, "secret": sealed.unseal(action["secret"])}
-            except sealed.SealError as exc:
-                log.warning("webhook secret of %s not unsealed: %s", action.get("url"), exc)
-        opened.append(action)
-    return opened
 
 
 def redact_secrets(actions: Any) -> list:

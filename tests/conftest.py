@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -21,46 +18,19 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def s3_endpoint():
-    """moto's S3-compatible server over HTTP on loopback; yields its endpoint URL."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.1)
-    saved = {
-        k: os.environ.get(k)
-        for k in (
-            "AWS_ACCESS_KEY_ID",
-            "AWS_SECRET_ACCESS_KEY",
-            "AWS_DEFAULT_REGION",
-            "AWS_ENDPOINT_URL",
-        )
-    }
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="test",
-        AWS_SECRET_ACCESS_KEY="test",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-    )
-    yield f"http://127.0.0.1:{port}"
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    process.terminate()
-    process.wait(timeout=10)
+    """moto's S3-compatible server over HTTP on loopback (`bench.s3`, as the archive bench runs
+    it); yields its endpoint URL, with boto3's environment pointed at it meanwhile."""
+    from bench.s3 import moto_server
+
+    with moto_server() as env:
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        yield env["AWS_ENDPOINT_URL"]
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ increments, so a live job and a backfill can run side by side; a rule deleted mi
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,8 +17,6 @@ import psycopg
 
 from common import sealed
 from spark.rules.plan import RuleSpec
-
-log = logging.getLogger(__name__)
 
 _RULES = """
 SELECT r.id, t.slug, r.name, r.sql, r.actions
@@ -50,22 +47,11 @@ def load_rules(
 
 
 def _actions(value) -> list[dict]:
-    """The rule's actions, webhook secrets unsealed (`common.sealed`). One no key of this process
-    opens is left sealed and logged: the webhook action then fails (counted, dead-lettered for a
-    replay) without a call, while the rule's other actions run."""
+    """The rule's actions, webhook secrets opened (`common.sealed`; one no key opens stays
+    sealed, and the webhook action fails without a call)."""
     if isinstance(value, str):
         value = json.loads(value)
-    actions = []
-    for action in value or []:
-        if not isinstance(action, dict):
-            continue
-        if sealed.is_sealed(action.get("secret")):
-            try:
-                action = {**action, "secret": sealed.unseal(action["secret"])}
-            except sealed.SealError as exc:
-                log.warning("webhook secret of %s not unsealed: %s", action.get("url"), exc)
-        actions.append(action)
-    return actions
+    return sealed.open_actions([a for a in (value or []) if isinstance(a, dict)])
 
 
 def rules_version(conn: psycopg.Connection) -> tuple:
