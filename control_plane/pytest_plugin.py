@@ -26,6 +26,8 @@ if _OWNED:
 
 
 def pytest_unconfigure(config) -> None:
-    if _OWNED:
+    # Only the process that made them stops them: an xdist worker that runs out of tests first
+    # would otherwise stop the Postgres its sibling is still using (connection refused there).
+    if _OWNED and not os.environ.get("PYTEST_XDIST_WORKER"):
         embedded.stop_postgres()
         embedded.stop_redis()
