@@ -246,7 +246,13 @@ def test_make_run_starts_its_roles_from_the_table(env, tmp_path):
     try:
         for role in Command.roles:
             wait_healthy(process, env, role, log, within=180)
-        assert re.search(r"demo portal login +demo@example\.com / \S{8,}", log.read_text())
+        # runplatform prints its banner once its own poll sees every role healthy: a moment
+        # after this test's checks may have.
+        banner = re.compile(r"demo portal login +demo@example\.com / \S{8,}")
+        deadline = time.monotonic() + 30
+        while not banner.search(log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert banner.search(log.read_text()), log.read_text()[-3000:]
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)
