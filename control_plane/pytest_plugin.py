@@ -26,8 +26,6 @@ if _OWNED:
 
 
 def pytest_unconfigure(config) -> None:
-    # Only the process that made them stops them: an xdist worker that runs out of tests first
-    # would otherwise stop the Postgres its sibling is still using (connection refused there).
-    if _OWNED and not os.environ.get("PYTEST_XDIST_WORKER"):
+    if _OWNED:
         embedded.stop_postgres()
         embedded.stop_redis()
