@@ -19,11 +19,12 @@ RATE = 400
 
 
 def fake_cluster(url: str, name: str, node: str, alive: dict) -> SimpleNamespace:
-    """What ClusterLimits reads of its node: keys, id, Redis, heartbeat, the live others."""
+    """What ClusterLimits reads of its node: keys, id, Redis (with the socket timeouts a node's
+    client has: a call Redis does not answer fails, it never hangs), heartbeat, the live others."""
     return SimpleNamespace(
         keys=Keys(name),
         node_id=node,
-        redis=aioredis.Redis.from_url(url),
+        redis=aioredis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0),
         heartbeat=1.0,
         alive=alive,
     )
