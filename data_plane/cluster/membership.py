@@ -9,6 +9,10 @@ as EMQX's router helper takes a global lock) has taken its place (`inherit`: its
 sessions, its stream, its clients' wills) and switched every node from it to itself in one
 message.
 
+When the bus comes back after an outage (or Redis restarted and lost every key), the nodes
+this one knew alive get a TTL from then before they are counted dead: they could not beat
+meanwhile, and the first node to reconnect must not take the place of the others.
+
 A node that stalled past its TTL and comes back finds itself gone (`SADD` answers 1) and
 rewrites everything (its routes, its wills), like a node after a Redis restart; if a survivor
 took its place (its tombstone, `Keys.dead`) its clients go first (`SessionClaims.counted_dead`).
@@ -55,6 +59,9 @@ class Membership:
         self.cluster = cluster
         self.bus_up = False
         self.last_ok = float("-inf")  # monotonic time of the last heartbeat Redis took
+        # When the bus came back (or Redis was found to have lost our data): the others could
+        # not beat before either, so none of them is counted dead until it had a TTL to.
+        self.back_at = float("-inf")
         self.refused = 0  # connections refused while cut off
         self.inheriting: set[str] = set()  # dead nodes this one is taking the place of
 
@@ -102,6 +109,8 @@ class Membership:
         self.last_ok = time.monotonic()
         if not self.bus_up:
             log.info("cluster bus %s up", cluster.url)
+        if not self.bus_up or not has_version:
+            self.back_at = self.last_ok
         self.bus_up = True
         if added and await cluster.redis.delete(keys.dead(node_id)):
             # We stalled past our TTL and a survivor took our place (our clients' wills are
@@ -123,8 +132,14 @@ class Membership:
                 if info is not None:
                     alive[other] = json.loads(info)
                     versions[other] = int(version) if version is not None else 0
+        # A node we knew alive whose key is missing right after the bus came back may only have
+        # lost it with Redis (a restart) and not beaten since: it gets a TTL from then.
+        grace = self.last_ok - self.back_at < 1.5 * cluster.heartbeat
         for other in list(cluster.alive) + [n for n in others if n not in alive]:
             if other not in alive:
+                if grace and other in cluster.alive:
+                    alive[other] = cluster.alive[other]
+                    continue
                 self._dead(other)
                 await self._purge(other)
         for other in (set(cluster.table.nodes) | cluster.dying) - set(others):
