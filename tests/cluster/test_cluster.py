@@ -244,6 +244,29 @@ def test_routes_rebuilt_after_redis_restart(tmp_path, private_redis):
         again.close()
 
 
+def test_after_a_redis_restart_the_first_node_back_does_not_count_the_other_dead(
+    tmp_path, private_redis
+):
+    """Redis restarts and loses every heartbeat; node b is back on the bus first, node a a moment
+    later (paused meanwhile, less than a heartbeat TTL). a lost its heartbeat with Redis, not its
+    life: b must not take its place, and a's clients stay connected."""
+    with routed_pair(tmp_path, private_redis.url, "back") as pair:
+        a, b, sub, publisher = pair.a, pair.b, pair.sub, pair.publisher
+        private_redis.stop()
+        wait_for(lambda: metric(b, "mqtt_cluster_bus_up") == 0, 4 * HEARTBEAT)
+        a.process.send_signal(signal.SIGSTOP)
+        try:
+            private_redis.start()
+            wait_for(lambda: metric(b, "mqtt_cluster_bus_up") == 1, 4 * HEARTBEAT)
+            time.sleep(0.6 * HEARTBEAT)  # b beats again, and finds no key of a's
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: metric(b, "mqtt_cluster_nodes") == 2 and remote_routes(b) == 1, 10)
+        assert not sub.disconnected.is_set()  # not told 0x8E by a "counted dead" a
+        publisher.publish("back/x", "after", qos=1)
+        assert [m.payload for m in sub.expect(1, timeout=5)] == [b"after"]
+
+
 def test_one_client_id_at_two_nodes_ends_with_one_session(three):
     """Takeover across nodes (0x8E at the old node), and the SO_REUSEPORT race: two CONNECTs
     of one client id at two nodes at once, many times over; one session remains each time."""
