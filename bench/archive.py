@@ -15,7 +15,9 @@ SUBSCRIBE. Mosquitto 2 runs the same pairs in the same run, for reference.
 Per QoS: 100 pairs of 1 KiB messages flat out, archive on, off, off, on (A-B-B-A, so drift on a
 shared machine lands on both sides) with Mosquitto between; figures are means. Reported: delivered
 msg/s, broker CPU-seconds per 1,000 delivered, and archive on ÷ off for both (the target: ≥ 0.85×
-the msg/s, ≤ 1.15× the CPU per message). After each archive-on run the archived publish rows are
+the msg/s, ≤ 1.15× the CPU per message), and for each run of ours where that CPU went, in µs per
+message by thread (the event loop, `archive-build` encoding, `archive-upload` writing to the
+store). After each archive-on run the archived publish rows are
 counted from the Parquet files, so a run that archived nothing cannot pass for a cheap one.
 """
 
@@ -210,10 +212,16 @@ async def run(
             if label == "on":
                 archived.append((archived_publishes(store_url), result.received))
             stores.discard(store_url)
+            split = ""
+            if label != "mosquitto":  # where the broker's CPU went, µs per message by thread
+                split = "  | " + ", ".join(
+                    f"{name} {us:.2f}"
+                    for name, us in sorted(result.cpu_us_by_thread.items(), key=lambda kv: -kv[1])
+                )
             print(
                 f"  qos={qos} {broker.name:<24} {result.delivered_per_s:>9,.0f} msg/s "
                 f"cpu/1k {result.cpu_per_1000:.4f}  sent {result.sent:,} received "
-                f"{result.received:,}",
+                f"{result.received:,}{split}",
                 flush=True,
             )
         rate = {k: sum(r.delivered_per_s for r in v) / len(v) for k, v in runs.items()}

@@ -43,6 +43,21 @@ class RunningBroker:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def thread_cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds so far by thread name (`/proc/…/task/*/comm`; the main thread, the
+        event loop, as "event loop"; threads of one name summed)."""
+        pid, tick = self.process.pid, os.sysconf("SC_CLK_TCK")
+        seconds: dict[str, float] = {}
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                name = (task / "comm").read_text().strip()
+            except FileNotFoundError:  # the thread ended meanwhile
+                continue
+            label = "event loop" if task.name == str(pid) else name
+            seconds[label] = seconds.get(label, 0.0) + (int(stat[11]) + int(stat[12])) / tick
+        return seconds
+
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):

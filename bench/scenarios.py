@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from bench.brokers import PASSWORD, USERNAME, RunningBroker
 from bench.loadgen import (
@@ -32,6 +32,8 @@ class Result:
     rss_kib_per_conn: float = float("nan")
     connects_per_s: float = float("nan")
     note: str = ""
+    # CPU µs per delivered message by broker thread (pairs only; `RunningBroker.thread_cpu_seconds`)
+    cpu_us_by_thread: dict[str, float] = field(default_factory=dict)
 
     def row(self) -> dict:
         return asdict(self)
@@ -74,7 +76,7 @@ async def pairs(
     pubs = await connect_many(
         n, "127.0.0.1", broker.port, Stats(), "pub", None, None, logins=logins
     )
-    cpu_before = broker.cpu_seconds()
+    cpu_before, threads_before = broker.cpu_seconds(), broker.thread_cpu_seconds()
     started = time.perf_counter()
     deadline = started + seconds
     await asyncio.gather(
@@ -91,8 +93,12 @@ async def pairs(
     )
     elapsed = await drain(stats, stats.sent, 10) - started  # QoS 0 in flight counts too
     cpu = broker.cpu_seconds() - cpu_before
+    threads = {
+        name: (spent - threads_before.get(name, 0.0)) / max(stats.received, 1) * 1e6
+        for name, spent in broker.thread_cpu_seconds().items()
+    }
     close_all(subs + pubs)
-    return Result(
+    result = Result(
         f"pairs n={n} qos={qos}",
         broker.name,
         stats.received / elapsed,
@@ -103,6 +109,8 @@ async def pairs(
         stats.sent - stats.received,
         cpu / max(stats.received, 1) * 1000,
     )
+    result.cpu_us_by_thread = {name: us for name, us in threads.items() if us >= 0.005}
+    return result
 
 
 async def latency(broker: RunningBroker, n: int, rate: int, seconds: float) -> Result:

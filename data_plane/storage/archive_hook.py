@@ -15,6 +15,7 @@ own `$SYS`/`$events` messages are not archived (the worker leaves them out).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +44,17 @@ SPARE_BUFFERS = 4  # columns (or payload buffers) kept for reuse
 # Batches handed to the builder and not yet written, at most, before hand-offs wait (the rows
 # gather in the open batch meanwhile, as they would with no hand-off at all).
 MAX_QUEUED_BATCHES = 4
+
+
+def name_os_thread(name: str) -> None:
+    """Give the calling thread `name` where the OS shows it (`top -H`, `ps -L`, /proc/…/comm):
+    an operator looking at a busy broker sees which thread is the archive's. Linux only; a
+    no-op elsewhere."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
 
 
 def _log_failure(future: asyncio.Future) -> None:
@@ -80,8 +92,12 @@ class ArchiveTap:
         self._upload: asyncio.Future | None = None
         self._queued = 0  # batches handed to the builder, not yet written
         # One thread builds, one uploads: a slow store never delays the next batch's encoding.
-        self._builder = ThreadPoolExecutor(1, thread_name_prefix="archive-build")
-        self._uploader = ThreadPoolExecutor(1, thread_name_prefix="archive-upload")
+        self._builder = ThreadPoolExecutor(
+            1, "archive-build", initializer=name_os_thread, initargs=("archive-build",)
+        )
+        self._uploader = ThreadPoolExecutor(
+            1, "archive-upload", initializer=name_os_thread, initargs=("archive-upload",)
+        )
 
     def listen(self, hooks: Hooks) -> None:
         """Record the broker's lifecycle events too (messages come through the port)."""

@@ -6,6 +6,7 @@ import os
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import boto3
 import duckdb
@@ -82,6 +83,9 @@ def test_published_messages_and_lifecycle_events_come_back_as_parquet_rows(
         silent.publish("private", "not archived", 1)
         silent.close()
         time.sleep(0.5)
+        # An operator's `top -H` tells the archive's threads from the event loop.
+        names = {p.read_text().strip() for p in Path(f"/proc/{process.pid}/task").glob("*/comm")}
+        assert {"archive-build", "archive-upload"} <= names, names
     finally:
         process.terminate()  # a graceful stop encodes and uploads what is buffered
         assert process.wait(timeout=20) == 0
