@@ -119,7 +119,8 @@ async def forget_stream_mark(broker: Any, node: str) -> None:
     if store is None:
         return
     try:
-        await store.forget_stream_mark(node)
+        # Bounded: at a stop, a row lock held by a slow commit must not hold the process.
+        await asyncio.wait_for(store.forget_stream_mark(node), 2.0)
     except Exception as exc:  # a stale row only: the next survivor of that id overwrites it
         log.warning("stream mark of %s not deleted: %s", node, exc)
 
