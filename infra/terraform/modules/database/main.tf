@@ -147,16 +147,16 @@ resource "aws_db_instance" "this" {
   iam_database_authentication_enabled = true
   enabled_cloudwatch_logs_exports     = ["postgresql", "upgrade"]
 
-  backup_retention_period  = var.backup_retention_days
-  backup_window            = "02:00-03:00"
-  maintenance_window       = "sun:03:30-sun:04:30"
-  copy_tags_to_snapshot    = true
-  delete_automated_backups = false
-  deletion_protection      = var.deletion_protection
-  skip_final_snapshot      = false
+  backup_retention_period   = var.backup_retention_days
+  backup_window             = "02:00-03:00"
+  maintenance_window        = "sun:03:30-sun:04:30"
+  copy_tags_to_snapshot     = true
+  delete_automated_backups  = false
+  deletion_protection       = var.deletion_protection
+  skip_final_snapshot       = false
   final_snapshot_identifier = "${var.name}-final"
 
-  auto_minor_version_upgrade = true
+  auto_minor_version_upgrade  = true
   allow_major_version_upgrade = false
   apply_immediately           = false
 

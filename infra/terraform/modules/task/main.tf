@@ -53,8 +53,8 @@ resource "aws_ecs_task_definition" "this" {
         { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
         { sourceVolume = "data", containerPath = "/app/.data", readOnly = false },
       ]
-      linuxParameters        = { initProcessEnabled = true, capabilities = { drop = ["ALL"] } }
-      stopTimeout            = var.stop_timeout
+      linuxParameters = { initProcessEnabled = true, capabilities = { drop = ["ALL"] } }
+      stopTimeout     = var.stop_timeout
       healthCheck = var.health_check ? {
         command     = ["CMD", "python", "-m", "common.processes", "--health", var.role]
         interval    = 30
