@@ -110,7 +110,13 @@ class Publishers:
             connected.set()
 
         client.on_connect = on_connect
-        client.connect(self.host, self.port, keepalive=60)
+        try:
+            client.connect(self.host, self.port, keepalive=60)
+        except OSError as exc:  # say where it looked: a backfill in another shell may not know
+            raise ConnectionError(
+                f"no broker at {self.host}:{self.port} (MQTT_INTERNAL_HOST, MQTT_INTERNAL_PORT):"
+                f" {exc.strerror or exc}"
+            ) from exc
         client.loop_start()
         if not connected.wait(10) or refused:
             self._drop(client)
@@ -154,7 +160,10 @@ class ActionRunner:
         self.store = store
         self.publishers = Publishers(
             mqtt_host or os.environ.get("MQTT_INTERNAL_HOST", "127.0.0.1"),
-            int(mqtt_port or os.environ.get("MQTT_INTERNAL_PORT", "1883")),
+            int(
+                mqtt_port
+                or os.environ.get("MQTT_INTERNAL_PORT", os.environ.get("MQTT_PUBLIC_PORT", "1883"))
+            ),  # as control_plane.settings resolves it
             service_key if service_key is not None else service_token.load_key(),
         )
         self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rule-action")

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection
 
 from common.archive_schema import USAGE_SCHEMA
-from spark.rules.actions import ActionRunner
+from common.embedded import free_port
+from spark.rules.actions import ActionRunner, Job
 from spark.rules.backfill import run_backfill
 from spark.rules.live import LiveJob, wait_for_batches
 from tenants import services
@@ -115,6 +116,22 @@ def test_backfill_runs_actions_counts_and_meters(spark, store, broker, receiver)
     }
     assert sum(r["rules_triggered"] for r in rows) == 4
     assert sum(r["actions_executed"] for r in rows) == 6
+
+
+def test_a_republish_with_no_broker_says_where_it_looked(store):
+    """A backfill run in a shell that does not know the broker's port (`make run MQTT_PORT=…`
+    elsewhere) dead-letters its republishes: the error names the address and what sets it."""
+    port = free_port()  # nothing listens there
+    runner = ActionRunner(store, mqtt_port=port, service_key=KEY.encode(), backoff=0.01)
+    try:
+        job = Job(1, "acme", "$rules-1-", {"type": "republish", "topic": "alerts/x"}, {"t": 1}, 0)
+        [outcome] = runner.run([job])
+    finally:
+        runner.close()
+    assert not outcome.ok
+    assert (
+        f"no broker at 127.0.0.1:{port} (MQTT_INTERNAL_HOST, MQTT_INTERNAL_PORT)" in outcome.error
+    )
 
 
 def test_a_failing_webhook_is_retried_then_dead_lettered(spark, store):
