@@ -3,7 +3,11 @@ nodes on two ports (every subscriber on one, every publisher on the other: each 
 the bus), each with its `/metrics`, then the loss taken apart from the nodes' own counters.
 
     .venv/bin/python -m bench.cluster_loss [--seconds 4] [--fanin 100] [--pairs 10]
-        [--repo /path/to/other/checkout ...]
+        [--slow1 10] [--slow PAIRS SLOW] [--repo /path/to/other/checkout ...]
+
+`--slow1 10`: ten pairs, the first pair's subscriber reading 2 ms in every 502 ms; `--slow 10 4`:
+ten pairs, the first four subscribers slow that way, taking turns (what subscribers that back up
+one after another, as an attacker's would, do to everyone else's intake on their node).
 
 Each `--repo` (default: this checkout) runs as `python -m data_plane` from its own directory
 with this virtualenv (as bench.ab_builds), so two builds compare in one run (A, B, B, A when
@@ -118,16 +122,18 @@ class TwoNodes:
         stop_processes(self.processes, self.workdir)
 
 
-async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
-    """Fan-in (n publishers → 1 subscriber), n pairs, or n pairs of which the first one's
-    subscriber reads 2 ms in every 502 (`slow1`: what one slow subscriber does to the
-    others), QoS 0, every message across."""
+async def run(nodes: TwoNodes, kind: str, n: int, seconds: float, slow_count: int = 1) -> dict:
+    """Fan-in (n publishers → 1 subscriber), n pairs, or n pairs of which the first
+    `slow_count` subscribers each read 2 ms in every 502, taking turns (`slow`: what slow
+    subscribers do to the others), QoS 0, every message across."""
     stats = Stats(sample_every=10)
-    slow = Stats()  # the slow pair's, apart
+    slow = Stats()  # the slow pairs', apart
     creds = (USERNAME, PASSWORD)
-    if kind == "slow1":
-        subs = await connect_many(1, "127.0.0.1", nodes.sub_port, slow, "xslow", *creds)
-        subs += await connect_many(n - 1, "127.0.0.1", nodes.sub_port, stats, "xsub", *creds)
+    if kind == "slow":
+        subs = await connect_many(slow_count, "127.0.0.1", nodes.sub_port, slow, "xslow", *creds)
+        subs += await connect_many(
+            n - slow_count, "127.0.0.1", nodes.sub_port, stats, "xsub", *creds
+        )
     else:
         subs = await connect_many(1 if kind == "fanin" else n, "127.0.0.1", nodes.sub_port,
                                   stats, "xsub", *creds)  # fmt: skip
@@ -144,9 +150,10 @@ async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
             peak = max(peak, await asyncio.to_thread(nodes.stream_length))
             await asyncio.sleep(0.25)
 
-    async def crawl(sub) -> None:  # reads 2 ms in every 502, through a small socket buffer
+    async def crawl(sub, phase: float) -> None:  # 2 ms in every 502, a small socket buffer
         sock = sub.transport.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        await asyncio.sleep(phase)  # the slow ones take turns: each backs up at its own time
         while not done.is_set():
             sub.transport.pause_reading()
             await asyncio.sleep(0.5)
@@ -154,7 +161,10 @@ async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
             await asyncio.sleep(0.002)
 
     sampler = asyncio.create_task(sample())
-    crawler = asyncio.create_task(crawl(subs[0])) if kind == "slow1" else None
+    crawlers = [
+        asyncio.create_task(crawl(subs[i], 0.5 * i / slow_count))
+        for i in range(slow_count if kind == "slow" else 0)
+    ]
     started = time.perf_counter()
     deadline = started + seconds
     window = 2 if kind == "fanin" else 10
@@ -164,7 +174,7 @@ async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
                 pub,
                 PublishTemplate(f"bench/x/{i}", 1024, 0),
                 deadline,
-                slow if kind == "slow1" and i == 0 else stats,
+                slow if kind == "slow" and i < slow_count else stats,
                 window,
             )
             for i, pub in enumerate(pubs)
@@ -173,19 +183,22 @@ async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
     elapsed = await drain(stats, stats.sent, 15) - started
     done.set()
     await sampler
-    if crawler is not None:
-        await crawler
-        subs[0].transport.resume_reading()
+    if crawlers:
+        await asyncio.gather(*crawlers)
+        for sub in subs[:slow_count]:
+            sub.transport.resume_reading()
         await drain(slow, slow.sent, 5)
     close_all(subs + pubs)
     await asyncio.sleep(0.5)
     sub_node, pub_node = nodes.scrape(0), nodes.scrape(1)
     return {
-        "scenario": f"{kind} n={n}",
+        "scenario": f"{kind} n={n}" + (f" slow={slow_count}" if kind == "slow" else ""),
         "sent": stats.sent,
         "received": stats.received,
         "delivered_per_s": stats.received / elapsed,
         "loss": stats.sent - stats.received,
+        "latency_p50_ms": stats.percentile(0.5),
+        "latency_p99_ms": stats.percentile(0.99),
         "pub_node_received": pub_node.get("mqtt_messages_received_total", 0),
         "forwarded": pub_node.get("mqtt_cluster_forwarded_messages_total", 0),
         "bus_dropped": sum(
@@ -195,7 +208,7 @@ async def run(nodes: TwoNodes, kind: str, n: int, seconds: float) -> dict:
         "stream_gap": sub_node.get('mqtt_cluster_forward_dropped_total{reason="stream_gap"}', 0),
         "session_dropped": sub_node.get("mqtt_messages_dropped_total", 0),
         "stream_peak_entries": peak,
-        **({"slow_sent": slow.sent, "slow_received": slow.received} if kind == "slow1" else {}),
+        **({"slow_sent": slow.sent, "slow_received": slow.received} if kind == "slow" else {}),
         "destination_backlogs": pub_node.get("mqtt_cluster_destination_backlogs_total", 0),
         "stream_holds": sum(
             v for k, v in sub_node.items() if k.startswith("mqtt_cluster_stream_holds_total")
@@ -211,18 +224,28 @@ async def main() -> None:
     parser.add_argument("--fanin", type=int, default=100)
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--slow1", type=int, default=0, help="pairs, the first one slow")
+    parser.add_argument(
+        "--slow", type=int, nargs=2, metavar=("PAIRS", "SLOW"), default=(0, 0),
+        help="pairs, the first SLOW of them slow, taking turns",
+    )  # fmt: skip
     parser.add_argument("--repo", type=Path, action="append")
     args = parser.parse_args()
     repos = [r.resolve() for r in args.repo] if args.repo else [REPO]
     order = repos if len(repos) == 1 else [repos[0], repos[1], repos[1], repos[0]]
     print(f"load average at start {os.getloadavg()[0]:.1f}", flush=True)
-    for kind, n in (("fanin", args.fanin), ("pairs", args.pairs), ("slow1", args.slow1)):
+    runs = [
+        ("fanin", args.fanin, 1),
+        ("pairs", args.pairs, 1),
+        ("slow", args.slow1, 1),
+        ("slow", args.slow[0], args.slow[1]),
+    ]
+    for kind, n, slow_count in runs:
         if not n:
             continue
         for repo in order:
             nodes = TwoNodes(repo)
             try:
-                row = await run(nodes, kind, n, args.seconds)
+                row = await run(nodes, kind, n, args.seconds, slow_count)
             finally:
                 nodes.stop()
             print(f"{repo.name:14} " + " ".join(f"{k}={_fmt(v)}" for k, v in row.items()),

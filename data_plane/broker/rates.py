@@ -34,6 +34,13 @@ class TokenBucket:
             return 0.0
         return (amount - self.tokens) / self.rate
 
+    def available(self, now: float | None = None) -> float:
+        """The tokens there are now (refilled to `now`), none taken."""
+        now = now if now is not None else _monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        return self.tokens
+
     def spend(self, amount: float) -> float:
         """Pacing: 0.0 and `amount` spent (the balance may go negative, so one message larger
         than the burst still passes) while the balance is positive; otherwise the seconds until

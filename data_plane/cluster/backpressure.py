@@ -21,10 +21,13 @@ no connection to stop, so the chain has two links, each bounded in time:
    in order, so while one session holds it all of them wait. The limit is therefore short
    (`SHARED_HOLD_LIMIT`) when messages for other sessions wait behind the hold — the rest of
    the read, or the stream's next entries, read on while held and looked at again every
-   `CHECK_EVERY` — and a connection's (THROTTLE_LIMIT, 2 s) only when nothing else waits (a
-   fan-in into the holding sessions: holding then costs nobody else). A stuck or bursty
-   subscriber loses its QoS 0 overflow as before, instead of slowing every other session of
-   its node to its pace.
+   `CHECK_EVERY` —, or a control message does (a session takeover: a client's CONNECT on
+   another node waits for it), and a connection's (THROTTLE_LIMIT, 2 s) only when nothing else
+   waits (a fan-in into the holding sessions: holding then costs nobody else). Every hold while others
+   wait spends one allowance (SHARED_HOLD_LIMIT, refilled at SHARED_HOLD_SHARE of the time),
+   so sessions taking turns — from any tenant — cannot chain their holds into a stall of the
+   node. A stuck or bursty subscriber loses its QoS 0 overflow as before, instead of slowing
+   every other session of its node to its pace.
 
 2. Sending side (`Backlogs`): the forwarder reads the length of each destination's stream in
    the pipeline that writes to it (XLEN: one more command in a round trip it makes anyway, no
@@ -51,6 +54,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from data_plane.broker.flow import ReadGate
+from data_plane.broker.rates import TokenBucket
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -76,6 +80,13 @@ RESUME_ENTRIES = 8
 # longer than 0.1 s (its socket buffers drain first; a paho client in the tests lost two thirds
 # of a fan-in at 0.1 s, and some at 0.5 s), and holding then costs nobody else.
 SHARED_HOLD_LIMIT = 0.1
+# ... and that allowance is shared by every hold while others wait, refilled at this share of
+# the time: sessions that back up one after another (each skipped once its hold expires, or
+# draining just before it does) would otherwise chain their holds and stall everyone else on
+# the node as long as they take turns — from one tenant, every tenant's cross-node intake. The
+# share is what one stuck session takes on its own (held SHARED_HOLD_LIMIT, then skipped
+# SKIP_FOR), so a single slow subscriber is held as before.
+SHARED_HOLD_SHARE = 0.1 / (0.1 + 0.5)
 CHECK_EVERY = 0.05  # seconds between looks at what waits behind a long hold
 # Seconds a session that held the reader a whole allowance is not waited for, unless it drains
 # to its release mark first. Without an end, a session skipped under a steady flood never got
@@ -88,7 +99,16 @@ class Hold:
     """The stream reader as a publisher the sessions it delivers to may hold (the read gate's
     contract: `unthrottle_by`; sessions keep it in `blocked_publishers`)."""
 
-    __slots__ = ("throttled_by", "skipped", "since", "holds", "expired", "seconds", "_waiter")
+    __slots__ = (
+        "throttled_by",
+        "skipped",
+        "since",
+        "holds",
+        "expired",
+        "seconds",
+        "allowance",
+        "_waiter",
+    )
 
     def __init__(self) -> None:
         self.throttled_by: set = set()  # sessions that backed up with what we delivered
@@ -99,6 +119,8 @@ class Hold:
         self.holds = 0  # times the reader stopped for backed-up sessions (metrics)
         self.expired = 0  # holds ended by their limit: those sessions skipped (metrics)
         self.seconds = 0.0  # spent held (metrics)
+        # Seconds the reader may still be held while others wait, refilled at SHARED_HOLD_SHARE.
+        self.allowance = TokenBucket(SHARED_HOLD_SHARE, SHARED_HOLD_LIMIT)
         self._waiter: asyncio.Future | None = None
 
     def slow_down(self, sessions: tuple) -> None:
@@ -126,13 +148,17 @@ class Hold:
         """Until every session holding us let go, or the limit after the first did (then they
         are skipped), or CHECK_EVERY seconds have passed (the caller looks again whether others
         wait: it reads on). The limit is short when messages for other sessions wait behind
-        them (SHARED_HOLD_LIMIT), else a connection's (ReadGate.THROTTLE_LIMIT)."""
+        them (SHARED_HOLD_LIMIT, and no more than what is left of the allowance all holds
+        share then), else a connection's (ReadGate.THROTTLE_LIMIT)."""
         if not self.throttled_by:
             return
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         now = time.monotonic()
-        deadline = self.since + (SHARED_HOLD_LIMIT if others_wait else ReadGate.THROTTLE_LIMIT)
+        if others_wait:
+            deadline = min(self.since + SHARED_HOLD_LIMIT, now + self.allowance.available(now))
+        else:
+            deadline = self.since + ReadGate.THROTTLE_LIMIT
         if deadline - now <= CHECK_EVERY:
             timer = loop.call_later(max(0.0, deadline - now), self._expire)
         else:
@@ -142,7 +168,10 @@ class Hold:
         finally:
             timer.cancel()
             self._waiter = None
-            self.seconds += time.monotonic() - now
+            held = time.monotonic() - now
+            self.seconds += held
+            if others_wait:  # spent, down to nothing left
+                self.allowance.take(min(held, self.allowance.available()))
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():

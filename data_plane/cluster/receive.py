@@ -124,8 +124,10 @@ class Receiver:
             await hold.wait(others)
 
     async def _others_next(self, stream: str, entries: list, start: int, upcoming: dict) -> bool:
-        """Whether the next entry with messages (of this read, else read now and added to it)
-        has any for sessions not holding the reader; decoded now, kept for its turn."""
+        """Whether others wait behind the hold: a control message in what is read (a session
+        takeover or its answer: a client's CONNECT on another node waits for it), or messages
+        for sessions not holding the reader in the next entry that has any (of this read, else
+        read now and added to it; decoded now, kept for its turn)."""
         if start >= len(entries):  # read on: at most one read more in memory
             cluster = self.cluster
             try:
@@ -135,6 +137,8 @@ class Receiver:
             except (RedisError, OSError):
                 return False
             entries.extend(entry for _name, read in answer or () for entry in read)
+        if any(b"m" not in fields for _entry_id, fields in entries[start:]):
+            return True
         for index in range(start, len(entries)):
             fields = entries[index][1]
             if b"m" in fields:

@@ -302,3 +302,100 @@ async def test_the_forwarder_reads_the_destinations_lengths_in_its_write_pipelin
     ]
     assert set(forwarder.lagging) == {"a", "b"}
     forwarder.backlogs.release_all()
+
+
+def _mixed_entry(topics: list[str], seq: int = 0) -> tuple[bytes, dict]:
+    batch = b""
+    for offset, topic in enumerate(topics):
+        message = Message(topic, b"m", 0, False, tenant="acme", publisher="p")
+        batch += codec.encode(message, codec.DELIVER, seq=seq + offset + 1)
+    return (f"{seq + 1}-0".encode(), {b"m": batch})
+
+
+def _stuck_on(broker: Broker, name: str, topic_filter: str) -> Session:
+    client = FakeClient(name)  # writes paused: never drains
+    session, _ = broker.open_session(client, "acme", name, "d1", True, 0, 1000)
+    client.session = session
+    broker.subscribe(session, Subscription(topic_filter, 0), None)
+    return session
+
+
+async def test_many_stuck_subscribers_in_turn_hold_the_reader_no_longer_than_one(monkeypatch):
+    """From the attacker's side: stuck sessions that back up one after another (each skipped
+    once its hold expires) must not chain their holds into a stall of everyone else on the
+    node. While messages for others wait, the holds share one allowance, refilled with time."""
+    monkeypatch.setattr(ReadGate, "THROTTLE_LIMIT", 5.0)
+    monkeypatch.setattr(backpressure, "SHARED_HOLD_LIMIT", 0.2)
+    receiver, broker = _receiver()
+    for n in range(4):
+        _stuck_on(broker, f"stuck{n}", f"t{n}/#")
+    other = FakeClient("other")
+    other.write_paused = False  # reads everything at once
+    session, _ = broker.open_session(other, "acme", "other", "d1", True, 0, 1000)
+    other.session = session
+    broker.subscribe(session, Subscription("u/#", 0), None)
+    # Each stuck session in turn gets more than a queue's worth, with 60 of the other's among
+    # its first 60.
+    topics = []
+    for n in range(4):
+        for i in range(120):
+            topics += [f"t{n}/a", "u/a"] if i < 60 else [f"t{n}/a"]
+    started = time.monotonic()
+    await asyncio.wait_for(receiver._deliver(STREAM, [_mixed_entry(topics)]), 5)
+    elapsed = time.monotonic() - started
+    assert len(other.sent) == 4 * 60
+    assert elapsed < 0.35, f"the others waited {elapsed:.2f} s behind {receiver.hold.holds} holds"
+
+
+async def test_a_subscriber_that_drains_just_in_time_over_and_over_shares_the_same_allowance(
+    monkeypatch,
+):
+    """From the attacker's side: a session that reads a burst just before each hold would expire
+    never expires one, and would hold the reader most of the time. Its holds while others wait
+    spend the shared allowance: once spent, it is skipped like a stuck one."""
+    monkeypatch.setattr(ReadGate, "THROTTLE_LIMIT", 5.0)
+    monkeypatch.setattr(backpressure, "SHARED_HOLD_LIMIT", 0.2)
+    receiver, broker = _receiver()
+    slow, slow_client = _subscriber(broker, 0)
+    other = FakeClient("other")
+    other.write_paused = False
+    session, _ = broker.open_session(other, "acme", "other", "d1", True, 0, 1000)
+    other.session = session
+    broker.subscribe(session, Subscription("u/#", 0), None)
+
+    async def just_in_time() -> None:
+        while True:
+            await asyncio.sleep(0.15)
+            _drain(slow, slow_client)
+
+    drainer = asyncio.create_task(just_in_time())
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(receiver._deliver(STREAM, [_mixed_entry(["t/a", "u/a"] * 400)]), 5)
+    finally:
+        drainer.cancel()
+    elapsed = time.monotonic() - started
+    assert len(other.sent) == 400
+    # Before the shared allowance: 8 holds of 0.15 s, 1.2 s, for 400 messages of others'.
+    assert elapsed < 0.5, f"the others waited {elapsed:.2f} s behind {receiver.hold.holds} holds"
+    assert receiver.hold.expired == 1 and set(receiver.hold.skipped) == {slow}
+
+
+async def test_a_takeover_behind_a_fan_in_hold_waits_only_the_short_limit(monkeypatch):
+    """A fan-in into one backed-up session may hold the reader a connection's 2 s, since holding
+    then costs nobody else; a session takeover waiting behind it (a client's CONNECT on another
+    node) is somebody else: the hold is as short as when others' messages wait."""
+    monkeypatch.setattr(ReadGate, "THROTTLE_LIMIT", 5.0)
+    monkeypatch.setattr(backpressure, "SHARED_HOLD_LIMIT", 0.2)
+    receiver, broker = _receiver()
+    controls: list[dict] = []
+    receiver.cluster.sessions = SimpleNamespace(on_control=controls.append)
+    _subscriber(broker, 0)  # never drains
+    takeover = b'{"op": "takeover", "tenant": "acme", "client_id": "c1", "from": "n2", "id": "r1"}'
+    entries = _entries(2, 100, 0)
+    entries.insert(1, (b"1-5", {b"c": takeover}))
+    started = time.monotonic()
+    await asyncio.wait_for(receiver._deliver(STREAM, entries), 3)
+    assert time.monotonic() - started < 1.0
+    assert [body["op"] for body in controls] == ["takeover"]
+    assert receiver.hold.expired == 1
