@@ -22,7 +22,9 @@ A command line is a function of the environment, so one table serves a laptop an
 `python -m common.processes ROLE [ARG…]` replaces itself with the role's process (extra
 arguments are appended), `--health [ROLE]` probes it (exit 0 when healthy; the role defaults to
 `PLATFORM_ROLE`, then to the role last started under `PLATFORM_STATE_DIR`), `--print ROLE`
-shows the command line, `--list` prints the table as JSON.
+shows the command line, `--list` prints the table as JSON. `--manage COMMAND [ARG…]` runs a
+one-off `manage.py COMMAND` instead of a role (`create_operator`, `reseal_secrets`, …): a deployed
+platform runs it in the `migrate` task definition, whose task has the database and the keys.
 
 This module imports nothing of the project (it starts the project's commands as processes).
 """
@@ -404,12 +406,21 @@ def run(role: str, extra: Sequence[str] = (), env: Env | None = None) -> None:
     os.execv(argv[0], argv)
 
 
+def manage(arguments: Sequence[str]) -> None:
+    """Replace this process with `manage.py ARGUMENTS` (a one-off command in a role's image)."""
+    os.chdir(REPO_DIR)
+    os.execv(sys.executable, [sys.executable, MANAGE, *arguments])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m common.processes", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--health", action="store_true", help="probe ROLE; exit 0 when healthy")
     group.add_argument("--print", action="store_true", help="print ROLE's command line")
     group.add_argument("--list", action="store_true", help="print the table as JSON")
+    group.add_argument(
+        "--manage", action="store_true", help="run `manage.py ROLE ARG…` (a one-off command)"
+    )
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("role", nargs="?")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="appended to ROLE's command")
@@ -421,6 +432,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         print(json.dumps(table, indent=2))
         return 0
+    if options.manage:
+        if not options.role:
+            parser.error("--manage needs a command: --manage COMMAND [ARG…]")
+        manage([options.role, *options.args])
+        return 0  # not reached: manage() replaces the process
     options.role = options.role or current_role()
     if options.role not in ROLES:
         parser.error(f"ROLE must be one of {', '.join(ROLES)} (got {options.role!r})")

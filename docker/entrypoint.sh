@@ -1,8 +1,8 @@
 #!/bin/sh
 # entrypoint.sh ROLE [ARG...]: run one role of the table of processes (common/processes.py):
 # web, broker, worker, beat, rules, billing or migrate; extra arguments are appended to the
-# role's command (e.g. `billing --issue`). `--health [ROLE]`, `--print ROLE` and `--list` pass
-# through. The role's process replaces this shell (exec), so the SIGTERM that Docker or ECS
+# role's command (e.g. `billing --issue`). `--health [ROLE]`, `--print ROLE`, `--list` and
+# `--manage COMMAND [ARG...]` (a one-off manage.py command) pass through. The role's process replaces this shell (exec), so the SIGTERM that Docker or ECS
 # sends to tini (PID 1) reaches it directly.
 set -eu
 

@@ -242,10 +242,27 @@ def owner_for_login_link(tenant: Tenant, email: str | None = None) -> AbstractBa
 def login_link_mail(user: AbstractBaseUser, tenant: Tenant, url: str) -> None:
     """Mail a one-time login link to its owner (a mail server that is down raises `OSError` or
     `smtplib.SMTPException`: the caller says so)."""
+    _mail_link(
+        user,
+        f"Your login link for {tenant.name or tenant.slug} on the MQTT platform",
+        f"Choose a password and log in to the tenant {tenant.slug}: {url}",
+    )
+
+
+def operator_link_mail(user: AbstractBaseUser, url: str) -> None:
+    """Mail a one-time login link to an operator (errors as `login_link_mail`)."""
+    _mail_link(
+        user,
+        "Your operator login link for the MQTT platform",
+        f"Choose a password and log in to the platform's overview of every tenant: {url}",
+    )
+
+
+def _mail_link(user: AbstractBaseUser, subject: str, lead: str) -> None:
     send_mail(
-        subject=f"Your login link for {tenant.name or tenant.slug} on the MQTT platform",
+        subject=subject,
         message=(
-            f"Choose a password and log in to the tenant {tenant.slug}: {url}\n\n"
+            f"{lead}\n\n"
             "The link works once, and stops working when you log in or change your password.\n"
         ),
         from_email=None,
@@ -260,17 +277,39 @@ def portal_url(path: str) -> str:
 @transaction.atomic
 def owner_ensure(tenant: Tenant, email: str) -> AbstractBaseUser:
     """`email` owns `tenant`; a new account gets no password (it sets one by a one-time link)."""
-    email = normalize_email(email)
-    User = get_user_model()
-    user = User.objects.filter(email__iexact=email).first()
-    if user is None:
-        user = User(username=email, email=email)
-        user.set_unusable_password()
+    user, created = _account(email)
+    if created:
         user.save()
     Membership.objects.update_or_create(
         user=user, tenant=tenant, defaults={"role": Membership.Role.OWNER}
     )
     return user
+
+
+@transaction.atomic
+def operator_ensure(email: str) -> tuple[AbstractBaseUser, bool]:
+    """`email` is an operator of the platform: staff (the portal's overview of every tenant,
+    `/operator/`) and superuser (the admin). The portal logs people in by email, so the account's
+    username is the email; a new one gets no password (it sets one by a one-time link). Returns
+    the account and whether it was made now."""
+    user, created = _account(email)
+    user.is_staff = user.is_superuser = True
+    user.save()
+    return user, created
+
+
+def _account(email: str) -> tuple[AbstractBaseUser, bool]:
+    """The account of `email` (normalised; an invalid address: ValidationError), or a new one,
+    not saved yet, whose username is the email (the portal logs in by email) and that has no
+    password (a one-time link sets it); and whether it is new."""
+    email = normalize_email(email)
+    User = get_user_model()
+    user = User.objects.filter(email__iexact=email).first()
+    if user is not None:
+        return user, False
+    user = User(username=email, email=email)
+    user.set_unusable_password()
+    return user, True
 
 
 @transaction.atomic

@@ -200,6 +200,27 @@ def test_migrate_role_migrates_an_empty_database(env, tmp_path):
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def test_a_one_off_command_runs_through_the_entrypoint(env):
+    """`entrypoint.sh --manage COMMAND …`: how a deployed platform runs `create_operator`,
+    `reseal_secrets` and the like (a one-off task of the migrate task definition,
+    infra/README.md), here on the tests' database."""
+    email = f"ops-{uuid.uuid4().hex[:6]}@deploy.example"
+    result = subprocess.run(
+        ["sh", str(ENTRYPOINT), "--manage", "create_operator", email],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    body = json.loads(result.stdout)
+    assert body["operator"] == email and body["created"] is True and "/reset/" in body["login_url"]
+    refused = subprocess.run(
+        ["sh", str(ENTRYPOINT), "--manage"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode != 0 and "--manage needs a command" in refused.stderr
+
+
 def test_billing_role_runs_a_period_to_its_json_summary(env, tmp_path):
     env["BILLING_PERIOD"] = "2026-10"
     env["SPARK_MASTER"] = "local[1]"

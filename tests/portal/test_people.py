@@ -163,6 +163,8 @@ def test_staff_operator_gets_an_overview_not_a_403(client):
     page = home.content.decode()
     assert 'data-tenant="acme"' in page and 'data-tenant="quiet"' in page
     assert "no owner" in page  # `quiet` has nobody who can log in
+    # No tenant, no live socket: it would be refused (403) and retried every 3 s.
+    assert "portal/live.js" not in page and 'id="live-status"' not in page
     # Not for tenants' users.
     user_client = Client()
     user_client.post("/login/", {"email": "me@acme.io", "password": PASSWORD})
@@ -225,20 +227,10 @@ def test_owner_login_link_reissues_a_working_link(settings):
     one that logs them in once; only an owner of that tenant, never a member or a stranger."""
     settings.PORTAL_URL = "http://portal.example:8000"
     call_command("create_tenant", "newco", "--owner", "founder@newco.io", stdout=StringIO())
-    out = StringIO()
-    call_command("owner_login_link", "newco", stdout=out)
-    body = json.loads(out.getvalue())
+    body = _command_json("owner_login_link", "newco")
     assert body["owner"] == "founder@newco.io" and body["sent"] is False
     path = body["login_url"].removeprefix("http://portal.example:8000")
-    browser = Client()
-    form = browser.get(path, follow=True)
-    assert form.status_code == 200
-    chosen = browser.post(
-        form.redirect_chain[-1][0],
-        {"new_password1": "another long phrase", "new_password2": "another long phrase"},
-        follow=True,
-    )
-    assert chosen.status_code == 200
+    assert _choose_password(path, "another long phrase").status_code == 200
     assert Client().login(username="founder@newco.io", password="another long phrase")
     assert Client().get(path, follow=True).context["validlink"] is False  # once
 
@@ -277,3 +269,49 @@ def test_owner_login_link_with_the_mail_server_down_still_prints_the_link(settin
     with pytest.raises(CommandError, match="not mailed to founder@newco.io: ConnectionRefused"):
         call_command("owner_login_link", "newco", "--send", stdout=out)
     assert "/reset/" in json.loads(out.getvalue())["login_url"]
+
+
+def test_create_operator_makes_an_account_the_portal_logs_in_by_email(settings):
+    """`create_operator EMAIL`: a staff superuser whose username is the email (the portal's login
+    is by email; `createsuperuser`'s own usernames are not found there), a one-time link to
+    choose a password, then the overview of every tenant and the admin."""
+    settings.PORTAL_URL = "http://portal.example:8000"
+    services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    body = _command_json("create_operator", "Ops@Platform.io")
+    assert body["operator"] == "ops@platform.io" and body["created"] is True
+    _choose_password(body["login_url"].removeprefix(settings.PORTAL_URL), "operator passphrase")
+    portal = Client()
+    portal.post("/login/", {"email": "ops@platform.io", "password": "operator passphrase"})
+    home = portal.get("/", follow=True)
+    assert (
+        home.redirect_chain[-1][0] == "/operator/" and 'data-tenant="acme"' in home.content.decode()
+    )
+    assert portal.get("/admin/").status_code == 200
+
+    # An existing account (a tenant's owner) is promoted, keeping its password; --send mails.
+    body = _command_json("create_operator", "me@acme.io", "--send")
+    assert body["created"] is False and body["sent"] is True
+    [message] = mail.outbox
+    assert message.to == ["me@acme.io"] and "/reset/" in message.body
+    assert Client().login(username="me@acme.io", password=PASSWORD)
+    assert get_user_model().objects.get(email="me@acme.io").is_staff
+    with pytest.raises(CommandError, match="valid email"):
+        call_command("create_operator", "ops", stdout=StringIO())
+
+
+def _command_json(*args: str) -> dict:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return json.loads(out.getvalue())
+
+
+def _choose_password(path: str, password: str):
+    """Follow a one-time login link and choose `password` there, as its recipient would."""
+    browser = Client()
+    form = browser.get(path, follow=True)
+    assert form.status_code == 200
+    return browser.post(
+        form.redirect_chain[-1][0],
+        {"new_password1": password, "new_password2": password},
+        follow=True,
+    )

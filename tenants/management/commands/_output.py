@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import smtplib
 from collections.abc import Callable
 from typing import Any
 
@@ -33,3 +34,21 @@ def run_service(call: Callable[[], Any]) -> Any:
             else exc.messages
         )
         raise CommandError("; ".join(messages)) from None
+
+
+def print_link(
+    command, body: dict[str, Any], *, send: bool, mail: Callable[[], None], to: str
+) -> None:
+    """Print `body` (a one-time login link among it) as JSON, after mailing the link when `send`
+    (`body["sent"]`). A mail server that is down still gets the JSON printed — the link is good,
+    to be given another way — then an error naming the problem."""
+    if send:
+        try:
+            mail()
+        except (OSError, smtplib.SMTPException) as exc:
+            print_json(command, body)
+            raise CommandError(
+                f"The link was not mailed to {to}: {type(exc).__name__}: {exc}"
+            ) from None
+        body["sent"] = True
+    print_json(command, body)
