@@ -205,7 +205,6 @@ def onboarding(request, membership):
         "mqtt_host": settings.MQTT_PUBLIC_HOST,
         "mqtt_port": settings.MQTT_PUBLIC_PORT,
         "placeholder": onboarding_snippets.PLACEHOLDER_SECRET,
-        "placeholder_json": json.dumps(onboarding_snippets.PLACEHOLDER_SECRET),
         "suggested_name": "my-first-device" if not devices else f"device-{len(devices) + 1}",
     }
     if device is not None:

@@ -16,7 +16,7 @@ from django.db import connection
 from common import processes
 from tenants import services
 from tests.broker.clients import JS, Paho
-from tests.portal.web import running_portal
+from tests.portal.web import log_in, running_portal
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
@@ -78,11 +78,7 @@ def acme():
 
 
 def login(page, url: str) -> None:
-    page.goto(f"{url}/login/")
-    page.fill("input[name=email]", "ops@acme.io")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{url}/")
+    log_in(page, url, "ops@acme.io", PASSWORD)
 
 
 def test_onboarding_snippets_work_when_pasted(platform, acme, page, artifacts):
@@ -146,7 +142,7 @@ def test_browser_mqtt_client_talks_to_a_paho_client(platform, acme, page, artifa
     login(page, url)
     page.click("text=MQTT client")
     page.click("#connect-button")  # as the tenant console
-    page.wait_for_selector("#client-state:has-text('connected')")
+    page.wait_for_selector("#client-state:text-is('connected')")  # not "disconnected"
     page.fill("#sub-filter", "from-paho/#")
     page.click("#subscribe-form button")
     page.wait_for_selector("#subscriptions li.subscribed")
@@ -178,7 +174,7 @@ def test_browser_mqtt_client_talks_to_a_paho_client(platform, acme, page, artifa
     assert page.text_content("#client-state") == "disconnected"
     page.fill("#device-secret", acme["sensor-1"])
     page.click("#connect-button")
-    page.wait_for_selector("#client-state:has-text('connected')")
+    page.wait_for_selector("#client-state:text-is('connected')")  # not "disconnected"
     page.fill("#pub-topic", "browser/as-device")
     page.fill("#pub-props", "")
     page.click("#publish-button")

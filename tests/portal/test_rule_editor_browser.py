@@ -26,6 +26,7 @@ def test_rule_editor_dry_run_output_error_position_and_save(live_server, page, a
 
     page.click("header >> text=Rules")
     page.click("text=New rule")
+    page.wait_for_load_state("load")  # rules.js listens for the edits below
     page.fill("#id_name", "hot")
     page.fill(
         "#id_sql",
@@ -59,8 +60,19 @@ def test_rule_editor_dry_run_output_error_position_and_save(live_server, page, a
     assert 'FORM "sensors/+/temp"' in where.text_content() and "^" in where.text_content()
     assert "invalid" in (page.get_attribute("#id_sql", "class") or "")
     page.screenshot(path=str(artifacts / "rule-editor-error.png"), full_page=True)
+    # The caret line is not wrapped: it keeps the SQL line's columns.
+    assert where.evaluate("e => getComputedStyle(e).whiteSpace") == "pre"
 
-    # Saving it is refused with the same position; fixing it saves.
+    # Fixed in place, the error goes: only the new output shows.
+    page.fill("#id_sql", 'SELECT payload.temp AS t\nFROM "sensors/+/temp"')
+    expect(output).to_have_attribute("data-match", "true")
+    expect(error).to_be_hidden()
+    expect(where).to_be_hidden()
+    assert "invalid" not in (page.get_attribute("#id_sql", "class") or "")
+
+    # Saving it broken is refused with the same position; fixing it saves.
+    page.fill("#id_sql", 'SELECT payload.temp AS t\nFORM "sensors/+/temp"')
+    error.wait_for(state="visible")
     page.click("text=Save rule")
     page.wait_for_selector("#rule-form[data-line='2']")
     assert not Rule.objects.exists()

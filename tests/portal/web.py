@@ -49,3 +49,12 @@ def running_portal(mqtt_port: int, **env_overrides: str) -> Iterator[str]:
     finally:
         web.terminate()
         web.wait(timeout=10)
+
+
+def log_in(page, url: str, email: str, password: str) -> None:
+    """Log in through the portal's form, as a person would; returns on the dashboard."""
+    page.goto(f"{url}/login/")
+    page.fill("input[name=email]", email)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{url}/")

@@ -4,8 +4,12 @@
 (function () {
   "use strict";
   const root = document.getElementById("mqtt-client");
-  if (!root || !window.mqtt) return;
+  if (!root) return;
   const $ = (id) => document.getElementById(id);
+  if (!window.mqtt) {
+    $("client-state").textContent = "unavailable: the MQTT library did not load";
+    return;
+  }
   const csrf = (document.cookie.match(/csrftoken=([^;]+)/) || [])[1] || "";
   let client = null;
 
@@ -140,4 +144,8 @@
       },
     );
   });
+
+  // Ready: Connect is disabled in the markup until here, so a click before this script ran
+  // cannot submit the form to the page itself (a reload that looked like a failed connect).
+  setState("disconnected");
 })();
