@@ -9,9 +9,10 @@ direct copy's origin node is the writer of its stream entry (`w`), a relayed cop
 (`codec.TARGET`'s pair), both carry the count (`codec.encode(seq=...)`).
 
 B watches the moved session for `WINDOW` seconds from the moment it is restored there (the
-relay stands at most `RELAY_MAX`, and both copies of one message are on the bus within
-milliseconds of each other): its `Window` records the origin of every delivery and drops a
-second one with the same origin (whichever came first: direct, relayed, or published at B).
+relay stands at most `RELAY_MAX`, then passes on for `departed.MARGIN` what other nodes sent A
+before they knew, and both copies of one message are on the bus within milliseconds of each
+other): its `Window` records the origin of every delivery and drops a second one with the same
+origin (whichever came first: direct, relayed, or published at B).
 The state is one set per moved session, bounded (`WINDOW_MAX` origins: beyond it the window
 closes early, at least once again, and says so in the log) and gone when the window ends.
 
@@ -40,11 +41,14 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
 
+from data_plane.cluster.departed import MARGIN
 from data_plane.cluster.relay import RELAY_MAX
 
 log = logging.getLogger("data_plane.cluster")
 
-WINDOW = RELAY_MAX + 1.0  # seconds a moved session's deliveries are checked for duplicates
+# Seconds a moved session's deliveries are checked for duplicates: the relay's life, then its
+# cutoff as a departed relay (departed.py), and a moment for the old node's reader to get there.
+WINDOW = RELAY_MAX + MARGIN + 3.0
 WINDOW_MAX = 50_000  # origins one window keeps at most
 
 Origin = tuple[str, int]  # (node the message was published at, its count of publishes there)

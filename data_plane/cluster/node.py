@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 from common.tasks import stop_all
 from data_plane.broker.ports import Published
 from data_plane.cluster import node_metrics
+from data_plane.cluster.departed import Departed
 from data_plane.cluster.exactly import Origins
 from data_plane.cluster.forward import STREAM_MAXLEN, Forwarder
 from data_plane.cluster.inherit import forget_stream_mark
@@ -107,6 +108,7 @@ class Cluster:
         self.publisher = Publisher(self)
         self.receiver = Receiver(self)
         self.sessions = SessionClaims(self)
+        self.departed = Departed(self)  # relays gone from the router, for late messages
         self.wills = WillRegistry(self)  # clients' wills a survivor publishes if we die
         self.limits = ClusterLimits(self)  # tenants' limits across the nodes (see `limits`)
         self.origins = Origins(self.node_id)  # exactly once while sessions move (exactly.py)

@@ -11,9 +11,10 @@ new subscription anywhere sees it at once; Postgres keeps it across restarts as 
 
 Besides plain deliveries an entry may carry: a dead node's share of shared-group messages
 (`regroup`), messages relayed to one session that moved here (`relay`, `exactly`), or a control
-message between nodes (a session takeover: `sessions`). Entries the stream lost before they were
-read (trimmed by its cap, gone with a Redis restart) show as a gap in their writer's count and
-are counted as dropped (`stream_gap`), never silently.
+message between nodes (a session takeover: `sessions`). A message for a session that moved
+away from here lately, sent before its sender knew, follows it (`departed`). Entries the stream
+lost before they were read (trimmed by its cap, gone with a Redis restart) show as a gap in
+their writer's count and are counted as dropped (`stream_gap`), never silently.
 
 Back-pressure: a delivery that backs a session up (`Published.slow_down`) stops the reading
 until the session drains, bounded by the read gate's allowance (`backpressure.Hold`): what
@@ -32,6 +33,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from data_plane.cluster import codec
 from data_plane.cluster.backpressure import Hold
+from data_plane.cluster.departed import entry_ms
 from data_plane.cluster.inherit import GROUP, ensure_group, settle, stream_mark
 from data_plane.cluster.regroup import serve_here
 
@@ -86,7 +88,7 @@ class Receiver:
         commits: list = []
         acked = 0  # entries[:acked] are acknowledged
         upcoming: dict[int, list] = {}  # entries decoded ahead (to see who waits behind a hold)
-        for index, (_entry_id, fields) in enumerate(entries):
+        for index, (entry_id, fields) in enumerate(entries):
             if b"m" not in fields:
                 self._control(fields.get(b"c", b"{}"))
                 continue
@@ -98,7 +100,7 @@ class Receiver:
             origin = writer.decode() if writer else ""
             at = 0
             while at < len(messages):
-                at = self._receive(messages, at, commits, origin)
+                at = self._receive(messages, at, commits, origin, entry_id)
                 if at < len(messages):  # held mid-entry (nothing of this read to commit)
                     await self._acknowledge(stream, entries[acked:index], commits)
                     acked = index
@@ -186,11 +188,13 @@ class Receiver:
             log.exception("undecodable forwarded batch (%d bytes) dropped", len(batch))
             return []
 
-    def _receive(self, messages: list, at: int, commits: list, origin: str) -> int:
-        """Deliver `messages[at:]`; returns where it stopped: their end, or just after a route
-        that backed sessions up while nothing of this read awaits a commit (see `_deliver`)."""
+    def _receive(self, messages: list, at: int, commits: list, origin: str, entry_id: bytes) -> int:
+        """Deliver `messages[at:]` (of the entry `entry_id`); returns where it stopped: their
+        end, or just after a route that backed sessions up while nothing of this read awaits a
+        commit (see `_deliver`)."""
         cluster = self.cluster
         broker, origins, hold = cluster.broker, cluster.origins, self.hold
+        departed = cluster.departed
         for index in range(at, len(messages)):
             flags, message, groups, seq = messages[index]
             self.received += 1
@@ -211,6 +215,8 @@ class Receiver:
                 )
                 if published.commits:
                     commits.extend(published.commits)
+                if departed.records:  # sessions gone from here lately (departed.py)
+                    departed.route(message, entry_ms(entry_id), commits)
                 if published.slow_down:  # sessions it backed up: they hold this reader
                     hold.slow_down(published.slow_down)
                     if not commits:

@@ -9,6 +9,8 @@ as for any forward. The relay keeps the old node's routes standing until the new
 for the session are in the old node's table; only then does it leave (its route removals
 follow on the same channel, so every node learns the new routes before the old ones go: no
 moment without a route). `RELAY_MAX` bounds its life if the new node never announces them.
+What other nodes sent here before they knew, and what this node reads late, still goes on
+after it left (data_plane.cluster.departed).
 
 The new node delivers a targeted message to that session only; one that arrives while the
 session is still being restored waits for it (`SessionClaims.held`).
@@ -91,6 +93,8 @@ class Relay:
         router = self.cluster.broker.router.for_tenant(self.tenant)
         for topic_filter, _sub in self.filters:
             router.unsubscribe(topic_filter, self, None)
-        if not announced:
+        if announced:  # for what other nodes sent here before they knew (departed.py)
+            self.cluster.departed.add(self)
+        else:
             log.warning("relay of %s/%s to %s ended unannounced", *self.target, self.node)
         self.cluster.sessions.relayed += self.relayed

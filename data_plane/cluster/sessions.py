@@ -109,6 +109,7 @@ class SessionClaims:
         key = (tenant, client_id)
         mine = _Claim()
         self.claiming[key] = mine
+        cluster.departed.forget(key)  # it is here again: what reaches it here is its own
         try:
             try:
                 previous = await cluster.redis.set(
@@ -229,6 +230,7 @@ class SessionClaims:
         async def keep(keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
             fresh = [key for key in keys if key not in broker.sessions]
             for key in fresh:
+                self.cluster.departed.forget(key)
                 if key not in self.claiming:
                     marks[key] = self.claiming[key] = _Claim()
             mine.update(await self.claim_restored(fresh))
@@ -252,10 +254,15 @@ class SessionClaims:
     def targeted(self, message: Any, client_id: str, commits: list) -> None:
         """A message another node's relay sent for one session here (data_plane.cluster.relay)."""
         key = (message.tenant, client_id)
+        cluster = self.cluster
         if key in self.claiming:  # being restored here: it waits for the session (and origin)
-            self.held.setdefault(key, []).append((message, self.cluster.origins.of(message)))
-        elif not deliver_to(self.cluster.broker, message, {key}, commits):
-            self.cluster.count_dropped_here("session_gone", 1)
+            self.held.setdefault(key, []).append((message, cluster.origins.of(message)))
+        elif deliver_to(cluster.broker, message, {key}, commits):
+            return
+        elif key in cluster.broker.sessions or not cluster.departed.pass_on(
+            message, client_id, commits
+        ):  # (moved on from here lately: it follows, data_plane.cluster.departed)
+            cluster.count_dropped_here("session_gone", 1)
 
     def _deliver_held(self, key: tuple[str, str]) -> None:
         held = self.held.pop(key, None)

@@ -21,6 +21,7 @@ from data_plane.broker.message import Message
 from data_plane.broker.session import Session
 from data_plane.cluster import backpressure, codec, receive
 from data_plane.cluster.backpressure import PAUSE_ENTRIES, RESUME_ENTRIES, Backlogs
+from data_plane.cluster.departed import Departed
 from data_plane.cluster.exactly import Origins
 from data_plane.cluster.forward import Forwarder
 from data_plane.cluster.receive import Receiver
@@ -88,6 +89,7 @@ def _receiver() -> tuple[Receiver, Broker]:
         dropped=dropped,
         count_dropped_here=lambda reason, n: dropped.__setitem__(reason, n),
     )
+    cluster.departed = Departed(cluster)
     return Receiver(cluster), broker
 
 

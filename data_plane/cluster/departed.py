@@ -1,0 +1,134 @@
+"""Sessions that moved away from this node, kept for what other nodes sent here before they knew.
+
+A relay (data_plane.cluster.relay) stands in this node's router until the new node's routes are
+in this node's table, then leaves. But a message another node routed here under its old table
+may still be on its way at that moment: written to this node's stream before its sender learned
+the new route (its forwarder batches, its route channel lags behind ours), or written in time
+and read late (this node's reader held by back-pressure, or starved of CPU). Routed after the
+relay left, it matched nobody here and was lost, though its publisher had its PUBACK: a reader
+50 ms behind lost acknowledged messages at every move.
+
+So a relay that leaves the router is kept here, departed, with a cutoff: the bus's clock (Redis
+TIME, the clock that stamps stream entry ids) when it left, plus `MARGIN` for the senders still
+catching up. A message read from this node's stream from an entry written before the cutoff
+that matches a departed relay's filters goes to the session's new node as the relay would have
+sent it (`route`); one that went there directly as well is delivered once (the new node's
+window, data_plane.cluster.exactly). A relayed message for a session that has moved on again
+goes on the same way (`pass_on`): relays chain along the moves instead of dropping it.
+
+A record goes when the session comes back here (`forget`), when this node's stream is read past
+its cutoff (entry ids only grow), or `KEEP` seconds after it left, whichever is first. The
+filters are matched in a router of their own, consulted only while there are records: nothing
+is added to the path of a node whose sessions stay put.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from data_plane.broker.router import Router
+
+log = logging.getLogger("data_plane.cluster")
+
+MARGIN = 2.0  # seconds after a relay left during which senders may still use the old route
+KEEP = 30.0  # seconds a departed relay is kept at most
+
+
+@dataclass(slots=True)
+class _Carried:
+    """What a relay reads of a delivery: the message."""
+
+    message: Any
+
+
+@dataclass
+class _Record:
+    relay: Any  # data_plane.cluster.relay.Relay, out of the node's router
+    left: float = field(default_factory=time.monotonic)
+    cutoff_ms: int | None = (
+        None  # bus time (ms) of the last entry it applies to; None: not known yet
+    )
+
+
+def entry_ms(entry_id: bytes) -> int:
+    """The bus's time (ms) a stream entry was written at: its id is `<ms>-<seq>`."""
+    return int(entry_id.split(b"-", 1)[0])
+
+
+class Departed:
+    """This node's departed relays (see the module's docstring)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.records: dict[tuple[str, str], _Record] = {}  # by session key
+        self.router = Router()
+        self.passed = 0  # messages sent on to a session's new node after its relay left
+        self._tasks: set[asyncio.Task] = set()
+
+    def add(self, relay: Any) -> None:
+        """`relay` left the router (the new node's routes are announced): keep it departed,
+        applying to every entry until the bus's clock gives its cutoff."""
+        self.forget(relay.target)
+        record = self.records[relay.target] = _Record(relay)
+        router = self.router.for_tenant(relay.tenant)
+        for topic_filter, sub in relay.filters:
+            router.subscribe(topic_filter, sub, None)
+        task = asyncio.get_running_loop().create_task(self._cut(record))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """The session `key` is (coming) back here: what reaches it is routed to it."""
+        record = self.records.pop(key, None)
+        if record is not None:
+            router = self.router.for_tenant(record.relay.tenant)
+            for topic_filter, _sub in record.relay.filters:
+                router.unsubscribe(topic_filter, record.relay, None)
+
+    def route(self, message: Any, written_ms: int, commits: list) -> None:
+        """A message read from this node's stream, from an entry written at `written_ms`:
+        on to the new node of every departed session it was (maybe) meant for."""
+        self._purge(written_ms)
+        subscribers, _groups = self.router.match(message.tenant, message.topic)
+        relays = {id(sub.session): sub.session for sub in subscribers}
+        for relay in relays.values():
+            self._send(relay, message, commits)
+
+    def pass_on(self, message: Any, client_id: str, commits: list) -> bool:
+        """A message relayed here for one session that is no longer here: on to where it went,
+        if it left from here lately."""
+        self._purge(None)
+        record = self.records.get((message.tenant, client_id))
+        if record is None:
+            return False
+        self._send(record.relay, message, commits)
+        return True
+
+    def _send(self, relay: Any, message: Any, commits: list) -> None:
+        self.passed += 1
+        self.cluster.sessions.relayed += 1
+        commit = relay.deliver(_Carried(message))
+        if commit is not None:
+            commits.append(commit)
+
+    def _purge(self, written_ms: int | None) -> None:
+        """Records past their cutoff (this stream is read past it) or older than KEEP."""
+        oldest = time.monotonic() - KEEP
+        for key, record in list(self.records.items()):
+            past = written_ms is not None and record.cutoff_ms is not None
+            if record.left < oldest or (past and written_ms > record.cutoff_ms):
+                self.forget(key)
+
+    async def _cut(self, record: _Record) -> None:
+        try:
+            seconds, micros = await self.cluster.redis.time()
+        except (RedisError, OSError) as exc:  # kept until KEEP: more copies, none lost
+            log.debug("bus time for a departed relay not read (%s)", exc)
+            return
+        record.cutoff_ms = seconds * 1000 + micros // 1000 + int(MARGIN * 1000)

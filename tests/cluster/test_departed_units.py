@@ -1,0 +1,134 @@
+"""A session that moved away: what other nodes sent its old node before they knew, read there
+after the relay left, still reaches it (data_plane.cluster.departed).
+
+A real broker, session, relay, receiver and session claims; the bus is a fake whose clock
+answers TIME, and the forwarder a fake that records what it was given for which node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from common.mqtt.packets import Subscription
+from data_plane.broker.broker import Broker
+from data_plane.broker.message import Message
+from data_plane.cluster import codec
+from data_plane.cluster.departed import MARGIN, Departed
+from data_plane.cluster.exactly import Origins
+from data_plane.cluster.receive import Receiver
+from data_plane.cluster.relay import RELAY_STEP, Relay
+from data_plane.cluster.routes import route_key
+from data_plane.cluster.sessions import SessionClaims
+from data_plane.config import BrokerConfig
+from data_plane.tenancy.static import StaticAuthenticator
+from tests.broker.test_ports import FakeClient
+from tests.cluster.test_backpressure_units import STREAM, FakeRedis
+
+BUS_SECONDS = 1_000_000  # the fake bus's clock when the relay leaves
+
+
+class Bus(FakeRedis):
+    async def time(self) -> tuple[int, int]:
+        return BUS_SECONDS, 0
+
+
+class Forwarder:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    def add(self, node_id: str, data: bytes, tenant: str, qos: int, wait: bool) -> None:
+        self.sent.append((node_id, data))
+
+    def relayed(self) -> list[tuple[str, str, tuple]]:
+        """(node, payload, the relay's (client id, origin node) pairs) of each message sent."""
+        out = []
+        for node_id, data in self.sent:
+            for flags, message, groups, _seq in codec.decode_counted(data):
+                assert flags & codec.TARGET
+                out.append((node_id, message.payload.decode(), groups))
+        return out
+
+
+def _node() -> SimpleNamespace:
+    """This node ("a") holding the persistent session acme/s on t/#, and node "b" whose
+    routes for it are announced."""
+    auth = StaticAuthenticator({"acme": {"devices": {"d1": {"password": "p"}}}})
+    broker = Broker(BrokerConfig(port=0, ws_port=0, sys_interval=0), auth)
+    dropped: dict[str, int] = {}
+    bus = Bus()
+    cluster = SimpleNamespace(
+        broker=broker,
+        origins=Origins("a"),
+        reader=bus,
+        redis=bus,
+        node_id="a",
+        alive={"b", "c"},
+        forwarder=Forwarder(),
+        table=SimpleNamespace(
+            nodes={"b": SimpleNamespace(routes={route_key("acme", "t/#", None)})}
+        ),
+        dropped=dropped,
+        count_dropped_here=lambda reason, n: dropped.__setitem__(reason, n),
+    )
+    cluster.sessions = SessionClaims(cluster)
+    cluster.departed = Departed(cluster)
+    client = FakeClient("s")
+    session, _ = broker.open_session(client, "acme", "s", "d1", False, 3600, 1000)
+    broker.subscribe(session, Subscription("t/#", 1), None)
+    cluster.session = session
+    return cluster
+
+
+async def _moved_to_b(cluster: SimpleNamespace) -> None:
+    """The session leaves this node for "b" (as `SessionClaims.release` does), and its relay
+    leaves the router once b's routes are known here."""
+    session = cluster.session
+    Relay(cluster, "acme", "s", "b").stand_in(session)
+    cluster.broker.router.for_tenant("acme").unsubscribe("t/#", session, None)
+    del cluster.broker.sessions[session.key]
+    await asyncio.sleep(RELAY_STEP * 3)
+    assert cluster.broker.router.match("acme", "t/x") == ([], [])  # the relay left the router
+
+
+def _entry(written_ms: int, payload: str, writer: bytes = b"c") -> tuple[bytes, dict]:
+    message = Message("t/x", payload.encode(), 1, False, tenant="acme", publisher="p")
+    batch = codec.encode(message, codec.DELIVER, seq=7)
+    return (f"{written_ms}-0".encode(), {b"m": batch, b"w": writer, b"c": 7})
+
+
+async def test_a_message_sent_before_the_move_and_read_after_the_relay_left_reaches_the_session():
+    cluster = _node()
+    await _moved_to_b(cluster)
+    receiver = Receiver(cluster)
+    cutoff = BUS_SECONDS * 1000 + int(MARGIN * 1000)
+    # Node c wrote it to our stream under its old table (before it knew b's route); we read
+    # it only now: it goes to b for the session, as the relay would have sent it.
+    await receiver._deliver(STREAM, [_entry(cutoff - 500, "late")])
+    assert cluster.forwarder.relayed() == [("b", "late", frozenset({("s", "c")}))]
+    # Written after every node knew (past the cutoff): nothing of it is the session's here, and
+    # the departed relay is gone.
+    await receiver._deliver(STREAM, [_entry(cutoff + 1, "after")])
+    assert len(cluster.forwarder.sent) == 1 and not cluster.departed.records
+
+
+async def test_a_relayed_message_for_a_session_that_moved_on_follows_it():
+    """a → b → elsewhere: a message a's relay sent to b after the session left b goes on."""
+    cluster = _node()
+    await _moved_to_b(cluster)  # here, "b" is where the session went from this node
+    message = Message("t/x", b"relayed", 1, False, tenant="acme", publisher="p")
+    cluster.origins.mark(message, "c", 9)
+    commits: list = []
+    cluster.sessions.targeted(message, "s", commits)
+    assert cluster.forwarder.relayed() == [("b", "relayed", frozenset({("s", "c")}))]
+    assert "session_gone" not in cluster.dropped
+
+
+async def test_a_session_that_comes_back_is_delivered_to_here_and_not_sent_away():
+    cluster = _node()
+    await _moved_to_b(cluster)
+    cluster.departed.forget(("acme", "s"))  # a CONNECT here claims it again
+    message = Message("t/x", b"x", 1, False, tenant="acme", publisher="p")
+    cluster.sessions.targeted(message, "s", [])
+    await Receiver(cluster)._deliver(STREAM, [_entry(BUS_SECONDS * 1000, "late")])
+    assert cluster.forwarder.sent == [] and cluster.dropped == {"session_gone": 1}
