@@ -326,7 +326,7 @@ def test_metrics_and_graceful_shutdown(tmp_path):
     assert process.stop() == 0  # SIGTERM: clean exit
     assert client.disconnected.wait(5)
     assert client.disconnect_reason.value == 0x8B  # server shutting down
-    client.client.loop_stop()
+    client.stop_loop()
 
 
 def test_mqtt_js_over_websocket(broker):

@@ -139,7 +139,7 @@ def test_takeover_disconnects_the_older_connection(broker):
     assert first.disconnected.wait(5)
     assert first.disconnect_reason.value == 0x8E
     assert second.reason_code == 0
-    first.client.loop_stop()
+    first.stop_loop()
     second.close()
 
 

@@ -356,7 +356,7 @@ def test_wills_of_a_killed_nodes_clients_are_published_by_a_survivor(tmp_path, r
         doomed.process.send_signal(signal.SIGKILL)
         doomed.process.wait(5)
         for client in (sensor, probe):
-            client.client.loop_stop()  # no reconnecting to a dead port
+            client.stop_loop()  # no reconnecting to a dead port
         got = watcher.expect(1, timeout=2 * HEARTBEAT + 2)
         assert [(m.topic, m.payload) for m in got] == [("lwt/sensor", b"off")]
         assert watcher.nothing(1.0)  # once, and nothing from "polite"

@@ -55,7 +55,7 @@ class Publisher:
 def move(client: Paho, port: int) -> None:
     """The client leaves its node (DISCONNECT, the session stays) and resumes it at `port`."""
     client.client.disconnect()
-    client.client.loop_stop()
+    client.stop_loop()
     client.port = port
     client.connack.clear()
     client.connect()
@@ -145,7 +145,7 @@ def test_kill_9_at_qos2_delivers_every_message_exactly_once(nodes, tenant_user, 
         a.kill()
         time.sleep(2 * HEARTBEAT + 1.5)  # noticed, adopted, drained; traffic goes on
     for client in subscribers:
-        client.client.loop_stop()  # (its node is gone: no reconnecting there on its own)
+        client.stop_loop()  # (its node is gone: no reconnecting there on its own)
         move(client, b.port)
     acked = traffic.acked
     assert len(acked) > 150
@@ -191,7 +191,7 @@ def test_kill_9_gives_a_dead_nodes_shared_group_messages_to_a_survivor(nodes, te
         time.sleep(1.0)
         a.kill()
         time.sleep(2 * HEARTBEAT + 1.5)  # noticed, adopted, drained; traffic goes on
-    members[0].client.loop_stop()
+    members[0].stop_loop()
     move(members[0], b.port)
     acked = traffic.acked
     assert len(acked) > 150

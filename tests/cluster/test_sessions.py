@@ -150,7 +150,7 @@ def test_kill_9_mid_traffic_loses_nothing_acknowledged(nodes, tenant_user):
         stop.set()
         thread.join(10)
     before = {m.payload.decode() for m in keeper.messages.queue if m.topic.endswith("/x")}
-    keeper.client.loop_stop()  # its node is gone: no reconnecting there
+    keeper.stop_loop()  # its node is gone: no reconnecting there
     back = Paho(b.port, user, secret, "keeper", clean=False, expiry=3600)
     assert back.session_present
     wanted = set(acked) - before

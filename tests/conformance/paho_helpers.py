@@ -25,6 +25,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from tests.broker.clients import stop_loop
 from tests.conformance.conftest import TENANTS, BrokerProcess, start_broker
 from tests.mqtt_bytes import string, varint
 
@@ -145,7 +146,7 @@ def _stop_loop(client: mqtt.Client) -> None:
             client._sockpairW.send(b"0")
         except OSError:
             pass
-    client.loop_stop()
+    stop_loop(client)
 
 
 class Client:
@@ -248,7 +249,7 @@ class Client:
         else:
             client.disconnect()
         self._wait_closed()
-        client.loop_stop()
+        stop_loop(client)
         self.client = None
 
     def kill(self) -> None:

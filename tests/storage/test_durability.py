@@ -64,7 +64,7 @@ def test_kill_9_mid_stream_loses_no_acknowledged_message(devices):
         kill9(process)  # mid-stream, with writes in flight
         stop.set()
         worker.join(10)
-        pub.client.loop_stop()
+        pub.stop_loop()
         assert len(acked) >= 300
     finally:
         if process.poll() is None:
@@ -243,7 +243,7 @@ def test_wills_of_clients_connected_at_kill_9_go_out_after_restart(devices):
         )
         kill9(process)
         for client in (lost, patient, transient):
-            client.client.loop_stop()
+            client.stop_loop()
     finally:
         if process.poll() is None:
             kill9(process)
