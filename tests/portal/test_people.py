@@ -165,6 +165,10 @@ def test_staff_operator_gets_an_overview_not_a_403(client):
     assert "no owner" in page  # `quiet` has nobody who can log in
     # No tenant, no live socket: it would be refused (403) and retried every 3 s.
     assert "portal/live.js" not in page and 'id="live-status"' not in page
+    # ... and no tenant's links in the header (they all led back here): the operators' own.
+    nav = page[page.index("<nav>") : page.index("</nav>")]
+    assert 'href="/devices/"' not in nav and 'href="/rules/"' not in nav
+    assert 'href="/operator/"' in nav and 'href="/admin/"' not in nav  # staff, not superuser
     # Not for tenants' users.
     user_client = Client()
     user_client.post("/login/", {"email": "me@acme.io", "password": PASSWORD})
@@ -286,6 +290,8 @@ def test_create_operator_makes_an_account_the_portal_logs_in_by_email(settings):
     assert (
         home.redirect_chain[-1][0] == "/operator/" and 'data-tenant="acme"' in home.content.decode()
     )
+    nav = home.content.decode().split("<nav>")[1].split("</nav>")[0]
+    assert 'href="/admin/"' in nav  # a superuser: the admin is in the header
     assert portal.get("/admin/").status_code == 200
 
     # An existing account (a tenant's owner) is promoted, keeping its password; --send mails.
