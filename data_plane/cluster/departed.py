@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,8 +68,10 @@ class Departed:
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
         self.records: dict[tuple[str, str], _Record] = {}  # by session key
+        # The same, oldest first, for purging from the front: a mass move (a node's clients all
+        # reconnecting elsewhere) leaves thousands, and a message must not walk them all.
+        self._order: deque[tuple[tuple[str, str], _Record]] = deque()
         self.router = Router()
-        self.passed = 0  # messages sent on to a session's new node after its relay left
         self._tasks: set[asyncio.Task] = set()
 
     def add(self, relay: Any) -> None:
@@ -76,6 +79,7 @@ class Departed:
         applying to every entry until the bus's clock gives its cutoff."""
         self.forget(relay.target)
         record = self.records[relay.target] = _Record(relay)
+        self._order.append((relay.target, record))
         router = self.router.for_tenant(relay.tenant)
         for topic_filter, sub in relay.filters:
             router.subscribe(topic_filter, sub, None)
@@ -98,7 +102,9 @@ class Departed:
         subscribers, _groups = self.router.match(message.tenant, message.topic)
         relays = {id(sub.session): sub.session for sub in subscribers}
         for relay in relays.values():
-            self._send(relay, message, commits)
+            cutoff = self.records[relay.target].cutoff_ms
+            if cutoff is None or written_ms <= cutoff:  # (sent before every node knew)
+                self._send(relay, message, commits)
 
     def pass_on(self, message: Any, client_id: str, commits: list) -> bool:
         """A message relayed here for one session that is no longer here: on to where it went,
@@ -111,19 +117,25 @@ class Departed:
         return True
 
     def _send(self, relay: Any, message: Any, commits: list) -> None:
-        self.passed += 1
         self.cluster.sessions.relayed += 1
         commit = relay.deliver(_Carried(message))
         if commit is not None:
             commits.append(commit)
 
     def _purge(self, written_ms: int | None) -> None:
-        """Records past their cutoff (this stream is read past it) or older than KEEP."""
-        oldest = time.monotonic() - KEEP
-        for key, record in list(self.records.items()):
-            past = written_ms is not None and record.cutoff_ms is not None
-            if record.left < oldest or (past and written_ms > record.cutoff_ms):
+        """The oldest records, while past their cutoff (this stream is read past it) or older
+        than KEEP. Memory only: `route` checks each record's own cutoff, so a record whose
+        cutoff is not known yet, holding up the ones behind it, costs no extra copies."""
+        order, oldest = self._order, time.monotonic() - KEEP
+        while order:
+            key, record = order[0]
+            if self.records.get(key) is record:
+                cutoff = record.cutoff_ms
+                past = written_ms is not None and cutoff is not None and written_ms > cutoff
+                if not past and record.left >= oldest:
+                    return
                 self.forget(key)
+            order.popleft()
 
     async def _cut(self, record: _Record) -> None:
         try:

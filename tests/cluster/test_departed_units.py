@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from common.mqtt.packets import Subscription
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
@@ -91,10 +93,13 @@ async def _moved_to_b(cluster: SimpleNamespace) -> None:
     assert cluster.broker.router.match("acme", "t/x") == ([], [])  # the relay left the router
 
 
+def _batch(topic: str, payload: str, seq: int = 7) -> bytes:
+    message = Message(topic, payload.encode(), 1, False, tenant="acme", publisher="p")
+    return codec.encode(message, codec.DELIVER, seq=seq)
+
+
 def _entry(written_ms: int, payload: str, writer: bytes = b"c") -> tuple[bytes, dict]:
-    message = Message("t/x", payload.encode(), 1, False, tenant="acme", publisher="p")
-    batch = codec.encode(message, codec.DELIVER, seq=7)
-    return (f"{written_ms}-0".encode(), {b"m": batch, b"w": writer, b"c": 7})
+    return (f"{written_ms}-0".encode(), {b"m": _batch("t/x", payload), b"w": writer, b"c": 7})
 
 
 async def test_a_message_sent_before_the_move_and_read_after_the_relay_left_reaches_the_session():
@@ -132,3 +137,33 @@ async def test_a_session_that_comes_back_is_delivered_to_here_and_not_sent_away(
     cluster.sessions.targeted(message, "s", [])
     await Receiver(cluster)._deliver(STREAM, [_entry(BUS_SECONDS * 1000, "late")])
     assert cluster.forwarder.sent == [] and cluster.dropped == {"session_gone": 1}
+
+
+async def test_each_departed_relay_keeps_to_its_own_cutoff_when_an_older_one_has_none_yet():
+    """The bus did not answer TIME for the first relay that left (its cutoff unknown: it applies
+    to every entry until KEEP); a later one's cutoff still holds for its own session."""
+    cluster = _node()
+    calls = [0]
+
+    async def time_failing_first() -> tuple[int, int]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RedisConnectionError("bus down")
+        return BUS_SECONDS, 0
+
+    cluster.redis.time = time_failing_first
+    await _moved_to_b(cluster)
+    other, _ = cluster.broker.open_session(FakeClient("o"), "acme", "o", "d1", False, 3600, 1000)
+    cluster.broker.subscribe(other, Subscription("u/#", 1), None)
+    cluster.table.nodes["b"].routes.add(route_key("acme", "u/#", None))  # b announced it
+    Relay(cluster, "acme", "o", "b").stand_in(other)
+    cluster.broker.router.for_tenant("acme").unsubscribe("u/#", other, None)
+    del cluster.broker.sessions[other.key]
+    await asyncio.sleep(RELAY_STEP * 3)
+    assert cluster.broker.router.match("acme", "u/x") == ([], [])  # both relays left
+    after = BUS_SECONDS * 1000 + int(MARGIN * 1000) + 1
+    late_t = _entry(after, "t-late")
+    late_u = (f"{after + 1}-0".encode(), {**late_t[1], b"m": _batch("u/x", "u-late")})
+    await Receiver(cluster)._deliver(STREAM, [late_t, late_u])
+    # The first (no cutoff) still sends; the second's entry was past its cutoff: not sent.
+    assert [payload for _node_id, payload, _ in cluster.forwarder.relayed()] == ["t-late"]
