@@ -34,6 +34,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from data_plane.broker.router import Router
+from data_plane.broker.session import Delivery
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -41,20 +42,12 @@ MARGIN = 2.0  # seconds after a relay left during which senders may still use th
 KEEP = 30.0  # seconds a departed relay is kept at most
 
 
-@dataclass(slots=True)
-class _Carried:
-    """What a relay reads of a delivery: the message."""
-
-    message: Any
-
-
 @dataclass
 class _Record:
     relay: Any  # data_plane.cluster.relay.Relay, out of the node's router
     left: float = field(default_factory=time.monotonic)
-    cutoff_ms: int | None = (
-        None  # bus time (ms) of the last entry it applies to; None: not known yet
-    )
+    # The bus's time (ms) of the last entry it applies to; None: not known yet (every entry).
+    cutoff_ms: int | None = None
 
 
 def entry_ms(entry_id: bytes) -> int:
@@ -118,7 +111,7 @@ class Departed:
 
     def _send(self, relay: Any, message: Any, commits: list) -> None:
         self.cluster.sessions.relayed += 1
-        commit = relay.deliver(_Carried(message))
+        commit = relay.deliver(Delivery(message, message.qos, message.retain))
         if commit is not None:
             commits.append(commit)
 

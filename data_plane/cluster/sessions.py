@@ -257,12 +257,15 @@ class SessionClaims:
         cluster = self.cluster
         if key in self.claiming:  # being restored here: it waits for the session (and origin)
             self.held.setdefault(key, []).append((message, cluster.origins.of(message)))
-        elif deliver_to(cluster.broker, message, {key}, commits):
             return
-        elif key in cluster.broker.sessions or not cluster.departed.pass_on(
+        if deliver_to(cluster.broker, message, {key}, commits):
+            return
+        # Moved on from here lately: it follows (data_plane.cluster.departed).
+        if key not in cluster.broker.sessions and cluster.departed.pass_on(
             message, client_id, commits
-        ):  # (moved on from here lately: it follows, data_plane.cluster.departed)
-            cluster.count_dropped_here("session_gone", 1)
+        ):
+            return
+        cluster.count_dropped_here("session_gone", 1)
 
     def _deliver_held(self, key: tuple[str, str]) -> None:
         held = self.held.pop(key, None)

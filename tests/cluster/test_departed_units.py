@@ -82,15 +82,16 @@ def _node() -> SimpleNamespace:
     return cluster
 
 
-async def _moved_to_b(cluster: SimpleNamespace) -> None:
-    """The session leaves this node for "b" (as `SessionClaims.release` does), and its relay
-    leaves the router once b's routes are known here."""
-    session = cluster.session
-    Relay(cluster, "acme", "s", "b").stand_in(session)
-    cluster.broker.router.for_tenant("acme").unsubscribe("t/#", session, None)
+async def _moved_to_b(cluster: SimpleNamespace, session=None, topic_filter: str = "t/#") -> None:
+    """The session (acme/s unless given) leaves this node for "b" (as `SessionClaims.release`
+    does), and its relay leaves the router once b's routes are known here."""
+    session = session or cluster.session
+    Relay(cluster, "acme", session.client_id, "b").stand_in(session)
+    cluster.broker.router.for_tenant("acme").unsubscribe(topic_filter, session, None)
     del cluster.broker.sessions[session.key]
     await asyncio.sleep(RELAY_STEP * 3)
-    assert cluster.broker.router.match("acme", "t/x") == ([], [])  # the relay left the router
+    topic = topic_filter.replace("#", "x")
+    assert cluster.broker.router.match("acme", topic) == ([], [])  # the relay left the router
 
 
 def _batch(topic: str, payload: str, seq: int = 7) -> bytes:
@@ -156,11 +157,7 @@ async def test_each_departed_relay_keeps_to_its_own_cutoff_when_an_older_one_has
     other, _ = cluster.broker.open_session(FakeClient("o"), "acme", "o", "d1", False, 3600, 1000)
     cluster.broker.subscribe(other, Subscription("u/#", 1), None)
     cluster.table.nodes["b"].routes.add(route_key("acme", "u/#", None))  # b announced it
-    Relay(cluster, "acme", "o", "b").stand_in(other)
-    cluster.broker.router.for_tenant("acme").unsubscribe("u/#", other, None)
-    del cluster.broker.sessions[other.key]
-    await asyncio.sleep(RELAY_STEP * 3)
-    assert cluster.broker.router.match("acme", "u/x") == ([], [])  # both relays left
+    await _moved_to_b(cluster, other, "u/#")
     after = BUS_SECONDS * 1000 + int(MARGIN * 1000) + 1
     late_t = _entry(after, "t-late")
     late_u = (f"{after + 1}-0".encode(), {**late_t[1], b"m": _batch("u/x", "u-late")})
