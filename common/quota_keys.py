@@ -13,4 +13,5 @@ QUOTA_KEYS = (
     "max_session_expiry",
     "max_keepalive",
     "max_persistent_sessions",
+    "max_device_publish_rate",
 )

@@ -67,6 +67,10 @@ class Plan(models.Model):
     max_persistent_sessions = models.PositiveIntegerField(
         default=1000, help_text="sessions kept for offline clients, per tenant"
     )
+    max_device_publish_rate = models.PositiveIntegerField(
+        default=0,
+        help_text="messages/s per device (0: none; devices share the tenant's rate fairly)",
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -388,6 +392,11 @@ class Usage(models.Model):
     bytes_in = models.BigIntegerField(default=0)
     bytes_out = models.BigIntegerField(default=0)
     dropped = models.JSONField(default=dict, blank=True, help_text="drops by cause")
+    # Slowed, not dropped: publishes that waited for the publish rate, deliveries paced by the
+    # outbound rate (data_plane.broker.fair, flow). Quota key -> times in this minute.
+    throttled = models.JSONField(
+        default=dict, db_default={}, blank=True, help_text="slowdowns by quota key"
+    )
     retained_count = models.BigIntegerField(default=0)
     stored_bytes = models.BigIntegerField(default=0)
     message_units = models.BigIntegerField(default=0, db_default=0, help_text="5 KiB units")

@@ -408,6 +408,13 @@ class Broker:
         exceeded[key] = exceeded.get(key, 0) + 1
         self.hooks.run("quota.exceeded", tenant, key)
 
+    def quota_throttled(self, tenant: str, key: str) -> None:
+        """Count a slowdown (a publisher paused, deliveries paced: nothing refused) for the
+        tenant's $SYS and let observers meter it."""
+        throttled = self.stats[tenant].throttled
+        throttled[key] = throttled.get(key, 0) + 1
+        self.hooks.run("quota.throttled", tenant, key)
+
     def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
         """The tenant's shared token buckets, rebuilt when its quota changed."""
         rates = self.rates.get(tenant)

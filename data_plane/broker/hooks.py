@@ -20,7 +20,8 @@ HOOK_NAMES = (
     "message.delivered",
     "message.acked",
     "message.dropped",
-    "quota.exceeded",
+    "quota.exceeded",  # a limit refused something (a message or a connection was not taken)
+    "quota.throttled",  # a limit slowed something down (nothing was refused)
     "client.refused",  # data_plane.broker.refused: what a connection refused, and why
 )
 

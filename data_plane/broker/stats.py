@@ -46,9 +46,11 @@ class TenantStats:
     # draining (then left to drop until drained).
     publishers_held: int = 0
     subscribers_stalled: int = 0
-    # quota key -> refusals or pauses (connections, message_size, publish_rate, outbound_rate,
-    # subscriptions, retained)
+    # quota key -> refusals (connections, message_size, publish_rate, subscriptions, retained…)
     exceeded: dict[str, int] = field(default_factory=dict)
+    # quota key -> slowdowns, nothing refused (publish_rate, device_publish_rate,
+    # inbound_bytes_rate: a publisher paused; outbound_rate: deliveries paced)
+    throttled: dict[str, int] = field(default_factory=dict)
 
 
 # Why a connection ended, in EMQX's words (the `reason` of `$events/client_disconnected`).
