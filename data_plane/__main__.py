@@ -81,6 +81,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="SO_REUSEPORT: several workers share the listeners' ports (runbroker --workers)",
     )
+    parser.add_argument(
+        "--rate-patience",
+        type=float,
+        default=float(os.environ.get("MQTT_RATE_PATIENCE", "60")),
+        help="seconds a client may stay over its publish rate, slowed, before its MQTT 5 "
+        "QoS 1/2 publishes that cannot go at once are refused (0x97)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -107,6 +114,7 @@ async def run(args: argparse.Namespace) -> None:
         max_queued_messages=args.max_queued,
         server_reference=args.server_reference,
         reuse_port=args.reuse_port,
+        rate_patience=args.rate_patience,
     )
     cluster = None
     if args.redis_url:

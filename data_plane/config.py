@@ -22,6 +22,12 @@ class BrokerConfig:
     max_inflight: int = 65535
     max_keepalive: int = 0  # 0: the client's value stands
     connect_timeout: float = 10.0
+    # Seconds a closing connection keeps reading (and discarding) what its client still sends,
+    # so that what we wrote before closing is not lost to a TCP reset (writer.Writer.shut).
+    close_linger: float = 2.0
+    # Seconds a client may stay over its publish rate, slowed, before its MQTT 5 QoS 1/2
+    # publishes that cannot go at once are refused (data_plane.broker.fair_share).
+    rate_patience: float = 60.0
     sys_interval: float = 10.0
     write_buffer_high: int = 512 * 1024  # bytes buffered to a client before it counts as slow
     backlog: int = 4096

@@ -66,7 +66,13 @@ class BrokerCollector:
         )
         exceeded = CounterMetricFamily(
             "mqtt_quota_exceeded",
-            "Quota refusals and pauses by quota key",
+            "Quota refusals by quota key (something was not taken)",
+            labels=["tenant", "quota"],
+        )
+        throttled = CounterMetricFamily(
+            "mqtt_quota_throttled",
+            "Slowdowns by quota key, nothing refused (a publish that waited for a publish rate, "
+            "deliveries paced by the outbound rate)",
             labels=["tenant", "quota"],
         )
         for tenant, stats in list(self.broker.stats.items()):
@@ -80,12 +86,14 @@ class BrokerCollector:
             stalled.add_metric([tenant], stats.subscribers_stalled)
             for key, count in list(stats.exceeded.items()):
                 exceeded.add_metric([tenant, key], count)
+            for key, count in list(stats.throttled.items()):
+                throttled.add_metric([tenant, key], count)
         sessions = GaugeMetricFamily(
             "mqtt_sessions", "Sessions held by this broker process, connected or not"
         )
         sessions.add_metric([], len(self.broker.sessions))
         yield from (connected, received, sent, bytes_in, bytes_out, dropped, held, stalled)
-        yield from (exceeded, sessions)
+        yield from (exceeded, throttled, sessions)
         yield from refusals.log_for(self.broker).metrics()
         for source in list(self.broker.metric_sources):
             yield from source()

@@ -53,6 +53,7 @@ class AckOutlet(Protocol):
     protocol_version: int
     closing: bool
     loop: asyncio.AbstractEventLoop
+    admission: Any  # its `recent` publishes: one whose commit failed is forgotten
 
     def send(self, data: bytes) -> None: ...
 
@@ -91,8 +92,9 @@ class Acks:
         self.ack_publish(packet, code if conn.protocol_version == MQTT_5_0 else 0, reason)
 
     def duplicate(self, packet: Publish) -> None:
-        """A resent QoS 2 PUBLISH we already took: acknowledge again, don't deliver twice."""
-        self.send_ack(PacketType.PUBREC, packet.packet_id)
+        """A resent PUBLISH we already took: acknowledge again, don't deliver twice."""
+        kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
+        self.send_ack(kind, packet.packet_id)
 
     def hold_qos2(self, packet_id: int, commits: list) -> None:
         """Remember a QoS 2 packet id until PUBREL; a persistent session commits it with the
@@ -120,9 +122,11 @@ class Acks:
     async def _ack_after_commit(self, packet: Publish, code: int, commits: list) -> None:
         conn = self.conn
         results = await asyncio.gather(*commits, return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None and packet.qos == 1:  # not kept after all: a resend is new
+            conn.admission.recent.forget(packet.packet_id)
         if conn.closing:
             return
-        failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is None:
             self.ack_publish(packet, code)
         elif conn.protocol_version == MQTT_5_0:

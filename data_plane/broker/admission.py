@@ -4,14 +4,18 @@ touching the connection (enhanced auth's `Continue | Succeed | Fail` is the mode
 `PublishAdmission.admit` returns one of
 
 - `Accept(message, delay)`: route it (`delay`: a `$delayed/{seconds}/...` publish);
-- `Duplicate()`: a QoS 2 resend of a packet id already taken: PUBREC again, deliver nothing;
+- `Duplicate()`: a resend of a publish already taken (QoS 2: its packet id is held; QoS 1: a DUP
+  with the packet id, topic and payload of a recent one, `resends`): acknowledge again, deliver
+  nothing;
 - `Refuse(reason_code, reason)`: 5.0 negative acknowledgement; 3.1.1 acknowledges and drops;
 - `Disconnect(reason_code, reason)`: the connection ends;
-- `Pause(wait)`: 3.1.1 over its rate: stop reading and try this packet again in `wait` s.
+- `Pause(quota)`: over a publish rate: stop reading; the tenant's share (`fair_share`) wakes the
+  connection when this packet's turn comes, and it is tried again then.
 
-Every decision carries what it counts (`quota`: the quota key exceeded, for $SYS and the hooks;
-`counts`: the tenant statistics to bump), which the connection applies before acting. The
-admission keeps the state of its connection's inbound side: topic aliases and rate strikes.
+Every decision carries what it counts (`quota`: the quota key exceeded, or for `Pause` the one
+that slowed it, for $SYS and the hooks; `counts`: the tenant statistics to bump), which the
+connection applies before acting. The admission keeps the state of its connection's inbound
+side: topic aliases and rate strikes.
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from common.mqtt.errors import MQTTError
 from common.mqtt.packets import MQTT_5_0, Publish, Subscribe, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
 from common.mqtt.topics import validate_topic_name
+from data_plane.broker.fair_share import OverTooLong, over_the_rate
 from data_plane.broker.limits import MAX_DELAY, too_deep
 from data_plane.broker.message import Message, Origin
+from data_plane.broker.resends import SLOTS, RecentPublishes
 
-# 5.0 refusals in a row after which a sustained excess of the publish rate ends the connection.
+# 5.0 refusals in a row (each after `fair_share.PATIENCE` over the rate) that end the connection.
 RATE_STRIKES_BEFORE_DISCONNECT = 100
 
 
@@ -59,8 +65,7 @@ class Disconnect:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    wait: float
-    quota: str | None = None
+    quota: str
     counts: tuple[str, ...] = ()
 
 
@@ -80,7 +85,9 @@ class PublishAdmission:
         "retained",
         "alias_maximum",
         "receive_maximum",
-        "inbound_rates",
+        "share",
+        "waiter",
+        "recent",
         "strikes",
         "aliases",
         "origin",
@@ -93,14 +100,20 @@ class PublishAdmission:
         self.protocol_version = 4
         self.tenant = self.client_id = self.device = ""
         self.auth: Any = None  # the AuthResult: acl and quota (re-read on a policy change)
-        self.inbound_rates: Any = None  # the tenant's TenantRates, when publishes are limited
+        self.share: Any = None  # the tenant's PublishShare, when its publishes are limited
+        self.waiter: Any = None  # who the share wakes when a held publish may go (the gate)
+        self.recent = RecentPublishes()  # the last QoS 1 publishes taken, to know a resend
         self.strikes = 0
         self.aliases: dict[int, str] = {}
         self.origin: Origin | None = None
 
-    def begin(self, auth: Any, protocol_version: int, client_id: str) -> None:
-        """The identity CONNACK settled: publishes are judged for it from now on."""
+    def begin(
+        self, auth: Any, protocol_version: int, client_id: str, recent: RecentPublishes
+    ) -> None:
+        """The identity CONNACK settled: publishes are judged for it from now on (`recent`:
+        what its client id's previous connection took, to know its resends)."""
         self.auth, self.protocol_version, self.client_id = auth, protocol_version, client_id
+        self.recent = recent
         self.tenant, self.device = auth.tenant, auth.device
         # One per connection: the archive keys its per-batch table of publishers by it.
         self.origin = Origin(self.tenant, client_id, self.device)
@@ -119,38 +132,45 @@ class PublishAdmission:
                 if not topic:
                     return Disconnect(RC.PROTOCOL_ERROR, "unknown topic alias")
         qos = packet.qos
-        if qos == 2:
+        if qos == 1:
+            if packet.dup and self.recent.is_resend(packet.packet_id, topic, packet.payload):
+                return _DUPLICATE  # its PUBACK was lost: acknowledge again, deliver nothing
+        elif qos == 2:
             if packet.packet_id in inbound_qos2:
                 return _DUPLICATE  # a resend of a QoS 2 PUBLISH we already took
             if len(inbound_qos2) >= self.receive_maximum:
-                return Disconnect(RC.RECEIVE_MAXIMUM_EXCEEDED)
+                return Disconnect(
+                    RC.RECEIVE_MAXIMUM_EXCEEDED,
+                    f"more than {self.receive_maximum} QoS 2 publishes awaiting PUBREL "
+                    "(the Receive Maximum of CONNACK)",
+                )
         quota = self.auth.quota
         max_size = quota.get("max_message_size")
         if max_size is not None and len(packet.payload) > max_size:
-            # 0x95 is a DISCONNECT code (PUBACK cannot carry it); 3.1.1 drops it silently.
-            if v5:
-                return Disconnect(
-                    RC.PACKET_TOO_LARGE,
-                    f"message larger than {max_size} bytes",
-                    "message_size",
-                    ("dropped",),
-                )
-            return Refuse(0, "", "message_size")
-        if self.inbound_rates is not None:
-            wait = self.inbound_rates.admit(len(packet.payload))
-            if wait:
-                if not v5:  # 3.1.1 has no way to say it: stop reading, try again then
-                    return Pause(min(wait, 5.0), "publish_rate")
+            # 0x95 is a DISCONNECT code (PUBACK cannot carry it), and 3.1.1 has no negative
+            # acknowledgement: either way the connection ends, so that what was dropped is
+            # never acknowledged as taken.
+            return Disconnect(
+                RC.PACKET_TOO_LARGE,
+                f"message of {len(packet.payload)} bytes is larger than the plan's "
+                f"max_message_size of {max_size} bytes",
+                "message_size",
+                ("dropped",),
+            )
+        share = self.share
+        if share is not None:
+            held = share.take(self.waiter, self.device, len(packet.payload), v5 and qos > 0)
+            if held is not None:
+                if type(held) is not OverTooLong:
+                    return Pause(held.quota)  # slowed: tried again when its turn comes
+                # PUBACK/PUBREC cannot carry 0x96 (a DISCONNECT code): Quota exceeded.
                 self.strikes += 1
+                reason = over_the_rate(held.quota, share.quota, share.patience)
                 if self.strikes >= RATE_STRIKES_BEFORE_DISCONNECT:
                     return Disconnect(
-                        RC.MESSAGE_RATE_TOO_HIGH,
-                        "publish rate quota exceeded",
-                        "publish_rate",
-                        ("rate_limited",),
+                        RC.MESSAGE_RATE_TOO_HIGH, reason, held.quota, ("rate_limited",)
                     )
-                # PUBACK/PUBREC cannot carry 0x96 (a DISCONNECT code): Quota exceeded.
-                return Refuse(RC.QUOTA_EXCEEDED, "rate quota", "publish_rate", ("rate_limited",))
+                return Refuse(RC.QUOTA_EXCEEDED, reason, held.quota, ("rate_limited",))
             self.strikes = 0
         delay = None
         if topic.startswith("$delayed/"):
@@ -187,6 +207,9 @@ class PublishAdmission:
                 and not self.retained.has(self.tenant, topic)
             ):
                 return Refuse(RC.QUOTA_EXCEEDED, "retained message limit", "retained")
+        if qos == 1:  # remembered to know its resend (resends.RecentPublishes, inline)
+            packet_id = packet.packet_id
+            self.recent.slots[packet_id % SLOTS] = (packet_id, topic, packet.payload)
         return Accept(message, delay)
 
 

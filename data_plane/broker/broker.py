@@ -23,11 +23,12 @@ from common.service_token import is_platform_client
 from data_plane.broker import refused, wills
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.enhanced_auth import Method, ScramSha256
+from data_plane.broker.fair_share import Shares
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.limits import NEVER_EXPIRES
 from data_plane.broker.message import Message
 from data_plane.broker.ports import NO_PORTS, NOTHING, REACHED_ONE, Client, Ports, Published
-from data_plane.broker.rates import TenantRates
+from data_plane.broker.resends import ResendMemory
 from data_plane.broker.retained import RetainedStore
 from data_plane.broker.router import Router, Subscriber
 from data_plane.broker.session import Delivery, Session, SubscriptionState
@@ -64,7 +65,8 @@ class Broker:
             self.enhanced_auth[ScramSha256.name] = ScramSha256(authenticator.scram_lookup)
         # Optional callable(connect, auth_result) -> Redirect | None: send this client elsewhere.
         self.redirect: Callable[[Any, Any], Redirect | None] | None = None
-        self.rates: dict[str, Any] = {}  # tenant -> TenantRates
+        self.shares = Shares(config.rate_patience)  # tenants' publish rates, shared fairly
+        self.resends = ResendMemory()  # closed connections' last QoS 1 publishes
         # What it is plugged into, fixed for its life (see ports.Ports); None: memory only.
         self.persistence = ports.persistence
         self.retained_storage = ports.retained_storage
@@ -409,18 +411,10 @@ class Broker:
         self.hooks.run("quota.exceeded", tenant, key)
 
     def quota_throttled(self, tenant: str, key: str) -> None:
-        """Count a slowdown (a publisher paused, deliveries paced: nothing refused) for the
-        tenant's $SYS and let observers meter it."""
+        """Count a slowdown (a publisher held, deliveries paced: nothing refused) likewise."""
         throttled = self.stats[tenant].throttled
         throttled[key] = throttled.get(key, 0) + 1
         self.hooks.run("quota.throttled", tenant, key)
-
-    def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
-        """The tenant's shared token buckets, rebuilt when its quota changed."""
-        rates = self.rates.get(tenant)
-        if rates is None or rates.quota != quota:
-            rates = self.rates[tenant] = TenantRates(quota)
-        return rates
 
     def connection_count(self, tenant: str) -> int:
         return self.stats[tenant].connected

@@ -64,7 +64,7 @@ from data_plane.broker.flow import OutboundPacer, ReadGate
 from data_plane.broker.handshake import Handshake, Refusal
 from data_plane.broker.inbound import Inbound
 from data_plane.broker.message import Message
-from data_plane.broker.policy import apply_policy, authorize_session, tenant_rates
+from data_plane.broker.policy import apply_policy, authorize_session, set_rates
 from data_plane.broker.session import Session
 from data_plane.broker.stats import DISCONNECT_REASONS
 from data_plane.broker.writer import Writer
@@ -105,6 +105,7 @@ class MQTTConnection(asyncio.Protocol):
         self.inbound = Inbound(self, self.admission)
         self.acks = Acks(self)
         self.gate = ReadGate(self, self.loop, self._process)
+        self.admission.waiter = self.gate  # woken by the tenant's share when a held publish may go
         # Back-pressure: a subscriber that drained lets this publisher read again (ports.Outlet).
         self.unthrottle_by = self.gate.unthrottle_by
         # What each packet after CONNECT goes to (CONNECT itself is intercepted in _process).
@@ -139,6 +140,8 @@ class MQTTConnection(asyncio.Protocol):
         self._judging = False  # a CONNECT is being judged
         self.acked = False  # CONNACK (success) sent: stays true while closing
         self._counted = False  # counted in the tenant's connections: released exactly once
+        self._released = False  # the session and will let go (`_release`)
+        self._publishes_kept = False  # its last publishes handed to the broker's `resends`
 
     def _enter(self, state: State) -> None:
         self.state = state  # and `closing`, which sessions ask per delivery, a plain attribute
@@ -207,14 +210,25 @@ class MQTTConnection(asyncio.Protocol):
                 return
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.broker.connections.discard(self)
+        self._release("tcp_closed" if exc is None else "sock_error")
+
+    def _release(self, reason: str) -> None:
+        """The connection is over (closed by us, or lost): its session, will and counts go.
+        Once, whichever comes first: our close, or the socket's end."""
+        if self._released:
+            return
+        self._released = True
         self._enter(State.CLOSING)
+        self._keep_publishes()
         if not self.disconnect_reason:
-            self.disconnect_reason = "tcp_closed" if exc is None else "sock_error"
+            self.disconnect_reason = reason
         if self._timer:
             self._timer.cancel()
         self.handshake.wake()
         self.pacer.cancel()
-        self.broker.connections.discard(self)
+        if self.admission.share is not None:
+            self.admission.share.leave(self.gate)
         session = self.session
         if session is None:
             return
@@ -245,9 +259,18 @@ class MQTTConnection(asyncio.Protocol):
     # -- writing ------------------------------------------------------------------------
 
     def close(self) -> None:
+        """End the connection: what was written reaches the client (`Writer.shut`), and the
+        session is released on the next loop turn, whatever the client does meanwhile."""
         self._enter(State.CLOSING)
-        self.writer.flush()
-        self.transport.close()
+        self._keep_publishes()  # now: a connection taking over may open before the release
+        self.writer.shut(self.config.close_linger)
+        self.loop.call_soon(self._release, "server_closed")
+
+    def _keep_publishes(self) -> None:
+        """Once, as the connection ends: what it took, to know its client's resends later."""
+        if self.acked and not self._publishes_kept:
+            self._publishes_kept = True
+            self.broker.resends.closed(self.tenant, self.client_id, self.admission.recent)
 
     def disconnect(
         self, reason_code: int, reason: str = "", *, reference: str = "", refusal: bool = True
@@ -287,11 +310,6 @@ class MQTTConnection(asyncio.Protocol):
             self.broker.schedule_will(session, self._will, self._will_delay)
             self._will = None
 
-    def _set_rates(self) -> None:  # the tenant's shared buckets (see policy.tenant_rates)
-        rates = tenant_rates(self.broker, self.tenant, self.auth.quota)
-        self.admission.inbound_rates = rates if rates is not None and rates.limits_inbound else None
-        self.outbound_bucket = rates.outbound_bytes if rates is not None else None
-
     def will_on_close(self, send: bool) -> None:
         """Whether the will goes out when this connection closes (DISCONNECT 0x04 asks)."""
         self._send_will = send
@@ -327,6 +345,8 @@ class MQTTConnection(asyncio.Protocol):
     def _check_keep_alive(self) -> None:
         if self.closing:
             return
+        if self.gate.holds:  # we stopped reading: what the client sent waits in its socket
+            self._last_received = time.monotonic()
         idle = time.monotonic() - self._last_received
         limit = self.keep_alive * 1.5
         if idle >= limit:
@@ -419,8 +439,9 @@ class MQTTConnection(asyncio.Protocol):
                 log.warning("could not persist session %s: %s", client_id, exc)
             if self.closing:
                 return  # dropped while we waited: connection_lost has let the session go
-        self._set_rates()
-        self.admission.begin(result, self.protocol_version, client_id)
+        set_rates(self)
+        recent = self.broker.resends.opened(self.tenant, client_id)
+        self.admission.begin(result, self.protocol_version, client_id, recent)
         self.keep_alive, server_keep_alive = self.handshake.keep_alive(connect, quota)
         assigned = None if (result.client_id or connect.client_id) else client_id
         connack = self.handshake.connack(
@@ -446,4 +467,4 @@ class MQTTConnection(asyncio.Protocol):
     def apply_policy(self, policy: Any) -> None:
         """The tenant's policy changed (`data_plane.tenancy`): re-read its quota and ACL."""
         if apply_policy(self, policy):
-            self._set_rates()
+            set_rates(self)

@@ -5,8 +5,8 @@ Three reasons, each with its own way out:
 
 - `burst`: one read brought many packets; yield a loop turn so the deliveries they produced are
   written before more is read (fairness, bounded batches). Ends on the next loop turn.
-- `rate`: a 3.1.1 client over its tenant's publish rate (it cannot be told): the packet is held
-  and retried when the bucket has refilled.
+- `rate`: a client over a publish rate (its tenant's or its device's): the packet is held and
+  retried when the tenant's share (`fair_share.PublishShare`) says its turn has come (`wake`).
 - `throttled_by`: subscribers whose queues backed up with what this client published (the
   `slow_down` of `Broker.publish`'s result); each releases it when drained, and all of them at
   once after `THROTTLE_LIMIT` seconds (a dead subscriber cannot hold a publisher for long).
@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any
-
-from data_plane.broker import refused
 
 
 class ReadGate:
@@ -54,12 +52,20 @@ class ReadGate:
             self.owner.transport.pause_reading()
             self.loop.call_soon(self._end_burst)
 
-    def pause_for_rate(self, wait: float, packet: Any) -> None:
-        """Stop reading and try `packet` again in `wait` seconds."""
-        self.owner.transport.pause_reading()
-        self.rate = True
+    def hold_for_turn(self, packet: Any) -> None:
+        """Stop reading; `packet` goes first when the share wakes us (`wake`)."""
+        if not self.rate:
+            self.owner.transport.pause_reading()
+            self.rate = True
         self.held.insert(0, packet)
-        self.loop.call_later(wait, self._end_rate)
+
+    @property
+    def closing(self) -> bool:  # fair_share.Waiter: a closed connection's turn is skipped
+        return self.owner.closing
+
+    def wake(self) -> None:
+        """fair_share.Waiter: our held publish may go now."""
+        self._end_rate()
 
     def slow_down(self, sessions: tuple) -> None:
         """Stop reading for these subscribers (never for the client's own session); each
@@ -136,9 +142,8 @@ class OutboundPacer:
         self._timer: asyncio.TimerHandle | None = None
 
     def pace(self, wait: float) -> None:
-        if self._timer is None:
-            self.owner.broker.quota_exceeded(self.owner.tenant, "outbound_rate")
-            refused.paced(self.owner)
+        if self._timer is None:  # slowed, nothing refused: counted as throttling
+            self.owner.broker.quota_throttled(self.owner.tenant, "outbound_rate")
             self._timer = self.loop.call_later(wait, self._end)
 
     def cancel(self) -> None:

@@ -21,7 +21,7 @@ from common.mqtt.packets import (
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker import admission, refused
 from data_plane.broker.acks import Acks
-from data_plane.broker.admission import Accept, Duplicate, PublishAdmission, Refuse
+from data_plane.broker.admission import Accept, Duplicate, Pause, PublishAdmission, Refuse
 
 
 class InboundOutlet(Protocol):
@@ -87,14 +87,16 @@ class Inbound:
         if type(decision) is Duplicate:
             conn.acks.duplicate(packet)
             return
+        if type(decision) is Pause:  # slowed: tried again when the tenant's share wakes it
+            conn.broker.quota_throttled(conn.tenant, decision.quota)
+            conn.gate.hold_for_turn(packet)
+            return
         self.count(conn.tenant, decision.quota, decision.counts)
         refused.publish(conn, decision, packet.topic)
         if type(decision) is Refuse:
             conn.acks.refuse(packet, decision.reason_code, decision.reason)
-        elif type(decision) is admission.Disconnect:
+        else:
             conn.disconnect(decision.reason_code, decision.reason, refusal=False)
-        else:  # Pause: 3.1.1 over its rate; this packet is tried again when the gate reopens
-            conn.gate.pause_for_rate(decision.wait, packet)
 
     def subscribe(self, packet: Subscribe) -> None:
         conn = self.conn

@@ -15,8 +15,24 @@ def tenant_rates(broker: Any, tenant: str, quota: dict[str, int]) -> Any | None:
     if any(quota.get(key) for key in RATE_KEYS):
         if broker.cluster is not None:  # budgets shared by the nodes (data_plane.cluster.limits)
             return broker.cluster.rates_for(tenant, quota)
-        return broker.rates_for(tenant, quota)
+        return broker.shares.local_rates(tenant, quota)
     return None
+
+
+def set_rates(conn: Any) -> None:
+    """The connection's rates under its auth's quota: the tenant's share of publishes (the
+    fair queue around the tenant's inbound buckets, `fair_share`) and its outbound bucket."""
+    quota = conn.auth.quota
+    rates = tenant_rates(conn.broker, conn.tenant, quota)
+    inbound = rates if rates is not None and rates.limits_inbound else None
+    admission, gate = conn.admission, conn.gate
+    share, old = conn.broker.shares.share(conn.tenant, inbound, quota), admission.share
+    admission.share = share
+    conn.outbound_bucket = rates.outbound_bytes if rates is not None else None
+    if old is not None and old is not share:
+        old.leave(gate)
+        if gate.rate:  # a held publish: judged again under the new limits
+            gate.wake()
 
 
 def reapply(auth: Any, policy: Any, tenant: str, device: str) -> None:

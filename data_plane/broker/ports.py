@@ -175,7 +175,8 @@ class Cluster(Protocol):
         ...
 
     def rates_for(self, tenant: str, quota: dict[str, int]) -> Any:
-        """The tenant's rate buckets (as `Broker.rates_for`), shared by every node."""
+        """The tenant's rate buckets (as `Shares.local_rates` on one broker), shared by every
+        node."""
         ...
 
     def figures(self, tenant: str, local: dict[str, Any]) -> dict[str, Any]:

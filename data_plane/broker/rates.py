@@ -63,6 +63,7 @@ class TenantRates:
     __slots__ = (
         "message_rate", "byte_rate", "message_tokens", "message_burst", "byte_tokens",
         "byte_burst", "updated", "outbound_bytes", "quota", "exceeded", "limits_inbound",
+        "held_by",
     )  # fmt: skip
 
     def __init__(self, quota: dict[str, int]) -> None:
@@ -78,6 +79,7 @@ class TenantRates:
         self.quota = dict(quota)
         self.exceeded = 0
         self.limits_inbound = bool(self.message_rate or self.byte_rate)
+        self.held_by = "publish_rate"  # the quota key of the last publish that had to wait
 
     def admit(self, size: int) -> float:
         """0.0 to admit a publish of `size` bytes (both buckets pay); else how long the
@@ -94,8 +96,10 @@ class TenantRates:
         wait = 0.0
         if self.message_rate and messages < 1.0 - 1e-9:  # float refills land a hair short
             wait = (1.0 - messages) / self.message_rate
+            self.held_by = "publish_rate"
         elif self.byte_rate and octets < size - 1e-9:
             wait = (size - octets) / self.byte_rate
+            self.held_by = "inbound_bytes_rate"
         if wait:
             self.exceeded += 1
         else:

@@ -68,11 +68,6 @@ def subscribe(conn: Any, filters: list[str], codes: list[int]) -> None:
             _tell(conn, "quota_exceeded", code, "subscriptions")
 
 
-def paced(conn: Any) -> None:
-    """Deliveries to this client held back by the tenant's outbound rate."""
-    _tell(conn, "quota_exceeded", RC.QUOTA_EXCEEDED, "outbound_rate: paced")
-
-
 def malformed(conn: Any, reason_code: int, reason: str) -> None:
     """Bytes that are not valid MQTT, or a protocol violation: the connection ends."""
     _tell(conn, "malformed_packet", reason_code, reason)

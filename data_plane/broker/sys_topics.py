@@ -47,6 +47,7 @@ def publish_sys(broker: Any) -> None:
             # Which devices are connected (bounded): the portal's presence snapshot.
             "clients/online": _online_list(online.get(tenant, ())),
             **{f"quota/exceeded/{key}": n for key, n in stats.exceeded.items()},
+            **{f"quota/throttled/{key}": n for key, n in stats.throttled.items()},
         }
         if nodes is not None:  # a cluster: the tenant's figures summed over its nodes
             figures = broker.cluster.figures(tenant, figures)

@@ -4,6 +4,8 @@ out in a single `transport.write` (fewer syscalls, one TLS record or WebSocket f
 `hold` keeps the batch back while a CONNECT is answered: CONNACK must be the first packet from
 the server [MQTT-3.2.0-1], so it goes in `first` and whatever the session delivered meanwhile
 follows it.
+
+`shut` ends the connection without a reset (see there): whatever was written reaches the client.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 
 class Writer:
-    __slots__ = ("owner", "loop", "pending", "size", "scheduled", "hold")
+    __slots__ = ("owner", "loop", "pending", "size", "scheduled", "hold", "shut_down")
 
     def __init__(self, owner: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.owner = owner  # the connection: its transport, session and `write_paused`
@@ -22,6 +24,7 @@ class Writer:
         self.size = 0  # bytes batched this turn
         self.scheduled = False
         self.hold = False
+        self.shut_down = False  # `shut`: nothing more is written
 
     def send(self, data: bytes) -> None:
         """Queue bytes for this loop turn's single write."""
@@ -47,7 +50,7 @@ class Writer:
         self.size = 0
         pending = self.pending
         owner = self.owner
-        if pending and not owner.transport.is_closing():
+        if pending and not self.shut_down and not owner.transport.is_closing():
             data = pending[0] if len(pending) == 1 else b"".join(pending)
             pending.clear()
             owner.transport.write(data)
@@ -60,5 +63,26 @@ class Writer:
     def now(self, data: bytes) -> None:
         """What was batched, then `data`, at once (a refusal just before closing)."""
         self.flush()
-        if not self.owner.transport.is_closing():
+        if not self.shut_down and not self.owner.transport.is_closing():
             self.owner.transport.write(data)
+
+    def shut(self, linger: float) -> None:
+        """Write what is batched, then close so that the client can read it all. Closing a
+        socket whose peer's packets sit unread makes the kernel send a reset at once, dropping
+        what we wrote that the client had not yet received (the acknowledgements of messages
+        already delivered: it would send them again). So our side finishes instead (FIN after
+        the last byte, where the transport can: TCP), what the client still sends is read and
+        discarded (the connection is closing), and the socket closes when the client closes
+        its side, or after `linger` seconds."""
+        self.flush()
+        self.shut_down = True
+        transport = self.owner.transport
+        if transport is None or transport.is_closing():
+            return
+        try:
+            if transport.can_write_eof():
+                transport.write_eof()
+            transport.resume_reading()  # a paused reader would leave the client's bytes unread
+        except (NotImplementedError, RuntimeError, OSError):
+            pass  # TLS and WebSocket cannot half-close: the client reads, then closes itself
+        self.loop.call_later(linger, transport.close)

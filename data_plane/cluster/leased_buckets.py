@@ -50,7 +50,9 @@ class ClusterRates:
     """A tenant's rates at this node, as `data_plane.broker.rates.TenantRates` (the admission
     and the session call the same methods), on tokens leased from the cluster's buckets."""
 
-    __slots__ = ("quota", "exceeded", "limits_inbound", "messages", "inbound", "outbound_bytes")
+    __slots__ = (
+        "quota", "exceeded", "limits_inbound", "messages", "inbound", "outbound_bytes", "held_by",
+    )  # fmt: skip
 
     def __init__(self, quota: dict[str, int], buckets: dict[str, LeasedBucket]) -> None:
         self.quota = dict(quota)
@@ -59,6 +61,7 @@ class ClusterRates:
         self.inbound = buckets.get("inbound")
         self.outbound_bytes = buckets.get("outbound")
         self.limits_inbound = self.messages is not None or self.inbound is not None
+        self.held_by = "publish_rate"  # the quota key of the last publish that had to wait
 
     def admit(self, size: int) -> float:
         """0.0 to admit a publish of `size` bytes (both leases pay); else how long the publisher
@@ -66,9 +69,11 @@ class ClusterRates:
         messages, octets = self.messages, self.inbound
         if messages is not None and messages.tokens < 1.0 - 1e-9:
             messages.starved = True
+            self.held_by = "publish_rate"
         elif octets is not None and octets.tokens < size - 1e-9:
             octets.starved = True
             octets.want = max(octets.want, float(size))
+            self.held_by = "inbound_bytes_rate"
         else:
             if messages is not None:
                 messages.tokens -= 1.0

@@ -104,7 +104,7 @@ class RateLeases:
         return f"{self.cluster.keys.prefix}:bucket:{tenant}:{kind}"
 
     def rates_for(self, tenant: str, quota: dict[str, int]) -> ClusterRates:
-        """The tenant's leased buckets (as `Broker.rates_for`), rebuilt when its quota changed
+        """The tenant's leased buckets (as `Shares.local_rates`), rebuilt when its quota changed
         (the tokens held are kept: the next lease reports them)."""
         rates = self.rates.get(tenant)
         if rates is not None and rates.quota == quota:

@@ -57,7 +57,7 @@ class ClusterLimits:
         return await self.counts.admit(conn, tenant, limit)
 
     def rates_for(self, tenant: str, quota: dict[str, int]) -> ClusterRates:
-        """The tenant's leased buckets, as `Broker.rates_for` (see `leases`)."""
+        """The tenant's leased buckets, as `Shares.local_rates` (see `leases`)."""
         return self.leases.rates_for(tenant, quota)
 
     def figures(self, tenant: str, local: dict[str, Any]) -> dict[str, Any]:
