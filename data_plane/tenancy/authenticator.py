@@ -95,10 +95,10 @@ class PostgresAuthenticator:
                 tenant=tenant,
                 device=device,
             )
-        except IdentityError as exc:
+        except IdentityError as exc:  # the tenant named only if it exists (it has keys)
             return self._result(
                 self.directory.refuse(
-                    address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc), tenant
+                    address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc), tenant if keys else ""
                 )
             )
         key_id = next(id_ for id_, key in keys if key is used)

@@ -328,10 +328,8 @@ class TenantDirectory:
         token = (password or b"").decode("utf-8", "replace")
         if self.service_key is None or not service_identity.verify(
             self.service_key, tenant, client_id, token, device=device
-        ):
-            return self._fail(
-                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad service token", tenant
-            )
+        ):  # no tenant named: anyone may type any name here (it must not become a label)
+            return self._fail(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad service token")
         try:
             policy = await self.policy(tenant)
         except DirectoryUnavailable:

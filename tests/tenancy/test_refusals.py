@@ -201,6 +201,24 @@ def test_a_flood_of_failures_is_counted_in_full_but_logged_sparingly(tmp_path):
         assert 1 <= len(lines) <= 6, lines  # a burst of 5, then one per 10 s
 
 
+def test_strangers_names_never_become_metric_labels(tmp_path):
+    """Anyone may type any tenant name: 20 strangers posing as the platform's own identities
+    (`NAME/$rules`, `NAME/$portal`), with a JWT-looking password, or as a device, add no
+    series to `/metrics`; their refusals are counted under the one label for no tenant."""
+    log = tmp_path / "broker.log"
+    jwt_like = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+    with broker_with_metrics(log) as ports:
+        for n in range(20):
+            name = f"stranger{n}"
+            username = (f"{name}/$rules", f"{name}/$portal", f"{name}/dev", f"{name}/jwt")[n % 4]
+            password = jwt_like if username.endswith("/jwt") else "anything"
+            Paho(ports["mqtt"], username, password, f"$rules-{n}" if n % 4 == 0 else "").close()
+        counted = wait_for(lambda: sum(refusals(ports["metrics"]).values()) >= 20)
+        tenants = {key[0] for key in refusals(ports["metrics"])}
+    assert counted
+    assert tenants == {""}
+
+
 def _ws_upgrade(port: int) -> socket.socket:
     """A raw socket through the broker's WebSocket upgrade on `/mqtt` (subprotocol mqtt)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
