@@ -51,13 +51,15 @@ class PostgresAuthenticator:
     async def _by_certificate(
         self, connect: Connect, address: str, chain: Sequence[bytes] | bytes
     ) -> AuthResult:
-        if self.directory.by_address.blocked(address):
-            return self._result(await self.directory.admit("", "", "", address, None))
+        if self.directory.by_source.blocked((address, (connect.username or "")[:256])):
+            return self._result(await self.directory.admit("", "", "", address, connect.username))
         try:
             who = await identify_certificate(self.identities, chain, connect.username)
         except IdentityError as exc:
             return self._result(
-                self.directory.refuse(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc))
+                self.directory.refuse(
+                    address, connect.username, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc)
+                )
             )
         except Exception as exc:  # the database: like the directory, refuse as unavailable
             log.warning("certificate lookup failed: %s", exc)
@@ -76,11 +78,16 @@ class PostgresAuthenticator:
         if not tenant or not device or "/" in device:
             return self._result(
                 self.directory.refuse(
-                    address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "username must be tenant/device"
+                    address,
+                    connect.username,
+                    ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+                    "username must be tenant/device",
                 )
             )
-        if self.directory.by_address.blocked(address):
-            return self._result(await self.directory.admit(tenant, device, "", address, None))
+        if self.directory.by_source.blocked((address, (connect.username or "")[:256])):
+            return self._result(
+                await self.directory.admit(tenant, device, "", address, connect.username)
+            )
         try:
             keys = await self.identities.jwt_keys(tenant)
         except Exception as exc:
@@ -98,7 +105,11 @@ class PostgresAuthenticator:
         except IdentityError as exc:  # the tenant named only if it exists (it has keys)
             return self._result(
                 self.directory.refuse(
-                    address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc), tenant if keys else ""
+                    address,
+                    connect.username,
+                    ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+                    str(exc),
+                    tenant if keys else "",
                 )
             )
         key_id = next(id_ for id_, key in keys if key is used)

@@ -3,8 +3,10 @@
 Cheap under connect storms: a device's record (its active credential hashes, flags, client-id
 policy) is cached until a notification says it changed (and at most `ttl` seconds); a secret that
 verified is remembered by its digest, so a wrong secret never matches the cache; unknown
-tenants/devices are negative-cached briefly; failed attempts are throttled per source address
-and per tenant.
+tenants/devices are negative-cached briefly. Failed attempts are throttled per source (address
+and user name) and per device, never per address alone: a neighbour's failures behind the same
+address (a NAT, a gateway) never lock a device out, and a throttled key still has one attempt a
+second judged, so the right secret gets in (`FailureThrottle`).
 """
 
 from __future__ import annotations
@@ -47,25 +49,37 @@ class Decision:
 
 
 class FailureThrottle:
-    """At most `limit` failures per key in a sliding `window`; further attempts are refused."""
+    """At most `limit` failures per key in a sliding `window`; beyond, the key's attempts are
+    refused unjudged but for one every `trickle` seconds, which is judged as usual: guessing
+    slows to that pace while the right secret still gets in (clients retry)."""
 
-    def __init__(self, limit: int, window: float, clock=time.monotonic) -> None:
-        self.limit, self.window, self._clock = limit, window, clock
-        self._failures: dict[str, deque[float]] = defaultdict(deque)
+    def __init__(
+        self, limit: int, window: float, clock=time.monotonic, trickle: float = 1.0
+    ) -> None:
+        self.limit, self.window, self.trickle, self._clock = limit, window, trickle, clock
+        self._failures: dict[Any, deque[float]] = defaultdict(deque)
+        self._judged: dict[Any, float] = {}  # key -> when its last trickle attempt was judged
 
-    def blocked(self, key: str) -> bool:
+    def blocked(self, key: Any) -> bool:
         failures = self._failures.get(key)
         if not failures:
             return False
-        cutoff = self._clock() - self.window
+        now = self._clock()
+        cutoff = now - self.window
         while failures and failures[0] < cutoff:
             failures.popleft()
         if not failures:
             del self._failures[key]
+            self._judged.pop(key, None)
             return False
-        return len(failures) >= self.limit
+        if len(failures) < self.limit:
+            return False
+        if now - self._judged.get(key, float("-inf")) >= self.trickle:
+            self._judged[key] = now  # this one is judged
+            return False
+        return True
 
-    def fail(self, key: str) -> None:
+    def fail(self, key: Any) -> None:
         self._failures[key].append(self._clock())
 
 
@@ -80,7 +94,7 @@ class TenantDirectory:
         *,
         ttl: float = 60.0,
         negative_ttl: float = 2.0,
-        failures_per_address: int = 20,
+        failures_per_source: int = 20,
         failures_per_device: int = 50,
         failure_window: float = 10.0,
         clock=time.monotonic,
@@ -93,7 +107,8 @@ class TenantDirectory:
         self._policies: dict[str, tuple[float, TenantPolicy | None]] = {}
         # (tenant, device) -> {sha256(secret): credential id} of secrets that verified
         self._verified: dict[tuple[str, str], dict[bytes, int]] = {}
-        self.by_address = FailureThrottle(failures_per_address, failure_window, clock)
+        # (address, user name) -> failures; (tenant, device) -> failures
+        self.by_source = FailureThrottle(failures_per_source, failure_window, clock)
         self.by_device = FailureThrottle(failures_per_device, failure_window, clock)
         self.stats: dict[str, int] = defaultdict(int)
 
@@ -162,17 +177,19 @@ class TenantDirectory:
     async def authenticate(
         self, username: str | None, password: bytes | None, client_id: str, address: str
     ) -> Decision:
-        if self.by_address.blocked(address):
+        source = (address, (username or "")[:256])
+        if self.by_source.blocked(source):
             return Decision(
-                ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts from this address"
+                ReasonCode.CONNECTION_RATE_EXCEEDED,
+                "too many failed attempts for this user name from this address",
             )
         tenant, _, device = (username or "").partition("/")
         if not tenant or not device or "/" in device or len(username or "") > 256:
             return self._fail(
-                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "username must be tenant/device"
+                source, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "username must be tenant/device"
             )
         if device in service_identity.SERVICE_DEVICES:
-            return await self._service(tenant, device, password, client_id, address)
+            return await self._service(tenant, device, password, client_id, source)
         try:
             record = await self.device(tenant, device)
             policy = await self.policy(tenant) if record is not None else None
@@ -183,21 +200,21 @@ class TenantDirectory:
             )
         key = (tenant, device)
         if record is None:
-            return self._fail(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown tenant")
+            return self._fail(source, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown tenant")
         if not record.tenant_active:
-            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
+            return self._fail(source, ReasonCode.BANNED, "tenant suspended", tenant)
         if record.device_id is None:
             return self._fail(
-                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
+                source, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
             )
         if not record.enabled:
-            return self._fail(address, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant)
+            return self._fail(source, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant)
         if self.by_device.blocked(key):
-            # Guessing this device's secret from many addresses: only a secret that verified
-            # before still passes (no hashing, no new guesses judged).
+            # Guessing this device's secret from many addresses: a secret that verified before
+            # still passes (no hashing); new guesses wait for the throttle's trickle.
             credential = self._known_secret(record, password) if password else None
             if credential is None:
-                self.by_address.fail(address)
+                self.by_source.fail(source)
                 self.stats["rejected_0x9f"] += 1
                 return Decision(
                     ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant
@@ -206,7 +223,7 @@ class TenantDirectory:
             credential = self._secret_ok(record, password) if password else None
             if credential is None:
                 return self._fail(
-                    address,
+                    source,
                     ReasonCode.BAD_USER_NAME_OR_PASSWORD,
                     "wrong or expired secret",
                     tenant,
@@ -215,10 +232,10 @@ class TenantDirectory:
         assigned = self._client_id(record, client_id)
         if assigned is None:
             return self._fail(
-                address, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
+                source, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
             )
         if policy is None or not policy.active:
-            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
+            return self._fail(source, ReasonCode.BANNED, "tenant suspended", tenant)
         self.stats["accepted"] += 1
         return Decision(
             ReasonCode.SUCCESS,
@@ -237,13 +254,15 @@ class TenantDirectory:
         """For an identity proven otherwise (a client certificate, a JWT): may this device
         connect now? The same checks as after a secret, the secret aside. A user name, when the
         client sends one, must name the same device."""
-        if self.by_address.blocked(address):
+        source = (address, (username or "")[:256])
+        if self.by_source.blocked(source):
             return Decision(
-                ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts from this address"
+                ReasonCode.CONNECTION_RATE_EXCEEDED,
+                "too many failed attempts for this user name from this address",
             )
         if username and username != f"{tenant}/{device}":
             return self._fail(
-                address,
+                source,
                 ReasonCode.BAD_USER_NAME_OR_PASSWORD,
                 "user name does not match the identity",
                 tenant,
@@ -257,23 +276,25 @@ class TenantDirectory:
             )
         if record is None or record.device_id is None:
             return self._fail(
-                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
+                source, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
             )
         if not record.tenant_active or policy is None or not policy.active:
-            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
+            return self._fail(source, ReasonCode.BANNED, "tenant suspended", tenant)
         if not record.enabled:
-            return self._fail(address, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant)
+            return self._fail(source, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant)
         assigned = self._client_id(record, client_id)
         if assigned is None:
             return self._fail(
-                address, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
+                source, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
             )
         self.stats["accepted"] += 1
         return Decision(ReasonCode.SUCCESS, "", tenant, device, assigned, policy)
 
-    def refuse(self, address: str, code: int, reason: str, tenant: str = "") -> Decision:
-        """A failed proof of identity (certificate, JWT): counted against the address."""
-        return self._fail(address, code, reason, tenant)
+    def refuse(
+        self, address: str, username: str | None, code: int, reason: str, tenant: str = ""
+    ) -> Decision:
+        """A failed proof of identity (certificate, JWT): counted against its source."""
+        return self._fail((address, (username or "")[:256]), code, reason, tenant)
 
     async def scram_identity(
         self, username: str | None, client_id: str, address: str
@@ -281,12 +302,13 @@ class TenantDirectory:
         """For SCRAM-SHA-256: who the user name names, whether it may connect now (the secret
         aside: the exchange proves it), and the verifiers of its live credentials, newest first,
         as `(credential, (salt, stored key, server key, iterations))` pairs."""
-        if self.by_address.blocked(address):
+        source = (address, (username or "")[:256])
+        if self.by_source.blocked(source):
             return Decision(ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts"), None
         tenant, _, device = (username or "").partition("/")
         if not tenant or not device or "/" in device or device in service_identity.SERVICE_DEVICES:
             return self._fail(
-                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "username must be tenant/device"
+                source, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "username must be tenant/device"
             ), None
         try:
             record = await self.device(tenant, device)
@@ -297,12 +319,12 @@ class TenantDirectory:
             ), None
         if record is None or record.device_id is None:
             return self._fail(
-                address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
+                source, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown device", tenant
             ), None
         if not record.tenant_active or policy is None or not policy.active:
-            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant), None
+            return self._fail(source, ReasonCode.BANNED, "tenant suspended", tenant), None
         if not record.enabled:
-            return self._fail(address, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant), None
+            return self._fail(source, ReasonCode.NOT_AUTHORIZED, "device disabled", tenant), None
         if self.by_device.blocked((tenant, device)):
             return Decision(
                 ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts", tenant
@@ -310,7 +332,7 @@ class TenantDirectory:
         assigned = self._client_id(record, client_id)
         if assigned is None:
             return self._fail(
-                address, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
+                source, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id not allowed", tenant
             ), None
         now = datetime.now(UTC)
         verifiers = [
@@ -322,14 +344,14 @@ class TenantDirectory:
         return Decision(ReasonCode.SUCCESS, "", tenant, device, assigned, policy), verifiers or None
 
     async def _service(
-        self, tenant: str, device: str, password: bytes | None, client_id: str, address: str
+        self, tenant: str, device: str, password: bytes | None, client_id: str, source: tuple
     ) -> Decision:
         """A service identity of one tenant: the portal's or the rules' (`service_identity`)."""
         token = (password or b"").decode("utf-8", "replace")
         if self.service_key is None or not service_identity.verify(
             self.service_key, tenant, client_id, token, device=device
         ):  # no tenant named: anyone may type any name here (it must not become a label)
-            return self._fail(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad service token")
+            return self._fail(source, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "bad service token")
         try:
             policy = await self.policy(tenant)
         except DirectoryUnavailable:
@@ -337,22 +359,22 @@ class TenantDirectory:
                 ReasonCode.SERVER_UNAVAILABLE, "authentication backend unavailable", tenant
             )
         if policy is None:
-            return self._fail(address, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown tenant")
+            return self._fail(source, ReasonCode.BAD_USER_NAME_OR_PASSWORD, "unknown tenant")
         if not policy.active:
-            return self._fail(address, ReasonCode.BANNED, "tenant suspended", tenant)
+            return self._fail(source, ReasonCode.BANNED, "tenant suspended", tenant)
         return Decision(ReasonCode.SUCCESS, "", tenant, device, client_id, policy)
 
     def _fail(
         self,
-        address: str,
+        source: tuple[str, str],
         code: int,
         reason: str,
         tenant: str = "",
         device: tuple[str, str] | None = None,
     ) -> Decision:
-        """Count a failure against the address and, for a wrong secret of an existing device,
-        against that device."""
-        self.by_address.fail(address)
+        """Count a failure against its source (address, user name) and, for a wrong secret of
+        an existing device, against that device."""
+        self.by_source.fail(source)
         if device is not None:
             self.by_device.fail(device)
         self.stats[f"rejected_{code:#04x}"] += 1

@@ -138,14 +138,24 @@ def test_cache_serves_repeat_connects_without_the_database(acme):
     assert stats["device_cache_misses"] == 1 and stats["device_cache_hits"] == 49
 
 
-def test_failed_attempts_are_throttled_per_address(acme):
-    _, secret, _ = acme
+def test_failed_attempts_are_throttled_per_source_and_the_right_secret_still_gets_in(acme):
+    """20 wrong secrets for one user name from one address: that user name from that address is
+    refused unjudged (0x9f) but for one attempt a second, so the right secret gets in at its
+    next try; the same address with another user name, or another address, is not slowed."""
+    tenant, secret, _ = acme
+    _, neighbour = services.device_create(tenant=tenant, name="sensor-9")
 
     async def check(directory):
         for _ in range(20):
             await directory.authenticate("acme/sensor-1", b"wrong", "", "10.0.0.1")
-        blocked = await directory.authenticate("acme/sensor-1", secret.encode(), "", "10.0.0.1")
+        guess = await directory.authenticate("acme/sensor-1", b"wrong", "", "10.0.0.1")
+        unjudged = await directory.authenticate("acme/sensor-1", secret.encode(), "", "10.0.0.1")
+        beside = await directory.authenticate("acme/sensor-9", neighbour.encode(), "", "10.0.0.1")
         elsewhere = await directory.authenticate("acme/sensor-1", secret.encode(), "", "10.0.0.2")
-        return blocked.reason_code, elsewhere.reason_code
+        await asyncio.sleep(1.05)
+        later = await directory.authenticate("acme/sensor-1", secret.encode(), "", "10.0.0.1")
+        codes = (guess, unjudged, beside, elsewhere, later)
+        return tuple(decision.reason_code for decision in codes)
 
-    assert run(check) == (0x9F, 0x00)
+    # the trickle judged the guess (0x86); the right secret just after waits its second
+    assert run(check) == (0x86, 0x9F, 0x00, 0x00, 0x00)
