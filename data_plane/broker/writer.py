@@ -73,11 +73,15 @@ class Writer:
         already delivered: it would send them again). So our side finishes instead (FIN after
         the last byte, where the transport can: TCP), what the client still sends is read and
         discarded (the connection is closing), and the socket closes when the client closes
-        its side, or after `linger` seconds."""
+        its side, or after `linger` seconds. TLS does this itself: its shutdown sends
+        close_notify after the last record and reads until the client's."""
         self.flush()
         self.shut_down = True
         transport = self.owner.transport
         if transport is None or transport.is_closing():
+            return
+        if transport.get_extra_info("sslcontext") is not None:
+            transport.close()
             return
         try:
             if transport.can_write_eof():
