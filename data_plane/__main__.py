@@ -88,6 +88,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds a client may stay over its publish rate, slowed, before its MQTT 5 "
         "QoS 1/2 publishes that cannot go at once are refused (0x97)",
     )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=float(os.environ.get("MQTT_CONNECT_TIMEOUT", "10")),
+        help="seconds from accepting a socket to its CONNACK (WebSocket: upgrade included)",
+    )
+    parser.add_argument(
+        "--preauth-per-source",
+        type=int,
+        default=int(os.environ.get("MQTT_PREAUTH_PER_SOURCE", "128")),
+        help="unauthenticated sockets one address may hold; more are closed at once",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -115,6 +127,8 @@ async def run(args: argparse.Namespace) -> None:
         server_reference=args.server_reference,
         reuse_port=args.reuse_port,
         rate_patience=args.rate_patience,
+        connect_timeout=args.connect_timeout,
+        preauth_per_source=args.preauth_per_source,
     )
     cluster = None
     if args.redis_url:

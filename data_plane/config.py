@@ -21,7 +21,8 @@ class BrokerConfig:
     max_queued_messages: int = 1000
     max_inflight: int = 65535
     max_keepalive: int = 0  # 0: the client's value stands
-    connect_timeout: float = 10.0
+    connect_timeout: float = 10.0  # from accept to CONNACK (WebSocket: the upgrade included)
+    preauth_per_source: int = 128  # unauthenticated sockets one address may hold (doorway)
     # Seconds a closing connection keeps reading (and discarding) what its client still sends,
     # so that what we wrote before closing is not lost to a TCP reset (writer.Writer.shut).
     close_linger: float = 2.0

@@ -92,6 +92,20 @@ class BrokerCollector:
             "mqtt_sessions", "Sessions held by this broker process, connected or not"
         )
         sessions.add_metric([], len(self.broker.sessions))
+        doorway = self.broker.doorway
+        refused = CounterMetricFamily(
+            "mqtt_sockets_refused",
+            "New sockets closed unread: their address held too many unauthenticated sockets "
+            "(per_source), or the process neared its descriptor limit (descriptors)",
+            labels=["reason"],
+        )
+        for reason, count in doorway.refused.items():
+            refused.add_metric([reason], count)
+        unauthenticated = GaugeMetricFamily(
+            "mqtt_sockets_unauthenticated", "Sockets accepted and not yet through CONNACK"
+        )
+        unauthenticated.add_metric([], sum(doorway.pending.values()))
+        yield from (refused, unauthenticated)
         yield from (connected, received, sent, bytes_in, bytes_out, dropped, held, stalled)
         yield from (exceeded, throttled, sessions)
         yield from refusals.log_for(self.broker).metrics()

@@ -22,6 +22,7 @@ from common.mqtt.topics import parse_shared
 from common.service_token import is_platform_client
 from data_plane.broker import refused, wills
 from data_plane.broker.auth import Authenticator
+from data_plane.broker.doorway import Doorway
 from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.fair_share import Shares
 from data_plane.broker.hooks import Hooks
@@ -67,6 +68,7 @@ class Broker:
         self.redirect: Callable[[Any, Any], Redirect | None] | None = None
         self.shares = Shares(config.rate_patience)  # tenants' publish rates, shared fairly
         self.resends = ResendMemory()  # closed connections' last QoS 1 publishes
+        self.doorway = Doorway(config.preauth_per_source)  # sockets before authentication
         # What it is plugged into, fixed for its life (see ports.Ports); None: memory only.
         self.persistence = ports.persistence
         self.retained_storage = ports.retained_storage

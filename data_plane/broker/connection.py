@@ -141,6 +141,7 @@ class MQTTConnection(asyncio.Protocol):
         self.acked = False  # CONNACK (success) sent: stays true while closing
         self._counted = False  # counted in the tenant's connections: released exactly once
         self._released = False  # the session and will let go (`_release`)
+        self.door: Any = None  # its place among the broker's sockets (`doorway`)
         self._publishes_kept = False  # its last publishes handed to the broker's `resends`
 
     def _enter(self, state: State) -> None:
@@ -153,6 +154,12 @@ class MQTTConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
+        if self.door is None:  # (a WebSocket's came in with its upgrade)
+            self.door = self.broker.doorway.enter(peer[0] if isinstance(peer, tuple) else "")
+            if self.door is None:  # too many strangers: refused before reading a byte
+                self._enter(State.CLOSING)
+                transport.abort()
+                return
         self.peer_certificate = peer_certificate(transport)  # mTLS: for the authenticator
         self.broker.connections.add(self)
         if hasattr(transport, "set_write_buffer_limits"):
@@ -210,6 +217,9 @@ class MQTTConnection(asyncio.Protocol):
                 return
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.door is None:
+            return  # refused at the door: never counted
+        self.door.left()
         self.broker.connections.discard(self)
         self._release("tcp_closed" if exc is None else "sock_error")
 
@@ -451,6 +461,7 @@ class MQTTConnection(asyncio.Protocol):
         self.writer.first(connack)  # first, whatever was written meanwhile
         self._enter(State.CONNECTED)
         self.acked = True
+        self.door.authenticated()
         if self._timer:
             self._timer.cancel()
         keep_alive = self.keep_alive * 1.5

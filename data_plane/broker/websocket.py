@@ -72,9 +72,24 @@ class WebSocketProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.mqtt = MQTTConnection(broker, transport_name=transport_name)
         self.upgraded = False
+        self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        door = self.broker.doorway.enter(peer[0] if isinstance(peer, tuple) else "")
+        if door is None:  # too many strangers: refused before reading a byte
+            self.transport = None
+            transport.abort()
+            return
+        self.mqtt.door = door
+        # One deadline from the accept, the upgrade included (the MQTT one starts at upgrade).
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(self.broker.config.connect_timeout, self._too_slow)
+
+    def _too_slow(self) -> None:
+        if not self.mqtt.acked:
+            self.close()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -134,8 +149,12 @@ class WebSocketProtocol(asyncio.Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
         if self.upgraded:
             self.mqtt.connection_lost(exc)
+        elif self.mqtt.door is not None:
+            self.mqtt.door.left()
 
     def pause_writing(self) -> None:
         self.mqtt.pause_writing()
