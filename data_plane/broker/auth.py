@@ -51,9 +51,11 @@ class Authenticator(Protocol):
 
 
 def peer_certificate(transport: Any) -> tuple[bytes, ...] | None:
-    """The client certificate chain (DER, the device's own first, then up to the trust anchor)
-    the TLS handshake verified, if any (mTLS device identity: an authenticator with
-    `accepts_certificates` is given it; intermediates let it find the tenant's registered CA)."""
+    """The client certificate chain (DER, the device's own first) the TLS handshake received, if
+    any (mTLS device identity: an authenticator with `accepts_certificates` is given it and judges
+    it; intermediates let it find the tenant's registered CA). The chain OpenSSL verified where it
+    verified one, else the chain as the client sent it (the tenancy layer has OpenSSL leave the
+    verdict to it: `data_plane.tenancy.tls_client_chains`)."""
     get = getattr(transport, "get_extra_info", None)
     ssl_object = get("ssl_object") if get is not None else None
     getpeercert = getattr(ssl_object, "getpeercert", None)
@@ -65,17 +67,21 @@ def peer_certificate(transport: Any) -> tuple[bytes, ...] | None:
         return None
     if not leaf:
         return None
-    return _verified_chain(ssl_object) or (leaf,)
+    verified = _chain(ssl_object, "get_verified_chain")
+    if verified:
+        return verified
+    sent = _chain(ssl_object, "get_unverified_chain")
+    return sent if sent and sent[0] == leaf else (leaf,)
 
 
-def _verified_chain(ssl_object: Any) -> tuple[bytes, ...]:
-    """The chain OpenSSL verified: public from Python 3.13, on the private `_sslobj` before
+def _chain(ssl_object: Any, method: str) -> tuple[bytes, ...]:
+    """A chain from the SSL object: public from Python 3.13, on the private `_sslobj` before
     (3.10-3.12 have it there); empty where neither exists (then the leaf alone is judged)."""
     try:
-        public = getattr(ssl_object, "get_verified_chain", None)
+        public = getattr(ssl_object, method, None)
         if public is not None:
             return tuple(public() or ())
-        private = getattr(getattr(ssl_object, "_sslobj", None), "get_verified_chain", None)
+        private = getattr(getattr(ssl_object, "_sslobj", None), method, None)
         if private is None:
             return ()
         return tuple(c.public_bytes(_ssl.ENCODING_DER) for c in private() or ())

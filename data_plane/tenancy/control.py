@@ -122,6 +122,7 @@ class ControlPlaneLink:
         if kind == ChangeKind.RELOAD:
             self.identities.forget()
             self.directory.forget_all()
+            await self.trust_anchors.reload()  # CAs registered while notifications were lost
             await self._reapply_all()
             return
         if not tenant:

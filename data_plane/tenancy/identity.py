@@ -1,10 +1,11 @@
 """Device identity beyond secrets, on the broker: client certificates (mTLS) and JWT passwords.
 
-The TLS listener asks for a client certificate (`CERT_OPTIONAL`) and trusts, as anchors, every
-live CA and device certificate tenants registered (`TrustAnchors`, loaded at start and added to as
-tenants register more). The handshake therefore only proves the client holds a key some tenant
-vouched for; *which* tenant and device, and whether that is still true (revoked, expired), is
-decided here at CONNECT, against the tables:
+The TLS listener asks for a client certificate (`CERT_OPTIONAL`); OpenSSL checks that the client
+holds its certificate's key, and lets through to CONNECT only a chain in which some certificate
+names a registered CA as its issuer, or whose device certificate is registered (`TrustAnchors`, a
+filter that chooses no issuer: `tls_client_chains` says why OpenSSL's store cannot be the judge
+when tenants register CAs of the same name). *Which* tenant and device it is, and whether that is
+still true (revoked, expired), is decided here at CONNECT, against the tables:
 
 - a certificate registered by its SHA-256 fingerprint for the device the user name names;
 - otherwise the registered CA it chains up to names the tenant and the certificate's subject CN
@@ -13,7 +14,10 @@ decided here at CONNECT, against the tables:
   the device sends with its certificate (as AWS IoT accepts): the chain is walked up from the
   device's certificate, each link checked by signature, CA flag, path length and validity, until
   a CA some tenant registered signed the last one; that CA, and only a registered CA, anchors
-  the chain and says whose device it is. An intermediate nobody registered anchors nothing.
+  the chain and says whose device it is. An intermediate nobody registered anchors nothing. A
+  CA is found by its signature, never by its name alone: every registered CA of the issuer's
+  name is tried (only the user name's tenant's, when the client sends one), so another tenant's
+  CA of the same name neither vouches for a device nor stands in the way of its own CA.
 
 A user name, if the client sends one, must agree (`tenant/device`). A JWT password is checked
 against the tenant's registered keys (`common.device_identity.verify_jwt`).
@@ -33,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -41,9 +46,11 @@ from common.device_identity import (
     ParsedCertificate,
     PublicKey,
     check_valid,
+    fingerprint,
     issued_by,
     parse_certificate,
 )
+from data_plane.tenancy.tls_client_chains import judge_chains
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +85,17 @@ SELECT k.id, k.kid, k.algorithm, k.public_key
   FROM tenants_jwtkey k JOIN tenants_tenant t ON t.id = k.tenant_id
  WHERE t.slug = %s AND k.revoked_at IS NULL
 """
+# Anchors: (kind, the CA's subject or the device certificate's fingerprint, PEM).
 _ANCHORS_SQL = """
-SELECT pem FROM tenants_cacertificate WHERE revoked_at IS NULL
+SELECT 'ca', subject, pem FROM tenants_cacertificate WHERE revoked_at IS NULL
 UNION ALL
-SELECT pem FROM tenants_devicecertificate WHERE revoked_at IS NULL
+SELECT 'cert', fingerprint, pem FROM tenants_devicecertificate WHERE revoked_at IS NULL
 """
 _ANCHOR_SQL = {
-    "ca": "SELECT pem FROM tenants_cacertificate WHERE id = ANY(%s) AND revoked_at IS NULL",
-    "cert": "SELECT pem FROM tenants_devicecertificate WHERE id = ANY(%s) AND revoked_at IS NULL",
+    "ca": "SELECT 'ca', subject, pem FROM tenants_cacertificate"
+    " WHERE id = ANY(%s) AND revoked_at IS NULL",
+    "cert": "SELECT 'cert', fingerprint, pem FROM tenants_devicecertificate"
+    " WHERE id = ANY(%s) AND revoked_at IS NULL",
 }
 
 
@@ -133,24 +143,28 @@ class IdentityStore:
         rows = await self._cached(("jwt", tenant), _JWT_KEYS_SQL, (tenant,))
         return [(row[0], PublicKey(row[1], row[2], row[3])) for row in rows]
 
-    async def anchors(self, kind: str | None = None, ids: list[int] | None = None) -> list[str]:
+    async def anchors(
+        self, kind: str | None = None, ids: list[int] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """Live registered anchors (all, or these of one kind): (kind, CA subject or device
+        certificate fingerprint, PEM)."""
         async with self.pool.connection() as conn:
             cursor = conn.cursor(row_factory=tuple_row)
             if kind is None:
                 rows = await (await cursor.execute(_ANCHORS_SQL)).fetchall()
             else:
                 rows = await (await cursor.execute(_ANCHOR_SQL[kind], (ids or [],))).fetchall()
-        return [row[0] for row in rows]
+        return [(row[0], row[1], row[2]) for row in rows]
 
 
 async def identify_certificate(
     store: IdentityStore, chain: bytes | Sequence[bytes], username: str | None = None
 ) -> CertificateIdentity:
     """Which tenant's device this certificate is, or IdentityError saying why none. `chain` is
-    the device's certificate (DER), or the chain the handshake verified, device's first. A
-    certificate registered for one device counts only with that device's user name (it proves the
-    key, not the tenant: anyone can register a certificate they have seen); a CA-issued one names
-    its device by itself (registering a CA needs proof of its key)."""
+    the device's certificate (DER), then the certificates it sent with it (or the chain a
+    handshake verified). A certificate registered for one device counts only with that device's
+    user name (it proves the key, not the tenant: anyone can register a certificate they have
+    seen); a CA-issued one names its device by itself (registering a CA needs proof of its key)."""
     ders = [chain] if isinstance(chain, bytes) else list(chain)
     try:
         presented = [parse_certificate(der) for der in ders[: MAX_INTERMEDIATES + 2]]
@@ -160,6 +174,7 @@ async def identify_certificate(
         raise IdentityError("no client certificate")
     leaf = presented[0]
     check_valid(leaf)  # the handshake checked too; the clock may have moved since
+    _check_usable(leaf, as_ca=False)
     tenant, _, device = (username or "").partition("/")
     if tenant and device:
         registered = await store.device_certificate(leaf.fingerprint, tenant, device)
@@ -169,24 +184,65 @@ async def identify_certificate(
     if not leaf.common_name:
         raise IdentityError("the certificate's subject has no CN naming the device")
     path = [leaf]  # the device's certificate, then the intermediates that signed each link
-    for above in [*presented[1:], None]:
+    sent = presented[1:]
+    while True:
         current = path[-1]
-        for ca_id, tenant, ca, revoked in await store.cas_named(current.issuer):
+        for ca_id, owner, ca, revoked in await store.cas_named(current.issuer):
+            if tenant and owner != tenant:
+                continue  # the user name says whose device: another tenant's CA vouches for none
             if issued_by(current, ca) and _may_sign(ca, len(path) - 1):
                 if revoked:  # a tenant revoked this CA: what it signed is refused, even if a
                     # CA above it is still registered (live registrations come first)
                     raise IdentityError("the certificate chains through a revoked CA")
                 check_valid(ca)
+                _check_usable(ca, as_ca=True)
                 not_after = min(c.not_after for c in (*path, ca))
-                return CertificateIdentity(tenant, leaf.common_name, f"ca:{ca_id}", not_after)
-        # Not a registered CA's: the next certificate sent must be the CA that signed this one.
-        if above is None or len(path) > MAX_INTERMEDIATES:
+                return CertificateIdentity(owner, leaf.common_name, f"ca:{ca_id}", not_after)
+        if len(path) > MAX_INTERMEDIATES:
             break
-        if not issued_by(current, above) or not _may_sign(above, len(path) - 1):
+        # Not a registered CA's: one of the certificates sent (in any order) must have signed it.
+        above = next(
+            (
+                c
+                for c in sent
+                if all(c is not p for p in path)
+                and issued_by(current, c)
+                and _may_sign(c, len(path) - 1)
+            ),
+            None,
+        )
+        if above is None:
             break
         check_valid(above)
+        _check_usable(above, as_ca=True)
         path.append(above)
     raise IdentityError("client certificate not registered by any tenant (CA or fingerprint)")
+
+
+def _check_usable(cert: ParsedCertificate, *, as_ca: bool) -> None:
+    """What OpenSSL's "TLS client" purpose checks of each certificate of a client's chain:
+    extended key usage, if stated, allows client authentication; a device's key usage, if
+    stated, allows signing; and no critical extension is one we cannot read."""
+    extensions = cert.certificate.extensions
+    for extension in extensions:
+        if extension.critical and isinstance(extension.value, x509.UnrecognizedExtension):
+            raise IdentityError(f"unknown critical extension {extension.oid.dotted_string}")
+    try:
+        usages = extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        pass
+    else:
+        allowed = {ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE}
+        if not allowed & set(usages):
+            raise IdentityError("the certificate's extended key usage excludes TLS clients")
+    if as_ca:
+        return
+    try:
+        usage = extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return
+    if not (usage.digital_signature or usage.key_agreement):
+        raise IdentityError("the certificate's key usage allows no signing")
 
 
 def _may_sign(ca: ParsedCertificate, intermediates_below: int) -> bool:
@@ -205,32 +261,81 @@ def _may_sign(ca: ParsedCertificate, intermediates_below: int) -> bool:
 
 
 class TrustAnchors:
-    """What the TLS listener accepts as client-certificate anchors: every live registered CA and
-    device certificate. OpenSSL's store only grows (a revoked anchor is refused at CONNECT, by
-    `identify_certificate`, and dropped at the next restart)."""
+    """Which client certificate chains the TLS listeners let through to CONNECT: those in which
+    some certificate names, as its issuer, a CA some tenant registered, or whose device
+    certificate some tenant registered (by fingerprint). A filter that keeps strangers' chains
+    from costing a lookup, not a verdict: it picks no issuer, so what one tenant registers
+    cannot change how another's devices fare; `identify_certificate` decides, at CONNECT and by
+    signature, whose device it is and whether it is still valid and not revoked. The names only
+    grow (revoked ones are refused at CONNECT) until `reload` reads them afresh.
+
+    Where OpenSSL cannot be told to leave the verdict to Python (`judge_chains`), the anchors are
+    loaded into the listener's OpenSSL store instead, as before (with its weakness, logged)."""
 
     def __init__(self, store: IdentityStore) -> None:
         self.store = store
-        self.contexts: list[ssl.SSLContext] = []
+        self.issuers: set[str] = set()  # registered CAs' subjects
+        self.fingerprints: set[str] = set()  # registered device certificates'
+        self.attached = False
+        self.stores: list[ssl.SSLContext] = []  # contexts verifying with OpenSSL's store
 
     async def attach(self, context: ssl.SSLContext) -> None:
         context.verify_mode = ssl.CERT_OPTIONAL
+        anchors = await self.store.anchors()
+        self._remember(anchors)
+        self.attached = True
+        if judge_chains(context, self.vouches_for):
+            return
+        log.warning(
+            "client certificates are verified against OpenSSL's store: a CA registered by one "
+            "tenant under another's CA name can fail that tenant's devices"
+        )
         # A registered anchor is trusted by itself: an intermediate CA, or a device's own
         # (possibly self-signed) certificate registered by fingerprint.
         context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-        self.contexts.append(context)
-        self._load(context, await self.store.anchors())
+        self.stores.append(context)
+        self._load(context, anchors)
 
     async def added(self, kind: str, ids: list[int]) -> None:
-        if not self.contexts:
+        if not self.attached:
             return
-        pems = await self.store.anchors(kind, ids)
-        for context in self.contexts:
-            self._load(context, pems)
+        anchors = await self.store.anchors(kind, ids)
+        self._remember(anchors)
+        for context in self.stores:
+            self._load(context, anchors)
+
+    async def reload(self) -> None:
+        """After notifications were lost: what was registered meanwhile, less what was revoked."""
+        if not self.attached:
+            return
+        anchors = await self.store.anchors()
+        self.issuers, self.fingerprints = set(), set()
+        self._remember(anchors)
+        for context in self.stores:
+            self._load(context, anchors)
+
+    def vouches_for(self, chain: list[bytes]) -> bool:
+        """`chain`: DER, the client's certificate first, then what it sent with it."""
+        if not chain:
+            return False
+        if fingerprint(chain[0]) in self.fingerprints:
+            return True
+        for der in chain[: MAX_INTERMEDIATES + 2]:
+            try:
+                issuer = x509.load_der_x509_certificate(der).issuer.rfc4514_string()
+            except ValueError:
+                return False
+            if issuer in self.issuers:
+                return True
+        return False
+
+    def _remember(self, anchors: list[tuple[str, str, str]]) -> None:
+        for kind, key, _pem in anchors:
+            (self.issuers if kind == "ca" else self.fingerprints).add(key)
 
     @staticmethod
-    def _load(context: ssl.SSLContext, pems: list[str]) -> None:
-        for pem in pems:
+    def _load(context: ssl.SSLContext, anchors: list[tuple[str, str, str]]) -> None:
+        for _kind, _key, pem in anchors:
             try:
                 context.load_verify_locations(cadata=pem)
             except (ssl.SSLError, ValueError) as exc:  # one bad row must not stop the rest
