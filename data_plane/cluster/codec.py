@@ -9,6 +9,15 @@ One entry of a node's forward stream carries many messages (forwarding is batche
     shared groups this node serves for it: u16 count, then (filter, group) as u16-length texts
     origin count u64 (the publishing node's running count of its publishes, 0: unknown)
 
+A message whose expiry is over 2^31 ms away (MQTT 5 allows 2^32 - 1 s, some 136 years) or
+that serves over 65,535 groups is written `WIDE` (a flag of the codec's own, never returned):
+expiry_ms i64 and the group count u32. Only such messages are: nodes of the version before it
+read every other message as they did (a rolling upgrade), and this one reads both.
+
+Every other field holds what MQTT allows: topics, client ids and texts are MQTT strings (at most
+65,535 bytes), a payload and a property block fit a packet (at most 256 MiB), units are 5 KiB
+of such a packet, and the MQTT 5 properties travel in MQTT's own encoding.
+
 `flags` says what the receiving node does with it (`DELIVER`: to its matching subscribers;
 `RETAIN`: into its in-memory retained store). The message expiry travels as the time that
 remains (monotonic clocks are per process). The origin count with the node that published the
@@ -34,11 +43,18 @@ TARGET = 4
 # A dead node's share of a shared-group message handed on by the survivor (data_plane.cluster.
 # regroup): the receiving node serves the groups named only, not its plain subscribers.
 GROUPS = 8
+WIDE = 0x80  # the codec's own: this message's head and group count are the wide ones
 
 _HEAD = struct.Struct("!BBBiIHHHHII")
+_WIDE_HEAD = struct.Struct("!BBBqIHHHHII")
+_MAX_I32 = 2**31 - 1
+_MAX_U16 = 2**16 - 1
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
+# (head, flag bit, group count, an empty group count) of each layout
+_NARROW = (_HEAD, 0, _U16, b"\x00\x00")
+_WIDENED = (_WIDE_HEAD, WIDE, _U32, b"\x00\x00\x00\x00")
 
 
 def _text(value: str) -> bytes:
@@ -54,17 +70,23 @@ def encode(
     seq: int = 0,
 ) -> bytes:
     expiry = -1
+    layout = _NARROW
     if message.expires_at is not None:
         remaining = message.expires_at - (now if now is not None else time.monotonic())
         expiry = max(0, int(remaining * 1000))
+        if expiry > _MAX_I32:
+            layout = _WIDENED
+    if groups and len(groups) > _MAX_U16:
+        layout = _WIDENED
+    head_format, wide, count_format, no_groups = layout
     props = encode_properties(message.properties) if message.properties else b""
     tenant = message.tenant.encode()
     topic = message.topic.encode()
     publisher = message.publisher.encode()
     device = message.device.encode()
     payload = message.payload
-    head = _HEAD.pack(
-        flags,
+    head = head_format.pack(
+        flags | wide,
         message.qos,
         message.retain,
         expiry,
@@ -78,14 +100,10 @@ def encode(
     )
     origin = _U64.pack(seq)
     if not groups:
-        return b"".join(
-            (head, tenant, topic, publisher, device, props, payload, b"\x00\x00", origin)
-        )
+        return b"".join((head, tenant, topic, publisher, device, props, payload, no_groups, origin))
     tail = b"".join(_text(topic_filter) + _text(group) for topic_filter, group in groups)
-    return b"".join(
-        (head, tenant, topic, publisher, device, props, payload, _U16.pack(len(groups)), tail)
-        + (origin,)
-    )
+    count = count_format.pack(len(groups))
+    return b"".join((head, tenant, topic, publisher, device, props, payload, count, tail, origin))
 
 
 Groups = frozenset[tuple[str, str]]
@@ -107,8 +125,11 @@ def decode_counted(
     offset = 0
     end = len(batch)
     while offset < end:
-        (flags, qos, retain, expiry, units, *lengths) = _HEAD.unpack_from(view, offset)
-        offset += _HEAD.size
+        wide = view[offset] & WIDE
+        head = _WIDE_HEAD if wide else _HEAD
+        (flags, qos, retain, expiry, units, *lengths) = head.unpack_from(view, offset)
+        flags &= ~WIDE
+        offset += head.size
         texts = []
         for length in lengths[:4]:
             texts.append(str(view[offset : offset + length], "utf-8"))
@@ -123,8 +144,8 @@ def decode_counted(
         length = lengths[5]
         payload = bytes(view[offset : offset + length])
         offset += length
-        (count,) = _U16.unpack_from(view, offset)
-        offset += 2
+        (count,) = (_U32 if wide else _U16).unpack_from(view, offset)
+        offset += 4 if wide else 2
         names = []
         for _ in range(count * 2):
             (length,) = _U16.unpack_from(view, offset)

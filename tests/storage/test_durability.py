@@ -273,3 +273,68 @@ def test_wills_of_clients_connected_at_kill_9_go_out_after_restart(devices):
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_the_longest_expiries_mqtt_allows_survive_the_store(devices):
+    """MQTT 5's longest Message Expiry Interval (2^32 - 1 s) on a queued message, a retained one
+    and a will, in a session that never expires (0xFFFFFFFF), through Postgres and a kill -9:
+    kept as they were (issue 28: the cluster codec could not hold that expiry; the store, with
+    its timestamps, JSON and 64-bit columns, can)."""
+    longest, never = 2**32 - 1, 0xFFFFFFFF
+    sub_secret, pub_secret = devices
+
+    def lasting() -> Properties:
+        properties = Properties(PacketTypes.PUBLISH)
+        properties.MessageExpiryInterval = longest
+        return properties
+
+    will_properties = Properties(PacketTypes.WILLMESSAGE)
+    will_properties.MessageExpiryInterval = longest
+    will_properties.WillDelayInterval = 1
+    process, port = start_pg_broker()
+    try:
+        sub = Paho(port, "acme/sub", sub_secret, "long-sub", clean=False, expiry=never)
+        sub.subscribe("long/#", 1)
+        sub.close()  # offline: its messages wait in Postgres
+        pub = Paho(port, "acme/pub", pub_secret, "long-pub")
+        pub.publish("long/queued", "queued", 1, properties=lasting())
+        pub.publish("long/kept", "retained", 1, retain=True, properties=lasting())
+        pub.close()
+        leaving = Paho(
+            port,
+            "acme/pub",
+            pub_secret,
+            "long-will",
+            clean=False,
+            expiry=never,
+            will=("long/will", b"gone", 1, False, will_properties),
+        )
+        time.sleep(0.5)  # the session record (and its will) committed
+        kill9(process)
+        leaving.stop_loop()
+    finally:
+        if process.poll() is None:
+            kill9(process)
+
+    process, port = start_pg_broker()
+    try:
+        back = Paho(port, "acme/sub", sub_secret, "long-sub", clean=False, expiry=never)
+        assert back.session_present
+        got = {m.topic: m for m in back.expect(3, 8)}
+        assert {t: m.payload for t, m in got.items()} == {
+            "long/queued": b"queued",
+            "long/kept": b"retained",  # delivered to the durable session when published
+            "long/will": b"gone",  # after its delay, the session being gone with the node
+        }
+        for message in got.values():
+            assert longest - 10 <= message.properties.MessageExpiryInterval <= longest
+        back.close()
+        fresh = Paho(port, "acme/sub", sub_secret, "long-fresh")
+        fresh.subscribe("long/kept", 1)
+        kept = fresh.expect(1, 5)
+        assert [(m.payload, m.retain) for m in kept] == [(b"retained", True)]
+        assert kept[0].properties.MessageExpiryInterval >= longest - 10
+        fresh.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
