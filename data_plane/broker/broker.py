@@ -406,17 +406,13 @@ class Broker:
         asyncio.get_running_loop().call_later(seconds, self.publish, message)
         return None
 
-    def quota_exceeded(self, tenant: str, key: str) -> None:
-        """Count a refusal for the tenant's $SYS and let observers meter it."""
-        exceeded = self.stats[tenant].exceeded
-        exceeded[key] = exceeded.get(key, 0) + 1
-        self.hooks.run("quota.exceeded", tenant, key)
-
-    def quota_throttled(self, tenant: str, key: str) -> None:
-        """Count a slowdown (a publisher held, deliveries paced: nothing refused) likewise."""
-        throttled = self.stats[tenant].throttled
-        throttled[key] = throttled.get(key, 0) + 1
-        self.hooks.run("quota.throttled", tenant, key)
+    def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None:
+        """Count a refusal (`throttled`: a slowdown, nothing refused) for the tenant's $SYS
+        and let observers meter it (`quota.exceeded` / `quota.throttled`)."""
+        stats = self.stats[tenant]
+        counts = stats.throttled if throttled else stats.exceeded
+        counts[key] = counts.get(key, 0) + 1
+        self.hooks.run("quota.throttled" if throttled else "quota.exceeded", tenant, key)
 
     def connection_count(self, tenant: str) -> int:
         return self.stats[tenant].connected

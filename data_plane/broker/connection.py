@@ -67,6 +67,7 @@ from data_plane.broker.message import Message
 from data_plane.broker.policy import apply_policy, authorize_session, set_rates
 from data_plane.broker.session import Session
 from data_plane.broker.stats import DISCONNECT_REASONS
+from data_plane.broker.timers import ConnectionTimer
 from data_plane.broker.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,6 @@ class MQTTConnection(asyncio.Protocol):
         # What the client negotiated (5.0 CONNECT properties).
         self.client_receive_maximum, self.client_maximum_packet_size = 65535, 268_435_460
         self.problem_information = True  # 5.0 Request Problem Information
-        self.keep_alive = 0.0
         # Collaborators.
         self.handshake = Handshake(self)
         self.admission = PublishAdmission(self.config, broker.retained)
@@ -132,8 +132,7 @@ class MQTTConnection(asyncio.Protocol):
         self.pace = self.pacer.pace
         self.outbound_bucket: Any = None  # the tenant's outbound bytes/s (inbound: admission)
         # Timers and the will.
-        self._last_received = time.monotonic()
-        self._timer: asyncio.TimerHandle | None = None  # CONNECT timeout, then keep alive
+        self.timer = ConnectionTimer(self, self.loop)  # CONNECT deadline, then keep-alive
         self._will: Message | None = None
         self._will_delay = 0
         self._send_will = True
@@ -142,7 +141,6 @@ class MQTTConnection(asyncio.Protocol):
         self._counted = False  # counted in the tenant's connections: released exactly once
         self._released = False  # the session and will let go (`_release`)
         self.door: Any = None  # its place among the broker's sockets (`doorway`)
-        self._publishes_kept = False  # its last publishes handed to the broker's `resends`
 
     def _enter(self, state: State) -> None:
         self.state = state  # and `closing`, which sessions ask per delivery, a plain attribute
@@ -164,12 +162,12 @@ class MQTTConnection(asyncio.Protocol):
         self.broker.connections.add(self)
         if hasattr(transport, "set_write_buffer_limits"):
             transport.set_write_buffer_limits(high=self.config.write_buffer_high)
-        self._timer = self.loop.call_later(self.config.connect_timeout, self._connect_timeout)
+        self.timer.deadline(self.config.connect_timeout)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self._last_received = time.monotonic()
+        self.timer.last_received = time.monotonic()
         if self._judging:  # authentication in progress: hold the bytes until CONNACK
             self.handshake.buffer(data)
             return
@@ -230,11 +228,10 @@ class MQTTConnection(asyncio.Protocol):
             return
         self._released = True
         self._enter(State.CLOSING)
-        self._keep_publishes()
+        self.broker.resends.closed(self.tenant, self.client_id, self.admission.recent)
         if not self.disconnect_reason:
             self.disconnect_reason = reason
-        if self._timer:
-            self._timer.cancel()
+        self.timer.cancel()
         self.handshake.wake()
         self.pacer.cancel()
         if self.admission.share is not None:
@@ -272,15 +269,10 @@ class MQTTConnection(asyncio.Protocol):
         """End the connection: what was written reaches the client (`Writer.shut`), and the
         session is released on the next loop turn, whatever the client does meanwhile."""
         self._enter(State.CLOSING)
-        self._keep_publishes()  # now: a connection taking over may open before the release
+        # Now, not at the release: a connection taking this one over may open before it.
+        self.broker.resends.closed(self.tenant, self.client_id, self.admission.recent)
         self.writer.shut(self.config.close_linger)
         self.loop.call_soon(self._release, "server_closed")
-
-    def _keep_publishes(self) -> None:
-        """Once, as the connection ends: what it took, to know its client's resends later."""
-        if self.acked and not self._publishes_kept:
-            self._publishes_kept = True
-            self.broker.resends.closed(self.tenant, self.client_id, self.admission.recent)
 
     def disconnect(
         self, reason_code: int, reason: str = "", *, reference: str = "", refusal: bool = True
@@ -345,24 +337,6 @@ class MQTTConnection(asyncio.Protocol):
             self.close()
             return
         self.disconnect(reason_code, reason, refusal=False)
-
-    # -- timers -------------------------------------------------------------------------
-
-    def _connect_timeout(self) -> None:
-        if self.session is None and not self.closing:
-            self.close()
-
-    def _check_keep_alive(self) -> None:
-        if self.closing:
-            return
-        if self.gate.holds:  # we stopped reading: what the client sent waits in its socket
-            self._last_received = time.monotonic()
-        idle = time.monotonic() - self._last_received
-        limit = self.keep_alive * 1.5
-        if idle >= limit:
-            self.disconnect(RC.KEEP_ALIVE_TIMEOUT)
-            return
-        self._timer = self.loop.call_later(limit - idle, self._check_keep_alive)
 
     # -- CONNECT ------------------------------------------------------------------------
 
@@ -452,7 +426,7 @@ class MQTTConnection(asyncio.Protocol):
         set_rates(self)
         recent = self.broker.resends.opened(self.tenant, client_id)
         self.admission.begin(result, self.protocol_version, client_id, recent)
-        self.keep_alive, server_keep_alive = self.handshake.keep_alive(connect, quota)
+        keep_alive, server_keep_alive = self.handshake.keep_alive(connect, quota)
         assigned = None if (result.client_id or connect.client_id) else client_id
         connack = self.handshake.connack(
             connect, present, welcome.expiry, assigned, server_keep_alive
@@ -462,12 +436,7 @@ class MQTTConnection(asyncio.Protocol):
         self._enter(State.CONNECTED)
         self.acked = True
         self.door.authenticated()
-        if self._timer:
-            self._timer.cancel()
-        keep_alive = self.keep_alive * 1.5
-        self._timer = (
-            self.loop.call_later(keep_alive, self._check_keep_alive) if keep_alive else None
-        )
+        self.timer.connected(keep_alive)
         if present:
             session.resend_inflight()
         session.pump()  # what it had queued, and what arrived while CONNECT was handled

@@ -143,7 +143,7 @@ class OutboundPacer:
 
     def pace(self, wait: float) -> None:
         if self._timer is None:  # slowed, nothing refused: counted as throttling
-            self.owner.broker.quota_throttled(self.owner.tenant, "outbound_rate")
+            self.owner.broker.quota_exceeded(self.owner.tenant, "outbound_rate", throttled=True)
             self._timer = self.loop.call_later(wait, self._end)
 
     def cancel(self) -> None:

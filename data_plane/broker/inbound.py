@@ -88,7 +88,7 @@ class Inbound:
             conn.acks.duplicate(packet)
             return
         if type(decision) is Pause:  # slowed: tried again when the tenant's share wakes it
-            conn.broker.quota_throttled(conn.tenant, decision.quota)
+            conn.broker.quota_exceeded(conn.tenant, decision.quota, throttled=True)
             conn.gate.hold_for_turn(packet)
             return
         self.count(conn.tenant, decision.quota, decision.counts)

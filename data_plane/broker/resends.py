@@ -46,13 +46,14 @@ class RecentPublishes:
     """A connection's last QoS 1 publishes, and what its client id's previous connection on this
     broker took (`earlier`)."""
 
-    __slots__ = ("slots", "earlier", "kept")
+    __slots__ = ("slots", "earlier", "kept", "closed")
 
     def __init__(self, earlier: Digests | None = None) -> None:
         # slot packet_id % SLOTS -> (packet id, topic, payload); the admission writes it inline
         self.slots: list[tuple[int, str, bytes] | None] = [None] * SLOTS
         self.earlier = earlier
         self.kept: Digests | None = None  # what the broker keeps of us once closed
+        self.closed = False
 
     def is_resend(self, packet_id: int, topic: str, payload: bytes) -> bool:
         slot = self.slots[packet_id % SLOTS]
@@ -88,6 +89,10 @@ class ResendMemory:
         self._by_client: OrderedDict[tuple[str, str], Digests] = OrderedDict()
 
     def closed(self, tenant: str, client_id: str, recent: RecentPublishes) -> None:
+        """The connection is over (said once, whichever way it ended, however often told)."""
+        if recent.closed:
+            return
+        recent.closed = True
         digests = recent.kept = recent.digests(self._clock() + self.keep)
         if digests is None:
             return

@@ -87,6 +87,6 @@ class Writer:
             if transport.can_write_eof():
                 transport.write_eof()
             transport.resume_reading()  # a paused reader would leave the client's bytes unread
-        except (NotImplementedError, RuntimeError, OSError):
-            pass  # TLS and WebSocket cannot half-close: the client reads, then closes itself
+        except (NotImplementedError, AttributeError, RuntimeError, OSError):
+            pass  # a WebSocket cannot half-close: the client reads, then closes itself
         self.loop.call_later(linger, transport.close)

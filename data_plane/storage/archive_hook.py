@@ -129,7 +129,7 @@ class ArchiveTap:
             conn.device,
             peer=conn.peer,
             proto_ver=conn.protocol_version,
-            keepalive=int(conn.keep_alive),
+            keepalive=int(conn.timer.keep_alive),
             clean_start=conn.clean_start,
             session_expiry=session.expiry_interval if session is not None else None,
         )
