@@ -5,6 +5,10 @@ every finished minute — and, with `final=True`, the current one — to the con
 `tenants_usage` table with one upserting `executemany`, never a database write per message, and
 hands the same rows on (`exported`) to the usage log in the object store, the source of the bill.
 
+Drops and slowdowns are kept apart: `dropped` counts what was not taken or not delivered (by cause;
+a quota's refusals as `quota_<key>`), `throttled` what a limit only slowed down (a publisher paused,
+deliveries paced: by quota key). Neither is billed; the portal and `GET /api/v1/quota` show them.
+
 Billable units are AWS IoT Core's (see `common.archive_schema`): `message_units` in 5 KiB
 increments (the broker counts them in its per-tenant stats), `connection_minutes` per connection
 with partial minutes rounded up — a connection opened at t0 is charged one minute at t0, and one
@@ -28,10 +32,10 @@ from psycopg import AsyncConnection
 
 _UPSERT = """
 INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
-                           bytes_in, bytes_out, dropped, retained_count, stored_bytes,
+                           bytes_in, bytes_out, dropped, throttled, retained_count, stored_bytes,
                            message_units, connection_minutes, storage_byte_hours,
                            rules_triggered, actions_executed)
-SELECT t.id, to_timestamp(%s), %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, 0, 0
+SELECT t.id, to_timestamp(%s), %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s, 0, 0
   FROM tenants_tenant t WHERE t.slug = %s
 ON CONFLICT (tenant_id, minute) DO UPDATE SET
   message_units = tenants_usage.message_units + EXCLUDED.message_units,
@@ -46,6 +50,10 @@ ON CONFLICT (tenant_id, minute) DO UPDATE SET
     SELECT jsonb_object_agg(k, COALESCE((tenants_usage.dropped ->> k)::bigint, 0)
                                + COALESCE((EXCLUDED.dropped ->> k)::bigint, 0))
       FROM jsonb_object_keys(tenants_usage.dropped || EXCLUDED.dropped) AS k), '{}'::jsonb),
+  throttled = COALESCE((
+    SELECT jsonb_object_agg(k, COALESCE((tenants_usage.throttled ->> k)::bigint, 0)
+                               + COALESCE((EXCLUDED.throttled ->> k)::bigint, 0))
+      FROM jsonb_object_keys(tenants_usage.throttled || EXCLUDED.throttled) AS k), '{}'::jsonb),
   retained_count = GREATEST(tenants_usage.retained_count, EXCLUDED.retained_count),
   stored_bytes = GREATEST(tenants_usage.stored_bytes, EXCLUDED.stored_bytes)
 """
@@ -59,6 +67,9 @@ class MinuteUsage:
     bytes_in: int = 0
     bytes_out: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # quota key -> slowdowns (nothing refused): `publish_rate`, `device_publish_rate`,
+    # `inbound_bytes_rate` (a publisher paused), `outbound_rate` (deliveries paced)
+    throttled: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     retained_count: int = 0
     stored_bytes: int = 0
     message_units: int = 0
@@ -158,6 +169,10 @@ class UsageMeter:
     def dropped(self, tenant: str, cause: str, count: int = 1) -> None:
         self._current(tenant).dropped[cause] += count
 
+    def throttled(self, tenant: str, key: str, count: int = 1) -> None:
+        """A limit slowed something down (the `quota.throttled` hook): not a drop."""
+        self._current(tenant).throttled[key] += count
+
     def gauge(
         self, tenant: str, *, retained_count: int | None = None, stored_bytes: int | None = None
     ) -> None:
@@ -215,6 +230,8 @@ class UsageMeter:
             existing.storage_byte_hours += usage.storage_byte_hours
             for cause, count in usage.dropped.items():
                 existing.dropped[cause] += count
+            for key, count in usage.throttled.items():
+                existing.throttled[key] += count
 
     async def flush(
         self, conn: AsyncConnection, *, final: bool = False, exported: Any = None
@@ -232,6 +249,7 @@ class UsageMeter:
                 u.bytes_in,
                 u.bytes_out,
                 json.dumps(dict(u.dropped)),
+                json.dumps(dict(u.throttled)),
                 u.retained_count,
                 u.stored_bytes,
                 u.message_units,

@@ -56,6 +56,8 @@ class TenancyObservers:
         hooks.add("message.dropped", self._dropped)
         # Quota refusals are metered beside drops, as `quota_<key>` causes.
         hooks.add("quota.exceeded", lambda tenant, key: self.meter.dropped(tenant, f"quota_{key}"))
+        # Slowdowns (a publisher paused, deliveries paced) are not drops: metered apart, by key.
+        hooks.add("quota.throttled", self.meter.throttled)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="usage-flush")

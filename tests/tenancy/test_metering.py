@@ -115,3 +115,65 @@ def test_a_closed_connection_is_not_kept_alive_by_the_meter():
     assert rows[("acme", 720)].connection_minutes == 1
     meter.connection_closed(kept)
     assert not meter._open and not meter._keys
+
+
+# -- throttling: slowdowns metered apart from drops (issue 28) ------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_slowdowns_are_metered_apart_from_drops_and_merge_across_workers():
+    """A publisher paused over the publish rate is slowed, not dropped: the minute's row says
+    so in `throttled`, by quota key, and two workers reporting the same minute add up (as
+    `dropped` does); refusals stay in `dropped` as `quota_<key>`."""
+    services.tenant_create("acme")
+    clock = Clock(1_700_000_000.0)
+
+    async def two_workers():
+        async with await psycopg.AsyncConnection.connect(dsn()) as conn:
+            first = UsageMeter(clock)
+            for _ in range(3):
+                first.throttled("acme", "publish_rate")
+            first.throttled("acme", "outbound_rate")
+            first.dropped("acme", "quota_publish_rate")
+            await first.flush(conn, final=True)
+            second = UsageMeter(clock)
+            second.throttled("acme", "publish_rate", 2)
+            second.throttled("acme", "device_publish_rate")
+            await second.flush(conn, final=True)
+
+    asyncio.run(two_workers())
+    (row,) = list(Usage.objects.all())
+    assert row.throttled == {"publish_rate": 5, "outbound_rate": 1, "device_publish_rate": 1}
+    assert row.dropped == {"quota_publish_rate": 1}
+
+
+def test_a_failed_flush_puts_slowdowns_back():
+    clock = Clock(600.0)
+    meter = UsageMeter(clock)
+    meter.throttled("acme", "publish_rate", 4)
+    rows = meter.take(final=True)
+    meter.throttled("acme", "publish_rate")  # counted meanwhile, same minute
+    meter.restore(rows)
+    ((_, _, usage),) = meter.take(final=True)
+    assert dict(usage.throttled) == {"publish_rate": 5}
+    assert dict(usage.dropped) == {}
+
+
+def test_the_observers_meter_the_brokers_throttled_hook_apart_from_refusals():
+    """The broker's `quota.throttled` (a slowdown) and `quota.exceeded` (a refusal) reach the
+    meter as a slowdown and a `quota_<key>` drop: the same broker, the observers' own hooks."""
+    from data_plane.broker.broker import Broker
+    from data_plane.config import BrokerConfig
+    from data_plane.tenancy.observers import TenancyObservers
+    from data_plane.tenancy.static import StaticAuthenticator
+
+    broker = Broker(BrokerConfig(), StaticAuthenticator({}))
+    observers = TenancyObservers(broker, pool=None)
+    broker.quota_throttled("acme", "publish_rate")
+    broker.quota_throttled("acme", "publish_rate")
+    broker.quota_throttled("acme", "outbound_rate")
+    broker.quota_exceeded("acme", "publish_rate")
+    ((tenant, _, usage),) = observers.meter.take(final=True)
+    assert tenant == "acme"
+    assert dict(usage.throttled) == {"publish_rate": 2, "outbound_rate": 1}
+    assert dict(usage.dropped) == {"quota_publish_rate": 1}
