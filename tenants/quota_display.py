@@ -27,6 +27,20 @@ LIMITS = {
     "max_session_expiry": ("Session expiry", "seconds"),
     "max_keepalive": ("Keep-alive", "seconds"),
     "max_persistent_sessions": ("Persistent sessions", "sessions"),
+    "max_device_publish_rate": ("Publish rate per device", "messages/s"),
+}
+
+# Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
+NO_LIMIT = {
+    "max_device_publish_rate": "no per-device limit: devices share the tenant's rate fairly",
+}
+# Limits that apply to each one of something, not to a total the tenant uses now.
+PER_WHAT = {
+    "max_message_size": "per message",
+    "max_queued_messages": "per session",
+    "max_session_expiry": "per session",
+    "max_keepalive": "per session",
+    "max_device_publish_rate": "per device",
 }
 
 
@@ -105,25 +119,13 @@ def quota_rows(tenant: Tenant, limits: dict[str, int]) -> list[QuotaRow]:
         percent = None
         if value is not None and limit:
             percent = min(100, round(100 * value / limit))
-        used_text = (
-            "per message"
-            if key == "max_message_size"
-            else "per session"
-            if key
-            in (
-                "max_queued_messages",
-                "max_session_expiry",
-                "max_keepalive",
-            )
-            else describe(key, value or 0)
-        )
+        used_text = PER_WHAT.get(key) or describe(key, value or 0)
         if key in ("max_publish_rate", "max_inbound_bytes_rate", "max_outbound_bytes_rate"):
             used_text += " (last minute's average)"
         if key == "max_subscriptions_per_client":
             used_text += " (busiest connected client)"
+        limit_text = NO_LIMIT[key] if key in NO_LIMIT and not limit else describe(key, limit)
         rows.append(
-            QuotaRow(
-                key, label, limit, describe(key, limit), value, used_text, percent, key in overrides
-            )
+            QuotaRow(key, label, limit, limit_text, value, used_text, percent, key in overrides)
         )
     return rows

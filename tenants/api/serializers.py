@@ -8,7 +8,7 @@ import json
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tenants import selectors
+from tenants import disconnect_reasons, selectors
 from tenants.models import QUOTA_KEYS
 from tenants.rule_actions import redact_secrets
 
@@ -122,7 +122,15 @@ class DeviceOutput(serializers.Serializer):
         help_text="why its last connection ended (EMQX's words: normal, kicked, "
         "keepalive_timeout, takenover, tcp_closed, ...); empty if it never disconnected"
     )
+    last_disconnect_description = serializers.SerializerMethodField(
+        help_text='that reason in words ("Keep-alive timeout: the broker heard nothing …"); '
+        "empty if it never disconnected"
+    )
     last_disconnected_at = serializers.DateTimeField(allow_null=True)
+
+    def get_last_disconnect_description(self, device) -> str:
+        described = disconnect_reasons.describe(device.last_disconnect_reason)
+        return described.sentence if described else ""
 
 
 class DeviceCreatedOutput(DeviceOutput):
@@ -350,11 +358,72 @@ class RuleTestOutput(serializers.Serializer):
 # -- quota, usage, invoices -----------------------------------------------------------------
 
 
+class LimitActivityOutput(serializers.Serializer):
+    limit = serializers.CharField(
+        help_text="the broker's name for the limit: publish_rate, device_publish_rate, "
+        "inbound_bytes_rate, outbound_rate, message_size, retained, connections, "
+        "subscriptions, persistent_sessions (more may be added)"
+    )
+    quota_key = serializers.CharField(
+        allow_null=True, help_text="the quota key it enforces (max_publish_rate, …)"
+    )
+    value = serializers.IntegerField(allow_null=True, help_text="that quota's value now")
+    slowed = serializers.IntegerField(
+        help_text="times it slowed something down (a publisher paused, deliveries paced): "
+        "nothing refused, nothing lost"
+    )
+    refused = serializers.IntegerField(
+        help_text="times it refused something (a message, connection, subscription or "
+        "session not taken; the client was told)"
+    )
+    last_slowed_at = serializers.DateTimeField(
+        allow_null=True, help_text="the start of the last minute it slowed something"
+    )
+    last_refused_at = serializers.DateTimeField(
+        allow_null=True, help_text="the start of the last minute it refused something"
+    )
+
+
+class DroppedOutput(serializers.Serializer):
+    messages = serializers.IntegerField(
+        help_text="messages not taken or copies not delivered (the causes less the "
+        "connections, subscriptions and sessions refused)"
+    )
+    causes = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="every drop cause with its count: queue_full, offline_qos0, expired, "
+        "too_large, acl, and a limit's refusals as quota_<limit> (also in `limits`)",
+    )
+
+
+class ThrottlingWindowOutput(serializers.Serializer):
+    # `from` is a Python keyword: declared below.
+    to = serializers.DateTimeField()
+    limits = LimitActivityOutput(
+        many=True, help_text="each limit that slowed or refused anything, busiest first"
+    )
+    dropped = DroppedOutput()
+
+
+ThrottlingWindowOutput._declared_fields["from"] = serializers.DateTimeField(
+    help_text="the window counts the minutes starting at or after this"
+)
+
+
+class ThrottlingOutput(serializers.Serializer):
+    last_hour = ThrottlingWindowOutput()
+    last_24h = ThrottlingWindowOutput()
+
+
 class QuotaOutput(serializers.Serializer):
     plan = serializers.CharField()
     limits = serializers.DictField(child=serializers.IntegerField())
     overrides = serializers.DictField(child=serializers.IntegerField())
     keys = serializers.ListField(child=serializers.CharField(), default=list(QUOTA_KEYS))
+    throttling = ThrottlingOutput(
+        help_text="how often each limit slowed or refused something, and what was dropped, "
+        "in the last hour and the last 24 hours (per minute, up to the last complete minute)"
+    )
 
 
 class UsageOutput(serializers.Serializer):
@@ -364,7 +433,14 @@ class UsageOutput(serializers.Serializer):
     messages_out = serializers.IntegerField()
     bytes_in = serializers.IntegerField()
     bytes_out = serializers.IntegerField()
-    dropped = serializers.DictField()
+    dropped = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="drops in this minute by cause (a limit's refusals as quota_<limit>)",
+    )
+    throttled = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="slowdowns in this minute by limit (publish_rate, …): not drops",
+    )
     retained_count = serializers.IntegerField()
     stored_bytes = serializers.IntegerField()
 

@@ -23,6 +23,8 @@ from tenants.api import serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, BoundedPagination, page_of
 from tenants.models import ApiToken, Credential, Membership, Tenant
 from tenants.throttles import LoginThrottle
+from tenants.throttling import figures as throttling_body
+from tenants.throttling import limit_activity
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 MAX_ID = 2**63 - 1  # bigint
@@ -501,10 +503,12 @@ class RuleTestView(TenantAPIView):
 class QuotaView(TenantAPIView):
     @extend_schema(responses=s.QuotaOutput)
     def get(self, request):
+        limits = selectors.effective_quota(self.tenant)
         body = {
             "plan": self.tenant.plan.slug,
-            "limits": selectors.effective_quota(self.tenant),
+            "limits": limits,
             "overrides": self.tenant.quota_overrides or {},
+            "throttling": throttling_body(limit_activity(tenant=self.tenant), limits),
         }
         return Response(s.QuotaOutput(body).data)
 

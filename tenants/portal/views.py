@@ -18,8 +18,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from common import service_token
+from tenants import disconnect_reasons, selectors, services, throttles
 from tenants import onboarding as onboarding_snippets
-from tenants import selectors, services, throttles
 from tenants.models import Membership
 from tenants.portal.forms import (
     AclForm,
@@ -31,6 +31,8 @@ from tenants.portal.forms import (
 )
 from tenants.quota_display import quota_rows
 from tenants.rule_actions import redact_secrets
+from tenants.throttling import limit_activity
+from tenants.throttling_display import drops_summary, throttling_items
 
 ONCE_KEY = "portal_secret_once"
 
@@ -158,11 +160,13 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 @tenant_view()
 def dashboard(request, membership):
     tenant = membership.tenant
+    day = limit_activity(tenant=tenant)["last_24h"]
     return render(
         request,
         "portal/dashboard.html",
         _context(
             membership,
+            drops=drops_summary(day, selectors.effective_quota(tenant)),
             device_count=selectors.devices_list(tenant=tenant).count(),
             memberships=selectors.memberships_for_user(request.user),
             mqtt_host=settings.MQTT_PUBLIC_HOST,
@@ -287,6 +291,7 @@ def device_detail(request, membership, name: str):
         _context(
             membership,
             device=device,
+            last_disconnect=disconnect_reasons.describe(device.last_disconnect_reason),
             secret=_pop_once(request),
             credentials=device.credentials.all()[:20],
             connections=selectors.device_connections(device=device),
@@ -435,6 +440,7 @@ def quota(request, membership):
     tenant = membership.tenant
     limits = selectors.effective_quota(tenant)
     rows = quota_rows(tenant, limits)
+    throttling = throttling_items(limit_activity(tenant=tenant), limits)
     from datetime import UTC, datetime
 
     from tenants.billing import price_book_for
@@ -447,7 +453,14 @@ def quota(request, membership):
     return render(
         request,
         "portal/quota.html",
-        _context(membership, rows=rows, plan=tenant.plan, book=book, prices=prices),
+        _context(
+            membership,
+            rows=rows,
+            throttling=throttling,
+            plan=tenant.plan,
+            book=book,
+            prices=prices,
+        ),
     )
 
 

@@ -251,6 +251,72 @@ def test_quota_reads_effective_limits_and_cannot_be_patched(acme):
     assert api.patch("/api/v1/quota", {"max_connections": 10**6}, format="json").status_code == 405
 
 
+def test_quota_says_how_often_each_limit_slowed_or_refused_in_the_last_hour_and_day(acme, attacker):
+    """`throttling`: per window, each limit's slowdowns (not drops) and refusals with the last
+    minute each happened, and the drops by cause; from the usage minutes the broker wrote, the
+    tenant's own only."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants.models import Usage
+
+    tenant, api = acme
+    services.tenant_set_quota(tenant, {"max_publish_rate": 100})
+    now = timezone.now().replace(second=0, microsecond=0)
+    recent, earlier = now - timedelta(minutes=2), now - timedelta(hours=3)
+    Usage.objects.create(
+        tenant=tenant,
+        minute=recent,
+        throttled={"publish_rate": 1234},
+        dropped={"quota_publish_rate": 12, "queue_full": 3},
+    )
+    Usage.objects.create(
+        tenant=tenant,
+        minute=earlier,
+        throttled={"outbound_rate": 5},
+        dropped={"quota_connections": 2},
+    )
+    # The other tenant's storm in the same minute stays the other tenant's.
+    Usage.objects.create(tenant=attacker[0], minute=recent, throttled={"publish_rate": 999})
+
+    throttling = api.get("/api/v1/quota").json()["throttling"]
+
+    hour = throttling["last_hour"]
+    assert hour["limits"] == [
+        {
+            "limit": "publish_rate",
+            "quota_key": "max_publish_rate",
+            "value": 100,
+            "slowed": 1234,
+            "refused": 12,
+            "last_slowed_at": recent.isoformat().replace("+00:00", "Z"),
+            "last_refused_at": recent.isoformat().replace("+00:00", "Z"),
+        }
+    ]
+    assert hour["dropped"] == {
+        "messages": 15,
+        "causes": {"quota_publish_rate": 12, "queue_full": 3},
+    }
+    day = throttling["last_24h"]
+    assert [(x["limit"], x["slowed"], x["refused"]) for x in day["limits"]] == [
+        ("publish_rate", 1234, 12),
+        ("outbound_rate", 5, 0),
+        ("connections", 0, 2),
+    ]
+    assert day["dropped"]["messages"] == 15  # refused connections are not messages
+    assert day["dropped"]["causes"]["quota_connections"] == 2
+    assert hour["from"] < hour["to"] and day["from"] < hour["from"]
+
+    theirs = attacker[1].get("/api/v1/quota").json()["throttling"]
+    assert [x["slowed"] for x in theirs["last_hour"]["limits"]] == [999]
+    assert theirs["last_24h"]["dropped"] == {"messages": 0, "causes": {}}
+    minutes = api.get("/api/v1/usage").json()["results"]
+    assert {m["minute"][:16]: m["throttled"] for m in minutes}[recent.isoformat()[:16]] == {
+        "publish_rate": 1234
+    }
+
+
 def test_usage_invoices_tenant_and_tokens(acme):
     _, api = acme
     assert api.get("/api/v1/usage").json()["count"] == 0
@@ -359,3 +425,18 @@ def test_openapi_schema_generates_without_warnings():
     out = io.StringIO()
     call_command("spectacular", "--validate", "--fail-on-warn", stdout=out)
     assert "bearerAuth" in out.getvalue()
+
+
+@override_settings(DEBUG=False)
+def test_openapi_schema_describes_the_quota_throttling_object(client):
+    document = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    schemas = document["components"]["schemas"]
+    throttling = schemas["QuotaOutput"]["properties"]["throttling"]
+    assert throttling["allOf"] == [{"$ref": "#/components/schemas/ThrottlingOutput"}]
+    assert "throttling" in schemas["QuotaOutput"]["required"]
+    assert set(schemas["ThrottlingOutput"]["properties"]) == {"last_hour", "last_24h"}
+    window = schemas["ThrottlingWindowOutput"]
+    assert set(window["properties"]) == {"from", "to", "limits", "dropped"}
+    limit = schemas["LimitActivityOutput"]["properties"]
+    assert {"limit", "quota_key", "value", "slowed", "refused", "last_slowed_at"} <= set(limit)
+    assert "throttled" in schemas["UsageOutput"]["properties"]
