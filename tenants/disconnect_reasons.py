@@ -27,9 +27,16 @@ class DisconnectReason:
         return f"0x{self.code:02X}" if self.code is not None else ""
 
     @property
+    def about_limits(self) -> bool:
+        """A plan's limit ended it: the quota page's Throttling section says more."""
+        return self.code in LIMIT_CODES
+
+    @property
     def sentence(self) -> str:
         return f"{self.title}: {self.detail}"
 
+
+LIMIT_CODES = frozenset({RC.PACKET_TOO_LARGE, RC.MESSAGE_RATE_TOO_HIGH, RC.QUOTA_EXCEEDED})
 
 # Reason code -> (title, what it means when a connection ends with it). The titles are the
 # specification's names (MQTT 5.0, 2.4); the success codes of other packets are listed too so
@@ -160,11 +167,11 @@ CODES: dict[int, tuple[str, str]] = {
     RC.MESSAGE_RATE_TOO_HIGH: (
         "Message rate too high",
         "the device published faster than the plan allows for too long (max_publish_rate, "
-        "max_device_publish_rate); see Throttling on Plan & quotas.",
+        "max_device_publish_rate).",
     ),
     RC.QUOTA_EXCEEDED: (
         "Quota exceeded",
-        "the device went over one of the plan's limits; see Plan & quotas.",
+        "the device went over one of the plan's limits.",
     ),
     RC.ADMINISTRATIVE_ACTION: (
         "Administrative action",

@@ -272,3 +272,12 @@ def test_api_device_carries_the_reason_in_words(owner):
     body = api.get("/api/v1/devices/sensor-1").json()
     assert body["last_disconnect_reason"] == "0x96"
     assert body["last_disconnect_description"].startswith("Message rate too high: ")
+
+
+def test_a_disconnect_for_a_limit_links_to_what_the_limits_did(client, owner):
+    device, _ = services.device_create(tenant=owner, name="sensor-1")
+    for recorded, linked in (("0x96", True), ("0x97", True), ("keepalive_timeout", False)):
+        Device.objects.filter(id=device.id).update(last_disconnect_reason=recorded)
+        body = client.get("/devices/sensor-1/").content.decode()
+        cell = re.search(r'<dd id="last-disconnect">(.*?)</dd>', body, re.S).group(1)
+        assert ('href="/quota/#throttling"' in cell) is linked, recorded
