@@ -71,7 +71,7 @@ def limit_activity(*, tenant: Tenant, now: datetime | None = None) -> dict[str, 
     for minute, dropped, throttled in rows:
         for tally in building.values():
             if minute >= tally.since:
-                tally.add(minute, dropped or {}, throttled or {})
+                tally.add(minute, _counts(dropped), _counts(throttled))
     return {name: tally.window(name, now) for name, tally in building.items()}
 
 
@@ -110,6 +110,11 @@ class _Tally:
         limits = sorted(self.limits.values(), key=lambda a: (-(a.refused + a.slowed), a.limit))
         dropped = dict(sorted(self.dropped.items(), key=lambda item: (-item[1], item[0])))
         return Window(name, self.since, now, limits, dropped)
+
+
+def _counts(value: object) -> dict:
+    """A usage row's JSON object of counts (anything else, from a writer gone wrong: none)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _count(value: object) -> int:
