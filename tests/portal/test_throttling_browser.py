@@ -166,12 +166,6 @@ def slow_plan() -> str:
     return acme(publish_rate=20)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 28: the broker emits quota.throttled only with the lead's new publish limiter "
-    "(admission/rates/flow); until then a paused publisher is metered as refusals. Remove this "
-    "marker when merging it.",
-)
 def test_a_paho_publisher_over_the_rate_is_shown_slowed_not_dropped(platform, slow_plan, page):
     """A device on paho's defaults (MQTT 3.1.1, 20 in flight, QoS 1) publishes 50 messages at
     once over a 20 msg/s plan: the broker slows it (all acknowledged, none refused), and once

@@ -169,9 +169,9 @@ def test_the_observers_meter_the_brokers_throttled_hook_apart_from_refusals():
 
     broker = Broker(BrokerConfig(), StaticAuthenticator({}))
     observers = TenancyObservers(broker, pool=None)
-    broker.quota_throttled("acme", "publish_rate")
-    broker.quota_throttled("acme", "publish_rate")
-    broker.quota_throttled("acme", "outbound_rate")
+    broker.quota_exceeded("acme", "publish_rate", throttled=True)
+    broker.quota_exceeded("acme", "publish_rate", throttled=True)
+    broker.quota_exceeded("acme", "outbound_rate", throttled=True)
     broker.quota_exceeded("acme", "publish_rate")
     ((tenant, _, usage),) = observers.meter.take(final=True)
     assert tenant == "acme"
