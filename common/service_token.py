@@ -48,13 +48,17 @@ CLIENT_PREFIXES = {
 # The browser client's identities: tenant traffic, not the platform's.
 TENANT_DEVICES = frozenset({CONSOLE_DEVICE, VIEWER_DEVICE})
 TENANT_CLIENT_PREFIXES = tuple(CLIENT_PREFIXES[device] for device in sorted(TENANT_DEVICES))
+# Metered as the tenant's messages: the browser client's, and what the tenant's rules republish
+# (a rule that fans one message out to thousands is the tenant's traffic: issue 29).
+BILLED_CLIENT_PREFIXES = (*TENANT_CLIENT_PREFIXES, CLIENT_PREFIXES[RULES_DEVICE])
 
 
 def is_platform_client(client_id: str) -> bool:
     """Whether traffic from / to this client id is the platform's own (`$events`, `$SYS`, the
-    portal's live views, the rules' republish), which usage metering leaves out. Devices may not
-    take `$` client ids; the browser client's (`$console-…`, `$viewer-…`) are the tenant's."""
-    return client_id[:1] == "$" and not client_id.startswith(TENANT_CLIENT_PREFIXES)
+    portal's live views), which usage metering leaves out. Devices may not take `$` client
+    ids; the browser client's (`$console-…`, `$viewer-…`) and the rules' republish
+    (`$rules-…`) are the tenant's."""
+    return client_id[:1] == "$" and not client_id.startswith(BILLED_CLIENT_PREFIXES)
 
 
 def load_key() -> bytes:

@@ -140,6 +140,7 @@ class PostgresAuthenticator:
                 decision.device,
                 decision.client_id,
                 service_identity.authorizer(decision.device),
+                service_identity.quota(decision.device, policy.quota),
                 service=True,
             )
         # A device, or the browser client (`$console`/`$viewer`): the tenant's ACL and quota.

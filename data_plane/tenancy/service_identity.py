@@ -9,9 +9,11 @@ shared with the brokers (`common.service_token`: `MQTT_SERVICE_KEY`, or the embe
 `.data/service-key`). Such a connection lives in that tenant's namespace like any device. The
 portal's may subscribe (never to a shared group, which would take messages from the tenant's
 consumers) and never publish; the rules' may publish to the tenant's application topics and never
-subscribe. Neither is one of the tenant's connections: not counted against its quota, not in its
-`$SYS` or `$events`. Device names cannot start with `$`, and devices may not use `$`-client ids,
-so no device can pose as either.
+subscribe. Neither is one of the tenant's connections: not counted against its connection quota,
+not in its `$SYS` or `$events`. What the rules republish is the tenant's traffic, though: it
+shares the tenant's publish rates with its devices (slowed like them, `RULES_QUOTA_KEYS`) and is
+metered as the tenant's messages (`common.service_token.is_platform_client`). Device names cannot
+start with `$`, and devices may not use `$`-client ids, so no device can pose as either.
 """
 
 from __future__ import annotations
@@ -38,6 +40,18 @@ SERVICE_DEVICES = frozenset(CLIENT_PREFIXES)  # every identity proved by a signe
 # browser client's (`$console`, `$viewer`) are tenant clients held to the tenant's ACL and quota.
 PLATFORM_DEVICES = SERVICE_DEVICES - TENANT_DEVICES
 CLIENT_PREFIX = CLIENT_PREFIXES[PORTAL_DEVICE]
+
+
+# What the rules' republish is held to of its tenant's plan: the tenant's publish rates, shared
+# fairly with its devices (it is slowed like them, never refused at first: `fair_share`).
+RULES_QUOTA_KEYS = ("max_publish_rate", "max_inbound_bytes_rate", "max_message_size")
+
+
+def quota(device: str, tenant_quota: dict[str, int]) -> dict[str, int]:
+    """The part of the tenant's quota a platform identity is held to."""
+    if device != RULES_DEVICE:
+        return {}
+    return {key: tenant_quota[key] for key in RULES_QUOTA_KEYS if key in tenant_quota}
 
 
 class ReadOnly:

@@ -148,3 +148,28 @@ def test_nobody_else_can_use_the_rules_identity(broker, tenants):
     assert rules_identity(broker, client_id="$portal-abc").reason_code == 0x86
     assert portal(broker, client_id="$rules-7-abc").reason_code == 0x86
     assert Paho(broker, "acme/sensor-1", acme_secret, "$rules-7-abc").reason_code == 0x85
+
+
+def test_what_rules_republish_shares_the_tenants_rate_and_is_metered(broker, tenants):
+    """Issue 29: a rule fanning out is the tenant's traffic. Its republish waits for the
+    tenant's publish rate like a device (slowed, nothing refused) and counts as the tenant's
+    messages in its figures ($SYS, usage)."""
+    acme, acme_secret, _ = tenants
+    services.tenant_set_quota(acme, {"max_publish_rate": 10})
+    time.sleep(0.5)
+    listener = Paho(broker, "acme/sensor-1", acme_secret, "listener")
+    listener.subscribe("fan/#", 1)
+    rules = rules_identity(broker)
+    started = time.monotonic()
+    infos = [rules.client.publish("fan/out", f"{n}", 1) for n in range(30)]
+    for info in infos:
+        info.wait_for_publish(10)
+    took = time.monotonic() - started
+    got = listener.expect(30, 5)
+    time.sleep(0.7)  # a $SYS round
+    listener.subscribe("$SYS/broker/messages/received", 0)
+    sys_figure = [m for m in listener.expect(5, 2) if m.topic.startswith("$SYS")]
+    rules.close(), listener.close()
+    assert len(got) == 30 and all(i.is_published() for i in infos)
+    assert took >= 1.7  # a second's burst of 10, then 20 at 10/s
+    assert sys_figure and int(sys_figure[-1].payload) >= 30  # metered as the tenant's
