@@ -13,8 +13,10 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from control_plane.health import with_healthz  # noqa: E402
+from control_plane.web_metrics import serve_from_environment  # noqa: E402
 from tenants.portal.live import LiveConsumer  # noqa: E402
 
+serve_from_environment()
 websocket_urlpatterns: list = [path("ws/live/", LiveConsumer.as_asgi())]
 
 application = ProtocolTypeRouter(

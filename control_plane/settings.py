@@ -138,6 +138,11 @@ MQTT_PUBLIC_WS_URL = os.environ.get("MQTT_PUBLIC_WS_URL", "ws://127.0.0.1:8083/m
 # authenticated with a token signed by MQTT_SERVICE_KEY, shared with the brokers).
 MQTT_INTERNAL_HOST = os.environ.get("MQTT_INTERNAL_HOST", "127.0.0.1")
 MQTT_INTERNAL_PORT = int(os.environ.get("MQTT_INTERNAL_PORT", str(MQTT_PUBLIC_PORT)))
+# Live pages (/ws/live/ sockets) a member and a tenant may hold at once: counted in each web
+# process and, where REDIS_URL names a Redis, across all of them (tenants/portal/live_seats.py).
+LIVE_SOCKETS_PER_MEMBER = int(os.environ.get("LIVE_SOCKETS_PER_MEMBER", "5"))
+LIVE_SOCKETS_PER_TENANT = int(os.environ.get("LIVE_SOCKETS_PER_TENANT", "20"))
+LIVE_SEATS_REDIS_URL = REDIS_URL
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REST_FRAMEWORK = {

@@ -1,10 +1,14 @@
 """Live portal views: one WebSocket per open page, fed from the broker itself.
 
-The consumer connects to the broker with aiomqtt as the tenant's read-only service identity
-(`common.service_token`, checked by `data_plane.tenancy.service_identity`), so what a page can see is exactly what the broker scopes
-to that tenant — never another's. It subscribes to the tenant's `$SYS/broker/#` (counters and
-the presence snapshot `clients/online`) and `$events/#` (connects and disconnects), plus one
-topic filter the page asks to watch. Frames sent to the page (JSON):
+The pages of a tenant share one broker connection per web process (`live_hub`), made with
+aiomqtt as the tenant's read-only service identity (`common.service_token`, checked by
+`data_plane.tenancy.service_identity`), so what a page can see is exactly what the broker scopes
+to that tenant — never another's. It is subscribed to the tenant's `$SYS/broker/#` (counters and
+the presence snapshot `clients/online`) and `$events/#` (connects and disconnects), plus the
+topic filter each page asks to watch; a page gets only what its own filter matches. A member and a
+tenant hold a bounded number of these sockets (`LIVE_SOCKETS_PER_MEMBER`,
+`LIVE_SOCKETS_PER_TENANT`, `live_seats`); one over the bound is sent an `error` frame saying so in
+words and closed with code 4429. Frames sent to the page (JSON):
 
     {"type": "status", "connected": bool, "error"?: str}
     {"type": "sys", "name": "clients/connected", "value": "3"}
@@ -13,33 +17,32 @@ topic filter the page asks to watch. Frames sent to the page (JSON):
     {"type": "message", "topic", "payload", "binary", "qos", "retain", "at"}
     {"type": "dropped", "count": n}     (the viewer is rate limited; n messages not shown)
     {"type": "watching", "filter": str} / {"type": "error", "error": str}
+    {"type": "live", "viewers", "viewer_limit", "yours", "your_limit", "shown_today",
+     "not_shown_today"}   (the tenant's live pages open now, and the member's, against their
+                           bounds; watched messages shown today (UTC), and not shown: over rate)
 
 The page sends {"watch": "sensors/#"} (or {"watch": ""} to stop).
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import json
 import logging
-import time
 from typing import Any
 
 import aiomqtt
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
 
-from common import service_token
-from common.mqtt.topics import TopicFilterInvalid, topic_matches, validate_topic_filter
+from common.mqtt.topics import TopicFilterInvalid, validate_topic_filter
 from tenants import selectors
+from tenants.portal import live_frames as frames
+from tenants.portal.live_hub import shared_hub
 
 log = logging.getLogger(__name__)
 
 MESSAGES_PER_SECOND = 50  # what one page is shown at most; the rest is counted
-PAYLOAD_PREVIEW = 4096  # bytes of each payload shown
-RETRY_SECONDS = 2.0
+PAYLOAD_PREVIEW = frames.PAYLOAD_PREVIEW
+OVER_THE_BOUND = 4429  # close code: this member or tenant holds as many live sockets as it may
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -54,20 +57,20 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4403)
             return
         self.tenant = membership.tenant.slug
-        self.client: aiomqtt.Client | None = None
+        self.member = str(user.pk)
         self.watching = ""
-        self._window, self._shown, self._dropped = 0, 0, 0
+        self.rate = frames.PageRate(MESSAGES_PER_SECOND)
+        # Accepted first, so that a refusal reaches the page as a frame and a close code (a
+        # socket refused during the handshake is only an HTTP 403 to the page's script).
         await self.accept()
-        self._task = asyncio.get_running_loop().create_task(self._follow())
+        refused = await shared_hub().admit(self)
+        if refused is not None:
+            await self.send_json({"type": "error", "error": refused.words})
+            await self.close(code=OVER_THE_BOUND, reason="too many live pages")
 
     async def disconnect(self, code: int) -> None:
-        task = getattr(self, "_task", None)
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        if hasattr(self, "tenant"):
+            await shared_hub().leave(self)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or not isinstance(content.get("watch"), str):
@@ -85,104 +88,17 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                     {"type": "error", "error": "shared subscriptions cannot be watched"}
                 )
                 return
-        previous, self.watching = self.watching, topic_filter
-        if self.client is not None:
-            try:
-                if previous and previous != topic_filter:
-                    await self.client.unsubscribe(previous)
-                if topic_filter and topic_filter != previous:
-                    await self.client.subscribe(topic_filter, qos=0)
-            except aiomqtt.MqttError as exc:
-                await self.send_json({"type": "error", "error": str(exc)})
-                return
+        try:
+            await shared_hub().watch(self, topic_filter)
+        except aiomqtt.MqttError as exc:
+            await self.send_json({"type": "error", "error": str(exc)})
+            return
         await self.send_json({"type": "watching", "filter": topic_filter})
 
-    # -- the broker side ------------------------------------------------------------------
+    # -- what the hub calls (tenants.portal.live_hub.Viewer) ------------------------------------
 
-    async def _follow(self) -> None:
-        """Stay subscribed while the page is open, reconnecting when the broker goes away."""
-        while True:
-            identifier = service_token.new_client_id()
-            token = service_token.sign(service_token.load_key(), self.tenant, identifier)
-            try:
-                async with aiomqtt.Client(
-                    settings.MQTT_INTERNAL_HOST,
-                    settings.MQTT_INTERNAL_PORT,
-                    username=f"{self.tenant}/{service_token.PORTAL_DEVICE}",
-                    password=token,
-                    identifier=identifier,
-                    protocol=aiomqtt.ProtocolVersion.V5,
-                    max_queued_incoming_messages=1000,
-                ) as client:
-                    self.client = client
-                    await client.subscribe("$SYS/broker/#")
-                    await client.subscribe("$events/#")
-                    if self.watching:
-                        await client.subscribe(self.watching)
-                    await self.send_json({"type": "status", "connected": True})
-                    async for message in client.messages:
-                        await self._forward(message)
-            except aiomqtt.MqttError as exc:
-                log.info("live view of %s: broker connection failed: %s", self.tenant, exc)
-                await self.send_json({"type": "status", "connected": False, "error": str(exc)})
-            finally:
-                self.client = None
-            await asyncio.sleep(RETRY_SECONDS)
-
-    async def _forward(self, message: aiomqtt.Message) -> None:
-        topic = message.topic.value
-        payload = bytes(message.payload or b"")
-        if topic == "$SYS/broker/clients/online":
-            try:
-                online = json.loads(payload)["devices"]
-            except (ValueError, KeyError, TypeError):
-                online = None
-            if isinstance(online, list):
-                await self.send_json({"type": "presence", "online": online})
-        elif topic.startswith("$SYS/broker/"):
-            name = topic[len("$SYS/broker/") :]
-            await self.send_json(
-                {"type": "sys", "name": name, "value": payload.decode("utf-8", "replace")}
-            )
-        elif topic in ("$events/client_connected", "$events/client_disconnected"):
-            await self._presence(topic.endswith("_connected"), payload)
-        if self.watching and topic_matches(self.watching, topic):
-            await self._show(topic, payload, message)
-
-    async def _presence(self, online: bool, payload: bytes) -> None:
+    async def send_text(self, text: str) -> None:
         try:
-            event = json.loads(payload)
-            device = event["username"].split("/", 1)[1]
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            return
-        await self.send_json(
-            {"type": "presence", "device": device, "online": online, "at": event.get("ts")}
-        )
-
-    async def _show(self, topic: str, payload: bytes, message: aiomqtt.Message) -> None:
-        second = int(time.monotonic())
-        if second != self._window:
-            if self._dropped:
-                await self.send_json({"type": "dropped", "count": self._dropped})
-            self._window, self._shown, self._dropped = second, 0, 0
-        if self._shown >= MESSAGES_PER_SECOND:
-            self._dropped += 1
-            return
-        self._shown += 1
-        preview = payload[:PAYLOAD_PREVIEW]
-        try:
-            text, binary = preview.decode("utf-8"), False
-        except UnicodeDecodeError:
-            text, binary = base64.b64encode(preview).decode(), True
-        await self.send_json(
-            {
-                "type": "message",
-                "topic": topic,
-                "payload": text,
-                "binary": binary,
-                "size": len(payload),
-                "qos": message.qos,
-                "retain": message.retain,
-                "at": int(time.time() * 1000),
-            }
-        )
+            await self.send(text_data=text)
+        except Exception as exc:  # the socket is closing: its disconnect takes it out of the hub
+            log.debug("live view of %s: frame not sent: %s", self.tenant, exc)

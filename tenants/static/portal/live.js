@@ -4,12 +4,16 @@
 (function () {
   "use strict";
   const MAX_ROWS = 200;
+  const OVER_THE_BOUND = 4429; // closed: this member or tenant has as many live pages as it may
+  const RETRY_MS = 3000;
+  const RETRY_OVER_THE_BOUND_MS = 30000; // until another page closes
   const status = document.getElementById("live-status");
   const form = document.getElementById("watch-form");
   const rows = document.getElementById("live-messages");
   const watchState = document.getElementById("watch-state");
   let socket = null;
   let online = new Set();
+  let lastError = "";
 
   function setStatus(connected, text) {
     if (!status) return;
@@ -89,7 +93,15 @@
         if (watchState) watchState.textContent = frame.count + " messages not shown (rate limit)";
         break;
       case "error":
+        lastError = frame.error;
         if (watchState) watchState.textContent = frame.error;
+        break;
+      case "live":
+        Object.keys(frame).forEach((name) => {
+          document.querySelectorAll('[data-live="' + CSS.escape(name) + '"]').forEach((el) => {
+            el.textContent = String(frame[name]);
+          });
+        });
         break;
     }
   }
@@ -99,9 +111,15 @@
     socket = new WebSocket(scheme + location.host + "/ws/live/");
     socket.onopen = watch;
     socket.onmessage = (event) => handle(JSON.parse(event.data));
-    socket.onclose = () => {
-      setStatus(false);
-      setTimeout(connect, 3000);
+    socket.onclose = (event) => {
+      if (event.code === OVER_THE_BOUND) {
+        setStatus(false, lastError || event.reason || "Live updates are off: too many live pages open.");
+        setTimeout(connect, RETRY_OVER_THE_BOUND_MS);
+      } else {
+        setStatus(false);
+        setTimeout(connect, RETRY_MS);
+      }
+      lastError = "";
     };
   }
 
