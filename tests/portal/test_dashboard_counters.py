@@ -1,7 +1,6 @@
 """Numbers that are true: the dashboard's "Messages in/out" count the tenant's application
-messages (PUBLISH received from its devices, deliveries sent to them) — never the platform's own
-service identities (the portal's live views, the rules' republish identity, `$SYS`, `$events`) —
-and agree with the usage API for the same minutes; the retained count is the tenant's retained
+messages (PUBLISH received from its devices and what its rules republish, deliveries sent to
+them) — never the platform's own (the portal's live views, `$SYS`, `$events`) — and agree with the usage API for the same minutes; the retained count is the tenant's retained
 messages, not its `$SYS` topics. Real broker and portal processes, paho clients, Chromium."""
 
 from __future__ import annotations
@@ -82,7 +81,7 @@ def test_dashboard_counts_application_messages_and_agrees_with_usage(platform, a
         device.publish("sensors/t", f"reading {n}", 1)
     device.publish("sensors/state/a", "on", 1, retain=True)
     device.publish("sensors/state/b", "off", 1, retain=True)
-    # The rules' republish identity publishes too: the platform's traffic, not the tenant's.
+    # The rules' republish identity publishes too: the tenant's traffic (its rules' outputs).
     rules_id = service_token.new_client_id(service_token.RULES_DEVICE)
     rules = Paho(
         mqtt_port,
@@ -96,16 +95,16 @@ def test_dashboard_counts_application_messages_and_agrees_with_usage(platform, a
     assert len(subscriber.expect(15)) == 15  # 12 from the device, 3 from the rules
     live.wait_for_selector("#live-messages tr.live-message:has-text('rule output 2')")
 
-    # 12 PUBLISH in from devices; 12 deliveries to sensor-2 (the rules' 3 and every copy to
+    # 15 PUBLISH in (the devices' 12, the rules' 3); 15 deliveries to sensor-2 (every copy to
     # the portal's viewer aside); 2 retained messages (the $SYS topics aside).
     page.wait_for_function(
-        "() => document.querySelector('[data-sys=\"messages/received\"]').textContent === '12'"
-        " && document.querySelector('[data-sys=\"messages/sent\"]').textContent === '12'",
+        "() => document.querySelector('[data-sys=\"messages/received\"]').textContent === '15'"
+        " && document.querySelector('[data-sys=\"messages/sent\"]').textContent === '15'",
         timeout=15000,
     )
     time.sleep(1.5)  # several $SYS rounds later, still the same: nothing else creeps in
-    assert counter(page, "messages/received") == "12"
-    assert counter(page, "messages/sent") == "12"
+    assert counter(page, "messages/received") == "15"
+    assert counter(page, "messages/sent") == "15"
     assert counter(page, "retained messages/count") == "2"
     assert counter(page, "clients/connected") == "2"  # the devices; not the portal, not rules
 
@@ -117,10 +116,10 @@ def test_dashboard_counts_application_messages_and_agrees_with_usage(platform, a
             sum(m["messages_in"] for m in minutes),
             sum(m["messages_out"] for m in minutes),
         )
-        if totals == (12, 12) or time.monotonic() > deadline:
+        if totals == (15, 15) or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert totals == (12, 12), minutes
+    assert totals == (15, 15), minutes
     assert max(m["retained_count"] for m in minutes) == 2
     for client in (device, subscriber, rules):
         client.close()
