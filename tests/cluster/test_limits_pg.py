@@ -233,3 +233,57 @@ def test_acl_change_acts_on_every_node_within_a_second(three_pg, acme):
     assert max(delays) <= 1.0, delays
     for client in clients:
         client.close()
+
+
+def test_a_flood_through_several_nodes_is_slowed_to_the_tenants_rate_never_multiplied(
+    three_pg, acme
+):
+    """Issue 28 across nodes: two devices on two nodes each queue 150 QoS 1 publishes (paho's
+    defaults) over a tenant rate of 50 msg/s held cluster-wide; a calm device on the third node
+    publishes now and then. Every publish is acknowledged and delivered once, nobody is
+    disconnected, the flood takes as long as the tenant's one rate says, and the calm device's
+    publishes go through promptly."""
+    from tests.tenancy.test_pressure import DefaultPaho
+
+    tenant, secret, other = acme
+    services.tenant_set_quota(tenant, {"max_publish_rate": 50})
+    time.sleep(0.5)
+    a, b, c = three_pg
+    received: dict[bytes, int] = {}
+    sub = Paho(c.port, "acme/sensor-2", other, "counter")
+    sub.client.on_message = lambda cl, u, m: received.__setitem__(
+        m.payload, received.get(m.payload, 0) + 1
+    )
+    sub.subscribe("flood/#", 1)
+    floods = [
+        DefaultPaho(node.port, secret, f"flood-{i}", user="acme/sensor-1")
+        for i, node in enumerate((a, b))
+    ]
+    calm = DefaultPaho(c.port, other, "calm", user="acme/sensor-2")
+    time.sleep(0.5)  # the subscriber's route reaches a and b
+    started = time.monotonic()
+    infos = [
+        flood.client.publish(f"flood/{i}", f"{i}-{n}".encode(), 1)
+        for n in range(150)
+        for i, flood in enumerate(floods)
+    ]
+    calm_waits = []
+    while not all(info.is_published() for info in infos) and time.monotonic() - started < 30:
+        sent = time.monotonic()
+        calm.client.publish("flood/calm", f"calm-{len(calm_waits)}".encode(), 1).wait_for_publish(5)
+        calm_waits.append(time.monotonic() - sent)
+        time.sleep(0.5)
+    took = time.monotonic() - started
+    time.sleep(1)
+    disconnects = [client.disconnects[:] for client in (*floods, calm)]
+    for client in (*floods, calm):
+        client.close()
+    sub.close()
+    assert all(info.is_published() for info in infos)
+    assert disconnects == [[], [], []]
+    expected = {f"{i}-{n}".encode() for n in range(150) for i in range(2)}
+    expected |= {f"calm-{n}".encode() for n in range(len(calm_waits))}
+    assert set(received) == expected and max(received.values()) == 1
+    # 300 at 50/s cluster-wide (each node alone would have let 50/s through: 3 s at most).
+    assert took >= 4.0, took
+    assert max(calm_waits) < 1.0, calm_waits

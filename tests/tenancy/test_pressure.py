@@ -58,10 +58,12 @@ class DefaultPaho:
     """A device as paho builds one with its defaults (auto-reconnect, 20 in flight), counting
     its disconnects and each publish's acknowledgement time."""
 
-    def __init__(self, port: int, secret: str, client_id: str, v5: bool = True) -> None:
+    def __init__(
+        self, port: int, secret: str, client_id: str, v5: bool = True, user: str = "acme/d"
+    ) -> None:
         protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id, protocol=protocol)
-        self.client.username_pw_set("acme/d", secret)
+        self.client.username_pw_set(user, secret)
         self.disconnects: list = []
         self.client.on_disconnect = lambda c, u, f, rc, p: self.disconnects.append(rc)
         connected = threading.Event()
