@@ -7,6 +7,8 @@
     .venv/bin/python -m bench.publish_micro noacl 0 no-archive  # folder as the store) or off
     .venv/bin/python -m bench.publish_micro noacl 0 archive threads  # + CPU of the event loop's
                                                         # thread and of the archive's encoder
+    .venv/bin/python -m bench.publish_micro noacl 1 rate        # the tenant has publish rates:
+                                                        # each PUBLISH through the limiter
 
 PUBLISH bytes go in through `MQTTConnection.data_received` of 50 publishers, are routed and
 delivered to 50 subscribers whose transports only count bytes; QoS 1 deliveries are acknowledged.
@@ -46,7 +48,10 @@ USE_ACL = sys.argv[1] == "acl"
 QOS = int(sys.argv[2])
 # "archive" / "no-archive": the tap on or off, both run as `runbroker` runs (collector on, frozen
 # after start-up) and long enough for several archive intervals, so the two compare.
-ARCHIVE_MODE = sys.argv[3] if len(sys.argv) > 3 else None
+ARCHIVE_MODE = next((a for a in sys.argv[3:] if a in ("archive", "no-archive")), None)
+# "rate": the tenant has a publish rate (too high to hold anyone): every PUBLISH takes its turn
+# through the limiter (issue 28).
+RATE = "rate" in sys.argv[3:]
 ARCHIVE = ARCHIVE_MODE == "archive"
 # "threads": also print the event loop thread's and the encoding thread's CPU per message.
 THREADS = "threads" in sys.argv[4:]
@@ -85,6 +90,8 @@ async def main():
     tenants = {
         "t": {"devices": {f"d{i}": {"password": "p", "client_ids": "any"} for i in range(2)}}
     }
+    if RATE:
+        tenants["t"]["quota"] = {"max_publish_rate": 10**9, "max_inbound_bytes_rate": 10**12}
     tap = None
     encoding = [0.0]  # the encoding thread's CPU seconds in `add` and `seal`
     if ARCHIVE:

@@ -107,8 +107,9 @@ class PublishShare:
     def take(self, waiter: Waiter, device: str, size: int, refusable: bool) -> Held | None:
         """None: the publish goes now (paid for). Else `Held`: it waits, and `waiter.wake()`
         comes when it may go; or `OverTooLong` (only when `refusable`): refuse it instead."""
-        if waiter in self.granted:  # its turn came: paid for when it was woken
-            self.granted.discard(waiter)
+        granted = self.granted
+        if granted and waiter in granted:  # its turn came: paid for when it was woken
+            granted.discard(waiter)
             return None
         if self.device_rate:
             bucket = self.devices.get(device)
@@ -122,7 +123,8 @@ class PublishShare:
             if not wait:
                 if self.device_rate:
                     self.devices[device].take()
-                self.over_since.pop(waiter, None)  # within its rate: the run of waits ends
+                if self.over_since:  # within its rate: its run of waits ends
+                    self.over_since.pop(waiter, None)
                 return None
         else:
             wait = 0.0  # others wait already: behind them, whatever the bucket holds
