@@ -10,6 +10,7 @@ A command line is a function of the environment, so one table serves a laptop an
 |---|---|---|
 | `BIND_HOST` | web, broker | `127.0.0.1` (a container sets `0.0.0.0`) |
 | `WEB_PORT` | web | `8000` |
+| `WEB_HEADER_TIMEOUT`, `WEB_BODY_TIMEOUT`, `WEB_BODY_MIN_RATE` | web: a request's headers and body must arrive in time (`control_plane/web_server.py`) | `20` s, `20` s + 1 s per `500` bytes |
 | `MQTT_PORT`, `MQTT_WS_PORT` | broker | `1883`, `8083` |
 | `BROKER_WORKERS` | broker: processes sharing its ports (a cluster on `REDIS_URL`) | `1` |
 | `MQTT_TLS_PORT`, `MQTT_WSS_PORT`, `METRICS_PORT` | broker | off (`make run`: `METRICS_PORT` 9100) |
@@ -76,14 +77,15 @@ def _web(env: Env, python: str) -> list[str]:
     return [
         python,
         "-m",
-        "daphne",
+        # Daphne with deadlines on slow clients' requests (WEB_HEADER_TIMEOUT, WEB_BODY_TIMEOUT).
+        "control_plane.web_server",
         "-b",
         _get(env, "BIND_HOST", "127.0.0.1"),
         "-p",
         _get(env, "WEB_PORT", "8000"),
-        # The load balancer in front sets X-Forwarded-For; Daphne trusts it for client addresses.
-        # The access log is Django's (control_plane/access_log.py), in the platform's format.
-        "--proxy-headers",
+        # No --proxy-headers: Daphne would believe X-Forwarded-For from anyone. Django believes
+        # it only from TRUSTED_PROXIES (tenants/throttles.py client_address). The access log is
+        # Django's (control_plane/access_log.py), in the platform's format.
         "control_plane.asgi:application",
     ]
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
+from tenants.throttles import client_address
+
 log = logging.getLogger("control_plane.access")
 
 
@@ -31,7 +33,8 @@ def access_log(get_response: Callable[[HttpRequest], HttpResponse]):
                         "path": path,
                         "status": response.status_code,
                         "duration_ms": round((time.monotonic() - started) * 1000, 1),
-                        "client": request.META.get("REMOTE_ADDR", ""),
+                        # The peer, or the client a trusted proxy names (TRUSTED_PROXIES).
+                        "client": client_address(request.META),
                     }
                 },
             )

@@ -42,7 +42,9 @@ def test_the_table_declares_every_role_once():
     }
     env = {"WEB_PORT": "9000", "MQTT_PORT": "2883", "BIND_HOST": "0.0.0.0"}
     web = processes.command("web", env, python="py")
-    assert web[:3] == ["py", "-m", "daphne"] and "9000" in web and "0.0.0.0" in web
+    assert (
+        web[:3] == ["py", "-m", "control_plane.web_server"] and "9000" in web and "0.0.0.0" in web
+    )
     broker = processes.command("broker", env, python="py")
     assert broker[2:3] == ["runbroker"] and "2883" in broker
     rules = processes.command("rules", {"RULES_CHECKPOINT": "/c"}, python="py")

@@ -25,6 +25,9 @@ locals {
     # Tenants' webhooks reach public addresses only: never the VPC, the cloud metadata
     # service or the tasks themselves (common/webhook.py).
     WEBHOOK_ALLOW_PRIVATE = "0"
+    # Only the ALB (inside the VPC) reaches the web tasks: X-Forwarded-For is believed from it
+    # alone, and names the client (login throttles, audit, access log).
+    TRUSTED_PROXIES = var.vpc_cidr
   }
 
   secrets = {
