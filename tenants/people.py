@@ -134,6 +134,12 @@ def _invitation_record(
         raise ValidationError(
             {"role": [f"Role must be one of {', '.join(Membership.Role.values)}."]}
         )
+    if role == Membership.Role.OWNER and invited_by is not None:
+        # Only owners make owners: an admin inviting a second address of their own as owner could
+        # then remove every real owner (issue 28).
+        inviter = Membership.objects.filter(tenant=tenant, user=invited_by).first()
+        if inviter is None or inviter.role != Membership.Role.OWNER:
+            raise ValidationError({"role": ["Only an owner can invite an owner."]})
     if Membership.objects.filter(tenant=tenant, user__email__iexact=email).exists():
         raise ValidationError({"email": [f"{email} is already a member of {tenant.slug}."]})
     Invitation.objects.filter(tenant=tenant, email=email, accepted_at=None).delete()

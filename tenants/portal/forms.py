@@ -103,6 +103,13 @@ class InviteForm(forms.Form):
         initial="viewer",
     )
 
+    def __init__(self, *args, offer_owner: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not offer_owner:  # only owners make owners (the service refuses a forged choice)
+            self.fields["role"].widget.choices = [
+                c for c in self.fields["role"].choices if c[0] != "owner"
+            ]
+
 
 class PasswordChoiceForm(forms.Form):
     password = forms.CharField(widget=forms.PasswordInput, min_length=8, label="Choose a password")

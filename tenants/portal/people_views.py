@@ -27,11 +27,13 @@ from tenants.selectors import PRESENCE_STALE_AFTER
 @tenant_view()
 def members(request, membership):
     tenant = membership.tenant
-    form = InviteForm()
+    is_owner = membership.role == Membership.Role.OWNER
+    form = InviteForm(offer_owner=is_owner)
+    status = 200
     if request.method == "POST":
         if not membership.can_write:
             raise PermissionDenied("Your role can read but not change this tenant.")
-        form = InviteForm(request.POST)
+        form = InviteForm(request.POST, offer_owner=is_owner)
         if form.is_valid():
             try:
                 invitation, _ = people.invitation_create(
@@ -50,6 +52,7 @@ def members(request, membership):
             else:
                 messages.success(request, f"Invitation sent to {invitation.email}.")
                 return redirect("portal:members")
+        status = 400
     return render(
         request,
         "portal/members.html",
@@ -62,7 +65,9 @@ def members(request, membership):
                 tenant=tenant, accepted_at=None, expires_at__gt=timezone.now()
             ),
             form=form,
+            is_owner=is_owner,
         ),
+        status=status,
     )
 
 

@@ -108,6 +108,36 @@ def test_remove_members_keeps_an_owner(client, owner):
     assert Membership.objects.filter(id=mine.id).exists()
 
 
+def test_an_admin_cannot_hand_out_the_owner_role_or_remove_an_owner(client, owner):
+    """The escalation of issue 28: an admin invited their own second address as owner, accepted,
+    and removed the original owner. Only owners grant the owner role or remove an owner."""
+    tenant, boss = owner
+    admin_user = get_user_model().objects.create_user("adm@acme.io", "adm@acme.io", PASSWORD)
+    Membership.objects.create(user=admin_user, tenant=tenant, role="admin")
+    admin = Client()
+    admin.force_login(admin_user)
+    page = admin.get("/members/").content.decode()
+    assert 'value="owner"' not in page  # not offered ...
+    boss_row = page[page.index('data-member="boss@acme.io"') :].split("</tr>")[0]
+    assert "Remove" not in boss_row  # ... nor a removal that would be refused
+    forged = admin.post("/members/", {"email": "adm.second@evil.io", "role": "owner"})
+    assert forged.status_code == 400 and b"Only an owner can invite an owner" in forged.content
+    assert not Invitation.objects.filter(role="owner").exists() and mail.outbox == []
+    boss_membership = Membership.objects.get(user=boss)
+    assert admin.post(f"/members/{boss_membership.id}/remove/").status_code == 403
+    assert Membership.objects.get(user=boss).role == "owner"
+    # What an admin may do, they still do: invite admins and viewers.
+    assert admin.post("/members/", {"email": "ops@acme.io", "role": "admin"}).status_code == 302
+    # An owner invites an owner; the new owner may then remove the first (not the last one).
+    assert client.post("/members/", {"email": "co@acme.io", "role": "owner"}).status_code == 302
+    co = Client()
+    co.post(_link(mail.outbox[-1]), {"password": PASSWORD})
+    assert Membership.objects.get(user__email="co@acme.io").role == "owner"
+    assert co.post(f"/members/{boss_membership.id}/remove/").status_code == 302
+    last = Membership.objects.get(user__email="co@acme.io")
+    assert b"at least one owner" in co.post(f"/members/{last.id}/remove/", follow=True).content
+
+
 def test_password_reset_by_email(client):
     services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
     anonymous = Client()
