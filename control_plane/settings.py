@@ -73,6 +73,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "tenants.portal.context.account",
             ],
         },
     }
@@ -165,6 +166,9 @@ REST_FRAMEWORK = {
 # X-Forwarded-For is believed only from these proxies (addresses or CIDR networks).
 AUTH_THROTTLE_RATE = os.environ.get("AUTH_THROTTLE_RATE", "20/min")
 AUTH_ACCOUNT_THROTTLE_RATE = os.environ.get("AUTH_ACCOUNT_THROTTLE_RATE", "10/min")
+# Password-reset mails: per client address, and per account named (tenants/throttles.py).
+PASSWORD_RESET_THROTTLE_RATE = os.environ.get("PASSWORD_RESET_THROTTLE_RATE", "10/h")
+PASSWORD_RESET_ACCOUNT_RATE = os.environ.get("PASSWORD_RESET_ACCOUNT_RATE", "3/h")
 TRUSTED_PROXIES = [p for p in os.environ.get("TRUSTED_PROXIES", "").split(",") if p.strip()]
 SPECTACULAR_SETTINGS = {
     "TITLE": "MQTT platform API",

@@ -179,6 +179,28 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
 
 
+class AccountTrust(models.Model):
+    """What the platform knows of a person's account beyond Django's user: the email address it
+    proved it holds (a signed link mailed there, a password reset or an accepted invitation), and
+    digests of the addresses it last logged in from (the login throttle trusts those more).
+
+    An account that has not proved its address keeps what it made itself (its own signup tenant)
+    but is handed nothing else: no tenant by an operator, no operator rights (`tenants.accounts`).
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="trust",
+    )
+    verified_email = models.EmailField(blank=True, default="")
+    verified_at = models.DateTimeField(null=True, blank=True)
+    # HMACs (keyed by SECRET_KEY) of the last few client addresses of successful logins: never
+    # the addresses themselves.
+    login_addresses = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+
+
 class Device(models.Model):
     objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
 

@@ -24,6 +24,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from common import secrets
+from tenants import accounts
 from tenants.models import ApiToken, Invitation, Membership, Tenant
 
 log = logging.getLogger(__name__)
@@ -171,6 +172,9 @@ def invitation_accept(invitation: Invitation, user: AbstractBaseUser) -> Members
     membership, _ = Membership.objects.get_or_create(
         user=user, tenant=invitation.tenant, defaults={"role": invitation.role}
     )
+    # The link went to the address and the account holding it is logged in: the address is
+    # proved (tenants.accounts).
+    accounts.mark_verified(user)
     invitation.accepted_at = timezone.now()
     invitation.save(update_fields=["accepted_at"])
     return membership
@@ -282,10 +286,13 @@ def portal_url(path: str) -> str:
 
 @transaction.atomic
 def owner_ensure(tenant: Tenant, email: str) -> AbstractBaseUser:
-    """`email` owns `tenant`; a new account gets no password (it sets one by a one-time link)."""
+    """`email` owns `tenant`; a new account gets no password (it sets one by a one-time link).
+    An existing account must have proved its address first (`accounts.require_claimable`)."""
     user, created = _account(email)
     if created:
         user.save()
+    else:
+        accounts.require_claimable(user, given=f"the tenant {tenant.slug}", field="owner")
     Membership.objects.update_or_create(
         user=user, tenant=tenant, defaults={"role": Membership.Role.OWNER}
     )
@@ -299,6 +306,8 @@ def operator_ensure(email: str) -> tuple[AbstractBaseUser, bool]:
     username is the email; a new one gets no password (it sets one by a one-time link). Returns
     the account and whether it was made now."""
     user, created = _account(email)
+    if not created:
+        accounts.require_claimable(user, given="operator rights")
     user.is_staff = user.is_superuser = True
     user.save()
     return user, created
@@ -329,4 +338,6 @@ def demo_login_ensure(tenant: Tenant, *, email: str, password: str) -> AbstractB
     Membership.objects.get_or_create(
         user=user, tenant=tenant, defaults={"role": Membership.Role.OWNER}
     )
+    # The operator running `make run` made this login for themselves: no banner to confirm it.
+    accounts.mark_verified(user)
     return user

@@ -38,13 +38,18 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Sign up: a new tenant and its owner",
         "Creates the tenant `tenant` owned by a new account (`email`, `password`) and returns "
         "the tenant with an API token for it. The slug becomes the first part of every device "
-        "username. Throttled per address.",
+        "username. A link to confirm the address is mailed to it (`user.email_verified` is false "
+        "until it is followed, logged in as this account): the token works on the new tenant at "
+        "once, but an unconfirmed account is given nothing else (no other tenant, no operator "
+        "rights). Throttled per address.",
     ),
     ("post", "/api/v1/auth/token"): (
         "Accounts",
         "Get an API token",
         "Exchanges an email and password for a bearer token of the account's tenant (send it as "
-        "`Authorization: Bearer TOKEN`). Throttled per address and per account.",
+        "`Authorization: Bearer TOKEN`). Throttled per address, per (account, address), and per "
+        "account from addresses it has not logged in from lately. A new password ends every "
+        "token of the account.",
     ),
     ("get", "/api/v1/tenant"): (
         "Tenant",

@@ -44,10 +44,18 @@ class TenantOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+class SignupUserOutput(serializers.Serializer):
+    email = serializers.CharField()
+    email_verified = serializers.BooleanField(
+        help_text="False until the link mailed to the address is followed (logged in as this "
+        "account); meanwhile the account uses its own new tenant but is given nothing else."
+    )
+
+
 class SignupOutput(serializers.Serializer):
     tenant = TenantOutput()
     token = serializers.CharField()
-    user = serializers.DictField(child=serializers.CharField())
+    user = SignupUserOutput()
 
 
 class TokenInput(StrictInput):

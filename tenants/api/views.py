@@ -18,11 +18,11 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tenants import billing_selectors, invoice_render, selectors, services
+from tenants import accounts, billing_selectors, invoice_render, selectors, services
 from tenants.api import serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, BoundedPagination, page_of
 from tenants.models import ApiToken, Credential, Membership, Tenant
-from tenants.throttles import LoginThrottle
+from tenants.throttles import LoginThrottle, client_address
 from tenants.throttling import figures as throttling_body
 from tenants.throttling import limit_activity
 
@@ -100,10 +100,15 @@ class SignupView(AuthThrottled, APIView):
     def post(self, request):
         data = validated(s.SignupInput, request.data)
         tenant, user, token = services.signup(**data)
+        # The new tenant is the account's own at once; anything else waits for the address to
+        # be proved (tenants.accounts): the link goes to it now.
+        accounts.verification_mail_quietly(
+            user, request.build_absolute_uri(accounts.verification_path(user))
+        )
         body = {
             "tenant": s.TenantOutput(tenant).data,
             "token": token,
-            "user": {"email": user.email},
+            "user": {"email": user.email, "email_verified": False},
         }
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -126,6 +131,7 @@ class TokenView(AuthThrottled, APIView):
         if membership is None:
             raise ValidationError({"tenant": ["You are not a member of that tenant."]})
         _, token = services.api_token_create(user=user, tenant=membership.tenant, name="api")
+        accounts.login_address_remember(user, client_address(request.META))
         return Response({"token": token, "tenant": membership.tenant.slug})
 
 

@@ -11,13 +11,13 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Q, Sum
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from tenants import people
+from tenants import accounts, people, throttles
 from tenants.models import Device, DeviceConnection, Invitation, Membership, Tenant, Usage
 from tenants.portal.forms import InviteForm, PasswordChoiceForm
 from tenants.portal.views import _context, _form_errors, tenant_view
@@ -214,10 +214,18 @@ def operator(request):
 
 
 class PasswordResetView(auth_views.PasswordResetView):
+    """Throttled per address and per account named, silently: past either budget no mail goes,
+    and the answer is the same "check your mail" page (no hint of accounts or limits)."""
+
     template_name = "portal/password_reset.html"
     email_template_name = "portal/password_reset_email.txt"
     subject_template_name = "portal/password_reset_subject.txt"
     success_url = reverse_lazy("portal:password-reset-done")
+
+    def form_valid(self, form):
+        if throttles.reset_allowed(self.request.META, form.cleaned_data["email"]):
+            return super().form_valid(form)
+        return HttpResponseRedirect(self.get_success_url())
 
 
 class PasswordResetDoneView(auth_views.PasswordResetDoneView):
@@ -231,3 +239,10 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     post_reset_login = True
     post_reset_login_backend = "django.contrib.auth.backends.ModelBackend"
     success_url = reverse_lazy("portal:dashboard")
+
+    def form_valid(self, form):
+        # The link came to the address: it is proved. The new password (tenants.accounts) has
+        # ended every API token and every other session the account had.
+        response = super().form_valid(form)
+        accounts.mark_verified(form.user)
+        return response

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from tenants.portal import billing_views, people_views, trust_views, views
+from tenants.portal import account_views, billing_views, people_views, trust_views, views
 
 app_name = "portal"
 
@@ -72,6 +72,21 @@ urlpatterns = [
         "reset/<uidb64>/<token>/",
         people_views.PasswordResetConfirmView.as_view(),
         name="password-reset-confirm",
+    ),
+    path(
+        "account/verify/resend/",
+        account_views.email_verify_resend,
+        name="email-verify-resend",
+    ),
+    path(
+        "account/verify/<uidb64>/<token>/",
+        account_views.email_verify,
+        name="email-verify",
+    ),
+    path(
+        "account/password/",
+        account_views.PasswordChangeView.as_view(),
+        name="password-change",
     ),
     path("identity/", trust_views.identity_page, name="identity"),
     path("identity/cas/<str:name>/revoke/", trust_views.ca_revoke, name="ca-revoke"),

@@ -18,7 +18,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from common import service_token
-from tenants import disconnect_reasons, selectors, services, throttles
+from tenants import accounts, disconnect_reasons, selectors, services, throttles
 from tenants import onboarding as onboarding_snippets
 from tenants.models import Membership
 from tenants.portal.forms import (
@@ -104,6 +104,11 @@ def signup(request: HttpRequest) -> HttpResponse:
         else:
             login(request, user, backend="django.contrib.auth.backends.ModelBackend")
             request.session["tenant"] = tenant.slug
+            # The tenant is the account's own at once; the address is proved by the link mailed
+            # now (the banner says so until then, tenants.accounts).
+            accounts.verification_mail_quietly(
+                user, request.build_absolute_uri(accounts.verification_path(user))
+            )
             messages.success(request, f"Welcome! Tenant {tenant.slug} is ready.")
             return redirect("portal:dashboard")
     return render(request, "portal/signup.html", {"form": form})

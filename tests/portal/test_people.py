@@ -12,7 +12,7 @@ from django.core import mail
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from tenants import services
+from tenants import accounts, services
 from tenants.models import ApiToken, Invitation, Membership
 
 pytestmark = pytest.mark.django_db
@@ -324,7 +324,12 @@ def test_create_operator_makes_an_account_the_portal_logs_in_by_email(settings):
     assert 'href="/admin/"' in nav  # a superuser: the admin is in the header
     assert portal.get("/admin/").status_code == 200
 
-    # An existing account (a tenant's owner) is promoted, keeping its password; --send mails.
+    # An existing account (a tenant's owner) is promoted, keeping its password, once it has
+    # confirmed its address (before, it might be anyone's: tests/security/test_account_takeover);
+    # --send mails.
+    with pytest.raises(CommandError, match="not verified"):
+        call_command("create_operator", "me@acme.io", stdout=StringIO())
+    accounts.mark_verified(get_user_model().objects.get(email="me@acme.io"))
     body = _command_json("create_operator", "me@acme.io", "--send")
     assert body["created"] is False and body["sent"] is True
     [message] = mail.outbox

@@ -1,0 +1,107 @@
+"""Portal pages for one's own account: confirming the email address (the link mailed at signup,
+and "send it again" from the banner every page shows until then) and changing the password."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render, resolve_url
+from django.urls import reverse_lazy
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from tenants import accounts, selectors, throttles
+from tenants.portal.views import _context
+
+
+def email_verify(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
+    """The link in the confirmation email. It confirms the address of the account it was made
+    for, and only while logged in as that account: the mailbox alone (or a mail scanner
+    following links) proves nothing about who made the account."""
+    if not request.user.is_authenticated:
+        messages.info(request, "Log in to confirm your email address.")
+        return redirect_to_login(request.get_full_path(), resolve_url("portal:login"))
+    user = accounts.user_from_uid(uidb64)
+    if user is not None and user.pk != request.user.pk:
+        return render(
+            request,
+            "portal/email_verify.html",
+            {**_tenant_context(request), "wrong_account": True, "for_email": user.email},
+            status=403,
+        )
+    if accounts.is_verified(request.user):
+        messages.info(request, f"{request.user.email} is already confirmed.")
+        return redirect("portal:dashboard")
+    if user is None or not accounts.verify(user, token):
+        return render(
+            request,
+            "portal/email_verify.html",
+            {**_tenant_context(request), "expired": True},
+            status=400,
+        )
+    messages.success(request, f"{user.email} is confirmed. Thank you.")
+    return redirect("portal:dashboard")
+
+
+@require_POST
+def email_verify_resend(request: HttpRequest) -> HttpResponse:
+    """The banner's "Send the link again": a few per hour per account (bounded mail)."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(resolve_url("portal:dashboard"), resolve_url("portal:login"))
+    user = request.user
+    back = _back(request)
+    if accounts.is_verified(user):
+        messages.info(request, f"{user.email} is already confirmed.")
+        return redirect(back)
+    wait = throttles.hit("verify-resend", str(user.pk), f"{accounts.RESEND_LIMIT}/h")
+    if wait:
+        minutes = int(wait // 60) + 1
+        messages.error(
+            request,
+            f"A link went to {user.email} a short while ago: look for it (and in the spam "
+            f"folder), or try again in {minutes} min.",
+        )
+        return redirect(back)
+    url = request.build_absolute_uri(accounts.verification_path(user))
+    if accounts.verification_mail_quietly(user, url):
+        messages.success(request, f"We sent a new link to {user.email}.")
+    else:
+        messages.error(request, "The mail server did not take the email: try again later.")
+    return redirect(back)
+
+
+def _tenant_context(request: HttpRequest) -> dict:
+    """The header of the tenant the person is in, on these pages that are not a tenant's."""
+    membership = selectors.current_membership(request.user, request.session.get("tenant"))
+    return _context(membership) if membership is not None else {}
+
+
+def _back(request: HttpRequest) -> str:
+    target = request.POST.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return resolve_url("portal:dashboard")
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    """A new password keeps this session and ends every other one and every API token of the
+    account (tenants.accounts)."""
+
+    template_name = "portal/password_change.html"
+    success_url = reverse_lazy("portal:dashboard")
+
+    def get_context_data(self, **kwargs):
+        return {**super().get_context_data(**kwargs), **_tenant_context(self.request)}
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        messages.success(
+            self.request,
+            "Password changed. Every other session and every API token of this account has "
+            "ended: create new tokens where you need them.",
+        )
+        return response
