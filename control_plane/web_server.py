@@ -13,8 +13,10 @@ request. So each HTTP connection gets, like Apache's mod_reqtimeout:
 - `WEB_BODY_TIMEOUT` (20 s) for the body, one second more for every `WEB_BODY_MIN_RATE` bytes
   (500) that arrive: a slow but steady upload finishes, a trickle does not.
 
-A request left unfinished at its deadline gets `408 Request Timeout` and the connection closes
-(forcibly 15 s later if the client does not read). Once a request is complete the deadline stops:
+A request left unfinished at its deadline gets `408 Request Timeout`; the server then closes its
+side and drops whatever else the client sends for `LINGER` seconds before cutting the connection
+(closing at once with the client's bytes unread would make the kernel send a reset, and the client
+could lose the 408). A connection idle at its deadline is simply closed. Once a request is complete the deadline stops:
 the application takes the time it needs, and a WebSocket, once upgraded, is the WebSocket
 server's (its handshake has Daphne's own 5 s limit).
 
@@ -39,6 +41,8 @@ HEADER_TIMEOUT = float(os.environ.get("WEB_HEADER_TIMEOUT") or 20)
 BODY_TIMEOUT = float(os.environ.get("WEB_BODY_TIMEOUT") or 20)
 BODY_MIN_RATE = float(os.environ.get("WEB_BODY_MIN_RATE") or 500)  # bytes/s that extend it
 
+LINGER = 2.0  # seconds a timed-out client has to read the 408 before the connection is cut
+
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: text/plain\r\n"
     b"Content-Length: 42\r\n\r\nThe request did not arrive in time: closed."
@@ -50,6 +54,11 @@ class DeadlineChannel(http.HTTPChannel):
 
     _deadline: float | None = None
     _deadline_call = None
+    _linger_call = None  # set once timed out: what arrives is dropped until the cut
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._linger_call is None:
+            super().dataReceived(data)
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -75,6 +84,8 @@ class DeadlineChannel(http.HTTPChannel):
 
     def connectionLost(self, reason) -> None:
         self._stop()
+        if self._linger_call is not None and self._linger_call.active():
+            self._linger_call.cancel()
         super().connectionLost(reason)
 
     def _wait(self, seconds: float) -> None:
@@ -97,9 +108,13 @@ class DeadlineChannel(http.HTTPChannel):
             self._deadline_call = reactor.callLater(left, self._check)
             return
         self._deadline = None
-        if self.requests and not self._handlingRequest:  # part of a request arrived
-            self.transport.write(_REQUEST_TIMEOUT)
-        self.timeoutConnection()  # Twisted's: close, and abort if the client does not let go
+        if not (self.requests and not self._handlingRequest):  # idle: nothing to answer
+            self.timeoutConnection()  # Twisted's: close, and abort if the client does not let go
+            return
+        # Part of a request arrived: answer 408, close our side, drop the rest, cut later.
+        self._linger_call = reactor.callLater(LINGER, self.transport.abortConnection)
+        self.transport.write(_REQUEST_TIMEOUT)
+        self.transport.loseWriteConnection()
 
 
 class DeadlineHTTPFactory(http_protocol.HTTPFactory):

@@ -176,11 +176,14 @@ def test_slow_clients_are_closed_within_the_deadline_while_others_are_served(web
     still_open = [c.kind for c in slow if c.closed_at is None]
     assert not still_open, f"{len(still_open)} of 200 still open: {set(still_open)}"
     lasted = sorted(c.closed_at - c.opened_at for c in slow)  # each from its own connect
+    print("closed after", round(lasted[0], 2), "to", round(lasted[-1], 2), "s")
     assert lasted[0] >= DEADLINE - 0.5, lasted[:5]  # the deadline, not a blanket refusal
     assert lasted[-1] <= DEADLINE + SLACK, lasted[-5:]
     # A request left unfinished is told why before the close.
-    partial = [c for c in slow if c.kind in ("headers", "body")]
-    assert all(c.answer.startswith(b"HTTP/1.1 408") for c in partial), partial[0].answer[:80]
+    untold = [
+        (c.kind, c.answer[:40]) for c in slow if c.kind != "idle" and b" 408 " not in c.answer
+    ]
+    assert not untold, untold[:5]
     assert not failures, failures[:3]
     assert len(served) >= 5 and max(served) < 2.0, served
 
