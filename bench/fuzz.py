@@ -319,6 +319,12 @@ class RecordingTransport:
     def close(self) -> None:
         self.closed = True
 
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:  # the broker's graceful close: nothing may be written after
+        self.closed = True
+
     def abort(self) -> None:
         self.closed = True
 

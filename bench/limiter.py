@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=100)
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--payload", choices=("filler", "json"), default="json")
-    parser.add_argument("--qos", type=lambda text: [int(q) for q in text.split(",")], default=[0, 1])
+    parser.add_argument(
+        "--qos", type=lambda text: [int(q) for q in text.split(",")], default=[0, 1]
+    )
     args = parser.parse_args(argv)
     base = args.base.resolve()
     with_recorder(base)

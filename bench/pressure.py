@@ -77,7 +77,9 @@ def scenario(port: int, login: tuple[str, str], args: argparse.Namespace) -> dic
     for paho in [calm, subscriber, *(p for p, _ in floods)]:
         paho.disconnect()
         paho.loop_stop()
-    flood_messages = {f"{i}-{n}".encode() for n in range(args.messages) for i in range(args.clients)}
+    flood_messages = {
+        f"{i}-{n}".encode() for n in range(args.messages) for i in range(args.clients)
+    }
     delivered = {payload: count for payload, count in deliveries.items()}
     return {
         "published": len(infos),
