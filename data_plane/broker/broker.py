@@ -35,6 +35,7 @@ from data_plane.broker.router import Router, Subscriber
 from data_plane.broker.session import Delivery, Session, SubscriptionState
 from data_plane.broker.stats import Redirect, TenantStats
 from data_plane.broker.sys_topics import publish_sys
+from data_plane.broker.turns import TenantTurns
 from data_plane.config import BrokerConfig
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,7 @@ class Broker:
         self.connections: set[Client] = set()
         self.stats: dict[str, TenantStats] = defaultdict(TenantStats)
         self.started = time.time()
-        # Enhanced authentication methods by name (see enhanced_auth); SCRAM-SHA-256 where the
-        # authenticator can give the verifiers.
+        # Enhanced authentication methods by name (enhanced_auth); SCRAM where verifiers exist.
         self.enhanced_auth: dict[str, Method] = {}
         if hasattr(authenticator, "scram_lookup"):
             self.enhanced_auth[ScramSha256.name] = ScramSha256(authenticator.scram_lookup)
@@ -69,7 +69,8 @@ class Broker:
         self.shares = Shares(config.rate_patience)  # tenants' publish rates, shared fairly
         self.resends = ResendMemory()  # closed connections' last QoS 1 publishes
         self.doorway = Doorway(config.preauth_per_source)  # sockets before authentication
-        # What it is plugged into, fixed for its life (see ports.Ports); None: memory only.
+        self.turns = TenantTurns()  # each tenant's share of a loop turn
+        # What it is plugged into, for its life (ports.Ports); None: memory only, one node.
         self.persistence = ports.persistence
         self.retained_storage = ports.retained_storage
         self.delayed_storage = ports.delayed_storage

@@ -104,10 +104,9 @@ class MQTTConnection(asyncio.Protocol):
         self.admission = PublishAdmission(self.config, broker.retained)
         self.inbound = Inbound(self, self.admission)
         self.acks = Acks(self)
-        self.gate = ReadGate(self, self.loop, self._process)
+        self.gate = ReadGate(self, self.loop, self._process, broker.turns)
         self.admission.waiter = self.gate  # woken by the tenant's share when a held publish may go
-        # Back-pressure: a subscriber that drained lets this publisher read again (ports.Outlet).
-        self.unthrottle_by = self.gate.unthrottle_by
+        self.unthrottle_by = self.gate.unthrottle_by  # a drained subscriber lets us read again
         # What each packet after CONNECT goes to (CONNECT itself is intercepted in _process).
         inbound, acks = self.inbound, self.acks
         self._handlers: dict[PacketType, Callable[[Any], None]] = {
@@ -129,17 +128,15 @@ class MQTTConnection(asyncio.Protocol):
         self.write_now = self.writer.now  # what was batched, then this, at once
         self.write_paused = False  # the transport's buffer is full, or CONNACK is not out yet
         self.pacer = OutboundPacer(self, self.loop)
-        self.pace = self.pacer.pace
+        self.pace = self.pacer.pace  # bound once: the session asks per paced delivery
         self.outbound_bucket: Any = None  # the tenant's outbound bytes/s (inbound: admission)
-        # Timers and the will.
         self.timer = ConnectionTimer(self, self.loop)  # CONNECT deadline, then keep-alive
         self._will: Message | None = None
-        self._will_delay = 0
-        self._send_will = True
+        self._will_delay, self._send_will = 0, True
         self._judging = False  # a CONNECT is being judged
         self.acked = False  # CONNACK (success) sent: stays true while closing
-        self._counted = False  # counted in the tenant's connections: released exactly once
-        self._released = False  # the session and will let go (`_release`)
+        # Counted in the tenant's connections (released exactly once); let go (`_release`).
+        self._counted = self._released = False
         self.door: Any = None  # its place among the broker's sockets (`doorway`)
 
     def _enter(self, state: State) -> None:
@@ -185,6 +182,9 @@ class MQTTConnection(asyncio.Protocol):
         gate = self.gate
         if gate.held:  # keep the order: what waits goes first
             gate.held.extend(packets)
+            return
+        if gate.turns.over(self.tenant):  # its tenant has had its share of this loop turn
+            gate.next_turn(packets)
             return
         self._process(packets)
         gate.after_read(len(packets))

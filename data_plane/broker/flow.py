@@ -3,8 +3,9 @@
 
 Three reasons, each with its own way out:
 
-- `burst`: one read brought many packets; yield a loop turn so the deliveries they produced are
-  written before more is read (fairness, bounded batches). Ends on the next loop turn.
+- `burst`: one read brought many packets, or the tenant has had its share of this loop turn
+  (`turns.TenantTurns`); yield a loop turn so the deliveries they produced are written before
+  more is read, and other tenants go first (fairness, bounded batches). Ends on the next turn.
 - `rate`: a client over a publish rate (its tenant's or its device's): the packet is held and
   retried when the tenant's share (`fair_share.PublishShare`) says its turn has come (`wake`).
 - `throttled_by`: subscribers whose queues backed up with what this client published (the
@@ -21,18 +22,27 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from data_plane.broker.turns import TenantTurns
+
 
 class ReadGate:
     BURST = 64  # packets from one read after which the connection yields a loop turn
     THROTTLE_LIMIT = 2.0  # seconds a backed-up subscriber may hold a publisher
 
-    __slots__ = ("owner", "loop", "process", "held", "burst", "rate", "throttled_by", "_timer")
+    __slots__ = (
+        "owner", "loop", "process", "turns", "held", "burst", "rate", "throttled_by", "_timer",
+    )  # fmt: skip
 
     def __init__(
-        self, owner: Any, loop: asyncio.AbstractEventLoop, process: Callable[[list], None]
+        self,
+        owner: Any,
+        loop: asyncio.AbstractEventLoop,
+        process: Callable[[list], None],
+        turns: TenantTurns,
     ) -> None:
-        self.owner = owner  # the connection: its transport, `closing`, and who sessions block
+        self.owner = owner  # the connection: its transport, `closing`, its tenant
         self.loop = loop
+        self.turns = turns  # the tenants' shares of a loop turn
         self.process = process  # handles packets (and may close the gate again)
         self.held: list = []  # packets read but not handled while the gate holds
         self.burst = False
@@ -46,11 +56,21 @@ class ReadGate:
         return self.rate or bool(self.throttled_by)
 
     def after_read(self, count: int) -> None:
+        self.turns.spend(self.owner.tenant, count)
         # libuv reads a busy socket many times per loop turn: yield after a burst.
         if count >= self.BURST and not self.burst:
-            self.burst = True
-            self.owner.transport.pause_reading()
-            self.loop.call_soon(self._end_burst)
+            self._yield_turn()
+
+    def next_turn(self, packets: list) -> None:
+        """The tenant has had its share of this loop turn: these wait for the next."""
+        self.held.extend(packets)
+        if not self.burst:
+            self._yield_turn()
+
+    def _yield_turn(self) -> None:
+        self.burst = True
+        self.owner.transport.pause_reading()
+        self.loop.call_soon(self._end_burst)
 
     def hold_for_turn(self, packet: Any) -> None:
         """Stop reading; `packet` goes first when the share wakes us (`wake`)."""
@@ -98,11 +118,15 @@ class ReadGate:
         if self.held:
             held, self.held = self.held, []
             self.process(held)
+            self.turns.spend(self.owner.tenant, len(held))
             if self.held or self.throttled_by or self.rate:
                 return
         self.owner.transport.resume_reading()
 
     def _end_burst(self) -> None:
+        if self.held and self.turns.over(self.owner.tenant):  # other tenants first, again
+            self.loop.call_soon(self._end_burst)
+            return
         self.burst = False
         self.resume()
 

@@ -99,3 +99,70 @@ def test_a_closed_waiter_loses_its_turn():
     log = asyncio.run(run())
     assert log.count("gone") == 100  # the burst, and nothing after it closed
     assert log.count("stays") == 5
+
+
+def test_a_tenant_that_had_its_share_of_a_loop_turn_waits_for_the_next():
+    """Issue 28, a noisy neighbour: one tenant's connections that all have packets ready take
+    at most its share of a turn of the event loop (`turns.PER_TURN`, plus the read that crossed
+    it); another tenant's packet read in the same turn is handled in that turn, and the flood's
+    are all handled over the next turns, in order."""
+    from common.mqtt.codec import encode
+    from common.mqtt.packets import MQTT_3_1_1, Connect, Publish
+    from data_plane.broker.broker import Broker
+    from data_plane.broker.connection import MQTTConnection
+    from data_plane.broker.turns import PER_TURN
+    from data_plane.config import BrokerConfig
+    from data_plane.tenancy.static import StaticAuthenticator
+
+    class Transport:
+        def __init__(self) -> None:
+            self.paused = False
+
+        def write(self, data: bytes) -> None:
+            pass
+
+        def is_closing(self) -> bool:
+            return False
+
+        def get_extra_info(self, key, default=None):
+            return ("127.0.0.1", 1) if key == "peername" else default
+
+        def pause_reading(self) -> None:
+            self.paused = True
+
+        def resume_reading(self) -> None:
+            self.paused = False
+
+        def set_write_buffer_limits(self, high=None, low=None) -> None:
+            pass
+
+    async def run() -> tuple:
+        device = {"password": "p", "client_ids": "any"}
+        tenants = {name: {"devices": {"d": device}} for name in ("noisy", "calm")}
+        broker = Broker(BrokerConfig(sys_interval=0), StaticAuthenticator(tenants))
+        handled: list[str] = []
+        broker.hooks.add("message.publish", lambda message: handled.append(message.tenant))
+
+        def connected(tenant: str, client_id: str) -> MQTTConnection:
+            conn = MQTTConnection(broker)
+            conn.connection_made(Transport())
+            login = Connect(client_id, MQTT_3_1_1, username=f"{tenant}/d", password=b"p")
+            conn.data_received(encode(login, MQTT_3_1_1))
+            return conn
+
+        noisy = [connected("noisy", f"n{i}") for i in range(6)]
+        calm = connected("calm", "c")
+        await asyncio.sleep(0.05)  # CONNACKs
+        flood = b"".join(encode(Publish("t", b"x", 0), MQTT_3_1_1) for _ in range(300))
+        for conn in noisy:  # one loop turn: every noisy connection's socket had 300 ready
+            conn.data_received(flood)
+        calm.data_received(encode(Publish("t", b"y", 0), MQTT_3_1_1))
+        first_turn = list(handled)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return first_turn, handled
+
+    first_turn, everything = asyncio.run(run())
+    assert "calm" in first_turn
+    assert first_turn.count("noisy") <= PER_TURN + 300  # its share, and the read that crossed it
+    assert everything.count("noisy") == 6 * 300  # none lost: the rest went in later turns
