@@ -208,8 +208,7 @@ class PublishAdmission:
             ):
                 return Refuse(RC.QUOTA_EXCEEDED, "retained message limit", "retained")
         if qos == 1:  # remembered to know its resend (resends.RecentPublishes, inline)
-            packet_id = packet.packet_id
-            self.recent.slots[packet_id % SLOTS] = (packet_id, topic, packet.payload)
+            self.recent.slots[packet.packet_id % SLOTS] = packet
         return Accept(message, delay)
 
 

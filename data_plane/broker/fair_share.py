@@ -77,7 +77,7 @@ class PublishShare:
 
     __slots__ = (
         "rates", "quota", "loop", "patience", "device_rate", "devices", "waiting", "granted",
-        "over_since", "device_timers", "_timer", "_serving", "_clock",
+        "over_since", "device_timers", "quiet", "_timer", "_serving", "_clock",
     )  # fmt: skip
 
     def __init__(
@@ -103,10 +103,25 @@ class PublishShare:
         self._timer: asyncio.TimerHandle | None = None  # the next round, while any wait
         self._serving = False  # a round is on: it sets the next one's timer itself
         self._clock = clock
+        self.quiet = not self.device_rate  # nobody waits or is owed a turn: the bucket decides
+
+    def _settle(self) -> None:
+        self.quiet = not (self.waiting or self.granted or self.over_since or self.device_rate)
 
     def take(self, waiter: Waiter, device: str, size: int, refusable: bool) -> Held | None:
         """None: the publish goes now (paid for). Else `Held`: it waits, and `waiter.wake()`
         comes when it may go; or `OverTooLong` (only when `refusable`): refuse it instead."""
+        if self.quiet:  # the publish path's usual case: one bucket call
+            wait = self.rates.admit(size)
+            if not wait:
+                return None
+            held = self._queue(waiter, size, wait, refusable)
+        else:
+            held = self._take(waiter, device, size, refusable)
+        self._settle()
+        return held
+
+    def _take(self, waiter: Waiter, device: str, size: int, refusable: bool) -> Held | None:
         granted = self.granted
         if granted and waiter in granted:  # its turn came: paid for when it was woken
             granted.discard(waiter)
@@ -118,21 +133,25 @@ class PublishShare:
             if bucket.available() < 1.0 - 1e-9:
                 return self._hold(waiter, "device_publish_rate", refusable, bucket)
         rates = self.rates
+        wait = 0.0  # others wait already: behind them, whatever the bucket holds
         if not self.waiting or rates is None:
             wait = rates.admit(size) if rates is not None else 0.0
             if not wait:
                 if self.device_rate:
                     self.devices[device].take()
-                if self.over_since:  # within its rate: its run of waits ends
-                    self.over_since.pop(waiter, None)
+                self.over_since.pop(waiter, None)  # within its rate: its run of waits ends
                 return None
-        else:
-            wait = 0.0  # others wait already: behind them, whatever the bucket holds
-        held = self._hold(waiter, rates.held_by if wait else "publish_rate", refusable)
-        if isinstance(held, OverTooLong):
-            return held
-        if self.device_rate:  # the device pays now; the tenant when its turn comes
+        held = self._queue(waiter, size, wait, refusable)
+        if self.device_rate and type(held) is Held:  # the device pays now, the tenant later
             self.devices[device].take()
+        return held
+
+    def _queue(self, waiter: Waiter, size: int, wait: float, refusable: bool) -> Held:
+        """Wait in line for the tenant's bucket (`wait`: until it could pay; 0: others are in
+        line already), or be refused when over for too long."""
+        held = self._hold(waiter, self.rates.held_by if wait else "publish_rate", refusable)
+        if type(held) is OverTooLong:
+            return held
         self.waiting.setdefault(waiter, size)
         if self._timer is None and not self._serving:
             self._timer = self.loop.call_later(wait or ROUND, self._serve)
@@ -174,6 +193,7 @@ class PublishShare:
                 waiter.wake()  # handles its publish; one more over the rate queues it last
         finally:
             self._serving = False
+            self._settle()
 
     def leave(self, waiter: Waiter) -> None:
         """The waiter's connection is gone: forget it (what it held is not sent)."""
@@ -183,6 +203,7 @@ class PublishShare:
         timer = self.device_timers.pop(waiter, None)
         if timer is not None:
             timer.cancel()
+        self._settle()
 
 
 class Shares:
