@@ -158,7 +158,8 @@ class PublishAdmission:
                 ("dropped",),
             )
         share = self.share
-        if share is not None:
+        if share is not None and (not share.quiet or share.rates.admit(len(packet.payload))):
+            # Someone waits already, or the bucket cannot pay: the share decides whose turn.
             held = share.take(self.waiter, self.device, len(packet.payload), v5 and qos > 0)
             if held is not None:
                 if type(held) is not OverTooLong:
