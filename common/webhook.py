@@ -140,9 +140,11 @@ def post_signed(
     backoff: float = 0.25,
     timeout: float = 5.0,
     allow_private: bool | None = None,
+    body_text: str | None = None,
 ) -> WebhookResult:
     """POST `output` as JSON to `url`, signed with `secret`; `allow_private` defaults to the
-    operator's `WEBHOOK_ALLOW_PRIVATE`."""
+    operator's `WEBHOOK_ALLOW_PRIVATE`. `body_text`, when given, is sent instead (the exact
+    JSON an earlier call sent: a dead letter's replay)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return WebhookResult(False, f"webhook: invalid url {url!r}")
@@ -151,7 +153,7 @@ def post_signed(
     problem = url_problem(url, allow_private)
     if problem is not None:
         return WebhookResult(False, f"webhook: {problem}")
-    body = output_json(output).encode()
+    body = (output_json(output) if body_text is None else body_text).encode()
     signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     headers = {
         "Content-Type": "application/json",

@@ -389,7 +389,11 @@ class RuleDeadLetter(models.Model):
 
     rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="dead_letters")
     action = models.JSONField(help_text="the action as configured")
+    # NUL and lone surrogates are escaped there as `\u0000` text: jsonb cannot hold them.
     output = models.JSONField(help_text="the rule output the action was given")
+    # The exact JSON the action sent (ASCII: every such character a \u escape), so a replay
+    # signs and sends the same bytes; empty for letters written before it was kept.
+    body = models.TextField(blank=True, default="", db_default="")
     error = models.TextField()
     attempts = models.IntegerField(default=1)
     created_at = models.DateTimeField(default=timezone.now)

@@ -21,6 +21,7 @@ from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_filter, validate_topic_name
 from common.notifications import ChangeKind
 from common.rules import RuleRuntimeError, RuleSyntaxError, dry_run
+from common.storable import storable_text
 from tenants.models import (
     QUOTA_KEYS,
     RESERVED_SLUGS,
@@ -639,6 +640,7 @@ def rule_dead_letters_replay(
             attempts=attempts,
             backoff=backoff,
             timeout=timeout,
+            body_text=letter.body or None,
         )
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -654,7 +656,7 @@ def rule_dead_letters_replay(
             delivered += 1
         else:
             letter.attempts += result.attempts
-            letter.error = result.error
+            letter.error = storable_text(result.error)
             letter.save(update_fields=["attempts", "error"])
             failed += 1
     return {

@@ -21,6 +21,7 @@ from common.object_store import ObjectStore
 from spark.archive import list_archive, read_archive
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
+from spark.rules.bookkeeping import Books
 from spark.rules.metering import UsageWriter
 from spark.rules.plan import (
     PASSED,
@@ -85,6 +86,8 @@ def run_backfill(
         if not specs:
             raise NoRules("no matching rules" + (f" for tenant {tenant!r}" if tenant else ""))
         good, compile_errors = compile_specs(specs)
+        tenant_of = {s.id: s.tenant for s in specs}
+        books = Books()
         by_id = {s.id: s for s in good}
         tenants = sorted({s.tenant for s in good})
         listing = list_archive(store, tenants, start_ms, end_ms)
@@ -117,8 +120,10 @@ def run_backfill(
                         .toLocalIterator()
                     )
                 tally = usage.new_tally()
-                summary = process(conn, by_id, counts, passed, runner, tally)
+                summary = process(by_id, counts, passed, runner, tally)
                 usage.flush(tally)
+                books.add(summary.deltas, tenant_of, summary.letters)
+                books.flush(conn)
                 if with_actions:
                     results.unpersist()
                 total.add(summary)
@@ -127,9 +132,13 @@ def run_backfill(
         finally:
             if own_runner and runner is not None:
                 runner.close()
-        if conn is not None and compile_errors:
-            db.record_metrics(
-                conn, {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
+        if compile_errors:
+            errors = {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
+            books.add(errors, tenant_of)
+        if conn is not None and not books.flush(conn):
+            raise RuntimeError(
+                "the rules ran, but their counters and dead letters could not be written "
+                "(the database refused them: see the log)"
             )
         return {
             "from": start_ms,

@@ -34,6 +34,7 @@ from common.object_store import LocalObjectStore, ObjectStore
 from spark.archive import live_stream, spark_schema
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
+from spark.rules.bookkeeping import Books
 from spark.rules.metering import UsageWriter
 from spark.rules.plan import PASSED, RuleSpec, compile_specs, rule_outputs
 from spark.rules.runner import BatchSummary, RuleCount, process
@@ -51,6 +52,7 @@ class RuleCache:
         self.version: tuple | None = None
         self.specs: list[RuleSpec] = []
         self.errors: dict[int, str] = {}
+        self.tenants: dict[int, str] = {}  # every loaded rule's tenant, compiled or not
 
     def connection(self):
         if self.conn is None or self.conn.closed:
@@ -75,6 +77,7 @@ class RuleCache:
             self.conn = None
             return self.specs, {}
         self.specs, self.errors = compile_specs(specs)
+        self.tenants = {s.id: s.tenant for s in specs}
         self.version = version
         log.info("rules loaded: %d enabled, %d do not compile", len(self.specs), len(self.errors))
         return self.specs, self.errors
@@ -175,6 +178,7 @@ class LiveJob:
         self.last_batch_error: str | None = None
         self.not_before: datetime | None = None
         self._usage_backlog: list = []
+        self.books = Books()
         self._stop = threading.Event()
 
     def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -247,13 +251,11 @@ class LiveJob:
 
     def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], list]:
         specs, compile_errors = self.rules.current()
-        conn = self.rules.connection()
         if self.not_before is not None:
             batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         if compile_errors:
-            db.record_metrics(
-                conn, {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
-            )
+            errors = {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
+            self.books.add(errors, self.rules.tenants)
         self.metrics.enabled.set(len(specs))
         if not specs:
             return [], []
@@ -270,7 +272,6 @@ class LiveJob:
         return specs, rows
 
     def _act(self, specs: list[RuleSpec], rows: list) -> None:
-        conn = self.rules.connection()
         by_id = {s.id: s for s in specs}
         counts: dict[int, RuleCount] = {}
         passed = []
@@ -287,10 +288,24 @@ class LiveJob:
                 count.failed += 1
                 count.last_error = row.error
         tally = self.usage.new_tally()
-        summary = process(conn, by_id, list(counts.values()), passed, self.runner, tally)
+        summary = process(by_id, list(counts.values()), passed, self.runner, tally)
+        # The bill first, in the object store; then counters and dead letters, per tenant, kept
+        # for the next batch if the database is away: neither can lose the other.
         self._flush_usage(tally)
+        self.books.add(summary.deltas, {s.id: s.tenant for s in specs}, summary.letters)
+        self._flush_books()
         self.metrics.observe(by_id, summary)
         self.total.add(summary)
+
+    def _flush_books(self) -> None:
+        try:
+            conn = self.rules.connection()
+        except Exception as exc:
+            log.warning("rule counters and dead letters kept for the next batch: %s", exc)
+            self.rules.conn = None
+            return
+        if not self.books.flush(conn):
+            self.rules.conn = None  # reconnect next time
 
     def _flush_usage(self, tally) -> None:
         """Write this batch's usage and any a failed write left behind (kept, never dropped:

@@ -1,8 +1,10 @@
 """What both modes do with a rule plan's results: actions, counters, dead letters, metering.
 
 The Spark side hands over per-rule counts and the passed rows (rule id, ts, outputs JSON) of the
-rules that have actions; this runs the actions on the driver and writes what happened. Returns a
-summary; the caller decides how to show it (progress bar, Prometheus, JSON).
+rules that have actions; this runs the actions on the driver and tallies what happened: usage in
+the tally, counters and dead letters in the summary, which the caller hands to its `Books`
+(`bookkeeping.py`: written per tenant, kept while the database is away). Returns the summary;
+the caller decides how to show it (progress bar, Prometheus, JSON).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from spark.rules import store as db
+from common.webhook import output_json
 from spark.rules.actions import ActionRunner, Job, Outcome
+from spark.rules.bookkeeping import DeadLetter
 from spark.rules.metering import UsageTally
 from spark.rules.plan import RuleSpec
 from spark.rules.store import RuleDelta
@@ -43,6 +46,7 @@ class BatchSummary:
     dead_letters: int = 0
     deltas: dict[int, RuleDelta] = field(default_factory=dict)
     latencies_ms: list[int] = field(default_factory=list)  # message ts → action done
+    letters: list[DeadLetter] = field(default_factory=list, repr=False)  # to be written
 
     def add(self, other: BatchSummary) -> None:
         for name in ("matched", "passed", "failed", "actions_ok", "actions_failed", "dead_letters"):
@@ -58,7 +62,6 @@ def _ms(ts) -> int:
 
 
 def process(
-    conn,
     specs: Mapping[int, RuleSpec],
     counts: Iterable[RuleCount],
     passed_rows: Iterable[tuple[int, object, str]],
@@ -78,7 +81,7 @@ def process(
         summary.passed += count.passed
         summary.failed += count.failed
         tally.add(count.tenant, rules_triggered=count.units)
-    letters: list[tuple[int, dict, dict, str, int]] = []
+    letters = summary.letters
     jobs: list[Job] = []
 
     def drain() -> None:
@@ -102,9 +105,7 @@ def process(
         if len(jobs) >= ACTION_CHUNK:
             drain()
     drain()
-    if conn is not None:
-        db.record_metrics(conn, deltas)
-        summary.dead_letters = db.record_dead_letters(conn, letters)
+    summary.dead_letters = len(letters)
     return summary
 
 
@@ -129,4 +130,14 @@ def _account(
     summary.actions_failed += 1
     delta.last_error = f"{job.action.get('type')}: {outcome.error}"
     # Every output an action could not deliver is kept, to be seen (and replayed) by the tenant.
-    letters.append((job.rule_id, job.action, job.output, outcome.error, outcome.attempts))
+    letters.append(
+        DeadLetter(
+            job.rule_id,
+            job.tenant,
+            job.action,
+            job.output,
+            outcome.error,
+            outcome.attempts,
+            output_json(job.output) if job.action.get("type") == "webhook" else "",
+        )
+    )

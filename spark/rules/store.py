@@ -9,7 +9,6 @@ increments, so a live job and a backfill can run side by side; a rule deleted mi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -128,32 +127,3 @@ def record_metrics(conn: psycopg.Connection, deltas: dict[int, RuleDelta]) -> No
     ]
     with conn.cursor() as cursor:
         cursor.executemany(_UPSERT, params)
-
-
-_DEAD = """
-INSERT INTO tenants_ruledeadletter (rule_id, action, output, error, attempts, created_at)
-SELECT %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
-"""
-
-
-def record_dead_letters(
-    conn: psycopg.Connection, letters: Iterable[tuple[int, dict, dict, str, int]]
-) -> int:
-    """(rule id, action, output, error, attempts) rows; the action's secret is never stored."""
-    now = datetime.now(UTC)
-    params = [
-        (
-            rule_id,
-            json.dumps({k: v for k, v in action.items() if k != "secret"}),
-            json.dumps(output, default=str),
-            error[:2000],
-            attempts,
-            now,
-            rule_id,
-        )
-        for rule_id, action, output, error, attempts in letters
-    ]
-    if params:
-        with conn.cursor() as cursor:
-            cursor.executemany(_DEAD, params)
-    return len(params)
