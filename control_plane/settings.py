@@ -16,13 +16,19 @@ from common import embedded, logs, notifications
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+# `DJANGO_DEBUG` (1 unless set: the embedded platform, `make run`) is development: a built-in
+# SECRET_KEY, cookies over plain HTTP, static files straight from the apps. Django's own DEBUG,
+# whose error pages show a traceback, the settings and the URL list to whoever caused the error
+# (a tenant's request, a rule's dry run), is never on by default, not even there: a developer
+# who wants those pages sets DJANGO_DEBUG_PAGES=1 as well.
+DEVELOPMENT = os.environ.get("DJANGO_DEBUG", "1") == "1"
+DEBUG = DEVELOPMENT and os.environ.get("DJANGO_DEBUG_PAGES", "0") == "1"
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG:
+    if not DEVELOPMENT:
         raise RuntimeError("SECRET_KEY must be set when DJANGO_DEBUG=0")
     SECRET_KEY = "insecure-development-key-only-for-the-embedded-default"
-if not DEBUG and not os.environ.get("SEALING_KEY"):
+if not DEVELOPMENT and not os.environ.get("SEALING_KEY"):
     # Else each container would seal webhook secrets under its own `.data/sealing-key`, and the
     # rule jobs could not open what the portal sealed (common/sealed.py).
     raise RuntimeError("SEALING_KEY must be set when DJANGO_DEBUG=0")
@@ -95,11 +101,11 @@ LOGOUT_REDIRECT_URL = "portal:login"
 
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
-SESSION_COOKIE_SECURE = not DEBUG
-CSRF_COOKIE_SECURE = not DEBUG
+SESSION_COOKIE_SECURE = not DEVELOPMENT
+CSRF_COOKIE_SECURE = not DEVELOPMENT
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-if not DEBUG:
+if not DEVELOPMENT:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "3600"))
 
@@ -113,7 +119,7 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / ".data" / "staticfiles")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Development serves static files straight from the apps; production runs collectstatic.
-WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_USE_FINDERS = DEVELOPMENT
 
 # Mail (invitations, password resets): printed to the console unless an SMTP server is set.
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "")

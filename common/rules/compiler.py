@@ -14,6 +14,7 @@ from typing import Any
 
 from common.archive_schema import ARCHIVE_COLUMNS, EVENT_PUBLISH, EVENT_TOPICS
 from common.rules import functions as funcs
+from common.rules.budget import Budget, BudgetExceeded, Meter, default_budget
 from common.rules.columns import Env
 from common.rules.errors import RuleRuntimeError
 from common.rules.parser import Statement, parse
@@ -41,14 +42,22 @@ class RuleResult:
     is False and `outputs` empty).
 
     EMQX's per-rule metrics map onto it as: matched = `CompiledRule.reads(event, topic)` (FROM
-    took the row), passed = `result.matched`, failed = `result.error is not None`."""
+    took the row), passed = `result.matched`, failed = `result.error is not None`; `budget` names
+    the budget a failure went over (`common.rules.budget`), if that was the cause."""
 
-    __slots__ = ("matched", "outputs", "error")
+    __slots__ = ("matched", "outputs", "error", "budget")
 
-    def __init__(self, matched: bool, outputs: list[dict] | None = None, error: str | None = None):
+    def __init__(
+        self,
+        matched: bool,
+        outputs: list[dict] | None = None,
+        error: str | None = None,
+        budget: str | None = None,
+    ):
         self.matched = matched
         self.outputs = [] if outputs is None else outputs
         self.error = error
+        self.budget = budget
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RuleResult):
@@ -273,7 +282,7 @@ class _Compiler:
                 raise RuleRuntimeError("a range [a..b] needs integer bounds")
             if b - a > 100_000:
                 raise RuleRuntimeError("a range [a..b] may hold at most 100000 items")
-            return list(range(a, b + 1))
+            return env.meter.check(list(range(a, b + 1)))
 
         return gen
 
@@ -290,7 +299,7 @@ class _Compiler:
 
     def _arith(self, node):
         op, left, right = _ARITH[node[1]], self.expr(node[2]), self.expr(node[3])
-        return lambda env: op(left(env), right(env))
+        return lambda env: env.meter.check(op(left(env), right(env)))
 
     def _cmp(self, node):
         left, right = self.expr(node[2]), self.expr(node[3])
@@ -364,17 +373,18 @@ class _Compiler:
         return switch
 
     def _fun(self, node):
+        # Every call is a budget check: still in time, and what it built within bounds.
         name, args = node[1], [self.expr(a) for a in node[2]]
         fn = funcs.FUNCTIONS[name]
         if name in funcs.CONTEXT_FUNCTIONS:
-            return lambda env: fn(env, *[a(env) for a in args])
+            return lambda env: env.meter.check(fn(env, *[a(env) for a in args]))
         if len(args) == 1:
             (only,) = args
-            return lambda env: fn(only(env))
+            return lambda env: env.meter.check(fn(only(env)))
         if len(args) == 2:
             first, second = args
-            return lambda env: fn(first(env), second(env))
-        return lambda env: fn(*[a(env) for a in args])
+            return lambda env: env.meter.check(fn(first(env), second(env)))
+        return lambda env: env.meter.check(fn(*[a(env) for a in args]))
 
     # -- variables and paths -----------------------------------------------------------------
     def root(self, name: str) -> Fn:
@@ -587,7 +597,7 @@ class CompiledRule:
     # Archive columns evaluation may read (FROM's `event`/`topic` always): a reader may prune the
     # rest (Parquet column projection). Derived from the AST, so it is exact or a superset.
     archive_columns: tuple[str, ...]
-    _apply: Callable[[Mapping[str, Any]], RuleResult] = field(repr=False)
+    _apply: Callable[[Mapping[str, Any], Meter], RuleResult] = field(repr=False)
 
     def reads(self, event: str, topic: str | None) -> bool:
         """Does FROM take this archive row (`event` as in the archive, its topic)?"""
@@ -597,12 +607,14 @@ class CompiledRule:
             return any(topic_match(topic, f) for f in self.topic_filters)
         return event in self.events
 
-    def apply(self, row: Mapping[str, Any]) -> RuleResult:
+    def apply(self, row: Mapping[str, Any], budget: Budget | None = None) -> RuleResult:
         """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match.
-        `row` is a mapping of archive columns (a pyspark Row is taken through `asDict()`)."""
+        `row` is a mapping of archive columns (a pyspark Row is taken through `asDict()`).
+        `budget` bounds what this message may cost (`common.rules.budget`; the operator's
+        default when None): over it, the result is a failure whose `budget` names it."""
         if type(row) is not dict and not isinstance(row, Mapping):
             row = row.asDict()
-        return self._apply(row)
+        return self._apply(row, Meter(budget if budget is not None else _default()))
 
     def __reduce__(self):
         # Pickled as its SQL (Spark ships rules to executors): recompiled there, never closures.
@@ -644,10 +656,10 @@ def compile_rule(sql: str) -> CompiledRule:
 
         steps = [(value_fn, put, getattr(put, "key", None)) for value_fn, put in fields_c]
 
-        def apply_select(row: Mapping[str, Any]) -> RuleResult:
+        def apply_select(row: Mapping[str, Any], meter: Meter) -> RuleResult:
             if not takes(row):
                 return RuleResult(False)
-            env = Env(row)
+            env = Env(row, meter)
             selected: dict[str, Any] = {}
             env.selected = selected  # later fields and WHERE see what is selected
             try:
@@ -660,11 +672,14 @@ def compile_rule(sql: str) -> CompiledRule:
                         put(env, selected, value_fn(env))
                 if where is not None and not where(env):
                     return RuleResult(False)
+                meter.output(selected)
                 return RuleResult(True, [jsonable(selected)])
+            except BudgetExceeded as exc:
+                return RuleResult(False, [], str(exc), exc.kind)
             except RuleRuntimeError as exc:
                 return RuleResult(False, [], str(exc))
             except Exception as exc:  # a failing message never stops the job
-                return RuleResult(False, [], f"evaluation failed: {exc}")
+                return _unexpected(exc)
 
         apply = apply_select
     else:
@@ -703,10 +718,10 @@ def _compile_foreach(statement, compiler, where, takes):
     incase = compiler.cond(statement.incase) if statement.incase is not None else None
     do_c = _compile_fields(statement.do, compiler) if statement.do else None
 
-    def apply_foreach(row: Mapping[str, Any]) -> RuleResult:
+    def apply_foreach(row: Mapping[str, Any], meter: Meter) -> RuleResult:
         if not takes(row):
             return RuleResult(False)
-        env = Env(row)
+        env = Env(row, meter)
         try:
             selected: dict[str, Any] = {}
             env.selected = selected
@@ -730,24 +745,48 @@ def _compile_foreach(statement, compiler, where, takes):
             item_cols = {**env.cols, **selected}
             outputs = []
             for element in collection:
-                item_env = Env(row)
+                meter.check(None)  # each element is a step: still in time
+                item_env = Env(row, meter)
                 cols = item_cols.copy()
                 cols[coll_key] = element
                 item_env.cols = cols
                 item_env._json = env._json
                 if incase is not None and not incase(item_env):
                     continue
-                if do_c is None:
-                    outputs.append(jsonable({**base, coll_key: element}))
-                else:
-                    outputs.append(jsonable(_run_fields(do_c, item_env, {})))
+                output = (
+                    {**base, coll_key: element} if do_c is None else _run_fields(do_c, item_env, {})
+                )
+                meter.output(output)
+                outputs.append(jsonable(output))
             return RuleResult(True, outputs)
+        except BudgetExceeded as exc:
+            return RuleResult(False, [], str(exc), exc.kind)
         except RuleRuntimeError as exc:
             return RuleResult(False, [], str(exc))
         except Exception as exc:  # a failing message never stops the job
-            return RuleResult(False, [], f"evaluation failed: {exc}")
+            return _unexpected(exc)
 
     return apply_foreach
+
+
+def _unexpected(exc: Exception) -> RuleResult:
+    if isinstance(exc, RecursionError):  # a payload nested beyond what Python can walk
+        error = BudgetExceeded("depth", "a value nested deeper than Python can walk")
+        return RuleResult(False, [], str(error), "depth")
+    if isinstance(exc, MemoryError):
+        error = BudgetExceeded("memory", "evaluation ran out of memory")
+        return RuleResult(False, [], str(error), "memory")
+    return RuleResult(False, [], f"evaluation failed: {exc}")
+
+
+_DEFAULT_BUDGET: list[Budget] = []
+
+
+def _default() -> Budget:
+    """The operator's default budget, read from the environment once per process."""
+    if not _DEFAULT_BUDGET:
+        _DEFAULT_BUDGET.append(default_budget())
+    return _DEFAULT_BUDGET[0]
 
 
 # -- which archive columns a rule reads ------------------------------------------------------

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from common.archive_schema import EVENT_PUBLISH, EVENT_TOPICS
+from common.rules.budget import Budget, BudgetExceeded
 from common.rules.compiler import compile_rule
 from common.rules.errors import RuleRuntimeError
 
@@ -101,16 +102,20 @@ def context_row(context: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def dry_run(sql: str, context: dict[str, Any]) -> dict[str, Any]:
+def dry_run(sql: str, context: dict[str, Any], budget: Budget | None = None) -> dict[str, Any]:
     """{"match": True, "outputs": [...]} or {"match": False}; RuleSyntaxError for bad SQL,
-    RuleRuntimeError when evaluation fails (bad JSON payload, a function's bad argument)."""
+    RuleRuntimeError when evaluation fails (bad JSON payload, a function's bad argument), its
+    subclass BudgetExceeded when the rule goes over `budget` (the jobs' own budgets: time,
+    outputs, sizes; `common.rules.budget`)."""
     rule = compile_rule(sql)
     if not isinstance(context, dict):
         raise RuleRuntimeError("context must be an object")
     row = context_row(context)
     if not rule.reads(row["event"], row["topic"]):
         return {"match": False}
-    result = rule.apply(row)
+    result = rule.apply(row, budget)
+    if result.budget is not None:
+        raise BudgetExceeded.again(result.budget, result.error or "")
     if result.error is not None:
         raise RuleRuntimeError(result.error)
     if not result.matched:

@@ -34,6 +34,7 @@ from typing import Any
 
 import regex
 
+from common.rules.budget import MAX_ITEMS, MAX_STRING, string_too_long, too_many_items
 from common.rules.errors import RuleRuntimeError
 from common.rules.topics import topic_match
 from common.rules.values import (
@@ -56,6 +57,10 @@ REGEX_MAX_INPUT = 1 << 20
 REGEX_MAX_PATTERN = 1000
 MAX_INFLATED = 16 << 20  # gunzip/unzip output bound (decompression bombs)
 MAX_BUILT_STRING = 1 << 20  # pad/sprintf widths: a rule cannot ask for gigabytes
+MAX_SUBBITS = 1 << 19  # bits subbits takes at a time (64 KiB)
+# Functions whose result can be many times their input (pad, replace, join, ...) check its size
+# before building it (`common.rules.budget.MAX_STRING`); the evaluator checks every other result
+# after each call.
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {}
 CONTEXT_FUNCTIONS: set[str] = set()
@@ -373,8 +378,13 @@ def _subbits(data, start_or_len, length=None, kind="integer", sign="unsigned", e
     else:
         start = start_or_len
     _int("subbits", start, length)
+    if length > MAX_SUBBITS:
+        raise RuleRuntimeError(f"subbits: at most {MAX_SUBBITS} bits at a time")
+    first_byte = max(0, (start - 1) // 8)
+    raw_skipped = first_byte * 8  # only the bytes the bits lie in become a bit string
+    raw = raw[first_byte : first_byte + (length + 7) // 8 + 1]
     bits = "".join(f"{b:08b}" for b in raw)
-    begin = start - 1
+    begin = start - 1 - raw_skipped
     if begin < 0 or begin >= len(bits) or length <= 0:
         return None
     chunk = bits[begin : begin + length]
@@ -668,6 +678,8 @@ def _split(s, sep, option=None):
     sep = _text("split", sep)
     if not sep:
         raise _bad("split", s, sep)
+    if s.count(sep) >= MAX_ITEMS:
+        raise too_many_items("split")
     if option is None:
         return [p for p in s.split(sep) if p]
     if option == "notrim":
@@ -689,16 +701,12 @@ def _tokens(s, separators, option=None):
         if option != "nocrlf":
             raise _bad("tokens", s, separators, option)
         seps |= {"\r", "\n"}
-    out, current = [], []
-    for char in s:
-        if char in seps:
-            if current:
-                out.append("".join(current))
-                current = []
-        else:
-            current.append(char)
-    if current:
-        out.append("".join(current))
+    if not seps:
+        return [s] if s else []
+    parts = re.split("[" + "".join(re.escape(c) for c in sorted(seps)) + "]+", s)
+    out = [p for p in parts if p]
+    if len(out) > MAX_ITEMS:
+        raise too_many_items("tokens")
     return out
 
 
@@ -708,7 +716,11 @@ def _concat(*parts):
         if not isinstance(parts[0], list):
             raise _bad("concat", *parts)
         parts = tuple(parts[0])
-    return "".join(to_str(p) for p in parts)
+    texts = [to_str(p) for p in parts]
+    size = sum(map(len, texts))
+    if size > MAX_STRING:
+        raise string_too_long("concat", size)
+    return "".join(texts)
 
 
 @_register("pad")
@@ -721,6 +733,8 @@ def _pad(s, length, position="trailing", char=" "):
     missing = length - len(s)
     if missing <= 0 or not char:
         return s
+    if len(char) > 1 and missing * len(char) > MAX_STRING:  # each missing place gets all of char
+        raise string_too_long("pad", len(s) + missing * len(char))
     fill = (char * missing)[:missing] if len(char) == 1 else char * missing
     if position == "trailing":
         return s + fill
@@ -739,6 +753,10 @@ def _replace(s, pattern, replacement, option="all"):
     if not pattern:
         return s
     if option == "all":
+        if len(replacement) > len(pattern):
+            size = len(s) + s.count(pattern) * (len(replacement) - len(pattern))
+            if size > MAX_STRING:
+                raise string_too_long("replace", size)
         return s.replace(pattern, replacement)
     if option == "leading":
         return s.replace(pattern, replacement, 1)
@@ -828,7 +846,18 @@ def _regex_replace(s, pattern, replacement):
     s = _text("regex_replace", s, pattern, replacement)
     compiled = _compile_regex(to_str(pattern))
     expand = _erlang_replacement(to_str(replacement))
-    return _regex_call("regex_replace", lambda: compiled.sub(expand, s, timeout=REGEX_TIMEOUT_S), s)
+    grown = [len(s)]
+
+    def bounded(match):  # what the replacements add, checked as they are made
+        text = expand(match)
+        grown[0] += len(text) - (match.end() - match.start())
+        if grown[0] > MAX_STRING:
+            raise string_too_long("regex_replace", grown[0])
+        return text
+
+    return _regex_call(
+        "regex_replace", lambda: compiled.sub(bounded, s, timeout=REGEX_TIMEOUT_S), s
+    )
 
 
 @_register("regex_extract")
@@ -870,7 +899,11 @@ def _join_to_string(sep_or_list, items=None):
         sep = sep_or_list
     if not isinstance(items, list) or not isinstance(sep, str):
         raise _bad("join_to_string", sep_or_list, items)
-    return sep.join(to_str(item) for item in items)
+    texts = [to_str(item) for item in items]
+    size = sum(map(len, texts)) + len(sep) * max(0, len(texts) - 1)
+    if size > MAX_STRING:
+        raise string_too_long("join_to_string", size)
+    return sep.join(texts)
 
 
 @_register("join_to_sql_values_string")
@@ -885,6 +918,9 @@ def _join_to_sql_values_string(items):
             out.append("'" + json_encode(item).replace("'", "\\'") + "'")
         else:
             out.append(to_str(item))
+    size = sum(map(len, out)) + 2 * len(out)
+    if size > MAX_STRING:
+        raise string_too_long("join_to_sql_values_string", size)
     return ", ".join(out)
 
 
@@ -926,6 +962,8 @@ _ESCAPES = {
 @_register("unescape")
 def _unescape(s):
     s = _text("unescape", s)
+    if "\\" not in s:
+        return s
     out, i = [], 0
     while i < len(s):
         char = s[i]
@@ -954,7 +992,7 @@ def _unescape(s):
 def _sprintf(fmt: str, args: list[Any]) -> str:
     """Erlang io_lib:format for the directives rules use: ~s ~ts ~p ~w ~d ~f ~e ~g ~b ~x ~X
     ~c ~n ~~ (with optional field width and precision, e.g. ~.2f, ~5d)."""
-    out, i, used = [], 0, 0
+    out, i, used, built = [], 0, 0, len(fmt)
     pattern = re.compile(r"~(-?\d*)(?:\.(\d*))?(?:\.(.))?(t?)([sSpPwWdfeEgGbBxXcni~])")
     for match in pattern.finditer(fmt):
         out.append(fmt[i : match.start()])
@@ -1002,6 +1040,9 @@ def _sprintf(fmt: str, args: list[Any]) -> str:
                 raise RuleRuntimeError(f"sprintf: field width above {MAX_BUILT_STRING}")
             text = text.rjust(size) if size > 0 else text.ljust(-size)
         out.append(text)
+        built += len(text)
+        if built > MAX_STRING:
+            raise string_too_long("sprintf", built)
     out.append(fmt[i:])
     if used != len(args):
         raise RuleRuntimeError("sprintf: more arguments than ~ directives")

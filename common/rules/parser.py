@@ -26,6 +26,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from common.archive_schema import EVENT_TOPICS
+from common.rules.budget import MAX_LITERAL_DIGITS
 from common.rules.errors import RuleSyntaxError
 from common.rules.topics import topic_filter_problem
 
@@ -94,6 +95,8 @@ def _err(message: str, token: Any) -> RuleSyntaxError:
 
 def _number(text: str) -> int | float:
     if re.fullmatch(r"[0-9]+", text):
+        if len(text) > MAX_LITERAL_DIGITS:  # Python itself parses at most 4,300 digits
+            raise _err(f"an integer literal may have at most {MAX_LITERAL_DIGITS} digits", text)
         return int(text)
     return float(text)
 

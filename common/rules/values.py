@@ -14,6 +14,7 @@ import math
 import re
 from typing import Any
 
+from common.rules.budget import MAX_STRING, measure
 from common.rules.errors import RuleRuntimeError
 
 
@@ -105,6 +106,8 @@ def format_float(value: float) -> str:
 
 
 def json_encode(value: Any) -> str:
+    if type(value) is dict or type(value) is list:  # sized first: no gigabyte encodings
+        measure(value, MAX_STRING)
     return json.dumps(jsonable(value), separators=(",", ":"), ensure_ascii=False)
 
 

@@ -3,11 +3,21 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
+
+logger = logging.getLogger("tenants.api")
+
+
+def _path(context) -> str:
+    request = context.get("request") if isinstance(context, dict) else None
+    return getattr(request, "path", "?")
 
 
 def exception_handler(exc, context):
@@ -24,7 +34,12 @@ def exception_handler(exc, context):
         exc = exceptions.ValidationError(fields)
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None
+        # Not an API error: a bug. The caller gets the one error shape, never a traceback page;
+        # the log gets the traceback.
+        logger.error("API error on %s", _path(context), exc_info=exc)
+        set_rollback()
+        body = {"error": {"code": "server_error", "message": "Internal error (it is logged)."}}
+        return Response(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
     if isinstance(exc, exceptions.ValidationError):
         fields = (
             response.data

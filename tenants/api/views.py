@@ -450,7 +450,9 @@ class RuleTestView(TenantAPIView):
             'topic `t/a`, payload `{"msg": "hello"}`, qos 1, clientid `c_emqx`, username '
             '`u_emqx`, timestamp now). Answers `{"match": true, "outputs": [...]}` (one '
             'object for SELECT, 0..n for FOREACH) or `{"match": false}`; a SQL error is a 400 '
-            "with its `line` and `column`. Nothing is stored or published."
+            "with its `line` and `column`. Nothing is stored or published. The rule runs "
+            "under the jobs' budget per message (time, outputs, sizes: docs/rules.md); over "
+            "it, a 400 `rule exceeded its budget (…)`."
         ),
         request=s.RuleTestInput,
         responses={200: s.RuleTestOutput, 400: OpenApiTypes.OBJECT},
@@ -500,7 +502,11 @@ class RuleTestView(TenantAPIView):
     )
     def post(self, request):
         data = validated(s.RuleTestInput, request.data)
-        return Response(services.rule_dry_run(sql=data["sql"], context=dict(data["context"])))
+        return Response(
+            services.rule_dry_run(
+                sql=data["sql"], context=dict(data["context"]), tenant=self.tenant
+            )
+        )
 
 
 # -- quota, usage, invoices -----------------------------------------------------------------

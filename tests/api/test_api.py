@@ -440,3 +440,21 @@ def test_openapi_schema_describes_the_quota_throttling_object(client):
     limit = schemas["LimitActivityOutput"]["properties"]
     assert {"limit", "quota_key", "value", "slowed", "refused", "last_slowed_at"} <= set(limit)
     assert "throttled" in schemas["UsageOutput"]["properties"]
+
+
+def test_an_unexpected_error_is_the_api_error_shape_not_a_page(acme, monkeypatch):
+    """A bug behind an endpoint answers 500 in the API's JSON error shape, without a traceback
+    (issue 29: no Django debug page for whoever caused it)."""
+    from tenants import services as tenant_services
+
+    def broken(**kwargs):
+        raise RuntimeError("secret internals at 10.0.0.7:5432")
+
+    monkeypatch.setattr(tenant_services, "rule_dry_run", broken)
+    _, api = acme
+    response = api.post("/api/v1/rules/test", {"sql": 'SELECT * FROM "#"'}, format="json")
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": {"code": "server_error", "message": "Internal error (it is logged)."}
+    }
+    assert b"10.0.0.7" not in response.content

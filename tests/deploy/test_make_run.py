@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -184,6 +185,14 @@ def test_make_run_is_up_when_it_says_so_and_ctrl_c_ends_it_cleanly(run_env, tmp_
         text = urllib.request.urlopen(metrics, timeout=5).read().decode()
         assert "# HELP mqtt_refusals_total" in text and "mqtt_messages_received" in text
         assert "Traceback" not in banner
+        # No Django debug page (traceback, settings, URL list) for whoever asks (issue 29).
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{run_env['WEB_PORT']}/no-such-page/")
+        except urllib.error.HTTPError as missing:
+            page = missing.read().decode(errors="replace")
+            assert missing.code == 404 and "URLconf" not in page and "DEBUG" not in page, page
+        else:
+            raise AssertionError("a page that does not exist was served")
 
         os.write(fd, b"\x03")  # Ctrl-C, through the terminal
         read_until(fd, b"stopped the embedded Postgres", 120, output)
