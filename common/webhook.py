@@ -1,122 +1,49 @@
-"""The rules' webhook call: a signed JSON POST, retried with back-off. One implementation for the
-rule jobs (spark/rules/actions.py) and the replay of dead letters (the control plane).
+"""The rules' webhook call: a signed JSON POST. One implementation for the rule jobs
+(spark/rules/actions.py) and the replay of dead letters (the control plane).
 
 `X-Signature-256: sha256=<hex HMAC-SHA256(secret, body)>` signs the exact body sent. Network
-errors, 5xx and 429 are retried (`attempts`, back-off doubling from `backoff` seconds); any other
-4xx is final, and so is a redirect (never followed: it could lead anywhere).
+errors, 5xx and 429 are worth retrying; any other 4xx is final, and so is a redirect (never
+followed: it could lead anywhere).
 
-Tenants choose the URL, and the call is made from inside the platform's network: a URL aimed at
-a loopback, private, link-local (the cloud's metadata service at 169.254.169.254) or otherwise
-non-public address would let a tenant reach what only the platform should. A deployed platform
-refuses them (`WEBHOOK_ALLOW_PRIVATE=0`, which `infra/terraform` sets for every process): at save
-time by the URL's literal host (`url_problem`), and at every call by the address actually
-connected to (so a name that resolves, or later re-resolves, to such an address is refused too).
-Unset, they are allowed: on the embedded single-machine platform (`make run`) the receivers a
-user tries first are on that machine, and it is nobody else's network.
+Where it may go is `common.destinations`: the name is resolved once, every address vetted, and
+the connection made to a vetted address (pinned: no second resolution), before a byte is sent.
+
+Each attempt is bounded three ways (`Timeouts`): the connection (resolution, TCP and TLS), the
+first byte of the answer, and the whole exchange; a receiver that answers a byte a second (a
+tarpit) is cut at the total. The request is HTTP/1.1 over asyncio streams, so many calls can
+wait at once on one thread (the live job's action lanes); `post_signed` is the blocking form.
+
+Errors are words from a fixed vocabulary (`connection refused`, `no answer within 5 s`,
+`HTTP 503`, ...): never an address, so a dead letter a tenant reads maps nothing of the
+platform's network.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import hashlib
 import hmac
-import http.client
-import ipaddress
 import json
-import os
 import socket
-import time
-from dataclasses import dataclass
+import ssl
+import threading
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
-ALLOW_PRIVATE_VARIABLE = "WEBHOOK_ALLOW_PRIVATE"
-_LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+from common.destinations import RefusedDestination, no_public_address, vet
 
-
-def private_allowed() -> bool:
-    """The operator's choice: webhooks may call non-public addresses (unless set to 0)."""
-    setting = os.environ.get(ALLOW_PRIVATE_VARIABLE, "").strip().lower()
-    return setting not in ("0", "false", "no")
+USER_AGENT = "mqtt-platform-rules/1"
+MAX_HEADER_BYTES = 16 << 10
+_PATH_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))  # printable ASCII stays as written
 
 
-def address_problem(address: str) -> str | None:
-    """Why a webhook may not call this IP address, or None if it is a public one."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return f"{address!r} is not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_loopback:
-        kind = "a loopback"
-    elif ip.is_link_local:
-        kind = "a link-local"
-    elif ip.is_multicast:
-        kind = "a multicast"
-    elif ip.is_unspecified:
-        kind = "an unspecified"
-    elif not ip.is_global:
-        kind = "a private or reserved"
-    else:
-        return None
-    return (
-        f"{ip} is {kind} address: webhooks call public addresses only "
-        f"(the platform sets {ALLOW_PRIVATE_VARIABLE}=0)"
-    )
-
-
-def url_problem(url: str, allow_private: bool | None = None) -> str | None:
-    """Why a webhook URL may not be saved (its literal host only: names are checked at each
-    call, by the address they resolve to), or None."""
-    if allow_private is None:
-        allow_private = private_allowed()
-    parts = urlsplit(url)
-    host = (parts.hostname or "").rstrip(".").lower()
-    if allow_private or not host:
-        return None
-    if host in _LOCAL_NAMES or host.endswith(".localhost"):
-        return (
-            f"{host} is this machine: webhooks call public addresses only "
-            f"(the platform sets {ALLOW_PRIVATE_VARIABLE}=0)"
-        )
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return None  # a name: judged by its address when called
-    return address_problem(host)
-
-
-class RefusedDestination(ConnectionError):
-    pass
-
-
-def _checked_connection(
-    address: tuple[str, int], timeout: Any = None, source_address: Any = None
-) -> socket.socket:
-    """`socket.create_connection`, then the address reached is judged before a byte is sent
-    (before TLS too): whatever the name resolved to, this is where the request would go."""
-    sock = socket.create_connection(address, timeout, source_address)
-    problem = address_problem(sock.getpeername()[0])
-    if problem is not None:
-        sock.close()
-        raise RefusedDestination(problem)
-    return sock
-
-
-def _guarded(base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
-    class Guarded(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._create_connection = _checked_connection
-
-    return Guarded
-
-
-_GUARDED = {
-    "http": _guarded(http.client.HTTPConnection),
-    "https": _guarded(http.client.HTTPSConnection),
-}
-_PLAIN = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float = 3.0  # resolution, TCP and TLS
+    first_byte: float = 5.0  # from the request sent to the answer's first byte
+    total: float = 10.0  # the whole attempt
 
 
 @dataclass(frozen=True)
@@ -124,10 +51,188 @@ class WebhookResult:
     ok: bool
     error: str = ""
     attempts: int = 1
+    retry: bool = field(default=False, compare=False)  # worth another attempt later
 
 
 def output_json(output: Any) -> str:
     return json.dumps(output, separators=(",", ":"), default=str)
+
+
+def signed_request(
+    url: str, secret: str, body: bytes, rule_id: int
+) -> tuple[str, int, str, bytes, bool]:
+    """(host, port, scheme, request bytes, tls) for one POST; ValueError for a bad URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"invalid url {url!r}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ValueError(f"invalid port in url {url!r}") from None
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    if parts.port:
+        shown += f":{port}"
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if any(c <= " " or c == "\x7f" for c in path):
+        raise ValueError(f"invalid url {url!r}: spaces or control characters in its path")
+    path = quote(path, safe=_PATH_SAFE)  # non-ASCII as %XX, the rest as written
+    signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {shown}\r\nUser-Agent: {USER_AGENT}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"X-Signature-256: sha256={signature}\r\nX-Rule-Id: {rule_id}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return (
+        host,
+        port,
+        parts.scheme,
+        head.encode("latin-1", "strict") + body,
+        parts.scheme == "https",
+    )
+
+
+async def post_once(
+    url: str,
+    secret: str,
+    output: Any,
+    *,
+    rule_id: int,
+    timeouts: Timeouts = Timeouts(),
+    body_text: str | None = None,
+) -> WebhookResult:
+    """One attempt. `body_text`, when given, is sent instead of `output` as JSON (the exact body
+    an earlier call sent: a dead letter's replay)."""
+    body = (output_json(output) if body_text is None else body_text).encode()
+    try:
+        host, port, _scheme, request, tls = signed_request(url, secret, body, rule_id)
+    except (ValueError, UnicodeEncodeError) as exc:
+        return WebhookResult(False, f"webhook: {exc}")
+    stage = ["connect"]
+    try:
+        async with asyncio.timeout(timeouts.total):
+            status = await _exchange(host, port, tls, request, timeouts, stage)
+    except RefusedDestination as exc:
+        return WebhookResult(False, f"webhook: {exc}")  # final: it stays refused
+    except TimeoutError:
+        limits = {
+            "connect": f"no connection within {timeouts.connect:g} s",
+            "first_byte": f"no answer within {timeouts.first_byte:g} s",
+        }
+        words = limits.get(stage[0], f"no complete answer within {timeouts.total:g} s")
+        return WebhookResult(False, f"webhook: {words}", retry=True)
+    except Exception as exc:
+        return WebhookResult(False, f"webhook: {_words(exc, host)}", retry=True)
+    if 200 <= status < 300:
+        return WebhookResult(True)
+    error = f"webhook: HTTP {status}"
+    if 300 <= status < 400:
+        return WebhookResult(False, f"{error} (redirects are not followed)")
+    return WebhookResult(False, error, retry=status >= 500 or status == 429)
+
+
+async def _exchange(
+    host: str, port: int, tls: bool, request: bytes, timeouts: Timeouts, stage: list[str]
+) -> int:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(timeouts.connect):
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror:
+            raise RefusedDestination(no_public_address(host)) from None
+        addresses = vet(host, port, [info[4][0] for info in infos])
+        context = ssl.create_default_context() if tls else None
+        reader = writer = None
+        last: Exception | None = None
+        for address in addresses:  # pinned: only these, never the name again
+            try:
+                reader, writer = await asyncio.open_connection(
+                    address,
+                    port,
+                    ssl=context,
+                    server_hostname=host if tls else None,
+                    limit=MAX_HEADER_BYTES,
+                )
+                break
+            except (OSError, ssl.SSLError) as exc:
+                last = exc
+        if writer is None:
+            raise last or ConnectionError("no connection")
+    try:
+        stage[0] = "first_byte"
+        writer.write(request)
+        async with asyncio.timeout(timeouts.first_byte):
+            await writer.drain()
+            line = await reader.readline()
+        stage[0] = "total"
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise _NotHttp()
+        status = int(parts[1])
+        seen = len(line)
+        while True:  # the headers, bounded; the body is not needed
+            header = await reader.readline()
+            seen += len(header)
+            if header in (b"\r\n", b"\n", b""):
+                break
+            if seen > MAX_HEADER_BYTES:
+                break
+        return status
+    finally:
+        writer.close()
+        try:
+            async with asyncio.timeout(0.5):
+                await writer.wait_closed()
+        except Exception:
+            pass
+
+
+class _NotHttp(Exception):
+    pass
+
+
+def _words(exc: BaseException, host: str) -> str:
+    """An exception as words that name no address."""
+    if isinstance(exc, _NotHttp):
+        return "the answer is not HTTP"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "TLS: the certificate is not trusted"
+    if isinstance(exc, ssl.SSLError):
+        return "TLS handshake failed"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError)):
+        return "connection closed before the answer"
+    if isinstance(exc, asyncio.LimitOverrunError) or isinstance(exc, ValueError):
+        return "the answer's headers are too long"
+    if isinstance(exc, OSError) and exc.errno in errno.errorcode:
+        return f"network error ({errno.errorcode[exc.errno]})"
+    return f"network error ({type(exc).__name__})"
+
+
+async def post_signed_async(
+    url: str,
+    secret: str,
+    output: Any,
+    *,
+    rule_id: int,
+    attempts: int = 4,
+    backoff: float = 0.25,
+    timeouts: Timeouts = Timeouts(),
+    body_text: str | None = None,
+) -> WebhookResult:
+    """Up to `attempts` attempts, back-off doubling from `backoff` seconds between them."""
+    result = WebhookResult(False, "webhook: not attempted")
+    attempts = max(1, attempts)
+    for attempt in range(1, attempts + 1):
+        result = await post_once(
+            url, secret, output, rule_id=rule_id, timeouts=timeouts, body_text=body_text
+        )
+        if result.ok or not result.retry or attempt == attempts:
+            return WebhookResult(result.ok, result.error[:500], attempt, result.retry)
+        await asyncio.sleep(backoff * 2 ** (attempt - 1))
+    return result
 
 
 def post_signed(
@@ -138,54 +243,34 @@ def post_signed(
     rule_id: int,
     attempts: int = 4,
     backoff: float = 0.25,
-    timeout: float = 5.0,
-    allow_private: bool | None = None,
+    timeout: float | None = None,
+    timeouts: Timeouts | None = None,
     body_text: str | None = None,
 ) -> WebhookResult:
-    """POST `output` as JSON to `url`, signed with `secret`; `allow_private` defaults to the
-    operator's `WEBHOOK_ALLOW_PRIVATE`. `body_text`, when given, is sent instead (the exact
-    JSON an earlier call sent: a dead letter's replay)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return WebhookResult(False, f"webhook: invalid url {url!r}")
-    if allow_private is None:
-        allow_private = private_allowed()
-    problem = url_problem(url, allow_private)
-    if problem is not None:
-        return WebhookResult(False, f"webhook: {problem}")
-    body = (output_json(output) if body_text is None else body_text).encode()
-    signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "mqtt-platform-rules/1",
-        "X-Signature-256": f"sha256={signature}",
-        "X-Rule-Id": str(rule_id),
-    }
-    connection_class = (_PLAIN if allow_private else _GUARDED)[parts.scheme]
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    error = ""
-    attempts = max(1, attempts)
-    for attempt in range(1, attempts + 1):
-        connection = connection_class(parts.hostname, parts.port, timeout=timeout)
-        try:
-            connection.request("POST", path, body=body, headers=headers)
-            response = connection.getresponse()
-            response.read(1024)
-            status = response.status
-        except RefusedDestination as exc:
-            return WebhookResult(False, f"webhook: {exc}", attempt)  # final: it stays refused
-        except Exception as exc:
-            error = f"webhook: {type(exc).__name__}: {exc}"
-        else:
-            if 200 <= status < 300:
-                return WebhookResult(True, attempts=attempt)
-            error = f"webhook: HTTP {status}"
-            if 300 <= status < 400:
-                return WebhookResult(False, f"{error} (redirects are not followed)", attempt)
-            if status < 500 and status != 429:
-                return WebhookResult(False, error, attempt)
-        finally:
-            connection.close()
-        if attempt < attempts:
-            time.sleep(backoff * 2 ** (attempt - 1))
-    return WebhookResult(False, error[:500], attempts)
+    """`post_signed_async`, blocking (for a thread without a running event loop, or it runs in
+    one of its own). `timeout` (older callers) bounds each attempt as a whole."""
+    if timeouts is None:
+        timeouts = (
+            Timeouts()
+            if timeout is None
+            else Timeouts(min(3.0, timeout), min(5.0, timeout), timeout)
+        )
+    call = post_signed_async(
+        url,
+        secret,
+        output,
+        rule_id=rule_id,
+        attempts=attempts,
+        backoff=backoff,
+        timeouts=timeouts,
+        body_text=body_text,
+    )
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(call)
+    box: list[WebhookResult] = []
+    thread = threading.Thread(target=lambda: box.append(asyncio.run(call)), daemon=True)
+    thread.start()
+    thread.join()
+    return box[0]

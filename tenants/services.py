@@ -604,6 +604,27 @@ def rule_delete(rule: Rule) -> None:
 
 
 REPLAY_BATCH = 100  # dead letters re-sent per replay call (oldest first); call again for more
+# Replays per tenant (all its rules together): each may send REPLAY_BATCH webhook calls.
+REPLAY_RATE_DEFAULT = "6/min"
+
+
+class ReplayThrottled(Exception):
+    """The tenant replayed dead letters too often; `wait` seconds until it may again."""
+
+    def __init__(self, wait: float):
+        self.wait = wait
+        super().__init__(f"Dead letters were replayed too often; try again in {wait:.0f} s.")
+
+
+def _replay_allowed(tenant: Tenant) -> None:
+    from django.conf import settings
+
+    from tenants.throttles import hit
+
+    rate = getattr(settings, "RULE_REPLAY_RATE", None) or REPLAY_RATE_DEFAULT
+    wait = hit("rule-replay", str(tenant.pk), rate)
+    if wait:
+        raise ReplayThrottled(wait)
 
 
 def rule_dead_letters_replay(
@@ -613,8 +634,12 @@ def rule_dead_letters_replay(
     same webhook call the jobs make (`common.webhook`), signed with the secret the rule holds
     now for that URL. A delivered letter is deleted; one that fails again stays, with its
     attempts and error updated; one whose URL the rule no longer has stays (`orphaned`). The calls
-    made are metered as `actions_executed` in the usage log (`billing.actions_replayed_record`)."""
+    made are metered as `actions_executed` in the usage log (`billing.actions_replayed_record`).
+    A tenant may replay REPLAY_RATE_DEFAULT times a minute (`RULE_REPLAY_RATE`), all its rules
+    together; more is ReplayThrottled, and nothing is sent."""
     from concurrent.futures import ThreadPoolExecutor
+
+    _replay_allowed(rule.tenant)
 
     from common.webhook import post_signed
 

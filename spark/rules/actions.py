@@ -17,6 +17,7 @@ and a webhook that failed after its retries becomes a dead letter.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
@@ -37,6 +38,23 @@ from common.object_store import ObjectStore
 from common.webhook import post_signed
 
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+BROKER_AWAY = (
+    "republish: the platform's broker did not take the message (the operator has the details)"
+)
+log = logging.getLogger("spark.rules.actions")
+_LOGGED: dict[str, float] = {}
+
+
+def log_detail(detail: str) -> None:
+    """An action failure's details for the operator, once a minute per distinct text."""
+    now = time.monotonic()
+    if now - _LOGGED.get(detail, -1e9) >= 60:
+        if len(_LOGGED) > 1000:
+            _LOGGED.clear()
+        _LOGGED[detail] = now
+        log.warning("rule action failed: %s", detail)
+
+
 UNOPENED = "the secret is sealed under a key this process does not have (SEALING_KEY)"
 
 
@@ -56,10 +74,11 @@ class Job:
 class Outcome:
     job: Job
     ok: bool
-    error: str = ""
+    error: str = ""  # what the tenant reads (dead letters, last_error): no platform address
     attempts: int = 1
     done_ms: int = 0
     dead: bool = False  # keep as a dead letter
+    detail: str = ""  # for the operator's log only (where the job looked, ...)
 
 
 def _now_ms() -> int:
@@ -241,7 +260,9 @@ class ActionRunner:
             except Exception as exc:
                 last = f"republish: {type(exc).__name__}: {exc}"
                 self.publishers.forget(job.rule_id)
-        return Outcome(job, False, last[:500], attempts=2)
+        # The tenant's dead letter says what failed; where the job looked is the operator's.
+        log_detail(last)
+        return Outcome(job, False, BROKER_AWAY, attempts=2, detail=last[:500])
 
     # -- webhook -------------------------------------------------------------------------------
 

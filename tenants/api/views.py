@@ -414,16 +414,20 @@ class RuleDeadLettersReplayView(TenantAPIView):
 
     @extend_schema(
         request=None,
-        responses={200: s.DeadLetterReplayOutput},
+        responses={200: s.DeadLetterReplayOutput, 429: OpenApiTypes.OBJECT},
         description=(
             "Re-sends up to 100 of the rule's webhook dead letters (oldest first), signed with "
             "the secret the rule's webhook has now. Delivered letters are deleted; the rest stay "
-            "with their error. Call again while `remaining` is not 0."
+            "with their error. Call again while `remaining` is not 0. A tenant may replay 6 "
+            "times a minute (all its rules together): more is a 429 with Retry-After."
         ),
     )
     def post(self, request, name: str):
         rule = selectors.rule_get(tenant=self.tenant, name=name)
-        return Response(services.rule_dead_letters_replay(rule))
+        try:
+            return Response(services.rule_dead_letters_replay(rule))
+        except services.ReplayThrottled as exc:
+            raise exceptions.Throttled(wait=exc.wait, detail=str(exc)) from None
 
 
 _ERROR_EXAMPLE = {

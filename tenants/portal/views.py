@@ -606,7 +606,11 @@ def rule_delete(request, membership, name: str):
 @tenant_view(write=True)
 def rule_dead_letters_replay(request, membership, name: str):
     rule = selectors.rule_get(tenant=membership.tenant, name=name)
-    result = services.rule_dead_letters_replay(rule)
+    try:
+        result = services.rule_dead_letters_replay(rule)
+    except services.ReplayThrottled as exc:
+        messages.error(request, str(exc))
+        return redirect("portal:rule", name=name)
     messages.success(
         request,
         f"{result['delivered']} of {result['replayed']} dead letter(s) delivered; "

@@ -103,7 +103,7 @@ def test_each_action_type_is_stored_and_several_per_rule(acme):
 
 def test_webhook_without_secret_gets_a_strong_one_kept_across_updates(acme):
     _, api = acme
-    hook = {"type": "webhook", "url": "http://127.0.0.1:9/hook"}
+    hook = {"type": "webhook", "url": "https://hooks.example.com/hook"}
     created = create(api, actions=[hook])
     assert created.status_code == 201, created.content
     secret = created.json()["actions"][0]["secret"]

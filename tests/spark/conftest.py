@@ -20,6 +20,13 @@ from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, live_segment_ke
 from common.object_store import LocalObjectStore
 
 
+@pytest.fixture(autouse=True)
+def loopback_receivers(monkeypatch):
+    """The receivers here listen on loopback, which webhooks may call only where an operator
+    allows it (`WEBHOOK_ALLOW`; common.destinations): as an operator would for a local one."""
+    monkeypatch.setenv("WEBHOOK_ALLOW", "127.0.0.1")
+
+
 @pytest.fixture
 def store(tmp_path) -> LocalObjectStore:
     return LocalObjectStore(tmp_path / "objects")
