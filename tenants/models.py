@@ -355,6 +355,10 @@ class Rule(models.Model):
     sql = models.TextField()
     actions = ActionsField(default=list, blank=True)
     enabled = models.BooleanField(default=True)
+    # Set by the live rules job when the rule kept going over its budget (common/rules/budget.py):
+    # it stops running until the tenant saves or enables it again (services.rule_update).
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_reason = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

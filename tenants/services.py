@@ -590,11 +590,15 @@ def rule_create(
 
 @transaction.atomic
 def rule_update(rule: Rule, **fields: object) -> Rule:
+    """Change a rule; saving its SQL or enabling it (again) resumes it if the live job paused it
+    for going over its budget (`paused_at`)."""
     previous = list(rule.actions or [])
     for key in ("sql", "actions", "enabled"):
         if key in fields:
             setattr(rule, key, fields[key])
     rule.actions = _validate_rule(rule.sql, rule.actions, previous)
+    if "sql" in fields or fields.get("enabled") is True:
+        rule.paused_at, rule.paused_reason = None, ""
     rule.save()
     return rule
 

@@ -73,6 +73,7 @@ class Books:
         self.deltas: dict[int, RuleDelta] = {}
         self.tenants: dict[int, str] = {}
         self.letters: list[DeadLetter] = []
+        self.pauses: dict[int, str] = {}  # rules to pause (pausing.py), with the reason
         self.max_pending = max_pending
         self.written_letters = 0
         self.refused_rows = 0  # rows Postgres refused even alone (logged)
@@ -95,9 +96,14 @@ class Books:
             self.dropped_letters += overflow
             log.error("%d dead letters dropped: the database has been away too long", overflow)
 
+    def pause(self, pauses: Mapping[int, str], tenants: Mapping[int, str]) -> None:
+        for rule_id, reason in pauses.items():
+            self.pauses[rule_id] = reason
+            self.tenants.setdefault(rule_id, tenants.get(rule_id, ""))
+
     @property
     def pending(self) -> bool:
-        return bool(self.deltas or self.letters)
+        return bool(self.deltas or self.letters or self.pauses)
 
     def flush(self, conn: psycopg.Connection | None) -> bool:
         """Write what is pending; True when nothing is left. Never raises: a database that is
@@ -107,6 +113,7 @@ class Books:
         try:
             self._flush_metrics(conn)
             self._flush_letters(conn)
+            self._flush_pauses(conn)
         except _AWAY as exc:
             log.warning("rule counters and dead letters kept for the next batch: %s", exc)
             return False
@@ -158,6 +165,19 @@ class Books:
             self.written_letters += len(letters)
             done = set(map(id, letters))
             self.letters = [x for x in self.letters if id(x) not in done]
+
+    def _flush_pauses(self, conn: psycopg.Connection) -> None:
+        for rule_id, reason in sorted(self.pauses.items()):
+            try:
+                with conn.transaction():
+                    if db.pause_rule(conn, rule_id, storable_text(reason)[:2000]):
+                        log.warning("rule %s paused: %s", rule_id, reason)
+            except _AWAY:
+                raise
+            except psycopg.Error:
+                self.refused_rows += 1
+                log.exception("rule %s could not be paused", rule_id)
+            del self.pauses[rule_id]
 
     def _one_letter(self, conn: psycopg.Connection, letter: DeadLetter, now: datetime) -> None:
         try:

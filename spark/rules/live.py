@@ -36,6 +36,7 @@ from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.bookkeeping import Books
 from spark.rules.metering import UsageWriter
+from spark.rules.pausing import BudgetWatch
 from spark.rules.plan import PASSED, RuleSpec, compile_specs, rule_outputs
 from spark.rules.runner import BatchSummary, RuleCount, process
 
@@ -129,6 +130,9 @@ class LiveMetrics:
             registry=self.registry,
         )
         self.enabled = Gauge("rules_enabled", "Enabled rules being served", registry=self.registry)
+        self.paused = Counter(
+            "rules_paused", "Rules paused for going over their budget", registry=self.registry
+        )
 
     def observe(self, specs: dict[int, RuleSpec], summary: BatchSummary) -> None:
         self.batches.inc()
@@ -179,6 +183,7 @@ class LiveJob:
         self.not_before: datetime | None = None
         self._usage_backlog: list = []
         self.books = Books()
+        self.watch = BudgetWatch()
         self._stop = threading.Event()
 
     def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -257,6 +262,7 @@ class LiveJob:
             errors = {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
             self.books.add(errors, self.rules.tenants)
         self.metrics.enabled.set(len(specs))
+        self.watch.serving(s.id for s in specs)
         if not specs:
             return [], []
         t0 = time.monotonic()
@@ -289,11 +295,16 @@ class LiveJob:
                 count.last_error = row.error
         tally = self.usage.new_tally()
         summary = process(by_id, list(counts.values()), passed, self.runner, tally)
+        # Messages over their rule's budget: dead letters, and the rules that keep at it paused.
+        over_letters, pauses = self.watch.batch(rows, by_id)
         # The bill first, in the object store; then counters and dead letters, per tenant, kept
         # for the next batch if the database is away: neither can lose the other.
         self._flush_usage(tally)
-        self.books.add(summary.deltas, {s.id: s.tenant for s in specs}, summary.letters)
+        tenants = {s.id: s.tenant for s in specs}
+        self.books.add(summary.deltas, tenants, [*summary.letters, *over_letters])
+        self.books.pause(pauses, tenants)
         self._flush_books()
+        self.metrics.paused.inc(len(pauses))
         self.metrics.observe(by_id, summary)
         self.total.add(summary)
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -48,12 +50,16 @@ RESULT_SCHEMA = pa.schema(
         pa.field("status", pa.string(), nullable=False),  # passed | skipped | failed
         pa.field("outputs", pa.string()),  # JSON list of output objects when passed
         pa.field("error", pa.string()),
+        # the budget a failure went over (`common.rules.budget` kinds, or `share`), else NULL;
+        # then `outputs` holds the message's reference ({topic, clientid, timestamp})
+        pa.field("budget", pa.string()),
     ]
 )
 RESULT_DDL = (
     "rule_id long, tenant string, ts timestamp, units int, status string, "
-    "outputs string, error string"
+    "outputs string, error string, budget string"
 )
+SHARE = "share"  # the budget kind of a row left out when its tenant used its share of a task
 RULES_CLIENT_PREFIX = "$rules-"
 # Above this many rules one OR of per-rule predicates costs Catalyst more than it saves the scan.
 PUSHDOWN_LIMIT = 64
@@ -68,6 +74,7 @@ class RuleSpec:
     name: str
     sql: str
     actions: tuple[dict, ...] = field(default=(), compare=False)
+    max_outputs: int | None = None  # the tenant plan's `max_rule_outputs` (None: the default)
 
     @property
     def client_prefix(self) -> str:
@@ -213,10 +220,11 @@ class RulePlan:
             self.marked = frame
 
     def _evaluate(self) -> Any:
-        shipped = [(s.id, s.tenant, s.sql, s.client_prefix) for s in self.specs]
+        shipped = [(s.id, s.tenant, s.sql, s.client_prefix, s.max_outputs) for s in self.specs]
+        share = tenant_share_seconds()
 
         def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            evaluator = Evaluator(shipped)
+            evaluator = Evaluator(shipped, share)
             for batch in batches:
                 out = evaluator.batch(batch)
                 if out.num_rows:
@@ -254,6 +262,7 @@ class RulePlan:
             F.col("r.status").alias("status"),
             F.col("r.outputs").alias("outputs"),
             F.lit(None).cast("string").alias("error"),
+            F.lit(None).cast("string").alias("budget"),
         )
 
     def native_counts(self) -> list[dict]:
@@ -482,13 +491,46 @@ def _compiled(sql: str) -> Any:
 _ALL = object()
 
 
-class Evaluator:
-    """Runs in the Python workers: rows of one Arrow batch through the tenants' compiled rules."""
+SHARE_VARIABLE = "RULES_TENANT_SHARE_SECONDS"
+DEFAULT_SHARE_SECONDS = 0.5
 
-    def __init__(self, shipped: Sequence[tuple[int, str, str, str]]) -> None:
-        self.by_tenant: dict[str, list[tuple[int, Any, str]]] = {}
-        for rule_id, tenant, sql, prefix in shipped:
-            self.by_tenant.setdefault(tenant, []).append((rule_id, _compiled(sql), prefix))
+
+def tenant_share_seconds() -> float:
+    """What one tenant's rules may spend of one task (a partition of a micro-batch or of a
+    backfill chunk): the operator's `RULES_TENANT_SHARE_SECONDS`, 0.5 s by default."""
+    try:
+        value = float(os.environ.get(SHARE_VARIABLE) or DEFAULT_SHARE_SECONDS)
+    except ValueError:
+        value = DEFAULT_SHARE_SECONDS
+    return value if value > 0 else DEFAULT_SHARE_SECONDS
+
+
+class Evaluator:
+    """Runs in the Python workers: rows of one Arrow batch through the tenants' compiled rules.
+
+    Fair across tenants: each message runs under its rule's budget (`common.rules.budget`, the
+    plan's outputs per message), rows are taken round-robin by tenant, and a tenant's rules may
+    spend `share` seconds of this task in all; that tenant's later rows in the task are not
+    evaluated (failed, budget `share`), so one tenant's costly rules cannot hold up the rows of
+    the others, which are evaluated in the same batch."""
+
+    def __init__(
+        self,
+        shipped: Sequence[tuple[int, str, str, str, int | None]],
+        share: float = DEFAULT_SHARE_SECONDS,
+    ) -> None:
+        from common.rules import default_budget
+
+        self.by_tenant: dict[str, list[tuple[int, Any, str, Any]]] = {}
+        budgets: dict[int | None, Any] = {}
+        for rule_id, tenant, sql, prefix, max_outputs in shipped:
+            if max_outputs not in budgets:
+                budgets[max_outputs] = default_budget(max_outputs)
+            self.by_tenant.setdefault(tenant, []).append(
+                (rule_id, _compiled(sql), prefix, budgets[max_outputs])
+            )
+        self.share = share
+        self.spent: dict[str, float] = {}  # seconds per tenant, over this task
 
     def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         # Rows of tenants without rules never become Python objects (and never reach a rule).
@@ -501,14 +543,20 @@ class Evaluator:
         statuses: list[str] = []
         outputs: list[str | None] = []
         errors: list[str | None] = []
-        for index, row in enumerate(_rows(batch)):
-            rules = self.by_tenant.get(row["tenant"])
+        budgets: list[str | None] = []
+        rows = _rows(batch)
+        for index in _round_robin(rows):
+            row = rows[index]
+            tenant = row["tenant"]
+            rules = self.by_tenant.get(tenant)
             if not rules:
                 continue
             client_id = row["client_id"] or ""
             # The rules Spark left to Python for this row (all of them without native plan).
             left = row.pop(PY_COLUMN, _ALL)
-            for rule_id, compiled, prefix in rules:
+            spent = self.spent.get(tenant, 0.0)
+            started = perf_counter()
+            for rule_id, compiled, prefix, budget in rules:
                 if client_id.startswith(prefix):
                     continue  # the rule's own republished output never re-triggers it
                 if left is not _ALL and rule_id not in left:
@@ -518,12 +566,19 @@ class Evaluator:
                         continue
                 except Exception:
                     continue
-                status, output, error = _apply(compiled, row)
+                if spent >= self.share:
+                    status, output, error, over = FAILED, None, _share_error(self.share), SHARE
+                else:
+                    status, output, error, over = _apply(compiled, row, budget)
+                if over is not None:
+                    output = _reference(row)
                 rule_ids.append(rule_id)
                 taken.append(index)
                 statuses.append(status)
                 outputs.append(output)
                 errors.append(error)
+                budgets.append(over)
+            self.spent[tenant] = spent + (perf_counter() - started)
         indices = pa.array(taken, pa.int64())
         return pa.RecordBatch.from_arrays(
             [
@@ -534,9 +589,39 @@ class Evaluator:
                 pa.array(statuses, pa.string()),
                 pa.array(outputs, pa.string()),
                 pa.array(errors, pa.string()),
+                pa.array(budgets, pa.string()),
             ],
             schema=RESULT_SCHEMA,
         )
+
+
+def _round_robin(rows: list[dict]) -> list[int]:
+    """Row indices taking each tenant in turn (in order within a tenant)."""
+    groups: dict[str, list[int]] = {}
+    for index, row in enumerate(rows):
+        groups.setdefault(row["tenant"], []).append(index)
+    if len(groups) <= 1:
+        return list(range(len(rows)))
+    order = []
+    lists = list(groups.values())
+    for position in range(max(map(len, lists))):
+        order.extend(group[position] for group in lists if position < len(group))
+    return order
+
+
+def _share_error(share: float) -> str:
+    return (
+        f"rule exceeded its budget (share): not evaluated, the tenant's rules used their "
+        f"{share:g} s of this micro-batch; run_rules --from/--to over its time evaluates it later"
+    )
+
+
+def _reference(row: dict) -> str:
+    """Which message a failure was: what the tenant needs to find it (a dead letter's output)."""
+    return json.dumps(
+        {"topic": row.get("topic"), "clientid": row.get("client_id"), "timestamp": row.get("ts")},
+        default=str,
+    )
 
 
 def _rows(batch: pa.RecordBatch) -> list[dict]:
@@ -552,19 +637,22 @@ def _rows(batch: pa.RecordBatch) -> list[dict]:
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
-def _apply(compiled: Any, row: dict) -> tuple[str, str | None, str | None]:
+def _apply(
+    compiled: Any, row: dict, budget: Any = None
+) -> tuple[str, str | None, str | None, str | None]:
+    """(status, outputs JSON, error, the budget a failure went over)."""
     try:
-        result = compiled.apply(row)
+        result = compiled.apply(row, budget)
     except Exception as exc:  # the dialect should return errors, but a raise is a failure too
-        return FAILED, None, f"{type(exc).__name__}: {exc}"[:500]
+        return FAILED, None, f"{type(exc).__name__}: {exc}"[:500], None
     if result.error:
-        return FAILED, None, str(result.error)[:500]
+        return FAILED, None, str(result.error)[:500], result.budget
     if not result.matched:
-        return SKIPPED, None, None
+        return SKIPPED, None, None, None
     try:
-        return PASSED, json.dumps(result.outputs, default=_json_default), None
+        return PASSED, json.dumps(result.outputs, default=_json_default), None, None
     except Exception as exc:
-        return FAILED, None, f"output not JSON: {exc}"[:500]
+        return FAILED, None, f"output not JSON: {exc}"[:500], None
 
 
 def _json_default(value: Any) -> Any:

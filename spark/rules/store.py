@@ -20,7 +20,7 @@ from spark.rules.plan import RuleSpec
 _RULES = """
 SELECT r.id, t.slug, r.name, r.sql, r.actions
 FROM tenants_rule r JOIN tenants_tenant t ON t.id = r.tenant_id
-WHERE (%(enabled)s IS FALSE OR (r.enabled AND t.status = 'active'))
+WHERE (%(enabled)s IS FALSE OR (r.enabled AND r.paused_at IS NULL AND t.status = 'active'))
   AND (%(tenant)s::text IS NULL OR t.slug = %(tenant)s::text)
   AND (%(rule)s::text IS NULL OR r.name = %(rule)s::text)
 ORDER BY r.id
@@ -127,3 +127,26 @@ def record_metrics(conn: psycopg.Connection, deltas: dict[int, RuleDelta]) -> No
     ]
     with conn.cursor() as cursor:
         cursor.executemany(_UPSERT, params)
+
+
+_PAUSE = """
+UPDATE tenants_rule SET paused_at = %(now)s, paused_reason = %(reason)s, updated_at = %(now)s
+WHERE id = %(rule_id)s AND paused_at IS NULL
+RETURNING tenant_id, name, (SELECT slug FROM tenants_tenant WHERE id = tenant_id)
+"""
+_AUDIT = """
+INSERT INTO tenants_auditentry (tenant_id, tenant_slug, actor, via, action, target, detail, created_at)
+VALUES (%s, %s, 'rules job', 'system', 'rule.paused', %s, %s, %s)
+"""
+
+
+def pause_rule(conn: psycopg.Connection, rule_id: int, reason: str) -> bool:
+    """Pause a rule (it stops running until its tenant saves or enables it again), with an entry
+    in the tenant's audit log; False if it was gone or paused already."""
+    now = datetime.now(UTC)
+    row = conn.execute(_PAUSE, {"now": now, "reason": reason, "rule_id": rule_id}).fetchone()
+    if row is None:
+        return False
+    tenant_id, name, slug = row
+    conn.execute(_AUDIT, (tenant_id, slug or "", name, json.dumps({"reason": reason}), now))
+    return True

@@ -281,15 +281,28 @@ class RuleMetricsOutput(serializers.Serializer):
     updated_at = serializers.DateTimeField(allow_null=True)
 
 
+class RulePausedOutput(serializers.Serializer):
+    at = serializers.DateTimeField(source="paused_at")
+    reason = serializers.CharField(source="paused_reason")
+
+
 class RuleOutput(serializers.Serializer):
     name = serializers.CharField()
     sql = serializers.CharField()
     actions = serializers.ListField(child=serializers.DictField())
     enabled = serializers.BooleanField()
+    paused = serializers.SerializerMethodField(
+        help_text="null, or when and why the live job paused the rule for going over its "
+        "budget; saving its SQL or enabling it again resumes it"
+    )
     metrics = serializers.SerializerMethodField()
     dead_letters = serializers.IntegerField(source="dead_letters_count", default=0)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(RulePausedOutput(allow_null=True))
+    def get_paused(self, rule) -> dict | None:
+        return RulePausedOutput(rule).data if rule.paused_at else None
 
     @extend_schema_field(RuleMetricsOutput)
     def get_metrics(self, rule) -> dict:

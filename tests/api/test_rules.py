@@ -545,3 +545,20 @@ def test_dry_run_never_fails_with_a_server_error(acme, sql, payload, topic):
     else:
         # "invalid" names a bad field; "parse_error" a body the JSON parser refuses (NUL characters).
         assert body["error"]["code"] in ("invalid", "parse_error") and body["error"]["message"]
+
+
+def test_a_rule_paused_for_its_budget_says_so_and_resumes_when_enabled(acme, client):
+    """The live job pauses a rule that keeps going over its budget (issue 29): the tenant reads
+    when and why in the API and the portal, and enabling it again resumes it."""
+    from django.utils import timezone
+
+    tenant, api = acme
+    create(api)
+    reason = "paused 2026-01-01 00:00:00 UTC: 10 of 10 messages went over the rule's budget"
+    Rule.objects.filter(name="hot").update(paused_at=timezone.now(), paused_reason=reason)
+    body = api.get("/api/v1/rules/hot").json()
+    assert body["paused"]["reason"] == reason and body["paused"]["at"]
+    client.login(username="owner@acme.io", password="pass-w0rd-acme")
+    assert "is paused: paused 2026-01-01" in client.get("/rules/").content.decode()
+    assert api.patch("/api/v1/rules/hot", {"enabled": True}, format="json").json()["paused"] is None
+    assert Rule.objects.get(name="hot").paused_reason == ""
