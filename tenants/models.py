@@ -407,6 +407,25 @@ class RuleDeadLetter(models.Model):
         indexes = [models.Index(fields=["rule", "-created_at"], name="rule_dead_letter_idx")]
 
 
+class RuleActionRetry(models.Model):
+    """A rule action's output waiting for another attempt (a webhook that failed in a way worth
+    retrying, a republish the broker did not take) or for room in its tenant's action lane: the
+    live rules job's durable queue (spark/rules/retry_store.py), so a restart loses none. The
+    action is kept without its secret (the job takes it from the rule when it runs it again)."""
+
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="+")
+    action = models.JSONField(help_text="the action as configured, without its secret")
+    body = models.TextField(help_text="the output as the exact JSON sent")
+    ts_ms = models.BigIntegerField(help_text="the message's time, for the lag")
+    attempts = models.IntegerField(default=0, help_text="attempts made so far")
+    last_error = models.TextField(blank=True, default="")
+    next_attempt_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["next_attempt_at"], name="rule_retry_due_idx")]
+
+
 class Usage(models.Model):
     """Per-tenant usage for one minute, flushed in batches by the broker's metering hook.
 

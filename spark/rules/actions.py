@@ -68,6 +68,7 @@ class Job:
     action: dict
     output: dict
     ts_ms: int  # the message's archive timestamp
+    tries: int = 0  # attempts made before this one (the live job's retries)
 
 
 @dataclass

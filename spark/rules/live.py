@@ -7,8 +7,11 @@ a micro-batch about every second. In each batch (`foreachBatch`, on the driver):
    changed, so adding, editing, disabling or deleting a rule applies to the next batch without a
    restart;
 2. `rule_outputs` over the batch (the same plan as the backfill and the dry run's semantics);
-3. the actions (bounded pool), the counters (`tenants_rulemetrics` UPSERT increments, lag = action
-   done − message ts), dead letters, usage rows (`rules-live`), Prometheus figures.
+3. the actions, handed to their tenants' lanes (`lanes.py`: asynchronous, bounded per tenant,
+   retried from a durable queue), and the batch goes on; the counters (`tenants_rulemetrics`
+   UPSERT increments, lag = action done − message ts), dead letters, usage rows (`rules-live`)
+   and Prometheus figures of the batch and of every action finished are recorded each batch and
+   every 0.5 s between batches (`record`).
 
 The checkpoint (default `.data/spark/rules-live`) remembers which segments were done, so a restart
 neither repeats nor skips a batch's actions (segments written while it was down are picked up).
@@ -35,10 +38,13 @@ from spark.archive import live_stream, spark_schema
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.bookkeeping import Books
+from spark.rules.lanes import ActionLanes
 from spark.rules.metering import UsageWriter
 from spark.rules.pausing import BudgetWatch
 from spark.rules.plan import PASSED, RuleSpec, compile_specs, rule_outputs
-from spark.rules.runner import BatchSummary, RuleCount, process
+from spark.rules.retry_store import RetryStore
+from spark.rules.runner import ACTION_CHUNK, BatchSummary, RuleCount, account, jobs_of
+from spark.rules.runner import count as count_rows
 
 log = logging.getLogger("spark.rules.live")
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / ".data" / "spark" / "rules-live"
@@ -133,9 +139,14 @@ class LiveMetrics:
         self.paused = Counter(
             "rules_paused", "Rules paused for going over their budget", registry=self.registry
         )
+        self.backlog = Gauge(
+            "rules_action_backlog",
+            "Actions queued or running in a tenant's lane (the durable queue not counted)",
+            ["tenant"],
+            registry=self.registry,
+        )
 
     def observe(self, specs: dict[int, RuleSpec], summary: BatchSummary) -> None:
-        self.batches.inc()
         for rule_id, delta in summary.deltas.items():
             spec = specs.get(rule_id)
             if spec is None:
@@ -161,6 +172,7 @@ class LiveJob:
         checkpoint: str | Path = DEFAULT_CHECKPOINT,
         trigger_seconds: float = 1.0,
         runner: ActionRunner | None = None,
+        lanes: ActionLanes | None = None,
         metrics: LiveMetrics | None = None,
         max_file_age: str = "1h",
         attempts: int = 3,
@@ -169,9 +181,21 @@ class LiveJob:
         self.spark, self.dsn, self.store = spark, dsn, store
         self.checkpoint = str(checkpoint)
         self.trigger_seconds = trigger_seconds
-        self.runner = runner or ActionRunner(store)
         self.metrics = metrics or LiveMetrics()
         self.rules = RuleCache(dsn)
+        # Actions run asynchronously, per tenant (lanes.py): a batch hands them over and goes
+        # on; their outcomes are recorded as they complete (`record`), batch or no batch.
+        retries = RetryStore(dsn)
+        if lanes is None:
+            lanes = (
+                ActionLanes.like(runner, retries=retries, resolve=self._resolve)
+                if runner is not None
+                else ActionLanes(store, retries=retries, resolve=self._resolve)
+            )
+        self.runner = runner
+        self.lanes = lanes
+        self._record_lock = threading.Lock()
+        self._recorder: threading.Thread | None = None
         self.usage = UsageWriter(store, "rules-live")
         self.max_file_age = max_file_age
         self.attempts, self.backoff = max(1, attempts), backoff
@@ -200,6 +224,7 @@ class LiveJob:
             if specs:
                 self._act(specs, rows)
             self.batches += 1
+            self.metrics.batches.inc()
             log.debug("batch %s done in %.2fs", batch_id, time.monotonic() - started)
         except Exception as exc:
             self.last_batch_error = f"{type(exc).__name__}: {exc}"
@@ -293,20 +318,65 @@ class LiveJob:
             elif row.error:
                 count.failed += 1
                 count.last_error = row.error
+        # The actions go to their tenants' lanes, which run them while the next batches are
+        # evaluated; this batch waits for none of them.
+        chunk = []
+        for job in jobs_of(by_id, passed):
+            chunk.append(job)
+            if len(chunk) >= ACTION_CHUNK:
+                self.lanes.submit(chunk)
+                chunk = []
+        self.lanes.submit(chunk)
+        summary = BatchSummary()
         tally = self.usage.new_tally()
-        summary = process(by_id, list(counts.values()), passed, self.runner, tally)
+        count_rows(counts.values(), summary, tally)
         # Messages over their rule's budget: dead letters, and the rules that keep at it paused.
         over_letters, pauses = self.watch.batch(rows, by_id)
-        # The bill first, in the object store; then counters and dead letters, per tenant, kept
-        # for the next batch if the database is away: neither can lose the other.
-        self._flush_usage(tally)
-        tenants = {s.id: s.tenant for s in specs}
-        self.books.add(summary.deltas, tenants, [*summary.letters, *over_letters])
-        self.books.pause(pauses, tenants)
-        self._flush_books()
+        summary.letters += over_letters
+        self.books.pause(pauses, {s.id: s.tenant for s in specs})
         self.metrics.paused.inc(len(pauses))
-        self.metrics.observe(by_id, summary)
-        self.total.add(summary)
+        self.record(summary, tally)
+
+    def record(self, summary: BatchSummary | None = None, tally=None) -> None:
+        """Write what happened: the batch's figures (if any) and every action finished since
+        the last call. The bill first, in the object store; then counters and dead letters, per
+        tenant, kept for the next call if the database is away: neither can lose the other."""
+        with self._record_lock:
+            summary = summary if summary is not None else BatchSummary()
+            tally = tally if tally is not None else self.usage.new_tally()
+            account(self.lanes.completed(), summary, tally)
+            self._flush_usage(tally)
+            tenants = dict(self.rules.tenants)
+            for rule_id in summary.deltas:
+                tenants.setdefault(rule_id, "")
+            self.books.add(summary.deltas, tenants, summary.letters)
+            self._flush_books()
+            self.metrics.observe({s.id: s for s in self.rules.specs}, summary)
+            for tenant, waiting in self.lanes.backlog().items():
+                self.metrics.backlog.labels(tenant).set(waiting)
+            self.total.add(summary)
+
+    def _resolve(self, rule_id: int, action: dict) -> dict | None:
+        """The action of a rule as it is now (secret included) for an output that waited in the
+        durable queue; None when the rule or that action is gone."""
+        spec = next((s for s in self.rules.specs if s.id == rule_id), None)
+        if spec is None:
+            return None
+        keys = {"webhook": "url", "republish": "topic", "dataset": "name"}
+        key = keys.get(str(action.get("type")))
+        for candidate in spec.actions:
+            if candidate.get("type") == action.get("type") and (
+                key is None or candidate.get(key) == action.get(key)
+            ):
+                return candidate
+        return None
+
+    def _record_every(self, seconds: float = 0.5) -> None:
+        while not self._stop.wait(seconds):
+            try:
+                self.record()
+            except Exception:
+                log.exception("action outcomes not recorded (kept for the next try)")
 
     def _flush_books(self) -> None:
         try:
@@ -368,6 +438,10 @@ class LiveJob:
             .queryName("rules-live")
             .start()
         )
+        self._recorder = threading.Thread(
+            target=self._record_every, name="rule-outcomes", daemon=True
+        )
+        self._recorder.start()
 
     def run_until_stopped(self) -> None:
         assert self.query is not None
@@ -381,7 +455,15 @@ class LiveJob:
         self._stop.set()
         if self.query is not None and self.query.isActive:
             self.query.stop()
-        self.runner.close()
+        if self._recorder is not None:
+            self._recorder.join(10)
+        # What runs finishes (a few seconds at most); what waits is kept in the durable queue.
+        self.lanes.close(grace=10.0)
+        self.record()
+        if self.runner is not None:
+            self.runner.close()
+        if self.lanes.retries is not None:
+            self.lanes.retries.close()
         self.rules.close()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -61,6 +61,45 @@ def _ms(ts) -> int:
     return int(ts)
 
 
+def count(counts: Iterable[RuleCount], summary: BatchSummary, tally: UsageTally) -> None:
+    """The evaluation's figures per rule (matched, passed, failed, units) into the summary."""
+    deltas = summary.deltas
+    for rule_count in counts:
+        delta = deltas.setdefault(rule_count.rule_id, RuleDelta())
+        delta.matched += rule_count.matched
+        delta.passed += rule_count.passed
+        delta.failed += rule_count.failed
+        if rule_count.last_error:
+            delta.last_error = rule_count.last_error
+        summary.matched += rule_count.matched
+        summary.passed += rule_count.passed
+        summary.failed += rule_count.failed
+        tally.add(rule_count.tenant, rules_triggered=rule_count.units)
+
+
+def jobs_of(
+    specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple[int, object, str]]
+) -> Iterator[Job]:
+    """One job per output of each passed row and action of its rule."""
+    for rule_id, ts, outputs_json in passed_rows:
+        spec = specs.get(rule_id)
+        if spec is None or not spec.actions:
+            continue
+        ts_ms = _ms(ts)
+        for output in json.loads(outputs_json or "[]"):
+            if not isinstance(output, dict):
+                output = {"value": output}
+            for action in spec.actions:
+                yield Job(spec.id, spec.tenant, spec.client_prefix, action, output, ts_ms)
+
+
+def account(outcomes: Iterable[Outcome], summary: BatchSummary, tally: UsageTally) -> None:
+    """Finished actions into the summary (counters, latencies, dead letters) and the tally."""
+    for outcome in outcomes:
+        _account(outcome, summary.deltas, summary, summary.letters, tally)
+    summary.dead_letters = len(summary.letters)
+
+
 def process(
     specs: Mapping[int, RuleSpec],
     counts: Iterable[RuleCount],
@@ -68,44 +107,20 @@ def process(
     runner: ActionRunner | None,
     tally: UsageTally,
 ) -> BatchSummary:
+    """A backfill chunk: counts, then its actions run to the end, ACTION_CHUNK at a time."""
     summary = BatchSummary()
-    deltas = summary.deltas
-    for count in counts:
-        delta = deltas.setdefault(count.rule_id, RuleDelta())
-        delta.matched += count.matched
-        delta.passed += count.passed
-        delta.failed += count.failed
-        if count.last_error:
-            delta.last_error = count.last_error
-        summary.matched += count.matched
-        summary.passed += count.passed
-        summary.failed += count.failed
-        tally.add(count.tenant, rules_triggered=count.units)
-    letters = summary.letters
+    count(counts, summary, tally)
+    if runner is None:
+        return summary
     jobs: list[Job] = []
-
-    def drain() -> None:
-        if not jobs:
-            return
-        assert runner is not None
-        for outcome in runner.run(jobs):
-            _account(outcome, deltas, summary, letters, tally)
-        jobs.clear()
-
-    for rule_id, ts, outputs_json in passed_rows:
-        spec = specs.get(rule_id)
-        if spec is None or not spec.actions or runner is None:
-            continue
-        ts_ms = _ms(ts)
-        for output in json.loads(outputs_json or "[]"):
-            if not isinstance(output, dict):
-                output = {"value": output}
-            for action in spec.actions:
-                jobs.append(Job(spec.id, spec.tenant, spec.client_prefix, action, output, ts_ms))
+    for job in jobs_of(specs, passed_rows):
+        jobs.append(job)
         if len(jobs) >= ACTION_CHUNK:
-            drain()
-    drain()
-    summary.dead_letters = len(letters)
+            account(runner.run(jobs), summary, tally)
+            jobs.clear()
+    if jobs:
+        account(runner.run(jobs), summary, tally)
+    summary.dead_letters = len(summary.letters)
     return summary
 
 

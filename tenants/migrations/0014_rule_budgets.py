@@ -2,8 +2,11 @@
 sent (`body`, ASCII JSON), so a replay sends the same bytes even when the output held characters
 Postgres' jsonb refuses (NUL, lone surrogates: `output` keeps them escaped for display); a rule
 the live job paused for going over its budget again and again says when and why (`paused_at`,
-`paused_reason`)."""
+`paused_reason`); the live job's durable queue of action outputs waiting for another attempt or
+for room in their tenant's lane (`RuleActionRetry`)."""
 
+import django.db.models.deletion
+import django.utils.timezone
 from django.db import migrations, models
 
 
@@ -27,5 +30,37 @@ class Migration(migrations.Migration):
             model_name="ruledeadletter",
             name="body",
             field=models.TextField(blank=True, db_default="", default=""),
+        ),
+        migrations.CreateModel(
+            name="RuleActionRetry",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "action",
+                    models.JSONField(help_text="the action as configured, without its secret"),
+                ),
+                ("body", models.TextField(help_text="the output as the exact JSON sent")),
+                ("ts_ms", models.BigIntegerField(help_text="the message's time, for the lag")),
+                ("attempts", models.IntegerField(default=0, help_text="attempts made so far")),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("next_attempt_at", models.DateTimeField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "rule",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="tenants.rule",
+                    ),
+                ),
+            ],
+            options={
+                "indexes": [models.Index(fields=["next_attempt_at"], name="rule_retry_due_idx")],
+            },
         ),
     ]

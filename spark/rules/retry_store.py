@@ -1,0 +1,135 @@
+"""The live job's durable queue of action outputs (`tenants_ruleactionretry`): what waits for
+another attempt (with its back-off) or for room in its tenant's lane, and what a stopping job
+had not sent yet. Rows are written and taken in groups, from the lanes' worker thread; taken
+fairly (at most `per_tenant` due rows of each tenant at a time, oldest first) and deleted as
+they are taken. Each tenant holds at most `max_per_tenant` rows: beyond, an output is refused
+(and its caller dead-letters it)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from common.storable import storable_json, storable_text
+from spark.rules import store as db
+
+
+@dataclass
+class Waiting:
+    rule_id: int
+    tenant: str
+    action: dict  # without its secret
+    body: str  # the output, as the exact JSON sent
+    ts_ms: int
+    attempts: int
+    last_error: str = ""
+    delay: float = 0.0  # seconds from now to the next attempt
+
+
+_INSERT = """
+INSERT INTO tenants_ruleactionretry
+    (rule_id, action, body, ts_ms, attempts, last_error, next_attempt_at, created_at)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
+"""
+_COUNT = """
+SELECT count(*) FROM tenants_ruleactionretry q JOIN tenants_rule r ON r.id = q.rule_id
+JOIN tenants_tenant t ON t.id = r.tenant_id WHERE t.slug = %s
+"""
+_TAKE = """
+WITH due AS (
+    SELECT q.id, row_number() OVER (PARTITION BY r.tenant_id ORDER BY q.next_attempt_at, q.id) n
+    FROM tenants_ruleactionretry q JOIN tenants_rule r ON r.id = q.rule_id
+    JOIN tenants_tenant t ON t.id = r.tenant_id
+    WHERE q.next_attempt_at <= %(now)s AND NOT t.slug = ANY(%(busy)s)
+)
+DELETE FROM tenants_ruleactionretry q USING tenants_rule r, tenants_tenant t
+WHERE q.id IN (SELECT id FROM due WHERE n <= %(per_tenant)s)
+  AND r.id = q.rule_id AND t.id = r.tenant_id
+RETURNING q.rule_id, t.slug, q.action, q.body, q.ts_ms, q.attempts, q.last_error
+"""
+
+
+class RetryStore:
+    def __init__(self, dsn: str, max_per_tenant: int = 100_000) -> None:
+        self.dsn = dsn
+        self.max_per_tenant = max_per_tenant
+        self.conn: psycopg.Connection | None = None
+        self.lock = threading.Lock()
+
+    def _connection(self) -> psycopg.Connection:
+        if self.conn is None or self.conn.closed:
+            self.conn = db.connect(self.dsn)
+        return self.conn
+
+    def save(self, rows: list[Waiting]) -> list[Waiting]:
+        """Keep `rows`; returns those refused (their tenant holds `max_per_tenant` already).
+        Raises psycopg.Error when the database is away (the caller keeps them)."""
+        now = datetime.now(UTC)
+        refused: list[Waiting] = []
+        with self.lock:
+            conn = self._connection()
+            try:
+                by_tenant: dict[str, list[Waiting]] = {}
+                for row in rows:
+                    by_tenant.setdefault(row.tenant, []).append(row)
+                for tenant, group in by_tenant.items():
+                    held = conn.execute(_COUNT, (tenant,)).fetchone()[0]
+                    room = max(0, self.max_per_tenant - held)
+                    refused += group[room:]
+                    params = [
+                        (
+                            r.rule_id,
+                            storable_json(r.action),
+                            storable_text(r.body),
+                            r.ts_ms,
+                            r.attempts,
+                            storable_text(r.last_error)[:2000],
+                            now + timedelta(seconds=r.delay),
+                            now,
+                            r.rule_id,
+                        )
+                        for r in group[:room]
+                    ]
+                    if params:
+                        with conn.transaction(), conn.cursor() as cursor:
+                            cursor.executemany(_INSERT, params)
+            except psycopg.Error:
+                self.conn = None
+                raise
+        return refused
+
+    def take(self, per_tenant: int = 50, busy: list[str] | None = None) -> list[Waiting]:
+        """The due rows, at most `per_tenant` of each tenant but those `busy` (their lanes are
+        full: their rows stay), removed from the queue."""
+        with self.lock:
+            conn = self._connection()
+            try:
+                rows = conn.execute(
+                    _TAKE,
+                    {"now": datetime.now(UTC), "per_tenant": per_tenant, "busy": busy or []},
+                ).fetchall()
+            except psycopg.Error:
+                self.conn = None
+                raise
+        return [
+            Waiting(
+                rule_id,
+                tenant,
+                action if isinstance(action, dict) else json.loads(action),
+                body,
+                ts_ms,
+                attempts,
+                last_error,
+            )
+            for rule_id, tenant, action, body, ts_ms, attempts, last_error in rows
+        ]
+
+    def close(self) -> None:
+        with self.lock:
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
