@@ -14,4 +14,6 @@ QUOTA_KEYS = (
     "max_keepalive",
     "max_persistent_sessions",
     "max_device_publish_rate",
+    # The rules job's: outputs one rule may make of one message (FOREACH), each an action run.
+    "max_rule_outputs",
 )

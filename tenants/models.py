@@ -71,6 +71,9 @@ class Plan(models.Model):
         default=0,
         help_text="messages/s per device (0: none; devices share the tenant's rate fairly)",
     )
+    max_rule_outputs = models.PositiveIntegerField(
+        default=100, db_default=100, help_text="outputs of one rule for one message (FOREACH)"
+    )
 
     def __str__(self) -> str:
         return self.name

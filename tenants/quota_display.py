@@ -28,6 +28,7 @@ LIMITS = {
     "max_keepalive": ("Keep-alive", "seconds"),
     "max_persistent_sessions": ("Persistent sessions", "sessions"),
     "max_device_publish_rate": ("Publish rate per device", "messages/s"),
+    "max_rule_outputs": ("Rule outputs per message", "outputs"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.

@@ -58,6 +58,7 @@ DEFAULT_PLANS = {
         "max_queued_messages": 10_000,
         "max_retained_messages": 100_000,
         "max_session_expiry": 7 * 86_400,
+        "max_rule_outputs": 1000,
     },
 }
 
@@ -727,8 +728,12 @@ def rule_dry_run(*, sql: str, context: dict, tenant: Tenant | None = None) -> di
 
 def rule_budget(tenant: Tenant | None) -> Budget:
     """What a rule of `tenant` may spend on one message: the operator's time budget and the
-    plan's outputs per message."""
-    return default_budget()
+    plan's outputs per message (`max_rule_outputs`, overrides applied), as the jobs apply it."""
+    if tenant is None:
+        return default_budget()
+    from tenants.selectors import effective_quota
+
+    return default_budget(effective_quota(tenant).get("max_rule_outputs"))
 
 
 def demo_seed(*, tenant_slug: str = "demo", device_name: str = "demo-device", password: str):

@@ -17,9 +17,14 @@ import psycopg
 from common import sealed
 from spark.rules.plan import RuleSpec
 
+# A rule's outputs per message: its tenant's override of `max_rule_outputs`, else its plan's.
 _RULES = """
-SELECT r.id, t.slug, r.name, r.sql, r.actions
+SELECT r.id, t.slug, r.name, r.sql, r.actions,
+       COALESCE(CASE WHEN jsonb_typeof(t.quota_overrides -> 'max_rule_outputs') = 'number'
+                     THEN (t.quota_overrides ->> 'max_rule_outputs')::numeric::bigint END,
+                p.max_rule_outputs)
 FROM tenants_rule r JOIN tenants_tenant t ON t.id = r.tenant_id
+JOIN tenants_plan p ON p.id = t.plan_id
 WHERE (%(enabled)s IS FALSE OR (r.enabled AND r.paused_at IS NULL AND t.status = 'active'))
   AND (%(tenant)s::text IS NULL OR t.slug = %(tenant)s::text)
   AND (%(rule)s::text IS NULL OR r.name = %(rule)s::text)
@@ -40,7 +45,14 @@ def load_rules(
 ) -> list[RuleSpec]:
     rows = conn.execute(_RULES, {"enabled": enabled_only, "tenant": tenant, "rule": rule})
     return [
-        RuleSpec(id=r[0], tenant=r[1], name=r[2], sql=r[3], actions=tuple(_actions(r[4])))
+        RuleSpec(
+            id=r[0],
+            tenant=r[1],
+            name=r[2],
+            sql=r[3],
+            actions=tuple(_actions(r[4])),
+            max_outputs=None if r[5] is None else int(r[5]),
+        )
         for r in rows.fetchall()
     ]
 
@@ -54,12 +66,14 @@ def _actions(value) -> list[dict]:
 
 
 def rules_version(conn: psycopg.Connection) -> tuple:
-    """Changes whenever a rule (or a tenant's status) is added, edited or deleted: a cheap probe
-    the live job runs every batch before reloading the rules."""
+    """Changes whenever a rule (or a tenant's status, plan or quota overrides) is added, edited
+    or deleted: a cheap probe the live job runs every batch before reloading the rules."""
     row = conn.execute(
         "SELECT count(*), max(updated_at), sum(id), "
-        "(SELECT string_agg(status, ',' ORDER BY id) FROM tenants_tenant "
-        " WHERE id IN (SELECT tenant_id FROM tenants_rule)) FROM tenants_rule"
+        "(SELECT string_agg(t.status || ':' || t.quota_overrides::text || ':' "
+        "   || p.max_rule_outputs, ',' ORDER BY t.id) "
+        " FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id "
+        " WHERE t.id IN (SELECT tenant_id FROM tenants_rule)) FROM tenants_rule"
     ).fetchone()
     return tuple(row)
 

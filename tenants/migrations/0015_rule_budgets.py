@@ -2,7 +2,8 @@
 sent (`body`, ASCII JSON), so a replay sends the same bytes even when the output held characters
 Postgres' jsonb refuses (NUL, lone surrogates: `output` keeps them escaped for display); a rule
 the live job paused for going over its budget again and again says when and why (`paused_at`,
-`paused_reason`); the live job's durable queue of action outputs waiting for another attempt or
+`paused_reason`); the plans' `max_rule_outputs` (a quota key: outputs of one rule for one
+message, each an action run); the live job's durable queue of action outputs waiting for another attempt or
 for room in their tenant's lane (`RuleActionRetry`)."""
 
 import django.db.models.deletion
@@ -12,10 +13,19 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0012_sealed_webhook_secrets"),
+        ("tenants", "0014_email_verification"),
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="plan",
+            name="max_rule_outputs",
+            field=models.PositiveIntegerField(
+                db_default=100,
+                default=100,
+                help_text="outputs of one rule for one message (FOREACH)",
+            ),
+        ),
         migrations.AddField(
             model_name="rule",
             name="paused_at",
