@@ -2,7 +2,8 @@
 enabled rules across 200 tenants, on the embedded default (one broker on Postgres writing the
 archive, `manage.py run_rules --live` as `make run` starts it, local Spark).
 
-    .venv/bin/python -m bench.rules_live [--rules 10,100,1000] [--rate 10] [--seconds 30] [--write]
+    .venv/bin/python -m bench.rules_live [--rules 10,100,1000] [--rate 10] [--seconds 30]
+        [--attack] [--write]
 
 A throwaway Postgres cluster under `.data/bench-rules-postgres`. Rule i lives in tenant
 `rb-{i % 200}` and reads `sensors/{i}/#` with a JSON-path WHERE; its action is a signed webhook to
@@ -10,6 +11,12 @@ a local HTTP receiver. Devices publish QoS 1 at `--rate` msg/s in total, each me
 random enabled rule; the payload carries the send time, the webhook body returns it, and the
 receiver takes the difference (one clock: everything is on this machine). The rule sets grow
 without restarting the job (10, then 100, then 1,000): the job picks the new rules up live.
+
+`--attack` (issue 29) measures the last rule count twice: before, then during an attack by one
+more tenant, `rb-evil`, with a CPU-heavy rule (FOREACH over sha256 of a 1 MB payload, 4 msg/s)
+and a webhook to a tarpit (a receiver that accepts and never answers; FOREACH of 48 outputs,
+1 msg/s): the victims' p50/p99 before and during. Webhooks may call the local receivers because
+the bench allows loopback (`WEBHOOK_ALLOW=127.0.0.1`), as an operator would.
 """
 
 from __future__ import annotations
@@ -45,6 +52,67 @@ def _django() -> str:
 
     call_command("migrate", interactive=False, verbosity=0)
     return settings.DATABASE_URL
+
+
+class Tarpit:
+    """Accepts connections and never answers (holds them open)."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        self.held: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+
+def add_attacker(tarpit_url: str) -> str:
+    """Tenant rb-evil with the CPU rule and the tarpit rule; its device's secret."""
+    from tenants import services
+    from tenants.models import Tenant
+
+    tenant = Tenant.objects.filter(slug="rb-evil").first() or services.tenant_create("rb-evil")
+    services.tenant_set_quota(
+        tenant,
+        {
+            "max_publish_rate": 1000,
+            "max_message_size": 2 << 20,
+            "max_inbound_bytes_rate": 50_000_000,
+            "max_connections": 10,
+        },
+    )
+    tenant.devices.filter(name="dev").delete()
+    tenant.rules.all().delete()
+    _, secret = services.device_create(tenant=tenant, name="dev", client_id_policy="any")
+    services.rule_create(
+        tenant=tenant,
+        name="cpu",
+        sql="FOREACH [1..100000] AS i DO i INCASE sha256(payload) = 'x' FROM \"cpu/#\"",
+    )
+    services.rule_create(
+        tenant=tenant,
+        name="tarpit",
+        sql='FOREACH [1..48] AS i DO i FROM "tarpit/#"',
+        actions=[{"type": "webhook", "url": tarpit_url, "secret": SECRET}],
+    )
+    return secret
+
+
+def attack(client, stop: threading.Event) -> None:
+    """4 CPU messages and 1 tarpit message a second until `stop`."""
+    bomb = b"x" * 1_000_000  # under the broker's 1 MiB packet limit
+    while not stop.is_set():
+        for _ in range(4):
+            client.publish("cpu/1", bomb, qos=0)
+        client.publish("tarpit/1", b"{}", qos=0)
+        stop.wait(1.0)
 
 
 class Receiver:
@@ -117,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rules", default="10,100,1000")
     parser.add_argument("--rate", type=float, default=10.0, help="messages/s in total")
     parser.add_argument("--seconds", type=float, default=30.0, help="per rule count")
+    parser.add_argument("--attack", action="store_true", help="then the last count under attack")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     steps = [int(x) for x in args.rules.split(",")]
@@ -129,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
         DATABASE_URL=dsn,
         OBJECT_STORE_URL=f"file://{work / 'objects'}",
         MQTT_SERVICE_KEY="bench-rules-key",
+        WEBHOOK_ALLOW="127.0.0.1",  # the receivers are local (an operator's allow-list)
     )
+    os.environ["WEBHOOK_ALLOW"] = "127.0.0.1"  # rules are saved here: their URLs are judged here
     port = _free_port()
     broker = subprocess.Popen(
         [sys.executable, "-m", "data_plane", "--port", str(port), "--ws-port", "0",
@@ -161,11 +232,25 @@ def main(argv: list[str] | None = None) -> None:
             clients[slug] = client
         time.sleep(2)
         enabled = steps[0]
-        for step in steps:
+        phases = [(step, "") for step in steps]
+        if args.attack:
+            phases.append((steps[-1], "during attack"))
+        attack_stop = threading.Event()
+        for step, phase in phases:
             if step > enabled:
                 add_rules(enabled, step, receiver.url)
                 enabled = step
                 time.sleep(5)  # the job reloads the rules at its next batch
+            if phase:
+                tarpit = Tarpit()
+                evil = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="rb-evil-pub")
+                evil.username_pw_set("rb-evil/dev", add_attacker(tarpit.url))
+                evil.connect("127.0.0.1", port)
+                evil.loop_start()
+                time.sleep(5)  # the job loads the attacker's rules
+                assert evil.is_connected(), "the attacker's device did not connect"
+                threading.Thread(target=attack, args=(evil, attack_stop), daemon=True).start()
+                time.sleep(5)  # the attack under way
             sent: dict[str, float] = {}
             load = os.getloadavg()[0]
             interval = 1.0 / args.rate
@@ -185,9 +270,31 @@ def main(argv: list[str] | None = None) -> None:
             got = sorted(receiver.latencies[i] for i in sent if i in receiver.latencies)
             p50 = statistics.median(got) if got else float("nan")
             p99 = got[min(len(got) - 1, int(len(got) * 0.99))] if got else float("nan")
-            results.append((step, len(sent), len(got), p50, p99, got[-1] if got else 0, load))
-            print(f"{step} rules: {len(got)}/{len(sent)} actions, p50 {p50:.2f}s p99 {p99:.2f}s "
-                  f"max {got[-1] if got else 0:.2f}s (load {load:.1f})", flush=True)  # fmt: skip
+            results.append(
+                (step, phase, len(sent), len(got), p50, p99, got[-1] if got else 0, load)
+            )
+            print(f"{step} rules {phase}: {len(got)}/{len(sent)} actions, p50 {p50:.2f}s "
+                  f"p99 {p99:.2f}s max {got[-1] if got else 0:.2f}s (load {load:.1f})",
+                  flush=True)  # fmt: skip
+            if phase:
+                attack_stop.set()
+                time.sleep(5)  # the job records the attacker's last batches
+                from tenants.models import RuleActionRetry, RuleMetrics
+
+                figures = {
+                    m.rule.name: (
+                        f"{m.matched} matched, {m.failed} failed, {m.actions_ok} actions ok, "
+                        f"{m.actions_failed} failed"
+                        + (", paused by the job" if m.rule.paused_at else "")
+                    )
+                    for m in RuleMetrics.objects.filter(rule__tenant__slug="rb-evil")
+                }
+                waiting = RuleActionRetry.objects.filter(rule__tenant__slug="rb-evil").count()
+                attack_note = (
+                    f"the attacker's rules: {figures}; the tarpit held {len(tarpit.held)} "
+                    f"connections; {waiting} of its webhook outputs waited in the durable queue"
+                )
+                print(attack_note, flush=True)
         for client in clients.values():
             client.disconnect()
             client.loop_stop()
@@ -198,28 +305,35 @@ def main(argv: list[str] | None = None) -> None:
         broker.wait(timeout=30)
         from tenants.models import Tenant
 
-        Tenant.objects.filter(slug__startswith="rb-").delete()
-        shutil.rmtree(work, ignore_errors=True)
+        Tenant.objects.filter(slug__startswith="rb-").delete()  # rb-evil too
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print("kept", work)
     if args.write:
         with (REPO / "bench" / "RESULTS.md").open("a") as out:
+            title = "issue 29: under attack" if args.attack else "issue 14"
+            attack_flag = " --attack" if args.attack else ""
             out.write(
-                "\n## Live rules latency (issue 14)\n\n"
+                f"\n## Live rules latency ({title})\n\n"
                 f"Command: `.venv/bin/python -m bench.rules_live --rules {args.rules} "
-                f"--rate {args.rate:g} --seconds {args.seconds:g} --write`  \n"
+                f"--rate {args.rate:g} --seconds {args.seconds:g}{attack_flag} --write`  \n"
                 f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores shared by "
                 "the broker, Postgres, the Spark job and the publishers (and other jobs on the "
                 "machine: load average shown).  \n"
                 f"{TENANTS} tenants; one webhook action per rule; QoS 1 publishes at "
                 f"{args.rate:g} msg/s, each to a random enabled rule; latency = webhook received − "
                 "publish sent.\n\n"
-                "| enabled rules | sent | actions seen | p50 s | p99 s | max s | load avg |\n"
-                "|---:|---:|---:|---:|---:|---:|---:|\n"
+                "| enabled rules | phase | sent | actions seen | p50 s | p99 s | max s | load avg |\n"
+                "|---:|---|---:|---:|---:|---:|---:|---:|\n"
             )
-            for step, sent_n, got_n, p50, p99, worst, load in results:
+            for step, phase, sent_n, got_n, p50, p99, worst, load in results:
                 out.write(
-                    f"| {step:,} | {sent_n} | {got_n} | {p50:.2f} | {p99:.2f} | {worst:.2f} | "
-                    f"{load:.1f} |\n"
+                    f"| {step:,} | {phase or 'before'} | {sent_n} | {got_n} | {p50:.2f} | "
+                    f"{p99:.2f} | {worst:.2f} | {load:.1f} |\n"
                 )
+            if args.attack:
+                out.write(f"\nDuring the attack, {attack_note}.\n")
 
 
 if __name__ == "__main__":

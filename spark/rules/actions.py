@@ -285,6 +285,10 @@ class ActionRunner:
 
     # -- dataset -------------------------------------------------------------------------------
 
+    def write_dataset(self, key: tuple[str, str, str], jobs: list[Job]) -> list[Outcome]:
+        """One dataset file of `jobs` (tenant, name, date), an outcome per job (never raises)."""
+        return self._dataset_guard(key, jobs)
+
     def _dataset_guard(self, key: tuple[str, str, str], jobs: list[Job]) -> list[Outcome]:
         try:
             self.dataset(key, jobs)

@@ -24,6 +24,7 @@ Each job ends in one `Outcome` (ok, failed, dead letter), collected as it comple
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -138,12 +139,17 @@ class ActionLanes:
 
     def busy(self) -> int:
         """Jobs queued, running or waiting for a retry in memory (not in the durable queue)."""
-        return sum(lane.queued + lane.running for lane in list(self.lanes.values())) + (
-            self._delayed + len(self._spill)
-        )
+        return sum(self.backlog().values()) + self._delayed + len(self._spill)
 
     def backlog(self) -> dict[str, int]:
-        return {t: lane.queued + lane.running for t, lane in list(self.lanes.items())}
+        """Jobs queued or running per tenant (read from another thread: a lane added meanwhile
+        is simply seen next time)."""
+        for _ in range(5):
+            try:
+                return {t: lane.queued + lane.running for t, lane in list(self.lanes.items())}
+            except RuntimeError:  # the loop added a lane while we copied
+                continue
+        return {}
 
     def wait_idle(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -188,7 +194,7 @@ class ActionLanes:
             lane = self.lanes[tenant] = _Lane(tenant)
         return lane
 
-    def _accept(self, jobs: list[Job], from_queue: bool = False) -> None:
+    def _accept(self, jobs: list[Job]) -> None:
         for job in jobs:
             lane = self._lane(job.tenant)
             size = len(output_json(job.output))
@@ -382,7 +388,7 @@ class ActionLanes:
                     for key, group in groups.items():
                         async with self._dataset_slots:
                             outcomes = await asyncio.to_thread(
-                                self.writer._dataset_guard, key, group
+                                self.writer.write_dataset, key, group
                             )
                         for outcome in outcomes:
                             outcome.dead = not outcome.ok
@@ -422,8 +428,6 @@ class ActionLanes:
             self._finish(Outcome(job, False, row.last_error or error, row.attempts, dead=True))
 
     def _job(self, row: Waiting) -> Job | None:
-        import json
-
         action = row.action
         if self.resolve is not None:
             resolved = self.resolve(row.rule_id, row.action)

@@ -195,6 +195,7 @@ class LiveJob:
         self.runner = runner
         self.lanes = lanes
         self._record_lock = threading.Lock()
+        self._books_conn = None
         self._recorder: threading.Thread | None = None
         self.usage = UsageWriter(store, "rules-live")
         self.max_file_age = max_file_age
@@ -379,14 +380,17 @@ class LiveJob:
                 log.exception("action outcomes not recorded (kept for the next try)")
 
     def _flush_books(self) -> None:
+        # Its own connection: `record` runs beside the batch's rules probe, in another thread.
         try:
-            conn = self.rules.connection()
+            if self._books_conn is None or self._books_conn.closed:
+                self._books_conn = db.connect(self.dsn)
         except Exception as exc:
             log.warning("rule counters and dead letters kept for the next batch: %s", exc)
-            self.rules.conn = None
+            self._books_conn = None
             return
-        if not self.books.flush(conn):
-            self.rules.conn = None  # reconnect next time
+        if not self.books.flush(self._books_conn):
+            self._books_conn.close()
+            self._books_conn = None  # reconnect next time
 
     def _flush_usage(self, tally) -> None:
         """Write this batch's usage and any a failed write left behind (kept, never dropped:
@@ -464,6 +468,8 @@ class LiveJob:
             self.runner.close()
         if self.lanes.retries is not None:
             self.lanes.retries.close()
+        if self._books_conn is not None:
+            self._books_conn.close()
         self.rules.close()
 
 
