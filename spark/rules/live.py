@@ -41,7 +41,13 @@ from spark.rules.bookkeeping import Books
 from spark.rules.lanes import ActionLanes
 from spark.rules.metering import UsageWriter
 from spark.rules.pausing import BudgetWatch
-from spark.rules.plan import PASSED, RuleSpec, compile_specs, rule_outputs
+from spark.rules.plan import (
+    PASSED,
+    RuleSpec,
+    compile_specs,
+    rule_outputs,
+    tenant_share_seconds,
+)
 from spark.rules.retry_store import RetryStore
 from spark.rules.runner import ACTION_CHUNK, BatchSummary, RuleCount, account, jobs_of
 from spark.rules.runner import count as count_rows
@@ -475,7 +481,7 @@ class LiveJob:
 
 def evaluate_batch(batch: DataFrame, specs: list[RuleSpec]) -> list:
     """The batch's results, collected to the driver (the side-effect-free step a retry repeats)."""
-    return rule_outputs(batch, specs).collect()
+    return rule_outputs(batch, specs, tenant_share_seconds()).collect()
 
 
 def serve_metrics(metrics: LiveMetrics, port: int, host: str = "127.0.0.1") -> None:

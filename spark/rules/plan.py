@@ -163,9 +163,11 @@ def scope_predicate(specs: Sequence[RuleSpec]) -> Column:
 # -- evaluation --------------------------------------------------------------------------------
 
 
-def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame:
-    """Archive rows → RESULT_SCHEMA rows: one per (rule, row whose tenant and FROM it reads)."""
-    plan = RulePlan(df, specs)
+def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None) -> DataFrame:
+    """Archive rows → RESULT_SCHEMA rows: one per (rule, row whose tenant and FROM it reads).
+    `share`: seconds one tenant's rules may spend of one task (the live job's
+    `tenant_share_seconds()`); None, no such bound (a backfill runs every row it was asked)."""
+    plan = RulePlan(df, specs, share)
     return plan.results()
 
 
@@ -184,7 +186,10 @@ class RulePlan:
     Python must still answer (`_py`) and its units; only a row with some `_py` rule carries its
     columns to the Python worker."""
 
-    def __init__(self, df: DataFrame, specs: Sequence[RuleSpec]) -> None:
+    def __init__(
+        self, df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None
+    ) -> None:
+        self.share = share
         self.specs = list(specs)
         self.df = df
         self.native: dict[int, NativeRule] = {}
@@ -221,7 +226,7 @@ class RulePlan:
 
     def _evaluate(self) -> Any:
         shipped = [(s.id, s.tenant, s.sql, s.client_prefix, s.max_outputs) for s in self.specs]
-        share = tenant_share_seconds()
+        share = self.share if self.share is not None else float("inf")
 
         def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             evaluator = Evaluator(shipped, share)
