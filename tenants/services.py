@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -626,7 +627,11 @@ def _replay_allowed(tenant: Tenant) -> None:
 
     from tenants.throttles import hit
 
-    rate = getattr(settings, "RULE_REPLAY_RATE", None) or REPLAY_RATE_DEFAULT
+    rate = (
+        getattr(settings, "RULE_REPLAY_RATE", None)
+        or os.environ.get("RULE_REPLAY_RATE")
+        or REPLAY_RATE_DEFAULT
+    )
     wait = hit("rule-replay", str(tenant.pk), rate)
     if wait:
         raise ReplayThrottled(wait)
