@@ -39,7 +39,7 @@ from common import sealed, service_token
 from common.object_store import ObjectStore
 from common.webhook import Timeouts, output_json, post_once
 from spark.rules.actions import BROKER_AWAY, UNOPENED, ActionRunner, Job, Outcome, log_detail
-from spark.rules.publisher import PublishFailed, RulePublisher
+from spark.rules.publisher import PublishFailed, PublishRefused, RulePublisher
 from spark.rules.retry_store import RetryStore, Waiting
 
 log = logging.getLogger("spark.rules.lanes")
@@ -153,6 +153,9 @@ class ActionLanes:
 
     def wait_idle(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
+        if not self.loop.is_closed() and self.loop.is_running():
+            # What was submitted before this call is in its lane first (callbacks run in order).
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop).result(timeout)
         while self.busy():
             if time.monotonic() > deadline:
                 return False
@@ -364,6 +367,12 @@ class ActionLanes:
         except asyncio.CancelledError:  # the job stops: this one waits for the next
             self._keep(job, "", delay=0.0)
             raise
+        except PublishRefused as exc:  # the broker's word on this message: no address in it
+            if exc.final:
+                self._finish(Outcome(job, False, f"republish: {exc}", job.tries + 1, dead=True))
+            else:
+                self._again(job, f"republish: {exc}")
+            return
         except PublishFailed as exc:
             log_detail(f"republish: {exc}")
             self._again(job, BROKER_AWAY, detail=str(exc))

@@ -41,6 +41,18 @@ class PublishFailed(ConnectionError):
     """The message did not reach the broker (refused, connection lost): worth another try."""
 
 
+class PublishRefused(PublishFailed):
+    """The broker answered the message with a failure reason code. `final` unless the code says
+    "later" (0x89 server busy, 0x96 message rate too high, 0x97 quota exceeded)."""
+
+    LATER = (0x89, 0x96, 0x97)
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        self.final = code not in self.LATER
+        super().__init__(f"the broker refused the message (reason code 0x{code:02X})")
+
+
 class RulePublisher:
     def __init__(self, host: str, port: int, key: bytes, tenant: str, client_prefix: str) -> None:
         self.host, self.port, self.key = host, port, key
@@ -78,7 +90,7 @@ class RulePublisher:
             finally:
                 self.waiting.pop(packet_id, None)
         if code >= 0x80:
-            raise PublishFailed(f"the broker refused the message (reason code 0x{code:02X})")
+            raise PublishRefused(code)
 
     async def close(self) -> None:
         self.closed = True

@@ -61,9 +61,14 @@ class SlowBroker:
                         writer.transport.pause_reading()
                         await asyncio.sleep(3600)
                 elif isinstance(packet, Publish):
-                    self.received[tenant] = self.received.get(tenant, 0) + 1
+                    seen = self.received[tenant] = self.received.get(tenant, 0) + 1
+                    code = 0
+                    if tenant == "busy" and seen == 1:
+                        code = 0x97  # quota exceeded: later
+                    elif tenant == "bad":
+                        code = 0x90  # topic name invalid: for good
                     if packet.qos:
-                        writer.write(encode(PubAck(packet.packet_id), MQTT_5_0))
+                        writer.write(encode(PubAck(packet.packet_id, code), MQTT_5_0))
             await writer.drain()
 
     def close(self) -> None:
@@ -123,4 +128,31 @@ def test_a_slowed_tenants_republishes_wait_bounded_and_hold_no_one_else(store):
     finally:
         lanes.close(grace=0.5)
         retries.close()
+        broker.close()
+
+
+def test_a_refused_republish_is_retried_only_when_the_broker_says_later(store):
+    broker = SlowBroker()
+    action = [{"type": "republish", "topic": "out/x", "qos": 1}]
+    busy = services.rule_create(
+        tenant=services.tenant_create("busy"), name="r", sql='SELECT * FROM "#"', actions=action
+    )
+    bad = services.rule_create(
+        tenant=services.tenant_create("bad"), name="r", sql='SELECT * FROM "#"', actions=action
+    )
+    connection.close()
+    lanes = ActionLanes(
+        store, mqtt_port=broker.port, service_key=b"k" * 32, limits=LaneLimits(backoff=0.05)
+    )
+    try:
+        lanes.submit(jobs(busy, 1, 8) + jobs(bad, 1, 8))
+        assert lanes.wait_idle(10)
+        outcomes = {o.job.tenant: o for o in lanes.completed()}
+        assert outcomes["busy"].ok and outcomes["busy"].attempts == 2  # 0x97, then taken
+        assert not outcomes["bad"].ok and outcomes["bad"].attempts == 1
+        assert outcomes["bad"].error == (
+            "republish: the broker refused the message (reason code 0x90)"
+        )
+    finally:
+        lanes.close(grace=0.5)
         broker.close()
