@@ -209,7 +209,8 @@ class PublishAdmission:
             ):
                 return Refuse(RC.QUOTA_EXCEEDED, "retained message limit", "retained")
         if qos == 1:  # remembered to know its resend (resends.RecentPublishes, inline)
-            self.recent.slots[packet.packet_id % SLOTS] = packet
+            packet_id = packet.packet_id
+            self.recent.slots[packet_id % SLOTS] = (packet_id, topic, packet.payload)
         return Accept(message, delay)
 
 

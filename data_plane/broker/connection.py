@@ -183,7 +183,7 @@ class MQTTConnection(asyncio.Protocol):
         if gate.held:  # keep the order: what waits goes first
             gate.held.extend(packets)
             return
-        if gate.turns.over(self.tenant):  # its tenant has had its share of this loop turn
+        if gate.turns.limiting and gate.turns.over(self.tenant):  # its share of this turn is had
             gate.next_turn(packets)
             return
         self._process(packets)

@@ -124,7 +124,8 @@ class ReadGate:
         self.owner.transport.resume_reading()
 
     def _end_burst(self) -> None:
-        if self.held and self.turns.over(self.owner.tenant):  # other tenants first, again
+        turns = self.turns
+        if self.held and turns.limiting and turns.over(self.owner.tenant):  # others first
             self.loop.call_soon(self._end_burst)
             return
         self.burst = False

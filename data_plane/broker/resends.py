@@ -8,9 +8,12 @@ state for this; QoS 1 has none, and a client may reuse a packet id as soon as it
 so the id alone proves nothing: a resend is a DUP publish with the packet id, topic *and*
 payload of one we took.
 
-- While connected, a connection remembers its last `SLOTS` QoS 1 PUBLISH packets by packet id
-  (`RecentPublishes`; a slot per id modulo `SLOTS`, so one list store per publish and nothing
-  allocated; a packet that named its topic only by an alias is never taken for a resend).
+- While connected, a connection remembers its last `SLOTS` QoS 1 publishes by packet id, as
+  (packet id, topic, payload) (`RecentPublishes`; a slot per id modulo `SLOTS`, so one list
+  store per publish). Not the packets themselves: those are objects the garbage collector
+  tracks, and thousands of them kept alive a little longer were promoted to its oldest
+  generation and made its full collections run often (QoS 1 at 1.49x the CPU per message, in
+  `bench.limiter`); a tuple of a number and two strings is untracked at its first collection.
 - When it closes, what it remembers is kept for `KEEP` seconds under (tenant, client id), as
   digests (`Digests`: no payload held), for the client's next connection on this broker.
 
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Any
 
 SLOTS = 32  # QoS 1 publishes a connection remembers (the in-flight window of common clients)
 KEEP = 60.0  # seconds a closed connection's publishes are remembered for its client id
@@ -51,23 +53,23 @@ class RecentPublishes:
     __slots__ = ("slots", "earlier", "kept", "closed")
 
     def __init__(self, earlier: Digests | None = None) -> None:
-        # slot packet_id % SLOTS -> the PUBLISH packet taken; the admission writes it inline
-        self.slots: list[Any] = [None] * SLOTS
+        # slot packet_id % SLOTS -> (packet id, topic, payload); the admission writes it inline
+        self.slots: list[tuple[int, str, bytes] | None] = [None] * SLOTS
         self.earlier = earlier
         self.kept: Digests | None = None  # what the broker keeps of us once closed
         self.closed = False
 
     def is_resend(self, packet_id: int, topic: str, payload: bytes) -> bool:
         slot = self.slots[packet_id % SLOTS]
-        if slot is not None and slot.packet_id == packet_id:
-            return slot.topic == topic and slot.payload == payload
+        if slot is not None and slot[0] == packet_id:
+            return slot[1] == topic and slot[2] == payload
         earlier = self.earlier
         return earlier is not None and earlier.has(packet_id, topic, payload)
 
     def forget(self, packet_id: int) -> None:
         """A publish we did not keep after all (its commit failed): its resend is delivered."""
         slot = self.slots[packet_id % SLOTS]
-        if slot is not None and slot.packet_id == packet_id:
+        if slot is not None and slot[0] == packet_id:
             self.slots[packet_id % SLOTS] = None
         for digests in (self.earlier, self.kept):
             if digests is not None:
@@ -77,8 +79,9 @@ class RecentPublishes:
         """What to keep once the connection is gone (None: nothing was published)."""
         entries = dict(self.earlier.entries) if self.earlier is not None else {}
         for slot in self.slots:
-            if slot is not None and slot.topic:
-                entries[slot.packet_id] = (slot.topic, len(slot.payload), hash(bytes(slot.payload)))
+            if slot is not None:
+                packet_id, topic, payload = slot
+                entries[packet_id] = (topic, len(payload), hash(bytes(payload)))
         return Digests(entries, until) if entries else None
 
 

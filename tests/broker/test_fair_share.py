@@ -154,6 +154,13 @@ def test_a_tenant_that_had_its_share_of_a_loop_turn_waits_for_the_next():
         calm = connected("calm", "c")
         await asyncio.sleep(0.05)  # CONNACKs
         flood = b"".join(encode(Publish("t", b"x", 0), MQTT_3_1_1) for _ in range(300))
+        for _ in range(3):  # heavy turns where both are at it: the broker learns who is busy
+            noisy[0].data_received(flood)
+            noisy[1].data_received(flood)
+            calm.data_received(encode(Publish("t", b"y", 0), MQTT_3_1_1))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        handled.clear()
         for conn in noisy:  # one loop turn: every noisy connection's socket had 300 ready
             conn.data_received(flood)
         calm.data_received(encode(Publish("t", b"y", 0), MQTT_3_1_1))
@@ -166,3 +173,26 @@ def test_a_tenant_that_had_its_share_of_a_loop_turn_waits_for_the_next():
     assert "calm" in first_turn
     assert first_turn.count("noisy") <= PER_TURN + 300  # its share, and the read that crossed it
     assert everything.count("noisy") == 6 * 300  # none lost: the rest went in later turns
+
+
+def test_tenants_busy_alike_or_alone_are_never_held_back():
+    """Holding a tenant back only helps when others wait: tenants all busy alike, or one
+    alone, keep their whole turn (splitting it would only make more, smaller writes)."""
+    from data_plane.broker.turns import PER_TURN, TenantTurns
+
+    async def run() -> list[bool]:
+        turns = TenantTurns()
+        held = []
+        for _ in range(5):
+            for tenant in ("a", "b", "c"):  # three tenants, each 3x the floor every turn
+                turns.spend(tenant, 3 * PER_TURN)
+                held.append(turns.over(tenant))
+            await asyncio.sleep(0)
+        lone = TenantTurns()
+        for _ in range(5):
+            lone.spend("solo", 10 * PER_TURN)
+            held.append(lone.over("solo"))
+            await asyncio.sleep(0)
+        return held
+
+    assert not any(asyncio.run(run()))
