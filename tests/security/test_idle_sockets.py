@@ -9,60 +9,28 @@ from __future__ import annotations
 
 import resource
 import socket
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
-from common.processes import data_plane_command
 from tenants import services
 from tests.broker.clients import Paho
+from tests.tenancy.test_refusals import broker_with_metrics
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DESCRIPTORS = 400  # the broker's limit in these tests
 
 
-@contextmanager
-def small_broker(log: Path, *extra: str) -> Iterator[dict[str, int]]:
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+def small_broker(log: Path, *extra: str):
+    """A broker process whose descriptor limit is `DESCRIPTORS`."""
 
     def limit_descriptors() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (DESCRIPTORS, DESCRIPTORS))
 
-    with open(log, "w") as err:
-        process = subprocess.Popen(
-            data_plane_command(
-                port=0,
-                ws_port=0,
-                database_url=url,
-                extra=["--log-level", "WARNING", "--usage-flush-interval", "0.5", *extra],
-            ),
-            cwd=settings.BASE_DIR,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            preexec_fn=limit_descriptors,
-        )
-    ports: dict[str, int] = {}
-    try:
-        while {"mqtt", "ws"} - set(ports):
-            line = process.stdout.readline()
-            assert line, f"broker exited: {log.read_text()}"
-            if line.startswith("LISTENING"):
-                _, name, address = line.split()
-                ports[name] = int(address.rsplit(":", 1)[1])
-        connection.close()
-        yield ports
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+    extra = ("--usage-flush-interval", "0.5", *extra)
+    return broker_with_metrics(log, *extra, preexec_fn=limit_descriptors)
 
 
 def idle(port: int, source: str) -> socket.socket | None:

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,7 +29,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @contextmanager
-def broker_with_metrics(log: Path, *extra: str) -> Iterator[dict[str, int]]:
+def broker_with_metrics(
+    log: Path, *extra: str, preexec_fn: Callable[[], None] | None = None
+) -> Iterator[dict[str, int]]:
+    """A broker process on the test database, logging JSON lines to `log`; its ports by
+    listener name (`preexec_fn`: run in the child first, e.g. to lower its limits)."""
     db = connection.settings_dict
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     with open(log, "w") as err:
@@ -45,6 +49,7 @@ def broker_with_metrics(log: Path, *extra: str) -> Iterator[dict[str, int]]:
             stderr=err,
             text=True,
             env={**os.environ, "LOG_FORMAT": "json"},
+            preexec_fn=preexec_fn,
         )
     ports: dict[str, int] = {}
     try:
