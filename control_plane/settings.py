@@ -202,6 +202,8 @@ SPECTACULAR_SETTINGS = {
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Seconds between two checks that an open live page's login still stands (tenants/portal/live.py).
+LIVE_SESSION_RECHECK = float(os.environ.get("LIVE_SESSION_RECHECK", "30"))
 
 # Celery reads CELERY_* (see control_plane/celery.py); the broker URL is resolved there.
 CELERY_TASK_ACKS_LATE = True

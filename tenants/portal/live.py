@@ -22,16 +22,23 @@ words and closed with code 4429. Frames sent to the page (JSON):
                            bounds; watched messages shown today (UTC), and not shown: over rate)
 
 The page sends {"watch": "sensors/#"} (or {"watch": ""} to stop).
+
+A socket outlives nothing its login does not: every `LIVE_SESSION_RECHECK` seconds (30) it checks its
+session still belongs to the account as it is (a new password, a removed membership, a logout
+elsewhere end it), and closes with 4401 if not.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import Any
 
 import aiomqtt
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from common.mqtt.topics import TopicFilterInvalid, validate_topic_filter
 from tenants import selectors
@@ -43,6 +50,23 @@ log = logging.getLogger(__name__)
 MESSAGES_PER_SECOND = 50  # what one page is shown at most; the rest is counted
 PAYLOAD_PREVIEW = frames.PAYLOAD_PREVIEW
 OVER_THE_BOUND = 4429  # close code: this member or tenant holds as many live sockets as it may
+SIGNED_OUT = 4401  # close code: the session ended (a new password, logged out, membership gone)
+
+
+def session_still_stands(scope: dict, tenant: str) -> bool:
+    """The session's user is still who logged in (Django's session hash: a new password
+    changes it) and still a member of the tenant."""
+    from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.utils.crypto import constant_time_compare
+
+    session = scope["session"]
+    session.load()  # as stored now: a logout elsewhere or a flush empties it
+    user = get_user_model().objects.filter(pk=session.get(SESSION_KEY)).first()
+    if user is None or not user.is_active:
+        return False
+    if not constant_time_compare(session.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()):
+        return False
+    return selectors.current_membership(user, tenant) is not None
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -67,8 +91,24 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if refused is not None:
             await self.send_json({"type": "error", "error": refused.words})
             await self.close(code=OVER_THE_BOUND, reason="too many live pages")
+            return
+        self._recheck = asyncio.get_running_loop().create_task(self._keep_checking())
+
+    async def _keep_checking(self) -> None:
+        while True:
+            await asyncio.sleep(settings.LIVE_SESSION_RECHECK)
+            check = database_sync_to_async(session_still_stands)
+            if not await check(self.scope, self.tenant):
+                await self.send_json({"type": "error", "error": "signed out: sign in again"})
+                await self.close(code=SIGNED_OUT, reason="signed out")
+                return
 
     async def disconnect(self, code: int) -> None:
+        recheck = getattr(self, "_recheck", None)
+        if recheck is not None and recheck is not asyncio.current_task():
+            recheck.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await recheck
         if hasattr(self, "tenant"):
             await shared_hub().leave(self)
 

@@ -430,3 +430,22 @@ def test_another_tenants_api_keeps_its_latency_while_one_tenant_floods_its_live_
     assert refused == 130
     assert figures['portal_live_messages_shown_total{tenant="acme"}'] >= 20
     assert figures['portal_live_messages_not_shown_total{tenant="acme"}'] > 0
+
+
+def test_a_new_password_ends_the_accounts_open_live_pages(monkeypatch, two_members):
+    """Issue 28: a password reset ends every session of the account, an open live page too (a
+    WebSocket is authenticated once, when it opens): within the re-check interval it is told and
+    closed; a colleague's page stays."""
+    mine, theirs = two_members
+    with platform(monkeypatch, LIVE_SESSION_RECHECK="0.5") as (url, _, _):
+        with live_clients() as live:
+            own, other = live.run(open_many(url, [mine, theirs]))
+            assert outcomes(live, [own, other]) == ["live", "live"]
+            owner = get_user_model().objects.get(email="ops@acme.io")
+            owner.set_password("a brand new long password")
+            owner.save()
+            connection.close()
+            live.run(own.wait_for(lambda sock: sock.closed, timeout=5))
+            assert own.close_code == 4401
+            assert "signed out" in refusal_words(own)
+            assert not other.closed
