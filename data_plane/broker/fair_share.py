@@ -212,7 +212,7 @@ class Shares:
 
     def __init__(self, patience: float = PATIENCE) -> None:
         self.patience = patience
-        self._shares: dict[str, PublishShare] = {}
+        self._shares: dict[tuple[str, float], PublishShare] = {}
         self._local_rates: dict[str, TenantRates] = {}
 
     def local_rates(self, tenant: str, quota: dict[str, int]) -> TenantRates:
@@ -227,11 +227,13 @@ class Shares:
         None when neither the tenant nor its devices are limited."""
         device_rate = quota.get("max_device_publish_rate") or 0
         if rates is None and not device_rate:
-            self._shares.pop(tenant, None)
             return None
-        share = self._shares.get(tenant)
-        if share is None or share.rates is not rates or share.device_rate != device_rate:
+        # Per device rate too: the rules' republish (no device rate) and the tenant's devices
+        # each keep their own line, both on the tenant's one bucket.
+        key = (tenant, device_rate)
+        share = self._shares.get(key)
+        if share is None or share.rates is not rates:
             loop = asyncio.get_running_loop()
             share = PublishShare(rates, dict(quota), loop, patience=self.patience)
-            self._shares[tenant] = share
+            self._shares[key] = share
         return share

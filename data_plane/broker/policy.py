@@ -11,11 +11,14 @@ RATE_KEYS = ("max_publish_rate", "max_inbound_bytes_rate", "max_outbound_bytes_r
 
 def tenant_rates(broker: Any, tenant: str, quota: dict[str, int]) -> Any | None:
     """The tenant's shared token buckets when its quota limits a rate, else None: looked up
-    once per connection and per policy change rather than per PUBLISH."""
-    if any(quota.get(key) for key in RATE_KEYS):
+    once per connection and per policy change rather than per PUBLISH. Keyed by the rates
+    alone, so that every identity held to them (its devices, its rules' republish: whose
+    quotas differ in other keys) shares the one set of buckets."""
+    rates = {key: quota[key] for key in RATE_KEYS if quota.get(key)}
+    if rates:
         if broker.cluster is not None:  # budgets shared by the nodes (data_plane.cluster.limits)
-            return broker.cluster.rates_for(tenant, quota)
-        return broker.shares.local_rates(tenant, quota)
+            return broker.cluster.rates_for(tenant, rates)
+        return broker.shares.local_rates(tenant, rates)
     return None
 
 

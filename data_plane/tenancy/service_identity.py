@@ -44,7 +44,12 @@ CLIENT_PREFIX = CLIENT_PREFIXES[PORTAL_DEVICE]
 
 # What the rules' republish is held to of its tenant's plan: the tenant's publish rates, shared
 # fairly with its devices (it is slowed like them, never refused at first: `fair_share`).
-RULES_QUOTA_KEYS = ("max_publish_rate", "max_inbound_bytes_rate", "max_message_size")
+RULES_QUOTA_KEYS = (
+    "max_publish_rate",
+    "max_inbound_bytes_rate",
+    "max_outbound_bytes_rate",  # (it never subscribes: with the others, the tenant's buckets)
+    "max_message_size",
+)
 
 
 def quota(device: str, tenant_quota: dict[str, int]) -> dict[str, int]:

@@ -160,11 +160,14 @@ def test_what_rules_republish_shares_the_tenants_rate_and_is_metered(broker, ten
     listener = Paho(broker, "acme/sensor-1", acme_secret, "listener")
     listener.subscribe("fan/#", 1)
     rules = rules_identity(broker)
+    device = Paho(broker, "acme/sensor-1", acme_secret, "device")
     started = time.monotonic()
-    infos = [rules.client.publish("fan/out", f"{n}", 1) for n in range(30)]
+    infos = [rules.client.publish("fan/out", f"{n}", 1) for n in range(15)]
+    infos += [device.client.publish("fan/in", f"{n}", 1) for n in range(15)]  # the same rate
     for info in infos:
         info.wait_for_publish(10)
     took = time.monotonic() - started
+    device.close()
     got = listener.expect(30, 5)
     time.sleep(0.7)  # a $SYS round
     listener.subscribe("$SYS/broker/messages/received", 0)
