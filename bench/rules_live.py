@@ -55,7 +55,8 @@ def _django() -> str:
 
 
 class Tarpit:
-    """Accepts connections and never answers (holds them open)."""
+    """A webhook that never answers: accepts connections and holds them open (the bench's
+    attacker, and the tests' of issue 29)."""
 
     def __init__(self) -> None:
         import socket
@@ -63,14 +64,21 @@ class Tarpit:
         self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
         self.held: list = []
+        self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
-        while True:
+        while not self.closed:
             try:
                 self.held.append(self.sock.accept()[0])
             except OSError:
                 return
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
 
 
 def add_attacker(tarpit_url: str) -> str:

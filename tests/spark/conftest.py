@@ -145,3 +145,16 @@ def database_url() -> str:
 
 def read_parquet_dir(path: Path) -> pa.Table:
     return pa.concat_tables([pq.read_table(p) for p in sorted(path.rglob("*.parquet"))])
+
+
+def rule_usage(store, tenant: str) -> tuple[int, int]:
+    """(rules triggered, actions executed) of `tenant` in the usage log under `store`."""
+    import io
+
+    triggered = executed = 0
+    for key in store.list("usage/"):
+        for row in pq.read_table(io.BytesIO(store.get(key))).to_pylist():
+            if row["tenant"] == tenant:
+                triggered += row["rules_triggered"]
+                executed += row["actions_executed"]
+    return triggered, executed

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import statistics
 import threading
 import time
@@ -17,6 +16,7 @@ import time
 import pytest
 from django.db import connection
 
+from bench.rules_live import Tarpit
 from tenants import services
 from tenants.models import RuleActionRetry, RuleDeadLetter, RuleMetrics
 from tests.broker.clients import Paho
@@ -24,26 +24,6 @@ from tests.spark.conftest import Receiver
 from tests.spark.test_end_to_end import platform, start_live  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Tarpit:
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=512)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-        self.held: list = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                self.held.append(self.sock.accept()[0])
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
 
 
 @pytest.mark.serial  # asserts the publish -> action latency target: not beside other tests

@@ -7,11 +7,9 @@ counts as done."""
 
 from __future__ import annotations
 
-import io
 import json
 import time
 
-import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
@@ -20,20 +18,17 @@ from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
 from tenants import services
 from tenants.models import RuleDeadLetter, RuleMetrics
-from tests.spark.conftest import Receiver, database_url, message, signature_ok, write_live
+from tests.spark.conftest import (
+    Receiver,
+    database_url,
+    message,
+    rule_usage,
+    signature_ok,
+    write_live,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SECRET = "whsec-bookkeeping-test-0001"
-
-
-def usage_of(store, tenant: str) -> tuple[int, int]:
-    triggered = executed = 0
-    for key in store.list("usage/"):
-        for row in pq.read_table(io.BytesIO(store.get(key))).to_pylist():
-            if row["tenant"] == tenant:
-                triggered += row["rules_triggered"]
-                executed += row["actions_executed"]
-    return triggered, executed
 
 
 def test_a_nul_in_one_tenants_output_loses_no_other_tenants_bookkeeping(spark, store, tmp_path):
@@ -73,13 +68,13 @@ def test_a_nul_in_one_tenants_output_loses_no_other_tenants_bookkeeping(spark, s
         assert job.batches == 1 and job.last_batch_error is None  # the batch was not dropped
         # The victim's bookkeeping is whole: every dead letter, every unit, every action.
         assert RuleDeadLetter.objects.filter(rule=honest).count() == 5
-        assert usage_of(store, "victim") == (5, 5)
+        assert rule_usage(store, "victim") == (5, 5)
         assert RuleMetrics.objects.get(rule=honest).actions_failed == 5
         # The attacker's own is kept too, and readable: NUL and the lone surrogate escaped for
         # display, the error of its failing rule stored.
         letter = RuleDeadLetter.objects.get(rule=poisoned)
         assert letter.output == {"s": "a\\u0000b\\ud800c"}
-        assert usage_of(store, "evil") == (2, 1)
+        assert rule_usage(store, "evil") == (2, 1)
         assert RuleMetrics.objects.get(rule=broken).failed == 1
 
         # The replay sends the body the job sent, byte for byte (and signed as it was).

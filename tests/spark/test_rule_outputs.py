@@ -8,11 +8,9 @@ plan value."""
 
 from __future__ import annotations
 
-import io
 import json
 import time
 
-import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
@@ -23,7 +21,7 @@ from tenants import services
 from tenants.models import RuleDeadLetter
 from tests.api.conftest import client_for
 from tests.broker.clients import Paho
-from tests.spark.conftest import database_url, message, write_live
+from tests.spark.conftest import database_url, message, rule_usage, write_live
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,16 +35,6 @@ def broker(monkeypatch):
     yield port
     process.terminate()
     process.wait(timeout=10)
-
-
-def usage(store, tenant: str) -> tuple[int, int]:
-    triggered = executed = 0
-    for key in store.list("usage/"):
-        for row in pq.read_table(io.BytesIO(store.get(key))).to_pylist():
-            if row["tenant"] == tenant:
-                triggered += row["rules_triggered"]
-                executed += row["actions_executed"]
-    return triggered, executed
 
 
 def test_a_fan_out_is_bounded_by_the_plan(spark, store, broker, tmp_path):
@@ -84,8 +72,8 @@ def test_a_fan_out_is_bounded_by_the_plan(spark, store, broker, tmp_path):
         job.stop()
     (letter,) = RuleDeadLetter.objects.filter(rule=fan)
     assert "(outputs)" in letter.error and "max_rule_outputs" in letter.error
-    assert usage(store, "evil") == (1, 0)  # the message evaluated is billed; no action ran
-    assert usage(store, "victim") == (20, 20)
+    assert rule_usage(store, "evil") == (1, 0)  # the message evaluated is billed; no action ran
+    assert rule_usage(store, "victim") == (20, 20)
 
 
 def test_the_plan_value_and_its_override_apply_to_the_dry_run(db):

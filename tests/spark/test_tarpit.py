@@ -7,14 +7,13 @@ same live job."""
 
 from __future__ import annotations
 
-import socket
 import statistics
-import threading
 import time
 
 import pytest
 from django.db import connection
 
+from bench.rules_live import Tarpit
 from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
 from tenants import services
@@ -22,31 +21,6 @@ from tenants.models import RuleActionRetry
 from tests.spark.conftest import database_url, message, write_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Tarpit:
-    """Accepts connections and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=512)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-        self.held: list[socket.socket] = []
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-
-    def close(self) -> None:
-        self.closed = True
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
 
 
 def latencies(receiver, sent: dict[int, float], count: int) -> list[float]:
