@@ -72,8 +72,9 @@ class ReadGate:
         self.owner.transport.pause_reading()
         self.loop.call_soon(self._end_burst)
 
-    def hold_for_turn(self, packet: Any) -> None:
-        """Stop reading; `packet` goes first when the share wakes us (`wake`)."""
+    def hold_for_rate(self, packet: Any) -> None:
+        """Over a publish rate: stop reading; `packet` goes first when the tenant's share
+        wakes us (`wake`)."""
         if not self.rate:
             self.owner.transport.pause_reading()
             self.rate = True
@@ -125,6 +126,8 @@ class ReadGate:
 
     def _end_burst(self) -> None:
         turns = self.turns
+        if self.owner.closing:  # what it held is not handled: no more turns to wait for
+            return
         if self.held and turns.limiting and turns.over(self.owner.tenant):  # others first
             self.loop.call_soon(self._end_burst)
             return

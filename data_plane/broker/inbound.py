@@ -89,7 +89,7 @@ class Inbound:
             return
         if type(decision) is Pause:  # slowed: tried again when the tenant's share wakes it
             conn.broker.quota_exceeded(conn.tenant, decision.quota, throttled=True)
-            conn.gate.hold_for_turn(packet)
+            conn.gate.hold_for_rate(packet)
             return
         self.count(conn.tenant, decision.quota, decision.counts)
         refused.publish(conn, decision, packet.topic)
