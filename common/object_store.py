@@ -73,7 +73,11 @@ class LocalObjectStore:
 
     def list(self, prefix: str = "") -> list[str]:
         keys = []
-        for path in self.root.rglob("*"):
+        # Walk only the folder the prefix names (all of it for a partial last part): a root
+        # holding the archive and the journey has many files a narrow listing need not visit.
+        folder = prefix.rpartition("/")[0].strip("/")
+        base = self.root / _clean_key(folder) if folder else self.root
+        for path in base.rglob("*"):
             if path.is_file() and not path.name.endswith(".partial"):
                 key = path.relative_to(self.root).as_posix()
                 if key.startswith(prefix):

@@ -239,6 +239,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.compact_archive",
         "schedule": timedelta(seconds=int(os.environ.get("ARCHIVE_COMPACTION_SECONDS", "600"))),
     },
+    # The journey: closed hours compacted, hours past each plan's retention deleted.
+    "journey-upkeep": {
+        "task": "tenants.tasks.journey_upkeep",
+        "schedule": timedelta(seconds=int(os.environ.get("JOURNEY_UPKEEP_SECONDS", "600"))),
+    },
 }
 
 # The single Postgres channel every broker-relevant change is announced on (common/notifications.py).

@@ -44,6 +44,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--archive-segment-age", type=float, help=argparse.SUPPRESS)  # v1's
     parser.add_argument("--no-archive", action="store_true", help="archive nothing")
     parser.add_argument(
+        "--no-journey",
+        action="store_true",
+        help="record no journey (each publish's outcome, each client's events)",
+    )
+    parser.add_argument(
+        "--journey-interval",
+        type=float,
+        default=2.0,
+        help="seconds per journey segment: how soon an outcome can be found through the API",
+    )
+    parser.add_argument(
         "--no-presence",
         action="store_true",
         help="write no connection presence (the portal's online state): for benchmarks",
@@ -165,6 +176,7 @@ async def run(args: argparse.Namespace) -> None:
     prepare = None
     objects = None
     tap = None
+    journey = None
     ports = NO_PORTS
     if link is not None:
         from common.object_store import open_object_store
@@ -197,8 +209,20 @@ async def run(args: argparse.Namespace) -> None:
                 enabled_for=archive_enabled,  # asked from the encoding thread, once per batch
                 interval=args.archive_interval,
             )
+        recorder = None
+        if not args.no_journey:
+            from data_plane.observability.journey import JourneyRecorder
+            from data_plane.observability.journey_writer import JourneyWriter, default_writer_id
+
+            node = cluster.node_id if cluster is not None else default_writer_id()
+            recorder = JourneyRecorder(node)
+            journey = JourneyWriter(recorder, objects, interval=args.journey_interval)
         ports = Ports(
-            persistence=persistence, retained_storage=kept, delayed_storage=kept, archive=tap
+            persistence=persistence,
+            retained_storage=kept,
+            delayed_storage=kept,
+            archive=tap,
+            journey=recorder,
         )
 
         async def prepare(broker):
@@ -233,6 +257,11 @@ async def run(args: argparse.Namespace) -> None:
             tap.listen(server.broker.hooks)
             tap.start()
             writers.append(tap.writer)
+        if journey is not None:
+            journey.recorder.listen(server.broker.hooks)
+            journey.tenants = lambda broker=server.broker: broker.stats.keys()
+            server.broker.metric_sources.append(journey.metrics)
+            journey.start()
         purge = asyncio.get_running_loop().create_task(persistence.purge_forever())
         observers = TenancyObservers(
             server.broker,
@@ -272,6 +301,8 @@ async def run(args: argparse.Namespace) -> None:
         purge.cancel()
     if tap is not None:
         await tap.stop()
+    if journey is not None:
+        await journey.stop()
     if kept is not None:
         await kept.stop()
     if persistence is not None:

@@ -74,6 +74,11 @@ class Plan(models.Model):
     max_rule_outputs = models.PositiveIntegerField(
         default=100, db_default=100, help_text="outputs of one rule for one message (FOREACH)"
     )
+    journey_retention_hours = models.PositiveIntegerField(
+        default=24,
+        db_default=24,
+        help_text="hours the journey (each publish's outcome, each client's events) is kept",
+    )
 
     def __str__(self) -> str:
         return self.name

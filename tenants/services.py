@@ -60,6 +60,7 @@ DEFAULT_PLANS = {
         "max_retained_messages": 100_000,
         "max_session_expiry": 7 * 86_400,
         "max_rule_outputs": 1000,
+        "journey_retention_hours": 7 * 24,
     },
 }
 

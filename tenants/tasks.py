@@ -21,6 +21,14 @@ def compact_archive() -> list[dict]:
     return [result.as_dict() for result in compact_due(open_object_store())]
 
 
+@shared_task(name="tenants.tasks.journey_upkeep")
+def journey_upkeep() -> dict:
+    """Compact the journey's closed hours and delete what each plan no longer keeps."""
+    from tenants.journey_upkeep import upkeep
+
+    return upkeep()
+
+
 def _previous_period(today):
     first = today.replace(day=1)
     from datetime import timedelta

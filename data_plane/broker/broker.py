@@ -20,7 +20,7 @@ from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
 from common.service_token import is_platform_client
-from data_plane.broker import refused, wills
+from data_plane.broker import wills
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.doorway import Doorway
 from data_plane.broker.enhanced_auth import Method, ScramSha256
@@ -76,6 +76,7 @@ class Broker:
         self.delayed_storage = ports.delayed_storage
         self.cluster = ports.cluster  # the other nodes; None: the only one (see `publish`)
         self.archive = ports.archive  # records each routed message; None: no archive
+        self.journey = ports.journey  # each publish's outcome (its connection records it)
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -163,6 +164,7 @@ class Broker:
     def _expire(self, session: Session) -> None:
         if session.connection is None and self.sessions.get(session.key) is session:
             self._end_session(session)
+            self.hooks.run("session.expired", session)
 
     def _end_session(self, session: Session) -> None:
         if self.persistence is not None and session.tenant_id is not None:
@@ -240,6 +242,8 @@ class Broker:
             commit = session.deliver(delivery)
             if session.queue and session.backs_up(delivery):  # cheap one first
                 return Published(1, [commit] if commit is not None else (), (session,))
+            if session.connection is None:  # offline: kept for later (QoS 0: dropped)
+                return Published(1, [commit] if commit is not None else (), (), 1)
             return REACHED_ONE if commit is None else Published(1, [commit])
         # Overlapping subscriptions of one session: one copy, the highest QoS, every id.
         targets: dict[int, list[Subscriber]] = {}
@@ -253,12 +257,14 @@ class Broker:
             member = group.pick()
             if member is not None:
                 self._hand(member.session, _shared(message, group, member), commits, backed_up)
+        queued = 0
         for subs in targets.values():
             qos = min(message.qos, max(s.qos for s in subs))
             retain = message.retain and any(s.retain_as_published for s in subs)
             ids = tuple(s.subscription_id for s in subs if s.subscription_id)
             self._hand(subs[0].session, Delivery(message, qos, retain, ids), commits, backed_up)
-        return Published(len(targets) + len(groups), commits, tuple(backed_up))
+            queued += subs[0].session.connection is None
+        return Published(len(targets) + len(groups), commits, tuple(backed_up), queued)
 
     @staticmethod
     def _hand(session: Session, delivery: Delivery, commits: list, backed_up: list) -> None:
@@ -366,17 +372,8 @@ class Broker:
         session.will_handle = loop.call_later(delay, fire)
 
     def publish_will(self, session: Session | None, will: Message) -> Published:
-        """A will goes out under the checks of any PUBLISH, as they stand now (`wills`); a
-        refusal is told to operators like any other."""
-        refusal = wills.refusal(will, session, self.retained)
-        if refusal is None:
-            return self.publish(will)
-        if refusal.kind == "quota_exceeded":
-            self.quota_exceeded(will.tenant, "retained")
-        else:
-            self.stats[will.tenant].denied += 1
-        refused.will(self, session, will, *refusal)
-        return NOTHING
+        """A will goes out under the checks of any PUBLISH, as they stand now (`wills.go_out`)."""
+        return wills.go_out(self, session, will)
 
     # -- control-plane actions (data_plane.tenancy.control.LiveConnections) -------------
 

@@ -23,6 +23,8 @@ HOOK_NAMES = (
     "quota.exceeded",  # a limit refused something (a message or a connection was not taken)
     "quota.throttled",  # a limit slowed something down (nothing was refused)
     "client.refused",  # data_plane.broker.refused: what a connection refused, and why
+    "session.expired",  # a session ended, no client having resumed it within its expiry
+    "session.will",  # a will went out: (session or None, will, Published)
 )
 
 

@@ -31,6 +31,7 @@ class InboundOutlet(Protocol):
     session: Any
     auth: Any
     tenant: str
+    client_id: str
     protocol_version: int
     disconnect_reason: str
     acks: Acks
@@ -76,7 +77,11 @@ class Inbound:
             stored = broker.delay(message, decision.delay)
             conn.acks.accepted(packet, 0, [stored] if stored is not None else [])
             return
-        reached, commits, slow_down = broker.publish(message)
+        published = broker.publish(message)
+        journey = broker.journey
+        if journey is not None:
+            journey.published(message, packet.packet_id, published)
+        reached, commits, slow_down, _ = published
         if slow_down:  # subscribers it backed up: read no more of this client until they drain
             conn.gate.slow_down(slow_down)
         code = 0 if reached or conn.protocol_version != MQTT_5_0 else RC.NO_MATCHING_SUBSCRIBERS
@@ -93,6 +98,8 @@ class Inbound:
             return
         self.count(conn.tenant, decision.quota, decision.counts)
         refused.publish(conn, decision, packet.topic)
+        if conn.broker.journey is not None:
+            conn.broker.journey.refused(conn, packet, decision)
         if type(decision) is Refuse:
             conn.acks.refuse(packet, decision.reason_code, decision.reason)
         else:

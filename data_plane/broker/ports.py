@@ -23,13 +23,15 @@ of storage or the cluster any other way, and neither ever sets an attribute of t
   broker's subscriptions through `Router.on_route`, and claims a client id for a CONNECT;
 - `archive` (`Archive`): records every routed message (`data_plane.storage.archive_hook`); a
   direct call from `Broker.publish`, not a `message.publish` hook, because the hooks' dispatch
-  cost the loop more than the recording itself.
+  cost the loop more than the recording itself;
+- `journey` (`Journey`): records each PUBLISH's outcome (`data_plane.observability.journey`),
+  called by the connection's inbound side, which knows the packet and what became of it.
 
 Each is optional: without it the broker keeps that state in memory only (tests, `--auth-file`).
 Storage objects are built first, handed to `Broker(...)` in `Ports`, then started with the broker
 they serve (restore sessions, load retained and delayed messages).
 
-`Broker.publish` returns `Published`: whom it reached, the commits a QoS 1/2 acknowledgement
+`Broker.publish` returns `Published`: whom it reached (and how many of those keep it offline), the commits a QoS 1/2 acknowledgement
 waits for, and the subscribers whose queues backed up (`slow_down`): the caller that read the
 PUBLISH pauses its client until they drain (`flow.ReadGate.slow_down`); others ignore it.
 """
@@ -86,6 +88,7 @@ class Published(NamedTuple):
     # Sessions whose queue this message backed up (past half, QoS 1/2): whoever published it
     # should stop reading its client until they drain (back-pressure; see flow.ReadGate).
     slow_down: tuple = ()
+    queued: int = 0  # of `reached`, the offline sessions that keep it for later (the journey)
 
 
 # The common answers, shared rather than built per message (the publish path is hot).
@@ -135,6 +138,16 @@ class Archive(Protocol):
     # An attribute, not a method: the recorder is swapped at each hand-off to the encoder, and
     # calling it straight saves a frame per message on the hot path.
     record: Any  # Callable[[Message], None]: append what was routed; never blocks
+
+
+class Journey(Protocol):
+    """Where every publish went (`data_plane.observability.journey`): the connection's inbound
+    side calls `published` per routed PUBLISH and `refused` per refused one; the rest (drops at
+    a subscriber, client events, wills) it hears on the broker's hooks."""
+
+    published: Any  # Callable[[Message, packet_id, Published], None]; swapped per batch
+
+    def refused(self, conn: Any, packet: Any, decision: Any) -> None: ...
 
 
 class Cluster(Protocol):
@@ -195,6 +208,7 @@ class Ports:
     delayed_storage: DelayedStorage | None = None
     cluster: Cluster | None = None
     archive: Archive | None = None
+    journey: Journey | None = None
 
 
 NO_PORTS = Ports()

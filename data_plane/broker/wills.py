@@ -1,14 +1,16 @@
 """Whether a will may go out: the checks of any PUBLISH, as they stand when it goes (the ACL or
 the retained quota may have changed since the CONNECT that carried it). A pure decision, like
-admission's; `Broker.publish_will` applies it."""
+admission's; `go_out` applies it for `Broker.publish_will`."""
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
 from common.mqtt.reason_codes import ReasonCode
+from data_plane.broker import refused
 from data_plane.broker.limits import too_deep
 from data_plane.broker.message import Message
+from data_plane.broker.ports import NOTHING
 from data_plane.broker.retained import RetainedStore
 
 
@@ -37,3 +39,19 @@ def refusal(will: Message, session: Any, retained: RetainedStore) -> WillRefused
     ):
         return WillRefused("quota_exceeded", ReasonCode.QUOTA_EXCEEDED, "retained")
     return None
+
+
+def go_out(broker: Any, session: Any, will: Message) -> Any:
+    """Publish `will` if it may go (the `session.will` hook hears of it), else count and tell
+    the refusal like any other; returns the `Published`."""
+    refusal_ = refusal(will, session, broker.retained)
+    if refusal_ is None:
+        published = broker.publish(will)
+        broker.hooks.run("session.will", session, will, published)
+        return published
+    if refusal_.kind == "quota_exceeded":
+        broker.quota_exceeded(will.tenant, "retained")
+    else:
+        broker.stats[will.tenant].denied += 1
+    refused.will(broker, session, will, *refusal_)
+    return NOTHING

@@ -84,8 +84,8 @@ class Publisher:
             slow_down = (*slow_down, *forwarder.backlogs.slowing(targets))
         reached = local.reached + len(targets)
         if commit is None:
-            return Published(reached, local.commits, slow_down)
-        return Published(reached, [*local.commits, commit], slow_down)
+            return Published(reached, local.commits, slow_down, local.queued)
+        return Published(reached, [*local.commits, commit], slow_down, local.queued)
 
     def _assign_groups(
         self,

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from tenants.api import identity_views, views
+from tenants.api import identity_views, journey_views, views
 
 urlpatterns = [
     path("signup", views.SignupView.as_view(), name="api-signup"),
@@ -60,6 +60,12 @@ urlpatterns = [
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),
     path("invoices", views.InvoiceView.as_view(), name="api-invoices"),
+    path("journey", journey_views.JourneyView.as_view(), name="api-journey"),
+    path(
+        "clients/<str:client_id>/events",
+        journey_views.ClientEventsView.as_view(),
+        name="api-client-events",
+    ),
     re_path(
         r"^invoices/(?P<period>[0-9]{4}-[0-9]{2})(?:\.(?P<fmt>csv|pdf))?$",
         views.InvoiceDetailView.as_view(),

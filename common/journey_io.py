@@ -1,0 +1,233 @@
+"""Reading, compacting and expiring the journey's files (layout: `common.journey_schema`).
+
+Compaction follows the archive's protocol (`common.archive_io`), simplified: the journey's rows
+are small and few per tenant, so an hour is compacted in one round into one file per tenant, and
+its live folder then gets `_COMPACTED`, a JSON object naming the segments now in tenant files
+and those files. Parts are written first, the marker second, the segments deleted last: a crash
+at any step leaves a reader (`journey_files`) seeing every row once, either in the segments (no
+marker, or not named in it) or in the parts the marker names. A segment uploaded late (after the
+marker) is compacted by the next round, into a new part named by the updated marker.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from common.journey_schema import (
+    COMPACTED_MARKER,
+    JOURNEY_PREFIX,
+    SCHEMAS,
+    STREAMS,
+    hour_partition,
+    live_prefix,
+    tenant_prefix,
+)
+from common.object_store import ObjectNotFound
+
+log = logging.getLogger(__name__)
+
+HOUR = timedelta(hours=1)
+
+
+def hours_between(start: datetime, end: datetime) -> list[datetime]:
+    """The hours (their starts, UTC) that [start, end) touches."""
+    hour = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    hours = []
+    while hour < end:
+        hours.append(hour)
+        hour += HOUR
+    return hours
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _hour_folder(hour: datetime) -> str:
+    return hour_partition(_ms(hour))
+
+
+@dataclass
+class Marker:
+    segments: list[str] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        return json.dumps({"segments": self.segments, "parts": self.parts}).encode()
+
+    @classmethod
+    def decode(cls, body: bytes) -> Marker:
+        data = json.loads(body)
+        return cls(list(data.get("segments", [])), list(data.get("parts", [])))
+
+
+def _marker(store: Any, stream: str, hour: datetime, keys: Iterable[str]) -> Marker | None:
+    key = f"{live_prefix(stream)}/{_hour_folder(hour)}/{COMPACTED_MARKER}"
+    if key not in keys:
+        return None
+    try:
+        return Marker.decode(store.get(key))
+    except ObjectNotFound:
+        return None
+
+
+def journey_files(
+    store: Any, stream: str, tenant: str, start: datetime, end: datetime
+) -> list[tuple[str, bool]]:
+    """The objects holding `tenant`'s rows of `stream` in [start, end): (key, shared) pairs,
+    `shared` for live segments (every tenant of a broker: filter by tenant when reading)."""
+    files: list[tuple[str, bool]] = []
+    mine = f"{tenant_prefix(stream, tenant)}/"
+    for day in sorted({h.date() for h in hours_between(start, end)}):
+        live_keys = store.list(f"{live_prefix(stream)}/date={day.isoformat()}/")
+        # Parts a marker names may be gone since (retention): only those still there count.
+        present = set(store.list(f"{mine}date={day.isoformat()}/"))
+        by_hour: dict[str, list[str]] = {}
+        for key in live_keys:
+            by_hour.setdefault(key.rsplit("/", 1)[0], []).append(key)
+        for hour in hours_between(start, end):
+            if hour.date() != day:
+                continue
+            folder = f"{live_prefix(stream)}/{_hour_folder(hour)}"
+            keys = by_hour.get(folder, [])
+            marker = _marker(store, stream, hour, keys)
+            done = set(marker.segments) if marker else set()
+            if marker:
+                files.extend((k, False) for k in marker.parts if k in present)
+            files.extend((k, True) for k in keys if k.endswith(".parquet") and k not in done)
+    return files
+
+
+def read_rows(store: Any, stream: str, tenant: str, start: datetime, end: datetime) -> pa.Table:
+    """`tenant`'s rows of [start, end), for readers without DuckDB at hand (tests, tools)."""
+    tables = []
+    lo = pa.scalar(_ms(start), pa.timestamp("ms", tz="UTC"))
+    hi = pa.scalar(_ms(end), pa.timestamp("ms", tz="UTC"))
+    for key, _shared in journey_files(store, stream, tenant, start, end):
+        try:
+            table = pq.read_table(io.BytesIO(store.get(key)))
+        except ObjectNotFound:  # compacted meanwhile: read again
+            return read_rows(store, stream, tenant, start, end)
+        mask = pc.and_(
+            pc.equal(table["tenant"], tenant),
+            pc.and_(pc.greater_equal(table["ts"], lo), pc.less(table["ts"], hi)),
+        )
+        tables.append(table.filter(mask))
+    if not tables:
+        return SCHEMAS[stream].empty_table()
+    return pa.concat_tables(tables, promote_options="default")
+
+
+# -- compaction ----------------------------------------------------------------------------------
+
+
+def compact_hour(store: Any, stream: str, hour: datetime) -> int:
+    """Move the hour's live segments into per-tenant files; returns the segments moved."""
+    folder = f"{live_prefix(stream)}/{_hour_folder(hour)}"
+    keys = store.list(folder + "/")
+    marker = _marker(store, stream, hour, keys) or Marker()
+    todo = [k for k in keys if k.endswith(".parquet") and k not in set(marker.segments)]
+    if not todo:
+        return 0
+    tables = [pq.read_table(io.BytesIO(store.get(k))) for k in todo]
+    rows = pa.concat_tables(tables, promote_options="default").sort_by(
+        [("tenant", "ascending"), ("ts", "ascending")]
+    )
+    round_ = len({p.rsplit("/", 1)[1] for p in marker.parts})
+    parts = []
+    for tenant in pc.unique(rows["tenant"]).to_pylist():
+        mine = rows.filter(pc.equal(rows["tenant"], tenant))
+        key = f"{tenant_prefix(stream, tenant)}/{_hour_folder(hour)}/part-{round_:04d}.parquet"
+        sink = pa.BufferOutputStream()
+        pq.write_table(mine, sink, compression="zstd", row_group_size=256 * 1024)
+        store.put(key, sink.getvalue().to_pybytes())
+        parts.append(key)
+    marker.segments.extend(todo)
+    marker.parts.extend(parts)
+    store.put(f"{folder}/{COMPACTED_MARKER}", marker.encode())
+    for key in todo:
+        store.delete(key)
+    log.info("journey: compacted %s: %d segments, %d rows", folder, len(todo), rows.num_rows)
+    return len(todo)
+
+
+def compact_due(store: Any, now: datetime, grace: timedelta = timedelta(minutes=5)) -> int:
+    """Compact every closed hour (ended at least `grace` ago) that has live segments."""
+    moved = 0
+    for stream in STREAMS:
+        hours = set()
+        for key in store.list(f"{live_prefix(stream)}/"):
+            if not key.endswith(".parquet"):
+                continue
+            hour = _hour_of(key)
+            if hour is not None and hour + HOUR + grace <= now:
+                hours.add(hour)
+        for hour in sorted(hours):
+            moved += compact_hour(store, stream, hour)
+    return moved
+
+
+def _hour_of(key: str) -> datetime | None:
+    day = hour = None
+    for part in key.split("/"):
+        if part.startswith("date="):
+            day = part[5:]
+        elif part.startswith("hour="):
+            hour = part[5:]
+    if day is None or hour is None:
+        return None
+    try:
+        return datetime.combine(date.fromisoformat(day), datetime.min.time(), UTC).replace(
+            hour=int(hour)
+        )
+    except ValueError:
+        return None
+
+
+# -- retention -----------------------------------------------------------------------------------
+
+
+def delete_before(store: Any, tenant: str, before: datetime) -> int:
+    """Delete `tenant`'s whole hour folders that end at or before `before`; returns how many
+    objects went. Live segments (shared by tenants) are never deleted here: they are compacted
+    within the hour after theirs closes, and their tenant files then expire with the rest."""
+    deleted = 0
+    for stream in STREAMS:
+        for key in store.list(f"{tenant_prefix(stream, tenant)}/"):
+            hour = _hour_of(key)
+            if hour is not None and hour + HOUR <= before:
+                store.delete(key)
+                deleted += 1
+    return deleted
+
+
+def delete_live_before(store: Any, before: datetime) -> int:
+    """Delete live folders of hours ending before `before` (and their markers): what is left
+    there after compaction is the marker, and segments no tenant may keep any longer."""
+    deleted = 0
+    for stream in STREAMS:
+        for key in store.list(f"{live_prefix(stream)}/"):
+            hour = _hour_of(key)
+            if hour is not None and hour + HOUR <= before:
+                store.delete(key)
+                deleted += 1
+    return deleted
+
+
+def journey_tenants(store: Any) -> set[str]:
+    """Tenants with compacted journey files."""
+    tenants = set()
+    for stream in STREAMS:
+        for key in store.list(f"{JOURNEY_PREFIX}/{stream}/tenant="):
+            tenants.add(key.split("/")[2].removeprefix("tenant="))
+    return tenants

@@ -1,0 +1,354 @@
+"""The journey recorder: every PUBLISH's outcome and every client's events, as rows (see
+`common.journey_schema`), gathered on the event loop and handed every `interval` seconds to a
+worker thread that writes them as Parquet (`journey_writer`).
+
+The hot path is `published`, called once per PUBLISH a client got through admission: it appends
+each field to its column (numbers to `array`s, which allocate nothing the garbage collector
+tracks; who published is a row of a small per-batch table, as in the archive), never a dict or a
+tuple per message. Everything else (refusals, later drops, client events) is rare by comparison
+and appends a dict.
+
+Client events carry `version`: one number per node that only grows (microseconds since the epoch,
+or one more than the last if the clock has not moved), so a client's events sort in the order
+they happened here. Across nodes (a takeover) the numbers follow the nodes' clocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from array import array
+from typing import Any
+
+from common.journey_schema import (
+    ACL_DENIED,
+    DROPPED,
+    EXPIRED,
+    QUEUE_FULL,
+    QUOTA_EXCEEDED,
+    TOO_LARGE,
+)
+from common.mqtt.reason_codes import ReasonCode as RC
+
+log = logging.getLogger(__name__)
+
+# A subscriber's delivery lost later: the session's cause -> (outcome, reason in words).
+DROP_CAUSES = {
+    "queue_full": (QUEUE_FULL, "the subscriber's queue was full (max_queued_messages)"),
+    "expired": (EXPIRED, "the message expired before the subscriber took it"),
+    "too_large": (TOO_LARGE, "larger than the subscriber's Maximum Packet Size"),
+    "acl": (ACL_DENIED, "the subscriber may no longer read this topic"),
+    "offline_qos0": (DROPPED, "QoS 0 to an offline session is not kept"),
+}
+# Disconnect reasons (`Connection.disconnect_reason`) that the client chose.
+CLIENT_INITIATED = frozenset({"normal", "tcp_closed", "normal_with_will"})
+# Reasons by name -> the code the server sent (the reverse of `stats.DISCONNECT_REASONS`).
+REASON_CODES = {
+    "keepalive_timeout": RC.KEEP_ALIVE_TIMEOUT,
+    "takenover": RC.SESSION_TAKEN_OVER,
+    "kicked": RC.ADMINISTRATIVE_ACTION,
+    "not_authorized": RC.NOT_AUTHORIZED,
+    "protocol_error": RC.PROTOCOL_ERROR,
+    "server_shutting_down": RC.SERVER_SHUTTING_DOWN,
+    "normal": RC.SUCCESS,
+}
+
+
+class PublishColumns:
+    """The outcomes of admitted publishes since the last hand-off, column by column."""
+
+    __slots__ = (
+        "publishers",
+        "rows",
+        "publisher",
+        "ts",
+        "topic",
+        "qos",
+        "size",
+        "packet_id",
+        "sessions",
+        "queued",
+    )
+
+    def __init__(self) -> None:
+        self.publishers: list[tuple[str, str]] = []  # (tenant, client id)
+        self.rows: dict[Any, int] = {}  # Origin -> its row of `publishers`
+        self.publisher = array("I")
+        self.ts = array("d")  # time.time()
+        self.topic: list[str] = []
+        self.qos = bytearray()
+        self.size = array("I")
+        self.packet_id = array("I")  # 0: none (QoS 0)
+        self.sessions = array("I")
+        self.queued = array("I")
+
+    def __len__(self) -> int:
+        return len(self.topic)
+
+
+class JourneyRecorder:
+    """What the broker and its hooks call; `take()` hands the rows gathered to the writer."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._last_version = 0
+        self._columns = PublishColumns()
+        self.published = self._recorder(self._columns)
+        self.others: list[dict[str, Any]] = []  # message rows off the hot path
+        self.events: list[dict[str, Any]] = []  # client rows
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def _recorder(self, columns: PublishColumns) -> Any:
+        # Every method bound once: this runs per message (see the module's docstring).
+        rows_get, publishers, rows = columns.rows.get, columns.publishers, columns.rows
+        add_publisher, add_ts = columns.publisher.append, columns.ts.append
+        add_topic, add_qos = columns.topic.append, columns.qos.append
+        add_size, add_packet_id = columns.size.append, columns.packet_id.append
+        add_sessions, add_queued = columns.sessions.append, columns.queued.append
+        now = time.time
+
+        def published(message: Any, packet_id: int | None, outcome: Any) -> None:
+            """A client's PUBLISH routed: `outcome` is the broker's `Published`."""
+            origin = message.origin
+            row = rows_get(origin)
+            if row is None:
+                row = rows[origin] = len(publishers)
+                publishers.append((message.tenant, message.publisher))
+            add_publisher(row)
+            add_ts(now())
+            add_topic(message.topic)
+            add_qos(message.qos)
+            add_size(len(message.payload))
+            add_packet_id(packet_id or 0)
+            add_sessions(outcome[0])
+            add_queued(outcome[3])
+
+        return published
+
+    def message(
+        self,
+        tenant: str,
+        client_id: str,
+        topic: str,
+        qos: int,
+        size: int,
+        outcome: str,
+        reason: str,
+        *,
+        packet_id: int | None = None,
+        reason_code: int | None = None,
+        quota: str | None = None,
+        subscriber: str | None = None,
+        sessions: int | None = None,
+        queued: int | None = None,
+    ) -> None:
+        """A row off the hot path: a refusal, a later drop, a will."""
+        self.others.append(
+            {
+                "tenant": tenant,
+                "ts": int(time.time() * 1000),
+                "client_id": client_id,
+                "topic": topic,
+                "qos": qos,
+                "size": size,
+                "packet_id": packet_id or None,
+                "outcome": outcome,
+                "sessions": sessions,
+                "queued": queued,
+                "reason": reason or None,
+                "reason_code": reason_code,
+                "quota": quota,
+                "subscriber": subscriber,
+                "node": self.node,
+            }
+        )
+
+    def refused(self, conn: Any, packet: Any, decision: Any) -> None:
+        """A PUBLISH admission refused (`admission.Refuse` or `Disconnect`)."""
+        quota = decision.quota
+        if quota == "message_size":
+            outcome, quota = TOO_LARGE, None
+        elif quota:
+            outcome = QUOTA_EXCEEDED
+        elif "denied" in decision.counts:
+            outcome = ACL_DENIED
+        else:
+            outcome = DROPPED
+        reason = decision.reason or _default_reason(outcome)
+        self.message(
+            conn.tenant,
+            conn.client_id,
+            packet.topic,
+            packet.qos,
+            len(packet.payload),
+            outcome,
+            reason,
+            packet_id=packet.packet_id,
+            reason_code=decision.reason_code,
+            quota=quota,
+        )
+
+    def dropped(self, session: Any, delivery: Any, cause: str) -> None:
+        """The `message.dropped` hook: a delivery lost at one subscriber."""
+        outcome, reason = DROP_CAUSES.get(cause, (DROPPED, cause))
+        message = delivery.message
+        self.message(
+            message.tenant,
+            message.publisher,
+            message.topic,
+            message.qos,
+            len(message.payload),
+            outcome,
+            reason,
+            subscriber=session.client_id,
+        )
+
+    # -- clients ----------------------------------------------------------------------------
+
+    def _version(self) -> int:
+        version = max(time.time_ns() // 1000, self._last_version + 1)
+        self._last_version = version
+        return version
+
+    def client(
+        self,
+        tenant: str,
+        client_id: str,
+        event: str,
+        *,
+        reason_code: int | None = None,
+        reason: str | None = None,
+        initiator: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        if not tenant or not client_id:  # a stranger: no tenant to keep it for
+            return
+        self.events.append(
+            {
+                "tenant": tenant,
+                "ts": int(time.time() * 1000),
+                "client_id": client_id,
+                "event": event,
+                "version": self._version(),
+                "reason_code": reason_code,
+                "reason": reason,
+                "initiator": initiator,
+                "detail": detail,
+                "node": self.node,
+            }
+        )
+
+    def listen(self, hooks: Any) -> None:
+        hooks.add("message.dropped", self.dropped)
+        hooks.add("client.connected", self._connected)
+        hooks.add("client.disconnected", self._disconnected)
+        hooks.add("client.refused", self._refused)
+        hooks.add("session.subscribed", self._subscribed)
+        hooks.add("session.unsubscribed", self._unsubscribed)
+        hooks.add("session.expired", self._expired)
+        hooks.add("session.will", self._will)
+
+    def _connected(self, conn: Any) -> None:
+        session = conn.session
+        detail = (
+            f"from {conn.peer}, MQTT {'5.0' if conn.protocol_version == 5 else '3.1.1'}, "
+            f"clean start {'yes' if conn.clean_start else 'no'}, session expiry "
+            f"{session.expiry_interval if session is not None else 0} s"
+        )
+        self.client(conn.tenant, conn.client_id, "connected", reason_code=0, detail=detail)
+
+    def _disconnected(self, conn: Any) -> None:
+        reason = conn.disconnect_reason or "normal"
+        if reason == "takenover":
+            self.client(
+                conn.tenant,
+                conn.client_id,
+                "taken_over",
+                reason_code=RC.SESSION_TAKEN_OVER,
+                reason="another connection took over this client id",
+                initiator="server",
+            )
+            return
+        code = REASON_CODES.get(reason)
+        if code is None and reason.startswith("0x"):
+            try:
+                code = int(reason, 16)
+            except ValueError:
+                code = None
+        self.client(
+            conn.tenant,
+            conn.client_id,
+            "disconnected",
+            reason_code=code,
+            reason=reason,
+            initiator="client" if reason in CLIENT_INITIATED else "server",
+        )
+
+    def _refused(self, conn: Any, kind: str, reason_code: int, reason: str, who: dict) -> None:
+        """`client.refused`: only refused CONNECTs become client events (a publish's refusal
+        is its own message row, written by `refused`)."""
+        if getattr(conn, "session", None) is not None or kind == "forced_disconnect":
+            return
+        if kind not in ("auth_failed", "acl_denied", "quota_exceeded"):
+            return
+        tenant = who.get("tenant", getattr(conn, "tenant", ""))
+        client_id = who.get("client_id", getattr(conn, "client_id", ""))
+        if reason.startswith("will "):  # a will refused as it went out
+            self.client(tenant, client_id, "will_discarded", reason_code=reason_code, reason=reason)
+            return
+        self.client(tenant, client_id, "connect_failed", reason_code=reason_code, reason=reason)
+
+    def _subscribed(self, session: Any, sub: Any) -> None:
+        self.client(
+            session.tenant,
+            session.client_id,
+            "subscribed",
+            detail=f"{sub.topic_filter} (QoS {sub.qos})",
+        )
+
+    def _unsubscribed(self, session: Any, topic_filter: str) -> None:
+        self.client(session.tenant, session.client_id, "unsubscribed", detail=topic_filter)
+
+    def _expired(self, session: Any) -> None:
+        self.client(
+            session.tenant,
+            session.client_id,
+            "session_expired",
+            reason=f"no connection for its expiry interval ({session.expiry_interval} s)",
+        )
+
+    def _will(self, session: Any, will: Any, outcome: Any) -> None:
+        """`session.will`: a will went out (`outcome`: its `Published`)."""
+        client_id = session.client_id if session is not None else will.publisher
+        self.client(will.tenant, client_id, "will_published", detail=will.topic)
+        self.message(
+            will.tenant,
+            client_id,
+            will.topic,
+            will.qos,
+            len(will.payload),
+            "delivered" if outcome[0] else "no_subscribers",
+            "the client's will",
+            sessions=outcome[0],
+            queued=outcome[3],
+        )
+
+    # -- hand-off ---------------------------------------------------------------------------
+
+    def take(self) -> tuple[PublishColumns, list[dict[str, Any]], list[dict[str, Any]]]:
+        """The rows gathered since the last call; the recorder starts new columns."""
+        columns = self._columns
+        self._columns = PublishColumns()
+        self.published = self._recorder(self._columns)
+        others, self.others = self.others, []
+        events, self.events = self.events, []
+        return columns, others, events
+
+
+def _default_reason(outcome: str) -> str:
+    return {
+        TOO_LARGE: "larger than the plan's max_message_size",
+        ACL_DENIED: "the device may not publish on this topic",
+        QUOTA_EXCEEDED: "over a limit of the plan",
+    }.get(outcome, "refused")

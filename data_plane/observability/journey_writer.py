@@ -1,0 +1,260 @@
+"""The journey's writer: every `interval` seconds the rows the recorder gathered on the event loop
+become one Parquet segment per stream (`common.journey_schema`), built and uploaded on a worker
+thread; the loop only swaps the recorder's columns.
+
+A store that is down keeps the segments in memory up to `MAX_PENDING_BYTES`, then drops the
+oldest (counted in `mqtt_journey_segments_dropped_total`, logged): the journey is an aid to the
+tenant, never a reason for the broker to stop or to run out of memory.
+
+It also keeps the outcome counters of `/metrics` (`mqtt_journey_outcomes_total{tenant, outcome,
+cause}`), counted here on the worker thread from the rows themselves: the hot path counts
+nothing. Labels are bounded: tenants the broker authenticated, the outcome names, and a cause
+from a fixed set (quota keys, drop causes), anything else being `other`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections import Counter, deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from prometheus_client.core import CounterMetricFamily
+
+from common.journey_schema import (
+    CLIENT_SCHEMA,
+    CLIENTS,
+    DELIVERED,
+    MESSAGE_SCHEMA,
+    MESSAGES,
+    NO_SUBSCRIBERS,
+    live_segment_key,
+)
+from common.quota_keys import QUOTA_KEYS
+from common.tasks import cancel_and_wait
+from data_plane.observability.journey import JourneyRecorder, PublishColumns
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING_BYTES = 64 * 1024 * 1024
+# Causes that may name a metric series; the rest count as `other`.
+KNOWN_CAUSES = frozenset(QUOTA_KEYS) | {
+    "message_size",
+    "retained",
+    "subscriptions",
+    "connections",
+    "persistent_sessions",
+}
+
+
+def default_writer_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def publish_table(columns: PublishColumns, node: str) -> pa.Table:
+    """The admitted publishes of a batch as message rows."""
+    n = len(columns)
+    publishers = columns.publishers
+    index = pa.array(memoryview(columns.publisher), pa.uint32()) if n else pa.array([], pa.uint32())
+    tenants = pa.array([p[0] for p in publishers], pa.string()).take(index)
+    clients = pa.array([p[1] for p in publishers], pa.string()).take(index)
+    sessions = pa.array(memoryview(columns.sessions), pa.uint32()).cast(pa.int32())
+    packet_ids = pa.array(memoryview(columns.packet_id), pa.uint32()).cast(pa.int32())
+    ms = pc.multiply(pa.array(memoryview(columns.ts), pa.float64()), 1000)
+    ts = pc.cast(ms, pa.int64(), safe=False).cast(pa.timestamp("ms", tz="UTC"))
+    outcome = pc.if_else(pc.greater(sessions, 0), DELIVERED, NO_SUBSCRIBERS)
+    nulls = pa.nulls(n, pa.string())
+    return pa.table(
+        {
+            "tenant": tenants,
+            "ts": ts,
+            "client_id": clients,
+            "topic": pa.array(columns.topic, pa.string()),
+            "qos": pa.array(memoryview(columns.qos), pa.uint8()).cast(pa.int8()),
+            "size": pa.array(memoryview(columns.size), pa.uint32()).cast(pa.int32()),
+            "packet_id": pc.if_else(pc.equal(packet_ids, 0), None, packet_ids),
+            "outcome": outcome,
+            "sessions": sessions,
+            "queued": pa.array(memoryview(columns.queued), pa.uint32()).cast(pa.int32()),
+            "reason": nulls,
+            "reason_code": pa.nulls(n, pa.int16()),
+            "quota": nulls,
+            "subscriber": nulls,
+            "node": pa.array([node] * n, pa.string()) if n else pa.array([], pa.string()),
+        },
+        schema=MESSAGE_SCHEMA,
+    )
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    return table.sort_by([("tenant", "ascending"), ("ts", "ascending")])
+
+
+def encode(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        table,
+        sink,
+        compression="zstd",
+        row_group_size=64 * 1024,
+        use_dictionary=["tenant", "client_id", "topic", "outcome", "node", "event", "quota"],
+    )
+    return sink.getvalue().to_pybytes()
+
+
+class JourneyWriter:
+    """Takes the recorder's rows every `interval` seconds and writes them (see module doc)."""
+
+    def __init__(
+        self,
+        recorder: JourneyRecorder,
+        store: Any,
+        *,
+        writer_id: str | None = None,
+        interval: float = 2.0,
+    ) -> None:
+        self.recorder = recorder
+        self.store = store
+        self.writer_id = writer_id or default_writer_id()
+        self.interval = interval
+        self._sequence = 0
+        self._pending: deque[tuple[str, bytes]] = deque()
+        self._pending_bytes = 0
+        self.dropped_segments = 0
+        self.outcomes: Counter[tuple[str, str, str]] = Counter()
+        self.tenants: Any = None  # callable() -> known tenants, for the metric's label bound
+        self._task: asyncio.Task | None = None
+        self._busy: asyncio.Future | None = None
+        self._thread = ThreadPoolExecutor(1, "journey")
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="journey")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            if self._busy is not None and not self._busy.done():
+                continue  # the last round is still writing: its rows wait for the next
+            try:
+                self._busy = self._hand_off()
+            except Exception:
+                log.exception("journey batch failed")
+
+    def _hand_off(self) -> asyncio.Future:
+        rows = self.recorder.take()
+        future = asyncio.get_running_loop().run_in_executor(self._thread, self.write, *rows)
+        future.add_done_callback(_log_failure)
+        return future
+
+    async def flush(self) -> None:
+        """Write what was gathered, now (tests, shutdown)."""
+        if self._busy is not None:
+            await asyncio.wait([self._busy])
+        self._busy = self._hand_off()
+        await asyncio.wait([self._busy])
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._task)
+        try:
+            await self.flush()
+        finally:
+            self._thread.shutdown(wait=False)
+
+    # -- on the worker thread ---------------------------------------------------------------
+
+    def write(
+        self,
+        columns: PublishColumns,
+        others: list[dict[str, Any]],
+        events: list[dict[str, Any]],
+    ) -> None:
+        parts = []
+        if len(columns):
+            parts.append(publish_table(columns, self.recorder.node))
+        if others:
+            parts.append(pa.Table.from_pylist(others, schema=MESSAGE_SCHEMA))
+        if parts:
+            messages = _sorted(pa.concat_tables(parts))
+            self._count(messages)
+            self._queue(MESSAGES, messages)
+        if events:
+            self._queue(CLIENTS, _sorted(pa.Table.from_pylist(events, schema=CLIENT_SCHEMA)))
+        self._upload()
+
+    def _count(self, messages: pa.Table) -> None:
+        counts = (
+            messages.select(["tenant", "outcome", "quota"])
+            .group_by(["tenant", "outcome", "quota"])
+            .aggregate([("outcome", "count")])
+        )
+        for tenant, outcome, quota, count in zip(
+            counts["tenant"].to_pylist(),
+            counts["outcome"].to_pylist(),
+            counts["quota"].to_pylist(),
+            counts["outcome_count"].to_pylist(),
+            strict=True,
+        ):
+            cause = quota or ""
+            if cause and cause not in KNOWN_CAUSES:
+                cause = "other"
+            self.outcomes[(tenant, outcome, cause)] += count
+
+    def _queue(self, stream: str, table: pa.Table) -> None:
+        first_ms = table["ts"][0].value if table.num_rows else 0
+        key = live_segment_key(stream, first_ms, self.writer_id, self._next_sequence())
+        body = encode(table)
+        self._pending.append((key, body))
+        self._pending_bytes += len(body)
+        while self._pending_bytes > MAX_PENDING_BYTES and len(self._pending) > 1:
+            lost_key, lost = self._pending.popleft()
+            self._pending_bytes -= len(lost)
+            self.dropped_segments += 1
+            log.error("journey: object store unreachable; dropped segment %s", lost_key)
+
+    def _next_sequence(self) -> int:
+        self._sequence += 1
+        return self._sequence
+
+    def _upload(self) -> None:
+        while self._pending:
+            key, body = self._pending[0]
+            try:
+                self.store.put(key, body)
+            except Exception:
+                log.warning("journey: upload of %s failed; retried next round", key, exc_info=True)
+                return
+            self._pending.popleft()
+            self._pending_bytes -= len(body)
+
+    # -- /metrics ---------------------------------------------------------------------------
+
+    def metrics(self) -> Iterator[Any]:
+        family = CounterMetricFamily(
+            "mqtt_journey_outcomes",
+            "Outcomes of the tenant's PUBLISH packets (and later drops at a subscriber), by "
+            "outcome and cause (the quota key; `other` for causes outside the known set)",
+            labels=["tenant", "outcome", "cause"],
+        )
+        known = self.tenants() if self.tenants is not None else None
+        for (tenant, outcome, cause), count in list(self.outcomes.items()):
+            if known is None or tenant in known:
+                family.add_metric([tenant, outcome, cause], count)
+        yield family
+        dropped = CounterMetricFamily(
+            "mqtt_journey_segments_dropped",
+            "Journey segments dropped because the object store stayed unreachable",
+        )
+        dropped.add_metric([], self.dropped_segments)
+        yield dropped
+
+
+def _log_failure(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("journey batch failed", exc_info=future.exception())

@@ -1,0 +1,132 @@
+"""The journey's files without a broker: what the writer writes, the reader finds (filters,
+pages, tenants apart), compaction keeps every row once, retention deletes whole hours."""
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from common.journey_io import compact_due, delete_before, journey_files
+from common.journey_schema import MESSAGES
+from common.object_store import LocalObjectStore
+from data_plane.broker.ports import Published
+from data_plane.observability.journey import JourneyRecorder
+from data_plane.observability.journey_writer import JourneyWriter
+from tenants.journey import JourneyQueryError, JourneyReader, topic_filter_regex
+
+
+def _message(tenant, client, topic, origin, qos=1, payload=b"{}"):
+    return SimpleNamespace(
+        tenant=tenant, publisher=client, topic=topic, qos=qos, payload=payload, origin=origin
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    return LocalObjectStore(tmp_path)
+
+
+def _write(store, recorder):
+    writer = JourneyWriter(recorder, store, writer_id="w1")
+    writer.write(*recorder.take())
+    return writer
+
+
+def test_rows_found_by_topic_client_and_outcome_and_never_across_tenants(store):
+    recorder = JourneyRecorder("node-a")
+    mine, theirs = object(), object()
+    for n in range(5):
+        recorder.published(_message("acme", "pub", f"s/{n}/temp", mine), n + 1, Published(2, ()))
+    recorder.published(_message("acme", "pub", "lonely", mine, qos=0), None, Published(0, ()))
+    recorder.published(_message("evil", "pub", "s/1/temp", theirs), 7, Published(1, (), (), 1))
+    recorder.message("acme", "pub", "big", 1, 999, "too_large", "over 100 bytes", packet_id=9)
+    writer = _write(store, recorder)
+    reader = JourneyReader(store)
+    now = datetime.now(UTC)
+    window = {"start": now - timedelta(minutes=5), "end": now + timedelta(minutes=1)}
+
+    rows = reader.messages("acme", topic="s/+/temp", **window).rows
+    assert sorted(r["topic"] for r in rows) == [f"s/{n}/temp" for n in range(5)]
+    assert {(r["outcome"], r["sessions"], r["queued"]) for r in rows} == {("delivered", 2, 0)}
+    assert {r["packet_id"] for r in rows} == {1, 2, 3, 4, 5}
+    assert [
+        r["topic"] for r in reader.messages("acme", outcome="no_subscribers", **window).rows
+    ] == ["lonely"]
+    assert reader.messages("acme", outcome="no_subscribers", **window).rows[0]["packet_id"] is None
+    big = reader.messages("acme", outcome="too_large", **window).rows
+    assert [(r["topic"], r["reason"], r["packet_id"]) for r in big] == [
+        ("big", "over 100 bytes", 9)
+    ]
+    # The other tenant's same topic, by wildcard or by client id: never acme's, and back.
+    assert all(r["tenant"] == "acme" for r in reader.messages("acme", topic="#", **window).rows)
+    evil = reader.messages("evil", topic="#", **window).rows
+    assert [(r["topic"], r["queued"]) for r in evil] == [("s/1/temp", 1)]
+    assert writer.outcomes[("acme", "delivered", "")] == 5
+
+    # Pages: newest first, each row once, however many share a millisecond.
+    seen, cursor = [], None
+    while True:
+        page = reader.messages("acme", limit=2, cursor=cursor, **window)
+        seen += page.rows
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert len(seen) == 7
+    assert len({(r["topic"], r["outcome"]) for r in seen}) == 7
+    assert [r["ts"] for r in seen] == sorted((r["ts"] for r in seen), reverse=True)
+
+
+def test_compaction_keeps_every_row_once_and_retention_deletes_whole_hours(store):
+    recorder = JourneyRecorder("node-a")
+    three_hours_ago = datetime.now(UTC) - timedelta(hours=3)
+    for tenant in ("acme", "evil"):
+        for n in range(3):
+            recorder.message(tenant, "pub", f"t/{n}", 0, 10, "acl_denied", "not authorized")
+    recorder.client("acme", "pub", "connected")
+    columns, others, events = recorder.take()
+    old_ms = int(three_hours_ago.timestamp() * 1000)
+    for row in [*others, *events]:
+        row["ts"] = old_ms
+    JourneyWriter(recorder, store, writer_id="w1").write(columns, others, events)
+    start, end = three_hours_ago - timedelta(minutes=1), datetime.now(UTC)
+    reader = JourneyReader(store)
+    before = reader.messages("acme", start=start, end=end).rows
+    assert len(before) == 3 and all(
+        f[1] for f in journey_files(store, MESSAGES, "acme", start, end)
+    )
+
+    assert compact_due(store, datetime.now(UTC)) == 2  # a segment of each stream
+    files = journey_files(store, MESSAGES, "acme", start, end)
+    assert files and not any(shared for _, shared in files)  # acme's own file now
+    after = reader.messages("acme", start=start, end=end).rows
+    assert sorted(r["topic"] for r in after) == sorted(r["topic"] for r in before)
+    assert len(reader.client_events("acme", "pub", start=start, end=end).rows) == 1
+    assert compact_due(store, datetime.now(UTC)) == 0  # nothing twice
+
+    assert delete_before(store, "acme", datetime.now(UTC) - timedelta(hours=1)) == 2
+    assert reader.messages("acme", start=start, end=end).rows == []
+    assert len(reader.messages("evil", start=start, end=end).rows) == 3  # not evil's
+
+
+@pytest.mark.parametrize(
+    ("topic_filter", "matches", "misses"),
+    [
+        ("a/+/c", ["a/b/c", "a//c"], ["a/b/c/d", "a/c"]),
+        ("a/#", ["a", "a/b", "a/b/c"], ["ab", "b/a"]),
+        ("#", ["a", "a/b"], ["$SYS/x"]),
+        ("+/x", ["a/x"], ["$SYS/x"]),
+        ("a.b/(c)", ["a.b/(c)"], ["aXb/(c)", "a.b/c"]),
+    ],
+)
+def test_topic_filters_as_mqtt_matches_them(topic_filter, matches, misses):
+    import re
+
+    pattern = re.compile(topic_filter_regex(topic_filter))
+    assert all(pattern.fullmatch(t) for t in matches)
+    assert not any(pattern.fullmatch(t) for t in misses)
+
+
+def test_a_bad_filter_names_the_parameter():
+    with pytest.raises(JourneyQueryError) as info:
+        topic_filter_regex("a/#/b")
+    assert info.value.field == "topic"
