@@ -2,7 +2,10 @@
 with Mosquitto in the same run.
 
     .venv/bin/python -m bench.limiter /path/to/base/checkout [--seconds 5] [--tenants 10]
-        [--payload json|filler] [--qos 0,1]
+        [--payload json|filler] [--qos 0,1] [--a-args "--no-journey"] [--b-args ...]
+
+The same checkout twice with different arguments compares a feature on and off, e.g. the
+journey (issue 30): `bench.limiter . --a-args=--no-journey`.
 
 The broker is `python manage.py runbroker` from each checkout (its own `data_plane/` first on
 the path, this virtualenv) on Postgres with everything on: archive, usage metering, presence,
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,14 +34,16 @@ from bench.brokers import REPO, RunningBroker
 from bench.loadgen import json_bodies
 
 
-def start_runbroker(repo: Path, store_url: str) -> RunningBroker:
-    """`runbroker` from `repo`, on this checkout's database (DATABASE_URL, else its embedded
-    cluster: a bare checkout would start an empty one of its own)."""
+def start_runbroker(repo: Path, store_url: str, extra: list[str] = ()) -> RunningBroker:
+    """`runbroker` from `repo` (with `extra` arguments), on this checkout's database
+    (DATABASE_URL, else its embedded cluster: a bare checkout would start an empty one of its
+    own)."""
     from common.embedded import postgres_url
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-limiter-"))
     port = brokers._free_port()
     cmd = [sys.executable, "manage.py", "runbroker", "--port", str(port), "--ws-port", "0"]
+    cmd += extra
     database = os.environ.get("DATABASE_URL") or postgres_url()
     process = subprocess.Popen(  # runbroker execs the broker: this pid is the broker's
         brokers._pinned(cmd),
@@ -62,10 +68,11 @@ def with_recorder(repo: Path) -> None:
 
 async def run(base: Path, args: argparse.Namespace, creds: list[tuple[str, str]]) -> list[str]:
     builds = {"A": base, "B": REPO}
+    extra = {"A": shlex.split(args.a_args), "B": shlex.split(args.b_args)}
     bodies = json_bodies(1024) if args.payload == "json" else None
     stores = archive.Stores("file")
     lines = [
-        f"A = {base}, B = {REPO}; {args.payload} payloads; pairs across {len(creds)} tenants; "
+        f"A = {base} {args.a_args}, B = {REPO} {args.b_args}; {args.payload} payloads; pairs across {len(creds)} tenants; "
         f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"
     ]
     print(lines[0], flush=True)
@@ -76,7 +83,7 @@ async def run(base: Path, args: argparse.Namespace, creds: list[tuple[str, str]]
             if label == "mosquitto":
                 broker, who = brokers.start("mosquitto"), (brokers.USERNAME, brokers.PASSWORD)
             else:
-                broker, who = start_runbroker(builds[label], store_url), creds
+                broker, who = start_runbroker(builds[label], store_url, extra[label]), creds
             try:
                 result = await scenarios.pairs(broker, args.pairs, qos, args.seconds, who, bodies)
             finally:
@@ -109,6 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base", type=Path, help="checkout A (B is this one)")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--a-args", default="", help="runbroker arguments of A (e.g. --no-journey)")
+    parser.add_argument("--b-args", default="", help="runbroker arguments of B")
     parser.add_argument("--pairs", type=int, default=100)
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--payload", choices=("filler", "json"), default="json")

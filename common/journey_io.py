@@ -49,6 +49,19 @@ def hours_between(start: datetime, end: datetime) -> list[datetime]:
     return hours
 
 
+def conform(table: pa.Table, stream: str) -> pa.Table:
+    """`table` in the stream's schema: plain types (live segments use dictionaries), every
+    column present (null where a writer had none), in order."""
+    schema = SCHEMAS[stream]
+    columns = []
+    for field_ in schema:
+        if field_.name in table.column_names:
+            columns.append(table[field_.name].cast(field_.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, field_.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
@@ -115,7 +128,7 @@ def read_rows(store: Any, stream: str, tenant: str, start: datetime, end: dateti
     hi = pa.scalar(_ms(end), pa.timestamp("ms", tz="UTC"))
     for key, _shared in journey_files(store, stream, tenant, start, end):
         try:
-            table = pq.read_table(io.BytesIO(store.get(key)))
+            table = conform(pq.read_table(io.BytesIO(store.get(key))), stream)
         except ObjectNotFound:  # compacted meanwhile: read again
             return read_rows(store, stream, tenant, start, end)
         mask = pc.and_(
@@ -125,7 +138,7 @@ def read_rows(store: Any, stream: str, tenant: str, start: datetime, end: dateti
         tables.append(table.filter(mask))
     if not tables:
         return SCHEMAS[stream].empty_table()
-    return pa.concat_tables(tables, promote_options="default")
+    return pa.concat_tables(tables)
 
 
 # -- compaction ----------------------------------------------------------------------------------
@@ -139,8 +152,8 @@ def compact_hour(store: Any, stream: str, hour: datetime) -> int:
     todo = [k for k in keys if k.endswith(".parquet") and k not in set(marker.segments)]
     if not todo:
         return 0
-    tables = [pq.read_table(io.BytesIO(store.get(k))) for k in todo]
-    rows = pa.concat_tables(tables, promote_options="default").sort_by(
+    tables = [conform(pq.read_table(io.BytesIO(store.get(k))), stream) for k in todo]
+    rows = pa.concat_tables(tables).sort_by(
         [("tenant", "ascending"), ("ts", "ascending")]
     )
     round_ = len({p.rsplit("/", 1)[1] for p in marker.parts})

@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.journey_io import journey_files
+from common.journey_io import conform, journey_files
 from common.journey_schema import CLIENTS, MESSAGES, OUTCOMES
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_filter
@@ -116,10 +116,10 @@ class JourneyReader:
         tables = []
         for key in keys:
             try:
-                tables.append(pq.read_table(io.BytesIO(self.store.get(key))))
+                tables.append(conform(pq.read_table(io.BytesIO(self.store.get(key))), stream))
             except ObjectNotFound:  # compacted between listing and reading: list again
                 return self._source(con, stream, tenant, start, end)
-        con.register("rows", pa.concat_tables(tables, promote_options="default"))
+        con.register("rows", pa.concat_tables(tables))
         return "rows"
 
     def _page(

@@ -58,53 +58,66 @@ def default_writer_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _numbers(column: Any, type_: pa.DataType, n: int) -> pa.Array:
+    """A numeric column (a `Buffer` or an `array`) as an Arrow array over its memory."""
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(column)])
+
+
+def _topics(columns: PublishColumns, n: int) -> pa.Array:
+    if columns.topic_size is None:  # the Python recorder's `str`s
+        return pa.array(columns.topic, pa.string())
+    ends = pc.cumulative_sum(_numbers(columns.topic_size, pa.uint32(), n).cast(pa.int64()))
+    offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends]).cast(pa.int32())
+    data = pa.py_buffer(bytes(columns.topic))  # a copy: the batch's buffers go with it
+    return pa.Array.from_buffers(pa.string(), n, [None, offsets.buffers()[1], data])
+
+
 def publish_table(columns: PublishColumns, node: str) -> pa.Table:
-    """The admitted publishes of a batch as message rows."""
+    """The routed publishes of a batch as message rows. Tenant, client id and outcome are
+    dictionary columns built from the batch's small tables without touching a row (a reader sees
+    strings): building and encoding cost the worker about 0.2 us a row."""
     n = len(columns)
-    publishers = columns.publishers
-    index = pa.array(memoryview(columns.publisher), pa.uint32()) if n else pa.array([], pa.uint32())
-    tenants = pa.array([p[0] for p in publishers], pa.string()).take(index)
-    clients = pa.array([p[1] for p in publishers], pa.string()).take(index)
-    sessions = pa.array(memoryview(columns.sessions), pa.uint32()).cast(pa.int32())
-    packet_ids = pa.array(memoryview(columns.packet_id), pa.uint32()).cast(pa.int32())
-    ms = pc.multiply(pa.array(memoryview(columns.ts), pa.float64()), 1000)
+    index = _numbers(columns.publisher, pa.uint32(), n).cast(pa.int32())
+    tenants = pa.array([p[0] for p in columns.publishers], pa.string())
+    clients = pa.array([p[1] for p in columns.publishers], pa.string())
+    sessions = _numbers(columns.sessions, pa.uint32(), n).cast(pa.int32())
+    reached = pc.greater(sessions, 0).cast(pa.int8())
+    packet_ids = _numbers(columns.packet_id, pa.uint32(), n).cast(pa.int32())
+    ms = pc.multiply(_numbers(columns.ts, pa.float64(), n), 1000)
     ts = pc.cast(ms, pa.int64(), safe=False).cast(pa.timestamp("ms", tz="UTC"))
-    outcome = pc.if_else(pc.greater(sessions, 0), DELIVERED, NO_SUBSCRIBERS)
-    nulls = pa.nulls(n, pa.string())
     return pa.table(
         {
-            "tenant": tenants,
+            "tenant": pa.DictionaryArray.from_arrays(index, tenants),
             "ts": ts,
-            "client_id": clients,
-            "topic": pa.array(columns.topic, pa.string()),
-            "qos": pa.array(memoryview(columns.qos), pa.uint8()).cast(pa.int8()),
-            "size": pa.array(memoryview(columns.size), pa.uint32()).cast(pa.int32()),
+            "client_id": pa.DictionaryArray.from_arrays(index, clients),
+            "topic": _topics(columns, n),
+            "qos": _numbers(columns.qos, pa.uint8(), n).cast(pa.int8()),
+            "size": _numbers(columns.size, pa.uint32(), n).cast(pa.int32()),
             "packet_id": pc.if_else(pc.equal(packet_ids, 0), None, packet_ids),
-            "outcome": outcome,
+            "outcome": pa.DictionaryArray.from_arrays(reached, _REACHED),
             "sessions": sessions,
-            "queued": pa.array(memoryview(columns.queued), pa.uint32()).cast(pa.int32()),
-            "reason": nulls,
-            "reason_code": pa.nulls(n, pa.int16()),
-            "quota": nulls,
-            "subscriber": nulls,
-            "node": pa.array([node] * n, pa.string()) if n else pa.array([], pa.string()),
-        },
-        schema=MESSAGE_SCHEMA,
+            "queued": _numbers(columns.queued, pa.uint32(), n).cast(pa.int32()),
+            "node": pa.DictionaryArray.from_arrays(
+                pa.repeat(pa.scalar(0, pa.int8()), n), pa.array([node], pa.string())
+            ),
+        }
     )
 
 
-def _sorted(table: pa.Table) -> pa.Table:
-    return table.sort_by([("tenant", "ascending"), ("ts", "ascending")])
+_REACHED = pa.array([NO_SUBSCRIBERS, DELIVERED], pa.string())  # by sessions > 0
 
 
 def encode(table: pa.Table) -> bytes:
+    """A live segment: LZ4 (cheap to write; compaction recompresses with Zstandard), statistics
+    on what readers filter by."""
     sink = pa.BufferOutputStream()
     pq.write_table(
         table,
         sink,
-        compression="zstd",
+        compression="lz4",
         row_group_size=64 * 1024,
         use_dictionary=["tenant", "client_id", "topic", "outcome", "node", "event", "quota"],
+        write_statistics=["tenant", "ts", "client_id"],
     )
     return sink.getvalue().to_pybytes()
 
@@ -175,30 +188,27 @@ class JourneyWriter:
         others: list[dict[str, Any]],
         events: list[dict[str, Any]],
     ) -> None:
-        parts = []
         if len(columns):
-            parts.append(publish_table(columns, self.recorder.node))
-        if others:
-            parts.append(pa.Table.from_pylist(others, schema=MESSAGE_SCHEMA))
-        if parts:
-            messages = _sorted(pa.concat_tables(parts))
-            self._count(messages)
-            self._queue(MESSAGES, messages)
+            routed = publish_table(columns, self.recorder.node)
+            self._count(routed)
+            self._queue(MESSAGES, routed)
+        if others:  # rare rows: a segment of their own, in the schema's plain types
+            table = pa.Table.from_pylist(others, schema=MESSAGE_SCHEMA)
+            self._count(table)
+            self._queue(MESSAGES, table)
         if events:
-            self._queue(CLIENTS, _sorted(pa.Table.from_pylist(events, schema=CLIENT_SCHEMA)))
+            self._queue(CLIENTS, pa.Table.from_pylist(events, schema=CLIENT_SCHEMA))
         self._upload()
 
     def _count(self, messages: pa.Table) -> None:
-        counts = (
-            messages.select(["tenant", "outcome", "quota"])
-            .group_by(["tenant", "outcome", "quota"])
-            .aggregate([("outcome", "count")])
-        )
+        keys = ["tenant", "outcome"] + (["quota"] if "quota" in messages.column_names else [])
+        counts = messages.select(keys).group_by(keys).aggregate([([], "count_all")])
+        quotas = counts["quota"].to_pylist() if "quota" in keys else [None] * counts.num_rows
         for tenant, outcome, quota, count in zip(
             counts["tenant"].to_pylist(),
             counts["outcome"].to_pylist(),
-            counts["quota"].to_pylist(),
-            counts["outcome_count"].to_pylist(),
+            quotas,
+            counts["count_all"].to_pylist(),
             strict=True,
         ):
             cause = quota or ""

@@ -571,6 +571,250 @@ static PyTypeObject RecorderType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* -- Outcomes: the journey's recorder ---------------------------------------------------------
+ *
+ * `data_plane.observability.journey` records one row per routed PUBLISH: who (a row of the Python
+ * table of publishers, as above), when, the topic (UTF-8, back to back), QoS, payload size, the
+ * publisher's packet id, and from the broker's `Published` the sessions reached and how many of
+ * them queued it offline. No payload is copied. `record(m, packet_id, published)`. */
+
+typedef struct {
+    PyObject_HEAD
+    Buffer *received;   /* d */
+    Buffer *publisher;  /* I */
+    Buffer *qos;        /* B */
+    Buffer *size;       /* I: payload bytes */
+    Buffer *packet_id;  /* I: 0 for none */
+    Buffer *sessions;   /* I */
+    Buffer *queued;     /* I */
+    Buffer *topic;      /* B */
+    Buffer *topic_size; /* I */
+    PyObject *rows;     /* dict: Origin -> row */
+    PyObject *new_row;  /* callable(m) -> row */
+} Outcomes;
+
+static int
+Outcomes_traverse(Outcomes *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->received);
+    Py_VISIT(self->publisher);
+    Py_VISIT(self->qos);
+    Py_VISIT(self->size);
+    Py_VISIT(self->packet_id);
+    Py_VISIT(self->sessions);
+    Py_VISIT(self->queued);
+    Py_VISIT(self->topic);
+    Py_VISIT(self->topic_size);
+    Py_VISIT(self->rows);
+    Py_VISIT(self->new_row);
+    return 0;
+}
+
+static int
+Outcomes_clear(Outcomes *self)
+{
+    Py_CLEAR(self->received);
+    Py_CLEAR(self->publisher);
+    Py_CLEAR(self->qos);
+    Py_CLEAR(self->size);
+    Py_CLEAR(self->packet_id);
+    Py_CLEAR(self->sessions);
+    Py_CLEAR(self->queued);
+    Py_CLEAR(self->topic);
+    Py_CLEAR(self->topic_size);
+    Py_CLEAR(self->rows);
+    Py_CLEAR(self->new_row);
+    return 0;
+}
+
+static void
+Outcomes_dealloc(Outcomes *self)
+{
+    PyObject_GC_UnTrack(self);
+    Outcomes_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+Outcomes_init(Outcomes *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"received", "publisher", "qos", "size", "packet_id", "sessions",
+                             "queued", "topic", "topic_size", "rows", "new_row", NULL};
+    PyObject *received, *publisher, *qos, *size, *packet_id, *sessions, *queued, *topic;
+    PyObject *topic_size, *rows, *new_row;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOO!O", kwlist, &received, &publisher,
+                                     &qos, &size, &packet_id, &sessions, &queued, &topic,
+                                     &topic_size, &PyDict_Type, &rows, &new_row))
+        return -1;
+    if (check_buffer(received, "received", 'd') < 0 ||
+        check_buffer(publisher, "publisher", 'I') < 0 || check_buffer(qos, "qos", 'B') < 0 ||
+        check_buffer(size, "size", 'I') < 0 || check_buffer(packet_id, "packet_id", 'I') < 0 ||
+        check_buffer(sessions, "sessions", 'I') < 0 || check_buffer(queued, "queued", 'I') < 0 ||
+        check_buffer(topic, "topic", 'B') < 0 || check_buffer(topic_size, "topic_size", 'I') < 0)
+        return -1;
+    if (!PyCallable_Check(new_row)) {
+        PyErr_SetString(PyExc_TypeError, "new_row must be callable");
+        return -1;
+    }
+#define SET(field, value) do { Py_INCREF(value); Py_XSETREF(self->field, (void *)(value)); } while (0)
+    SET(received, received);
+    SET(publisher, publisher);
+    SET(qos, qos);
+    SET(size, size);
+    SET(packet_id, packet_id);
+    SET(sessions, sessions);
+    SET(queued, queued);
+    SET(topic, topic);
+    SET(topic_size, topic_size);
+    SET(rows, rows);
+    SET(new_row, new_row);
+#undef SET
+    return 0;
+}
+
+static int
+small_uint(PyObject *obj, uint32_t *out, const char *name)
+{
+    if (obj == Py_None) {
+        *out = 0;
+        return 0;
+    }
+    unsigned long value = PyLong_AsUnsignedLong(obj);
+    if (value == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    if (value > UINT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%s out of range", name);
+        return -1;
+    }
+    *out = (uint32_t)value;
+    return 0;
+}
+
+static PyObject *
+Outcomes_record(Outcomes *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) < 4) {
+        PyErr_SetString(PyExc_TypeError, "record(message, packet_id, published)");
+        return NULL;
+    }
+    PyObject *m = args[0], *published = args[2];
+    PyObject *origin = NULL, *topic = NULL, *qos_obj = NULL, *payload = NULL, *row_obj = NULL;
+    PyObject *topic_bytes = NULL, *result = NULL;
+    Py_buffer view = {0};
+    int have_view = 0;
+    uint32_t packet_id, sessions, queued, row;
+
+    if (small_uint(args[1], &packet_id, "packet_id") < 0 ||
+        small_uint(PyTuple_GET_ITEM(published, 0), &sessions, "reached") < 0 ||
+        small_uint(PyTuple_GET_ITEM(published, 3), &queued, "queued") < 0)
+        return NULL;
+    if ((origin = PyObject_GetAttr(m, str_origin)) == NULL ||
+        (topic = PyObject_GetAttr(m, str_topic)) == NULL ||
+        (qos_obj = PyObject_GetAttr(m, str_qos)) == NULL ||
+        (payload = PyObject_GetAttr(m, str_payload)) == NULL)
+        goto done;
+    long qos = PyLong_AsLong(qos_obj);
+    if (qos == -1 && PyErr_Occurred())
+        goto done;
+    if (qos < 0 || qos > 2) {
+        PyErr_Format(PyExc_ValueError, "qos %ld is not 0, 1 or 2", qos);
+        goto done;
+    }
+    if (!PyUnicode_Check(topic)) {
+        PyErr_Format(PyExc_TypeError, "topic must be str, not %.100s", Py_TYPE(topic)->tp_name);
+        goto done;
+    }
+    Py_ssize_t topic_len;
+    const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len);
+    if (topic_utf8 == NULL) {
+        PyErr_Clear();
+        if ((topic_bytes = PyUnicode_AsEncodedString(topic, "utf-8", "replace")) == NULL)
+            goto done;
+        topic_utf8 = PyBytes_AS_STRING(topic_bytes);
+        topic_len = PyBytes_GET_SIZE(topic_bytes);
+    }
+    Py_ssize_t size;
+    if (PyBytes_CheckExact(payload)) {
+        size = PyBytes_GET_SIZE(payload);
+    }
+    else {
+        if (PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0)
+            goto done;
+        have_view = 1;
+        size = view.len;
+    }
+    if ((size_t)size > UINT32_MAX || (size_t)topic_len > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "payload or topic larger than 4 GiB");
+        goto done;
+    }
+    row_obj = origin == Py_None ? NULL : PyDict_GetItemWithError(self->rows, origin);
+    if (row_obj != NULL) {
+        Py_INCREF(row_obj);
+    }
+    else {
+        if (PyErr_Occurred())
+            goto done;
+        if ((row_obj = PyObject_CallOneArg(self->new_row, m)) == NULL)
+            goto done;
+    }
+    if (small_uint(row_obj, &row, "publisher row") < 0)
+        goto done;
+    if (buffer_reserve(self->received, sizeof(double)) < 0 ||
+        buffer_reserve(self->publisher, sizeof(uint32_t)) < 0 ||
+        buffer_reserve(self->qos, 1) < 0 || buffer_reserve(self->size, sizeof(uint32_t)) < 0 ||
+        buffer_reserve(self->packet_id, sizeof(uint32_t)) < 0 ||
+        buffer_reserve(self->sessions, sizeof(uint32_t)) < 0 ||
+        buffer_reserve(self->queued, sizeof(uint32_t)) < 0 ||
+        buffer_reserve(self->topic, topic_len) < 0 ||
+        buffer_reserve(self->topic_size, sizeof(uint32_t)) < 0)
+        goto done;
+    double received = wall_clock();
+    uint8_t qos_byte = (uint8_t)qos;
+    uint32_t size32 = (uint32_t)size, topic32 = (uint32_t)topic_len;
+    buffer_put(self->received, &received, sizeof received);
+    buffer_put(self->publisher, &row, sizeof row);
+    buffer_put(self->qos, &qos_byte, 1);
+    buffer_put(self->size, &size32, sizeof size32);
+    buffer_put(self->packet_id, &packet_id, sizeof packet_id);
+    buffer_put(self->sessions, &sessions, sizeof sessions);
+    buffer_put(self->queued, &queued, sizeof queued);
+    buffer_put(self->topic, topic_utf8, topic_len);
+    buffer_put(self->topic_size, &topic32, sizeof topic32);
+    result = Py_None;
+    Py_INCREF(result);
+
+done:
+    if (have_view)
+        PyBuffer_Release(&view);
+    Py_XDECREF(row_obj);
+    Py_XDECREF(origin);
+    Py_XDECREF(topic);
+    Py_XDECREF(qos_obj);
+    Py_XDECREF(payload);
+    Py_XDECREF(topic_bytes);
+    return result;
+}
+
+static PyMethodDef Outcomes_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))Outcomes_record, METH_FASTCALL,
+     "Record a routed PUBLISH's outcome: record(message, packet_id, published)."},
+    {NULL},
+};
+
+static PyTypeObject OutcomesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "data_plane.storage._recorder.Outcomes",
+    .tp_basicsize = sizeof(Outcomes),
+    .tp_dealloc = (destructor)Outcomes_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Records routed publishes' outcomes into a batch's columns (the journey).",
+    .tp_traverse = (traverseproc)Outcomes_traverse,
+    .tp_clear = (inquiry)Outcomes_clear,
+    .tp_methods = Outcomes_methods,
+    .tp_init = (initproc)Outcomes_init,
+    .tp_new = PyType_GenericNew,
+};
+
 /* -- module ----------------------------------------------------------------------------------- */
 
 static struct PyModuleDef recorder_module = {
@@ -583,7 +827,8 @@ static struct PyModuleDef recorder_module = {
 PyMODINIT_FUNC
 PyInit__recorder(void)
 {
-    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&RecorderType) < 0)
+    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&RecorderType) < 0 ||
+        PyType_Ready(&OutcomesType) < 0)
         return NULL;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(str_origin, "origin");
@@ -605,6 +850,12 @@ PyInit__recorder(void)
     Py_INCREF(&RecorderType);
     if (PyModule_AddObject(module, "Recorder", (PyObject *)&RecorderType) < 0) {
         Py_DECREF(&RecorderType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&OutcomesType);
+    if (PyModule_AddObject(module, "Outcomes", (PyObject *)&OutcomesType) < 0) {
+        Py_DECREF(&OutcomesType);
         Py_DECREF(module);
         return NULL;
     }

@@ -32,13 +32,15 @@ def _write(store, recorder):
     return writer
 
 
-def test_rows_found_by_topic_client_and_outcome_and_never_across_tenants(store):
-    recorder = JourneyRecorder("node-a")
+@pytest.mark.parametrize("use_c", [True, False], ids=["c-recorder", "python-recorder"])
+def test_rows_found_by_topic_client_and_outcome_and_never_across_tenants(store, use_c):
+    recorder = JourneyRecorder("node-a", use_c=use_c)
     mine, theirs = object(), object()
     for n in range(5):
         recorder.published(_message("acme", "pub", f"s/{n}/temp", mine), n + 1, Published(2, ()))
     recorder.published(_message("acme", "pub", "lonely", mine, qos=0), None, Published(0, ()))
     recorder.published(_message("evil", "pub", "s/1/temp", theirs), 7, Published(1, (), (), 1))
+    recorder.published(_message("evil", "will", "ünï/çødé", None), None, Published(0, ()))
     recorder.message("acme", "pub", "big", 1, 999, "too_large", "over 100 bytes", packet_id=9)
     writer = _write(store, recorder)
     reader = JourneyReader(store)
@@ -60,7 +62,10 @@ def test_rows_found_by_topic_client_and_outcome_and_never_across_tenants(store):
     # The other tenant's same topic, by wildcard or by client id: never acme's, and back.
     assert all(r["tenant"] == "acme" for r in reader.messages("acme", topic="#", **window).rows)
     evil = reader.messages("evil", topic="#", **window).rows
-    assert [(r["topic"], r["queued"]) for r in evil] == [("s/1/temp", 1)]
+    assert sorted((r["topic"], r["queued"], r["client_id"]) for r in evil) == [
+        ("s/1/temp", 1, "pub"),
+        ("ünï/çødé", 0, "will"),
+    ]
     assert writer.outcomes[("acme", "delivered", "")] == 5
 
     # Pages: newest first, each row once, however many share a millisecond.
@@ -77,8 +82,9 @@ def test_rows_found_by_topic_client_and_outcome_and_never_across_tenants(store):
 
 
 def test_compaction_keeps_every_row_once_and_retention_deletes_whole_hours(store):
-    recorder = JourneyRecorder("node-a")
+    recorder = JourneyRecorder("node-a", use_c=False)  # whose columns a test may rewrite
     three_hours_ago = datetime.now(UTC) - timedelta(hours=3)
+    recorder.published(_message("acme", "pub", "t/routed", object()), 3, Published(1, ()))
     for tenant in ("acme", "evil"):
         for n in range(3):
             recorder.message(tenant, "pub", f"t/{n}", 0, 10, "acl_denied", "not authorized")
@@ -87,15 +93,17 @@ def test_compaction_keeps_every_row_once_and_retention_deletes_whole_hours(store
     old_ms = int(three_hours_ago.timestamp() * 1000)
     for row in [*others, *events]:
         row["ts"] = old_ms
+    columns.ts[0] = old_ms / 1000
     JourneyWriter(recorder, store, writer_id="w1").write(columns, others, events)
     start, end = three_hours_ago - timedelta(minutes=1), datetime.now(UTC)
     reader = JourneyReader(store)
     before = reader.messages("acme", start=start, end=end).rows
-    assert len(before) == 3 and all(
+    assert len(before) == 4 and all(
         f[1] for f in journey_files(store, MESSAGES, "acme", start, end)
     )
 
-    assert compact_due(store, datetime.now(UTC)) == 2  # a segment of each stream
+    # Routed publishes, other outcomes and client events: a segment each.
+    assert compact_due(store, datetime.now(UTC)) == 3
     files = journey_files(store, MESSAGES, "acme", start, end)
     assert files and not any(shared for _, shared in files)  # acme's own file now
     after = reader.messages("acme", start=start, end=end).rows

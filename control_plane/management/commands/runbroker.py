@@ -32,6 +32,11 @@ class Command(BaseCommand):
             action="store_true",
             help="do not archive messages to the object store (the rules and history see nothing)",
         )
+        parser.add_argument(
+            "--no-journey",
+            action="store_true",
+            help="record no journey (each publish's outcome, each client's events)",
+        )
 
     def handle(
         self,
@@ -44,6 +49,7 @@ class Command(BaseCommand):
         wss_port,
         metrics_port,
         no_archive,
+        no_journey,
         **options,
     ):
         extra = ["--log-level", os.environ.get("LOG_LEVEL", "INFO")]
@@ -56,6 +62,8 @@ class Command(BaseCommand):
                 extra += [flag, str(value)]
         if no_archive:
             extra.append("--no-archive")
+        if no_journey:
+            extra.append("--no-journey")
         os.chdir(settings.BASE_DIR)
         if workers > 1:
             sys.exit(self.workers(workers, host, port, ws_port, metrics_port, extra))
