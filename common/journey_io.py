@@ -153,9 +153,7 @@ def compact_hour(store: Any, stream: str, hour: datetime) -> int:
     if not todo:
         return 0
     tables = [conform(pq.read_table(io.BytesIO(store.get(k))), stream) for k in todo]
-    rows = pa.concat_tables(tables).sort_by(
-        [("tenant", "ascending"), ("ts", "ascending")]
-    )
+    rows = pa.concat_tables(tables).sort_by([("tenant", "ascending"), ("ts", "ascending")])
     round_ = len({p.rsplit("/", 1)[1] for p in marker.parts})
     parts = []
     for tenant in pc.unique(rows["tenant"]).to_pylist():
