@@ -15,8 +15,9 @@ One row per archived *event*. `event` says which:
 | `session.subscribed`   | a subscription was granted              | topic (the filter), qos        |
 | `session.unsubscribed` | a subscription was removed              | topic (the filter)             |
 
-Rule SQL names the lifecycle events as EMQX does: `FROM "$events/client_connected"` reads the
-`client.connected` rows (`EVENT_TOPICS` maps one to the other).
+Rule SQL names the lifecycle events as EMQX does: `FROM "$events/client/connected"` (or EMQX 4's
+`"$events/client_connected"`) reads the `client.connected` rows (`EVENT_TOPICS` maps one to the
+other).
 
 Columns (nullable unless said): `tenant` (slug, never null), `ts` (UTC, millisecond timestamp,
 never null: when the broker received it), `client_id`, `username` (`tenant/device`), `topic`,
@@ -68,8 +69,14 @@ EVENT_DISCONNECTED = "client.disconnected"
 EVENT_SUBSCRIBED = "session.subscribed"
 EVENT_UNSUBSCRIBED = "session.unsubscribed"
 
-# Rule SQL's FROM names for the lifecycle events (EMQX's), and back.
+# Rule SQL's FROM names for the lifecycle events: EMQX 5's (`$events/client/connected`) and the
+# older ones it still takes (`$events/client_connected`). Other `$events/…` sources are EMQX
+# events the archive has no rows for: a rule reading them takes nothing.
 EVENT_TOPICS = {
+    "$events/client/connected": EVENT_CONNECTED,
+    "$events/client/disconnected": EVENT_DISCONNECTED,
+    "$events/session/subscribed": EVENT_SUBSCRIBED,
+    "$events/session/unsubscribed": EVENT_UNSUBSCRIBED,
     "$events/client_connected": EVENT_CONNECTED,
     "$events/client_disconnected": EVENT_DISCONNECTED,
     "$events/session_subscribed": EVENT_SUBSCRIBED,

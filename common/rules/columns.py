@@ -152,6 +152,8 @@ GETTERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "sub_props": lambda row: {},
     "unsub_props": lambda row: {},
     "client_attrs": lambda row: {},
+    # EMQX adds `metadata` to every row a rule reads: `{"rule_id": …}` (Env sets it per rule).
+    "metadata": lambda row: {},
 }
 
 # What `SELECT *` (and FOREACH without DO) returns for each kind of row, as EMQX lists them.
@@ -170,6 +172,7 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "timestamp",
         "publish_received_at",
         "node",
+        "metadata",
     ),
     EVENT_CONNECTED: (
         "event",
@@ -189,6 +192,7 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "connected_at",
         "timestamp",
         "node",
+        "metadata",
     ),
     EVENT_DISCONNECTED: (
         "event",
@@ -204,6 +208,7 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "disconnected_at",
         "timestamp",
         "node",
+        "metadata",
     ),
     EVENT_SUBSCRIBED: (
         "event",
@@ -216,6 +221,7 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "client_attrs",
         "timestamp",
         "node",
+        "metadata",
     ),
     EVENT_UNSUBSCRIBED: (
         "event",
@@ -228,6 +234,7 @@ STAR_COLUMNS: dict[str, tuple[str, ...]] = {
         "client_attrs",
         "timestamp",
         "node",
+        "metadata",
     ),
 }
 
@@ -240,9 +247,11 @@ class Env:
 
     __slots__ = ("row", "cols", "selected", "_json", "meter")
 
-    def __init__(self, row: Mapping[str, Any], meter: Meter | None = None):
+    def __init__(
+        self, row: Mapping[str, Any], meter: Meter | None = None, rule_id: str | None = None
+    ):
         self.row = row
-        self.cols: dict[str, Any] = {}
+        self.cols: dict[str, Any] = {} if rule_id is None else {"metadata": {"rule_id": rule_id}}
         self.selected: dict[str, Any] = {}
         self._json: Any = _MISSING
         self.meter = meter if meter is not None else Meter(Budget())  # what it may spend

@@ -254,8 +254,14 @@ _ARITH = {"+": _add, "-": _sub, "*": _mul, "/": _div, "div": _intdiv, "mod": _mo
 
 
 class _Compiler:
-    def __init__(self, assigned: set[str]):
+    """Compiles expressions. Fields (SELECT, FOREACH, DO) and conditions (WHERE, INCASE) read
+    paths differently in EMQX: a field reads the output so far, then the message
+    (`output_first`); a condition reads the message merged with the output, where a selected
+    name hides the message's."""
+
+    def __init__(self, assigned: set[str], output_first: bool = False):
         self.assigned = assigned  # top-level names SELECT/DO/FOREACH may bind
+        self.output_first = output_first
 
     def expr(self, node: tuple) -> Fn:
         return getattr(self, "_" + node[0])(node)
@@ -443,47 +449,95 @@ class _Compiler:
         name, segs = node[1], node[2]
         if not segs:
             return self.root(name)
-        root = self._payload_root(decode=True) if name == "payload" else self.root(name)
         steps = self.segments(segs)
-        if all(kind == "key" for kind, _ in steps):
-            keys = [key for _, key in steps]
-            if len(keys) == 1:
-                (key,) = keys
+        if self.output_first and name in self.assigned:
+            return self._output_then_message(name, steps)
+        root = self._payload_root(decode=True) if name == "payload" else self.root(name)
+        return _walker(root, steps)
 
-                def get1(env):
-                    data = root(env)
-                    if type(data) is dict:
-                        return data.get(key)
-                    return _get_key(data, key)
+    def _output_then_message(self, name: str, steps: list) -> Fn:
+        """A path in a SELECT, DO or FOREACH field whose name the fields may bind: EMQX reads it
+        in the output built so far, and in the message when the whole path is missing there
+        (emqx_rule_runtime: `eval(Field, [Action, Columns])`), so `SELECT payload.a, payload.b`
+        gives both. A range applies to what the path found, wherever it was found."""
+        cut = next((i for i, (kind, _) in enumerate(steps) if kind == "range"), len(steps))
+        path, rest = steps[:cut], steps[cut:]
+        if name == "payload":
 
-                return get1
-
-            def get_keys(env):
-                data = root(env)
-                for key in keys:
-                    data = data.get(key) if type(data) is dict else _get_key(data, key)
-                    if data is None:
-                        return None
-                return data
-
-            return get_keys
-
-        def walk(env):
-            data = root(env)
-            for kind, arg in steps:
-                if data is None and kind != "range":
+            def output(env):
+                value = env.selected.get("payload")
+                if value is None:
                     return None
-                if kind == "key":
-                    data = _get_key(data, arg)
-                elif kind == "index":
-                    data = _get_index(data, arg)
-                elif kind == "index_fn":
-                    data = _get_index(data, arg(env))
-                else:
-                    data = _get_range(data, arg[0](env), arg[1](env))
+                if value is env.cols.get("payload"):  # the message's own: decoded once
+                    return env.payload_json()
+                if isinstance(value, str):
+                    from common.rules.columns import decode_json
+
+                    return decode_json(value, "payload")
+                return value
+
+            def message(env):
+                return env.payload_json()
+        else:
+
+            def output(env):
+                return env.selected.get(name)
+
+            def message(env):
+                return env.column(name)
+
+        in_output, in_message = _walker(output, path), _walker(message, path)
+
+        def found(env):
+            value = in_output(env)
+            return value if value is not None else in_message(env)
+
+        return _walker(found, rest) if rest else found
+
+
+def _walker(root: Fn, steps: list) -> Fn:
+    """`root`'s value followed along `steps` (keys, indexes, a range): missing is None."""
+    if not steps:
+        return root
+    if all(kind == "key" for kind, _ in steps):
+        keys = [key for _, key in steps]
+        if len(keys) == 1:
+            (key,) = keys
+
+            def get1(env):
+                data = root(env)
+                if type(data) is dict:
+                    return data.get(key)
+                return _get_key(data, key)
+
+            return get1
+
+        def get_keys(env):
+            data = root(env)
+            for key in keys:
+                data = data.get(key) if type(data) is dict else _get_key(data, key)
+                if data is None:
+                    return None
             return data
 
-        return walk
+        return get_keys
+
+    def walk(env):
+        data = root(env)
+        for kind, arg in steps:
+            if data is None and kind != "range":
+                return None
+            if kind == "key":
+                data = _get_key(data, arg)
+            elif kind == "index":
+                data = _get_index(data, arg)
+            elif kind == "index_fn":
+                data = _get_index(data, arg(env))
+            else:
+                data = _get_range(data, arg[0](env), arg[1](env))
+        return data
+
+    return walk
 
 
 # -- statement -------------------------------------------------------------------------------
@@ -597,7 +651,7 @@ class CompiledRule:
     # Archive columns evaluation may read (FROM's `event`/`topic` always): a reader may prune the
     # rest (Parquet column projection). Derived from the AST, so it is exact or a superset.
     archive_columns: tuple[str, ...]
-    _apply: Callable[[Mapping[str, Any], Meter], RuleResult] = field(repr=False)
+    _apply: Callable[[Mapping[str, Any], Meter, str | None], RuleResult] = field(repr=False)
 
     def reads(self, event: str, topic: str | None) -> bool:
         """Does FROM take this archive row (`event` as in the archive, its topic)?"""
@@ -607,14 +661,17 @@ class CompiledRule:
             return any(topic_match(topic, f) for f in self.topic_filters)
         return event in self.events
 
-    def apply(self, row: Mapping[str, Any], budget: Budget | None = None) -> RuleResult:
+    def apply(
+        self, row: Mapping[str, Any], budget: Budget | None = None, rule_id: str | None = None
+    ) -> RuleResult:
         """Evaluate on one row. FROM is checked here too: a row FROM does not take is no match.
         `row` is a mapping of archive columns (a pyspark Row is taken through `asDict()`).
         `budget` bounds what this message may cost (`common.rules.budget`; the operator's
-        default when None): over it, the result is a failure whose `budget` names it."""
+        default when None): over it, the result is a failure whose `budget` names it.
+        `rule_id` is what `metadata.rule_id` gives (EMQX's rule id: here the rule's name)."""
         if type(row) is not dict and not isinstance(row, Mapping):
             row = row.asDict()
-        return self._apply(row, Meter(budget if budget is not None else _default()))
+        return self._apply(row, Meter(budget if budget is not None else _default()), rule_id)
 
     def __reduce__(self):
         # Pickled as its SQL (Spark ships rules to executors): recompiled there, never closures.
@@ -626,9 +683,12 @@ def compile_rule(sql: str) -> CompiledRule:
     statement = parse(sql, funcs.ARITIES)
     sources = tuple(statement.sources)
     topic_filters = tuple(s for s in sources if not s.startswith("$events/"))
-    events = tuple(dict.fromkeys(EVENT_TOPICS[s] for s in sources if s.startswith("$events/")))
-    compiler = _Compiler(_assigned_names(statement))
-    where = compiler.cond(statement.where) if statement.where is not None else None
+    # `$events/…` sources name lifecycle events; one the archive has no rows for takes nothing.
+    events = tuple(dict.fromkeys(EVENT_TOPICS[s] for s in sources if s in EVENT_TOPICS))
+    assigned = _assigned_names(statement)
+    compiler = _Compiler(assigned, output_first=True)
+    conditions = _Compiler(assigned)
+    where = conditions.cond(statement.where) if statement.where is not None else None
     event_set = frozenset(events)
     filters = topic_filters
     exact = frozenset(f for f in filters if "+" not in f and "#" not in f)
@@ -656,10 +716,10 @@ def compile_rule(sql: str) -> CompiledRule:
 
         steps = [(value_fn, put, getattr(put, "key", None)) for value_fn, put in fields_c]
 
-        def apply_select(row: Mapping[str, Any], meter: Meter) -> RuleResult:
+        def apply_select(row: Mapping[str, Any], meter: Meter, rule_id: str | None) -> RuleResult:
             if not takes(row):
                 return RuleResult(False)
-            env = Env(row, meter)
+            env = Env(row, meter, rule_id)
             selected: dict[str, Any] = {}
             env.selected = selected  # later fields and WHERE see what is selected
             try:
@@ -683,7 +743,7 @@ def compile_rule(sql: str) -> CompiledRule:
 
         apply = apply_select
     else:
-        apply = _compile_foreach(statement, compiler, where, takes)
+        apply = _compile_foreach(statement, compiler, conditions, where, takes)
     return CompiledRule(
         sql=sql,
         sources=sources,
@@ -695,7 +755,7 @@ def compile_rule(sql: str) -> CompiledRule:
     )
 
 
-def _compile_foreach(statement, compiler, where, takes):
+def _compile_foreach(statement, compiler, conditions, where, takes):
     fields = statement.fields
     *leading, last = fields
     if last[0] == "star":
@@ -715,13 +775,13 @@ def _compile_foreach(statement, compiler, where, takes):
     leading_puts = [
         (value_fn, put, item) for (value_fn, put), item in zip(leading_c, leading, strict=True)
     ]
-    incase = compiler.cond(statement.incase) if statement.incase is not None else None
+    incase = conditions.cond(statement.incase) if statement.incase is not None else None
     do_c = _compile_fields(statement.do, compiler) if statement.do else None
 
-    def apply_foreach(row: Mapping[str, Any], meter: Meter) -> RuleResult:
+    def apply_foreach(row: Mapping[str, Any], meter: Meter, rule_id: str | None) -> RuleResult:
         if not takes(row):
             return RuleResult(False)
-        env = Env(row, meter)
+        env = Env(row, meter, rule_id)
         try:
             selected: dict[str, Any] = {}
             env.selected = selected

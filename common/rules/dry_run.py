@@ -8,6 +8,7 @@ rule then runs with exactly the compiled semantics the Spark jobs use.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from typing import Any
 
@@ -60,6 +61,18 @@ def _user_properties(value: Any) -> list[dict[str, str]]:
     return out
 
 
+def _peer(context: dict[str, Any]) -> str:
+    """The archive's `peer` (host:port) for the context: its `peername`, else its `peerhost`
+    (what `peerhost`, `clientip()` and `peerhost()` then give), else EMQX's example."""
+    if context.get("peername") is not None:
+        return str(context["peername"])
+    host = context.get("peerhost")
+    if host is None:
+        return EXAMPLE["peername"]
+    host = str(host)
+    return f"[{host}]:0" if ":" in host else f"{host}:0"
+
+
 def context_row(context: dict[str, Any]) -> dict[str, Any]:
     """A dry-run context as an archive row (what the jobs read), with example values filled."""
     raw_event = context.get("event") or EVENT_PUBLISH
@@ -76,7 +89,7 @@ def context_row(context: dict[str, Any]) -> dict[str, Any]:
     qos = ctx.get("qos")
     if qos not in (0, 1, 2):
         raise RuleRuntimeError("context.qos must be 0, 1 or 2")
-    peer = ctx.get("peername") or f"{ctx.get('peerhost')}:0"
+    peer = _peer(context)
     retain = ctx.get("retain")
     if retain is None and isinstance(ctx.get("flags"), dict):
         retain = ctx["flags"].get("retain")
@@ -102,18 +115,26 @@ def context_row(context: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def dry_run(sql: str, context: dict[str, Any], budget: Budget | None = None) -> dict[str, Any]:
+def dry_run(
+    sql: str,
+    context: dict[str, Any],
+    budget: Budget | None = None,
+    rule_id: str | None = None,
+) -> dict[str, Any]:
     """{"match": True, "outputs": [...]} or {"match": False}; RuleSyntaxError for bad SQL,
     RuleRuntimeError when evaluation fails (bad JSON payload, a function's bad argument), its
     subclass BudgetExceeded when the rule goes over `budget` (the jobs' own budgets: time,
-    outputs, sizes; `common.rules.budget`)."""
+    outputs, sizes; `common.rules.budget`). `metadata.rule_id` is `rule_id`, else a
+    `sql_tester:…` id of its own, as EMQX's rule tester gives."""
     rule = compile_rule(sql)
     if not isinstance(context, dict):
         raise RuleRuntimeError("context must be an object")
     row = context_row(context)
     if not rule.reads(row["event"], row["topic"]):
         return {"match": False}
-    result = rule.apply(row, budget)
+    if rule_id is None:
+        rule_id = f"sql_tester:{secrets.token_hex(8)}"
+    result = rule.apply(row, budget, rule_id)
     if result.budget is not None:
         raise BudgetExceeded.again(result.budget, result.error or "")
     if result.error is not None:

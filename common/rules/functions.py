@@ -40,6 +40,7 @@ from common.rules.topics import topic_match
 from common.rules.values import (
     JSON_NULL,
     BinStr,
+    BitStr,
     compare_eq,
     erlang_float,
     erlang_int,
@@ -362,6 +363,8 @@ def _bitsr(x, n):
 
 @_register("bitsize")
 def _bitsize(data):
+    if isinstance(data, BitStr):
+        return data.bits
     return len(to_bytes(_text("bitsize", data))) * 8
 
 
@@ -380,18 +383,21 @@ def _subbits(data, start_or_len, length=None, kind="integer", sign="unsigned", e
     _int("subbits", start, length)
     if length > MAX_SUBBITS:
         raise RuleRuntimeError(f"subbits: at most {MAX_SUBBITS} bits at a time")
-    first_byte = max(0, (start - 1) // 8)
-    raw_skipped = first_byte * 8  # only the bytes the bits lie in become a bit string
-    raw = raw[first_byte : first_byte + (length + 7) // 8 + 1]
-    bits = "".join(f"{b:08b}" for b in raw)
-    begin = start - 1 - raw_skipped
+    if isinstance(data, BitStr):  # what an earlier subbits(…, 'bits') gave: bits, not bytes
+        bits, begin = data.bit_text(), start - 1
+    else:
+        first_byte = max(0, (start - 1) // 8)
+        raw = raw[first_byte : first_byte + (length + 7) // 8 + 1]
+        bits = "".join(f"{b:08b}" for b in raw)  # only the bytes the bits lie in
+        begin = start - 1 - first_byte * 8
     if begin < 0 or begin >= len(bits) or length <= 0:
         return None
     chunk = bits[begin : begin + length]
     length = len(chunk)
     if kind == "bits":
-        pad = (-length) % 8
-        return from_bytes(int(chunk + "0" * pad, 2).to_bytes((length + pad) // 8, "big"))
+        if length % 8:
+            return BitStr.of(chunk)  # Erlang's bit string, padded in front where bytes are due
+        return from_bytes(int(chunk, 2).to_bytes(length // 8, "big"))
     if kind == "float":
         if length not in (32, 64):
             raise _bad("subbits", data, start, length, kind)
@@ -514,6 +520,8 @@ def _map(value):
 @_register("bin2hexstr")
 def _bin2hexstr(data, prefix=None):
     text = to_bytes(_text("bin2hexstr", data)).hex().upper()
+    if isinstance(data, BitStr) and (-data.bits) % 8 >= 4:
+        text = text[1:]  # EMQX pads the bits to bytes in front, then drops a whole 0 digit
     return (to_str(prefix) + text) if prefix is not None else text
 
 
@@ -1097,14 +1105,23 @@ def _map_new():
     return {}
 
 
+def _map_path(name: str, key: Any, *rest: Any) -> str:
+    """map_get's and map_put's key: a dotted path, which only a string is (EMQX splits it with
+    string:split, which raises on anything else: `map_get(1, 1)` fails the message)."""
+    if not isinstance(key, str):
+        raise _bad(name, key, *rest)
+    return key
+
+
 @_register("map_get")
 def _map_get(key, data, default=None):
-    return _get_path(data, to_str(key), default)
+    # Data that is not a map (nor JSON text of one) has no such key: the default, as in EMQX.
+    return _get_path(data, _map_path("map_get", key, data), default)
 
 
 @_register("map_put")
 def _map_put(key, value, data):
-    keys = to_str(key).split(".")
+    keys = _map_path("map_put", key, value, data).split(".")
 
     def put(target, index):
         if isinstance(target, str):

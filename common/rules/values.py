@@ -1,7 +1,8 @@
 """Values of the dialect and EMQX's rules for comparing and converting them.
 
 EMQX runs on Erlang terms; here they map to Python as: binary -> `str` (a `BinStr` when the bytes
-are not UTF-8, so hashing/encoding still see the original bytes), integer -> `int`, float ->
+are not UTF-8, so hashing/encoding still see the original bytes; a `BitStr` for a bit string
+that is not whole bytes), integer -> `int`, float ->
 `float`, the atoms true/false -> `bool`, `undefined` (a missing field) and JSON null -> `None`,
 map -> `dict`, list -> `list`. Python's `True == 1` must never leak into a comparison: Erlang's
 atoms are not numbers, so every operator here checks for `bool` first.
@@ -27,6 +28,25 @@ class BinStr(str):
         obj = super().__new__(cls, raw.decode("latin-1"))
         obj.raw = raw
         return obj
+
+
+class BitStr(BinStr):
+    """A bit string that is not a whole number of bytes (`subbits(…, 'bits')` of such a
+    length): Erlang keeps the bits as they are; here `raw` holds them after the zero bits that
+    fill the first byte (the padding EMQX's bin2hexstr adds in front), `bits` says how many."""
+
+    bits: int
+
+    @classmethod
+    def of(cls, bit_text: str) -> BitStr:
+        """From the bits as a text of 0s and 1s (its length not a multiple of 8)."""
+        width = (len(bit_text) + 7) // 8
+        obj = cls.__new__(cls, int(bit_text, 2).to_bytes(width, "big"))
+        obj.bits = len(bit_text)
+        return obj
+
+    def bit_text(self) -> str:
+        return "".join(f"{b:08b}" for b in self.raw)[-self.bits :]
 
 
 def from_bytes(data: bytes) -> str:

@@ -225,7 +225,9 @@ class RulePlan:
             self.marked = frame
 
     def _evaluate(self) -> Any:
-        shipped = [(s.id, s.tenant, s.sql, s.client_prefix, s.max_outputs) for s in self.specs]
+        shipped = [
+            (s.id, s.tenant, s.sql, s.client_prefix, s.max_outputs, s.name) for s in self.specs
+        ]
         share = self.share if self.share is not None else float("inf")
 
         def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -521,18 +523,18 @@ class Evaluator:
 
     def __init__(
         self,
-        shipped: Sequence[tuple[int, str, str, str, int | None]],
+        shipped: Sequence[tuple[int, str, str, str, int | None, str]],
         share: float = DEFAULT_SHARE_SECONDS,
     ) -> None:
         from common.rules import default_budget
 
-        self.by_tenant: dict[str, list[tuple[int, Any, str, Any]]] = {}
+        self.by_tenant: dict[str, list[tuple[int, Any, str, Any, str]]] = {}
         budgets: dict[int | None, Any] = {}
-        for rule_id, tenant, sql, prefix, max_outputs in shipped:
+        for rule_id, tenant, sql, prefix, max_outputs, name in shipped:
             if max_outputs not in budgets:
                 budgets[max_outputs] = default_budget(max_outputs)
             self.by_tenant.setdefault(tenant, []).append(
-                (rule_id, _compiled(sql), prefix, budgets[max_outputs])
+                (rule_id, _compiled(sql), prefix, budgets[max_outputs], name)
             )
         self.share = share
         self.spent: dict[str, float] = {}  # seconds per tenant, over this task
@@ -561,7 +563,7 @@ class Evaluator:
             left = row.pop(PY_COLUMN, _ALL)
             spent = self.spent.get(tenant, 0.0)
             started = perf_counter()
-            for rule_id, compiled, prefix, budget in rules:
+            for rule_id, compiled, prefix, budget, name in rules:
                 if client_id.startswith(prefix):
                     continue  # the rule's own republished output never re-triggers it
                 if left is not _ALL and rule_id not in left:
@@ -574,7 +576,7 @@ class Evaluator:
                 if spent >= self.share:
                     status, output, error, over = FAILED, None, _share_error(self.share), SHARE
                 else:
-                    status, output, error, over = _apply(compiled, row, budget)
+                    status, output, error, over = _apply(compiled, row, budget, name)
                 if over is not None:
                     output = _reference(row)
                 rule_ids.append(rule_id)
@@ -643,11 +645,12 @@ def _rows(batch: pa.RecordBatch) -> list[dict]:
 
 
 def _apply(
-    compiled: Any, row: dict, budget: Any = None
+    compiled: Any, row: dict, budget: Any = None, name: str | None = None
 ) -> tuple[str, str | None, str | None, str | None]:
-    """(status, outputs JSON, error, the budget a failure went over)."""
+    """(status, outputs JSON, error, the budget a failure went over); `metadata.rule_id` is
+    the rule's name (its id in the API, as a rule's id is in EMQX's)."""
     try:
-        result = compiled.apply(row, budget)
+        result = compiled.apply(row, budget, name)
     except Exception as exc:  # the dialect should return errors, but a raise is a failure too
         return FAILED, None, f"{type(exc).__name__}: {exc}"[:500], None
     if result.error:

@@ -352,7 +352,11 @@ class RuleTestContextInput(StrictInput):
         help_text="message.publish (default), client.connected, client.disconnected, "
         "session.subscribed or session.unsubscribed",
     )
-    peerhost = serializers.CharField(max_length=255, required=False, help_text="lifecycle events")
+    peerhost = serializers.CharField(
+        max_length=255,
+        required=False,
+        help_text="the client's address: what peerhost, clientip() and peerhost() give",
+    )
     reason = serializers.CharField(max_length=255, required=False, help_text="disconnections")
 
     def validate_payload(self, value):

@@ -371,6 +371,27 @@ def test_dry_run_lifecycle_event(acme):
     assert publish.json() == {"match": False}
 
 
+def test_dry_run_takes_emqx5_event_names_the_context_peerhost_and_unknown_events(acme):
+    _, api = acme
+    response = dry(
+        api,
+        'SELECT clientid, clientip() AS ip, peerhost FROM "$events/client/connected"',
+        event="client.connected",
+        clientid="dev-1",
+        peerhost="10.9.8.7",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "match": True,
+        "outputs": [{"clientid": "dev-1", "ip": "10.9.8.7", "peerhost": "10.9.8.7"}],
+    }
+    # An EMQX event the archive has no rows for: saved, and it takes nothing
+    sql = 'SELECT clientid FROM "$events/message_dropped"'
+    assert create(api, name="drops", sql=sql).status_code == 201
+    assert dry(api, sql, event="client.connected").json() == {"match": False}
+    assert dry(api, sql, topic="t/1").json() == {"match": False}
+
+
 def test_dry_run_bad_context_is_a_400(acme):
     _, api = acme
     for context in ({"qos": 3}, {"colour": "red"}, {"user_properties": "x"}):

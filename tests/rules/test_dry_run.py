@@ -80,6 +80,32 @@ def test_events_are_tested_by_name():
     assert dry_run(sql, {"topic": "t/a"}) == {"match": False}
 
 
+def test_context_peerhost_is_what_clientip_and_peerhost_give():
+    sql = 'SELECT clientip() AS ip, peerhost() AS h, peerhost FROM "t/#"'
+    (out,) = dry_run(sql, {"peerhost": "10.9.8.7"})["outputs"]
+    assert out == {"ip": "10.9.8.7", "h": "10.9.8.7", "peerhost": "10.9.8.7"}
+    (out,) = dry_run(sql, {"peerhost": "2001:db8::1"})["outputs"]
+    assert out == {"ip": "2001:db8::1", "h": "2001:db8::1", "peerhost": "2001:db8::1"}
+    (out,) = dry_run(sql + " WHERE peerhost = '192.168.0.10'", {})["outputs"]
+    assert out["ip"] == "192.168.0.10"  # EMQX's example when the context has none
+
+
+def test_dry_run_rule_id_is_a_sql_testers_as_in_emqx():
+    sql = 'SELECT metadata.rule_id AS id FROM "t/#"'
+    (first,) = dry_run(sql, {})["outputs"]
+    assert first["id"].startswith("sql_tester:") and len(first["id"]) == len("sql_tester:") + 16
+    assert dry_run(sql, {}, rule_id="hot")["outputs"] == [{"id": "hot"}]
+
+
+def test_unknown_event_sources_do_not_match():
+    assert dry_run('SELECT * FROM "$events/message_dropped"', {}) == {"match": False}
+    sql = 'SELECT clientid FROM "$events/client/connected"'
+    assert dry_run(sql, {"event": "$events/client/connected", "clientid": "d1"}) == {
+        "match": True,
+        "outputs": [{"clientid": "d1"}],
+    }
+
+
 def test_bad_sql_raises_syntax_error_with_position():
     with pytest.raises(RuleSyntaxError) as caught:
         dry_run('SELECT * FROM "t/#" WHERE payload.x >', {})

@@ -33,7 +33,6 @@ POSITIONED = [
     ('SELECT nosuch(1) FROM "a"', "unknown function nosuch()", 1, 8),
     ('SELECT upper(1, 2) FROM "a"', "upper() takes 1 argument", 1, 8),
     ('SELECT substr() FROM "a"', "substr() takes 2 to 3 arguments", 1, 8),
-    ('SELECT * FROM "$events/message_dropped"', "unknown event source", 1, 15),
     ('SELECT *\nFROM "t/#"\nWHERE payload.x == 1', "unexpected", 3, 18),
     ('SELECT *\nFROM "t/#"\nWHERE x = 1 ORDER BY x', "ORDER is not allowed", 3, 13),
     ('SELECT 1 AS a[1.5] FROM "t"', "integer", 1, 15),

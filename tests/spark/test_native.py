@@ -147,7 +147,9 @@ def _ms(value) -> int:
 
 
 def evaluator_results(data: pa.Table, rules: list[RuleSpec]) -> list[tuple]:
-    evaluator = Evaluator([(s.id, s.tenant, s.sql, s.client_prefix, None) for s in rules], 1e9)
+    evaluator = Evaluator(
+        [(s.id, s.tenant, s.sql, s.client_prefix, None, s.name) for s in rules], 1e9
+    )
     out = []
     for batch in data.to_batches(max_chunksize=100_000):
         out += [key(r) for r in evaluator.batch(batch).to_pylist()]
