@@ -97,6 +97,10 @@ def publish_table(columns: PublishColumns, node: str) -> pa.Table:
             "outcome": pa.DictionaryArray.from_arrays(reached, _REACHED),
             "sessions": sessions,
             "queued": _numbers(columns.queued, pa.uint32(), n).cast(pa.int32()),
+            "reason": pa.nulls(n, pa.string()),  # every column in every segment: readers
+            "reason_code": pa.nulls(n, pa.int16()),  # of a set of files find each one
+            "quota": pa.nulls(n, pa.string()),
+            "subscriber": pa.nulls(n, pa.string()),
             "node": pa.DictionaryArray.from_arrays(
                 pa.repeat(pa.scalar(0, pa.int8()), n), pa.array([node], pa.string())
             ),

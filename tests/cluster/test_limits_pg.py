@@ -41,11 +41,11 @@ class Node:
             self.process.kill()
 
 
-def start_pg_node(redis_url: str, cluster: str) -> Node:
+def start_pg_node(redis_url: str, cluster: str, *more: str) -> Node:
     db = connection.settings_dict
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     extra = ["--log-level", "INFO", "--redis-url", redis_url, "--cluster-name", cluster]
-    extra += ["--cluster-heartbeat", str(HEARTBEAT), "--metrics-port", "0"]
+    extra += ["--cluster-heartbeat", str(HEARTBEAT), "--metrics-port", "0", *more]
     process = subprocess.Popen(
         data_plane_command(port=0, ws_port=0, database_url=url, extra=extra),
         cwd=settings.BASE_DIR,
