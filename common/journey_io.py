@@ -72,16 +72,21 @@ def _hour_folder(hour: datetime) -> str:
 
 @dataclass
 class Marker:
-    segments: list[str] = field(default_factory=list)
-    parts: list[str] = field(default_factory=list)
+    segments: list[str] = field(default_factory=list)  # live segments whose rows are in parts
+    parts: list[str] = field(default_factory=list)  # the tenant files that hold them
+    rounds: int = 0  # compactions so far: the next part's number (never reused)
 
     def encode(self) -> bytes:
-        return json.dumps({"segments": self.segments, "parts": self.parts}).encode()
+        return json.dumps(
+            {"segments": self.segments, "parts": self.parts, "rounds": self.rounds}
+        ).encode()
 
     @classmethod
     def decode(cls, body: bytes) -> Marker:
         data = json.loads(body)
-        return cls(list(data.get("segments", [])), list(data.get("parts", [])))
+        parts = list(data.get("parts", []))
+        rounds = int(data.get("rounds", len({p.rsplit("/", 1)[1] for p in parts})))
+        return cls(list(data.get("segments", [])), parts, rounds)
 
 
 def _marker(store: Any, stream: str, hour: datetime, keys: Iterable[str]) -> Marker | None:
@@ -144,17 +149,27 @@ def read_rows(store: Any, stream: str, tenant: str, start: datetime, end: dateti
 # -- compaction ----------------------------------------------------------------------------------
 
 
-def compact_hour(store: Any, stream: str, hour: datetime) -> int:
-    """Move the hour's live segments into per-tenant files; returns the segments moved."""
+def compact_hour(store: Any, stream: str, hour: datetime, *, merge: bool = False) -> int:
+    """Move the hour's live segments into per-tenant parts (one more part per tenant each
+    round); with `merge` (a closed hour), rewrite each tenant's parts and the new segments as one
+    part. Returns the segments moved. Parts are written first, then the marker naming them, then
+    what they replace is deleted: a reader sees every row once at every step (one that lists
+    before the marker and reads after a deletion reads again: `ObjectNotFound`)."""
     folder = f"{live_prefix(stream)}/{_hour_folder(hour)}"
     keys = store.list(folder + "/")
     marker = _marker(store, stream, hour, keys) or Marker()
-    todo = [k for k in keys if k.endswith(".parquet") and k not in set(marker.segments)]
-    if not todo:
+    done = set(marker.segments)
+    todo = [k for k in keys if k.endswith(".parquet") and k not in done]
+    tenants_of = {}
+    for part in marker.parts:
+        tenants_of.setdefault(part.split("/")[2], []).append(part)
+    merging = merge and any(len(parts) > 1 for parts in tenants_of.values())
+    if not todo and not merging:
         return 0
-    tables = [conform(pq.read_table(io.BytesIO(store.get(k))), stream) for k in todo]
+    inputs = todo + (list(marker.parts) if merge else [])
+    tables = [conform(pq.read_table(io.BytesIO(store.get(k))), stream) for k in inputs]
     rows = pa.concat_tables(tables).sort_by([("tenant", "ascending"), ("ts", "ascending")])
-    round_ = len({p.rsplit("/", 1)[1] for p in marker.parts})
+    round_ = marker.rounds
     parts = []
     for tenant in pc.unique(rows["tenant"]).to_pylist():
         mine = rows.filter(pc.equal(rows["tenant"], tenant))
@@ -163,28 +178,49 @@ def compact_hour(store: Any, stream: str, hour: datetime) -> int:
         pq.write_table(mine, sink, compression="zstd", row_group_size=256 * 1024)
         store.put(key, sink.getvalue().to_pybytes())
         parts.append(key)
+    replaced = list(marker.parts) if merge else []
     marker.segments.extend(todo)
-    marker.parts.extend(parts)
+    marker.parts = parts if merge else marker.parts + parts
+    marker.rounds = round_ + 1
     store.put(f"{folder}/{COMPACTED_MARKER}", marker.encode())
-    for key in todo:
+    for key in [*todo, *replaced]:
         store.delete(key)
-    log.info("journey: compacted %s: %d segments, %d rows", folder, len(todo), rows.num_rows)
+    log.info(
+        "journey: compacted %s: %d segments%s, %d rows",
+        folder,
+        len(todo),
+        f" and {len(replaced)} parts" if replaced else "",
+        rows.num_rows,
+    )
     return len(todo)
 
 
+# An open hour is compacted once this many segments gathered (about 5 minutes of one broker's):
+# the current hour is what a query reads the most files of.
+OPEN_HOUR_SEGMENTS = 150
+
+
 def compact_due(store: Any, now: datetime, grace: timedelta = timedelta(minutes=5)) -> int:
-    """Compact every closed hour (ended at least `grace` ago) that has live segments."""
+    """Compact every hour with live segments: a closed hour (ended at least `grace` ago) into
+    one part per tenant, the open hours once `OPEN_HOUR_SEGMENTS` have gathered."""
     moved = 0
     for stream in STREAMS:
-        hours = set()
+        segments: dict[datetime, int] = {}
+        marked: set[datetime] = set()
         for key in store.list(f"{live_prefix(stream)}/"):
-            if not key.endswith(".parquet"):
-                continue
             hour = _hour_of(key)
-            if hour is not None and hour + HOUR + grace <= now:
-                hours.add(hour)
-        for hour in sorted(hours):
-            moved += compact_hour(store, stream, hour)
+            if hour is None:
+                continue
+            if key.endswith(".parquet"):
+                segments[hour] = segments.get(hour, 0) + 1
+            elif key.endswith("/" + COMPACTED_MARKER) and hour + HOUR + grace + HOUR > now:
+                marked.add(hour)  # closed lately: its parts may still want merging
+        for hour in sorted(set(segments) | marked):
+            closed = hour + HOUR + grace <= now
+            if closed:
+                moved += compact_hour(store, stream, hour, merge=True)
+            elif segments.get(hour, 0) >= OPEN_HOUR_SEGMENTS:
+                moved += compact_hour(store, stream, hour)
     return moved
 
 

@@ -239,10 +239,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.compact_archive",
         "schedule": timedelta(seconds=int(os.environ.get("ARCHIVE_COMPACTION_SECONDS", "600"))),
     },
-    # The journey: closed hours compacted, hours past each plan's retention deleted.
+    # The journey: hours compacted (the open one every ~5 minutes), hours past each plan's
+    # retention deleted (tenants.journey_upkeep).
     "journey-upkeep": {
         "task": "tenants.tasks.journey_upkeep",
-        "schedule": timedelta(seconds=int(os.environ.get("JOURNEY_UPKEEP_SECONDS", "600"))),
+        "schedule": timedelta(seconds=int(os.environ.get("JOURNEY_UPKEEP_SECONDS", "300"))),
     },
 }
 

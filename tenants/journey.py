@@ -122,7 +122,13 @@ class JourneyReader:
         con.register("rows", pa.concat_tables(tables))
         return "rows"
 
-    def _page(
+    def _page(self, *args: Any) -> Page:
+        try:
+            return self._query(*args)
+        except (duckdb.IOException, ObjectNotFound):  # compacted between listing and reading
+            return self._query(*args)
+
+    def _query(
         self,
         stream: str,
         tenant: str,

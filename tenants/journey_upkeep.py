@@ -1,7 +1,7 @@
 """Keeping the journey (a service): compact closed hours into per-tenant files and delete what
 each tenant's plan no longer keeps (`Plan.journey_retention_hours`), by whole hour folders.
 
-Run by Celery beat (`tenants.tasks.journey_upkeep`, every 10 minutes) and by
+Run by Celery beat (`tenants.tasks.journey_upkeep`, every 5 minutes) and by
 `manage.py journey_upkeep`; safe to run again or side by side (compaction follows the marker
 protocol of `common.journey_io`; deleting an hour twice deletes nothing the second time).
 """

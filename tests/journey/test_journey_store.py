@@ -138,3 +138,28 @@ def test_a_bad_filter_names_the_parameter():
     with pytest.raises(JourneyQueryError) as info:
         topic_filter_regex("a/#/b")
     assert info.value.field == "topic"
+
+
+def test_the_open_hour_is_compacted_in_rounds_then_merged_into_one_file(store, monkeypatch):
+    from common import journey_io
+
+    monkeypatch.setattr(journey_io, "OPEN_HOUR_SEGMENTS", 1)
+    reader = JourneyReader(store)
+    writer = JourneyWriter(JourneyRecorder("n"), store, writer_id="w1")
+    now = datetime.now(UTC)
+    window = {"start": now - timedelta(hours=1), "end": now + timedelta(minutes=1)}
+    for round_ in range(3):
+        writer.recorder.message("acme", "pub", f"r/{round_}", 1, 5, "acl_denied", "no")
+        writer.write(*writer.recorder.take())
+        assert compact_due(store, now) == 1  # the open hour: one more part each round
+    files = journey_files(store, MESSAGES, "acme", **window)
+    assert len(files) == 3 and not any(shared for _, shared in files)
+    assert sorted(r["topic"] for r in reader.messages("acme", **window).rows) == [
+        "r/0",
+        "r/1",
+        "r/2",
+    ]
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    journey_io.compact_hour(store, MESSAGES, hour, merge=True)  # as once the hour closes
+    assert len(journey_files(store, MESSAGES, "acme", **window)) == 1
+    assert len(reader.messages("acme", **window).rows) == 3
