@@ -163,3 +163,16 @@ def test_the_open_hour_is_compacted_in_rounds_then_merged_into_one_file(store, m
     journey_io.compact_hour(store, MESSAGES, hour, merge=True)  # as once the hour closes
     assert len(journey_files(store, MESSAGES, "acme", **window)) == 1
     assert len(reader.messages("acme", **window).rows) == 3
+
+
+def test_topic_rates_count_a_tenants_recent_publishes_per_minute(store):
+    from tenants.journey import topic_rates
+
+    recorder = JourneyRecorder("n")
+    origin = object()
+    for n in range(10):
+        recorder.published(_message("acme", "pub", "a/b", origin), n + 1, Published(1, ()))
+    recorder.published(_message("acme", "pub", "c", origin), 11, Published(0, ()))
+    recorder.published(_message("evil", "pub", "a/b", object()), 1, Published(1, ()))
+    _write(store, recorder)
+    assert topic_rates("acme", minutes=5, store=store) == {"a/b": 2.0, "c": 0.2}
