@@ -42,6 +42,9 @@ DROP_CAUSES = {
     "acl": (ACL_DENIED, "the subscriber may no longer read this topic"),
     "offline_qos0": (DROPPED, "QoS 0 to an offline session is not kept"),
 }
+SLOW_QOS0 = (
+    "a slow subscriber: QoS 0 is dropped once 100 QoS 0 messages wait for it (at most once)"
+)
 # Disconnect reasons (`Connection.disconnect_reason`) that the client chose.
 CLIENT_INITIATED = frozenset({"normal", "tcp_closed", "normal_with_will"})
 # Reasons by name -> the code the server sent (the reverse of `stats.DISCONNECT_REASONS`).
@@ -226,6 +229,8 @@ class JourneyRecorder:
     def dropped(self, session: Any, delivery: Any, cause: str) -> None:
         """The `message.dropped` hook: a delivery lost at one subscriber."""
         outcome, reason = DROP_CAUSES.get(cause, (DROPPED, cause))
+        if cause == "queue_full" and delivery.qos == 0 and session.connection is not None:
+            outcome, reason = DROPPED, SLOW_QOS0
         message = delivery.message
         self.message(
             message.tenant,

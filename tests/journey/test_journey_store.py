@@ -176,3 +176,17 @@ def test_topic_rates_count_a_tenants_recent_publishes_per_minute(store):
     recorder.published(_message("evil", "pub", "a/b", object()), 1, Published(1, ()))
     _write(store, recorder)
     assert topic_rates("acme", minutes=5, store=store) == {"a/b": 2.0, "c": 0.2}
+
+
+def test_a_slow_qos0_subscriber_drops_and_a_full_queue_refuses_each_named(store):
+    recorder = JourneyRecorder("n")
+    message = _message("acme", "pub", "a/b", None, qos=1)
+    online = SimpleNamespace(client_id="slow", connection=object())
+    offline = SimpleNamespace(client_id="asleep", connection=None)
+    recorder.dropped(online, SimpleNamespace(message=message, qos=0), "queue_full")
+    recorder.dropped(offline, SimpleNamespace(message=message, qos=1), "queue_full")
+    recorder.dropped(offline, SimpleNamespace(message=message, qos=0), "offline_qos0")
+    rows = {(r["subscriber"], r["outcome"]): r["reason"] for r in recorder.others}
+    assert "slow subscriber" in rows[("slow", "dropped")]
+    assert "max_queued_messages" in rows[("asleep", "queue_full")]
+    assert "offline" in rows[("asleep", "dropped")]
