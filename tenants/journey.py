@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.journey_io import conform, journey_files
-from common.journey_schema import CLIENTS, MESSAGES, OUTCOMES
+from common.journey_schema import CLIENT_EVENTS, CLIENTS, MESSAGES, OUTCOMES
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_filter
 from common.object_store import LocalObjectStore, ObjectNotFound, open_object_store
@@ -220,6 +220,35 @@ class JourneyReader:
         return self._page(
             CLIENTS, tenant, start, end, ["client_id = ?"], [client_id], limit, cursor
         )
+
+    def tenant_events(
+        self,
+        tenant: str,
+        *,
+        start: datetime,
+        end: datetime,
+        client: str | None = None,
+        event: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """Every client's events of the tenant (`event`: one or more, comma-separated), e.g. who
+        failed to connect and why; `client_events` is one client's life."""
+        conditions: list[str] = []
+        params: list[Any] = []
+        if client:
+            conditions.append("client_id = ?")
+            params.append(client)
+        if event:
+            wanted = [e for e in event.split(",") if e]
+            unknown = [e for e in wanted if e not in CLIENT_EVENTS]
+            if unknown:
+                raise JourneyQueryError(
+                    "event", f"unknown event {unknown[0][:40]!r}; one of {', '.join(CLIENT_EVENTS)}"
+                )
+            conditions.append(f"event IN ({', '.join('?' for _ in wanted)})")
+            params.extend(wanted)
+        return self._page(CLIENTS, tenant, start, end, conditions, params, limit, cursor)
 
 
 def topic_rates(
