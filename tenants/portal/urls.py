@@ -1,6 +1,13 @@
 from django.urls import path, re_path
 
-from tenants.portal import account_views, billing_views, people_views, trust_views, views
+from tenants.portal import (
+    account_views,
+    billing_views,
+    journey_views,
+    people_views,
+    trust_views,
+    views,
+)
 
 app_name = "portal"
 
@@ -21,6 +28,8 @@ urlpatterns = [
     path("devices/<str:name>/toggle/", views.device_toggle, name="device-toggle"),
     path("devices/<str:name>/delete/", views.device_delete, name="device-delete"),
     path("live/", views.live, name="live"),
+    path("journey/", journey_views.journey, name="journey"),
+    path("journey/clients/", journey_views.journey_events, name="journey-events"),
     path("start/", views.onboarding, name="onboarding"),
     path("client/", views.client, name="client"),
     path("client/token/", views.client_token, name="client-token"),
@@ -62,6 +71,16 @@ urlpatterns = [
     ),
     path("invite/<str:token>/", people_views.invite_accept, name="invite-accept"),
     path("operator/", people_views.operator, name="operator"),
+    path(
+        "operator/tenants/<slug:slug>/journey/",
+        journey_views.operator_journey,
+        name="operator-journey",
+    ),
+    path(
+        "operator/tenants/<slug:slug>/journey/clients/",
+        journey_views.operator_journey_events,
+        name="operator-journey-events",
+    ),
     path("password-reset/", people_views.PasswordResetView.as_view(), name="password-reset"),
     path(
         "password-reset/sent/",

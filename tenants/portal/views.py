@@ -20,7 +20,9 @@ from django.views.decorators.http import require_POST
 from common import service_token
 from tenants import accounts, disconnect_reasons, selectors, services, throttles
 from tenants import onboarding as onboarding_snippets
+from tenants.journey_display import code_meanings
 from tenants.models import Membership
+from tenants.portal.device_events import device_events
 from tenants.portal.forms import (
     AclForm,
     DeviceForm,
@@ -238,6 +240,7 @@ def client(request, membership):
             membership,
             devices=selectors.devices_list(tenant=membership.tenant),
             ws_url=settings.MQTT_PUBLIC_WS_URL,
+            reason_codes=code_meanings(selectors.effective_quota(membership.tenant)),
         ),
     )
 
@@ -303,6 +306,7 @@ def device_detail(request, membership, name: str):
             grace_choices=GRACE_CHOICES,
             mqtt_host=settings.MQTT_PUBLIC_HOST,
             mqtt_port=settings.MQTT_PUBLIC_PORT,
+            **device_events(request, device),
         ),
     )
 

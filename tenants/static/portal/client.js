@@ -12,6 +12,11 @@
   }
   const csrf = (document.cookie.match(/csrftoken=([^;]+)/) || [])[1] || "";
   let client = null;
+  // Each MQTT 5 reason code with its meaning and, for a limit, what the plan allows
+  // (tenants.journey_display.code_meaning, rendered into the page by json_script).
+  const meanings = JSON.parse(($("reason-codes") || {}).textContent || "{}");
+  const codeText = (code) =>
+    meanings[code] || "0x" + Number(code).toString(16).toUpperCase().padStart(2, "0");
 
   function setState(text, error) {
     $("client-state").textContent = text;
@@ -96,7 +101,7 @@
     client.on("message", log);
     client.on("error", (error) => setState("disconnected", String(error.message || error)));
     client.on("disconnect", (packet) =>
-      setState("disconnected", "the broker disconnected this client (reason " + packet.reasonCode + ")"));
+      setState("disconnected", "the broker disconnected this client (" + codeText(packet.reasonCode) + ")"));
     client.on("close", () => {
       if ($("client-state").textContent !== "disconnected") setState("disconnected", $("client-error").textContent);
     });
@@ -119,7 +124,7 @@
       li.textContent = error
         ? filter + ": " + error.message
         : code >= 128
-          ? filter + ": refused (0x" + code.toString(16) + ")"
+          ? filter + ": refused (" + codeText(code) + ")"
           : filter + " (QoS " + code + ")";
       li.className = error || code >= 128 ? "error" : "subscribed";
       $("subscriptions").appendChild(li);
