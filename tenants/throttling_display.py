@@ -33,6 +33,7 @@ class ThrottlingItem:
     periods: list[tuple[str, str]]  # (window name, sentence)
     meaning: list[str]
     advice: str
+    refused: int = 0  # in the longest window: its journey rows are linked when any
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def throttling_items(
                 periods,
                 meaning,
                 words.advice,
+                activity.refused,
             )
         )
     return items
