@@ -5,6 +5,7 @@ the device may use, `?events_cursor=` pages to older events."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -21,6 +22,7 @@ from tenants.journey_links import journey_url
 from tenants.models import Device
 
 PAGE_EVENTS = 50
+log = logging.getLogger(__name__)
 
 
 def _query(client_id: str, cursor: str | None = None) -> str:
@@ -68,6 +70,10 @@ def device_events(request: HttpRequest, device: Device) -> dict[str, Any]:
         )
     except JourneyQueryError as exc:
         events["error"] = str(exc)
+        return context
+    except Exception:  # the object store away or a file unreadable: the page works without it
+        log.exception("device events not read (tenant %s, client id %r)", tenant.slug, chosen)
+        events["error"] = "The events could not be read just now; try again in a moment."
         return context
     events["rows"] = [event_row(row, limits) for row in page.rows]
     events["older_query"] = _query(chosen, page.cursor) if page.cursor else ""

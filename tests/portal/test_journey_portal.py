@@ -316,3 +316,13 @@ def test_the_mqtt_client_page_knows_each_codes_meaning(client, acme):
     meanings = json.loads(data.group(1))
     assert meanings[str(0x96)] == "0x96 Message rate too high: your plan allows 100 messages/s"
     assert meanings[str(0x87)] == "0x87 Not authorized"
+
+
+def test_the_device_page_works_when_the_journey_cannot_be_read(client, acme, monkeypatch):
+    def unreadable(*args, **kwargs):
+        raise OSError("object store unreachable")
+
+    monkeypatch.setattr("tenants.journey.JourneyReader.client_events", unreadable)
+    response = client.get("/devices/sensor-1/")
+    assert response.status_code == 200
+    assert "could not be read just now" in words(response.content.decode())
