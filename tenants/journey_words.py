@@ -45,12 +45,12 @@ def outcome_reason(row: dict[str, Any]) -> str:
         if row.get("reason"):  # a will
             words = f"{row['reason']}: {words}"
         return words
-    base = OUTCOME_WORDS.get(outcome, outcome)
     detail = row.get("reason")
+    if row.get("subscriber"):  # lost later, at one subscriber: the broker's words say why
+        return f"lost at subscriber {row['subscriber']}: {detail or outcome}"
+    base = OUTCOME_WORDS.get(outcome, outcome)
     if outcome == "quota_exceeded" and row.get("quota"):
         base = f"refused: over the plan's {row['quota']}"
-    if row.get("subscriber"):
-        base = f"{base} (subscriber {row['subscriber']})"
     return f"{base}: {detail}" if detail and detail not in base else base
 
 

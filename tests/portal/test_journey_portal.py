@@ -136,7 +136,7 @@ def test_search_by_topic_filter_and_outcome_chips_with_reasons_in_words(client, 
     linked = rows(client.get("/journey/?outcome=queue_full,expired"))
     ticked = rows(client.get("/journey/?outcome=queue_full&outcome=expired"))
     assert {r["topic"] for r in linked} == {r["topic"] for r in ticked} == {"q/1", "q/2"}
-    assert "its queue was full" in linked[0]["text"] or "its queue was full" in linked[1]["text"]
+    assert any("queue was full" in row["text"] for row in linked[:2])
 
     # A reason code always comes with its meaning, a limit's with what the plan allows.
     rate = rows(client.get("/journey/", {"outcome": "quota_exceeded"}))[0]
