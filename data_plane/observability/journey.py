@@ -42,9 +42,7 @@ DROP_CAUSES = {
     "acl": (ACL_DENIED, "the subscriber may no longer read this topic"),
     "offline_qos0": (DROPPED, "QoS 0 to an offline session is not kept"),
 }
-SLOW_QOS0 = (
-    "a slow subscriber: QoS 0 is dropped once 100 QoS 0 messages wait for it (at most once)"
-)
+SLOW_QOS0 = "a slow subscriber: QoS 0 is dropped once 100 QoS 0 messages wait for it (at most once)"
 # Disconnect reasons (`Connection.disconnect_reason`) that the client chose.
 CLIENT_INITIATED = frozenset({"normal", "tcp_closed", "normal_with_will"})
 # Reasons by name -> the code the server sent (the reverse of `stats.DISCONNECT_REASONS`).
