@@ -60,6 +60,8 @@ class SessionPersistence:
         self.broker: Broker | None = None  # the broker it serves: set by restore()
         self.store = store
         self._tasks: set[asyncio.Task] = set()
+        # Per session, the last write of its record still running: the next waits (`_in_order`).
+        self._writing: dict[tuple[str, str], asyncio.Task] = {}
         # A message fanned out to many persistent sessions spills to one object, not one each.
         self._spilled: tuple[Message | None, str] = (None, "")
         self._wills: list[tuple[Session, Message, float]] = []  # restored, not yet scheduled
@@ -143,20 +145,35 @@ class SessionPersistence:
         self._spawn(self.store.save_will(session.tenant_id, session.client_id, None))
 
     def save_later(self, session: Session, *, disconnected: bool = False) -> None:
-        self._spawn(self.save(session, disconnected=disconnected))
+        self._in_order(session, self.save(session, disconnected=disconnected))
 
     def forget(self, session: Session) -> None:
         """The session ended: its rows go. Only a session that was persistent has any (expiry 0
         from its CONNECT on never wrote one): a clean session's end costs Postgres nothing,
         where each had run a transaction of two DELETEs."""
         if session.tenant_id is not None and session.durable is not None:
-            self._spawn(self.store.delete_session(session.tenant_id, session.client_id))
+            self._in_order(session, self.store.delete_session(session.tenant_id, session.client_id))
 
-    def _spawn(self, coroutine: Any) -> None:
+    def _in_order(self, session: Session, write: Any) -> None:
+        """Run `write` (a coroutine on the session's record) once the writes of the same session
+        queued before it are done. Side by side, a SUBSCRIBE's save and the DISCONNECT's right
+        after it committed in either order, and when the first won the row said "connected" (no
+        `expires_at`) for a session waiting offline; a save could outlive the delete after it."""
+        key = session.key
+        task = self._spawn(_after(self._writing.get(key), write))
+        self._writing[key] = task
+        task.add_done_callback(lambda done: self._written(key, done))
+
+    def _written(self, key: tuple[str, str], task: asyncio.Task) -> None:
+        if self._writing.get(key) is task:
+            del self._writing[key]
+
+    def _spawn(self, coroutine: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(_log_failure)
+        return task
 
     async def drain(self) -> None:
         if self._tasks:
@@ -351,6 +368,12 @@ def restore_properties(properties: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+async def _after(previous: asyncio.Task | None, write: Any) -> None:
+    if previous is not None:
+        await asyncio.wait([previous])
+    await write
 
 
 def _log_failure(future: asyncio.Future) -> None:
