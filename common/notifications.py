@@ -10,7 +10,8 @@ Payload (JSON, well under Postgres' 8000-byte limit):
 
     {"tenant": "acme", "kind": "device.disabled", "device": "sensor-1", "ids": [42]}
 
-`device` and `ids` are present where they apply.
+`device` and `ids` are present where they apply; `filter` (a topic filter) with
+`retained.deleted`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class ChangeKind(StrEnum):
     CREDENTIAL_REVOKED = "credential.revoked"
     CREDENTIAL_EXPIRED = "credential.expired"
     ACL_CHANGED = "acl.changed"
+    # Retained messages deleted (`filter`: the topic filter they matched): every node forgets
+    # the ones it holds (data_plane/tenancy/retained_forget.py).
+    RETAINED_DELETED = "retained.deleted"
     # Device identity beyond secrets (`ids`: the CA, device certificate or JWT key rows).
     IDENTITY_CA_ADDED = "identity.ca_added"
     IDENTITY_CA_REVOKED = "identity.ca_revoked"

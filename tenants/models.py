@@ -261,6 +261,15 @@ class DeviceConnection(models.Model):
     connected_at = models.DateTimeField()
     subscriptions = models.JSONField(default=list)
     heartbeat_at = models.DateTimeField()
+    # The session behind the connection, for the inspection (GET /api/v1/sessions): what the
+    # client asked for at CONNECT, and a sample of what its session holds, written every few
+    # seconds where it changed (data_plane.tenancy.session_figures).
+    clean_start = models.BooleanField(default=True, db_default=True)
+    expiry_interval = models.BigIntegerField(
+        default=0, db_default=0, help_text="seconds; 0xFFFFFFFF never"
+    )
+    queued = models.IntegerField(default=0, db_default=0, help_text="deliveries waiting")
+    inflight = models.IntegerField(default=0, db_default=0, help_text="sent, not acknowledged")
 
     class Meta:
         constraints = [

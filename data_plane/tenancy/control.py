@@ -22,6 +22,7 @@ from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.identity import IdentityStore, TrustAnchors, end_connections
 from data_plane.tenancy.identity_expiry import IdentityExpiry
 from data_plane.tenancy.notifications import Change, ConfigListener
+from data_plane.tenancy.retained_forget import forget_retained
 from data_plane.tenancy.store import TenantPolicy, TenantStore
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,12 @@ class ControlPlaneLink:
             await self._reapply_all()
             return
         if not tenant:
+            return
+        if kind == ChangeKind.RETAINED_DELETED:
+            if self.live is not None:
+                topic_filter = str(change.get("filter") or "")
+                forgotten = forget_retained(self.live, tenant, topic_filter)
+                log.info("retained %s %r: forgot %d message(s)", tenant, topic_filter, forgotten)
             return
         if kind.startswith("device.") or kind.startswith("credential."):
             if isinstance(device, str):

@@ -1,6 +1,9 @@
-"""Who is connected, for the portal's device page and the API's `connected`: each broker writes
-its live connections (client id, address, protocol version, since when, subscriptions) to
-`tenants_deviceconnection`, and each device's last disconnect reason to `tenants_device`.
+"""Who is connected, for the portal's device page, the API's `connected` and the session
+inspection (`GET /api/v1/sessions`): each broker writes its live connections (client id, address,
+protocol version, since when, subscriptions, clean start, session expiry, and every few seconds
+the session's queue depth and in-flight count: `session_figures`) to `tenants_deviceconnection`,
+and each device's last disconnect reason to `tenants_device`. Rows name their broker by its
+cluster node id when it is in a cluster (what the inspection shows as the session's node).
 
 Hooks only record what happened; one task writes it in batches (every `interval` seconds) and
 refreshes this broker's heartbeat, so a broker that died leaves rows readers know to ignore
@@ -21,6 +24,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from common.tasks import cancel_and_wait
+from data_plane.tenancy import session_figures
+from data_plane.tenancy.session_figures import SessionFigures
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +38,15 @@ MAX_PENDING = 50_000  # recorded changes kept while the database is away; then r
 _UP_MANY = """
 INSERT INTO tenants_deviceconnection
        (tenant_id, device_id, client_id, connection_key, broker, address, protocol_version,
-        transport, connected_at, subscriptions, heartbeat_at)
+        transport, connected_at, subscriptions, clean_start, expiry_interval, queued, inflight,
+        heartbeat_at)
 SELECT DISTINCT ON (t.id, a.client_id)
        t.id, d.id, a.client_id, a.key, %s, a.address, a.version, a.transport,
-       to_timestamp(a.at), a.subs::jsonb, now()
+       to_timestamp(a.at), a.subs::jsonb, a.clean, a.expiry, 0, 0, now()
   FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::float8[],
-              %s::text[], %s::text[], %s::text[]) WITH ORDINALITY
-       AS a(client_id, key, address, version, transport, at, subs, device, tenant, n)
+              %s::text[], %s::text[], %s::text[], %s::bool[], %s::bigint[]) WITH ORDINALITY
+       AS a(client_id, key, address, version, transport, at, subs, device, tenant, clean, expiry,
+            n)
   JOIN tenants_tenant t ON t.slug = a.tenant
   JOIN tenants_device d ON d.tenant_id = t.id AND d.name = a.device
  ORDER BY t.id, a.client_id, a.n DESC
@@ -48,7 +55,8 @@ ON CONFLICT (tenant_id, client_id) DO UPDATE SET
        broker = EXCLUDED.broker, address = EXCLUDED.address,
        protocol_version = EXCLUDED.protocol_version, transport = EXCLUDED.transport,
        connected_at = EXCLUDED.connected_at, subscriptions = EXCLUDED.subscriptions,
-       heartbeat_at = now()
+       clean_start = EXCLUDED.clean_start, expiry_interval = EXCLUDED.expiry_interval,
+       queued = 0, inflight = 0, heartbeat_at = now()
 """
 _SUBSCRIPTIONS = "UPDATE tenants_deviceconnection SET subscriptions = %s WHERE connection_key = %s"
 # A run of disconnects in two statements (a device that left twice keeps its last reason).
@@ -90,8 +98,13 @@ def subscriptions_of(session: Any) -> list[dict]:
 class Presence:
     def __init__(self, broker: Any, pool: Any, *, interval: float = 0.5) -> None:
         self.broker, self.pool, self.interval = broker, pool, interval
-        self.broker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # In a cluster the node's own id, so that the inspection names the node as the cluster
+        # does (its metrics, logs, takeovers); else one of this process's own.
+        node = getattr(getattr(broker, "cluster", None), "node_id", None)
+        self.broker_id = node or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.figures = SessionFigures()  # queue depth and in flight, sampled (session_figures)
         self._keys: dict[int, str] = {}  # id(connection) -> its row's key
+        self._sessions: dict[str, Any] = {}  # row key -> the connection's session (figures)
         self._ops: list[tuple] = []
         self._since: dict[int, float] = {}  # id(connection) -> when it connected
         self._resync = False  # too much piled up: rewrite this broker's rows from what is live
@@ -106,6 +119,7 @@ class Presence:
 
     def _connected(self, conn: Any) -> None:
         key = self._keys[id(conn)] = uuid.uuid4().hex
+        self._sessions[key] = conn.session
         self._since[id(conn)] = time.time()
         self._record(self._up(conn, key, self._since[id(conn)]))
 
@@ -122,6 +136,8 @@ class Presence:
             conn.transport_name,
             at,
             subscriptions_of(conn.session),
+            bool(getattr(conn, "clean_start", True)),
+            int(getattr(conn.session, "expiry_interval", 0) or 0),
         )
 
     def _record(self, op: tuple) -> None:
@@ -143,6 +159,8 @@ class Presence:
         key = self._keys.pop(id(conn), None)
         self._since.pop(id(conn), None)
         if key is not None:
+            self._sessions.pop(key, None)
+            self.figures.forget(key)
             reason = conn.disconnect_reason or "unknown"
             self._record(("down", key, conn.tenant, conn.device, reason, time.time()))
 
@@ -163,7 +181,7 @@ class Presence:
             log.warning("presence: final write failed: %s", exc)
 
     async def _run(self) -> None:
-        beat = time.monotonic()
+        beat = sampled = time.monotonic()
         try:
             async with self.pool.connection() as conn:
                 await conn.execute(_SWEEP, (STALE_AFTER,))
@@ -172,7 +190,10 @@ class Presence:
         while True:
             await asyncio.sleep(self.interval)
             try:
-                await self.flush()
+                sample = time.monotonic() - sampled >= session_figures.EVERY
+                await self.flush(figures=sample)
+                if sample:
+                    sampled = time.monotonic()
                 if time.monotonic() - beat >= HEARTBEAT:
                     beat = time.monotonic()
                     async with self.pool.connection() as conn:
@@ -184,11 +205,11 @@ class Presence:
         """The statements (and their parameter rows) that write a run of changes of `kind`:
         connects and disconnects as arrays, one statement for the whole run."""
         if kind == "up":
-            columns: list[list[Any]] = [[] for _ in range(9)]
+            columns: list[list[Any]] = [[] for _ in range(11)]
             for op in run:
-                _, key, tenant, device, client_id, address, version, transport, at, subs = op
+                _, key, tenant, device, client_id, address, version, transport, at, subs = op[:10]
                 values = (client_id, key, address, version, transport, at)
-                row = (*values, json.dumps(subs), device, tenant)
+                row = (*values, json.dumps(subs), device, tenant, *op[10:])
                 for column, value in zip(columns, row, strict=True):
                     column.append(value)
             return [(_UP_MANY, [(self.broker_id, *columns)])]
@@ -201,7 +222,10 @@ class Presence:
         who = [[op[2] for op in run], [op[3] for op in run]]
         return [(_DOWN_MANY, [(keys,)]), (_LAST_DISCONNECT_MANY, [(*reasons, *who)])]
 
-    async def flush(self) -> None:
+    async def flush(self, *, figures: bool = False) -> None:
+        """Write the changes recorded since the last flush; with `figures`, also a sample of the
+        sessions' queue depth and in-flight count (session_figures), in the same transaction,
+        after the rows they update."""
         if self._resync:
             # This broker's rows from scratch: whatever is connected now.
             connections = [
@@ -214,8 +238,13 @@ class Presence:
             self._ops, self._resync = [], False
         else:
             ops, self._ops = self._ops, []
-        if not ops:
+        if not ops and not figures:
             return
+        sample: list[tuple[str, int, int]] = []
+        if figures:
+            # Whose rows exist once `ops` are written: taken with them, so that a connection
+            # recorded meanwhile (its row not written yet) is sampled next time, not lost.
+            sample = await self.figures.sample(list(self._sessions), self._sessions)
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 cursor = conn.cursor()
@@ -226,6 +255,11 @@ class Presence:
                 for kind, run in _runs(ops):
                     for statement, params in self._statements(kind, run):
                         await cursor.executemany(statement, params)
+                if ops and ops[0] == ("wipe",):
+                    self.figures.reset()  # rows rewritten at (0, 0): a sample from now on
+                    sample = []
+                if sample:
+                    await cursor.execute(session_figures.UPDATE, self.figures.params(sample))
         except Exception:
             if ops and ops[0] == ("wipe",):
                 self._resync = True
@@ -235,3 +269,6 @@ class Presence:
                     self._ops.clear()
                     self._resync = True
             raise
+        if sample:
+            live = self._sessions  # not those that left meanwhile (forgotten)
+            self.figures.written([row for row in sample if row[0] in live])
