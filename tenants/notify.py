@@ -15,7 +15,14 @@ from django.db import connection, transaction
 from common.notifications import CHANNEL, KINDS
 
 
-def announce(tenant: str, kind: str, *, device: str | None = None, ids: list[int] | None = None):
+def announce(
+    tenant: str,
+    kind: str,
+    *,
+    device: str | None = None,
+    ids: list[int] | None = None,
+    topic_filter: str | None = None,
+):
     if kind not in KINDS:  # a kind the broker does not know would be silently ignored there
         raise ValueError(f"not a change kind of common.notifications: {kind!r}")
     payload: dict[str, object] = {"tenant": tenant, "kind": str(kind)}
@@ -23,6 +30,8 @@ def announce(tenant: str, kind: str, *, device: str | None = None, ids: list[int
         payload["device"] = device
     if ids:
         payload["ids"] = ids
+    if topic_filter is not None:
+        payload["filter"] = topic_filter
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_notify(%s, %s)",

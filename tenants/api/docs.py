@@ -4,6 +4,8 @@ schema has them; `tests/api/test_openapi_docs.py` checks that none is missing or
 
 from __future__ import annotations
 
+from tenants.api.inspection_docs import INSPECTION_OPERATIONS, INSPECTION_TAG
+
 TAGS = [
     {"name": "Accounts", "description": "Sign up and get API tokens with an email and password."},
     {"name": "Tenant", "description": "The caller's tenant: its settings, plan and API tokens."},
@@ -309,6 +311,11 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "the same signed call as the live job, with the rule's current secret.",
     ),
 }
+
+
+# What the broker holds (issue 30): its own module, merged here.
+TAGS.append(INSPECTION_TAG)
+OPERATIONS.update(INSPECTION_OPERATIONS)
 
 
 def describe_operations(result, generator, request, public):

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from tenants.api import identity_views, journey_views, views
+from tenants.api import identity_views, inspection_views, journey_views, views
 
 urlpatterns = [
     path("signup", views.SignupView.as_view(), name="api-signup"),
@@ -57,6 +57,19 @@ urlpatterns = [
         views.RuleDeadLettersReplayView.as_view(),
         name="api-rule-dead-letters-replay",
     ),
+    path("sessions", inspection_views.SessionListView.as_view(), name="api-sessions"),
+    path(  # before sessions/<client_id>: a client id may hold "/" (then it ends in /queue)
+        "sessions/<path:client_id>/queue",
+        inspection_views.SessionQueueView.as_view(),
+        name="api-session-queue",
+    ),
+    path(
+        "sessions/<path:client_id>",
+        inspection_views.SessionDetailView.as_view(),
+        name="api-session",
+    ),
+    path("retained", inspection_views.RetainedView.as_view(), name="api-retained"),
+    path("topics", inspection_views.TopicTreeView.as_view(), name="api-topics"),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),
     path("invoices", views.InvoiceView.as_view(), name="api-invoices"),
