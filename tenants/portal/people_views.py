@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from tenants import accounts, people, throttles
+from tenants.inspection_selectors import inspection_counts
 from tenants.models import Device, DeviceConnection, Invitation, Membership, Tenant, Usage
 from tenants.portal.forms import InviteForm, PasswordChoiceForm
 from tenants.portal.views import _context, _form_errors, tenant_view
@@ -188,6 +189,7 @@ def operator(request):
         members=Count("memberships", distinct=True),
         owners=Count("memberships", filter=Q(memberships__role="owner"), distinct=True),
     )
+    held = inspection_counts()  # what the broker holds: sessions offline, queued, retained
     rows = [
         {
             "tenant": t,
@@ -195,6 +197,7 @@ def operator(request):
             "connections": connections.get(t.id, 0),
             "messages_in": (usage.get(t.id) or {}).get("messages_in") or 0,
             "messages_out": (usage.get(t.id) or {}).get("messages_out") or 0,
+            **{"offline_sessions": 0, "queued": 0, "retained": 0, **held.get(t.id, {})},
         }
         for t in tenants.order_by("slug")
     ]

@@ -3,6 +3,7 @@ from django.urls import path, re_path
 from tenants.portal import (
     account_views,
     billing_views,
+    inspection_views,
     journey_views,
     people_views,
     trust_views,
@@ -49,6 +50,11 @@ urlpatterns = [
         views.rule_dead_letters_clear,
         name="rule-dead-letters-clear",
     ),
+    path("sessions/", inspection_views.sessions, name="sessions"),
+    path("sessions/<path:client_id>/", inspection_views.session_detail, name="session"),
+    path("retained/", inspection_views.retained, name="retained"),
+    path("retained/delete/", inspection_views.retained_delete, name="retained-delete"),
+    path("topics/", inspection_views.topics, name="topics"),
     path("quota/", views.quota, name="quota"),
     path("usage/", billing_views.usage, name="usage"),
     path("invoices/", billing_views.invoices, name="invoices"),
@@ -80,6 +86,26 @@ urlpatterns = [
         "operator/tenants/<slug:slug>/journey/clients/",
         journey_views.operator_journey_events,
         name="operator-journey-events",
+    ),
+    path(
+        "operator/tenants/<str:slug>/sessions/",
+        inspection_views.operator_sessions,
+        name="operator-sessions",
+    ),
+    path(
+        "operator/tenants/<str:slug>/sessions/<path:client_id>/",
+        inspection_views.operator_session,
+        name="operator-session",
+    ),
+    path(
+        "operator/tenants/<str:slug>/retained/",
+        inspection_views.operator_retained,
+        name="operator-retained",
+    ),
+    path(
+        "operator/tenants/<str:slug>/topics/",
+        inspection_views.operator_topics,
+        name="operator-topics",
     ),
     path("password-reset/", people_views.PasswordResetView.as_view(), name="password-reset"),
     path(

@@ -6,6 +6,8 @@ another tenant seeing none of it."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tenants.models import RetainedMessage
@@ -171,3 +173,56 @@ def test_another_tenant_sees_none_of_it_by_id_or_wildcard(acme, broker_port):
         assert json_of(acme.api.get("/api/v1/sessions/slow"))["expiry"] == 600
     finally:
         evil.close()
+
+
+def test_operators_see_each_tenant_from_their_overview_and_tenants_do_not(acme, broker_port):
+    """Point 5: the operators' overview counts what the broker holds per tenant and links to
+    that tenant's sessions, retained messages and topics (read-only); a tenant's own owner
+    cannot open those pages for another tenant."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    evil = tenant("evil", broker_port, password="pass-w0rd-evil")
+    operator = get_user_model().objects.create_user(
+        "ops@platform.io", "ops@platform.io", "pass-w0rd-ops", is_staff=True
+    )
+    ops = Client()
+    ops.force_login(operator)
+    page = ops.get("/operator/").content.decode()
+    row = page[page.index('data-tenant="acme"') :]
+    row = row[: row.index("</tr>")]
+    cells = dict(re.findall(r'<td class="num ([a-z-]+)">(\d+)</td>', row))
+    assert cells == {"connections": "3", "offline-sessions": "1", "queued": "10", "retained": "3"}
+    # (queued: parked's five and slow's five durable copies, two of them in flight)
+    assert 'href="/operator/tenants/acme/sessions/"' in row
+    assert 'href="/operator/tenants/acme/retained/"' in row
+    assert 'href="/operator/tenants/acme/topics/"' in row
+
+    sessions = ops.get("/operator/tenants/acme/sessions/").content.decode()
+    assert 'id="inspected-tenant">acme<' in sessions
+    assert sessions.count('data-client-id="') == 4
+    assert 'href="/operator/tenants/acme/sessions/parked/"' in sessions
+    parked = ops.get("/operator/tenants/acme/sessions/parked/").content.decode()
+    assert parked.count('<tr data-seq="') == 5
+    retained = ops.get("/operator/tenants/acme/retained/").content.decode()
+    assert retained.count('<tr data-topic="') == 3
+    assert "retained-delete" not in retained and "Delete all" not in retained  # read-only
+    topics = ops.get("/operator/tenants/acme/topics/").content.decode()
+    assert 'data-topic="jobs/#"' in topics
+    assert ops.get("/operator/tenants/nobody/sessions/").status_code == 404
+
+    # The other tenant's owner, logged in to the portal: none of acme's pages.
+    intruder = Client()
+    intruder.post("/login/", {"email": "owner@evil.io", "password": "pass-w0rd-evil"})
+    for path in (
+        "/operator/",
+        "/operator/tenants/acme/sessions/",
+        "/operator/tenants/acme/sessions/parked/",
+        "/operator/tenants/acme/retained/",
+        "/operator/tenants/acme/topics/",
+    ):
+        assert intruder.get(path).status_code == 403, path
+    assert intruder.get("/sessions/parked/").status_code == 404  # its own pages: its own only
+    own = intruder.get("/retained/?topic=%23").content.decode()
+    assert "sensors/a/temp" not in own and "config/x" not in own
+    evil.close()
