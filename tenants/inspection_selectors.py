@@ -31,7 +31,7 @@ from common.mqtt.topics import (
     topic_matches,
     validate_topic_filter,
 )
-from tenants import topic_tree
+from tenants import journey, topic_tree
 from tenants.models import (
     DeviceConnection,
     MqttQueuedMessage,
@@ -476,7 +476,12 @@ def topics_tree(*, tenant: Tenant, topic_filter: str = "#") -> topic_tree.TopicT
         if filter_covers(wanted, f.split("/"))
         and not (f[:1] == "$" and wanted[0] in ("+", "#"))  # `#` passes over `$` topics
     }
-    return topic_tree.build(retained, filters)
+    rates = {
+        topic: rate
+        for topic, rate in journey.topic_rates(tenant.slug).items()
+        if topic_matches(topic_filter, topic)
+    }
+    return topic_tree.build(retained, filters, rates)
 
 
 # -- the operators' overview ----------------------------------------------------------------

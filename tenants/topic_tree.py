@@ -5,8 +5,8 @@ node. Pure: the selector gathers the topics and filters.
 A node: `{name, topic, retained, subscriptions, messages_per_minute, children}`. `topic` is the
 path from the root (a filter's `+` and `#` levels are nodes of their own); `retained` says a
 retained message is kept on exactly that topic; `subscriptions` counts the sessions subscribed
-with exactly that filter; `messages_per_minute` is the rate published on it over the last
-minutes, null until the journey (issue 30, points 1-3) records it.
+with exactly that filter; `messages_per_minute` is the rate published on exactly that topic over
+the last minutes (from the journey: `tenants.journey.topic_rates`), null where none was.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class _Node:
     topic: str
     retained: bool = False
     subscriptions: int = 0
+    rate: float | None = None
     children: dict[str, _Node] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -31,7 +32,7 @@ class _Node:
             "topic": self.topic,
             "retained": self.retained,
             "subscriptions": self.subscriptions,
-            "messages_per_minute": None,
+            "messages_per_minute": self.rate,
             "children": [self.children[k].as_dict() for k in sorted(self.children)],
         }
 
@@ -44,9 +45,14 @@ class TopicTree:
 
 
 def build(
-    retained: Iterable[str], subscriptions: Mapping[str, int], max_nodes: int = MAX_NODES
+    retained: Iterable[str],
+    subscriptions: Mapping[str, int],
+    rates: Mapping[str, float] | None = None,
+    max_nodes: int = MAX_NODES,
 ) -> TopicTree:
-    """The tree of `retained` topics and subscription filters (filter -> sessions)."""
+    """The tree of `retained` topics, subscription filters (filter -> sessions) and topics
+    published lately (topic -> messages per minute)."""
+    rates = rates or {}
     root = _Node("", "")
     count = 0
     truncated = False
@@ -54,6 +60,8 @@ def build(
     for topic_filter, sessions in subscriptions.items():
         kept, _ = paths.get(topic_filter, (False, 0))
         paths[topic_filter] = (kept, sessions)
+    for topic in rates:
+        paths.setdefault(topic, (False, 0))
     for path in sorted(paths):
         node = root
         levels = path.split("/")
@@ -68,5 +76,6 @@ def build(
             node = child
         else:
             node.retained, node.subscriptions = paths[path]
+            node.rate = rates.get(path)
     roots = [root.children[k].as_dict() for k in sorted(root.children)]
     return TopicTree(roots=roots, nodes=count, truncated=truncated)

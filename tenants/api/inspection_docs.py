@@ -59,7 +59,7 @@ INSPECTION_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Show the tenant's topic tree",
         "The topics the tenant has, as a tree of levels: the topics of its retained messages "
         "and the filters its sessions subscribe with (a node per level, with `retained`, "
-        "`subscriptions` and `messages_per_minute`, null until the platform records rates), "
+        "`subscriptions` and `messages_per_minute`, the last 5 minutes' rate from the journey), "
         "under `topic` (default `#`). At most 5,000 nodes (`truncated` says when cut).",
     ),
 }

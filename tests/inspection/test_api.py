@@ -18,9 +18,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def broker_port(monkeypatch):
+def broker_port(monkeypatch, tmp_path):
     monkeypatch.setenv("MQTT_SESSION_FIGURES_INTERVAL", "0.3")
-    with running_pg_broker("--no-archive") as port:
+    monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())  # this test's own journey
+    with running_pg_broker("--no-archive", "--journey-interval", "0.2") as port:
         yield port
 
 
@@ -111,7 +112,9 @@ def test_a_tenant_sees_its_sessions_queues_retained_messages_and_topics(acme):
     sensors_tree = {n["name"]: n for n in roots["sensors"]["children"]}
     assert sensors_tree["+"]["children"][0]["subscriptions"] == 1
     assert sensors_tree["a"]["children"][0]["retained"] is True
-    assert sensors_tree["a"]["children"][0]["messages_per_minute"] is None
+    # Rates from the journey: what was published on the topic in the last 5 minutes, per minute.
+    assert sensors_tree["a"]["children"][0]["messages_per_minute"] == 0.2
+    assert roots["jobs"]["children"][0]["messages_per_minute"] is None  # a filter
 
     # Delete by filter: gone from the table and from the broker, the rest kept.
     gone = api.delete("/api/v1/retained?topic=sensors/%23")

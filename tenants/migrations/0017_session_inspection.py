@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0015_rule_budgets"),
+        ("tenants", "0016_journey"),
     ]
 
     operations = [
