@@ -5,6 +5,7 @@ schema has them; `tests/api/test_openapi_docs.py` checks that none is missing or
 from __future__ import annotations
 
 from tenants.api.inspection_docs import INSPECTION_OPERATIONS, INSPECTION_TAG
+from tenants.api.journey_docs import JOURNEY_OPERATIONS, JOURNEY_TAG
 
 TAGS = [
     {"name": "Accounts", "description": "Sign up and get API tokens with an email and password."},
@@ -316,6 +317,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
 # What the broker holds (issue 30): its own module, merged here.
 TAGS.append(INSPECTION_TAG)
 OPERATIONS.update(INSPECTION_OPERATIONS)
+TAGS.append(JOURNEY_TAG)
+OPERATIONS.update(JOURNEY_OPERATIONS)
 
 
 def describe_operations(result, generator, request, public):
