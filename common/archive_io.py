@@ -275,6 +275,10 @@ def iter_archive(
         try:
             table = read_file(store, file)
         except ObjectNotFound:
+            if not file.shared:
+                # A history part goes only with retention (its hour is past the tenant's
+                # days; `forget_parts` then takes it out of the marker): nothing to read.
+                continue
             # Compacted (and deleted) between listing and reading: its rows are now in parts
             # the listing did not name, so list again rather than miss them.
             raise ArchiveChanged(file.key) from None
@@ -313,6 +317,21 @@ def read_archive(
     if not tables:
         return ARCHIVE_SCHEMA.empty_table()
     return pa.concat_tables(tables).sort_by([("ts", "ascending")])
+
+
+def forget_parts(store: ObjectStore, hour: datetime, keys: Iterable[str]) -> int:
+    """Take history parts deleted by retention out of their hour's marker, so no reader lists
+    them again (readers skip a named part that is gone meanwhile); returns how many it named.
+    Run by one writer at a time with compaction (the control plane's archive lock)."""
+    manifest = read_manifest(store, hour)
+    gone = set(keys)
+    if manifest is None or not gone.intersection(manifest.parts):
+        return 0
+    kept = [k for k in manifest.parts if k not in gone]
+    named = len(manifest.parts) - len(kept)
+    manifest.parts = kept
+    store.put(live_hour_prefix(_ms(hour)) + COMPACTED_MARKER, manifest.encode())
+    return named
 
 
 # -- compaction ----------------------------------------------------------------------------------

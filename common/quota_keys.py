@@ -16,4 +16,8 @@ QUOTA_KEYS = (
     "max_device_publish_rate",
     # The rules job's: outputs one rule may make of one message (FOREACH), each an action run.
     "max_rule_outputs",
+    # History (issue 31): the days one history policy may keep, and how many policies a tenant
+    # may have. Enforced by the control plane (the broker archives what policies ask for).
+    "max_history_days",
+    "max_history_policies",
 )

@@ -245,6 +245,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.journey_upkeep",
         "schedule": timedelta(seconds=int(os.environ.get("JOURNEY_UPKEEP_SECONDS", "300"))),
     },
+    # History older than each tenant keeps, deleted by whole hours (tenants.history_retention).
+    "history-retention": {
+        "task": "tenants.tasks.history_retention",
+        "schedule": timedelta(seconds=int(os.environ.get("HISTORY_RETENTION_SECONDS", "3600"))),
+    },
 }
 
 # The single Postgres channel every broker-relevant change is announced on (common/notifications.py).

@@ -196,18 +196,18 @@ async def run(args: argparse.Namespace) -> None:
         # the broker from it before any client connects.
         persistence = SessionPersistence(store)
         kept = RetainedAndDelayed(link.pool)
-        if not args.no_archive:
+        if not args.no_archive:  # the operator's global off
+            from data_plane.storage.archive_decision import ArchiveDecisions
             from data_plane.storage.archive_hook import ArchiveTap
             from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
-            def archive_enabled(tenant: str) -> bool:
-                policy = link.directory.cached_policy(tenant)
-                return policy is None or policy.archive_enabled
-
+            # What each tenant's history policies and rules need, read before any client
+            # connects, then kept by the change notifications.
+            decisions = ArchiveDecisions(link.lookups)
+            await decisions.load_all()
+            link.followers.append(decisions.on_change)
             tap = ArchiveTap(
-                ParquetArchiveWriter(objects),
-                enabled_for=archive_enabled,  # asked from the encoding thread, once per batch
-                interval=args.archive_interval,
+                ParquetArchiveWriter(objects), decisions=decisions, interval=args.archive_interval
             )
         recorder = None
         if not args.no_journey:

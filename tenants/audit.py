@@ -47,6 +47,7 @@ _NAMED = {
     "JwtKey": "kid",
     "Credit": "period",
     "Invitation": "email",
+    "HistoryPolicy": "topic_filter",
 }
 # Fields whose change alone is bookkeeping, not a change anyone made.
 _BOOKKEEPING = {"last_used_at", "last_seen_at", "updated_at"}
@@ -67,6 +68,8 @@ _SAFE_VALUES = {
     "subject",
     "algorithm",
     "not_after",
+    "topic_filter",
+    "days",
 }
 
 

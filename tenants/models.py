@@ -79,6 +79,17 @@ class Plan(models.Model):
         db_default=24,
         help_text="hours the journey (each publish's outcome, each client's events) is kept",
     )
+    # History (common/history_policy.py): what a tenant keeps while it has no history policy
+    # of its own (all its topics, this many days; 0: nothing), and the limits on its policies.
+    history_default_days = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="days of all topics kept while a tenant has no policy"
+    )
+    max_history_days = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="days a history policy may keep"
+    )
+    max_history_policies = models.PositiveIntegerField(
+        default=5, db_default=5, help_text="history policies per tenant"
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -804,3 +815,28 @@ class MqttStreamMark(models.Model):
     node = models.CharField(max_length=200, primary_key=True)
     entry = models.CharField(max_length=48, help_text="a Redis stream entry id, ms-seq")
     updated_at = models.DateTimeField(default=timezone.now)
+
+
+class HistoryPolicy(models.Model):
+    """A tenant's choice to keep the messages on `topic_filter` (MQTT wildcards) for `days` in
+    the archive. The broker archives a topic only if a policy or an enabled rule needs it
+    (`common.history_policy`); retention deletes the tenant's history hours older than its
+    longest policy (`tenants.history_retention`)."""
+
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="history_policies")
+    topic_filter = models.CharField(max_length=256)
+    days = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "topic_filter"], name="history_policy_unique_filter"
+            )
+        ]
+        ordering = ["topic_filter", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.topic_filter} ({self.days} d)"

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from tenants.models import MqttSession, RetainedMessage, Tenant, Usage
+from tenants.models import HistoryPolicy, MqttSession, RetainedMessage, Tenant, Usage
 
 # key -> (label, unit of the limit)
 LIMITS = {
@@ -29,6 +29,8 @@ LIMITS = {
     "max_persistent_sessions": ("Persistent sessions", "sessions"),
     "max_device_publish_rate": ("Publish rate per device", "messages/s"),
     "max_rule_outputs": ("Rule outputs per message", "outputs"),
+    "max_history_days": ("History kept", "days"),
+    "max_history_policies": ("History policies", "policies"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
@@ -42,6 +44,7 @@ PER_WHAT = {
     "max_session_expiry": "per session",
     "max_keepalive": "per session",
     "max_device_publish_rate": "per device",
+    "max_history_days": "per history policy",
 }
 
 
@@ -104,6 +107,7 @@ def usage_now(tenant: Tenant) -> dict[str, float]:
         .exclude(topic__startswith="$")
         .count(),
         "max_persistent_sessions": sessions,
+        "max_history_policies": HistoryPolicy.objects.filter(tenant=tenant).count(),
         "max_publish_rate": (last.messages_in / 60) if last else 0,
         "max_inbound_bytes_rate": (last.bytes_in / 60) if last else 0,
         "max_outbound_bytes_rate": (last.bytes_out / 60) if last else 0,

@@ -61,6 +61,10 @@ DEFAULT_PLANS = {
         "max_session_expiry": 7 * 86_400,
         "max_rule_outputs": 1000,
         "journey_retention_hours": 7 * 24,
+        # A paid plan keeps a week of every topic until the tenant sets policies of its own.
+        "history_default_days": 7,
+        "max_history_days": 90,
+        "max_history_policies": 100,
     },
 }
 
@@ -588,6 +592,8 @@ def rule_create(
     if Rule.objects.filter(tenant=tenant, name=name).exists():
         raise ValidationError({"name": [f"Rule {name!r} already exists."]})
     rule.save()
+    if enabled:  # its FROM's topics are archived from now on (the live job's feed)
+        announce(tenant.slug, ChangeKind.HISTORY_CHANGED, ids=[rule.id])
     return rule
 
 
@@ -603,11 +609,17 @@ def rule_update(rule: Rule, **fields: object) -> Rule:
     if "sql" in fields or fields.get("enabled") is True:
         rule.paused_at, rule.paused_reason = None, ""
     rule.save()
+    if "sql" in fields or "enabled" in fields:  # what the archive keeps for it may change
+        announce(rule.tenant.slug, ChangeKind.HISTORY_CHANGED, ids=[rule.id])
     return rule
 
 
+@transaction.atomic
 def rule_delete(rule: Rule) -> None:
+    slug, rule_id, enabled = rule.tenant.slug, rule.id, rule.enabled
     rule.delete()
+    if enabled:
+        announce(slug, ChangeKind.HISTORY_CHANGED, ids=[rule_id])
 
 
 REPLAY_BATCH = 100  # dead letters re-sent per replay call (oldest first); call again for more

@@ -102,8 +102,9 @@ def history_bytes(
     `incremental`).
 
     History objects are written by the compaction of a closed hour (`common.archive_io`), a
-    few minutes after it closes, under that hour's `date=…/hour=…` folder, and never deleted.
-    So a day older than SETTLE_DAYS no longer changes: the index (`HISTORY_INDEX_KEY`) keeps
+    few minutes after it closes, under that hour's `date=…/hour=…` folder, and deleted only by
+    retention (`tenants.history_retention`), which takes what it deletes out of the index
+    (`history_index_forget`). So a day older than SETTLE_DAYS no longer changes by itself: the index (`HISTORY_INDEX_KEY`) keeps
     each tenant's total of the days up to `settled_through`, and each sample lists, per tenant,
     only the keys after that day's folder (`StartAfter=archive/tenant=T/date=D/~`: `~` sorts
     after every `hour=` key of day D). Days that have settled since the last sample move into
@@ -143,6 +144,23 @@ def history_bytes(
     return totals, "incremental"
 
 
+def history_index_forget(store: ObjectStore, deleted: dict[str, dict[str, int]]) -> None:
+    """Retention deleted these history objects (tenant -> key -> size): take those of settled
+    days out of the index's totals (later days are listed afresh at each sample). Called under
+    the archive lock (`tenants.history_retention.archive_lock`), as the sampler reads the index."""
+    index = _read_index(store)
+    if index is None:
+        return  # the next sample lists everything
+    settled_through = index["settled_through"]
+    totals = dict(index["tenants"])
+    for tenant, sizes in deleted.items():
+        gone = sum(size for key, size in sizes.items() if _history_day(key) <= settled_through)
+        if gone and tenant in totals:
+            totals[tenant] = max(0, totals[tenant] - gone)
+    full_scan_at = datetime.fromisoformat(index["full_scan_at"])
+    _write_index(store, settled_through, totals, full_scan_at=full_scan_at)
+
+
 def _read_index(store: ObjectStore) -> dict[str, Any] | None:
     try:
         index = json.loads(store.get(HISTORY_INDEX_KEY))
@@ -179,8 +197,11 @@ def stored_bytes_by_tenant(
                         payload_sizes = store.sizes(PAYLOAD_PREFIX)
                     size += sum(payload_sizes.get(key, 0) for key in object_keys)
                 measured.setdefault(slug, {"retained": 0, "queued": 0, "archive": 0})[kind] = size
+    from tenants.history_retention import archive_lock
+
     slugs = Tenant.objects.values_list("slug", flat=True)
-    history, _ = history_bytes(store, slugs, now, full=full)
+    with archive_lock():  # retention may be deleting history and correcting the index
+        history, _ = history_bytes(store, slugs, now, full=full)
     for slug, size in archive_bytes_by_tenant(store, history).items():
         measured.setdefault(slug, {"retained": 0, "queued": 0, "archive": 0})["archive"] = size
     return measured

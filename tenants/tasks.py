@@ -17,8 +17,19 @@ def compact_archive() -> list[dict]:
     tenants into per-tenant history); a crashed or overlapping run is finished by the next."""
     from common.archive_io import compact_due
     from common.object_store import open_object_store
+    from tenants.history_retention import archive_lock
 
-    return [result.as_dict() for result in compact_due(open_object_store())]
+    with archive_lock():  # markers are rewritten by retention too
+        return [result.as_dict() for result in compact_due(open_object_store())]
+
+
+@shared_task(name="tenants.tasks.history_retention")
+def history_retention() -> dict:
+    """Hourly: delete each tenant's history hours older than its history policies keep."""
+    from tenants.history_retention import retention_run
+
+    result = retention_run()
+    return {k: result[k] for k in ("now", "hours_deleted", "bytes_deleted", "unknown")}
 
 
 @shared_task(name="tenants.tasks.journey_upkeep")

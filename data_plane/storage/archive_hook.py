@@ -1,9 +1,11 @@
-"""The archive tap: every routed message and client lifecycle event, as Parquet segments (see
-`parquet_archive`), unless the tenant turned its archive off.
+"""The archive tap: the routed messages and client lifecycle events a tenant's history policies
+or rules need (`archive_decision`), as Parquet segments (see `parquet_archive`).
 
 On the event loop the broker calls the tap's recorder (its `Archive` port, `tap.record`) with each
-routed message, which appends each of its fields to its column (its publisher once per batch,
-an index per message) and copies the payload into a reused buffer
+routed message. The recorder first asks whether the message is needed: one dict lookup for a
+tenant that archives nothing, whose messages end there; a second, per topic, for one that
+archives something. A needed message has each of its fields appended to its column (its
+publisher once per batch, an index per message) and its payload copied into a reused buffer
 (`archive_columns.PublishColumns`): nothing decoded or converted. The tap hands the columns to a
 worker thread once `HANDOFF_ROWS` have gathered (the C recorder says so as it happens; every
 `TICK` seconds the tap checks too), which writes them as row groups of the open segments; every
@@ -31,6 +33,7 @@ from common.archive_schema import (
 from common.tasks import cancel_and_wait
 from data_plane.broker.hooks import Hooks
 from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_columns
+from data_plane.storage.archive_decision import ArchiveDecisions
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
 log = logging.getLogger(__name__)
@@ -67,10 +70,16 @@ class ArchiveTap:
         self,
         writer: ParquetArchiveWriter,
         *,
+        decisions: ArchiveDecisions | None = None,
         enabled_for: Callable[[str], bool] | None = None,
         interval: float = 1.0,
     ) -> None:
+        """`decisions`: what each tenant needs archived (None: everything, for tools and
+        tests); `enabled_for(tenant)`, asked by the encoding thread once per batch: a filter
+        after the fact (None: none)."""
         self.writer = writer
+        # Tenants that archive something -> their topics' decisions (None: every message).
+        self._needed = decisions.tenants if decisions is not None else None
         writer.warm_up()  # at start-up, before the broker freezes what it loaded (see warm_up)
         if RECORDER != "c":
             log.warning(
@@ -109,6 +118,10 @@ class ArchiveTap:
     # -- on the event loop: appends only ------------------------------------------------
 
     def _event(self, event: str, tenant: str, client_id: str, device: str, **fields: Any) -> None:
+        if self._needed is not None:
+            topics = self._needed.get(tenant)
+            if topics is None or event not in topics.events:
+                return
         self._events.append(
             {
                 "event": event,
@@ -202,7 +215,20 @@ class ArchiveTap:
 
     def _new_batch(self) -> tuple[PublishColumns, Callable[[Any], None]]:
         columns = PublishColumns(self._spare.pop() if self._spare else None)
-        return columns, columns.recorder(HANDOFF_ROWS, self._full)
+        return columns, self._gated(columns.recorder(HANDOFF_ROWS, self._full))
+
+    def _gated(self, record: Callable[[Any], None]) -> Callable[[Any], None]:
+        """`record` behind the decision: a message is recorded only if its tenant needs it."""
+        if self._needed is None:
+            return record
+        needed = self._needed.get
+
+        def gated(m: Any) -> None:
+            topics = needed(m.tenant)
+            if topics is not None and topics[m.topic]:
+                record(m)
+
+        return gated
 
     def _full(self) -> None:
         """The batch reached `HANDOFF_ROWS` (called by the C recorder, in the publish path): hand

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
@@ -89,6 +90,8 @@ class ControlPlaneLink:
         self.identities = IdentityStore(self.lookups)
         self.trust_anchors = TrustAnchors(self.identities)
         self.listener = ConfigListener(dsn, self.on_change)
+        # Others that follow the same changes (the archive's decisions), after the link's own.
+        self.followers: list[Callable[[Change], Awaitable[None]]] = []
         self.live: LiveConnections | None = None
         self.watch: CredentialWatch | None = None
         self.expiry: IdentityExpiry | None = None
@@ -114,7 +117,20 @@ class ControlPlaneLink:
         await self.presence_pool.close()
 
     async def on_change(self, change: Change) -> None:
+        try:
+            await self._apply(change)
+        finally:
+            for follower in self.followers:
+                try:
+                    await follower(change)
+                except Exception:  # one follower's failure must not stop the others
+                    log.exception("change follower failed for %r", change)
+
+    async def _apply(self, change: Change) -> None:
         kind = str(change.get("kind", ""))
+        if kind.startswith("history."):
+            return  # what the archive keeps: its followers' business, not the connections'
+
         tenant = str(change.get("tenant", ""))
         device = change.get("device")
         if kind.startswith("identity."):

@@ -21,6 +21,11 @@ TAGS = [
     },
     {"name": "ACLs", "description": "Ordered allow/deny rules on topics, and a tester."},
     {"name": "Rules", "description": "SQL rules over the tenant's messages, and their actions."},
+    {
+        "name": "History",
+        "description": "What the archive keeps of the tenant's messages, for how long, and what "
+        "it stores: history policies (topic filters kept for some days).",
+    },
     {"name": "Quota and usage", "description": "Limits the broker enforces, and what was used."},
     {"name": "Invoices", "description": "Monthly invoices as JSON, CSV and PDF."},
     {
@@ -310,6 +315,38 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Replay a rule's dead letters",
         "Sends the rule's dead-lettered webhook calls again (up to 100, oldest first) through "
         "the same signed call as the live job, with the rule's current secret.",
+    ),
+    ("get", "/api/v1/history"): (
+        "History",
+        "Show what the archive keeps and stores",
+        "The plan's default history and limits (`max_history_days`, `max_history_policies`), "
+        "the enabled rules whose FROM is archived too, the days history is kept "
+        "(`retention_days`), the history stored now and this month's storage in GB-hours.",
+    ),
+    ("get", "/api/v1/history-policies"): (
+        "History",
+        "List history policies",
+        "The tenant's topic filters kept in the archive, each with its days.",
+    ),
+    ("post", "/api/v1/history-policies"): (
+        "History",
+        "Keep a topic filter's messages for some days",
+        "From now on the broker archives the messages whose topic `topic_filter` matches (MQTT "
+        "wildcards; `$events/…` names lifecycle events) and keeps them `days` days (1 to the "
+        "plan's `max_history_days`). While a tenant has no policy its plan's default applies "
+        "(free: nothing; paid: every topic for 7 days). A bad filter, too many days or too many "
+        "policies is a 400 that says which.",
+    ),
+    ("get", "/api/v1/history-policies/{policy_id}"): (
+        "History",
+        "Show a history policy",
+        "One policy: its topic filter, days and when it was added. " + TENANT_404,
+    ),
+    ("delete", "/api/v1/history-policies/{policy_id}"): (
+        "History",
+        "Delete a history policy",
+        "The broker stops archiving its topics (unless another policy or a rule needs them); "
+        "what was kept goes with the next hourly retention. " + TENANT_404,
     ),
 }
 

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from tenants.api import identity_views, inspection_views, journey_views, views
+from tenants.api import history_views, identity_views, inspection_views, journey_views, views
 
 urlpatterns = [
     path("signup", views.SignupView.as_view(), name="api-signup"),
@@ -70,6 +70,17 @@ urlpatterns = [
     ),
     path("retained", inspection_views.RetainedView.as_view(), name="api-retained"),
     path("topics", inspection_views.TopicTreeView.as_view(), name="api-topics"),
+    path("history", history_views.HistoryView.as_view(), name="api-history"),
+    path(
+        "history-policies",
+        history_views.HistoryPolicyListView.as_view(),
+        name="api-history-policies",
+    ),
+    path(
+        "history-policies/<int:policy_id>",
+        history_views.HistoryPolicyDetailView.as_view(),
+        name="api-history-policy",
+    ),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),
     path("invoices", views.InvoiceView.as_view(), name="api-invoices"),

@@ -18,6 +18,7 @@ import pytest
 from django.core.management import call_command
 
 from tenants import billing, services
+from tenants.history_services import history_policy_create
 from tenants.models import Invoice, MqttQueuedMessage, RetainedMessage, Usage
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker
@@ -50,6 +51,8 @@ def test_storage_is_sampled_once_an_hour_and_billed_exactly(s3_endpoint, monkeyp
     other = services.tenant_create("other")
     _, secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
     _, other_secret = services.device_create(tenant=other, name="d", client_id_policy="any")
+    for tenant in (acme, other):  # both keep their messages: the live segments hold both
+        history_policy_create(tenant=tenant, topic_filter="#", days=1)
     process, port = start_pg_broker(
         "--large-payload-threshold", "2048", "--usage-flush-interval", "0.5"
     )

@@ -91,3 +91,23 @@ def test_expiry_sweep_revokes_and_announces(listener):
     (payload,) = listener(1)
     assert payload["kind"] == "credential.expired"
     assert services.credentials_expire() == 0
+
+
+def test_what_the_archive_keeps_is_announced_when_policies_and_rules_change(listener):
+    """Each broker re-reads a tenant's history needs on `history.changed` (tests/storage/
+    test_history_broker.py shows it act on it)."""
+    from tenants.history_selectors import history_policy_get
+    from tenants.history_services import history_policy_create, history_policy_delete
+
+    tenant = services.tenant_create("acme")
+    policy = history_policy_create(tenant=tenant, topic_filter="a/#", days=1)
+    history_policy_delete(history_policy_get(tenant=tenant, policy_id=policy.id))
+    rule = services.rule_create(tenant=tenant, name="r", sql='SELECT * FROM "b/+"')
+    rule_id = rule.id
+    services.rule_update(rule, actions=[])  # neither FROM nor enabled: nothing to say
+    services.rule_update(rule, enabled=False)
+    services.rule_create(tenant=tenant, name="off", sql='SELECT * FROM "c"', enabled=False)
+    services.rule_delete(rule)  # disabled already: the archive kept nothing for it
+    changes = listener(5, timeout=2.0)
+    assert [(n["kind"], n["tenant"]) for n in changes] == [("history.changed", "acme")] * 4
+    assert [n["ids"] for n in changes] == [[policy.id], [policy.id], [rule_id], [rule_id]]

@@ -342,7 +342,8 @@ def test_parquet_writer_buffers_within_its_bound_while_the_store_is_down(tmp_pat
     assert kept == uploaded == writer.written_records
 
 
-def test_compact_archive_command_and_periodic_task(tmp_path, monkeypatch):
+def test_compact_archive_command_and_periodic_task(tmp_path, monkeypatch, db):
+    # `db`: the control plane compacts under its archive lock (a Postgres advisory lock).
     import io
 
     from django.core.management import call_command

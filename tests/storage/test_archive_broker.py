@@ -1,6 +1,6 @@
 """The archive on a real broker (Postgres, moto's S3 server): what paho publishes comes back as
-Parquet rows, read with pyarrow and with DuckDB, beside the lifecycle events; a tenant that turned
-the archive off leaves nothing; an unreachable store buffers within bounds and says so."""
+Parquet rows, read with pyarrow and with DuckDB, beside the lifecycle events (for a tenant whose
+history policies keep them); a tenant that turned the archive off leaves nothing; an unreachable store buffers within bounds and says so."""
 
 import os
 import time
@@ -24,6 +24,7 @@ from common.archive_schema import (
 )
 from common.object_store import open_object_store
 from tenants import services
+from tenants.history_services import history_policy_create
 from tenants.models import Tenant
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker
@@ -50,6 +51,11 @@ def test_published_messages_and_lifecycle_events_come_back_as_parquet_rows(
     url = _bucket(s3_endpoint, monkeypatch, "archive")
     acme = services.tenant_create("acme")
     quiet = services.tenant_create("quiet")
+    # acme keeps every topic and its lifecycle events; quiet asks for history but turned its
+    # archive off: nothing of it is kept.
+    for tenant in (acme, quiet):
+        history_policy_create(tenant=tenant, topic_filter="#", days=1)
+        history_policy_create(tenant=tenant, topic_filter="$events/#", days=1)
     Tenant.objects.filter(id=quiet.id).update(archive_enabled=False)
     _, acme_secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
     _, quiet_secret = services.device_create(tenant=quiet, name="d", client_id_policy="any")
@@ -180,6 +186,8 @@ def test_archive_buffers_while_the_object_store_is_away_and_says_so(s3_endpoint,
     url = _bucket(s3_endpoint, monkeypatch, "late", create=False)  # every upload fails
     bucket = url.split("/")[2]
     acme = services.tenant_create("acme")
+    history_policy_create(tenant=acme, topic_filter="a/#", days=1)
+    history_policy_create(tenant=acme, topic_filter="$events/client_connected", days=1)
     _, secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
     metrics_port = _free_port()
     process, port = start_pg_broker(

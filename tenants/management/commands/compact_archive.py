@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from common.archive_io import compact_due, compact_hour, hour_start
 from common.object_store import open_object_store
+from tenants.history_retention import archive_lock
 from tenants.management.commands._output import print_json
 
 
@@ -29,9 +30,11 @@ class Command(BaseCommand):
             start = _parse_hour(hour)
             if start.timestamp() + 3600 > now.timestamp():
                 raise CommandError(f"--hour {hour}: that hour is not over yet.")
-            results = [compact_hour(store, start)]
-        else:
-            results = compact_due(store, now, timedelta(minutes=grace))
+        with archive_lock():  # markers are rewritten by retention too
+            if hour:
+                results = [compact_hour(store, start)]
+            else:
+                results = compact_due(store, now, timedelta(minutes=grace))
         print_json(
             self,
             {
