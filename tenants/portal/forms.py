@@ -113,3 +113,13 @@ class InviteForm(forms.Form):
 
 class PasswordChoiceForm(forms.Form):
     password = forms.CharField(widget=forms.PasswordInput, min_length=8, label="Choose a password")
+
+
+class HistoryPolicyForm(forms.Form):
+    topic_filter = forms.CharField(
+        max_length=256,
+        strip=False,
+        help_text="An MQTT topic filter: + matches one level, # the rest (sensors/+/temperature).",
+        widget=forms.TextInput(attrs={"class": "code", "placeholder": "sensors/#"}),
+    )
+    days = forms.IntegerField(min_value=1, help_text="How many days its messages are kept.")

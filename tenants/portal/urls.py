@@ -3,6 +3,7 @@ from django.urls import path, re_path
 from tenants.portal import (
     account_views,
     billing_views,
+    history_views,
     inspection_views,
     journey_views,
     people_views,
@@ -55,6 +56,12 @@ urlpatterns = [
     path("retained/", inspection_views.retained, name="retained"),
     path("retained/delete/", inspection_views.retained_delete, name="retained-delete"),
     path("topics/", inspection_views.topics, name="topics"),
+    path("history/", history_views.history, name="history"),
+    path(
+        "history/<int:policy_id>/delete/",
+        history_views.history_policy_delete,
+        name="history-policy-delete",
+    ),
     path("quota/", views.quota, name="quota"),
     path("usage/", billing_views.usage, name="usage"),
     path("invoices/", billing_views.invoices, name="invoices"),
