@@ -1,7 +1,9 @@
 """The message archive, version 2: one Parquet schema for every writer and reader.
 
 The broker writes it; the Spark rule jobs, the billing job, DuckDB and tests read it. Nothing else
-defines these columns: import `ARCHIVE_SCHEMA` and the key helpers from here.
+defines these columns: import `ARCHIVE_SCHEMA` and the key helpers from here. For its users it is
+written down in docs/archive.md (with what may change and what may not); files written by
+earlier versions stay readable (tests/storage/test_archive_format.py).
 
 Rows
 ----
