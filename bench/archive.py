@@ -1,7 +1,14 @@
-"""What the archive costs the broker as operators run it (issue 14).
+"""What the archive costs the broker as operators run it (issues 14 and 31).
 
     .venv/bin/python -m bench.archive [--seconds 5] [--pairs 100] [--qos 0,1] [--tenants 10]
-        [--payload filler|json] [--store file|s3]
+        [--payload filler|json] [--store file|s3] [--history everything|nothing]
+
+`--history` says what the tenants keep (issue 31: the broker archives only what a history policy
+or an enabled rule needs): `everything` (the default) gives each tenant a history policy on `#`,
+so every publish is archived, as before issue 31; `nothing` gives them no policy and no rule, so
+the broker with its archive on decides, per message, that there is nothing to keep: the issue's
+target is that this costs ≤ 1.02× the CPU per message of `--no-archive` (and the run checks that
+not one publish row was archived).
 
 The broker is `python manage.py runbroker` on Postgres (the embedded cluster, or DATABASE_URL)
 with its defaults: usage metering on, the archive on (Parquet segments every second into the
@@ -56,6 +63,16 @@ def manage(*args: str) -> dict:
     if result.returncode != 0:
         raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr or result.stdout}")
     return json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
+
+
+def keep_everything(tenants: list[str]) -> None:
+    """A history policy on `#` for each tenant (a day): the broker archives all they publish."""
+    _django()
+    from tenants.history_services import history_policy_create
+    from tenants.models import Tenant
+
+    for tenant in Tenant.objects.filter(slug__in=tenants):
+        history_policy_create(tenant=tenant, topic_filter="#", days=1)
 
 
 def seed(tenants: int = 1) -> tuple[list[str], list[tuple[str, str]]]:
@@ -131,7 +148,7 @@ def start_runbroker(archive: bool, store_url: str) -> RunningBroker:
         preexec_fn=brokers._raise_nofile,
     )
     brokers._wait_port(process, port, "runbroker")
-    name = "runbroker, archive " + ("on" if archive else "off")
+    name = "runbroker, archive " + ("on" if archive else "off")  # on: tenants keep what they ask
     return RunningBroker(name, process, port, workdir)
 
 
@@ -184,12 +201,15 @@ async def run(
     creds: list[tuple[str, str]],
     payload: str = "filler",
     stores: Stores | None = None,
+    history: str = "everything",
 ) -> str:
     stores = stores or Stores("file")
     where = "moto's S3 server" if stores.kind == "s3" else "a local folder"
+    keeps = "keep every topic" if history == "everything" else "keep nothing (no policy, no rule)"
     lines = [
         f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores); "
-        f"pairs across {len(creds)} tenant(s); {payload} payloads; object store: {where}"
+        f"pairs across {len(creds)} tenant(s), which {keeps}; {payload} payloads; "
+        f"object store: {where}"
     ]
     bodies = json_bodies(1024) if payload == "json" else None
     print(lines[0], flush=True)
@@ -226,6 +246,8 @@ async def run(
             )
         rate = {k: sum(r.delivered_per_s for r in v) / len(v) for k, v in runs.items()}
         cpu = {k: sum(r.cpu_per_1000 for r in v) / len(v) for k, v in runs.items()}
+        if history == "nothing" and any(a for a, _ in archived):
+            raise RuntimeError(f"tenants that keep nothing had publishes archived: {archived}")
         lines.append(
             f"pairs n={pairs} qos={qos} 1 KiB | archive off {rate['off']:>8,.0f} msg/s "
             f"cpu/1k {cpu['off']:.4f} | archive on {rate['on']:>8,.0f} msg/s cpu/1k "
@@ -236,6 +258,14 @@ async def run(
             f"{cpu['mosquitto'] / cpu['off']:.2f}x, on {cpu['mosquitto'] / cpu['on']:.2f}x | "
             "archived publish rows / delivered: " + ", ".join(f"{a:,}/{d:,}" for a, d in archived)
         )
+        if history == "nothing":
+            lines[-1] += (
+                f"\n  tenants keeping nothing: archive on/off CPU per message "
+                f"{cpu['on'] / cpu['off']:.3f}x (target <= 1.02x); per run on "
+                + ", ".join(f"{r.cpu_per_1000:.4f}" for r in runs["on"])
+                + ", off "
+                + ", ".join(f"{r.cpu_per_1000:.4f}" for r in runs["off"])
+            )
         print(lines[-1], flush=True)
     lines.append(f"load average at end {os.getloadavg()[0]:.1f}")
     print(lines[-1], flush=True)
@@ -263,15 +293,26 @@ def main(argv: list[str] | None = None) -> None:
         help="the object store: a local folder (default), or moto's S3 server on loopback, "
         "pinned off the broker's core (deployments write to S3)",
     )
+    parser.add_argument(
+        "--history",
+        choices=["everything", "nothing"],
+        default="everything",
+        help="what the tenants keep: every topic (a history policy on #; default), or nothing "
+        "(no policy, no rule: the cost of deciding so, against --no-archive)",
+    )
     args = parser.parse_args(argv)
     tenants, creds = seed(args.tenants)
+    if args.history == "everything":
+        keep_everything(tenants)
     stores = Stores(args.store)
     try:
         import uvloop
 
         uvloop.install()
         qos_levels = [int(q) for q in args.qos.split(",")]
-        asyncio.run(run(args.pairs, args.seconds, qos_levels, creds, args.payload, stores))
+        asyncio.run(
+            run(args.pairs, args.seconds, qos_levels, creds, args.payload, stores, args.history)
+        )
     finally:
         stores.close()
         cleanup(tenants)

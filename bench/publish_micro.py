@@ -7,6 +7,9 @@
     .venv/bin/python -m bench.publish_micro noacl 0 no-archive  # folder as the store) or off
     .venv/bin/python -m bench.publish_micro noacl 0 archive threads  # + CPU of the event loop's
                                                         # thread and of the archive's encoder
+    .venv/bin/python -m bench.publish_micro noacl 0 archive-nothing  # the tap on, deciding
+                                                        # per message that the tenant keeps
+                                                        # nothing (no history policy, no rule)
     .venv/bin/python -m bench.publish_micro noacl 1 rate        # the tenant has publish rates:
                                                         # each PUBLISH through the limiter
 
@@ -39,6 +42,7 @@ from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.policy import authorize_session
 from data_plane.broker.ports import Ports
 from data_plane.config import BrokerConfig
+from data_plane.storage.archive_decision import ArchiveDecisions
 from data_plane.storage.archive_hook import ArchiveTap
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
 from data_plane.tenancy.static import StaticAuthenticator
@@ -48,11 +52,16 @@ USE_ACL = sys.argv[1] == "acl"
 QOS = int(sys.argv[2])
 # "archive" / "no-archive": the tap on or off, both run as `runbroker` runs (collector on, frozen
 # after start-up) and long enough for several archive intervals, so the two compare.
-ARCHIVE_MODE = next((a for a in sys.argv[3:] if a in ("archive", "no-archive")), None)
+ARCHIVE_MODE = next(
+    (a for a in sys.argv[3:] if a in ("archive", "no-archive", "archive-nothing")), None
+)
 # "rate": the tenant has a publish rate (too high to hold anyone): every PUBLISH takes its turn
 # through the limiter (issue 28).
 RATE = "rate" in sys.argv[3:]
-ARCHIVE = ARCHIVE_MODE == "archive"
+ARCHIVE = ARCHIVE_MODE in ("archive", "archive-nothing")
+# "archive-nothing": the tap as `runbroker` builds it, with its decisions (issue 31), where the
+# tenant has no history policy and no rule: each publish is looked up and left out.
+KEEPS_NOTHING = ARCHIVE_MODE == "archive-nothing"
 # "threads": also print the event loop thread's and the encoding thread's CPU per message.
 THREADS = "threads" in sys.argv[4:]
 if ARCHIVE_MODE:
@@ -96,7 +105,8 @@ async def main():
     encoding = [0.0]  # the encoding thread's CPU seconds in `add` and `seal`
     if ARCHIVE:
         scratch = tempfile.mkdtemp(prefix="publish-micro-archive-")
-        tap = ArchiveTap(_TimedWriter(LocalObjectStore(scratch), encoding))
+        decisions = ArchiveDecisions(pool=None) if KEEPS_NOTHING else None  # no tenant keeps
+        tap = ArchiveTap(_TimedWriter(LocalObjectStore(scratch), encoding), decisions=decisions)
     broker = Broker(BrokerConfig(), StaticAuthenticator(tenants), Ports(archive=tap))
     if tap is not None:
         tap.listen(broker.hooks)
@@ -167,7 +177,10 @@ async def main():
                 conn.data_received(b"".join(b"\x40\x02" + i.to_bytes(2, "big") for i in ids))
     if tap is not None:
         await tap.stop()
-        assert tap.writer.written_records >= PAIRS * ROUNDS * BATCH, "archive rows missing"
+        if KEEPS_NOTHING:
+            assert tap.writer.written_records == 0, "a tenant that keeps nothing was archived"
+        else:
+            assert tap.writer.written_records >= PAIRS * ROUNDS * BATCH, "archive rows missing"
         shutil.rmtree(scratch, ignore_errors=True)
     elapsed, loop = time.process_time() - started, time.thread_time() - loop_started
     delivered = sum(c.transport.n for c in subs)
