@@ -151,7 +151,10 @@ class ArchiveDecisions:
         """Read every tenant's needs (start-up, and after a lost notification connection);
         returns how many tenants archive something."""
         rows = await self._fetch(_ALL)
-        needs = await asyncio.to_thread(_needs_of_rows, rows)  # rules compile off the loop
+        # Rules compile off the loop. The dialect's first use builds its parser (most of a
+        # second): done here, at start-up, so a rule added later applies within milliseconds.
+        await asyncio.to_thread(rule_sources, 'SELECT * FROM "warm/up"')
+        needs = await asyncio.to_thread(_needs_of_rows, rows)
         for tenant in list(self.tenants):
             if tenant not in needs:
                 self.set(tenant, ArchiveNeeds())
@@ -163,7 +166,14 @@ class ArchiveDecisions:
     async def reload(self, tenant: str) -> None:
         rows = await self._fetch(_ONE, (tenant,))
         needs = await asyncio.to_thread(_needs_of_rows, rows)
-        self.set(tenant, needs.get(tenant, ArchiveNeeds()))
+        wanted = needs.get(tenant, ArchiveNeeds())
+        self.set(tenant, wanted)
+        log.info(
+            "archive: %s keeps %d topic filter(s) and %d lifecycle event(s)",
+            tenant,
+            len(wanted.filters),
+            len(wanted.events),
+        )
 
     async def on_change(self, change: dict[str, object]) -> None:
         """A control-plane change notification (`common.notifications`)."""
