@@ -6,7 +6,8 @@ publisher (tenant, client id, device) as an index into the batch's table of publ
 payload copied into a buffer reused from batch to batch; nothing decoded or converted. A few
 times a second the tap hands the columns to a worker thread (`ParquetArchiveWriter.add`), which
 turns them into Arrow arrays (the payload column over the buffer itself), drops the broker's own
-messages and tenants whose archive is off, and writes them as row groups (in arrival order, all
+messages (and the tenants an `enabled_for` leaves out, where one is given: the broker decides
+what to record before it records it, `archive_decision`), and writes them as row groups (in arrival order, all
 tenants together: compaction sorts them) of the open segment of each hour; every interval
 (`seal`) it closes the segments and queues them. Uploads run in a second worker thread, in order.
 

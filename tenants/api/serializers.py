@@ -76,7 +76,11 @@ class CurrentTenantOutput(TenantOutput):
 class TenantSettingsInput(StrictInput):
     name = serializers.CharField(max_length=128, required=False)
     acl_default = serializers.ChoiceField(choices=["allow", "deny"], required=False)
-    archive_enabled = serializers.BooleanField(required=False)
+    archive_enabled = serializers.BooleanField(
+        required=False,
+        help_text="false: keep no history (history policies and the plan's default suspended; "
+        "enabled rules still get their feed)",
+    )
     queue_qos0_offline = serializers.BooleanField(required=False)
 
 
