@@ -3,6 +3,7 @@ what it stores (`common.history_policy` for the rules; scoped to one tenant, as 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -15,6 +16,8 @@ from common.pricing import BYTES_PER_GB
 from tenants.history_retention import history_hours
 from tenants.models import HistoryPolicy, Rule, Tenant, Usage
 from tenants.selectors import effective_quota
+
+log = logging.getLogger(__name__)
 
 HOURS_PER_MONTH = 730  # a GB-month in GB-hours (365 × 24 / 12)
 
@@ -71,7 +74,11 @@ def history_summary(
     policies = list(history_policies_list(tenant=tenant))
     default_days = tenant.plan.history_default_days
     default_applies = tenant.archive_enabled and not policies and default_days > 0
-    hours = history_hours(store or open_object_store(), tenant.slug)
+    try:
+        hours: dict | None = history_hours(store or open_object_store(), tenant.slug)
+    except Exception:  # the object store is away: the rest of the page still stands
+        log.warning("history of %s not listed: object store unavailable", tenant.slug, exc_info=1)
+        hours = None
     month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     usage = Usage.objects.filter(tenant=tenant, minute__gte=month_start, minute__lt=now)
     byte_hours = usage.aggregate(total=Sum("storage_byte_hours"))["total"] or 0
@@ -88,8 +95,9 @@ def history_summary(
         "archive_enabled": tenant.archive_enabled,
         "rules": [{"rule": f.rule, "sources": list(f.sources)} for f in rule_feeds(tenant=tenant)],
         "retention_days": tenant_retention_days(tenant),
-        "history_bytes": sum(size for _, size in hours.values()),
-        "history_hours": len(hours),
+        # None: the object store did not answer.
+        "history_bytes": sum(size for _, size in hours.values()) if hours is not None else None,
+        "history_hours": len(hours) if hours is not None else None,
         "oldest_hour": min(hours).isoformat() if hours else None,
         "stored_bytes": sample.stored_bytes if sample is not None else 0,
         "stored_sampled_at": sample.minute.isoformat() if sample is not None else None,

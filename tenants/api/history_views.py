@@ -46,8 +46,10 @@ class HistoryOutput(serializers.Serializer):
     archive_enabled = serializers.BooleanField()
     rules = RuleFeedOutput(many=True, help_text="enabled rules: their FROM is archived too")
     retention_days = serializers.IntegerField(help_text="history older than this is deleted")
-    history_bytes = serializers.IntegerField(help_text="compacted history in the archive now")
-    history_hours = serializers.IntegerField()
+    history_bytes = serializers.IntegerField(
+        allow_null=True, help_text="compacted history in the archive now (null: store away)"
+    )
+    history_hours = serializers.IntegerField(allow_null=True)
     oldest_hour = serializers.DateTimeField(allow_null=True)
     stored_bytes = serializers.IntegerField(help_text="everything stored, at the last sample")
     stored_sampled_at = serializers.DateTimeField(allow_null=True)

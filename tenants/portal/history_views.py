@@ -43,7 +43,11 @@ def history(request, membership):
             form=form,
             policies=history_selectors.history_policies_list(tenant=tenant),
             summary=summary,
-            history_size=human_bytes(summary["history_bytes"]),
+            history_size=(
+                human_bytes(summary["history_bytes"])
+                if summary["history_bytes"] is not None
+                else "unknown (the object store did not answer)"
+            ),
             oldest_hour=summary["oldest_hour"] and datetime.fromisoformat(summary["oldest_hour"]),
             stored_size=human_bytes(summary["stored_bytes"]),
         ),

@@ -129,3 +129,12 @@ def test_a_viewer_reads_but_does_not_change_policies(acme):
     assert [p["id"] for p in results(read_only.get(URL))] == [policy["id"]]
     assert add(read_only, "other/#").status_code == 403
     assert read_only.delete(f"{URL}/{policy['id']}").status_code == 403
+
+
+def test_the_summary_stands_when_the_object_store_is_away(acme, monkeypatch):
+    _, api = acme
+    monkeypatch.setenv("OBJECT_STORE_URL", "s3://no-such-bucket/x")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    response = api.get("/api/v1/history")
+    assert response.status_code == 200
+    assert response.json()["history_bytes"] is None and response.json()["retention_days"] == 0
