@@ -18,7 +18,7 @@ def paid_plan_keeps_a_week(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0015_rule_budgets"),
+        ("tenants", "0017_session_inspection"),
     ]
 
     operations = [
