@@ -168,6 +168,7 @@ class InvoiceAdmin(admin.ModelAdmin):
     """Invoices by status with their totals; the revenue per month above the list."""
 
     list_display = (
+        "number",
         "tenant",
         "period",
         "status",
@@ -177,7 +178,7 @@ class InvoiceAdmin(admin.ModelAdmin):
         "issued_at",
     )
     list_filter = ("status", "period", "currency")
-    search_fields = ("tenant__slug",)
+    search_fields = ("tenant__slug", "number")
     readonly_fields = [f.name for f in Invoice._meta.fields]
     ordering = ("-period", "status", "tenant__slug")
 

@@ -48,6 +48,8 @@ _NAMED = {
     "Credit": "period",
     "Invitation": "email",
     "HistoryPolicy": "topic_filter",
+    "Budget": "label",
+    "BillingDetails": "label",
 }
 # Fields whose change alone is bookkeeping, not a change anyone made.
 _BOOKKEEPING = {"last_used_at", "last_seen_at", "updated_at"}
@@ -70,6 +72,10 @@ _SAFE_VALUES = {
     "not_after",
     "topic_filter",
     "days",
+    "monthly_cents",
+    "thresholds",
+    "at_limit",
+    "budget_degraded",
 }
 
 

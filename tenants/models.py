@@ -120,6 +120,10 @@ class Tenant(models.Model):
     # QoS 0 to a persistent session whose client is offline: dropped (counted) by default, as
     # EMQX does with mqueue_store_qos0 off; on, it waits in the session's queue (in memory).
     queue_qos0_offline = models.BooleanField(default=False)
+    # Spend control (tenants/budgets.py): the budget's `degrade` is in force, so every broker
+    # node refuses the tenant's new CONNECTs (0x97) until it is lifted. Read by the broker
+    # (data_plane/tenancy/store.py) with the rest of the tenant policy.
+    budget_degraded = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -592,10 +596,29 @@ class Invoice(models.Model):
     )
     price_book_version = models.PositiveIntegerField(null=True, blank=True)
     issued_at = models.DateTimeField(null=True, blank=True)
+    # Set once, when the invoice is issued (tenants/invoicing.py), never changed after: the
+    # number (sequential per issuer), who issued it to whom as they stood then, the dates and
+    # the tax. Invoices issued before numbering existed have none of them.
+    issuer_key = models.CharField(max_length=32, blank=True, default="", db_default="")
+    number = models.CharField(max_length=40, null=True, blank=True)
+    issuer = models.JSONField(default=dict, blank=True, db_default={})
+    billed_to = models.JSONField(default=dict, blank=True, db_default={})
+    issue_date = models.DateField(null=True, blank=True)
+    due_date = models.DateField(null=True, blank=True)
+    tax_name = models.CharField(max_length=32, blank=True, default="", db_default="")
+    tax_rate = models.DecimalField(
+        max_digits=6, decimal_places=3, default=0, db_default=0, help_text="percent"
+    )
+    tax_cents = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "period"], name="invoice_unique_period")
+            models.UniqueConstraint(fields=["tenant", "period"], name="invoice_unique_period"),
+            models.UniqueConstraint(
+                fields=["issuer_key", "number"],
+                condition=Q(number__isnull=False),
+                name="invoice_unique_number",
+            ),
         ]
         ordering = ["-period"]
 
@@ -608,6 +631,100 @@ class Invoice(models.Model):
         import json
 
         return json.loads(self.document) if self.document else {}
+
+    @property
+    def total_due_cents(self) -> int:
+        """What the tenant pays: the lines' total plus the tax."""
+        return self.total_cents + self.tax_cents
+
+
+class InvoiceCounter(models.Model):
+    """The last invoice number of an issuer. Issuing locks this row first (`SELECT … FOR
+    UPDATE`) and takes the next number in the same transaction as the invoice, so numbers are
+    sequential without gaps and never given twice, however many processes issue at once."""
+
+    issuer_key = models.CharField(max_length=32, primary_key=True)
+    last_number = models.BigIntegerField(default=0)
+
+
+class BillingDetails(models.Model):
+    """Who an invoice is addressed to: the tenant's legal name, address, tax id and billing
+    contact, copied onto each invoice when it is issued."""
+
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="billing_details")
+    company_name = models.CharField(max_length=200, blank=True)
+    address = models.TextField(blank=True, help_text="street, city, postcode, one per line")
+    country = models.CharField(max_length=64, blank=True)
+    tax_id = models.CharField(max_length=64, blank=True, help_text="VAT or other tax number")
+    email = models.EmailField(blank=True, help_text="where invoices go (finance)")
+    purchase_order = models.CharField(max_length=64, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    label = "billing details"  # how the audit log names it
+
+
+class Budget(models.Model):
+    """A tenant's monthly budget (issue 33): alerts at `thresholds` percent of `monthly_cents`
+    (in the currency of the tenant's price book) and, at 100 %, `at_limit`: notify only, or
+    degrade (new CONNECTs refused until the month ends or the budget is lifted)."""
+
+    objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
+
+    class AtLimit(models.TextChoices):
+        NOTIFY = "notify"
+        DEGRADE = "degrade"
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="budget")
+    monthly_cents = models.PositiveBigIntegerField()
+    thresholds = ArrayField(models.PositiveSmallIntegerField(), default=list)
+    at_limit = models.CharField(max_length=8, choices=AtLimit.choices, default=AtLimit.NOTIFY)
+    webhook_url = models.URLField(max_length=2048, blank=True)
+    # Signs the alert webhooks (X-Signature-256, as the rules' webhooks): shown once, stored
+    # sealed (common.sealed).
+    webhook_secret = models.CharField(max_length=512, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    label = "budget"  # how the audit log names it
+
+
+class BudgetAlert(models.Model):
+    """One alert sent (or being sent): a budget threshold crossed, or a quota nearing, in one
+    month. Its unique key makes it once per month per threshold and amount, across runs and
+    processes: the row is claimed first, then the email and the webhook go out and are
+    recorded here."""
+
+    class Kind(models.TextChoices):
+        BUDGET = "budget"
+        CONNECTIONS = "max_connections"
+        INCLUDED_MESSAGES = "included_messages"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budget_alerts")
+    period = models.CharField(max_length=7, help_text="YYYY-MM")
+    kind = models.CharField(max_length=24, choices=Kind.choices)
+    threshold = models.PositiveSmallIntegerField(help_text="percent")
+    limit = models.BigIntegerField(help_text="the budget in cents, or the quota")
+    value = models.BigIntegerField(help_text="what was used when it was crossed")
+    currency = models.CharField(max_length=3, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    email_to = ArrayField(models.EmailField(), default=list, blank=True)
+    email_sent_at = models.DateTimeField(null=True, blank=True)
+    email_error = models.CharField(max_length=300, blank=True)
+    webhook_url = models.URLField(max_length=2048, blank=True)
+    webhook_sent_at = models.DateTimeField(null=True, blank=True)
+    webhook_error = models.CharField(max_length=300, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "period", "kind", "threshold", "limit"],
+                name="budget_alert_once",
+            )
+        ]
 
 
 # -- Broker state (written by the data plane, schema owned here) --------------------------------
