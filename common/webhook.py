@@ -59,9 +59,15 @@ def output_json(output: Any) -> str:
 
 
 def signed_request(
-    url: str, secret: str, body: bytes, rule_id: int
+    url: str,
+    secret: str,
+    body: bytes,
+    rule_id: int | None,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> tuple[str, int, str, bytes, bool]:
-    """(host, port, scheme, request bytes, tls) for one POST; ValueError for a bad URL."""
+    """(host, port, scheme, request bytes, tls) for one POST; ValueError for a bad URL.
+    `rule_id` None: a call that is no rule's (a budget alert), without `X-Rule-Id`; `headers`
+    are added as given (names and values the platform chose, never a tenant's)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"invalid url {url!r}")
@@ -81,8 +87,10 @@ def signed_request(
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {shown}\r\nUser-Agent: {USER_AGENT}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        f"X-Signature-256: sha256={signature}\r\nX-Rule-Id: {rule_id}\r\n"
-        "Connection: close\r\n\r\n"
+        f"X-Signature-256: sha256={signature}\r\n"
+        + ("" if rule_id is None else f"X-Rule-Id: {rule_id}\r\n")
+        + "".join(f"{name}: {value}\r\n" for name, value in headers)
+        + "Connection: close\r\n\r\n"
     )
     return (
         host,
@@ -98,15 +106,16 @@ async def post_once(
     secret: str,
     output: Any,
     *,
-    rule_id: int,
+    rule_id: int | None,
     timeouts: Timeouts = Timeouts(),
     body_text: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> WebhookResult:
     """One attempt. `body_text`, when given, is sent instead of `output` as JSON (the exact body
     an earlier call sent: a dead letter's replay)."""
     body = (output_json(output) if body_text is None else body_text).encode()
     try:
-        host, port, _scheme, request, tls = signed_request(url, secret, body, rule_id)
+        host, port, _scheme, request, tls = signed_request(url, secret, body, rule_id, headers)
     except (ValueError, UnicodeEncodeError) as exc:
         return WebhookResult(False, f"webhook: {exc}")
     stage = ["connect"]
@@ -216,18 +225,25 @@ async def post_signed_async(
     secret: str,
     output: Any,
     *,
-    rule_id: int,
+    rule_id: int | None,
     attempts: int = 4,
     backoff: float = 0.25,
     timeouts: Timeouts = Timeouts(),
     body_text: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> WebhookResult:
     """Up to `attempts` attempts, back-off doubling from `backoff` seconds between them."""
     result = WebhookResult(False, "webhook: not attempted")
     attempts = max(1, attempts)
     for attempt in range(1, attempts + 1):
         result = await post_once(
-            url, secret, output, rule_id=rule_id, timeouts=timeouts, body_text=body_text
+            url,
+            secret,
+            output,
+            rule_id=rule_id,
+            timeouts=timeouts,
+            body_text=body_text,
+            headers=headers,
         )
         if result.ok or not result.retry or attempt == attempts:
             return WebhookResult(result.ok, result.error[:500], attempt, result.retry)
@@ -240,12 +256,13 @@ def post_signed(
     secret: str,
     output: Any,
     *,
-    rule_id: int,
+    rule_id: int | None,
     attempts: int = 4,
     backoff: float = 0.25,
     timeout: float | None = None,
     timeouts: Timeouts | None = None,
     body_text: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> WebhookResult:
     """`post_signed_async`, blocking (for a thread without a running event loop, or it runs in
     one of its own). `timeout` (older callers) bounds each attempt as a whole."""
@@ -264,6 +281,7 @@ def post_signed(
         backoff=backoff,
         timeouts=timeouts,
         body_text=body_text,
+        headers=headers,
     )
     try:
         asyncio.get_running_loop()

@@ -250,6 +250,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.history_retention",
         "schedule": timedelta(seconds=int(os.environ.get("HISTORY_RETENTION_SECONDS", "3600"))),
     },
+    # Budgets: the month to date against each budget, alerts, the spend control set or lifted
+    # on every broker node within this many seconds of the usage reaching Postgres.
+    "budget-check": {
+        "task": "tenants.tasks.budget_check",
+        "schedule": timedelta(seconds=int(os.environ.get("BUDGET_CHECK_SECONDS", "60"))),
+    },
 }
 
 # The single Postgres channel every broker-relevant change is announced on (common/notifications.py).

@@ -97,3 +97,12 @@ def usage_log_rollup() -> dict:
     from tenants import billing
 
     return billing.usage_log_rollup()
+
+
+@shared_task(name="tenants.tasks.budget_check")
+def budget_check() -> dict:
+    """Every minute: each tenant's month to date against its budget (alerts once per threshold
+    per month, the spend control set or lifted) and its quotas nearing (tenants.budget_alerts)."""
+    from tenants.budget_alerts import check_all
+
+    return check_all()

@@ -111,6 +111,18 @@ LIMITS: dict[str, LimitWords] = {
         refuses_messages=False,
         refused_phrase="persistent sessions refused",
     ),
+    # Not a plan's quota: the tenant's own budget, set to degrade at 100 % (tenants/budgets.py).
+    "budget": LimitWords(
+        None,
+        slowed="",
+        refused="A device could not connect: the tenant's monthly budget was reached and the "
+        'budget says degrade (CONNACK 0x97 Quota exceeded, reason "monthly budget reached"). '
+        "Devices already connected kept working.",
+        advice="Raise the budget, or set it to notify only, on the Budget page: new "
+        "connections are accepted again at once.",
+        refuses_messages=False,
+        refused_phrase="connections refused over the monthly budget",
+    ),
 }
 
 # Drop causes that are not a limit's refusal (data_plane/broker/session.py): a copy of a message

@@ -31,6 +31,9 @@ class AuthResult:
     reason: str = ""
     tenant_id: int | None = None  # the tenant's database id, for durable sessions
     queue_qos0_offline: bool = False  # keep QoS 0 for the session while its client is away
+    # The tenant's spend control is in force (its budget reached, at_limit degrade): a new
+    # connection is refused with 0x97; live ones are kept.
+    budget_degraded: bool = False
     # An internal identity (the portal's live view): not one of the tenant's clients, so not
     # counted, metered or announced; its authorizer stays as issued.
     service: bool = False

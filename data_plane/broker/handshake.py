@@ -117,6 +117,10 @@ class Handshake:
         redirect = broker.redirect(connect, result) if broker.redirect else None
         if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
             return Refusal(redirect.reason_code, reference=redirect.reference if v5 else "")
+        if result.budget_degraded and not result.service:  # spend control (tenants/budgets.py)
+            return Refusal(
+                RC.QUOTA_EXCEEDED, "monthly budget reached", tenant=result.tenant, quota="budget"
+            )
         limit = result.quota.get("max_connections")
         if limit is not None and not result.service:
             if broker.cluster is None:

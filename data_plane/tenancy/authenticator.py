@@ -154,6 +154,7 @@ class PostgresAuthenticator:
             dict(policy.quota),
             tenant_id=policy.tenant_id,
             queue_qos0_offline=policy.queue_qos0_offline,
+            budget_degraded=policy.budget_degraded,
             credential_id=decision.credential_id,
             credential_expires_at=decision.credential_expires_at,
             identity=identity,

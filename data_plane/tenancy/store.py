@@ -50,6 +50,8 @@ class TenantPolicy:
     quota: dict[str, int]
     archive_enabled: bool = True
     queue_qos0_offline: bool = False
+    # The tenant's budget says degrade and it is reached: new CONNECTs are refused.
+    budget_degraded: bool = False
 
     def authorizer(self, tenant: str, device: str) -> AclPolicy | service_identity.Viewer:
         """The ACL one device of this tenant is held to (what a live connection re-reads); the
@@ -71,7 +73,7 @@ SELECT t.id, t.status, d.id, d.enabled, d.client_id_policy, d.client_id_pattern,
 
 _POLICY_SQL = f"""
 SELECT t.id, t.status, t.acl_default, t.quota_overrides, t.archive_enabled, t.queue_qos0_offline,
-       {", ".join("p." + column for column in QUOTA_COLUMNS)}
+       t.budget_degraded, {", ".join("p." + column for column in QUOTA_COLUMNS)}
   FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id
  WHERE t.slug = %s
 """
@@ -123,7 +125,8 @@ class TenantStore:
                 return None
             acl_rows = await (await cursor.execute(_ACL_SQL, (row[0],))).fetchall()
         tenant_id, status, acl_default, overrides, archive_enabled, queue_qos0 = row[:6]
-        quota = dict(zip(QUOTA_COLUMNS, row[6:], strict=True))
+        budget_degraded = row[6]
+        quota = dict(zip(QUOTA_COLUMNS, row[7:], strict=True))
         for key, value in (overrides or {}).items():
             if key in quota:
                 quota[key] = int(value)
@@ -139,4 +142,5 @@ class TenantStore:
             quota=quota,
             archive_enabled=bool(archive_enabled),
             queue_qos0_offline=bool(queue_qos0),
+            budget_degraded=bool(budget_degraded),
         )

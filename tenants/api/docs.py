@@ -29,6 +29,12 @@ TAGS = [
     {"name": "Quota and usage", "description": "Limits the broker enforces, and what was used."},
     {"name": "Invoices", "description": "Monthly invoices as JSON, CSV and PDF."},
     {
+        "name": "Budget",
+        "description": "A monthly budget against the month to date: alerts by email and "
+        "signed webhook, and what happens at 100 % (notify, or degrade: new connections "
+        "refused).",
+    },
+    {
         "name": "Device identity",
         "description": "Devices proving who they are without a secret: X.509 certificates "
         "(a registered CA, or one device's certificate) and JWTs signed by registered keys.",
@@ -228,6 +234,46 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Show an invoice",
         "The invoice of a month (`YYYY-MM`) as JSON with its lines; add `.csv` or `.pdf` to the "
         "path for a file. " + TENANT_404,
+    ),
+    ("get", "/api/v1/billing-details"): (
+        "Invoices",
+        "Show the billing details",
+        "Who the tenant's invoices are addressed to: company name, address, country, tax ID, "
+        "billing email, purchase order.",
+    ),
+    ("put", "/api/v1/billing-details"): (
+        "Invoices",
+        "Change the billing details",
+        'Sets the fields given (text; "" clears one). Each invoice copies them when it is '
+        "issued; invoices already issued keep what they said.",
+    ),
+    ("get", "/api/v1/budget"): (
+        "Budget",
+        "Show the budget and the month to date",
+        "The monthly budget (`monthly_cents` null when none is set), the month to date priced "
+        "as the invoice will price it (`spend_cents`), the share used, whether new connections "
+        "are refused now (`degraded`) and this month's alerts.",
+    ),
+    ("put", "/api/v1/budget"): (
+        "Budget",
+        "Set the budget",
+        "`monthly_cents` (required), `thresholds` (percent, default [50, 80, 100]), "
+        '`at_limit` notify or degrade (at 100 % new CONNECTs are refused with 0x97 "monthly '
+        'budget reached"; connected devices keep working), `webhook_url` (alerts signed with '
+        "X-Signature-256; the secret is issued in this response only, `rotate_webhook_secret` "
+        "issues a new one). A change that lifts the limit lifts it at once.",
+    ),
+    ("delete", "/api/v1/budget"): (
+        "Budget",
+        "Remove the budget",
+        "No more budget alerts; new connections are accepted again at once. Alerts already "
+        "sent stay listed.",
+    ),
+    ("get", "/api/v1/budget/alerts"): (
+        "Budget",
+        "List the alerts sent",
+        "Every budget threshold crossed and quota nearing (80 % of max_connections or of the "
+        "month's included messages), newest first, with when its email and webhook went.",
     ),
     ("get", "/api/v1/cas/registration-code"): (
         "Device identity",

@@ -1,6 +1,13 @@
 from django.urls import path, re_path
 
-from tenants.api import history_views, identity_views, inspection_views, journey_views, views
+from tenants.api import (
+    budget_views,
+    history_views,
+    identity_views,
+    inspection_views,
+    journey_views,
+    views,
+)
 
 urlpatterns = [
     path("signup", views.SignupView.as_view(), name="api-signup"),
@@ -84,6 +91,9 @@ urlpatterns = [
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),
     path("invoices", views.InvoiceView.as_view(), name="api-invoices"),
+    path("budget", budget_views.BudgetView.as_view(), name="api-budget"),
+    path("budget/alerts", budget_views.BudgetAlertsView.as_view(), name="api-budget-alerts"),
+    path("billing-details", budget_views.BillingDetailsView.as_view(), name="api-billing-details"),
     path("journey", journey_views.JourneyView.as_view(), name="api-journey"),
     path(
         "clients/<str:client_id>/events",

@@ -3,6 +3,7 @@ from django.urls import path, re_path
 from tenants.portal import (
     account_views,
     billing_views,
+    budget_views,
     history_views,
     inspection_views,
     journey_views,
@@ -65,6 +66,8 @@ urlpatterns = [
     path("quota/", views.quota, name="quota"),
     path("usage/", billing_views.usage, name="usage"),
     path("invoices/", billing_views.invoices, name="invoices"),
+    path("budget/", budget_views.budget, name="budget"),
+    path("billing/details/", budget_views.billing_details_page, name="billing-details"),
     re_path(
         r"^invoices/(?P<period>[0-9]{4}-[0-9]{2})\.(?P<fmt>csv|pdf)$",
         billing_views.invoice_download,

@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from tenants.budgets import budgets_reseal_secrets
 from tenants.management.commands._output import print_json
 from tenants.services import rules_reseal_secrets
 
@@ -16,10 +17,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         counts = rules_reseal_secrets()
+        budgets = budgets_reseal_secrets()  # the budget alerts' webhook secrets
+        counts["budgets"] = budgets.pop("budgets")
+        for key, value in budgets.items():
+            counts[key] += value
         print_json(self, counts)
         if counts["unopened"]:
             raise CommandError(
                 f"{counts['unopened']} webhook secret(s) open with neither SEALING_KEY nor "
                 "SEALING_KEY_PREVIOUS: set the key they were sealed with as SEALING_KEY_PREVIOUS "
-                "and run again, or give those rules new secrets."
+                "and run again, or give those rules (or budgets) new secrets."
             )
