@@ -211,6 +211,21 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Billing: last month is drafted on the 1st and issued once BILLING_GRACE_DAYS are over (late
 # usage inside the grace period is billed in place; after it, as an adjustment next month).
 BILLING_GRACE_DAYS = int(os.environ.get("BILLING_GRACE_DAYS", "3"))
+# Invoices (tenants/invoicing.py): who issues them (copied onto each invoice when it is issued),
+# their numbers (`INVOICE_NUMBER_PREFIX` + a sequence per `INVOICE_ISSUER_KEY`, never reused),
+# payment terms and tax (a percentage of the lines' total; 0: no tax line).
+INVOICE_ISSUER = {
+    "key": os.environ.get("INVOICE_ISSUER_KEY", "platform"),
+    "name": os.environ.get("INVOICE_ISSUER_NAME", "MQTT platform"),
+    # Lines separated by newlines (or a literal \n in a one-line variable).
+    "address": os.environ.get("INVOICE_ISSUER_ADDRESS", "").replace("\\n", "\n"),
+    "tax_id": os.environ.get("INVOICE_ISSUER_TAX_ID", ""),
+    "email": os.environ.get("INVOICE_ISSUER_EMAIL", ""),
+}
+INVOICE_NUMBER_PREFIX = os.environ.get("INVOICE_NUMBER_PREFIX", "INV-")
+INVOICE_DUE_DAYS = int(os.environ.get("INVOICE_DUE_DAYS", "30"))
+INVOICE_TAX_RATE = os.environ.get("INVOICE_TAX_RATE", "0")  # percent: 20, 8.875
+INVOICE_TAX_NAME = os.environ.get("INVOICE_TAX_NAME", "Tax")
 CELERY_BEAT_SCHEDULE = {
     "billing-draft": {
         "task": "tenants.tasks.billing_draft_previous_month",

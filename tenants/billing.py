@@ -307,6 +307,10 @@ def invoices_store(
 ) -> list[dict[str, Any]]:
     """Write the job's documents as invoices: drafts are replaced, issued ones never touched
     (reported as `unchanged` or `differs`). With `issue`, drafts become issued."""
+    from tenants import invoicing
+
+    # Issuing locks the numbering first, before any invoice row (tenants/invoicing.py).
+    counter = invoicing.numbering_lock() if issue else None
     tenants = {
         t.slug: t for t in Tenant.objects.filter(slug__in=[d["tenant"] for d in result.invoices])
     }
@@ -341,6 +345,8 @@ def invoices_store(
         invoice, _ = Invoice.objects.update_or_create(
             tenant=tenant, period=document["period"], defaults=fields
         )
+        if counter is not None:
+            invoicing.finalize(invoice, counter)
         out.append(_summary(invoice, "issued" if issue else "draft"))
     return out
 
@@ -355,7 +361,27 @@ def _summary(invoice: Invoice, state: str) -> dict[str, Any]:
         "currency": invoice.currency,
         "checksum": invoice.checksum,
         "price_book_version": invoice.price_book_version,
+        "number": invoice.number,
+        "tax_cents": invoice.tax_cents,
+        "total_due_cents": invoice.total_due_cents,
     }
+
+
+def period_unfinished(period: str, now: Any = None) -> str | None:
+    """Why `period` may not be issued yet (it has not ended), or None."""
+    from datetime import datetime
+
+    start = _period_start(period)
+    end = date(start.year + start.month // 12, start.month % 12 + 1, 1)
+    now = now or datetime.now(UTC)
+    if now.astimezone(UTC).date() >= end:
+        return None
+    return (
+        f"{period} has not ended (it ends {end.isoformat()} 00:00 UTC): issuing it now would "
+        "bill part of the month and freeze it (issued invoices never change; later usage "
+        "becomes an adjustment next month). Run without --issue for a draft, or add --force "
+        "to issue it anyway."
+    )
 
 
 def billing_report(
@@ -363,10 +389,16 @@ def billing_report(
     *,
     tenant: Tenant | None = None,
     issue: bool = False,
+    force: bool = False,
     progress: Callable[[str], None] = lambda step: None,
     spark: Any = None,
 ) -> dict[str, Any]:
-    """The billing job for a period, its invoices stored; the JSON summary of the command."""
+    """The billing job for a period, its invoices stored; the JSON summary of the command.
+    Issuing a period that has not ended is refused unless `force`."""
+    if issue and not force:
+        problem = period_unfinished(period)
+        if problem:
+            raise ValidationError({"period": [problem]})
     started = time.monotonic()
     result, books = run_billing_job(period, tenant, progress, spark)
     progress("storing invoices")
@@ -446,12 +478,11 @@ def billing_verify(
     return {"period": period, "checked": len(issued), "differences": differences}
 
 
-@transaction.atomic
 def invoices_issue(period: str) -> int:
-    """Issue the period's drafts as they stand."""
-    return Invoice.objects.filter(period=period, status=Invoice.Status.DRAFT).update(
-        status=Invoice.Status.ISSUED, issued_at=timezone.now()
-    )
+    """Issue the period's drafts as they stand (numbered, dated, taxed: tenants/invoicing.py)."""
+    from tenants import invoicing
+
+    return invoicing.drafts_issue(period)
 
 
 # -- usage from other writers into the portal's table --------------------------------------------

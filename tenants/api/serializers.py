@@ -536,6 +536,10 @@ class InvoiceLineOutput(serializers.Serializer):
     per = serializers.IntegerField()
     amount_cents = serializers.IntegerField()
     for_period = serializers.CharField(required=False, help_text="adjustments: the month adjusted")
+    label = serializers.CharField(
+        help_text='in words with its unit: "Messages (per million, 5 KB units)"'
+    )
+    unit = serializers.CharField(help_text="what `quantity` counts: minutes, GB-hours…")
 
 
 class InvoiceOutput(serializers.Serializer):
@@ -550,9 +554,26 @@ class InvoiceOutput(serializers.Serializer):
     input_checksum = serializers.CharField()
     issued_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
+    number = serializers.CharField(allow_null=True, help_text="sequential per issuer; set at issue")
+    issue_date = serializers.DateField(allow_null=True)
+    due_date = serializers.DateField(allow_null=True)
+    issuer = serializers.JSONField(help_text="{name, address: [lines], tax_id, email} at issue")
+    billed_to = serializers.JSONField(
+        help_text="{company_name, address: [lines], country, tax_id, email, purchase_order}"
+    )
+    subtotal_cents = serializers.IntegerField(source="total_cents", help_text="= total_cents")
+    tax_name = serializers.CharField()
+    tax_rate = serializers.DecimalField(max_digits=6, decimal_places=3, help_text="percent")
+    tax_cents = serializers.IntegerField()
+    total_due_cents = serializers.IntegerField(help_text="total_cents + tax_cents")
 
     def _lines(self, invoice) -> list[dict]:
-        return invoice.line_items
+        from tenants.invoice_words import line_label, line_unit
+
+        return [
+            {**line, "label": line_label(line), "unit": line_unit(line)}
+            for line in invoice.line_items
+        ]
 
     @extend_schema_field(InvoiceLineOutput(many=True))
     def get_lines(self, invoice) -> list[dict]:

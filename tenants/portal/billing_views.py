@@ -10,6 +10,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 
 from tenants import billing_selectors, charts, invoice_render
+from tenants.invoice_words import line_words
 from tenants.portal.views import _context, tenant_view
 
 CHARTS = (
@@ -78,10 +79,7 @@ def invoices(request, membership):
     selected = next((i for i in listed if i.period == wanted), listed[0] if listed else None)
     lines = []
     if selected is not None:
-        lines = [
-            {**line, "amount": invoice_render.money(line["amount_cents"], selected.currency)}
-            for line in selected.line_items
-        ]
+        lines = [{**line, **line_words(line, selected.currency)} for line in selected.line_items]
     rows = [(i, invoice_render.money(i.total_cents, i.currency)) for i in listed]
     return render(
         request,
@@ -92,7 +90,8 @@ def invoices(request, membership):
             selected=selected,
             lines=lines,
             selected_total=selected
-            and invoice_render.money(selected.total_cents, selected.currency),
+            and invoice_render.money(selected.total_due_cents, selected.currency),
+            selected_tax=selected and invoice_render.money(selected.tax_cents, selected.currency),
         ),
     )
 

@@ -89,15 +89,17 @@ def test_invoice_json_csv_pdf_and_isolation(acme, attacker, spark, tmp_path, mon
     assert pdf["Content-Type"] == "application/pdf" and pdf.content.startswith(b"%PDF")
     (tmp_path / "invoice.pdf").write_bytes(pdf.content)
     text = subprocess.run(
-        ["pdftotext", "-layout", str(tmp_path / "invoice.pdf"), "-"],
+        ["pdftotext", str(tmp_path / "invoice.pdf"), "-"],
         capture_output=True,
         text=True,
         check=True,
         timeout=30,
     ).stdout
-    assert "Acme Sensors Ltd (acme)" in text and "2026-09" in text
-    assert "messages" in text and "4500000" in text
-    assert "Total" in text and "3.50 USD" in text
+    text = " ".join(text.split())  # a label wrapped in its cell reads as one
+    assert "Acme Sensors Ltd" in text and "Account acme" in text and "2026-09" in text
+    assert "Messages (per million, 5 KB units)" in text and "4,500,000" in text
+    assert "Total due" in text and "3.50 USD" in text
+    assert "Invoice number" in text and body["number"] in text  # numbered when issued
 
     _, evil = attacker
     for suffix in ("", ".csv", ".pdf"):

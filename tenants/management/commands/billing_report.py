@@ -34,20 +34,30 @@ class Progress:
 class Command(BaseCommand):
     help = (
         "The billing job for a period (usage log + price books → invoices, in Spark): "
-        "billing_report --period YYYY-MM [--tenant T] [--issue]; prints a JSON summary."
+        "billing_report --period YYYY-MM [--tenant T] [--issue [--force]]; prints a JSON "
+        "summary. --issue refuses a month that has not ended unless --force."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--period", required=True, metavar="YYYY-MM")
         parser.add_argument("--tenant")
         parser.add_argument("--issue", action="store_true", help="issue the invoices")
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="with --issue: issue a month that has not ended yet (a partial bill, frozen)",
+        )
 
-    def handle(self, *args, period, tenant, issue, **options):
+    def handle(self, *args, period, tenant, issue, force, **options):
         owner = tenant_or_error(tenant) if tenant else None
         try:
             summary = run_service(
                 lambda: billing.billing_report(
-                    period, tenant=owner, issue=issue, progress=Progress(self.stderr._out)
+                    period,
+                    tenant=owner,
+                    issue=issue,
+                    force=force,
+                    progress=Progress(self.stderr._out),
                 )
             )
         except ValueError as exc:
