@@ -82,7 +82,7 @@ def check_all(*, now: datetime | None = None) -> dict[str, int]:
         summary["alerts"] += len(claimed)
         summary["degraded"] += changed is True
         summary["lifted"] += changed is False
-    summary["sent"] = deliver_pending(now=now)
+    summary["sent"] = deliver_pending()
     return summary
 
 
@@ -187,14 +187,13 @@ def _claim(
         return None
 
 
-def deliver_pending(*, now: datetime | None = None) -> int:
-    """Send what claimed alerts still owe (an email, a webhook); returns the sends made."""
-    now = now or datetime.now(UTC)
+def deliver_pending() -> int:
+    """Send what claimed alerts still owe (an email, a webhook); returns the sends made.
+    `MAX_ATTEMPTS` bounds the retries (an alert claimed just before a month ends is sent too)."""
     pending = (
         BudgetAlert.objects.filter(
             Q(email_sent_at=None) & ~Q(email_to=[]) | Q(webhook_sent_at=None) & ~Q(webhook_url=""),
             attempts__lt=MAX_ATTEMPTS,
-            period=now.strftime("%Y-%m"),
         )
         .order_by("id")
         .values_list("id", flat=True)

@@ -35,7 +35,6 @@ class BudgetForm(forms.Form):
             ("notify", "Notify only: devices keep connecting"),
             ("degrade", "Degrade: refuse new connections; connected devices keep working"),
         ],
-        widget=forms.RadioSelect,
         initial="notify",
     )
     webhook_url = forms.CharField(

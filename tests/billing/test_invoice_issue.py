@@ -209,3 +209,24 @@ def test_billing_report_issue_refuses_a_month_that_has_not_ended(db):
 
     assert period_unfinished("2026-09", datetime(2026, 10, 1, tzinfo=UTC)) is None
     assert period_unfinished("2026-09", datetime(2026, 9, 30, 23, 59, tzinfo=UTC))
+
+
+def test_billing_details_api_names_problems_and_the_portal_form_saves(acme, client):  # noqa: F811
+    _, api = acme
+    assert api.get("/api/v1/billing-details").json()["company_name"] == ""
+    bad = api.put("/api/v1/billing-details", {"email": "not-mail", "vat": "x"}, format="json")
+    fields = bad.json()["error"]["fields"]
+    assert bad.status_code == 400 and "not an email" in fields["email"][0] and "vat" in fields
+    one_line = api.put("/api/v1/billing-details", {"country": "A\nB"}, format="json")
+    assert one_line.status_code == 400 and "one line" in one_line.json()["error"]["message"]
+    good = api.put(
+        "/api/v1/billing-details",
+        {"company_name": "Acme Sensors Ltd", "address": "1 Sensor Way\nLeeds"},
+        format="json",
+    )
+    assert good.status_code == 200 and good.json()["address"] == "1 Sensor Way\nLeeds"
+    client.login(username="owner@acme.io", password="pass-w0rd-acme")
+    saved = client.post("/billing/details/", {"company_name": "Acme Ltd", "tax_id": "GB1"})
+    assert saved.status_code == 302
+    assert api.get("/api/v1/billing-details").json()["tax_id"] == "GB1"
+    assert 'value="Acme Ltd"' in client.get("/billing/details/").content.decode()

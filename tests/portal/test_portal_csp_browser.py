@@ -36,6 +36,8 @@ PAGES = [
     "/quota/",
     "/usage/",
     "/invoices/",
+    "/budget/",
+    "/billing/details/",
     "/members/",
     "/identity/",
     "/audit/",
