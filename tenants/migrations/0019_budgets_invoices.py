@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0017_session_inspection"),
+        ("tenants", "0018_history_policies"),
     ]
 
     operations = [
