@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tenants.disconnect_reasons import CODES
+from tenants.throttling_words import LIMITS
 
 OUTCOME_WORDS = {
     "delivered": "delivered",
@@ -91,7 +92,9 @@ EVENT_WORDS = {
 def describe_event(row: dict[str, Any]) -> dict[str, Any]:
     code = row.get("reason_code")
     reason = row.get("reason")
-    if row["event"] == "disconnected" and code is not None and code in CODES:
+    if row["event"] == "connect_failed" and reason in LIMITS:  # a limit's key: its words
+        reason = LIMITS[reason].refused
+    elif row["event"] == "disconnected" and code is not None and code in CODES:
         reason = (
             f"{CODES[code][0]}: {CODES[code][1]}"
             if reason in (None, "", "normal") or (reason and reason.startswith("0x"))
