@@ -20,4 +20,8 @@ QUOTA_KEYS = (
     # may have. Enforced by the control plane (the broker archives what policies ask for).
     "max_history_days",
     "max_history_policies",
+    # Device shadows (AWS IoT's): bytes of one shadow's state (desired + reported, as AWS
+    # counts them: 8 KiB by default), and days each shadow's past versions are kept.
+    "max_shadow_size",
+    "shadow_history_days",
 )

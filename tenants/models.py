@@ -90,6 +90,14 @@ class Plan(models.Model):
     max_history_policies = models.PositiveIntegerField(
         default=5, db_default=5, help_text="history policies per tenant"
     )
+    max_shadow_size = models.PositiveIntegerField(
+        default=8192,
+        db_default=8192,
+        help_text="bytes of one device shadow's state (desired + reported), as AWS counts them",
+    )
+    shadow_history_days = models.PositiveIntegerField(
+        default=30, db_default=30, help_text="days a device shadow's past versions are kept"
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -485,6 +493,8 @@ class Usage(models.Model):
     storage_byte_hours = models.BigIntegerField(default=0, db_default=0)
     rules_triggered = models.BigIntegerField(default=0, db_default=0)
     actions_executed = models.BigIntegerField(default=0, db_default=0)
+    # Device shadow operations in AWS's 1 KiB units (data_plane.shadows.metering).
+    shadow_operations = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [
@@ -957,3 +967,60 @@ class HistoryPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"{self.topic_filter} ({self.days} d)"
+
+
+class Shadow(models.Model):
+    """A device's shadow, as AWS IoT keeps it (`common.shadow.document`): `name` "" is the
+    classic shadow, any other a named one. Written by the broker's shadow service
+    (`data_plane.shadows.store`, with psycopg) and by the REST API (`tenants.shadow_services`),
+    each holding the row's lock while it merges. A deleted shadow keeps its row (`present`
+    false) and its `version`, so one created again under that name goes on from it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="shadows")
+    name = models.CharField(max_length=64, blank=True, default="")
+    version = models.BigIntegerField(default=0)
+    present = models.BooleanField(default=False)
+    state = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["device", "name"], name="shadow_unique_name")
+        ]
+        ordering = ["name"]
+
+
+class ShadowVersion(models.Model):
+    """One accepted change of a shadow, kept for the plan's `shadow_history_days`: the state
+    after it (empty for a delete), the request's state, and who made it. A change made through
+    the REST API carries the replies devices are sent (`replies`) until a broker has published
+    them (`published_at`): the control plane reaches the broker through the database
+    (`data_plane.shadows.announcements`)."""
+
+    class Operation(models.TextChoices):
+        UPDATE = "update"
+        DELETE = "delete"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    shadow = models.ForeignKey(Shadow, on_delete=models.CASCADE, related_name="versions")
+    version = models.BigIntegerField()
+    operation = models.CharField(max_length=8, choices=Operation.choices)
+    state = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    request = models.JSONField(null=True, blank=True, help_text="the update's state node")
+    client_token = models.CharField(max_length=64, blank=True, default="")
+    actor = models.CharField(max_length=255, blank=True, default="", help_text="client id or user")
+    via = models.CharField(max_length=8, default="mqtt", help_text="mqtt | api")
+    replies = models.JSONField(null=True, blank=True, help_text="[[topic, body], ...] to publish")
+    published_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["shadow", "-id"], name="shadow_version_recent"),
+            models.Index(fields=["tenant", "created_at"], name="shadow_version_age"),
+        ]

@@ -31,6 +31,8 @@ LIMITS = {
     "max_rule_outputs": ("Rule outputs per message", "outputs"),
     "max_history_days": ("History kept", "days"),
     "max_history_policies": ("History policies", "policies"),
+    "max_shadow_size": ("Device shadow size", "bytes"),
+    "shadow_history_days": ("Device shadow history", "days"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
@@ -45,6 +47,8 @@ PER_WHAT = {
     "max_keepalive": "per session",
     "max_device_publish_rate": "per device",
     "max_history_days": "per history policy",
+    "max_shadow_size": "per shadow",
+    "shadow_history_days": "per shadow",
 }
 
 
