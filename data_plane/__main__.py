@@ -15,7 +15,7 @@ import time
 
 from common import logs
 from data_plane.broker.broker import Redirect
-from data_plane.broker.ports import NO_PORTS, Ports
+from data_plane.broker.ports import Ports
 from data_plane.config import BrokerConfig
 
 
@@ -154,10 +154,14 @@ async def run(args: argparse.Namespace) -> None:
     if config.tls_cert and config.tls_port is None:
         config.tls_port = 8883
     link = None
+    from data_plane.shadows.service import ShadowService
+
     if args.auth_file:
+        from data_plane.shadows.store import MemoryShadows
         from data_plane.tenancy.static import StaticAuthenticator
 
         authenticator = StaticAuthenticator.from_file(args.auth_file)
+        shadows = ShadowService(MemoryShadows(authenticator.has_device))
     else:
         from data_plane.tenancy.authenticator import PostgresAuthenticator
         from data_plane.tenancy.control import ControlPlaneLink
@@ -171,13 +175,16 @@ async def run(args: argparse.Namespace) -> None:
         authenticator = PostgresAuthenticator(
             link.directory, link.identities, trust_anchors=link.trust_anchors
         )
+        from data_plane.shadows.store import PostgresShadows
+
+        shadows = ShadowService(PostgresShadows(link.pool))
     persistence = None
     kept = None
     prepare = None
     objects = None
     tap = None
     journey = None
-    ports = NO_PORTS
+    ports = Ports(shadows=shadows)
     if link is not None:
         from common.object_store import open_object_store
         from data_plane.storage.persistence import SessionPersistence
@@ -223,9 +230,11 @@ async def run(args: argparse.Namespace) -> None:
             delayed_storage=kept,
             archive=tap,
             journey=recorder,
+            shadows=shadows,
         )
 
         async def prepare(broker):
+            shadows.attach(broker)
             async with link.pool.connection() as conn:
                 rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
             keep = cluster.claim_restored if cluster is not None else None  # one node each
@@ -239,6 +248,11 @@ async def run(args: argparse.Namespace) -> None:
 
     if cluster is not None:  # the cluster plugs in as the broker's Cluster port
         ports = dataclasses.replace(ports, cluster=cluster)
+    if prepare is None:
+
+        async def prepare(broker):
+            shadows.attach(broker)
+
     server = await serve(config, authenticator, prepare, ports)
     observers = None
     presence = None
@@ -270,6 +284,7 @@ async def run(args: argparse.Namespace) -> None:
             usage_writer=usage_writer,
         )
         observers.start()
+        shadows.metered = observers.meter.shadow_operations
         from data_plane.tenancy.presence import Presence
 
         presence = None
@@ -295,6 +310,7 @@ async def run(args: argparse.Namespace) -> None:
     await stop.wait()
     watchdog = loop.create_task(_report_stalled_shutdown())
     await server.shutdown()
+    await shadows.stop()
     if cluster is not None:
         await cluster.stop()
     if purge is not None:

@@ -3,7 +3,8 @@ touching the connection (enhanced auth's `Continue | Succeed | Fail` is the mode
 
 `PublishAdmission.admit` returns one of
 
-- `Accept(message, delay)`: route it (`delay`: a `$delayed/{seconds}/...` publish);
+- `Accept(message, delay, service)`: route it (`delay`: a `$delayed/{seconds}/...` publish), or
+  hand it to `service` (a device shadow request, `ports.Shadows`) instead;
 - `Duplicate()`: a resend of a publish already taken (QoS 2: its packet id is held; QoS 1: a DUP
   with the packet id, topic and payload of a recent one, `resends`): acknowledge again, deliver
   nothing;
@@ -23,10 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from common.acl import reserved_default
 from common.mqtt.errors import MQTTError
 from common.mqtt.packets import MQTT_5_0, Publish, Subscribe, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
-from common.mqtt.topics import validate_topic_name
+from common.mqtt.topics import parse_shared, validate_topic_name
 from data_plane.broker.fair_share import OverTooLong, over_the_rate
 from data_plane.broker.limits import MAX_DELAY, too_deep
 from data_plane.broker.message import Message, Origin
@@ -40,6 +42,7 @@ RATE_STRIKES_BEFORE_DISCONNECT = 100
 class Accept:
     message: Message
     delay: int | None = None
+    service: Any = None  # the shadow service the request goes to, instead of the router
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +94,10 @@ class PublishAdmission:
         "strikes",
         "aliases",
         "origin",
+        "shadows",
     )
 
-    def __init__(self, config: Any, retained: Any) -> None:
+    def __init__(self, config: Any, retained: Any, shadows: Any = None) -> None:
         self.alias_maximum = config.topic_alias_maximum
         self.receive_maximum = config.receive_maximum
         self.retained = retained  # the broker's RetainedStore (count/has, for the quota)
@@ -106,6 +110,7 @@ class PublishAdmission:
         self.strikes = 0
         self.aliases: dict[int, str] = {}
         self.origin: Origin | None = None
+        self.shadows = shadows  # the broker's shadow service (`$aws/…` requests), if any
 
     def begin(
         self, auth: Any, protocol_version: int, client_id: str, recent: RecentPublishes
@@ -187,7 +192,12 @@ class PublishAdmission:
         if too_deep(topic):
             return Refuse(RC.TOPIC_NAME_INVALID, "topic has too many levels")
         acl = self.auth.acl
-        if topic.startswith("$") or (acl is not None and not acl.can_publish(topic)):
+        service = None
+        if topic[:1] == "$":  # the broker's own topics; of them, clients may only make requests
+            service = self.shadows
+            if service is None or not service.admits(self.auth, topic):
+                return Refuse(RC.NOT_AUTHORIZED, "not authorized", None, ("denied",))
+        elif acl is not None and not acl.can_publish(topic):
             return Refuse(RC.NOT_AUTHORIZED, "not authorized", None, ("denied",))
         message = Message.from_publish(
             self.tenant,
@@ -200,6 +210,14 @@ class PublishAdmission:
             self.device,
             self.origin,
         )
+        if service is not None:  # a request, not a message: nothing is retained or routed
+            if qos == 1:
+                self.recent.slots[packet.packet_id % SLOTS] = (
+                    packet.packet_id,
+                    topic,
+                    packet.payload,
+                )
+            return Accept(message, None, service)
         if packet.retain and packet.payload:  # clearing is always allowed
             limit = quota.get("max_retained_messages")
             if (
@@ -226,7 +244,9 @@ class SubscribeDecision:
 
 def admit_subscribe(packet: Subscribe, auth: Any, subscriptions: Any) -> SubscribeDecision:
     """Each filter of a SUBSCRIBE: too deep, not authorized, over the tenant's subscription
-    quota, or granted at the QoS asked (`subscriptions`: the session's current ones)."""
+    quota, or granted at the QoS asked (`subscriptions`: the session's current ones). Without
+    an ACL everything of the tenant is allowed but the things' reserved topics, each thing's
+    its own (`common.acl.reserved_default`)."""
     acl = auth.acl
     limit = auth.quota.get("max_subscriptions_per_client")
     decision = SubscribeDecision([], [])
@@ -234,7 +254,12 @@ def admit_subscribe(packet: Subscribe, auth: Any, subscriptions: Any) -> Subscri
         if too_deep(sub.topic_filter):
             decision.codes.append(RC.TOPIC_FILTER_INVALID)
             continue
-        if acl is not None and not acl.can_subscribe(sub.topic_filter):
+        if (
+            not acl.can_subscribe(sub.topic_filter)
+            if acl is not None
+            else reserved_default(parse_shared(sub.topic_filter)[1].split("/"), auth.device)
+            is False
+        ):
             decision.denied += 1
             decision.codes.append(RC.NOT_AUTHORIZED)
             continue

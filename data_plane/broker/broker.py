@@ -77,6 +77,7 @@ class Broker:
         self.cluster = ports.cluster  # the other nodes; None: the only one (see `publish`)
         self.archive = ports.archive  # records each routed message; None: no archive
         self.journey = ports.journey  # each publish's outcome (its connection records it)
+        self.shadows = ports.shadows  # serves `$aws/things/…/shadow/…` requests; None: refused
 
     # -- sessions -----------------------------------------------------------------------
 

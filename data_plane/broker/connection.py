@@ -101,7 +101,7 @@ class MQTTConnection(asyncio.Protocol):
         self.problem_information = True  # 5.0 Request Problem Information
         # Collaborators.
         self.handshake = Handshake(self)
-        self.admission = PublishAdmission(self.config, broker.retained)
+        self.admission = PublishAdmission(self.config, broker.retained, broker.shadows)
         self.inbound = Inbound(self, self.admission)
         self.acks = Acks(self)
         self.gate = ReadGate(self, self.loop, self._process, broker.turns)
@@ -427,7 +427,9 @@ class MQTTConnection(asyncio.Protocol):
         recent = self.broker.resends.opened(self.tenant, client_id)
         self.admission.begin(result, self.protocol_version, client_id, recent)
         keep_alive, server_keep_alive = self.handshake.keep_alive(connect, quota)
-        assigned = None if (result.client_id or connect.client_id) else client_id
+        # An empty client id gets one, told in CONNACK [MQTT-3.2.2-16]: the device's name where
+        # its policy makes that its client id (AWS IoT's thing name), else a generated one.
+        assigned = None if connect.client_id else client_id
         connack = self.handshake.connack(
             connect, present, welcome.expiry, assigned, server_keep_alive
         )

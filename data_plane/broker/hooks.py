@@ -25,6 +25,7 @@ HOOK_NAMES = (
     "client.refused",  # data_plane.broker.refused: what a connection refused, and why
     "session.expired",  # a session ended, no client having resumed it within its expiry
     "session.will",  # a will went out: (session or None, will, Published)
+    "shadow.changed",  # data_plane.shadows: an accepted change of a device shadow
 )
 
 

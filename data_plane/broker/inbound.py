@@ -73,6 +73,10 @@ class Inbound:
             return
         broker = conn.broker
         message = decision.message
+        if decision.service is not None:  # a device shadow request: answered on its topics
+            decision.service.request(conn.auth, message)
+            conn.acks.accepted(packet, 0, [])
+            return
         if decision.delay is not None:
             stored = broker.delay(message, decision.delay)
             conn.acks.accepted(packet, 0, [stored] if stored is not None else [])

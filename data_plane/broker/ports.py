@@ -25,7 +25,9 @@ of storage or the cluster any other way, and neither ever sets an attribute of t
   direct call from `Broker.publish`, not a `message.publish` hook, because the hooks' dispatch
   cost the loop more than the recording itself;
 - `journey` (`Journey`): records each PUBLISH's outcome (`data_plane.observability.journey`),
-  called by the connection's inbound side, which knows the packet and what became of it.
+  called by the connection's inbound side, which knows the packet and what became of it;
+- `shadows` (`Shadows`): AWS IoT's device shadows (`data_plane.shadows`): a client's PUBLISH to
+  a shadow request topic (`$aws/things/…/shadow/…`) is handed to it instead of being routed.
 
 Each is optional: without it the broker keeps that state in memory only (tests, `--auth-file`).
 Storage objects are built first, handed to `Broker(...)` in `Ports`, then started with the broker
@@ -197,6 +199,19 @@ class Cluster(Protocol):
         ...
 
 
+class Shadows(Protocol):
+    """The device shadow service (data_plane.shadows): requests in, replies through `publish`."""
+
+    def admits(self, auth: Any, topic: str) -> bool:
+        """Whether a client with this `AuthResult` may make the request that a PUBLISH to this
+        `$`-topic is (every other `$` topic is refused to clients)."""
+        ...
+
+    def request(self, auth: Any, message: Any) -> None:
+        """Take an admitted request; it is answered later, on its reply topics."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Ports:
     """What a broker is plugged into, given at construction; None: that state stays in memory
@@ -209,6 +224,7 @@ class Ports:
     cluster: Cluster | None = None
     archive: Archive | None = None
     journey: Journey | None = None
+    shadows: Shadows | None = None
 
 
 NO_PORTS = Ports()

@@ -48,6 +48,7 @@ def usage_row(tenant: str, minute: int, usage: Any, writer: str) -> dict[str, An
         "bytes_in": usage.bytes_in,
         "bytes_out": usage.bytes_out,
         "dropped": sum(usage.dropped.values()),
+        "shadow_operations": usage.shadow_operations,
     }
 
 

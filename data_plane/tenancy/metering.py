@@ -9,6 +9,8 @@ Drops and slowdowns are kept apart: `dropped` counts what was not taken or not d
 a quota's refusals as `quota_<key>`), `throttled` what a limit only slowed down (a publisher paused,
 deliveries paced: by quota key). Neither is billed; the portal and `GET /api/v1/quota` show them.
 
+Device shadow operations are metered apart, in AWS's 1 KiB units (`shadow_operations`).
+
 Billable units are AWS IoT Core's (see `common.archive_schema`): `message_units` in 5 KiB
 increments (the broker counts them in its per-tenant stats), `connection_minutes` per connection
 with partial minutes rounded up — a connection opened at t0 is charged one minute at t0, and one
@@ -34,11 +36,13 @@ _UPSERT = """
 INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
                            bytes_in, bytes_out, dropped, throttled, retained_count, stored_bytes,
                            message_units, connection_minutes, storage_byte_hours,
-                           rules_triggered, actions_executed)
-SELECT t.id, to_timestamp(%s), %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s, 0, 0
+                           rules_triggered, actions_executed, shadow_operations)
+SELECT t.id, to_timestamp(%s), %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s, 0, 0,
+       %s
   FROM tenants_tenant t WHERE t.slug = %s
 ON CONFLICT (tenant_id, minute) DO UPDATE SET
   message_units = tenants_usage.message_units + EXCLUDED.message_units,
+  shadow_operations = tenants_usage.shadow_operations + EXCLUDED.shadow_operations,
   connection_minutes = tenants_usage.connection_minutes + EXCLUDED.connection_minutes,
   storage_byte_hours = tenants_usage.storage_byte_hours + EXCLUDED.storage_byte_hours,
   connection_seconds = tenants_usage.connection_seconds + EXCLUDED.connection_seconds,
@@ -75,6 +79,7 @@ class MinuteUsage:
     message_units: int = 0
     connection_minutes: int = 0
     storage_byte_hours: int = 0
+    shadow_operations: int = 0  # device shadow operations, in AWS's 1 KiB units
 
 
 class UsageMeter:
@@ -126,6 +131,10 @@ class UsageMeter:
         usage.messages_out += messages_out
         usage.bytes_out += bytes_out
         usage.message_units += message_units
+
+    def shadow_operations(self, tenant: str, units: int) -> None:
+        """A device shadow operation (`data_plane.shadows`), in AWS's 1 KiB units."""
+        self._current(tenant).shadow_operations += units
 
     def _charge_minute(self, tenant: str, at: float) -> None:
         key = (tenant, int(at // 60) * 60)
@@ -228,6 +237,7 @@ class UsageMeter:
             existing.message_units += usage.message_units
             existing.connection_minutes += usage.connection_minutes
             existing.storage_byte_hours += usage.storage_byte_hours
+            existing.shadow_operations += usage.shadow_operations
             for cause, count in usage.dropped.items():
                 existing.dropped[cause] += count
             for key, count in usage.throttled.items():
@@ -255,6 +265,7 @@ class UsageMeter:
                 u.message_units,
                 u.connection_minutes,
                 u.storage_byte_hours,
+                u.shadow_operations,
                 tenant,
             )
             for tenant, minute, u in rows

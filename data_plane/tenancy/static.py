@@ -15,6 +15,7 @@ from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import Authorizer, AuthResult
 from data_plane.broker.enhanced_auth import ScramSha256
+from data_plane.tenancy.aws_user_name import as_sent_by_aws_sdk
 
 
 class StaticAuthenticator:
@@ -28,6 +29,10 @@ class StaticAuthenticator:
     def __init__(self, tenants: dict[str, Any]) -> None:
         self.tenants = tenants
         self._verifiers: dict[tuple[str, str], tuple[str, tuple]] = {}
+
+    def has_device(self, tenant: str, device: str) -> bool:
+        """Whether `device` is one of `tenant`'s (a thing, for the device shadows)."""
+        return device in self.tenants.get(tenant, {}).get("devices", {})
 
     @classmethod
     def from_file(cls, path: str | Path) -> StaticAuthenticator:
@@ -62,6 +67,7 @@ class StaticAuthenticator:
 
     def _identify(self, connect: Connect) -> tuple[AuthResult, dict | None]:
         """Who the user name names and whether it may connect now, the secret aside."""
+        connect = as_sent_by_aws_sdk(connect)  # `?SDK=…` metrics are no part of the name
         tenant, _, device = (connect.username or "").partition("/")
         entry = self.tenants.get(tenant, {}).get("devices", {}).get(device)
         if not tenant or not device or entry is None:

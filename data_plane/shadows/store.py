@@ -1,0 +1,206 @@
+"""Where shadows live: Postgres (`tenants_shadow`, owned by the control plane's `tenants` app), or
+memory for a broker run without a database (`--auth-file`: tests, benchmarks).
+
+A store applies a batch of operations in arrival order (`apply`): a batch is one transaction
+that locks the rows it writes (in id order, so two batches, two brokers or the REST API never
+deadlock on each other) and writes each changed shadow once, with one history row per accepted
+change (`tenants_shadowversion`). Nothing is cached between batches: another broker or the REST
+API may have changed a shadow meanwhile, and the lock is what makes a version check true.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from common.shadow import document as doc
+from data_plane.shadows.operations import Operation, perform, thing_not_found
+
+Key = tuple[str, str, str]  # (tenant, thing, shadow name)
+
+
+class ShadowStore(Protocol):
+    async def apply(self, ops: list[Operation], now: int) -> None:
+        """Perform `ops` in order, each recording what came of it; raise only when the store
+        itself failed (then none of them took effect)."""
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_KEYS = "unnest(%s::bigint[], %s::text[], %s::text[]) AS k(tenant_id, thing, name)"
+_READ = f"""
+SELECT k.tenant_id, k.thing, k.name, s.id, s.version, s.present, s.state, s.metadata
+  FROM {_KEYS}
+  JOIN tenants_device d ON d.tenant_id = k.tenant_id AND d.name = k.thing
+  JOIN tenants_shadow s ON s.device_id = d.id AND s.name = k.name
+ ORDER BY s.id
+"""
+_LOCK = _READ + " FOR UPDATE OF s"
+_CREATE = f"""
+INSERT INTO tenants_shadow (tenant_id, device_id, name, version, present, state, metadata,
+                            created_at, updated_at)
+SELECT d.tenant_id, d.id, k.name, 0, false, '{{}}'::jsonb, '{{}}'::jsonb, now(), now()
+  FROM {_KEYS}
+  JOIN tenants_device d ON d.tenant_id = k.tenant_id AND d.name = k.thing
+ON CONFLICT (device_id, name) DO NOTHING
+"""
+_THINGS = f"""
+SELECT k.tenant_id, k.thing FROM {_KEYS}
+  JOIN tenants_device d ON d.tenant_id = k.tenant_id AND d.name = k.thing
+"""
+_WRITE = """
+UPDATE tenants_shadow s
+   SET version = u.version, present = u.present, state = u.state::jsonb,
+       metadata = u.metadata::jsonb, updated_at = now()
+  FROM unnest(%s::bigint[], %s::bigint[], %s::bool[], %s::text[], %s::text[])
+       AS u(id, version, present, state, metadata)
+ WHERE s.id = u.id
+"""
+_HISTORY = """
+INSERT INTO tenants_shadowversion (tenant_id, shadow_id, version, operation, state, metadata,
+                                   request, client_token, actor, via, published_at, created_at)
+SELECT u.tenant_id, u.shadow_id, u.version, u.operation, u.state::jsonb, u.metadata::jsonb,
+       u.request::jsonb, u.client_token, u.actor, 'mqtt', now(), now()
+  FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text[],
+              %s::text[], %s::text[], %s::text[])
+       AS u(tenant_id, shadow_id, version, operation, state, metadata, request, client_token,
+            actor)
+"""
+
+
+def _columns(keys: list[tuple[int, str, str]]) -> list[list]:
+    return [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]]
+
+
+class PostgresShadows:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def apply(self, ops: list[Operation], now: int) -> None:
+        keys = list(dict.fromkeys((op.tenant_id, op.topic.thing, op.topic.shadow) for op in ops))
+        writes = any(op.writes for op in ops)
+        async with self.pool.connection() as conn:
+            async with conn.transaction():
+                cursor = conn.cursor(row_factory=tuple_row)
+                rows = await self._read(cursor, keys, writes)
+                missing = [key for key in keys if key not in rows]
+                created = [
+                    key
+                    for key in missing
+                    if any(
+                        op.writes and (op.tenant_id, op.topic.thing, op.topic.shadow) == key
+                        for op in ops
+                    )
+                ]
+                if created:  # a shadow's first write: its row, then locked like the others
+                    await cursor.execute(_CREATE, _columns(created))
+                    rows.update(await self._read(cursor, created, True))
+                    missing = [key for key in keys if key not in rows]
+                things = await self._things(cursor, missing) if missing else set()
+                changed, history = self._perform(ops, rows, things, now)
+                if changed:
+                    await cursor.execute(
+                        _WRITE,
+                        [
+                            [row_id for row_id, _ in changed],
+                            [s.version for _, s in changed],
+                            [s.present for _, s in changed],
+                            [_text(s.state) for _, s in changed],
+                            [_text(s.metadata) for _, s in changed],
+                        ],
+                    )
+                if history:
+                    await cursor.execute(_HISTORY, [list(c) for c in zip(*history, strict=True)])
+
+    async def _read(self, cursor, keys: list, lock: bool) -> dict[tuple, tuple[int, doc.Shadow]]:
+        await cursor.execute(_LOCK if lock else _READ, _columns(keys))
+        return {
+            (r[0], r[1], r[2]): (r[3], doc.Shadow(r[4], r[6] or {}, r[7] or {}, r[5]))
+            for r in await cursor.fetchall()
+        }
+
+    async def _things(self, cursor, keys: list) -> set[tuple[int, str]]:
+        await cursor.execute(_THINGS, _columns(keys))
+        return {(r[0], r[1]) for r in await cursor.fetchall()}
+
+    @staticmethod
+    def _perform(
+        ops: list[Operation], rows: dict, things: set, now: int
+    ) -> tuple[list[tuple[int, doc.Shadow]], list[tuple]]:
+        """Each operation in turn on the rows read: the shadows changed (last state each) and
+        the history rows, in order."""
+        current: dict[tuple, tuple[int, doc.Shadow]] = dict(rows)
+        changed: dict[int, doc.Shadow] = {}
+        history: list[tuple] = []
+        for op in ops:
+            key = (op.tenant_id, op.topic.thing, op.topic.shadow)
+            row = current.get(key)
+            if row is None:
+                if (op.tenant_id, op.topic.thing) in things:  # a device without this shadow
+                    perform(op, doc.Shadow(), now)
+                else:
+                    thing_not_found(op)
+                continue
+            row_id, shadow = row
+            after = perform(op, shadow, now)
+            if after is None:
+                continue
+            current[key] = (row_id, after)
+            changed[row_id] = after
+            request = op.request
+            if op.outcome is not None:
+                history.append(
+                    (
+                        op.tenant_id,
+                        row_id,
+                        after.version,
+                        "update",
+                        _text(after.state),
+                        _text(after.metadata),
+                        None if request.clear else _text(request.state),
+                        request.client_token or "",
+                        op.actor,
+                    )
+                )
+            else:
+                history.append(
+                    (
+                        op.tenant_id,
+                        row_id,
+                        op.deleted,
+                        "delete",
+                        "{}",
+                        "{}",
+                        None,
+                        request.client_token or "",
+                        op.actor,
+                    )
+                )
+        return list(changed.items()), history
+
+
+class MemoryShadows:
+    """Shadows in this process only (a broker without a database): `things(tenant, thing)` says
+    whether a thing is one of the tenant's devices."""
+
+    def __init__(self, things: Callable[[str, str], bool]) -> None:
+        self.things = things
+        self.shadows: dict[Key, doc.Shadow] = {}
+        self.history: dict[Key, list[tuple[int, str, dict]]] = {}
+
+    async def apply(self, ops: list[Operation], now: int) -> None:
+        for op in ops:
+            if not self.things(op.tenant, op.topic.thing):
+                thing_not_found(op)
+                continue
+            after = perform(op, self.shadows.get(op.key) or doc.Shadow(), now)
+            if after is not None:
+                self.shadows[op.key] = after
+                kind = "update" if op.outcome is not None else "delete"
+                self.history.setdefault(op.key, []).append((after.version, kind, after.state))
