@@ -11,6 +11,7 @@ from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import AuthResult
 from data_plane.tenancy import service_identity
+from data_plane.tenancy.aws_user_name import as_sent_by_aws_sdk
 from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.identity import IdentityStore, TrustAnchors, identify_certificate
 
@@ -37,6 +38,7 @@ class PostgresAuthenticator:
         self, connect: Connect, peer: str, certificate: Sequence[bytes] | bytes | None = None
     ) -> AuthResult:
         address = peer.rsplit(":", 1)[0]
+        connect = as_sent_by_aws_sdk(connect)  # `?SDK=…` metrics are no part of the name
         if self.identities is not None:
             # A client certificate is the identity; a password beside it is not looked at.
             if certificate is not None:
@@ -123,6 +125,7 @@ class PostgresAuthenticator:
 
     async def scram_lookup(self, connect: Connect, peer: str) -> tuple[AuthResult, tuple | None]:
         """For SCRAM-SHA-256 (enhanced authentication): the identity and its stored verifier."""
+        connect = as_sent_by_aws_sdk(connect)
         decision, verifier = await self.directory.scram_identity(
             connect.username, connect.client_id, peer.rsplit(":", 1)[0]
         )
