@@ -271,6 +271,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.budget_check",
         "schedule": timedelta(seconds=int(os.environ.get("BUDGET_CHECK_SECONDS", "60"))),
     },
+    # Device shadows' past versions older than the plan's shadow_history_days.
+    "shadow-history-purge": {
+        "task": "tenants.tasks.shadow_history_purge",
+        "schedule": timedelta(hours=1),
+    },
 }
 
 # The single Postgres channel every broker-relevant change is announced on (common/notifications.py).

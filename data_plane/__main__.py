@@ -175,9 +175,11 @@ async def run(args: argparse.Namespace) -> None:
         authenticator = PostgresAuthenticator(
             link.directory, link.identities, trust_anchors=link.trust_anchors
         )
+        from data_plane.shadows.announcements import Announcements
         from data_plane.shadows.store import PostgresShadows
 
         shadows = ShadowService(PostgresShadows(link.pool))
+        shadow_changes = Announcements(dsn, link.pool, shadows)  # the REST API's changes
     persistence = None
     kept = None
     prepare = None
@@ -285,6 +287,7 @@ async def run(args: argparse.Namespace) -> None:
         )
         observers.start()
         shadows.metered = observers.meter.shadow_operations
+        shadow_changes.start()
         from data_plane.tenancy.presence import Presence
 
         presence = None
@@ -311,6 +314,8 @@ async def run(args: argparse.Namespace) -> None:
     watchdog = loop.create_task(_report_stalled_shutdown())
     await server.shutdown()
     await shadows.stop()
+    if link is not None:
+        await shadow_changes.stop()
     if cluster is not None:
         await cluster.stop()
     if purge is not None:

@@ -91,6 +91,14 @@ def sample_storage() -> dict:
     return {"hour": result["hour"], "state": result["state"], "tenants": len(result["tenants"])}
 
 
+@shared_task(name="tenants.tasks.shadow_history_purge")
+def shadow_history_purge() -> int:
+    """Hourly: device shadow versions older than their plan's `shadow_history_days` go."""
+    from tenants.shadow_services import shadow_history_purge as purge
+
+    return purge()
+
+
 @shared_task(name="tenants.tasks.usage_log_rollup")
 def usage_log_rollup() -> dict:
     """The rules job's metered rows (usage log) into the portal's usage minutes."""

@@ -6,6 +6,7 @@ from tenants.api import (
     identity_views,
     inspection_views,
     journey_views,
+    shadow_views,
     views,
 )
 
@@ -36,6 +37,27 @@ urlpatterns = [
         "devices/<str:name>/certificates/<int:certificate_id>",
         identity_views.DeviceCertificateDetailView.as_view(),
         name="api-device-certificate",
+    ),
+    path("devices/<str:name>/shadow", shadow_views.ShadowView.as_view(), name="api-shadow"),
+    path(
+        "devices/<str:name>/shadow/history",
+        shadow_views.ShadowHistoryView.as_view(),
+        name="api-shadow-history",
+    ),
+    path(
+        "devices/<str:name>/shadows",
+        shadow_views.NamedShadowListView.as_view(),
+        name="api-named-shadows",
+    ),
+    path(
+        "devices/<str:name>/shadows/<str:shadow>",
+        shadow_views.ShadowView.as_view(),
+        name="api-named-shadow",
+    ),
+    path(
+        "devices/<str:name>/shadows/<str:shadow>/history",
+        shadow_views.ShadowHistoryView.as_view(),
+        name="api-named-shadow-history",
     ),
     path("cas", identity_views.CaListView.as_view(), name="api-cas"),
     path(

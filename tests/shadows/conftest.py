@@ -82,9 +82,9 @@ def start_tls_broker(folder: Path, *extra: str) -> TlsBroker:
     return broker
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tls_broker(tmp_path_factory, django_db_setup, django_db_blocker) -> Iterator[TlsBroker]:
-    """One broker for a module's tests (each test makes a tenant of its own)."""
+    """One broker for the shadow tests (each test makes a tenant of its own)."""
     with django_db_blocker.unblock():
         broker = start_tls_broker(
             tmp_path_factory.mktemp("shadow-broker"), "--usage-flush-interval", "0.5"
@@ -101,14 +101,16 @@ class Fleet:
     folder: Path
     ca: object
     ca_key: object
+    secrets: dict[str, str] = field(default_factory=dict)  # device -> its secret
 
     @property
     def slug(self) -> str:
         return self.tenant.slug
 
     def device(self, name: str, **fields) -> tuple[str, str]:
-        """Create device `name` and its certificate: (certificate path, key path)."""
-        services.device_create(tenant=self.tenant, name=name, **fields)
+        """Create device `name` and its certificate: (certificate path, key path); its secret
+        is kept in `secrets`."""
+        _, self.secrets[name] = services.device_create(tenant=self.tenant, name=name, **fields)
         return self.certificate(name)
 
     def certificate(self, common_name: str) -> tuple[str, str]:
@@ -133,3 +135,37 @@ def make_fleet(folder: Path, prefix: str = "sh") -> Fleet:
 @pytest.fixture
 def fleet(tmp_path) -> Fleet:
     return make_fleet(tmp_path)
+
+
+def api_client(tenant, role: str = "owner"):
+    """An API client holding a token of a member of `tenant` with `role`."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    email = f"{role}-{uuid.uuid4().hex[:6]}@{tenant.slug}.io"
+    user = get_user_model().objects.create_user(username=email, email=email, password="x" * 20)
+    services.membership_add(tenant=tenant, user=user, role=role)
+    _, raw = services.api_token_create(user=user, tenant=tenant)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
+class Watcher:
+    """A paho MQTT 5 client of a device (secret over TCP), subscribed to its shadow's topics:
+    the messages it gets, as (topic, JSON body) pairs."""
+
+    def __init__(self, port: int, fleet: Fleet, device: str, *, subscribe: str = "") -> None:
+        from tests.broker.clients import Paho
+
+        secret = fleet.secrets[device]
+        self.paho = Paho(port, f"{fleet.slug}/{device}", secret, device)
+        self.paho.subscribe(subscribe or f"$aws/things/{device}/shadow/#", 1)
+
+    def get(self, count: int, timeout: float = 5.0) -> list[tuple[str, dict]]:
+        import json
+
+        return [(m.topic, json.loads(m.payload)) for m in self.paho.expect(count, timeout)]
+
+    def close(self) -> None:
+        self.paho.close()
