@@ -16,6 +16,12 @@ One row per archived *event*. `event` says which:
 | `client.disconnected`  | a device's connection ended             | reason (EMQX's reason names, e.g. `normal`, `keepalive_timeout`, `takenover`, or `0x..`) |
 | `session.subscribed`   | a subscription was granted              | topic (the filter), qos        |
 | `session.unsubscribed` | a subscription was removed              | topic (the filter)             |
+| `shadow.updated`       | a device shadow update was accepted     | topic (`…/update/documents`), payload (that document: previous and current) |
+| `shadow.delta`         | …after which desired and reported differ | topic (`…/update/delta`), payload (the delta document) |
+| `shadow.deleted`       | a device shadow was deleted             | topic (`…/delete/accepted`), payload (its version) |
+
+For the shadow events `client_id` and `username` are who made the change (a device's, or
+`api:…` with no username for the REST API).
 
 Rule SQL names the lifecycle events as EMQX does: `FROM "$events/client/connected"` (or EMQX 4's
 `"$events/client_connected"`) reads the `client.connected` rows (`EVENT_TOPICS` maps one to the
@@ -70,6 +76,15 @@ EVENT_CONNECTED = "client.connected"
 EVENT_DISCONNECTED = "client.disconnected"
 EVENT_SUBSCRIBED = "session.subscribed"
 EVENT_UNSUBSCRIBED = "session.unsubscribed"
+# Device shadows (data_plane.shadows): an accepted update, the delta it left, a deletion.
+EVENT_SHADOW_UPDATED = "shadow.updated"
+EVENT_SHADOW_DELTA = "shadow.delta"
+EVENT_SHADOW_DELETED = "shadow.deleted"
+SHADOW_EVENTS = {
+    "updated": EVENT_SHADOW_UPDATED,
+    "delta": EVENT_SHADOW_DELTA,
+    "deleted": EVENT_SHADOW_DELETED,
+}
 
 # Rule SQL's FROM names for the lifecycle events: EMQX 5's (`$events/client/connected`) and the
 # older ones it still takes (`$events/client_connected`). Other `$events/…` sources are EMQX
@@ -83,6 +98,9 @@ EVENT_TOPICS = {
     "$events/client_disconnected": EVENT_DISCONNECTED,
     "$events/session_subscribed": EVENT_SUBSCRIBED,
     "$events/session_unsubscribed": EVENT_UNSUBSCRIBED,
+    "$events/shadow/updated": EVENT_SHADOW_UPDATED,
+    "$events/shadow/delta": EVENT_SHADOW_DELTA,
+    "$events/shadow/deleted": EVENT_SHADOW_DELETED,
 }
 
 USER_PROPERTY = pa.struct([("key", pa.string()), ("value", pa.string())])

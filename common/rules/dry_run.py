@@ -12,7 +12,7 @@ import secrets
 import time
 from typing import Any
 
-from common.archive_schema import EVENT_PUBLISH, EVENT_TOPICS
+from common.archive_schema import EVENT_PUBLISH, EVENT_TOPICS, SHADOW_EVENTS
 from common.rules.budget import Budget, BudgetExceeded
 from common.rules.compiler import compile_rule
 from common.rules.errors import RuleRuntimeError
@@ -36,6 +36,8 @@ _EVENT_NAMES = {**{v: v for v in EVENT_TOPICS.values()}, **EVENT_TOPICS}
 _EVENT_NAMES.update({name.replace(".", "_"): name for name in EVENT_TOPICS.values()})
 _EVENT_NAMES[EVENT_PUBLISH] = EVENT_PUBLISH
 _EVENT_NAMES["message_publish"] = EVENT_PUBLISH
+# Rows that carry a payload: messages, and the device shadows' events (their documents).
+_WITH_PAYLOAD = frozenset({EVENT_PUBLISH, *SHADOW_EVENTS.values()})
 
 
 def _payload_bytes(payload: Any) -> bytes:
@@ -102,7 +104,7 @@ def context_row(context: dict[str, Any]) -> dict[str, Any]:
         "topic": None if ctx.get("topic") is None else str(ctx["topic"]),
         "qos": qos,
         "retain": bool(retain),
-        "payload": _payload_bytes(ctx.get("payload", "")) if event == EVENT_PUBLISH else None,
+        "payload": _payload_bytes(ctx.get("payload", "")) if event in _WITH_PAYLOAD else None,
         "user_properties": _user_properties(ctx.get("user_properties")),
         "content_type": ctx.get("content_type"),
         "response_topic": ctx.get("response_topic"),

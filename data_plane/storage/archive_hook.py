@@ -29,6 +29,7 @@ from common.archive_schema import (
     EVENT_DISCONNECTED,
     EVENT_SUBSCRIBED,
     EVENT_UNSUBSCRIBED,
+    SHADOW_EVENTS,
 )
 from common.tasks import cancel_and_wait
 from data_plane.broker.hooks import Hooks
@@ -114,6 +115,7 @@ class ArchiveTap:
         hooks.add("client.disconnected", self._disconnected)
         hooks.add("session.subscribed", self._subscribed)
         hooks.add("session.unsubscribed", self._unsubscribed)
+        hooks.add("shadow.changed", self._shadow_changed)  # rule inputs `$events/shadow/…`
 
     # -- on the event loop: appends only ------------------------------------------------
 
@@ -176,6 +178,11 @@ class ArchiveTap:
             session.device,
             topic=topic_filter,
         )
+
+    def _shadow_changed(
+        self, tenant: str, client_id: str, device: str, topic: str, payload: bytes, kind: str
+    ) -> None:
+        self._event(SHADOW_EVENTS[kind], tenant, client_id, device, topic=topic, payload=payload)
 
     # -- batches ------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ and tenants whose devices prove who they are with certificates of a CA the tenan
 
 from __future__ import annotations
 
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -37,6 +38,11 @@ class TlsBroker:
     def server_ca(self) -> str:
         return str(self.folder / "server-ca.pem")
 
+    @property
+    def objects(self) -> str:
+        """Its object store (the archive: the rules' inputs)."""
+        return f"file://{self.folder / 'objects'}"
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -62,8 +68,10 @@ def start_tls_broker(folder: Path, *extra: str) -> TlsBroker:
     (folder / "server.key").write_text(pem_of(server_key))
     tls = ["--tls-port", "0", "--tls-cert", str(folder / "server.pem")]
     tls += ["--tls-key", str(folder / "server.key"), "--log-level", "INFO"]
+    tls += ["--archive-interval", "0.2"]
     process = subprocess.Popen(
         data_plane_command(port=0, ws_port=0, database_url=database_url(), extra=[*tls, *extra]),
+        env={**os.environ, "OBJECT_STORE_URL": f"file://{folder / 'objects'}"},
         cwd=settings.BASE_DIR,
         stdout=subprocess.PIPE,
         stderr=open(folder / "broker.log", "w"),
