@@ -128,6 +128,25 @@ def shadow_delete(*, device: Device, name: str, if_match: int | None, actor: str
     return Change(body, row.version)
 
 
+def replacement(current: dict | None, wanted: dict) -> dict:
+    """The update (AWS's merge, `null` deleting) that turns section `current` into `wanted`:
+    what the portal's editor sends when someone rewrites the desired state whole."""
+    patch: dict = {}
+    current = current or {}
+    for key in current:
+        if key not in wanted:
+            patch[key] = None
+    for key, value in wanted.items():
+        old = current.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            inner = replacement(old, value)
+            if inner or not value:
+                patch[key] = inner if value else None
+        elif key not in current or old != value or type(old) is not type(value):
+            patch[key] = value
+    return patch
+
+
 def shadow_history_purge(now=None) -> int:
     """Delete the shadow versions older than their tenant's `shadow_history_days` (overrides
     applied); returns how many went. Celery beat runs it hourly."""

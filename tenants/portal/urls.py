@@ -8,6 +8,7 @@ from tenants.portal import (
     inspection_views,
     journey_views,
     people_views,
+    shadow_views,
     trust_views,
     views,
 )
@@ -29,6 +30,7 @@ urlpatterns = [
         name="credential-retire",
     ),
     path("devices/<str:name>/toggle/", views.device_toggle, name="device-toggle"),
+    path("devices/<str:name>/shadow/", shadow_views.device_shadow, name="device-shadow"),
     path("devices/<str:name>/delete/", views.device_delete, name="device-delete"),
     path("live/", views.live, name="live"),
     path("journey/", journey_views.journey, name="journey"),

@@ -31,6 +31,7 @@ from tenants.portal.forms import (
     SignupForm,
     TokenForm,
 )
+from tenants.portal.shadow_editor import editor_context
 from tenants.quota_display import quota_rows
 from tenants.rule_actions import redact_secrets
 from tenants.throttling import limit_activity
@@ -293,6 +294,7 @@ def devices(request, membership):
 @tenant_view()
 def device_detail(request, membership, name: str):
     device = selectors.device_get(tenant=membership.tenant, name=name)
+    shadow = editor_context(device, request.GET.get("shadow", ""))
     return render(
         request,
         "portal/device.html",
@@ -307,6 +309,7 @@ def device_detail(request, membership, name: str):
             mqtt_host=settings.MQTT_PUBLIC_HOST,
             mqtt_port=settings.MQTT_PUBLIC_PORT,
             **device_events(request, device),
+            **shadow,
         ),
     )
 
