@@ -215,11 +215,15 @@ class Outcome:
 def state_size(state: dict[str, Any]) -> int:
     """Bytes of a state as AWS counts them against the size limit: desired and reported as
     compact JSON (metadata is not counted)."""
-    return len(dumps(state))
+    return len(dumps(state)) if state else 2
+
+
+# One encoder for every document (compact, UTF-8 as sent): `json.dumps` built one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def update(shadow: Shadow, request: Request, now: int, max_size: int = DEFAULT_MAX_SIZE) -> Outcome:
@@ -228,9 +232,11 @@ def update(shadow: Shadow, request: Request, now: int, max_size: int = DEFAULT_M
     token = request.client_token
     if request.version is not None and request.version != shadow.version:
         raise version_conflict(token)
-    after = shadow.copy() if shadow.present else Shadow(shadow.version)
-    after.present = True
-    after.version = shadow.version + 1
+    # Copy on write: the levels an update changes are copied, the rest is shared with `shadow`
+    # (never changed in place: a deep copy per update cost more than the merge itself).
+    after = Shadow(shadow.version + 1, {}, {}, True)
+    if shadow.present:
+        after.state, after.metadata = dict(shadow.state), dict(shadow.metadata)
     stamp = {"timestamp": now}
     if request.clear:
         after.state, after.metadata = {}, {}
@@ -242,8 +248,8 @@ def update(shadow: Shadow, request: Request, now: int, max_size: int = DEFAULT_M
                 after.state.pop(section, None)
                 after.metadata.pop(section, None)
                 continue
-            merged_state = after.state.get(section, {})
-            merged_meta = after.metadata.get(section, {})
+            merged_state = dict(after.state.get(section) or {})
+            merged_meta = dict(after.metadata.get(section) or {})
             _merge(merged_state, merged_meta, value, stamp)
             _set_or_drop(after.state, section, merged_state)
             _set_or_drop(after.metadata, section, merged_meta)
@@ -269,8 +275,9 @@ def update(shadow: Shadow, request: Request, now: int, max_size: int = DEFAULT_M
 
 
 def _merge(state: dict, metadata: dict, changes: dict, stamp: dict) -> None:
-    """Merge `changes` into `state` (and its `metadata`) in place: objects recursively, other
-    values replaced whole, `null` deleting; objects left empty by deletions go too."""
+    """Merge `changes` into `state` (and its `metadata`), both fresh copies of one level, in
+    place: objects recursively (each level copied before it changes), other values replaced
+    whole, `null` deleting; objects left empty by deletions go too."""
     for key, value in changes.items():
         if value is None:
             state.pop(key, None)
@@ -280,8 +287,12 @@ def _merge(state: dict, metadata: dict, changes: dict, stamp: dict) -> None:
             inner_meta = metadata.get(key)
             if not isinstance(inner, dict):
                 inner, inner_meta = {}, {}
-            elif not isinstance(inner_meta, dict) or _is_leaf(inner_meta):
-                inner_meta = {}
+            else:
+                inner = dict(inner)
+                if not isinstance(inner_meta, dict) or _is_leaf(inner_meta):
+                    inner_meta = {}
+                else:
+                    inner_meta = dict(inner_meta)
             _merge(inner, inner_meta, value, stamp)
             _set_or_drop(state, key, inner)
             _set_or_drop(metadata, key, inner_meta)
