@@ -90,15 +90,37 @@ def start_tls_broker(folder: Path, *extra: str) -> TlsBroker:
     return broker
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tls_broker(tmp_path_factory, django_db_setup, django_db_blocker) -> Iterator[TlsBroker]:
-    """One broker for the shadow tests (each test makes a tenant of its own)."""
+    """One broker for the shadow tests (each test makes a tenant of its own). Only while they
+    run: a broker on the test database outside a cluster would take the REST API's shadow
+    changes that a cluster under test should publish (tests/cluster/test_shadows.py)."""
     with django_db_blocker.unblock():
         broker = start_tls_broker(
             tmp_path_factory.mktemp("shadow-broker"), "--usage-flush-interval", "0.5"
         )
     yield broker
     broker.stop()
+    with django_db_blocker.unblock():
+        wait_for_other_sessions_to_end()
+
+
+def wait_for_other_sessions_to_end(timeout: float = 3.0) -> None:
+    """A stopped broker's database sessions end a moment after it: the test database can be
+    dropped only then."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if cursor.fetchone()[0] == 0:
+                break
+            time.sleep(0.05)
+    connection.close()
 
 
 @dataclass

@@ -25,7 +25,13 @@ def test_shadow_editor(live_server, page, artifacts, tls_broker, tmp_path):
     tenant, _, _ = services.signup(tenant=slug, email=f"me@{slug}.io", password="a long passphrase")
     fleet = Fleet(tenant, tmp_path, None, None)
     device, fleet.secrets["lamp"] = services.device_create(tenant=tenant, name="lamp")
-    lamp = Watcher(tls_broker.port, fleet, "lamp", subscribe="$aws/things/lamp/shadow/update/delta")
+    lamp = Watcher(tls_broker.port, fleet, "lamp", subscribe="$aws/things/lamp/shadow/update/+")
+
+    def told(kind: str) -> list[dict]:
+        """What the device was sent after a change: the bodies on `…/update/{kind}`."""
+        replies = lamp.get(3 if kind == "delta" else 2)
+        return [body for topic, body in replies if topic.endswith(f"/update/{kind}")]
+
     try:
         page.goto(f"{live_server.url}/login/")
         page.fill("input[name=email]", f"me@{slug}.io")
@@ -42,7 +48,7 @@ def test_shadow_editor(live_server, page, artifacts, tls_broker, tmp_path):
             "color": "red",
             "power": "on",
         }
-        ((topic, delta),) = lamp.get(1)  # the device is told, on MQTT
+        (delta,) = told("delta")  # the device is told, on MQTT
         assert delta["state"] == {"color": "red", "power": "on"} and delta["version"] == 1
 
         send(
@@ -50,6 +56,7 @@ def test_shadow_editor(live_server, page, artifacts, tls_broker, tmp_path):
             "$aws/things/lamp/shadow/update",
             {"state": {"reported": {"color": "red", "power": "on"}}},
         )
+        assert told("accepted")[0]["version"] == 2  # committed: the page can show it
         page.reload()
         expect(page.locator("#shadow-version")).to_have_text("2")
         assert json.loads(page.locator("#shadow-reported").text_content()) == {
@@ -73,7 +80,7 @@ def test_shadow_editor(live_server, page, artifacts, tls_broker, tmp_path):
             if_match=None,
             actor="api:other",
         )
-        lamp.get(1)
+        assert told("delta")[0]["version"] == 3
         page.fill("#shadow-desired", '{"color": "blue"}')
         page.click("#shadow-save")
         expect(page.locator("p.flash.error")).to_contain_text("changed since this page showed it")
@@ -85,7 +92,7 @@ def test_shadow_editor(live_server, page, artifacts, tls_broker, tmp_path):
         page.click("#shadow-save")
         expect(page.locator("#shadow-version")).to_have_text("4")
         assert json.loads(page.locator("#shadow-desired").input_value()) == {"color": "blue"}
-        ((topic, delta),) = lamp.get(1)
+        (delta,) = told("delta")
         assert delta["state"] == {"color": "blue"} and delta["version"] == 4
     finally:
         lamp.close()

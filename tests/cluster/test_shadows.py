@@ -10,14 +10,14 @@ import uuid
 import pytest
 
 from tenants import services
-from tests.cluster.conftest import PgNode, metric, redis_url, wait_for  # noqa: F401 (fixture)
+from tests.cluster.conftest import PgNode, metric, wait_for
 from tests.shadows.conftest import Watcher, api_client, make_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def two_nodes(redis_url):  # noqa: F811
+def two_nodes(redis_url):
     cluster = f"shadows-{uuid.uuid4().hex[:6]}"
     nodes = [PgNode(redis_url, cluster) for _ in range(2)]
     for node in nodes:
@@ -53,9 +53,10 @@ def test_shadow_replies_cross_nodes_once(two_nodes, tmp_path):
         # Both nodes race to update version 1: the row lock lets one in, the other gets 409.
         lamp.paho.client.publish(probe, '{"state": {"reported": {"a": 1}}, "version": 1}', 1)
         app.paho.client.publish(probe, '{"state": {"reported": {"b": 1}}, "version": 1}', 1)
-        outcomes = [t.rsplit("/", 1)[1] for t, _ in app.get(5, timeout=3)]
+        outcomes = [t.rsplit("/", 1)[1] for t, _ in app.get(4, timeout=5)]
         assert outcomes.count("rejected") == 1 and outcomes.count("accepted") == 1, outcomes
-        lamp.get(1)  # the winner's delta (desired red, reported a or b)
+        assert len(lamp.get(1)) == 1  # the winner's delta (desired red, reported a or b)
+        assert app.paho.nothing(0.3) and lamp.paho.nothing(0.1)
 
         # A REST change: published by one node, received once on each.
         owner = api_client(fleet.tenant)
@@ -64,12 +65,13 @@ def test_shadow_replies_cross_nodes_once(two_nodes, tmp_path):
             "POST", "/api/v1/devices/lamp/shadow", body, content_type="application/json"
         )
         assert made.status_code == 200
-        assert [d["state"]["color"] for _, d in lamp.get(2, timeout=3)] == ["blue"]
-        assert sorted(t.rsplit("/", 1)[1] for t, _ in app.get(4, timeout=3)) == [
+        assert [d["state"]["color"] for _, d in lamp.get(1)] == ["blue"]
+        assert sorted(t.rsplit("/", 1)[1] for t, _ in app.get(3)) == [
             "accepted",
             "delta",
             "documents",
         ]
+        assert lamp.paho.nothing(0.5) and app.paho.nothing(0.1)  # once each, not per node
     finally:
         lamp.close()
         app.close()
