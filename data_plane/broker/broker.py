@@ -72,8 +72,7 @@ class Broker:
         self.turns = TenantTurns()  # each tenant's share of a loop turn
         # What it is plugged into, for its life (ports.Ports); None: memory only, one node.
         self.persistence = ports.persistence
-        self.retained_storage = ports.retained_storage
-        self.delayed_storage = ports.delayed_storage
+        self.retained_storage, self.delayed_storage = ports.retained_storage, ports.delayed_storage
         self.cluster = ports.cluster  # the other nodes; None: the only one (see `publish`)
         self.archive = ports.archive  # records each routed message; None: no archive
         self.journey = ports.journey  # each publish's outcome (its connection records it)

@@ -427,9 +427,7 @@ class MQTTConnection(asyncio.Protocol):
         recent = self.broker.resends.opened(self.tenant, client_id)
         self.admission.begin(result, self.protocol_version, client_id, recent)
         keep_alive, server_keep_alive = self.handshake.keep_alive(connect, quota)
-        # An empty client id gets one, told in CONNACK [MQTT-3.2.2-16]: the device's name where
-        # its policy makes that its client id (AWS IoT's thing name), else a generated one.
-        assigned = None if connect.client_id else client_id
+        assigned = None if connect.client_id else client_id  # the thing's name too [MQTT-3.2.2-16]
         connack = self.handshake.connack(
             connect, present, welcome.expiry, assigned, server_keep_alive
         )

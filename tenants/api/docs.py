@@ -40,7 +40,16 @@ TAGS = [
         "(a registered CA, or one device's certificate) and JWTs signed by registered keys.",
     },
     {"name": "Audit", "description": "Who changed what in the tenant, when and from where."},
+    {
+        "name": "Device shadows",
+        "description": "AWS IoT's device shadows on a device of the tenant: desired and reported "
+        "state, versions, history. Devices use `$aws/things/{name}/shadow/...` on MQTT.",
+    },
 ]
+SHADOW_NOTE = (
+    " Devices are sent the same messages on MQTT as for their own request; `ETag` is the "
+    "version and `If-Match` makes the change conditional on it (412 when the shadow moved on)."
+)
 
 SECRET_NOTE = "The secret is in this response only: it cannot be read again."
 TENANT_404 = "Another tenant's object is a 404, as if it did not exist."
@@ -355,6 +364,61 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Export the audit log as CSV",
         "The same entries as the audit log, as a CSV download (cells that a spreadsheet would "
         "read as formulas are quoted). Owners only.",
+    ),
+    ("get", "/api/v1/devices/{name}/shadow"): (
+        "Device shadows",
+        "Get a device's classic shadow",
+        "AWS's GetThingShadow: desired, reported and their delta, a timestamp per field, the "
+        "version (also the `ETag`). 404 when it does not exist (never made, or deleted).",
+    ),
+    ("post", "/api/v1/devices/{name}/shadow"): (
+        "Device shadows",
+        "Update a device's classic shadow",
+        "AWS's UpdateThingShadow: the body is AWS's request state document; `state` is merged "
+        "(`null` deletes a field), a `version` in it must be the shadow's (409). Answers the "
+        "`/update/accepted` document; refusals carry AWS's error document under `error.aws`."
+        + SHADOW_NOTE,
+    ),
+    ("delete", "/api/v1/devices/{name}/shadow"): (
+        "Device shadows",
+        "Delete a device's classic shadow",
+        "AWS's DeleteThingShadow: answers the version it had, which a shadow made again goes on "
+        "from; devices are sent `/delete/accepted`. 404 when there is none.",
+    ),
+    ("get", "/api/v1/devices/{name}/shadow/history"): (
+        "Device shadows",
+        "A classic shadow's history",
+        "Its past versions, newest first (the state after each change, the request, who made "
+        "it and through which door), kept for the plan's `shadow_history_days`.",
+    ),
+    ("get", "/api/v1/devices/{name}/shadows"): (
+        "Device shadows",
+        "List a device's named shadows",
+        "AWS's ListNamedShadowsForThing: the names of the device's named shadows that exist, "
+        "with their versions.",
+    ),
+    ("get", "/api/v1/devices/{name}/shadows/{shadow}"): (
+        "Device shadows",
+        "Get a named shadow",
+        "One named shadow of the device (AWS's GetThingShadow with `name`), as the classic one "
+        "is answered: state with delta, metadata, version.",
+    ),
+    ("post", "/api/v1/devices/{name}/shadows/{shadow}"): (
+        "Device shadows",
+        "Update a named shadow",
+        "Merges a request state document into the named shadow `shadow` (made on its first "
+        "update; names of 1-64 letters, digits, `:`, `_`, `-`)." + SHADOW_NOTE,
+    ),
+    ("delete", "/api/v1/devices/{name}/shadows/{shadow}"): (
+        "Device shadows",
+        "Delete a named shadow",
+        "Deletes the named shadow; its version is kept for a shadow made again under the name, "
+        "and devices are sent its `/delete/accepted`.",
+    ),
+    ("get", "/api/v1/devices/{name}/shadows/{shadow}/history"): (
+        "Device shadows",
+        "A named shadow's history",
+        "The named shadow's kept versions, newest first, as for the classic shadow's history.",
     ),
     ("post", "/api/v1/rules/{name}/dead-letters/replay"): (
         "Rules",

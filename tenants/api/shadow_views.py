@@ -110,15 +110,17 @@ def tagged(body: dict, version: int) -> Response:
     return response
 
 
+def shadow_name(kwargs) -> str:
+    """The path's shadow: "" for the classic one; a name no shadow can have is a 404."""
+    name = kwargs.get("shadow", "")
+    if name and not SHADOW_NAME.match(name):
+        raise Http404("No such shadow: names are 1-64 letters, digits, ':', '_' or '-'.")
+    return name
+
+
 class ShadowView(TenantAPIView):
     """GET, POST (update) and DELETE of one shadow: the classic one (`shadow` absent from the
     path) or a named one."""
-
-    def shadow_name(self, kwargs) -> str:
-        name = kwargs.get("shadow", "")
-        if name and not SHADOW_NAME.match(name):
-            raise Http404("No such shadow: names are 1-64 letters, digits, ':', '_' or '-'.")
-        return name
 
     def actor(self, request) -> str:
         return f"api:{getattr(request.user, 'email', '') or request.user}"
@@ -127,7 +129,7 @@ class ShadowView(TenantAPIView):
     def get(self, request, name: str, **kwargs):
         device = shadow_selectors.device_get(tenant=self.tenant, name=name)
         body, version = shadow_selectors.shadow_document(
-            device=device, name=self.shadow_name(kwargs)
+            device=device, name=shadow_name(kwargs)
         )
         return tagged(body, version)
 
@@ -142,7 +144,7 @@ class ShadowView(TenantAPIView):
     )
     def post(self, request, name: str, **kwargs):
         device = shadow_selectors.device_get(tenant=self.tenant, name=name)
-        shadow = self.shadow_name(kwargs)
+        shadow = shadow_name(kwargs)
         try:
             change = shadow_services.shadow_update(
                 device=device,
@@ -168,7 +170,7 @@ class ShadowView(TenantAPIView):
         try:
             change = shadow_services.shadow_delete(
                 device=device,
-                name=self.shadow_name(kwargs),
+                name=shadow_name(kwargs),
                 if_match=if_match(request),
                 actor=self.actor(request),
             )
@@ -179,7 +181,7 @@ class ShadowView(TenantAPIView):
         return tagged(change.body, change.version)
 
 
-class ShadowHistoryView(ShadowView):
+class ShadowHistoryView(TenantAPIView):
     @extend_schema(
         parameters=PAGE_PARAMETERS,
         responses=page_of(ShadowVersionOutput),
@@ -188,7 +190,7 @@ class ShadowHistoryView(ShadowView):
     )
     def get(self, request, name: str, **kwargs):
         device = shadow_selectors.device_get(tenant=self.tenant, name=name)
-        rows = shadow_selectors.shadow_history(device=device, name=self.shadow_name(kwargs))
+        rows = shadow_selectors.shadow_history(device=device, name=shadow_name(kwargs))
         return paginated(self, request, rows, ShadowVersionOutput)
 
 
