@@ -26,6 +26,7 @@ SERIES_COLUMNS = {
     "deliveries_out": "messages_out",
     "bytes_in": "bytes_in",
     "bytes_out": "bytes_out",
+    "shadow_operations": "shadow_operations",
 }
 
 

@@ -472,6 +472,7 @@ class UsageOutput(serializers.Serializer):
     )
     retained_count = serializers.IntegerField()
     stored_bytes = serializers.IntegerField()
+    shadow_operations = serializers.IntegerField(help_text="device shadow operations, 1 KiB units")
 
 
 class UsagePointOutput(serializers.Serializer):
@@ -486,6 +487,7 @@ class UsagePointOutput(serializers.Serializer):
     deliveries_out = serializers.IntegerField()
     bytes_in = serializers.IntegerField()
     bytes_out = serializers.IntegerField()
+    shadow_operations = serializers.IntegerField(help_text="device shadow operations, 1 KiB units")
 
 
 class UsageSeriesOutput(serializers.Serializer):
