@@ -23,6 +23,8 @@ def two_nodes(redis_url):
     for node in nodes:
         wait_for(lambda n=node: metric(n, "mqtt_cluster_nodes") == 2, 10)
     yield nodes
+    for node in nodes:  # both at once: each takes seconds to leave the cluster
+        node.process.terminate()
     for node in nodes:
         node.stop()
 

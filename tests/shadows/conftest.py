@@ -101,26 +101,6 @@ def tls_broker(tmp_path_factory, django_db_setup, django_db_blocker) -> Iterator
         )
     yield broker
     broker.stop()
-    with django_db_blocker.unblock():
-        wait_for_other_sessions_to_end()
-
-
-def wait_for_other_sessions_to_end(timeout: float = 3.0) -> None:
-    """A stopped broker's database sessions end a moment after it: the test database can be
-    dropped only then."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-            if cursor.fetchone()[0] == 0:
-                break
-            time.sleep(0.05)
-    connection.close()
 
 
 @dataclass
