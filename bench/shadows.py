@@ -30,7 +30,6 @@ import uuid
 from pathlib import Path
 
 from bench import brokers
-from bench.durable import postgres_cpu_seconds
 from bench.loadgen import _string, connect_packet, subscribe_packet
 from common.mqtt.properties import encode_varint
 
@@ -64,6 +63,26 @@ def seed(things: int) -> tuple[str, list[str]]:
     for name in names:
         services.device_create(tenant=tenant, name=name, password=PASSWORD)
     return slug, names
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU of the embedded cluster's postmaster and its children (other clusters on a shared
+    machine, such as other checkouts' test databases, are not counted); 0 with DATABASE_URL."""
+    from common import embedded
+
+    pid_file = embedded.postgres_dir() / "cluster" / "postmaster.pid"
+    if os.environ.get("DATABASE_URL") or not pid_file.exists():
+        return 0.0
+    postmaster = pid_file.read_text().split()[0]
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if stat.parent.name == postmaster or fields[1] == postmaster:  # itself, or its child
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def cleanup(slug: str) -> None:
@@ -101,7 +120,7 @@ class Thing(asyncio.Protocol):
         self.ready = asyncio.get_event_loop().create_future()
         self.in_flight = 0
         self.window = asyncio.Event()
-        self.sent = self.deltas = self.rejected = 0
+        self.sent = self.deltas = self.rejected = self.accepted = 0
         self.value = 0
 
     def connection_made(self, transport) -> None:
@@ -153,6 +172,8 @@ class Thing(asyncio.Protocol):
                 else:  # accepted or rejected: the request is answered
                     if topic.endswith(b"/rejected"):
                         self.rejected += 1
+                    else:
+                        self.accepted += 1
                     self.in_flight -= 1
                     self.window.set()
             elif kind == 2 and not self.ready.done():
@@ -206,24 +227,33 @@ async def flat_out(things: list[Thing], window: int, seconds: float) -> tuple[fl
     ) - rejected
 
 
-async def at_rate(things: list[Thing], rate: int, seconds: float) -> list[float]:
-    """`rate` updates/s in total, round robin over the things, in 5 ms ticks: the latencies."""
+async def at_rate(things: list[Thing], rate: int, seconds: float) -> tuple[list[float], dict]:
+    """`rate` updates/s in total, round robin over the things, in 5 ms ticks: the latencies, and
+    the counts (sent, skipped: the thing had 10 in flight, accepted, rejected, deltas)."""
     latencies = things[0].latencies
     latencies.clear()
+    before = {
+        k: sum(getattr(t, k) for t in things) for k in ("sent", "accepted", "rejected", "deltas")
+    }
+    skipped = 0
     tick = 0.005
-    per_tick = max(1, round(rate * tick))
     started = next_at = time.perf_counter()
-    index = 0
+    index = due = 0
     while time.perf_counter() - started < seconds:
-        for _ in range(per_tick):
+        due += rate * tick  # fractions carried over: the rate exactly, not rounded per tick
+        for _ in range(int(due)):
             thing = things[index % len(things)]
             index += 1
             if thing.in_flight < 10:  # AWS's limit: the rate is spread, so rarely binding
                 thing.update()
+            else:
+                skipped += 1
+        due -= int(due)
         next_at += tick
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
     await asyncio.sleep(0.5)
-    return sorted(latencies)
+    counts = {k: sum(getattr(t, k) for t in things) - v for k, v in before.items()}
+    return sorted(latencies), {**counts, "skipped": skipped}
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -247,10 +277,12 @@ async def run(port: int, slug: str, names: list[str], args, broker) -> None:
         )
         target = args.rate or int(rate / 2)
         cpu, pg = broker.cpu_seconds(), postgres_cpu_seconds()
-        latencies = await at_rate(things, target, args.seconds)
+        latencies, counts = await at_rate(things, target, args.seconds)
         cpu, pg = broker.cpu_seconds() - cpu, postgres_cpu_seconds() - pg
         print(
-            f"at {target:,} updates/s: {len(latencies) / args.seconds:,.0f} deltas/s, update → "
+            f"at {target:,} updates/s: {counts['sent']:,} sent ({counts['skipped']:,} skipped: "
+            f"10 in flight), {counts['accepted']:,} accepted, {counts['rejected']} rejected, "
+            f"{counts['deltas']:,} deltas; update → "
             f"delta p50 {percentile(latencies, 0.5):.1f} ms, p99 "
             f"{percentile(latencies, 0.99):.1f} ms, max {percentile(latencies, 1.0):.1f} ms; "
             f"broker CPU {cpu / args.seconds:.2f} s/s, Postgres CPU {pg / args.seconds:.2f} s/s",
