@@ -128,9 +128,7 @@ class ShadowView(TenantAPIView):
     @extend_schema(responses={200: ShadowDocumentOutput}, operation_id=None)
     def get(self, request, name: str, **kwargs):
         device = shadow_selectors.device_get(tenant=self.tenant, name=name)
-        body, version = shadow_selectors.shadow_document(
-            device=device, name=shadow_name(kwargs)
-        )
+        body, version = shadow_selectors.shadow_document(device=device, name=shadow_name(kwargs))
         return tagged(body, version)
 
     @extend_schema(
