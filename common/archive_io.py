@@ -29,9 +29,12 @@ from common.archive_schema import (
     ARCHIVE_PREFIX,
     ARCHIVE_SCHEMA,
     COMPACTED_MARKER,
+    HISTORY_SCHEMA,
     LIVE_PREFIX,
+    MESSAGE_ID,
     history_part_key,
     live_hour_prefix,
+    message_ids,
     read_ndjson_segment,
 )
 from common.object_store import ObjectNotFound, ObjectStore
@@ -260,6 +263,21 @@ def read_file(store: ObjectStore, file: ArchiveFile) -> pa.Table:
     return read_ndjson_segment(body) if file.format == "ndjson" else decode_parquet(body)
 
 
+def read_file_with_ids(store: ObjectStore, file: ArchiveFile) -> pa.Table:
+    """One object's rows in `HISTORY_SCHEMA`: each with its message id, stored (history parts
+    compacted with ids) or derived from the key and the row's position (archive_schema)."""
+    body = store.get(file.key)
+    if file.format == "ndjson":
+        table, stored = read_ndjson_segment(body), None
+    else:
+        raw = pq.read_table(pa.BufferReader(body))
+        stored = raw.column(MESSAGE_ID) if MESSAGE_ID in raw.column_names else None
+        table = conform(raw)
+    derived = message_ids(file.key, table.num_rows)
+    ids = derived if stored is None else pc.coalesce(stored.cast(pa.string()), derived)
+    return table.append_column(MESSAGE_ID, ids)
+
+
 def iter_archive(
     store: ObjectStore,
     start: datetime,
@@ -362,9 +380,10 @@ def compact_hour(
 
     1. Live segments the marker already names are leftovers of a run interrupted after step 4:
        delete them. The others are this run's input (all of them, or late uploads).
-    2. Read them segment by segment; each tenant's rows go to its own part files (spooled to
-       local disk, row groups of up to a million rows), named by round, so a re-run of an
-       interrupted round writes the same names again.
+    2. Read them segment by segment; each row gets its message id (from the segment's key and
+       its position there: `archive_schema.message_ids`), then each tenant's rows go to its own
+       part files (spooled to local disk, row groups of up to a million rows, `HISTORY_SCHEMA`),
+       named by round, so a re-run of an interrupted round writes the same names again.
     3. Upload the parts.
     4. Write the marker naming the input segments and the parts (one atomic put): from here on
        readers read the parts instead of the segments.
@@ -426,7 +445,7 @@ class _PartSpool:
             os.close(handle)
             self.writer = pq.ParquetWriter(
                 self.path,
-                ARCHIVE_SCHEMA,
+                HISTORY_SCHEMA,
                 compression="zstd",
                 use_dictionary=DICTIONARY_COLUMNS,
                 write_statistics=STATISTICS_COLUMNS,
@@ -455,6 +474,8 @@ def _write_parts(
     for key in segments:
         table = decode_parquet(store.get(key))
         rows += table.num_rows
+        # Each message keeps the id it had in its live segment (archive_schema, "Message ids").
+        table = table.append_column(MESSAGE_ID, message_ids(key, table.num_rows))
         # Live segments hold their tenants' rows in arrival order, interleaved (the broker does
         # not sort them: that cost it a copy of every payload): sorted here, off the broker.
         table = table.sort_by([("tenant", "ascending"), ("ts", "ascending")])

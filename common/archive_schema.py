@@ -56,6 +56,18 @@ Layout in the object store
 
 Partition values (`date`, `hour`, and `tenant` in history folders) are in the keys only; the files
 carry `tenant` as a column too, so a reader never needs partition discovery.
+
+Message ids
+-----------
+Every archived row has a stable id, the same whichever form its hour is in: the key a rule
+action's ledger remembers (`new-only` runs never fire twice for one message). It is
+`{prefix}:{row}`, `row` the row's position in the object the broker wrote, `prefix` that
+object's `message_id_prefix` (a live segment's `{writer}-{sequence}`, unique to it). Live
+segments do not store it: readers derive it from the key and the row position. The compaction
+copies it into the history parts as the optional column `message_id` (`HISTORY_SCHEMA`, a
+superset of `ARCHIVE_SCHEMA`), before it sorts, so a message keeps its id in history. Objects
+without the column (history parts compacted before the column existed, version 1 segments) get
+ids derived the same way from their own keys: their rows never move again.
 """
 
 from __future__ import annotations
@@ -131,6 +143,35 @@ ARCHIVE_SCHEMA = pa.schema(
     ]
 )
 ARCHIVE_COLUMNS = tuple(ARCHIVE_SCHEMA.names)
+
+MESSAGE_ID = "message_id"
+# What history parts hold: the broker's columns plus each row's message id (optional: parts
+# compacted before it existed lack it, and readers derive it; see "Message ids" above).
+HISTORY_SCHEMA = ARCHIVE_SCHEMA.append(pa.field(MESSAGE_ID, pa.string()))
+
+
+def message_id_prefix(key: str) -> str:
+    """What the message ids of an object's rows start with: a live segment's
+    `{writer}-{sequence}` (its file name, unique among every broker's segments), any other
+    object's key below `archive/` without its extension (`tenant=acme/date=…/hour=…/part-…`)."""
+    name = key.rsplit("/", 1)[-1]
+    for suffix in (".parquet", ".ndjson.gz"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            key = key[: -len(suffix)]
+            break
+    if key.startswith(LIVE_PREFIX + "/"):
+        return name
+    return key.removeprefix(ARCHIVE_PREFIX + "/")
+
+
+def message_ids(key: str, rows: int) -> pa.Array:
+    """The derived message ids of an object's rows, in file order (`{prefix}:{row}`)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    positions = pc.cast(pa.array(np.arange(rows, dtype=np.int64)), pa.string())
+    return pc.binary_join_element_wise(message_id_prefix(key) + ":", positions, "")
 
 
 def hour_partition(ts_ms: int) -> str:

@@ -26,7 +26,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from common.archive_io import ArchiveFile, archive_files
-from common.archive_schema import ARCHIVE_SCHEMA, LIVE_PREFIX, read_ndjson_segment
+from common.archive_schema import (
+    ARCHIVE_SCHEMA,
+    HISTORY_SCHEMA,
+    LIVE_PREFIX,
+    MESSAGE_ID,
+    message_ids,
+    read_ndjson_segment,
+)
 from common.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
 from spark import object_source
 
@@ -34,6 +41,32 @@ from spark import object_source
 def spark_schema() -> StructType:
     """ARCHIVE_SCHEMA as Spark sees it (timestamp ms UTC → TimestampType, int8 → ByteType)."""
     return from_arrow_schema(ARCHIVE_SCHEMA)
+
+
+def history_spark_schema() -> StructType:
+    """HISTORY_SCHEMA (the archive's columns and `message_id`) as Spark sees it."""
+    return from_arrow_schema(HISTORY_SCHEMA)
+
+
+# `common.archive_schema.message_id_prefix` on the path Spark read a row from: a live segment's
+# file name, any other object's key below `archive/` (greedy: the store's own root may hold an
+# `archive` folder too), without the extension.
+_LIVE_NAME = r"/archive/live/(?:[^/]+/)*([^/]+)\.parquet$"
+_OTHER_KEY = r"^.*/archive/(tenant=.+)\.(?:parquet|ndjson\.gz)$"
+
+
+def derived_message_id(path: Column, row: Column) -> Column:
+    """The message id of the row at position `row` of the file at `path` (archive_schema)."""
+    live = F.regexp_extract(path, _LIVE_NAME, 1)
+    prefix = F.when(live != F.lit(""), live).otherwise(F.regexp_extract(path, _OTHER_KEY, 1))
+    return F.concat(prefix, F.lit(":"), row.cast("string"))
+
+
+def with_message_ids(frame: DataFrame) -> DataFrame:
+    """A file-source frame with `message_id` as stored, or derived from the file and row."""
+    derived = derived_message_id(F.col("_metadata.file_path"), F.col("_metadata.row_index"))
+    stored = F.col(MESSAGE_ID) if MESSAGE_ID in frame.columns else F.lit(None).cast("string")
+    return frame.withColumn(MESSAGE_ID, F.coalesce(stored, derived))
 
 
 def store_path(store: ObjectStore, key: str = "") -> str:
@@ -62,7 +95,7 @@ def list_archive(
 
 
 def empty_archive(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([], spark_schema())
+    return spark.createDataFrame([], history_spark_schema())
 
 
 def read_archive(
@@ -74,7 +107,8 @@ def read_archive(
     listing: list[ArchiveFile] | None = None,
 ) -> DataFrame:
     """The given tenants' archive rows with start_ms ≤ ts < end_ms (rows of any other tenant in a
-    shared live segment are filtered out here, before anything else sees them)."""
+    shared live segment are filtered out here, before anything else sees them), each with its
+    `message_id` (archive_schema, "Message ids")."""
     tenants = sorted(set(tenants))
     if not tenants:
         return empty_archive(spark)
@@ -84,7 +118,7 @@ def read_archive(
     frames = []
     if parquet and _local(store):
         paths = [store_path(store, key) for key in parquet]
-        frames.append(spark.read.schema(spark_schema()).parquet(*paths))
+        frames.append(with_message_ids(spark.read.schema(history_spark_schema()).parquet(*paths)))
     elif parquet:
         object_source.register(spark)
         frames.append(
@@ -121,8 +155,9 @@ def _ndjson_frame(
     tables = []
     for key in keys:
         table = read_ndjson_segment(store.get(key))
+        table = table.append_column(MESSAGE_ID, message_ids(key, table.num_rows))
         tables.append(table.filter(pc.is_in(table["tenant"], pa.array(tenants))))
-    return spark.createDataFrame(pa.concat_tables(tables))
+    return spark.createDataFrame(pa.concat_tables(tables), schema=history_spark_schema())
 
 
 def _local(store: ObjectStore) -> bool:
@@ -135,7 +170,8 @@ def live_stream(spark: SparkSession, store: ObjectStore, max_file_age: str = "1h
     A local store: Spark's file source; only `*.parquet` objects (the markers and a local store's
     `.partial` files are never read); `maxFileAge` bounds what a first start (no checkpoint)
     picks up from before it. Any other store (`s3://`): `spark.object_source`'s stream, offsets
-    per writer's segment sequence, listing the last hours (`max_file_age`, rounded up)."""
+    per writer's segment sequence, listing the last hours (`max_file_age`, rounded up). Each row
+    carries its `message_id` (derived from its segment and position: archive_schema)."""
     if not _local(store):
         object_source.register(spark)
         hours = max(1, -(-_seconds(max_file_age) // 3600))
@@ -145,7 +181,7 @@ def live_stream(spark: SparkSession, store: ObjectStore, max_file_age: str = "1h
             .option("maxAgeHours", str(hours))
             .load()
         )
-    return (
+    return with_message_ids(
         spark.readStream.schema(spark_schema())
         .option("recursiveFileLookup", "true")
         .option("pathGlobFilter", "*.parquet")

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import (
     DataSource,
@@ -35,7 +36,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from common.archive_schema import ARCHIVE_SCHEMA, LIVE_PREFIX, live_hour_prefix
+from common.archive_schema import (
+    HISTORY_SCHEMA,
+    LIVE_PREFIX,
+    MESSAGE_ID,
+    live_hour_prefix,
+    message_ids,
+)
 
 NAME = "mqtt_archive_objects"
 HOUR_MS = 3_600_000
@@ -93,7 +100,11 @@ def _read(options: dict[str, str], schema: StructType, partition: Objects) -> It
         table = pq.read_table(io.BytesIO(body))
         columns = []
         for field in target:
-            if field.name in table.column_names:
+            if field.name == MESSAGE_ID:  # as stored (history parts), else derived
+                derived = message_ids(key, table.num_rows)
+                stored = table[MESSAGE_ID] if MESSAGE_ID in table.column_names else None
+                columns.append(derived if stored is None else pc.coalesce(stored, derived))
+            elif field.name in table.column_names:
                 columns.append(table[field.name].cast(field.type))
             else:
                 columns.append(pa.nulls(table.num_rows, field.type))
@@ -119,7 +130,8 @@ class ArchiveObjects(DataSource):
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(ARCHIVE_SCHEMA)  # as `spark.archive.spark_schema`
+        # as `spark.archive.history_spark_schema`: the archive's columns and `message_id`
+        return from_arrow_schema(HISTORY_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return ObjectsReader(dict(self.options), schema)
