@@ -3,6 +3,8 @@ are part of the contract with `data_plane/tenancy/`: change them with a migratio
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
@@ -399,6 +401,10 @@ class Rule(models.Model):
     # it stops running until the tenant saves or enables it again (services.rule_update).
     paused_at = models.DateTimeField(null=True, blank=True)
     paused_reason = models.TextField(blank=True, default="", db_default="")
+    # One more each time the SQL or the actions change (services.rule_update): an action done for
+    # a message is remembered per rule version (RuleActionLedger), so a `new-only` run re-fires
+    # what a changed rule would now do differently, and nothing an unchanged one did already.
+    version = models.PositiveIntegerField(default=1, db_default=1)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -440,6 +446,10 @@ class RuleDeadLetter(models.Model):
     body = models.TextField(blank=True, default="", db_default="")
     error = models.TextField()
     attempts = models.IntegerField(default=1)
+    # The action's key in RuleActionLedger (`spark.rules.ledger.ActionKey.encode`): a replay
+    # skips a letter whose action a run did since, and records the ones it delivers. Empty for
+    # letters written before it was kept, and for budget letters (no action ran).
+    ledger_key = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -460,10 +470,94 @@ class RuleActionRetry(models.Model):
     attempts = models.IntegerField(default=0, help_text="attempts made so far")
     last_error = models.TextField(blank=True, default="")
     next_attempt_at = models.DateTimeField()
+    ledger_key = models.TextField(blank=True, default="", db_default="")  # as RuleDeadLetter's
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         indexes = [models.Index(fields=["next_attempt_at"], name="rule_retry_due_idx")]
+
+
+class RuleActionLedger(models.Model):
+    """Actions done, one row per (rule, rule version, message, output, action): written by the
+    live rules job for each action that succeeded, by runs over history (claimed before the
+    action runs, released if it fails), and by dead-letter replays; read by `new-only` runs,
+    which never run an action this table holds. `message_id` is the archive's stable id
+    (`common.archive_schema`, "Message ids"); `output` the output's position among the message's
+    outputs (FOREACH), `action` the action's position among the rule's. Written by the jobs with
+    psycopg (`spark/rules/ledger.py`)."""
+
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="+")
+    version = models.PositiveIntegerField()
+    message_id = models.TextField()
+    output = models.IntegerField(default=0)
+    action = models.IntegerField(default=0)
+    message_ts = models.DateTimeField(help_text="the message's time (old entries are pruned)")
+    source = models.CharField(max_length=16, help_text="live, run or replay")
+    done_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule", "version", "message_id", "output", "action"],
+                name="rule_action_ledger_key",
+            )
+        ]
+        indexes = [models.Index(fields=["message_ts"], name="rule_action_ledger_ts_idx")]
+
+
+class RuleRun(models.Model):
+    """A tenant's run of one rule over its archived history (`POST /api/v1/rules/{name}/runs`,
+    mode `run`): queued, then run on Spark by a Celery task (`tenants.rule_runs.execute`), the
+    same backfill as `manage.py run_rules`. Its figures grow as the run goes; a cancel asked
+    for (`cancel_requested_at`) stops it between chunks, and cancels the Spark jobs under way.
+    The public id is a random UUID: run ids say nothing about other tenants' runs."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    class Actions(models.TextChoices):
+        ALL = "all"
+        NEW_ONLY = "new-only"
+        NONE = "none"
+
+    ACTIVE = (State.QUEUED, State.RUNNING)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rule_runs")
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="runs")
+    rule_version = models.PositiveIntegerField()
+    start = models.DateTimeField(help_text="first instant of the range (inclusive)")
+    end = models.DateTimeField(help_text="end of the range (exclusive)")
+    actions = models.CharField(max_length=16, choices=Actions.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    requested_by = models.EmailField(blank=True, default="")
+    read = models.BigIntegerField(default=0, help_text="archived messages of the range read")
+    matched = models.BigIntegerField(default=0, help_text="messages the rule matched (passed)")
+    considered = models.BigIntegerField(default=0, help_text="messages its FROM took")
+    failed = models.BigIntegerField(default=0, help_text="messages whose evaluation failed")
+    actions_fired = models.BigIntegerField(default=0, help_text="actions run (metered)")
+    actions_failed = models.BigIntegerField(default=0, help_text="of those, failed")
+    actions_skipped = models.BigIntegerField(
+        default=0, help_text="actions not run: `none`, or done already (`new-only`)"
+    )
+    chunks_done = models.IntegerField(default=0)
+    chunks = models.IntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Written every few seconds while it runs: a run whose worker died (no heartbeat for
+    # STALE_AFTER) is failed by the next request to start one, instead of blocking its rule.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["rule", "-created_at"], name="rule_run_rule_idx")]
 
 
 class Usage(models.Model):

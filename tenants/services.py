@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from common import secrets
@@ -34,6 +35,7 @@ from tenants.models import (
     Membership,
     Plan,
     Rule,
+    RuleActionLedger,
     RuleDeadLetter,
     Tenant,
 )
@@ -600,15 +602,20 @@ def rule_create(
 @transaction.atomic
 def rule_update(rule: Rule, **fields: object) -> Rule:
     """Change a rule; saving its SQL or enabling it (again) resumes it if the live job paused it
-    for going over its budget (`paused_at`)."""
+    for going over its budget (`paused_at`). A change of the SQL or the actions is a new
+    `version` of the rule (what `new-only` runs over history key the actions done by)."""
     previous = list(rule.actions or [])
+    previous_sql = rule.sql
     for key in ("sql", "actions", "enabled"):
         if key in fields:
             setattr(rule, key, fields[key])
     rule.actions = _validate_rule(rule.sql, rule.actions, previous)
     if "sql" in fields or fields.get("enabled") is True:
         rule.paused_at, rule.paused_reason = None, ""
+    if rule.sql != previous_sql or rule.actions != previous:
+        rule.version = F("version") + 1
     rule.save()
+    rule.refresh_from_db(fields=["version"])
     if "sql" in fields or "enabled" in fields:  # what the archive keeps for it may change
         announce(rule.tenant.slug, ChangeKind.HISTORY_CHANGED, ids=[rule.id])
     return rule
@@ -672,12 +679,17 @@ def rule_dead_letters_replay(
         if isinstance(a, dict) and a.get("type") == "webhook"
     }
     letters = list(RuleDeadLetter.objects.filter(rule=rule).order_by("created_at", "id"))
-    sendable, orphaned = [], 0
+    sendable, orphaned, done_already = [], 0, 0
     for letter in letters[:REPLAY_BATCH]:
         action = letter.action if isinstance(letter.action, dict) else {}
         url = action.get("url")
         if action.get("type") != "webhook" or url not in secrets_by_url:
             orphaned += 1
+            continue
+        if _ledger_holds(rule, letter.ledger_key):
+            # A run over history did this action since: sending it again would be twice.
+            letter.delete()
+            done_already += 1
             continue
         sendable.append((letter, url))
 
@@ -703,6 +715,7 @@ def rule_dead_letters_replay(
     delivered = failed = 0
     for (letter, _), result in zip(sendable, results, strict=True):
         if result.ok:
+            _ledger_record(rule, letter)
             letter.delete()
             delivered += 1
         else:
@@ -715,8 +728,47 @@ def rule_dead_letters_replay(
         "delivered": delivered,
         "failed": failed,
         "orphaned": orphaned,
+        "done_already": done_already,
         "remaining": RuleDeadLetter.objects.filter(rule=rule).count(),
     }
+
+
+def _ledger_key(rule: Rule, text: str):
+    from spark.rules.ledger import ActionKey
+
+    return ActionKey.decode(rule.id, text)
+
+
+def _ledger_holds(rule: Rule, text: str) -> bool:
+    """Does the action ledger hold this dead letter's action (done by a run since)?"""
+    key = _ledger_key(rule, text)
+    if key is None:
+        return False
+    return RuleActionLedger.objects.filter(
+        rule=rule,
+        version=key.version,
+        message_id=key.message_id,
+        output=key.output,
+        action=key.action,
+    ).exists()
+
+
+def _ledger_record(rule: Rule, letter: RuleDeadLetter) -> None:
+    """A replayed letter delivered is an action done: `new-only` runs will not repeat it."""
+    key = _ledger_key(rule, letter.ledger_key)
+    if key is None:
+        return
+    RuleActionLedger.objects.get_or_create(
+        rule=rule,
+        version=key.version,
+        message_id=key.message_id,
+        output=key.output,
+        action=key.action,
+        defaults={
+            "message_ts": datetime.fromtimestamp(key.ts_ms / 1000, UTC),
+            "source": "replay",
+        },
+    )
 
 
 def rule_dead_letters_clear(rule: Rule) -> int:

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from common import sealed, service_token
 from common.object_store import ObjectStore
 from common.webhook import post_signed
+from spark.rules.ledger import ActionKey
 
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 BROKER_AWAY = (
@@ -69,6 +70,7 @@ class Job:
     output: dict
     ts_ms: int  # the message's archive timestamp
     tries: int = 0  # attempts made before this one (the live job's retries)
+    key: ActionKey | None = None  # in the action ledger (None: the message had no id)
 
 
 @dataclass

@@ -1,10 +1,19 @@
 """Backfill: the live rules' plan over [from, to) of the archive's history.
 
+The one path of every run over history: `manage.py run_rules` (the operator's) and a tenant's
+run (`POST /api/v1/rules/{name}/runs`, a Celery task: `tenants.rule_runs.execute`) both call
+`run_backfill`.
+
 Rules come from the database (`--tenant`, `--rule` narrow them; a rule named explicitly runs even
 when disabled). Only those rules' tenants are listed and read. The range is read in chunks of hours
 (≤ `max_chunks`, balanced by file count, two files per core at least) so the caller can show
 progress; each chunk is one Spark job for the counts and, when a rule has actions, a streamed pass
-over the passed rows.
+over the passed rows. `actions` says which actions fire (`firing.py`: all, new-only, none).
+
+Cancelling (`should_stop`): asked before each chunk and between groups of actions; with a
+`job_group`, the Spark jobs of this thread run in that group, so another thread can cancel the
+one under way (`cancel_job_group`). A cancelled backfill returns its summary so far with
+`"cancelled": true`: what it counted and fired before is accounted and metered, nothing after.
 """
 
 from __future__ import annotations
@@ -17,8 +26,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from common.archive_io import ArchiveFile
+from common.archive_schema import MESSAGE_ID
 from common.object_store import ObjectStore
 from spark.archive import list_archive, read_archive
+from spark.rules import firing
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.bookkeeping import Books
@@ -36,6 +47,11 @@ from spark.rules.runner import BatchSummary, RuleCount, process
 
 class NoRules(LookupError):
     pass
+
+
+def cancel_job_group(spark: SparkSession, group: str) -> None:
+    """Cancel the Spark jobs running in `group` (a backfill given that `job_group`)."""
+    spark.sparkContext.cancelJobGroup(group)
 
 
 @dataclass
@@ -75,10 +91,18 @@ def run_backfill(
     runner: ActionRunner | None = None,
     progress: Callable[[Progress], None] | None = None,
     max_chunks: int = 20,
+    actions: str = firing.ALL,
+    should_stop: Callable[[], bool] | None = None,
+    job_group: str | None = None,
 ) -> dict:
     """Runs the rules over the range; returns the summary (JSON-able)."""
     started = time.monotonic()
     conn = db.connect(dsn) if dsn else None
+    gate = firing.Gate(actions, (lambda: db.connect(dsn)) if dsn else None)
+    if job_group is not None:
+        spark.sparkContext.setJobGroup(job_group, "rules over history", interruptOnCancel=True)
+    stop = should_stop or (lambda: False)
+    cancelled = False
     try:
         if specs is None:
             assert conn is not None, "rules come from the database"
@@ -97,39 +121,50 @@ def run_backfill(
         total = BatchSummary()
         rows_read = 0
         with_actions = sorted(s.id for s in good if s.actions)
-        own_runner = runner is None and bool(with_actions)
+        own_runner = runner is None and bool(with_actions) and gate.fires
         if own_runner:
             runner = ActionRunner(store)
+        if progress is not None:
+            progress(Progress(0, len(chunks), 0, total))
         try:
             for index, chunk in enumerate(chunks, 1):
-                frame = read_archive(spark, store, tenants, start_ms, end_ms, listing=chunk)
-                rows_read += frame.count()
-                if with_actions:
-                    results = rule_outputs(frame, good).persist()
-                    counts = _counts(results)
-                else:
-                    counts = _native_first_counts(RulePlan(frame, good))
-                passed = ()
-                if with_actions:
-                    passed = (
-                        (r[0], r[1], r[2])
-                        for r in results.where(
-                            (F.col("status") == PASSED) & F.col("rule_id").isin(with_actions)
-                        )
-                        .select("rule_id", "ts", "outputs")
-                        .toLocalIterator()
+                if stop():
+                    cancelled = True
+                    break
+                try:
+                    summary, read = _chunk(
+                        spark,
+                        store,
+                        tenants,
+                        start_ms,
+                        end_ms,
+                        chunk,
+                        good,
+                        by_id,
+                        with_actions,
+                        runner,
+                        gate,
+                        usage,
+                        stop,
                     )
-                tally = usage.new_tally()
-                summary = process(by_id, counts, passed, runner, tally)
-                usage.flush(tally)
+                except Exception:
+                    if stop():  # the job group was cancelled under it
+                        cancelled = True
+                        break
+                    raise
+                rows_read += read
                 books.add(summary.deltas, tenant_of, summary.letters)
                 books.flush(conn)
-                if with_actions:
-                    results.unpersist()
                 total.add(summary)
                 if progress is not None:
                     progress(Progress(index, len(chunks), rows_read, total))
+                if stop():
+                    cancelled = True
+                    break
         finally:
+            gate.close()
+            if job_group is not None:
+                spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
             if own_runner and runner is not None:
                 runner.close()
         if compile_errors:
@@ -150,12 +185,17 @@ def run_backfill(
             "failed": total.failed,
             "actions_ok": total.actions_ok,
             "actions_failed": total.actions_failed,
+            "actions_skipped": total.actions_skipped,
+            "actions": actions,
             "dead_letters": total.dead_letters,
+            "unrecorded": gate.unrecorded,  # successes the action ledger could not take
+            "cancelled": cancelled,
             "compile_errors": {str(k): v for k, v in compile_errors.items()},
             "per_rule": {
                 str(rule_id): {
                     "tenant": by_id[rule_id].tenant if rule_id in by_id else None,
                     "name": by_id[rule_id].name if rule_id in by_id else None,
+                    "version": by_id[rule_id].version if rule_id in by_id else None,
                     "matched": d.matched,
                     "passed": d.passed,
                     "failed": d.failed,
@@ -169,6 +209,50 @@ def run_backfill(
     finally:
         if conn is not None:
             conn.close()
+
+
+def _chunk(
+    spark: SparkSession,
+    store: ObjectStore,
+    tenants: list[str],
+    start_ms: int,
+    end_ms: int,
+    chunk: list[ArchiveFile],
+    good: list[RuleSpec],
+    by_id: dict[int, RuleSpec],
+    with_actions: list[int],
+    runner: ActionRunner | None,
+    gate: firing.Gate,
+    usage: UsageWriter,
+    stop: Callable[[], bool],
+) -> tuple[BatchSummary, int]:
+    """One chunk of hours: read, evaluated, counted, its actions through the gate, metered."""
+    frame = read_archive(spark, store, tenants, start_ms, end_ms, listing=chunk)
+    read = frame.count()
+    results = None
+    if with_actions:
+        results = rule_outputs(frame, good).persist()
+        counts = _counts(results)
+        passed = (
+            (r[0], r[1], r[2], r[3])
+            for r in results.where(
+                (F.col("status") == PASSED) & F.col("rule_id").isin(with_actions)
+            )
+            .select("rule_id", "ts", "outputs", MESSAGE_ID)
+            .toLocalIterator()
+        )
+    else:
+        counts = _native_first_counts(RulePlan(frame, good))
+        passed = ()
+    tally = usage.new_tally()
+    try:
+        summary = process(by_id, counts, passed, runner, tally, gate, stop)
+    finally:
+        # Metered even when a cancel ends the chunk early: what was evaluated and fired is work.
+        usage.flush(tally)
+        if results is not None:
+            results.unpersist()
+    return summary, read
 
 
 def _counts(results) -> list[RuleCount]:

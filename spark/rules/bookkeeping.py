@@ -44,11 +44,13 @@ class DeadLetter:
     error: str
     attempts: int
     body: str = ""  # the exact JSON the action sent
+    key: str = ""  # its action ledger key (`ledger.ActionKey.encode`), if the message had an id
 
 
 _DEAD = """
-INSERT INTO tenants_ruledeadletter (rule_id, action, output, body, error, attempts, created_at)
-SELECT %s, %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
+INSERT INTO tenants_ruledeadletter
+    (rule_id, action, output, body, error, attempts, created_at, ledger_key)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
 """
 
 
@@ -62,6 +64,7 @@ def _letter_params(letter: DeadLetter, now: datetime, output: Any = None) -> tup
         storable_text(letter.error)[:2000],
         letter.attempts,
         now,
+        letter.key,
         letter.rule_id,
     )
 
@@ -193,7 +196,13 @@ class Books:
         self.refused_rows += 1
         stand_in = {"unstorable": json.dumps(letter.output, default=str)[:200]}
         stand_in_letter = DeadLetter(
-            letter.rule_id, letter.tenant, letter.action, stand_in, letter.error, letter.attempts
+            letter.rule_id,
+            letter.tenant,
+            letter.action,
+            stand_in,
+            letter.error,
+            letter.attempts,
+            key=letter.key,
         )
         try:
             with conn.transaction():

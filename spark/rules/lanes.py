@@ -39,6 +39,7 @@ from common import sealed, service_token
 from common.object_store import ObjectStore
 from common.webhook import Timeouts, output_json, post_once
 from spark.rules.actions import BROKER_AWAY, UNOPENED, ActionRunner, Job, Outcome, log_detail
+from spark.rules.ledger import ActionKey
 from spark.rules.publisher import PublishFailed, PublishRefused, RulePublisher
 from spark.rules.retry_store import RetryStore, Waiting
 
@@ -268,7 +269,17 @@ class ActionLanes:
         action = {k: v for k, v in job.action.items() if k != "secret"}
         body = output_json(job.output)
         self._spill.append(
-            Waiting(job.rule_id, job.tenant, action, body, job.ts_ms, job.tries, error, delay)
+            Waiting(
+                job.rule_id,
+                job.tenant,
+                action,
+                body,
+                job.ts_ms,
+                job.tries,
+                error,
+                delay,
+                key=job.key.encode() if job.key is not None else "",
+            )
         )
 
     # -- webhooks -----------------------------------------------------------------------------
@@ -448,7 +459,8 @@ class ActionLanes:
         except ValueError:
             output = {"value": row.body}
         prefix = f"$rules-{row.rule_id}-"
-        return Job(row.rule_id, row.tenant, prefix, action, output, row.ts_ms, row.attempts)
+        key = ActionKey.decode(row.rule_id, row.key)
+        return Job(row.rule_id, row.tenant, prefix, action, output, row.ts_ms, row.attempts, key)
 
     async def _poll_durable(self) -> None:
         while True:

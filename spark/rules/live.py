@@ -11,7 +11,9 @@ a micro-batch about every second. In each batch (`foreachBatch`, on the driver):
    retried from a durable queue), and the batch goes on; the counters (`tenants_rulemetrics`
    UPSERT increments, lag = action done − message ts), dead letters, usage rows (`rules-live`)
    and Prometheus figures of the batch and of every action finished are recorded each batch and
-   every 0.5 s between batches (`record`).
+   every 0.5 s between batches (`record`), and each action that succeeded goes to the action
+   ledger (`ledger.py`: keyed by rule version and message id, so `new-only` runs over history
+   never repeat it).
 
 The checkpoint (default `.data/spark/rules-live`) remembers which segments were done, so a restart
 neither repeats nor skips a batch's actions (segments written while it was down are picked up).
@@ -35,6 +37,7 @@ from pyspark.sql import functions as F
 from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, LIVE_PREFIX
 from common.object_store import LocalObjectStore, ObjectStore
 from spark.archive import live_stream, spark_schema
+from spark.rules import ledger
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.bookkeeping import Books
@@ -214,6 +217,7 @@ class LiveJob:
         self.not_before: datetime | None = None
         self._usage_backlog: list = []
         self.books = Books()
+        self.ledger = ledger.Pending()  # actions done, for the action ledger
         self.watch = BudgetWatch()
         self._stop = threading.Event()
 
@@ -321,7 +325,7 @@ class LiveJob:
             count.units += row.units
             if row.status == PASSED:
                 count.passed += 1
-                passed.append((row.rule_id, row.ts, row.outputs))
+                passed.append((row.rule_id, row.ts, row.outputs, row.message_id))
             elif row.error:
                 count.failed += 1
                 count.last_error = row.error
@@ -351,7 +355,10 @@ class LiveJob:
         with self._record_lock:
             summary = summary if summary is not None else BatchSummary()
             tally = tally if tally is not None else self.usage.new_tally()
-            account(self.lanes.completed(), summary, tally)
+            outcomes = self.lanes.completed()
+            account(outcomes, summary, tally)
+            # What succeeded is done: a `new-only` run over history will not do it again.
+            self.ledger.add(o.job.key for o in outcomes if o.ok and o.job.key is not None)
             self._flush_usage(tally)
             tenants = dict(self.rules.tenants)
             for rule_id in summary.deltas:
@@ -394,7 +401,7 @@ class LiveJob:
             log.warning("rule counters and dead letters kept for the next batch: %s", exc)
             self._books_conn = None
             return
-        if not self.books.flush(self._books_conn):
+        if not self.books.flush(self._books_conn) or not self.ledger.flush(self._books_conn):
             self._books_conn.close()
             self._books_conn = None  # reconnect next time
 

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from common.archive_schema import EVENT_PUBLISH, MESSAGE_UNIT_BYTES
+from common.archive_schema import EVENT_PUBLISH, MESSAGE_ID, MESSAGE_UNIT_BYTES
 from spark.rules.native import (
     PAYLOAD_OK,
     VARIANT_COLUMN,
@@ -53,11 +53,14 @@ RESULT_SCHEMA = pa.schema(
         # the budget a failure went over (`common.rules.budget` kinds, or `share`), else NULL;
         # then `outputs` holds the message's reference ({topic, clientid, timestamp})
         pa.field("budget", pa.string()),
+        # the message's archive id (`common.archive_schema`, "Message ids"), where the rows read
+        # carried one: what the action ledger keys the actions done by
+        pa.field("message_id", pa.string()),
     ]
 )
 RESULT_DDL = (
     "rule_id long, tenant string, ts timestamp, units int, status string, "
-    "outputs string, error string, budget string"
+    "outputs string, error string, budget string, message_id string"
 )
 SHARE = "share"  # the budget kind of a row left out when its tenant used its share of a task
 RULES_CLIENT_PREFIX = "$rules-"
@@ -75,6 +78,7 @@ class RuleSpec:
     sql: str
     actions: tuple[dict, ...] = field(default=(), compare=False)
     max_outputs: int | None = None  # the tenant plan's `max_rule_outputs` (None: the default)
+    version: int = field(default=1, compare=False)  # `tenants_rule.version`: the action ledger's
 
     @property
     def client_prefix(self) -> str:
@@ -197,7 +201,7 @@ class RulePlan:
         self.statuses: DataFrame | None = None
         if not self.specs:
             return
-        needed = set(_EVALUATOR_COLUMNS)
+        needed = {*_EVALUATOR_COLUMNS, MESSAGE_ID}
         for spec in self.specs:
             needed.update(_compiled(spec.sql).archive_columns)
         self.columns = [name for name in df.columns if name in needed]
@@ -256,9 +260,15 @@ class RulePlan:
                     ),
                 ).cast(_SURE_TYPE),
             )
+        message_id = (
+            F.col(MESSAGE_ID)
+            if MESSAGE_ID in self.marked.columns
+            else F.lit(None).cast("string").alias(MESSAGE_ID)
+        )
         return self.marked.select(
             "tenant",
             "ts",
+            message_id,
             F.col(UNITS_COLUMN).alias("units"),
             F.explode(answers).alias("r"),
         ).select(
@@ -270,6 +280,7 @@ class RulePlan:
             F.col("r.outputs").alias("outputs"),
             F.lit(None).cast("string").alias("error"),
             F.lit(None).cast("string").alias("budget"),
+            MESSAGE_ID,
         )
 
     def native_counts(self) -> list[dict]:
@@ -434,7 +445,7 @@ class _Recipe:
         layers.append(
             [
                 *[
-                    F.col(c) if c in ("tenant", "ts") else F.when(need, F.col(c)).alias(c)
+                    F.col(c) if c in _ALWAYS_CARRIED else F.when(need, F.col(c)).alias(c)
                     for c in self.columns
                 ],
                 UNITS_COLUMN,
@@ -481,6 +492,8 @@ def native_units() -> Column:
 
 # What the evaluator itself reads of every row: scope, self-trigger check, result, units.
 _EVALUATOR_COLUMNS = ("event", "tenant", "ts", "topic", "client_id", "payload")
+# Columns every result row carries, answered natively or not.
+_ALWAYS_CARRIED = ("tenant", "ts", MESSAGE_ID)
 
 
 _COMPILED: dict[str, Any] = {}  # per Python worker: compile each SQL once
@@ -545,6 +558,9 @@ class Evaluator:
         units = batch.column(UNITS_COLUMN) if UNITS_COLUMN in batch.schema.names else None
         if units is not None:
             batch = batch.drop_columns([UNITS_COLUMN])
+        ids = batch.column(MESSAGE_ID) if MESSAGE_ID in batch.schema.names else None
+        if ids is not None:  # carried to the results, never read by a rule
+            batch = batch.drop_columns([MESSAGE_ID])
         rule_ids: list[int] = []
         taken: list[int] = []  # the batch row of each result
         statuses: list[str] = []
@@ -597,6 +613,11 @@ class Evaluator:
                 pa.array(outputs, pa.string()),
                 pa.array(errors, pa.string()),
                 pa.array(budgets, pa.string()),
+                (
+                    pa.nulls(len(taken), pa.string())
+                    if ids is None
+                    else ids.cast(pa.string()).take(indices)
+                ),
             ],
             schema=RESULT_SCHEMA,
         )

@@ -28,12 +28,14 @@ class Waiting:
     attempts: int
     last_error: str = ""
     delay: float = 0.0  # seconds from now to the next attempt
+    key: str = ""  # its action ledger key (`ledger.ActionKey.encode`), if any
 
 
 _INSERT = """
 INSERT INTO tenants_ruleactionretry
-    (rule_id, action, body, ts_ms, attempts, last_error, next_attempt_at, created_at)
-SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
+    (rule_id, action, body, ts_ms, attempts, last_error, next_attempt_at, created_at, ledger_key)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s
+WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
 """
 _COUNT = """
 SELECT count(*) FROM tenants_ruleactionretry q JOIN tenants_rule r ON r.id = q.rule_id
@@ -49,7 +51,7 @@ WITH due AS (
 DELETE FROM tenants_ruleactionretry q USING tenants_rule r, tenants_tenant t
 WHERE q.id IN (SELECT id FROM due WHERE n <= %(per_tenant)s)
   AND r.id = q.rule_id AND t.id = r.tenant_id
-RETURNING q.rule_id, t.slug, q.action, q.body, q.ts_ms, q.attempts, q.last_error
+RETURNING q.rule_id, t.slug, q.action, q.body, q.ts_ms, q.attempts, q.last_error, q.ledger_key
 """
 
 
@@ -90,6 +92,7 @@ class RetryStore:
                             storable_text(r.last_error)[:2000],
                             now + timedelta(seconds=r.delay),
                             now,
+                            r.key,
                             r.rule_id,
                         )
                         for r in group[:room]
@@ -124,8 +127,9 @@ class RetryStore:
                 ts_ms,
                 attempts,
                 last_error,
+                key=key or "",
             )
-            for rule_id, tenant, action, body, ts_ms, attempts, last_error in rows
+            for rule_id, tenant, action, body, ts_ms, attempts, last_error, key in rows
         ]
 
     def close(self) -> None:

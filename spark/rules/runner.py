@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from common.webhook import output_json
 from spark.rules.actions import ActionRunner, Job, Outcome
 from spark.rules.bookkeeping import DeadLetter
+from spark.rules.firing import Gate
+from spark.rules.ledger import ActionKey
 from spark.rules.metering import UsageTally
 from spark.rules.plan import RuleSpec
 from spark.rules.store import RuleDelta
@@ -43,13 +45,22 @@ class BatchSummary:
     failed: int = 0
     actions_ok: int = 0
     actions_failed: int = 0
+    actions_skipped: int = 0  # a run's actions not fired (`firing.Gate`: none, new-only)
     dead_letters: int = 0
     deltas: dict[int, RuleDelta] = field(default_factory=dict)
     latencies_ms: list[int] = field(default_factory=list)  # message ts → action done
     letters: list[DeadLetter] = field(default_factory=list, repr=False)  # to be written
 
     def add(self, other: BatchSummary) -> None:
-        for name in ("matched", "passed", "failed", "actions_ok", "actions_failed", "dead_letters"):
+        for name in (
+            "matched",
+            "passed",
+            "failed",
+            "actions_ok",
+            "actions_failed",
+            "actions_skipped",
+            "dead_letters",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for rule_id, delta in other.deltas.items():
             self.deltas.setdefault(rule_id, RuleDelta()).add(delta)
@@ -77,20 +88,24 @@ def count(counts: Iterable[RuleCount], summary: BatchSummary, tally: UsageTally)
         tally.add(rule_count.tenant, rules_triggered=rule_count.units)
 
 
-def jobs_of(
-    specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple[int, object, str]]
-) -> Iterator[Job]:
-    """One job per output of each passed row and action of its rule."""
-    for rule_id, ts, outputs_json in passed_rows:
+def jobs_of(specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple]) -> Iterator[Job]:
+    """One job per output of each passed row and action of its rule. A row is (rule id, ts,
+    outputs JSON[, message id]); with a message id, each job carries its action ledger key."""
+    for row in passed_rows:
+        rule_id, ts, outputs_json = row[0], row[1], row[2]
+        message_id = row[3] if len(row) > 3 else None
         spec = specs.get(rule_id)
         if spec is None or not spec.actions:
             continue
         ts_ms = _ms(ts)
-        for output in json.loads(outputs_json or "[]"):
+        for index, output in enumerate(json.loads(outputs_json or "[]")):
             if not isinstance(output, dict):
                 output = {"value": output}
-            for action in spec.actions:
-                yield Job(spec.id, spec.tenant, spec.client_prefix, action, output, ts_ms)
+            for position, action in enumerate(spec.actions):
+                key = None
+                if message_id is not None:
+                    key = ActionKey(spec.id, spec.version, message_id, index, position, ts_ms)
+                yield Job(spec.id, spec.tenant, spec.client_prefix, action, output, ts_ms, key=key)
 
 
 def account(outcomes: Iterable[Outcome], summary: BatchSummary, tally: UsageTally) -> None:
@@ -103,23 +118,48 @@ def account(outcomes: Iterable[Outcome], summary: BatchSummary, tally: UsageTall
 def process(
     specs: Mapping[int, RuleSpec],
     counts: Iterable[RuleCount],
-    passed_rows: Iterable[tuple[int, object, str]],
+    passed_rows: Iterable[tuple],
     runner: ActionRunner | None,
     tally: UsageTally,
+    gate: Gate | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> BatchSummary:
-    """A backfill chunk: counts, then its actions run to the end, ACTION_CHUNK at a time."""
+    """A backfill chunk: counts, then its actions run to the end, ACTION_CHUNK at a time; `gate`
+    decides which fire (every one without it); `should_stop` is asked between groups (a
+    cancelled run stops there: what ran is accounted, the rest is not run)."""
     summary = BatchSummary()
     count(counts, summary, tally)
-    if runner is None:
+    if runner is None and (gate is None or gate.fires):
         return summary
     jobs: list[Job] = []
-    for job in jobs_of(specs, passed_rows):
-        jobs.append(job)
-        if len(jobs) >= ACTION_CHUNK:
-            account(runner.run(jobs), summary, tally)
-            jobs.clear()
-    if jobs:
-        account(runner.run(jobs), summary, tally)
+
+    def run(group: list[Job]) -> None:
+        admitted, skipped = gate.admit(group) if gate is not None else (group, 0)
+        summary.actions_skipped += skipped
+        if admitted:
+            assert runner is not None
+            outcomes = runner.run(admitted)
+            if gate is not None:
+                gate.settle(outcomes)
+            account(outcomes, summary, tally)
+
+    stop = should_stop or (lambda: False)
+    try:
+        for job in jobs_of(specs, passed_rows):
+            jobs.append(job)
+            if len(jobs) >= ACTION_CHUNK:
+                run(jobs)
+                jobs = []
+                if stop():
+                    break
+        else:
+            if jobs:
+                run(jobs)
+    except Exception:
+        # A cancel stops the Spark job streaming the rows: what ran is accounted, the rest
+        # never fired. Any other failure is the caller's.
+        if not stop():
+            raise
     summary.dead_letters = len(summary.letters)
     return summary
 
@@ -154,5 +194,6 @@ def _account(
             outcome.error,
             outcome.attempts,
             output_json(job.output) if job.action.get("type") == "webhook" else "",
+            key=job.key.encode() if job.key is not None else "",
         )
     )

@@ -19,7 +19,7 @@ from spark.rules.plan import RuleSpec
 
 # A rule's outputs per message: its tenant's override of `max_rule_outputs`, else its plan's.
 _RULES = """
-SELECT r.id, t.slug, r.name, r.sql, r.actions,
+SELECT r.id, t.slug, r.name, r.sql, r.actions, r.version,
        COALESCE(CASE WHEN jsonb_typeof(t.quota_overrides -> 'max_rule_outputs') = 'number'
                      THEN (t.quota_overrides ->> 'max_rule_outputs')::numeric::bigint END,
                 p.max_rule_outputs)
@@ -51,7 +51,8 @@ def load_rules(
             name=r[2],
             sql=r[3],
             actions=tuple(_actions(r[4])),
-            max_outputs=None if r[5] is None else int(r[5]),
+            version=int(r[5]),
+            max_outputs=None if r[6] is None else int(r[6]),
         )
         for r in rows.fetchall()
     ]

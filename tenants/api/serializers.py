@@ -591,4 +591,7 @@ class DeadLetterReplayOutput(serializers.Serializer):
     delivered = serializers.IntegerField(help_text="accepted by the receiver (and deleted)")
     failed = serializers.IntegerField(help_text="failed again (kept, error updated)")
     orphaned = serializers.IntegerField(help_text="kept: the rule has no webhook to that URL now")
+    done_already = serializers.IntegerField(
+        help_text="dropped, not sent: a run over history did that action since"
+    )
     remaining = serializers.IntegerField(help_text="dead letters left")

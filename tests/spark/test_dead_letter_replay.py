@@ -66,6 +66,7 @@ def test_dead_letters_replay_once_the_receiver_is_back(
         "delivered": 0,
         "failed": 3,
         "orphaned": 0,
+        "done_already": 0,
         "remaining": 3,
     }
     letter = RuleDeadLetter.objects.filter(rule=rule).first()
@@ -74,7 +75,14 @@ def test_dead_letters_replay_once_the_receiver_is_back(
     up = Receiver(port=port)  # the receiver is back, on the URL the rule names
     try:
         body = api.post("/api/v1/rules/hook/dead-letters/replay").json()
-        assert body == {"replayed": 3, "delivered": 3, "failed": 0, "orphaned": 0, "remaining": 0}
+        assert body == {
+            "replayed": 3,
+            "delivered": 3,
+            "failed": 0,
+            "orphaned": 0,
+            "done_already": 0,
+            "remaining": 0,
+        }
         calls = up.wait(3, 10)
         assert sorted(json.loads(c["body"])["n"] for c in calls) == [0, 1, 2]
         assert all(signature_ok(c, SECRET) for c in calls)

@@ -1,0 +1,81 @@
+"""Which of a run's actions fire: the `actions` choice of a run over history.
+
+- `all`: every action fires (as `manage.py run_rules` always did); those that succeed are
+  recorded in the action ledger, so a later `new-only` run does not repeat them;
+- `none`: the outputs are computed and counted, no action fires (each is `skipped`);
+- `new-only`: an action fires only if the ledger does not hold it (done by the live job, an
+  earlier run or a replay, for the same rule version and message): claimed before it runs,
+  released if it fails. Actions of messages without an id cannot be told apart: they fire.
+
+`Gate.admit` splits a group of jobs into those to run and the number skipped; `Gate.settle`
+records (or releases) after they ran. Database trouble while claiming is an error of the run
+(it stops rather than fire what it cannot check); while recording, a run says so in its summary.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import psycopg
+
+from spark.rules import ledger
+from spark.rules.actions import Job, Outcome
+
+log = logging.getLogger("spark.rules.firing")
+
+ALL, NEW_ONLY, NONE = "all", "new-only", "none"
+MODES = (ALL, NEW_ONLY, NONE)
+
+
+class Gate:
+    def __init__(self, mode: str, connect: Callable[[], psycopg.Connection] | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"actions must be one of {', '.join(MODES)}, not {mode!r}")
+        if mode == NEW_ONLY and connect is None:
+            raise ValueError("new-only needs the database (the action ledger)")
+        self.mode = mode
+        self._connect = connect
+        self._conn: psycopg.Connection | None = None
+        self.unrecorded = 0  # successes the ledger could not take
+
+    @property
+    def fires(self) -> bool:
+        return self.mode != NONE
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            assert self._connect is not None
+            self._conn = self._connect()
+        return self._conn
+
+    def admit(self, jobs: Sequence[Job]) -> tuple[list[Job], int]:
+        """(the jobs to run, how many are skipped)."""
+        if self.mode == NONE:
+            return [], len(jobs)
+        if self.mode == ALL:
+            return list(jobs), 0
+        keyed = [j.key for j in jobs if j.key is not None]
+        taken = ledger.claim(self._connection(), keyed)
+        run = [j for j in jobs if j.key is None or j.key in taken]
+        return run, len(jobs) - len(run)
+
+    def settle(self, outcomes: Sequence[Outcome]) -> None:
+        """After the jobs ran: successes recorded (`all`), failed claims released (`new-only`)."""
+        try:
+            if self.mode == ALL:
+                done = [o.job.key for o in outcomes if o.ok and o.job.key is not None]
+                if done and self._connect is not None:
+                    ledger.record(self._connection(), done, ledger.RUN)
+            elif self.mode == NEW_ONLY:
+                failed = [o.job.key for o in outcomes if not o.ok and o.job.key is not None]
+                ledger.release(self._connection(), failed)
+        except psycopg.Error as exc:
+            self._conn = None
+            self.unrecorded += sum(1 for o in outcomes if o.job.key is not None)
+            log.warning("action ledger not updated for %d actions: %s", len(outcomes), exc)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

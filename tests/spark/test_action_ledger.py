@@ -1,0 +1,145 @@
+"""The ledger of rule actions done, on the real database (no Spark): what `new-only` claims and
+skips, per rule version; claims given back when the action failed; two runs never both taking
+one action; a rule deleted meanwhile; and dead-letter replays that neither repeat what a run did
+since nor forget what they delivered."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import psycopg
+import pytest
+from django.db import connection
+
+from spark.rules import ledger
+from spark.rules.actions import Job, Outcome
+from spark.rules.firing import Gate
+from tenants import services
+from tenants.models import RuleActionLedger, RuleDeadLetter
+from tests.spark.conftest import database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+TS = 1_767_225_600_000
+
+
+def jobs(rule_id: int, version: int, messages: list[str], actions: int = 1) -> list[Job]:
+    return [
+        Job(
+            rule_id,
+            "acme",
+            f"$rules-{rule_id}-",
+            {"type": "webhook", "url": "https://e.com/h"},
+            {"m": message},
+            TS,
+            key=ledger.ActionKey(rule_id, version, message, 0, action, TS),
+        )
+        for message in messages
+        for action in range(actions)
+    ]
+
+
+def connect() -> psycopg.Connection:
+    return psycopg.connect(database_url(), autocommit=True)
+
+
+@pytest.fixture
+def rule():
+    tenant = services.tenant_create("acme")
+    created = services.rule_create(tenant=tenant, name="r", sql='SELECT * FROM "t/#"')
+    connection.close()
+    return created
+
+
+def test_new_only_claims_once_per_rule_version_and_gives_back_failures(rule):
+    gate = Gate("new-only", connect)
+    first = jobs(rule.id, 1, ["b-1:0", "b-1:1", "b-1:2"], actions=2)
+    run, skipped = gate.admit(first)
+    assert (len(run), skipped) == (6, 0)
+    # One action failed: its claim is given back; the others are done.
+    gate.settle(
+        [Outcome(j, ok=not (j.key.message_id == "b-1:1" and j.key.action == 1)) for j in run]
+    )
+    again, skipped = gate.admit(first)
+    assert [(j.key.message_id, j.key.action) for j in again] == [("b-1:1", 1)]
+    assert skipped == 5
+    # A new version of the rule has done nothing yet.
+    assert len(gate.admit(jobs(rule.id, 2, ["b-1:0", "b-1:1", "b-1:2"], actions=2))[0]) == 6
+    # Actions of messages without an id cannot be told apart: they fire.
+    unkeyed = [Job(rule.id, "acme", "p", {}, {}, TS)]
+    assert gate.admit(unkeyed) == (unkeyed, 0)
+    gate.close()
+    assert RuleActionLedger.objects.filter(rule=rule, version=1).count() == 6
+
+
+def test_all_records_what_succeeded_and_none_fires_nothing(rule):
+    everything = Gate("all", connect)
+    batch = jobs(rule.id, 1, ["s-1:0", "s-1:1"])
+    assert everything.admit(batch) == (batch, 0)
+    everything.settle([Outcome(batch[0], ok=True), Outcome(batch[1], ok=False)])
+    everything.close()
+    assert set(RuleActionLedger.objects.values_list("message_id", flat=True)) == {"s-1:0"}
+    assert Gate("none").admit(batch) == ([], 2)
+    new_only = Gate("new-only", connect)
+    assert [j.key.message_id for j in new_only.admit(batch)[0]] == ["s-1:1"]
+    new_only.close()
+
+
+def test_two_runs_at_once_never_take_the_same_action(rule):
+    batch = jobs(rule.id, 1, [f"c-1:{i}" for i in range(500)])
+    taken: list[list[Job]] = []
+    start = threading.Barrier(2)
+
+    def claim() -> None:
+        gate = Gate("new-only", connect)
+        start.wait()
+        taken.append(gate.admit(batch)[0])
+        gate.close()
+
+    threads = [threading.Thread(target=claim) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [j.key.message_id for run in taken for j in run]
+    assert sorted(ids) == sorted(j.key.message_id for j in batch)  # each once, in one run
+
+
+def test_the_live_jobs_keys_wait_while_the_database_is_away_and_skip_deleted_rules(rule):
+    pending = ledger.Pending(max_pending=3)
+    pending.add(j.key for j in jobs(rule.id, 1, ["l-1:0", "l-1:1"]))
+    assert not pending.flush(None) and len(pending.keys) == 2
+    pending.add(j.key for j in jobs(999_999, 1, ["gone:0"]))  # a rule deleted meanwhile
+    pending.add(j.key for j in jobs(rule.id, 1, ["l-1:2"]))
+    assert pending.dropped == 1 and len(pending.keys) == 3  # bounded: the oldest said and gone
+    with connect() as conn:
+        assert pending.flush(conn)
+    assert sorted(RuleActionLedger.objects.values_list("message_id", "source")) == [
+        ("l-1:1", "live"),
+        ("l-1:2", "live"),
+    ]
+
+
+def test_a_replay_drops_letters_a_run_did_since_and_records_what_it_delivers(rule, receiver):
+    rule.actions = [{"type": "webhook", "url": receiver.url, "secret": "s" * 32}]
+    rule.save()
+    done, pending = jobs(rule.id, 1, ["d-1:0", "d-1:1"])
+    for job in (done, pending):
+        RuleDeadLetter.objects.create(
+            rule=rule,
+            action={"type": "webhook", "url": receiver.url},
+            output=job.output,
+            error="webhook: HTTP 503",
+            ledger_key=job.key.encode(),
+        )
+    with connect() as conn:
+        ledger.record(conn, [done.key], ledger.RUN)  # a run did the first since
+    result = services.rule_dead_letters_replay(rule)
+    assert (result["replayed"], result["delivered"], result["done_already"]) == (1, 1, 1)
+    assert [json.loads(c["body"]) for c in receiver.wait(1, 10)] == [{"m": "d-1:1"}]
+    assert not RuleDeadLetter.objects.exists()
+    assert RuleActionLedger.objects.get(message_id="d-1:1").source == "replay"
+    # So a new-only run will not fire it again either.
+    gate = Gate("new-only", connect)
+    assert gate.admit([pending]) == ([], 1)
+    gate.close()
