@@ -1,0 +1,92 @@
+"""One tenant's archived rows of a time range as a DuckDB view (`archive_rows`), read where they
+lie: the objects the marker protocol names (`common.archive_io.archive_files`: history parts,
+live segments not compacted yet, version 1 segments), filtered to the tenant and the range
+before anything else sees them.
+
+A `file://` store (the embedded default) is read by DuckDB's own Parquet reader, in parallel,
+only the columns a query needs. Any other store (`s3://`) and version 1 NDJSON segments are read
+through `common.object_store` into Arrow (`archive_io.read_archive`) and handed to DuckDB.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from common.archive_io import archive_files, read_archive
+from common.archive_schema import ARCHIVE_SCHEMA
+from common.object_store import ObjectStore
+from common.rule_preview.native import literal
+
+VIEW = "archive_rows"
+# DuckDB's names for the archive's Arrow types (a column every file lacks is NULL of its type).
+_DUCK_TYPES = {
+    "string": "VARCHAR",
+    "timestamp[ms, tz=UTC]": "TIMESTAMPTZ",
+    "int8": "TINYINT",
+    "int32": "INTEGER",
+    "int64": "BIGINT",
+    "bool": "BOOLEAN",
+    "binary": "BLOB",
+    "list<item: struct<key: string, value: string>>": "STRUCT(key VARCHAR, value VARCHAR)[]",
+}
+COLUMNS = list(ARCHIVE_SCHEMA.names)
+
+
+def _local_root(store: ObjectStore) -> Path | None:
+    root = getattr(store, "root", None)
+    return Path(root) if root is not None else None
+
+
+def open_scan(
+    con: duckdb.DuckDBPyConnection,
+    store: ObjectStore,
+    tenant: str,
+    start: datetime,
+    end: datetime,
+) -> None:
+    """Create the view `archive_rows` (the archive's columns, the tenant's rows of [start,
+    end)) on `con` (whose TimeZone is UTC)."""
+    window = f"ts >= {_instant(start)} AND ts < {_instant(end)}"
+    scope = f"tenant = {literal(tenant)} AND {window}"
+    root = _local_root(store)
+    parts: list[str] = []
+    if root is None:
+        table = read_archive(store, start, end, tenant)
+        con.register("_archive_arrow", table)
+        parts.append(f"SELECT {', '.join(COLUMNS)} FROM _archive_arrow")
+    else:
+        files = archive_files(store, start, end, tenant)
+        parquet = [str(root / f.key) for f in files if f.format == "parquet"]
+        ndjson = [f for f in files if f.format == "ndjson"]
+        if parquet:
+            source = f"read_parquet([{', '.join(literal(p) for p in parquet)}], union_by_name=true)"
+            present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            select = ", ".join(
+                name if name in present else f"CAST(NULL AS {_type(name)}) AS {name}"
+                for name in COLUMNS
+            )
+            parts.append(f"SELECT {select} FROM {source} WHERE {scope}")
+        if ndjson:
+            from common.archive_io import read_file
+
+            tables = [read_file(store, f) for f in ndjson]
+            con.register("_archive_v1", pa.concat_tables(tables))
+            parts.append(f"SELECT {', '.join(COLUMNS)} FROM _archive_v1 WHERE {scope}")
+    if not parts:
+        empty = ", ".join(f"CAST(NULL AS {_type(name)}) AS {name}" for name in COLUMNS)
+        parts.append(f"SELECT {empty} WHERE false")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {VIEW} AS " + " UNION ALL ".join(parts))
+
+
+def _type(name: str) -> str:
+    return _DUCK_TYPES[str(ARCHIVE_SCHEMA.field(name).type)]
+
+
+def _instant(moment: datetime) -> str:
+    # Integer microseconds: no float rounding at the range's edges (the session is in UTC).
+    micros = int(moment.timestamp()) * 1_000_000 + moment.microsecond
+    return f"make_timestamp({micros}::BIGINT)::TIMESTAMPTZ"
