@@ -114,3 +114,14 @@ def budget_check() -> dict:
     from tenants.budget_alerts import check_all
 
     return check_all()
+
+
+@shared_task(name="tenants.tasks.run_rule_history", acks_late=False)
+def run_rule_history(run_id: str) -> dict:
+    """A tenant's run of a rule over its archived history, on Spark (`tenants.rule_runs`).
+    Acknowledged when taken: a worker lost mid-run leaves the run `running` rather than
+    running its actions a second time."""
+    from tenants.rule_runs.execute import execute
+
+    run, _ = execute(run_id)
+    return {"id": run_id, "state": run.state if run is not None else "gone"}

@@ -424,7 +424,25 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Rules",
         "Replay a rule's dead letters",
         "Sends the rule's dead-lettered webhook calls again (up to 100, oldest first) through "
-        "the same signed call as the live job, with the rule's current secret.",
+        "the same signed call as the live job, with the rule's current secret. A letter whose "
+        "action a run over history did since is dropped, not sent twice.",
+    ),
+    ("get", "/api/v1/rules/{name}/runs"): (
+        "Rules",
+        "List a rule's runs over history",
+        "Newest first, with their state and figures.",
+    ),
+    ("post", "/api/v1/rules/{name}/runs"): ("Rules", "Preview or run a rule over history", None),
+    ("get", "/api/v1/rules/{name}/runs/{run_id}"): (
+        "Rules",
+        "Follow a run over history",
+        "Its state (queued, running, done, failed, cancelled), `progress` (0..1) and figures "
+        "so far.",
+    ),
+    ("post", "/api/v1/rules/{name}/runs/{run_id}/cancel"): (
+        "Rules",
+        "Cancel a run over history",
+        None,
     ),
     ("get", "/api/v1/history"): (
         "History",

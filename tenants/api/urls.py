@@ -6,6 +6,7 @@ from tenants.api import (
     identity_views,
     inspection_views,
     journey_views,
+    rule_run_views,
     shadow_views,
     views,
 )
@@ -109,6 +110,17 @@ urlpatterns = [
         "history-policies/<int:policy_id>",
         history_views.HistoryPolicyDetailView.as_view(),
         name="api-history-policy",
+    ),
+    path("rules/<str:name>/runs", rule_run_views.RuleRunsView.as_view(), name="api-rule-runs"),
+    path(
+        "rules/<str:name>/runs/<str:run_id>",
+        rule_run_views.RuleRunDetailView.as_view(),
+        name="api-rule-run",
+    ),
+    path(
+        "rules/<str:name>/runs/<str:run_id>/cancel",
+        rule_run_views.RuleRunCancelView.as_view(),
+        name="api-rule-run-cancel",
     ),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),

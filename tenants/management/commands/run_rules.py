@@ -20,22 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
-
-def database_url() -> str:
-    """The database Django is using (the configured or embedded one; a test run's test
-    database), as a libpq connection string for the jobs' psycopg."""
-    from django.db import connection
-    from psycopg.conninfo import make_conninfo
-
-    db = connection.settings_dict
-    params = {
-        "host": db.get("HOST") or None,
-        "port": str(db["PORT"]) if db.get("PORT") else None,
-        "dbname": db.get("NAME"),
-        "user": db.get("USER") or None,
-        "password": db.get("PASSWORD") or None,
-    }
-    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
+from tenants.job_database import database_url
 
 
 class Command(BaseCommand):
@@ -47,6 +32,13 @@ class Command(BaseCommand):
         parser.add_argument("--rule", help="backfill only the rule of this name")
         parser.add_argument("--from", dest="start", help="ISO 8601 start (inclusive), UTC")
         parser.add_argument("--to", dest="end", help="ISO 8601 end (exclusive), UTC")
+        parser.add_argument(
+            "--actions",
+            choices=["all", "new-only", "none"],
+            default="all",
+            help="which actions fire: all (the default), new-only (none already done for the "
+            "same message and rule version), none (outputs counted only)",
+        )
         parser.add_argument("--metrics-port", type=int, help="live: serve /metrics on this port")
         parser.add_argument("--metrics-host", default="127.0.0.1")
         parser.add_argument("--checkpoint", help="live: checkpoint folder")
@@ -67,7 +59,7 @@ class Command(BaseCommand):
 
     def _backfill(self, store, options):
         from spark.archive import iso_to_ms
-        from spark.rules.backfill import NoRules, run_backfill
+        from spark.rules.backfill import NoRules
         from spark.session import build_session
 
         now = datetime.now(UTC)
@@ -102,19 +94,25 @@ class Command(BaseCommand):
 
         from pyspark.sql import SparkSession
 
+        from tenants.rule_runs.execute import over_history
+
+        run = self._run_record(options, start, end)  # one named rule: a run its tenant sees
         owned = SparkSession.getActiveSession() is None  # (a caller's session is left running)
         spark = build_session("rules-backfill")
         try:
-            summary = run_backfill(
-                spark,
-                database_url(),
-                store,
-                start,
-                end,
-                tenant=options["tenant"],
-                rule=options["rule"],
-                progress=progress,
-            )
+            if run is not None:
+                summary = self._run(run, spark, store, progress)
+            else:
+                summary = over_history(
+                    spark,
+                    store,
+                    start,
+                    end,
+                    tenant=options["tenant"],
+                    rule=options["rule"],
+                    actions=options["actions"],
+                    progress=progress,
+                )
         except NoRules as exc:
             raise CommandError(str(exc)) from None
         finally:
@@ -125,6 +123,49 @@ class Command(BaseCommand):
         summary["from"] = datetime.fromtimestamp(start / 1000, UTC).isoformat()
         summary["to"] = datetime.fromtimestamp(end / 1000, UTC).isoformat()
         self.stdout.write(json.dumps(summary, indent=2))
+
+    def _run_record(self, options, start: int, end: int):
+        """With --tenant and --rule, the backfill is a RuleRun of that rule (the tenant sees it
+        with its runs), executed here by the same code as the tenants' runs; else None."""
+        if not (options["tenant"] and options["rule"]):
+            return None
+        from django.core.exceptions import ValidationError
+
+        from tenants.models import Rule
+        from tenants.rule_runs import services as runs
+
+        rule = (
+            Rule.objects.select_related("tenant")
+            .filter(tenant__slug=options["tenant"], name=options["rule"])
+            .first()
+        )
+        if rule is None:
+            raise CommandError(f"no matching rules for tenant {options['tenant']!r}")
+        try:
+            return runs.run_start(
+                rule=rule,
+                start=datetime.fromtimestamp(start / 1000, UTC),
+                end=datetime.fromtimestamp(end / 1000, UTC),
+                actions=options["actions"],
+                requested_by="operator (manage.py run_rules)",
+                dispatch_now=False,
+                operator=True,
+            )
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from None
+
+    def _run(self, run, spark, store, progress) -> dict:
+        from tenants.rule_runs.execute import execute
+
+        ended, summary = execute(run.id, spark=spark, store=store, progress=progress)
+        if summary is None:
+            raise CommandError(
+                f"the run {run.id} {getattr(ended, 'state', 'ended')}: "
+                f"{getattr(ended, 'error', '')}"
+            )
+        summary["run"] = str(run.id)
+        summary["state"] = ended.state if ended is not None else "gone"
+        return summary
 
     def _live(self, store, options):
         import logging
