@@ -14,6 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render, resolve_url
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
@@ -586,7 +587,26 @@ def _rule_editor(request, membership, rule=None):
         context["metrics"] = selectors.rule_metrics(rule)
         context["dead_letters"] = selectors.rule_dead_letters_list(rule=rule)[:20]
         context["dead_letter_count"] = selectors.rule_dead_letters_list(rule=rule).count()
+        context.update(_history_context(rule))
     return render(request, "portal/rule.html", context)
+
+
+def _history_context(rule) -> dict:
+    """The "Run over history" card: the last day as the default range (UTC), recent runs, and
+    the run under way if there is one (the page follows it)."""
+    from datetime import UTC, timedelta
+
+    from tenants.rule_runs import selectors as run_selectors
+
+    now = timezone.now().astimezone(UTC).replace(microsecond=0)
+    runs = list(run_selectors.runs_list(rule=rule)[:5])
+    active = next((r for r in runs if r.state in r.ACTIVE), None)
+    return {
+        "history_from": (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S"),
+        "history_to": now.strftime("%Y-%m-%dT%H:%M:%S"),
+        "history_runs": [(r, run_selectors.run_progress(r)) for r in runs],
+        "history_active": active,
+    }
 
 
 @tenant_view()
@@ -618,10 +638,12 @@ def rule_dead_letters_replay(request, membership, name: str):
     except services.ReplayThrottled as exc:
         messages.error(request, str(exc))
         return redirect("portal:rule", name=name)
+    done = result.get("done_already", 0)
     messages.success(
         request,
         f"{result['delivered']} of {result['replayed']} dead letter(s) delivered; "
-        f"{result['remaining']} remain.",
+        + (f"{done} dropped (a run over history did them since); " if done else "")
+        + f"{result['remaining']} remain.",
     )
     return redirect("portal:rule", name=name)
 
