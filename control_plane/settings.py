@@ -276,6 +276,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.shadow_history_purge",
         "schedule": timedelta(hours=1),
     },
+    # The ledger of rule actions done forgets messages older than RULE_LEDGER_DAYS (tenants.rule_runs).
+    "prune-action-ledger": {
+        "task": "tenants.tasks.prune_action_ledger",
+        "schedule": crontab(hour="3", minute="30"),
+    },
 }
 
 # The single Postgres channel every broker-relevant change is announced on (common/notifications.py).

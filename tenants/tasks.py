@@ -125,3 +125,11 @@ def run_rule_history(run_id: str) -> dict:
 
     run, _ = execute(run_id)
     return {"id": run_id, "state": run.state if run is not None else "gone"}
+
+
+@shared_task(name="tenants.tasks.prune_action_ledger")
+def prune_action_ledger() -> dict:
+    """Daily: forget the rule actions done for messages older than RULE_LEDGER_DAYS."""
+    from tenants.rule_runs.services import ledger_prune
+
+    return {"deleted": ledger_prune()}

@@ -139,6 +139,7 @@ def preview(
     seconds: float = DEFAULT_SECONDS,
     hard_seconds: float | None = None,
     threads: int | None = None,
+    memory: str = "1GB",
     attempts: int = 3,
 ) -> Preview:
     """The preview of `sql` over `tenant`'s archive in [start, end) (see the module)."""
@@ -146,7 +147,7 @@ def preview(
         try:
             return _preview(
                 store, tenant, sql, start, end, rule_id, max_outputs, limit, seconds,
-                hard_seconds, threads,
+                hard_seconds, threads, memory,
             )  # fmt: skip
         except (ArchiveChanged, duckdb.IOException):
             # A compaction moved files between the listing and the read: list again.
@@ -167,6 +168,7 @@ def _preview(
     seconds: float,
     hard_seconds: float | None,
     threads: int | None,
+    memory: str,
 ) -> Preview:
     started = perf_counter()
     evaluation = _Evaluation(sql, tenant, max_outputs, started + seconds)
@@ -176,6 +178,7 @@ def _preview(
     watchdog.start()
     try:
         con.execute("SET TimeZone = 'UTC'")
+        con.execute(f"SET memory_limit = {nat.literal(memory)}")  # in a web process
         if threads:
             con.execute(f"SET threads = {int(threads)}")
         open_scan(con, store, tenant, start, end)

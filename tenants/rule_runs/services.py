@@ -1,6 +1,10 @@
 """Writes of a tenant's rules over history: the preview (reads only, stores nothing), starting a
 run (a `RuleRun`, queued for the Celery task that runs it on Spark) and cancelling one.
 
+The ledger of actions done (`RuleActionLedger`, what `new-only` runs consult) forgets messages
+older than `RULE_LEDGER_DAYS` (90): a `new-only` run over older messages fires their actions again
+(keep it at least as long as the archive keeps history).
+
 Bounds (operators' settings, environment variables): a preview covers at most
 `RULE_PREVIEW_MAX_DAYS` (7) and its evaluator at most `RULE_PREVIEW_SECONDS` (10 s), a tenant
 previews at most `RULE_PREVIEW_RATE` (30/min) times; a run covers at most `RULE_RUN_MAX_DAYS`
@@ -214,3 +218,12 @@ def run_cancel(run: RuleRun) -> RuleRun:
         run.refresh_from_db()
         return run
     raise RunConflict(f"The run is {run.state} already: there is nothing to cancel.")
+
+
+def ledger_prune(now: datetime | None = None) -> int:
+    """Forget the actions done for messages older than `RULE_LEDGER_DAYS`; how many rows went."""
+    from tenants.models import RuleActionLedger
+
+    cutoff = (now or timezone.now()) - timedelta(days=_setting("RULE_LEDGER_DAYS", 90))
+    deleted, _ = RuleActionLedger.objects.filter(message_ts__lt=cutoff).delete()
+    return deleted

@@ -143,3 +143,27 @@ def test_a_replay_drops_letters_a_run_did_since_and_records_what_it_delivers(rul
     gate = Gate("new-only", connect)
     assert gate.admit([pending]) == ([], 1)
     gate.close()
+
+
+def test_the_ledger_forgets_messages_older_than_its_days(rule, settings):
+    from datetime import UTC, datetime, timedelta
+
+    from tenants.rule_runs.services import ledger_prune
+
+    settings.RULE_LEDGER_DAYS = 30
+    now = datetime.now(UTC)
+    with connect() as conn:
+        ledger.record(
+            conn,
+            [
+                ledger.ActionKey(
+                    rule.id, 1, "o-1:0", 0, 0, int((now - timedelta(days=31)).timestamp() * 1000)
+                ),
+                ledger.ActionKey(
+                    rule.id, 1, "r-1:0", 0, 0, int((now - timedelta(days=29)).timestamp() * 1000)
+                ),
+            ],
+            ledger.LIVE,
+        )
+    assert ledger_prune(now) == 1
+    assert list(RuleActionLedger.objects.values_list("message_id", flat=True)) == ["r-1:0"]
