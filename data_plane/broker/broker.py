@@ -242,7 +242,8 @@ class Broker:
             commit = session.deliver(delivery)
             if session.queue and session.backs_up(delivery):  # cheap one first
                 return Published(1, [commit] if commit is not None else (), (session,))
-            if session.connection is None:  # offline: kept for later (QoS 0: dropped)
+            # Offline: kept for later (QoS 0: dropped). A cluster's relay is no Session: no client.
+            if type(session) is Session and session.connection is None:
                 return Published(1, [commit] if commit is not None else (), (), 1)
             return REACHED_ONE if commit is None else Published(1, [commit])
         # Overlapping subscriptions of one session: one copy, the highest QoS, every id.
@@ -263,7 +264,7 @@ class Broker:
             retain = message.retain and any(s.retain_as_published for s in subs)
             ids = tuple(s.subscription_id for s in subs if s.subscription_id)
             self._hand(subs[0].session, Delivery(message, qos, retain, ids), commits, backed_up)
-            queued += subs[0].session.connection is None
+            queued += type(subs[0].session) is Session and subs[0].session.connection is None
         return Published(len(targets) + len(groups), commits, tuple(backed_up), queued)
 
     @staticmethod
