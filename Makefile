@@ -26,7 +26,7 @@ TEST_WORKERS ?= 2
 test: install
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-logo
-	$(PY) -m pytest -n $(TEST_WORKERS) -m "not serial"
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not serial" --durations=30
 	$(PY) -m pytest -m serial
 
 install: system-deps $(STAMP) $(SCAN_STAMP)

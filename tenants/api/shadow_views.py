@@ -197,6 +197,7 @@ class NamedShadowListView(TenantAPIView):
         parameters=PAGE_PARAMETERS,
         responses=page_of(ShadowNameOutput),
         description="AWS's ListNamedShadowsForThing: the device's named shadows that exist.",
+        operation_id="v1_devices_shadows_list",  # beside …/shadows/{shadow}'s retrieve
     )
     def get(self, request, name: str):
         device = shadow_selectors.device_get(tenant=self.tenant, name=name)

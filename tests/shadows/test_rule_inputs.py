@@ -39,7 +39,12 @@ def shadow_rows(broker, tenant: str, count: int, timeout: float = 8.0) -> list[d
 
 
 def test_shadow_changes_are_rule_inputs(tls_broker, fleet):
+    from tenants.history_services import history_policy_create
+
     fleet.device("lamp")
+    # The archive keeps what a policy or an enabled rule asks for (issue 31): the shadow events.
+    history_policy_create(tenant=fleet.tenant, topic_filter="$events/shadow/#", days=1)
+    time.sleep(0.5)  # the broker hears the change (history.changed)
     lamp = Watcher(tls_broker.port, fleet, "lamp")
     try:
         send(lamp, "$aws/things/lamp/shadow/update", {"state": {"desired": {"color": "red"}}})

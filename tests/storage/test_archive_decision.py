@@ -33,11 +33,14 @@ def test_what_a_tenant_needs_archived():
     assert default.filters == ("#",) and not default.events
     own = archive_needs(policy_filters=["a/+", "$events/#"], default_days=7, archive_enabled=True)
     assert own.filters == ("a/+",)  # the tenant's policies replace the plan's default
-    assert own.events == {
+    assert own.events == {  # every event source: the lifecycle and the device shadows'
         "client.connected",
         "client.disconnected",
         "session.subscribed",
         "session.unsubscribed",
+        "shadow.updated",
+        "shadow.delta",
+        "shadow.deleted",
     }
     off = archive_needs(
         policy_filters=["a/+"],
