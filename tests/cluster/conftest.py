@@ -169,7 +169,7 @@ class PgNode:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=15)
+            self.process.wait(timeout=30)
         self.process.stdout.close()
 
     def kill(self) -> None:
