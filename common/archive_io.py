@@ -237,22 +237,29 @@ def _list_by_date(store: ObjectStore, base: str, hours: list[datetime]) -> list[
     return keys
 
 
+def key_hour(key: str) -> datetime | None:
+    """The hour a key's `date=…/hour=…` partition names (the archive's and the journey's
+    layouts); None for a key without one."""
+    day = hour = None
+    for part in key.split("/"):
+        if part.startswith("date="):
+            day = part[5:]
+        elif part.startswith("hour="):
+            hour = part[5:]
+    if day is None or hour is None:
+        return None
+    try:
+        return hour_start(day, int(hour))
+    except ValueError:
+        return None
+
+
 def _group_by_hour(keys: Iterable[str]) -> dict[datetime, list[str]]:
     grouped: dict[datetime, list[str]] = {}
     for key in keys:
-        day = hour = None
-        for part in key.split("/"):
-            if part.startswith("date="):
-                day = part[5:]
-            elif part.startswith("hour="):
-                hour = part[5:]
-        if day is None or hour is None:
-            continue
-        try:
-            moment = hour_start(day, int(hour))
-        except ValueError:
-            continue
-        grouped.setdefault(moment, []).append(key)
+        moment = key_hour(key)
+        if moment is not None:
+            grouped.setdefault(moment, []).append(key)
     for keys_ in grouped.values():
         keys_.sort()
     return grouped

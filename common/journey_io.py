@@ -16,13 +16,14 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from common.archive_io import HOUR, hours_between, key_hour
 from common.journey_schema import (
     COMPACTED_MARKER,
     JOURNEY_PREFIX,
@@ -35,18 +36,6 @@ from common.journey_schema import (
 from common.object_store import ObjectNotFound
 
 log = logging.getLogger(__name__)
-
-HOUR = timedelta(hours=1)
-
-
-def hours_between(start: datetime, end: datetime) -> list[datetime]:
-    """The hours (their starts, UTC) that [start, end) touches."""
-    hour = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    hours = []
-    while hour < end:
-        hours.append(hour)
-        hour += HOUR
-    return hours
 
 
 def conform(table: pa.Table, stream: str) -> pa.Table:
@@ -208,7 +197,7 @@ def compact_due(store: Any, now: datetime, grace: timedelta = timedelta(minutes=
         segments: dict[datetime, int] = {}
         marked: set[datetime] = set()
         for key in store.list(f"{live_prefix(stream)}/"):
-            hour = _hour_of(key)
+            hour = key_hour(key)
             if hour is None:
                 continue
             if key.endswith(".parquet"):
@@ -224,23 +213,6 @@ def compact_due(store: Any, now: datetime, grace: timedelta = timedelta(minutes=
     return moved
 
 
-def _hour_of(key: str) -> datetime | None:
-    day = hour = None
-    for part in key.split("/"):
-        if part.startswith("date="):
-            day = part[5:]
-        elif part.startswith("hour="):
-            hour = part[5:]
-    if day is None or hour is None:
-        return None
-    try:
-        return datetime.combine(date.fromisoformat(day), datetime.min.time(), UTC).replace(
-            hour=int(hour)
-        )
-    except ValueError:
-        return None
-
-
 # -- retention -----------------------------------------------------------------------------------
 
 
@@ -251,7 +223,7 @@ def delete_before(store: Any, tenant: str, before: datetime) -> int:
     deleted = 0
     for stream in STREAMS:
         for key in store.list(f"{tenant_prefix(stream, tenant)}/"):
-            hour = _hour_of(key)
+            hour = key_hour(key)
             if hour is not None and hour + HOUR <= before:
                 store.delete(key)
                 deleted += 1
@@ -264,7 +236,7 @@ def delete_live_before(store: Any, before: datetime) -> int:
     deleted = 0
     for stream in STREAMS:
         for key in store.list(f"{live_prefix(stream)}/"):
-            hour = _hour_of(key)
+            hour = key_hour(key)
             if hour is not None and hour + HOUR <= before:
                 store.delete(key)
                 deleted += 1
