@@ -122,6 +122,26 @@ class JourneyReader:
         con.register("rows", pa.concat_tables(tables))
         return "rows"
 
+    def topic_rates(self, tenant: str, start: datetime, end: datetime) -> dict[str, float]:
+        """Each topic's PUBLISHes the broker took (delivered or not) per minute over [start,
+        end); none this time if a file went to compaction meanwhile."""
+        con = duckdb.connect()
+        try:
+            source = self._source(con, MESSAGES, tenant, start, end)
+            if not source:
+                return {}
+            counts = con.sql(
+                f"SELECT topic, count(*) FROM {source} WHERE tenant = ? AND ts >= ? AND ts < ? "
+                "AND outcome IN ('delivered', 'no_subscribers') GROUP BY topic",
+                params=[tenant, start, end],
+            ).fetchall()
+        except (duckdb.IOException, ObjectNotFound):
+            return {}
+        finally:
+            con.close()
+        minutes = (end - start).total_seconds() / 60
+        return {topic: count / minutes for topic, count in counts}
+
     def _page(self, *args: Any) -> Page:
         try:
             return self._query(*args)
@@ -257,20 +277,4 @@ def topic_rates(
     """Messages per minute of each of the tenant's topics over the last `minutes` (from the
     journey: PUBLISHes the broker took, delivered or not), for the topic tree."""
     end = now or datetime.now(UTC)
-    start = end - timedelta(minutes=minutes)
-    reader = JourneyReader(store)
-    con = duckdb.connect()
-    try:
-        source = reader._source(con, MESSAGES, tenant, start, end)
-        if not source:
-            return {}
-        counts = con.sql(
-            f"SELECT topic, count(*) FROM {source} WHERE tenant = ? AND ts >= ? AND ts < ? "
-            "AND outcome IN ('delivered', 'no_subscribers') GROUP BY topic",
-            params=[tenant, start, end],
-        ).fetchall()
-    except (duckdb.IOException, ObjectNotFound):  # compacted meanwhile: no figures this time
-        return {}
-    finally:
-        con.close()
-    return {topic: count / minutes for topic, count in counts}
+    return JourneyReader(store).topic_rates(tenant, end - timedelta(minutes=minutes), end)
