@@ -167,9 +167,16 @@ class PgNode:
         return self.listeners["mqtt"][1]
 
     def stop(self) -> None:
+        """A graceful stop, bounded: a node that does not stop is killed (left running on the
+        test database it would take other tests' notifications, e.g. shadow changes), and the
+        test fails, since operators' orchestrators would kill it too."""
         if self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=30)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError("the node did not stop within 15 s of SIGTERM") from None
         self.process.stdout.close()
 
     def kill(self) -> None:
