@@ -6,7 +6,9 @@ Two streams, each its own set of Parquet files:
 - `messages`: one row per outcome of a PUBLISH. The broker decides one outcome when the PUBLISH
   arrives (`delivered`, `no_subscribers`, or a refusal); a delivery that fails later at one
   subscriber (its queue overflowed, the message expired while queued, …) adds a row then, naming
-  that subscriber in `subscriber`. No payload is stored.
+  that subscriber in `subscriber`. No payload is stored. The live rules job adds the rows of
+  the tenant's rules (`rule_*` outcomes, the rule's name in `rule`): a rule matched the message
+  (or failed on it), then each action's result, the error in `reason`.
 - `clients`: one row per event in a client's life (connected, connect_failed, disconnected,
   taken_over, subscribed, unsubscribed, will_published, will_discarded, session_expired), with
   `version`, a number that only grows per (tenant, client id): sort by it and the order is never
@@ -55,7 +57,8 @@ MESSAGE_SCHEMA = pa.schema(
         pa.field("reason_code", pa.int16()),  # the MQTT reason code the client got, if any
         pa.field("quota", pa.string()),  # quota_exceeded: the plan's key
         pa.field("subscriber", pa.string()),  # a later outcome: whose delivery it was
-        pa.field("node", pa.string()),  # the broker that recorded it
+        pa.field("node", pa.string()),  # the broker that recorded it (rules: the rules job)
+        pa.field("rule", pa.string()),  # the rule's name, in the rules' rows
     ]
 )
 
@@ -86,8 +89,13 @@ QUEUE_FULL = "queue_full"
 EXPIRED = "expired"
 TOO_LARGE = "too_large"
 DROPPED = "dropped"
+# Written by the live rules job (`spark/rules/journey.py`), not the broker:
+RULE_MATCHED = "rule_matched"  # the rule's WHERE held: its outputs go to its actions
+RULE_FAILED = "rule_failed"  # evaluating the rule failed on the message (or went over a budget)
+RULE_ACTION_OK = "rule_action_ok"  # one action of one output done
+RULE_ACTION_FAILED = "rule_action_failed"  # … failed for good (a dead letter), or will retry
 
-OUTCOMES = (
+BROKER_OUTCOMES = (
     DELIVERED,
     NO_SUBSCRIBERS,
     ACL_DENIED,
@@ -97,8 +105,10 @@ OUTCOMES = (
     TOO_LARGE,
     DROPPED,
 )
+RULE_OUTCOMES = (RULE_MATCHED, RULE_FAILED, RULE_ACTION_OK, RULE_ACTION_FAILED)
+OUTCOMES = (*BROKER_OUTCOMES, *RULE_OUTCOMES)
 # Outcomes that lost the message for someone: what a portal's "dropped" or "refused" links to.
-LOSSES = tuple(o for o in OUTCOMES if o not in (DELIVERED, NO_SUBSCRIBERS))
+LOSSES = tuple(o for o in BROKER_OUTCOMES if o not in (DELIVERED, NO_SUBSCRIBERS))
 
 CLIENT_EVENTS = (
     "connected",

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.journey_io import conform, journey_files
-from common.journey_schema import CLIENT_EVENTS, CLIENTS, MESSAGES, OUTCOMES
+from common.journey_schema import CLIENT_EVENTS, CLIENTS, MESSAGES, OUTCOMES, SCHEMAS
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_filter
 from common.object_store import LocalObjectStore, ObjectNotFound, open_object_store
@@ -98,6 +98,15 @@ def _parse_cursor(cursor: str | None) -> tuple[int, int] | None:
     return int(ms), int(seen)
 
 
+_SQL_TYPES = {
+    pa.string(): "VARCHAR",
+    pa.int8(): "TINYINT",
+    pa.int16(): "SMALLINT",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+}
+
+
 class JourneyReader:
     """Queries over one object store (the process's own by default)."""
 
@@ -111,7 +120,12 @@ class JourneyReader:
             return ""
         if isinstance(self.store, LocalObjectStore):
             paths = [str(self.store.root / key) for key in keys]
-            con.read_parquet(paths, union_by_name=True).create_view("rows")
+            files = con.read_parquet(paths, union_by_name=True)
+            missing = [f for f in SCHEMAS[stream] if f.name not in files.columns]
+            if missing:  # files older than a column: null there, as `conform` does
+                nulls = ", ".join(f"NULL::{_SQL_TYPES[f.type]} AS {f.name}" for f in missing)
+                files = files.select(f"*, {nulls}")
+            files.create_view("rows")
             return "rows"
         tables = []
         for key in keys:
@@ -175,7 +189,8 @@ class JourneyReader:
             order = (
                 "ts DESC, version DESC"
                 if stream == CLIENTS
-                else "ts DESC, node, client_id, topic, outcome, subscriber NULLS FIRST, packet_id"
+                else "ts DESC, node, client_id, topic, outcome, subscriber NULLS FIRST, "
+                "rule NULLS FIRST, packet_id"
             )
             sql = (
                 f"SELECT * FROM {source} WHERE {' AND '.join(where)} "

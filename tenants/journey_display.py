@@ -26,6 +26,10 @@ OUTCOME_LABELS = {
     "expired": "expired",
     "too_large": "too large",
     "dropped": "dropped",
+    "rule_matched": "rule matched",
+    "rule_failed": "rule failed",
+    "rule_action_ok": "rule action ok",
+    "rule_action_failed": "rule action failed",
 }
 assert set(OUTCOME_LABELS) == set(OUTCOMES), "every outcome needs a chip label"
 EVENT_LABELS = {

@@ -21,6 +21,10 @@ OUTCOME_WORDS = {
     "expired": "lost at a subscriber: it expired before delivery",
     "too_large": "refused: larger than allowed",
     "dropped": "dropped",
+    "rule_matched": "matched",
+    "rule_failed": "failed on this message",
+    "rule_action_ok": "action done",
+    "rule_action_failed": "action failed",
 }
 
 
@@ -47,6 +51,9 @@ def outcome_reason(row: dict[str, Any]) -> str:
             words = f"{row['reason']}: {words}"
         return words
     detail = row.get("reason")
+    if outcome.startswith("rule_"):  # the rules job's rows: the rule, then what it did
+        words = f"rule {row.get('rule') or '?'}: {OUTCOME_WORDS.get(outcome, outcome)}"
+        return f"{words}: {detail}" if detail else words
     if row.get("subscriber"):  # lost later, at one subscriber: the broker's words say why
         return f"lost at subscriber {row['subscriber']}: {detail or outcome}"
     base = OUTCOME_WORDS.get(outcome, outcome)
@@ -73,6 +80,7 @@ def describe_outcome(row: dict[str, Any]) -> dict[str, Any]:
         "reason_code_text": code_text(code),
         "reason": outcome_reason(row),
         "node": row.get("node"),
+        "rule": row.get("rule"),
     }
 
 

@@ -471,6 +471,9 @@ class RuleActionRetry(models.Model):
     last_error = models.TextField(blank=True, default="")
     next_attempt_at = models.DateTimeField()
     ledger_key = models.TextField(blank=True, default="", db_default="")  # as RuleDeadLetter's
+    # the message's topic and publisher: the journey's row of the action's outcome names them
+    topic = models.TextField(blank=True, default="", db_default="")
+    client_id = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

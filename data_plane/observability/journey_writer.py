@@ -25,9 +25,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from prometheus_client.core import CounterMetricFamily
 
+from common.journey_io import encode_segment
 from common.journey_schema import (
     CLIENT_SCHEMA,
     CLIENTS,
@@ -104,28 +104,12 @@ def publish_table(columns: PublishColumns, node: str) -> pa.Table:
             "node": pa.DictionaryArray.from_arrays(
                 pa.repeat(pa.scalar(0, pa.int8()), n), pa.array([node], pa.string())
             ),
+            "rule": pa.nulls(n, pa.string()),
         }
     )
 
 
 _REACHED = pa.array([NO_SUBSCRIBERS, DELIVERED], pa.string())  # by sessions > 0
-
-
-def encode(table: pa.Table) -> bytes:
-    """A live segment: LZ4 (cheap to write; compaction recompresses with Zstandard), statistics
-    on what readers filter by."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(
-        table,
-        sink,
-        compression="lz4",
-        row_group_size=64 * 1024,
-        # Topics plain: hashing each one cost more than LZ4 saves (compaction dictionary-codes
-        # them with Zstandard).
-        use_dictionary=["tenant", "client_id", "outcome", "node", "event", "quota"],
-        write_statistics=["tenant", "ts", "client_id"],
-    )
-    return sink.getvalue().to_pybytes()
 
 
 class JourneyWriter:
@@ -225,7 +209,7 @@ class JourneyWriter:
     def _queue(self, stream: str, table: pa.Table) -> None:
         first_ms = table["ts"][0].value if table.num_rows else 0
         key = live_segment_key(stream, first_ms, self.writer_id, self._next_sequence())
-        body = encode(table)
+        body = encode_segment(table)
         self._pending.append((key, body))
         self._pending_bytes += len(body)
         while self._pending_bytes > MAX_PENDING_BYTES and len(self._pending) > 1:

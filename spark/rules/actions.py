@@ -71,6 +71,8 @@ class Job:
     ts_ms: int  # the message's archive timestamp
     tries: int = 0  # attempts made before this one (the live job's retries)
     key: ActionKey | None = None  # in the action ledger (None: the message had no id)
+    topic: str | None = None  # the message's, for its rows in the journey
+    client_id: str | None = None  # its publisher's
 
 
 @dataclass

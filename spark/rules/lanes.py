@@ -279,6 +279,8 @@ class ActionLanes:
                 error,
                 delay,
                 key=job.key.encode() if job.key is not None else "",
+                topic=job.topic or "",
+                client_id=job.client_id or "",
             )
         )
 
@@ -460,7 +462,18 @@ class ActionLanes:
             output = {"value": row.body}
         prefix = f"$rules-{row.rule_id}-"
         key = ActionKey.decode(row.rule_id, row.key)
-        return Job(row.rule_id, row.tenant, prefix, action, output, row.ts_ms, row.attempts, key)
+        return Job(
+            row.rule_id,
+            row.tenant,
+            prefix,
+            action,
+            output,
+            row.ts_ms,
+            row.attempts,
+            key,
+            topic=row.topic or None,
+            client_id=row.client_id or None,
+        )
 
     async def _poll_durable(self) -> None:
         while True:

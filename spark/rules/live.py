@@ -13,7 +13,9 @@ a micro-batch about every second. In each batch (`foreachBatch`, on the driver):
    and Prometheus figures of the batch and of every action finished are recorded each batch and
    every 0.5 s between batches (`record`), and each action that succeeded goes to the action
    ledger (`ledger.py`: keyed by rule version and message id, so `new-only` runs over history
-   never repeat it).
+   never repeat it);
+4. the tenants' journey gets what the rules did with each message (`journey.py`: matched or
+   failed, then each action's result), a segment every 2 s beside the broker's.
 
 The checkpoint (default `.data/spark/rules-live`) remembers which segments were done, so a restart
 neither repeats nor skips a batch's actions (segments written while it was down are picked up).
@@ -41,6 +43,7 @@ from spark.rules import ledger
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.bookkeeping import Books
+from spark.rules.journey import RuleJourney
 from spark.rules.lanes import ActionLanes
 from spark.rules.metering import UsageWriter
 from spark.rules.pausing import BudgetWatch
@@ -183,6 +186,7 @@ class LiveJob:
         runner: ActionRunner | None = None,
         lanes: ActionLanes | None = None,
         metrics: LiveMetrics | None = None,
+        journey: RuleJourney | None = None,
         max_file_age: str = "1h",
         attempts: int = 3,
         backoff: float = 1.0,
@@ -219,6 +223,7 @@ class LiveJob:
         self.books = Books()
         self.ledger = ledger.Pending()  # actions done, for the action ledger
         self.watch = BudgetWatch()
+        self.journey = journey if journey is not None else RuleJourney(store)
         self._stop = threading.Event()
 
     def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -315,6 +320,7 @@ class LiveJob:
 
     def _act(self, specs: list[RuleSpec], rows: list) -> None:
         by_id = {s.id: s for s in specs}
+        self.journey.results(rows, {s.id: s.name for s in specs})
         counts: dict[int, RuleCount] = {}
         passed = []
         for row in rows:
@@ -325,7 +331,9 @@ class LiveJob:
             count.units += row.units
             if row.status == PASSED:
                 count.passed += 1
-                passed.append((row.rule_id, row.ts, row.outputs, row.message_id))
+                passed.append(
+                    (row.rule_id, row.ts, row.outputs, row.message_id, row.topic, row.client_id)
+                )
             elif row.error:
                 count.failed += 1
                 count.last_error = row.error
@@ -359,6 +367,8 @@ class LiveJob:
             account(outcomes, summary, tally)
             # What succeeded is done: a `new-only` run over history will not do it again.
             self.ledger.add(o.job.key for o in outcomes if o.ok and o.job.key is not None)
+            self.journey.actions(outcomes, {s.id: s.name for s in self.rules.specs})
+            self.journey.flush()
             self._flush_usage(tally)
             tenants = dict(self.rules.tenants)
             for rule_id in summary.deltas:
@@ -477,6 +487,7 @@ class LiveJob:
         # What runs finishes (a few seconds at most); what waits is kept in the durable queue.
         self.lanes.close(grace=10.0)
         self.record()
+        self.journey.flush(force=True)
         if self.runner is not None:
             self.runner.close()
         if self.lanes.retries is not None:

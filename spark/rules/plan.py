@@ -56,11 +56,15 @@ RESULT_SCHEMA = pa.schema(
         # the message's archive id (`common.archive_schema`, "Message ids"), where the rows read
         # carried one: what the action ledger keys the actions done by
         pa.field("message_id", pa.string()),
+        # the message's topic and publisher: what the journey's rule rows are found by
+        pa.field("topic", pa.string()),
+        pa.field("client_id", pa.string()),
     ]
 )
 RESULT_DDL = (
     "rule_id long, tenant string, ts timestamp, units int, status string, "
-    "outputs string, error string, budget string, message_id string"
+    "outputs string, error string, budget string, message_id string, topic string, "
+    "client_id string"
 )
 SHARE = "share"  # the budget kind of a row left out when its tenant used its share of a task
 RULES_CLIENT_PREFIX = "$rules-"
@@ -269,6 +273,8 @@ class RulePlan:
             "tenant",
             "ts",
             message_id,
+            "topic",
+            "client_id",
             F.col(UNITS_COLUMN).alias("units"),
             F.explode(answers).alias("r"),
         ).select(
@@ -281,6 +287,8 @@ class RulePlan:
             F.lit(None).cast("string").alias("error"),
             F.lit(None).cast("string").alias("budget"),
             MESSAGE_ID,
+            "topic",
+            "client_id",
         )
 
     def native_counts(self) -> list[dict]:
@@ -493,7 +501,7 @@ def native_units() -> Column:
 # What the evaluator itself reads of every row: scope, self-trigger check, result, units.
 _EVALUATOR_COLUMNS = ("event", "tenant", "ts", "topic", "client_id", "payload")
 # Columns every result row carries, answered natively or not.
-_ALWAYS_CARRIED = ("tenant", "ts", MESSAGE_ID)
+_ALWAYS_CARRIED = ("tenant", "ts", MESSAGE_ID, "topic", "client_id")
 
 
 _COMPILED: dict[str, Any] = {}  # per Python worker: compile each SQL once
@@ -618,6 +626,8 @@ class Evaluator:
                     if ids is None
                     else ids.cast(pa.string()).take(indices)
                 ),
+                batch.column("topic").take(indices).cast(pa.string()),
+                batch.column("client_id").take(indices).cast(pa.string()),
             ],
             schema=RESULT_SCHEMA,
         )

@@ -29,12 +29,15 @@ class Waiting:
     last_error: str = ""
     delay: float = 0.0  # seconds from now to the next attempt
     key: str = ""  # its action ledger key (`ledger.ActionKey.encode`), if any
+    topic: str = ""  # the message's topic and publisher, for the journey ("": unknown)
+    client_id: str = ""
 
 
 _INSERT = """
 INSERT INTO tenants_ruleactionretry
-    (rule_id, action, body, ts_ms, attempts, last_error, next_attempt_at, created_at, ledger_key)
-SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s
+    (rule_id, action, body, ts_ms, attempts, last_error, next_attempt_at, created_at, ledger_key,
+     topic, client_id)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s
 WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
 """
 _COUNT = """
@@ -51,7 +54,8 @@ WITH due AS (
 DELETE FROM tenants_ruleactionretry q USING tenants_rule r, tenants_tenant t
 WHERE q.id IN (SELECT id FROM due WHERE n <= %(per_tenant)s)
   AND r.id = q.rule_id AND t.id = r.tenant_id
-RETURNING q.rule_id, t.slug, q.action, q.body, q.ts_ms, q.attempts, q.last_error, q.ledger_key
+RETURNING q.rule_id, t.slug, q.action, q.body, q.ts_ms, q.attempts, q.last_error, q.ledger_key,
+          q.topic, q.client_id
 """
 
 
@@ -93,6 +97,8 @@ class RetryStore:
                             now + timedelta(seconds=r.delay),
                             now,
                             r.key,
+                            storable_text(r.topic),
+                            storable_text(r.client_id),
                             r.rule_id,
                         )
                         for r in group[:room]
@@ -128,8 +134,10 @@ class RetryStore:
                 attempts,
                 last_error,
                 key=key or "",
+                topic=topic or "",
+                client_id=client_id or "",
             )
-            for rule_id, tenant, action, body, ts_ms, attempts, last_error, key in rows
+            for rule_id, tenant, action, body, ts_ms, attempts, last_error, key, topic, client_id in rows
         ]
 
     def close(self) -> None:

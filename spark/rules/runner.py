@@ -90,10 +90,12 @@ def count(counts: Iterable[RuleCount], summary: BatchSummary, tally: UsageTally)
 
 def jobs_of(specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple]) -> Iterator[Job]:
     """One job per output of each passed row and action of its rule. A row is (rule id, ts,
-    outputs JSON[, message id]); with a message id, each job carries its action ledger key."""
+    outputs JSON[, message id[, topic, client id]]); with a message id, each job carries its
+    action ledger key; with the topic and client id, its journey rows name them."""
     for row in passed_rows:
         rule_id, ts, outputs_json = row[0], row[1], row[2]
         message_id = row[3] if len(row) > 3 else None
+        topic, client_id = (row[4], row[5]) if len(row) > 5 else (None, None)
         spec = specs.get(rule_id)
         if spec is None or not spec.actions:
             continue
@@ -105,7 +107,17 @@ def jobs_of(specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple]) -> Iter
                 key = None
                 if message_id is not None:
                     key = ActionKey(spec.id, spec.version, message_id, index, position, ts_ms)
-                yield Job(spec.id, spec.tenant, spec.client_prefix, action, output, ts_ms, key=key)
+                yield Job(
+                    spec.id,
+                    spec.tenant,
+                    spec.client_prefix,
+                    action,
+                    output,
+                    ts_ms,
+                    key=key,
+                    topic=topic,
+                    client_id=client_id,
+                )
 
 
 def account(outcomes: Iterable[Outcome], summary: BatchSummary, tally: UsageTally) -> None:

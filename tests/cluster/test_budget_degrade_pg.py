@@ -95,7 +95,9 @@ def test_degrade_refuses_new_connects_on_every_node_keeps_sessions_and_lifts(red
         assert Tenant.objects.get(id=tenant.id).budget_degraded
 
         for index, node in enumerate(nodes):  # every node, within a second of the check
-            wait_for(lambda n=node, i=index: connack_5(n.port, "acme/d", secret, f"new-{i}") == 0x97, 1)
+            wait_for(
+                lambda n=node, i=index: connack_5(n.port, "acme/d", secret, f"new-{i}") == 0x97, 1
+            )
         enforced = time.monotonic() - checked
         assert enforced < 1.0, enforced
         assert connect_code(second.port, secret, "new-again") == (0x97, "monthly budget reached")
@@ -116,7 +118,9 @@ def test_degrade_refuses_new_connects_on_every_node_keeps_sessions_and_lifts(red
         )
         assert lifted.json()["degraded"] is False
         for index, node in enumerate(nodes):
-            wait_for(lambda n=node, i=index: connack_5(n.port, "acme/d", secret, f"back-{i}") == 0, 1)
+            wait_for(
+                lambda n=node, i=index: connack_5(n.port, "acme/d", secret, f"back-{i}") == 0, 1
+            )
         for client in (listener, talker):
             client.close()
     finally:

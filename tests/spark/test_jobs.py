@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
 
 import duckdb
 import pyarrow.parquet as pq
@@ -17,6 +18,8 @@ from spark.rules.actions import ActionRunner, Job
 from spark.rules.backfill import run_backfill
 from spark.rules.live import LiveJob, wait_for_batches
 from tenants import services
+from tenants.journey import JourneyReader
+from tenants.journey_words import describe_outcome
 from tenants.models import RuleDeadLetter, RuleMetrics
 from tests.broker.clients import Paho
 from tests.spark.conftest import Receiver, database_url, message, signature_ok, write_live
@@ -166,6 +169,9 @@ def test_a_failing_webhook_is_retried_then_dead_lettered(spark, store):
 
 
 def test_live_job_applies_rule_changes_without_restart(spark, store, broker, receiver, tmp_path):
+    """…and leaves in each tenant's journey what its rules did with each message (matched, each
+    action's result, a failure's error), never in another tenant's."""
+    started = datetime.now(UTC)
     acme = services.tenant_create("acme")
     _, secret = services.device_create(tenant=acme, name="watcher", client_id_policy="any")
     rule = services.rule_create(
@@ -176,6 +182,14 @@ def test_live_job_applies_rule_changes_without_restart(spark, store, broker, rec
             {"type": "republish", "topic": "out/${clientid}", "payload": "n=${n}"},
             {"type": "webhook", "url": receiver.url, "secret": SECRET},
         ],
+    )
+    refusing = Receiver(statuses=[400])
+    other = services.tenant_create("other")
+    services.rule_create(
+        tenant=other,
+        name="hook",
+        sql='SELECT payload.n AS n FROM "in/#"',
+        actions=[{"type": "webhook", "url": refusing.url + "?token=s3cret", "secret": SECRET}],
     )
     connection.close()
     watch = Paho(broker, "acme/watcher", secret, "watch")
@@ -188,7 +202,13 @@ def test_live_job_applies_rule_changes_without_restart(spark, store, broker, rec
     job.start()
     try:
         now = int(time.time() * 1000)
-        write_live(store, [message("acme", "in/a", {"n": 1}, now, client_id="dev-9")])
+        write_live(
+            store,
+            [
+                message("acme", "in/a", {"n": 1}, now, client_id="dev-9"),
+                message("other", "in/a", {"n": 1}, now, client_id="dev-9"),
+            ],
+        )
         got = watch.expect(1, 30)
         assert (got[0].topic, got[0].payload) == ("out/dev-9", b"n=1")
         assert json.loads(receiver.wait(1, 10)[0]["body"]) == {"n": 1, "clientid": "dev-9"}
@@ -209,8 +229,26 @@ def test_live_job_applies_rule_changes_without_restart(spark, store, broker, rec
         assert (got[0].topic, got[0].payload) == ("out/d", b"n=3")
     finally:
         job.stop()
+        refusing.close()
     m = metrics_of(rule)
     assert m.matched == 2 and m.actions_ok == 4 and m.lag_ms is not None
+
+    reader, until = JourneyReader(store), datetime.now(UTC) + timedelta(minutes=1)
+    rows = [
+        describe_outcome(r)
+        for r in reader.messages("acme", start=started, end=until, client="dev-9").rows
+    ]
+    said = sorted((r["outcome"], r["topic"], r["rule"], r["reason"]) for r in rows)
+    assert said == [
+        ("rule_action_ok", "in/a", "fwd", "rule fwd: action done: republish to out/${clientid}"),
+        ("rule_action_ok", "in/a", "fwd", "rule fwd: action done: webhook to 127.0.0.1"),
+        ("rule_matched", "in/a", "fwd", "rule fwd: matched"),
+    ], said
+    theirs = reader.messages("other", start=started, end=until, outcome="rule_action_failed")
+    [failed] = [describe_outcome(r) for r in theirs.rows]
+    assert failed["rule"] == "hook" and failed["client_id"] == "dev-9"
+    assert "webhook to 127.0.0.1: " in failed["reason"] and "400" in failed["reason"]
+    assert "s3cret" not in failed["reason"] and "dead letter" in failed["reason"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,123 @@
+"""The live rules job's journey rows (spark/rules/journey.py), without Spark: what they say, that
+they read beside files written before the `rule` column, and that a store away loses nothing."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from common.journey_io import encode_segment
+from common.journey_schema import MESSAGE_SCHEMA, MESSAGES, live_segment_key
+from common.object_store import LocalObjectStore
+from spark.rules.actions import Job, Outcome
+from spark.rules.journey import RuleJourney, action_words
+from tenants.journey import JourneyReader
+from tenants.journey_words import describe_outcome
+
+
+def result(tenant: str, status: str, error: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(
+        rule_id=7, tenant=tenant, status=status, error=error, topic="t/1", client_id="dev"
+    )
+
+
+def window() -> dict:
+    now = datetime.now(UTC)
+    return {"start": now - timedelta(hours=1), "end": now + timedelta(minutes=1)}
+
+
+@pytest.mark.parametrize(
+    "action, words",
+    [
+        (
+            {"type": "webhook", "url": "https://hooks.example.com/p?token=s3cret"},
+            "webhook to hooks.example.com",
+        ),
+        ({"type": "republish", "topic": "out/${clientid}"}, "republish to out/${clientid}"),
+        ({"type": "dataset", "name": "temps"}, "dataset temps"),
+    ],
+)
+def test_an_action_in_words_names_it_without_its_secrets(action, words):
+    assert action_words(action) == words
+
+
+def test_rows_of_each_tenant_read_beside_older_files_without_the_rule_column(tmp_path):
+    store = LocalObjectStore(tmp_path)
+    now_ms = int(time.time() * 1000)
+    old = pa.Table.from_pylist(
+        [
+            {
+                "tenant": "acme",
+                "ts": now_ms - 1000,
+                "topic": "t/1",
+                "outcome": "delivered",
+                "sessions": 1,
+                "client_id": "dev",
+            }
+        ],
+        schema=MESSAGE_SCHEMA,
+    ).drop_columns(["rule"])
+    store.put(live_segment_key(MESSAGES, now_ms, "old-broker", 1), encode_segment(old))
+    reader = JourneyReader(store)
+    [only] = [describe_outcome(r) for r in reader.messages("acme", **window()).rows]
+    assert (only["outcome"], only["rule"]) == ("delivered", None)  # no file has the column yet
+
+    journey = RuleJourney(store, writer_id="rules-test")
+    journey.results(
+        [result("acme", "passed"), result("acme", "skipped"), result("evil", "failed", "boom")],
+        {7: "fwd"},
+    )
+    job = Job(
+        7,
+        "acme",
+        "$rules-7-",
+        {"type": "webhook", "url": "http://h/x"},
+        {},
+        now_ms,
+        topic="t/1",
+        client_id="dev",
+    )
+    journey.actions([Outcome(job, False, "HTTP 500", dead=True, done_ms=now_ms)], {7: "fwd"})
+    journey.flush(force=True)
+
+    rows = [describe_outcome(r) for r in reader.messages("acme", **window()).rows]
+    assert sorted((r["outcome"], r["rule"]) for r in rows) == [
+        ("delivered", None),
+        ("rule_action_failed", "fwd"),
+        ("rule_matched", "fwd"),
+    ]
+    failed = next(r for r in rows if r["outcome"] == "rule_action_failed")
+    assert failed["reason"] == (
+        "rule fwd: action failed: webhook to h: HTTP 500 (kept as a dead letter: replay it "
+        "from the rule's page)"
+    )
+    [theirs] = reader.messages("evil", **window()).rows
+    assert (theirs["outcome"], theirs["reason"]) == ("rule_failed", "boom")
+
+
+class Away(LocalObjectStore):
+    up = False
+
+    def put(self, key, body):
+        if not self.up:
+            raise OSError("store away")
+        super().put(key, body)
+
+
+def test_rows_wait_while_the_store_is_away_and_are_written_once_it_is_back(tmp_path):
+    store = Away(tmp_path)
+    journey = RuleJourney(store, writer_id="rules-test")
+    journey.results([result("acme", "passed")], {7: "fwd"})
+    journey.flush(force=True)
+    assert journey.written == 0
+    store.up = True
+    journey.results([result("acme", "passed")], {7: "fwd"})
+    journey.flush(force=True)
+    assert journey.written == 2 and journey.dropped == 0
+    [segment] = [k for k in store.list("journey/") if k.endswith(".parquet")]
+    assert pq.read_table(tmp_path / segment).num_rows == 2
