@@ -180,7 +180,7 @@ class JourneyWriter:
     ) -> None:
         if len(columns):
             routed = publish_table(columns, self.recorder.node)
-            self._count(routed)
+            self._count_routed(routed)
             self._queue(MESSAGES, routed)
         if others:  # rare rows: a segment of their own, in the schema's plain types
             table = pa.Table.from_pylist(others, schema=MESSAGE_SCHEMA)
@@ -189,6 +189,17 @@ class JourneyWriter:
         if events:
             self._queue(CLIENTS, pa.Table.from_pylist(events, schema=CLIENT_SCHEMA))
         self._upload()
+
+    def _count_routed(self, routed: pa.Table) -> None:
+        """`_count` for `publish_table`'s rows, from its dictionary indices: tenant (one entry
+        per publisher) and outcome (delivered or not) as one small integer per row, counted by
+        value (a third of a group_by's cost)."""
+        tenant, outcome = routed["tenant"].chunk(0), routed["outcome"].chunk(0)
+        key = pc.add(pc.multiply(tenant.indices, 2), outcome.indices.cast(pa.int32()))
+        tenants = tenant.dictionary.to_pylist()
+        for entry in pc.value_counts(key).to_pylist():
+            index, reached = divmod(entry["values"], 2)
+            self.outcomes[(tenants[index], _REACHED[reached].as_py(), "")] += entry["counts"]
 
     def _count(self, messages: pa.Table) -> None:
         keys = ["tenant", "outcome"] + (["quota"] if "quota" in messages.column_names else [])
