@@ -483,8 +483,9 @@ class RuleActionRetry(models.Model):
 class RuleActionLedger(models.Model):
     """Actions done, one row per (rule, rule version, message, output, action): written by the
     live rules job for each action that succeeded, by runs over history (claimed before the
-    action runs, released if it fails), and by dead-letter replays; read by `new-only` runs,
-    which never run an action this table holds. `message_id` is the archive's stable id
+    action runs, confirmed once it ran, released if it fails or the run ends without confirming
+    it), and by dead-letter replays; read by `new-only` runs, which never run an action this
+    table holds. `message_id` is the archive's stable id
     (`common.archive_schema`, "Message ids"); `output` the output's position among the message's
     outputs (FOREACH), `action` the action's position among the rule's. Written by the jobs with
     psycopg (`spark/rules/ledger.py`)."""
@@ -497,6 +498,22 @@ class RuleActionLedger(models.Model):
     message_ts = models.DateTimeField(help_text="the message's time (old entries are pruned)")
     source = models.CharField(max_length=16, help_text="live, run or replay")
     done_at = models.DateTimeField(default=timezone.now)
+    # A `new-only` run claims an action (fired false, `run` its owner) before firing it and
+    # confirms it (fired true) once it ran. A claim left unconfirmed by a run that ended (failed,
+    # cancelled, or its worker lost: `tenants.rule_runs.services.runs_reclaim`) is deleted, so a
+    # later `new-only` run fires that action: at least once, never zero times.
+    fired = models.BooleanField(
+        default=True, db_default=True, help_text="false: claimed by `run`, not confirmed yet"
+    )
+    run = models.ForeignKey(
+        "RuleRun",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,  # the claims' own index below: fired rows never need it
+        help_text="the run that claimed it (runs over history only)",
+    )
 
     class Meta:
         constraints = [
@@ -505,7 +522,14 @@ class RuleActionLedger(models.Model):
                 name="rule_action_ledger_key",
             )
         ]
-        indexes = [models.Index(fields=["message_ts"], name="rule_action_ledger_ts_idx")]
+        indexes = [
+            models.Index(fields=["message_ts"], name="rule_action_ledger_ts_idx"),
+            models.Index(
+                fields=["run", "done_at"],
+                condition=models.Q(fired=False),
+                name="rule_action_ledger_claims_idx",
+            ),
+        ]
 
 
 class RuleRun(models.Model):
