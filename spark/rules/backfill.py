@@ -94,11 +94,13 @@ def run_backfill(
     actions: str = firing.ALL,
     should_stop: Callable[[], bool] | None = None,
     job_group: str | None = None,
+    run_id: str | None = None,
 ) -> dict:
-    """Runs the rules over the range; returns the summary (JSON-able)."""
+    """Runs the rules over the range; returns the summary (JSON-able). `run_id`: the RuleRun
+    this is, which owns the `new-only` claims in the action ledger until they are confirmed."""
     started = time.monotonic()
     conn = db.connect(dsn) if dsn else None
-    gate = firing.Gate(actions, (lambda: db.connect(dsn)) if dsn else None)
+    gate = firing.Gate(actions, (lambda: db.connect(dsn)) if dsn else None, run_id)
     if job_group is not None:
         spark.sparkContext.setJobGroup(job_group, "rules over history", interruptOnCancel=True)
     stop = should_stop or (lambda: False)

@@ -4,12 +4,17 @@
   recorded in the action ledger, so a later `new-only` run does not repeat them;
 - `none`: the outputs are computed and counted, no action fires (each is `skipped`);
 - `new-only`: an action fires only if the ledger does not hold it (done by the live job, an
-  earlier run or a replay, for the same rule version and message): claimed before it runs,
-  released if it fails. Actions of messages without an id cannot be told apart: they fire.
+  earlier run or a replay, for the same rule version and message, or claimed by a run under
+  way): claimed for the run (`run_id`) before it runs, confirmed once it ran, released if it
+  failed. Actions of messages without an id cannot be told apart: they fire.
 
 `Gate.admit` splits a group of jobs into those to run and the number skipped; `Gate.settle`
-records (or releases) after they ran. Database trouble while claiming is an error of the run
-(it stops rather than fire what it cannot check); while recording, a run says so in its summary.
+records (confirms, releases) after they ran. Database trouble while claiming is an error of the
+run (it stops rather than fire what it cannot check); while recording, a run says so in its
+summary. Claims a run could not settle (the database away, the actions' pool failing, the worker
+killed) stay unconfirmed: `close` gives back what it can, and the control plane gives back the
+rest when the run has ended (`tenants.rule_runs.services.runs_reclaim`): those actions fire
+again in a later `new-only` run, at most once more each.
 """
 
 from __future__ import annotations
@@ -29,14 +34,21 @@ MODES = (ALL, NEW_ONLY, NONE)
 
 
 class Gate:
-    def __init__(self, mode: str, connect: Callable[[], psycopg.Connection] | None = None) -> None:
+    def __init__(
+        self,
+        mode: str,
+        connect: Callable[[], psycopg.Connection] | None = None,
+        run_id: str | None = None,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"actions must be one of {', '.join(MODES)}, not {mode!r}")
         if mode == NEW_ONLY and connect is None:
             raise ValueError("new-only needs the database (the action ledger)")
         self.mode = mode
         self._connect = connect
+        self.run_id = run_id  # the RuleRun its claims belong to (None: an operator's backfill)
         self._conn: psycopg.Connection | None = None
+        self._unsettled: list[ledger.ActionKey] = []  # claimed, not confirmed nor released
         self.unrecorded = 0  # successes the ledger could not take
 
     @property
@@ -56,26 +68,43 @@ class Gate:
         if self.mode == ALL:
             return list(jobs), 0
         keyed = [j.key for j in jobs if j.key is not None]
-        taken = ledger.claim(self._connection(), keyed)
+        taken = ledger.claim(self._connection(), keyed, self.run_id)
+        self._unsettled.extend(taken)
         run = [j for j in jobs if j.key is None or j.key in taken]
         return run, len(jobs) - len(run)
 
     def settle(self, outcomes: Sequence[Outcome]) -> None:
-        """After the jobs ran: successes recorded (`all`), failed claims released (`new-only`)."""
+        """After the jobs ran: successes recorded (`all`) or confirmed and failed claims released
+        (`new-only`)."""
         try:
             if self.mode == ALL:
                 done = [o.job.key for o in outcomes if o.ok and o.job.key is not None]
                 if done and self._connect is not None:
-                    ledger.record(self._connection(), done, ledger.RUN)
+                    ledger.record(self._connection(), done, ledger.RUN, self.run_id)
             elif self.mode == NEW_ONLY:
+                done = [o.job.key for o in outcomes if o.ok and o.job.key is not None]
                 failed = [o.job.key for o in outcomes if not o.ok and o.job.key is not None]
-                ledger.release(self._connection(), failed)
+                conn = self._connection()
+                ledger.confirm(conn, done, self.run_id)
+                ledger.release(conn, failed, self.run_id)
+                settled = set(done) | set(failed)
+                self._unsettled = [k for k in self._unsettled if k not in settled]
         except psycopg.Error as exc:
             self._conn = None
             self.unrecorded += sum(1 for o in outcomes if o.job.key is not None)
             log.warning("action ledger not updated for %d actions: %s", len(outcomes), exc)
 
     def close(self) -> None:
+        """Give back the claims never settled (the actions' pool failed under them: they may
+        have fired, or not); a worker killed first leaves them to `runs_reclaim`."""
+        if self._unsettled:
+            try:
+                ledger.release(self._connection(), self._unsettled, self.run_id)
+                self._unsettled = []
+            except psycopg.Error as exc:
+                log.warning(
+                    "action ledger: %d claims not given back: %s", len(self._unsettled), exc
+                )
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -4,16 +4,24 @@ history fire no action twice for one message, whether the live job did it or an 
 An action is keyed by (rule, rule version, message id, output, action): the message id is the
 archive's stable id (`common.archive_schema`, "Message ids"), `output` the output's position
 among the message's outputs (FOREACH gives several), `action` the action's position among the
-rule's. Writers:
+rule's. A row is *fired* (the action was done) or a run's *claim* (`fired` false, `run_id` the
+run): taken before the action runs, confirmed once it ran. Writers:
 
 - the live job records each action that succeeded (`Ledger.record`, in batches, kept for the
   next flush while the database is away);
 - a run over history with `actions: new-only` *claims* its actions before running them
   (`claim`: one INSERT … ON CONFLICT DO NOTHING RETURNING, so two runs never both take one),
-  skips those already held, and releases (`release`) the claims of actions that then failed, so
-  a later run tries them again; a run with `actions: all` records what succeeded, as the live
-  job does;
+  skips those already held (fired or claimed), then *confirms* (`confirm`) those that succeeded
+  and releases (`release`) the claims of actions that failed, so a later run tries them again;
+  a run with `actions: all` records what succeeded, as the live job does;
 - a dead-letter replay records what it delivered (the control plane, through the ORM).
+
+A run whose worker dies between claiming and confirming (kill -9, out of memory, a Celery
+worker lost) leaves claims that would hide actions never fired: the control plane deletes the
+unconfirmed claims of every run that ended, failed or went stale
+(`tenants.rule_runs.services.runs_reclaim`), so a later `new-only` run fires them. An action
+that had fired but was not confirmed yet fires once more then: at least once, never zero times.
+Recording what fired (`record`, `confirm`) turns a claim into a fired row, whoever holds it.
 
 An action that failed is not "done": it is a dead letter, replayable, and a later `new-only`
 run may fire it again. The live job records after the fact, so a run over the last seconds may
@@ -61,24 +69,35 @@ class ActionKey:
             return None
 
 
-_COLUMNS = "(rule_id, version, message_id, output, action, message_ts, source, done_at)"
+_COLUMNS = (
+    "(rule_id, version, message_id, output, action, message_ts, source, done_at, fired, run_id)"
+)
 # Rows of rules deleted meanwhile are dropped (the JOIN), never an error for the whole batch.
 _INSERT = f"""
 INSERT INTO tenants_ruleactionledger {_COLUMNS}
-SELECT k.rule_id, k.version, k.message_id, k.output, k.action, k.message_ts, %(source)s, %(now)s
+SELECT k.rule_id, k.version, k.message_id, k.output, k.action, k.message_ts, %(source)s, %(now)s,
+       %(fired)s, %(run)s::uuid
 FROM unnest(%(rule_id)s::bigint[], %(version)s::int[], %(message_id)s::text[],
             %(output)s::int[], %(action)s::int[], %(message_ts)s::timestamptz[])
      AS k(rule_id, version, message_id, output, action, message_ts)
 JOIN tenants_rule r ON r.id = k.rule_id
-ON CONFLICT (rule_id, version, message_id, output, action) DO NOTHING
+ON CONFLICT (rule_id, version, message_id, output, action)
 """
-_CLAIM = _INSERT + " RETURNING rule_id, version, message_id, output, action"
+_CLAIM = _INSERT + " DO NOTHING RETURNING rule_id, version, message_id, output, action"
+# What fired is fired, whoever claimed it: a run's claim becomes a fired row (and is never
+# released then); a fired row stays as it was.
+_RECORD = (
+    _INSERT
+    + """ DO UPDATE SET fired = TRUE, done_at = EXCLUDED.done_at
+WHERE NOT tenants_ruleactionledger.fired"""
+)
 _RELEASE = """
 DELETE FROM tenants_ruleactionledger l
 USING unnest(%(rule_id)s::bigint[], %(version)s::int[], %(message_id)s::text[],
              %(output)s::int[], %(action)s::int[]) AS k(rule_id, version, message_id, output, action)
 WHERE l.rule_id = k.rule_id AND l.version = k.version AND l.message_id = k.message_id
-  AND l.output = k.output AND l.action = k.action AND l.source = 'run'
+  AND l.output = k.output AND l.action = k.action
+  AND NOT l.fired AND l.run_id IS NOT DISTINCT FROM %(run)s::uuid
 """
 
 
@@ -93,29 +112,57 @@ def _arrays(keys: Sequence[ActionKey]) -> dict:
     }
 
 
-def record(conn: psycopg.Connection, keys: Sequence[ActionKey], source: str) -> None:
-    """Remember `keys` as done (those already held stay as they are)."""
+def _distinct(keys: Sequence[ActionKey]) -> list[ActionKey]:
+    """One key once (an upsert may not touch a row twice in one statement)."""
+    seen: dict[tuple, ActionKey] = {}
+    for k in keys:
+        seen.setdefault((k.rule_id, k.version, k.message_id, k.output, k.action), k)
+    return list(seen.values())
+
+
+def record(
+    conn: psycopg.Connection, keys: Sequence[ActionKey], source: str, run_id: str | None = None
+) -> None:
+    """Remember `keys` as fired (a claim of them becomes fired; fired rows stay as they are)."""
     if keys:
-        conn.execute(_INSERT, {**_arrays(keys), "source": source, "now": datetime.now(UTC)})
+        conn.execute(
+            _RECORD,
+            {
+                **_arrays(_distinct(keys)),
+                "source": source,
+                "now": datetime.now(UTC),
+                "fired": True,
+                "run": run_id,
+            },
+        )
 
 
-def claim(conn: psycopg.Connection, keys: Sequence[ActionKey]) -> set[ActionKey]:
-    """Take `keys` for a run: the subset nobody had done (or claimed) yet, now held by it."""
+def claim(
+    conn: psycopg.Connection, keys: Sequence[ActionKey], run_id: str | None = None
+) -> set[ActionKey]:
+    """Take `keys` for a run (`run_id`: None for a backfill that is no RuleRun): the subset
+    nobody had done or claimed yet, now held by it, unconfirmed."""
     if not keys:
         return set()
     rows = conn.execute(
-        _CLAIM, {**_arrays(keys), "source": RUN, "now": datetime.now(UTC)}
+        _CLAIM,
+        {**_arrays(keys), "source": RUN, "now": datetime.now(UTC), "fired": False, "run": run_id},
     ).fetchall()
     taken = set(rows)
     return {k for k in keys if (k.rule_id, k.version, k.message_id, k.output, k.action) in taken}
 
 
-def release(conn: psycopg.Connection, keys: Sequence[ActionKey]) -> None:
-    """Give back a run's claims of actions that did not succeed."""
+def confirm(conn: psycopg.Connection, keys: Sequence[ActionKey], run_id: str | None = None) -> None:
+    """A run's claimed actions that ran: fired now (kept for good)."""
+    record(conn, keys, RUN, run_id)
+
+
+def release(conn: psycopg.Connection, keys: Sequence[ActionKey], run_id: str | None = None) -> None:
+    """Give back a run's claims of actions that did not succeed (its unconfirmed ones only)."""
     if keys:
         arrays = _arrays(keys)
         arrays.pop("message_ts")
-        conn.execute(_RELEASE, arrays)
+        conn.execute(_RELEASE, {**arrays, "run": run_id})
 
 
 class Pending:
