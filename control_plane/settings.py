@@ -276,6 +276,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.shadow_history_purge",
         "schedule": timedelta(hours=1),
     },
+    # Runs over history whose worker was lost: failed, their unconfirmed action claims given back
+    # (tenants.rule_runs.services.runs_reclaim), so the next `new-only` run fires those actions.
+    "reclaim-rule-runs": {
+        "task": "tenants.tasks.reclaim_rule_runs",
+        "schedule": timedelta(seconds=int(os.environ.get("RULE_RUN_RECLAIM_SECONDS", "60"))),
+    },
     # The ledger of rule actions done forgets messages older than RULE_LEDGER_DAYS (tenants.rule_runs).
     "prune-action-ledger": {
         "task": "tenants.tasks.prune_action_ledger",

@@ -686,10 +686,15 @@ def rule_dead_letters_replay(
         if action.get("type") != "webhook" or url not in secrets_by_url:
             orphaned += 1
             continue
-        if _ledger_holds(rule, letter.ledger_key):
+        held = _ledger_holds(rule, letter.ledger_key)
+        if held is True:
             # A run over history did this action since: sending it again would be twice.
             letter.delete()
             done_already += 1
+            continue
+        if held is False:
+            # A run under way has claimed it: kept unsent (in `remaining`); the run fires it,
+            # or gives it back if it cannot, and a later replay sends it.
             continue
         sendable.append((letter, url))
 
@@ -739,26 +744,32 @@ def _ledger_key(rule: Rule, text: str):
     return ActionKey.decode(rule.id, text)
 
 
-def _ledger_holds(rule: Rule, text: str) -> bool:
-    """Does the action ledger hold this dead letter's action (done by a run since)?"""
+def _ledger_holds(rule: Rule, text: str) -> bool | None:
+    """Does the action ledger hold this dead letter's action: True when done since (fired),
+    False when a run under way has claimed it (not confirmed yet), None when it holds nothing."""
     key = _ledger_key(rule, text)
     if key is None:
-        return False
-    return RuleActionLedger.objects.filter(
-        rule=rule,
-        version=key.version,
-        message_id=key.message_id,
-        output=key.output,
-        action=key.action,
-    ).exists()
+        return None
+    return (
+        RuleActionLedger.objects.filter(
+            rule=rule,
+            version=key.version,
+            message_id=key.message_id,
+            output=key.output,
+            action=key.action,
+        )
+        .values_list("fired", flat=True)
+        .first()
+    )
 
 
 def _ledger_record(rule: Rule, letter: RuleDeadLetter) -> None:
-    """A replayed letter delivered is an action done: `new-only` runs will not repeat it."""
+    """A replayed letter delivered is an action done: `new-only` runs will not repeat it (a
+    run's claim of it, taken meanwhile, becomes fired)."""
     key = _ledger_key(rule, letter.ledger_key)
     if key is None:
         return
-    RuleActionLedger.objects.get_or_create(
+    entry, created = RuleActionLedger.objects.get_or_create(
         rule=rule,
         version=key.version,
         message_id=key.message_id,
@@ -769,6 +780,8 @@ def _ledger_record(rule: Rule, letter: RuleDeadLetter) -> None:
             "source": "replay",
         },
     )
+    if not created and not entry.fired:
+        RuleActionLedger.objects.filter(pk=entry.pk).update(fired=True, done_at=timezone.now())
 
 
 def rule_dead_letters_clear(rule: Rule) -> int:

@@ -127,6 +127,15 @@ def run_rule_history(run_id: str) -> dict:
     return {"id": run_id, "state": run.state if run is not None else "gone"}
 
 
+@shared_task(name="tenants.tasks.reclaim_rule_runs")
+def reclaim_rule_runs() -> dict:
+    """Every minute: runs whose worker was lost end as failed, and the action claims they (or
+    any run that ended) never confirmed are given back, so a later `new-only` run fires them."""
+    from tenants.rule_runs.services import runs_reclaim
+
+    return runs_reclaim()
+
+
 @shared_task(name="tenants.tasks.prune_action_ledger")
 def prune_action_ledger() -> dict:
     """Daily: forget the rule actions done for messages older than RULE_LEDGER_DAYS."""

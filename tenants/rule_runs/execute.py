@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from tenants.job_database import database_url
 from tenants.models import RuleRun
+from tenants.rule_runs.services import claims_release
 
 log = logging.getLogger(__name__)
 WATCH_SECONDS = 0.5
@@ -60,8 +61,10 @@ def over_history(
     progress: Callable | None = None,
     should_stop: Callable[[], bool] | None = None,
     job_group: str | None = None,
+    run_id: str | None = None,
 ) -> dict:
-    """Rules over [start_ms, end_ms) of the archive, on Spark (`run_backfill`'s summary)."""
+    """Rules over [start_ms, end_ms) of the archive, on Spark (`run_backfill`'s summary); with
+    `run_id`, its `new-only` claims belong to that RuleRun."""
     from spark.rules.backfill import run_backfill
 
     return run_backfill(
@@ -76,11 +79,14 @@ def over_history(
         progress=progress,
         should_stop=should_stop,
         job_group=job_group,
+        run_id=run_id,
     )
 
 
 class _CancelWatch:
-    """Polls the run's row for a cancel; on one, cancels the run's Spark job group."""
+    """Polls the run's row for a cancel; on one, cancels the run's Spark job group. A run no
+    longer `running` (failed as stale while its worker was only slow) stops the same way: its
+    unconfirmed claims were given back, and a later run may fire those actions."""
 
     def __init__(self, run_id: Any, spark: Any, group: str) -> None:
         self.run_id, self.spark, self.group = run_id, spark, group
@@ -99,10 +105,11 @@ class _CancelWatch:
                     RuleRun.objects.filter(pk=self.run_id).update(heartbeat_at=timezone.now())
                 asked = list(
                     RuleRun.objects.filter(pk=self.run_id).values_list(
-                        "cancel_requested_at", flat=True
+                        "cancel_requested_at", "state"
                     )
                 )
-                if not asked or asked[0] is not None:  # asked, or the rule and its runs deleted
+                # Asked, ended by another (stale), or the rule and its runs deleted.
+                if not asked or asked[0][0] is not None or asked[0][1] != RuleRun.State.RUNNING:
                     self.asked.set()
                     cancel_job_group(self.spark, self.group)
                     return
@@ -183,6 +190,7 @@ def execute(
                 progress=report,
                 should_stop=watch.asked.is_set,
                 job_group=group,
+                run_id=str(run.pk),
             )
         if summary.get("cancelled"):
             state = RuleRun.State.CANCELLED
@@ -206,6 +214,9 @@ def execute(
         rule_version = _version_of(summary)
         if rule_version is not None:
             fields["rule_version"] = rule_version
+    # Claims it could not confirm go back before it is seen ended (a later `new-only` run fires
+    # those actions); a worker killed before this leaves them to `runs_reclaim`.
+    claims_release(run.pk)
     RuleRun.objects.filter(pk=run.pk).update(**fields)
     return RuleRun.objects.filter(pk=run.pk).first(), summary
 

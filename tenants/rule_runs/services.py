@@ -3,7 +3,9 @@ run (a `RuleRun`, queued for the Celery task that runs it on Spark) and cancelli
 
 The ledger of actions done (`RuleActionLedger`, what `new-only` runs consult) forgets messages
 older than `RULE_LEDGER_DAYS` (90): a `new-only` run over older messages fires their actions again
-(keep it at least as long as the archive keeps history).
+(keep it at least as long as the archive keeps history). A run's claims in it that it never
+confirmed (its worker killed between claiming and firing) are given back once the run has ended
+or gone stale (`runs_reclaim`: at each start of a run, and every minute from Celery beat).
 
 Bounds (operators' settings, environment variables): a preview covers at most
 `RULE_PREVIEW_MAX_DAYS` (7) and its evaluator at most `RULE_PREVIEW_SECONDS` (10 s), a tenant
@@ -138,6 +140,7 @@ def run_start(
     max_days = None if operator else _setting("RULE_RUN_MAX_DAYS", 31)
     start, end = _range(start, end, max_days)
     if operator:
+        runs_reclaim(tenant_id=rule.tenant_id)  # what a lost worker left, before it claims
         return RuleRun.objects.create(
             tenant_id=rule.tenant_id,
             rule=rule,
@@ -151,7 +154,7 @@ def run_start(
         # One at a time per tenant, decided under the tenant's row lock: two requests at once
         # cannot both pass the checks.
         type(rule.tenant).objects.select_for_update().filter(pk=rule.tenant_id).first()
-        _fail_stale(rule.tenant_id)
+        runs_reclaim(tenant_id=rule.tenant_id)
         active = RuleRun.objects.filter(tenant_id=rule.tenant_id, state__in=RuleRun.ACTIVE)
         if active.filter(rule=rule).exists():
             raise RunConflict(
@@ -178,18 +181,52 @@ def run_start(
 
 
 STALE_AFTER = timedelta(minutes=2)  # no heartbeat for this long: its worker is gone
+# An operator's backfill that is no RuleRun (`run_rules` without --rule) owns no heartbeat: its
+# claims are given back by itself on any exit it lives through, or after this long (a group of
+# actions takes seconds to minutes between its claim and its confirmation).
+ORPHAN_CLAIMS_AFTER = timedelta(hours=1)
 
 
-def _fail_stale(tenant_id: int) -> None:
-    """Runs whose worker stopped (no heartbeat) end as failed: they would block their rule."""
-    now = timezone.now()
-    RuleRun.objects.filter(
-        tenant_id=tenant_id, state=RuleRun.State.RUNNING, heartbeat_at__lt=now - STALE_AFTER
-    ).update(
+def claims_release(run_id: Any) -> int:
+    """Give back the claims of a run that it never confirmed (a later `new-only` run fires
+    those actions); what it confirmed stays. How many went."""
+    from tenants.models import RuleActionLedger
+
+    deleted, _ = RuleActionLedger.objects.filter(run_id=run_id, fired=False).delete()
+    return deleted
+
+
+def runs_reclaim(*, tenant_id: int | None = None, now: datetime | None = None) -> dict:
+    """The stale-run cleanup (of one tenant, or all): runs whose worker stopped (no heartbeat
+    for STALE_AFTER) end as failed, since they would block their rule; then every claim left
+    unconfirmed by a run no longer under way (failed, cancelled, or done with its ledger writes
+    refused) is deleted, and so are ownerless claims older than ORPHAN_CLAIMS_AFTER. A
+    `new-only` run fires those actions again: one that fired just before its worker died fires
+    twice (at least once, never zero times). `{"failed": runs, "released": claims}`."""
+    from django.db.models import Q
+
+    from tenants.models import RuleActionLedger
+
+    now = now or timezone.now()
+    runs = (
+        RuleRun.objects.all() if tenant_id is None else RuleRun.objects.filter(tenant_id=tenant_id)
+    )
+    failed = runs.filter(state=RuleRun.State.RUNNING, heartbeat_at__lt=now - STALE_AFTER).update(
         state=RuleRun.State.FAILED,
         finished_at=now,
         error="the worker running it stopped (its figures are what it had done); run it again",
     )
+    claims = RuleActionLedger.objects.filter(fired=False)
+    if tenant_id is not None:
+        claims = claims.filter(rule__tenant_id=tenant_id)
+    ended = claims.filter(run__isnull=False).exclude(run__state__in=RuleRun.ACTIVE)
+    orphaned = claims.filter(Q(run__isnull=True) & Q(done_at__lt=now - ORPHAN_CLAIMS_AFTER))
+    released = ended.delete()[0] + orphaned.delete()[0]
+    if failed or released:
+        log.warning(
+            "rule runs: %d stale runs failed, %d unconfirmed claims given back", failed, released
+        )
+    return {"failed": failed, "released": released}
 
 
 def dispatch(run: RuleRun) -> None:
