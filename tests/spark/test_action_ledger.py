@@ -1,7 +1,8 @@
 """The ledger of rule actions done, on the real database (no Spark): what `new-only` claims and
 skips, per rule version; claims given back when the action failed; two runs never both taking
 one action; a rule deleted meanwhile; and dead-letter replays that neither repeat what a run did
-since nor forget what they delivered."""
+since nor forget what they delivered. A run's claims stay its own until it confirms them: those
+of a run that ended (or went stale) unconfirmed are given back, what was confirmed stays."""
 
 from __future__ import annotations
 
@@ -69,7 +70,9 @@ def test_new_only_claims_once_per_rule_version_and_gives_back_failures(rule):
     unkeyed = [Job(rule.id, "acme", "p", {}, {}, TS)]
     assert gate.admit(unkeyed) == (unkeyed, 0)
     gate.close()
-    assert RuleActionLedger.objects.filter(rule=rule, version=1).count() == 6
+    # Claims never settled (the one taken again, version 2's) are given back by `close`.
+    assert RuleActionLedger.objects.filter(rule=rule, version=1).count() == 5
+    assert not RuleActionLedger.objects.filter(version=2).exists()
 
 
 def test_all_records_what_succeeded_and_none_fires_nothing(rule):
@@ -167,3 +170,99 @@ def test_the_ledger_forgets_messages_older_than_its_days(rule, settings):
         )
     assert ledger_prune(now) == 1
     assert list(RuleActionLedger.objects.values_list("message_id", flat=True)) == ["r-1:0"]
+
+
+def run_of(rule, api=None):
+    from datetime import UTC, datetime, timedelta
+
+    from tenants.rule_runs import services as runs
+
+    now = datetime.now(UTC)
+    return runs.run_start(
+        rule=rule, start=now - timedelta(hours=1), end=now, dispatch_now=False, operator=True
+    )
+
+
+def test_a_stale_runs_unconfirmed_claims_go_back_and_its_confirmed_ones_stay(rule):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants.models import RuleRun
+    from tenants.rule_runs import services as runs
+
+    lost = run_of(rule)
+    RuleRun.objects.filter(pk=lost.pk).update(state="running", heartbeat_at=timezone.now())
+    gate = Gate("new-only", connect, str(lost.pk))
+    confirmed = jobs(rule.id, 1, ["k-1:0", "k-1:1"])
+    gate.settle([Outcome(j, ok=True) for j in gate.admit(confirmed)[0]])
+    in_flight = jobs(rule.id, 1, ["k-1:2", "k-1:3"])
+    assert len(gate.admit(in_flight)[0]) == 2
+    gate._conn.close()  # the worker is killed here: no settle, no close
+    everything = confirmed + in_flight
+    # While its worker may be alive, its claims hold: nobody else fires them.
+    assert runs.runs_reclaim(tenant_id=rule.tenant_id) == {"failed": 0, "released": 0}
+    assert Gate("new-only", connect).admit(everything) == ([], 4)
+    # No heartbeat for longer than STALE_AFTER: failed, its unconfirmed claims given back.
+    RuleRun.objects.filter(pk=lost.pk).update(
+        heartbeat_at=timezone.now() - runs.STALE_AFTER - timedelta(seconds=1)
+    )
+    assert runs.runs_reclaim() == {"failed": 1, "released": 2}
+    assert RuleRun.objects.get(pk=lost.pk).state == "failed"
+    again = Gate("new-only", connect)
+    assert [j.key.message_id for j in again.admit(everything)[0]] == ["k-1:2", "k-1:3"]
+    again.close()
+
+
+def test_an_ended_run_gives_back_what_it_could_not_confirm(rule):
+    from tenants.rule_runs.services import claims_release
+
+    ended = run_of(rule)
+    gate = Gate("new-only", connect, str(ended.pk))
+    batch = jobs(rule.id, 1, ["e-1:0", "e-1:1", "e-1:2"])
+    admitted = gate.admit(batch)[0]
+    # The first confirmed; the live job did the second meanwhile (its record wins); the
+    # third's outcome never came back (the database went away under the settle).
+    gate.settle([Outcome(admitted[0], ok=True)])
+    with connect() as conn:
+        ledger.record(conn, [admitted[1].key], ledger.LIVE)
+    gate._conn.close()
+    assert claims_release(ended.pk) == 1
+    assert sorted(RuleActionLedger.objects.values_list("message_id", "fired")) == [
+        ("e-1:0", True),
+        ("e-1:1", True),
+    ]
+
+
+def test_a_gate_closed_after_its_pool_failed_gives_its_claims_back(rule):
+    gate = Gate("new-only", connect)  # an operator's backfill: no RuleRun owns its claims
+    batch = jobs(rule.id, 1, ["p-1:0", "p-1:1"])
+    done = gate.admit(batch)[0]
+    gate.settle([Outcome(done[0], ok=True)])
+    gate.admit(jobs(rule.id, 1, ["p-1:2"]))  # ... and the pool raised before it ran
+    gate.close()
+    assert sorted(RuleActionLedger.objects.values_list("message_id", flat=True)) == [
+        "p-1:0",
+    ]
+
+
+def test_a_replay_leaves_a_letter_a_run_under_way_has_claimed(rule, receiver):
+    rule.actions = [{"type": "webhook", "url": receiver.url, "secret": "s" * 32}]
+    rule.save()
+    (job,) = jobs(rule.id, 1, ["q-1:0"])
+    RuleDeadLetter.objects.create(
+        rule=rule,
+        action={"type": "webhook", "url": receiver.url},
+        output=job.output,
+        error="webhook: HTTP 503",
+        ledger_key=job.key.encode(),
+    )
+    under_way = run_of(rule)
+    gate = Gate("new-only", connect, str(under_way.pk))
+    assert gate.admit([job]) == ([job], 0)
+    result = services.rule_dead_letters_replay(rule)
+    assert (result["replayed"], result["done_already"], result["remaining"]) == (0, 0, 1)
+    assert receiver.calls == []
+    gate.settle([Outcome(job, ok=True)])  # the run fired it: the next replay drops the letter
+    gate.close()
+    assert services.rule_dead_letters_replay(rule)["done_already"] == 1

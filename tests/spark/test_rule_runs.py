@@ -7,12 +7,19 @@ as a worker would run it), a real HTTP receiver counting the webhook calls, the 
 - `new-only`: the live job fires some, a run the rest, the operator's `manage.py run_rules`
   (the same path) nothing more; every message reaches the receiver once, with the hour
   compacted between the live job and the runs (message ids survive);
-- a cancel stops a running run between chunks, what it did stays done and metered.
+- a cancel stops a running run between chunks, what it did stays done and metered;
+- a run's worker killed (SIGKILL) between claiming its actions and confirming them: the stale-run
+  cleanup gives its claims back, and the next `new-only` run fires each action it never fired
+  once, those it had fired unconfirmed once more, and none confirmed before.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -23,6 +30,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from common.archive_io import compact_hour, hour_start
+from common.archive_schema import message_id_prefix
 from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
 from tenants import services
@@ -196,17 +204,22 @@ class HeldReceiver:
 
     def __init__(self, hold: float = 20.0) -> None:
         self.calls = 0
+        self.bodies: list[dict] = []  # every call's body, answered or not
         self.release = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.bodies.append(json.loads(body))
                 receiver.calls += 1
                 receiver.release.wait(hold)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:  # its caller was killed meanwhile
+                    pass
 
             def log_message(self, *args):
                 pass
@@ -252,3 +265,80 @@ def test_a_running_run_is_cancelled_between_chunks(spark, store, worker):
     assert held.calls == 20  # the second chunk never ran
     assert rule_usage(store, "acme") == (20, 20)
     assert RuleRun.objects.get(id=run["id"]).finished_at is not None
+
+
+def test_a_killed_workers_unfired_actions_fire_once_in_the_next_new_only_run(spark, store, worker):
+    held = HeldReceiver(hold=30)
+    killed = None
+    try:
+        acme, api = owner("acme")
+        hook = {"type": "webhook", "url": held.url, "secret": SECRET}
+        rule = services.rule_create(
+            tenant=acme, name="fwd", sql='SELECT payload.n AS n FROM "in/#"', actions=[hook]
+        )
+        connection.close()
+        now = datetime.now(UTC)
+        base = int((now - timedelta(hours=2)).timestamp() * 1000)
+        key = write_live(store, [message("acme", "in/a", {"n": n}, base + n) for n in range(22)])
+        moment = lambda ms: datetime.fromtimestamp(ms / 1000, UTC)  # noqa: E731
+
+        # Messages 0 and 1: a run fires them and confirms them.
+        held.release.set()
+        first = start_run(api, "fwd", moment(base), moment(base + 2), "new-only")
+        assert wait_run(api, "fwd", first["id"])["actions_fired"] == 2
+        held.release.clear()
+
+        # The next run's worker claims the other 20 and fires 16 at once (its pool's size):
+        # the receiver holds them unanswered; the other 4 wait in the pool, claimed, unfired.
+        second = runs.run_start(
+            rule=rule, start=moment(base), end=moment(base + 22), dispatch_now=False
+        )
+        prefix = message_id_prefix(key)
+        rows = [[rule.id, base + n, json.dumps([{"n": n}]), f"{prefix}:{n}"] for n in range(2, 22)]
+        job = {"dsn": database_url(), "run": str(second.id), "tenant": "acme", "rule": "fwd"}
+        job.update(store=str(store.root), rows=rows)
+        killed = subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.killed_run_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        killed.stdin.write(json.dumps(job))
+        killed.stdin.close()
+        assert killed.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while held.calls < 16:
+            assert time.monotonic() < deadline, held.calls
+            time.sleep(0.05)
+        time.sleep(0.3)  # no 17th call comes: the pool is full
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(10)
+        fired_unconfirmed = {b["n"] for b in held.bodies[2:]}
+        assert len(fired_unconfirmed) == 16
+        claimed = RuleActionLedger.objects.filter(run_id=second.id, fired=False)
+        assert claimed.count() == 20  # held by a run whose worker is gone
+
+        # Two minutes without a heartbeat: the next start finds the run stale, fails it and
+        # gives its unconfirmed claims back.
+        RuleRun.objects.filter(pk=second.id).update(heartbeat_at=now - timedelta(minutes=3))
+        claimed_ids = set(claimed.values_list("message_id", flat=True))
+        held.release.set()
+        third = start_run(api, "fwd", moment(base), moment(base + 22), "new-only")
+        lost = api.get(f"/api/v1/rules/fwd/runs/{second.id}").json()
+        assert lost["state"] == "failed" and "worker" in lost["error"]
+        third = wait_run(api, "fwd", third["id"])
+    finally:
+        if killed is not None and killed.poll() is None:
+            killed.kill()
+        held.close()
+    assert third["state"] == "done", third
+    assert (third["actions_fired"], third["actions_skipped"]) == (20, 2)
+    times = {n: [b["n"] for b in held.bodies].count(n) for n in range(22)}
+    # Never zero: the 4 never fired fire once; the 16 fired but unconfirmed once more (at least
+    # once); the 2 confirmed are not fired again.
+    assert {n for n, c in times.items() if c == 1} == set(range(22)) - fired_unconfirmed
+    assert {n for n, c in times.items() if c == 2} == fired_unconfirmed
+    entries = RuleActionLedger.objects.filter(rule=rule, version=1)
+    assert entries.count() == 22 and not entries.filter(fired=False).exists()
+    # The third run took the very actions the killed one had claimed (the same message ids).
+    assert claimed_ids <= set(entries.values_list("message_id", flat=True))
