@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0021_rule_runs"),
+        ("tenants", "0022_rule_action_claims"),
     ]
 
     operations = [
