@@ -12,7 +12,9 @@ Two streams, each its own set of Parquet files:
 - `clients`: one row per event in a client's life (connected, connect_failed, disconnected,
   taken_over, subscribed, unsubscribed, will_published, will_discarded, session_expired), with
   `version`, a number that only grows per (tenant, client id): sort by it and the order is never
-  in doubt, whatever the clocks of the nodes say about `ts`.
+  in doubt, whatever the clocks of the nodes say about `ts`. A takeover names both nodes: the
+  `connected` row the node it came from (`from_node`), the `taken_over` row the node it went to
+  (`to_node`).
 
 Outcome names (the `outcome` column) are an API: more may be added, none is ever renamed.
 
@@ -74,6 +76,11 @@ CLIENT_SCHEMA = pa.schema(
         pa.field("initiator", pa.string()),  # disconnected: `client` or `server`
         pa.field("detail", pa.string()),  # a filter and its QoS, the address, the other node …
         pa.field("node", pa.string()),
+        # A takeover (the segments before these two columns read them as null): `connected`
+        # names the node the session was taken over from, `taken_over` the node whose
+        # connection took it; either equals `node` for a takeover within one node.
+        pa.field("from_node", pa.string()),
+        pa.field("to_node", pa.string()),
     ]
 )
 

@@ -151,6 +151,10 @@ class Journey(Protocol):
 
     def refused(self, conn: Any, packet: Any, decision: Any) -> None: ...
 
+    # The cluster's, before a takeover's events (`data_plane.observability.journey_moves`).
+    def arriving(self, tenant: str, client_id: str, from_node: str | None) -> None: ...
+    def leaving(self, tenant: str, client_id: str, to_node: str) -> None: ...
+
 
 class Cluster(Protocol):
     """The other broker processes (data_plane.cluster). It routes each publish here and to the

@@ -11,7 +11,9 @@ by comparison and appends a dict.
 
 Client events carry `version`: one number per node that only grows (microseconds since the epoch,
 or one more than the last if the clock has not moved), so a client's events sort in the order
-they happened here. Across nodes (a takeover) the numbers follow the nodes' clocks.
+they happened here. Across nodes (a takeover) the numbers follow the nodes' clocks. A takeover's
+rows name the other node (`from_node` on `connected`, `to_node` on `taken_over`): the cluster
+notes it beforehand through `arriving` and `leaving` (`journey_moves`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from common.journey_schema import (
     TOO_LARGE,
 )
 from common.mqtt.reason_codes import ReasonCode as RC
+from data_plane.observability.journey_moves import NOBODY, Moves
 from data_plane.storage.archive_columns import native
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,8 @@ DROP_CAUSES = {
     "offline_qos0": (DROPPED, "QoS 0 to an offline session is not kept"),
 }
 SLOW_QOS0 = "a slow subscriber: QoS 0 is dropped once 100 QoS 0 messages wait for it (at most once)"
+TAKEN_OVER = "another connection took over this client id"
+COUNTED_DEAD = "this node was counted dead by the cluster: another node holds its sessions now"
 # Disconnect reasons (`Connection.disconnect_reason`) that the client chose.
 CLIENT_INITIATED = frozenset({"normal", "tcp_closed", "normal_with_will"})
 # Reasons by name -> the code the server sent (the reverse of `stats.DISCONNECT_REASONS`).
@@ -158,6 +163,8 @@ class JourneyRecorder:
         self.published = self._columns.recorder()
         self.others: list[dict[str, Any]] = []  # message rows off the hot path
         self.events: list[dict[str, Any]] = []  # client rows
+        self.moves = Moves()  # takeovers: where a session came from, where it went
+        self.arriving, self.leaving = self.moves.arriving, self.moves.leaving  # (the cluster's)
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -258,6 +265,8 @@ class JourneyRecorder:
         reason: str | None = None,
         initiator: str | None = None,
         detail: str | None = None,
+        from_node: str | None = None,
+        to_node: str | None = None,
     ) -> None:
         if not tenant or not client_id:  # a stranger: no tenant to keep it for
             return
@@ -273,6 +282,8 @@ class JourneyRecorder:
                 "initiator": initiator,
                 "detail": detail,
                 "node": self.node,
+                "from_node": from_node,
+                "to_node": to_node,
             }
         )
 
@@ -293,18 +304,28 @@ class JourneyRecorder:
             f"clean start {'yes' if conn.clean_start else 'no'}, session expiry "
             f"{session.expiry_interval if session is not None else 0} s"
         )
-        self.client(conn.tenant, conn.client_id, "connected", reason_code=0, detail=detail)
+        from_node = self.moves.came_from(conn.tenant, conn.client_id)
+        self.client(
+            conn.tenant,
+            conn.client_id,
+            "connected",
+            reason_code=0,
+            detail=detail,
+            from_node=from_node,
+        )
 
     def _disconnected(self, conn: Any) -> None:
         reason = conn.disconnect_reason or "normal"
         if reason == "takenover":
+            to_node = self.moves.went_to(conn.tenant, conn.client_id, self.node)
             self.client(
                 conn.tenant,
                 conn.client_id,
                 "taken_over",
                 reason_code=RC.SESSION_TAKEN_OVER,
-                reason="another connection took over this client id",
+                reason=COUNTED_DEAD if to_node == NOBODY else TAKEN_OVER,
                 initiator="server",
+                to_node=to_node or None,
             )
             return
         code = REASON_CODES.get(reason)
