@@ -110,6 +110,7 @@ class SessionClaims:
         mine = _Claim()
         self.claiming[key] = mine
         cluster.departed.forget(key)  # it is here again: what reaches it here is its own
+        came_from = None  # the live node this CONNECT takes the session over from
         try:
             try:
                 previous = await cluster.redis.set(
@@ -120,12 +121,16 @@ class SessionClaims:
                 return
             previous = previous.decode() if previous else None
             if previous and previous != cluster.node_id and previous in cluster.alive:
+                came_from = previous
                 if not clean_start:  # its relay and the publishers may both send us a message
                     cluster.origins.expect(key)  # (data_plane.cluster.exactly)
                 await self._take_from(previous, tenant, client_id, clean_start)
             if not clean_start:  # the session continues here: bring it from the database
                 await self._bring(tenant, client_id)
         finally:
+            journey = cluster.broker.journey
+            if journey is not None:  # its `connected` row names the node (or none: cleared)
+                journey.arriving(tenant, client_id, came_from)
             if self.claiming.get(key) is mine:
                 del self.claiming[key]
                 self._deliver_held(key)
@@ -300,6 +305,7 @@ class SessionClaims:
             self.released += 1
             connection = session.connection
             if connection is not None:
+                self._leaving(tenant, client_id, node)  # its `taken_over` row names `node`
                 connection.taken_over()  # 0x8E, the will scheduled with its delay
             if broker.sessions.get(session.key) is session:  # (a clean one ends here too)
                 if not clean and session.persist is not None:  # it continues at `node`
@@ -328,10 +334,16 @@ class SessionClaims:
             connection = session.connection
             if connection is not None:
                 connection._will = None
+                self._leaving(*session.key, "")  # taken by no node we know (journey_moves)
                 connection.taken_over()
             if broker.sessions.get(session.key) is session:
                 session.persist = None
                 self._drop(session, False)
+
+    def _leaving(self, tenant: str, client_id: str, node: str) -> None:
+        journey = self.cluster.broker.journey
+        if journey is not None:
+            journey.leaving(tenant, client_id, node)
 
     def _drop(self, session: Any, clean: bool) -> Any:
         """A session leaves this node's memory (the database keeps a persistent one: never
