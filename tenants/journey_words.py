@@ -97,9 +97,27 @@ EVENT_WORDS = {
 }
 
 
+def takeover_words(row: dict[str, Any]) -> str | None:
+    """Where a session came from (`connected`) or went (`taken_over`), naming the other node:
+    "where did my client go?". None where the row names none (no takeover, or written before
+    the broker recorded the nodes)."""
+    here = row.get("node")
+    if row["event"] == "connected" and row.get("from_node"):
+        there = row["from_node"]
+        if there == here:
+            return f"took the session over from an older connection at this same node ({here})"
+        return f"session taken over from node {there} (now at node {here})"
+    if row["event"] == "taken_over" and row.get("to_node"):
+        there = row["to_node"]
+        if there == here:
+            return f"taken over by a newer connection at this same node ({here})"
+        return f"taken over by a newer connection at node {there} (the session went there)"
+    return None
+
+
 def describe_event(row: dict[str, Any]) -> dict[str, Any]:
     code = row.get("reason_code")
-    reason = row.get("reason")
+    reason = takeover_words(row) or row.get("reason")
     if row["event"] == "connect_failed" and reason in LIMITS:  # a limit's key: its words
         reason = LIMITS[reason].refused
     elif row["event"] == "disconnected" and code is not None and code in CODES:
@@ -118,4 +136,6 @@ def describe_event(row: dict[str, Any]) -> dict[str, Any]:
         "initiator": row.get("initiator"),
         "detail": row.get("detail"),
         "node": row.get("node"),
+        "from_node": row.get("from_node"),
+        "to_node": row.get("to_node"),
     }

@@ -47,7 +47,13 @@ class ClientEventOutput(serializers.Serializer):
     reason = serializers.CharField(allow_null=True)
     initiator = serializers.CharField(allow_null=True)
     detail = serializers.CharField(allow_null=True)
-    node = serializers.CharField(allow_null=True)
+    node = serializers.CharField(allow_null=True, help_text="the broker that recorded it")
+    from_node = serializers.CharField(
+        allow_null=True, help_text="connected: the node its session was taken over from"
+    )
+    to_node = serializers.CharField(
+        allow_null=True, help_text="taken_over: the node of the connection that took it"
+    )
 
 
 class _JourneyPage(serializers.Serializer):
