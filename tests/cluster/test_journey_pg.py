@@ -1,5 +1,6 @@
 """A cluster of two nodes answers one journey: each node records what it decided, in one
-object store, and the API reads both; each node counts its outcomes on /metrics."""
+object store, and the API reads both; each node counts its outcomes on /metrics; a client that
+moves between nodes leaves rows naming where its session came from and where it went."""
 
 import time
 import uuid
@@ -51,7 +52,39 @@ def test_two_nodes_one_journey(redis_url, tmp_path, monkeypatch):
         assert rows[0]["node"] != lonely[0]["node"]  # recorded where each was decided
         labels = '{cause="",outcome="delivered",tenant="acme"}'
         wait_for(lambda: metric(first, "mqtt_journey_outcomes_total", labels) >= 2, 5)
-        for client in (listener, talker):
+
+        # Where did my client go? The talker's client id connects at the second node (the
+        # first one's connection gets 0x8E), then once more there (a takeover within a node).
+        first_node, second_node = rows[0]["node"], lonely[0]["node"]
+        moved = Paho(second.port, "acme/d", secret, "talker")
+        assert talker.disconnected.wait(5) and talker.disconnect_reason.value == 0x8E
+        talker.stop_loop()  # no reconnection: it would take the client id back
+        again = Paho(second.port, "acme/d", secret, "talker")
+        assert moved.disconnected.wait(5) and moved.disconnect_reason.value == 0x8E
+        moved.stop_loop()
+        deadline = time.monotonic() + 8
+        while True:
+            events = api.get("/api/v1/clients/talker/events").json()["results"]
+            if len(events) >= 5 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        life = [
+            (e["event"], e["node"], e["from_node"], e["to_node"])
+            for e in reversed(events)
+            if e["event"] in ("connected", "taken_over")
+        ]
+        assert life == [
+            ("connected", first_node, None, None),
+            ("taken_over", first_node, None, second_node),
+            ("connected", second_node, first_node, None),
+            ("taken_over", second_node, None, second_node),
+            ("connected", second_node, second_node, None),
+        ]
+        words = [e["reason"] for e in reversed(events) if e["event"] in ("connected", "taken_over")]
+        assert f"at node {second_node}" in words[1]
+        assert f"from node {first_node}" in words[2]
+        assert "same node" in words[3] and "same node" in words[4]
+        for client in (listener, again):
             client.close()
     finally:
         for node in nodes:
