@@ -96,6 +96,7 @@ QUEUE_FULL = "queue_full"
 EXPIRED = "expired"
 TOO_LARGE = "too_large"
 DROPPED = "dropped"
+SERVED = "served"  # a device shadow request: the broker's shadow service took it, not routed
 # Written by the live rules job (`spark/rules/journey.py`), not the broker:
 RULE_MATCHED = "rule_matched"  # the rule's WHERE held: its outputs go to its actions
 RULE_FAILED = "rule_failed"  # evaluating the rule failed on the message (or went over a budget)
@@ -111,11 +112,12 @@ BROKER_OUTCOMES = (
     EXPIRED,
     TOO_LARGE,
     DROPPED,
+    SERVED,
 )
 RULE_OUTCOMES = (RULE_MATCHED, RULE_FAILED, RULE_ACTION_OK, RULE_ACTION_FAILED)
 OUTCOMES = (*BROKER_OUTCOMES, *RULE_OUTCOMES)
 # Outcomes that lost the message for someone: what a portal's "dropped" or "refused" links to.
-LOSSES = tuple(o for o in BROKER_OUTCOMES if o not in (DELIVERED, NO_SUBSCRIBERS))
+LOSSES = tuple(o for o in BROKER_OUTCOMES if o not in (DELIVERED, NO_SUBSCRIBERS, SERVED))
 
 CLIENT_EVENTS = (
     "connected",

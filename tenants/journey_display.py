@@ -26,6 +26,7 @@ OUTCOME_LABELS = {
     "expired": "expired",
     "too_large": "too large",
     "dropped": "dropped",
+    "served": "shadow request",
     "rule_matched": "rule matched",
     "rule_failed": "rule failed",
     "rule_action_ok": "rule action ok",

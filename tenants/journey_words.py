@@ -21,6 +21,7 @@ OUTCOME_WORDS = {
     "expired": "lost at a subscriber: it expired before delivery",
     "too_large": "refused: larger than allowed",
     "dropped": "dropped",
+    "served": "taken by the device shadow service",
     "rule_matched": "matched",
     "rule_failed": "failed on this message",
     "rule_action_ok": "action done",

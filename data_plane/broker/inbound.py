@@ -75,6 +75,8 @@ class Inbound:
         message = decision.message
         if decision.service is not None:  # a device shadow request: answered on its topics
             decision.service.request(conn.auth, message)
+            if broker.journey is not None:
+                broker.journey.served(conn, message, packet.packet_id)
             conn.acks.accepted(packet, 0, [])
             return
         if decision.delay is not None:

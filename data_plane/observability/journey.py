@@ -29,6 +29,7 @@ from common.journey_schema import (
     EXPIRED,
     QUEUE_FULL,
     QUOTA_EXCEEDED,
+    SERVED,
     TOO_LARGE,
 )
 from common.mqtt.reason_codes import ReasonCode as RC
@@ -229,6 +230,20 @@ class JourneyRecorder:
             packet_id=packet.packet_id,
             reason_code=decision.reason_code,
             quota=quota,
+        )
+
+    def served(self, conn: Any, message: Any, packet_id: int | None) -> None:
+        """A device shadow request, taken by the shadow service (not routed): its replies, on
+        the thing's reply topics, are rows of their own."""
+        self.message(
+            conn.tenant,
+            conn.client_id,
+            message.topic,
+            message.qos,
+            len(message.payload),
+            SERVED,
+            "answered on the shadow's reply topics (accepted or rejected)",
+            packet_id=packet_id,
         )
 
     def dropped(self, session: Any, delivery: Any, cause: str) -> None:

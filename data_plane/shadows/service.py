@@ -159,7 +159,11 @@ class ShadowService:
         self._publish(tenant, topic.reply_topic(REJECTED), doc.dumps(body))
 
     def _publish(self, tenant: str, topic: str, payload: bytes) -> None:
-        self.broker.publish(Message(topic, payload, 1, False, {}, None, PUBLISHER, tenant))
+        message = Message(topic, payload, 1, False, {}, None, PUBLISHER, tenant)
+        published = self.broker.publish(message)
+        journey = self.broker.journey
+        if journey is not None:  # a reply's row, as a device's publish leaves one
+            journey.published(message, None, published)
 
     def _meter(self, tenant: str, size: int) -> None:
         if self.metered is not None:

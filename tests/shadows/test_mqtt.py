@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from common.object_store import LocalObjectStore
 from tenants import services
+from tenants.journey import JourneyReader
+from tenants.journey_words import describe_outcome
 from tests.shadows.conftest import Watcher, api_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,6 +97,22 @@ def test_paho_mqtt5_shadow_flow(tls_broker, fleet):
             {"version": 2, "timestamp": pytest.approx(time.time(), abs=5)},
         )
         assert lamp.paho.nothing(0.3)
+
+        # The journey says where each request went (the shadow service), its replies delivered.
+        reader = JourneyReader(LocalObjectStore(tls_broker.folder / "objects"))
+        window = {"start": datetime.now(UTC) - timedelta(minutes=5), "end": datetime.now(UTC)}
+        deadline = time.monotonic() + 10
+        while True:
+            window["end"] = datetime.now(UTC) + timedelta(minutes=1)
+            rows = reader.messages(fleet.slug, topic=f"{base}/update/#", **window).rows
+            served = [r for r in rows if r["outcome"] == "served"]
+            if len(served) == 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert [r["topic"] for r in served] == [f"{base}/update"] * 4, rows
+        assert "shadow service" in describe_outcome(served[0])["reason"]
+        replies = {r["topic"] for r in rows if r["outcome"] == "delivered"}
+        assert f"{base}/update/accepted" in replies
     finally:
         lamp.close()
 

@@ -21,6 +21,7 @@ class FakeBroker:
     def __init__(self) -> None:
         self.hooks = Hooks()
         self.published: list[Message] = []
+        self.journey = None
 
     def publish(self, message: Message) -> None:
         self.published.append(message)
