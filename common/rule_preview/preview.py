@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from common.archive_io import ArchiveChanged
 from common.rule_preview import native as nat
-from common.rule_preview.scan import COLUMNS, VIEW, open_scan
+from common.rule_preview.scan import COLUMNS, VIEW, PreviewTooLong, open_scan
 from common.rules import compile_rule, default_budget
 
 log = logging.getLogger(__name__)
@@ -42,10 +42,6 @@ DEFAULT_LIMIT = 10
 DEFAULT_SECONDS = 10.0
 KEPT_UNSURE = 20_000  # rows the native pass hands over itself; beyond, a second pass streams them
 RULES_CLIENT_PREFIX = "$rules-"  # as spark.rules.plan: a rule's own republish connections
-
-
-class PreviewTooLong(Exception):
-    """The range holds more than a preview reads in its time: narrow it, or run the rule."""
 
 
 @dataclass

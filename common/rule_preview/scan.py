@@ -5,7 +5,9 @@ before anything else sees them.
 
 A `file://` store (the embedded default) is read by DuckDB's own Parquet reader, in parallel,
 only the columns a query needs. Any other store (`s3://`) and version 1 NDJSON segments are read
-through `common.object_store` into Arrow (`archive_io.read_archive`) and handed to DuckDB.
+through `common.object_store` into Arrow (`archive_io.iter_archive`) and handed to DuckDB: held in
+the web process's memory, so at most `REMOTE_MAX_BYTES` of the tenant's rows (beyond, the
+preview is refused: a run reads any range on Spark, piece by piece).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from common.archive_io import archive_files, read_archive
+from common.archive_io import ArchiveChanged, archive_files, iter_archive
 from common.archive_schema import ARCHIVE_SCHEMA
 from common.object_store import ObjectStore
 from common.rule_preview.native import literal
@@ -34,6 +36,12 @@ _DUCK_TYPES = {
     "list<item: struct<key: string, value: string>>": "STRUCT(key VARCHAR, value VARCHAR)[]",
 }
 COLUMNS = list(ARCHIVE_SCHEMA.names)
+REMOTE_MAX_BYTES = 512 * 1024 * 1024  # a preview's rows read from a remote store, in Arrow
+
+
+class PreviewTooLong(Exception):
+    """The range holds more than a preview reads (in its time, or in memory): narrow it, or run
+    the rule."""
 
 
 def _local_root(store: ObjectStore) -> Path | None:
@@ -55,8 +63,7 @@ def open_scan(
     root = _local_root(store)
     parts: list[str] = []
     if root is None:
-        table = read_archive(store, start, end, tenant)
-        con.register("_archive_arrow", table)
+        con.register("_archive_arrow", _remote_rows(store, tenant, start, end))
         parts.append(f"SELECT {', '.join(COLUMNS)} FROM _archive_arrow")
     else:
         files = archive_files(store, start, end, tenant)
@@ -80,6 +87,30 @@ def open_scan(
         empty = ", ".join(f"CAST(NULL AS {_type(name)}) AS {name}" for name in COLUMNS)
         parts.append(f"SELECT {empty} WHERE false")
     con.execute(f"CREATE OR REPLACE TEMP VIEW {VIEW} AS " + " UNION ALL ".join(parts))
+
+
+def _remote_rows(store: ObjectStore, tenant: str, start: datetime, end: datetime) -> pa.Table:
+    for attempt in range(3):  # from the listing again when a compaction moved files meanwhile
+        try:
+            return _remote_rows_once(store, tenant, start, end)
+        except ArchiveChanged:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _remote_rows_once(store: ObjectStore, tenant: str, start: datetime, end: datetime) -> pa.Table:
+    tables, held = [], 0
+    for table in iter_archive(store, start, end, tenant):
+        held += table.nbytes
+        if held > REMOTE_MAX_BYTES:
+            raise PreviewTooLong(
+                f"the range holds more than {REMOTE_MAX_BYTES // 2**20} MB of your messages in "
+                "the object store, more than a preview reads: narrow it, or start a run (mode "
+                "run), which reads any range"
+            )
+        tables.append(table)
+    return pa.concat_tables(tables) if tables else ARCHIVE_SCHEMA.empty_table()
 
 
 def _type(name: str) -> str:

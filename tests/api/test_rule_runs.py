@@ -6,11 +6,14 @@ with the same topics: its history, rule names and run ids stay out of reach (404
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 
+import boto3
 import pytest
 
-from common.object_store import LocalObjectStore
+from common.object_store import LocalObjectStore, open_object_store
+from common.rule_preview import scan
 from tenants import services
 from tenants.models import Membership, RuleRun
 from tenants.rule_runs import services as runs
@@ -75,6 +78,31 @@ def test_preview_counts_the_range_and_shows_the_first_outputs(acme, archive):
     assert len(body["outputs"]) == 9
     # nothing was stored, queued or fired
     assert not RuleRun.objects.exists()
+
+
+def test_a_preview_over_s3_answers_the_same_within_its_memory_bound(
+    acme, archive, s3_endpoint, monkeypatch
+):
+    """The same archive in an S3-compatible store (moto): the same figures; past the rows a web
+    process holds (`REMOTE_MAX_BYTES`), a 400 that says what to do, never an exhausted worker."""
+    tenant, api = acme
+    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    local = preview(api).json()
+    bucket = f"preview-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    monkeypatch.setenv("OBJECT_STORE_URL", f"s3://{bucket}/mqtt")
+    remote = open_object_store()
+    for key in archive.list(""):
+        remote.put(key, archive.get(key))
+    answer = preview(api).json()
+    assert [answer[k] for k in ("read", "matched", "failed", "outputs")] == [
+        local[k] for k in ("read", "matched", "failed", "outputs")
+    ]
+    monkeypatch.setattr(scan, "REMOTE_MAX_BYTES", 1000)  # acme's 42 rows hold more
+    refused = preview(api)
+    assert refused.status_code == 400, refused.content
+    words = json.dumps(refused.json()["error"]["fields"]["from"])
+    assert "narrow it, or start a run" in words
 
 
 def test_a_range_without_history_previews_as_zeros(acme, archive):
