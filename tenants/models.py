@@ -210,6 +210,23 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=12)
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # The login token (the one `POST /auth/token` and the API signup hand out) is kept sealed
+    # (`common.sealed`) as well as digested, so the next login can hand the same token out again
+    # instead of piling up a new one each time. Empty for named tokens, shown once only.
+    sealed = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "tenant"],
+                condition=~models.Q(sealed=""),
+                name="one_login_token_per_member",
+            )
+        ]
+
+    @property
+    def is_login_token(self) -> bool:
+        return bool(self.sealed)
 
 
 class AccountTrust(models.Model):

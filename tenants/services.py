@@ -25,6 +25,7 @@ from common.mqtt.topics import validate_topic_filter, validate_topic_name
 from common.notifications import ChangeKind
 from common.rules import Budget, RuleRuntimeError, RuleSyntaxError, default_budget, dry_run
 from common.storable import storable_text, utf8_value
+from tenants.login_tokens import login_token
 from tenants.models import (
     QUOTA_KEYS,
     RESERVED_SLUGS,
@@ -216,8 +217,12 @@ def _whole_number(value: object) -> int | None:
 
 
 @transaction.atomic
-def signup(*, tenant: str, email: str, password: str) -> tuple[Tenant, AbstractBaseUser, str]:
-    """A new tenant owned by a new user; returns them and a fresh API token (shown once)."""
+def signup(
+    *, tenant: str, email: str, password: str, api_token: bool = True
+) -> tuple[Tenant, AbstractBaseUser, str | None]:
+    """A new tenant owned by a new user; returns them and, with `api_token` (the API's signup,
+    whose caller goes on with it), the user's login token (`tenants.login_tokens`). The portal's
+    signup asks for none: a token nobody is shown is only something to leak."""
     email = (email or "").strip().lower()
     User = get_user_model()
     if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
@@ -233,7 +238,7 @@ def signup(*, tenant: str, email: str, password: str) -> tuple[Tenant, AbstractB
     user.set_password(password)
     user.save()
     Membership.objects.create(user=user, tenant=new_tenant, role=Membership.Role.OWNER)
-    _, token = api_token_create(user=user, tenant=new_tenant, name="signup")
+    token = login_token(user=user, tenant=new_tenant) if api_token else None
     return new_tenant, user, token
 
 

@@ -62,6 +62,12 @@ class TokenInput(StrictInput):
     email = serializers.CharField(max_length=254)
     password = serializers.CharField(max_length=128)
     tenant = serializers.CharField(max_length=64, required=False)
+    rotate = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="true: replace your login token for this tenant with a new one (the old one "
+        "stops working at once); else the live one is handed out again.",
+    )
 
 
 class TokenOutput(serializers.Serializer):

@@ -18,7 +18,14 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tenants import accounts, billing_selectors, invoice_render, selectors, services
+from tenants import (
+    accounts,
+    billing_selectors,
+    invoice_render,
+    login_tokens,
+    selectors,
+    services,
+)
 from tenants.api import serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, BoundedPagination, page_of
 from tenants.models import ApiToken, Credential, Membership, Tenant
@@ -114,23 +121,34 @@ class SignupView(AuthThrottled, APIView):
 
 
 class TokenView(AuthThrottled, APIView):
+    """The member's login token (`tenants.login_tokens`): the same one at every login, a new one
+    with `rotate`."""
+
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=s.TokenInput, responses={200: s.TokenOutput}, auth=[])
+    def get_authenticate_header(self, request) -> str:
+        # Wrong credentials are a 401 (DRF makes it a 403 for a view without authenticators).
+        return 'Bearer realm="api"'
+
+    @extend_schema(
+        request=s.TokenInput,
+        responses={200: s.TokenOutput, 401: OpenApiTypes.OBJECT},
+        auth=[],
+    )
     def post(self, request):
         data = validated(s.TokenInput, request.data)
         email = data["email"].strip().lower()
         user = authenticate(request, username=email, password=data["password"])
         if user is None:
-            raise ValidationError({"non_field_errors": ["Wrong email or password."]})
+            raise exceptions.AuthenticationFailed("Wrong email or password.")
         memberships = selectors.memberships_for_user(user)
         if data.get("tenant"):
             memberships = memberships.filter(tenant__slug=data["tenant"])
         membership = memberships.order_by("created_at").first()
         if membership is None:
             raise ValidationError({"tenant": ["You are not a member of that tenant."]})
-        _, token = services.api_token_create(user=user, tenant=membership.tenant, name="api")
+        token = login_tokens.login_token(user=user, tenant=membership.tenant, rotate=data["rotate"])
         accounts.login_address_remember(user, client_address(request.META))
         return Response({"token": token, "tenant": membership.tenant.slug})
 

@@ -102,7 +102,7 @@ def signup(request: HttpRequest) -> HttpResponse:
         return render(request, "portal/signup.html", {"form": form}, status=429)
     if request.method == "POST" and form.is_valid():
         try:
-            tenant, user, _ = services.signup(**form.cleaned_data)
+            tenant, user, _ = services.signup(**form.cleaned_data, api_token=False)
         except ValidationError as error:
             _form_errors(form, error)
         else:

@@ -133,12 +133,12 @@ def test_duplicate_tenant_signup_is_400(acme):
     assert response.status_code == 400 and "already exists" in response.json()["error"]["message"]
 
 
-def test_wrong_password_for_token_is_400():
+def test_wrong_password_for_token_is_401():
     services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
     response = client_for().post(
         "/api/v1/auth/token", {"email": "me@acme.io", "password": "nope"}, format="json"
     )
-    assert response.status_code == 400 and "Wrong email or password" in str(response.json())
+    assert response.status_code == 401 and "Wrong email or password" in str(response.json())
 
 
 @pytest.mark.parametrize("header", ["Bearer mqp_notatoken", "Bearer", "Token abc"])
@@ -394,7 +394,7 @@ def test_auth_endpoints_are_throttled():
         .status_code
         for _ in range(5)
     ]
-    assert codes[:3] == [400, 400, 400] and codes[3:] == [429, 429]
+    assert codes[:3] == [401, 401, 401] and codes[3:] == [429, 429]
 
 
 @override_settings(DEBUG=False)

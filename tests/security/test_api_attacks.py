@@ -76,7 +76,7 @@ def test_rotating_x_forwarded_for_does_not_reset_the_token_throttle():
         .status_code
         for i in range(12)
     ]
-    assert codes[:5] == [400] * 5 and set(codes[5:]) == {429}
+    assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}
 
 
 @override_settings(AUTH_THROTTLE_RATE="100/min", AUTH_ACCOUNT_THROTTLE_RATE="5/min")
@@ -88,7 +88,7 @@ def test_guesses_against_one_account_are_throttled_whatever_the_address():
         .status_code
         for i in range(8)
     ]
-    assert codes[:5] == [400] * 5 and set(codes[5:]) == {429}
+    assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}
 
 
 @override_settings(AUTH_THROTTLE_RATE="5/min")
@@ -121,7 +121,7 @@ def test_a_trusted_proxy_forwards_the_client_address():
         .status_code
         for i in range(8)
     ]
-    assert codes == [400] * 8  # eight different clients behind the proxy
+    assert codes == [401] * 8  # eight different clients behind the proxy
 
 
 # -- 10. suspended tenants, bad input, schema, redirects ------------------------------------------------

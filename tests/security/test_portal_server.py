@@ -87,7 +87,7 @@ def test_forged_x_forwarded_for_does_not_reset_the_login_throttle(web):
                 codes.append(response.status)
         except urllib.error.HTTPError as error:
             codes.append(error.code)
-    assert codes[:5] == [400] * 5 and set(codes[5:]) == {429}, codes
+    assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}, codes
 
 
 class _Slow:

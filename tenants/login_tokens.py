@@ -1,0 +1,49 @@
+"""A member's login token: the one API token per person and tenant that `POST /auth/token` (and
+the API signup) hands out.
+
+Logging in again hands out the same token, so scripts that log in at every start neither pile up
+tokens nobody sees nor log each other out; `rotate=True` replaces it (the old one stops working
+at once). Only digests identify tokens (`selectors.api_token_lookup`); the login token is kept
+sealed as well (`common.sealed`, under a key outside the database) because handing it out again
+needs its value. Named tokens (`services.api_token_create`) are separate and never reused.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from common import secrets
+from common.sealed import SealError, seal, unseal
+from tenants.models import ApiToken, Membership, Tenant
+
+LOGIN_TOKEN_NAME = "login"
+
+
+@transaction.atomic
+def login_token(*, user: AbstractBaseUser, tenant: Tenant, rotate: bool = False) -> str:
+    """The member's login token for `tenant`: the live one, else (or with `rotate`) a new one
+    that replaces it."""
+    from tenants.services import _require_active
+
+    # Two logins at once agree on one token: the membership row serialises them.
+    Membership.objects.select_for_update().filter(user=user, tenant=tenant).first()
+    current = ApiToken.objects.filter(user=user, tenant=tenant).exclude(sealed="").first()
+    if current is not None and not rotate:
+        try:
+            return unseal(current.sealed)
+        except SealError:
+            pass  # sealed under a key since dropped: a new token replaces it
+    _require_active(tenant)
+    if current is not None:
+        current.delete()
+    raw = secrets.generate_api_token()
+    ApiToken.objects.create(
+        user=user,
+        tenant=tenant,
+        name=LOGIN_TOKEN_NAME,
+        digest=secrets.api_token_digest(raw),
+        prefix=raw[:12],
+        sealed=seal(raw),
+    )
+    return raw

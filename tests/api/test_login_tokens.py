@@ -1,0 +1,96 @@
+"""Tokens a user sees, and no others: `POST /auth/token` hands out the same login token until
+asked to rotate it (then the old one is refused at once), the API signup's token is that same
+login token, and the portal's signup makes none. Through the real API and portal views on
+real Postgres."""
+
+import pytest
+from django.test import Client
+
+from tenants.models import ApiToken
+from tests.api.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "a long passphrase"
+
+
+def _login(**extra):
+    body = {"email": "me@acme.io", "password": PASSWORD, **extra}
+    return client_for().post("/api/v1/auth/token", body, format="json")
+
+
+def _tokens_listed(token: str) -> list[dict]:
+    response = client_for(token).get("/api/v1/tokens")
+    assert response.status_code == 200, response.content
+    return response.json()["results"]
+
+
+def test_login_hands_out_the_same_token_until_rotated():
+    signup = client_for().post(
+        "/api/v1/signup",
+        {"tenant": "acme", "email": "me@acme.io", "password": PASSWORD},
+        format="json",
+    )
+    assert signup.status_code == 201, signup.content
+    first = signup.json()["token"]
+
+    again = [_login() for _ in range(3)]
+    assert [r.status_code for r in again] == [200] * 3
+    assert {r.json()["token"] for r in again} == {first}
+    assert len(_tokens_listed(first)) == 1  # no pile of tokens nobody sees
+
+    rotated = _login(rotate=True)
+    assert rotated.status_code == 200, rotated.content
+    second = rotated.json()["token"]
+    assert second != first
+    refused = client_for(first).get("/api/v1/devices")
+    assert refused.status_code == 401 and refused.json()["error"]["code"]
+    assert client_for(second).get("/api/v1/devices").status_code == 200
+    assert _login().json()["token"] == second
+    [listed] = _tokens_listed(second)
+    assert second.startswith(listed["prefix"])
+
+
+def test_named_tokens_are_kept_apart_from_the_login_token():
+    signup = client_for().post(
+        "/api/v1/signup",
+        {"tenant": "acme", "email": "me@acme.io", "password": PASSWORD},
+        format="json",
+    )
+    login = signup.json()["token"]
+    named = client_for(login).post("/api/v1/tokens", {"name": "ci"}, format="json")
+    assert named.status_code == 201
+    rotated = _login(rotate=True).json()["token"]
+    # Rotating the login token leaves the named one working.
+    assert client_for(named.json()["token"]).get("/api/v1/devices").status_code == 200
+    assert sorted(t["name"] for t in _tokens_listed(rotated)) == ["ci", "login"]
+
+
+def test_portal_signup_makes_no_api_token():
+    browser = Client()
+    response = browser.post(
+        "/signup/", {"tenant": "acme", "email": "me@acme.io", "password": PASSWORD}, follow=True
+    )
+    assert response.status_code == 200 and b"Tenant acme is ready" in response.content
+    assert not ApiToken.objects.exists()
+    tokens_page = browser.get("/tokens/")
+    assert tokens_page.status_code == 200 and b"mqp_" not in tokens_page.content
+    # The first API login makes the one token the user is then shown.
+    assert _login().status_code == 200 and ApiToken.objects.count() == 1
+
+
+def test_wrong_password_for_token_is_401_in_the_error_envelope():
+    client_for().post(
+        "/api/v1/signup",
+        {"tenant": "acme", "email": "me@acme.io", "password": PASSWORD},
+        format="json",
+    )
+    response = client_for().post(
+        "/api/v1/auth/token", {"email": "me@acme.io", "password": "nope"}, format="json"
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "Wrong email or password."
+    assert response.headers["WWW-Authenticate"]
+    unknown = client_for().post(
+        "/api/v1/auth/token", {"email": "who@acme.io", "password": "nope"}, format="json"
+    )
+    assert unknown.status_code == 401
