@@ -1,11 +1,19 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
+
+from tenants.api.docs_page import ApiDocsView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/v1/", include("tenants.api.urls")),
     path("", include("tenants.portal.urls")),
 ]
+
+# Product pages (the JSON error envelope under /api/), never Django's debug or bare ones.
+handler400 = "tenants.portal.error_pages.bad_request"
+handler403 = "tenants.portal.error_pages.permission_denied"
+handler404 = "tenants.portal.error_pages.page_not_found"
+handler500 = "tenants.portal.error_pages.server_error"

@@ -60,7 +60,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Accounts",
         "Sign up: a new tenant and its owner",
         "Creates the tenant `tenant` owned by a new account (`email`, `password`) and returns "
-        "the tenant with an API token for it. The slug becomes the first part of every device "
+        "the tenant with the account's login token for it (the one `POST /auth/token` hands "
+        "out again). The slug becomes the first part of every device "
         "username. A link to confirm the address is mailed to it (`user.email_verified` is false "
         "until it is followed, logged in as this account): the token works on the new tenant at "
         "once, but an unconfirmed account is given nothing else (no other tenant, no operator "
@@ -69,8 +70,11 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("post", "/api/v1/auth/token"): (
         "Accounts",
         "Get an API token",
-        "Exchanges an email and password for a bearer token of the account's tenant (send it as "
-        "`Authorization: Bearer TOKEN`). Throttled per address, per (account, address), and per "
+        "Exchanges an email and password for the account's login token for its tenant (send it "
+        "as `Authorization: Bearer TOKEN`): the same token at every login, so logging in again "
+        "never piles up tokens; `rotate: true` replaces it with a new one and the old one is "
+        "refused at once. Named tokens (`POST /tokens`) are separate. A wrong email or password "
+        "is a 401. Throttled per address, per (account, address), and per "
         "account from addresses it has not logged in from lately. A new password ends every "
         "token of the account.",
     ),
