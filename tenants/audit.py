@@ -22,16 +22,20 @@ from __future__ import annotations
 import csv
 import getpass
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 from django.db import models, transaction
 from django.db.models import QuerySet
 from django.db.models.expressions import Combinable
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_save, pre_save
 from django.http import HttpRequest, HttpResponse
 
 _request: ContextVar[HttpRequest | None] = ContextVar("audit_request", default=None)
+# Who acts when the request does not say: the person signing up or accepting an invitation is
+# not logged in yet while their account, tenant and membership are written (`acting_as`).
+_acting_as: ContextVar[str | None] = ContextVar("audit_acting_as", default=None)
 
 # What is recorded, and the field that gives each object a readable name.
 _NAMED = {
@@ -93,14 +97,26 @@ class AuditActorMiddleware:
             _request.reset(token)
 
 
+@contextmanager
+def acting_as(actor: str) -> Iterator[None]:
+    """Entries written inside name `actor` (an email), whoever the request says is logged in."""
+    token = _acting_as.set(actor)
+    try:
+        yield
+    finally:
+        _acting_as.reset(token)
+
+
 def _actor() -> tuple[str, str, str | None]:
     """(actor, via, address) of whatever is writing now."""
     request = _request.get()
+    named = _acting_as.get()
     if request is not None:
         from tenants.throttles import client_address
 
         user = getattr(request, "user", None)
         actor = getattr(user, "email", "") or getattr(user, "username", "") or "anonymous"
+        actor = named or actor
         path = request.path
         via = "api" if path.startswith("/api/") else "admin" if path.startswith("/admin/") else ""
         try:
@@ -114,8 +130,8 @@ def _actor() -> tuple[str, str, str | None]:
             who = getpass.getuser()
         except Exception:
             who = "?"
-        return f"{who}: manage.py {argv[1]}"[:254], "command", None
-    return "system", "system", None
+        return named or f"{who}: manage.py {argv[1]}"[:254], "command", None
+    return named or "system", "system", None
 
 
 def record(
@@ -159,6 +175,8 @@ def _tenant_of(instance) -> tuple[int | None, str]:
 
 
 def _target(instance) -> str:
+    if type(instance).__name__ == "Membership":  # the member, not the role
+        return instance.user.email or instance.user.get_username()
     name = str(getattr(instance, _NAMED[type(instance).__name__], "") or instance.pk)
     device = getattr(instance, "device", None) if hasattr(instance, "device_id") else None
     return f"{device.name}/{name}" if device is not None else name
@@ -173,7 +191,19 @@ def _target_or_id(instance) -> str:
         return str(instance.pk)
 
 
-def _detail(instance, fields: Iterable[str] | None) -> dict:
+def _plain(value):
+    """A value as JSON keeps it (dates as ISO text)."""
+    if value is None or isinstance(value, str | int | bool | dict | list):
+        return value
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _safe_fields(model) -> list[str]:
+    names = {f.attname for f in model._meta.concrete_fields}
+    return sorted(_SAFE_VALUES & names)
+
+
+def _detail(instance, fields: Iterable[str] | None, before: dict | None = None) -> dict:
     detail: dict = {}
     if fields:
         detail["fields"] = sorted(fields)
@@ -181,7 +211,31 @@ def _detail(instance, fields: Iterable[str] | None) -> dict:
         if field in _SAFE_VALUES and hasattr(instance, field):
             value = getattr(instance, field)
             detail[field] = value if isinstance(value, str | int | bool | dict) else str(value)
+    # What each safe field was and became, for the entry's words (`tenants.audit_words`).
+    changes = {
+        field: [old, _plain(getattr(instance, field))]
+        for field, old in (before or {}).items()
+        if (not fields or field in fields) and old != _plain(getattr(instance, field))
+    }
+    if changes:
+        detail["changes"] = changes
     return detail
+
+
+def _before(sender, instance, raw=False, update_fields=None, **kwargs) -> None:
+    """The safe fields' stored values, read before an update overwrites them."""
+    instance._audit_before = None
+    if raw or instance._state.adding or instance.pk is None:
+        return
+    if update_fields is not None and set(update_fields) <= _BOOKKEEPING:
+        return
+    fields = _safe_fields(sender)
+    if update_fields is not None:
+        fields = [f for f in fields if f in update_fields]
+    if not fields:
+        return
+    row = sender._base_manager.filter(pk=instance.pk).values(*fields).first()
+    instance._audit_before = {k: _plain(v) for k, v in row.items()} if row else None
 
 
 def _saved(sender, instance, created, update_fields=None, raw=False, **kwargs) -> None:
@@ -191,12 +245,13 @@ def _saved(sender, instance, created, update_fields=None, raw=False, **kwargs) -
         return
     tenant_id, slug = _tenant_of(instance)
     action = f"{sender._meta.model_name}.{'created' if created else 'updated'}"
+    before = None if created else getattr(instance, "_audit_before", None)
     record(
         tenant_id=tenant_id,
         tenant_slug=slug,
         action=action,
         target=_target(instance),
-        detail=_detail(instance, None if created else update_fields),
+        detail=_detail(instance, None if created else update_fields, before),
     )
 
 
@@ -242,10 +297,14 @@ class AuditedQuerySet(models.QuerySet):
             if not rows:
                 return 0
             count = base.filter(pk__in=[row.pk for row in rows]).update(**kwargs)
+            safe = set(_safe_fields(self.model))
             for row in rows:
+                row._audit_before = {f: _plain(getattr(row, f)) for f in kwargs if f in safe}
                 for field, value in kwargs.items():
                     if not isinstance(value, Combinable):  # F() etc.: not known without a read
                         setattr(row, field, value)
+                    else:
+                        row._audit_before.pop(field, None)
             _record_bulk(self.model, rows, "updated", sorted(kwargs))
         return count
 
@@ -272,7 +331,7 @@ def _record_bulk(model, rows: list, verb: str, fields: list[str] | None) -> None
             tenant_slug=slug,
             action=f"{name}.{verb}",
             target=target,
-            detail={**_detail(row, fields), "bulk": True},
+            detail={**_detail(row, fields, getattr(row, "_audit_before", None)), "bulk": True},
         )
 
 
@@ -281,6 +340,7 @@ def connect_signals() -> None:
 
     for name in _NAMED:
         model = getattr(models, name)
+        pre_save.connect(_before, sender=model, dispatch_uid=f"audit-before-{name}")
         post_save.connect(_saved, sender=model, dispatch_uid=f"audit-save-{name}")
         post_delete.connect(_deleted, sender=model, dispatch_uid=f"audit-delete-{name}")
 
@@ -295,11 +355,13 @@ def entries_list(*, tenant) -> QuerySet:
     return AuditEntry.objects.filter(tenant_id=tenant.id)
 
 
-CSV_COLUMNS = ("created_at", "actor", "via", "address", "action", "target", "detail")
+CSV_COLUMNS = ("created_at", "actor", "via", "address", "action", "target", "detail", "description")
 
 
 def csv_response(entries: QuerySet, filename: str = "audit.csv") -> HttpResponse:
     import json
+
+    from tenants.audit_words import describe
 
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
@@ -314,6 +376,7 @@ def csv_response(entries: QuerySet, filename: str = "audit.csv") -> HttpResponse
             entry.action,
             entry.target,
             json.dumps(entry.detail, sort_keys=True, default=str),
+            describe(entry),
         ]
         # A cell starting with = + - @ is a formula to spreadsheets: quote it as text.
         writer.writerow([f"'{v}" if v[:1] in ("=", "+", "-", "@") else v for v in row])

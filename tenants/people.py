@@ -24,7 +24,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from common import secrets
-from tenants import accounts
+from tenants import accounts, audit
 from tenants.models import ApiToken, Invitation, Membership, Tenant
 
 log = logging.getLogger(__name__)
@@ -169,14 +169,15 @@ def invitation_accept(invitation: Invitation, user: AbstractBaseUser) -> Members
     _open_invitation(invitation)
     if (user.email or "").lower() != invitation.email:
         raise PermissionDenied(f"This invitation is for {invitation.email}.")
-    membership, _ = Membership.objects.get_or_create(
-        user=user, tenant=invitation.tenant, defaults={"role": invitation.role}
-    )
-    # The link went to the address and the account holding it is logged in: the address is
-    # proved (tenants.accounts).
-    accounts.mark_verified(user)
-    invitation.accepted_at = timezone.now()
-    invitation.save(update_fields=["accepted_at"])
+    with audit.acting_as(invitation.email):  # the invitee, logged in or not yet
+        membership, _ = Membership.objects.get_or_create(
+            user=user, tenant=invitation.tenant, defaults={"role": invitation.role}
+        )
+        # The link went to the address and the account holding it is logged in: the address is
+        # proved (tenants.accounts).
+        accounts.mark_verified(user)
+        invitation.accepted_at = timezone.now()
+        invitation.save(update_fields=["accepted_at"])
     return membership
 
 

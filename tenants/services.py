@@ -25,6 +25,7 @@ from common.mqtt.topics import validate_topic_filter, validate_topic_name
 from common.notifications import ChangeKind
 from common.rules import Budget, RuleRuntimeError, RuleSyntaxError, default_budget, dry_run
 from common.storable import storable_text, utf8_value
+from tenants import audit
 from tenants.login_tokens import login_token
 from tenants.models import (
     QUOTA_KEYS,
@@ -234,11 +235,12 @@ def signup(
         validate_password(password, user)
     except ValidationError as exc:
         raise ValidationError({"password": exc.messages}) from None
-    new_tenant = tenant_create(tenant)
-    user.set_password(password)
-    user.save()
-    Membership.objects.create(user=user, tenant=new_tenant, role=Membership.Role.OWNER)
-    token = login_token(user=user, tenant=new_tenant) if api_token else None
+    with audit.acting_as(email):  # not logged in yet, but the one doing it
+        new_tenant = tenant_create(tenant)
+        user.set_password(password)
+        user.save()
+        Membership.objects.create(user=user, tenant=new_tenant, role=Membership.Role.OWNER)
+        token = login_token(user=user, tenant=new_tenant) if api_token else None
     return new_tenant, user, token
 
 

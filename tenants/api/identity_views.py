@@ -11,6 +11,7 @@ from tenants import audit, identity, selectors
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.serializers import StrictInput
 from tenants.api.views import TenantAPIView, paginated, validated
+from tenants.audit_words import describe
 
 
 class CaInput(StrictInput):
@@ -168,6 +169,12 @@ class AuditEntryOutput(serializers.Serializer):
     action = serializers.CharField()
     target = serializers.CharField()
     detail = serializers.JSONField()
+    description = serializers.SerializerMethodField(
+        help_text='The change in words, e.g. "Quota max_connections changed from 10 to 20".'
+    )
+
+    def get_description(self, entry) -> str:
+        return describe(entry)
 
 
 class OwnersOnly(TenantAPIView):

@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from tenants import audit, identity
+from tenants.audit_words import describe
 from tenants.portal.views import _context, _form_errors, tenant_view
 
 
@@ -99,7 +100,9 @@ def jwt_key_revoke(request, membership, kid: str):
 def audit_page(request, membership):
     if membership.role != "owner":
         raise PermissionDenied("Only the tenant's owners see its audit log.")
-    entries = audit.entries_list(tenant=membership.tenant)[:200]
+    entries = list(audit.entries_list(tenant=membership.tenant)[:200])
+    for entry in entries:
+        entry.description = describe(entry)
     return render(request, "portal/audit.html", _context(membership, entries=entries))
 
 
