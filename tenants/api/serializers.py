@@ -97,6 +97,10 @@ class ApiTokenInput(StrictInput):
 class ApiTokenOutput(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
+    login = serializers.BooleanField(
+        source="is_login_token",
+        help_text="true: the login token `POST /auth/token` hands out (and rotates)",
+    )
     prefix = serializers.CharField()
     created_at = serializers.DateTimeField()
     last_used_at = serializers.DateTimeField(allow_null=True)

@@ -62,7 +62,8 @@ def test_named_tokens_are_kept_apart_from_the_login_token():
     rotated = _login(rotate=True).json()["token"]
     # Rotating the login token leaves the named one working.
     assert client_for(named.json()["token"]).get("/api/v1/devices").status_code == 200
-    assert sorted(t["name"] for t in _tokens_listed(rotated)) == ["ci", "login"]
+    listed = sorted((t["name"], t["login"]) for t in _tokens_listed(rotated))
+    assert listed == [("ci", False), ("login", True)]
 
 
 def test_portal_signup_makes_no_api_token():
