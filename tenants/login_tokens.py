@@ -15,6 +15,7 @@ from django.db import transaction
 
 from common import secrets
 from common.sealed import SealError, seal, unseal
+from tenants import audit
 from tenants.models import ApiToken, Membership, Tenant
 
 LOGIN_TOKEN_NAME = "login"
@@ -35,15 +36,17 @@ def login_token(*, user: AbstractBaseUser, tenant: Tenant, rotate: bool = False)
         except SealError:
             pass  # sealed under a key since dropped: a new token replaces it
     _require_active(tenant)
-    if current is not None:
-        current.delete()
     raw = secrets.generate_api_token()
-    ApiToken.objects.create(
-        user=user,
-        tenant=tenant,
-        name=LOGIN_TOKEN_NAME,
-        digest=secrets.api_token_digest(raw),
-        prefix=raw[:12],
-        sealed=seal(raw),
-    )
+    # The one logging in, though the request has no one logged in yet.
+    with audit.acting_as(user.email or user.get_username()):
+        if current is not None:
+            current.delete()
+        ApiToken.objects.create(
+            user=user,
+            tenant=tenant,
+            name=LOGIN_TOKEN_NAME,
+            digest=secrets.api_token_digest(raw),
+            prefix=raw[:12],
+            sealed=seal(raw),
+        )
     return raw

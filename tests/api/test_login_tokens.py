@@ -48,6 +48,15 @@ def test_login_hands_out_the_same_token_until_rotated():
     assert _login().json()["token"] == second
     [listed] = _tokens_listed(second)
     assert second.startswith(listed["prefix"])
+    # The owner's audit log names them for the rotation (not "anonymous": no one was logged in).
+    entries = client_for(second).get("/api/v1/audit").json()["results"]
+    rotation = [e for e in entries if e["action"].startswith("apitoken.")]
+    assert [e["action"] for e in rotation] == [
+        "apitoken.created",
+        "apitoken.deleted",
+        "apitoken.created",
+    ]
+    assert {e["actor"] for e in rotation} == {"me@acme.io"}
 
 
 def test_named_tokens_are_kept_apart_from_the_login_token():
