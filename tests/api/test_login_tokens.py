@@ -3,7 +3,11 @@ asked to rotate it (then the old one is refused at once), the API signup's token
 login token, and the portal's signup makes none. Through the real API and portal views on
 real Postgres."""
 
+import io
+import json
+
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
 from tenants.models import ApiToken
@@ -104,3 +108,28 @@ def test_wrong_password_for_token_is_401_in_the_error_envelope():
         "/api/v1/auth/token", {"email": "who@acme.io", "password": "nope"}, format="json"
     )
     assert unknown.status_code == 401
+
+
+def test_a_sealing_key_rotation_keeps_the_login_token(monkeypatch):
+    old_key, new_key = "old-sealing-key-" + "o" * 40, "new-sealing-key-" + "n" * 40
+    monkeypatch.setenv("SEALING_KEY", old_key)
+    token = (
+        client_for()
+        .post(
+            "/api/v1/signup",
+            {"tenant": "acme", "email": "me@acme.io", "password": PASSWORD},
+            format="json",
+        )
+        .json()["token"]
+    )
+    monkeypatch.setenv("SEALING_KEY", new_key)
+    monkeypatch.setenv("SEALING_KEY_PREVIOUS", old_key)
+    out = io.StringIO()
+    call_command("reseal_secrets", stdout=out)
+    assert json.loads(out.getvalue())["login_tokens"] == 1
+    monkeypatch.delenv("SEALING_KEY_PREVIOUS")
+    assert _login().json()["token"] == token  # the new key alone opens it
+    # A token sealed under a key since dropped: the next login replaces it, and says nothing.
+    monkeypatch.setenv("SEALING_KEY", "another-key-" + "a" * 40)
+    replaced = _login().json()["token"]
+    assert replaced != token and client_for(token).get("/api/v1/devices").status_code == 401
