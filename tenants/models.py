@@ -641,6 +641,28 @@ class Usage(models.Model):
         ordering = ["-minute"]
 
 
+class DeviceUsage(models.Model):
+    """One device's billed usage for one UTC day: the message units it published, received,
+    subscribed and connected with, and the minutes it was connected. Written by the broker's
+    meter beside `Usage` (same transaction); the bill stays per tenant (the usage log), so this
+    is for reading only: `GET /api/v1/usage?by=device` and the portal. `device` is the name the
+    device connected with (kept when the device is deleted; "" is the portal's console)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="device_usage")
+    device = models.CharField(max_length=128)
+    day = models.DateField()
+    message_units = models.BigIntegerField(default=0, help_text="5 KiB units")
+    connection_minutes = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "device", "day"], name="device_usage_unique_day"
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "day"], name="device_usage_tenant_day")]
+
+
 class TenantPlanChange(models.Model):
     """A tenant moved from one plan to another, effective from `effective_at` (UTC): the history
     the billing job prorates the base fee with (`common.pricing.prorated_base_fee_line`)."""

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from common.metering import retained_store_units
 from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
@@ -198,7 +199,9 @@ class Broker:
         # are the tenant's traffic (`$console-…`, `$viewer-…`: common.service_token).
         billed = message.publisher[:1] != "$" or not is_platform_client(message.publisher)
         if billed:
-            stats.message_units += message.billable_units()
+            units = message.billable_units()
+            stats.message_units += units
+            stats.device_units[message.device] += units
         else:
             stats.system_received += 1
             stats.system_bytes_received += len(message.payload)
@@ -209,8 +212,10 @@ class Broker:
         if self.archive is not None:  # after the hooks: what is really routed
             self.archive.record(message)
         if message.retain:
-            if billed and message.payload:  # a retained message stored is metered once more
-                stats.message_units += message.billable_units()
+            if billed:  # a retained message stored is metered once more (common.metering)
+                units = retained_store_units(message.billable_units(), len(message.payload))
+                stats.message_units += units
+                stats.device_units[message.device] += units
             self.retained.set(message)
             if self.retained_storage is not None:
                 self.retained_storage.retained_changed(message)
@@ -289,7 +294,9 @@ class Broker:
             stats.system_sent += 1
             stats.system_bytes_sent += size
         else:
-            stats.message_units += delivery.message.billable_units()
+            units = delivery.message.billable_units()
+            stats.message_units += units
+            stats.device_units[session.device] += units
         if self.hooks.has("message.delivered"):
             self.hooks.run("message.delivered", session, delivery)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from common.archive_schema import message_units
+from common.metering import subscribe_units
 from common.mqtt.codec import encode
 from common.mqtt.packets import (
     MQTT_5_0,
@@ -125,7 +125,10 @@ class Inbound:
         conn.send(encode(SubAck(packet.packet_id, decision.codes), conn.protocol_version))
         if not conn.auth.service:  # a SUBSCRIBE is billed per 5 KiB of its filters
             size = sum(len(sub.topic_filter) for sub in packet.subscriptions)
-            broker.stats[tenant].message_units += message_units(size)
+            units = subscribe_units(size)
+            stats = broker.stats[tenant]
+            stats.message_units += units
+            stats.device_units[conn.device] += units
         subscription_id = (packet.properties.get("subscription_identifier") or [None])[0]
         if conn.protocol_version != MQTT_5_0:
             subscription_id = None

@@ -6,8 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.archive_schema import message_units
-from common.mqtt.properties import encode_properties
+from common.metering import message_units, metered_bytes, properties_bytes
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -88,23 +87,13 @@ class Message:
 
 
 def metered_size(message: Message) -> int:
-    """Bytes AWS IoT Core meters for a message: payload + topic + properties, as on the wire.
-
-    The topic in UTF-8 bytes; the properties as their MQTT 5 encoding (identifier, value, the
-    length prefixes of strings and binary data, each user property pair), without the block's own
-    length. Messages without properties (the common case) encode nothing; those with some are
-    encoded once per message (`billable_units` keeps the result)."""
+    """Bytes AWS IoT Core meters for a message: payload + topic + properties, as on the wire
+    (`common.metering`, the rules `GET /api/v1/usage/explain` answers with). Messages without
+    properties (the common case) encode nothing; those with some are encoded once per message
+    (`billable_units` keeps the result)."""
     topic = message.topic
-    size = len(message.payload) + (len(topic) if topic.isascii() else len(topic.encode()))
-    if message.properties:
-        block = encode_properties(message.properties)
-        size += len(block) - _varint_length(block)
-    return size
-
-
-def _varint_length(block: bytes) -> int:
-    """Bytes of the variable byte integer that starts `block` (the property block's length)."""
-    n = 1
-    while block[n - 1] & 0x80:
-        n += 1
-    return n
+    return metered_bytes(
+        payload=len(message.payload),
+        topic=len(topic) if topic.isascii() else len(topic.encode()),
+        properties=properties_bytes(message.properties) if message.properties else 0,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from common.mqtt.reason_codes import ReasonCode
@@ -41,6 +42,10 @@ class TenantStats:
     # delivery sent, each retained message stored, each CONNECT and SUBSCRIBE; system traffic
     # ($events, $SYS) is never billed.
     message_units: int = 0
+    # The same units by device (the publishing, subscribing, connecting or receiving one; "" for
+    # the portal's console client), for per-device usage. The meter swaps the dict out each
+    # sample (`data_plane.tenancy.observers`), so it holds only what is not yet metered.
+    device_units: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     # Back-pressure: pauses of the tenant's publishers for subscribers whose queues backed up
     # (data_plane.broker.flow), and subscribers that held them a whole allowance without
     # draining (then left to drop until drained).

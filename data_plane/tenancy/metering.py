@@ -9,6 +9,11 @@ Drops and slowdowns are kept apart: `dropped` counts what was not taken or not d
 a quota's refusals as `quota_<key>`), `throttled` what a limit only slowed down (a publisher paused,
 deliveries paced: by quota key). Neither is billed; the portal and `GET /api/v1/quota` show them.
 
+Per device, each minute also keeps the message units and connection minutes of each device
+(`devices`), written beside the minute to `tenants_deviceusage`, one row per device and UTC day
+(for `GET /api/v1/usage?by=device` and the portal). The usage log, the bill's source, stays per
+tenant: its rows, and so the invoices, are the same as without devices.
+
 Device shadow operations are metered apart, in AWS's 1 KiB units (`shadow_operations`).
 
 Billable units are AWS IoT Core's (see `common.archive_schema`): `message_units` in 5 KiB
@@ -31,6 +36,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg import AsyncConnection
+
+_DEVICE_UPSERT = """
+INSERT INTO tenants_deviceusage (tenant_id, device, day, message_units, connection_minutes)
+SELECT t.id, %s, %s::date, %s, %s FROM tenants_tenant t WHERE t.slug = %s
+ON CONFLICT (tenant_id, device, day) DO UPDATE SET
+  message_units = tenants_deviceusage.message_units + EXCLUDED.message_units,
+  connection_minutes = tenants_deviceusage.connection_minutes + EXCLUDED.connection_minutes
+"""
 
 _UPSERT = """
 INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
@@ -80,6 +93,14 @@ class MinuteUsage:
     connection_minutes: int = 0
     storage_byte_hours: int = 0
     shadow_operations: int = 0  # device shadow operations, in AWS's 1 KiB units
+    # device name -> [message units, connection minutes] of this minute ("" for the console)
+    devices: dict[str, list[int]] = field(default_factory=dict)
+
+    def device(self, name: str) -> list[int]:
+        entry = self.devices.get(name)
+        if entry is None:
+            entry = self.devices[name] = [0, 0]
+        return entry
 
 
 class UsageMeter:
@@ -93,7 +114,7 @@ class UsageMeter:
         # The heap holds tokens, never the keys (connections): a closed connection's entry stays
         # in the heap until its minute is up, and must not keep the connection alive meanwhile
         # (at 1,000 closes a second that would pin 60,000 dead connections).
-        self._open: dict[Any, tuple[str, float, int]] = {}
+        self._open: dict[Any, tuple[str, float, int, str]] = {}
         self._keys: dict[int, Any] = {}  # token -> key, for open connections only
         self._due: list[tuple[float, int]] = []
         self._tokens = itertools.count()
@@ -132,20 +153,27 @@ class UsageMeter:
         usage.bytes_out += bytes_out
         usage.message_units += message_units
 
+    def device_units(self, tenant: str, units: dict[str, int]) -> None:
+        """Message units by device (already counted in the tenant's `message_units` by `add`)."""
+        usage = self._current(tenant)
+        for device, count in units.items():
+            usage.device(device)[0] += count
+
     def shadow_operations(self, tenant: str, units: int) -> None:
         """A device shadow operation (`data_plane.shadows`), in AWS's 1 KiB units."""
         self._current(tenant).shadow_operations += units
 
-    def _charge_minute(self, tenant: str, at: float) -> None:
+    def _charge_minute(self, tenant: str, at: float, device: str) -> None:
         key = (tenant, int(at // 60) * 60)
         usage = self._minutes.get(key) or self._minutes.setdefault(key, MinuteUsage())
         usage.connection_minutes += 1
+        usage.device(device)[1] += 1
 
-    def connection_opened(self, key: Any, tenant: str) -> None:
+    def connection_opened(self, key: Any, tenant: str, device: str = "") -> None:
         now = self._clock()
-        self._charge_minute(tenant, now)
+        self._charge_minute(tenant, now, device)
         token = next(self._tokens)
-        self._open[key] = (tenant, now + 60, token)
+        self._open[key] = (tenant, now + 60, token, device)
         self._keys[token] = key
         heapq.heappush(self._due, (now + 60, token))
 
@@ -153,11 +181,11 @@ class UsageMeter:
         entry = self._open.pop(key, None)
         if entry is None:
             return
-        tenant, due, token = entry
+        tenant, due, token, device = entry
         del self._keys[token]
         now = self._clock()
         while due < now:  # minutes begun since the last tick (a minute begun is a minute billed)
-            self._charge_minute(tenant, due)
+            self._charge_minute(tenant, due, device)
             due += 60
 
     def _charge_open_connections(self) -> None:
@@ -168,11 +196,11 @@ class UsageMeter:
             entry = self._open.get(key) if key is not None else None
             if entry is None or entry[1] != due:
                 continue  # closed, or already charged past this point
-            tenant = entry[0]
+            tenant, device = entry[0], entry[3]
             while due <= now:
-                self._charge_minute(tenant, due)
+                self._charge_minute(tenant, due, device)
                 due += 60
-            self._open[key] = (tenant, due, token)
+            self._open[key] = (tenant, due, token, device)
             heapq.heappush(self._due, (due, token))
 
     def dropped(self, tenant: str, cause: str, count: int = 1) -> None:
@@ -242,6 +270,10 @@ class UsageMeter:
                 existing.dropped[cause] += count
             for key, count in usage.throttled.items():
                 existing.throttled[key] += count
+            for device, (units, minutes) in usage.devices.items():
+                entry = existing.device(device)
+                entry[0] += units
+                entry[1] += minutes
 
     async def flush(
         self, conn: AsyncConnection, *, final: bool = False, exported: Any = None
@@ -274,9 +306,28 @@ class UsageMeter:
             async with conn.transaction():
                 async with conn.cursor() as cursor:
                     await cursor.executemany(_UPSERT, params)
+                    devices = device_days(rows)
+                    if devices:
+                        await cursor.executemany(_DEVICE_UPSERT, devices)
         except Exception:
             self.restore(rows)
             raise
         if exported is not None:
             exported(rows)
         return len(rows)
+
+
+def device_days(rows: list[tuple[str, int, MinuteUsage]]) -> list[tuple]:
+    """The minutes' device figures summed per (tenant, device, UTC day), as upsert parameters."""
+    days: dict[tuple[str, str, str], list[int]] = {}
+    for tenant, minute, usage in rows:
+        day = time.strftime("%Y-%m-%d", time.gmtime(minute))
+        for device, (units, minutes) in usage.devices.items():
+            entry = days.setdefault((tenant, device, day), [0, 0])
+            entry[0] += units
+            entry[1] += minutes
+    return [
+        (device, day, units, minutes, tenant)
+        for (tenant, device, day), (units, minutes) in sorted(days.items())
+        if units or minutes
+    ]

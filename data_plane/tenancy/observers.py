@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import defaultdict
 from typing import Any
 
 from common.tasks import cancel_and_wait
@@ -89,7 +90,7 @@ class TenancyObservers:
 
     def _connected(self, conn: Any) -> None:
         self.meter.connected(conn.tenant)
-        self.meter.connection_opened(conn, conn.tenant)
+        self.meter.connection_opened(conn, conn.tenant, conn.device)
         self._seen[(conn.tenant, conn.device)] = time.time()
         self._event(conn, "client_connected")
 
@@ -121,6 +122,9 @@ class TenancyObservers:
                     bytes_out=now[3] - before[3],
                     message_units=now[4] - before[4],
                 )
+            if stats.device_units:  # swapped out: the broker counts on into a fresh dict
+                by_device, stats.device_units = stats.device_units, defaultdict(int)
+                self.meter.device_units(tenant, by_device)
 
     def _dropped(self, session: Any, delivery: Any, cause: str) -> None:
         self.meter.dropped(session.tenant, cause)

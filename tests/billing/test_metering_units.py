@@ -16,7 +16,7 @@ from common.object_store import open_object_store
 from data_plane.broker.message import Message, metered_size
 from data_plane.tenancy.metering import UsageMeter
 from tenants import billing, services
-from tenants.models import Invoice, Usage
+from tenants.models import DeviceUsage, Invoice, Usage
 from tests.billing.traffic import expected_units, run_known_traffic
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -109,6 +109,13 @@ def test_known_traffic_is_metered_logged_and_invoiced(tmp_path, monkeypatch, spa
     db = Usage.objects.filter(tenant=acme)
     assert sum(u.message_units for u in db) == expected["messages"]
     assert sum(u.connection_minutes for u in db) == expected["connection_minutes"]
+    # Per device, the same units: every one of acme's was device `d`'s; `other/d` is other's.
+    per_device = DeviceUsage.objects.filter(tenant=acme)
+    assert {u.device for u in per_device} == {"d"}
+    assert sum(u.message_units for u in per_device) == expected["messages"]
+    assert sum(u.connection_minutes for u in per_device) == expected["connection_minutes"]
+    other_device = DeviceUsage.objects.exclude(tenant=acme)
+    assert [(u.device, u.message_units) for u in other_device] == [("d", 1 + 4)]
 
     # The billing job over that log: 1 ¢ per message unit, 5 ¢ per connection-minute.
     billing.price_book_set(
