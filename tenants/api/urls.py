@@ -8,6 +8,7 @@ from tenants.api import (
     journey_views,
     rule_run_views,
     shadow_views,
+    usage_views,
     views,
 )
 
@@ -124,6 +125,8 @@ urlpatterns = [
     ),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),
+    path("usage/explain", usage_views.UsageExplainView.as_view(), name="api-usage-explain"),
+    path("usage/forecast", usage_views.UsageForecastView.as_view(), name="api-usage-forecast"),
     path("invoices", views.InvoiceView.as_view(), name="api-invoices"),
     path("budget", budget_views.BudgetView.as_view(), name="api-budget"),
     path("budget/alerts", budget_views.BudgetAlertsView.as_view(), name="api-budget-alerts"),

@@ -25,6 +25,7 @@ from tenants import (
     login_tokens,
     selectors,
     services,
+    usage_selectors,
 )
 from tenants.api import serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, BoundedPagination, page_of
@@ -553,6 +554,9 @@ class UsageView(TenantAPIView):
             OpenApiParameter("from", str, description="ISO 8601 start (with granularity)"),
             OpenApiParameter("to", str, description="ISO 8601 end, exclusive (default now)"),
             OpenApiParameter("granularity", str, enum=["hour", "day"]),
+            OpenApiParameter(
+                "by", str, enum=["device"], description="adds per-device rows, per UTC day"
+            ),
             OpenApiParameter("since", str, description="ISO 8601: raw minutes from then"),
             *PAGE_PARAMETERS,
         ],
@@ -561,7 +565,7 @@ class UsageView(TenantAPIView):
     )
     def get(self, request):
         params = request.query_params
-        if {"from", "to", "granularity"} & set(params):
+        if {"from", "to", "granularity", "by"} & set(params):
             return self._series(params)
         usage = selectors.usage_list(tenant=self.tenant)
         since = text_param(request, "since")
@@ -579,6 +583,9 @@ class UsageView(TenantAPIView):
 
     def _series(self, params) -> Response:
         granularity = params.get("granularity", "day")
+        by = params.get("by")
+        if by is not None and by != "device":
+            raise ValidationError({"by": ["Use device (per-device rows, per UTC day)."]})
         now = timezone.now()
         bounds = {}
         for name, default in (("from", None), ("to", now)):
@@ -610,6 +617,12 @@ class UsageView(TenantAPIView):
             "granularity": granularity,
             "series": series,
         }
+        if by == "device":
+            body.update(
+                usage_selectors.device_usage(
+                    tenant=self.tenant, start=bounds["from"], end=bounds["to"]
+                )
+            )
         return Response(body)
 
 
