@@ -90,7 +90,9 @@ class Explanation:
 
 
 def _plural(count: int, word: str) -> str:
-    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
+    if count == 1:
+        return f"{count:,} {word}"
+    return f"{count:,} {word[:-1]}ies" if word.endswith("y") else f"{count:,} {word}s"
 
 
 def explain_publish(
@@ -160,6 +162,6 @@ def explain_publish(
         f"{_plural(each, 'unit')} of {MESSAGE_UNIT_BYTES:,} bytes; "
         + ("metered for the publish and for the retained copy; " if stored else "")
         + f"{_plural(deliveries, 'delivery')} to subscribers; {qos_words}. "
-        "Units are billed in the messages dimension, priced per million in the price book."
+        "Units are billed as messages, priced by your plan's price book."
     )
     return Explanation(total, MESSAGE_UNIT_BYTES, size, each, parts, why)

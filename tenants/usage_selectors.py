@@ -104,6 +104,7 @@ def usage_forecast(*, tenant: Tenant, now: datetime | None = None) -> dict[str, 
     }
     spent = month_to_date_spend(tenant=tenant, now=now, usage=so_far)
     landing = month_to_date_spend(tenant=tenant, now=now, usage=forecast)
+    specs = spent["price_book"].as_document()["dimensions"]
     mtd_lines = {line["code"]: line for line in spent["lines"]}
     forecast_lines = {line["code"]: line for line in landing["lines"]}
     dimensions = []
@@ -119,7 +120,8 @@ def usage_forecast(*, tenant: Tenant, now: datetime | None = None) -> dict[str, 
                 "forecast": _number(quantity_of(dimension, forecast[column])),
                 "daily_rate": float(round(daily, 3)),
                 "priced": line is not None,
-                "included": line["included"] if line else None,
+                "included": specs[dimension].get("included", 0) if line else None,
+                "billable": line["billable"] if line else None,
                 "unit_price": line["unit_price"] if line else None,
                 "per": line["per"] if line else None,
                 "month_to_date_cents": line["amount_cents"] if line else 0,
@@ -134,6 +136,9 @@ def usage_forecast(*, tenant: Tenant, now: datetime | None = None) -> dict[str, 
         "days_in_period": (end - start).days,
         "days_left": float(round(days_left, 4)),
         "dimensions": dimensions,
+        "base_fee_cents": sum(
+            line["amount_cents"] for line in spent["lines"] if line["code"] == "base_fee"
+        ),
         "month_to_date_cents": spent["spend_cents"],
         "forecast_cents": max(spent["spend_cents"], landing["spend_cents"]),
     }

@@ -1,4 +1,5 @@
-"""Portal pages for billing: Usage (charts + month-to-date estimate) and Invoices (lines,
+"""Portal pages for billing: Usage (one chart per billed dimension, per day and per device
+tables, the month to date in money and its forecast, what a message costs) and Invoices (lines,
 CSV/PDF downloads). Thin: selectors compute, `tenants.charts` draws."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 
-from tenants import billing_selectors, charts, invoice_render
+from common.metering import explain_publish
+from tenants import billing_selectors, charts, invoice_render, usage_selectors
 from tenants.invoice_words import line_words
 from tenants.portal.views import _context, tenant_view
 
@@ -17,6 +19,7 @@ CHARTS = (
     ("messages", "Messages", "5 KB units"),
     ("connection_minutes", "Connection minutes", ""),
     ("rules_triggered", "Rule executions", "5 KB units"),
+    ("actions_executed", "Actions executed", ""),
     ("storage_gb_hours", "Storage", "GB-hours"),
 )
 
@@ -56,7 +59,16 @@ def usage(request, membership):
                 ),
             }
         )
-    estimate = billing_selectors.month_to_date_estimate(tenant=tenant)
+    forecast = usage_selectors.usage_forecast(tenant=tenant)
+    currency = forecast["currency"]
+    for dimension in forecast["dimensions"]:
+        dimension["month_to_date_money"] = invoice_render.money(
+            dimension["month_to_date_cents"], currency
+        )
+        dimension["forecast_money"] = invoice_render.money(dimension["forecast_cents"], currency)
+    start, end = billing_selectors.period_bounds(period)
+    now = datetime.now(UTC)
+    days = [point for point in current if point["start"] <= now.isoformat()]
     return render(
         request,
         "portal/usage.html",
@@ -65,10 +77,41 @@ def usage(request, membership):
             period=period,
             previous_period=previous_period,
             charts=drawn,
-            estimate=estimate,
-            estimate_total=invoice_render.money(estimate["total_cents"], estimate["currency"]),
+            days=reversed(days),
+            devices=usage_selectors.device_usage(tenant=tenant, start=start, end=end)["devices"],
+            forecast=forecast,
+            estimate_total=invoice_render.money(forecast["month_to_date_cents"], currency),
+            forecast_total=invoice_render.money(forecast["forecast_cents"], currency),
+            base_fee_money=invoice_render.money(forecast["base_fee_cents"], currency),
+            explained=_explained(request),
         ),
     )
+
+
+def _explained(request) -> dict | None:
+    """The "what does a message cost" form's answer (`common.metering`, the broker's rules),
+    None until asked; a value out of range is said, not raised."""
+    raw = request.GET.get("size")
+    if raw is None:
+        return None
+    try:
+        size = int(raw)
+        if not 0 <= size <= 268_435_455:
+            raise ValueError
+    except ValueError:
+        return {"error": "Give the payload size as a whole number of bytes, 0 or more."}
+    try:
+        subscribers = min(max(int(request.GET.get("subscribers") or 0), 0), 1_000_000)
+    except ValueError:
+        subscribers = 0
+    explanation = explain_publish(
+        payload=size,
+        topic=len((request.GET.get("topic") or "")[:65_535].encode()),
+        qos=int(request.GET["qos"]) if request.GET.get("qos") in ("1", "2") else 0,
+        retain=request.GET.get("retain") == "on",
+        deliveries=subscribers,
+    )
+    return explanation.as_document()
 
 
 @tenant_view()

@@ -174,7 +174,7 @@ def test_forecast_arithmetic_on_known_days(acme):  # noqa: F811
     assert by["messages"]["forecast"] == 28_050
     assert by["connection_minutes"]["forecast"] == 1_800
     # Money: (11,000 − 1,000 included) × 1.00 / 1,000 = 10.00; 870 × 0.01 = 8.70; base 10.00.
-    assert by["messages"]["included"] == 1000
+    assert (by["messages"]["included"], by["messages"]["billable"]) == (1000, 10_000)
     assert by["messages"]["month_to_date_cents"] == 1000
     assert by["connection_minutes"]["month_to_date_cents"] == 870
     assert body["month_to_date_cents"] == 1000 + 1000 + 870
