@@ -235,7 +235,20 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("get", "/api/v1/usage"): (
         "Quota and usage",
         "Usage over time",
-        "Messages, bytes, connection time and storage per hour or day between `from` and `to`.",
+        "Messages, bytes, connection time and storage per hour or day between `from` and `to`; "
+        "`by=device` adds each device's units and connection minutes per UTC day.",
+    ),
+    ("get", "/api/v1/usage/explain"): (
+        "Quota and usage",
+        "What a message costs",
+        "The billed 5 KB units of one PUBLISH of the given size, topic, QoS, retain flag, "
+        "properties and subscribers, each charge with why, by the broker's own metering rules.",
+    ),
+    ("get", "/api/v1/usage/forecast"): (
+        "Quota and usage",
+        "Month to date and forecast",
+        "This month per billed dimension, in units and money (plan's included amounts, price "
+        "book), and a forecast to the month's end from the last 7 days' daily average.",
     ),
     ("get", "/api/v1/invoices"): (
         "Invoices",
