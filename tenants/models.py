@@ -646,7 +646,8 @@ class DeviceUsage(models.Model):
     subscribed and connected with, and the minutes it was connected. Written by the broker's
     meter beside `Usage` (same transaction); the bill stays per tenant (the usage log), so this
     is for reading only: `GET /api/v1/usage?by=device` and the portal. `device` is the name the
-    device connected with (kept when the device is deleted; "" is the portal's console)."""
+    device connected with (kept when the device is deleted; `$console`/`$viewer` the portal's browser client, `$rules` the tenant's rules
+    republishing, "" a will restored after a broker restart, whose device was not kept)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="device_usage")
     device = models.CharField(max_length=128)

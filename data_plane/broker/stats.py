@@ -42,8 +42,8 @@ class TenantStats:
     # delivery sent, each retained message stored, each CONNECT and SUBSCRIBE; system traffic
     # ($events, $SYS) is never billed.
     message_units: int = 0
-    # The same units by device (the publishing, subscribing, connecting or receiving one; "" for
-    # the portal's console client), for per-device usage. The meter swaps the dict out each
+    # The same units by device (the publishing, subscribing, connecting or receiving one; the
+    # browser client and the rules by their `$` names), for per-device usage. The meter swaps the dict out each
     # sample (`data_plane.tenancy.observers`), so it holds only what is not yet metered.
     device_units: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     # Back-pressure: pauses of the tenant's publishers for subscribers whose queues backed up

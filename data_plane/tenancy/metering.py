@@ -93,7 +93,7 @@ class MinuteUsage:
     connection_minutes: int = 0
     storage_byte_hours: int = 0
     shadow_operations: int = 0  # device shadow operations, in AWS's 1 KiB units
-    # device name -> [message units, connection minutes] of this minute ("" for the console)
+    # device name -> [message units, connection minutes] of this minute
     devices: dict[str, list[int]] = field(default_factory=dict)
 
     def device(self, name: str) -> list[int]:

@@ -22,6 +22,13 @@ CHARTS = (
     ("actions_executed", "Actions executed", ""),
     ("storage_gb_hours", "Storage", "GB-hours"),
 )
+# Usage that is the tenant's but no device's of its own, in words (devices never take `$` names).
+DEVICE_LABELS = {
+    "$console": "Browser client (console)",
+    "$viewer": "Browser client (viewer)",
+    "$rules": "Rules republishing",
+    "": "Device not recorded (a will restored after a broker restart)",
+}
 
 
 def _daily(tenant, period: str) -> list[dict]:
@@ -78,7 +85,12 @@ def usage(request, membership):
             previous_period=previous_period,
             charts=drawn,
             days=reversed(days),
-            devices=usage_selectors.device_usage(tenant=tenant, start=start, end=end)["devices"],
+            devices=[
+                {**row, "label": DEVICE_LABELS.get(row["device"])}
+                for row in usage_selectors.device_usage(tenant=tenant, start=start, end=end)[
+                    "devices"
+                ]
+            ],
             forecast=forecast,
             estimate_total=invoice_render.money(forecast["month_to_date_cents"], currency),
             forecast_total=invoice_render.money(forecast["forecast_cents"], currency),

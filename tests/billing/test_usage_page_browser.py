@@ -152,7 +152,11 @@ def test_usage_page_at_desktop_and_phone_widths(page):  # noqa: F811
         message_units=12_345,
         connection_minutes=2_880,
     )
-    for device, units in (("sensor-with-a-rather-long-name-01", 12_000), ("gateway-2", 345)):
+    for device, units in (
+        ("sensor-with-a-rather-long-name-01", 12_000),
+        ("gateway-2", 345),
+        ("$console", 7),  # the portal's browser client: named in words, not linked
+    ):
         DeviceUsage.objects.create(
             tenant=tenant,
             device=device,
@@ -178,7 +182,9 @@ def check_widths(page, url: str, now: datetime) -> None:
         assert page.locator("svg.chart").count() == 5
         assert page.text_content("#explained").startswith("8 units")
         devices = page.locator("#per-device tbody tr")
-        assert devices.count() == 2
+        assert devices.count() == 3
+        assert devices.nth(2).inner_text().startswith("Browser client (console)")
+        assert devices.nth(2).locator("a").count() == 0
         assert "12,000" in devices.nth(0).inner_text()  # the busiest first
         assert "sensor-with-a-rather-long-name-01" in devices.nth(0).inner_text()
         assert (
