@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0023_rule_retry_source"),
+        ("tenants", "0024_api_token_sealed"),
     ]
 
     operations = [
