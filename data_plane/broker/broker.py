@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from common.metering import retained_store_units
 from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
@@ -199,8 +198,7 @@ class Broker:
         # are the tenant's traffic (`$console-…`, `$viewer-…`: common.service_token).
         billed = message.publisher[:1] != "$" or not is_platform_client(message.publisher)
         if billed:
-            units = message.billable_units()
-            stats.message_units += units
+            stats.message_units += (units := message.billable_units())
             stats.device_units[message.device] += units
         else:
             stats.system_received += 1
@@ -212,10 +210,8 @@ class Broker:
         if self.archive is not None:  # after the hooks: what is really routed
             self.archive.record(message)
         if message.retain:
-            if billed:  # a retained message stored is metered once more (common.metering)
-                units = retained_store_units(message.billable_units(), len(message.payload))
-                stats.message_units += units
-                stats.device_units[message.device] += units
+            if billed:  # after the hooks, as routed
+                stats.bill_retained(message.device, message.billable_units(), len(message.payload))
             self.retained.set(message)
             if self.retained_storage is not None:
                 self.retained_storage.retained_changed(message)
@@ -294,8 +290,7 @@ class Broker:
             stats.system_sent += 1
             stats.system_bytes_sent += size
         else:
-            units = delivery.message.billable_units()
-            stats.message_units += units
+            stats.message_units += (units := delivery.message.billable_units())
             stats.device_units[session.device] += units
         if self.hooks.has("message.delivered"):
             self.hooks.run("message.delivered", session, delivery)

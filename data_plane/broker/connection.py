@@ -50,7 +50,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from common.metering import CONNECT_UNITS
 from common.mqtt.codec import Reader, encode
 from common.mqtt.errors import MQTTError, UnsupportedProtocolVersion
 from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Connack, Connect, Disconnect, PacketType
@@ -326,8 +325,7 @@ class MQTTConnection(asyncio.Protocol):
         stats = self.broker.stats[self.tenant]
         stats.connected += 1 if connected else -1
         if connected:
-            stats.message_units += CONNECT_UNITS  # a CONNECT is one billable message unit
-            stats.device_units[self.device] += CONNECT_UNITS
+            stats.bill_connect(self.device)  # a CONNECT is billed (common.metering)
         self.broker.hooks.run("client.connected" if connected else "client.disconnected", self)
 
     def _protocol_failure(self, reason_code: int, reason: str) -> None:

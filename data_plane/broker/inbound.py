@@ -125,10 +125,7 @@ class Inbound:
         conn.send(encode(SubAck(packet.packet_id, decision.codes), conn.protocol_version))
         if not conn.auth.service:  # a SUBSCRIBE is billed per 5 KiB of its filters
             size = sum(len(sub.topic_filter) for sub in packet.subscriptions)
-            units = subscribe_units(size)
-            stats = broker.stats[tenant]
-            stats.message_units += units
-            stats.device_units[conn.device] += units
+            broker.stats[tenant].bill(conn.device, subscribe_units(size))
         subscription_id = (packet.properties.get("subscription_identifier") or [None])[0]
         if conn.protocol_version != MQTT_5_0:
             subscription_id = None

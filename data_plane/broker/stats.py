@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from common.metering import CONNECT_UNITS, retained_store_units
 from common.mqtt.reason_codes import ReasonCode
 
 
@@ -43,8 +44,8 @@ class TenantStats:
     # ($events, $SYS) is never billed.
     message_units: int = 0
     # The same units by device (the publishing, subscribing, connecting or receiving one; the
-    # browser client and the rules by their `$` names), for per-device usage. The meter swaps the dict out each
-    # sample (`data_plane.tenancy.observers`), so it holds only what is not yet metered.
+    # browser client and the rules by their `$` names), for per-device usage. The meter swaps
+    # the dict out each sample (`data_plane.tenancy.observers`), so it holds only what is not yet metered.
     device_units: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     # Back-pressure: pauses of the tenant's publishers for subscribers whose queues backed up
     # (data_plane.broker.flow), and subscribers that held them a whole allowance without
@@ -56,6 +57,18 @@ class TenantStats:
     # quota key -> slowdowns, nothing refused (publish_rate, device_publish_rate,
     # inbound_bytes_rate: a publisher paused; outbound_rate: deliveries paced)
     throttled: dict[str, int] = field(default_factory=dict)
+
+    # Billing the units of the rarer packets (the publish and delivery paths add theirs inline).
+    def bill(self, device: str, units: int) -> None:
+        self.message_units += units
+        self.device_units[device] += units
+
+    def bill_retained(self, device: str, units: int, size: int) -> None:
+        """A retained message stored: metered once more (`common.metering`)."""
+        self.bill(device, retained_store_units(units, size))
+
+    def bill_connect(self, device: str) -> None:
+        self.bill(device, CONNECT_UNITS)
 
 
 # Why a connection ended, in EMQX's words (the `reason` of `$events/client_disconnected`).
