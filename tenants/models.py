@@ -1185,3 +1185,108 @@ class ShadowVersion(models.Model):
             models.Index(fields=["shadow", "-id"], name="shadow_version_recent"),
             models.Index(fields=["tenant", "created_at"], name="shadow_version_age"),
         ]
+
+
+class DeviceGroup(models.Model):
+    """A static group of devices by name (AWS's static thing groups): jobs target groups."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="device_groups")
+    name = models.CharField(max_length=128, validators=[DEVICE_NAME_VALIDATOR])
+    devices = models.ManyToManyField(Device, related_name="groups", blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="device_group_unique_name")
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    """A job (AWS IoT Jobs): a document for the devices it targets, each of which gets an
+    execution (`JobExecution`), served on `$aws/things/{device}/jobs/…` (`data_plane.jobs`)."""
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "IN_PROGRESS"
+        CANCELED = "CANCELED"
+        COMPLETED = "COMPLETED"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="jobs")
+    job_id = models.CharField(max_length=64)
+    description = models.CharField(max_length=2028, blank=True, default="")
+    document = models.JSONField(default=dict, blank=True)
+    targets = models.JSONField(default=dict, blank=True, help_text="{devices: [], groups: []}")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.IN_PROGRESS)
+    timeout_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="an IN_PROGRESS execution times out after this"
+    )
+    created_by = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "job_id"], name="job_unique_id")]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.job_id
+
+
+class JobExecution(models.Model):
+    """One device's execution of a job, with AWS's states (`common.jobs.executions`). Written
+    by the broker's jobs service (psycopg, the row locked) and by the control plane (a job's
+    cancel, the timeouts)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "QUEUED"
+        IN_PROGRESS = "IN_PROGRESS"
+        SUCCEEDED = "SUCCEEDED"
+        FAILED = "FAILED"
+        TIMED_OUT = "TIMED_OUT"
+        REJECTED = "REJECTED"
+        REMOVED = "REMOVED"
+        CANCELED = "CANCELED"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executions")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="job_executions")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    status_details = models.JSONField(default=dict, blank=True)
+    version_number = models.BigIntegerField(default=1)
+    execution_number = models.BigIntegerField(default=1)
+    queued_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_updated_at = models.DateTimeField(default=timezone.now)
+    timeout_at = models.DateTimeField(
+        null=True, blank=True, help_text="an IN_PROGRESS execution becomes TIMED_OUT then"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "device"], name="job_execution_unique")
+        ]
+        indexes = [
+            models.Index(fields=["device", "status"], name="job_execution_device"),
+            models.Index(
+                fields=["timeout_at"],
+                name="job_execution_timeout",
+                condition=models.Q(status="IN_PROGRESS"),
+            ),
+        ]
+        ordering = ["id"]
+
+
+class JobAnnouncement(models.Model):
+    """Notifications of a jobs change the control plane made, for a broker to publish
+    (`common.jobs.announcements`)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    replies = models.JSONField(default=list, blank=True, help_text="[[topic, body], ...]")
+    published_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["created_at"], name="job_announcement_age")]
