@@ -162,6 +162,7 @@ async def run(args: argparse.Namespace) -> None:
 
         authenticator = StaticAuthenticator.from_file(args.auth_file)
         shadows = ShadowService(MemoryShadows(authenticator.has_device))
+        jobs = None  # jobs need the database
     else:
         from data_plane.tenancy.authenticator import PostgresAuthenticator
         from data_plane.tenancy.control import ControlPlaneLink
@@ -180,13 +181,22 @@ async def run(args: argparse.Namespace) -> None:
 
         shadows = ShadowService(PostgresShadows(link.pool))
         shadow_changes = Announcements(dsn, link.pool, shadows)  # the REST API's changes
+        from data_plane.jobs.announcements import JobAnnouncements
+        from data_plane.jobs.service import JobService
+        from data_plane.jobs.store import PostgresJobs
+
+        jobs = JobService(PostgresJobs(link.pool))
+        job_changes = JobAnnouncements(dsn, link.pool, jobs)  # jobs created, cancelled, timed out
+    from data_plane.jobs.reserved import ReservedServices
+
+    reserved = ReservedServices(shadows, jobs)  # the `$aws/things/…` requests admission admits
     persistence = None
     kept = None
     prepare = None
     objects = None
     tap = None
     journey = None
-    ports = Ports(shadows=shadows)
+    ports = Ports(shadows=reserved)
     if link is not None:
         from common.object_store import open_object_store
         from data_plane.storage.persistence import SessionPersistence
@@ -232,11 +242,12 @@ async def run(args: argparse.Namespace) -> None:
             delayed_storage=kept,
             archive=tap,
             journey=recorder,
-            shadows=shadows,
+            shadows=reserved,
         )
 
         async def prepare(broker):
             shadows.attach(broker)
+            jobs.attach(broker)
             async with link.pool.connection() as conn:
                 rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
             keep = cluster.claim_restored if cluster is not None else None  # one node each
@@ -288,6 +299,7 @@ async def run(args: argparse.Namespace) -> None:
         observers.start()
         shadows.metered = observers.meter.shadow_operations
         shadow_changes.start()
+        job_changes.start()
         from data_plane.tenancy.presence import Presence
 
         presence = None
@@ -314,8 +326,11 @@ async def run(args: argparse.Namespace) -> None:
     watchdog = loop.create_task(_report_stalled_shutdown())
     await server.shutdown()
     await shadows.stop()
+    if jobs is not None:
+        await jobs.stop()
     if link is not None:
         await shadow_changes.stop()
+        await job_changes.stop()
     if cluster is not None:
         await cluster.stop()
     if purge is not None:

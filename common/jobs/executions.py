@@ -370,3 +370,10 @@ def ended(e: Execution, status: str, now: int) -> Execution:
     return replace(
         e, status=status, last_updated_at=now, version_number=e.version_number + 1, timeout_at=None
     )
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps(body: Any) -> bytes:
+    return _ENCODER.encode(body).encode()

@@ -1,0 +1,35 @@
+"""The broker's one port for AWS's reserved topics (`ports.Shadows`, which admission asks of
+every PUBLISH to a `$` topic): a thing's shadow requests go to the shadow service, its jobs
+requests to the jobs service; every other `$` topic stays refused. Keeps the broker core
+unaware that there are two services behind it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _service_level(topic: str) -> str:
+    """`shadow` or `jobs` for `$aws/things/{thing}/{level}/…`, else ""."""
+    levels = topic.split("/", 4)
+    return levels[3] if len(levels) >= 4 and levels[0] == "$aws" else ""
+
+
+class ReservedServices:
+    def __init__(self, shadows: Any, jobs: Any = None) -> None:
+        self.shadows = shadows
+        self.jobs = jobs  # None: a broker without a database serves no jobs
+
+    def _for(self, topic: str) -> Any:
+        level = _service_level(topic)
+        if level == "jobs":
+            return self.jobs
+        return self.shadows if level == "shadow" else None
+
+    def admits(self, auth: Any, topic: str) -> bool:
+        service = self._for(topic)
+        return service is not None and service.admits(auth, topic)
+
+    def request(self, auth: Any, message: Any) -> None:
+        service = self._for(message.topic)
+        if service is not None:
+            service.request(auth, message)

@@ -1,0 +1,146 @@
+"""The jobs service: the part of the broker's reserved-topics port (`reserved`) that serves
+`$aws/things/{thing}/jobs/…`.
+
+A request the client's ACL lets it make (its own thing's, unless a rule grants more) is taken by
+`request`: answered at once when it is malformed (AWS's `InvalidJson` / `InvalidRequest` on
+`…/rejected`) or when its client already has 10 requests unanswered (`RequestThrottled`);
+otherwise it waits its turn behind the same thing's earlier requests (a thing's jobs change one
+request at a time, in arrival order, as a device's own sequence expects), is carried out in one
+transaction (`store`), and its reply and the notifications it calls for (`…/jobs/notify`,
+`…/jobs/notify-next`) go out through `Broker.publish`, as the platform's messages (client id
+`$aws-jobs`): not billed as messages, not archived, journeyed like any publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+from common.acl import reserved_default
+from common.jobs import executions as ex
+from common.jobs.topics import ACCEPTED, REJECTED, parse
+from common.tasks import cancel_and_wait
+from data_plane.broker.message import Message
+from data_plane.jobs.store import JobRequest, PostgresJobs
+
+log = logging.getLogger(__name__)
+
+PUBLISHER = "$aws-jobs"  # the replies' client id: the platform's own traffic
+MAX_IN_FLIGHT = 10  # requests of one client not yet answered (RequestThrottled beyond)
+
+
+class JobService:
+    def __init__(self, store: PostgresJobs) -> None:
+        self.broker: Any = None  # the broker it answers through (`attach`, before it serves)
+        self.store = store
+        self.in_flight: dict[tuple[str, str], int] = defaultdict(int)
+        self.queues: dict[tuple[str, str], deque[JobRequest]] = {}
+        self.tasks: set[asyncio.Task] = set()
+        self.stats = {"requests": 0, "rejected": 0}
+
+    def attach(self, broker: Any) -> None:
+        self.broker = broker
+
+    @staticmethod
+    def admits(auth: Any, topic: str) -> bool:
+        """Whether this client's PUBLISH to `$`-topic `topic` is a jobs request it may make."""
+        parsed = parse(topic)
+        if parsed is None or not parsed.is_request:
+            return False  # replies and notifications are the service's alone
+        acl = auth.acl
+        if acl is not None:
+            return acl.can_publish(topic)
+        return bool(reserved_default(topic.split("/"), auth.device))
+
+    def request(self, auth: Any, message: Message) -> None:
+        topic = parse(message.topic)
+        if topic is None or auth.tenant_id is None:  # admitted, so cannot happen
+            return
+        self.stats["requests"] += 1
+        requester = (auth.tenant, message.publisher)
+        try:
+            request = ex.parse_request(message.payload)
+        except ex.JobError as error:
+            self._reject(auth.tenant, topic.reply_topic(REJECTED), error, error.client_token)
+            return
+        if self.in_flight[requester] >= MAX_IN_FLIGHT:
+            error = ex.JobError(ex.REQUEST_THROTTLED, "Too many requests in flight")
+            self._reject(auth.tenant, topic.reply_topic(REJECTED), error, request.client_token)
+            return
+        self.in_flight[requester] += 1
+        op = JobRequest(auth.tenant, auth.tenant_id, topic, request, requester)
+        key = (auth.tenant, topic.thing)
+        queue = self.queues.get(key)
+        if queue is not None:  # the thing's earlier requests are being served: after them
+            queue.append(op)
+            return
+        self.queues[key] = deque([op])
+        task = asyncio.get_running_loop().create_task(self._serve(key), name="jobs")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _serve(self, key: tuple[str, str]) -> None:
+        queue = self.queues[key]
+        try:
+            while queue:
+                op = queue[0]
+                now = int(time.time())
+                try:
+                    await self.store.perform(op, now)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the store failed: AWS's InternalError
+                    log.warning("jobs request on %s failed: %s", op.topic.request_topic, exc)
+                    op.error = ex.JobError(ex.INTERNAL_ERROR, "Internal error")
+                queue.popleft()
+                self._done(op, now)
+        finally:
+            self.queues.pop(key, None)
+
+    def _done(self, op: JobRequest, now: int) -> None:
+        count = self.in_flight.get(op.requester, 0)
+        if count <= 1:
+            self.in_flight.pop(op.requester, None)
+        else:
+            self.in_flight[op.requester] = count - 1
+        try:
+            if op.error is not None:
+                token = op.request.client_token
+                self._reject(op.tenant, op.topic.reply_topic(REJECTED), op.error, token, now)
+                return
+            self._publish(op.tenant, op.topic.reply_topic(ACCEPTED), op.accepted or {})
+            for topic, body in op.notifications:
+                self._publish(op.tenant, topic, body)
+        except Exception:  # one reply must not stop the others
+            log.exception("jobs reply failed for %s", op.topic.request_topic)
+
+    def _reject(
+        self, tenant: str, topic: str, error: ex.JobError, token: str | None, now: int | None = None
+    ) -> None:
+        self.stats["rejected"] += 1
+        stamp = now if now is not None else int(time.time())
+        self._publish(tenant, topic, ex.error_document(error, stamp, token))
+
+    def _publish(self, tenant: str, topic: str, body: Any) -> None:
+        payload = body.encode() if isinstance(body, str) else ex.dumps(body)
+        message = Message(topic, payload, 1, False, {}, None, PUBLISHER, tenant)
+        published = self.broker.publish(message)
+        journey = self.broker.journey
+        if journey is not None:
+            journey.published(message, None, published)
+
+    def publish_announced(self, tenant: str, replies: list) -> None:
+        """Publish the notifications of a change the control plane made (`announcements`)."""
+        for topic, body in replies:
+            self._publish(tenant, topic, body)
+
+    async def stop(self) -> None:
+        """Finish the requests taken (their clients are owed an answer), briefly."""
+        for task in list(self.tasks):
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            except TimeoutError:
+                await cancel_and_wait(task)
