@@ -276,6 +276,15 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.shadow_history_purge",
         "schedule": timedelta(hours=1),
     },
+    # Job executions IN_PROGRESS past their timeout become TIMED_OUT (tenants.job_services).
+    "jobs-time-out": {
+        "task": "tenants.tasks.jobs_time_out",
+        "schedule": timedelta(seconds=int(os.environ.get("JOB_TIMEOUT_SECONDS", "60"))),
+    },
+    "job-announcements-purge": {
+        "task": "tenants.tasks.job_announcements_purge",
+        "schedule": timedelta(hours=1),
+    },
     # Runs over history whose worker was lost: failed, their unconfirmed action claims given back
     # (tenants.rule_runs.services.runs_reclaim), so the next `new-only` run fires those actions.
     "reclaim-rule-runs": {

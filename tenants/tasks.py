@@ -99,6 +99,23 @@ def shadow_history_purge() -> int:
     return purge()
 
 
+@shared_task(name="tenants.tasks.jobs_time_out")
+def jobs_time_out() -> int:
+    """Every minute: IN_PROGRESS job executions past their timeout become TIMED_OUT (AWS's
+    in-progress and step timeouts), their devices told on `…/jobs/notify(-next)`."""
+    from tenants.job_services import jobs_time_out as time_out
+
+    return time_out()
+
+
+@shared_task(name="tenants.tasks.job_announcements_purge")
+def job_announcements_purge() -> int:
+    """Hourly: jobs notifications published more than a week ago go."""
+    from tenants.job_services import job_announcements_purge as purge
+
+    return purge()
+
+
 @shared_task(name="tenants.tasks.usage_log_rollup")
 def usage_log_rollup() -> dict:
     """The rules job's metered rows (usage log) into the portal's usage minutes."""

@@ -5,6 +5,7 @@ from tenants.api import (
     history_views,
     identity_views,
     inspection_views,
+    job_views,
     journey_views,
     rule_run_views,
     shadow_views,
@@ -60,6 +61,14 @@ urlpatterns = [
         "devices/<str:name>/shadows/<str:shadow>/history",
         shadow_views.ShadowHistoryView.as_view(),
         name="api-named-shadow-history",
+    ),
+    path("jobs", job_views.JobListView.as_view(), name="api-jobs"),
+    path("jobs/<str:job_id>", job_views.JobDetailView.as_view(), name="api-job"),
+    path("jobs/<str:job_id>/cancel", job_views.JobCancelView.as_view(), name="api-job-cancel"),
+    path("groups", job_views.GroupListView.as_view(), name="api-groups"),
+    path("groups/<str:name>", job_views.GroupDetailView.as_view(), name="api-group"),
+    path(
+        "groups/<str:name>/devices", job_views.GroupDevicesView.as_view(), name="api-group-devices"
     ),
     path("cas", identity_views.CaListView.as_view(), name="api-cas"),
     path(

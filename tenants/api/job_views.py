@@ -1,0 +1,217 @@
+"""REST API for jobs (AWS IoT's CreateJob, ListJobs, DescribeJob with its executions,
+CancelJob) and static device groups (AWS's static thing groups), which jobs target.
+
+Thin, as the other views: the work is in `tenants.job_services` and `tenants.job_selectors`.
+Jobs and groups are looked up in the caller's tenant only, so another tenant's job ids and group
+names are 404s and its device names are "unknown devices"."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.response import Response
+
+from tenants import job_selectors, job_services
+from tenants.api.pagination import PAGE_PARAMETERS, page_of
+from tenants.api.serializers import StrictInput
+from tenants.api.views import TenantAPIView, paginated, text_param, validated
+from tenants.models import Job
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "Conflict."
+
+
+class TargetsInput(StrictInput):
+    devices = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    groups = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+
+
+class JobCreateInput(StrictInput):
+    job_id = serializers.CharField(max_length=64, help_text="1-64 letters, digits, '_' or '-'")
+    document = serializers.JSONField(help_text="the job document (a JSON object, ≤ 32 KiB)")
+    targets = TargetsInput(help_text="devices by name, and static groups whose members get it")
+    description = serializers.CharField(max_length=2028, required=False, default="")
+    timeout_minutes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="an IN_PROGRESS execution becomes TIMED_OUT after this many minutes",
+    )
+
+
+class JobCancelInput(StrictInput):
+    force = serializers.BooleanField(
+        required=False, default=False, help_text="also cancel IN_PROGRESS executions"
+    )
+
+
+class ExecutionOutput(serializers.Serializer):
+    device = serializers.CharField(source="device.name")
+    status = serializers.CharField()
+    status_details = serializers.JSONField()
+    version_number = serializers.IntegerField()
+    execution_number = serializers.IntegerField()
+    queued_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    last_updated_at = serializers.DateTimeField()
+
+
+class JobOutput(serializers.Serializer):
+    job_id = serializers.CharField()
+    status = serializers.CharField(help_text="IN_PROGRESS | CANCELED | COMPLETED")
+    description = serializers.CharField()
+    document = serializers.JSONField()
+    targets = serializers.JSONField()
+    timeout_minutes = serializers.IntegerField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    completed_at = serializers.DateTimeField(allow_null=True)
+    process_details = serializers.SerializerMethodField(
+        help_text="how many executions are in each state"
+    )
+
+    def get_process_details(self, job) -> dict:
+        return job_selectors.process_details(job)
+
+
+class JobDetailOutput(JobOutput):
+    executions = ExecutionOutput(many=True, read_only=True)
+
+
+class GroupInput(StrictInput):
+    name = serializers.CharField(max_length=64)
+    devices = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+
+
+class GroupDevicesInput(StrictInput):
+    devices = serializers.ListField(child=serializers.CharField(), allow_empty=False)
+
+
+class GroupOutput(serializers.Serializer):
+    name = serializers.CharField()
+    devices = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    created_at = serializers.DateTimeField()
+
+
+CREATE_EXAMPLE = OpenApiExample(
+    "firmware update",
+    value={
+        "job_id": "firmware-2-1",
+        "document": {"operation": "update", "version": "2.1"},
+        "targets": {"devices": ["lamp-1"], "groups": ["kitchen"]},
+        "timeout_minutes": 30,
+    },
+)
+
+
+def _detail(job_id: str, tenant) -> Response:
+    return Response(JobDetailOutput(job_selectors.job_get(tenant=tenant, job_id=job_id)).data)
+
+
+class JobListView(TenantAPIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str, enum=list(Job.Status.values), description="filter"),
+            *PAGE_PARAMETERS,
+        ],
+        responses=page_of(JobOutput),
+        operation_id="v1_jobs_list",
+    )
+    def get(self, request):
+        wanted = text_param(request, "status")
+        if wanted and wanted not in Job.Status.values:
+            raise exceptions.ValidationError({"status": [f"One of {', '.join(Job.Status)}."]})
+        jobs = job_selectors.job_list(tenant=self.tenant, status=wanted)
+        return paginated(self, request, jobs, JobOutput)
+
+    @extend_schema(
+        request=JobCreateInput,
+        responses={201: JobDetailOutput},
+        examples=[CREATE_EXAMPLE],
+        description="AWS's CreateJob: each device named, and each member of each group named, "
+        "gets a QUEUED execution and is told on `$aws/things/{device}/jobs/notify` and "
+        "`/notify-next`. 400 names unknown devices or groups; 409 when the job id is taken.",
+    )
+    def post(self, request):
+        data = validated(JobCreateInput, request.data)
+        actor = getattr(request.user, "email", "") or str(request.user)
+        try:
+            job = job_services.job_create(tenant=self.tenant, actor=actor, **data)
+        except job_services.JobConflict as error:
+            raise Conflict(str(error)) from None
+        body = _detail(job.job_id, self.tenant).data
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class JobDetailView(TenantAPIView):
+    @extend_schema(
+        responses=JobDetailOutput,
+        description="AWS's DescribeJob, with each device's execution (ListJobExecutionsForJob).",
+    )
+    def get(self, request, job_id: str):
+        return _detail(job_id, self.tenant)
+
+
+class JobCancelView(TenantAPIView):
+    @extend_schema(
+        request=JobCancelInput,
+        responses=JobDetailOutput,
+        description="AWS's CancelJob: QUEUED executions become CANCELED (with `force`, "
+        "IN_PROGRESS ones too); the devices are told. 409 for a COMPLETED job.",
+    )
+    def post(self, request, job_id: str):
+        job = job_selectors.job_get(tenant=self.tenant, job_id=job_id)
+        data = validated(JobCancelInput, request.data or {})
+        try:
+            job_services.job_cancel(job=job, force=data["force"])
+        except job_services.JobConflict as error:
+            raise Conflict(str(error)) from None
+        return _detail(job_id, self.tenant)
+
+
+class GroupListView(TenantAPIView):
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(GroupOutput))
+    def get(self, request):
+        return paginated(self, request, job_selectors.group_list(tenant=self.tenant), GroupOutput)
+
+    @extend_schema(
+        request=GroupInput,
+        responses={201: GroupOutput},
+        description="A static group of devices (AWS's static thing group), by name.",
+    )
+    def post(self, request):
+        data = validated(GroupInput, request.data)
+        try:
+            group = job_services.group_create(tenant=self.tenant, **data)
+        except job_services.JobConflict as error:
+            raise Conflict(str(error)) from None
+        group = job_selectors.group_get(tenant=self.tenant, name=group.name)
+        return Response(GroupOutput(group).data, status=status.HTTP_201_CREATED)
+
+
+class GroupDetailView(TenantAPIView):
+    @extend_schema(responses=GroupOutput)
+    def get(self, request, name: str):
+        return Response(GroupOutput(job_selectors.group_get(tenant=self.tenant, name=name)).data)
+
+
+class GroupDevicesView(TenantAPIView):
+    @extend_schema(
+        request=GroupDevicesInput,
+        responses=GroupOutput,
+        description="Add devices to the group (400 names those that are not the tenant's).",
+    )
+    def post(self, request, name: str):
+        group = job_selectors.group_get(tenant=self.tenant, name=name)
+        data = validated(GroupDevicesInput, request.data)
+        job_services.group_add_devices(group=group, devices=data["devices"])
+        return Response(GroupOutput(job_selectors.group_get(tenant=self.tenant, name=name)).data)
+
+    @extend_schema(request=GroupDevicesInput, responses=GroupOutput, operation_id=None)
+    def delete(self, request, name: str):
+        group = job_selectors.group_get(tenant=self.tenant, name=name)
+        data = validated(GroupDevicesInput, request.data)
+        job_services.group_remove_devices(group=group, devices=data["devices"])
+        return Response(GroupOutput(job_selectors.group_get(tenant=self.tenant, name=name)).data)

@@ -1,0 +1,52 @@
+"""Reads of jobs and device groups, scoped to a tenant (another tenant's job or group is a 404,
+indistinguishable from one that does not exist)."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+from django.http import Http404
+
+from common.jobs import executions as ex
+from tenants.models import DeviceGroup, Job, JobExecution, Tenant
+
+_COUNTS = {
+    f"count_{status.lower()}": Count("executions", filter=Q(executions__status=status))
+    for status in ex.STATUSES
+}
+
+
+def job_list(*, tenant: Tenant, status: str | None = None) -> QuerySet[Job]:
+    jobs = Job.objects.filter(tenant=tenant).annotate(**_COUNTS)
+    if status:
+        jobs = jobs.filter(status=status)
+    return jobs.order_by("-created_at", "-id")
+
+
+def job_get(*, tenant: Tenant, job_id: str) -> Job:
+    """The job with its execution counts and executions (devices loaded), or 404."""
+    executions = JobExecution.objects.select_related("device").order_by("device__name")
+    job = (
+        Job.objects.filter(tenant=tenant, job_id=job_id)
+        .annotate(**_COUNTS)
+        .prefetch_related(Prefetch("executions", queryset=executions))
+        .first()
+    )
+    if job is None:
+        raise Http404("No such job.")
+    return job
+
+
+def process_details(job: Job) -> dict:
+    """How many of the job's executions are in each state (AWS's jobProcessDetails)."""
+    return {status: getattr(job, f"count_{status.lower()}", 0) for status in ex.STATUSES}
+
+
+def group_list(*, tenant: Tenant) -> QuerySet[DeviceGroup]:
+    return DeviceGroup.objects.filter(tenant=tenant).prefetch_related("devices").order_by("name")
+
+
+def group_get(*, tenant: Tenant, name: str) -> DeviceGroup:
+    group = DeviceGroup.objects.filter(tenant=tenant, name=name).prefetch_related("devices").first()
+    if group is None:
+        raise Http404("No such group.")
+    return group

@@ -1,0 +1,276 @@
+"""Writes of jobs and device groups from the control plane (the REST API, Celery beat).
+
+A job is created for devices named, and for the members of static groups named, at the time it
+is created (AWS's snapshot jobs): each gets a QUEUED execution. Cancelling a job cancels its
+queued executions, and with `force` its in-progress ones; Celery beat times out IN_PROGRESS
+executions past their job's timeout (`jobs_time_out`). Each of these changes tells the devices
+concerned on `$aws/things/{device}/jobs/notify` and `/notify-next`, as AWS does, by leaving the
+messages in a `JobAnnouncement` row for a broker to publish (`common.jobs.announcements`).
+
+Execution rows are locked in id order before they change, as the broker's jobs service locks
+them (`data_plane.jobs.store`), so a device's own update and a cancel never deadlock and the
+notifications compare the true before and after.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from common.jobs import announcements
+from common.jobs import executions as ex
+from common.jobs.topics import JOB_ID
+from tenants.models import Device, DeviceGroup, Job, JobAnnouncement, JobExecution, Tenant
+
+MAX_DOCUMENT_BYTES = 32 * 1024  # AWS's job document limit
+MAX_TIMEOUT_MINUTES = 10080  # a week, as AWS's in-progress timeout
+
+
+class JobConflict(Exception):
+    """A job id already taken, or a change the job's state does not allow (HTTP 409)."""
+
+
+def _epoch(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp())
+
+
+def execution_of(row: JobExecution) -> ex.Execution:
+    """A stored execution as `common.jobs.executions` works on it (`job` and `device` loaded)."""
+    return ex.Execution(
+        job_id=row.job.job_id,
+        thing=row.device.name,
+        status=row.status,
+        status_details=row.status_details or {},
+        queued_at=_epoch(row.queued_at),
+        last_updated_at=_epoch(row.last_updated_at),
+        version_number=row.version_number,
+        execution_number=row.execution_number,
+        started_at=_epoch(row.started_at),
+        document=row.job.document,
+        timeout_at=_epoch(row.timeout_at),
+        job_timeout_minutes=row.job.timeout_minutes,
+    )
+
+
+def _pending(device_ids: Iterable[int], lock: bool) -> dict[int, list[ex.Execution]]:
+    """Each device's pending executions in AWS's order (locked, in id order, when `lock`)."""
+    rows = JobExecution.objects.filter(
+        device_id__in=list(device_ids), status__in=ex.PENDING
+    ).select_related("job", "device")
+    if lock:
+        rows = rows.select_for_update(of=("self",)).order_by("id")
+    found: dict[int, list[ex.Execution]] = defaultdict(list)
+    for row in rows:
+        found[row.device_id].append(execution_of(row))
+    return {device: ex.pending_order(items) for device, items in found.items()}
+
+
+def _announce(
+    tenant: Tenant, names: dict[int, str], before: dict[int, list], after: dict[int, list]
+) -> JobAnnouncement | None:
+    """Leave the notifications `before` → `after` calls for, per device, for a broker."""
+    now = int(time.time())
+    replies: list[list] = []
+    for device_id, name in names.items():
+        changes = ex.notifications(name, before.get(device_id, []), after.get(device_id, []), now)
+        replies.extend([topic, body] for topic, body in changes)
+    if not replies:
+        return None
+    row = JobAnnouncement.objects.create(tenant=tenant, replies=replies)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_notify(%s, %s)", [announcements.CHANNEL, announcements.payload(row.id)]
+        )
+    return row
+
+
+def _complete_ended(job_ids: Iterable[int]) -> None:
+    """Jobs whose last execution ended are COMPLETED (a cancelled one stays CANCELED)."""
+    for job_id in set(job_ids):
+        if not JobExecution.objects.filter(job_id=job_id, status__in=ex.PENDING).exists():
+            Job.objects.filter(id=job_id, status=Job.Status.IN_PROGRESS).update(
+                status=Job.Status.COMPLETED, completed_at=timezone.now()
+            )
+
+
+def _names(value, field: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError({field: ["Must be a list of names."]})
+    return list(dict.fromkeys(value))
+
+
+def _targets(tenant: Tenant, targets) -> tuple[list[Device], dict]:
+    """The devices a job's targets name (groups expanded), or 400 naming what is unknown."""
+    if not isinstance(targets, dict) or set(targets) - {"devices", "groups"}:
+        raise ValidationError({"targets": ["Must be {devices: [names], groups: [names]}."]})
+    device_names = _names(targets.get("devices"), "targets.devices")
+    group_names = _names(targets.get("groups"), "targets.groups")
+    devices = {d.name: d for d in Device.objects.filter(tenant=tenant, name__in=device_names)}
+    unknown = [n for n in device_names if n not in devices]
+    if unknown:
+        raise ValidationError({"targets.devices": [f"Unknown devices: {', '.join(unknown)}."]})
+    groups = {g.name: g for g in DeviceGroup.objects.filter(tenant=tenant, name__in=group_names)}
+    unknown = [n for n in group_names if n not in groups]
+    if unknown:
+        raise ValidationError({"targets.groups": [f"Unknown groups: {', '.join(unknown)}."]})
+    for group in groups.values():
+        for device in group.devices.all():
+            devices.setdefault(device.name, device)
+    if not devices:
+        raise ValidationError({"targets": ["Name at least one device, or a group with members."]})
+    return list(devices.values()), {"devices": device_names, "groups": group_names}
+
+
+def job_create(
+    *,
+    tenant: Tenant,
+    job_id: str,
+    document,
+    targets,
+    timeout_minutes: int | None = None,
+    description: str = "",
+    actor: str = "",
+) -> Job:
+    """Create a job and a QUEUED execution for each device it targets; its devices are told."""
+    if not isinstance(job_id, str) or not JOB_ID.match(job_id):
+        raise ValidationError({"job_id": ["Use 1-64 letters, digits, '_' or '-'."]})
+    if not isinstance(document, dict):
+        raise ValidationError({"document": ["The job document must be a JSON object."]})
+    if len(ex.dumps(document)) > MAX_DOCUMENT_BYTES:
+        raise ValidationError({"document": [f"At most {MAX_DOCUMENT_BYTES} bytes of JSON."]})
+    if timeout_minutes is not None and (
+        type(timeout_minutes) is not int or not 1 <= timeout_minutes <= MAX_TIMEOUT_MINUTES
+    ):
+        raise ValidationError(
+            {"timeout_minutes": [f"Minutes from 1 to {MAX_TIMEOUT_MINUTES}, or null."]}
+        )
+    devices, named = _targets(tenant, targets)
+    with transaction.atomic():
+        if Job.objects.filter(tenant=tenant, job_id=job_id).exists():
+            raise JobConflict(f"A job {job_id!r} already exists.")
+        ids = {d.id: d.name for d in devices}
+        before = _pending(ids, lock=True)
+        job = Job.objects.create(
+            tenant=tenant,
+            job_id=job_id,
+            document=document,
+            targets=named,
+            timeout_minutes=timeout_minutes,
+            description=description or "",
+            created_by=actor,
+        )
+        now = timezone.now()
+        JobExecution.objects.bulk_create(
+            JobExecution(tenant=tenant, job=job, device=d, queued_at=now, last_updated_at=now)
+            for d in devices
+        )
+        _announce(tenant, ids, before, _pending(ids, lock=False))
+    return job
+
+
+def job_cancel(*, job: Job, force: bool = False) -> Job:
+    """Cancel a job: its queued executions become CANCELED, and with `force` its IN_PROGRESS
+    ones too (without, they go on to their end, as AWS). 409 for a completed job."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(id=job.id)
+        if job.status == Job.Status.COMPLETED:
+            raise JobConflict("The job is COMPLETED: nothing is left to cancel.")
+        statuses = ex.PENDING if force else (ex.QUEUED,)
+        ids = dict(
+            JobExecution.objects.filter(job=job, status__in=statuses).values_list(
+                "device_id", "device__name"
+            )
+        )
+        before = _pending(ids, lock=True)
+        now = timezone.now()
+        for row in JobExecution.objects.filter(job=job, status__in=statuses).order_by("id"):
+            row.status = ex.CANCELED
+            row.version_number += 1
+            row.last_updated_at, row.timeout_at = now, None
+            row.save(update_fields=["status", "version_number", "last_updated_at", "timeout_at"])
+        job.status, job.completed_at = Job.Status.CANCELED, job.completed_at or now
+        job.save(update_fields=["status", "completed_at"])
+        _announce(job.tenant, ids, before, _pending(ids, lock=False))
+    return job
+
+
+def jobs_time_out(now: datetime | None = None) -> int:
+    """IN_PROGRESS executions past their timeout become TIMED_OUT, their devices told; returns
+    how many. Celery beat runs it every minute (`JOB_TIMEOUT_SECONDS`)."""
+    now = now or timezone.now()
+    timed_out = 0
+    with transaction.atomic():
+        due = list(
+            JobExecution.objects.filter(status=ex.IN_PROGRESS, timeout_at__lte=now)
+            .select_for_update(skip_locked=True, of=("self",))
+            .select_related("device", "tenant")
+            .order_by("id")[:5000]
+        )
+        by_tenant: dict[int, list[JobExecution]] = defaultdict(list)
+        for row in due:
+            by_tenant[row.tenant_id].append(row)
+        for rows in by_tenant.values():
+            ids = {row.device_id: row.device.name for row in rows}
+            before = _pending(ids, lock=True)
+            for row in rows:
+                row.status = ex.TIMED_OUT
+                row.version_number += 1
+                row.last_updated_at, row.timeout_at = now, None
+                row.save(
+                    update_fields=["status", "version_number", "last_updated_at", "timeout_at"]
+                )
+            _complete_ended(row.job_id for row in rows)
+            _announce(rows[0].tenant, ids, before, _pending(ids, lock=False))
+            timed_out += len(rows)
+    return timed_out
+
+
+def job_announcements_purge(days: int = 7) -> int:
+    """Published announcements older than `days` go (they were news, not history)."""
+    cutoff = timezone.now() - timedelta(days=days)
+    deleted, _ = JobAnnouncement.objects.filter(created_at__lt=cutoff).delete()
+    return deleted
+
+
+# -- device groups -----------------------------------------------------------------------
+
+
+def _devices_named(tenant: Tenant, names) -> list[Device]:
+    wanted = _names(names, "devices")
+    devices = list(Device.objects.filter(tenant=tenant, name__in=wanted))
+    unknown = sorted(set(wanted) - {d.name for d in devices})
+    if unknown:
+        raise ValidationError({"devices": [f"Unknown devices: {', '.join(unknown)}."]})
+    return devices
+
+
+def group_create(*, tenant: Tenant, name: str, devices=None) -> DeviceGroup:
+    """A static group of devices (AWS's static thing group); 409 when the name is taken."""
+    group = DeviceGroup(tenant=tenant, name=name if isinstance(name, str) else "")
+    group.full_clean(exclude=["tenant", "devices"], validate_unique=False)
+    members = _devices_named(tenant, devices)
+    with transaction.atomic():
+        if DeviceGroup.objects.filter(tenant=tenant, name=group.name).exists():
+            raise JobConflict(f"A group {group.name!r} already exists.")
+        group.save()
+        group.devices.add(*members)
+    return group
+
+
+def group_add_devices(*, group: DeviceGroup, devices) -> DeviceGroup:
+    """Add devices of the group's tenant to it (those already in it stay)."""
+    group.devices.add(*_devices_named(group.tenant, devices))
+    return group
+
+
+def group_remove_devices(*, group: DeviceGroup, devices) -> DeviceGroup:
+    group.devices.remove(*_devices_named(group.tenant, devices))
+    return group
