@@ -1,0 +1,190 @@
+"""Jobs and device groups through the REST API, seen by the devices on AWS's raw topics (paho,
+MQTT 5), and from the attacker's side: another tenant's job ids, group names and device names
+are not there for it, a thing of the same name elsewhere sees none of these jobs, and a device
+cannot read, change or forge another thing's jobs topics."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tenants import services
+from tests.shadows.conftest import Fleet, Watcher, api_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOT_AUTHORIZED = 0x87
+
+
+def acks_of(watcher: Watcher) -> dict[int, int]:
+    """PUBACK reason codes by message id, as they arrive."""
+    acks: dict[int, int] = {}
+    watcher.paho.client.on_publish = lambda c, u, mid, rc, props: acks.__setitem__(mid, rc.value)
+    return acks
+
+
+def send(watcher: Watcher, topic: str, body: dict, acks: dict | None = None) -> int:
+    info = watcher.paho.client.publish(topic, json.dumps(body).encode(), 1)
+    info.wait_for_publish(5)
+    if acks is None:
+        return 0
+    deadline = time.monotonic() + 5
+    while info.mid not in acks and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return acks[info.mid]
+
+
+def by_topic(watcher: Watcher, count: int) -> dict[str, dict]:
+    got = watcher.get(count)
+    assert len(got) == count, got
+    return dict(got)
+
+
+def test_rest_jobs_and_groups_as_devices_see_them(jobs_broker, fleet):
+    for name in ("a", "b", "c"):
+        fleet.device(name)
+    api = api_client(fleet.tenant)
+    jobs = "$aws/things/{}/jobs/#"
+    a = Watcher(jobs_broker.port, fleet, "a", subscribe=jobs.format("a"))
+    c = Watcher(jobs_broker.port, fleet, "c", subscribe=jobs.format("c"))
+    try:
+        made = api.post("/api/v1/groups", {"name": "kitchen", "devices": ["b"]}, format="json")
+        assert made.status_code == 201 and made.json()["devices"] == ["b"]
+        added = api.post("/api/v1/groups/kitchen/devices", {"devices": ["c"]}, format="json")
+        assert added.json()["devices"] == ["b", "c"]
+        again = api.post("/api/v1/groups", {"name": "kitchen"}, format="json")
+        assert again.status_code == 409
+        ghost = api.post("/api/v1/groups/kitchen/devices", {"devices": ["ghost"]}, format="json")
+        assert ghost.status_code == 400 and "ghost" in ghost.json()["error"]["message"]
+
+        # A bad request names its problem.
+        base = {"job_id": "ota", "document": {"url": "https://x/fw.bin"}}
+        for targets, word in (({"devices": ["ghost"]}, "ghost"), ({"groups": ["attic"]}, "attic")):
+            bad = api.post("/api/v1/jobs", {**base, "targets": targets}, format="json")
+            assert bad.status_code == 400 and word in bad.json()["error"]["message"], bad.json()
+        for field, value in (("job_id", "a b"), ("document", [1]), ("timeout_minutes", 0)):
+            body = {**base, "targets": {"devices": ["a"]}, field: value}
+            bad = api.post("/api/v1/jobs", body, format="json")
+            assert bad.status_code == 400 and field in json.dumps(bad.json()), bad.json()
+
+        body = {**base, "targets": {"devices": ["a"], "groups": ["kitchen"]}}
+        created = api.post("/api/v1/jobs", body, format="json")
+        assert created.status_code == 201, created.content
+        job = created.json()
+        assert job["status"] == "IN_PROGRESS" and job["process_details"]["QUEUED"] == 3
+        assert [(e["device"], e["status"]) for e in job["executions"]] == [
+            ("a", "QUEUED"),
+            ("b", "QUEUED"),
+            ("c", "QUEUED"),
+        ]
+        assert api.post("/api/v1/jobs", body, format="json").status_code == 409
+        assert [j["job_id"] for j in api.get("/api/v1/jobs").json()["results"]] == ["ota"]
+
+        # The devices were told, in AWS's shapes.
+        told = by_topic(a, 2)
+        listed = told["$aws/things/a/jobs/notify"]
+        assert set(listed) == {"timestamp", "jobs"} and list(listed["jobs"]) == ["QUEUED"]
+        summary = listed["jobs"]["QUEUED"][0]
+        assert set(summary) == {
+            "jobId",
+            "queuedAt",
+            "lastUpdatedAt",
+            "versionNumber",
+            "executionNumber",
+        }
+        assert (summary["jobId"], summary["versionNumber"]) == ("ota", 1)
+        nxt = told["$aws/things/a/jobs/notify-next"]["execution"]
+        assert (nxt["jobId"], nxt["thingName"], nxt["status"]) == ("ota", "a", "QUEUED")
+        assert nxt["jobDocument"] == base["document"] and nxt["statusDetails"] == {}
+        assert len(c.get(2)) == 2  # a group's member is told too
+
+        # a starts it (raw topics, its clientToken echoed); the job is cancelled without force:
+        # the queued executions end, a's goes on to its end, as AWS.
+        send(a, "$aws/things/a/jobs/start-next", {"clientToken": "t-1"})
+        answer = by_topic(a, 2)  # the answer, and notify (its pending list changed)
+        started = answer["$aws/things/a/jobs/start-next/accepted"]
+        assert started["clientToken"] == "t-1" and started["execution"]["status"] == "IN_PROGRESS"
+        assert answer["$aws/things/a/jobs/notify"]["jobs"]["IN_PROGRESS"][0]["jobId"] == "ota"
+        cancelled = api.post("/api/v1/jobs/ota/cancel", {}, format="json")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELED"
+        states = {e["device"]: e["status"] for e in cancelled.json()["executions"]}
+        assert states == {"a": "IN_PROGRESS", "b": "CANCELED", "c": "CANCELED"}
+        gone = by_topic(c, 2)
+        assert gone["$aws/things/c/jobs/notify"]["jobs"] == {}
+        assert "execution" not in gone["$aws/things/c/jobs/notify-next"]
+        send(c, "$aws/things/c/jobs/ota/update", {"status": "SUCCEEDED", "clientToken": "t-2"})
+        late = by_topic(c, 1)["$aws/things/c/jobs/ota/update/rejected"]
+        assert late["code"] == "TerminalStateReached" and late["clientToken"] == "t-2"
+        send(a, "$aws/things/a/jobs/ota/update", {"status": "SUCCEEDED"})
+        assert "$aws/things/a/jobs/ota/update/accepted" in by_topic(a, 3)
+        final = api.get("/api/v1/jobs/ota").json()
+        assert {e["device"]: e["status"] for e in final["executions"]}["a"] == "SUCCEEDED"
+
+        # AWS's refusals of malformed requests, with their codes.
+        send(a, "$aws/things/a/jobs/ota/update", {"status": "DONE"})
+        assert by_topic(a, 1)["$aws/things/a/jobs/ota/update/rejected"]["code"] == "InvalidRequest"
+        a.paho.client.publish("$aws/things/a/jobs/get", b"{nope", 1).wait_for_publish(5)
+        assert by_topic(a, 1)["$aws/things/a/jobs/get/rejected"]["code"] == "InvalidJson"
+    finally:
+        a.close()
+        c.close()
+
+
+def test_attackers_cannot_reach_another_tenants_or_things_jobs(jobs_broker, fleet):
+    for name in ("a", "b"):
+        fleet.device(name)
+    owner = api_client(fleet.tenant)
+    owner.post("/api/v1/groups", {"name": "kitchen", "devices": ["a"]}, format="json")
+    body = {"job_id": "ota", "document": {"v": 2}, "targets": {"devices": ["a"]}}
+    assert owner.post("/api/v1/jobs", body, format="json").status_code == 201
+
+    evil = Fleet(services.tenant_create(f"ev{fleet.slug[2:]}"), fleet.folder, None, None)
+    _, evil.secrets["a"] = services.device_create(tenant=evil.tenant, name="a")
+    attacker = api_client(evil.tenant)
+    # Another tenant's job ids and group names are not there; its device names are unknown.
+    assert attacker.get("/api/v1/jobs/ota").status_code == 404
+    assert attacker.post("/api/v1/jobs/ota/cancel", {}, format="json").status_code == 404
+    assert attacker.get("/api/v1/jobs").json()["results"] == []
+    assert attacker.get("/api/v1/groups/kitchen").status_code == 404
+    aimed = {"job_id": "steal", "document": {}, "targets": {"devices": ["b"]}}
+    refused = attacker.post("/api/v1/jobs", aimed, format="json")
+    assert refused.status_code == 400 and "Unknown devices: b" in refused.json()["error"]["message"]
+    aimed["targets"] = {"groups": ["kitchen"]}
+    assert attacker.post("/api/v1/jobs", aimed, format="json").status_code == 400
+    assert owner.get("/api/v1/jobs/ota").json()["status"] == "IN_PROGRESS"  # untouched
+
+    twin = Watcher(jobs_broker.port, evil, "a", subscribe="$aws/things/a/jobs/#")
+    b = Watcher(jobs_broker.port, fleet, "b", subscribe="$aws/things/b/jobs/#")
+    b_acks = acks_of(b)
+    try:
+        # A thing of the same name in another tenant sees none of these jobs.
+        send(twin, "$aws/things/a/jobs/get", {})
+        assert by_topic(twin, 1)["$aws/things/a/jobs/get/accepted"]["queuedJobs"] == []
+        send(twin, "$aws/things/a/jobs/ota/get", {})
+        missing = by_topic(twin, 1)["$aws/things/a/jobs/ota/get/rejected"]
+        assert missing["code"] == "ResourceNotFound"
+        send(twin, "$aws/things/a/jobs/ota/update", {"status": "SUCCEEDED"})
+        assert "$aws/things/a/jobs/ota/update/rejected" in by_topic(twin, 1)
+
+        # A device of the same tenant reaching for a's jobs: refused at the door.
+        for topic, request in (
+            ("$aws/things/a/jobs/get", {}),
+            ("$aws/things/a/jobs/ota/get", {}),
+            ("$aws/things/a/jobs/start-next", {}),
+            ("$aws/things/a/jobs/ota/update", {"status": "FAILED"}),
+            ("$aws/things/b/jobs/notify-next", {"execution": {"jobId": "forged"}}),
+            ("$aws/things/a/jobs/notify-next", {"execution": {"jobId": "forged"}}),
+        ):
+            assert send(b, topic, request, b_acks) == NOT_AUTHORIZED, topic
+        for topic_filter in ("$aws/things/a/jobs/notify-next", "$aws/things/+/jobs/#"):
+            assert b.paho.subscribe(topic_filter, 1)[0].value == NOT_AUTHORIZED
+        assert b.paho.nothing(0.3)
+        executions = owner.get("/api/v1/jobs/ota").json()["executions"]
+        assert [(e["device"], e["status"], e["version_number"]) for e in executions] == [
+            ("a", "QUEUED", 1)
+        ]
+    finally:
+        twin.close()
+        b.close()
