@@ -91,8 +91,11 @@ class GroupDevicesInput(StrictInput):
 
 class GroupOutput(serializers.Serializer):
     name = serializers.CharField()
-    devices = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    devices = serializers.SerializerMethodField(help_text="the names of its members")
     created_at = serializers.DateTimeField()
+
+    def get_devices(self, group) -> list[str]:
+        return sorted(device.name for device in group.devices.all())
 
 
 CREATE_EXAMPLE = OpenApiExample(
@@ -172,7 +175,9 @@ class JobCancelView(TenantAPIView):
 
 
 class GroupListView(TenantAPIView):
-    @extend_schema(parameters=PAGE_PARAMETERS, responses=page_of(GroupOutput))
+    @extend_schema(
+        parameters=PAGE_PARAMETERS, responses=page_of(GroupOutput), operation_id="v1_groups_list"
+    )
     def get(self, request):
         return paginated(self, request, job_selectors.group_list(tenant=self.tenant), GroupOutput)
 
@@ -209,7 +214,7 @@ class GroupDevicesView(TenantAPIView):
         job_services.group_add_devices(group=group, devices=data["devices"])
         return Response(GroupOutput(job_selectors.group_get(tenant=self.tenant, name=name)).data)
 
-    @extend_schema(request=GroupDevicesInput, responses=GroupOutput, operation_id=None)
+    @extend_schema(request=GroupDevicesInput, responses=GroupOutput)
     def delete(self, request, name: str):
         group = job_selectors.group_get(tenant=self.tenant, name=name)
         data = validated(GroupDevicesInput, request.data)
