@@ -276,9 +276,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.shadow_history_purge",
         "schedule": timedelta(hours=1),
     },
-    # Job executions IN_PROGRESS past their timeout become TIMED_OUT (tenants.job_services).
-    "jobs-time-out": {
-        "task": "tenants.tasks.jobs_time_out",
+    # Jobs (tenants.job_services): executions IN_PROGRESS past their timeout become TIMED_OUT,
+    # abort criteria are checked, rollouts release their next devices.
+    "jobs-upkeep": {
+        "task": "tenants.tasks.jobs_upkeep",
         "schedule": timedelta(seconds=int(os.environ.get("JOB_TIMEOUT_SECONDS", "60"))),
     },
     "job-announcements-purge": {

@@ -7,6 +7,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import Http404
 
 from common.jobs import executions as ex
+from common.jobs.topics import JOB_ID
 from tenants.models import DeviceGroup, Job, JobExecution, Tenant
 
 _COUNTS = {
@@ -24,6 +25,8 @@ def job_list(*, tenant: Tenant, status: str | None = None) -> QuerySet[Job]:
 
 def job_get(*, tenant: Tenant, job_id: str) -> Job:
     """The job with its execution counts and executions (devices loaded), or 404."""
+    if not JOB_ID.match(job_id):  # no job can have it (and NUL never reaches Postgres)
+        raise Http404("No such job.")
     executions = JobExecution.objects.select_related("device").order_by("device__name")
     job = (
         Job.objects.filter(tenant=tenant, job_id=job_id)
@@ -46,6 +49,8 @@ def group_list(*, tenant: Tenant) -> QuerySet[DeviceGroup]:
 
 
 def group_get(*, tenant: Tenant, name: str) -> DeviceGroup:
+    if "\x00" in name:
+        raise Http404("No such group.")
     group = DeviceGroup.objects.filter(tenant=tenant, name=name).prefetch_related("devices").first()
     if group is None:
         raise Http404("No such group.")

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from common.jobs import announcements
@@ -30,6 +31,9 @@ from tenants.models import Device, DeviceGroup, Job, JobAnnouncement, JobExecuti
 
 MAX_DOCUMENT_BYTES = 32 * 1024  # AWS's job document limit
 MAX_TIMEOUT_MINUTES = 10080  # a week, as AWS's in-progress timeout
+MAX_PER_MINUTE = 1000  # AWS's rollout maximumPerMinute
+FAILURE_TYPES = (ex.FAILED, ex.REJECTED, ex.TIMED_OUT, "ALL")  # AWS's abort failureType
+EXECUTED = (ex.SUCCEEDED, ex.FAILED, ex.REJECTED, ex.TIMED_OUT)  # "executed things"
 
 
 class JobConflict(Exception):
@@ -94,8 +98,8 @@ def _complete_ended(job_ids: Iterable[int]) -> None:
     """Jobs whose last execution ended are COMPLETED (a cancelled one stays CANCELED)."""
     for job_id in set(job_ids):
         if not JobExecution.objects.filter(job_id=job_id, status__in=ex.PENDING).exists():
-            Job.objects.filter(id=job_id, status=Job.Status.IN_PROGRESS).update(
-                status=Job.Status.COMPLETED, completed_at=timezone.now()
+            Job.objects.filter(id=job_id, status=Job.Status.IN_PROGRESS, unreleased=[]).update(
+                status=Job.Status.COMPLETED, completed_at=timezone.now(), reason="completed"
             )
 
 
@@ -129,6 +133,43 @@ def _targets(tenant: Tenant, targets) -> tuple[list[Device], dict]:
     return list(devices.values()), {"devices": device_names, "groups": group_names}
 
 
+def _abort_criteria(criteria) -> list[dict]:
+    """AWS's abortConfig criteria, checked: [{failure_type, threshold_percentage,
+    min_executed_things}] (the action is always CANCEL)."""
+    if criteria is None:
+        return []
+    if not isinstance(criteria, list) or len(criteria) > len(FAILURE_TYPES):
+        raise ValidationError({"abort": ["At most one criterion per failure type, as a list."]})
+    checked = []
+    for item in criteria:
+        kind = item.get("failure_type") if isinstance(item, dict) else None
+        threshold = item.get("threshold_percentage") if isinstance(item, dict) else None
+        minimum = item.get("min_executed_things", 1) if isinstance(item, dict) else None
+        if (
+            kind not in FAILURE_TYPES
+            or type(threshold) not in (int, float)
+            or not 0 < threshold <= 100
+            or type(minimum) is not int
+            or minimum < 1
+        ):
+            raise ValidationError(
+                {
+                    "abort": [
+                        "Each criterion: failure_type FAILED, REJECTED, TIMED_OUT or ALL; "
+                        "threshold_percentage above 0 up to 100; min_executed_things ≥ 1."
+                    ]
+                }
+            )
+        checked.append(
+            {
+                "failure_type": kind,
+                "threshold_percentage": threshold,
+                "min_executed_things": minimum,
+            }
+        )
+    return checked
+
+
 def job_create(
     *,
     tenant: Tenant,
@@ -137,9 +178,12 @@ def job_create(
     targets,
     timeout_minutes: int | None = None,
     description: str = "",
+    rollout_per_minute: int | None = None,
+    abort_criteria: list | None = None,
     actor: str = "",
 ) -> Job:
-    """Create a job and a QUEUED execution for each device it targets; its devices are told."""
+    """Create a job and a QUEUED execution for each device it targets (with a rollout, for the
+    first `rollout_per_minute` of them; Celery beat releases the rest); its devices are told."""
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):
         raise ValidationError({"job_id": ["Use 1-64 letters, digits, '_' or '-'."]})
     if not isinstance(document, dict):
@@ -152,12 +196,20 @@ def job_create(
         raise ValidationError(
             {"timeout_minutes": [f"Minutes from 1 to {MAX_TIMEOUT_MINUTES}, or null."]}
         )
+    if rollout_per_minute is not None and (
+        type(rollout_per_minute) is not int or not 1 <= rollout_per_minute <= MAX_PER_MINUTE
+    ):
+        raise ValidationError(
+            {"rollout": [f"maximum_per_minute: from 1 to {MAX_PER_MINUTE}, or no rollout."]}
+        )
+    criteria = _abort_criteria(abort_criteria)
     devices, named = _targets(tenant, targets)
+    devices.sort(key=lambda d: d.name)
+    first = devices[:rollout_per_minute] if rollout_per_minute else devices
     with transaction.atomic():
         if Job.objects.filter(tenant=tenant, job_id=job_id).exists():
             raise JobConflict(f"A job {job_id!r} already exists.")
-        ids = {d.id: d.name for d in devices}
-        before = _pending(ids, lock=True)
+        now = timezone.now()
         job = Job.objects.create(
             tenant=tenant,
             job_id=job_id,
@@ -165,20 +217,100 @@ def job_create(
             targets=named,
             timeout_minutes=timeout_minutes,
             description=description or "",
+            rollout_per_minute=rollout_per_minute,
+            unreleased=[d.id for d in devices[len(first) :]],
+            released_at=now,
+            abort_criteria=criteria,
             created_by=actor,
         )
-        now = timezone.now()
-        JobExecution.objects.bulk_create(
-            JobExecution(tenant=tenant, job=job, device=d, queued_at=now, last_updated_at=now)
-            for d in devices
-        )
-        _announce(tenant, ids, before, _pending(ids, lock=False))
+        _release(job, first, now)
     return job
 
 
-def job_cancel(*, job: Job, force: bool = False) -> Job:
-    """Cancel a job: its queued executions become CANCELED, and with `force` its IN_PROGRESS
-    ones too (without, they go on to their end, as AWS). 409 for a completed job."""
+def _release(job: Job, devices: list[Device], now: datetime) -> None:
+    """Queue an execution of `job` for each of `devices` and tell them."""
+    ids = {d.id: d.name for d in devices}
+    before = _pending(ids, lock=True)
+    JobExecution.objects.bulk_create(
+        JobExecution(tenant_id=job.tenant_id, job=job, device=d, queued_at=now, last_updated_at=now)
+        for d in devices
+    )
+    _announce(job.tenant, ids, before, _pending(ids, lock=False))
+
+
+def jobs_roll_out(now: datetime | None = None) -> int:
+    """Release the next `rollout_per_minute` devices of each rolling job whose last release is a
+    minute old (devices deleted meanwhile are skipped); returns how many executions were
+    queued. Celery beat runs it every minute."""
+    now = now or timezone.now()
+    released = 0
+    due = Job.objects.filter(
+        status=Job.Status.IN_PROGRESS,
+        rollout_per_minute__isnull=False,
+        released_at__lte=now - timedelta(seconds=59),
+    ).exclude(unreleased=[])
+    for job_id in due.values_list("id", flat=True):
+        with transaction.atomic():
+            job = Job.objects.select_for_update(skip_locked=True).filter(id=job_id).first()
+            if job is None or job.status != Job.Status.IN_PROGRESS or not job.unreleased:
+                continue
+            batch, job.unreleased = (
+                job.unreleased[: job.rollout_per_minute],
+                job.unreleased[job.rollout_per_minute :],
+            )
+            devices = list(Device.objects.filter(tenant_id=job.tenant_id, id__in=batch))
+            devices.sort(key=lambda d: batch.index(d.id))
+            job.released_at = now
+            job.save(update_fields=["unreleased", "released_at"])
+            _release(job, devices, now)
+            _complete_ended([job.id])  # every device of the batch was deleted: maybe done
+            released += len(devices)
+    return released
+
+
+def _criterion_met(job: Job, counts: dict[str, int]) -> str:
+    """The reason the first abort criterion met gives, or ""."""
+    executed = sum(counts.get(status, 0) for status in EXECUTED)
+    for criterion in job.abort_criteria or []:
+        kind = criterion["failure_type"]
+        failed = sum(counts.get(s, 0) for s in (FAILURE_TYPES[:3] if kind == "ALL" else [kind]))
+        if executed >= criterion["min_executed_things"] and executed:
+            share = 100 * failed / executed
+            if share >= criterion["threshold_percentage"]:
+                return (
+                    f"aborted: {failed} of {executed} executed {kind} ({share:.0f} %, "
+                    f"threshold {criterion['threshold_percentage']} %)"
+                )
+    return ""
+
+
+def jobs_abort(now: datetime | None = None) -> list[str]:
+    """Cancel the running jobs whose abort criteria are met (their queued executions and the
+    devices not yet released; IN_PROGRESS ones run to their end); the job ids aborted. Celery
+    beat runs it every minute."""
+    aborted = []
+    jobs = Job.objects.filter(status=Job.Status.IN_PROGRESS).exclude(abort_criteria=[])
+    for job in jobs:
+        counts = dict(
+            JobExecution.objects.filter(job=job)
+            .values_list("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+        reason = _criterion_met(job, counts)
+        if reason:
+            try:
+                job_cancel(job=job, reason=reason)
+            except JobConflict:  # it completed meanwhile
+                continue
+            aborted.append(job.job_id)
+    return aborted
+
+
+def job_cancel(*, job: Job, force: bool = False, reason: str = "canceled") -> Job:
+    """Cancel a job: its queued executions become CANCELED (and devices not yet released never
+    get one), and with `force` its IN_PROGRESS ones too (without, they go on to their end, as
+    AWS). 409 for a completed job."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(id=job.id)
         if job.status == Job.Status.COMPLETED:
@@ -196,8 +328,11 @@ def job_cancel(*, job: Job, force: bool = False) -> Job:
             row.version_number += 1
             row.last_updated_at, row.timeout_at = now, None
             row.save(update_fields=["status", "version_number", "last_updated_at", "timeout_at"])
+        if job.status != Job.Status.CANCELED:
+            job.reason = reason[:255]
         job.status, job.completed_at = Job.Status.CANCELED, job.completed_at or now
-        job.save(update_fields=["status", "completed_at"])
+        job.unreleased = []
+        job.save(update_fields=["status", "completed_at", "unreleased", "reason"])
         _announce(job.tenant, ids, before, _pending(ids, lock=False))
     return job
 

@@ -1223,6 +1223,15 @@ class Job(models.Model):
     timeout_minutes = models.PositiveIntegerField(
         null=True, blank=True, help_text="an IN_PROGRESS execution times out after this"
     )
+    # Rollout (AWS's maximumPerMinute): devices not yet given an execution wait in `unreleased`
+    # (device ids, in order) and Celery beat releases up to this many each minute.
+    rollout_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    unreleased = models.JSONField(default=list, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    # Abort criteria (AWS's abortConfig): [{failure_type, threshold_percentage,
+    # min_executed_things}]; Celery beat cancels the job when one is met.
+    abort_criteria = models.JSONField(default=list, blank=True)
+    reason = models.CharField(max_length=255, blank=True, default="", help_text="why it ended")
     created_by = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)

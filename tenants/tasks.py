@@ -99,13 +99,17 @@ def shadow_history_purge() -> int:
     return purge()
 
 
-@shared_task(name="tenants.tasks.jobs_time_out")
-def jobs_time_out() -> int:
+@shared_task(name="tenants.tasks.jobs_upkeep")
+def jobs_upkeep() -> dict:
     """Every minute: IN_PROGRESS job executions past their timeout become TIMED_OUT (AWS's
-    in-progress and step timeouts), their devices told on `…/jobs/notify(-next)`."""
-    from tenants.job_services import jobs_time_out as time_out
+    in-progress and step timeouts), jobs whose abort criteria are met are cancelled, and
+    rollouts release their next devices; the devices concerned are told on MQTT."""
+    from tenants import job_services
 
-    return time_out()
+    timed_out = job_services.jobs_time_out()
+    aborted = job_services.jobs_abort()
+    released = job_services.jobs_roll_out()
+    return {"timed_out": timed_out, "aborted": aborted, "released": released}
 
 
 @shared_task(name="tenants.tasks.job_announcements_purge")

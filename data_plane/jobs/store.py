@@ -53,10 +53,10 @@ UPDATE tenants_jobexecution
        timeout_at = to_timestamp(%s)
  WHERE id = %s
 """
-# A job whose last execution ended is complete.
+# A job whose last execution ended, with no device left to release, is complete.
 _COMPLETE = """
-UPDATE tenants_job SET status = 'COMPLETED', completed_at = now()
- WHERE id = %s AND status = 'IN_PROGRESS'
+UPDATE tenants_job SET status = 'COMPLETED', completed_at = now(), reason = 'completed'
+ WHERE id = %s AND status = 'IN_PROGRESS' AND unreleased = '[]'::jsonb
    AND NOT EXISTS (SELECT 1 FROM tenants_jobexecution
                     WHERE job_id = %s AND status IN ('QUEUED', 'IN_PROGRESS'))
 """

@@ -29,6 +29,22 @@ class TargetsInput(StrictInput):
     groups = serializers.ListField(child=serializers.CharField(), required=False, default=list)
 
 
+class RolloutInput(StrictInput):
+    maximum_per_minute = serializers.IntegerField(
+        min_value=1, max_value=1000, help_text="devices given an execution per minute"
+    )
+
+
+class AbortCriterionInput(StrictInput):
+    failure_type = serializers.ChoiceField(choices=["FAILED", "REJECTED", "TIMED_OUT", "ALL"])
+    threshold_percentage = serializers.FloatField(min_value=0.0001, max_value=100)
+    min_executed_things = serializers.IntegerField(min_value=1, default=1)
+
+
+class AbortInput(StrictInput):
+    criteria = serializers.ListField(child=AbortCriterionInput(), max_length=4)
+
+
 class JobCreateInput(StrictInput):
     job_id = serializers.CharField(max_length=64, help_text="1-64 letters, digits, '_' or '-'")
     document = serializers.JSONField(help_text="the job document (a JSON object, ≤ 32 KiB)")
@@ -39,6 +55,15 @@ class JobCreateInput(StrictInput):
         allow_null=True,
         default=None,
         help_text="an IN_PROGRESS execution becomes TIMED_OUT after this many minutes",
+    )
+    rollout = RolloutInput(
+        required=False, allow_null=True, default=None, help_text="AWS's rollout rate"
+    )
+    abort = AbortInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="cancel the job when a share of the executed devices failed",
     )
 
 
@@ -66,11 +91,27 @@ class JobOutput(serializers.Serializer):
     document = serializers.JSONField()
     targets = serializers.JSONField()
     timeout_minutes = serializers.IntegerField(allow_null=True)
+    rollout = serializers.SerializerMethodField(help_text="{maximum_per_minute} or null")
+    abort = serializers.SerializerMethodField(help_text="{criteria: [...]} or null")
+    not_yet_released = serializers.SerializerMethodField(
+        help_text="devices the rollout has not given an execution yet"
+    )
+    reason = serializers.CharField(help_text="why it ended (completed, canceled, aborted: …)")
     created_at = serializers.DateTimeField()
     completed_at = serializers.DateTimeField(allow_null=True)
     process_details = serializers.SerializerMethodField(
         help_text="how many executions are in each state"
     )
+
+    def get_rollout(self, job) -> dict | None:
+        per_minute = job.rollout_per_minute
+        return None if per_minute is None else {"maximum_per_minute": per_minute}
+
+    def get_abort(self, job) -> dict | None:
+        return {"criteria": job.abort_criteria} if job.abort_criteria else None
+
+    def get_not_yet_released(self, job) -> int:
+        return len(job.unreleased or [])
 
     def get_process_details(self, job) -> dict:
         return job_selectors.process_details(job)
@@ -139,9 +180,16 @@ class JobListView(TenantAPIView):
     )
     def post(self, request):
         data = validated(JobCreateInput, request.data)
+        rollout, abort = data.pop("rollout"), data.pop("abort")
         actor = getattr(request.user, "email", "") or str(request.user)
         try:
-            job = job_services.job_create(tenant=self.tenant, actor=actor, **data)
+            job = job_services.job_create(
+                tenant=self.tenant,
+                actor=actor,
+                rollout_per_minute=rollout["maximum_per_minute"] if rollout else None,
+                abort_criteria=abort["criteria"] if abort else None,
+                **data,
+            )
         except job_services.JobConflict as error:
             raise Conflict(str(error)) from None
         body = _detail(job.job_id, self.tenant).data

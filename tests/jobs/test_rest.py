@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from tenants import services
+from tenants import job_services, services
 from tests.shadows.conftest import Fleet, Watcher, api_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -188,3 +190,53 @@ def test_attackers_cannot_reach_another_tenants_or_things_jobs(jobs_broker, flee
     finally:
         twin.close()
         b.close()
+
+
+def test_rollout_rate_and_abort_criteria(jobs_broker, fleet):
+    names = [f"d{i}" for i in range(1, 6)]
+    for name in names:
+        fleet.device(name)
+    api = api_client(fleet.tenant)
+    body = {
+        "job_id": "wave",
+        "document": {"v": 3},
+        "targets": {"devices": names},
+        "rollout": {"maximum_per_minute": 2},
+        "abort": {"criteria": [{"failure_type": "FAILED", "threshold_percentage": 50}]},
+    }
+    bad = api.post("/api/v1/jobs", {**body, "rollout": {"maximum_per_minute": 0}}, format="json")
+    assert bad.status_code == 400 and "maximum_per_minute" in bad.json()["error"]["message"]
+    d1 = Watcher(jobs_broker.port, fleet, "d1", subscribe="$aws/things/d1/jobs/#")
+    d3 = Watcher(jobs_broker.port, fleet, "d3", subscribe="$aws/things/d3/jobs/notify-next")
+    try:
+        job = api.post("/api/v1/jobs", body, format="json").json()
+        assert [e["device"] for e in job["executions"]] == ["d1", "d2"]
+        assert job["not_yet_released"] == 3 and job["rollout"] == {"maximum_per_minute": 2}
+        assert len(d1.get(2)) == 2 and d3.paho.nothing(0.3)  # d3 is not told yet
+
+        now = timezone.now()
+        assert job_services.jobs_roll_out(now) == 0  # not a minute since the last release
+        assert job_services.jobs_roll_out(now + timedelta(seconds=61)) == 2
+        assert by_topic(d3, 1)["$aws/things/d3/jobs/notify-next"]["execution"]["jobId"] == "wave"
+        job = api.get("/api/v1/jobs/wave").json()
+        assert [e["device"] for e in job["executions"]] == ["d1", "d2", "d3", "d4"]
+
+        # One of one executed device failed: 100 % ≥ 50 %, the job is aborted.
+        assert job_services.jobs_abort() == []
+        send(d1, "$aws/things/d1/jobs/wave/update", {"status": "FAILED"})
+        assert "$aws/things/d1/jobs/wave/update/accepted" in by_topic(d1, 3)
+        assert job_services.jobs_abort() == ["wave"]
+        job = api.get("/api/v1/jobs/wave").json()
+        assert job["status"] == "CANCELED" and job["reason"].startswith("aborted: 1 of 1")
+        assert job["not_yet_released"] == 0
+        assert {e["device"]: e["status"] for e in job["executions"]} == {
+            "d1": "FAILED",
+            "d2": "CANCELED",
+            "d3": "CANCELED",
+            "d4": "CANCELED",
+        }
+        assert "execution" not in by_topic(d3, 1)["$aws/things/d3/jobs/notify-next"]
+        assert job_services.jobs_roll_out(now + timedelta(minutes=5)) == 0  # d5 never gets it
+    finally:
+        d1.close()
+        d3.close()
