@@ -280,7 +280,7 @@ CELERY_BEAT_SCHEDULE = {
     # abort criteria are checked, rollouts release their next devices.
     "jobs-upkeep": {
         "task": "tenants.tasks.jobs_upkeep",
-        "schedule": timedelta(seconds=int(os.environ.get("JOB_TIMEOUT_SECONDS", "60"))),
+        "schedule": timedelta(seconds=int(os.environ.get("JOBS_UPKEEP_SECONDS", "60"))),
     },
     "job-announcements-purge": {
         "task": "tenants.tasks.job_announcements_purge",

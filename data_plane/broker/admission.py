@@ -4,7 +4,7 @@ touching the connection (enhanced auth's `Continue | Succeed | Fail` is the mode
 `PublishAdmission.admit` returns one of
 
 - `Accept(message, delay, service)`: route it (`delay`: a `$delayed/{seconds}/...` publish), or
-  hand it to `service` (a device shadow request, `ports.Shadows`) instead;
+  hand it to `service` (a device shadow or jobs request, `ports.Shadows`) instead;
 - `Duplicate()`: a resend of a publish already taken (QoS 2: its packet id is held; QoS 1: a DUP
   with the packet id, topic and payload of a recent one, `resends`): acknowledge again, deliver
   nothing;
@@ -42,7 +42,7 @@ RATE_STRIKES_BEFORE_DISCONNECT = 100
 class Accept:
     message: Message
     delay: int | None = None
-    service: Any = None  # the shadow service the request goes to, instead of the router
+    service: Any = None  # the shadow or jobs service the request goes to, not the router
 
 
 @dataclass(frozen=True, slots=True)

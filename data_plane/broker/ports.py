@@ -26,8 +26,9 @@ of storage or the cluster any other way, and neither ever sets an attribute of t
   cost the loop more than the recording itself;
 - `journey` (`Journey`): records each PUBLISH's outcome (`data_plane.observability.journey`),
   called by the connection's inbound side, which knows the packet and what became of it;
-- `shadows` (`Shadows`): AWS IoT's device shadows (`data_plane.shadows`): a client's PUBLISH to
-  a shadow request topic (`$aws/things/…/shadow/…`) is handed to it instead of being routed.
+- `shadows` (`Shadows`): AWS IoT's reserved topics, device shadows and jobs
+  (`data_plane.jobs.reserved`): a client's PUBLISH to a shadow or jobs request topic
+  (`$aws/things/…/shadow/…`, `…/jobs/…`) is handed to it instead of being routed.
 
 Each is optional: without it the broker keeps that state in memory only (tests, `--auth-file`).
 Storage objects are built first, handed to `Broker(...)` in `Ports`, then started with the broker
