@@ -96,7 +96,7 @@ QUEUE_FULL = "queue_full"
 EXPIRED = "expired"
 TOO_LARGE = "too_large"
 DROPPED = "dropped"
-SERVED = "served"  # a device shadow request: the broker's shadow service took it, not routed
+SERVED = "served"  # a device shadow or jobs request: the broker's service took it, not routed
 # Written by the live rules job (`spark/rules/journey.py`), not the broker:
 RULE_MATCHED = "rule_matched"  # the rule's WHERE held: its outputs go to its actions
 RULE_FAILED = "rule_failed"  # evaluating the rule failed on the message (or went over a budget)

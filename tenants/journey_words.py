@@ -58,6 +58,8 @@ def outcome_reason(row: dict[str, Any]) -> str:
     if row.get("subscriber"):  # lost later, at one subscriber: the broker's words say why
         return f"lost at subscriber {row['subscriber']}: {detail or outcome}"
     base = OUTCOME_WORDS.get(outcome, outcome)
+    if outcome == "served" and "/jobs/" in (row.get("topic") or ""):
+        base = "taken by the jobs service"  # `$aws/things/{thing}/jobs/…` (issue 32)
     if outcome == "quota_exceeded" and row.get("quota"):
         base = f"refused: over the plan's {row['quota']}"
     return f"{base}: {detail}" if detail and detail not in base else base

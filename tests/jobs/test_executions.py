@@ -91,3 +91,12 @@ def test_notifications_only_when_the_list_or_the_next_changes():
     assert sent["$aws/things/t/jobs/notify-next"]["execution"]["jobId"] == "fw-2"
     assert sent["$aws/things/t/jobs/notify"]["jobs"] == {"QUEUED": [ex.summary(second)]}
     assert ex.notify_next_document(None, 5) == {"timestamp": 5}
+
+
+def test_the_journey_says_the_jobs_service_took_a_request():
+    from tenants.journey_words import outcome_reason
+
+    row = {"outcome": "served", "topic": "$aws/things/t/jobs/start-next"}
+    assert outcome_reason(row) == "taken by the jobs service"
+    shadow = {"outcome": "served", "topic": "$aws/things/t/shadow/update"}
+    assert "shadow service" in outcome_reason(shadow)
