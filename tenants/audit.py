@@ -54,9 +54,11 @@ _NAMED = {
     "HistoryPolicy": "topic_filter",
     "Budget": "label",
     "BillingDetails": "label",
+    "Job": "job_id",
+    "DeviceGroup": "name",
 }
 # Fields whose change alone is bookkeeping, not a change anyone made.
-_BOOKKEEPING = {"last_used_at", "last_seen_at", "updated_at"}
+_BOOKKEEPING = {"last_used_at", "last_seen_at", "updated_at", "unreleased", "released_at"}
 # Values safe to show (never secrets).
 _SAFE_VALUES = {
     "enabled",

@@ -123,6 +123,10 @@ def test_rest_jobs_and_groups_as_devices_see_them(jobs_broker, fleet):
         assert "$aws/things/a/jobs/ota/update/accepted" in by_topic(a, 3)
         final = api.get("/api/v1/jobs/ota").json()
         assert {e["device"]: e["status"] for e in final["executions"]}["a"] == "SUCCEEDED"
+        audit = [(e["action"], e["target"]) for e in api.get("/api/v1/audit").json()["results"]]
+        for entry in (("job.created", "ota"), ("job.updated", "ota")):
+            assert entry in audit, audit  # who made and cancelled it
+        assert ("devicegroup.created", "kitchen") in audit
 
         # AWS's refusals of malformed requests, with their codes.
         send(a, "$aws/things/a/jobs/ota/update", {"status": "DONE"})
