@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils import timezone
 
 from common.jobs import announcements
@@ -64,9 +64,12 @@ def execution_of(row: JobExecution) -> ex.Execution:
 
 def _pending(device_ids: Iterable[int], lock: bool) -> dict[int, list[ex.Execution]]:
     """Each device's pending executions in AWS's order (locked, in id order, when `lock`)."""
-    rows = JobExecution.objects.filter(
-        device_id__in=list(device_ids), status__in=ex.PENDING
-    ).select_related("job", "device")
+    rows = (
+        JobExecution.objects.filter(device_id__in=list(device_ids), status__in=ex.PENDING)
+        .select_related("job", "device")
+        # A job's targets and unreleased devices may name thousands: not read once per row.
+        .defer("job__targets", "job__unreleased", "job__abort_criteria")
+    )
     if lock:
         rows = rows.select_for_update(of=("self",)).order_by("id")
     found: dict[int, list[ex.Execution]] = defaultdict(list)
@@ -323,11 +326,12 @@ def job_cancel(*, job: Job, force: bool = False, reason: str = "canceled") -> Jo
         )
         before = _pending(ids, lock=True)
         now = timezone.now()
-        for row in JobExecution.objects.filter(job=job, status__in=statuses).order_by("id"):
-            row.status = ex.CANCELED
-            row.version_number += 1
-            row.last_updated_at, row.timeout_at = now, None
-            row.save(update_fields=["status", "version_number", "last_updated_at", "timeout_at"])
+        JobExecution.objects.filter(job=job, status__in=statuses).update(
+            status=ex.CANCELED,
+            version_number=F("version_number") + 1,
+            last_updated_at=now,
+            timeout_at=None,
+        )
         if job.status != Job.Status.CANCELED:
             job.reason = reason[:255]
         job.status, job.completed_at = Job.Status.CANCELED, job.completed_at or now
@@ -355,13 +359,12 @@ def jobs_time_out(now: datetime | None = None) -> int:
         for rows in by_tenant.values():
             ids = {row.device_id: row.device.name for row in rows}
             before = _pending(ids, lock=True)
-            for row in rows:
-                row.status = ex.TIMED_OUT
-                row.version_number += 1
-                row.last_updated_at, row.timeout_at = now, None
-                row.save(
-                    update_fields=["status", "version_number", "last_updated_at", "timeout_at"]
-                )
+            JobExecution.objects.filter(id__in=[row.id for row in rows]).update(
+                status=ex.TIMED_OUT,
+                version_number=F("version_number") + 1,
+                last_updated_at=now,
+                timeout_at=None,
+            )
             _complete_ended(row.job_id for row in rows)
             _announce(rows[0].tenant, ids, before, _pending(ids, lock=False))
             timed_out += len(rows)
