@@ -166,6 +166,7 @@ def test_sdk_jobs_flow(jobs_broker, fleet, version):
         assert job["status"] == "COMPLETED"
         assert [(e["device"], e["status"]) for e in job["executions"]] == [(thing, "SUCCEEDED")]
         assert job["executions"][0]["status_details"] == {"progress": "100%"}
+        assert api.post("/api/v1/jobs/fw-1/cancel", {}, format="json").status_code == 409
 
         # A second job: a stale expectedVersion is refused, then it FAILED, and stays so.
         create_job(api, "fw-2", thing)

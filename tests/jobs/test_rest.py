@@ -128,6 +128,22 @@ def test_rest_jobs_and_groups_as_devices_see_them(jobs_broker, fleet):
             assert entry in audit, audit  # who made and cancelled it
         assert ("devicegroup.created", "kitchen") in audit
 
+        # With force, an IN_PROGRESS execution is cancelled too, and its device told.
+        forced = {"job_id": "ota-2", "document": {"v": 2}, "targets": {"devices": ["a"]}}
+        assert api.post("/api/v1/jobs", forced, format="json").status_code == 201
+        assert len(a.get(2)) == 2  # notify, notify-next
+        send(a, "$aws/things/a/jobs/start-next", {})
+        assert len(a.get(2)) == 2  # accepted, notify
+        cancel = api.post("/api/v1/jobs/ota-2/cancel", {"force": True}, format="json")
+        assert cancel.json()["executions"][0]["status"] == "CANCELED"
+        assert "execution" not in by_topic(a, 2)["$aws/things/a/jobs/notify-next"]
+        send(a, "$aws/things/a/jobs/ota-2/update", {"status": "SUCCEEDED"})
+        assert by_topic(a, 1)["$aws/things/a/jobs/ota-2/update/rejected"]["code"] == (
+            "TerminalStateReached"
+        )
+        completed = api.post("/api/v1/jobs/ota/cancel", {}, format="json")
+        assert completed.status_code == 200  # cancelled already: nothing changes
+
         # AWS's refusals of malformed requests, with their codes.
         send(a, "$aws/things/a/jobs/ota/update", {"status": "DONE"})
         assert by_topic(a, 1)["$aws/things/a/jobs/ota/update/rejected"]["code"] == "InvalidRequest"
