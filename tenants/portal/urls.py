@@ -6,6 +6,7 @@ from tenants.portal import (
     budget_views,
     history_views,
     inspection_views,
+    job_views,
     journey_views,
     people_views,
     shadow_views,
@@ -60,6 +61,9 @@ urlpatterns = [
     path("retained/delete/", inspection_views.retained_delete, name="retained-delete"),
     path("topics/", inspection_views.topics, name="topics"),
     path("history/", history_views.history, name="history"),
+    path("jobs/", job_views.jobs, name="jobs"),
+    path("jobs/<str:job_id>/", job_views.job_detail, name="job"),
+    path("jobs/<str:job_id>/cancel/", job_views.job_cancel, name="job-cancel"),
     path(
         "history/<int:policy_id>/delete/",
         history_views.history_policy_delete,

@@ -33,6 +33,7 @@ PAGES = [
     "/sessions/",
     "/retained/",
     "/topics/",
+    "/jobs/",
     "/quota/",
     "/usage/",
     "/invoices/",
