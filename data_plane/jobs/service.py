@@ -32,6 +32,27 @@ PUBLISHER = "$aws-jobs"  # the replies' client id: the platform's own traffic
 MAX_IN_FLIGHT = 10  # requests of one client not yet answered (RequestThrottled beyond)
 
 
+def _unmapped(topic: str) -> bool:
+    """A topic under `$aws/things/{thing}/jobs/` that is no API's request and no reply either
+    (answered with AWS's InvalidTopic; a forged `…/accepted` or `…/rejected` stays refused)."""
+    levels = topic.split("/")
+    return (
+        len(levels) >= 5
+        and levels[:2] == ["$aws", "things"]
+        and bool(levels[2])
+        and levels[3] == "jobs"
+        and levels[-1] not in (ACCEPTED, REJECTED)
+        and "" not in levels[4:]
+    )
+
+
+def _token_of(payload: bytes) -> str | None:
+    try:
+        return ex.parse_request(payload).client_token
+    except ex.JobError as error:
+        return error.client_token
+
+
 class JobService:
     def __init__(self, store: PostgresJobs) -> None:
         self.broker: Any = None  # the broker it answers through (`attach`, before it serves)
@@ -48,7 +69,9 @@ class JobService:
     def admits(auth: Any, topic: str) -> bool:
         """Whether this client's PUBLISH to `$`-topic `topic` is a jobs request it may make."""
         parsed = parse(topic)
-        if parsed is None or not parsed.is_request:
+        if parsed is None and not _unmapped(topic):
+            return False
+        if parsed is not None and not parsed.is_request:
             return False  # replies and notifications are the service's alone
         acl = auth.acl
         if acl is not None:
@@ -57,9 +80,14 @@ class JobService:
 
     def request(self, auth: Any, message: Message) -> None:
         topic = parse(message.topic)
-        if topic is None or auth.tenant_id is None:  # admitted, so cannot happen
+        if auth.tenant_id is None:  # a broker without a database has no jobs service
             return
         self.stats["requests"] += 1
+        if topic is None:  # in the jobs namespace, but no API's topic (AWS's InvalidTopic)
+            error = ex.JobError(ex.INVALID_TOPIC, "Request topic maps to no jobs API")
+            token = _token_of(message.payload)
+            self._reject(auth.tenant, f"{message.topic}/{REJECTED}", error, token)
+            return
         requester = (auth.tenant, message.publisher)
         try:
             request = ex.parse_request(message.payload)

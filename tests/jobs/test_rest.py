@@ -149,6 +149,12 @@ def test_rest_jobs_and_groups_as_devices_see_them(jobs_broker, fleet):
         assert by_topic(a, 1)["$aws/things/a/jobs/ota/update/rejected"]["code"] == "InvalidRequest"
         a.paho.client.publish("$aws/things/a/jobs/get", b"{nope", 1).wait_for_publish(5)
         assert by_topic(a, 1)["$aws/things/a/jobs/get/rejected"]["code"] == "InvalidJson"
+        send(a, "$aws/things/a/jobs/ota/delete", {"clientToken": "t-3"})
+        unmapped = by_topic(a, 1)["$aws/things/a/jobs/ota/delete/rejected"]
+        assert (unmapped["code"], unmapped["clientToken"]) == ("InvalidTopic", "t-3")
+        a_acks = acks_of(a)
+        forged = send(a, "$aws/things/a/jobs/get/accepted", {"queuedJobs": []}, a_acks)
+        assert forged == NOT_AUTHORIZED  # replies are the service's alone
     finally:
         a.close()
         c.close()
