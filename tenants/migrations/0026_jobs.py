@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0023_rule_retry_source"),
+        ("tenants", "0025_device_usage"),
     ]
 
     operations = [
