@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
@@ -209,24 +209,30 @@ def job_create(
     devices, named = _targets(tenant, targets)
     devices.sort(key=lambda d: d.name)
     first = devices[:rollout_per_minute] if rollout_per_minute else devices
-    with transaction.atomic():
+    taken = JobConflict(f"A job {job_id!r} already exists.")
+    try:
+        with transaction.atomic():
+            if Job.objects.filter(tenant=tenant, job_id=job_id).exists():
+                raise taken
+            now = timezone.now()
+            job = Job.objects.create(
+                tenant=tenant,
+                job_id=job_id,
+                document=document,
+                targets=named,
+                timeout_minutes=timeout_minutes,
+                description=description or "",
+                rollout_per_minute=rollout_per_minute,
+                unreleased=[d.id for d in devices[len(first) :]],
+                released_at=now,
+                abort_criteria=criteria,
+                created_by=actor,
+            )
+            _release(job, first, now)
+    except IntegrityError:
         if Job.objects.filter(tenant=tenant, job_id=job_id).exists():
-            raise JobConflict(f"A job {job_id!r} already exists.")
-        now = timezone.now()
-        job = Job.objects.create(
-            tenant=tenant,
-            job_id=job_id,
-            document=document,
-            targets=named,
-            timeout_minutes=timeout_minutes,
-            description=description or "",
-            rollout_per_minute=rollout_per_minute,
-            unreleased=[d.id for d in devices[len(first) :]],
-            released_at=now,
-            abort_criteria=criteria,
-            created_by=actor,
-        )
-        _release(job, first, now)
+            raise taken from None  # the same id, created meanwhile by a concurrent request
+        raise
     return job
 
 
@@ -395,11 +401,17 @@ def group_create(*, tenant: Tenant, name: str, devices=None) -> DeviceGroup:
     group = DeviceGroup(tenant=tenant, name=name if isinstance(name, str) else "")
     group.full_clean(exclude=["tenant", "devices"], validate_unique=False)
     members = _devices_named(tenant, devices)
-    with transaction.atomic():
+    taken = JobConflict(f"A group {group.name!r} already exists.")
+    try:
+        with transaction.atomic():
+            if DeviceGroup.objects.filter(tenant=tenant, name=group.name).exists():
+                raise taken
+            group.save()
+            group.devices.add(*members)
+    except IntegrityError:
         if DeviceGroup.objects.filter(tenant=tenant, name=group.name).exists():
-            raise JobConflict(f"A group {group.name!r} already exists.")
-        group.save()
-        group.devices.add(*members)
+            raise taken from None  # the same name, taken meanwhile by a concurrent request
+        raise
     return group
 
 
