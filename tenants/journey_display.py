@@ -15,6 +15,7 @@ from tenants.disconnect_reasons import CODES
 from tenants.journey_words import code_text, describe_event, describe_outcome
 from tenants.quota_display import human_bytes
 from tenants.throttling_words import limit_words
+from tenants.time_display import utc_text
 
 # The outcome chips: a few words each (the row's reason says the rest).
 OUTCOME_LABELS = {
@@ -49,9 +50,8 @@ assert set(EVENT_LABELS) == set(CLIENT_EVENTS), "every client event needs a chip
 
 def time_text(moment: datetime) -> str:
     """`2026-11-27 14:02:03.123 UTC`: every journey time on the portal, whatever TIME_ZONE says
-    (the API answers in UTC too, and people compare the two)."""
-    moment = moment.astimezone(UTC)
-    return f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} UTC"
+    (the portal's one format, `tenants.time_display`, to the millisecond)."""
+    return utc_text(moment, milliseconds=True)
 
 
 def retention_text(hours: int) -> str:

@@ -54,7 +54,7 @@
     tr.className = "client-message";
     const props = (packet.properties && packet.properties.userProperties) || {};
     const cells = [
-      new Date().toLocaleTimeString([], { timeZoneName: "short" }),
+      window.portalTime.text(new Date(), true),
       topic,
       String(packet.qos) + (packet.retain ? " (retained)" : ""),
       new TextDecoder().decode(payload),

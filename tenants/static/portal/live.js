@@ -32,7 +32,7 @@
   function lastSeen(device, at) {
     document.querySelectorAll("[data-last-seen]").forEach((cell) => {
       if (cell.dataset.lastSeen === device) {
-        cell.textContent = new Date(at || Date.now()).toLocaleString();
+        cell.replaceChildren(window.portalTime.element(new Date(at || Date.now())));
       }
     });
   }
@@ -41,7 +41,7 @@
     const tr = document.createElement("tr");
     tr.className = "live-message";
     const cells = [
-      new Date(frame.at).toLocaleTimeString(),
+      window.portalTime.text(new Date(frame.at), true),
       frame.topic,
       String(frame.qos) + (frame.retain ? " (retained)" : ""),
       frame.binary ? "base64: " + frame.payload : frame.payload,
