@@ -18,7 +18,7 @@ def test_signup_device_logout_login(live_server, page):
     page.wait_for_url(f"{live_server.url}/")
     assert "acme-e2e" in page.content()
 
-    page.click("text=Devices")
+    page.click("header nav >> role=link[name=Devices]")
     page.fill("form[method=post] input[name=name]", "sensor-1")
     page.click("text=Create device")
     username = page.text_content("#device-username")
@@ -40,6 +40,6 @@ def test_signup_device_logout_login(live_server, page):
     page.fill("input[name=password]", "a long passphrase")
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/")
-    page.click("text=Devices")
+    page.click("header nav >> role=link[name=Devices]")
     assert page.locator("table a", has_text="sensor-1").count() == 1
     assert "acme-e2e/sensor-1" in page.content()

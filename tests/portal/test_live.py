@@ -51,7 +51,7 @@ def test_device_online_and_messages_live(platform, accounts, page):  # noqa: F81
     counter = page.locator('[data-sys="clients/connected"]')
     page.wait_for_function("el => el.textContent === '0'", arg=counter.element_handle())
 
-    page.click("text=Devices")
+    page.click("header nav >> role=link[name=Devices]")
     status = page.locator('[data-presence="sensor-1"]')
     assert status.text_content() == "offline"
     device = Paho(mqtt_port, "acme/sensor-1", secret, "sensor-1")
