@@ -60,7 +60,9 @@ def test_a_tenant_keeps_a_topic_sees_its_storage_and_deletes_the_policy(
     expect(row).to_contain_text("sensors/+/temperature")
     expect(page.locator("#plan-default")).to_have_count(0)
     expect(page.locator("#own-policies")).to_be_visible()
-    expect(page.locator("#history-storage")).to_contain_text("the oldest from 2026-11-26 10:00 UTC")
+    expect(page.locator("#history-storage")).to_contain_text(
+        "the oldest from 2026-11-26 10:00:00 UTC"
+    )
     page.screenshot(path=str(artifacts / "history-policy.png"), full_page=True)
 
     row.locator("text=delete").click()

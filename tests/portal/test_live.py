@@ -66,7 +66,7 @@ def test_device_online_and_messages_live(platform, accounts, page):  # noqa: F81
     page.reload()
     page.wait_for_selector('[data-presence="sensor-1"].online')
 
-    page.click("text=Live")
+    page.click("header nav >> role=link[name=Live]")
     page.fill("#watch-filter", "sensors/#")
     page.click("text=Watch")
     page.wait_for_selector("#watch-state:has-text('Watching sensors/#')")
