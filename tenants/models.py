@@ -1299,3 +1299,11 @@ class JobAnnouncement(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["created_at"], name="job_announcement_age")]
+
+
+# Fleet provisioning (issue 32) lives in its own module; imported here so Django registers it.
+from tenants.fleet_models import (  # noqa: E402, F401
+    FleetAuthority,
+    FleetCertificate,
+    ProvisioningTemplate,
+)

@@ -2,6 +2,7 @@ from django.urls import path, re_path
 
 from tenants.api import (
     budget_views,
+    fleet_views,
     history_views,
     identity_views,
     inspection_views,
@@ -79,6 +80,26 @@ urlpatterns = [
     path("cas/<str:name>", identity_views.CaDetailView.as_view(), name="api-ca"),
     path("jwt-keys", identity_views.JwtKeyListView.as_view(), name="api-jwt-keys"),
     path("jwt-keys/<str:kid>", identity_views.JwtKeyDetailView.as_view(), name="api-jwt-key"),
+    path(
+        "provisioning-templates",
+        fleet_views.TemplateListView.as_view(),
+        name="api-provisioning-templates",
+    ),
+    path(
+        "provisioning-templates/<str:name>",
+        fleet_views.TemplateDetailView.as_view(),
+        name="api-provisioning-template",
+    ),
+    path(
+        "provisioning-templates/<str:name>/claims",
+        fleet_views.ClaimListView.as_view(),
+        name="api-provisioning-claims",
+    ),
+    path(
+        "provisioning-templates/<str:name>/claims/<str:certificate_id>",
+        fleet_views.ClaimDetailView.as_view(),
+        name="api-provisioning-claim",
+    ),
     path("audit", identity_views.AuditView.as_view(), name="api-audit"),
     path("audit.csv", identity_views.AuditCsvView.as_view(), name="api-audit-csv"),
     path("acls", views.AclListView.as_view(), name="api-acls"),

@@ -1,0 +1,204 @@
+"""Fleet provisioning by claim on the control plane: a tenant's provisioning templates and their
+claim certificates (AWS IoT's `CreateProvisioningTemplate`, `CreateProvisioningClaim`). Writes
+(services) and reads (selectors) of one small domain; the broker serves the devices' side
+(`data_plane.fleet`).
+
+The certificates are issued by a CA the platform keeps for the tenant (`FleetAuthority`, made on
+the first claim): it is registered as one of the tenant's CAs, so the TLS listeners let its
+certificates through, and the broker knows each of them by fingerprint (`FleetCertificate`)."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from common import fleet_pki
+from common.notifications import ChangeKind
+from common.sealed import seal
+from tenants.fleet_models import FleetAuthority, FleetCertificate, ProvisioningTemplate
+from tenants.models import DEVICE_NAME_VALIDATOR, AclRule, CaCertificate, Tenant
+from tenants.notify import announce
+from tenants.services import _require_active
+
+AUTHORITY_CA_NAME = "fleet-provisioning"  # the fleet CA's name among the tenant's CAs
+
+
+def template_parameters(device_name_template: str) -> list[str]:
+    """The parameters a template's device name takes (`sensor-{SerialNumber}`: SerialNumber);
+    ValidationError where the template is not one."""
+    try:
+        fields = [
+            field
+            for _text, field, _spec, _conv in string.Formatter().parse(device_name_template)
+            if field is not None
+        ]
+    except ValueError as exc:
+        raise ValidationError({"device_name_template": [str(exc)]}) from None
+    if not fields or any(not field.isidentifier() for field in fields):
+        raise ValidationError(
+            {
+                "device_name_template": [
+                    "Name at least one parameter, e.g. sensor-{SerialNumber} (letters, digits, _)."
+                ]
+            }
+        )
+    sample = device_name_template.format(**{field: "x" for field in fields})
+    try:
+        DEVICE_NAME_VALIDATOR(sample)
+    except ValidationError:
+        raise ValidationError(
+            {"device_name_template": ["With its parameters filled in it must be a device name."]}
+        ) from None
+    return fields
+
+
+def _check_acl_rules(rules: list[dict]) -> list[dict]:
+    actions, permissions = set(AclRule.Action.values), set(AclRule.Permission.values)
+    clean = []
+    for index, rule in enumerate(rules):
+        if (
+            not isinstance(rule, dict)
+            or rule.get("action") not in actions
+            or rule.get("permission") not in permissions
+            or not isinstance(rule.get("topic"), str)
+            or not 0 < len(rule["topic"]) <= 512
+        ):
+            raise ValidationError(
+                {
+                    "acl_rules": [
+                        f"Rule {index}: give action ({', '.join(sorted(actions))}), permission "
+                        "(allow, deny) and topic."
+                    ]
+                }
+            )
+        clean.append({key: rule[key] for key in ("action", "permission", "topic")})
+    return clean
+
+
+@transaction.atomic
+def template_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    device_name_template: str,
+    acl_rules: list[dict] | None = None,
+    attributes: dict | None = None,
+    enabled: bool = True,
+    pre_provisioning_hook_url: str = "",
+) -> ProvisioningTemplate:
+    _require_active(tenant)
+    template_parameters(device_name_template)
+    template = ProvisioningTemplate(
+        tenant=tenant,
+        name=name,
+        device_name_template=device_name_template,
+        acl_rules=_check_acl_rules(acl_rules or []),
+        attributes=attributes or {},
+        enabled=enabled,
+        pre_provisioning_hook_url=pre_provisioning_hook_url,
+    )
+    try:
+        template.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict) from None
+    if ProvisioningTemplate.objects.filter(tenant=tenant, name=name).exists():
+        raise ValidationError({"name": [f"A provisioning template named {name!r} exists."]})
+    template.save()
+    return template
+
+
+def templates_list(*, tenant: Tenant) -> QuerySet[ProvisioningTemplate]:
+    return ProvisioningTemplate.objects.filter(tenant=tenant)
+
+
+def template_get(*, tenant: Tenant, name: str) -> ProvisioningTemplate:
+    template = ProvisioningTemplate.objects.filter(tenant=tenant, name=name).first()
+    if template is None:
+        raise Http404("No such provisioning template.")
+    return template
+
+
+def template_delete(template: ProvisioningTemplate) -> None:
+    """Its claim certificates go with it: no device provisions with them any more."""
+    template.delete()
+
+
+def _authority(tenant: Tenant) -> FleetAuthority:
+    """The tenant's fleet CA, made (and registered among its CAs) the first time."""
+    existing = FleetAuthority.objects.select_for_update().filter(tenant=tenant).first()
+    if existing is not None:
+        return existing
+    cert, key = fleet_pki.new_authority(tenant.slug)
+    name = AUTHORITY_CA_NAME
+    if CaCertificate.objects.filter(tenant=tenant, name=name).exists():
+        name = f"{AUTHORITY_CA_NAME}-{timezone.now():%Y%m%d%H%M%S}"
+    ca = CaCertificate.objects.create(
+        tenant=tenant,
+        name=name,
+        pem=fleet_pki.certificate_pem(cert),
+        fingerprint=fleet_pki.certificate_id(cert),
+        subject=cert.subject.rfc4514_string()[:512],
+        not_after=cert.not_valid_after_utc,
+    )
+    authority = FleetAuthority.objects.create(
+        tenant=tenant, ca=ca, key=seal(fleet_pki.key_pem(key))
+    )
+    transaction.on_commit(lambda: announce(tenant.slug, ChangeKind.IDENTITY_CA_ADDED, ids=[ca.id]))
+    return authority
+
+
+@dataclass(frozen=True)
+class IssuedClaim:
+    certificate: FleetCertificate
+    private_key: str  # shown once, never stored
+    ca_pem: str
+
+
+@transaction.atomic
+def claim_create(template: ProvisioningTemplate) -> IssuedClaim:
+    """A claim certificate for `template`: whoever connects with it may provision devices with
+    this template, and do nothing else."""
+    from common.sealed import unseal
+
+    tenant = template.tenant
+    _require_active(tenant)
+    authority = _authority(tenant)
+    from cryptography import x509
+
+    ca_cert = x509.load_pem_x509_certificate(authority.ca.pem.encode())
+    cert, key = fleet_pki.issue_with_key(ca_cert, fleet_pki.load_key(unseal(authority.key)))
+    certificate = FleetCertificate.objects.create(
+        tenant=tenant,
+        kind=FleetCertificate.Kind.CLAIM,
+        certificate_id=fleet_pki.certificate_id(cert),
+        template=template,
+        pem=fleet_pki.certificate_pem(cert),
+        not_after=cert.not_valid_after_utc,
+    )
+    return IssuedClaim(certificate, fleet_pki.key_pem(key), authority.ca.pem)
+
+
+def claims_list(template: ProvisioningTemplate) -> QuerySet[FleetCertificate]:
+    return FleetCertificate.objects.filter(template=template, kind=FleetCertificate.Kind.CLAIM)
+
+
+def claim_get(template: ProvisioningTemplate, certificate_id: str) -> FleetCertificate:
+    claim = claims_list(template).filter(certificate_id=certificate_id).first()
+    if claim is None:
+        raise Http404("No such claim certificate.")
+    return claim
+
+
+def claim_revoke(claim: FleetCertificate) -> FleetCertificate:
+    """No device provisions with it from now on (the broker reads claims at each CONNECT and
+    each request, uncached)."""
+    if claim.revoked_at is None:
+        claim.revoked_at = timezone.now()
+        claim.save(update_fields=["revoked_at"])
+    return claim

@@ -1,0 +1,79 @@
+"""The REST API of fleet provisioning: templates (made, listed, read, deleted; a bad one is a
+400 naming the field), claim certificates (issued once with their key, signed by the tenant's
+fleet CA, listed without it, revoked), and other tenants kept out (404)."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography import x509
+
+from tenants import services
+from tests.shadows.conftest import api_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TEMPLATES = "/api/v1/provisioning-templates"
+TEMPLATE = {
+    "name": "sensors",
+    "device_name_template": "sensor-{SerialNumber}",
+    "acl_rules": [{"action": "both", "permission": "allow", "topic": "sensors/${client}/#"}],
+}
+
+
+def test_templates_and_claims_of_a_tenant_and_no_other():
+    owner = api_client(services.tenant_create("fleet-rest-a"))
+    stranger = api_client(services.tenant_create("fleet-rest-b"))
+
+    made = owner.post(TEMPLATES, TEMPLATE, format="json")
+    assert made.status_code == 201, made.content
+    assert made.json()["parameters"] == ["SerialNumber"]
+    assert owner.get(f"{TEMPLATES}/sensors").json()["device_name_template"] == (
+        "sensor-{SerialNumber}"
+    )
+    assert [t["name"] for t in owner.get(TEMPLATES).json()["results"]] == ["sensors"]
+    again = owner.post(TEMPLATES, TEMPLATE, format="json")
+    assert again.status_code == 400 and "name" in again.json()["error"]["fields"]
+
+    claim = owner.post(f"{TEMPLATES}/sensors/claims")
+    assert claim.status_code == 201, claim.content
+    body = claim.json()
+    cert = x509.load_pem_x509_certificate(body["certificate_pem"].encode())
+    ca = x509.load_pem_x509_certificate(body["ca_pem"].encode())
+    cert.verify_directly_issued_by(ca)  # signed by the tenant's fleet CA
+    assert "PRIVATE KEY" in body["private_key"] and len(body["certificate_id"]) == 64
+    listed = owner.get(f"{TEMPLATES}/sensors/claims").json()["results"]
+    assert [c["certificate_id"] for c in listed] == [body["certificate_id"]]
+    assert "private_key" not in listed[0]  # shown once
+    # The fleet CA is one of the tenant's CAs (the TLS listener lets its certificates through).
+    assert "fleet-provisioning" in [c["name"] for c in owner.get("/api/v1/cas").json()["results"]]
+
+    # Another tenant sees nothing of it, by name or by certificate.
+    assert stranger.get(f"{TEMPLATES}/sensors").status_code == 404
+    assert stranger.get(TEMPLATES).json()["results"] == []
+    assert stranger.post(f"{TEMPLATES}/sensors/claims").status_code == 404
+    claim_url = f"{TEMPLATES}/sensors/claims/{body['certificate_id']}"
+    assert stranger.delete(claim_url).status_code == 404
+    assert stranger.delete(f"{TEMPLATES}/sensors").status_code == 404
+
+    assert owner.delete(claim_url).status_code == 204
+    assert owner.get(f"{TEMPLATES}/sensors/claims").json()["results"][0]["revoked_at"]
+    assert owner.delete(f"{TEMPLATES}/sensors").status_code == 204
+    assert owner.get(f"{TEMPLATES}/sensors").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"device_name_template": "sensor"}, "device_name_template"),
+        ({"device_name_template": "sensor/{Serial}"}, "device_name_template"),
+        ({"device_name_template": "sensor-{Serial"}, "device_name_template"),
+        ({"acl_rules": [{"action": "jump", "permission": "allow", "topic": "a"}]}, "acl_rules"),
+        ({"name": "bad name"}, "name"),
+        ({"pre_provisioning_hook_url": "not a url"}, "pre_provisioning_hook_url"),
+    ],
+)
+def test_a_bad_template_is_a_400_naming_the_field(change, field):
+    owner = api_client(services.tenant_create("fleet-rest-bad"))
+    response = owner.post(TEMPLATES, {**TEMPLATE, **change}, format="json")
+    assert response.status_code == 400, response.content
+    assert field in str(response.json()["error"])
