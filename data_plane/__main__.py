@@ -154,6 +154,7 @@ async def run(args: argparse.Namespace) -> None:
     if config.tls_cert and config.tls_port is None:
         config.tls_port = 8883
     link = None
+    fleet = None  # fleet provisioning needs the control plane's tables
     from data_plane.shadows.service import ShadowService
 
     if args.auth_file:
@@ -187,9 +188,14 @@ async def run(args: argparse.Namespace) -> None:
 
         jobs = JobService(PostgresJobs(link.pool))
         job_changes = JobAnnouncements(dsn, link.pool, jobs)  # jobs created, cancelled, timed out
+        from data_plane.fleet.service import FleetService
+        from data_plane.fleet.store import FleetStore
+
+        fleet = FleetService(FleetStore(link.pool))  # provisioning by claim: `$aws/certificates/…`
     from data_plane.jobs.reserved import ReservedServices
 
-    reserved = ReservedServices(shadows, jobs)  # the `$aws/things/…` requests admission admits
+    # The `$aws/…` requests admission admits: shadows, jobs, fleet provisioning.
+    reserved = ReservedServices(shadows, jobs, fleet)
     persistence = None
     kept = None
     prepare = None
@@ -246,8 +252,7 @@ async def run(args: argparse.Namespace) -> None:
         )
 
         async def prepare(broker):
-            shadows.attach(broker)
-            jobs.attach(broker)
+            reserved.attach(broker)
             async with link.pool.connection() as conn:
                 rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
             keep = cluster.claim_restored if cluster is not None else None  # one node each
@@ -264,7 +269,7 @@ async def run(args: argparse.Namespace) -> None:
     if prepare is None:
 
         async def prepare(broker):
-            shadows.attach(broker)
+            reserved.attach(broker)
 
     server = await serve(config, authenticator, prepare, ports)
     observers = None
@@ -328,6 +333,8 @@ async def run(args: argparse.Namespace) -> None:
     await shadows.stop()
     if jobs is not None:
         await jobs.stop()
+    if fleet is not None:
+        await fleet.stop()
     if link is not None:
         await shadow_changes.stop()
         await job_changes.stop()

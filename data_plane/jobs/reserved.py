@@ -1,7 +1,8 @@
 """The broker's one port for AWS's reserved topics (`ports.Shadows`, which admission asks of
 every PUBLISH to a `$` topic): a thing's shadow requests go to the shadow service, its jobs
-requests to the jobs service; every other `$` topic stays refused. Keeps the broker core
-unaware that there are two services behind it."""
+requests to the jobs service, fleet provisioning's (`$aws/certificates/…`,
+`$aws/provisioning-templates/…`) to the fleet service; every other `$` topic stays refused.
+Keeps the broker core unaware that there are several services behind it."""
 
 from __future__ import annotations
 
@@ -15,11 +16,19 @@ def _service_level(topic: str) -> str:
 
 
 class ReservedServices:
-    def __init__(self, shadows: Any, jobs: Any = None) -> None:
+    def __init__(self, shadows: Any, jobs: Any = None, fleet: Any = None) -> None:
         self.shadows = shadows
         self.jobs = jobs  # None: a broker without a database serves no jobs
+        self.fleet = fleet  # … and provisions no devices
+
+    def attach(self, broker: Any) -> None:
+        for service in (self.shadows, self.jobs, self.fleet):
+            if service is not None:
+                service.attach(broker)
 
     def _for(self, topic: str) -> Any:
+        if self.fleet is not None and self.fleet.owns(topic):
+            return self.fleet
         level = _service_level(topic)
         if level == "jobs":
             return self.jobs

@@ -3,19 +3,39 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from common.device_identity import LEEWAY, IdentityError, looks_like_jwt, verify_jwt
+from common.device_identity import LEEWAY, IdentityError, fingerprint, looks_like_jwt, verify_jwt
+from common.fleet_pki import FLEET_CN
 from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import AuthResult
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.aws_user_name import as_sent_by_aws_sdk
 from data_plane.tenancy.directory import TenantDirectory
+from data_plane.tenancy.fleet_identity import ClaimAuthorizer, fleet_certificate
 from data_plane.tenancy.identity import IdentityStore, TrustAnchors, identify_certificate
 
 log = logging.getLogger(__name__)
+
+CLAIM_DEVICE = "$claim"  # the device name of a claim certificate's connections
+
+
+def _leaf_fingerprint(chain: Sequence[bytes] | bytes) -> str:
+    return fingerprint(chain if isinstance(chain, bytes) else chain[0])
+
+
+def _fleet_refusal(issued, tenant: str) -> str:
+    """Why a certificate of a fleet CA may not connect ("" if it may)."""
+    if issued is None or issued.tenant != tenant:
+        return "certificate not issued by the platform"
+    if issued.revoked:
+        return "certificate revoked"
+    if issued.kind == "claim":
+        return "" if issued.template_enabled else "provisioning template disabled"
+    return "" if issued.device else "certificate not registered to a device (RegisterThing)"
 
 
 class PostgresAuthenticator:
@@ -68,12 +88,47 @@ class PostgresAuthenticator:
             return AuthResult(
                 ReasonCode.SERVER_UNAVAILABLE, reason="authentication backend unavailable"
             )
+        device = who.device
+        if device == FLEET_CN:  # issued by the tenant's fleet CA: known by its SHA-256
+            issued = await fleet_certificate(self.identities.pool, _leaf_fingerprint(chain))
+            refusal = _fleet_refusal(issued, who.tenant)
+            if refusal:
+                return self._result(
+                    self.directory.refuse(
+                        address, connect.username, ReasonCode.NOT_AUTHORIZED, refusal, who.tenant
+                    )
+                )
+            if issued.kind == "claim":
+                return await self._as_claim(connect, issued, who)
+            device = issued.device
         decision = await self.directory.admit(
-            who.tenant, who.device, connect.client_id, address, connect.username
+            who.tenant, device, connect.client_id, address, connect.username
         )
         result = self._result(decision, identity=who.label)
         result.valid_until = who.not_after  # the connection ends when the certificate does
         return result
+
+    async def _as_claim(self, connect: Connect, claim, who) -> AuthResult:
+        """A claim certificate: the fleet provisioning topics of its template, nothing else.
+        Its client id is set apart (`$claim-…`): a claim, which a whole fleet shares, never
+        takes over a device's session. Its rights stay as issued (`service`: a tenant policy
+        change does not hand it the tenant's ACL)."""
+        policy = await self.directory.policy(who.tenant)
+        if policy is None or not policy.active:
+            return AuthResult(ReasonCode.BANNED, who.tenant, reason="tenant suspended")
+        client_id = connect.client_id or secrets.token_hex(8)
+        return AuthResult(
+            0,
+            who.tenant,
+            CLAIM_DEVICE,
+            f"$claim-{client_id}"[:128],
+            ClaimAuthorizer(claim.certificate_id, claim.template_id, claim.template),
+            dict(policy.quota),
+            tenant_id=policy.tenant_id,
+            service=True,
+            identity=who.label,
+            valid_until=who.not_after,
+        )
 
     async def _by_jwt(self, connect: Connect, address: str) -> AuthResult:
         tenant, _, device = (connect.username or "").partition("/")

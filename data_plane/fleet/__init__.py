@@ -1,0 +1,1 @@
+"""AWS IoT's fleet provisioning by claim, served by the broker (`service`)."""

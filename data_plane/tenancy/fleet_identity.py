@@ -1,0 +1,80 @@
+"""Certificates the tenants' fleet CAs issued (`tenants.fleet`), at CONNECT: every one of them has
+the CN `common.fleet_pki.FLEET_CN` and is known by its SHA-256 (AWS's certificateId), read here
+uncached (provisioning is rare, and a revoked claim must stop at once).
+
+- A claim certificate connects as a claim of its template: `ClaimAuthorizer` lets it publish the
+  fleet provisioning requests of that template and subscribe to their replies, nothing else (no
+  topic of the tenant, no shadow).
+- A device's certificate (created over MQTT) connects as its device once RegisterThing bound it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from common.fleet import topics
+
+_CERTIFICATE_SQL = """
+SELECT c.id, c.certificate_id, c.kind, t.slug, c.revoked_at IS NOT NULL, c.template_id, p.name,
+       COALESCE(p.enabled, false), d.name
+  FROM tenants_fleetcertificate c
+  JOIN tenants_tenant t ON t.id = c.tenant_id
+  LEFT JOIN tenants_provisioningtemplate p ON p.id = c.template_id
+  LEFT JOIN tenants_device d ON d.id = c.device_id
+ WHERE c.certificate_id = %s
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCertificate:
+    id: int
+    certificate_id: str
+    kind: str  # claim | device
+    tenant: str
+    revoked: bool
+    template_id: int | None
+    template: str | None
+    template_enabled: bool
+    device: str | None  # a device certificate's device, once registered
+
+
+async def fleet_certificate(pool: AsyncConnectionPool, certificate_id: str):
+    """The issued certificate of this SHA-256, or None."""
+    async with pool.connection() as conn:
+        cursor = conn.cursor(row_factory=tuple_row)
+        row = await (await cursor.execute(_CERTIFICATE_SQL, (certificate_id,))).fetchone()
+    return FleetCertificate(*row) if row is not None else None
+
+
+class ClaimAuthorizer:
+    """What a claim certificate may do: its template's fleet provisioning requests and their
+    replies. It also names the claim, for the provisioning service."""
+
+    filters_reads = False
+
+    def __init__(self, certificate_id: str, template_id: int, template: str) -> None:
+        self.certificate_id, self.template_id, self.template = (
+            certificate_id,
+            template_id,
+            template,
+        )
+
+    def _mine(self, topic: str, *, as_filter: bool) -> topics.FleetTopic | None:
+        parsed = topics.parse(topic, as_filter=as_filter)
+        if parsed is None or (parsed.template and parsed.template != self.template):
+            return None
+        return parsed
+
+    def can_publish(self, topic: str) -> bool:
+        parsed = self._mine(topic, as_filter=False)
+        return parsed is not None and not parsed.reply
+
+    def can_subscribe(self, topic_filter: str) -> bool:
+        parsed = self._mine(topic_filter, as_filter=True)
+        return parsed is not None and bool(parsed.reply)
+
+    def can_receive(self, topic: str) -> bool:
+        parsed = self._mine(topic, as_filter=False)
+        return parsed is not None and bool(parsed.reply)
