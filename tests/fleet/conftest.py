@@ -16,7 +16,9 @@ from tests.shadows.conftest import TlsBroker, start_tls_broker
 
 @pytest.fixture(scope="package")
 def tls_broker(tmp_path_factory, django_db_setup, django_db_blocker) -> Iterator[TlsBroker]:
-    with django_db_blocker.unblock():
+    # The pre-provisioning hooks of the tests listen on loopback (as an operator allows one).
+    with django_db_blocker.unblock(), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WEBHOOK_ALLOW", "127.0.0.1")
         broker = start_tls_broker(tmp_path_factory.mktemp("fleet-broker"))
     yield broker
     broker.stop()
