@@ -66,7 +66,9 @@ def _check_possession(tenant: Tenant, ca, verification_pem: str) -> None:
 
 
 @transaction.atomic
-def ca_register(*, tenant: Tenant, name: str, pem: str, verification_pem: str) -> CaCertificate:
+def ca_register(
+    *, tenant: Tenant, name: str, pem: str, verification_pem: str, auto_registration: bool = False
+) -> CaCertificate:
     """AWS IoT's "register CA": device certificates it issues name their device in the CN.
     `verification_pem`: a certificate the CA signed whose CN is `registration_code(tenant)`."""
     _require_active(tenant)
@@ -82,6 +84,7 @@ def ca_register(*, tenant: Tenant, name: str, pem: str, verification_pem: str) -
         fingerprint=parsed.fingerprint,
         subject=parsed.subject[:512],
         not_after=parsed.not_after,
+        auto_registration=auto_registration,
     )
     try:
         ca.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
@@ -105,6 +108,15 @@ def ca_revoke(ca: CaCertificate) -> CaCertificate:
         ca.revoked_at = timezone.now()
         ca.save(update_fields=["revoked_at"])
         announce(ca.tenant.slug, ChangeKind.IDENTITY_CA_REVOKED, ids=[ca.id])
+    return ca
+
+
+def ca_set_auto_registration(ca: CaCertificate, enabled: bool) -> CaCertificate:
+    """Just-in-time registration on or off: a certificate the CA signed for a device not yet
+    known makes that device on its first connection (read by the broker at each CONNECT)."""
+    if ca.auto_registration != enabled:
+        ca.auto_registration = enabled
+        ca.save(update_fields=["auto_registration"])
     return ca
 
 

@@ -1009,6 +1009,9 @@ class CaCertificate(models.Model):
     not_after = models.DateTimeField()
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Just-in-time registration (AWS's auto-registration of a CA): a certificate it signed whose
+    # CN names no device yet makes that device on its first connection.
+    auto_registration = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["name"]

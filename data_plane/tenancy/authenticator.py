@@ -15,7 +15,7 @@ from data_plane.broker.auth import AuthResult
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.aws_user_name import as_sent_by_aws_sdk
 from data_plane.tenancy.directory import TenantDirectory
-from data_plane.tenancy.fleet_identity import ClaimAuthorizer, fleet_certificate
+from data_plane.tenancy.fleet_identity import ClaimAuthorizer, auto_register, fleet_certificate
 from data_plane.tenancy.identity import IdentityStore, TrustAnchors, identify_certificate
 
 log = logging.getLogger(__name__)
@@ -101,12 +101,23 @@ class PostgresAuthenticator:
             if issued.kind == "claim":
                 return await self._as_claim(connect, issued, who)
             device = issued.device
+        elif who.label.startswith("ca:"):
+            await self._register_just_in_time(who.tenant, device, int(who.label[3:]))
         decision = await self.directory.admit(
             who.tenant, device, connect.client_id, address, connect.username
         )
         result = self._result(decision, identity=who.label)
         result.valid_until = who.not_after  # the connection ends when the certificate does
         return result
+
+    async def _register_just_in_time(self, tenant: str, device: str, ca_id: int) -> None:
+        """A device the tenant does not know yet, whose certificate its CA signed: made now if
+        that CA has just-in-time registration on (the directory then reads it afresh)."""
+        record = await self.directory.device(tenant, device)
+        if record is None or record.device_id is not None:
+            return  # no such tenant, or the device is known
+        if await auto_register(self.identities.pool, ca_id, tenant, device):
+            self.directory.forget_device(tenant, device)
 
     async def _as_claim(self, connect: Connect, claim, who) -> AuthResult:
         """A claim certificate: the fleet provisioning topics of its template, nothing else.

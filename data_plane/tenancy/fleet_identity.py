@@ -5,16 +5,22 @@ uncached (provisioning is rare, and a revoked claim must stop at once).
 - A claim certificate connects as a claim of its template: `ClaimAuthorizer` lets it publish the
   fleet provisioning requests of that template and subscribe to their replies, nothing else (no
   topic of the tenant, no shadow).
-- A device's certificate (created over MQTT) connects as its device once RegisterThing bound it."""
+- A device's certificate (created over MQTT) connects as its device once RegisterThing bound it.
+
+Just-in-time registration is here too: a certificate of a tenant's registered CA that has it on,
+naming a device not yet known, makes that device (`auto_register`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from common.fleet import topics
+from common.notifications import CHANNEL, ChangeKind
 
 _CERTIFICATE_SQL = """
 SELECT c.id, c.certificate_id, c.kind, t.slug, c.revoked_at IS NOT NULL, c.template_id, p.name,
@@ -78,3 +84,38 @@ class ClaimAuthorizer:
     def can_receive(self, topic: str) -> bool:
         parsed = self._mine(topic, as_filter=False)
         return parsed is not None and bool(parsed.reply)
+
+
+# -- just-in-time registration ---------------------------------------------------------------
+
+_AUTO_REGISTER_SQL = """
+INSERT INTO tenants_device
+  (tenant_id, name, enabled, client_id_policy, client_id_pattern, attributes, created_at,
+   last_disconnect_reason)
+SELECT c.tenant_id, %s, true, 'exact', '', '{}'::jsonb, now(), ''
+  FROM tenants_cacertificate c JOIN tenants_tenant t ON t.id = c.tenant_id
+ WHERE c.id = %s AND t.slug = %s AND c.auto_registration AND c.revoked_at IS NULL
+   AND t.status = 'active'
+ON CONFLICT DO NOTHING
+RETURNING id
+"""
+DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # tenants.models' validator
+
+
+async def auto_register(pool: AsyncConnectionPool, ca_id: int, tenant: str, device: str) -> bool:
+    """Make device `device` of `tenant` if the registered CA `ca_id` (which signed its
+    certificate) has just-in-time registration on; announced as the control plane announces
+    a new device. True if it was made."""
+    if not DEVICE_NAME.match(device):
+        return False
+    async with pool.connection() as conn, conn.transaction():
+        cursor = conn.cursor(row_factory=tuple_row)
+        row = await (await cursor.execute(_AUTO_REGISTER_SQL, (device, ca_id, tenant))).fetchone()
+        if row is None:
+            return False
+        payload = {"tenant": tenant, "kind": str(ChangeKind.DEVICE_CREATED), "device": device}
+        payload["ids"] = [row[0]]
+        await cursor.execute(
+            "SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps(payload, separators=(",", ":")))
+        )
+    return True

@@ -22,6 +22,16 @@ class CaInput(StrictInput):
         trim_whitespace=False,
         help_text="a certificate signed by the CA whose CN is the registration code",
     )
+    auto_registration = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="just-in-time registration: a certificate it signed for a device not yet "
+        "known makes that device (named by its CN) on first connect",
+    )
+
+
+class CaChangeInput(StrictInput):
+    auto_registration = serializers.BooleanField()
 
 
 class RegistrationCodeOutput(serializers.Serializer):
@@ -35,6 +45,7 @@ class CaOutput(serializers.Serializer):
     not_after = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
     revoked_at = serializers.DateTimeField(allow_null=True)
+    auto_registration = serializers.BooleanField()
     pem = serializers.CharField()
 
 
@@ -96,6 +107,16 @@ class CaDetailView(TenantAPIView):
     @extend_schema(responses=CaOutput)
     def get(self, request, name: str):
         return Response(CaOutput(identity.ca_get(tenant=self.tenant, name=name)).data)
+
+    @extend_schema(request=CaChangeInput, responses=CaOutput)
+    def patch(self, request, name: str):
+        ca = identity.ca_get(tenant=self.tenant, name=name)
+        data = validated(CaChangeInput, request.data)
+        return Response(
+            CaOutput(
+                identity.ca_set_auto_registration(ca, **{"enabled": data["auto_registration"]})
+            ).data
+        )
 
     @extend_schema(responses={204: None}, description="Revoke: its devices are disconnected.")
     def delete(self, request, name: str):
