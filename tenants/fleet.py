@@ -31,23 +31,17 @@ AUTHORITY_CA_NAME = "fleet-provisioning"  # the fleet CA's name among the tenant
 
 def template_parameters(device_name_template: str) -> list[str]:
     """The parameters a template's device name takes (`sensor-{SerialNumber}`: SerialNumber);
-    ValidationError where the template is not one."""
+    ValidationError where the template is not one (plain `{Name}` fields only: no format
+    specification or conversion)."""
+    problem = ["Name at least one parameter, e.g. sensor-{SerialNumber} (letters, digits, _)."]
     try:
-        fields = [
-            field
-            for _text, field, _spec, _conv in string.Formatter().parse(device_name_template)
-            if field is not None
-        ]
+        parts = list(string.Formatter().parse(device_name_template))
     except ValueError as exc:
         raise ValidationError({"device_name_template": [str(exc)]}) from None
-    if not fields or any(not field.isidentifier() for field in fields):
-        raise ValidationError(
-            {
-                "device_name_template": [
-                    "Name at least one parameter, e.g. sensor-{SerialNumber} (letters, digits, _)."
-                ]
-            }
-        )
+    fields = [field for _text, field, _spec, _conv in parts if field is not None]
+    plain = all(not spec and not conv for _text, field, spec, conv in parts if field is not None)
+    if not fields or not plain or any(not field.isidentifier() for field in fields):
+        raise ValidationError({"device_name_template": problem})
     sample = device_name_template.format(**{field: "x" for field in fields})
     try:
         DEVICE_NAME_VALIDATOR(sample)

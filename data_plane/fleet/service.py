@@ -249,7 +249,10 @@ def _device_name(template: str, parameters: dict) -> str:
     missing = [f for f in fields if not isinstance(parameters.get(f), str) or not parameters[f]]
     if missing:
         raise Rejected(400, "InvalidParameters", f"Missing parameters: {', '.join(missing)}")
-    name = template.format(**{f: parameters[f] for f in fields})
+    try:  # the control plane allows plain `{Name}` fields only; never raise on a stored one
+        name = template.format(**{f: parameters[f] for f in fields})
+    except (KeyError, IndexError, ValueError):
+        raise Rejected(400, "InvalidParameters", "The template cannot name a device") from None
     if not DEVICE_NAME.match(name):
         raise Rejected(400, "InvalidParameters", f"{name!r} is not a valid thing name")
     return name

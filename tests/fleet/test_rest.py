@@ -67,6 +67,8 @@ def test_templates_and_claims_of_a_tenant_and_no_other():
         ({"device_name_template": "sensor"}, "device_name_template"),
         ({"device_name_template": "sensor/{Serial}"}, "device_name_template"),
         ({"device_name_template": "sensor-{Serial"}, "device_name_template"),
+        ({"device_name_template": "sensor-{a:{b}}"}, "device_name_template"),
+        ({"device_name_template": "sensor-{a!r}"}, "device_name_template"),
         ({"acl_rules": [{"action": "jump", "permission": "allow", "topic": "a"}]}, "acl_rules"),
         ({"name": "bad name"}, "name"),
         ({"pre_provisioning_hook_url": "not a url"}, "pre_provisioning_hook_url"),
