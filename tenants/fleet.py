@@ -118,8 +118,11 @@ def template_get(*, tenant: Tenant, name: str) -> ProvisioningTemplate:
     return template
 
 
+@transaction.atomic
 def template_delete(template: ProvisioningTemplate) -> None:
-    """Its claim certificates go with it: no device provisions with them any more."""
+    """Its claim certificates go with it (no device provisions with them any more); the devices
+    it made keep their certificates."""
+    FleetCertificate.objects.filter(template=template, kind=FleetCertificate.Kind.CLAIM).delete()
     template.delete()
 
 

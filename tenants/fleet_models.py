@@ -61,9 +61,11 @@ class FleetCertificate(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=6, choices=Kind.choices)
     certificate_id = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the DER")
+    # A claim's template, or the template of the claim that created a device's certificate.
+    # SET_NULL: deleting a template (which deletes its claims) leaves its devices connected.
     template = models.ForeignKey(
         ProvisioningTemplate,
-        on_delete=models.CASCADE,
+        on_delete=models.SET_NULL,
         null=True,
         blank=True,
         related_name="certificates",

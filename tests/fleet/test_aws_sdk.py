@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from common.device_identity import pem_of
+from tenants import fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -170,6 +171,7 @@ def test_sdk_provisions_from_its_own_csr(tls_broker, claim, tmp_path):
         assert registered.thing_name == f"sensor-{serial}"
     finally:
         device.close()
+    fleet.template_delete(claim.template)  # its claims go; the devices it made stay
     reconnect_as_device(
         tls_broker, tmp_path, f"sensor-{serial}", made.certificate_pem, pem_of(key), 5
     )
