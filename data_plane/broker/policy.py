@@ -42,7 +42,8 @@ def reapply(auth: Any, policy: Any, tenant: str, device: str) -> None:
     """The connection's AuthResult under the tenant's new policy (quota, QoS 0 setting, ACL)."""
     auth.quota = dict(policy.quota)
     auth.queue_qos0_offline = policy.queue_qos0_offline
-    auth.acl = policy.authorizer(tenant, device)
+    if not getattr(auth.acl, "fixed", False):  # a claim's rights stay as issued (`fleet`)
+        auth.acl = policy.authorizer(tenant, device)
 
 
 def authorize_session(session: Any, auth: Any) -> None:

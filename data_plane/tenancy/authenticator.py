@@ -122,8 +122,9 @@ class PostgresAuthenticator:
     async def _as_claim(self, connect: Connect, claim, who) -> AuthResult:
         """A claim certificate: the fleet provisioning topics of its template, nothing else.
         Its client id is set apart (`$claim-…`): a claim, which a whole fleet shares, never
-        takes over a device's session. Its rights stay as issued (`service`: a tenant policy
-        change does not hand it the tenant's ACL)."""
+        takes over a device's session. It counts as one of the tenant's clients (its quota,
+        connection limit and budget apply); its rights stay as issued (`ClaimAuthorizer.fixed`:
+        a tenant policy change does not hand it the tenant's ACL)."""
         policy = await self.directory.policy(who.tenant)
         if policy is None or not policy.active:
             return AuthResult(ReasonCode.BANNED, who.tenant, reason="tenant suspended")
@@ -136,7 +137,7 @@ class PostgresAuthenticator:
             ClaimAuthorizer(claim.certificate_id, claim.template_id, claim.template),
             dict(policy.quota),
             tenant_id=policy.tenant_id,
-            service=True,
+            budget_degraded=policy.budget_degraded,
             identity=who.label,
             valid_until=who.not_after,
         )

@@ -59,6 +59,7 @@ class ClaimAuthorizer:
     replies. It also names the claim, for the provisioning service."""
 
     filters_reads = False
+    fixed = True  # a change of the tenant's policy does not replace it (`broker.policy`)
 
     def __init__(self, certificate_id: str, template_id: int, template: str) -> None:
         self.certificate_id, self.template_id, self.template = (

@@ -6,6 +6,7 @@ created but never registered all get nowhere; and one claimer never reads anothe
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -61,6 +62,12 @@ def test_a_claim_can_do_nothing_but_provision(tls_broker, claim):
         for topic in ("sensors/lamp/temperature", "$aws/things/lamp/shadow/update"):
             attacker.publish(topic, b'{"state":{"reported":{"hacked":true}}}', 1)
         assert watcher.nothing(1.0)  # nothing reached the tenant's topics
+        # A change of the tenant's ACL (allow everything) does not hand the claim its rights.
+        services.acl_add(tenant=claim.tenant, action="both", permission="allow", topic="#")
+        time.sleep(0.5)  # the broker hears of it
+        assert int(attacker.subscribe("sensors/#", 1)[0].value) == ReasonCode.NOT_AUTHORIZED
+        attacker.publish("sensors/lamp/temperature", b"99", 1)
+        assert watcher.nothing(1.0)
         outcome, body = ask(attacker, CREATE, {})
         assert outcome == "accepted" and body["certificateOwnershipToken"]
     finally:
