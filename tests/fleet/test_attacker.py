@@ -53,7 +53,7 @@ def test_a_claim_can_do_nothing_but_provision(tls_broker, claim):
     _, secret = services.device_create(tenant=claim.tenant, name="watcher")
     watcher = Paho(tls_broker.port, f"{claim.tenant.slug}/watcher", secret, "watcher")
     watcher.subscribe("#", 1)
-    attacker = claimer(tls_broker, claim, "lamp")  # a device's client id: set apart
+    attacker = claimer(tls_broker, claim, "watcher")  # a live device's client id: set apart
     try:
         codes = [attacker.subscribe(f, 1)[0] for f in ("#", "sensors/#", "$aws/things/+/shadow/#")]
         assert [int(getattr(c, "value", c)) for c in codes] == [ReasonCode.NOT_AUTHORIZED] * 3
@@ -70,6 +70,10 @@ def test_a_claim_can_do_nothing_but_provision(tls_broker, claim):
         assert watcher.nothing(1.0)
         outcome, body = ask(attacker, CREATE, {})
         assert outcome == "accepted" and body["certificateOwnershipToken"]
+        # The device whose client id the claim sent kept its session and connection.
+        assert watcher.disconnect_reason is None
+        watcher.publish("sensors/watcher/ok", b"still here", 1)
+        assert watcher.expect(1)[0].payload == b"still here"
     finally:
         attacker.close()
         watcher.close()
