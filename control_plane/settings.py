@@ -243,6 +243,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.expire_credentials",
         "schedule": timedelta(seconds=int(os.environ.get("CREDENTIAL_EXPIRY_SWEEP_SECONDS", "60"))),
     },
+    "fleet-certificates-purge": {  # fleet provisioning's certificates never registered
+        "task": "tenants.tasks.fleet_certificates_purge",
+        "schedule": timedelta(hours=1),
+    },
     # Storage byte-hours: one sample per hour for every tenant (tenants.storage_usage); runs
     # every 15 minutes so a missed beat is caught within the hour, and writes once per hour.
     "sample-storage": {

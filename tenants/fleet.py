@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -199,3 +200,14 @@ def claim_revoke(claim: FleetCertificate) -> FleetCertificate:
         claim.revoked_at = timezone.now()
         claim.save(update_fields=["revoked_at"])
     return claim
+
+
+def unregistered_certificates_purge(*, older_than: timedelta = timedelta(days=1)) -> int:
+    """Forget the certificates created over MQTT whose ownership token expired unused (a
+    device that never registered, or a claim holder asking again and again): they could never
+    connect, and would otherwise pile up. Returns how many went."""
+    cutoff = timezone.now() - older_than
+    gone, _ = FleetCertificate.objects.filter(
+        kind=FleetCertificate.Kind.DEVICE, device=None, token_expires_at__lt=cutoff
+    ).delete()
+    return gone

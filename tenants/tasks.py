@@ -11,6 +11,14 @@ def expire_credentials() -> int:
     return services.credentials_expire()
 
 
+@shared_task(name="tenants.tasks.fleet_certificates_purge")
+def fleet_certificates_purge() -> int:
+    """Forget certificates created over MQTT (fleet provisioning) never registered to a device."""
+    from tenants.fleet import unregistered_certificates_purge
+
+    return unregistered_certificates_purge()
+
+
 @shared_task(name="tenants.tasks.compact_archive")
 def compact_archive() -> list[dict]:
     """Compact the archive's hours closed for more than a few minutes (live segments of all

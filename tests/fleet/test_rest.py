@@ -79,3 +79,29 @@ def test_a_bad_template_is_a_400_naming_the_field(change, field):
     response = owner.post(TEMPLATES, {**TEMPLATE, **change}, format="json")
     assert response.status_code == 400, response.content
     assert field in str(response.json()["error"])
+
+
+def test_certificates_never_registered_are_purged():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants import fleet
+    from tenants.fleet_models import FleetCertificate
+
+    tenant = services.tenant_create("fleet-purge")
+    template = fleet.template_create(tenant=tenant, name="t", device_name_template="d-{Serial}")
+    claim = fleet.claim_create(template).certificate
+    device = services.device_create(tenant=tenant, name="d-1")[0]
+    long_ago = timezone.now() - timedelta(days=2)
+    common = dict(tenant=tenant, kind="device", template=template, pem="x", not_after=long_ago)
+    stale = FleetCertificate.objects.create(
+        certificate_id="a" * 64, token_expires_at=long_ago, **common
+    )
+    fresh = FleetCertificate.objects.create(
+        certificate_id="b" * 64, token_expires_at=timezone.now(), **common
+    )
+    bound = FleetCertificate.objects.create(certificate_id="c" * 64, device=device, **common)
+    assert fleet.unregistered_certificates_purge() == 1
+    left = set(FleetCertificate.objects.filter(tenant=tenant).values_list("id", flat=True))
+    assert left == {claim.id, fresh.id, bound.id} and stale.id not in left
