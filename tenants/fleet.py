@@ -128,10 +128,18 @@ def template_delete(template: ProvisioningTemplate) -> None:
 
 
 def _authority(tenant: Tenant) -> FleetAuthority:
-    """The tenant's fleet CA, made (and registered among its CAs) the first time."""
-    existing = FleetAuthority.objects.select_for_update().filter(tenant=tenant).first()
-    if existing is not None:
+    """The tenant's fleet CA, made (and registered among its CAs) the first time, and again
+    after the tenant revoked it."""
+    existing = (
+        FleetAuthority.objects.select_for_update()
+        .select_related("ca")
+        .filter(tenant=tenant)
+        .first()
+    )
+    if existing is not None and existing.ca.revoked_at is None:
         return existing
+    if existing is not None:  # the tenant revoked it: a new CA signs from now on
+        existing.delete()
     cert, key = fleet_pki.new_authority(tenant.slug)
     name = AUTHORITY_CA_NAME
     if CaCertificate.objects.filter(tenant=tenant, name=name).exists():

@@ -55,8 +55,16 @@ def test_templates_and_claims_of_a_tenant_and_no_other():
     assert stranger.delete(claim_url).status_code == 404
     assert stranger.delete(f"{TEMPLATES}/sensors").status_code == 404
 
+    # The tenant may revoke its fleet CA (its devices stop); the next claim gets a new one.
+    assert owner.delete("/api/v1/cas/fleet-provisioning").status_code == 204
+    renewed = owner.post(f"{TEMPLATES}/sensors/claims").json()
+    assert renewed["ca_pem"] != body["ca_pem"]
+    live = [c for c in owner.get("/api/v1/cas").json()["results"] if not c["revoked_at"]]
+    assert [c["pem"] for c in live] == [renewed["ca_pem"]]
+
     assert owner.delete(claim_url).status_code == 204
-    assert owner.get(f"{TEMPLATES}/sensors/claims").json()["results"][0]["revoked_at"]
+    claims = owner.get(f"{TEMPLATES}/sensors/claims").json()["results"]
+    assert [c["certificate_id"] for c in claims if c["revoked_at"]] == [body["certificate_id"]]
     assert owner.delete(f"{TEMPLATES}/sensors").status_code == 204
     assert owner.get(f"{TEMPLATES}/sensors").status_code == 404
 
