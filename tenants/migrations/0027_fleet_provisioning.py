@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0025_device_usage"),
+        ("tenants", "0026_jobs"),
     ]
 
     operations = [
