@@ -176,7 +176,7 @@ def test_persistent_client_id_racing_at_two_nodes_ends_with_one_session(nodes, t
     _, (a, b, c) = nodes
     user, secret = tenant_user
     publisher = Paho(c.port, user, secret, "race-pub")
-    for attempt in range(20):
+    for attempt in range(10):
         client_id, topic = f"prace-{attempt}", f"prace/{attempt}"
         first = Paho(c.port, user, secret, client_id, clean=False, expiry=600)
         first.subscribe(topic, qos=1)

@@ -17,13 +17,15 @@ from tenants.models import Credential
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def worker(tmp_path):
+@pytest.fixture(scope="module")
+def worker(django_db_setup, django_db_blocker, tmp_path_factory):
+    """One worker and one beat for the module (each start and warm shutdown takes seconds)."""
+    tmp_path = tmp_path_factory.mktemp("celery")
     db = settings.DATABASES["default"]
     env = dict(os.environ)
-    env["DATABASE_URL"] = (
-        f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{connection.settings_dict['NAME']}"
-    )
+    with django_db_blocker.unblock():
+        name = connection.settings_dict["NAME"]
+    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{name}"
     env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
     env["CREDENTIAL_EXPIRY_SWEEP_SECONDS"] = "1"
     env["PLATFORM_STATE_DIR"] = str(tmp_path)  # beat's schedule and pid file
