@@ -90,10 +90,16 @@ async def run(base: Path, args: argparse.Namespace, creds: list[tuple[str, str]]
                 broker.stop()
             stores.discard(store_url)
             runs[label].append(result)
+            split = ""
+            if label != "mosquitto":  # where the broker's CPU went, µs per message by thread
+                split = "  | " + ", ".join(
+                    f"{name} {us:.2f}"
+                    for name, us in sorted(result.cpu_us_by_thread.items(), key=lambda kv: -kv[1])
+                )
             print(
                 f"  qos={qos} {label:<9} {result.delivered_per_s:>9,.0f} msg/s "
                 f"cpu/1k {result.cpu_per_1000:.4f} sent {result.sent:,} received "
-                f"{result.received:,}",
+                f"{result.received:,}{split}",
                 flush=True,
             )
         rate = {k: sum(r.delivered_per_s for r in v) / len(v) for k, v in runs.items()}

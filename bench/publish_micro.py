@@ -12,6 +12,9 @@
                                                         # nothing (no history policy, no rule)
     .venv/bin/python -m bench.publish_micro noacl 1 rate        # the tenant has publish rates:
                                                         # each PUBLISH through the limiter
+    .venv/bin/python -m bench.publish_micro noacl 0 journey threads  # the journey recorder and
+    .venv/bin/python -m bench.publish_micro noacl 0 no-journey  # its writer (a scratch folder
+                                                        # as the store) on or off
 
 PUBLISH bytes go in through `MQTTConnection.data_received` of 50 publishers, are routed and
 delivered to 50 subscribers whose transports only count bytes; QoS 1 deliveries are acknowledged.
@@ -42,6 +45,8 @@ from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.policy import authorize_session
 from data_plane.broker.ports import Ports
 from data_plane.config import BrokerConfig
+from data_plane.observability.journey import JourneyRecorder
+from data_plane.observability.journey_writer import JourneyWriter
 from data_plane.storage.archive_decision import ArchiveDecisions
 from data_plane.storage.archive_hook import ArchiveTap
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
@@ -53,8 +58,16 @@ QOS = int(sys.argv[2])
 # "archive" / "no-archive": the tap on or off, both run as `runbroker` runs (collector on, frozen
 # after start-up) and long enough for several archive intervals, so the two compare.
 ARCHIVE_MODE = next(
-    (a for a in sys.argv[3:] if a in ("archive", "no-archive", "archive-nothing")), None
+    (
+        a
+        for a in sys.argv[3:]
+        if a in ("archive", "no-archive", "archive-nothing", "journey", "no-journey")
+    ),
+    None,
 )
+# "journey": the journey's recorder on the loop and its writer thread (issue 30), as `runbroker`
+# runs them (2 s segments); "no-journey" the same run without them.
+JOURNEY = ARCHIVE_MODE == "journey"
 # "rate": the tenant has a publish rate (too high to hold anyone): every PUBLISH takes its turn
 # through the limiter (issue 28).
 RATE = "rate" in sys.argv[3:]
@@ -62,7 +75,8 @@ ARCHIVE = ARCHIVE_MODE in ("archive", "archive-nothing")
 # "archive-nothing": the tap as `runbroker` builds it, with its decisions (issue 31), where the
 # tenant has no history policy and no rule: each publish is looked up and left out.
 KEEPS_NOTHING = ARCHIVE_MODE == "archive-nothing"
-# "threads": also print the event loop thread's and the encoding thread's CPU per message.
+# "threads": also print the event loop thread's and the encoding (or journey writing) thread's
+# CPU per message.
 THREADS = "threads" in sys.argv[4:]
 if ARCHIVE_MODE:
     ROUNDS *= 3
@@ -107,10 +121,19 @@ async def main():
         scratch = tempfile.mkdtemp(prefix="publish-micro-archive-")
         decisions = ArchiveDecisions(pool=None) if KEEPS_NOTHING else None  # no tenant keeps
         tap = ArchiveTap(_TimedWriter(LocalObjectStore(scratch), encoding), decisions=decisions)
-    broker = Broker(BrokerConfig(), StaticAuthenticator(tenants), Ports(archive=tap))
+    journey = None
+    if JOURNEY:
+        scratch = tempfile.mkdtemp(prefix="publish-micro-journey-")
+        recorder = JourneyRecorder("micro")
+        journey = _TimedJourneyWriter(recorder, LocalObjectStore(scratch), encoding)
+    ports = Ports(archive=tap, journey=journey.recorder if journey is not None else None)
+    broker = Broker(BrokerConfig(), StaticAuthenticator(tenants), ports)
     if tap is not None:
         tap.listen(broker.hooks)
         tap.start()
+    if journey is not None:
+        journey.recorder.listen(broker.hooks)
+        journey.start()
     pubs, subs = [], []
     for i in range(PAIRS):
         for role, out in (("p", pubs), ("s", subs)):
@@ -182,6 +205,9 @@ async def main():
         else:
             assert tap.writer.written_records >= PAIRS * ROUNDS * BATCH, "archive rows missing"
         shutil.rmtree(scratch, ignore_errors=True)
+    if journey is not None:
+        await journey.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     elapsed, loop = time.process_time() - started, time.thread_time() - loop_started
     delivered = sum(c.transport.n for c in subs)
     assert delivered >= PAIRS * ROUNDS * BATCH * len(payload), "not everything was delivered"
@@ -213,6 +239,21 @@ class _TimedWriter(ParquetArchiveWriter):
         started = time.thread_time()
         try:
             return super().seal()
+        finally:
+            self.seconds[0] += time.thread_time() - started
+
+
+class _TimedJourneyWriter(JourneyWriter):
+    """The journey writer, counting the CPU its thread spends on batches."""
+
+    def __init__(self, recorder, store, seconds: list[float]) -> None:
+        super().__init__(recorder, store, interval=2.0)
+        self.seconds = seconds
+
+    def write(self, *args, **kwargs):
+        started = time.thread_time()
+        try:
+            return super().write(*args, **kwargs)
         finally:
             self.seconds[0] += time.thread_time() - started
 
