@@ -4,10 +4,14 @@ The CSV is one table a spreadsheet opens as it is: the job's columns as before (
 `quantity`…), the invoice's number and customer on every row, each line in words with its unit,
 `amount_cents` last; the `subtotal`, `tax` and `total` rows close it. No cell is ever a formula: text that
 starts with `=`, `+`, `-`, `@`, a tab or a carriage return (a customer's name is the tenant's own
-text) is written with a leading `'`, as OWASP advises; numbers stay numbers.
+text, and so is a device's name) is written with a leading `'`, as OWASP advises; numbers stay
+numbers.
 
-Per-device drill-down: the usage the bill is built from is metered per tenant and minute (the
-usage log and `tenants_usage` have no device column), so the CSV has no per-device rows."""
+Under the lines, before `subtotal`, the per-device drill-down (`tenants.invoice_devices`): for each
+line metered per device (messages, connection minutes) a `per_device` row (the section's header:
+the line's label "… by device" and its amount), then one `device` row per device with its units
+and its share of the line's amount (whole cents that add up to the line). Their codes are not the
+lines' codes, so a reader keyed on `code` finds the lines as before; the PDF has no such rows."""
 
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from tenants.invoice_words import line_words, money
+from tenants.invoice_devices import UNRECORDED, invoice_drilldown
+from tenants.invoice_words import DEVICE_LABELS, line_words, money
 from tenants.models import Invoice
 
 __all__ = ["CSV_COLUMNS", "invoice_csv", "invoice_pdf", "money", "safe_cell"]
@@ -39,6 +44,8 @@ CSV_COLUMNS = (
     "customer",
     "item",
     "unit",
+    "line_code",
+    "device",
     "currency",
     "amount",
     "amount_cents",
@@ -87,6 +94,8 @@ def invoice_csv(invoice: Invoice) -> str:
             **common,
         }
         writer.writerow([safe_cell(row[column]) for column in CSV_COLUMNS])
+    for row in _drilldown_rows(invoice, common):
+        writer.writerow([safe_cell(row[column]) for column in CSV_COLUMNS])
     for code, words, cents in (
         ("subtotal", "Subtotal", invoice.total_cents),
         ("tax", _tax_words(invoice), invoice.tax_cents),
@@ -97,6 +106,56 @@ def invoice_csv(invoice: Invoice) -> str:
         row["amount"] = money(cents, invoice.currency)
         writer.writerow([safe_cell(row[column]) for column in CSV_COLUMNS])
     return out.getvalue()
+
+
+UNRECORDED_WORDS = (
+    "(not recorded per device)",
+    "units of the line with no per-device record (metered before per-device metering began)",
+)
+UNNAMED_DEVICE = "(unnamed)"  # the "" of a will restored after a broker restart
+
+
+def _drilldown_rows(invoice: Invoice, common: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-device section: per drilled line a `per_device` header, then its `device` rows."""
+    rows = []
+    blank = {column: "" for column in CSV_COLUMNS}
+    for line, shares in invoice_drilldown(invoice):
+        words = line_words(line, invoice.currency)
+        header = {
+            **blank,
+            "code": "per_device",
+            "description": "by device: shares of the line's amount (not added to the total again)",
+            "quantity": line.get("quantity", ""),
+            "item": f"{words['label']} by device",
+            "unit": words["unit"],
+            "line_code": line["code"],
+            "amount": words["amount"],
+            "amount_cents": int(line.get("amount_cents", 0)),
+            **common,
+        }
+        rows.append(header)
+        for share in shares:
+            if share.device is UNRECORDED:
+                device, description = UNRECORDED_WORDS
+            else:
+                device = share.device or UNNAMED_DEVICE
+                description = DEVICE_LABELS.get(share.device, "")
+            rows.append(
+                {
+                    **blank,
+                    "code": "device",
+                    "description": description,
+                    "quantity": share.quantity,
+                    "item": words["label"],
+                    "unit": words["unit"],
+                    "line_code": line["code"],
+                    "device": device,
+                    "amount": money(share.amount_cents, invoice.currency),
+                    "amount_cents": share.amount_cents,
+                    **common,
+                }
+            )
+    return rows
 
 
 def invoice_pdf(invoice: Invoice) -> bytes:

@@ -24,6 +24,14 @@ UNITS = {
     "actions_executed": "actions",
     "storage_gb_hours": "GB-hours",
 }
+# Usage that is the tenant's but no device's of its own, in words (devices never take `$` names):
+# the names the brokers meter it under (`DeviceUsage.device`).
+DEVICE_LABELS = {
+    "$console": "Browser client (console)",
+    "$viewer": "Browser client (viewer)",
+    "$rules": "Rules republishing",
+    "": "Device not recorded (a will restored after a broker restart)",
+}
 PER_WORDS = {1_000: "thousand", 1_000_000: "million", 1_000_000_000: "billion"}
 
 

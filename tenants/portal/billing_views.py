@@ -12,7 +12,7 @@ from django.shortcuts import render
 
 from common.metering import explain_publish
 from tenants import billing_selectors, charts, invoice_render, usage_selectors
-from tenants.invoice_words import line_words
+from tenants.invoice_words import DEVICE_LABELS, line_words
 from tenants.portal.views import _context, tenant_view
 
 CHARTS = (
@@ -22,13 +22,6 @@ CHARTS = (
     ("actions_executed", "Actions executed", ""),
     ("storage_gb_hours", "Storage", "GB-hours"),
 )
-# Usage that is the tenant's but no device's of its own, in words (devices never take `$` names).
-DEVICE_LABELS = {
-    "$console": "Browser client (console)",
-    "$viewer": "Browser client (viewer)",
-    "$rules": "Rules republishing",
-    "": "Device not recorded (a will restored after a broker restart)",
-}
 
 
 def _daily(tenant, period: str) -> list[dict]:
