@@ -1,4 +1,5 @@
-"""Usage a tenant can read before the bill: per device per day, and the month's forecast.
+"""Usage a tenant can read before the bill: per device and per device group per day, and the
+month's forecast.
 
 Both read what the brokers meter into Postgres (`Usage` per tenant-minute, `DeviceUsage` per
 device-day); the bill reads the usage log, which holds the same tenant minutes. Money is priced by
@@ -12,14 +13,16 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Sum
+from django.db import connection
+from django.db.models import Count, Sum
 
 from common.pricing import BYTES_PER_GB, DESCRIPTIONS, DIMENSIONS, USAGE_COLUMN, quantity_of
 from tenants.billing_selectors import period_bounds
 from tenants.budget_selectors import BILLED_COLUMNS, month_to_date_spend
-from tenants.models import DeviceUsage, Tenant, Usage
+from tenants.models import Device, DeviceGroup, DeviceUsage, Tenant, Usage
 
 MAX_DEVICE_DAYS = 93  # a quarter of days per request
+NO_GROUP = "(no group)"  # no group can take this name (group names are letters, digits, _.:-)
 FORECAST_WINDOW_DAYS = 7
 FORECAST_METHOD = (
     "month to date + daily rate × days left (from now to the month's end), the daily rate "
@@ -37,15 +40,20 @@ def _day_span(start: datetime, end: datetime) -> tuple[date, date]:
     return first, after
 
 
-def device_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str, Any]:
-    """The tenant's usage per device and UTC day over the days [start, end) touches: `rows`
-    (day, device, messages in units, connection_minutes; days without usage left out) and
-    `devices` (each device's totals, the busiest first)."""
+def _device_days(start: datetime, end: datetime, by: str) -> tuple[date, date]:
     first, after = _day_span(start, end)
     if after <= first:
         raise ValidationError({"to": ["Must be after `from`."]})
     if (after - first).days > MAX_DEVICE_DAYS:
-        raise ValidationError({"to": [f"At most {MAX_DEVICE_DAYS} days per request by device."]})
+        raise ValidationError({"to": [f"At most {MAX_DEVICE_DAYS} days per request by {by}."]})
+    return first, after
+
+
+def device_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str, Any]:
+    """The tenant's usage per device and UTC day over the days [start, end) touches: `rows`
+    (day, device, messages in units, connection_minutes; days without usage left out) and
+    `devices` (each device's totals, the busiest first)."""
+    first, after = _device_days(start, end, "device")
     rows = DeviceUsage.objects.filter(tenant=tenant, day__gte=first, day__lt=after).order_by(
         "day", "device"
     )
@@ -64,6 +72,86 @@ def device_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str,
         total["connection_minutes"] = total.get("connection_minutes", 0) + row.connection_minutes
     devices = sorted(totals.values(), key=lambda t: (-t["messages"], t["device"]))
     return {"rows": out, "devices": devices}
+
+
+# The per-device rows joined to the groups their device is in now, by the device's name within
+# the tenant: a device in two groups yields two rows (it counts in each), one in none (or usage
+# under a name no device of the tenant has now: deleted, `$console`, `$rules`) one row, group NULL.
+_GROUP_USAGE_SQL = """
+SELECT {keys}, SUM(u.message_units), SUM(u.connection_minutes), COUNT(DISTINCT u.device)
+  FROM {usage} u
+  LEFT JOIN {device} d ON d.tenant_id = u.tenant_id AND d.name = u.device
+  LEFT JOIN {member} m ON m.device_id = d.id
+  LEFT JOIN {group} g ON g.id = m.devicegroup_id AND g.tenant_id = u.tenant_id
+ WHERE u.tenant_id = %s AND u.day >= %s AND u.day < %s
+ GROUP BY {keys}
+"""
+
+
+def _group_sums(tenant: Tenant, first: date, after: date, *, per_day: bool) -> list[tuple]:
+    keys = "u.day, g.name" if per_day else "g.name"
+    sql = _GROUP_USAGE_SQL.format(
+        keys=keys,
+        usage=DeviceUsage._meta.db_table,
+        device=Device._meta.db_table,
+        member=DeviceGroup.devices.through._meta.db_table,
+        group=DeviceGroup._meta.db_table,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [tenant.id, first, after])
+        return cursor.fetchall()
+
+
+def group_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str, Any]:
+    """The tenant's per-device usage summed per device group (the groups as they are now) over
+    the UTC days [start, end) touches: `rows` (day, group, messages, connection_minutes, devices
+    with usage; days and groups without usage left out) and `groups` (every group's totals, the
+    busiest first, with `members` its devices now; `NO_GROUP` last, when it has usage). A device
+    in several groups counts in each, so the groups can add up to more than the tenant used."""
+    first, after = _device_days(start, end, "group")
+
+    def name(group: str | None) -> str:
+        return NO_GROUP if group is None else group
+
+    rows = [
+        {
+            "day": day.isoformat(),
+            "group": name(group),
+            "messages": int(units),
+            "connection_minutes": int(minutes),
+            "devices": devices,
+        }
+        for day, group, units, minutes, devices in _group_sums(tenant, first, after, per_day=True)
+    ]
+    rows.sort(key=lambda r: (r["day"], r["group"] == NO_GROUP, r["group"]))
+    members = dict(
+        DeviceGroup.objects.filter(tenant=tenant)
+        .annotate(members=Count("devices"))
+        .values_list("name", "members")
+    )
+    totals = {
+        group: {
+            "group": group,
+            "members": count,
+            "devices": 0,
+            "messages": 0,
+            "connection_minutes": 0,
+        }
+        for group, count in members.items()
+    }
+    for group, units, minutes, devices in _group_sums(tenant, first, after, per_day=False):
+        total = totals.setdefault(name(group), {"group": name(group), "members": None})
+        total.update(devices=devices, messages=int(units), connection_minutes=int(minutes))
+    groups = sorted(
+        totals.values(),
+        key=lambda t: (
+            t["group"] == NO_GROUP,
+            -t["messages"],
+            -t["connection_minutes"],
+            t["group"],
+        ),
+    )
+    return {"rows": rows, "groups": groups}
 
 
 def _sums(tenant: Tenant, start: datetime, end: datetime) -> dict[str, int]:

@@ -518,6 +518,23 @@ class UsageResponse(serializers.Serializer):
     to = serializers.DateTimeField(required=False)
     granularity = serializers.ChoiceField(choices=["hour", "day"], required=False)
     series = UsagePointOutput(many=True, required=False)
+    rows = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="with `by`: per UTC day, {day, device, messages, connection_minutes} or "
+        "{day, group, messages, connection_minutes, devices}",
+    )
+    devices = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="with `by=device`: each device's totals {device, messages, connection_minutes}",
+    )
+    groups = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="with `by=group`: each group's totals {group, members, devices, messages, "
+        'connection_minutes}; devices in no group under "(no group)"',
+    )
     count = serializers.IntegerField(required=False)
     next = serializers.URLField(allow_null=True, required=False)
     previous = serializers.URLField(allow_null=True, required=False)

@@ -548,6 +548,10 @@ class QuotaView(TenantAPIView):
         return Response(s.QuotaOutput(body).data)
 
 
+# `GET /usage?by=…`: what each adds beside the series (`rows` per UTC day, and totals).
+BY_SELECTORS = {"device": usage_selectors.device_usage, "group": usage_selectors.group_usage}
+
+
 class UsageView(TenantAPIView):
     @extend_schema(
         parameters=[
@@ -555,7 +559,10 @@ class UsageView(TenantAPIView):
             OpenApiParameter("to", str, description="ISO 8601 end, exclusive (default now)"),
             OpenApiParameter("granularity", str, enum=["hour", "day"]),
             OpenApiParameter(
-                "by", str, enum=["device"], description="adds per-device rows, per UTC day"
+                "by",
+                str,
+                enum=["device", "group"],
+                description="adds per-device (or per-device-group) rows, per UTC day, and totals",
             ),
             OpenApiParameter("since", str, description="ISO 8601: raw minutes from then"),
             *PAGE_PARAMETERS,
@@ -584,8 +591,10 @@ class UsageView(TenantAPIView):
     def _series(self, params) -> Response:
         granularity = params.get("granularity", "day")
         by = params.get("by")
-        if by is not None and by != "device":
-            raise ValidationError({"by": ["Use device (per-device rows, per UTC day)."]})
+        if by is not None and by not in BY_SELECTORS:
+            raise ValidationError(
+                {"by": ["Use device or group (per-device or per-group rows, per UTC day)."]}
+            )
         now = timezone.now()
         bounds = {}
         for name, default in (("from", None), ("to", now)):
@@ -617,11 +626,9 @@ class UsageView(TenantAPIView):
             "granularity": granularity,
             "series": series,
         }
-        if by == "device":
+        if by is not None:
             body.update(
-                usage_selectors.device_usage(
-                    tenant=self.tenant, start=bounds["from"], end=bounds["to"]
-                )
+                BY_SELECTORS[by](tenant=self.tenant, start=bounds["from"], end=bounds["to"])
             )
         return Response(body)
 

@@ -1,5 +1,5 @@
-"""Portal pages for billing: Usage (one chart per billed dimension, per day and per device
-tables, the month to date in money and its forecast, what a message costs) and Invoices (lines,
+"""Portal pages for billing: Usage (one chart per billed dimension, per day, per device and per
+device group tables, the month to date in money and its forecast, what a message costs) and Invoices (lines,
 CSV/PDF downloads). Thin: selectors compute, `tenants.charts` draws."""
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def usage(request, membership):
         )
         dimension["forecast_money"] = invoice_render.money(dimension["forecast_cents"], currency)
     start, end = billing_selectors.period_bounds(period)
+    by_group = usage_selectors.group_usage(tenant=tenant, start=start, end=end)["groups"]
     now = datetime.now(UTC)
     days = [point for point in current if point["start"] <= now.isoformat()]
     return render(
@@ -84,6 +85,8 @@ def usage(request, membership):
                     "devices"
                 ]
             ],
+            groups=by_group,
+            has_groups=any(g["group"] != usage_selectors.NO_GROUP for g in by_group),
             forecast=forecast,
             estimate_total=invoice_render.money(forecast["month_to_date_cents"], currency),
             forecast_total=invoice_render.money(forecast["forecast_cents"], currency),

@@ -117,7 +117,7 @@ def test_usage_by_device_shows_only_the_tenants_devices(acme, attacker):  # noqa
     assert len(body["series"]) == 2  # the per-tenant series is still there
     theirs = evil_api.get("/api/v1/usage?from=2026-09-01&to=2026-09-03&by=device").json()
     assert [r["messages"] for r in theirs["rows"]] == [999]
-    bad = api.get("/api/v1/usage?from=2026-09-01&by=group")
+    bad = api.get("/api/v1/usage?from=2026-09-01&by=tenant")
     assert bad.status_code == 400 and "by" in bad.json()["error"]["fields"]
 
 
