@@ -19,7 +19,7 @@ from django.db.models import Sum
 from common.pricing import build_invoice
 from tenants import billing, invoicing, services
 from tenants.billing import price_book_for
-from tenants.invoice_devices import split_cents
+from tenants.invoice_devices import line_shares, split_cents
 from tenants.models import DeviceUsage, Invoice, Tenant, Usage
 from tests.api.conftest import acme, attacker, client_for  # noqa: F401 (fixtures)
 from tests.broker.clients import Paho
@@ -77,6 +77,23 @@ def csv_rows(api, period: str) -> list[dict[str, str]]:
 def test_split_cents_adds_up_to_the_amount_by_largest_remainder(amount, weights, shares):
     assert split_cents(amount, weights) == shares
     assert sum(shares) == amount
+
+
+def test_line_shares_with_more_device_units_than_the_line():
+    """An invoice issued before its month ended (`--force`): its devices went on, their rows now
+    hold more than the line; the line's amount is shared over them alone, still to the cent."""
+    line = {"code": "messages", "quantity": 10, "amount_cents": 100}
+    shares = line_shares(line, {"a": 8, "b": 7})
+    assert [(s.device, s.quantity, s.amount_cents) for s in shares] == [("a", 8, 53), ("b", 7, 47)]
+    fewer = line_shares({**line, "quantity": 20}, {"a": 8, "b": 7})
+    assert [(s.device, s.quantity, s.amount_cents) for s in fewer] == [
+        ("a", 8, 40),
+        ("b", 7, 35),
+        (None, 5, 25),  # the units no device row holds
+    ]
+    nothing = line_shares(line, {})  # no per-device record at all: one row, the whole line
+    assert [(s.device, s.quantity, s.amount_cents) for s in nothing] == [(None, 10, 100)]
+    assert line_shares({**line, "quantity": 0, "amount_cents": 0}, {}) == []  # no section
 
 
 def test_split_cents_refuses_no_weight():
