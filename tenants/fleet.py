@@ -55,6 +55,8 @@ def template_parameters(device_name_template: str) -> list[str]:
 
 def _check_acl_rules(rules: list[dict]) -> list[dict]:
     actions, permissions = set(AclRule.Action.values), set(AclRule.Permission.values)
+    if not isinstance(rules, list):
+        raise ValidationError({"acl_rules": ["A list of rules: [{action, permission, topic}]."]})
     clean = []
     for index, rule in enumerate(rules):
         if (
@@ -89,11 +91,13 @@ def template_create(
 ) -> ProvisioningTemplate:
     _require_active(tenant)
     template_parameters(device_name_template)
+    if not isinstance(attributes, dict | None):
+        raise ValidationError({"attributes": ["An object of the new device's attributes."]})
     template = ProvisioningTemplate(
         tenant=tenant,
         name=name,
         device_name_template=device_name_template,
-        acl_rules=_check_acl_rules(acl_rules or []),
+        acl_rules=_check_acl_rules([] if acl_rules is None else acl_rules),
         attributes=attributes or {},
         enabled=enabled,
         pre_provisioning_hook_url=pre_provisioning_hook_url,
@@ -113,6 +117,8 @@ def templates_list(*, tenant: Tenant) -> QuerySet[ProvisioningTemplate]:
 
 
 def template_get(*, tenant: Tenant, name: str) -> ProvisioningTemplate:
+    if "\x00" in name:  # no template has it (and NUL never reaches Postgres)
+        raise Http404("No such provisioning template.")
     template = ProvisioningTemplate.objects.filter(tenant=tenant, name=name).first()
     if template is None:
         raise Http404("No such provisioning template.")
@@ -195,7 +201,9 @@ def claims_list(template: ProvisioningTemplate) -> QuerySet[FleetCertificate]:
 
 
 def claim_get(template: ProvisioningTemplate, certificate_id: str) -> FleetCertificate:
-    claim = claims_list(template).filter(certificate_id=certificate_id).first()
+    claim = None
+    if "\x00" not in certificate_id:
+        claim = claims_list(template).filter(certificate_id=certificate_id).first()
     if claim is None:
         raise Http404("No such claim certificate.")
     return claim

@@ -55,3 +55,8 @@ def group_get(*, tenant: Tenant, name: str) -> DeviceGroup:
     if group is None:
         raise Http404("No such group.")
     return group
+
+
+def jobs_for_group(group: DeviceGroup) -> QuerySet[Job]:
+    """The jobs made for a group (its members then), newest first."""
+    return job_list(tenant=group.tenant).filter(targets__groups__contains=[group.name])

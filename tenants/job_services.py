@@ -424,3 +424,9 @@ def group_add_devices(*, group: DeviceGroup, devices) -> DeviceGroup:
 def group_remove_devices(*, group: DeviceGroup, devices) -> DeviceGroup:
     group.devices.remove(*_devices_named(group.tenant, devices))
     return group
+
+
+def group_delete(group: DeviceGroup) -> None:
+    """Delete a group (its devices stay). Jobs already made for it keep their executions: a job
+    targets the members a group had when the job was made (AWS's snapshot jobs)."""
+    group.delete()

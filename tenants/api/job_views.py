@@ -249,6 +249,14 @@ class GroupDetailView(TenantAPIView):
     def get(self, request, name: str):
         return Response(GroupOutput(job_selectors.group_get(tenant=self.tenant, name=name)).data)
 
+    @extend_schema(
+        responses={204: None},
+        description="Delete the group (its devices stay; jobs made for it keep their executions).",
+    )
+    def delete(self, request, name: str):
+        job_services.group_delete(job_selectors.group_get(tenant=self.tenant, name=name))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
 
 class GroupDevicesView(TenantAPIView):
     @extend_schema(

@@ -90,6 +90,18 @@ def ca_revoke(request, membership, name: str):
 
 @require_POST
 @tenant_view(write=True)
+def ca_auto_registration(request, membership, name: str):
+    """Just-in-time registration on or off for one CA (`PATCH /api/v1/cas/{name}`)."""
+    ca = identity.ca_get(tenant=membership.tenant, name=name)
+    enabled = request.POST.get("enabled") == "on"
+    identity.ca_set_auto_registration(ca, enabled)
+    state = "on: a device it signed registers on its first connection" if enabled else "off"
+    messages.success(request, f"Just-in-time registration for CA {name} is {state}.")
+    return redirect("portal:identity")
+
+
+@require_POST
+@tenant_view(write=True)
 def jwt_key_revoke(request, membership, kid: str):
     identity.jwt_key_revoke(identity.jwt_key_get(tenant=membership.tenant, kid=kid))
     messages.success(request, f"Key {kid} revoked.")

@@ -1,0 +1,92 @@
+"""The portal's Fleet provisioning pages (AWS's provisioning templates and claims): the tenant's
+templates with a form to make one; a template's page with its claim certificates, a button that
+makes one (its certificate and private key shown once, to read or download, as the API answers
+them once) and a revoke button per claim. Thin: `tenants.fleet` reads and writes, as for
+`/api/v1/provisioning-templates`; another tenant's template or claim is a 404."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from tenants import fleet
+from tenants.portal.job_forms import TemplateForm
+from tenants.portal.views import _context, _form_errors, _pop_once, _show_once, tenant_view
+
+
+@tenant_view()
+def templates(request, membership):
+    tenant = membership.tenant
+    form = TemplateForm(request.POST or None)
+    if request.method == "POST":
+        if not membership.can_write:
+            raise PermissionDenied("Your role can read but not change this tenant.")
+        if form.is_valid():
+            data = dict(form.cleaned_data)
+            try:
+                template = fleet.template_create(tenant=tenant, **data)
+            except ValidationError as error:
+                _form_errors(form, error)
+            else:
+                messages.success(request, f"Provisioning template {template.name} created.")
+                return redirect("portal:provisioning-template", name=template.name)
+    return render(
+        request,
+        "portal/provisioning.html",
+        _context(membership, templates=fleet.templates_list(tenant=tenant), form=form),
+    )
+
+
+@tenant_view()
+def template_detail(request, membership, name: str):
+    template = fleet.template_get(tenant=membership.tenant, name=name)
+    once = _pop_once(request)
+    issued = once if once and once.get("template") == template.name else None
+    return render(
+        request,
+        "portal/provisioning_template.html",
+        _context(
+            membership,
+            template=template,
+            parameters=fleet.template_parameters(template.device_name_template),
+            claims=fleet.claims_list(template),
+            issued=issued,
+        ),
+    )
+
+
+@require_POST
+@tenant_view(write=True)
+def claim_create(request, membership, name: str):
+    """A claim certificate; its key goes to this member's session until the next page view
+    shows it (then it is gone: the platform never stores it), as devices' secrets do."""
+    template = fleet.template_get(tenant=membership.tenant, name=name)
+    issued = fleet.claim_create(template)
+    _show_once(
+        request,
+        template=template.name,
+        certificate_id=issued.certificate.certificate_id,
+        certificate_pem=issued.certificate.pem,
+        private_key=issued.private_key,
+        ca_pem=issued.ca_pem,
+    )
+    return redirect("portal:provisioning-template", name=template.name)
+
+
+@require_POST
+@tenant_view(write=True)
+def claim_revoke(request, membership, name: str, certificate_id: str):
+    template = fleet.template_get(tenant=membership.tenant, name=name)
+    fleet.claim_revoke(fleet.claim_get(template, certificate_id))
+    messages.success(request, "Claim certificate revoked: no device provisions with it now.")
+    return redirect("portal:provisioning-template", name=template.name)
+
+
+@require_POST
+@tenant_view(write=True)
+def template_delete(request, membership, name: str):
+    fleet.template_delete(fleet.template_get(tenant=membership.tenant, name=name))
+    messages.success(request, f"Template {name} deleted; the devices it made stay.")
+    return redirect("portal:provisioning")
