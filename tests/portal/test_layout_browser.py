@@ -9,7 +9,7 @@ import os
 import pytest
 from playwright.sync_api import expect
 
-from tenants import services
+from tenants import fleet, job_services, services
 from tests.portal.test_first_hour_browser import platform  # noqa: F401 (a fixture)
 from tests.portal.web import log_in
 
@@ -27,6 +27,17 @@ def acme_layout():
     tenant, _, _ = services.signup(tenant="acme-layout", email="me@acme.io", password=PASSWORD)
     services.device_create(tenant=tenant, name="sensor-with-a-rather-long-name-01")
     services.rule_create(tenant=tenant, name="hot", sql='SELECT * FROM "t/#"', actions=[])
+    group = "a-group-with-a-rather-long-name-01"
+    job_services.group_create(tenant=tenant, name=group, devices=[])
+    job_services.job_create(
+        tenant=tenant,
+        job_id="firmware-update-with-a-rather-long-id-2026",
+        document={"version": "2.1"},
+        targets={"devices": ["sensor-with-a-rather-long-name-01"], "groups": [group]},
+    )
+    fleet.template_create(
+        tenant=tenant, name="a-template-with-a-long-name", device_name_template="sensor-{Serial}"
+    )
 
 
 def _overflow(page) -> int:
