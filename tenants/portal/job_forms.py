@@ -25,6 +25,8 @@ class JsonField(forms.CharField):
     def to_python(self, value):
         text = (super().to_python(value) or "").strip() or self.empty
         if not text:
+            if self.required:
+                raise forms.ValidationError(self.error_messages["required"], code="required")
             return None
         try:
             return json.loads(text)
@@ -32,6 +34,9 @@ class JsonField(forms.CharField):
             raise forms.ValidationError(
                 f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
             ) from None
+
+    def validate(self, value) -> None:
+        """Emptiness was judged on the text: `null` is JSON, for the service to refuse."""
 
     def prepare_value(self, value):
         return value if isinstance(value, str) or value is None else json.dumps(value, indent=2)

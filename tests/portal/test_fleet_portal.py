@@ -96,6 +96,8 @@ def test_a_job_made_in_the_portal_is_the_apis_job(client, acme):
     [
         ({"document": '{"version": 2,}'}, "document", "Not valid JSON"),
         ({"document": "[1, 2]"}, "document", "must be a JSON object"),
+        ({"document": "null"}, "document", "must be a JSON object"),
+        ({"document": "  "}, "document", "required"),
         ({"document": json.dumps({"x": "y" * 33_000})}, "document", "32768 bytes"),
         ({"job_id": "fw 2"}, "job_id", "letters, digits"),
         ({"devices": ["ghost"]}, "devices", "Unknown devices: ghost"),
