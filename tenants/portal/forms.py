@@ -5,6 +5,16 @@ import json
 from django import forms
 
 
+def parse_json(text: str):
+    """`text` as JSON, or a form error naming where it stops being JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(
+            f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+        ) from None
+
+
 class SignupForm(forms.Form):
     tenant = forms.CharField(
         label="Tenant name",
@@ -83,13 +93,7 @@ class RuleForm(forms.Form):
             self.fields["name"].disabled = True
 
     def clean_actions(self):
-        text = self.cleaned_data["actions"].strip() or "[]"
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
-            ) from None
+        return parse_json(self.cleaned_data["actions"].strip() or "[]")
 
 
 class InviteForm(forms.Form):

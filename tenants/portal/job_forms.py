@@ -9,6 +9,8 @@ import json
 
 from django import forms
 
+from tenants.portal.forms import parse_json
+
 FAILURE_TYPES = [("FAILED", "FAILED"), ("REJECTED", "REJECTED"), ("TIMED_OUT", "TIMED_OUT")]
 FAILURE_TYPES.append(("ALL", "any of them"))
 
@@ -28,12 +30,7 @@ class JsonField(forms.CharField):
             if self.required:
                 raise forms.ValidationError(self.error_messages["required"], code="required")
             return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
-            ) from None
+        return parse_json(text)
 
     def validate(self, value) -> None:
         """Emptiness was judged on the text: `null` is JSON, for the service to refuse."""
