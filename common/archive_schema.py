@@ -250,7 +250,9 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # evaluated (sized the same way: payload + topic + properties); `actions_executed` actions run; `storage_byte_hours` an hourly sample of bytes stored
 # (retained, queued, archive), so a sample of B bytes adds B byte-hours; `shadow_operations`
 # device shadow operations in AWS's 1 KiB units (an update of 1.5 KiB is 2; null in rows
-# written before shadows existed, and by writers that meter none). The plain counts
+# written before shadows existed, and by writers that meter none); `job_executions` job
+# executions queued, new ones and retries (AWS's remote actions; null likewise: written by the
+# control plane's `jobs` writer only, tenants/job_metering.py). The plain counts
 # (publishes_in, deliveries_out, bytes_in, bytes_out, dropped) are for charts, not for pricing.
 #
 # Layout: usage/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet (all tenants of
@@ -287,6 +289,7 @@ USAGE_SCHEMA = pa.schema(
         pa.field("bytes_out", pa.int64(), nullable=False),
         pa.field("dropped", pa.int64(), nullable=False),
         pa.field("shadow_operations", pa.int64(), nullable=True),
+        pa.field("job_executions", pa.int64(), nullable=True),
     ]
 )
 

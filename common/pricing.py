@@ -21,6 +21,12 @@ plan (and not for the old one), one line per plan held, each rounded half up to 
 every line (`prorated_base_fee_line`). Usage is priced with the price book of the plan held at
 the end of the period.
 
+Dimensions added after invoices were first issued (`LATER_DIMENSIONS`: job executions) keep
+every invoice of a tenant that does not use them byte for byte what it was: such a dimension has
+a line, and a figure in the invoice's `usage`, only in a period it was used, priced by the price
+book when the book names it, else by its list price here (a book older than the dimension),
+whose checksum then joins the invoice's `inputs` as `list_prices`.
+
 Storage is metered in byte-hours and billed in GB-hours (10^9 bytes × 1 hour), exactly:
 `storage_gb_hours = storage_byte_hours / 10^9` as a decimal with up to 9 places.
 """
@@ -42,6 +48,7 @@ DIMENSIONS = (
     "rules_triggered",
     "actions_executed",
     "storage_gb_hours",
+    "job_executions",
 )
 USAGE_COLUMN = {
     "messages": "messages",
@@ -49,6 +56,12 @@ USAGE_COLUMN = {
     "rules_triggered": "rules_triggered",
     "actions_executed": "actions_executed",
     "storage_gb_hours": "storage_byte_hours",
+    "job_executions": "job_executions",
+}
+# Dimensions priced since after invoices were first issued, with their list prices (AWS IoT
+# Device Management's, US East: $0.003 per remote action, i.e. per job execution on a device).
+LATER_DIMENSIONS: dict[str, dict[str, Any]] = {
+    "job_executions": {"included": 0, "per": 1000, "tiers": [{"up_to": None, "price": "3.00"}]},
 }
 LINE_CODES = ("base_fee", *DIMENSIONS, "adjustment", "credit")
 DESCRIPTIONS = {
@@ -58,6 +71,7 @@ DESCRIPTIONS = {
     "rules_triggered": "Rules triggered (5 KB units)",
     "actions_executed": "Actions executed",
     "storage_gb_hours": "Storage (GB-hours)",
+    "job_executions": "Job executions (remote actions)",
 }
 ROUNDING_RULE = "each line rounded half-up to the cent from its exact decimal amount; total = sum"
 BYTES_PER_GB = 10**9
@@ -251,16 +265,37 @@ def base_fee_lines(price_book: dict[str, Any], terms: Sequence[dict[str, Any]] =
     ]
 
 
+def spec_of(dimension: str, price_book: dict[str, Any], total: int) -> dict[str, Any] | None:
+    """How `dimension` is priced for a period whose usage-log sum is `total`: by the price book,
+    or for a later dimension its list price; None when it has no line (a dimension the book
+    does not price; a later dimension not used)."""
+    spec = price_book["dimensions"].get(dimension)
+    if dimension in LATER_DIMENSIONS:
+        if not total:
+            return None
+        return spec or LATER_DIMENSIONS[dimension]
+    return spec
+
+
+def _list_priced(usage: dict[str, int], price_book: dict[str, Any]) -> dict[str, Any]:
+    """The later dimensions used and priced at list price (the book predates them)."""
+    return {
+        d: spec
+        for d, spec in LATER_DIMENSIONS.items()
+        if int(usage.get(USAGE_COLUMN[d], 0)) and d not in price_book["dimensions"]
+    }
+
+
 def invoice_lines(
     usage: dict[str, int], price_book: dict[str, Any], terms: Sequence[dict[str, Any]] = ()
 ) -> list[dict[str, Any]]:
     """The base fee and one line per priced dimension, from the period's usage-log sums."""
     lines = base_fee_lines(price_book, terms)
     for dimension in DIMENSIONS:
-        spec = price_book["dimensions"].get(dimension)
-        if spec is None:
-            continue  # not priced by this plan
         total = int(usage.get(USAGE_COLUMN[dimension], 0))
+        spec = spec_of(dimension, price_book, total)
+        if spec is None:
+            continue  # not priced by this plan (or a later dimension not used)
         lines.append(dimension_line(dimension, quantity_of(dimension, total), spec))
     return lines
 
@@ -309,12 +344,20 @@ def build_invoice(
     }
     if terms:  # only when prorated, so full-month invoices keep their checksums
         inputs["terms"] = sha256_hex(canonical_json(list(terms)))
+    listed = _list_priced(usage, price_book)
+    if listed:  # only when used, so invoices without them keep their checksums
+        inputs["list_prices"] = sha256_hex(canonical_json(listed))
+    later = {USAGE_COLUMN[d] for d in LATER_DIMENSIONS}
     document = {
         "tenant": tenant,
         "period": period,
         "currency": price_book["currency"],
         "price_book": {"plan": price_book["plan"], "version": price_book["version"]},
-        "usage": {k: int(usage.get(k, 0)) for k in sorted(set(USAGE_COLUMN.values()))},
+        "usage": {
+            k: int(usage.get(k, 0))
+            for k in sorted(set(USAGE_COLUMN.values()))
+            if k not in later or int(usage.get(k, 0))
+        },
         "lines": lines,
         "total_cents": sum(line["amount_cents"] for line in lines),
         "rounding": ROUNDING_RULE,
@@ -337,9 +380,9 @@ def adjustment_lines(
     the period's own price book, so tiers crossed late are priced as they would have been."""
     out = []
     for dimension in DIMENSIONS:
-        spec = price_book["dimensions"].get(dimension)
         column = USAGE_COLUMN[dimension]
         fresh, billed = int(fresh_usage.get(column, 0)), int(billed_usage.get(column, 0))
+        spec = spec_of(dimension, price_book, max(fresh, billed))
         if spec is None or fresh == billed:
             continue
         now = dimension_line(dimension, quantity_of(dimension, fresh), spec)

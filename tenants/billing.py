@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.pricing import (
+    LATER_DIMENSIONS,
     USAGE_COLUMN,
     PriceBookError,
     canonical_json,
@@ -44,6 +45,10 @@ LIST_DIMENSIONS = {
     "rules_triggered": {"per": 1_000_000, "tiers": [{"up_to": None, "price": "0.15"}]},
     "actions_executed": {"per": 1_000_000, "tiers": [{"up_to": None, "price": "0.15"}]},
     "storage_gb_hours": {"per": 1, "tiers": [{"up_to": None, "price": "0.0002"}]},
+    "job_executions": {
+        "per": LATER_DIMENSIONS["job_executions"]["per"],
+        "tiers": LATER_DIMENSIONS["job_executions"]["tiers"],
+    },
 }
 FREE_TIER = {
     "messages": 1_000_000,
@@ -51,6 +56,7 @@ FREE_TIER = {
     "rules_triggered": 250_000,
     "actions_executed": 250_000,
     "storage_gb_hours": 100,
+    "job_executions": 0,  # AWS's free tier has no remote actions either
 }
 
 

@@ -27,6 +27,7 @@ SERIES_COLUMNS = {
     "bytes_in": "bytes_in",
     "bytes_out": "bytes_out",
     "shadow_operations": "shadow_operations",
+    "job_executions": "job_executions",
 }
 
 

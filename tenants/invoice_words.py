@@ -16,6 +16,7 @@ DIMENSIONS: dict[str, tuple[str, str]] = {
     "rules_triggered": ("Rules triggered", "5 KB units"),
     "actions_executed": ("Rule actions executed", ""),
     "storage_gb_hours": ("Storage", "GB-hours"),
+    "job_executions": ("Job executions", "remote actions"),
 }
 UNITS = {
     "messages": "messages (5 KB units)",
@@ -23,6 +24,7 @@ UNITS = {
     "rules_triggered": "rule runs (5 KB units)",
     "actions_executed": "actions",
     "storage_gb_hours": "GB-hours",
+    "job_executions": "job executions",
 }
 # Usage that is the tenant's but no device's of its own, in words (devices never take `$` names):
 # the names the brokers meter it under (`DeviceUsage.device`).

@@ -10,6 +10,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from common.quota_keys import QUOTA_KEYS
@@ -633,6 +634,8 @@ class Usage(models.Model):
     actions_executed = models.BigIntegerField(default=0, db_default=0)
     # Device shadow operations in AWS's 1 KiB units (data_plane.shadows.metering).
     shadow_operations = models.BigIntegerField(default=0, db_default=0)
+    # Job executions queued (AWS's remote actions, retries included: tenants.job_metering).
+    job_executions = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [
@@ -1234,6 +1237,12 @@ class Job(models.Model):
     # Abort criteria (AWS's abortConfig): [{failure_type, threshold_percentage,
     # min_executed_things}]; Celery beat cancels the job when one is met.
     abort_criteria = models.JSONField(default=list, blank=True)
+    # Retries (AWS's jobExecutionsRetryConfig): [{failure_type FAILED | TIMED_OUT | ALL,
+    # number_of_retries}]; a FAILED or TIMED_OUT execution within them is queued again.
+    retry_criteria = models.JSONField(default=list, db_default=[], blank=True)
+    # The artifacts its document names (`${aws:iot:s3-presigned-url:artifact/NAME}`), checked
+    # when it was created: an artifact a running job names cannot be deleted.
+    artifacts = models.JSONField(default=list, db_default=[], blank=True)
     reason = models.CharField(max_length=255, blank=True, default="", help_text="why it ended")
     created_by = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
@@ -1275,6 +1284,9 @@ class JobExecution(models.Model):
     timeout_at = models.DateTimeField(
         null=True, blank=True, help_text="an IN_PROGRESS execution becomes TIMED_OUT then"
     )
+    # Retries made so far, by the failure that called for them (`execution_number` - 1 in all).
+    failed_retries = models.PositiveIntegerField(default=0, db_default=0)
+    timed_out_retries = models.PositiveIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [
@@ -1302,6 +1314,47 @@ class JobAnnouncement(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["created_at"], name="job_announcement_age")]
+
+
+class JobArtifact(models.Model):
+    """A file a tenant uploaded for its jobs (firmware), kept in the object store under its
+    prefix (`common.jobs.artifacts.object_key`) and handed to devices as short-lived URLs."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="job_artifacts")
+    name = models.CharField(max_length=128)
+    size = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    content_type = models.CharField(max_length=255, blank=True, default="")
+    created_by = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="job_artifact_unique_name")
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobMeter(models.Model):
+    """Job executions queued (new ones and retries), counted in the transaction that queued
+    them, by the control plane or a broker; `tenants.job_metering` writes them to the usage
+    log once (`batch`: the rows written together, `logged_at`: when written)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    executions = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now, db_default=Now())
+    batch = models.BigIntegerField(null=True, blank=True)
+    logged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["id"], name="job_meter_unlogged", condition=models.Q(logged_at=None)
+            )
+        ]
 
 
 # Fleet provisioning (issue 32) lives in its own module; imported here so Django registers it.

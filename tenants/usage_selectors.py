@@ -16,7 +16,14 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Count, Sum
 
-from common.pricing import BYTES_PER_GB, DESCRIPTIONS, DIMENSIONS, USAGE_COLUMN, quantity_of
+from common.pricing import (
+    BYTES_PER_GB,
+    DESCRIPTIONS,
+    DIMENSIONS,
+    LATER_DIMENSIONS,
+    USAGE_COLUMN,
+    quantity_of,
+)
 from tenants.billing_selectors import period_bounds
 from tenants.budget_selectors import BILLED_COLUMNS, month_to_date_spend
 from tenants.models import Device, DeviceGroup, DeviceUsage, Tenant, Usage
@@ -208,7 +215,9 @@ def usage_forecast(*, tenant: Tenant, now: datetime | None = None) -> dict[str, 
                 "forecast": _number(quantity_of(dimension, forecast[column])),
                 "daily_rate": float(round(daily, 3)),
                 "priced": line is not None,
-                "included": specs[dimension].get("included", 0) if line else None,
+                "included": (specs.get(dimension) or LATER_DIMENSIONS[dimension]).get("included", 0)
+                if line
+                else None,
                 "billable": line["billable"] if line else None,
                 "unit_price": line["unit_price"] if line else None,
                 "per": line["per"] if line else None,

@@ -483,6 +483,7 @@ class UsageOutput(serializers.Serializer):
     retained_count = serializers.IntegerField()
     stored_bytes = serializers.IntegerField()
     shadow_operations = serializers.IntegerField(help_text="device shadow operations, 1 KiB units")
+    job_executions = serializers.IntegerField(help_text="job executions queued (retries too)")
 
 
 class UsagePointOutput(serializers.Serializer):
@@ -498,6 +499,7 @@ class UsagePointOutput(serializers.Serializer):
     bytes_in = serializers.IntegerField()
     bytes_out = serializers.IntegerField()
     shadow_operations = serializers.IntegerField(help_text="device shadow operations, 1 KiB units")
+    job_executions = serializers.IntegerField(help_text="job executions queued (retries too)")
 
 
 class UsageSeriesOutput(serializers.Serializer):
@@ -553,6 +555,7 @@ class InvoiceLineOutput(serializers.Serializer):
             "rules_triggered",
             "actions_executed",
             "storage_gb_hours",
+            "job_executions",
             "adjustment",
             "credit",
         ]

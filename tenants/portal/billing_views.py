@@ -21,6 +21,7 @@ CHARTS = (
     ("rules_triggered", "Rule executions", "5 KB units"),
     ("actions_executed", "Actions executed", ""),
     ("storage_gb_hours", "Storage", "GB-hours"),
+    ("job_executions", "Job executions", "remote actions"),
 )
 
 

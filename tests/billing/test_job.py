@@ -240,3 +240,31 @@ def test_credits_come_off_the_total_but_never_below_zero(spark, tmp_path):
     assert [line["amount_cents"] for line in lines] == [-500, -(plain["total_cents"] - 500)]
     assert credited["total_cents"] == 0
     assert credited["input_checksum"] != plain["input_checksum"]
+
+
+def test_job_executions_are_billed_where_used_and_change_no_other_invoice(spark, tmp_path):
+    """A tenant's job executions (the `jobs` writer's rows) get an invoice line, at the list
+    price when the price book predates them; a tenant without jobs gets the very bytes it got
+    before job executions were billed (its rows carry no such column, as a broker writes them)."""
+    at = SEPTEMBER + timedelta(days=2)
+    old_style = [
+        {
+            k: v
+            for k, v in row(t, at, messages=40, connection_minutes=9).items()
+            if k != "job_executions"
+        }
+        for t in ("alpha", "beta")
+    ]
+    without, with_jobs = LocalObjectStore(tmp_path / "a"), LocalObjectStore(tmp_path / "b")
+    for store in (without, with_jobs):
+        write_rows(store, old_style, "broker-a")
+    write_rows(with_jobs, [row("alpha", at, "jobs", job_executions=1500)], "jobs")
+    accounts = [Account("alpha", SMALL), Account("beta", SMALL)]
+    before = run(spark, without, "2026-09", accounts).invoices
+    alpha, beta = run(spark, with_jobs, "2026-09", accounts).invoices
+    assert canonical_json(beta) == canonical_json(before[1])
+    assert "job_executions" not in canonical_json(before[0]).decode()
+    line = lines_by_code(alpha)["job_executions"]
+    assert (line["quantity"], line["amount_cents"]) == (1500, 450)  # $0.003 each, list price
+    assert alpha["usage"]["job_executions"] == 1500 and "list_prices" in alpha["inputs"]
+    assert alpha["total_cents"] == before[0]["total_cents"] + 450
