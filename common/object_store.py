@@ -137,6 +137,8 @@ class S3ObjectStore:
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}"
         self.client = boto3.client("s3", endpoint_url=endpoint_url)
+        self._endpoint_url = endpoint_url
+        self._presigner: Any = None
 
     def _key(self, key: str) -> str:
         key = _clean_key(key)
@@ -159,6 +161,22 @@ class S3ObjectStore:
 
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def presigned_get(self, key: str, expires_in: int) -> str:
+        """A URL that GETs the object without credentials until `expires_in` seconds from now
+        (S3's presigned URL, Signature Version 4: signed here, no request made)."""
+        if self._presigner is None:
+            import boto3
+            from botocore.config import Config
+
+            self._presigner = boto3.client(
+                "s3", endpoint_url=self._endpoint_url, config=Config(signature_version="s3v4")
+            )
+        return self._presigner.generate_presigned_url(
+            "get_object",
+            Params={"Bucket": self.bucket, "Key": self._key(key)},
+            ExpiresIn=expires_in,
+        )
 
     def list(self, prefix: str = "") -> list[str]:
         full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")

@@ -135,6 +135,8 @@ EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "1") not in ("0", "false", "False", "")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "MQTT platform <noreply@localhost>")
 # The portal's address as users reach it: links printed by commands (create_tenant --owner).
+# Job artifacts (tenants.job_artifacts): the largest upload, in bytes.
+JOB_ARTIFACT_MAX_BYTES = int(os.environ.get("JOB_ARTIFACT_MAX_BYTES", str(64 * 1024 * 1024)))
 PORTAL_URL = os.environ.get("PORTAL_URL", f"http://127.0.0.1:{os.environ.get('WEB_PORT', '8000')}")
 
 # Where devices reach the broker, shown in the portal.
@@ -280,8 +282,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.shadow_history_purge",
         "schedule": timedelta(hours=1),
     },
-    # Jobs (tenants.job_services): executions IN_PROGRESS past their timeout become TIMED_OUT,
-    # abort criteria are checked, rollouts release their next devices.
+    # Jobs (tenants.job_services): executions IN_PROGRESS past their timeout become TIMED_OUT
+    # (or are retried), abort criteria are checked, rollouts release their next devices, and
+    # the executions queued go to the usage log (tenants.job_metering).
     "jobs-upkeep": {
         "task": "tenants.tasks.jobs_upkeep",
         "schedule": timedelta(seconds=int(os.environ.get("JOBS_UPKEEP_SECONDS", "60"))),

@@ -182,11 +182,13 @@ async def run(args: argparse.Namespace) -> None:
 
         shadows = ShadowService(PostgresShadows(link.pool))
         shadow_changes = Announcements(dsn, link.pool, shadows)  # the REST API's changes
+        from common.jobs.artifacts import ArtifactLinks
         from data_plane.jobs.announcements import JobAnnouncements
         from data_plane.jobs.service import JobService
         from data_plane.jobs.store import PostgresJobs
 
-        jobs = JobService(PostgresJobs(link.pool))
+        # Job documents go out with their artifacts' URLs (S3 presigned, or signed for the web).
+        jobs = JobService(PostgresJobs(link.pool), ArtifactLinks.from_env())
         job_changes = JobAnnouncements(dsn, link.pool, jobs)  # jobs created, cancelled, timed out
         from data_plane.fleet.service import FleetService
         from data_plane.fleet.store import FleetStore

@@ -7,8 +7,9 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import Http404
 
 from common.jobs import executions as ex
+from common.jobs.artifacts import NAME
 from common.jobs.topics import JOB_ID
-from tenants.models import DeviceGroup, Job, JobExecution, Tenant
+from tenants.models import DeviceGroup, Job, JobArtifact, JobExecution, Tenant
 
 _COUNTS = {
     f"count_{status.lower()}": Count("executions", filter=Q(executions__status=status))
@@ -60,3 +61,29 @@ def group_get(*, tenant: Tenant, name: str) -> DeviceGroup:
 def jobs_for_group(group: DeviceGroup) -> QuerySet[Job]:
     """The jobs made for a group (its members then), newest first."""
     return job_list(tenant=group.tenant).filter(targets__groups__contains=[group.name])
+
+
+def artifact_list(*, tenant: Tenant) -> QuerySet[JobArtifact]:
+    return JobArtifact.objects.filter(tenant=tenant).order_by("name")
+
+
+def artifact_get(*, tenant: Tenant, name: str) -> JobArtifact:
+    """The tenant's artifact `name`, or 404 (another tenant's too)."""
+    artifact = (
+        JobArtifact.objects.filter(tenant=tenant, name=name).first() if NAME.match(name) else None
+    )
+    if artifact is None:
+        raise Http404("No such artifact.")
+    return artifact
+
+
+def artifact_by_slug(*, slug: str, name: str) -> JobArtifact:
+    """The artifact a signed download URL names (its tenant by slug), or 404."""
+    if not NAME.match(name) or "\x00" in slug:
+        raise Http404("No such artifact.")
+    artifact = (
+        JobArtifact.objects.filter(tenant__slug=slug, name=name).select_related("tenant").first()
+    )
+    if artifact is None:
+        raise Http404("No such artifact.")
+    return artifact

@@ -27,6 +27,8 @@ from django.utils import timezone
 from common.jobs import announcements
 from common.jobs import executions as ex
 from common.jobs.topics import JOB_ID
+from tenants.job_artifacts import artifacts_named
+from tenants.job_metering import executions_queued
 from tenants.models import Device, DeviceGroup, Job, JobAnnouncement, JobExecution, Tenant
 
 MAX_DOCUMENT_BYTES = 32 * 1024  # AWS's job document limit
@@ -34,6 +36,7 @@ MAX_TIMEOUT_MINUTES = 10080  # a week, as AWS's in-progress timeout
 MAX_PER_MINUTE = 1000  # AWS's rollout maximumPerMinute
 FAILURE_TYPES = (ex.FAILED, ex.REJECTED, ex.TIMED_OUT, "ALL")  # AWS's abort failureType
 EXECUTED = (ex.SUCCEEDED, ex.FAILED, ex.REJECTED, ex.TIMED_OUT)  # "executed things"
+RESERVED_JOB_IDS = ("artifacts",)  # /api/v1/jobs/artifacts is the artifacts' collection
 
 
 class JobConflict(Exception):
@@ -59,6 +62,9 @@ def execution_of(row: JobExecution) -> ex.Execution:
         document=row.job.document,
         timeout_at=_epoch(row.timeout_at),
         job_timeout_minutes=row.job.timeout_minutes,
+        retry_criteria=row.job.retry_criteria or [],
+        failed_retries=row.failed_retries,
+        timed_out_retries=row.timed_out_retries,
     )
 
 
@@ -173,6 +179,34 @@ def _abort_criteria(criteria) -> list[dict]:
     return checked
 
 
+def _retry_criteria(criteria) -> list[dict]:
+    """AWS's jobExecutionsRetryConfig criteria, checked: [{failure_type FAILED | TIMED_OUT |
+    ALL, number_of_retries 0-10}], one per failure type, ALL alone."""
+    if criteria is None:
+        return []
+    words = (
+        "Each criterion: failure_type FAILED, TIMED_OUT or ALL (ALL alone), once each; "
+        f"number_of_retries from 0 to {ex.MAX_RETRIES}."
+    )
+    if not isinstance(criteria, list) or len(criteria) > 2:
+        raise ValidationError({"retry": [words]})
+    checked = []
+    for item in criteria:
+        kind = item.get("failure_type") if isinstance(item, dict) else None
+        count = item.get("number_of_retries") if isinstance(item, dict) else None
+        if (
+            kind not in ex.RETRY_FAILURE_TYPES
+            or type(count) is not int
+            or not 0 <= count <= ex.MAX_RETRIES
+        ):
+            raise ValidationError({"retry": [words]})
+        checked.append({"failure_type": kind, "number_of_retries": count})
+    kinds = [c["failure_type"] for c in checked]
+    if len(set(kinds)) != len(kinds) or (ex.RETRY_ALL in kinds and len(kinds) > 1):
+        raise ValidationError({"retry": [words]})
+    return checked
+
+
 def job_create(
     *,
     tenant: Tenant,
@@ -183,12 +217,15 @@ def job_create(
     description: str = "",
     rollout_per_minute: int | None = None,
     abort_criteria: list | None = None,
+    retry_criteria: list | None = None,
     actor: str = "",
 ) -> Job:
     """Create a job and a QUEUED execution for each device it targets (with a rollout, for the
     first `rollout_per_minute` of them; Celery beat releases the rest); its devices are told."""
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):
         raise ValidationError({"job_id": ["Use 1-64 letters, digits, '_' or '-'."]})
+    if job_id in RESERVED_JOB_IDS:
+        raise ValidationError({"job_id": [f"{job_id!r} is reserved (/api/v1/jobs/{job_id})."]})
     if not isinstance(document, dict):
         raise ValidationError({"document": ["The job document must be a JSON object."]})
     if len(ex.dumps(document)) > MAX_DOCUMENT_BYTES:
@@ -206,6 +243,8 @@ def job_create(
             {"rollout": [f"maximum_per_minute: from 1 to {MAX_PER_MINUTE}, or no rollout."]}
         )
     criteria = _abort_criteria(abort_criteria)
+    retries = _retry_criteria(retry_criteria)
+    artifacts = artifacts_named(tenant=tenant, document=document)
     devices, named = _targets(tenant, targets)
     devices.sort(key=lambda d: d.name)
     first = devices[:rollout_per_minute] if rollout_per_minute else devices
@@ -226,6 +265,8 @@ def job_create(
                 unreleased=[d.id for d in devices[len(first) :]],
                 released_at=now,
                 abort_criteria=criteria,
+                retry_criteria=retries,
+                artifacts=artifacts,
                 created_by=actor,
             )
             _release(job, first, now)
@@ -244,6 +285,7 @@ def _release(job: Job, devices: list[Device], now: datetime) -> None:
         JobExecution(tenant_id=job.tenant_id, job=job, device=d, queued_at=now, last_updated_at=now)
         for d in devices
     )
+    executions_queued(job.tenant_id, len(devices))
     _announce(job.tenant, ids, before, _pending(ids, lock=False))
 
 
@@ -348,15 +390,17 @@ def job_cancel(*, job: Job, force: bool = False, reason: str = "canceled") -> Jo
 
 
 def jobs_time_out(now: datetime | None = None) -> int:
-    """IN_PROGRESS executions past their timeout become TIMED_OUT, their devices told; returns
-    how many. Celery beat runs it every minute (`JOB_TIMEOUT_SECONDS`)."""
+    """IN_PROGRESS executions past their timeout become TIMED_OUT, or, within their job's
+    retry criteria, are queued again as a new execution (AWS's retry on TIMED_OUT); their
+    devices are told. Returns how many timed out. Celery beat runs it every minute."""
     now = now or timezone.now()
     timed_out = 0
     with transaction.atomic():
         due = list(
             JobExecution.objects.filter(status=ex.IN_PROGRESS, timeout_at__lte=now)
             .select_for_update(skip_locked=True, of=("self",))
-            .select_related("device", "tenant")
+            .select_related("device", "tenant", "job")
+            .defer("job__targets", "job__unreleased", "job__abort_criteria")
             .order_by("id")[:5000]
         )
         by_tenant: dict[int, list[JobExecution]] = defaultdict(list)
@@ -365,16 +409,39 @@ def jobs_time_out(now: datetime | None = None) -> int:
         for rows in by_tenant.values():
             ids = {row.device_id: row.device.name for row in rows}
             before = _pending(ids, lock=True)
-            JobExecution.objects.filter(id__in=[row.id for row in rows]).update(
-                status=ex.TIMED_OUT,
-                version_number=F("version_number") + 1,
-                last_updated_at=now,
-                timeout_at=None,
-            )
+            retries = _time_out(rows, now)
+            executions_queued(rows[0].tenant_id, retries)
             _complete_ended(row.job_id for row in rows)
             _announce(rows[0].tenant, ids, before, _pending(ids, lock=False))
             timed_out += len(rows)
     return timed_out
+
+
+def _time_out(rows: list[JobExecution], now: datetime) -> int:
+    """Time `rows` out: TIMED_OUT, or queued again where the job's retries allow; returns how
+    many were queued again."""
+    ended, again = [], []
+    for row in rows:
+        timed = ex.ended(execution_of(row), ex.TIMED_OUT, int(now.timestamp()))
+        (again if ex.retry_due(timed) else ended).append(row.id)
+    JobExecution.objects.filter(id__in=ended).update(
+        status=ex.TIMED_OUT,
+        version_number=F("version_number") + 1,
+        last_updated_at=now,
+        timeout_at=None,
+    )
+    JobExecution.objects.filter(id__in=again).update(
+        status=ex.QUEUED,
+        status_details={},
+        version_number=1,
+        execution_number=F("execution_number") + 1,
+        timed_out_retries=F("timed_out_retries") + 1,
+        queued_at=now,
+        started_at=None,
+        last_updated_at=now,
+        timeout_at=None,
+    )
+    return len(again)
 
 
 def job_announcements_purge(days: int = 7) -> int:

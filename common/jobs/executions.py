@@ -8,6 +8,8 @@ executionState}`) and the state transitions a device may make.
       └─ update SUCCEEDED | FAILED | REJECTED      ├─ past its timeout (Celery beat) ──▶ TIMED_OUT
                                                    └─ its job cancelled with force ───▶ CANCELED
     a queued execution of a cancelled job: CANCELED; of a device that left the job: REMOVED
+    FAILED or TIMED_OUT within the job's retries (AWS's jobExecutionsRetryConfig) ──▶ QUEUED
+      again, as a new execution: `executionNumber` + 1, `versionNumber` 1
 
 Pure functions on `Execution` values: the broker (`data_plane.jobs`) and the control plane
 (`tenants.job_services`) read rows their own way and share these."""
@@ -15,7 +17,7 @@ Pure functions on `Execution` values: the broker (`data_plane.jobs`) and the con
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 QUEUED, IN_PROGRESS = "QUEUED", "IN_PROGRESS"
@@ -39,6 +41,9 @@ MAX_DETAILS = 10  # statusDetails pairs
 MAX_DETAIL_KEY, MAX_DETAIL_VALUE = 128, 1024
 MAX_REQUEST_BYTES = 32 * 1024
 MAX_NOTIFY = 15  # executions a ListNotification lists, as AWS
+RETRY_ALL = "ALL"
+RETRY_FAILURE_TYPES = (FAILED, TIMED_OUT, RETRY_ALL)  # AWS's RetryCriteria failureType
+MAX_RETRIES = 10  # AWS's numberOfRetries, per criterion
 
 
 @dataclass(slots=True)
@@ -55,6 +60,10 @@ class Execution:
     document: Any = None
     timeout_at: int | None = None  # epoch seconds an IN_PROGRESS execution times out
     job_timeout_minutes: int | None = None  # the job's in-progress timeout
+    # The job's retry criteria ([{failure_type, number_of_retries}]) and the retries made.
+    retry_criteria: list = field(default_factory=list)
+    failed_retries: int = 0
+    timed_out_retries: int = 0
 
     @property
     def pending(self) -> bool:
@@ -279,10 +288,15 @@ def notifications(
     from common.jobs.topics import notify_next_topic, notify_topic
 
     out: list[tuple[str, dict]] = []
-    if [(e.job_id, e.status) for e in before] != [(e.job_id, e.status) for e in after]:
+
+    def listed(items: list[Execution]) -> list[tuple]:
+        return [(e.job_id, e.status, e.execution_number) for e in items]
+
+    if listed(before) != listed(after):
         out.append((notify_topic(thing), notify_document(after, now)))
-    first_before = before[0].job_id if before else None
-    first_after = after[0].job_id if after else None
+    # A retry is a new execution of the same job: the next one changed (AWS tells it again).
+    first_before = (before[0].job_id, before[0].execution_number) if before else None
+    first_after = (after[0].job_id, after[0].execution_number) if after else None
     if first_before != first_after:
         out.append(
             (notify_next_topic(thing), notify_next_document(after[0] if after else None, now))
@@ -369,6 +383,44 @@ def ended(e: Execution, status: str, now: int) -> Execution:
     """An execution the service ends (TIMED_OUT, CANCELED, REMOVED)."""
     return replace(
         e, status=status, last_updated_at=now, version_number=e.version_number + 1, timeout_at=None
+    )
+
+
+def retry_due(e: Execution) -> bool:
+    """Whether the job's retry criteria call for another try of this FAILED or TIMED_OUT
+    execution: a criterion of its failure type (or ALL, counting both) with retries left."""
+    if e.status not in (FAILED, TIMED_OUT):
+        return False
+    for criterion in e.retry_criteria or ():
+        kind = criterion["failure_type"]
+        if kind == RETRY_ALL:
+            used = e.failed_retries + e.timed_out_retries
+        elif kind == e.status:
+            used = e.failed_retries if kind == FAILED else e.timed_out_retries
+        else:
+            continue
+        if used < criterion["number_of_retries"]:
+            return True
+    return False
+
+
+def retried(e: Execution, now: int) -> Execution:
+    """A FAILED or TIMED_OUT execution queued again as AWS retries it: a new execution of the
+    same job for the same thing, `executionNumber` one more, `versionNumber` back to 1, its
+    status details, start and timers cleared, queued now."""
+    failed = e.status == FAILED
+    return replace(
+        e,
+        status=QUEUED,
+        status_details={},
+        queued_at=now,
+        started_at=None,
+        last_updated_at=now,
+        version_number=1,
+        execution_number=e.execution_number + 1,
+        timeout_at=None,
+        failed_retries=e.failed_retries + failed,
+        timed_out_retries=e.timed_out_retries + (not failed),
     )
 
 

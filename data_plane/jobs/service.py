@@ -8,7 +8,9 @@ otherwise it waits its turn behind the same thing's earlier requests (a thing's 
 request at a time, in arrival order, as a device's own sequence expects), is carried out in one
 transaction (`store`), and its reply and the notifications it calls for (`…/jobs/notify`,
 `…/jobs/notify-next`) go out through `Broker.publish`, as the platform's messages (client id
-`$aws-jobs`): not billed as messages, not archived, journeyed like any publish.
+`$aws-jobs`): not billed as messages, not archived, journeyed like any publish. A job document
+in a reply or a notification has its artifacts' placeholders replaced by short-lived URLs as it
+goes out (`common.jobs.artifacts`), whether the broker or the control plane made the message.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from common.acl import reserved_default
 from common.jobs import executions as ex
+from common.jobs.artifacts import ArtifactLinks
 from common.jobs.topics import ACCEPTED, REJECTED, parse
 from common.tasks import cancel_and_wait
 from data_plane.broker.message import Message
@@ -54,7 +57,8 @@ def _token_of(payload: bytes) -> str | None:
 
 
 class JobService:
-    def __init__(self, store: PostgresJobs) -> None:
+    def __init__(self, store: PostgresJobs, links: ArtifactLinks | None = None) -> None:
+        self.links = links  # None: documents go out as stored (no artifacts' URLs)
         self.broker: Any = None  # the broker it answers through (`attach`, before it serves)
         self.store = store
         self.in_flight: dict[tuple[str, str], int] = defaultdict(int)
@@ -153,6 +157,8 @@ class JobService:
         self._publish(tenant, topic, ex.error_document(error, stamp, token))
 
     def _publish(self, tenant: str, topic: str, body: Any) -> None:
+        if self.links is not None:
+            body = self.links.fill_reply(tenant, body)
         payload = body.encode() if isinstance(body, str) else ex.dumps(body)
         message = Message(topic, payload, 1, False, {}, None, PUBLISHER, tenant)
         published = self.broker.publish(message)

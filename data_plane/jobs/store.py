@@ -36,7 +36,7 @@ _READ = f"""
 SELECT e.id, j.id, j.job_id, e.status, e.status_details, {_EPOCH.format("e.queued_at")},
        {_EPOCH.format("e.last_updated_at")}, e.version_number, e.execution_number,
        {_EPOCH.format("e.started_at")}, j.document, {_EPOCH.format("e.timeout_at")},
-       j.timeout_minutes
+       j.timeout_minutes, j.retry_criteria, e.failed_retries, e.timed_out_retries
   FROM tenants_device d
   JOIN tenants_jobexecution e ON e.device_id = d.id
   JOIN tenants_job j ON j.id = e.job_id
@@ -50,9 +50,12 @@ _WRITE = """
 UPDATE tenants_jobexecution
    SET status = %s, status_details = %s::jsonb, version_number = %s,
        started_at = to_timestamp(%s), last_updated_at = to_timestamp(%s),
-       timeout_at = to_timestamp(%s)
+       timeout_at = to_timestamp(%s), execution_number = %s, queued_at = to_timestamp(%s),
+       failed_retries = %s, timed_out_retries = %s
  WHERE id = %s
 """
+# A retry is a new execution: metered as the ones the control plane queues (AWS bills each).
+_METER = "INSERT INTO tenants_jobmeter (tenant_id, executions) VALUES (%s, 1)"
 # A job whose last execution ended, with no device left to release, is complete.
 _COMPLETE = """
 UPDATE tenants_job SET status = 'COMPLETED', completed_at = now(), reason = 'completed'
@@ -83,6 +86,9 @@ def _row(r: tuple, thing: str) -> Row:
         document=r[10],
         timeout_at=r[11],
         job_timeout_minutes=r[12],
+        retry_criteria=r[13] or [],
+        failed_retries=r[14],
+        timed_out_retries=r[15],
     )
     return Row(r[0], r[1], execution)
 
@@ -122,9 +128,15 @@ class PostgresJobs:
                     after.started_at,
                     after.last_updated_at,
                     after.timeout_at,
+                    after.execution_number,
+                    after.queued_at,
+                    after.failed_retries,
+                    after.timed_out_retries,
                     row.row_id,
                 ),
             )
+            if after.execution_number != row.execution.execution_number:
+                await cursor.execute(_METER, (op.tenant_id,))
             if after.status in ex.TERMINAL:
                 await cursor.execute(_COMPLETE, (row.job_row, row.job_row))
 
@@ -166,6 +178,8 @@ class PostgresJobs:
                 raise ex.JobError(ex.RESOURCE_NOT_FOUND, "Job execution not found")
             after = ex.update(row.execution, request, now)
             op.accepted = ex.update_document(after, request, now)
+            if ex.retry_due(after):  # the device's answer stands; the job tries again
+                after = ex.retried(after, now)
         if after is row.execution:
             return None
         executions = [after if r is row else r.execution for r in rows]

@@ -11,6 +11,12 @@ JOB_TAGS = [
         "CANCELED). Devices use `$aws/things/{name}/jobs/...` on MQTT.",
     },
     {
+        "name": "Job artifacts",
+        "description": "Files for jobs (firmware), kept in the platform's object store under "
+        "the tenant's prefix; a job document names one as "
+        "`${aws:iot:s3-presigned-url:artifact/NAME}` and devices get a short-lived URL.",
+    },
+    {
         "name": "Device groups",
         "description": "Static groups of the tenant's devices by name (AWS's static thing "
         "groups): a job aimed at a group reaches the members it has when the job is created.",
@@ -30,9 +36,10 @@ JOB_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Create a job for devices and groups",
         "AWS's CreateJob: `job_id` (1-64 letters, digits, '_' or '-'), `document` (a JSON "
         "object up to 32 KiB), `targets` {devices, groups} and an optional `timeout_minutes` "
-        "for IN_PROGRESS executions. Each device named, and each member of each group named, "
-        "gets a QUEUED execution and is told on `…/jobs/notify` and `…/jobs/notify-next`. 400 "
-        "names unknown devices or groups; 409 when the job id is taken.",
+        "for IN_PROGRESS executions, `retry` criteria for FAILED or TIMED_OUT ones. Each "
+        "device named, and each member of each group named, gets a QUEUED execution and is "
+        "told on `…/jobs/notify` and `…/jobs/notify-next`. 400 names unknown devices, groups "
+        "or artifacts; 409 when the job id is taken.",
     ),
     ("get", "/api/v1/jobs/{job_id}"): (
         "Jobs",
@@ -47,6 +54,30 @@ JOB_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "AWS's CancelJob: QUEUED executions become CANCELED; with `force` IN_PROGRESS ones too "
         "(without, they run to their end). The devices concerned are told on MQTT. 409 for a "
         "COMPLETED job. " + TENANT_404,
+    ),
+    ("get", "/api/v1/jobs/artifacts"): (
+        "Job artifacts",
+        "List the job artifacts",
+        "The tenant's artifacts by name, each with its size, SHA-256, who uploaded it and the "
+        "`placeholder` a job document writes to hand it to devices.",
+    ),
+    ("post", "/api/v1/jobs/artifacts"): (
+        "Job artifacts",
+        "Upload a job artifact",
+        "The file as the raw body with `?name=NAME`, or as multipart `file` (with `name`, else "
+        "its file name). 409 when the name is taken (delete the old one first: an artifact is "
+        "never replaced in place), 413 over JOB_ARTIFACT_MAX_BYTES, 400 naming a bad name.",
+    ),
+    ("get", "/api/v1/jobs/artifacts/{name}"): (
+        "Job artifacts",
+        "Show a job artifact",
+        "Its name, size, SHA-256, content type, uploader, time and placeholder. " + TENANT_404,
+    ),
+    ("delete", "/api/v1/jobs/artifacts/{name}"): (
+        "Job artifacts",
+        "Delete a job artifact",
+        "Removes the file from the object store; 409 naming the running jobs whose documents "
+        "name it (URLs already handed out then answer 404). " + TENANT_404,
     ),
     ("get", "/api/v1/groups"): (
         "Device groups",

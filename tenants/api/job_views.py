@@ -45,6 +45,15 @@ class AbortInput(StrictInput):
     criteria = serializers.ListField(child=AbortCriterionInput(), max_length=4)
 
 
+class RetryCriterionInput(StrictInput):
+    failure_type = serializers.ChoiceField(choices=["FAILED", "TIMED_OUT", "ALL"])
+    number_of_retries = serializers.IntegerField(min_value=0, max_value=10)
+
+
+class RetryInput(StrictInput):
+    criteria = serializers.ListField(child=RetryCriterionInput(), min_length=1, max_length=2)
+
+
 class JobCreateInput(StrictInput):
     job_id = serializers.CharField(max_length=64, help_text="1-64 letters, digits, '_' or '-'")
     document = serializers.JSONField(help_text="the job document (a JSON object, ≤ 32 KiB)")
@@ -65,6 +74,12 @@ class JobCreateInput(StrictInput):
         default=None,
         help_text="cancel the job when a share of the executed devices failed",
     )
+    retry = RetryInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="AWS's jobExecutionsRetryConfig: queue a FAILED or TIMED_OUT execution again",
+    )
 
 
 class JobCancelInput(StrictInput):
@@ -78,10 +93,20 @@ class ExecutionOutput(serializers.Serializer):
     status = serializers.CharField()
     status_details = serializers.JSONField()
     version_number = serializers.IntegerField()
-    execution_number = serializers.IntegerField()
+    execution_number = serializers.IntegerField(help_text="1, then one more for each retry")
+    retry_attempt = serializers.SerializerMethodField(
+        help_text="retries made for this device (AWS's retryAttempt)"
+    )
+    retries = serializers.SerializerMethodField(help_text="{FAILED: n, TIMED_OUT: n}")
     queued_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     last_updated_at = serializers.DateTimeField()
+
+    def get_retry_attempt(self, execution) -> int:
+        return execution.failed_retries + execution.timed_out_retries
+
+    def get_retries(self, execution) -> dict:
+        return {"FAILED": execution.failed_retries, "TIMED_OUT": execution.timed_out_retries}
 
 
 class JobOutput(serializers.Serializer):
@@ -93,6 +118,10 @@ class JobOutput(serializers.Serializer):
     timeout_minutes = serializers.IntegerField(allow_null=True)
     rollout = serializers.SerializerMethodField(help_text="{maximum_per_minute} or null")
     abort = serializers.SerializerMethodField(help_text="{criteria: [...]} or null")
+    retry = serializers.SerializerMethodField(help_text="{criteria: [...]} or null")
+    artifacts = serializers.ListField(
+        child=serializers.CharField(), help_text="the artifacts its document names"
+    )
     not_yet_released = serializers.SerializerMethodField(
         help_text="devices the rollout has not given an execution yet"
     )
@@ -109,6 +138,9 @@ class JobOutput(serializers.Serializer):
 
     def get_abort(self, job) -> dict | None:
         return {"criteria": job.abort_criteria} if job.abort_criteria else None
+
+    def get_retry(self, job) -> dict | None:
+        return {"criteria": job.retry_criteria} if job.retry_criteria else None
 
     def get_not_yet_released(self, job) -> int:
         return len(job.unreleased or [])
@@ -176,11 +208,12 @@ class JobListView(TenantAPIView):
         examples=[CREATE_EXAMPLE],
         description="AWS's CreateJob: each device named, and each member of each group named, "
         "gets a QUEUED execution and is told on `$aws/things/{device}/jobs/notify` and "
-        "`/notify-next`. 400 names unknown devices or groups; 409 when the job id is taken.",
+        "`/notify-next`. 400 names unknown devices, groups or artifacts; 409 when the job id "
+        "is taken.",
     )
     def post(self, request):
         data = validated(JobCreateInput, request.data)
-        rollout, abort = data.pop("rollout"), data.pop("abort")
+        rollout, abort, retry = data.pop("rollout"), data.pop("abort"), data.pop("retry")
         actor = getattr(request.user, "email", "") or str(request.user)
         try:
             job = job_services.job_create(
@@ -188,6 +221,7 @@ class JobListView(TenantAPIView):
                 actor=actor,
                 rollout_per_minute=rollout["maximum_per_minute"] if rollout else None,
                 abort_criteria=abort["criteria"] if abort else None,
+                retry_criteria=retry["criteria"] if retry else None,
                 **data,
             )
         except job_services.JobConflict as error:

@@ -6,6 +6,7 @@ from tenants.api import (
     history_views,
     identity_views,
     inspection_views,
+    job_artifact_views,
     job_views,
     journey_views,
     rule_run_views,
@@ -64,6 +65,13 @@ urlpatterns = [
         name="api-named-shadow-history",
     ),
     path("jobs", job_views.JobListView.as_view(), name="api-jobs"),
+    # Before jobs/<job_id>: "artifacts" is no job's id (job_services.RESERVED_JOB_IDS).
+    path("jobs/artifacts", job_artifact_views.ArtifactListView.as_view(), name="api-artifacts"),
+    path(
+        "jobs/artifacts/<str:name>",
+        job_artifact_views.ArtifactDetailView.as_view(),
+        name="api-artifact",
+    ),
     path("jobs/<str:job_id>", job_views.JobDetailView.as_view(), name="api-job"),
     path("jobs/<str:job_id>/cancel", job_views.JobCancelView.as_view(), name="api-job-cancel"),
     path("groups", job_views.GroupListView.as_view(), name="api-groups"),

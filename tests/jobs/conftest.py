@@ -12,11 +12,16 @@ from tests.shadows.conftest import Fleet, TlsBroker, make_fleet, start_tls_broke
 
 
 @pytest.fixture(scope="package")
-def jobs_broker(tmp_path_factory, django_db_setup, django_db_blocker) -> Iterator[TlsBroker]:
+def jobs_broker(
+    tmp_path_factory, django_db_setup, django_db_blocker, live_server
+) -> Iterator[TlsBroker]:
     """One broker for the jobs tests (each test makes a tenant of its own); only while they run,
-    so no other package's broker takes the control plane's announcements meanwhile."""
+    so no other package's broker takes the control plane's announcements meanwhile. Its job
+    documents' artifact URLs name the test's web server (`live_server`)."""
     with django_db_blocker.unblock():
-        broker = start_tls_broker(tmp_path_factory.mktemp("jobs-broker"))
+        broker = start_tls_broker(
+            tmp_path_factory.mktemp("jobs-broker"), env={"PORTAL_URL": live_server.url}
+        )
     yield broker
     broker.stop()
 

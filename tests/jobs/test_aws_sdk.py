@@ -197,3 +197,62 @@ def test_sdk_jobs_flow(jobs_broker, fleet, version):
         assert api.get("/api/v1/jobs/fw-3").json()["process_details"]["TIMED_OUT"] == 1
     finally:
         device.close()
+
+
+def test_sdk_failed_and_timed_out_executions_are_retried(jobs_broker, fleet):
+    """AWS's jobExecutionsRetryConfig as the SDK sees it: a FAILED execution comes back on
+    notify-next as execution 2 (versionNumber 1), is started and succeeds; a timed-out one
+    comes back too; once the retries are spent, FAILED stays FAILED."""
+    from tenants.models import JobMeter
+
+    thing = f"valve-{uuid.uuid4().hex[:6]}"
+    cert, key = fleet.device(thing)
+    api = api_client(fleet.tenant)
+    device = SdkJobsDevice(jobs_broker, cert, key, thing, 5)
+    try:
+        retry = {"criteria": [{"failure_type": "FAILED", "number_of_retries": 1}]}
+        create_job(api, "ota-r", thing, retry=retry)
+        assert device.next_event().execution.execution_number == 1
+        assert device.start_next().execution.execution_number == 1
+        failed = device.update("ota-r", "FAILED", include_job_execution_state=True)
+        assert failed.execution_state.status == "FAILED"  # the device's answer stands
+
+        again = device.next_event().execution  # told again: a new execution of the same job
+        assert (again.job_id, again.status, again.execution_number) == ("ota-r", "QUEUED", 2)
+        assert again.version_number == 1 and again.job_document == {"firmware": "ota-r"}
+        started = device.start_next().execution
+        assert (started.execution_number, started.version_number) == (2, 2)
+        assert device.describe("ota-r").execution.execution_number == 2
+        device.update("ota-r", "SUCCEEDED", expected_version=2)
+        assert device.next_event().execution is None
+        job = api.get("/api/v1/jobs/ota-r").json()
+        assert job["status"] == "COMPLETED" and job["retry"] == retry
+        (execution,) = job["executions"]
+        assert (execution["status"], execution["execution_number"]) == ("SUCCEEDED", 2)
+        assert execution["retry_attempt"] == 1
+        assert execution["retries"] == {"FAILED": 1, "TIMED_OUT": 0}
+
+        # Timed out within its retries: queued again by Celery beat's upkeep.
+        create_job(
+            api,
+            "ota-t",
+            thing,
+            timeout_minutes=1,
+            retry={"criteria": [{"failure_type": "ALL", "number_of_retries": 1}]},
+        )
+        assert device.next_event().execution.job_id == "ota-t"
+        device.start_next()
+        assert jobs_time_out(timezone.now() + timedelta(minutes=2)) == 1
+        back = device.next_event().execution
+        assert (back.job_id, back.status, back.execution_number) == ("ota-t", "QUEUED", 2)
+        device.start_next()
+        device.update("ota-t", "FAILED")  # ALL's one retry is spent: it stays FAILED
+        assert device.next_event().execution is None
+        assert device.describe("ota-t").execution.status == "FAILED"
+        detail = api.get("/api/v1/jobs/ota-t").json()["executions"][0]
+        assert detail["retries"] == {"FAILED": 0, "TIMED_OUT": 1}
+        # AWS bills each execution, a retry being one: 2 jobs, 2 retries.
+        metered = JobMeter.objects.filter(tenant=fleet.tenant).values_list("executions", flat=True)
+        assert sum(metered) == 4
+    finally:
+        device.close()

@@ -100,3 +100,38 @@ def test_the_journey_says_the_jobs_service_took_a_request():
     assert outcome_reason(row) == "taken by the jobs service"
     shadow = {"outcome": "served", "topic": "$aws/things/t/shadow/update"}
     assert "shadow service" in outcome_reason(shadow)
+
+
+def test_retries_follow_the_criteria_and_make_a_new_execution():
+    criteria = [{"failure_type": "FAILED", "number_of_retries": 2}]
+    e = ex.Execution(
+        "fw",
+        "t",
+        ex.FAILED,
+        {"x": "y"},
+        10,
+        20,
+        version_number=3,
+        started_at=15,
+        retry_criteria=criteria,
+    )
+    assert ex.retry_due(e)
+    again = ex.retried(e, 30)
+    assert (again.status, again.execution_number, again.version_number) == (ex.QUEUED, 2, 1)
+    assert (again.queued_at, again.started_at, again.status_details) == (30, None, {})
+    assert (again.failed_retries, again.timed_out_retries) == (1, 0)
+    third = ex.retried(ex.ended(again, ex.FAILED, 40), 50)
+    assert third.execution_number == 3 and not ex.retry_due(ex.ended(third, ex.FAILED, 60))
+    # TIMED_OUT needs a TIMED_OUT or ALL criterion; ALL counts both kinds of retry.
+    assert not ex.retry_due(ex.ended(e, ex.TIMED_OUT, 30))
+    both = [{"failure_type": "ALL", "number_of_retries": 1}]
+    timed = ex.ended(
+        ex.Execution("fw", "t", ex.IN_PROGRESS, {}, 1, 1, retry_criteria=both), ex.TIMED_OUT, 2
+    )
+    assert ex.retry_due(timed) and not ex.retry_due(ex.ended(ex.retried(timed, 3), ex.FAILED, 4))
+    assert not ex.retry_due(ex.Execution("fw", "t", ex.REJECTED, {}, 1, 1, retry_criteria=both))
+    # The thing is told again: the next execution is another one, though of the same job.
+    before = [ex.Execution("fw", "t", ex.IN_PROGRESS, {}, 1, 1)]
+    told = dict(ex.notifications("t", before, [again], 30))
+    assert told["$aws/things/t/jobs/notify-next"]["execution"]["executionNumber"] == 2
+    assert "$aws/things/t/jobs/notify" in told

@@ -58,7 +58,7 @@ def database_url() -> str:
     return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
-def start_tls_broker(folder: Path, *extra: str) -> TlsBroker:
+def start_tls_broker(folder: Path, *extra: str, env: dict | None = None) -> TlsBroker:
     """A broker on the test database with a TLS listener whose certificate (for localhost and
     127.0.0.1) a CA of our own signed: `server-ca.pem` in `folder` is what clients trust."""
     ca, ca_key = make_ca("shadow tests server CA")
@@ -71,7 +71,7 @@ def start_tls_broker(folder: Path, *extra: str) -> TlsBroker:
     tls += ["--archive-interval", "0.2"]
     process = subprocess.Popen(
         data_plane_command(port=0, ws_port=0, database_url=database_url(), extra=[*tls, *extra]),
-        env={**os.environ, "OBJECT_STORE_URL": f"file://{folder / 'objects'}"},
+        env={**os.environ, "OBJECT_STORE_URL": f"file://{folder / 'objects'}", **(env or {})},
         cwd=settings.BASE_DIR,
         stdout=subprocess.PIPE,
         stderr=open(folder / "broker.log", "w"),
