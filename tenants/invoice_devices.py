@@ -2,8 +2,10 @@
 
 The bill is priced per tenant (the usage log has no device column); the brokers also meter each
 device's message units and connection minutes per UTC day (`DeviceUsage`, written in the same
-transaction as the tenant's minutes). For each line of a dimension metered per device
-(`messages`, `connection_minutes`) this reads the period's per-device units and shares the line's
+transaction as the tenant's minutes), and the rules job the rule evaluations and actions each
+device's messages caused. For each line of a dimension metered per device (`messages`,
+`connection_minutes`, `rules_triggered`, `actions_executed`) this takes the period's per-device
+units and shares the line's
 amount among the devices in proportion to their units, in whole cents that add up to the line
 exactly: each device gets the floor of its exact share, and the cents left over go one each to the
 largest remainders (ties in the rows' order: most units first, then the name) — the largest
@@ -14,6 +16,12 @@ row of their own, `UNRECORDED`, so the shares still sum to the line; if the devi
 units than the line (the line is the usage log's, the rows Postgres's: they agree unless one of
 them lost minutes), the amount is shared over the device rows alone. Adjustment lines (a past
 month's late usage) are not broken down.
+
+The per-device units are read once, when the invoice is issued, and kept on it
+(`Invoice.device_units`, set by `tenants.invoicing.finalize`): an issued invoice's CSV is made
+from that snapshot, so a device row written later (a broker's late flush, the month's usage going
+on after an invoice issued with `--force`) never changes the file. An invoice issued before the
+snapshot existed has none: its drill-down is read from `DeviceUsage` when the CSV is made.
 """
 
 from __future__ import annotations
@@ -27,7 +35,12 @@ from tenants.billing_selectors import period_bounds
 from tenants.models import DeviceUsage, Invoice
 
 # Line code -> the DeviceUsage column that meters it per device.
-PER_DEVICE_COLUMNS = {"messages": "message_units", "connection_minutes": "connection_minutes"}
+PER_DEVICE_COLUMNS = {
+    "messages": "message_units",
+    "connection_minutes": "connection_minutes",
+    "rules_triggered": "rules_triggered",
+    "actions_executed": "actions_executed",
+}
 UNRECORDED = None  # the row for units of the line that no device row holds
 
 
@@ -59,7 +72,8 @@ def split_cents(amount_cents: int, weights: list[int]) -> list[int]:
 
 def device_units(*, invoice: Invoice) -> dict[str, dict[str, int]]:
     """Per line code metered per device, each device's units in the invoice's period (devices
-    with none left out): {code: {device: units}}. Only the invoice's own tenant's rows."""
+    with none left out): {code: {device: units}}, as `DeviceUsage` holds them now. Only the
+    invoice's own tenant's rows."""
     start, end = period_bounds(invoice.period)
     rows = (
         DeviceUsage.objects.filter(
@@ -93,10 +107,13 @@ def line_shares(line: dict[str, Any], units: dict[str, int]) -> list[DeviceShare
 
 
 def invoice_drilldown(invoice: Invoice) -> list[tuple[dict[str, Any], list[DeviceShare]]]:
-    """Each line metered per device, in the invoice's order, with its devices' shares."""
+    """Each line metered per device, in the invoice's order, with its devices' shares: from the
+    units kept when it was issued, or (issued before they were kept) from `DeviceUsage` now."""
     lines = [line for line in invoice.line_items if line.get("code") in PER_DEVICE_COLUMNS]
     if not lines:
         return []
-    units = device_units(invoice=invoice)
-    drilled = [(line, line_shares(line, units[line["code"]])) for line in lines]
+    units = (
+        invoice.device_units if invoice.device_units is not None else device_units(invoice=invoice)
+    )
+    drilled = [(line, line_shares(line, units.get(line["code"], {}))) for line in lines]
     return [(line, shares) for line, shares in drilled if shares]

@@ -8,7 +8,8 @@ text, and so is a device's name) is written with a leading `'`, as OWASP advises
 numbers.
 
 Under the lines, before `subtotal`, the per-device drill-down (`tenants.invoice_devices`): for each
-line metered per device (messages, connection minutes) a `per_device` row (the section's header:
+line metered per device (messages, connection minutes, rules triggered, actions executed) a
+`per_device` row (the section's header:
 the line's label "… by device" and its amount), then one `device` row per device with its units
 and its share of the line's amount (whole cents that add up to the line). Their codes are not the
 lines' codes, so a reader keyed on `code` finds the lines as before; the PDF has no such rows."""

@@ -32,7 +32,8 @@ DEVICE_LABELS = {
     "$console": "Browser client (console)",
     "$viewer": "Browser client (viewer)",
     "$rules": "Rules republishing",
-    "": "Device not recorded (a will restored after a broker restart)",
+    "": "Device not recorded (a will restored after a broker restart, rules on a shadow change "
+    "made through the REST API)",
 }
 PER_WORDS = {1_000: "thousand", 1_000_000: "million", 1_000_000_000: "billion"}
 

@@ -8,7 +8,8 @@ there are no gaps either; a number is never derived from the invoices that exist
 deletion takes its invoices with it, never the numbers they had).
 
 The issuer (settings) and the tenant's billing details are copied onto the invoice as they are
-when it is issued: an issued invoice reads the same forever, whatever changes later. The tax is
+when it is issued: an issued invoice reads the same forever, whatever changes later; so are the
+per-device units of its CSV's drill-down (`Invoice.device_units`). The tax is
 `INVOICE_TAX_RATE` percent of the lines' total, rounded half up to the cent (the one rounding
 rule of `common.pricing`); the billing job's document and its checksum stay as the job made them.
 """
@@ -25,6 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from common.pricing import round_cents
+from tenants.invoice_devices import device_units
 from tenants.models import BillingDetails, Invoice, InvoiceCounter, Tenant
 
 
@@ -107,6 +109,8 @@ def finalize(invoice: Invoice, counter: InvoiceCounter, *, now: datetime | None 
     invoice.tax_name = settings.INVOICE_TAX_NAME if rate else ""
     invoice.tax_rate = rate
     invoice.tax_cents = tax_cents(invoice.total_cents, rate)
+    # The drill-down's units as they stand now, kept: the CSV never changes after this.
+    invoice.device_units = device_units(invoice=invoice)
     invoice.status = Invoice.Status.ISSUED
     invoice.issued_at = invoice.issued_at or now
     invoice.save()

@@ -646,17 +646,25 @@ class Usage(models.Model):
 
 class DeviceUsage(models.Model):
     """One device's billed usage for one UTC day: the message units it published, received,
-    subscribed and connected with, and the minutes it was connected. Written by the broker's
-    meter beside `Usage` (same transaction); the bill stays per tenant (the usage log), so this
-    is for reading only: `GET /api/v1/usage?by=device` and the portal. `device` is the name the
-    device connected with (kept when the device is deleted; `$console`/`$viewer` the portal's browser client, `$rules` the tenant's rules
-    republishing, "" a will restored after a broker restart, whose device was not kept)."""
+    subscribed and connected with, the minutes it was connected, and its shadow operations
+    (the thing's: written by the broker's meter beside `Usage`, same transaction); the rule
+    evaluations (5 KiB units) and actions its messages caused (the rules job's, rolled up from
+    its device segments: `tenants.billing.usage_log_rollup`). The bill stays per tenant (the
+    usage log), so this is for reading: `GET /api/v1/usage?by=device`, the portal and the invoice
+    CSV's drill-down. `device` is the name the device connected with (kept when the device is
+    deleted; `$console`/`$viewer` the portal's browser client, `$rules` the tenant's rules
+    republishing, "" a will restored after a broker restart, whose device was not kept, or a
+    message the rules read with no device: a shadow change made through the REST API)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="device_usage")
     device = models.CharField(max_length=128)
     day = models.DateField()
     message_units = models.BigIntegerField(default=0, help_text="5 KiB units")
     connection_minutes = models.BigIntegerField(default=0)
+    # db_default: a broker of the version before writes rows without these columns.
+    rules_triggered = models.BigIntegerField(default=0, db_default=0, help_text="5 KiB units")
+    actions_executed = models.BigIntegerField(default=0, db_default=0)
+    shadow_operations = models.BigIntegerField(default=0, db_default=0, help_text="1 KiB units")
 
     class Meta:
         constraints = [
@@ -784,6 +792,11 @@ class Invoice(models.Model):
         max_digits=6, decimal_places=3, default=0, db_default=0, help_text="percent"
     )
     tax_cents = models.BigIntegerField(default=0, db_default=0)
+    # The per-device units of the metered lines when it was issued ({line code: {device:
+    # units}}, `tenants.invoice_devices.device_units`): the CSV's drill-down is made from this,
+    # so a device row written later never changes an issued file. None: issued before the
+    # snapshot existed (its drill-down is read from `DeviceUsage` when the CSV is made).
+    device_units = models.JSONField(null=True, blank=True, default=None)
 
     class Meta:
         constraints = [

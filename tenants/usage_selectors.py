@@ -29,6 +29,15 @@ from tenants.budget_selectors import BILLED_COLUMNS, month_to_date_spend
 from tenants.models import Device, DeviceGroup, DeviceUsage, Tenant, Usage
 
 MAX_DEVICE_DAYS = 93  # a quarter of days per request
+# The per-device figures, as the API names them (rows, totals), from DeviceUsage's columns: what
+# a device causes of each billed dimension. Storage is the tenant's alone (docs/reference.md).
+DEVICE_FIGURES = {
+    "messages": "message_units",
+    "connection_minutes": "connection_minutes",
+    "rules_triggered": "rules_triggered",
+    "actions_executed": "actions_executed",
+    "shadow_operations": "shadow_operations",
+}
 NO_GROUP = "(no group)"  # no group can take this name (group names are letters, digits, _.:-)
 FORECAST_WINDOW_DAYS = 7
 FORECAST_METHOD = (
@@ -58,25 +67,22 @@ def _device_days(start: datetime, end: datetime, by: str) -> tuple[date, date]:
 
 def device_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str, Any]:
     """The tenant's usage per device and UTC day over the days [start, end) touches: `rows`
-    (day, device, messages in units, connection_minutes; days without usage left out) and
-    `devices` (each device's totals, the busiest first)."""
+    (day, device, then each of `DEVICE_FIGURES`: messages in units, connection_minutes,
+    rules_triggered in units, actions_executed, shadow_operations in 1 KiB units; days without
+    usage left out) and `devices` (each device's totals, the busiest first)."""
     first, after = _device_days(start, end, "device")
     rows = DeviceUsage.objects.filter(tenant=tenant, day__gte=first, day__lt=after).order_by(
         "day", "device"
     )
     out, totals = [], {}
     for row in rows:
-        out.append(
-            {
-                "day": row.day.isoformat(),
-                "device": row.device,
-                "messages": row.message_units,
-                "connection_minutes": row.connection_minutes,
-            }
+        figures = {name: getattr(row, column) for name, column in DEVICE_FIGURES.items()}
+        out.append({"day": row.day.isoformat(), "device": row.device, **figures})
+        total = totals.setdefault(
+            row.device, {"device": row.device, **dict.fromkeys(DEVICE_FIGURES, 0)}
         )
-        total = totals.setdefault(row.device, {"device": row.device, "messages": 0})
-        total["messages"] += row.message_units
-        total["connection_minutes"] = total.get("connection_minutes", 0) + row.connection_minutes
+        for name, value in figures.items():
+            total[name] += value
     devices = sorted(totals.values(), key=lambda t: (-t["messages"], t["device"]))
     return {"rows": out, "devices": devices}
 
@@ -85,7 +91,7 @@ def device_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str,
 # the tenant: a device in two groups yields two rows (it counts in each), one in none (or usage
 # under a name no device of the tenant has now: deleted, `$console`, `$rules`) one row, group NULL.
 _GROUP_USAGE_SQL = """
-SELECT {keys}, SUM(u.message_units), SUM(u.connection_minutes), COUNT(DISTINCT u.device)
+SELECT {keys}, {sums}, COUNT(DISTINCT u.device)
   FROM {usage} u
   LEFT JOIN {device} d ON d.tenant_id = u.tenant_id AND d.name = u.device
   LEFT JOIN {member} m ON m.device_id = d.id
@@ -99,6 +105,7 @@ def _group_sums(tenant: Tenant, first: date, after: date, *, per_day: bool) -> l
     keys = "u.day, g.name" if per_day else "g.name"
     sql = _GROUP_USAGE_SQL.format(
         keys=keys,
+        sums=", ".join(f"SUM(u.{column})" for column in DEVICE_FIGURES.values()),
         usage=DeviceUsage._meta.db_table,
         device=Device._meta.db_table,
         member=DeviceGroup.devices.through._meta.db_table,
@@ -111,7 +118,7 @@ def _group_sums(tenant: Tenant, first: date, after: date, *, per_day: bool) -> l
 
 def group_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str, Any]:
     """The tenant's per-device usage summed per device group (the groups as they are now) over
-    the UTC days [start, end) touches: `rows` (day, group, messages, connection_minutes, devices
+    the UTC days [start, end) touches: `rows` (day, group, each of `DEVICE_FIGURES`, devices
     with usage; days and groups without usage left out) and `groups` (every group's totals, the
     busiest first, with `members` its devices now; `NO_GROUP` last, when it has usage). A device
     in several groups counts in each, so the groups can add up to more than the tenant used."""
@@ -120,15 +127,12 @@ def group_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str, 
     def name(group: str | None) -> str:
         return NO_GROUP if group is None else group
 
+    def figures(sums: tuple) -> dict[str, int]:
+        return {key: int(value) for key, value in zip(DEVICE_FIGURES, sums, strict=True)}
+
     rows = [
-        {
-            "day": day.isoformat(),
-            "group": name(group),
-            "messages": int(units),
-            "connection_minutes": int(minutes),
-            "devices": devices,
-        }
-        for day, group, units, minutes, devices in _group_sums(tenant, first, after, per_day=True)
+        {"day": row[0].isoformat(), "group": name(row[1]), **figures(row[2:-1]), "devices": row[-1]}
+        for row in _group_sums(tenant, first, after, per_day=True)
     ]
     rows.sort(key=lambda r: (r["day"], r["group"] == NO_GROUP, r["group"]))
     members = dict(
@@ -141,14 +145,13 @@ def group_usage(*, tenant: Tenant, start: datetime, end: datetime) -> dict[str, 
             "group": group,
             "members": count,
             "devices": 0,
-            "messages": 0,
-            "connection_minutes": 0,
+            **dict.fromkeys(DEVICE_FIGURES, 0),
         }
         for group, count in members.items()
     }
-    for group, units, minutes, devices in _group_sums(tenant, first, after, per_day=False):
-        total = totals.setdefault(name(group), {"group": name(group), "members": None})
-        total.update(devices=devices, messages=int(units), connection_minutes=int(minutes))
+    for row in _group_sums(tenant, first, after, per_day=False):
+        total = totals.setdefault(name(row[0]), {"group": name(row[0]), "members": None})
+        total.update(devices=row[-1], **figures(row[1:-1]))
     groups = sorted(
         totals.values(),
         key=lambda t: (

@@ -45,12 +45,12 @@ class ShadowService:
         self,
         store: ShadowStore,
         *,
-        metered: Callable[[str, int], None] | None = None,
+        metered: Callable[[str, int, str], None] | None = None,
         max_batch: int = 500,
     ) -> None:
         self.broker: Any = None  # the broker it answers through (`attach`, before it serves)
         self.store = store
-        self.metered = metered  # (tenant, units) per operation carried out
+        self.metered = metered  # (tenant, units, thing) per operation carried out
         self.in_flight: dict[tuple[str, str], int] = defaultdict(int)
         self.batches = Batches(store, self._answered, max_batch=max_batch)
         self.stats = {"requests": 0, "rejected": 0, "batches": 0}
@@ -142,16 +142,16 @@ class ShadowService:
             documents = doc.dumps(outcome.documents)
             self._publish(tenant, f"{topic.prefix}/{UPDATE}/{DOCUMENTS}", documents)
             self._changed(op, f"{topic.prefix}/{UPDATE}/{DOCUMENTS}", documents, "updated")
-            self._meter(tenant, op.size)
+            self._meter(tenant, op.size, topic.thing)
         elif op.shadow is not None:
             body = doc.dumps(doc.get_document(op.shadow, now, op.request.client_token))
             self._publish(tenant, topic.reply_topic(ACCEPTED), body)
-            self._meter(tenant, len(body))
+            self._meter(tenant, len(body), topic.thing)
         elif op.deleted is not None:
             body = doc.dumps(doc.delete_document(op.deleted, now, op.request.client_token))
             self._publish(tenant, topic.reply_topic(ACCEPTED), body)
             self._changed(op, topic.reply_topic(ACCEPTED), body, "deleted")
-            self._meter(tenant, 1)
+            self._meter(tenant, 1, topic.thing)
 
     def _reject(self, tenant: str, topic: Any, error: doc.ShadowError, now: int | None = None):
         self.stats["rejected"] += 1
@@ -165,9 +165,11 @@ class ShadowService:
         if journey is not None:  # a reply's row, as a device's publish leaves one
             journey.published(message, None, published)
 
-    def _meter(self, tenant: str, size: int) -> None:
+    def _meter(self, tenant: str, size: int, thing: str) -> None:
+        """Meter an operation on `thing`'s shadow: the tenant's, and that device's (a thing is
+        a device of the tenant), whoever asked (the device itself, another, the REST API)."""
         if self.metered is not None:
-            self.metered(tenant, operation_units(size))
+            self.metered(tenant, operation_units(size), thing)
 
     def _changed(self, op: Operation, topic: str, payload: bytes, kind: str) -> None:
         """Tell observers (the archive: rule inputs `$events/shadow/…`) of an accepted change."""
@@ -180,10 +182,13 @@ class ShadowService:
     def publish_change(self, tenant: str, replies: list, actor: str, size: int) -> None:
         """Publish the replies of a change the REST API made (`announcements`): the same
         messages an MQTT request would have caused, told to the same observers."""
+        thing = ""  # whose shadow it is: the replies' topics name it
         for topic, body in replies:
             payload = body.encode() if isinstance(body, str) else doc.dumps(body)
             self._publish(tenant, topic, payload)
             parsed = parse(topic)
+            if parsed is not None:
+                thing = thing or parsed.thing
             if parsed is None or parsed.reply not in (DELTA, DOCUMENTS, ACCEPTED):
                 continue
             kind = {DELTA: "delta", DOCUMENTS: "updated"}.get(parsed.reply)
@@ -193,4 +198,4 @@ class ShadowService:
                 hooks = self.broker.hooks
                 if hooks.has("shadow.changed"):
                     hooks.run("shadow.changed", tenant, actor, "", topic, payload, kind)
-        self._meter(tenant, size)
+        self._meter(tenant, size, thing)

@@ -9,10 +9,11 @@ Drops and slowdowns are kept apart: `dropped` counts what was not taken or not d
 a quota's refusals as `quota_<key>`), `throttled` what a limit only slowed down (a publisher paused,
 deliveries paced: by quota key). Neither is billed; the portal and `GET /api/v1/quota` show them.
 
-Per device, each minute also keeps the message units and connection minutes of each device
-(`devices`), written beside the minute to `tenants_deviceusage`, one row per device and UTC day
-(for `GET /api/v1/usage?by=device` and the portal). The usage log, the bill's source, stays per
-tenant: its rows, and so the invoices, are the same as without devices.
+Per device, each minute also keeps the message units, connection minutes and shadow operations
+of each device (`devices`; a shadow operation counts to the thing whose shadow it is, whoever
+asked), written beside the minute to `tenants_deviceusage`, one row per device and UTC day (for
+`GET /api/v1/usage?by=device`, the portal and the invoice CSV's drill-down). The usage log, the
+bill's source, stays per tenant: its rows, and so the invoices, are the same as without devices.
 
 Device shadow operations are metered apart, in AWS's 1 KiB units (`shadow_operations`).
 
@@ -38,11 +39,13 @@ from typing import Any
 from psycopg import AsyncConnection
 
 _DEVICE_UPSERT = """
-INSERT INTO tenants_deviceusage (tenant_id, device, day, message_units, connection_minutes)
-SELECT t.id, %s, %s::date, %s, %s FROM tenants_tenant t WHERE t.slug = %s
+INSERT INTO tenants_deviceusage (tenant_id, device, day, message_units, connection_minutes,
+                                 shadow_operations)
+SELECT t.id, %s, %s::date, %s, %s, %s FROM tenants_tenant t WHERE t.slug = %s
 ON CONFLICT (tenant_id, device, day) DO UPDATE SET
   message_units = tenants_deviceusage.message_units + EXCLUDED.message_units,
-  connection_minutes = tenants_deviceusage.connection_minutes + EXCLUDED.connection_minutes
+  connection_minutes = tenants_deviceusage.connection_minutes + EXCLUDED.connection_minutes,
+  shadow_operations = tenants_deviceusage.shadow_operations + EXCLUDED.shadow_operations
 """
 
 _UPSERT = """
@@ -93,13 +96,13 @@ class MinuteUsage:
     connection_minutes: int = 0
     storage_byte_hours: int = 0
     shadow_operations: int = 0  # device shadow operations, in AWS's 1 KiB units
-    # device name -> [message units, connection minutes] of this minute
+    # device name -> [message units, connection minutes, shadow operations] of this minute
     devices: dict[str, list[int]] = field(default_factory=dict)
 
     def device(self, name: str) -> list[int]:
         entry = self.devices.get(name)
         if entry is None:
-            entry = self.devices[name] = [0, 0]
+            entry = self.devices[name] = [0, 0, 0]
         return entry
 
 
@@ -159,9 +162,12 @@ class UsageMeter:
         for device, count in units.items():
             usage.device(device)[0] += count
 
-    def shadow_operations(self, tenant: str, units: int) -> None:
-        """A device shadow operation (`data_plane.shadows`), in AWS's 1 KiB units."""
-        self._current(tenant).shadow_operations += units
+    def shadow_operations(self, tenant: str, units: int, thing: str = "") -> None:
+        """A device shadow operation (`data_plane.shadows`), in AWS's 1 KiB units, on `thing`'s
+        shadow (the device it counts to: a thing is a device of the tenant)."""
+        usage = self._current(tenant)
+        usage.shadow_operations += units
+        usage.device(thing)[2] += units
 
     def _charge_minute(self, tenant: str, at: float, device: str) -> None:
         key = (tenant, int(at // 60) * 60)
@@ -270,10 +276,10 @@ class UsageMeter:
                 existing.dropped[cause] += count
             for key, count in usage.throttled.items():
                 existing.throttled[key] += count
-            for device, (units, minutes) in usage.devices.items():
+            for device, figures in usage.devices.items():
                 entry = existing.device(device)
-                entry[0] += units
-                entry[1] += minutes
+                for index, value in enumerate(figures):
+                    entry[index] += value
 
     async def flush(
         self, conn: AsyncConnection, *, final: bool = False, exported: Any = None
@@ -322,12 +328,12 @@ def device_days(rows: list[tuple[str, int, MinuteUsage]]) -> list[tuple]:
     days: dict[tuple[str, str, str], list[int]] = {}
     for tenant, minute, usage in rows:
         day = time.strftime("%Y-%m-%d", time.gmtime(minute))
-        for device, (units, minutes) in usage.devices.items():
-            entry = days.setdefault((tenant, device, day), [0, 0])
-            entry[0] += units
-            entry[1] += minutes
+        for device, figures in usage.devices.items():
+            entry = days.setdefault((tenant, device, day), [0, 0, 0])
+            for index, value in enumerate(figures):
+                entry[index] += value
     return [
-        (device, day, units, minutes, tenant)
-        for (tenant, device, day), (units, minutes) in sorted(days.items())
-        if units or minutes
+        (device, day, units, minutes, shadow, tenant)
+        for (tenant, device, day), (units, minutes, shadow) in sorted(days.items())
+        if units or minutes or shadow
     ]

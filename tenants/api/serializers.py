@@ -523,19 +523,22 @@ class UsageResponse(serializers.Serializer):
     rows = serializers.ListField(
         child=serializers.DictField(),
         required=False,
-        help_text="with `by`: per UTC day, {day, device, messages, connection_minutes} or "
-        "{day, group, messages, connection_minutes, devices}",
+        help_text="with `by`: per UTC day, {day, device, messages, connection_minutes, "
+        "rules_triggered, actions_executed, shadow_operations} or {day, group, messages, "
+        "connection_minutes, rules_triggered, actions_executed, shadow_operations, devices}",
     )
     devices = serializers.ListField(
         child=serializers.DictField(),
         required=False,
-        help_text="with `by=device`: each device's totals {device, messages, connection_minutes}",
+        help_text="with `by=device`: each device's totals {device, messages, connection_minutes, "
+        "rules_triggered, actions_executed, shadow_operations}",
     )
     groups = serializers.ListField(
         child=serializers.DictField(),
         required=False,
         help_text="with `by=group`: each group's totals {group, members, devices, messages, "
-        'connection_minutes}; devices in no group under "(no group)"',
+        "connection_minutes, rules_triggered, actions_executed, shadow_operations}; devices in "
+        'no group under "(no group)"',
     )
     count = serializers.IntegerField(required=False)
     next = serializers.URLField(allow_null=True, required=False)

@@ -1,5 +1,5 @@
 """The invoice CSV's per-device drill-down (issue 33, point 4): under the lines, each line metered
-per device (messages, connection minutes) by device, its units and its share of the line's amount
+per device (messages, connection minutes, rules triggered, actions executed) by device, its units and its share of the line's amount
 in whole cents that add up to the line (largest remainder). Known traffic from real MQTT clients
 through a real broker for two tenants: each tenant's CSV names its own two devices, with the units
 they sent, and never the other tenant's; the exact bytes of a known invoice's CSV; the PDF and the
@@ -216,7 +216,13 @@ def test_a_known_invoice_csv_byte_for_byte(acme, attacker, settings, tmp_path): 
         DeviceUsage.objects.create(
             tenant=tenant, device=device, day=day, message_units=units, connection_minutes=minutes
         )
-    DeviceUsage.objects.create(tenant=evil, device="evil-sensor", day=september, message_units=9)
+    # The rules job's per-device figures: 6 of the line's 10 rule units were sensor-1's messages.
+    DeviceUsage.objects.filter(tenant=tenant, device="sensor-1", day=september).update(
+        rules_triggered=6
+    )
+    DeviceUsage.objects.create(
+        tenant=evil, device="evil-sensor", day=september, message_units=9, rules_triggered=4
+    )
     invoice = issued(
         tenant,
         "2026-09",
@@ -257,7 +263,46 @@ EXPECTED_CSV = (
     "per_device,by device: shares of the line's amount (not added to the total again),43200,,,,,G-000001,2026-09,acme,Connection minutes (per million) by device,minutes,connection_minutes,,USD,0.00 USD,0\n"
     "device,,40000,,,,,G-000001,2026-09,acme,Connection minutes (per million),minutes,connection_minutes,sensor-1,USD,0.00 USD,0\n"
     "device,,3200,,,,,G-000001,2026-09,acme,Connection minutes (per million),minutes,connection_minutes,sensor-2,USD,0.00 USD,0\n"
+    'per_device,by device: shares of the line\'s amount (not added to the total again),10,,,,,G-000001,2026-09,acme,"Rules triggered (per million, 5 KB units) by device",rule runs (5 KB units),rules_triggered,,USD,0.00 USD,0\n'
+    'device,,6,,,,,G-000001,2026-09,acme,"Rules triggered (per million, 5 KB units)",rule runs (5 KB units),rules_triggered,sensor-1,USD,0.00 USD,0\n'
+    'device,units of the line with no per-device record (metered before per-device metering began),4,,,,,G-000001,2026-09,acme,"Rules triggered (per million, 5 KB units)",rule runs (5 KB units),rules_triggered,(not recorded per device),USD,0.00 USD,0\n'
     "subtotal,,,,,,,G-000001,2026-09,acme,Subtotal,,,,USD,3.50 USD,350\n"
     "tax,,,,,,,G-000001,2026-09,acme,Tax,,,,USD,0.00 USD,0\n"
     "total,,,,,,,G-000001,2026-09,acme,Total due,,,,USD,3.50 USD,350\n"
 )
+
+
+def test_an_issued_invoices_csv_never_changes_when_device_rows_come_later(acme):  # noqa: F811
+    """Issued, downloaded; then the month's device rows grow (a broker's late flush, devices
+    going on after an invoice issued with `--force`) and a new device appears: the CSV is the
+    same bytes, its drill-down kept from when it was issued. An invoice issued before that
+    snapshot existed (none kept) still reads the rows as they are now."""
+    tenant, api = acme
+    october = date(2026, 10, 3)
+    DeviceUsage.objects.create(
+        tenant=tenant, device="sensor-1", day=october, message_units=600, rules_triggered=8
+    )
+    DeviceUsage.objects.create(tenant=tenant, device="sensor-2", day=october, message_units=400)
+    invoice = issued(tenant, "2026-10", {"messages": 1_000, "rules_triggered": 10})
+    assert invoice.device_units == {
+        "messages": {"sensor-1": 600, "sensor-2": 400},
+        "connection_minutes": {},
+        "rules_triggered": {"sensor-1": 8},
+        "actions_executed": {},
+    }
+    before = api.get("/api/v1/invoices/2026-10.csv").content
+
+    DeviceUsage.objects.filter(tenant=tenant, device="sensor-1").update(
+        message_units=5_000, rules_triggered=10
+    )
+    DeviceUsage.objects.create(
+        tenant=tenant, device="late-sensor", day=date(2026, 10, 31), message_units=900
+    )
+    after = api.get("/api/v1/invoices/2026-10.csv").content
+    assert after == before
+    assert b"late-sensor" not in after
+
+    # Issued before snapshots existed: read from the rows now (as before this change).
+    Invoice.objects.filter(id=invoice.id).update(device_units=None)
+    legacy = api.get("/api/v1/invoices/2026-10.csv").content.decode()
+    assert "late-sensor" in legacy and legacy.encode() != before

@@ -99,8 +99,11 @@ def test_usage_by_device_shows_only_the_tenants_devices(acme, attacker):  # noqa
         DeviceUsage.objects.create(
             tenant=tenant, device=device, day=day, message_units=units, connection_minutes=minutes
         )
+    DeviceUsage.objects.filter(tenant=tenant, device="sensor-2").update(
+        rules_triggered=4, actions_executed=2, shadow_operations=3
+    )
     DeviceUsage.objects.create(
-        tenant=evil, device="sensor-1", day=date(2026, 9, 1), message_units=999
+        tenant=evil, device="sensor-1", day=date(2026, 9, 1), message_units=999, rules_triggered=9
     )
     body = api.get("/api/v1/usage?from=2026-09-01&to=2026-09-03&granularity=day&by=device").json()
     assert [
@@ -111,8 +114,22 @@ def test_usage_by_device_shows_only_the_tenants_devices(acme, attacker):  # noqa
         ("2026-09-02", "sensor-1", 7, 1440),
     ]
     assert body["devices"] == [
-        {"device": "sensor-1", "messages": 19, "connection_minutes": 1500},
-        {"device": "sensor-2", "messages": 3, "connection_minutes": 5},
+        {
+            "device": "sensor-1",
+            "messages": 19,
+            "connection_minutes": 1500,
+            "rules_triggered": 0,
+            "actions_executed": 0,
+            "shadow_operations": 0,
+        },
+        {
+            "device": "sensor-2",
+            "messages": 3,
+            "connection_minutes": 5,
+            "rules_triggered": 4,
+            "actions_executed": 2,
+            "shadow_operations": 3,
+        },
     ]
     assert len(body["series"]) == 2  # the per-tenant series is still there
     theirs = evil_api.get("/api/v1/usage?from=2026-09-01&to=2026-09-03&by=device").json()
