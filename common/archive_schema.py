@@ -301,3 +301,40 @@ def message_units(size: int) -> int:
 
 def usage_segment_key(ts_ms: int, writer: str, sequence: int) -> str:
     return f"{USAGE_PREFIX}/{hour_partition(ts_ms)}/{writer}-{sequence:010d}.parquet"
+
+
+# -- Per-device usage of the rules job (not the bill) ----------------------------------------------
+#
+# What the rules job did per device: `rules_triggered` (5 KiB units of the messages a rule
+# evaluated) and `actions_executed`, per (tenant, device, minute, writer), the device being the
+# publisher of the message (the part after `tenant/` of its `username`; "" when no device
+# published it, e.g. a shadow change made through the REST API). The same work as the job's
+# usage-log rows, split by device; the control plane adds them to `tenants_deviceusage` (each
+# segment once, `tenants.billing.usage_log_rollup`) for the per-device views and the invoice
+# CSV's drill-down. Never read by the billing job: the bill is the usage log's, per tenant.
+# Layout: device-usage/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet.
+
+DEVICE_USAGE_PREFIX = "device-usage"
+
+DEVICE_USAGE_SCHEMA = pa.schema(
+    [
+        pa.field("tenant", pa.string(), nullable=False),
+        pa.field("device", pa.string(), nullable=False),
+        pa.field("minute", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("writer", pa.string(), nullable=False),
+        pa.field("rules_triggered", pa.int64(), nullable=False),
+        pa.field("actions_executed", pa.int64(), nullable=False),
+    ]
+)
+
+
+def device_usage_segment_key(ts_ms: int, writer: str, sequence: int) -> str:
+    return f"{DEVICE_USAGE_PREFIX}/{hour_partition(ts_ms)}/{writer}-{sequence:010d}.parquet"
+
+
+def device_of_username(username: str | None) -> str:
+    """The device a `tenant/device` user name names ("" for none): how `tenants_deviceusage`
+    names a device, the name it connected with."""
+    if not username or "/" not in username:
+        return ""
+    return username.split("/", 1)[1]

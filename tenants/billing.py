@@ -504,6 +504,14 @@ ON CONFLICT (tenant_id, minute) DO UPDATE SET
   rules_triggered = tenants_usage.rules_triggered + EXCLUDED.rules_triggered,
   actions_executed = tenants_usage.actions_executed + EXCLUDED.actions_executed
 """
+_DEVICE_ROLLUP_UPSERT = """
+INSERT INTO tenants_deviceusage (tenant_id, device, day, message_units, connection_minutes,
+                                 shadow_operations, rules_triggered, actions_executed)
+SELECT t.id, %s, %s, 0, 0, 0, %s, %s FROM tenants_tenant t WHERE t.slug = %s
+ON CONFLICT (tenant_id, device, day) DO UPDATE SET
+  rules_triggered = tenants_deviceusage.rules_triggered + EXCLUDED.rules_triggered,
+  actions_executed = tenants_deviceusage.actions_executed + EXCLUDED.actions_executed
+"""
 ROLLUP_WRITER_PREFIX = "rules-"
 # Dead letters replayed from the API or the portal (`services.rule_dead_letters_replay`): each
 # webhook call is an action executed, as when the rules job makes it. A `rules-` writer, so the
@@ -544,15 +552,16 @@ def actions_replayed_record(
 
 def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:
     """Add the rules job's usage-log rows (writers `rules-…`) of today and yesterday to the
-    `tenants_usage` minutes the broker fills, each segment once, for the charts and the estimate
-    (the bill itself always reads the log)."""
+    `tenants_usage` minutes the broker fills, and its per-device rows (`device-usage/…`) to
+    `tenants_deviceusage`'s days, each segment once, for the charts, the estimate and the
+    per-device views (the bill itself always reads the log)."""
     import io
     from datetime import UTC, datetime, timedelta
 
     import pyarrow.parquet as pq
     from django.db import connection
 
-    from common.archive_schema import USAGE_PREFIX
+    from common.archive_schema import DEVICE_USAGE_PREFIX, USAGE_PREFIX
     from common.object_store import open_object_store
     from tenants.models import UsageLogImport
 
@@ -563,8 +572,19 @@ def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:
         for key in store.list(f"{USAGE_PREFIX}/date={day:%Y-%m-%d}/"):
             if key.rsplit("/", 1)[-1].startswith(ROLLUP_WRITER_PREFIX) and key.endswith(".parquet"):
                 keys.append(key)
-    done = set(UsageLogImport.objects.filter(key__in=keys).values_list("key", flat=True))
+    device_keys = []
+    for day in (now - timedelta(days=1), now):
+        for key in store.list(f"{DEVICE_USAGE_PREFIX}/date={day:%Y-%m-%d}/"):
+            if key.endswith(".parquet"):
+                device_keys.append(key)
+    done = set(
+        UsageLogImport.objects.filter(key__in=keys + device_keys).values_list("key", flat=True)
+    )
     imported = rows = 0
+    for key in sorted(set(device_keys) - done):
+        count = _device_segment_import(store, key)
+        imported += count is not None
+        rows += count or 0
     for key in sorted(set(keys) - done):
         table = pq.read_table(
             io.BytesIO(store.get(key)),
@@ -586,3 +606,40 @@ def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:
                 imported += 1
                 rows += table.num_rows
     return {"segments": imported, "rows": rows}
+
+
+def _device_segment_import(store: Any, key: str) -> int | None:
+    """One device segment of the rules job into `tenants_deviceusage` (per UTC day), once:
+    its rows' count, or None when another rollup took it first."""
+    import io
+
+    import pyarrow.parquet as pq
+    from django.db import connection
+
+    from tenants.models import UsageLogImport
+
+    table = pq.read_table(
+        io.BytesIO(store.get(key)),
+        columns=["tenant", "device", "minute", "rules_triggered", "actions_executed"],
+    )
+    sums: dict[tuple[str, str, Any], list[int]] = {}
+    for record in table.to_pylist():
+        day = record["minute"].astimezone(UTC).date()
+        entry = sums.setdefault((record["tenant"], record["device"], day), [0, 0])
+        entry[0] += record["rules_triggered"]
+        entry[1] += record["actions_executed"]
+    with transaction.atomic():
+        # The key's row is unique: of two rollups at once, the second fails on it and its
+        # additions roll back with it, so a segment is added once.
+        if UsageLogImport.objects.filter(key=key).exists():
+            return None
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                _DEVICE_ROLLUP_UPSERT,
+                [
+                    (device, day, triggered, executed, tenant)
+                    for (tenant, device, day), (triggered, executed) in sorted(sums.items())
+                ],
+            )
+        UsageLogImport.objects.create(key=key)
+    return table.num_rows

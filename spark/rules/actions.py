@@ -73,6 +73,9 @@ class Job:
     key: ActionKey | None = None  # in the action ledger (None: the message had no id)
     topic: str | None = None  # the message's, for its rows in the journey
     client_id: str | None = None  # its publisher's
+    # Its publisher's device (`device_of_username`), the action metered to it; None: not known
+    # (an output restored from the durable retry queue): metered to the tenant only.
+    device: str | None = None
 
 
 @dataclass

@@ -236,11 +236,11 @@ def _chunk(
         results = rule_outputs(frame, good).persist()
         counts = _counts(results)
         passed = (
-            (r[0], r[1], r[2], r[3])
+            (r[0], r[1], r[2], r[3], None, None, r[4])  # the username: the action's device
             for r in results.where(
                 (F.col("status") == PASSED) & F.col("rule_id").isin(with_actions)
             )
-            .select("rule_id", "ts", "outputs", MESSAGE_ID)
+            .select("rule_id", "ts", "outputs", MESSAGE_ID, "username")
             .toLocalIterator()
         )
     else:
@@ -258,18 +258,19 @@ def _chunk(
 
 
 def _counts(results) -> list[RuleCount]:
-    return [
-        RuleCount(
-            r["rule_id"],
-            r["tenant"],
-            r["matched"],
-            r["passed"],
-            r["failed"],
-            r["last_error"],
-            r["units"],
+    """Per rule, summed over its publishers (`rule_counts` has a row per rule and username)."""
+    counts: dict[int, RuleCount] = {}
+    for r in rule_counts(results).collect():
+        count = counts.setdefault(
+            r["rule_id"], RuleCount(r["rule_id"], r["tenant"], 0, 0, 0, None, 0)
         )
-        for r in rule_counts(results).collect()
-    ]
+        count.matched += r["matched"] or 0
+        count.passed += r["passed"] or 0
+        count.failed += r["failed"] or 0
+        count.last_error = r["last_error"] or count.last_error
+        count.units += r["units"] or 0
+        count.add_user(r["username"], r["units"] or 0)
+    return list(counts.values())
 
 
 def _native_first_counts(plan: RulePlan) -> list[RuleCount]:
@@ -281,7 +282,14 @@ def _native_first_counts(plan: RulePlan) -> list[RuleCount]:
     rows = plan.native_counts()
     counts = {
         r["rule_id"]: RuleCount(
-            r["rule_id"], r["tenant"], r["matched"], r["passed"], 0, None, r["units"]
+            r["rule_id"],
+            r["tenant"],
+            r["matched"],
+            r["passed"],
+            0,
+            None,
+            r["units"],
+            dict(r["by_user"]),
         )
         for r in rows
     }
@@ -294,5 +302,7 @@ def _native_first_counts(plan: RulePlan) -> list[RuleCount]:
             count.passed += extra.passed
             count.failed += extra.failed
             count.units += extra.units
+            for username, units in extra.by_user.items():
+                count.add_user(username, units)
             count.last_error = extra.last_error or count.last_error
     return [c for c in counts.values() if c.matched]

@@ -329,10 +329,19 @@ class LiveJob:
                 count = counts[row.rule_id] = RuleCount(row.rule_id, row.tenant, 0, 0, 0, None, 0)
             count.matched += 1
             count.units += row.units
+            count.add_user(row.username, row.units)
             if row.status == PASSED:
                 count.passed += 1
                 passed.append(
-                    (row.rule_id, row.ts, row.outputs, row.message_id, row.topic, row.client_id)
+                    (
+                        row.rule_id,
+                        row.ts,
+                        row.outputs,
+                        row.message_id,
+                        row.topic,
+                        row.client_id,
+                        row.username,
+                    )
                 )
             elif row.error:
                 count.failed += 1

@@ -7,6 +7,11 @@ topic (UTF-8) + properties as MQTT 5 encodes them (`spark.rules.plan.native_unit
 `tenants.billing.actions_replayed_record`). Both are billed in the minute the work was done. Rows go to the object store as USAGE_SCHEMA Parquet under
 `usage_segment_key` with writer `rules-live` or `rules-backfill`; the billing job sums them with
 the brokers' rows.
+
+The same work is also tallied per device, the publisher of the message a rule evaluated (for an
+action, of the message whose output it acted on), named as `tenants_deviceusage` names devices
+(`common.archive_schema.device_of_username`: the name it connected with), and written beside
+each usage segment as a DEVICE_USAGE_SCHEMA segment, for the per-device views; never billed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.archive_schema import USAGE_SCHEMA, usage_segment_key
+from common.archive_schema import (
+    DEVICE_USAGE_SCHEMA,
+    USAGE_SCHEMA,
+    device_usage_segment_key,
+    usage_segment_key,
+)
 from common.object_store import ObjectStore
 
 
@@ -28,12 +38,41 @@ from common.object_store import ObjectStore
 class UsageTally:
     writer: str  # rules-live | rules-backfill
     counts: dict[tuple[str, int], list[int]] = field(default_factory=lambda: defaultdict(_zero))
+    # (tenant, device, minute) -> [rules triggered, actions executed]: the same work by device
+    devices: dict[tuple[str, str, int], list[int]] = field(
+        default_factory=lambda: defaultdict(_zero)
+    )
+    device_key: str | None = None  # its device segment's key, once chosen (a retry rewrites it)
 
     def add(self, tenant: str, *, rules_triggered: int = 0, actions_executed: int = 0) -> None:
         minute = int(time.time() // 60 * 60_000)
         entry = self.counts[(tenant, minute)]
         entry[0] += rules_triggered
         entry[1] += actions_executed
+
+    def add_device(
+        self, tenant: str, device: str, *, rules_triggered: int = 0, actions_executed: int = 0
+    ) -> None:
+        """Work already counted for the tenant (`add`), told again by the device it was for."""
+        minute = int(time.time() // 60 * 60_000)
+        entry = self.devices[(tenant, device, minute)]
+        entry[0] += rules_triggered
+        entry[1] += actions_executed
+
+    def device_table(self) -> pa.Table:
+        rows = [
+            {
+                "tenant": tenant,
+                "device": device,
+                "minute": minute,
+                "writer": self.writer,
+                "rules_triggered": triggered,
+                "actions_executed": executed,
+            }
+            for (tenant, device, minute), (triggered, executed) in sorted(self.devices.items())
+            if triggered or executed
+        ]
+        return pa.Table.from_pylist(rows, schema=DEVICE_USAGE_SCHEMA)
 
     def table(self) -> pa.Table:
         rows = [
@@ -75,12 +114,27 @@ class UsageWriter:
         return UsageTally(self.writer)
 
     def flush(self, tally: UsageTally) -> str | None:
+        """Write the tally's device segment, then its usage segment (the bill). The device
+        segment's key is chosen once per tally: a flush retried after the usage write failed
+        rewrites the same object, so a device's figures are never counted twice."""
+        devices = tally.device_table()
+        if devices.num_rows:
+            if tally.device_key is None:
+                self.sequence += 1
+                tally.device_key = device_usage_segment_key(
+                    int(time.time() * 1000), self.key_writer, self.sequence
+                )
+            self.store.put(tally.device_key, _parquet(devices))
         table = tally.table()
         if not table.num_rows:
             return None
         self.sequence += 1
         key = usage_segment_key(int(time.time() * 1000), self.key_writer, self.sequence)
-        buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer, compression="zstd")
-        self.store.put(key, buffer.getvalue().to_pybytes())
+        self.store.put(key, _parquet(table))
         return key
+
+
+def _parquet(table: pa.Table) -> bytes:
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue().to_pybytes()

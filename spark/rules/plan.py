@@ -59,12 +59,15 @@ RESULT_SCHEMA = pa.schema(
         # the message's topic and publisher: what the journey's rule rows are found by
         pa.field("topic", pa.string()),
         pa.field("client_id", pa.string()),
+        # the publisher's user name (`tenant/device`, null when no device published it): the
+        # device its rule evaluations and actions are metered to (`spark.rules.metering`)
+        pa.field("username", pa.string()),
     ]
 )
 RESULT_DDL = (
     "rule_id long, tenant string, ts timestamp, units int, status string, "
     "outputs string, error string, budget string, message_id string, topic string, "
-    "client_id string"
+    "client_id string, username string"
 )
 SHARE = "share"  # the budget kind of a row left out when its tenant used its share of a task
 RULES_CLIENT_PREFIX = "$rules-"
@@ -275,6 +278,7 @@ class RulePlan:
             message_id,
             "topic",
             "client_id",
+            _username(self.marked),
             F.col(UNITS_COLUMN).alias("units"),
             F.explode(answers).alias("r"),
         ).select(
@@ -289,6 +293,7 @@ class RulePlan:
             MESSAGE_ID,
             "topic",
             "client_id",
+            "username",
         )
 
     def native_counts(self) -> list[dict]:
@@ -315,21 +320,34 @@ class RulePlan:
                 )
                 aggregates += [F.lit(0), F.lit(0), F.count(F.when(reads, 1)), F.lit(0), F.lit(None)]
             names.append(spec)
-        row = self.statuses.agg(*aggregates).first()
+        # Per publisher (a row per device, not one in all): each device's units are metered to
+        # it (`by_user`: username -> units); the rule's figures are the sum over them.
+        grouped = self.statuses.groupBy(_username(self.statuses)).agg(*aggregates).collect()
         out = []
         for index, spec in enumerate(names):
-            matched, passed, pending, units, newest = row[index * 5 : index * 5 + 5]
-            out.append(
-                {
-                    "rule_id": spec.id,
-                    "tenant": spec.tenant,
-                    "matched": matched,
-                    "passed": passed,
-                    "pending": pending,
-                    "units": units or 0,
-                    "max_ts": newest,
-                }
-            )
+            at = 1 + index * 5
+            figures = {
+                "rule_id": spec.id,
+                "tenant": spec.tenant,
+                "matched": 0,
+                "passed": 0,
+                "pending": 0,
+                "units": 0,
+                "max_ts": None,
+                "by_user": {},
+            }
+            for row in grouped:
+                matched, passed, pending, units, newest = row[at : at + 5]
+                figures["matched"] += matched or 0
+                figures["passed"] += passed or 0
+                figures["pending"] += pending or 0
+                figures["units"] += units or 0
+                if newest is not None and (figures["max_ts"] is None or newest > figures["max_ts"]):
+                    figures["max_ts"] = newest
+                if units:
+                    by_user = figures["by_user"]
+                    by_user[row[0]] = by_user.get(row[0], 0) + units
+            out.append(figures)
         return out
 
     def evaluated(self) -> DataFrame:
@@ -499,9 +517,10 @@ def native_units() -> Column:
 
 
 # What the evaluator itself reads of every row: scope, self-trigger check, result, units.
-_EVALUATOR_COLUMNS = ("event", "tenant", "ts", "topic", "client_id", "payload")
+_EVALUATOR_COLUMNS = ("event", "tenant", "ts", "topic", "client_id", "username", "payload")
 # Columns every result row carries, answered natively or not.
-_ALWAYS_CARRIED = ("tenant", "ts", MESSAGE_ID, "topic", "client_id")
+# (`username`: the device the rule's work is metered to, `spark.rules.metering`.)
+_ALWAYS_CARRIED = ("tenant", "ts", MESSAGE_ID, "topic", "client_id", "username")
 
 
 _COMPILED: dict[str, Any] = {}  # per Python worker: compile each SQL once
@@ -628,6 +647,11 @@ class Evaluator:
                 ),
                 batch.column("topic").take(indices).cast(pa.string()),
                 batch.column("client_id").take(indices).cast(pa.string()),
+                (
+                    batch.column("username").take(indices).cast(pa.string())
+                    if "username" in batch.schema.names
+                    else pa.nulls(len(taken), pa.string())
+                ),
             ],
             schema=RESULT_SCHEMA,
         )
@@ -749,11 +773,20 @@ def _units(batch: pa.RecordBatch) -> pa.Array:
 # -- summaries ---------------------------------------------------------------------------------
 
 
+def _username(frame: DataFrame) -> Column:
+    """The rows' `username` (archive rows written without one: null)."""
+    if "username" in frame.columns:
+        return F.col("username")
+    return F.lit(None).cast("string").alias("username")
+
+
 def rule_counts(results: DataFrame) -> DataFrame:
-    """Per rule: matched (the FROM took the row), passed, failed, units, newest ts, last error;
-    `pending`: rows left to the evaluator (`RulePlan.answered(pending=True)`), not counted yet."""
+    """Per rule and publisher (`username`: the device its units are metered to): matched (the
+    FROM took the row), passed, failed, units, newest ts, last error; `pending`: rows left to the
+    evaluator (`RulePlan.answered(pending=True)`), not counted yet. The caller sums a rule's
+    rows over its publishers."""
     answered = F.col("status") != F.lit(PENDING)
-    return results.groupBy("rule_id", "tenant").agg(
+    return results.groupBy("rule_id", "tenant", "username").agg(
         F.sum(F.when(answered, 1).otherwise(0)).alias("matched"),
         F.sum(F.when(~answered, 1).otherwise(0)).alias("pending"),
         F.sum(F.when(F.col("status") == PASSED, 1).otherwise(0)).alias("passed"),

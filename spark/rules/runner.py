@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from common.archive_schema import device_of_username
 from common.webhook import output_json
 from spark.rules.actions import ActionRunner, Job, Outcome
 from spark.rules.bookkeeping import DeadLetter
@@ -36,6 +37,12 @@ class RuleCount:
     failed: int
     last_error: str | None
     units: int
+    # the units by publisher (`username`, None when no device published), for metering per device
+    by_user: dict[str | None, int] = field(default_factory=dict)
+
+    def add_user(self, username: str | None, units: int) -> None:
+        if units:
+            self.by_user[username] = self.by_user.get(username, 0) + units
 
 
 @dataclass
@@ -86,16 +93,20 @@ def count(counts: Iterable[RuleCount], summary: BatchSummary, tally: UsageTally)
         summary.passed += rule_count.passed
         summary.failed += rule_count.failed
         tally.add(rule_count.tenant, rules_triggered=rule_count.units)
+        for username, units in rule_count.by_user.items():
+            tally.add_device(rule_count.tenant, device_of_username(username), rules_triggered=units)
 
 
 def jobs_of(specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple]) -> Iterator[Job]:
     """One job per output of each passed row and action of its rule. A row is (rule id, ts,
-    outputs JSON[, message id[, topic, client id]]); with a message id, each job carries its
-    action ledger key; with the topic and client id, its journey rows name them."""
+    outputs JSON[, message id[, topic, client id[, username]]]); with a message id, each job
+    carries its action ledger key; with the topic and client id, its journey rows name them;
+    with the username, its publisher's device, which the action is metered to."""
     for row in passed_rows:
         rule_id, ts, outputs_json = row[0], row[1], row[2]
         message_id = row[3] if len(row) > 3 else None
         topic, client_id = (row[4], row[5]) if len(row) > 5 else (None, None)
+        device = device_of_username(row[6]) if len(row) > 6 else None
         spec = specs.get(rule_id)
         if spec is None or not spec.actions:
             continue
@@ -117,6 +128,7 @@ def jobs_of(specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple]) -> Iter
                     key=key,
                     topic=topic,
                     client_id=client_id,
+                    device=device,
                 )
 
 
@@ -189,6 +201,8 @@ def _account(
     delta.lag_ms = max(delta.lag_ms or 0, lag)
     summary.latencies_ms.append(lag)
     tally.add(job.tenant, actions_executed=1)
+    if job.device is not None:
+        tally.add_device(job.tenant, job.device, actions_executed=1)
     if outcome.ok:
         delta.actions_ok += 1
         summary.actions_ok += 1
