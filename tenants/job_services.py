@@ -105,7 +105,9 @@ def _announce(
 
 def _complete_ended(job_ids: Iterable[int]) -> None:
     """Jobs whose last execution ended are COMPLETED (a cancelled one stays CANCELED)."""
-    for job_id in set(job_ids):
+    for job_id in sorted(set(job_ids)):  # one order: two callers never wait on each other
+        with connection.cursor() as cursor:
+            cursor.execute(ex.COMPLETION_LOCK_SQL, [job_id])
         if not JobExecution.objects.filter(job_id=job_id, status__in=ex.PENDING).exists():
             Job.objects.filter(id=job_id, status=Job.Status.IN_PROGRESS, unreleased=[]).update(
                 status=Job.Status.COMPLETED, completed_at=timezone.now(), reason="completed"

@@ -26,6 +26,12 @@ TIMED_OUT, REMOVED, CANCELED = "TIMED_OUT", "REMOVED", "CANCELED"
 STATUSES = (QUEUED, IN_PROGRESS, SUCCEEDED, FAILED, TIMED_OUT, REJECTED, REMOVED, CANCELED)
 PENDING = (IN_PROGRESS, QUEUED)
 TERMINAL = (SUCCEEDED, FAILED, TIMED_OUT, REJECTED, REMOVED, CANCELED)
+# Whoever ends executions takes this lock on their job (its row id; held to the end of the
+# transaction) before asking whether any is left pending: two devices' last updates committing
+# together would otherwise each see the other's execution still pending, and neither would
+# complete the job. An advisory lock, not the job's row: cancelling locks that row first and the
+# executions after, the devices' updates the other way round.
+COMPLETION_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('job-completion:' || %s, 0))"
 DEVICE_SETS = (IN_PROGRESS, SUCCEEDED, FAILED, REJECTED)  # what an update may ask for
 ENDED_BY_SERVICE = (TIMED_OUT, REMOVED, CANCELED)  # not the device's doing
 

@@ -138,6 +138,7 @@ class PostgresJobs:
             if after.execution_number != row.execution.execution_number:
                 await cursor.execute(_METER, (op.tenant_id,))
             if after.status in ex.TERMINAL:
+                await cursor.execute(ex.COMPLETION_LOCK_SQL, (row.job_row,))
                 await cursor.execute(_COMPLETE, (row.job_row, row.job_row))
 
     @staticmethod
