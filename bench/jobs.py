@@ -85,6 +85,7 @@ class Tally:
     notified: list[float] = field(default_factory=list)  # each device's first notify-next
     succeeded: list[float] = field(default_factory=list)  # each update accepted
     rejected: list[str] = field(default_factory=list)  # "topic: body" of each rejection
+    gave_up: set[str] = field(default_factory=set)  # devices rejected: the SDK sample stops
     messages: int = 0
 
 
@@ -121,6 +122,7 @@ class Device(asyncio.Protocol):
         rest = topic[len(self.prefix) :]
         if rest.endswith(b"/rejected"):
             self.tally.rejected.append(f"{topic.decode()}: {payload[:200].decode()}")
+            self.tally.gave_up.add(self.name)
             self.working_on = ""
             return
         if rest == b"notify-next":
@@ -292,6 +294,8 @@ async def measure(
             if counted >= len(names):
                 all_succeeded = time.perf_counter() - t0
                 break
+            if tally.gave_up and len(tally.succeeded) + len(tally.gave_up) >= len(names):
+                break  # every device answered or gave up: nothing more will come
             await asyncio.sleep(POLL_SECONDS)
         cpu = (broker.cpu_seconds() if broker else 0.0) - cpu
         pg = postgres_cpu() - pg

@@ -33,6 +33,12 @@ log = logging.getLogger(__name__)
 
 PUBLISHER = "$aws-jobs"  # the replies' client id: the platform's own traffic
 MAX_IN_FLIGHT = 10  # requests of one client not yet answered (RequestThrottled beyond)
+# Things served at once, each holding a connection of the broker's shared write pool for its
+# transaction. A job to 10,000 devices has them all ask within a second: one task each on the
+# pool made most wait past its timeout and fail (InternalError), and starved the sessions' and
+# shadows' writes of connections meanwhile (bench/jobs.py). Beyond these, requests wait here,
+# without a deadline (a client has at most MAX_IN_FLIGHT waiting).
+LANES = 4
 
 
 def _unmapped(topic: str) -> bool:
@@ -64,6 +70,7 @@ class JobService:
         self.in_flight: dict[tuple[str, str], int] = defaultdict(int)
         self.queues: dict[tuple[str, str], deque[JobRequest]] = {}
         self.tasks: set[asyncio.Task] = set()
+        self.lanes = asyncio.Semaphore(LANES)
         self.stats = {"requests": 0, "rejected": 0}
 
     def attach(self, broker: Any) -> None:
@@ -119,14 +126,15 @@ class JobService:
         try:
             while queue:
                 op = queue[0]
-                now = int(time.time())
-                try:
-                    await self.store.perform(op, now)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # the store failed: AWS's InternalError
-                    log.warning("jobs request on %s failed: %s", op.topic.request_topic, exc)
-                    op.error = ex.JobError(ex.INTERNAL_ERROR, "Internal error")
+                async with self.lanes:
+                    now = int(time.time())
+                    try:
+                        await self.store.perform(op, now)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # the store failed: AWS's InternalError
+                        log.warning("jobs request on %s failed: %s", op.topic.request_topic, exc)
+                        op.error = ex.JobError(ex.INTERNAL_ERROR, "Internal error")
                 queue.popleft()
                 self._done(op, now)
         finally:
