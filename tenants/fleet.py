@@ -23,7 +23,7 @@ from common import fleet_pki
 from common.notifications import ChangeKind
 from common.sealed import seal
 from tenants.fleet_models import FleetAuthority, FleetCertificate, ProvisioningTemplate
-from tenants.models import DEVICE_NAME_VALIDATOR, AclRule, CaCertificate, Tenant
+from tenants.models import DEVICE_NAME_VALIDATOR, AclRule, CaCertificate, DeviceGroup, Tenant
 from tenants.notify import announce
 from tenants.services import _require_active
 
@@ -78,6 +78,19 @@ def _check_acl_rules(rules: list[dict]) -> list[dict]:
     return clean
 
 
+def _groups(tenant: Tenant, names) -> list[DeviceGroup]:
+    """The tenant's groups of these names, or 400 naming those it has none of (another
+    tenant's group is one it has none of)."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValidationError({"groups": ["A list of device group names."]})
+    wanted = list(dict.fromkeys(names))
+    found = {g.name: g for g in DeviceGroup.objects.filter(tenant=tenant, name__in=wanted)}
+    unknown = [n for n in wanted if n not in found]
+    if unknown:
+        raise ValidationError({"groups": [f"Unknown groups: {', '.join(unknown)}."]})
+    return [found[n] for n in wanted]
+
+
 @transaction.atomic
 def template_create(
     *,
@@ -88,11 +101,13 @@ def template_create(
     attributes: dict | None = None,
     enabled: bool = True,
     pre_provisioning_hook_url: str = "",
+    groups: list[str] | None = None,
 ) -> ProvisioningTemplate:
     _require_active(tenant)
     template_parameters(device_name_template)
     if not isinstance(attributes, dict | None):
         raise ValidationError({"attributes": ["An object of the new device's attributes."]})
+    members_of = _groups(tenant, [] if groups is None else groups)
     template = ProvisioningTemplate(
         tenant=tenant,
         name=name,
@@ -109,11 +124,53 @@ def template_create(
     if ProvisioningTemplate.objects.filter(tenant=tenant, name=name).exists():
         raise ValidationError({"name": [f"A provisioning template named {name!r} exists."]})
     template.save()
+    template.groups.set(members_of)
+    return template
+
+
+_UPDATABLE = {
+    "device_name_template",
+    "acl_rules",
+    "attributes",
+    "enabled",
+    "pre_provisioning_hook_url",
+    "groups",
+}
+
+
+@transaction.atomic
+def template_update(template: ProvisioningTemplate, **fields: object) -> ProvisioningTemplate:
+    """Change what devices provisioned from now on become (its name stays: the devices' claims
+    name it); those it already made keep what they got."""
+    unknown = set(fields) - _UPDATABLE
+    if unknown:
+        raise ValidationError({name: ["Cannot be changed."] for name in sorted(unknown)})
+    _require_active(template.tenant)
+    if "device_name_template" in fields:
+        template_parameters(fields["device_name_template"])
+        template.device_name_template = fields["device_name_template"]
+    if "acl_rules" in fields:
+        template.acl_rules = _check_acl_rules(fields["acl_rules"])
+    if "attributes" in fields:
+        if not isinstance(fields["attributes"], dict):
+            raise ValidationError({"attributes": ["An object of the new device's attributes."]})
+        template.attributes = fields["attributes"]
+    for name in ("enabled", "pre_provisioning_hook_url"):
+        if name in fields:
+            setattr(template, name, fields[name])
+    members_of = _groups(template.tenant, fields["groups"]) if "groups" in fields else None
+    try:
+        template.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict) from None
+    template.save()
+    if members_of is not None:
+        template.groups.set(members_of)
     return template
 
 
 def templates_list(*, tenant: Tenant) -> QuerySet[ProvisioningTemplate]:
-    return ProvisioningTemplate.objects.filter(tenant=tenant)
+    return ProvisioningTemplate.objects.filter(tenant=tenant).prefetch_related("groups")
 
 
 def template_get(*, tenant: Tenant, name: str) -> ProvisioningTemplate:

@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from tenants.audit import AuditedQuerySet
-from tenants.models import DEVICE_NAME_VALIDATOR, CaCertificate, Device, Tenant
+from tenants.models import DEVICE_NAME_VALIDATOR, CaCertificate, Device, DeviceGroup, Tenant
 
 
 class FleetAuthority(models.Model):
@@ -27,7 +27,8 @@ class FleetAuthority(models.Model):
 class ProvisioningTemplate(models.Model):
     """AWS IoT's provisioning template: what a device that provisions with it becomes. The device
     name comes from the request's parameters (`sensor-{SerialNumber}`); the ACL rules are given to
-    the new device (`${client}` is its name)."""
+    the new device (`${client}` is its name), and it joins the template's groups (AWS's thing
+    groups of the template's `AWS::IoT::Thing` resource), all in RegisterThing's transaction."""
 
     objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
 
@@ -38,6 +39,9 @@ class ProvisioningTemplate(models.Model):
     device_name_template = models.CharField(max_length=128)
     acl_rules = models.JSONField(default=list, blank=True)  # [{action, permission, topic}]
     attributes = models.JSONField(default=dict, blank=True)  # given to the new device
+    # The new device's groups: the tenant's own (checked by `tenants.fleet`); a group deleted
+    # later simply drops out, as its devices stay when a group goes.
+    groups = models.ManyToManyField(DeviceGroup, blank=True, related_name="provisioning_templates")
     enabled = models.BooleanField(default=True)
     pre_provisioning_hook_url = models.URLField(max_length=512, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)

@@ -1,6 +1,6 @@
 """The fleet provisioning service's reads and writes of the control plane's tables
 (`tenants.fleet_models`), in SQL: the tenant's fleet CA, the certificates it issues, and the
-device RegisterThing makes (with its ACL rules, announced as the control plane announces its
+device RegisterThing makes (with its ACL rules and its template's groups, announced as the control plane announces its
 own changes, so every broker's caches learn of it)."""
 
 from __future__ import annotations
@@ -49,6 +49,13 @@ RETURNING id
 _INSERT_ACL_SQL = """
 INSERT INTO tenants_aclrule (tenant_id, device_id, action, permission, topic, position, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, now())
+"""
+# The new device joins the template's groups (the tenant's own: `tenants.fleet` checks them).
+_JOIN_GROUPS_SQL = """
+INSERT INTO tenants_devicegroup_devices (devicegroup_id, device_id)
+SELECT devicegroup_id, %s FROM tenants_provisioningtemplate_groups
+ WHERE provisioningtemplate_id = %s
+ON CONFLICT DO NOTHING
 """
 _BIND_SQL = """
 UPDATE tenants_fleetcertificate SET device_id = %s, ownership_token = '', token_expires_at = NULL
@@ -122,7 +129,7 @@ class FleetStore:
         self, tenant: str, tenant_id: int, template: Template, token_hash: str, name: str
     ) -> bool:
         """Bind the certificate of this ownership token to a new device `name` made from the
-        template; False if no live token of this tenant and template is that one. Raises
+        template (its ACL rules, attributes and groups); False if no live token of this tenant and template is that one. Raises
         DeviceExists: a claim, which a whole fleet shares, never takes over a device."""
         async with self.pool.connection() as conn, conn.transaction():
             cursor = conn.cursor(row_factory=tuple_row)
@@ -151,6 +158,7 @@ class FleetStore:
                         position,
                     ),
                 )
+            await cursor.execute(_JOIN_GROUPS_SQL, (device_id, template.id))
             await cursor.execute(_BIND_SQL, (device_id, row[0]))
             for kind, ids in (
                 (ChangeKind.DEVICE_CREATED, [device_id]),

@@ -16,15 +16,24 @@ FLEET_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("get", _T): (
         "Fleet provisioning",
         "List provisioning templates",
-        "The tenant's provisioning templates: the device name from parameters, the ACL rules "
-        "and attributes each new device gets, enabled or not, the pre-provisioning hook.",
+        "The tenant's provisioning templates: the device name from parameters, the ACL rules, "
+        "attributes and device groups each new device gets, enabled or not, the "
+        "pre-provisioning hook.",
     ),
     ("post", _T): (
         "Fleet provisioning",
         "Create a provisioning template",
         "`device_name_template` names at least one parameter (`sensor-{SerialNumber}`) and, "
         "filled in, is a device name; `acl_rules` are given to each device it makes "
-        "(`${client}` is its name); `pre_provisioning_hook_url` is asked first (a 2xx allows).",
+        "(`${client}` is its name); `groups` names device groups of the tenant each joins (an "
+        "unknown one is a 400 naming it); `pre_provisioning_hook_url` is asked first (a 2xx "
+        "allows).",
+    ),
+    ("patch", _T + "/{name}"): (
+        "Fleet provisioning",
+        "Change a provisioning template",
+        "Any field but `name`, checked as on creation: devices provisioned from now on get the "
+        "new values, those it made keep theirs." + _404,
     ),
     ("get", _T + "/{name}"): (
         "Fleet provisioning",

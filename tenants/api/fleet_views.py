@@ -19,6 +19,9 @@ class AclRuleInput(StrictInput):
     topic = serializers.CharField(max_length=512)
 
 
+GROUPS_HELP = "names of the tenant's device groups the new device joins (400 names unknown ones)"
+
+
 class TemplateInput(StrictInput):
     name = serializers.CharField(max_length=64)
     device_name_template = serializers.CharField(
@@ -33,6 +36,24 @@ class TemplateInput(StrictInput):
         default="",
         help_text="called with the request's parameters; {allowProvisioning: false} refuses",
     )
+    groups = serializers.ListField(
+        child=serializers.CharField(max_length=128), required=False, help_text=GROUPS_HELP
+    )
+
+
+class TemplateUpdateInput(StrictInput):
+    """What devices provisioned from now on become; the name stays."""
+
+    device_name_template = serializers.CharField(max_length=128, required=False)
+    acl_rules = AclRuleInput(many=True, required=False)
+    attributes = serializers.DictField(required=False)
+    enabled = serializers.BooleanField(required=False)
+    pre_provisioning_hook_url = serializers.URLField(
+        max_length=512, required=False, allow_blank=True
+    )
+    groups = serializers.ListField(
+        child=serializers.CharField(max_length=128), required=False, help_text=GROUPS_HELP
+    )
 
 
 class TemplateOutput(serializers.Serializer):
@@ -43,10 +64,14 @@ class TemplateOutput(serializers.Serializer):
     attributes = serializers.JSONField()
     enabled = serializers.BooleanField()
     pre_provisioning_hook_url = serializers.CharField()
+    groups = serializers.SerializerMethodField(help_text="the device groups new devices join")
     created_at = serializers.DateTimeField()
 
     def get_parameters(self, template) -> list[str]:
         return fleet.template_parameters(template.device_name_template)
+
+    def get_groups(self, template) -> list[str]:
+        return sorted(group.name for group in template.groups.all())
 
 
 class ClaimOutput(serializers.Serializer):
@@ -83,6 +108,16 @@ class TemplateDetailView(TenantAPIView):
     @extend_schema(responses=TemplateOutput)
     def get(self, request, name: str):
         return Response(TemplateOutput(fleet.template_get(tenant=self.tenant, name=name)).data)
+
+    @extend_schema(
+        request=TemplateUpdateInput,
+        responses=TemplateOutput,
+        description="Devices provisioned from now on get the new values; those made keep theirs.",
+    )
+    def patch(self, request, name: str):
+        template = fleet.template_get(tenant=self.tenant, name=name)
+        data = validated(TemplateUpdateInput, request.data)
+        return Response(TemplateOutput(fleet.template_update(template, **data)).data)
 
     @extend_schema(responses={204: None}, description="Its claim certificates stop working.")
     def delete(self, request, name: str):

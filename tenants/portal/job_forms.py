@@ -162,3 +162,21 @@ class TemplateForm(forms.Form):
         help_text="Optional: asked before each device is made; anything but a 2xx refuses.",
     )
     enabled = forms.BooleanField(required=False, initial=True)
+    groups = NamesField(
+        size=4, help_text="Device groups each new device joins (Ctrl/⌘-click to pick several)."
+    )
+
+    def __init__(self, *args, groups=(), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["groups"].choices = [(name, name) for name in groups]
+
+
+class TemplateGroupsForm(forms.Form):
+    """The groups a template's new devices join, as `PATCH …/provisioning-templates/{name}`
+    takes them (none picked: they join none)."""
+
+    groups = NamesField(size=6, help_text="Devices made from now on join these.")
+
+    def __init__(self, *args, groups=(), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["groups"].choices = [(name, name) for name in groups]

@@ -11,15 +11,20 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from tenants import fleet
-from tenants.portal.job_forms import TemplateForm
+from tenants import fleet, job_selectors
+from tenants.models import Tenant
+from tenants.portal.job_forms import TemplateForm, TemplateGroupsForm
 from tenants.portal.views import _context, _form_errors, _pop_once, _show_once, tenant_view
+
+
+def _group_names(tenant: Tenant) -> list[str]:
+    return list(job_selectors.group_list(tenant=tenant).values_list("name", flat=True))
 
 
 @tenant_view()
 def templates(request, membership):
     tenant = membership.tenant
-    form = TemplateForm(request.POST or None)
+    form = TemplateForm(request.POST or None, groups=_group_names(tenant))
     if request.method == "POST":
         if not membership.can_write:
             raise PermissionDenied("Your role can read but not change this tenant.")
@@ -42,6 +47,14 @@ def templates(request, membership):
 @tenant_view()
 def template_detail(request, membership, name: str):
     template = fleet.template_get(tenant=membership.tenant, name=name)
+    return _template_page(request, membership, template)
+
+
+def _template_page(request, membership, template, groups_form: TemplateGroupsForm | None = None):
+    names = _group_names(membership.tenant)
+    groups_form = groups_form or TemplateGroupsForm(
+        groups=names, initial={"groups": [g.name for g in template.groups.all()]}
+    )
     once = _pop_once(request)
     issued = once if once and once.get("template") == template.name else None
     return render(
@@ -53,8 +66,26 @@ def template_detail(request, membership, name: str):
             parameters=fleet.template_parameters(template.device_name_template),
             claims=fleet.claims_list(template),
             issued=issued,
+            groups_form=groups_form,
         ),
     )
+
+
+@require_POST
+@tenant_view(write=True)
+def template_groups(request, membership, name: str):
+    """The groups new devices join: what `PATCH` with `groups` does, refused in its words."""
+    template = fleet.template_get(tenant=membership.tenant, name=name)
+    form = TemplateGroupsForm(request.POST, groups=_group_names(membership.tenant))
+    if form.is_valid():
+        try:
+            fleet.template_update(template, groups=form.cleaned_data["groups"])
+        except ValidationError as error:
+            _form_errors(form, error)
+        else:
+            messages.success(request, "Groups saved: devices provisioned from now on join them.")
+            return redirect("portal:provisioning-template", name=template.name)
+    return _template_page(request, membership, template, form)
 
 
 @require_POST

@@ -78,6 +78,11 @@ urlpatterns = [
         name="provisioning-template",
     ),
     path(
+        "provisioning/<str:name>/groups/",
+        provisioning_views.template_groups,
+        name="provisioning-template-groups",
+    ),
+    path(
         "provisioning/<str:name>/delete/",
         provisioning_views.template_delete,
         name="provisioning-template-delete",

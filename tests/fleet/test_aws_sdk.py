@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from common.device_identity import pem_of
-from tenants import fleet
+from tenants import fleet, job_services
+from tenants.models import Device
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,6 +125,10 @@ def reconnect_as_device(tls_broker, folder: Path, thing: str, pem: str, key: str
 def test_sdk_provisions_by_claim_and_reconnects_as_the_new_device(
     tls_broker, claim, tmp_path, version
 ):
+    # The template puts new devices in two of the tenant's groups (AWS's template thing groups).
+    for group in ("line-3", "firmware-beta"):
+        job_services.group_create(tenant=claim.tenant, name=group)
+    fleet.template_update(claim.template, groups=["line-3", "firmware-beta"])
     serial = uuid.uuid4().hex[:8]
     device = Sdk(tls_broker, claim.cert, claim.key, f"factory-{serial}", version)
     try:
@@ -141,9 +146,8 @@ def test_sdk_provisions_by_claim_and_reconnects_as_the_new_device(
         assert "InvalidCertificateOwnershipToken" in str(again.value.modeled_error.error_code)
     finally:
         device.close()
-    from tenants.models import Device
-
-    assert Device.objects.filter(tenant=claim.tenant, name=f"sensor-{serial}").exists()
+    made_device = Device.objects.get(tenant=claim.tenant, name=f"sensor-{serial}")
+    assert set(made_device.groups.values_list("name", flat=True)) == {"line-3", "firmware-beta"}
     reconnect_as_device(
         tls_broker, tmp_path, f"sensor-{serial}", made.certificate_pem, made.private_key, version
     )

@@ -113,3 +113,41 @@ def test_certificates_never_registered_are_purged():
     assert fleet.unregistered_certificates_purge() == 1
     left = set(FleetCertificate.objects.filter(tenant=tenant).values_list("id", flat=True))
     assert left == {claim.id, fresh.id, bound.id} and stale.id not in left
+
+
+def test_template_groups_are_the_tenants_own_and_an_unknown_one_is_named():
+    owner = api_client(services.tenant_create("fleet-groups-a"))
+    attacker = api_client(services.tenant_create("fleet-groups-b"))
+    assert owner.post("/api/v1/groups", {"name": "line-3"}, format="json").status_code == 201
+    assert attacker.post("/api/v1/groups", {"name": "stolen"}, format="json").status_code == 201
+
+    made = owner.post(TEMPLATES, {**TEMPLATE, "groups": ["line-3"]}, format="json")
+    assert made.status_code == 201, made.content
+    assert made.json()["groups"] == ["line-3"]
+    unknown = owner.post(
+        TEMPLATES, {**TEMPLATE, "name": "other", "groups": ["line-3", "nope"]}, format="json"
+    )
+    assert unknown.status_code == 400
+    assert "Unknown groups: nope." in str(unknown.json()["error"]["fields"]["groups"])
+    # Another tenant's group is one the owner has none of, when created or updated.
+    foreign = owner.patch(f"{TEMPLATES}/sensors", {"groups": ["stolen"]}, format="json")
+    assert foreign.status_code == 400 and "stolen" in str(foreign.json()["error"])
+    assert owner.get(f"{TEMPLATES}/sensors").json()["groups"] == ["line-3"]  # unchanged
+    bad = owner.patch(f"{TEMPLATES}/sensors", {"groups": "line-3"}, format="json")
+    assert bad.status_code == 400 and "groups" in str(bad.json()["error"])
+    renamed = owner.patch(f"{TEMPLATES}/sensors", {"name": "x"}, format="json")
+    assert renamed.status_code == 400
+
+    assert owner.post("/api/v1/groups", {"name": "beta"}, format="json").status_code == 201
+    updated = owner.patch(
+        f"{TEMPLATES}/sensors", {"groups": ["beta", "line-3"], "enabled": False}, format="json"
+    )
+    assert updated.status_code == 200, updated.content
+    assert (updated.json()["groups"], updated.json()["enabled"]) == (["beta", "line-3"], False)
+    # The attacker can neither see nor change the owner's template, nor put its groups in one.
+    assert attacker.patch(f"{TEMPLATES}/sensors", {"groups": []}, format="json").status_code == 404
+    attacker_made = attacker.post(TEMPLATES, {**TEMPLATE, "groups": ["line-3"]}, format="json")
+    assert attacker_made.status_code == 400
+    # A group deleted later drops out of the template (its devices stay, as ever).
+    assert owner.delete("/api/v1/groups/beta").status_code == 204
+    assert owner.get(f"{TEMPLATES}/sensors").json()["groups"] == ["line-3"]

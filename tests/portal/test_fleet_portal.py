@@ -91,6 +91,31 @@ def test_a_job_made_in_the_portal_is_the_apis_job(client, acme):
     assert Job.objects.get(job_id="fw-2").created_by == "me@acme.io"
 
 
+def test_the_groups_of_new_devices_set_in_the_portal_are_the_apis(client, acme):
+    for name in ("kitchen", "attic"):
+        job_services.group_create(tenant=acme, name=name)
+    form = client.get("/provisioning/")
+    assert b'value="kitchen"' in form.content  # the tenant's groups to pick from
+    made = client.post("/provisioning/", {**TEMPLATE, "groups": ["kitchen"]})
+    assert made.status_code == 302, _errors(made)
+    api = _api(acme)
+    assert api.get("/api/v1/provisioning-templates/sensors").json()["groups"] == ["kitchen"]
+    page = client.get("/provisioning/sensors/")
+    assert b'id="template-groups"' in page.content and b"kitchen" in page.content
+
+    changed = client.post("/provisioning/sensors/groups/", {"groups": ["attic", "kitchen"]})
+    assert changed.status_code == 302
+    assert api.get("/api/v1/provisioning-templates/sensors").json()["groups"] == [
+        "attic",
+        "kitchen",
+    ]
+    unknown = client.post("/provisioning/sensors/groups/", {"groups": ["attic", "cellar"]})
+    assert unknown.context["groups_form"].errors == {"groups": ["Unknown groups: cellar."]}
+    cleared = client.post("/provisioning/sensors/groups/", {})  # none picked: none joined
+    assert cleared.status_code == 302
+    assert api.get("/api/v1/provisioning-templates/sensors").json()["groups"] == []
+
+
 @pytest.mark.parametrize(
     ("change", "field", "words"),
     [
@@ -299,6 +324,7 @@ def test_another_tenants_objects_are_404s_by_url(client, acme, victim):
         (f"{template}/claims/", {}),
         (f"{template}/claims/{certificate_id}/revoke/", {}),
         (f"{template}/delete/", {}),
+        (f"{template}/groups/", {"groups": ["our-group"]}),
         (f"/identity/cas/{ca.name}/auto-registration/", {"enabled": "on"}),
     ):
         assert client.post(url, data).status_code == 404, url
@@ -307,6 +333,11 @@ def test_another_tenants_objects_are_404s_by_url(client, acme, victim):
     assert _errors(job) == {"devices": ["Unknown devices: their-lamp."]}
     group = client.post("/groups/", {"name": "mine", "devices": ["their-lamp"]})
     assert _errors(group) == {"devices": ["Unknown devices: their-lamp."]}
+    made = client.post("/provisioning/", {**TEMPLATE, "groups": ["their-group"]})
+    assert _errors(made) == {"groups": ["Unknown groups: their-group."]}
+    ours = client.post("/provisioning/our-template/groups/", {"groups": ["their-group"]})
+    assert ours.context["groups_form"].errors == {"groups": ["Unknown groups: their-group."]}
+    assert not fleet.template_get(tenant=acme, name="our-template").groups.exists()
 
     assert Job.objects.get(job_id="their-job").status == "IN_PROGRESS"
     assert list(DeviceGroup.objects.get(name="their-group").devices.values_list("name", flat=True))
@@ -353,6 +384,7 @@ def test_a_viewer_sees_no_form_and_cannot_post_one(client, acme):
         ("/provisioning/sensors/claims/", {}),
         (f"/provisioning/sensors/claims/{certificate_id}/revoke/", {}),
         ("/provisioning/sensors/delete/", {}),
+        ("/provisioning/sensors/groups/", {"groups": ["kitchen"]}),
         ("/identity/cas/factory/auto-registration/", {"enabled": "on"}),
     ):
         assert client.post(url, data).status_code == 403, url
@@ -360,6 +392,7 @@ def test_a_viewer_sees_no_form_and_cannot_post_one(client, acme):
     assert list(DeviceGroup.objects.values_list("name", flat=True)) == ["kitchen"]
     assert DeviceGroup.objects.get(name="kitchen").devices.count() == 1
     assert list(ProvisioningTemplate.objects.values_list("name", flat=True)) == ["sensors"]
+    assert not template.groups.exists()
     assert FleetCertificate.objects.get(certificate_id=certificate_id).revoked_at is None
     assert FleetCertificate.objects.count() == 1
     assert CaCertificate.objects.get(name="factory").auto_registration is False
