@@ -95,6 +95,12 @@ JOB_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Show a device group",
         "The group's name, members and when it was made. " + TENANT_404,
     ),
+    ("delete", "/api/v1/groups/{name}"): (
+        "Device groups",
+        "Delete a device group",
+        "The group goes; its devices stay, jobs made for it keep their executions, and the "
+        "provisioning templates that named it no longer put new devices in it. " + TENANT_404,
+    ),
     ("post", "/api/v1/groups/{name}/devices"): (
         "Device groups",
         "Add devices to a group",
