@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0027_fleet_provisioning"),
+        ("tenants", "0029_device_usage_dimensions"),
     ]
 
     operations = [
