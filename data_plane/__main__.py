@@ -93,6 +93,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="SO_REUSEPORT: several workers share the listeners' ports (runbroker --workers)",
     )
     parser.add_argument(
+        "--no-affinity",
+        action="store_true",
+        help="with --reuse-port: serve every client on the worker the kernel chose, rather than "
+        "handing it to its tenant's home worker",
+    )
+    parser.add_argument(
+        "--worker-slot",
+        default=os.environ.get("BROKER_WORKER_SLOT"),
+        help="this worker's index among the machine's workers (runbroker --workers sets it): "
+        "a restarted worker is home to the same tenants",
+    )
+    parser.add_argument(
+        "--large-tenants",
+        default=os.environ.get("MQTT_LARGE_TENANTS"),
+        help="tenants spread over K workers rather than one: 'slug=K,slug=K'",
+    )
+    parser.add_argument(
         "--rate-patience",
         type=float,
         default=float(os.environ.get("MQTT_RATE_PATIENCE", "60")),
@@ -142,15 +159,29 @@ async def run(args: argparse.Namespace) -> None:
         preauth_per_source=args.preauth_per_source,
     )
     cluster = None
+    handover = None
     if args.redis_url:
         from data_plane.cluster import Cluster
 
+        info: dict = {"mqtt_port": args.port}
+        if args.reuse_port and not args.no_affinity:  # workers of one machine: tenant-affine
+            import uuid
+
+            info["handover"] = f"mqtt-handover-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            info["slot"] = args.worker_slot
         cluster = Cluster(
             args.redis_url,
             name=args.cluster_name,
             heartbeat=args.cluster_heartbeat,
-            info={"mqtt_port": args.port},
+            info=info,
         )
+        if "handover" in info:
+            from data_plane.broker.handover import Handover, HandoverCounts
+            from data_plane.cluster.affinity import Affinity, parse_large
+
+            counts = HandoverCounts()
+            affinity = Affinity(cluster, counts, parse_large(args.large_tenants))
+            handover = Handover(info["handover"], affinity.home, counts)
     if config.tls_cert and config.tls_port is None:
         config.tls_port = 8883
     link = None
@@ -273,7 +304,9 @@ async def run(args: argparse.Namespace) -> None:
         async def prepare(broker):
             reserved.attach(broker)
 
-    server = await serve(config, authenticator, prepare, ports)
+    server = await serve(config, authenticator, prepare, ports, handover)
+    if handover is not None:
+        server.broker.metric_sources.append(affinity.metrics)
     observers = None
     presence = None
     purge = None

@@ -11,6 +11,8 @@ from typing import Any
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.handover import Handover, HandoverListener
+from data_plane.broker.landing import Landing, serve_handed
 from data_plane.broker.ports import NO_PORTS, Ports
 from data_plane.broker.websocket import WebSocketProtocol
 from data_plane.config import BrokerConfig
@@ -26,9 +28,12 @@ class Server:
     servers: list[asyncio.AbstractServer] = field(default_factory=list)
     tasks: list[asyncio.Task] = field(default_factory=list)
     metrics_server: object | None = None
+    handovers: HandoverListener | None = None  # sockets the other workers hand to this one
 
     async def shutdown(self) -> None:
         """Stop accepting, tell 5.0 clients 0x8B, flush, close."""
+        if self.handovers is not None:
+            self.handovers.close()
         for server in self.servers:
             server.close()
         for task in self.tasks:
@@ -59,9 +64,12 @@ async def serve(
     authenticator: Authenticator,
     prepare: Any = None,
     ports: Ports = NO_PORTS,
+    handover: Handover | None = None,
 ) -> Server:
     """Start the listeners around a broker plugged into `ports` (storage, cluster); `prepare(broker)`
-    (async) runs first, e.g. to restore sessions into it."""
+    (async) runs first, e.g. to restore sessions into it. With `handover` (tenant-affine workers
+    of one machine), a plain TCP client is served by its tenant's home worker
+    (`data_plane.broker.landing`)."""
     loop = asyncio.get_running_loop()
     broker = Broker(config, authenticator, ports)
     if ports.cluster is not None:  # joins first: the subscriptions `prepare` restores are routes
@@ -93,7 +101,14 @@ async def serve(
         bound = listener.sockets[0].getsockname()
         server.listeners[name] = (bound[0], bound[1])
 
-    await listen("mqtt", config.port, lambda: MQTTConnection(broker))
+    if handover is None:
+        await listen("mqtt", config.port, lambda: MQTTConnection(broker))
+    else:
+        server.handovers = HandoverListener(
+            handover, lambda sock, data, at: serve_handed(broker, sock, data, at)
+        )
+        await server.handovers.start()  # before the port: handed sockets are welcome at once
+        await listen("mqtt", config.port, lambda: Landing(broker, handover))
     await listen("ws", config.ws_port, lambda: WebSocketProtocol(broker))
     if tls is not None:
         await listen(

@@ -50,9 +50,12 @@ def test_two_workers_share_the_port_and_act_as_one_broker(tmp_path, redis_url):
             ws_port=ws_port,
             auth_file=auth,
             extra=["--reuse-port", "--redis-url", redis_url, "--cluster-name", cluster]
-            + ["--cluster-heartbeat", "1", "--metrics-port", str(m), "--no-archive"],
+            + ["--cluster-heartbeat", "1", "--metrics-port", str(m), "--no-archive"]
+            # A large tenant homed on both workers: its clients stay where the kernel puts them
+            # and its messages cross between the workers (tenant affinity: test_affinity.py).
+            + ["--large-tenants", "acme=2", "--worker-slot", str(index)],
         )
-        for m in metrics
+        for index, m in enumerate(metrics)
     ]
     # The supervisor runbroker --workers uses (common.processes.supervise), as its own process.
     script = textwrap.dedent(

@@ -89,7 +89,9 @@ class Command(BaseCommand):
             del extra[i : i + 2]
         commands = []
         for index in range(count):
-            own = ["--reuse-port", "--redis-url", redis_url]
+            # Its slot: a worker the supervisor restarts is home to the same tenants (tenant-
+            # affine workers, data_plane.cluster.affinity).
+            own = ["--reuse-port", "--redis-url", redis_url, "--worker-slot", str(index)]
             if metrics_port:
                 own += ["--metrics-port", str(metrics_port + index)]
             commands.append(

@@ -1,0 +1,176 @@
+"""Where a plain TCP client lands, until its CONNECT says whose it is (tenant-affine workers).
+
+With several workers on one port (SO_REUSEPORT) the kernel puts each connection on any of
+them. `Landing` is the listener's protocol while nothing but the CONNECT is known: it keeps the
+bytes it reads, reads the CONNECT's username (`tenant/device`) and asks `home(tenant,
+client_id)` (`data_plane.cluster.affinity`) which worker serves the tenant:
+
+- this one (or nobody can say: one worker, no username, not a CONNECT, bytes the codec
+  refuses): the socket becomes an ordinary `MQTTConnection` (`transport.set_protocol`), fed
+  the same bytes, so it answers exactly as it always did; from then on the transport talks to
+  the connection directly, with nothing in between on the message path;
+- another one: reading stops, the socket and the bytes go to that worker
+  (`handover.send_socket`), and this worker forgets it; the home serves it with
+  `serve_handed`, which is the same `MQTTConnection` fed the same bytes. If the hand-over fails
+  (the home died, or is not listening yet) this worker serves the client itself: a client is
+  never refused for it.
+
+The doorway counts the socket from the accept (per source, descriptors) and the CONNECT
+deadline runs from the accept, on the landing worker and then on the home (the hand-over
+carries the moment of the accept). TLS and WebSocket listeners do not land here: they stay on
+the worker the kernel chose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from common.mqtt.codec import Reader
+from common.mqtt.errors import MQTTError
+from common.mqtt.packets import PacketType
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.handover import Handover, now, send_socket
+
+log = logging.getLogger(__name__)
+
+
+class Landing(asyncio.Protocol):
+    """A plain TCP socket before its CONNECT was read; see the module's docstring."""
+
+    def __init__(self, broker: Broker, handover: Handover) -> None:
+        self.broker, self.handover = broker, handover
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.peek = Reader(server_side=True, max_packet_size=broker.config.max_packet_size)
+        self.accepted_at = now()
+        self.door = None
+        self.deadline: asyncio.TimerHandle | None = None
+        self.settled = False  # served here or handed over: nothing more for this protocol
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.door = self.broker.doorway.enter(peer[0] if isinstance(peer, tuple) else "")
+        if self.door is None:  # too many strangers: refused before reading a byte
+            self.settled = True
+            transport.abort()
+            return
+        timeout = self.broker.config.connect_timeout
+        self.deadline = asyncio.get_running_loop().call_later(timeout, self._too_slow)
+
+    def _too_slow(self) -> None:
+        if not self.settled and self.transport is not None:
+            self.settled = True
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.settled:
+            return
+        self.buffer += data
+        try:
+            packets = self.peek.feed(data)
+        except MQTTError:  # the connection refuses it as it always has
+            self._serve_here()
+            return
+        if not packets:
+            return
+        connect = packets[0]
+        tenant, slash, _device = (getattr(connect, "username", None) or "").partition("/")
+        home = None
+        if connect.type is PacketType.CONNECT and slash and tenant:
+            home = self.handover.home(tenant, connect.client_id)
+        if home is None:
+            self._serve_here()
+            return
+        self.settled = True
+        self.transport.pause_reading()  # what follows stays in the socket, for the home
+        fd = os.dup(self.transport.get_extra_info("socket").fileno())  # ours until sent
+        asyncio.get_running_loop().create_task(self._hand_over(home, fd))
+
+    async def _hand_over(self, home: str, fd: int) -> None:
+        counts = self.handover.counts
+        try:
+            handed = await send_socket(home, fd, bytes(self.buffer), self.accepted_at)
+        finally:
+            os.close(fd)
+        if self.lost:  # the client went meanwhile: whoever has the socket sees it closed
+            if handed:
+                counts.sent += 1
+            return
+        if handed:
+            counts.sent += 1
+            self._forget()
+            return
+        counts.failed += 1
+        self.settled = False
+        self._serve_here()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _forget(self) -> None:
+        """The home has the socket: this worker's descriptor goes, the connection does not
+        (the home's descriptor keeps it open; nothing is shut down or reset)."""
+        if self.deadline is not None:
+            self.deadline.cancel()
+        if self.door is not None:
+            self.door.left()
+            self.door = None
+        self.transport.abort()
+
+    def _serve_here(self) -> None:
+        self.settled = True
+        if self.deadline is not None:
+            self.deadline.cancel()
+        conn = MQTTConnection(self.broker)
+        conn.door = self.door  # counted from the accept, here
+        self.door = None
+        become(self.transport, conn, bytes(self.buffer), self.accepted_at)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.deadline is not None:
+            self.deadline.cancel()
+        if self.door is not None:
+            self.door.left()
+            self.door = None
+
+
+def become(transport: asyncio.Transport, conn: MQTTConnection, data: bytes, since: float) -> None:
+    """`conn` takes the transport over as if it had accepted it, with the bytes read so far and
+    what is left of its CONNECT deadline."""
+    transport.set_protocol(conn)
+    conn.connection_made(transport)
+    if conn.closing:  # refused at the doorway
+        return
+    conn.timer.cancel()
+    conn.timer.deadline(max(0.0, since + conn.config.connect_timeout - now()))
+    if data:
+        conn.data_received(data)
+
+
+class _Handed(asyncio.Protocol):
+    """A socket another worker handed over: served here from its first moment."""
+
+    def __init__(self, broker: Broker, data: bytes, accepted_at: float) -> None:
+        self.broker, self.data, self.accepted_at = broker, data, accepted_at
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        # Before the transport's first read: the handed bytes come first.
+        become(transport, MQTTConnection(self.broker), self.data, self.accepted_at)
+
+
+async def serve_handed(
+    broker: Broker, sock: socket.socket, data: bytes, accepted_at: float
+) -> None:
+    """The home's side of a hand-over (`handover.HandoverListener`'s `serve`)."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.connect_accepted_socket(lambda: _Handed(broker, data, accepted_at), sock)
+    except OSError as exc:  # the client went meanwhile
+        log.info("handed socket gone before it was served: %s", exc)
+        sock.close()
