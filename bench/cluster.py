@@ -141,7 +141,9 @@ def ours(name: str, workers: int, across: bool) -> Setup:
     ports = [_free_port(), _free_port()] if across else [_free_port()] * workers
     ws = _free_port()
     for index in range(workers):
-        own = [] if across else ["--reuse-port"]
+        # One tenant: a large one, homed on every worker (tenant affinity would put all its
+        # clients on one), so about half the pairs cross as the scenarios mean.
+        own = [] if across else ["--reuse-port", "--large-tenants", f"bench={workers}"]
         cmd = data_plane_command(
             port=ports[index],
             ws_port=0 if across else ws,

@@ -100,7 +100,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--worker-slot",
-        default=os.environ.get("BROKER_WORKER_SLOT"),
         help="this worker's index among the machine's workers (runbroker --workers sets it): "
         "a restarted worker is home to the same tenants",
     )

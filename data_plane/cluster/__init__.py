@@ -18,6 +18,8 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
   forwarding to it), each hold bounded by the read gate's allowance;
 - `codec`: forwarded messages as bytes;
 - `node_metrics`: the node's /metrics;
+- `affinity`: tenant-affine workers: each tenant's home among this machine's workers, where
+  the landing worker hands a client at CONNECT (`data_plane.broker.landing`, `handover`);
 - `sessions`: one session per client id across the cluster (takeover between nodes; a
   persistent session moves with its client through Postgres), and at start-up each stored
   persistent session restored by one node only (no owner, or a dead one);
