@@ -82,7 +82,8 @@ class Landing(asyncio.Protocol):
         connect = packets[0]
         tenant, slash, _device = (getattr(connect, "username", None) or "").partition("/")
         home = None
-        if connect.type is PacketType.CONNECT and slash and tenant:
+        small = len(self.buffer) <= self.handover.max_bytes  # what the home takes in one piece
+        if connect.type is PacketType.CONNECT and slash and tenant and small:
             home = self.handover.home(tenant, connect.client_id)
         if home is None:
             self._serve_here()
