@@ -3,7 +3,10 @@
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -17,21 +20,17 @@ from tenants.models import Credential
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(scope="module")
-def worker(django_db_setup, django_db_blocker, tmp_path_factory):
-    """One worker and one beat for the module (each start and warm shutdown takes seconds)."""
-    tmp_path = tmp_path_factory.mktemp("celery")
+@contextmanager
+def worker_and_beat(tmp_path: Path, database: str) -> Iterator[dict[str, str]]:
+    """A worker and a beat as the table of processes runs them (separate processes, as in
+    production: one beat in the fleet), with this process's environment as it is now."""
     db = settings.DATABASES["default"]
     env = dict(os.environ)
-    with django_db_blocker.unblock():
-        name = connection.settings_dict["NAME"]
-    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{name}"
+    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{database}"
     env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
     env["CREDENTIAL_EXPIRY_SWEEP_SECONDS"] = "1"
     env["PLATFORM_STATE_DIR"] = str(tmp_path)  # beat's schedule and pid file
     env["WORKER_CONCURRENCY"] = "1"
-    # The worker and beat as the table of processes runs them (separate processes, as in
-    # production: one beat in the fleet).
     logs, started = {}, []
     for role in ("worker", "beat"):
         logs[role] = open(tmp_path / f"{role}.log", "w+")
@@ -44,17 +43,29 @@ def worker(django_db_setup, django_db_blocker, tmp_path_factory):
                 stderr=subprocess.STDOUT,
             )
         )
-    yield env
-    for process in started:
-        process.terminate()
-    for process in started:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    for role, log in logs.items():
-        log.seek(0)
-        print(role, log.read()[-3000:])
+    try:
+        yield env
+    finally:
+        for process in started:
+            process.terminate()
+        for process in started:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for role, log in logs.items():
+            log.seek(0)
+            print(role, log.read()[-3000:])
+
+
+@pytest.fixture(scope="module")
+def worker(django_db_setup, django_db_blocker, tmp_path_factory):
+    """One worker and one beat for this module's tests (each start and warm shutdown takes
+    seconds); a module whose tests set the environment first starts its own."""
+    with django_db_blocker.unblock():
+        database = connection.settings_dict["NAME"]
+    with worker_and_beat(tmp_path_factory.mktemp("celery"), database) as env:
+        yield env
 
 
 def test_beat_schedules_credential_expiry_on_a_real_worker(worker):

@@ -4,13 +4,14 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
 from common.archive_io import read_archive, read_manifest
 from common.object_store import open_object_store
 from data_plane.broker.message import Message
 from data_plane.storage.archive_columns import publish_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
-from tests.control_plane.test_celery import worker  # noqa: F401 (the fixture)
+from tests.control_plane.test_celery import worker_and_beat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HOUR = datetime(2024, 2, 29, 23, tzinfo=UTC)
@@ -38,7 +39,14 @@ def archive_store(tmp_path, monkeypatch):
     return store
 
 
-def test_beat_compacts_closed_hours_on_a_real_worker(archive_store, worker):  # noqa: F811
+@pytest.fixture
+def worker(archive_store, tmp_path):
+    """Started after `archive_store` set the environment it inherits."""
+    with worker_and_beat(tmp_path, connection.settings_dict["NAME"]) as env:
+        yield env
+
+
+def test_beat_compacts_closed_hours_on_a_real_worker(archive_store, worker):
     window = (HOUR, HOUR + timedelta(hours=1))
     before = read_archive(archive_store, *window, "acme").to_pylist()
     assert len(before) == 6
