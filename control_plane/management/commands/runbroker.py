@@ -37,6 +37,11 @@ class Command(BaseCommand):
             action="store_true",
             help="record no journey (each publish's outcome, each client's events)",
         )
+        parser.add_argument(
+            "--journey-interval",
+            type=float,
+            help="seconds per journey segment (default 2): how soon an outcome can be found",
+        )
 
     def handle(
         self,
@@ -50,6 +55,7 @@ class Command(BaseCommand):
         metrics_port,
         no_archive,
         no_journey,
+        journey_interval=None,
         **options,
     ):
         extra = ["--log-level", os.environ.get("LOG_LEVEL", "INFO")]
@@ -64,6 +70,8 @@ class Command(BaseCommand):
             extra.append("--no-archive")
         if no_journey:
             extra.append("--no-journey")
+        if journey_interval:
+            extra += ["--journey-interval", str(journey_interval)]
         os.chdir(settings.BASE_DIR)
         if workers > 1:
             sys.exit(self.workers(workers, host, port, ws_port, metrics_port, extra))
