@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from bench import brokers
-from bench.loadgen import _string, connect_packet
+from bench.loadgen import _string, connect_packet, whole_packets
 from bench.shadows import PASSWORD, cleanup, postgres_cpu_seconds, start_runbroker
 from common.mqtt.properties import encode_varint
 
@@ -143,25 +143,12 @@ class Device(asyncio.Protocol):
         buffer = self.buffer
         buffer += data
         now = time.perf_counter()
-        while len(buffer) >= 2:
-            length, shift, index = 0, 0, 1
-            while True:
-                if index >= len(buffer):
-                    return
-                byte = buffer[index]
-                index += 1
-                length |= (byte & 0x7F) << shift
-                if not byte & 0x80:
-                    break
-                shift += 7
-            end = index + length
-            if end > len(buffer):
-                return
-            kind = buffer[0] >> 4
+        for first, index, end in whole_packets(buffer):
+            kind = first >> 4
             if kind == 3:
                 topic_len = (buffer[index] << 8) | buffer[index + 1]
                 at = index + 2 + topic_len
-                if buffer[0] & 0x06:  # QoS 1: acknowledge
+                if first & 0x06:  # QoS 1: acknowledge
                     self.transport.write(b"\x40\x02" + bytes(buffer[at : at + 2]))
                     at += 2
                 topic = bytes(buffer[index + 2 : index + 2 + topic_len])
@@ -170,7 +157,6 @@ class Device(asyncio.Protocol):
                 self.ready.set_result(buffer[index + 1] == 0)
             elif kind == 9 and not self.ready.done():  # SUBACK: every filter granted
                 self.ready.set_result(all(code != 0x80 for code in buffer[index + 2 : end]))
-            del buffer[:end]
 
 
 async def connect_devices(port: int, slug: str, names: list[str], concurrency: int) -> tuple:

@@ -10,6 +10,7 @@ import json
 import random
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from common.mqtt.properties import encode_varint
@@ -20,6 +21,33 @@ _ids = itertools.count(1)
 def _string(text: str) -> bytes:
     raw = text.encode()
     return len(raw).to_bytes(2, "big") + raw
+
+
+def whole_packets(buffer: bytearray) -> Iterator[tuple[int, int, int]]:
+    """(first byte, start of the variable header, end) of each whole MQTT packet at the front of
+    `buffer`, in order; the packets taken are cut from `buffer` when the iteration ends (a packet
+    still arriving stays). For the benchmarks' light clients; `Client` keeps its own tuned loop."""
+    position, size = 0, len(buffer)
+    try:
+        while size - position >= 2:
+            length, shift, index = 0, 0, position + 1
+            while True:
+                if index >= size:
+                    return
+                byte = buffer[index]
+                index += 1
+                length |= (byte & 0x7F) << shift
+                if not byte & 0x80:
+                    break
+                shift += 7
+            end = index + length
+            if end > size:
+                return
+            yield buffer[position], index, end
+            position = end
+    finally:
+        if position:
+            del buffer[:position]
 
 
 def connect_packet(
