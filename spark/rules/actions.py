@@ -76,6 +76,9 @@ class Job:
     # Its publisher's device (`device_of_username`), the action metered to it; None: not known
     # (an output restored from the durable retry queue): metered to the tenant only.
     device: str | None = None
+    # The rule's name when the job was made: its journey rows name the rule even when the action
+    # finishes after the rule was disabled or renamed (None: restored from the retry queue).
+    rule_name: str | None = None
 
 
 @dataclass

@@ -94,7 +94,8 @@ class RuleJourney:
         self._add(found)
 
     def actions(self, outcomes: Iterable[Outcome], names: Mapping[int, str]) -> None:
-        """Finished actions."""
+        """Finished actions, each named by the rule that made it (`names`: the rules loaded now,
+        for jobs restored from the retry queue, which do not carry it)."""
         found = []
         for outcome in outcomes:
             job = outcome.job
@@ -107,7 +108,7 @@ class RuleJourney:
                     reason += " (kept as a dead letter: replay it from the rule's page)"
             done_ms = outcome.done_ms or int(time.time() * 1000)
             row = self._row(job.tenant, done_ms, job.topic, job.client_id, kind)
-            row.update(reason=reason, rule=names.get(job.rule_id))
+            row.update(reason=reason, rule=job.rule_name or names.get(job.rule_id))
             found.append(row)
         self._add(found)
 

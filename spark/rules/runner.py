@@ -129,6 +129,7 @@ def jobs_of(specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple]) -> Iter
                     topic=topic,
                     client_id=client_id,
                     device=device,
+                    rule_name=spec.name,
                 )
 
 

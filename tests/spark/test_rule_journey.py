@@ -83,12 +83,26 @@ def test_rows_of_each_tenant_read_beside_older_files_without_the_rule_column(tmp
         client_id="dev",
     )
     journey.actions([Outcome(job, False, "HTTP 500", dead=True, done_ms=now_ms)], {7: "fwd"})
+    # An action that finishes after its rule was disabled (no longer loaded) still names it.
+    late = Job(
+        9,
+        "acme",
+        "$rules-9-",
+        {"type": "republish", "topic": "o"},
+        {},
+        now_ms,
+        topic="t/1",
+        client_id="dev",
+        rule_name="was-on",
+    )
+    journey.actions([Outcome(late, True, done_ms=now_ms)], {7: "fwd"})
     journey.flush(force=True)
 
     rows = [describe_outcome(r) for r in reader.messages("acme", **window()).rows]
     assert sorted((r["outcome"], r["rule"]) for r in rows) == [
         ("delivered", None),
         ("rule_action_failed", "fwd"),
+        ("rule_action_ok", "was-on"),
         ("rule_matched", "fwd"),
     ]
     failed = next(r for r in rows if r["outcome"] == "rule_action_failed")
