@@ -1,6 +1,7 @@
 """`make run` cannot trip: a port already taken is named with who holds it and the variable that
 moves it, the command exits non-zero without a traceback and leaves nothing running; the banner
-comes once every listener answers and lists each address, `/metrics` included; Ctrl-C in a
+comes once every listener answers and lists each address, `/metrics` included, and each role
+it supervises answers its image health check; Ctrl-C in a
 terminal ends `make run` with exit 0 and stops everything it started, the embedded Postgres and
 Redis included — and leaves those it found running. Real processes, a real pseudo-terminal."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -25,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from common import embedded
+from control_plane.management.commands.runplatform import Command
 
 REPO = Path(__file__).resolve().parents[2]
 PORT_VARIABLES = ("WEB_PORT", "MQTT_PORT", "MQTT_WS_PORT", "METRICS_PORT", "RULES_METRICS_PORT")
@@ -90,9 +93,11 @@ def redis_running(folder: Path) -> bool:
     return port_file.exists() and answers(int(port_file.read_text()))
 
 
-def runplatform(env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
+def runplatform(
+    env: dict[str, str], *options: str, timeout: float = 180
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "manage.py", "runplatform"],
+        [sys.executable, "manage.py", "runplatform", *options],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -132,6 +137,11 @@ def test_a_port_given_twice_and_a_bad_value_are_refused(run_env):
     run_env["METRICS_PORT"] = "nine"
     result = runplatform(run_env)
     assert result.returncode == 2 and "METRICS_PORT='nine' is not a port number" in result.stderr
+    del run_env["METRICS_PORT"]
+    # An option moves a port as its variable does (`runplatform --mqtt-port N`).
+    result = runplatform(run_env, "--mqtt-port", run_env["WEB_PORT"])
+    assert result.returncode == 2
+    assert "(MQTT_PORT)" in result.stderr and "also given to WEB_PORT" in result.stderr
     assert "Traceback" not in result.stderr
     assert marked_processes(run_env) == []
 
@@ -148,6 +158,17 @@ def test_services_found_running_are_left_running(run_env, tmp_path, monkeypatch)
         assert postgres_running(tmp_path / "postgres")
     finally:
         embedded.stop_postgres()
+
+
+def role_probe_env(run_env: dict[str, str], folder: Path) -> dict[str, str]:
+    """The environment a role's health check reads, pointed at what `make run` started."""
+    redis_port = (folder / "redis" / "port").read_text().strip()
+    return {**run_env, "BIND_HOST": "127.0.0.1", "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}
+
+
+def health(env: dict[str, str], role: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "common.processes", "--health", role]
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
 
 
 def read_until(fd: int, needle: bytes, within: float, buffer: bytearray) -> bool:
@@ -193,6 +214,12 @@ def test_make_run_is_up_when_it_says_so_and_ctrl_c_ends_it_cleanly(run_env, tmp_
             assert missing.code == 404 and "URLconf" not in page and "DEBUG" not in page, page
         else:
             raise AssertionError("a page that does not exist was served")
+        # Each role it supervises answers the health check the image's HEALTHCHECK runs.
+        probe = role_probe_env(run_env, tmp_path)
+        for role in Command.roles:
+            said = health(probe, role)
+            assert said.returncode == 0, f"{role}: {said.stderr}"
+        assert re.search(r"demo portal login +demo@example\.com / \S{8,}", banner), banner
 
         os.write(fd, b"\x03")  # Ctrl-C, through the terminal
         read_until(fd, b"stopped the embedded Postgres", 120, output)
@@ -218,6 +245,8 @@ def test_make_run_is_up_when_it_says_so_and_ctrl_c_ends_it_cleanly(run_env, tmp_
         os.close(fd)
     for name in PORT_VARIABLES:
         assert not answers(int(run_env[name])), f"{name} still answers after Ctrl-C"
+    for role in ("web", "broker"):
+        assert health(probe, role).returncode == 1, f"{role} still healthy after Ctrl-C"
     assert not postgres_running(tmp_path / "postgres")
     assert not redis_running(tmp_path / "redis")
     assert marked_processes(run_env) == []
