@@ -1,9 +1,9 @@
 """`make run` cannot trip: a port already taken is named with who holds it and the variable that
 moves it, the command exits non-zero without a traceback and leaves nothing running; the banner
-comes once every listener answers and lists each address, `/metrics` included, and each role
-it supervises answers its image health check; Ctrl-C in a
-terminal ends `make run` with exit 0 and stops everything it started, the embedded Postgres and
-Redis included — and leaves those it found running. Real processes, a real pseudo-terminal."""
+comes once every listener answers and lists each address, `/metrics` included, and each role it
+supervises answers its image health check; Ctrl-C in a terminal ends `make run` with exit 0 and
+stops everything it started, the embedded Postgres and Redis included — and leaves those it
+found running. Real processes, a real pseudo-terminal."""
 
 from __future__ import annotations
 
