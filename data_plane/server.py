@@ -105,11 +105,11 @@ async def serve(
         await listen("mqtt", config.port, lambda: MQTTConnection(broker))
     else:
         server.handovers = HandoverListener(
-            handover, lambda sock, data, at: serve_handed(broker, sock, data, at)
+            handover, lambda sock, kind, data, at: serve_handed(broker, sock, kind, data, at)
         )
         await server.handovers.start()  # before the port: handed sockets are welcome at once
         await listen("mqtt", config.port, lambda: Landing(broker, handover))
-    await listen("ws", config.ws_port, lambda: WebSocketProtocol(broker))
+    await listen("ws", config.ws_port, lambda: WebSocketProtocol(broker, handover=handover))
     if tls is not None:
         await listen(
             "mqtts", config.tls_port, lambda: MQTTConnection(broker, transport_name="tls"), tls

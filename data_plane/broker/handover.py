@@ -6,6 +6,7 @@ the kernel puts a connection on any worker sharing the port; the worker that rea
 hands it to the tenant's home worker, which serves it as if it had accepted it. This module is
 only the plumbing, with no broker in it:
 
+- `Handover.home_of`: where a client belongs, from its first packet (its CONNECT);
 - `send_socket`: one hand-over, one short-lived connection to the home's Unix socket (a
   hand-over happens once per client, at CONNECT, so a connect each is cheap enough): the
   header and the bytes in one `sendmsg` with the descriptor, the rest (a large CONNECT)
@@ -30,14 +31,19 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from common.mqtt.packets import PacketType
 
 log = logging.getLogger(__name__)
 
-# magic, version 1; kind (0: MQTT over TCP); when the socket was first accepted (monotonic
-# clock, one per machine: the CONNECT deadline keeps counting from it); length of the bytes.
+# magic, version 1; kind (TCP, WS); when the socket was first accepted (monotonic clock, one
+# per machine: the CONNECT deadline keeps counting from it); length of the bytes.
 HEADER = struct.Struct("!4sBdI")
 MAGIC = b"MQH1"
-TCP = 0
+TCP = 0  # MQTT over TCP: the bytes are MQTT, from the first
+WS = 1  # MQTT over WebSocket: the bytes are all the client sent, its upgrade request included
+KINDS = (TCP, WS)
 SEND_TIMEOUT = 1.0  # seconds a hand-over may take before the landing worker serves the client
 FIRST_READ = 65536
 
@@ -63,18 +69,29 @@ class Handover:
     counts: HandoverCounts = field(default_factory=HandoverCounts)
     max_bytes: int = 1 << 21  # what a CONNECT and what came with it may weigh
 
+    def home_of(self, connect: Any, size: int) -> str | None:
+        """Where the client whose first packet is `connect` belongs, `size` bytes read so far:
+        another worker's Unix name, or None to serve it here (not a CONNECT, no `tenant/…`
+        username, more bytes than a hand-over carries, or its tenant's home is here)."""
+        tenant, slash, _device = (getattr(connect, "username", None) or "").partition("/")
+        if connect.type is not PacketType.CONNECT or not (slash and tenant):
+            return None
+        if size > self.max_bytes:
+            return None
+        return self.home(tenant, connect.client_id)
+
 
 def unix_address(name: str) -> str:
     return "\0" + name
 
 
-async def send_socket(name: str, fd: int, data: bytes, accepted_at: float) -> bool:
+async def send_socket(name: str, fd: int, data: bytes, accepted_at: float, kind: int = TCP) -> bool:
     """Hand the TCP socket `fd` (the caller's own descriptor: it closes it after) and `data`
     to the worker listening on `name`. True once the home has all of it."""
     loop = asyncio.get_running_loop()
     link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     link.setblocking(False)
-    message = HEADER.pack(MAGIC, TCP, accepted_at, len(data)) + data
+    message = HEADER.pack(MAGIC, kind, accepted_at, len(data)) + data
     try:
         async with asyncio.timeout(SEND_TIMEOUT):
             await loop.sock_connect(link, unix_address(name))
@@ -120,11 +137,11 @@ def _done(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
-Serve = Callable[[socket.socket, bytes, float], Awaitable[None]]
+Serve = Callable[[socket.socket, int, bytes, float], Awaitable[None]]
 
 
 class HandoverListener:
-    """This worker's Unix socket: each complete hand-over goes to `serve(sock, data,
+    """This worker's Unix socket: each complete hand-over goes to `serve(sock, kind, data,
     accepted_at)`."""
 
     def __init__(self, handover: Handover, serve: Serve) -> None:
@@ -179,7 +196,7 @@ class HandoverListener:
             client.setblocking(False)
             self.handover.counts.received += 1
             kind, accepted_at, payload = data
-            await self.serve(client, payload, accepted_at)
+            await self.serve(client, kind, payload, accepted_at)
         except (OSError, TimeoutError, ValueError) as exc:
             log.info("hand-over not received: %s", exc)
         finally:
@@ -198,7 +215,7 @@ class HandoverListener:
         if len(first) < HEADER.size:
             return None, fds
         magic, kind, accepted_at, length = HEADER.unpack_from(first)
-        if magic != MAGIC or kind != TCP or length > self.handover.max_bytes:
+        if magic != MAGIC or kind not in KINDS or length > self.handover.max_bytes:
             return None, fds
         body = bytearray(first[HEADER.size :])
         while len(body) < length:

@@ -17,8 +17,9 @@ client_id)` (`data_plane.cluster.affinity`) which worker serves the tenant:
 
 The doorway counts the socket from the accept (per source, descriptors) and the CONNECT
 deadline runs from the accept, on the landing worker and then on the home (the hand-over
-carries the moment of the accept). TLS and WebSocket listeners do not land here: they stay on
-the worker the kernel chose.
+carries the moment of the accept). A WebSocket is handed over the same way once its first
+frames hold the CONNECT (`data_plane.broker.websocket`); TLS listeners do not hand over: a
+client stays on the worker the kernel chose.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ import socket
 
 from common.mqtt.codec import Reader
 from common.mqtt.errors import MQTTError
-from common.mqtt.packets import PacketType
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
-from data_plane.broker.handover import Handover, now, send_socket
+from data_plane.broker.handover import WS, Handover, now, send_socket
+from data_plane.broker.websocket import WebSocketProtocol
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +80,7 @@ class Landing(asyncio.Protocol):
             return
         if not packets:
             return
-        connect = packets[0]
-        tenant, slash, _device = (getattr(connect, "username", None) or "").partition("/")
-        home = None
-        small = len(self.buffer) <= self.handover.max_bytes  # what the home takes in one piece
-        if connect.type is PacketType.CONNECT and slash and tenant and small:
-            home = self.handover.home(tenant, connect.client_id)
+        home = self.handover.home_of(packets[0], len(self.buffer))
         if home is None:
             self._serve_here()
             return
@@ -166,12 +162,19 @@ class _Handed(asyncio.Protocol):
 
 
 async def serve_handed(
-    broker: Broker, sock: socket.socket, data: bytes, accepted_at: float
+    broker: Broker, sock: socket.socket, kind: int, data: bytes, accepted_at: float
 ) -> None:
-    """The home's side of a hand-over (`handover.HandoverListener`'s `serve`)."""
+    """The home's side of a hand-over (`handover.HandoverListener`'s `serve`): MQTT over TCP
+    here, a WebSocket by `WebSocketProtocol` replaying what its client sent."""
     loop = asyncio.get_running_loop()
+
+    def protocol() -> asyncio.Protocol:
+        if kind == WS:
+            return WebSocketProtocol(broker, replay=data, accepted_at=accepted_at)
+        return _Handed(broker, data, accepted_at)
+
     try:
-        await loop.connect_accepted_socket(lambda: _Handed(broker, data, accepted_at), sock)
+        await loop.connect_accepted_socket(protocol, sock)
     except OSError as exc:  # the client went meanwhile
         log.info("handed socket gone before it was served: %s", exc)
         sock.close()

@@ -1,9 +1,23 @@
 """MQTT over WebSocket (path `/mqtt`, subprotocol `mqtt`): wsproto does the HTTP upgrade and
-framing; the MQTT bytes go to an ordinary `MQTTConnection` through a transport adapter."""
+framing; the MQTT bytes go to an ordinary `MQTTConnection` through a transport adapter.
+
+With tenant-affine workers (`data_plane.broker.landing`) a WebSocket is handed over too: until
+its first MQTT packet (the CONNECT) is read, the protocol keeps every byte the client sent, the
+upgrade request included, and holds the MQTT bytes back from the connection. If the tenant's
+home is another worker, the socket and those bytes go there (`handover.send_socket`, kind
+`WS`), and the home replays them through a fresh protocol (`replay=`): wsproto reaches the same
+state (the server's side of the upgrade is deterministic: no extension is ever accepted), only
+the upgrade's answer is not sent again, and the CONNECT reaches the home's connection as if it
+had been read there. Otherwise (one worker, home here, not a CONNECT, bytes the codec refuses)
+the connection gets the held bytes and answers exactly as it always did.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import re
 from typing import Any
 
 from wsproto import ConnectionType, WSConnection
@@ -17,16 +31,22 @@ from wsproto.events import (
     TextMessage,
 )
 
+from common.mqtt.codec import Reader
+from common.mqtt.errors import MQTTError
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker import refused
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.handover import WS, Handover, now, send_socket
+
+log = logging.getLogger(__name__)
 
 WS_PATH = "/mqtt"
 # The close codes wsproto answers a frame it cannot parse with (1002 protocol error: unmasked
 # client frame, reserved bits, bad opcode, fragmented control frame…; 1007 invalid UTF-8; 1009
 # too big): a framing error, a refusal operators see. A client's own close is not one.
 FRAMING_ERRORS = frozenset({1002, 1007, 1009})
+END_OF_REQUEST = re.compile(rb"\r?\n\r?\n")  # an upgrade request is a GET: no body
 
 
 class _WebSocketTransport(asyncio.Transport):
@@ -66,13 +86,38 @@ class _WebSocketTransport(asyncio.Transport):
 
 
 class WebSocketProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker, transport_name: str = "ws") -> None:
+    """One WebSocket client; see the module's docstring for the hand-over."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        transport_name: str = "ws",
+        *,
+        handover: Handover | None = None,
+        replay: bytes = b"",
+        accepted_at: float | None = None,
+    ) -> None:
         self.broker = broker
         self.ws = WSConnection(ConnectionType.SERVER)
         self.transport: asyncio.Transport | None = None
         self.mqtt = MQTTConnection(broker, transport_name=transport_name)
         self.upgraded = False
+        self.attached = False  # the MQTT connection has its transport (served here)
         self._deadline: asyncio.TimerHandle | None = None
+        self.accepted_at = now() if accepted_at is None else accepted_at
+        self.replay = replay  # a handed-over client's bytes, upgrade request first
+        self.request = bytearray()  # read before the upgrade
+        self._trailing = b""
+        self.lost = False
+        self._replaying = False
+        # Until the CONNECT says whose client this is (hand-over on): every byte read, and the
+        # MQTT bytes held back from the connection.
+        self.handover = handover
+        self.deciding = handover is not None
+        self.seen = bytearray()
+        self.held = bytearray()
+        self.peek: Reader | None = None
+        self.handing = False  # the socket is on its way to the tenant's home worker
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -85,13 +130,32 @@ class WebSocketProtocol(asyncio.Protocol):
         self.mqtt.door = door
         # One deadline from the accept, the upgrade included (the MQTT one starts at upgrade).
         loop = asyncio.get_running_loop()
-        self._deadline = loop.call_later(self.broker.config.connect_timeout, self._too_slow)
+        left = self.accepted_at + self.broker.config.connect_timeout - now()
+        self._deadline = loop.call_later(max(0.0, left), self._too_slow)
+        if self.replay:  # before the transport's first read: the handed bytes come first
+            self._replaying = True
+            try:
+                self.data_received(self.replay)
+            finally:
+                self._replaying, self.replay = False, b""
 
     def _too_slow(self) -> None:
         if not self.mqtt.acked:
             self.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.handing:
+            return
+        if self.deciding:
+            self.seen += data
+        if not self.upgraded:
+            self.request += data
+        self._receive(data)
+        if self._trailing:  # frames that came with the upgrade request (a replay's do)
+            trailing, self._trailing = self._trailing, b""
+            self._receive(trailing)
+
+    def _receive(self, data: bytes) -> None:
         try:
             self.ws.receive_data(data)
             events = list(self.ws.events())
@@ -100,11 +164,17 @@ class WebSocketProtocol(asyncio.Protocol):
             self.close()
             return
         for event in events:
+            if self.handing:
+                return  # the rest went to the home with `seen`
             if isinstance(event, Request):
                 self._upgrade(event)
             elif isinstance(event, BytesMessage):
-                self.mqtt.data_received(bytes(event.data))
+                if self.deciding:
+                    self._peek(bytes(event.data))
+                else:
+                    self.mqtt.data_received(bytes(event.data))
             elif isinstance(event, TextMessage):
+                self._serve_here()
                 self.mqtt._protocol_failure(
                     ReasonCode.MALFORMED_PACKET, "text frame on an MQTT WebSocket"
                 )
@@ -126,9 +196,84 @@ class WebSocketProtocol(asyncio.Protocol):
             self.close()
             return
         subprotocol = next((p for p in request.subprotocols if p in ("mqtt", "mqttv3.1")), None)
-        self._raw(self.ws.send(AcceptConnection(subprotocol=subprotocol)))
+        accept = self.ws.send(AcceptConnection(subprotocol=subprotocol))
+        if not self._replaying:  # a handed-over client had its answer from the landing worker
+            self._raw(accept)
         self.upgraded = True
+        # wsproto's server side keeps what followed the request in the same read to itself:
+        # given again once the upgrade stands, the frames are read.
+        end = END_OF_REQUEST.search(self.request)
+        self._trailing = bytes(self.request[end.end() :]) if end else b""
+        self.request = bytearray()
+        if not self.deciding:
+            self._attach()
+
+    def _attach(self) -> None:
+        self.attached = True
         self.mqtt.connection_made(_WebSocketTransport(self))
+
+    def _peek(self, data: bytes) -> None:
+        """MQTT bytes while the client's home is not known: held until its CONNECT is read."""
+        assert self.handover is not None and self.transport is not None
+        self.held += data
+        if self.peek is None:
+            self.peek = Reader(server_side=True, max_packet_size=self.broker.config.max_packet_size)
+        try:
+            packets = self.peek.feed(data)
+        except MQTTError:  # the connection refuses it as it always has
+            self._serve_here()
+            return
+        if not packets:
+            return
+        home = self.handover.home_of(packets[0], len(self.seen))
+        if home is None:
+            self._serve_here()
+            return
+        self.handing = True
+        self.transport.pause_reading()  # what follows stays in the socket, for the home
+        fd = os.dup(self.transport.get_extra_info("socket").fileno())  # ours until sent
+        asyncio.get_running_loop().create_task(self._hand_over(home, fd))
+
+    async def _hand_over(self, home: str, fd: int) -> None:
+        assert self.handover is not None
+        counts = self.handover.counts
+        try:
+            handed = await send_socket(home, fd, bytes(self.seen), self.accepted_at, WS)
+        finally:
+            os.close(fd)
+        if handed:
+            counts.sent += 1
+            self._forget()
+            return
+        if self.lost:  # the client went meanwhile
+            return
+        counts.failed += 1
+        self.handing = False
+        self._serve_here()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _forget(self) -> None:
+        """The home has the socket: this worker's descriptor goes, the connection does not."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+        door, self.mqtt.door = self.mqtt.door, None
+        if door is not None:
+            door.left()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _serve_here(self) -> None:
+        """The client is served by this worker: the connection gets what was held back."""
+        if not self.deciding:
+            return
+        self.deciding = False
+        self.seen = bytearray()
+        held, self.held = bytes(self.held), bytearray()
+        if self.upgraded and not self.attached:
+            self._attach()
+        if held and not self.mqtt.closing:
+            self.mqtt.data_received(held)
 
     def _refused(self, reason: str) -> None:
         """Told to operators as a malformed packet (`refused.websocket`)."""
@@ -149,15 +294,19 @@ class WebSocketProtocol(asyncio.Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         if self._deadline is not None:
             self._deadline.cancel()
-        if self.upgraded:
+        if self.attached:
             self.mqtt.connection_lost(exc)
         elif self.mqtt.door is not None:
             self.mqtt.door.left()
+            self.mqtt.door = None
 
     def pause_writing(self) -> None:
-        self.mqtt.pause_writing()
+        if self.attached:
+            self.mqtt.pause_writing()
 
     def resume_writing(self) -> None:
-        self.mqtt.resume_writing()
+        if self.attached:
+            self.mqtt.resume_writing()

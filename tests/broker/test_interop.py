@@ -11,6 +11,8 @@ import urllib.request
 import aiomqtt
 import pytest
 
+from common.mqtt.codec import encode
+from common.mqtt.packets import Connect
 from tests.broker.clients import Paho, run_mqtt_js
 from tests.broker.conftest import start_broker
 
@@ -176,6 +178,29 @@ def test_websocket_wrong_path_is_rejected(broker):
             b"\r\n\r\n"
         )
         assert b" 404 " in sock.recv(1024)
+
+
+def test_websocket_connect_sent_with_the_upgrade_request_is_answered(broker):
+    """A client that does not wait for the 101 (its CONNECT frame in the same write as the
+    upgrade request) gets its CONNACK: the frame after the request is read, not dropped."""
+    connect = encode(Connect(client_id="eager", username="acme/d1", password=b"pw1"), 4)
+    mask = b"\x01\x02\x03\x04"
+    masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(connect))
+    frame = bytes([0x82, 0x80 | len(connect)]) + mask + masked  # binary, masked (< 126 bytes)
+    with socket.create_connection(("127.0.0.1", broker.ws_port), timeout=5) as sock:
+        sock.sendall(
+            b"GET /mqtt HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade"
+            b"\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13"
+            b"\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n" + frame
+        )
+        answer, deadline = b"", time.monotonic() + 5
+        while b"\r\n\r\n" not in answer or len(answer.split(b"\r\n\r\n", 1)[1]) < 6:
+            assert time.monotonic() < deadline, answer
+            answer += sock.recv(4096)
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert b" 101 " in head
+        assert body[0] == 0x82 and body[2] >> 4 == 2  # a binary frame holding a CONNACK
+        assert body[2 + 3] == 0  # accepted
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ def workers(tmp_path, redis_url):
     ]
     for worker in started:
         wait_for(lambda w=worker: metric(w, "mqtt_affinity_workers") == 2, 10)
-    yield port, started
+    yield port, ws_port, started
     for worker in started:
         worker.stop()
 
@@ -68,7 +68,7 @@ def home_worker(tenant: str, started: list):
 
 
 def test_each_tenant_ends_on_its_home_worker_and_nothing_is_lost(workers):
-    port, started = workers
+    port, _ws_port, started = workers
     tenants = sorted(TENANTS)
     subscribers = {t: Paho(port, f"{t}/d1", "pw1", f"sub-{t}", v5=False) for t in tenants}
     for tenant, sub in subscribers.items():
@@ -117,7 +117,7 @@ def test_each_tenant_ends_on_its_home_worker_and_nothing_is_lost(workers):
 
 
 def test_one_client_id_raced_onto_both_workers_ends_as_one_session(workers):
-    port, started = workers
+    port, _ws_port, started = workers
     tenant = "t07"
     before = sum(handovers(w, "sent") for w in started)
     for attempt in range(6):
@@ -138,7 +138,7 @@ def test_one_client_id_raced_onto_both_workers_ends_as_one_session(workers):
 
 
 def test_a_worker_killed_leaves_its_tenants_to_the_survivor(workers):
-    port, started = workers
+    port, _ws_port, started = workers
     victim, survivor = started
     theirs = [t for t in sorted(TENANTS) if home_worker(t, started) is victim][:4]
     subs = {t: Paho(port, f"{t}/d1", "pw1", f"k-sub-{t}") for t in theirs}
@@ -161,3 +161,42 @@ def test_a_worker_killed_leaves_its_tenants_to_the_survivor(workers):
             wait_for(lambda: metric(survivor, "mqtt_affinity_workers") == 1, 10)
     for sub in subs.values():
         sub.close()
+
+
+def test_websocket_clients_are_handed_to_their_home_too(workers):
+    """A WebSocket lands on either worker (both share the WebSocket port) and is handed over
+    after its upgrade, once its first frame holds the CONNECT: the client sees one ordinary
+    upgrade and CONNACK, its tenant's clients are all on the home, messages flow both ways
+    between WebSocket and TCP clients."""
+    port, ws_port, started = workers
+    tenants = sorted(TENANTS)[:8]
+    before = sum(handovers(w, "sent") for w in started)
+    subs = {
+        t: Paho(ws_port, f"{t}/d1", "pw1", f"ws-sub-{t}", transport="websockets") for t in tenants
+    }
+    pubs = {
+        t: Paho(ws_port, f"{t}/d2", "pw2", f"ws-pub-{t}", transport="websockets", v5=False)
+        for t in tenants
+    }
+    tcp = {t: Paho(port, f"{t}/d3", "pw3", f"tcp-{t}") for t in tenants}
+    try:
+        for tenant in tenants:
+            subs[tenant].subscribe(f"{tenant}/ws", qos=1)
+            tcp[tenant].subscribe(f"{tenant}/back", qos=1)
+        for tenant in tenants:
+            for i in range(5):
+                pubs[tenant].publish(f"{tenant}/ws", f"{tenant}-{i}", qos=1)
+            subs[tenant].publish(f"{tenant}/back", "over-ws", qos=1)
+        for tenant in tenants:
+            got = [m.payload.decode() for m in subs[tenant].expect(5, timeout=10)]
+            assert got == [f"{tenant}-{i}" for i in range(5)], tenant
+            assert [m.payload for m in tcp[tenant].expect(1)] == [b"over-ws"], tenant
+            home = home_worker(tenant, started)
+            away = started[1 - started.index(home)]
+            assert (connected(home, tenant), connected(away, tenant)) == (3, 0), tenant
+        # 24 connections, about half landed on the other worker (none: a 1 in 2^24 chance).
+        assert sum(handovers(w, "sent") for w in started) > before
+        assert sum(handovers(w, "failed") for w in started) == 0
+    finally:
+        for client in (*subs.values(), *pubs.values(), *tcp.values()):
+            client.close()
