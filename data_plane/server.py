@@ -11,8 +11,8 @@ from typing import Any
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
-from data_plane.broker.handover import Handover, HandoverListener
-from data_plane.broker.landing import Landing, serve_handed
+from data_plane.broker.handover import WS, Handover, HandoverListener, serve_accepted
+from data_plane.broker.landing import Handed, Landing
 from data_plane.broker.ports import NO_PORTS, Ports
 from data_plane.broker.websocket import WebSocketProtocol
 from data_plane.config import BrokerConfig
@@ -104,8 +104,15 @@ async def serve(
     if handover is None:
         await listen("mqtt", config.port, lambda: MQTTConnection(broker))
     else:
+
+        def handed(kind: int, data: bytes, at: float) -> asyncio.Protocol:
+            if kind == WS:  # the client's bytes from its upgrade request on, replayed
+                return WebSocketProtocol(broker, replay=data, accepted_at=at)
+            return Handed(broker, data, at)
+
         server.handovers = HandoverListener(
-            handover, lambda sock, kind, data, at: serve_handed(broker, sock, kind, data, at)
+            handover,
+            lambda sock, kind, data, at: serve_accepted(sock, lambda: handed(kind, data, at)),
         )
         await server.handovers.start()  # before the port: handed sockets are welcome at once
         await listen("mqtt", config.port, lambda: Landing(broker, handover))

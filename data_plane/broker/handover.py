@@ -231,3 +231,13 @@ class HandoverListener:
 def now() -> float:
     """The clock `accepted_at` is on (CLOCK_MONOTONIC: one for every process of the machine)."""
     return time.monotonic()
+
+
+async def serve_accepted(sock: socket.socket, protocol: Callable[[], asyncio.Protocol]) -> None:
+    """The home's side of a hand-over: the socket served by a fresh `protocol()`."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.connect_accepted_socket(protocol, sock)
+    except OSError as exc:  # the client went meanwhile
+        log.info("handed socket gone before it was served: %s", exc)
+        sock.close()

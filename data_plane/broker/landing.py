@@ -11,7 +11,7 @@ client_id)` (`data_plane.cluster.affinity`) which worker serves the tenant:
   the connection directly, with nothing in between on the message path;
 - another one: reading stops, the socket and the bytes go to that worker
   (`handover.send_socket`), and this worker forgets it; the home serves it with
-  `serve_handed`, which is the same `MQTTConnection` fed the same bytes. If the hand-over fails
+  `Handed`, which is the same `MQTTConnection` fed the same bytes. If the hand-over fails
   (the home died, or is not listening yet) this worker serves the client itself: a client is
   never refused for it.
 
@@ -25,18 +25,13 @@ client stays on the worker the kernel chose.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
-import socket
 
 from common.mqtt.codec import Reader
 from common.mqtt.errors import MQTTError
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
-from data_plane.broker.handover import WS, Handover, now, send_socket
-from data_plane.broker.websocket import WebSocketProtocol
-
-log = logging.getLogger(__name__)
+from data_plane.broker.handover import Handover, now, send_socket
 
 
 class Landing(asyncio.Protocol):
@@ -150,8 +145,9 @@ def become(transport: asyncio.Transport, conn: MQTTConnection, data: bytes, sinc
         conn.data_received(data)
 
 
-class _Handed(asyncio.Protocol):
-    """A socket another worker handed over: served here from its first moment."""
+class Handed(asyncio.Protocol):
+    """A plain TCP socket another worker handed over: served here from its first moment (a
+    WebSocket's is `WebSocketProtocol(replay=…)`; `data_plane.server` picks by its kind)."""
 
     def __init__(self, broker: Broker, data: bytes, accepted_at: float) -> None:
         self.broker, self.data, self.accepted_at = broker, data, accepted_at
@@ -159,22 +155,3 @@ class _Handed(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:
         # Before the transport's first read: the handed bytes come first.
         become(transport, MQTTConnection(self.broker), self.data, self.accepted_at)
-
-
-async def serve_handed(
-    broker: Broker, sock: socket.socket, kind: int, data: bytes, accepted_at: float
-) -> None:
-    """The home's side of a hand-over (`handover.HandoverListener`'s `serve`): MQTT over TCP
-    here, a WebSocket by `WebSocketProtocol` replaying what its client sent."""
-    loop = asyncio.get_running_loop()
-
-    def protocol() -> asyncio.Protocol:
-        if kind == WS:
-            return WebSocketProtocol(broker, replay=data, accepted_at=accepted_at)
-        return _Handed(broker, data, accepted_at)
-
-    try:
-        await loop.connect_accepted_socket(protocol, sock)
-    except OSError as exc:  # the client went meanwhile
-        log.info("handed socket gone before it was served: %s", exc)
-        sock.close()
