@@ -104,14 +104,30 @@ def _announce(
 
 
 def _complete_ended(job_ids: Iterable[int]) -> None:
-    """Jobs whose last execution ended are COMPLETED (a cancelled one stays CANCELED)."""
+    """Jobs whose last execution ended are COMPLETED (a cancelled one stays CANCELED); one whose
+    row another transaction holds is left to it, or to `jobs_complete_ended`."""
     for job_id in sorted(set(job_ids)):  # one order: two callers never wait on each other
         with connection.cursor() as cursor:
             cursor.execute(ex.COMPLETION_LOCK_SQL, [job_id])
-        if not JobExecution.objects.filter(job_id=job_id, status__in=ex.PENDING).exists():
-            Job.objects.filter(id=job_id, status=Job.Status.IN_PROGRESS, unreleased=[]).update(
-                status=Job.Status.COMPLETED, completed_at=timezone.now(), reason="completed"
-            )
+            cursor.execute(ex.COMPLETE_SQL, [job_id, job_id])
+
+
+def jobs_complete_ended() -> int:
+    """Running jobs with nothing left to do (every execution ended, no device left to release)
+    become COMPLETED: those whose last update found the job's row held (a cancel that then
+    found nothing to cancel, an edit). Returns how many. Part of the minute's upkeep."""
+    done = (
+        Job.objects.filter(status=Job.Status.IN_PROGRESS, unreleased=[])
+        .exclude(executions__status__in=ex.PENDING)
+        .values_list("id", flat=True)
+    )
+    completed = 0
+    for job_id in list(done):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(ex.COMPLETION_LOCK_SQL, [job_id])
+            cursor.execute(ex.COMPLETE_SQL, [job_id, job_id])
+            completed += cursor.rowcount
+    return completed
 
 
 def _names(value, field: str) -> list[str]:

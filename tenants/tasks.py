@@ -111,15 +111,23 @@ def shadow_history_purge() -> int:
 def jobs_upkeep() -> dict:
     """Every minute: IN_PROGRESS job executions past their timeout become TIMED_OUT (AWS's
     in-progress and step timeouts), jobs whose abort criteria are met are cancelled, and
-    rollouts release their next devices; the devices concerned are told on MQTT. The job
+    rollouts release their next devices (the devices concerned are told on MQTT), and jobs with
+    nothing left to do are completed (one whose last update found its row held). The job
     executions queued meanwhile (retries too) go to the usage log, the bill's source."""
     from tenants import job_metering, job_services
 
     timed_out = job_services.jobs_time_out()
     aborted = job_services.jobs_abort()
     released = job_services.jobs_roll_out()
+    completed = job_services.jobs_complete_ended()
     metered = job_metering.job_usage_log()
-    return {"timed_out": timed_out, "aborted": aborted, "released": released, "metered": metered}
+    return {
+        "timed_out": timed_out,
+        "aborted": aborted,
+        "released": released,
+        "completed": completed,
+        "metered": metered,
+    }
 
 
 @shared_task(name="tenants.tasks.job_announcements_purge")

@@ -32,6 +32,18 @@ TERMINAL = (SUCCEEDED, FAILED, TIMED_OUT, REJECTED, REMOVED, CANCELED)
 # complete the job. An advisory lock, not the job's row: cancelling locks that row first and the
 # executions after, the devices' updates the other way round.
 COMPLETION_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('job-completion:' || %s, 0))"
+# Then, with that lock held, the job (its row id, twice) is COMPLETED if nothing is left to do.
+# Its row is taken only if nobody holds it (SKIP LOCKED): a cancel holds it and then locks the
+# executions, which whoever ends executions already holds; waiting for the row would be a
+# deadlock. Skipped, the holder ends the job itself (a cancel, a release) or the minute's
+# upkeep completes it (`tenants.job_services.jobs_complete_ended`).
+COMPLETE_SQL = """
+UPDATE tenants_job SET status = 'COMPLETED', completed_at = now(), reason = 'completed'
+ WHERE id = (SELECT id FROM tenants_job WHERE id = %s AND status = 'IN_PROGRESS'
+               AND unreleased = '[]'::jsonb FOR UPDATE SKIP LOCKED)
+   AND NOT EXISTS (SELECT 1 FROM tenants_jobexecution
+                    WHERE job_id = %s AND status IN ('QUEUED', 'IN_PROGRESS'))
+"""
 DEVICE_SETS = (IN_PROGRESS, SUCCEEDED, FAILED, REJECTED)  # what an update may ask for
 ENDED_BY_SERVICE = (TIMED_OUT, REMOVED, CANCELED)  # not the device's doing
 

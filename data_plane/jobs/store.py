@@ -1,9 +1,11 @@
 """Where job executions live: Postgres (`tenants_jobexecution`, owned by the control plane's
 `tenants` app). A request is one transaction: the thing's pending executions (and the one it
 names) are read, locked when the request writes (in id order, as the control plane locks them
-when it cancels a job or times executions out, so neither deadlocks the other), AWS's
+when it cancels a job or times executions out), AWS's
 transition applied (`common.jobs.executions`), the row written, and the replies and the
-notifications the change calls for returned for the service to publish."""
+notifications the change calls for returned for the service to publish. A job its last
+execution ended is completed without waiting for the job's row (`COMPLETE_SQL`): a cancel
+holds that row while it waits for the executions this transaction holds."""
 
 from __future__ import annotations
 
@@ -56,13 +58,6 @@ UPDATE tenants_jobexecution
 """
 # A retry is a new execution: metered as the ones the control plane queues (AWS bills each).
 _METER = "INSERT INTO tenants_jobmeter (tenant_id, executions) VALUES (%s, 1)"
-# A job whose last execution ended, with no device left to release, is complete.
-_COMPLETE = """
-UPDATE tenants_job SET status = 'COMPLETED', completed_at = now(), reason = 'completed'
- WHERE id = %s AND status = 'IN_PROGRESS' AND unreleased = '[]'::jsonb
-   AND NOT EXISTS (SELECT 1 FROM tenants_jobexecution
-                    WHERE job_id = %s AND status IN ('QUEUED', 'IN_PROGRESS'))
-"""
 
 
 @dataclass(slots=True)
@@ -139,7 +134,7 @@ class PostgresJobs:
                 await cursor.execute(_METER, (op.tenant_id,))
             if after.status in ex.TERMINAL:
                 await cursor.execute(ex.COMPLETION_LOCK_SQL, (row.job_row,))
-                await cursor.execute(_COMPLETE, (row.job_row, row.job_row))
+                await cursor.execute(ex.COMPLETE_SQL, (row.job_row, row.job_row))
 
     @staticmethod
     def _apply(op: JobRequest, rows: list[Row], now: int) -> tuple[Row, ex.Execution] | None:
