@@ -54,8 +54,7 @@ class Broker:
         # Callables yielding extra Prometheus metric families (storage, archive, ...).
         self.metric_sources: list[Any] = []
         self.sessions: dict[tuple[str, str], Session] = {}
-        # tenant -> client ids of its sessions that outlive their connection (quota
-        # max_persistent_sessions)
+        # tenant -> client ids of sessions outliving their connection (max_persistent_sessions)
         self.persistent: dict[str, set[str]] = defaultdict(set)
         self.connections: set[Client] = set()
         self.stats: dict[str, TenantStats] = defaultdict(TenantStats)
@@ -64,8 +63,8 @@ class Broker:
         self.enhanced_auth: dict[str, Method] = {}
         if hasattr(authenticator, "scram_lookup"):
             self.enhanced_auth[ScramSha256.name] = ScramSha256(authenticator.scram_lookup)
-        # Optional callable(connect, auth_result) -> Redirect | None: send this client elsewhere.
-        self.redirect: Callable[[Any, Any], Redirect | None] | None = None
+        # (connect, auth_result) -> Redirect | None: the `client.redirect` hooks, or `evacuate`'s.
+        self.redirect: Callable[[Any, Any], Redirect | None] | None = self.hooks.redirect
         self.shares = Shares(config.rate_patience)  # tenants' publish rates, shared fairly
         self.resends = ResendMemory()  # closed connections' last QoS 1 publishes
         self.doorway = Doorway(config.preauth_per_source)  # sockets before authentication
@@ -142,6 +141,7 @@ class Broker:
         opened by a client or restored from storage."""
         session.on_drop = self._dropped
         session.on_sent = self._sent
+        self.hooks.run("session.adopted", session)  # e.g. the cluster's move window
 
     def expire_later(self, session: Session, delay: float) -> None:
         """End `session` in `delay` seconds unless a client resumes it first."""

@@ -144,7 +144,7 @@ class ReadGate:
         self._timer = None
         stats = self.owner.broker.stats
         for session in self.throttled_by:
-            if not session.stalled and hasattr(session, "tenant"):  # (not the cluster's bus)
+            if not session.stalled and session.tenant is not None:  # (None: the cluster's bus)
                 stats[session.tenant].subscribers_stalled += 1
             session.stalled = True
             session.blocked_publishers.pop(self.owner, None)

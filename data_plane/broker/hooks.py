@@ -2,7 +2,10 @@
 
 Callbacks run in priority order (higher first), synchronously on the event loop: keep them cheap
 and hand slow work to a task. `message.publish` callbacks receive the message and return it
-(possibly changed) or None to drop it.
+(possibly changed) or None to drop it. The cluster (data_plane.cluster) plugs in here too, never
+by replacing a method of the broker: `session.adopted` sees every session the broker wires
+(opened or restored) before it is routed to, and `client.redirect` may send a CONNECT elsewhere
+(the first answer that is not None wins, see `first`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ HOOK_NAMES = (
     "session.expired",  # a session ended, no client having resumed it within its expiry
     "session.will",  # a will went out: (session or None, will, Published)
     "shadow.changed",  # data_plane.shadows: an accepted change of a device shadow
+    "session.adopted",  # Broker.adopt wired a session (opened or restored): (session,)
+    "client.redirect",  # (connect, auth result) -> stats.Redirect or None: see `first`
 )
 
 
@@ -48,6 +53,18 @@ class Hooks:
     def run(self, name: str, *args: Any) -> None:
         for _, callback in self._hooks.get(name, ()):
             callback(*args)
+
+    def first(self, name: str, *args: Any) -> Any:
+        """The first answer that is not None, in priority order (None when all pass)."""
+        for _, callback in self._hooks.get(name, ()):
+            answer = callback(*args)
+            if answer is not None:
+                return answer
+        return None
+
+    def redirect(self, connect: Any, result: Any) -> Any:
+        """The `client.redirect` hooks' answer for a CONNECT (the broker's default redirect)."""
+        return self.first("client.redirect", connect, result)
 
     def filter_publish(self, message: Any, *context: Any) -> Any:
         for _, callback in self._hooks.get("message.publish", ()):

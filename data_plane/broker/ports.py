@@ -10,7 +10,8 @@ client through these narrow interfaces (the connection satisfies both; tests may
   things the broker may do to it (take it over, disconnect it, re-apply its tenant's policy).
 
 What the broker is plugged into is given to it once, at construction (`Ports`); it never learns
-of storage or the cluster any other way, and neither ever sets an attribute of the broker:
+of storage or the cluster any other way, and neither ever sets an attribute of the broker (the
+cluster steers it through hooks, `session.adopted` and `client.redirect`: data_plane.broker.hooks):
 
 - `persistence` (`SessionStorage`): persistent sessions and their queues
   (`data_plane.storage.persistence`);
@@ -35,8 +36,9 @@ Storage objects are built first, handed to `Broker(...)` in `Ports`, then starte
 they serve (restore sessions, load retained and delayed messages).
 
 `Broker.publish` returns `Published`: whom it reached (and how many of those keep it offline), the commits a QoS 1/2 acknowledgement
-waits for, and the subscribers whose queues backed up (`slow_down`): the caller that read the
-PUBLISH pauses its client until they drain (`flow.ReadGate.slow_down`); others ignore it.
+waits for, and the subscribers whose queues backed up (`slow_down`, each a `Recipient`: a
+session, or the cluster's bus when it lags): the caller that read the PUBLISH pauses its client
+until they drain (`flow.ReadGate.slow_down`); others ignore it.
 """
 
 from __future__ import annotations
@@ -83,6 +85,23 @@ class Client(Outlet, Protocol):
 # -- what a publish returns -------------------------------------------------------------------
 
 
+class Recipient(Protocol):
+    """What `Published.slow_down` names: what a publisher's reading waits for — a session whose
+    queue backed up, or the cluster's bus (data_plane.cluster: the forwarder, a destination
+    stream's backlog). The read gate holds the publisher with it (`hold`; it lets go through the
+    publisher's `unthrottle_by` once drained) and, if it did not drain within the allowance,
+    marks it `stalled` (it holds nobody more) and counts a stalled subscriber of its `tenant`
+    (None: no tenant's subscriber, the cluster's bus)."""
+
+    stalled: bool
+    blocked_publishers: dict[Any, None]  # the publishers it holds, in the order they were held
+
+    @property
+    def tenant(self) -> str | None: ...
+
+    def hold(self, publisher: Any) -> None: ...
+
+
 class Published(NamedTuple):
     """What `Broker.publish` did with a message."""
 
@@ -90,7 +109,7 @@ class Published(NamedTuple):
     commits: Any  # the commits of its durable copies: a QoS 1/2 acknowledgement awaits them
     # Sessions whose queue this message backed up (past half, QoS 1/2): whoever published it
     # should stop reading its client until they drain (back-pressure; see flow.ReadGate).
-    slow_down: tuple = ()
+    slow_down: tuple[Recipient, ...] = ()
     queued: int = 0  # of `reached`, the offline sessions that keep it for later (the journey)
 
 

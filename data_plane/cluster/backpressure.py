@@ -54,6 +54,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from data_plane.broker.flow import ReadGate
+from data_plane.broker.ports import Recipient
 from data_plane.broker.rates import TokenBucket
 
 log = logging.getLogger("data_plane.cluster")
@@ -123,7 +124,7 @@ class Hold:
         self.allowance = TokenBucket(SHARED_HOLD_SHARE, SHARED_HOLD_LIMIT)
         self._waiter: asyncio.Future | None = None
 
-    def slow_down(self, sessions: tuple) -> None:
+    def slow_down(self, sessions: tuple[Recipient, ...]) -> None:
         """These sessions backed up with a message just delivered: stop once it is safe."""
         for session in sessions:
             skipped_at = self.skipped.get(session)
@@ -211,10 +212,12 @@ class Hold:
 
 
 class Backlog:
-    """A destination whose stream backs up, as a throttler of publishing connections (the read
-    gate calls `hold` and sets `stalled`, as it does a session's)."""
+    """A destination whose stream backs up, as a throttler of publishing connections: a
+    `Recipient` of `Published.slow_down` (the read gate calls `hold` and sets `stalled`, as it
+    does a session's)."""
 
     __slots__ = ("node_id", "blocked_publishers", "stalled")
+    tenant = None  # a `Recipient` (data_plane.broker.ports) that is no tenant's subscriber
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id

@@ -27,9 +27,9 @@ published at the survivor reaches them at once and, until every node has switche
 dead node to the survivor, also lands in the dead node's stream, which the survivor drains into
 them. The adopted sessions are watched the same way until the inheritance is over.
 
-The window is installed on the session object as it is created at B (the broker's `adopt`
-wiring, which every opened or restored session passes through), before its subscriptions enter
-the router: no direct copy reaches it unrecorded.
+The window is installed on the session object as it is created at B (the broker's
+`session.adopted` hook, which every opened or restored session passes through), before its
+subscriptions enter the router: no direct copy reaches it unrecorded.
 """
 
 from __future__ import annotations
@@ -68,18 +68,16 @@ class Origins:
         self.duplicates = 0  # deliveries dropped as duplicates
 
     def attach(self, broker: Any) -> None:
-        """Open a window on a moving session as soon as the broker wires it (`Broker.adopt`
-        runs for every session, opened or restored, before it is routed to)."""
-        adopt = broker.adopt
-
-        def adopt_and_watch(session: Any) -> None:
-            adopt(session)
-            if session.key in self.expected:
-                self.expected.discard(session.key)
-                Window(self, session)
-
-        broker.adopt = adopt_and_watch
+        """Open a window on a moving session as soon as the broker wires it (its
+        `session.adopted` hook runs for every session, opened or restored, before it is routed
+        to)."""
+        broker.hooks.add("session.adopted", self._adopted)
         broker.metric_sources.append(self.metrics)
+
+    def _adopted(self, session: Any) -> None:
+        if session.key in self.expected:
+            self.expected.discard(session.key)
+            Window(self, session)
 
     def local(self, message: Any) -> int:
         """A message published at this node: its origin count (0 is "unknown")."""

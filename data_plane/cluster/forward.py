@@ -58,6 +58,11 @@ class BusUnavailable(Exception):
 
 
 class Forwarder:
+    """The copies for other nodes (see the module's docstring); as a `Recipient`
+    (data_plane.broker.ports) of a publish it holds the publishers while the bus lags."""
+
+    tenant = None  # a Recipient that is no tenant's subscriber: the bus
+
     def __init__(self, redis: Any, stream_of: Callable[[str], str], writer: str = "") -> None:
         self.redis = redis
         self.stream_of = stream_of

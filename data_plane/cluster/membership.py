@@ -36,6 +36,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from common.mqtt.reason_codes import ReasonCode
+from data_plane.broker.hooks import Hooks
 from data_plane.cluster.inherit import inherit
 
 log = logging.getLogger("data_plane.cluster")
@@ -70,17 +71,16 @@ class Membership:
         """No heartbeat got through for as long as the others take to count us dead."""
         return time.monotonic() - self.last_ok > 1.5 * self.cluster.heartbeat
 
-    def guard(self, broker: Any) -> None:
-        """Refuse new clients (0x88) while cut off, in front of the broker's redirect hook."""
-        previous = broker.redirect
+    def guard(self, hooks: Hooks) -> None:
+        """Refuse new clients (0x88) while cut off: a `client.redirect` hook of the broker's,
+        ahead of any other (data_plane.broker.hooks)."""
+        hooks.add("client.redirect", self._refuse_when_cut_off, priority=100)
 
-        def refuse_when_cut_off(connect: Any, result: Any) -> Any:
-            if self.cut_off:
-                self.refused += 1
-                return UNAVAILABLE
-            return previous(connect, result) if previous is not None else None
-
-        broker.redirect = refuse_when_cut_off
+    def _refuse_when_cut_off(self, _connect: Any, _result: Any) -> _Unavailable | None:
+        if self.cut_off:
+            self.refused += 1
+            return UNAVAILABLE
+        return None
 
     async def forever(self) -> None:
         """Beat every half heartbeat for as long as the node runs."""

@@ -122,7 +122,7 @@ class Cluster:
         """Attach to the broker (before any subscription is restored) and join."""
         self.broker = broker
         broker.metric_sources.append(self.metrics)
-        self.membership.guard(broker)  # cut off from the bus: no new clients (CONNACK 0x88)
+        self.membership.guard(broker.hooks)  # cut off from the bus: no new clients (CONNACK 0x88)
         self.forwarder.on_drop = self._count_dropped
         self.wills.attach(broker)  # the wills of clients not kept in Postgres, into Redis
         self.origins.attach(broker)  # moving sessions watched for duplicates (exactly.py)
