@@ -38,6 +38,9 @@ class Message:
     # archive records the origin's values for a message that carries one: a copy re-addressed
     # to another tenant, client id or device must not carry it.
     origin: Origin | None = field(default=None, compare=False, repr=False)
+    # Where the cluster says it was published, while it is being routed: (node, that node's count
+    # of publishes) — a moved session's copies are told apart by it (data_plane.cluster.exactly).
+    cluster_origin: tuple[str, int] | None = field(default=None, compare=False, repr=False)
 
     def billable_units(self) -> int:
         """AWS IoT Core's message units of this message (computed once, then kept)."""

@@ -28,6 +28,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from common.mqtt.reason_codes import ReasonCode
+from data_plane.cluster.bus import Bus
 from data_plane.cluster.leased_buckets import TICK
 
 log = logging.getLogger("data_plane.cluster")
@@ -68,22 +69,22 @@ class ConnectionCounts:
     """This node's field of each limited tenant's count, the slots its connections hold, and
     the marker that keeps both alive in Redis."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
         self.counts: dict[str, int] = {}  # tenant -> our field in Redis
         self.holders: dict[Any, str] = {}  # connection -> tenant of its slot
         self.pending: set[Any] = set()  # of those, not counted (no CONNACK) yet
         self.queue: list[_Op] = []
         self.resync = True  # our count fields must be written again (Redis lost them)
-        self.marker_prefix = f"{cluster.keys.prefix}:alive:"
-        self.marker = self.marker_prefix + cluster.node_id
+        self.marker_prefix = f"{bus.keys.prefix}:alive:"
+        self.marker = self.marker_prefix + bus.node_id
         self.marked = float("-inf")  # monotonic time our marker was last set from
-        self.admit_script = cluster.redis.register_script(ADMIT)
-        self.release_script = cluster.redis.register_script(RELEASE)
+        self.admit_script = bus.redis.register_script(ADMIT)
+        self.release_script = bus.redis.register_script(RELEASE)
         self.wake = asyncio.Event()
 
     def key(self, tenant: str) -> str:
-        return f"{self.cluster.keys.prefix}:conns:{tenant}"
+        return f"{self.bus.keys.prefix}:conns:{tenant}"
 
     def attach(self, broker: Any) -> None:
         """A connection that was counted gives its slot back as it goes (takeover included)."""
@@ -94,9 +95,7 @@ class ConnectionCounts:
         """Our marker, whose absence tells us Redis lost our counts (restart, or we stalled
         past its TTL and the others dropped them)."""
         sent = time.monotonic()
-        was = await self.cluster.redis.set(
-            self.marker, 1, px=int(self.cluster.heartbeat * 1500), get=True
-        )
+        was = await self.bus.redis.set(self.marker, 1, px=int(self.bus.heartbeat * 1500), get=True)
         self.marked = sent
         if was is None:
             self.resync = True
@@ -106,7 +105,7 @@ class ConnectionCounts:
     async def admit(self, conn: Any, tenant: str, limit: int) -> int:
         """0 when `conn` may come in under the tenant's `limit` across the cluster (its slot is
         taken until it ends), else the CONNACK reason code (0x97, or 0x88: no bus)."""
-        if time.monotonic() - self.marked > self.cluster.heartbeat:
+        if time.monotonic() - self.marked > self.bus.heartbeat:
             # Our marker may have expired (no tick got through for a while): the others may
             # have dropped our count, so nothing can be admitted exactly.
             return ReasonCode.SERVER_UNAVAILABLE
@@ -162,8 +161,8 @@ class ConnectionCounts:
                         op.answer.set_result(None)
 
     async def _send(self, ops: list[_Op]) -> None:
-        node = self.cluster.node_id
-        pipe = self.cluster.redis.pipeline(transaction=False)
+        node = self.bus.node_id
+        pipe = self.bus.redis.pipeline(transaction=False)
         for op in ops:
             key = self.key(op.tenant)
             if op.kind == "admit":
@@ -192,8 +191,8 @@ class ConnectionCounts:
 
     async def _write_counts(self) -> None:
         """Our count of every tenant, as the replies so far make it (nothing else in flight)."""
-        node = self.cluster.node_id
-        pipe = self.cluster.redis.pipeline(transaction=False)
+        node = self.bus.node_id
+        pipe = self.bus.redis.pipeline(transaction=False)
         for tenant, count in self.counts.items():
             if count > 0:
                 pipe.hset(self.key(tenant), node, count)
@@ -208,4 +207,4 @@ class ConnectionCounts:
     def leave(self, pipe: Any) -> None:
         """Into the leaving node's pipeline: its counts go now, not with its marker."""
         for tenant in self.counts:
-            pipe.hdel(self.key(tenant), self.cluster.node_id)
+            pipe.hdel(self.key(tenant), self.bus.node_id)

@@ -29,7 +29,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
@@ -42,9 +42,19 @@ MARGIN = 2.0  # seconds after a relay left during which senders may still use th
 KEEP = 30.0  # seconds a departed relay is kept at most
 
 
+class Departing(Protocol):
+    """What a departed relay is here (data_plane.cluster.relay.Relay)."""
+
+    tenant: str
+    target: tuple[str, str]  # the session's key (tenant, client id)
+    filters: list[tuple[str, Any]]  # (topic filter, its router Subscriber)
+
+    def deliver(self, delivery: Delivery) -> Any: ...
+
+
 @dataclass
 class _Record:
-    relay: Any  # data_plane.cluster.relay.Relay, out of the node's router
+    relay: Departing  # out of the node's router
     left: float = field(default_factory=time.monotonic)
     # The bus's time (ms) of the last entry it applies to; None: not known yet (every entry).
     cutoff_ms: int | None = None
@@ -58,8 +68,9 @@ def entry_ms(entry_id: bytes) -> int:
 class Departed:
     """This node's departed relays (see the module's docstring)."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis  # the bus: its clock (TIME) gives each record's cutoff
+        self.relayed = 0  # messages sent on to the node a session moved to
         self.records: dict[tuple[str, str], _Record] = {}  # by session key
         # The same, oldest first, for purging from the front: a mass move (a node's clients all
         # reconnecting elsewhere) leaves thousands, and a message must not walk them all.
@@ -67,7 +78,7 @@ class Departed:
         self.router = Router()
         self._tasks: set[asyncio.Task] = set()
 
-    def add(self, relay: Any) -> None:
+    def add(self, relay: Departing) -> None:
         """`relay` left the router (the new node's routes are announced): keep it departed,
         applying to every entry until the bus's clock gives its cutoff."""
         self.forget(relay.target)
@@ -109,8 +120,8 @@ class Departed:
         self._send(record.relay, message, commits)
         return True
 
-    def _send(self, relay: Any, message: Any, commits: list) -> None:
-        self.cluster.sessions.relayed += 1
+    def _send(self, relay: Departing, message: Any, commits: list) -> None:
+        self.relayed += 1
         commit = relay.deliver(Delivery(message, message.qos, message.retain))
         if commit is not None:
             commits.append(commit)
@@ -132,7 +143,7 @@ class Departed:
 
     async def _cut(self, record: _Record) -> None:
         try:
-            seconds, micros = await self.cluster.redis.time()
+            seconds, micros = await self.redis.time()
         except (RedisError, OSError) as exc:  # kept until KEEP: more copies, none lost
             log.debug("bus time for a departed relay not read (%s)", exc)
             return

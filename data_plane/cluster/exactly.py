@@ -16,10 +16,12 @@ origin (whichever came first: direct, relayed, or published at B).
 The state is one set per moved session, bounded (`WINDOW_MAX` origins: beyond it the window
 closes early, at least once again, and says so in the log) and gone when the window ends.
 
-How a delivery's origin is known without carrying it through the broker: the cluster marks the
-message object it is about to route (`mark`) — routing is synchronous — and the window compares
-identities (`delivery.message is` the marked one), so a stale mark never applies to another
-message. Deliveries the cluster did not mark (wills, delayed messages) pass unchecked.
+How a delivery's origin is known: it travels on the message (`Message.cluster_origin`), set by
+the cluster as it routes the message here (`mark`: at the publish, `local`; from the stream, the
+entry's writer and count; from a relay, the pair it names) and cleared once it is routed
+(`routed`: a retained copy that reaches a new subscription later is not a second copy of this
+delivery). Deliveries the cluster did not mark (wills, delayed messages, retained copies on
+subscribe) pass unchecked.
 
 The same holds for a survivor taking a dead node's place (data_plane.cluster.inherit): from the
 moment it adopts the dead node's persistent sessions they are in its router, so a message
@@ -54,14 +56,23 @@ WINDOW_MAX = 50_000  # origins one window keeps at most
 Origin = tuple[str, int]  # (node the message was published at, its count of publishes there)
 
 
+def mark(message: Any, node: str, seq: int) -> None:
+    """`message` is about to be routed here; it was published at `node` as `seq` (0: not
+    known: unchecked)."""
+    message.cluster_origin = (node, seq) if node and seq else None
+
+
+def routed(message: Any) -> None:
+    """`message` was routed: its origin no longer applies (see the module's docstring)."""
+    message.cluster_origin = None
+
+
 class Origins:
     """This node's side of exactly once across a move (see the module's docstring)."""
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
         self.count = 0  # publishes at this node (the `seq` of their origin)
-        self.message: Any = None  # the message being routed now, and its origin
-        self.origin: Origin | None = None
         self.expected: set[tuple[str, str]] = set()  # sessions moving here, not created yet
         self.open: dict[tuple[str, str], Window] = {}  # by session key
         self.opened = 0  # windows opened here
@@ -82,16 +93,8 @@ class Origins:
     def local(self, message: Any) -> int:
         """A message published at this node: its origin count (0 is "unknown")."""
         self.count += 1
-        self.mark(message, self.node_id, self.count)
+        message.cluster_origin = (self.node_id, self.count)
         return self.count
-
-    def mark(self, message: Any, node: str, seq: int) -> None:
-        """`message` is about to be routed here; it was published at `node` as `seq`."""
-        self.message = message
-        self.origin = (node, seq) if node and seq else None
-
-    def of(self, message: Any) -> Origin | None:
-        return self.origin if message is self.message else None
 
     def expect(self, key: tuple[str, str]) -> None:
         """The session `key` (tenant, client id) is moving here from a live node's relay."""
@@ -136,11 +139,10 @@ class Window:
         self.handle = asyncio.get_running_loop().call_later(WINDOW, self.close)
 
     def deliver(self, delivery: Any) -> Any:
-        origins = self.origins
-        if delivery.message is origins.message and origins.origin is not None:
-            origin = origins.origin
+        origin = delivery.message.cluster_origin
+        if origin is not None:
             if origin in self.seen:
-                origins.duplicates += 1
+                self.origins.duplicates += 1
                 return None
             self.seen.add(origin)
             if len(self.seen) > WINDOW_MAX:

@@ -41,11 +41,11 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from data_plane.cluster.backpressure import Backlogs
+from data_plane.cluster.bus import STREAM_MAXLEN
 
 log = logging.getLogger(__name__)
 
 BATCH_BYTES = 256 * 1024  # one stream entry at most (a bigger message goes alone)
-STREAM_MAXLEN = 10_000  # entries kept per node's stream (each a batch)
 BACKLOG_BYTES = 64 * 1024 * 1024  # buffered while the bus does not answer: beyond, drop
 # Back-pressure: a publisher whose message finds this much waiting for the bus stops being read
 # (as for a backed-up subscriber, see data_plane.broker.flow) until it is down to RESUME_BYTES.

@@ -40,14 +40,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from data_plane.broker.session import Delivery
 from data_plane.cluster import codec
+from data_plane.cluster.bus import Bus, Drop, Peers
+from data_plane.cluster.deliver import deliver_to
+from data_plane.cluster.exactly import Origins, mark, routed
+from data_plane.cluster.forward import Forwarder
+from data_plane.cluster.own_routes import OwnRoutes
 from data_plane.cluster.regroup import reassign
-from data_plane.cluster.routes import APPLY_OPS_LUA
+from data_plane.cluster.routes import APPLY_OPS_LUA, RouteTable
+from data_plane.cluster.sessions import SessionClaims
+from data_plane.cluster.wills import WillRegistry
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -131,77 +141,105 @@ def _entry(entry_id: bytes | str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def deliver_to(broker: Any, message: Any, keys: set[tuple[str, str]], commits: list) -> int:
-    """Deliver `message` to the matching subscriptions of the sessions `keys` only (one copy per
-    session, the highest QoS, every subscription id); returns how many sessions it reached."""
-    subscribers, _groups = broker.router.match(message.tenant, message.topic)
-    targets: dict[int, list[Any]] = {}
-    for sub in subscribers:
-        if sub.session.key in keys:
-            targets.setdefault(id(sub.session), []).append(sub)
-    for subs in targets.values():
-        qos = min(message.qos, max(s.qos for s in subs))
-        retain = message.retain and any(s.retain_as_published for s in subs)
-        ids = tuple(s.subscription_id for s in subs if s.subscription_id)
-        commit = subs[0].session.deliver(Delivery(message, qos, retain, ids))
-        if commit is not None:
-            commits.append(commit)
-    return len(targets)
+class Inheritor:
+    """What a survivor needs to take a dead node's place (see the module's docstring): the rooms
+    it drives, given at composition (data_plane.cluster.node). `membership` calls `take_place`
+    once it holds the dead node's purge lock."""
+
+    broker: Broker  # `attach`, at the node's start
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        table: RouteTable,
+        peers: Peers,
+        forwarder: Forwarder,
+        origins: Origins,
+        own_routes: OwnRoutes,
+        sessions: SessionClaims,
+        wills: WillRegistry,
+        drop: Drop,
+    ) -> None:
+        self.bus = bus
+        self.table, self.peers, self.forwarder = table, peers, forwarder
+        self.origins, self.own_routes, self.sessions, self.wills = (
+            origins,
+            own_routes,
+            sessions,
+            wills,
+        )
+        self.drop = drop
+
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def take_place(self, dead: str, switched: Callable[[str], None]) -> None:
+        """Run an `Inheritance` (`switched(dead)` once every node switched from it to this one),
+        logging (not raising) a failure: the purge lock expires and the next beat of some
+        survivor tries again."""
+        try:
+            await Inheritance(self, dead, switched).run()
+        except (RedisError, OSError) as exc:
+            log.warning("could not take the place of dead node %s: %s", dead, exc)
+        except Exception:
+            log.exception("taking the place of dead node %s failed", dead)
 
 
 class Inheritance:
     """A survivor taking the place of one dead node (see the module's docstring)."""
 
-    def __init__(self, cluster: Any, dead: str) -> None:
-        self.cluster = cluster
+    def __init__(self, heir: Inheritor, dead: str, switched: Callable[[str], None]) -> None:
+        self.heir = heir
         self.dead = dead
-        self.stream = cluster.keys.stream(dead)
+        self.switched = switched
+        self.stream = heir.bus.keys.stream(dead)
         self.adopted: set[tuple[str, str]] = set()
         self.drained = 0  # messages delivered from the dead node's stream
         self.skipped = 0  # entries the dead node had committed (at or below its mark)
         self.mark: tuple[int, int] | None = None
-        self.replace = cluster.redis.register_script(REPLACE)
+        self.replace = heir.bus.redis.register_script(REPLACE)
 
     async def run(self) -> None:
         try:
             await self._run()
         finally:  # the adopted sessions need no more watching for duplicates (exactly.py)
-            self.cluster.origins.close(self.adopted)
+            self.heir.origins.close(self.adopted)
 
     async def _run(self) -> None:
-        cluster = self.cluster
-        await cluster.wills.publish_for(self.dead)  # its clients' wills not in Postgres
-        own = cluster.own_routes
+        heir, bus = self.heir, self.heir.bus
+        await heir.wills.publish_for(self.dead)  # its clients' wills not in Postgres
+        own = heir.own_routes
         async with own.lock:  # our route changes reach the others in step 3 only
-            self.adopted = await cluster.sessions.adopt()
-            store = _store(cluster.broker)
+            self.adopted = await heir.sessions.adopt()
+            store = _store(heir.broker)
             if store is not None:  # what the dead node committed is in the adopted sessions
                 mark = await store.stream_mark_of(self.dead)
                 self.mark = _entry(mark) if mark else None
             await self._drain()
             pending, own.pending = own.pending, {}
             ops = [("+" if added else "-") + key for key, added in pending.items()]
-            keys = cluster.keys
+            keys = bus.keys
             version = await self.replace(
                 keys=[
-                    keys.routes(cluster.node_id),
-                    keys.version(cluster.node_id),
+                    keys.routes(bus.node_id),
+                    keys.version(bus.node_id),
                     keys.routes(self.dead),
                     keys.version(self.dead),
                     keys.members,
                     keys.dead(self.dead),
                 ],
-                args=[keys.channel, cluster.node_id, self.dead, *ops],
+                args=[keys.channel, bus.node_id, self.dead, *ops],
             )
             if version == -1:
                 own.synced = False  # the beat rewrites our whole set
             else:
                 own.version = version
-        cluster.membership.gone(self.dead)
-        await asyncio.sleep(cluster.heartbeat / 2)  # forwards buffered before the switch
+        self.switched(self.dead)
+        await asyncio.sleep(bus.heartbeat / 2)  # forwards buffered before the switch
         await self._drain()
-        await cluster.redis.delete(self.stream)
-        await forget_stream_mark(cluster.broker, self.dead)
+        await bus.redis.delete(self.stream)
+        await forget_stream_mark(heir.broker, self.dead)
         log.info(
             "took the place of dead node %s: %d persistent sessions, %d messages from its"
             " stream (%d entries it had committed skipped)",
@@ -214,7 +252,7 @@ class Inheritance:
     async def _drain(self) -> None:
         """Everything in the dead node's stream not acknowledged yet, into the adopted
         sessions; acknowledged once committed."""
-        redis, me = self.cluster.redis, self.cluster.node_id
+        redis, me = self.heir.bus.redis, self.heir.bus.node_id
         await ensure_group(redis, self.stream)
         start = "0-0"
         while True:  # what the dead node read but did not acknowledge
@@ -233,7 +271,8 @@ class Inheritance:
             await self._handle(entries)
 
     async def _handle(self, entries: list) -> None:
-        cluster = self.cluster
+        heir = self.heir
+        router = heir.broker.router
         commits: list = []
         ids = []
         for entry_id, fields in entries:
@@ -247,24 +286,21 @@ class Inheritance:
             writer = (fields.get(b"w") or b"").decode()
             for flags, message, groups, seq in codec.decode_counted(batch):
                 if flags & codec.DELIVER:  # the sessions decide, as for any delivery
-                    cluster.origins.mark(message, writer, seq)  # (exactly.py)
-                    self.drained += deliver_to(cluster.broker, message, self.adopted, commits)
+                    mark(message, writer, seq)  # (exactly.py)
+                    self.drained += deliver_to(router, message, self.adopted, commits)
+                    routed(message)
                     if groups:  # the shared groups it was to serve: to a survivor (regroup.py)
-                        cluster.origins.mark(message, "", 0)
-                        self.drained += reassign(cluster, message, groups, seq, commits)
-        await settle(commits, lambda n: cluster.count_dropped_here("store_unavailable", n))
+                        self.drained += reassign(
+                            message,
+                            groups,
+                            seq,
+                            commits,
+                            broker=heir.broker,
+                            table=heir.table,
+                            peers=heir.peers,
+                            forwarder=heir.forwarder,
+                            drop=heir.drop,
+                        )
+        await settle(commits, lambda n: heir.drop("store_unavailable", n))
         if ids:
-            await cluster.redis.xack(self.stream, GROUP, *ids)
-
-
-async def inherit(cluster: Any, dead: str) -> None:
-    """Run an `Inheritance`, logging (not raising) a failure: the purge lock expires and the
-    next beat of some survivor tries again."""
-    try:
-        await Inheritance(cluster, dead).run()
-    except (RedisError, OSError) as exc:
-        log.warning("could not take the place of dead node %s: %s", dead, exc)
-    except Exception:
-        log.exception("taking the place of dead node %s failed", dead)
-    finally:
-        cluster.membership.inheriting.discard(dead)
+            await heir.bus.redis.xack(self.stream, GROUP, *ids)

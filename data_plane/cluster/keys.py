@@ -2,9 +2,10 @@
 
 One cluster (`--cluster-name`) is one prefix, `mqtt-cluster:{name}`, so several clusters can
 share a Redis without seeing each other. The other rooms build their own keys under
-`Keys.prefix` (`sessions`' owners, `wills`, `limits`' counts and buckets); the keys here are the
-node's own: its membership, its route set and version, its forward stream, and what a survivor
-leaves behind when it takes a dead node's place.
+`Keys.prefix` (`limits`' counts and buckets); the keys here are the node's own: its membership,
+its route set and version, its forward stream, what a survivor leaves behind when it takes a
+dead node's place, the owners of client ids (`sessions`) and the wills of a node's clients
+(`wills`).
 """
 
 from __future__ import annotations
@@ -41,3 +42,11 @@ class Keys:
     def dead(self, node_id: str) -> str:
         """Left by the survivor that took a dead node's place (see `inherit`)."""
         return f"{self.prefix}:dead:{node_id}"
+
+    def owner(self, tenant: str, client_id: str) -> str:
+        """Which node owns a client id's session (see `sessions`)."""
+        return f"{self.prefix}:owner:{tenant}:{client_id}"
+
+    def wills(self, node_id: str) -> str:
+        """The wills of a node's clients not kept in Postgres, a hash (see `wills`)."""
+        return f"{self.prefix}:wills:{node_id}"

@@ -32,6 +32,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from data_plane.cluster.bus import Bus, Peers
 from data_plane.cluster.leased_buckets import ClusterRates, LeasedBucket
 
 log = logging.getLogger("data_plane.cluster")
@@ -89,10 +90,11 @@ class RateLeases:
     """This node's leases of the tenants' buckets: built per tenant (`rates_for`), topped up at
     each tick (`top_up`), refilled locally while Redis does not answer (`refill_locally`)."""
 
-    def __init__(self, cluster: Any, marker_prefix: str) -> None:
-        self.cluster = cluster
+    def __init__(self, bus: Bus, peers: Peers, marker_prefix: str) -> None:
+        self.bus = bus
+        self.peers = peers  # a node's share of a rate is 1 / the live nodes
         self.marker_prefix = marker_prefix  # a node's lease is live while its marker is
-        self.lease_script = cluster.redis.register_script(LEASE)
+        self.lease_script = bus.redis.register_script(LEASE)
         self.buckets: dict[str, LeasedBucket] = {}  # key -> bucket
         self.rates: dict[str, ClusterRates] = {}  # tenant -> its rates
         self.tasks: list[asyncio.Task] = []  # first leases in flight
@@ -101,7 +103,7 @@ class RateLeases:
         self.local_refills = 0  # ticks the bus did not answer and buckets refilled locally
 
     def key(self, tenant: str, kind: str) -> str:
-        return f"{self.cluster.keys.prefix}:bucket:{tenant}:{kind}"
+        return f"{self.bus.keys.prefix}:bucket:{tenant}:{kind}"
 
     def rates_for(self, tenant: str, quota: dict[str, int]) -> ClusterRates:
         """The tenant's leased buckets (as `Shares.local_rates`), rebuilt when its quota changed
@@ -120,7 +122,7 @@ class RateLeases:
             old = self.buckets.get(key)
             # A tenant new here starts with its share of a lease, on credit (reported as held
             # by the first lease, right below): its first publish need not wait for a tick.
-            credit = target / (1 + len(self.cluster.alive))
+            credit = target / (1 + len(self.peers.alive))
             bucket = LeasedBucket(key, rate, burst, target, old.tokens if old else credit)
             self.buckets[key] = buckets[kind] = bucket
         for kind, _ in RATE_KINDS:  # a rate no longer limited: its lease goes back
@@ -157,7 +159,7 @@ class RateLeases:
             await self._lease_locked(buckets, now)
 
     async def _lease_locked(self, buckets: list[LeasedBucket], now: float) -> None:
-        args: list[Any] = [self.cluster.node_id, self.marker_prefix]
+        args: list[Any] = [self.bus.node_id, self.marker_prefix]
         for bucket in buckets:
             held = max(bucket.tokens, 0.0)
             want = min(bucket.burst, max(bucket.target, bucket.want))
@@ -174,7 +176,7 @@ class RateLeases:
 
     def refill_locally(self, elapsed: float) -> None:
         """The bus does not answer: each node takes rate / (live nodes), as long as it lasts."""
-        share = 1 + len(self.cluster.alive)
+        share = 1 + len(self.peers.alive)
         for bucket in self.buckets.values():
             cap = bucket.burst / share
             if bucket.tokens < cap:
@@ -184,4 +186,4 @@ class RateLeases:
     def leave(self, pipe: Any) -> None:
         """Into the leaving node's pipeline: what it holds of every bucket goes back now."""
         for key in self.buckets:
-            pipe.hdel(key, "h:" + self.cluster.node_id)
+            pipe.hdel(key, "h:" + self.bus.node_id)

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
 from common.tasks import stop_all
+from data_plane.cluster.bus import Bus, Peers
 from data_plane.cluster.connection_counts import ConnectionCounts
 from data_plane.cluster.leased_buckets import TICK, ClusterRates
 from data_plane.cluster.leases import RateLeases
@@ -41,11 +42,11 @@ log = logging.getLogger("data_plane.cluster")
 class ClusterLimits:
     """The tenants' limits across the nodes, as this node keeps them (see the docstring)."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
-        self.counts = ConnectionCounts(cluster)
-        self.leases = RateLeases(cluster, self.counts.marker_prefix)
-        self.sys_figures = SysFigures(cluster)
+    def __init__(self, bus: Bus, peers: Peers) -> None:
+        self.bus = bus
+        self.counts = ConnectionCounts(bus)
+        self.leases = RateLeases(bus, peers, self.counts.marker_prefix)
+        self.sys_figures = SysFigures(bus, peers)
         self.tasks: list[asyncio.Task] = []
         self.last_tick = time.monotonic()
 
@@ -82,8 +83,8 @@ class ClusterLimits:
         expire."""
         await stop_all([*self.tasks, *self.leases.tasks], "cluster limits")
         try:
-            node = self.cluster.node_id
-            pipe = self.cluster.redis.pipeline(transaction=False)
+            node = self.bus.node_id
+            pipe = self.bus.redis.pipeline(transaction=False)
             pipe.delete(self.counts.marker, self.sys_figures.key(node))
             self.counts.leave(pipe)
             self.leases.leave(pipe)

@@ -38,18 +38,20 @@ from redis.exceptions import RedisError
 from common.tasks import stop_all
 from data_plane.broker.ports import Published
 from data_plane.cluster import node_metrics
+from data_plane.cluster.bus import Bus
 from data_plane.cluster.departed import Departed
 from data_plane.cluster.exactly import Origins
-from data_plane.cluster.forward import STREAM_MAXLEN, Forwarder
-from data_plane.cluster.inherit import forget_stream_mark
+from data_plane.cluster.forward import Forwarder
+from data_plane.cluster.inherit import Inheritor, forget_stream_mark
 from data_plane.cluster.keys import Keys
 from data_plane.cluster.limits import ClusterLimits
 from data_plane.cluster.membership import Membership
 from data_plane.cluster.own_routes import OwnRoutes
 from data_plane.cluster.publish import Publisher
 from data_plane.cluster.receive import Receiver
+from data_plane.cluster.relay import Relays
 from data_plane.cluster.routes import RouteTable
-from data_plane.cluster.sessions import SessionClaims, encode_control
+from data_plane.cluster.sessions import SessionClaims
 from data_plane.cluster.their_routes import TheirRoutes
 from data_plane.cluster.wills import WillRegistry
 
@@ -91,30 +93,63 @@ class Cluster:
         self.reader = aioredis.Redis.from_url(
             url, socket_timeout=timeout + 2, socket_connect_timeout=timeout, retry=retry
         )
-        # What every room reads.
+        self.bus = Bus(self.node_id, self.keys, self.redis, self.reader, heartbeat, url)
+        bus = self.bus
+        # What several rooms read.
         self.table = RouteTable()
         self.forwarder = Forwarder(self.redis, self.keys.stream, self.node_id)
         self.broker: Any = None
-        self.alive: dict[str, dict[str, Any]] = {}  # other live nodes -> their description
-        # Dead nodes no survivor has taken the place of yet: still forwarded to (their streams
-        # are drained into their adopted sessions, see `inherit`).
-        self.dying: set[str] = set()
         self.dropped: dict[str, int] = {}  # reason -> messages lost here (not the forwarder's)
         self.tasks: list[asyncio.Task] = []
-        # The rooms (see the module's docstring).
-        self.membership = Membership(self)
-        self.own_routes = OwnRoutes(self)
-        self.their_routes = TheirRoutes(self)
-        self.publisher = Publisher(self)
-        self.receiver = Receiver(self)
-        self.sessions = SessionClaims(self)
-        self.departed = Departed(self)  # relays gone from the router, for late messages
-        self.wills = WillRegistry(self)  # clients' wills a survivor publishes if we die
-        self.limits = ClusterLimits(self)  # tenants' limits across the nodes (see `limits`)
+        drop = self.count_dropped_here
+        # The rooms (see the module's docstring), each given what it uses.
         self.origins = Origins(self.node_id)  # exactly once while sessions move (exactly.py)
+        self.own_routes = OwnRoutes(bus)
+        self.membership = Membership(bus, self.info, self.table, self.own_routes, self.tasks)
+        peers = self.membership  # who lives: membership owns it, the others read it
+        self.their_routes = TheirRoutes(bus, self.table, peers, self.own_routes.out_of_step)
+        self.publisher = Publisher(self.node_id, self.table, peers, self.forwarder, self.origins)
+        self.departed = Departed(self.redis)  # relays gone from the router, for late messages
+        self.relays = Relays(self.forwarder, self.table, peers, self.departed)
+        self.sessions = SessionClaims(
+            bus,
+            peers=peers,
+            departed=self.departed,
+            origins=self.origins,
+            relays=self.relays,
+            drop=drop,
+        )
+        self.receiver = Receiver(bus, sessions=self.sessions, departed=self.departed, drop=drop)
+        self.wills = WillRegistry(bus)  # clients' wills a survivor publishes if we die
+        self.inheritor = Inheritor(
+            bus,
+            table=self.table,
+            peers=peers,
+            forwarder=self.forwarder,
+            origins=self.origins,
+            own_routes=self.own_routes,
+            sessions=self.sessions,
+            wills=self.wills,
+            drop=drop,
+        )
+        self.limits = ClusterLimits(bus, peers)  # tenants' limits across the nodes (`limits`)
+        # What membership announces, and who follows it.
+        self.membership.on_versions.append(self.their_routes.catch_up)
+        self.membership.on_counted_dead.append(self.sessions.counted_dead)
+        self.membership.on_rewrite.append(self.wills.rewrite)
+        self.membership.take_place = self.inheritor.take_place
         # The port's two hot paths are the rooms' own methods: no call in between.
         self.publish: Callable[[Any], Published] = self.publisher.publish
         self.route_changed: Callable[[str, str, str | None, bool], None] = self.own_routes.changed
+
+    @property
+    def alive(self) -> dict[str, dict[str, Any]]:
+        """The other live nodes -> their description (`membership`'s, renewed every beat)."""
+        return self.membership.alive
+
+    @property
+    def dying(self) -> set[str]:
+        return self.membership.dying
 
     # -- life -----------------------------------------------------------------------------
 
@@ -122,9 +157,12 @@ class Cluster:
         """Attach to the broker (before any subscription is restored) and join."""
         self.broker = broker
         broker.metric_sources.append(self.metrics)
+        for room in (self.publisher, self.sessions, self.receiver, self.wills, self.relays):
+            room.attach(broker)
+        self.inheritor.attach(broker)
+        self.own_routes.attach(broker.router)
         self.membership.guard(broker.hooks)  # cut off from the bus: no new clients (CONNACK 0x88)
         self.forwarder.on_drop = self._count_dropped
-        self.wills.attach(broker)  # the wills of clients not kept in Postgres, into Redis
         self.origins.attach(broker)  # moving sessions watched for duplicates (exactly.py)
         try:
             await self.membership.beat()
@@ -188,15 +226,6 @@ class Cluster:
         return self.limits.figures(tenant, local)
 
     # -- for the rooms --------------------------------------------------------------------
-
-    async def control(self, node_id: str, body: dict[str, Any]) -> None:
-        """A control message (session takeover) to another node, on its forward stream."""
-        await self.redis.xadd(
-            self.keys.stream(node_id),
-            {b"c": encode_control(body)},
-            maxlen=STREAM_MAXLEN,
-            approximate=True,
-        )
 
     def count_dropped_here(self, reason: str, count: int) -> None:
         """Messages this node could not keep for its sessions (e.g. the database refused)."""

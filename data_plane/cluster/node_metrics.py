@@ -11,14 +11,43 @@ tenants' `$SYS` figures over the nodes are `limits`' own (`ClusterLimits.figures
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from data_plane.cluster.departed import Departed
+from data_plane.cluster.forward import Forwarder
+from data_plane.cluster.membership import Membership
+from data_plane.cluster.receive import Receiver
+from data_plane.cluster.relay import Relays
+from data_plane.cluster.routes import RouteTable
+from data_plane.cluster.sessions import SessionClaims
+from data_plane.cluster.their_routes import TheirRoutes
+from data_plane.cluster.wills import WillRegistry
+
+
+class Metered(Protocol):
+    """What the node's /metrics read of it (`Cluster`): its rooms' counters."""
+
+    info: dict[str, Any]
+    alive: dict[str, dict[str, Any]]
+    dropped: dict[str, int]
+    table: RouteTable
+    forwarder: Forwarder
+    membership: Membership
+    their_routes: TheirRoutes
+    receiver: Receiver
+    sessions: SessionClaims
+    relays: Relays
+    departed: Departed
+    wills: WillRegistry
+
+    def members(self) -> list[dict[str, Any]]: ...
 
 DROP_REASONS = "bus_unavailable, backlog, store_unavailable, stream_gap, session_gone"
 
 
-def collect(cluster: Any) -> Iterator[Any]:
+def collect(cluster: Metered) -> Iterator[Any]:
     """The cluster's metric families, as this node sees them now."""
     nodes = GaugeMetricFamily(
         "mqtt_cluster_nodes", "Live nodes of the broker cluster, this one included"
@@ -86,7 +115,7 @@ def collect(cluster: Any) -> Iterator[Any]:
         "mqtt_cluster_relayed_messages",
         "Messages relays here sent on to the node a session moved to (cluster/relay.py)",
     )
-    relayed.add_metric([], sessions.relayed)
+    relayed.add_metric([], cluster.relays.relayed + cluster.departed.relayed)
     hold = cluster.receiver.hold
     held = CounterMetricFamily(
         "mqtt_cluster_stream_holds",

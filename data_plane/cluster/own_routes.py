@@ -22,10 +22,11 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 from redis.exceptions import RedisError
 
+from data_plane.broker.router import Router
+from data_plane.cluster.bus import Bus
 from data_plane.cluster.routes import APPLY_OPS_LUA, route_key
 
 log = logging.getLogger("data_plane.cluster")
@@ -52,14 +53,24 @@ return version
 class OwnRoutes:
     """This node's route set in Redis, kept equal to its router's routes."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    router: Router  # the broker's (`attach`, at the node's start): what the clients here hold
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
         self.synced = False  # our route set in Redis is what the router holds
         self.version = 0  # of our route set: only grows, across Redis restarts too
         self.pending: dict[str, bool] = {}  # route key -> added (the last change wins)
         self.wake = asyncio.Event()
         self.lock = asyncio.Lock()
-        self.apply_routes = cluster.redis.register_script(APPLY_ROUTES)
+        self.apply_routes = bus.redis.register_script(APPLY_ROUTES)
+
+    def attach(self, router: Router) -> None:
+        self.router = router
+
+    def out_of_step(self) -> None:
+        """The others may have missed our deltas (a break on the bus): the beat rewrites the
+        whole set (`membership`)."""
+        self.synced = False
 
     def changed(self, tenant: str, topic_filter: str, group: str | None, added: bool) -> None:
         """The router's `on_route`: a route of ours came or went (sent with the next flush)."""
@@ -67,14 +78,13 @@ class OwnRoutes:
         self.wake.set()
 
     def _local_routes(self) -> Iterator[str]:
-        for tenant, router in list(self.cluster.broker.router.tenants.items()):
+        for tenant, router in list(self.router.tenants.items()):
             for topic_filter, group in router.routes():
                 yield route_key(tenant, topic_filter, group)
 
     async def forever(self) -> None:
         """Send the gathered changes as one delta, for as long as the node runs."""
-        cluster = self.cluster
-        keys, node_id = cluster.keys, cluster.node_id
+        keys, node_id = self.bus.keys, self.bus.node_id
         while True:
             await self.wake.wait()
             await asyncio.sleep(ROUTE_FLUSH)  # gather a burst of subscriptions into one call
@@ -110,12 +120,11 @@ class OwnRoutes:
             self.wake.set()
 
     async def _rewrite_locked(self) -> None:
-        cluster = self.cluster
-        keys, node_id = cluster.keys, cluster.node_id
+        keys, node_id = self.bus.keys, self.bus.node_id
         self.pending.clear()  # the router holds them all: the snapshot below has them
         routes = list(self._local_routes())
         version = self.version + 1
-        pipe = cluster.redis.pipeline(transaction=True)
+        pipe = self.bus.redis.pipeline(transaction=True)
         pipe.delete(keys.routes(node_id))
         for start in range(0, len(routes), ROUTE_CHUNK):
             pipe.sadd(keys.routes(node_id), *routes[start : start + ROUTE_CHUNK])

@@ -11,7 +11,7 @@ turn among the nodes with members (this one included); a node given groups gets 
 its copy, so it serves those and no others (`codec`).
 
 A retained message goes to every live node, subscribers there or not, so a new subscription
-anywhere finds it. A dead node no survivor has replaced yet (`Cluster.dying`) is still
+anywhere finds it. A dead node no survivor has replaced yet (`Peers.dying`) is still
 forwarded to: its stream keeps the messages for the survivor (`inherit`). The `Published`
 answer joins the local one and the bus's: each forwarded copy counts as reached, a QoS > 0
 message waits for the bus's commit, and a lagging bus — or a destination whose stream backs up
@@ -20,11 +20,18 @@ message waits for the bus's commit, and a lagging bus — or a destination whose
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from data_plane.broker.message import Message
 from data_plane.broker.ports import Published
 from data_plane.cluster import codec
-from data_plane.cluster.forward import PAUSE_BYTES
+from data_plane.cluster.bus import Peers
+from data_plane.cluster.exactly import Origins, routed
+from data_plane.cluster.forward import PAUSE_BYTES, Forwarder
+from data_plane.cluster.routes import RemoteNode, RouteTable
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 TURNS_MAX = 100_000  # shared groups' turns remembered before they are forgotten at once
 
@@ -32,26 +39,43 @@ TURNS_MAX = 100_000  # shared groups' turns remembered before they are forgotten
 class Publisher:
     """The `publish` of the Cluster port, and the shared groups' turns it keeps."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    broker: Broker  # the broker it routes into (`attach`, at the node's start)
+
+    def __init__(
+        self,
+        node_id: str,
+        table: RouteTable,
+        peers: Peers,
+        forwarder: Forwarder,
+        origins: Origins,
+    ) -> None:
+        self.node_id = node_id
+        self.table = table
+        self.peers = peers
+        self.forwarder = forwarder
+        self.origins = origins
         self.turns: dict[tuple[str, tuple[str, str]], int] = {}  # shared group -> next turn
 
-    def publish(self, message: Any) -> Published:
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def publish(self, message: Message) -> Published:
         """Route `message` here and forward it to every other node with a matching route."""
-        cluster = self.cluster
-        broker = cluster.broker
-        seq = cluster.origins.local(message)  # its origin, carried by every copy (exactly.py)
-        plain, shared = cluster.table.match(message.tenant, message.topic)
+        broker, peers = self.broker, self.peers
+        seq = self.origins.local(message)  # its origin, carried by every copy (exactly.py)
+        plain, shared = self.table.match(message.tenant, message.topic)
         assigned: dict[str, list[tuple[str, str]]] = {}
         if not shared:  # the common case: every matching group (if any) is here only
             local = broker.route(message)
-            if not plain and not (message.retain and cluster.alive):
+            routed(message)
+            if not plain and not (message.retain and peers.alive):
                 return local
         else:
             mine = self._assign_groups(message, shared, assigned)
             local = broker.route(message, lambda group: (group.topic_filter, group.name) in mine)
+            routed(message)
         targets: dict[str, tuple[tuple[str, str], ...]] = {}
-        alive, dying = cluster.alive, cluster.dying
+        alive, dying = peers.alive, peers.dying
         for node in plain:  # a dead node's stream keeps its messages until a survivor takes over
             if node.node_id in alive or node.node_id in dying:  # else not seen yet
                 targets[node.node_id] = ()
@@ -61,7 +85,7 @@ class Publisher:
         commit = None
         flags = codec.DELIVER | (codec.RETAIN if message.retain else 0)
         plain_data = None  # the same bytes for every node that serves no group
-        forwarder = cluster.forwarder
+        forwarder = self.forwarder
         for node_id, groups in targets.items():
             if groups:
                 data = codec.encode(message, flags, groups, seq=seq)
@@ -89,18 +113,17 @@ class Publisher:
 
     def _assign_groups(
         self,
-        message: Any,
-        shared: list[tuple[tuple[str, str], list[Any]]],
+        message: Message,
+        shared: list[tuple[tuple[str, str], list[RemoteNode]]],
         assigned: dict[str, list[tuple[str, str]]],
     ) -> set[tuple[str, str]]:
         """One node per matching shared group (filter, group) for this message, in turn among
         the nodes with members (this one included); fills `assigned` (node -> its groups) and
         returns the groups this node serves."""
-        cluster = self.cluster
-        me, alive = cluster.node_id, cluster.alive
+        me, alive = self.node_id, self.peers.alive
         here = {
             (group.topic_filter, group.name)
-            for group in cluster.broker.router.match(message.tenant, message.topic)[1]
+            for group in self.broker.router.match(message.tenant, message.topic)[1]
         }
         remote = {
             key: sorted(node.node_id for node in nodes if node.node_id in alive)

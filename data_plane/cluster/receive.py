@@ -27,15 +27,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError, ResponseError
 
 from data_plane.cluster import codec
 from data_plane.cluster.backpressure import Hold
-from data_plane.cluster.departed import entry_ms
+from data_plane.cluster.bus import Bus, Drop
+from data_plane.cluster.departed import Departed, entry_ms
+from data_plane.cluster.exactly import mark, routed
 from data_plane.cluster.inherit import GROUP, ensure_group, settle, stream_mark
 from data_plane.cluster.regroup import serve_here
+from data_plane.cluster.sessions import SessionClaims
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -43,19 +49,29 @@ log = logging.getLogger("data_plane.cluster")
 class Receiver:
     """The consumer of this node's forward stream."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    broker: Broker  # `attach`, at the node's start
+
+    def __init__(
+        self, bus: Bus, *, sessions: SessionClaims, departed: Departed, drop: Drop
+    ) -> None:
+        self.bus = bus
+        self.sessions = sessions  # relayed messages for one session, control messages
+        self.departed = departed  # what follows sessions that left lately
+        self.drop = drop
         self.received = 0  # messages other nodes forwarded here
         self.stream_seen: dict[bytes, int] = {}  # writer -> its `c` in the last entry read
         self.hold = Hold()  # back-pressure: sessions it backed up hold it (`backpressure`)
+
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
 
     async def forever(self) -> None:
         """Our stream through its consumer group: an entry is acknowledged once what it
         delivered to persistent sessions is committed (see `inherit`: a survivor delivers what
         is not acknowledged when this node dies)."""
-        cluster = self.cluster
-        reader, node_id = cluster.reader, cluster.node_id
-        stream = cluster.keys.stream(node_id)
+        bus = self.bus
+        reader, node_id = bus.reader, bus.node_id
+        stream = bus.keys.stream(node_id)
         grouped = False
         while True:
             try:
@@ -67,7 +83,7 @@ class Receiver:
                 )
             except (RedisError, OSError) as exc:
                 if not isinstance(exc, ResponseError):
-                    await asyncio.sleep(min(1.0, cluster.heartbeat / 2))
+                    await asyncio.sleep(min(1.0, bus.heartbeat / 2))
                 log.debug("forward stream read failed (%s): retrying", exc)
                 grouped = False
                 continue
@@ -118,7 +134,7 @@ class Receiver:
         behind them — in the rest of this entry, the next one, or (read now, added to this
         read) the stream's next ones —, else up to a connection's allowance, looking again
         every CHECK_EVERY seconds (others' messages may come meanwhile)."""
-        hold, broker = self.hold, self.cluster.broker
+        hold, broker = self.hold, self.broker
         others = hold.others_wait(broker, messages, at)
         while hold.throttled_by:
             if not others:
@@ -131,11 +147,9 @@ class Receiver:
         for sessions not holding the reader in the next entry that has any (of this read, else
         read now and added to it; decoded now, kept for its turn)."""
         if start >= len(entries):  # read on: at most one read more in memory
-            cluster = self.cluster
+            bus = self.bus
             try:
-                answer = await cluster.reader.xreadgroup(
-                    GROUP, cluster.node_id, {stream: ">"}, count=64
-                )
+                answer = await bus.reader.xreadgroup(GROUP, bus.node_id, {stream: ">"}, count=64)
             except (RedisError, OSError):
                 return False
             entries.extend(entry for _name, read in answer or () for entry in read)
@@ -146,7 +160,7 @@ class Receiver:
             if b"m" in fields:
                 if index not in upcoming:
                     upcoming[index] = self._decode(fields[b"m"])
-                return self.hold.others_wait(self.cluster.broker, upcoming[index], 0)
+                return self.hold.others_wait(self.broker, upcoming[index], 0)
         return False
 
     async def _acknowledge(self, stream: str, entries: list, commits: list) -> None:
@@ -156,12 +170,12 @@ class Receiver:
         stream's length is what waits for this node: the senders read it (`backpressure`)."""
         if not entries:
             return
-        cluster, last = self.cluster, entries[-1][0]
+        bus, last = self.bus, entries[-1][0]
         if commits:  # committed with these deliveries: a survivor skips them (inherit.py)
-            stream_mark(cluster.broker, cluster.node_id, last)
-        await settle(commits, lambda n: cluster.count_dropped_here("store_unavailable", n))
+            stream_mark(self.broker, bus.node_id, last)
+        await settle(commits, lambda n: self.drop("store_unavailable", n))
         try:
-            pipe = cluster.reader.pipeline(transaction=False)
+            pipe = bus.reader.pipeline(transaction=False)
             pipe.xack(stream, GROUP, *(entry_id for entry_id, _ in entries))
             pipe.xtrim(stream, minid=last, approximate=False)
             await pipe.execute()
@@ -179,7 +193,7 @@ class Receiver:
         if before is not None and sent_now - count > before:
             lost = sent_now - count - before
             log.warning("%d forwarded messages from %s lost before read", lost, writer.decode())
-            self.cluster.count_dropped_here("stream_gap", lost)
+            self.drop("stream_gap", lost)
 
     def _decode(self, batch: bytes) -> list:
         try:
@@ -192,9 +206,8 @@ class Receiver:
         """Deliver `messages[at:]` (of the entry `entry_id`); returns where it stopped: their
         end, or just after a route that backed sessions up while nothing of this read awaits a
         commit (see `_deliver`)."""
-        cluster = self.cluster
-        broker, origins, hold = cluster.broker, cluster.origins, self.hold
-        departed = cluster.departed
+        broker, sessions, hold = self.broker, self.sessions, self.hold
+        departed = self.departed
         for index in range(at, len(messages)):
             flags, message, groups, seq = messages[index]
             self.received += 1
@@ -205,11 +218,12 @@ class Receiver:
                 continue
             if flags & codec.TARGET:  # relayed for one session (data_plane.cluster.relay)
                 for client_id, published_at in groups:
-                    origins.mark(message, published_at, seq)  # (exactly.py)
-                    cluster.sessions.targeted(message, client_id, commits)
+                    mark(message, published_at, seq)  # (exactly.py)
+                    sessions.targeted(message, client_id, commits)
+                routed(message)
                 continue
             if flags & codec.DELIVER:  # its plain subscribers here, and the groups given to us
-                origins.mark(message, origin, seq)  # (exactly.py)
+                mark(message, origin, seq)  # (exactly.py)
                 published = broker.route(
                     message, lambda group, g=groups: (group.topic_filter, group.name) in g
                 )
@@ -217,6 +231,7 @@ class Receiver:
                     commits.extend(published.commits)
                 if departed.records:  # sessions gone from here lately (departed.py)
                     departed.route(message, entry_ms(entry_id), commits)
+                routed(message)
                 if published.slow_down:  # sessions it backed up: they hold this reader
                     hold.slow_down(published.slow_down)
                     if not commits:
@@ -225,6 +240,6 @@ class Receiver:
 
     def _control(self, data: bytes) -> None:
         try:
-            self.cluster.sessions.on_control(json.loads(data))
+            self.sessions.on_control(json.loads(data))
         except Exception:
             log.exception("control message not handled: %r", data[:200])

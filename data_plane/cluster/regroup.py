@@ -15,13 +15,22 @@ are skipped by the drain's stream mark, and every other entry is handed on once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from data_plane.broker.message import Message
 from data_plane.broker.session import Delivery
 from data_plane.cluster import codec
+from data_plane.cluster.bus import Drop, Peers
+from data_plane.cluster.forward import Forwarder
+from data_plane.cluster.routes import RouteTable
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 
-def serve_here(broker: Any, message: Any, groups: Any, commits: list) -> set[tuple[str, str]]:
+def serve_here(
+    broker: Broker, message: Message, groups: Any, commits: list
+) -> set[tuple[str, str]]:
     """Give `message` to one member here of each of `groups` ((filter, group) pairs); returns
     the groups that have no member here."""
     _subscribers, here = broker.router.match(message.tenant, message.topic)
@@ -42,22 +51,33 @@ def serve_here(broker: Any, message: Any, groups: Any, commits: list) -> set[tup
     return missing
 
 
-def reassign(cluster: Any, message: Any, groups: Any, seq: int, commits: list) -> int:
+def reassign(
+    message: Message,
+    groups: Any,
+    seq: int,
+    commits: list,
+    *,
+    broker: Broker,
+    table: RouteTable,
+    peers: Peers,
+    forwarder: Forwarder,
+    drop: Drop,
+) -> int:
     """The groups the dead node was to serve for `message`, served by a surviving member;
     returns how many groups were served."""
-    missing = serve_here(cluster.broker, message, groups, commits)
+    missing = serve_here(broker, message, groups, commits)
     served = len(groups) - len(missing)
     if missing:
-        _plain, shared = cluster.table.match(message.tenant, message.topic)
+        _plain, shared = table.match(message.tenant, message.topic)
         remote = dict(shared)
         for key in missing:
-            nodes = sorted(n.node_id for n in remote.get(key, ()) if n.node_id in cluster.alive)
+            nodes = sorted(n.node_id for n in remote.get(key, ()) if n.node_id in peers.alive)
             if not nodes:
-                cluster.count_dropped_here("group_gone", 1)
+                drop("group_gone", 1)
                 continue
             node = nodes[seq % len(nodes)]  # (spread, like the publisher's turns)
             data = codec.encode(message, codec.GROUPS, (key,))
-            commit = cluster.forwarder.add(node, data, message.tenant, message.qos, message.qos > 0)
+            commit = forwarder.add(node, data, message.tenant, message.qos, message.qos > 0)
             if commit is not None:
                 commits.append(commit)
             served += 1

@@ -26,12 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.mqtt.topics import parse_shared
 from data_plane.broker.router import Subscriber
 from data_plane.cluster import codec
-from data_plane.cluster.routes import route_key
+from data_plane.cluster.bus import Peers
+from data_plane.cluster.departed import Departed
+from data_plane.cluster.forward import Forwarder
+from data_plane.cluster.routes import RouteTable, route_key
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -39,13 +45,39 @@ RELAY_STEP = 0.01  # seconds between looks for the new node's routes
 RELAY_MAX = 5.0  # seconds a relay stands at most
 
 
+class Relays:
+    """What this node's relays share: the forwarder they send with, the route table and the
+    peers they watch for the new node's routes, the router they stand in, and the departed
+    relays they become (`departed`)."""
+
+    broker: Broker  # `attach`, at the node's start
+
+    def __init__(
+        self, forwarder: Forwarder, table: RouteTable, peers: Peers, departed: Departed
+    ) -> None:
+        self.forwarder = forwarder
+        self.table = table
+        self.peers = peers
+        self.departed = departed
+        self.relayed = 0  # messages relays here sent on to the node a session moved to
+
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def stand_in(self, session: Any, node: str) -> Relay:
+        """A relay to `node` in the router in `session`'s place (see the module's docstring)."""
+        relay = Relay(self, session.tenant, session.client_id, node)
+        relay.stand_in(session)
+        return relay
+
+
 class Relay:
     """Session-shaped (what the broker's router and `Broker.route` touch of a session)."""
 
     queue = ()  # never backs up: the bus's own back-pressure applies
 
-    def __init__(self, cluster: Any, tenant: str, client_id: str, node: str) -> None:
-        self.cluster = cluster
+    def __init__(self, relays: Relays, tenant: str, client_id: str, node: str) -> None:
+        self.relays = relays
         self.tenant, self.client_id, self.node = tenant, client_id, node
         self.target = (tenant, client_id)
         self.key = None  # not a session: `deliver_to` never takes it for one
@@ -55,9 +87,9 @@ class Relay:
     def deliver(self, delivery: Any) -> Any:
         self.relayed += 1
         message = delivery.message
-        node, seq = self.cluster.origins.of(message) or ("", 0)  # (data_plane.cluster.exactly)
+        node, seq = message.cluster_origin or ("", 0)  # (data_plane.cluster.exactly)
         data = codec.encode(message, codec.TARGET, ((self.client_id, node),), seq=seq)
-        return self.cluster.forwarder.add(
+        return self.relays.forwarder.add(
             self.node, data, message.tenant, message.qos, message.qos > 0
         )
 
@@ -68,7 +100,7 @@ class Relay:
 
     def stand_in(self, session: Any) -> None:
         """Take the session's plain subscriptions here before it leaves the router."""
-        router = self.cluster.broker.router.for_tenant(self.tenant)
+        router = self.relays.broker.router.for_tenant(self.tenant)
         for state in session.subscriptions.values():
             group, topic_filter = parse_shared(state.topic_filter)
             if group is not None:
@@ -84,17 +116,18 @@ class Relay:
 
     def _check(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        node = self.cluster.table.nodes.get(self.node)
+        relays = self.relays
+        node = relays.table.nodes.get(self.node)
         routes = node.routes if node is not None else ()
         announced = all(route_key(self.tenant, f, None) in routes for f, _ in self.filters)
-        if not announced and loop.time() < deadline and self.node in self.cluster.alive:
+        if not announced and loop.time() < deadline and self.node in relays.peers.alive:
             loop.call_later(RELAY_STEP, self._check, deadline)
             return
-        router = self.cluster.broker.router.for_tenant(self.tenant)
+        router = relays.broker.router.for_tenant(self.tenant)
         for topic_filter, _sub in self.filters:
             router.unsubscribe(topic_filter, self, None)
         if announced:  # for what other nodes sent here before they knew (departed.py)
-            self.cluster.departed.add(self)
+            relays.departed.add(self)
         else:
             log.warning("relay of %s/%s to %s ended unannounced", *self.target, self.node)
-        self.cluster.sessions.relayed += self.relayed
+        relays.relayed += self.relayed

@@ -43,17 +43,23 @@ in time keeps a copy until it notices, the known cost of not using consensus).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
 from common.mqtt.topics import parse_shared
-from data_plane.cluster.inherit import deliver_to
-from data_plane.cluster.relay import Relay
+from data_plane.broker.message import Message
+from data_plane.cluster.bus import Bus, Drop, Peers
+from data_plane.cluster.deliver import deliver_to
+from data_plane.cluster.departed import Departed
+from data_plane.cluster.exactly import Origin, Origins, mark, routed
+from data_plane.cluster.relay import Relays
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -88,8 +94,26 @@ class _Claim:
 
 
 class SessionClaims:
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    """One session per client id across the cluster (see the module's docstring)."""
+
+    broker: Broker  # `attach`, at the node's start
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        peers: Peers,
+        departed: Departed,
+        origins: Origins,
+        relays: Relays,
+        drop: Drop,
+    ) -> None:
+        self.bus = bus
+        self.peers = peers  # whether the previous owner lives
+        self.departed = departed  # sessions that left lately (their relays)
+        self.origins = origins  # sessions moving here are watched for duplicates
+        self.relays = relays  # a relay stands in for a session that leaves
+        self.drop = drop
         self.claiming: dict[tuple[str, str], _Claim] = {}  # our CONNECTs between SET and open
         self.waiting: dict[str, asyncio.Future] = {}  # request id -> its `released`
         self.takeovers = 0  # sessions this node took from another
@@ -98,43 +122,46 @@ class SessionClaims:
         self.adopted = 0  # persistent sessions of dead nodes taken here
         self.relayed = 0  # messages relays here sent on to the node a session moved to
         # Relayed messages for sessions still being restored here (claiming): they wait.
-        self.held: dict[tuple[str, str], list[tuple[Any, Any]]] = {}  # (message, origin)
+        self.held: dict[tuple[str, str], list[tuple[Message, Origin | None]]] = {}
+
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
 
     def owner_key(self, tenant: str, client_id: str) -> str:
-        return f"{self.cluster.keys.prefix}:owner:{tenant}:{client_id}"
+        return self.bus.keys.owner(tenant, client_id)
 
     async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
         """Before a CONNECT opens its session: this node owns the client id from now on."""
-        cluster = self.cluster
+        bus = self.bus
         key = (tenant, client_id)
         mine = _Claim()
         self.claiming[key] = mine
-        cluster.departed.forget(key)  # it is here again: what reaches it here is its own
+        self.departed.forget(key)  # it is here again: what reaches it here is its own
         came_from = None  # the live node this CONNECT takes the session over from
         try:
             try:
-                previous = await cluster.redis.set(
-                    self.owner_key(tenant, client_id), cluster.node_id, ex=OWNER_TTL, get=True
+                previous = await bus.redis.set(
+                    self.owner_key(tenant, client_id), bus.node_id, ex=OWNER_TTL, get=True
                 )
             except (RedisError, OSError) as exc:
                 log.warning("session ownership of %s/%s not recorded: %s", tenant, client_id, exc)
                 return
             previous = previous.decode() if previous else None
-            if previous and previous != cluster.node_id and previous in cluster.alive:
+            if previous and previous != bus.node_id and previous in self.peers.alive:
                 came_from = previous
                 if not clean_start:  # its relay and the publishers may both send us a message
-                    cluster.origins.expect(key)  # (data_plane.cluster.exactly)
+                    self.origins.expect(key)  # (data_plane.cluster.exactly)
                 await self._take_from(previous, tenant, client_id, clean_start)
             if not clean_start:  # the session continues here: bring it from the database
                 await self._bring(tenant, client_id)
         finally:
-            journey = cluster.broker.journey
+            journey = self.broker.journey
             if journey is not None:  # its `connected` row names the node (or none: cleared)
                 journey.arriving(tenant, client_id, came_from)
             if self.claiming.get(key) is mine:
                 del self.claiming[key]
                 self._deliver_held(key)
-            cluster.origins.settled(key)
+            self.origins.settled(key)
             if mine.lost_to is not None:  # a later CONNECT elsewhere won: once opened, go
                 asyncio.get_running_loop().call_soon(  # (our CONNECT opens its session first)
                     self._release_once_acked, tenant, client_id, *mine.lost_to
@@ -156,7 +183,7 @@ class SessionClaims:
         loop = asyncio.get_running_loop()
         if deadline is None:
             deadline = loop.time() + RELEASE_WAIT
-        session = self.cluster.broker.sessions.get((tenant, client_id))
+        session = self.broker.sessions.get((tenant, client_id))
         connection = session.connection if session is not None else None
         if connection is not None and not connection.acked and not connection.closing:
             if loop.time() < deadline:
@@ -173,7 +200,7 @@ class SessionClaims:
         """The persistent session of a client id this node does not hold, restored from the
         database before its CONNACK (session present 1): the node that held it (taken over, or
         dead, or this one before a restart) saved it and committed its queue first."""
-        broker = self.cluster.broker
+        broker = self.broker
         if broker.persistence is None or (tenant, client_id) in broker.sessions:
             return
         try:
@@ -187,9 +214,9 @@ class SessionClaims:
         answer = asyncio.get_running_loop().create_future()
         self.waiting[request] = answer
         body = {"op": "takeover", "tenant": tenant, "client_id": client_id}
-        body.update({"from": self.cluster.node_id, "id": request, "clean": clean})
+        body.update({"from": self.bus.node_id, "id": request, "clean": clean})
         try:
-            await self.cluster.control(node, body)
+            await self.bus.control(node, body)
             await asyncio.wait_for(answer, TAKEOVER_WAIT)
             self.takeovers += 1
         except (TimeoutError, RedisError, OSError) as exc:
@@ -202,18 +229,18 @@ class SessionClaims:
         starts could restore them all — the ones this node may own: no owner yet, or a dead
         one. The others stay with the live nodes that hold them (the storage's `restore` skips
         them: no copy here, no write to their records)."""
-        cluster = self.cluster
-        script = cluster.redis.register_script(CLAIM_RESTORED)
-        live = [cluster.node_id, *cluster.alive]
+        bus = self.bus
+        script = bus.redis.register_script(CLAIM_RESTORED)
+        live = [bus.node_id, *self.peers.alive]
         mine: set[tuple[str, str]] = set()
         for start in range(0, len(keys), CLAIM_CHUNK):
             chunk = keys[start : start + CLAIM_CHUNK]
             owners = await script(
                 keys=[self.owner_key(tenant, client_id) for tenant, client_id in chunk],
-                args=[cluster.node_id, OWNER_TTL, *live],
+                args=[bus.node_id, OWNER_TTL, *live],
             )
             for key, owner in zip(chunk, owners, strict=True):
-                if owner.decode() == cluster.node_id:
+                if owner.decode() == bus.node_id:
                     mine.add(key)
         if len(mine) < len(keys):
             log.info(
@@ -226,7 +253,7 @@ class SessionClaims:
         database into this node, with their wills scheduled (data_plane.cluster.inherit).
         While they load, a CONNECT elsewhere for one of them waits, as for a CONNECT of ours
         (`claiming`): it takes the session over once it is here."""
-        broker = self.cluster.broker
+        broker = self.broker
         if broker.persistence is None or not hasattr(broker.persistence, "adopt"):
             return set()
         mine: set[tuple[str, str]] = set()
@@ -235,12 +262,12 @@ class SessionClaims:
         async def keep(keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
             fresh = [key for key in keys if key not in broker.sessions]
             for key in fresh:
-                self.cluster.departed.forget(key)
+                self.departed.forget(key)
                 if key not in self.claiming:
                     marks[key] = self.claiming[key] = _Claim()
             mine.update(await self.claim_restored(fresh))
             for key in mine:  # watched for duplicates while the node's place is taken
-                self.cluster.origins.expect(key)  # (data_plane.cluster.exactly)
+                self.origins.expect(key)  # (data_plane.cluster.exactly)
             return mine
 
         try:
@@ -256,28 +283,27 @@ class SessionClaims:
         self.adopted += len(mine)
         return mine
 
-    def targeted(self, message: Any, client_id: str, commits: list) -> None:
+    def targeted(self, message: Message, client_id: str, commits: list) -> None:
         """A message another node's relay sent for one session here (data_plane.cluster.relay)."""
         key = (message.tenant, client_id)
-        cluster = self.cluster
+        broker = self.broker
         if key in self.claiming:  # being restored here: it waits for the session (and origin)
-            self.held.setdefault(key, []).append((message, cluster.origins.of(message)))
+            self.held.setdefault(key, []).append((message, message.cluster_origin))
             return
-        if deliver_to(cluster.broker, message, {key}, commits):
+        if deliver_to(broker.router, message, {key}, commits):
             return
         # Moved on from here lately: it follows (data_plane.cluster.departed).
-        if key not in cluster.broker.sessions and cluster.departed.pass_on(
-            message, client_id, commits
-        ):
+        if key not in broker.sessions and self.departed.pass_on(message, client_id, commits):
             return
-        cluster.count_dropped_here("session_gone", 1)
+        self.drop("session_gone", 1)
 
     def _deliver_held(self, key: tuple[str, str]) -> None:
         held = self.held.pop(key, None)
         for message, origin in held or ():
-            self.cluster.origins.mark(message, *(origin or ("", 0)))
-            if not deliver_to(self.cluster.broker, message, {key}, []):
-                self.cluster.count_dropped_here("session_gone", 1)
+            mark(message, *(origin or ("", 0)))
+            if not deliver_to(self.broker.router, message, {key}, []):
+                self.drop("session_gone", 1)
+            routed(message)
 
     # -- what other nodes ask ---------------------------------------------------------------
 
@@ -298,7 +324,7 @@ class SessionClaims:
 
     def release(self, tenant: str, client_id: str, node: str, request: str, clean: bool) -> None:
         """Let `node` have the session: take it from its connection here, then hand it over."""
-        broker = self.cluster.broker
+        broker = self.broker
         session = broker.sessions.get((tenant, client_id))
         dropped = None
         if session is not None:
@@ -309,7 +335,7 @@ class SessionClaims:
                 connection.taken_over()  # 0x8E, the will scheduled with its delay
             if broker.sessions.get(session.key) is session:  # (a clean one ends here too)
                 if not clean and session.persist is not None:  # it continues at `node`
-                    Relay(self.cluster, tenant, client_id, node).stand_in(session)
+                    self.relays.stand_in(session, node)
                 dropped = self._drop(session, clean)
         asyncio.get_running_loop().create_task(self._hand_over(node, request, dropped))
 
@@ -319,7 +345,7 @@ class SessionClaims:
         try:
             if saved is not None:
                 await saved
-                await self.cluster.broker.persistence.store.flushed()
+                await self.broker.persistence.store.flushed()
         except Exception as exc:
             log.warning("session not saved before its hand-over to %s: %s", node, exc)
         await self._answer(node, {"op": "released", "id": request})
@@ -328,7 +354,7 @@ class SessionClaims:
         """This node was counted dead and a survivor took its place: every connection here
         goes (0x8E, no will: the survivor published it) and the persistent sessions leave
         memory without a write (the survivor holds them now)."""
-        broker = self.cluster.broker
+        broker = self.broker
         log.warning("this node was counted dead: its %d sessions go", len(broker.sessions))
         for session in list(broker.sessions.values()):
             connection = session.connection
@@ -341,7 +367,7 @@ class SessionClaims:
                 self._drop(session, False)
 
     def _leaving(self, tenant: str, client_id: str, node: str) -> None:
-        journey = self.cluster.broker.journey
+        journey = self.broker.journey
         if journey is not None:
             journey.leaving(tenant, client_id, node)
 
@@ -349,7 +375,7 @@ class SessionClaims:
         """A session leaves this node's memory (the database keeps a persistent one: never
         `forget` here, the claimer may be writing it already); returns the save to wait for
         (None when the session is not stored)."""
-        broker = self.cluster.broker
+        broker = self.broker
         if session.will_handle is not None:
             session.will_handle.cancel()
             session.will_handle = None
@@ -373,10 +399,6 @@ class SessionClaims:
 
     async def _answer(self, node: str, body: dict[str, Any]) -> None:
         try:
-            await self.cluster.control(node, body)
+            await self.bus.control(node, body)
         except (RedisError, OSError) as exc:
             log.warning("could not answer node %s: %s", node, exc)
-
-
-def encode_control(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from data_plane.cluster.bus import Bus, Peers
+
 SYS_EVERY = 0.5  # seconds between two writes of this node's figures
 # Figures summed over the nodes (the others are the same everywhere, or this node's own).
 SUMMED = (
@@ -32,15 +34,16 @@ SUMMED = (
 class SysFigures:
     """This node's tenants' figures (`mine`, for the others) and the live others' (`others`)."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    def __init__(self, bus: Bus, peers: Peers) -> None:
+        self.bus = bus
+        self.peers = peers  # whose figures are summed
         self.mine: dict[str, dict[str, Any]] = {}  # tenant -> our $SYS figures
         self.others: dict[str, dict[str, Any]] = {}  # node -> its figures
         self.written = ""  # our $SYS figures as last written
         self.last = float("-inf")  # monotonic time of the last exchange
 
     def key(self, node: str) -> str:
-        return f"{self.cluster.keys.prefix}:sys:{node}"
+        return f"{self.bus.keys.prefix}:sys:{node}"
 
     def figures(self, tenant: str, local: dict[str, Any]) -> dict[str, Any]:
         """The tenant's `$SYS` figures over the live nodes, from this node's own (`local`, kept
@@ -82,8 +85,8 @@ class SysFigures:
 
     async def exchange(self) -> None:
         """Ours to Redis (expiring with this node), the live others' from it."""
-        redis, node = self.cluster.redis, self.cluster.node_id
-        ttl = int(self.cluster.heartbeat * 1500)
+        redis, node = self.bus.redis, self.bus.node_id
+        ttl = int(self.bus.heartbeat * 1500)
         pipe = redis.pipeline(transaction=False)
         if self.mine:  # one value for all our tenants, rewritten only when it changed
             text = json.dumps(self.mine, separators=(",", ":"))
@@ -92,7 +95,7 @@ class SysFigures:
                 self.written = text
             else:
                 pipe.pexpire(self.key(node), ttl)
-        others = sorted(self.cluster.alive)
+        others = sorted(self.peers.alive)
         if others:
             pipe.mget([self.key(n) for n in others])
         replies = await pipe.execute()

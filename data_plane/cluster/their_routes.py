@@ -19,18 +19,38 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
+
+from data_plane.cluster.bus import Bus
+from data_plane.cluster.routes import RouteTable
 
 log = logging.getLogger("data_plane.cluster")
 
 
-class TheirRoutes:
-    """Keeps the route table (`Cluster.table`) in step with the other nodes' route sets."""
+class Sightings(Protocol):
+    """What the route channel tells of the nodes' liveness (`membership` owns it)."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    def seen(self, node_id: str) -> None:
+        """It wrote, so it lives."""
+
+    def gone(self, node_id: str) -> None:
+        """It left, or a survivor took its place (`inherit`)."""
+
+
+class TheirRoutes:
+    """Keeps the route table in step with the other nodes' route sets."""
+
+    def __init__(
+        self, bus: Bus, table: RouteTable, sightings: Sightings, on_break: Callable[[], None]
+    ) -> None:
+        self.bus = bus
+        self.table = table
+        self.sightings = sightings
+        # The channel broke (deltas lost both ways): our own set is announced anew (`own_routes`).
+        self.on_break = on_break
         self.loading: set[str] = set()  # nodes whose set is being loaded now
         self.resubscribed = 0  # times the route channel had to be subscribed again
 
@@ -38,35 +58,41 @@ class TheirRoutes:
         """A node's whole route set, with the version it stands at."""
         if node_id in self.loading:
             return
-        cluster = self.cluster
+        keys = self.bus.keys
         self.loading.add(node_id)
         try:
-            pipe = cluster.redis.pipeline(transaction=True)
-            pipe.get(cluster.keys.version(node_id))
-            pipe.smembers(cluster.keys.routes(node_id))
+            pipe = self.bus.redis.pipeline(transaction=True)
+            pipe.get(keys.version(node_id))
+            pipe.smembers(keys.routes(node_id))
             version, members = await pipe.execute()
         finally:
             self.loading.discard(node_id)
         if version is None:
             return  # not written yet (or purged): its reset message or the next beat brings it
-        cluster.table.replace(node_id, int(version), {m.decode() for m in members})
+        self.table.replace(node_id, int(version), {m.decode() for m in members})
+
+    async def catch_up(self, versions: dict[str, int]) -> None:
+        """The live nodes' versions (`membership`, each beat): a node new to the table, or
+        ahead of it (a delta of it was missed), is loaded."""
+        for node_id, version in versions.items():
+            known = self.table.nodes.get(node_id)
+            if known is None or known.version < version:
+                await self.load(node_id)
 
     def on_message(self, data: bytes) -> None:
         """One message of the route channel."""
-        cluster = self.cluster
         change = json.loads(data)
         node_id = change["node"]
-        if node_id == cluster.node_id:
+        if node_id == self.bus.node_id:
             return
         if change.get("left"):
-            cluster.membership.gone(node_id)
+            self.sightings.gone(node_id)
             log.info("node %s left", node_id)
             return
         if change.get("replaces"):  # a survivor took a dead node's place: switch at once
-            cluster.membership.gone(change["replaces"])
-        if node_id not in cluster.alive:  # it wrote, so it lives; the beat fills in the rest
-            cluster.alive[node_id] = {"node": node_id}
-        if change.get("reset") or not cluster.table.apply(
+            self.sightings.gone(change["replaces"])
+        self.sightings.seen(node_id)  # it wrote, so it lives; the beat fills in the rest
+        if change.get("reset") or not self.table.apply(
             node_id, change["version"], change.get("added") or [], change.get("removed") or []
         ):
             asyncio.get_running_loop().create_task(self._load_quietly(node_id))
@@ -80,17 +106,16 @@ class TheirRoutes:
     async def forever(self) -> None:
         """Listen on the route channel for as long as the node runs, subscribing again after
         any break."""
-        cluster = self.cluster
         while True:
-            pubsub = cluster.redis.pubsub()
+            pubsub = self.bus.redis.pubsub()
             channel = None
             try:
-                await pubsub.subscribe(cluster.keys.channel)
+                await pubsub.subscribe(self.bus.keys.channel)
                 channel = pubsub.connection  # redis-py reconnects it quietly: we want to know
                 channel.register_connect_callback(self._channel_reconnected)
                 # Deltas sent before this subscription are missed: the beat's version check
                 # (right below, and every half heartbeat) loads whatever changed meanwhile.
-                for node_id in list(cluster.table.nodes):
+                for node_id in list(self.table.nodes):
                     await self.load(node_id)
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1)
@@ -101,8 +126,8 @@ class TheirRoutes:
                 # published meanwhile is reloaded above, and our own set is announced again.
                 log.warning("route channel lost (%s): resubscribing", exc)
                 self.resubscribed += 1
-                cluster.own_routes.synced = False
-                await asyncio.sleep(min(1.0, cluster.heartbeat / 2))
+                self.on_break()
+                await asyncio.sleep(min(1.0, self.bus.heartbeat / 2))
             finally:
                 if channel is not None:
                     channel.deregister_connect_callback(self._channel_reconnected)
@@ -117,7 +142,7 @@ class TheirRoutes:
         meanwhile are lost, so every node's set is reloaded and ours announced anew."""
         log.warning("route channel reconnected: reloading the route table")
         self.resubscribed += 1
-        self.cluster.own_routes.synced = False  # the beat rewrites our set (the others reload)
+        self.on_break()  # the beat rewrites our set (the others reload)
         loop = asyncio.get_running_loop()
-        for node_id in list(self.cluster.table.nodes):
+        for node_id in list(self.table.nodes):
             loop.create_task(self._load_quietly(node_id))

@@ -21,11 +21,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
 from data_plane.cluster import codec
+from data_plane.cluster.bus import Bus
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -37,16 +41,21 @@ def _field(tenant: str, client_id: str) -> str:
 
 
 class WillRegistry:
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    """The wills of this node's clients in Redis, and a dead node's published (see above)."""
+
+    broker: Broker  # `attach`, at the node's start
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
         self.pending: dict[str, str | None] = {}  # field -> record, None: delete
         self.wake = asyncio.Event()
         self.published = 0  # wills of dead nodes' clients published here
 
     def key(self, node_id: str) -> str:
-        return f"{self.cluster.keys.prefix}:wills:{node_id}"
+        return self.bus.keys.wills(node_id)
 
-    def attach(self, broker: Any) -> None:
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
         broker.hooks.add("client.connected", self._connected)
         broker.hooks.add("client.disconnected", self._disconnected)
 
@@ -63,7 +72,7 @@ class WillRegistry:
 
     def rewrite(self) -> None:
         """Every live client's will again (Redis lost them, or a survivor took them)."""
-        for conn in list(self.cluster.broker.connections):
+        for conn in list(self.broker.connections):
             if conn.session is not None and conn.tenant:
                 self._connected(conn)
 
@@ -79,8 +88,8 @@ class WillRegistry:
             pending, self.pending = self.pending, {}
             if not pending:
                 continue
-            key = self.key(self.cluster.node_id)
-            pipe = self.cluster.redis.pipeline(transaction=False)
+            key = self.key(self.bus.node_id)
+            pipe = self.bus.redis.pipeline(transaction=False)
             for field, record in pending.items():
                 if record is None:
                     pipe.hdel(key, field)
@@ -92,14 +101,14 @@ class WillRegistry:
                 log.warning("wills not recorded in the cluster bus: %s", exc)
                 for field, record in pending.items():  # again, unless changed since
                     self.pending.setdefault(field, record)
-                await asyncio.sleep(min(1.0, self.cluster.heartbeat / 2))
+                await asyncio.sleep(min(1.0, self.bus.heartbeat / 2))
                 self.wake.set()
 
     async def publish_for(self, dead: str) -> int:
         """The wills a dead node's clients left (see the module's docstring); returns how many
         are due (published now or after their delay)."""
-        cluster = self.cluster
-        records = await cluster.redis.hgetall(self.key(dead))
+        redis = self.bus.redis
+        records = await redis.hgetall(self.key(dead))
         due = 0
         for field, raw in records.items():
             tenant, client_id = field.decode().split("\x00", 1)
@@ -115,7 +124,7 @@ class WillRegistry:
                 asyncio.get_running_loop().call_later(
                     delay, lambda w=will, t=tenant, c=client_id: self._later(dead, t, c, w)
                 )
-        await cluster.redis.delete(self.key(dead))
+        await redis.delete(self.key(dead))
         return due
 
     def _later(self, dead: str, tenant: str, client_id: str, will: Any) -> None:
@@ -129,9 +138,9 @@ class WillRegistry:
         asyncio.get_running_loop().create_task(check())
 
     async def _still_of(self, dead: str, tenant: str, client_id: str) -> bool:
-        owner = await self.cluster.redis.get(self.cluster.sessions.owner_key(tenant, client_id))
+        owner = await self.bus.redis.get(self.bus.keys.owner(tenant, client_id))
         return owner is None or owner.decode() == dead
 
     def _publish(self, will: Any) -> None:
         self.published += 1
-        self.cluster.broker.publish_will(None, will)
+        self.broker.publish_will(None, will)

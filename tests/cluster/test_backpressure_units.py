@@ -21,9 +21,10 @@ from data_plane.broker.message import Message
 from data_plane.broker.session import Session
 from data_plane.cluster import backpressure, codec, receive
 from data_plane.cluster.backpressure import PAUSE_ENTRIES, RESUME_ENTRIES, Backlogs
+from data_plane.cluster.bus import Bus
 from data_plane.cluster.departed import Departed
-from data_plane.cluster.exactly import Origins
 from data_plane.cluster.forward import Forwarder
+from data_plane.cluster.keys import Keys
 from data_plane.cluster.receive import Receiver
 from data_plane.config import BrokerConfig
 from data_plane.tenancy.static import StaticAuthenticator
@@ -81,16 +82,15 @@ def _receiver() -> tuple[Receiver, Broker]:
     auth = StaticAuthenticator({"acme": {"devices": {"d1": {"password": "p"}}}})
     broker = Broker(BrokerConfig(port=0, ws_port=0, sys_interval=0), auth)
     dropped: dict[str, int] = {}
-    cluster = SimpleNamespace(
-        broker=broker,
-        origins=Origins("me"),
-        reader=FakeRedis(),
-        node_id="me",
-        dropped=dropped,
-        count_dropped_here=lambda reason, n: dropped.__setitem__(reason, n),
+    reader = FakeRedis()
+    receiver = Receiver(
+        Bus("me", Keys("test"), reader, reader, 2.0),
+        sessions=SimpleNamespace(on_control=lambda body: None),
+        departed=Departed(reader),
+        drop=lambda reason, n: dropped.__setitem__(reason, n),
     )
-    cluster.departed = Departed(cluster)
-    return Receiver(cluster), broker
+    receiver.attach(broker)
+    return receiver, broker
 
 
 def _entries(count: int, per_entry: int, qos: int) -> list[tuple[bytes, dict]]:
@@ -122,13 +122,13 @@ async def test_the_reader_stops_where_a_qos0_subscriber_backs_up_and_resumes_as_
     # Stopped in the first entry, at the hold mark: nothing dropped, nothing acknowledged.
     assert not task.done()
     assert receiver.received == half and session.queued_qos0 == half
-    assert receiver.hold.throttled_by == {session} and receiver.cluster.reader.acked() == []
+    assert receiver.hold.throttled_by == {session} and receiver.bus.reader.acked() == []
     while not task.done():
         _drain(session, client)  # releases the reader: it queues up to the mark again
         await asyncio.sleep(0.01)
     _drain(session, client)
     assert len(client.sent) == 200 and session.dropped == 0
-    assert receiver.cluster.reader.acked() == [b"1-0", b"2-0"]
+    assert receiver.bus.reader.acked() == [b"1-0", b"2-0"]
     assert receiver.hold.holds >= 4 and receiver.hold.expired == 0
 
 
@@ -145,7 +145,7 @@ async def test_a_subscriber_that_never_drains_holds_the_reader_only_for_the_allo
     assert receiver.hold.expired == 1 and receiver.hold.holds == 1
     assert session.queued_qos0 == Session.QOS0_QUEUE_LIMIT
     assert session.dropped == 200 - Session.QOS0_QUEUE_LIMIT
-    assert receiver.cluster.reader.acked() == [b"1-0", b"2-0"]
+    assert receiver.bus.reader.acked() == [b"1-0", b"2-0"]
     # Skipped until it drains (not `stalled`: its own node's publishers may still be held).
     assert not session.stalled and set(receiver.hold.skipped) == {session}
     await receiver._deliver(STREAM, _entries(1, 10, 0))
@@ -212,19 +212,19 @@ async def test_with_commits_pending_the_reader_stops_only_between_entries(monkey
     await asyncio.sleep(0.05)
     assert not task.done()
     assert receiver.received == 15 and len(session.queue) == 15  # the whole first entry
-    assert marks == [b"1-0"] and receiver.cluster.reader.acked() == [b"1-0"]
+    assert marks == [b"1-0"] and receiver.bus.reader.acked() == [b"1-0"]
     client.client_receive_maximum = 1000
     while not task.done():
         _drain(session, client)
         await asyncio.sleep(0.01)
     assert receiver.received == 30 and session.dropped == 0
-    assert marks == [b"1-0", b"2-0"] and receiver.cluster.reader.acked() == [b"1-0", b"2-0"]
+    assert marks == [b"1-0", b"2-0"] and receiver.bus.reader.acked() == [b"1-0", b"2-0"]
 
 
 async def test_acknowledged_entries_are_trimmed_at_once():
     receiver, broker = _receiver()
     await receiver._deliver(STREAM, _entries(3, 2, 0))
-    [pipe] = receiver.cluster.reader.pipelines
+    [pipe] = receiver.bus.reader.pipelines
     assert [name for name, _, _ in pipe] == ["xack", "xtrim"]
     assert pipe[1][2] == {"minid": b"3-0", "approximate": False}
 
@@ -391,7 +391,7 @@ async def test_a_takeover_behind_a_fan_in_hold_waits_only_the_short_limit(monkey
     monkeypatch.setattr(backpressure, "SHARED_HOLD_LIMIT", 0.2)
     receiver, broker = _receiver()
     controls: list[dict] = []
-    receiver.cluster.sessions = SimpleNamespace(on_control=controls.append)
+    receiver.sessions = SimpleNamespace(on_control=controls.append)
     _subscriber(broker, 0)  # never drains
     takeover = b'{"op": "takeover", "tenant": "acme", "client_id": "c1", "from": "n2", "id": "r1"}'
     entries = _entries(2, 100, 0)

@@ -13,8 +13,11 @@ from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.broker.session import Delivery
 from data_plane.broker.stats import Redirect
+from data_plane.cluster.bus import Bus
 from data_plane.cluster.exactly import Origins
+from data_plane.cluster.keys import Keys
 from data_plane.cluster.membership import Membership
+from data_plane.cluster.routes import RouteTable
 from data_plane.config import BrokerConfig
 from data_plane.tenancy.static import StaticAuthenticator
 from tests.broker.test_ports import FakeClient
@@ -40,14 +43,15 @@ async def test_a_session_moving_here_is_watched_from_the_moment_the_broker_wires
     # relay: delivered once.
     for _copy in range(2):
         message = Message("t/x", b"once", 1, False, tenant="acme", publisher="p")
-        origins.mark(message, "c", 7)
+        message.cluster_origin = ("c", 7)  # where the cluster says it was published
         session.deliver(Delivery(message, 1, False))
     assert origins.duplicates == 1 and len(client.sent) == 1
 
 
 def test_a_node_cut_off_from_the_bus_refuses_new_clients_through_the_redirect_hook():
     broker = _broker()
-    membership = Membership(SimpleNamespace(heartbeat=2.0))
+    bus = Bus("a", Keys("test"), redis=None, reader=None, heartbeat=2.0)
+    membership = Membership(bus, {}, RouteTable(), own_routes=SimpleNamespace(), tasks=[])
     membership.guard(broker.hooks)
     membership.last_ok = float("-inf")  # no beat got through: cut off
     answer = broker.redirect(object(), object())

@@ -16,10 +16,12 @@ from common.mqtt.packets import Subscription
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.cluster import codec
+from data_plane.cluster.bus import Bus as NodeBus
 from data_plane.cluster.departed import MARGIN, Departed
-from data_plane.cluster.exactly import Origins
+from data_plane.cluster.exactly import Origins, mark
+from data_plane.cluster.keys import Keys
 from data_plane.cluster.receive import Receiver
-from data_plane.cluster.relay import RELAY_STEP, Relay
+from data_plane.cluster.relay import RELAY_STEP, Relays
 from data_plane.cluster.routes import route_key
 from data_plane.cluster.sessions import SessionClaims
 from data_plane.config import BrokerConfig
@@ -54,39 +56,47 @@ class Forwarder:
 
 def _node() -> SimpleNamespace:
     """This node ("a") holding the persistent session acme/s on t/#, and node "b" whose
-    routes for it are announced."""
+    routes for it are announced: its session claims, relays, departed relays and stream
+    reader, each given what it uses (the bus and the forwarder are fakes)."""
     auth = StaticAuthenticator({"acme": {"devices": {"d1": {"password": "p"}}}})
     broker = Broker(BrokerConfig(port=0, ws_port=0, sys_interval=0), auth)
     dropped: dict[str, int] = {}
-    bus = Bus()
-    cluster = SimpleNamespace(
-        broker=broker,
-        origins=Origins("a"),
-        reader=bus,
-        redis=bus,
-        node_id="a",
-        alive={"b", "c"},
-        forwarder=Forwarder(),
-        table=SimpleNamespace(
-            nodes={"b": SimpleNamespace(routes={route_key("acme", "t/#", None)})}
-        ),
-        dropped=dropped,
-        count_dropped_here=lambda reason, n: dropped.__setitem__(reason, n),
+    redis = Bus()
+    bus = NodeBus("a", Keys("test"), redis, redis, 2.0)
+    peers = SimpleNamespace(alive={"b": {}, "c": {}}, dying=set())
+    table = SimpleNamespace(nodes={"b": SimpleNamespace(routes={route_key("acme", "t/#", None)})})
+    forwarder = Forwarder()
+    departed = Departed(redis)
+    relays = Relays(forwarder, table, peers, departed)  # type: ignore[arg-type]
+    drop = lambda reason, n: dropped.__setitem__(reason, n)  # noqa: E731
+    sessions = SessionClaims(
+        bus, peers=peers, departed=departed, origins=Origins("a"), relays=relays, drop=drop
     )
-    cluster.sessions = SessionClaims(cluster)
-    cluster.departed = Departed(cluster)
+    receiver = Receiver(bus, sessions=sessions, departed=departed, drop=drop)
+    for room in (relays, sessions, receiver):
+        room.attach(broker)
     client = FakeClient("s")
     session, _ = broker.open_session(client, "acme", "s", "d1", False, 3600, 1000)
     broker.subscribe(session, Subscription("t/#", 1), None)
-    cluster.session = session
-    return cluster
+    return SimpleNamespace(
+        broker=broker,
+        redis=redis,
+        table=table,
+        forwarder=forwarder,
+        departed=departed,
+        relays=relays,
+        sessions=sessions,
+        receiver=receiver,
+        dropped=dropped,
+        session=session,
+    )
 
 
 async def _moved_to_b(cluster: SimpleNamespace, session=None, topic_filter: str = "t/#") -> None:
     """The session (acme/s unless given) leaves this node for "b" (as `SessionClaims.release`
     does), and its relay leaves the router once b's routes are known here."""
     session = session or cluster.session
-    Relay(cluster, "acme", session.client_id, "b").stand_in(session)
+    cluster.relays.stand_in(session, "b")
     cluster.broker.router.for_tenant("acme").unsubscribe(topic_filter, session, None)
     del cluster.broker.sessions[session.key]
     await asyncio.sleep(RELAY_STEP * 3)
@@ -106,7 +116,7 @@ def _entry(written_ms: int, payload: str, writer: bytes = b"c") -> tuple[bytes, 
 async def test_a_message_sent_before_the_move_and_read_after_the_relay_left_reaches_the_session():
     cluster = _node()
     await _moved_to_b(cluster)
-    receiver = Receiver(cluster)
+    receiver = cluster.receiver
     cutoff = BUS_SECONDS * 1000 + int(MARGIN * 1000)
     # Node c wrote it to our stream under its old table (before it knew b's route); we read
     # it only now: it goes to b for the session, as the relay would have sent it.
@@ -123,7 +133,7 @@ async def test_a_relayed_message_for_a_session_that_moved_on_follows_it():
     cluster = _node()
     await _moved_to_b(cluster)  # here, "b" is where the session went from this node
     message = Message("t/x", b"relayed", 1, False, tenant="acme", publisher="p")
-    cluster.origins.mark(message, "c", 9)
+    mark(message, "c", 9)  # read from the stream: published at c, relayed by a
     commits: list = []
     cluster.sessions.targeted(message, "s", commits)
     assert cluster.forwarder.relayed() == [("b", "relayed", frozenset({("s", "c")}))]
@@ -136,7 +146,7 @@ async def test_a_session_that_comes_back_is_delivered_to_here_and_not_sent_away(
     cluster.departed.forget(("acme", "s"))  # a CONNECT here claims it again
     message = Message("t/x", b"x", 1, False, tenant="acme", publisher="p")
     cluster.sessions.targeted(message, "s", [])
-    await Receiver(cluster)._deliver(STREAM, [_entry(BUS_SECONDS * 1000, "late")])
+    await cluster.receiver._deliver(STREAM, [_entry(BUS_SECONDS * 1000, "late")])
     assert cluster.forwarder.sent == [] and cluster.dropped == {"session_gone": 1}
 
 
@@ -161,6 +171,6 @@ async def test_each_departed_relay_keeps_to_its_own_cutoff_when_an_older_one_has
     after = BUS_SECONDS * 1000 + int(MARGIN * 1000) + 1
     late_t = _entry(after, "t-late")
     late_u = (f"{after + 1}-0".encode(), {**late_t[1], b"m": _batch("u/x", "u-late")})
-    await Receiver(cluster)._deliver(STREAM, [late_t, late_u])
+    await cluster.receiver._deliver(STREAM, [late_t, late_u])
     # The first (no cutoff) still sends; the second's entry was past its cutoff: not sent.
     assert [payload for _node_id, payload, _ in cluster.forwarder.relayed()] == ["t-late"]

@@ -12,22 +12,19 @@ from types import SimpleNamespace
 import redis.asyncio as aioredis
 
 from data_plane.broker.hooks import Hooks
+from data_plane.cluster.bus import Bus
 from data_plane.cluster.keys import Keys
 from data_plane.cluster.limits import ClusterLimits
 
 RATE = 400
 
 
-def fake_cluster(url: str, name: str, node: str, alive: dict) -> SimpleNamespace:
-    """What ClusterLimits reads of its node: keys, id, Redis (with the socket timeouts a node's
-    client has: a call Redis does not answer fails, it never hangs), heartbeat, the live others."""
-    return SimpleNamespace(
-        keys=Keys(name),
-        node_id=node,
-        redis=aioredis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0),
-        heartbeat=1.0,
-        alive=alive,
-    )
+def fake_node(url: str, name: str, node: str, alive: dict) -> tuple[Bus, SimpleNamespace]:
+    """What ClusterLimits is given: the bus (keys, id, Redis with the socket timeouts a node's
+    client has: a call Redis does not answer fails, it never hangs; heartbeat), and the peers
+    (the live others)."""
+    redis = aioredis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    return Bus(node, Keys(name), redis, redis, 1.0), SimpleNamespace(alive=alive, dying=set())
 
 
 async def run_nodes(url: str, seconds: float, demand_per_node: float) -> tuple[list, float]:
@@ -37,7 +34,7 @@ async def run_nodes(url: str, seconds: float, demand_per_node: float) -> tuple[l
     nodes = []
     for node_id in ids:
         alive = {other: {} for other in ids if other != node_id}
-        limits = ClusterLimits(fake_cluster(url, name, node_id, alive))
+        limits = ClusterLimits(*fake_node(url, name, node_id, alive))
         await limits.start(SimpleNamespace(hooks=Hooks(), metric_sources=[]))
         nodes.append(limits)
     admitted: list[float] = []
@@ -57,7 +54,7 @@ async def run_nodes(url: str, seconds: float, demand_per_node: float) -> tuple[l
     await asyncio.gather(*(publisher(limits) for limits in nodes))
     for limits in nodes:
         await limits.stop()
-        await limits.cluster.redis.aclose()
+        await limits.bus.redis.aclose()
     return admitted, started
 
 
