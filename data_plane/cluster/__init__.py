@@ -2,10 +2,16 @@
 acting as one broker. Importing the broker, never imported by it: the broker sees a `Cluster`
 port (data_plane.broker.ports) given to it at construction, or nothing (one process, no bus).
 
-- `node`: the `Cluster` port the server plugs in, a thin composition of the rooms below;
+- `node`: the `Cluster` port the server plugs in, a thin composition of the rooms below: it
+  builds each with what it uses (no room reaches another through the node) and registers who
+  follows what membership announces;
+- `bus`: what the rooms share: the node on the bus (`Bus`: id, Redis, keys, heartbeat, control
+  messages), the `Peers` view of who lives, the `Drop` counter;
 - `keys`: where the cluster keeps things in Redis (every key and channel name);
-- `membership`: the heartbeat (keys with a TTL), the others' liveness, joining and leaving,
-  no new clients while cut off from the bus;
+- `membership`: the heartbeat (keys with a TTL), the others' liveness (it owns `alive` and
+  `dying`, and announces changes: versions to load, a dead node's place to take, this node
+  counted dead), joining and leaving, no new clients while cut off from the bus (a
+  `client.redirect` hook of the broker's);
 - `routes`: the route table (tenant, filter) → nodes, EMQX's merge semantics;
 - `own_routes`: this node's route set in Redis (the router's changes as versioned deltas);
 - `their_routes`: the other nodes' route sets into the table (the route channel, reloads);
@@ -28,6 +34,9 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
   commit covered are skipped —, its clients' wills published);
 - `relay`: while a persistent session moves, the old node relays what still reaches it to the
   new one until the new node's routes stand (no moment without a route);
+- `departed`: relays that left the router, kept a moment for what other nodes sent before they
+  knew (and relayed messages for a session that moved on again);
+- `deliver`: a message delivered to some sessions only (a relayed copy, a dead node's stream);
 - `wills`: the wills of clients not kept in Postgres, in Redis under their node;
 - `limits`: a tenant's limits across the nodes, a thin composition of the four rooms below
   (their life, the tick they run on, their /metrics);
@@ -38,7 +47,13 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `sys_figures`: the tenants' `$SYS` figures summed over the nodes;
 - `regroup`: a dead node's share of shared-group messages, given to a surviving member;
 - `exactly`: exactly once while a session moves (a message that reaches the new node both
-  directly and through the relay is delivered once, by its origin).
+  directly and through the relay is delivered once, by its origin, which travels on the
+  message; the window opens from the broker's `session.adopted` hook).
+
+Who calls whom (no loop): `membership` → `own_routes`; `their_routes` and `inherit` hear from
+`membership` through what it announces (registered in `node`) and tell it what they see through
+the narrow views they are given; `receive` → `sessions` → `relay` → `departed`; `inherit` →
+`sessions`, `wills`, `own_routes`, `regroup`; `publish` and `relay` → `forward`.
 """
 
 from data_plane.cluster.node import Cluster

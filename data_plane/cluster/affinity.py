@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -54,10 +54,17 @@ def parse_large(text: str | None) -> dict[str, int]:
     return large
 
 
+class Workers(Protocol):
+    """What the affinity reads of the node (`Cluster`): this worker and the live others."""
+
+    info: dict[str, Any]
+    alive: dict[str, dict[str, Any]]  # replaced (a new dict) at every beat
+
+
 class Affinity:
     """This worker's view of its machine's workers, and each tenant's home among them."""
 
-    def __init__(self, cluster: Any, counts: HandoverCounts, large: dict[str, int]) -> None:
+    def __init__(self, cluster: Workers, counts: HandoverCounts, large: dict[str, int]) -> None:
         self.cluster = cluster  # reads `info` (this worker) and `alive` (the others)
         self.counts = counts
         self.large = large

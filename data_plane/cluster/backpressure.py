@@ -49,13 +49,16 @@ import asyncio
 import logging
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
 from data_plane.broker.flow import ReadGate
 from data_plane.broker.ports import Recipient
 from data_plane.broker.rates import TokenBucket
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -178,7 +181,7 @@ class Hold:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def others_wait(self, broker: Any, messages: list, at: int) -> bool:
+    def others_wait(self, broker: Broker, messages: list, at: int) -> bool:
         """Whether any of `messages` from `at` goes to a session not holding us (only while
         held: a route lookup per topic, the rest of one entry)."""
         held, match = self.throttled_by, broker.router.match

@@ -23,13 +23,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.cluster.bus import Bus
 from data_plane.cluster.leased_buckets import TICK
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -86,7 +89,7 @@ class ConnectionCounts:
     def key(self, tenant: str) -> str:
         return f"{self.bus.keys.prefix}:conns:{tenant}"
 
-    def attach(self, broker: Any) -> None:
+    def attach(self, broker: Broker) -> None:
         """A connection that was counted gives its slot back as it goes (takeover included)."""
         broker.hooks.add("client.disconnected", self.release)
         broker.hooks.add("client.connected", self.pending.discard)  # the hook releases it now

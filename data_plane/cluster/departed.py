@@ -33,7 +33,8 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
-from data_plane.broker.router import Router
+from data_plane.broker.message import Message
+from data_plane.broker.router import Router, Subscriber
 from data_plane.broker.session import Delivery
 
 log = logging.getLogger("data_plane.cluster")
@@ -47,7 +48,7 @@ class Departing(Protocol):
 
     tenant: str
     target: tuple[str, str]  # the session's key (tenant, client id)
-    filters: list[tuple[str, Any]]  # (topic filter, its router Subscriber)
+    filters: list[tuple[str, Subscriber]]  # (topic filter, its router entry)
 
     def deliver(self, delivery: Delivery) -> Any: ...
 
@@ -99,7 +100,7 @@ class Departed:
             for topic_filter, _sub in record.relay.filters:
                 router.unsubscribe(topic_filter, record.relay, None)
 
-    def route(self, message: Any, written_ms: int, commits: list) -> None:
+    def route(self, message: Message, written_ms: int, commits: list) -> None:
         """A message read from this node's stream, from an entry written at `written_ms`:
         on to the new node of every departed session it was (maybe) meant for."""
         self._purge(written_ms)
@@ -110,7 +111,7 @@ class Departed:
             if cutoff is None or written_ms <= cutoff:  # (sent before every node knew)
                 self._send(relay, message, commits)
 
-    def pass_on(self, message: Any, client_id: str, commits: list) -> bool:
+    def pass_on(self, message: Message, client_id: str, commits: list) -> bool:
         """A message relayed here for one session that is no longer here: on to where it went,
         if it left from here lately."""
         self._purge(None)
@@ -120,7 +121,7 @@ class Departed:
         self._send(record.relay, message, commits)
         return True
 
-    def _send(self, relay: Departing, message: Any, commits: list) -> None:
+    def _send(self, relay: Departing, message: Message, commits: list) -> None:
         self.relayed += 1
         commit = relay.deliver(Delivery(message, message.qos, message.retain))
         if commit is not None:

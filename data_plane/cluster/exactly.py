@@ -39,12 +39,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily
 
+from data_plane.broker.message import Message
 from data_plane.cluster.departed import MARGIN
 from data_plane.cluster.relay import RELAY_MAX
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -56,13 +60,13 @@ WINDOW_MAX = 50_000  # origins one window keeps at most
 Origin = tuple[str, int]  # (node the message was published at, its count of publishes there)
 
 
-def mark(message: Any, node: str, seq: int) -> None:
+def mark(message: Message, node: str, seq: int) -> None:
     """`message` is about to be routed here; it was published at `node` as `seq` (0: not
     known: unchecked)."""
     message.cluster_origin = (node, seq) if node and seq else None
 
 
-def routed(message: Any) -> None:
+def routed(message: Message) -> None:
     """`message` was routed: its origin no longer applies (see the module's docstring)."""
     message.cluster_origin = None
 
@@ -78,7 +82,7 @@ class Origins:
         self.opened = 0  # windows opened here
         self.duplicates = 0  # deliveries dropped as duplicates
 
-    def attach(self, broker: Any) -> None:
+    def attach(self, broker: Broker) -> None:
         """Open a window on a moving session as soon as the broker wires it (its
         `session.adopted` hook runs for every session, opened or restored, before it is routed
         to)."""
@@ -90,7 +94,7 @@ class Origins:
             self.expected.discard(session.key)
             Window(self, session)
 
-    def local(self, message: Any) -> int:
+    def local(self, message: Message) -> int:
         """A message published at this node: its origin count (0 is "unknown")."""
         self.count += 1
         message.cluster_origin = (self.node_id, self.count)

@@ -4,12 +4,13 @@ The forward streams are read through a consumer group (`GROUP`): a node acknowle
 entry only once what it delivered from it to persistent sessions is committed to Postgres, so
 the stream of a node that died holds exactly what it may not have delivered — entries it read
 but did not acknowledge (its pending list) and entries it never read. Publishers keep
-forwarding to a dead node (`Cluster.dying`) until a survivor takes its place, so those
+forwarding to a dead node (`Membership.dying`) until a survivor takes its place, so those
 messages pile up in its stream too, instead of matching no route at all.
 
-The survivor that takes the node's purge lock (`Membership._purge`) first publishes the wills of
-its clients not kept in Postgres (data_plane.cluster.wills), then, holding its own route lock so
-that none of its route changes reaches the others meanwhile:
+The survivor that takes the node's purge lock (`Membership._purge`, which hands the dead node to
+`Inheritor.take_place`) first publishes the wills of its clients not kept in Postgres
+(data_plane.cluster.wills), then, holding its own route lock so that none of its route changes
+reaches the others meanwhile:
 
 1. adopts the dead node's persistent sessions from Postgres (their ownership keys name the dead
    node, or nobody): subscriptions, queues, in-flight deliveries; their wills are scheduled
@@ -111,20 +112,20 @@ async def settle(commits: list, on_fail: Any) -> None:
         on_fail(failed)
 
 
-def _store(broker: Any) -> Any:
+def _store(broker: Broker | None) -> Any:
     """The session store (Postgres) under the broker's persistence, if it keeps stream marks."""
-    store = getattr(broker.persistence, "store", None)
+    store = getattr(broker and broker.persistence, "store", None)
     return store if hasattr(store, "stream_mark") else None
 
 
-def stream_mark(broker: Any, node: str, entry: bytes | str) -> None:
+def stream_mark(broker: Broker, node: str, entry: bytes | str) -> None:
     """`node` delivered its stream up to `entry`: recorded with those deliveries' commit."""
     store = _store(broker)
     if store is not None:
         store.stream_mark(node, entry.decode() if isinstance(entry, bytes) else entry)
 
 
-async def forget_stream_mark(broker: Any, node: str) -> None:
+async def forget_stream_mark(broker: Broker | None, node: str) -> None:
     store = _store(broker)
     if store is None:
         return

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
@@ -35,6 +35,9 @@ from data_plane.cluster.connection_counts import ConnectionCounts
 from data_plane.cluster.leased_buckets import TICK, ClusterRates
 from data_plane.cluster.leases import RateLeases
 from data_plane.cluster.sys_figures import SysFigures
+
+if TYPE_CHECKING:
+    from data_plane.broker.broker import Broker
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -67,7 +70,7 @@ class ClusterLimits:
 
     # -- life -----------------------------------------------------------------------------
 
-    async def start(self, broker: Any) -> None:
+    async def start(self, broker: Broker) -> None:
         """Hook into the broker, set our marker, start the tick and the counts' sender."""
         self.counts.attach(broker)
         broker.metric_sources.append(self.metrics)

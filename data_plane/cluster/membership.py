@@ -15,10 +15,16 @@ meanwhile, and the first node to reconnect must not take the place of the others
 
 A node that stalled past its TTL and comes back finds itself gone (`SADD` answers 1) and
 rewrites everything (its routes, its wills), like a node after a Redis restart; if a survivor
-took its place (its tombstone, `Keys.dead`) its clients go first (`SessionClaims.counted_dead`).
-The beat is also where the route table catches up: a live node whose version is ahead of the
-table's is loaded (`their_routes`), and this node's own set is rewritten when Redis lost it or
-it fell out of step (`own_routes`).
+took its place (its tombstone, `Keys.dead`) its clients go first (announced: `on_counted_dead`,
+followed by `SessionClaims.counted_dead`). The beat is also where the route table catches up:
+every live node's version is announced (`on_versions`: `their_routes` loads a node whose version
+is ahead of the table's), and this node's own set is rewritten when Redis lost it or it fell out
+of step (`own_routes`).
+
+Membership owns liveness; the rooms that follow it are registered at composition
+(data_plane.cluster.node) and never call back into it, except through what they are given: the
+route channel's sightings (`seen`, `gone`: `their_routes`), and the callback a survivor calls
+once every node has switched from the dead node to it (`inherit`).
 
 Cut off from the bus for as long as the others take to count it dead, this node would be an
 island (its clients would see nothing of the others'): new clients are refused (CONNACK 0x88)

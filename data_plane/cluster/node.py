@@ -1,18 +1,24 @@
 """One broker process as a node of the cluster: the `Cluster` port the server plugs in.
 
-`Cluster` is a thin composition. It holds what every room reads — the node's identity, its
-Redis connections, the route table of the other nodes (`routes`), who is alive, the
-`Forwarder` (`forward`) — and builds the rooms that do the work, each with its own state:
+`Cluster` is a thin composition. It opens the node's Redis connections (`bus.Bus`), holds what
+several rooms share — the route table of the other nodes (`routes`), the `Forwarder` (`forward`),
+the drops counted here — and builds the rooms that do the work, each with its own state and
+given only what it uses (the bus, `membership` as the `Peers` view, the rooms it calls):
 
-- `membership`: the heartbeat, the others' liveness (`alive`, `dying`), the island guard,
-  joining and leaving;
+- `membership`: the heartbeat, the others' liveness (`alive`, `dying`: its own), the island
+  guard, joining and leaving; what it announces is followed by `their_routes` (versions),
+  `sessions` (counted dead), `wills` (rewrite) and `inherit` (a dead node's place);
 - `own_routes`: this node's route set in Redis (the router's changes as deltas, rewrites);
 - `their_routes`: the other nodes' route sets into the table (the route channel);
-- `publish`: the port's `publish` — here, and once to each node with a matching route;
+- `publish`: the port's `publish` — here, and once to each other node with a matching route;
 - `receive`: this node's forward stream, read and delivered here;
-- `sessions`, `wills`, `limits`, `exactly`: one session per client id, the wills a survivor
-  publishes, the tenants' limits across the nodes, exactly once while sessions move;
+- `sessions`, `relay`, `departed`, `wills`, `inherit`, `limits`, `exactly`: one session per
+  client id, the relays of moved sessions, the wills a survivor publishes, a survivor's part,
+  the tenants' limits across the nodes, exactly once while sessions move;
 - `node_metrics`: the node's `/metrics`.
+
+The rooms that act on the broker get it at `start` (`attach`); the broker sees the node only as
+its `Cluster` port, and the cluster steers the broker only through its hooks.
 
 Life: `start` (before the broker is filled: restored subscriptions are routes too) joins and
 starts the loops; `ready` (the broker is filled) starts reading what the others forward; `stop`

@@ -44,6 +44,7 @@ class Metered(Protocol):
 
     def members(self) -> list[dict[str, Any]]: ...
 
+
 DROP_REASONS = "bus_unavailable, backlog, store_unavailable, stream_gap, session_gone"
 
 
