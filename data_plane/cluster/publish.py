@@ -26,7 +26,7 @@ from data_plane.broker.message import Message
 from data_plane.broker.ports import Published
 from data_plane.cluster import codec
 from data_plane.cluster.bus import Peers
-from data_plane.cluster.exactly import Origins, routed
+from data_plane.cluster.exactly import Origins
 from data_plane.cluster.forward import PAUSE_BYTES, Forwarder
 from data_plane.cluster.routes import RemoteNode, RouteTable
 
@@ -67,13 +67,13 @@ class Publisher:
         assigned: dict[str, list[tuple[str, str]]] = {}
         if not shared:  # the common case: every matching group (if any) is here only
             local = broker.route(message)
-            routed(message)
+            message.cluster_origin = None  # routed (exactly.routed, without the call)
             if not plain and not (message.retain and peers.alive):
                 return local
         else:
             mine = self._assign_groups(message, shared, assigned)
             local = broker.route(message, lambda group: (group.topic_filter, group.name) in mine)
-            routed(message)
+            message.cluster_origin = None  # routed (exactly.routed)
         targets: dict[str, tuple[tuple[str, str], ...]] = {}
         alive, dying = peers.alive, peers.dying
         for node in plain:  # a dead node's stream keeps its messages until a survivor takes over
