@@ -13,10 +13,10 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.mqtt.codec import encode_ack, encode_publish
-from common.mqtt.packets import MQTT_5_0, PacketType
-from common.mqtt.properties import encode_properties
+from common.mqtt.codec import encode_ack
+from common.mqtt.packets import PacketType
 from data_plane.broker.message import Message
+from data_plane.broker.outgoing import encode_delivery
 from data_plane.broker.ports import Outlet
 
 AWAIT_PUBACK, AWAIT_PUBREC, AWAIT_PUBCOMP = 1, 2, 3
@@ -288,7 +288,7 @@ class Session:
             self.inflight[packet_id] = Inflight(
                 delivery, AWAIT_PUBACK if delivery.qos == 1 else AWAIT_PUBREC
             )
-        data = self.encode(delivery, packet_id, dup)
+        data = encode_delivery(conn, delivery, packet_id, dup)
         if data is None:  # larger than the client accepts: skipped, as the spec says
             if packet_id is not None:
                 del self.inflight[packet_id]
@@ -300,37 +300,6 @@ class Session:
         if self.on_sent:
             self.on_sent(self, delivery, len(message.payload))
 
-    def encode(self, delivery: Delivery, packet_id: int | None, dup: bool) -> bytes | None:
-        conn = self.connection
-        message = delivery.message
-        version = conn.protocol_version
-        topic = message.topic
-        properties = b""
-        if version == MQTT_5_0:
-            props = message.delivery_properties()
-            if delivery.subscription_ids:
-                props = dict(props, subscription_identifier=list(delivery.subscription_ids))
-            alias = conn.outbound_alias(topic)
-            if alias is not None:
-                alias_id, known = alias
-                props = dict(props, topic_alias=alias_id)
-                if known:
-                    topic = ""
-            properties = encode_properties(props) if props else b"\x00"
-        data = encode_publish(
-            topic.encode(),
-            message.payload,
-            delivery.qos,
-            delivery.retain,
-            dup,
-            packet_id,
-            properties,
-            version,
-        )
-        if len(data) > conn.client_maximum_packet_size:
-            return None
-        return data
-
     def resend_inflight(self) -> None:
         """After a reconnect: unacknowledged PUBLISHes again with DUP, then PUBRELs (in order)."""
         conn = self.connection
@@ -338,7 +307,7 @@ class Session:
             if entry.state == AWAIT_PUBCOMP:
                 conn.send(encode_ack(PacketType.PUBREL, packet_id, 0, None, conn.protocol_version))
                 continue
-            data = self.encode(entry.delivery, packet_id, True)
+            data = encode_delivery(conn, entry.delivery, packet_id, True)
             if data is None:
                 del self.inflight[packet_id]
                 continue
