@@ -86,7 +86,7 @@ class Acks:
     def refuse(self, packet: Publish, code: int, reason: str) -> None:
         """5.0: negative acknowledgement; 3.1.1 has none, so acknowledge and drop (allowed)."""
         conn = self.conn
-        conn.broker.stats[conn.tenant].dropped += 1
+        conn.broker.accounts.dropped(conn.tenant)
         if packet.qos == 0:
             return
         self.ack_publish(packet, code if conn.protocol_version == MQTT_5_0 else 0, reason)

@@ -19,8 +19,8 @@ from typing import Any
 from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
-from common.service_token import is_platform_client
 from data_plane.broker import wills
+from data_plane.broker.accounting import Accounts
 from data_plane.broker.auth import Authenticator
 from data_plane.broker.doorway import Doorway
 from data_plane.broker.enhanced_auth import Method, ScramSha256
@@ -57,7 +57,10 @@ class Broker:
         # tenant -> client ids of sessions outliving their connection (max_persistent_sessions)
         self.persistent: dict[str, set[str]] = defaultdict(set)
         self.connections: set[Client] = set()
-        self.stats: dict[str, TenantStats] = defaultdict(TenantStats)
+        # Every count and billable unit per tenant is written by `accounts` (accounting);
+        # `stats` is what it writes, for readers ($SYS, metrics, the usage meter).
+        self.accounts = Accounts(self.hooks)
+        self.stats: dict[str, TenantStats] = self.accounts.stats
         self.started = time.time()
         # Enhanced authentication methods by name (enhanced_auth); SCRAM where verifiers exist.
         self.enhanced_auth: dict[str, Method] = {}
@@ -190,19 +193,7 @@ class Broker:
         """Route a message within its tenant; returns what happened: how many sessions it
         reached, the commits of its durable copies (what a QoS 1/2 acknowledgement awaits) and
         the sessions it backed up (whose publisher should slow down)."""
-        tenant = message.tenant
-        stats = self.stats[tenant]
-        stats.messages_received += 1
-        stats.bytes_received += len(message.payload)
-        # Devices' client ids never start with `$`; of the `$` ones only the browser client's
-        # are the tenant's traffic (`$console-…`, `$viewer-…`: common.service_token).
-        billed = message.publisher[:1] != "$" or not is_platform_client(message.publisher)
-        if billed:
-            stats.message_units += (units := message.billable_units())
-            stats.device_units[message.device] += units
-        else:
-            stats.system_received += 1
-            stats.system_bytes_received += len(message.payload)
+        billed = self.accounts.received(message)  # counted, and billed unless system traffic
         if self.hooks.has("message.publish"):
             message = self.hooks.filter_publish(message)
             if message is None:
@@ -211,7 +202,7 @@ class Broker:
             self.archive.record(message)
         if message.retain:
             if billed:  # after the hooks, as routed
-                stats.bill_retained(message.device, message.billable_units(), len(message.payload))
+                self.accounts.retained(message)
             self.retained.set(message)
             if self.retained_storage is not None:
                 self.retained_storage.retained_changed(message)
@@ -278,20 +269,7 @@ class Broker:
             backed_up.append(session)
 
     def _sent(self, session: Session, delivery: Delivery, size: int) -> None:
-        stats = self.stats[session.tenant]
-        stats.messages_sent += 1
-        stats.bytes_sent += size
-        # Platform identities' client ids start with `$` (devices' may not), but the browser
-        # client's are the tenant's traffic; the `$` test inline spares devices the call.
-        publisher, receiver = delivery.message.publisher, session.client_id
-        if (publisher[:1] == "$" and is_platform_client(publisher)) or (
-            receiver[:1] == "$" and is_platform_client(receiver)
-        ):
-            stats.system_sent += 1
-            stats.system_bytes_sent += size
-        else:
-            stats.message_units += (units := delivery.message.billable_units())
-            stats.device_units[session.device] += units
+        self.accounts.sent(session, delivery.message, size)
         if self.hooks.has("message.delivered"):
             self.hooks.run("message.delivered", session, delivery)
 
@@ -302,7 +280,7 @@ class Broker:
 
     def _dropped(self, session: Session, delivery: Delivery, cause: str) -> None:
         self.settled(session, delivery)
-        self.stats[session.tenant].dropped += 1
+        self.accounts.dropped(session.tenant)
         if self.hooks.has("message.dropped"):
             self.hooks.run("message.dropped", session, delivery, cause)
 
@@ -410,13 +388,10 @@ class Broker:
     def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None:
         """Count a refusal (`throttled`: a slowdown, nothing refused) for the tenant's $SYS
         and let observers meter it (`quota.exceeded` / `quota.throttled`)."""
-        stats = self.stats[tenant]
-        counts = stats.throttled if throttled else stats.exceeded
-        counts[key] = counts.get(key, 0) + 1
-        self.hooks.run("quota.throttled" if throttled else "quota.exceeded", tenant, key)
+        self.accounts.quota_exceeded(tenant, key, throttled=throttled)
 
     def connection_count(self, tenant: str) -> int:
-        return self.stats[tenant].connected
+        return self.accounts.connections(tenant)
 
     def assign_client_id(self) -> str:
         return f"auto-{uuid.uuid4().hex}"

@@ -322,10 +322,10 @@ class MQTTConnection(asyncio.Protocol):
         if self.auth.service or connected == self._counted:
             return
         self._counted = connected
-        stats = self.broker.stats[self.tenant]
-        stats.connected += 1 if connected else -1
-        if connected:
-            stats.bill_connect(self.device)  # a CONNECT is billed (common.metering)
+        if connected:  # a CONNECT is billed too (common.metering)
+            self.broker.accounts.connected(self.tenant, self.device)
+        else:
+            self.broker.accounts.disconnected(self.tenant)
         self.broker.hooks.run("client.connected" if connected else "client.disconnected", self)
 
     def _protocol_failure(self, reason_code: int, reason: str) -> None:
@@ -368,7 +368,7 @@ class MQTTConnection(asyncio.Protocol):
         """CONNACK with the refusal's reason code (and Server Reference), then close."""
         refused.connect(self, refusal, connect)
         if refusal.tenant:
-            self.inbound.count(refusal.tenant, refusal.quota, refusal.counts)
+            self.broker.accounts.refused(refusal.tenant, refusal.quota, refusal.counts)
         self.write_now(self.handshake.refusal_connack(refusal, self.protocol_version))
         self.close()
 

@@ -103,7 +103,7 @@ class ReadGate:
         if not self.throttled_by:
             owner = self.owner
             owner.transport.pause_reading()
-            owner.broker.stats[owner.tenant].publishers_held += 1
+            owner.broker.accounts.publisher_held(owner.tenant)
             self._timer = self.loop.call_later(self.THROTTLE_LIMIT, self._throttle_expired)
         self.throttled_by.add(session)
 
@@ -142,10 +142,10 @@ class ReadGate:
         """The subscribers that held us for the whole allowance are not draining: they stop
         holding publishers (their queues fill to their limit and drop) until they drain."""
         self._timer = None
-        stats = self.owner.broker.stats
+        accounts = self.owner.broker.accounts
         for session in self.throttled_by:
             if not session.stalled and session.tenant is not None:  # (None: the cluster's bus)
-                stats[session.tenant].subscribers_stalled += 1
+                accounts.subscriber_stalled(session.tenant)
             session.stalled = True
             session.blocked_publishers.pop(self.owner, None)
         self._unthrottle_all()

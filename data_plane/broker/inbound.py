@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from common.metering import subscribe_units
 from common.mqtt.codec import encode
 from common.mqtt.packets import (
     MQTT_5_0,
@@ -55,16 +54,6 @@ class Inbound:
         self.conn = conn
         self.admission = admission
 
-    def count(self, tenant: str, quota: str | None, counts: tuple[str, ...]) -> None:
-        """What a refusal counts: the quota exceeded (for $SYS and hooks), then statistics."""
-        broker = self.conn.broker
-        if quota is not None:
-            broker.quota_exceeded(tenant, quota)
-        if counts:
-            stats = broker.stats[tenant]
-            for name in counts:
-                setattr(stats, name, getattr(stats, name) + 1)
-
     def publish(self, packet: Publish) -> None:
         conn = self.conn
         decision = self.admission.admit(packet, conn.session.inbound_qos2)
@@ -102,7 +91,7 @@ class Inbound:
             conn.broker.quota_exceeded(conn.tenant, decision.quota, throttled=True)
             conn.gate.hold_for_rate(packet)
             return
-        self.count(conn.tenant, decision.quota, decision.counts)
+        conn.broker.accounts.refused(conn.tenant, decision.quota, decision.counts)
         refused.publish(conn, decision, packet.topic)
         if conn.broker.journey is not None:
             conn.broker.journey.refused(conn, packet, decision)
@@ -116,7 +105,7 @@ class Inbound:
         broker, session, tenant = conn.broker, conn.session, conn.tenant
         decision = admission.admit_subscribe(packet, conn.auth, session.subscriptions)
         if decision.denied:
-            broker.stats[tenant].denied += decision.denied
+            broker.accounts.denied(tenant, decision.denied)
         for _ in range(decision.quota_hits):
             broker.quota_exceeded(tenant, "subscriptions")
         if decision.denied or decision.quota_hits:
@@ -125,7 +114,7 @@ class Inbound:
         conn.send(encode(SubAck(packet.packet_id, decision.codes), conn.protocol_version))
         if not conn.auth.service:  # a SUBSCRIBE is billed per 5 KiB of its filters
             size = sum(len(sub.topic_filter) for sub in packet.subscriptions)
-            broker.stats[tenant].bill(conn.device, subscribe_units(size))
+            broker.accounts.subscribed(tenant, conn.device, size)
         subscription_id = (packet.properties.get("subscription_identifier") or [None])[0]
         if conn.protocol_version != MQTT_5_0:
             subscription_id = None

@@ -1,11 +1,11 @@
-"""What the broker counts per tenant, and where it may send a client instead."""
+"""What the broker counts per tenant (written by `accounting.Accounts` only), and where it may
+send a client instead."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from common.metering import CONNECT_UNITS, retained_store_units
 from common.mqtt.reason_codes import ReasonCode
 
 
@@ -57,18 +57,6 @@ class TenantStats:
     # quota key -> slowdowns, nothing refused (publish_rate, device_publish_rate,
     # inbound_bytes_rate: a publisher paused; outbound_rate: deliveries paced)
     throttled: dict[str, int] = field(default_factory=dict)
-
-    # Billing the units of the rarer packets (the publish and delivery paths add theirs inline).
-    def bill(self, device: str, units: int) -> None:
-        self.message_units += units
-        self.device_units[device] += units
-
-    def bill_retained(self, device: str, units: int, size: int) -> None:
-        """A retained message stored: metered once more (`common.metering`)."""
-        self.bill(device, retained_store_units(units, size))
-
-    def bill_connect(self, device: str) -> None:
-        self.bill(device, CONNECT_UNITS)
 
 
 # Why a connection ended, in EMQX's words (the `reason` of `$events/client_disconnected`).

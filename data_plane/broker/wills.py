@@ -52,6 +52,6 @@ def go_out(broker: Any, session: Any, will: Message) -> Any:
     if refusal_.kind == "quota_exceeded":
         broker.quota_exceeded(will.tenant, "retained")
     else:
-        broker.stats[will.tenant].denied += 1
+        broker.accounts.denied(will.tenant)
     refused.will(broker, session, will, *refusal_)
     return NOTHING
