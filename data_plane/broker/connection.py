@@ -7,13 +7,15 @@ Theory of operation
 The connection owns the transport: it frames bytes into packets (the sans-IO `Reader`), writes,
 keeps the timers, and dispatches each packet to the collaborator that decides what it means. The
 collaborators never import this module; they get the connection through a narrow protocol and
-return decisions:
+return decisions, and what the connection must do as values (`actions`: `Send`, `Disconnect`,
+`Close`…) that `apply` carries out:
 
 - `handshake.Handshake`: CONNECT until CONNACK (a `Refusal`, or the `AuthResult` and a
-  `Welcome`), and enhanced authentication's AUTH exchanges, then and after;
+  `Welcome`; `refuse` says what a refusal does), and enhanced authentication's AUTH exchanges;
 - `admission`: PUBLISH (`Accept | Duplicate | Refuse | Disconnect | Pause`) and SUBSCRIBE;
 - `acks.Acks`: QoS acknowledgements both ways, each only once what it promises is committed;
-- `inbound.Inbound`: applies those decisions (routes, counts, subscribes, says goodbye);
+- `inbound.Inbound`: applies those decisions (routes, subscribes; `accounting` counts), and
+  returns what ends the connection (a DISCONNECT, the client's goodbye);
 - `flow.ReadGate`: every reason to stop reading the client (`flow.OutboundPacer`: to write);
 - `writer.Writer`: the one write per loop turn; `aliases`: outbound topic aliases;
 - `policy`: the tenant's rates and ACL, at CONNECT and whenever the control plane changes them.
@@ -52,10 +54,11 @@ from typing import Any
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.errors import MQTTError, UnsupportedProtocolVersion
-from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Connack, Connect, Disconnect, PacketType
+from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Connack, Connect, PacketType
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker import refused
 from data_plane.broker.acks import Acks, with_reason
+from data_plane.broker.actions import Actions, apply, disconnect_packet
 from data_plane.broker.admission import PublishAdmission
 from data_plane.broker.aliases import OutboundAliases
 from data_plane.broker.auth import AuthResult, peer_certificate
@@ -87,6 +90,7 @@ class MQTTConnection(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | Any = None
         self.reader = Reader(server_side=True, max_packet_size=broker.config.max_packet_size)
         self.loop = asyncio.get_event_loop()
+        self.answered: asyncio.Future[None] = self.loop.create_future()  # CONNACK out, or closed
         self._enter(State.CONNECTING)
         self.peer = ""
         # Who, as CONNECT and the authenticator said.
@@ -109,7 +113,7 @@ class MQTTConnection(asyncio.Protocol):
         self.unthrottle_by = self.gate.unthrottle_by  # a drained subscriber lets us read again
         # What each packet after CONNECT goes to (CONNECT itself is intercepted in _process).
         inbound, acks = self.inbound, self.acks
-        self._handlers: dict[PacketType, Callable[[Any], None]] = {
+        self._handlers: dict[PacketType, Callable[[Any], Actions]] = {
             PacketType.PUBLISH: inbound.publish,
             PacketType.PUBACK: acks.puback,
             PacketType.PUBREC: acks.pubrec,
@@ -142,6 +146,8 @@ class MQTTConnection(asyncio.Protocol):
     def _enter(self, state: State) -> None:
         self.state = state  # and `closing`, which sessions ask per delivery, a plain attribute
         self.closing = state is State.CLOSING
+        if state is not State.CONNECTING and not self.answered.done():
+            self.answered.set_result(None)  # a later CONNECT of its client id may go on
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -201,8 +207,8 @@ class MQTTConnection(asyncio.Protocol):
                     self.loop.create_task(self._handle_connect(packet, rest))
                     return
                 handler = self._handlers.get(packet.type)
-                if handler is not None:
-                    handler(packet)
+                if handler is not None and (actions := handler(packet)) is not None:
+                    apply(self, actions)  # what the collaborator decided (`actions`)
             except MQTTError as exc:
                 self._protocol_failure(exc.reason_code, str(exc))
                 return
@@ -286,11 +292,7 @@ class MQTTConnection(asyncio.Protocol):
         if not self.disconnect_reason:
             self.disconnect_reason = DISCONNECT_REASONS.get(reason_code, f"0x{reason_code:02x}")
         if self.session is not None and self.protocol_version == MQTT_5_0:
-            extra = {"server_reference": reference} if reference else {}
-
-            def build(props: dict | None) -> bytes:
-                return encode(Disconnect(reason_code, {**(props or {}), **extra}), MQTT_5_0)
-
+            build = disconnect_packet(reason_code, reference)
             self.send(self.with_reason(build, reason, always=True))
         self.close()
 
@@ -315,6 +317,9 @@ class MQTTConnection(asyncio.Protocol):
     def will_on_close(self, send: bool) -> None:
         """Whether the will goes out when this connection closes (DISCONNECT 0x04 asks)."""
         self._send_will = send
+
+    def apply(self, actions: Actions) -> None:
+        apply(self, actions)
 
     def _announce(self, connected: bool) -> None:
         """Count the tenant's client and tell the hooks; service identities are not clients.
@@ -349,7 +354,7 @@ class MQTTConnection(asyncio.Protocol):
         except Exception:
             log.exception("CONNECT from %s failed", self.peer)
             if not self.closing:
-                self._refuse_connect(Refusal(RC.UNSPECIFIED_ERROR), connect)
+                self.apply(handshake.refuse(Refusal(RC.UNSPECIFIED_ERROR), connect))
             return
         finally:
             self._judging = False
@@ -364,14 +369,6 @@ class MQTTConnection(asyncio.Protocol):
         except MQTTError as exc:
             self._protocol_failure(exc.reason_code, str(exc))
 
-    def _refuse_connect(self, refusal: Refusal, connect: Connect) -> None:
-        """CONNACK with the refusal's reason code (and Server Reference), then close."""
-        refused.connect(self, refusal, connect)
-        if refusal.tenant:
-            self.broker.accounts.refused(refusal.tenant, refusal.quota, refusal.counts)
-        self.write_now(self.handshake.refusal_connack(refusal, self.protocol_version))
-        self.close()
-
     async def _connect(self, connect: Connect) -> None:
         self.protocol_version = connect.protocol_version
         props = connect.properties
@@ -381,7 +378,7 @@ class MQTTConnection(asyncio.Protocol):
             self._aliases.maximum = props.get("topic_alias_maximum", 0)
         result = await self.handshake.authenticate(connect)
         if isinstance(result, Refusal):
-            self._refuse_connect(result, connect)
+            self.apply(self.handshake.refuse(result, connect))
         if not isinstance(result, AuthResult):
             return
         self.auth = result
@@ -392,7 +389,7 @@ class MQTTConnection(asyncio.Protocol):
             self.client_id = client_id = self.broker.assign_client_id()
         welcome = self.handshake.welcome(connect, result, client_id)
         if isinstance(welcome, Refusal):
-            self._refuse_connect(welcome, connect)
+            self.apply(self.handshake.refuse(welcome, connect))
             return
         self._will, self._will_delay = welcome.will, welcome.will_delay
         quota = result.quota

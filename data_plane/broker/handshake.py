@@ -15,47 +15,91 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.errors import MQTTError
-from common.mqtt.packets import MQTT_5_0, Auth, Connack, Connect, PacketType
+from common.mqtt.packets import MQTT_5_0, Auth, Connack, Connect, Packet, PacketType
 from common.mqtt.reason_codes import ReasonCode as RC
-from data_plane.broker.auth import AuthResult
-from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Succeed
+from data_plane.broker import refused
+from data_plane.broker.accounting import Accounts
+from data_plane.broker.actions import Actions, Close, Disconnect, Renewed, Send, SendNow
+from data_plane.broker.auth import Authenticator, AuthResult
+from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Method, Step, Succeed
+from data_plane.broker.hooks import Hooks
 from data_plane.broker.limits import NEVER_EXPIRES, too_deep
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Cluster
+from data_plane.broker.stats import Redirect
+from data_plane.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
 CONNACK_WAIT = 2.0  # seconds a CONNECT waits for an earlier one of its client id to be answered
-CONNACK_STEP = 0.005  # seconds between looks
+
+
+class Answering(Protocol):
+    """A connection as an earlier CONNECT of the same client id: `answered` is done once its
+    CONNACK is written or it closes (refused, lost, taken over)."""
+
+    @property
+    def answered(self) -> asyncio.Future[None]: ...
+
+
+class Claimed(Protocol):
+    """A session as the handshake sees it: whose it is now."""
+
+    @property
+    def connection(self) -> Answering | None: ...
+
+
+class HandshakeBroker(Protocol):
+    """What the handshake asks of the broker (`broker.Broker`): who may come in, and whether
+    the tenant's limits leave room. It changes nothing there."""
+
+    @property
+    def authenticator(self) -> Authenticator: ...
+    @property
+    def enhanced_auth(self) -> Mapping[str, Method]: ...
+    @property
+    def redirect(self) -> Callable[[Connect, AuthResult], Redirect | None] | None: ...
+    @property
+    def cluster(self) -> Cluster | None: ...
+    @property
+    def sessions(self) -> Mapping[tuple[str, str], Claimed]: ...
+
+    @property
+    def accounts(self) -> Accounts: ...
+    @property
+    def hooks(self) -> Hooks: ...  # `refused` tells them
+
+    def connection_count(self, tenant: str) -> int: ...
+
+    def persistent_count(self, tenant: str) -> int: ...
 
 
 class HandshakeOutlet(Protocol):
-    """What the handshake needs of its connection."""
+    """What the handshake needs of its connection: what it knows (read only), and `apply` for
+    what the handshake decided while it waits (AUTH challenges, the end of the connection)."""
 
-    broker: Any
-    config: Any
+    broker: HandshakeBroker
+    config: BrokerConfig
     peer: str
     reader: Reader
     closing: bool
     tenant: str
     device: str
     loop: asyncio.AbstractEventLoop
-    auth: AuthResult | None
+    answered: asyncio.Future[None]  # done once CONNACK is written or the connection closes
     peer_certificate: tuple[bytes, ...] | None  # a TLS client's verified chain (DER), leaf first
 
-    def send(self, data: bytes) -> None: ...
+    def apply(self, actions: Actions) -> None: ...
 
-    def write_now(self, data: bytes) -> None: ...
-
-    def close(self) -> None: ...
-
-    def disconnect(self, reason_code: int, reason: str = "", *, reference: str = "") -> None: ...
-
-    def with_reason(self, build: Any, reason: str, *, always: bool = False) -> bytes: ...
+    def with_reason(
+        self, build: Callable[[dict | None], bytes], reason: str, *, always: bool = False
+    ) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,18 +189,25 @@ class Handshake:
         here from another node, and an earlier CONNECT of the id on this node that has not had
         its CONNACK yet (its session's first save stands between the two) is answered first.
         Taken over before its CONNACK, that client got DISCONNECT 0x8E without one, which
-        clients count as a failed connect and retry. Waits `CONNACK_WAIT` at most."""
+        clients count as a failed connect and retry. Awaits the earlier connection's `answered`
+        (or this one's end), `CONNACK_WAIT` at most; looks again after, as the session may have
+        passed to yet another connection meanwhile."""
         conn = self.conn
         broker = conn.broker
         if broker.cluster is not None:
             await broker.cluster.claim(conn.tenant, client_id, clean_start)
         deadline = conn.loop.time() + CONNACK_WAIT
-        while not conn.closing and conn.loop.time() < deadline:
+        while not conn.answered.done():
             session = broker.sessions.get((conn.tenant, client_id))
             earlier = session.connection if session is not None else None
-            if earlier is None or earlier is conn or earlier.closing or earlier.acked:
+            left = deadline - conn.loop.time()
+            if earlier is None or earlier is conn or earlier.answered.done() or left <= 0:
                 return
-            await asyncio.sleep(CONNACK_STEP)
+            await asyncio.wait(
+                (earlier.answered, conn.answered),
+                timeout=left,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
 
     def welcome(self, connect: Connect, result: AuthResult, client_id: str) -> Welcome | Refusal:
         """The session's expiry (capped by the tenant's quota) and will (judged as a PUBLISH,
@@ -211,6 +262,14 @@ class Handshake:
                 quota="persistent_sessions",
             )
         return Welcome(expiry, will_message, will_delay)
+
+    def refuse(self, refusal: Refusal, connect: Connect) -> Actions:
+        """Told (`refused`) and counted for its tenant: CONNACK with the refusal's reason code
+        (and Server Reference), then close."""
+        refused.connect(self.conn, refusal, connect)
+        if refusal.tenant:
+            self.conn.broker.accounts.refused(refusal.tenant, refusal.quota, refusal.counts)
+        return SendNow(self.refusal_connack(refusal, connect.protocol_version)), Close()
 
     def refusal_connack(self, refusal: Refusal, version: int) -> bytes:
         """CONNACK with the refusal's reason code (a Reason String where the client may take
@@ -299,12 +358,12 @@ class Handshake:
                 state.final_data = step.data
                 return step.result
             # Continue: AUTH 0x18 with the same method [MQTT-4.12.0-2, MQTT-4.12.0-5].
-            conn.write_now(state.packet(RC.CONTINUE_AUTHENTICATION, step.data))
+            conn.apply(SendNow(state.packet(RC.CONTINUE_AUTHENTICATION, step.data)))
             packet = await self._packet_before_connack()
             if isinstance(packet, Refusal) or packet is None:
                 return packet
             if packet.type is PacketType.DISCONNECT:
-                conn.close()
+                conn.apply(Close())
                 return None
             if (
                 packet.type is not PacketType.AUTH  # [MQTT-3.1.2-30]
@@ -314,7 +373,7 @@ class Handshake:
                 return Refusal(RC.PROTOCOL_ERROR, "expected AUTH 0x18 with the same method")
             data = packet.properties.get("authentication_data")
 
-    async def _packet_before_connack(self) -> Any:
+    async def _packet_before_connack(self) -> Packet | Refusal | None:
         """The client's next packet while CONNECT is unanswered (None if the connection ends)."""
         conn, state = self.conn, self.enhanced
         while not conn.closing:
@@ -332,53 +391,58 @@ class Handshake:
 
     # -- re-authentication (after CONNACK) ---------------------------------------------------
 
-    def reauthenticate(self, packet: Auth) -> None:
-        """AUTH after CONNACK: re-authentication [MQTT-4.12.1]; other traffic flows meanwhile."""
+    def reauthenticate(self, packet: Auth) -> Actions:
+        """AUTH after CONNACK: re-authentication [MQTT-4.12.1]; other traffic flows meanwhile.
+        A protocol error is returned at once; the exchange's answer is applied when it comes."""
         conn, state = self.conn, self.enhanced
         if state is None:  # no method in CONNECT: the client must not send AUTH [MQTT-4.12.0-7]
-            conn.disconnect(RC.PROTOCOL_ERROR, "AUTH without an authentication method in CONNECT")
-            return
+            return Disconnect(RC.PROTOCOL_ERROR, "AUTH without an authentication method in CONNECT")
         if packet.properties.get("authentication_method") != state.method:  # [MQTT-4.12.1-1]
-            conn.disconnect(RC.PROTOCOL_ERROR, "re-authentication must use the CONNECT's method")
-            return
+            return Disconnect(RC.PROTOCOL_ERROR, "re-authentication must use the CONNECT's method")
         expected = RC.RE_AUTHENTICATE if state.exchange is None else RC.CONTINUE_AUTHENTICATION
         if packet.reason_code != expected or state.busy:
-            conn.disconnect(RC.PROTOCOL_ERROR, f"expected AUTH {expected:#04x}")
-            return
+            return Disconnect(RC.PROTOCOL_ERROR, f"expected AUTH {expected:#04x}")
         if state.exchange is None:
             state.exchange = conn.broker.enhanced_auth[state.method].start(state.connect, conn.peer)
         state.busy = True
         step = state.exchange.step(packet.properties.get("authentication_data"))
-        conn.loop.create_task(self._reauthentication_step(state.exchange, step))
+        conn.loop.create_task(self._apply_later(self.reauthenticated(state.exchange, step)))
+        return None
 
-    async def _reauthentication_step(self, exchange: Exchange, pending: Any) -> None:
-        conn, state = self.conn, self.enhanced
+    async def _apply_later(self, decided: Awaitable[Actions]) -> None:
+        actions = await decided
+        if not self.conn.closing:
+            self.conn.apply(actions)
+
+    async def reauthenticated(self, exchange: Exchange, pending: Awaitable[Step]) -> Actions:
+        """What the exchange's next step means: AUTH 0x18 again, AUTH 0x00 (the connection
+        holds the secret it proved), or DISCONNECT (the identity may not change)."""
+        state = self.enhanced
+        assert state is not None  # (an exchange runs only where CONNECT named a method)
         try:
             step = await pending
         except Exception:
-            log.exception("re-authentication of %s failed", conn.peer)
+            log.exception("re-authentication of %s failed", self.conn.peer)
             step = Fail(RC.UNSPECIFIED_ERROR, "internal error")
         state.busy = False
-        if conn.closing or state.exchange is not exchange:
-            return
+        if state.exchange is not exchange:
+            return None
         if isinstance(step, Continue):
-            conn.send(state.packet(RC.CONTINUE_AUTHENTICATION, step.data))
-            return
+            return Send(state.packet(RC.CONTINUE_AUTHENTICATION, step.data))
         state.exchange = None
+        conn = self.conn
         if isinstance(step, Succeed) and (
             step.result.reason_code == 0
             and (step.result.tenant, step.result.device) == (conn.tenant, conn.device)
         ):
-            if conn.auth is not None:  # the connection now holds the secret it proved
-                conn.auth.credential_id = step.result.credential_id
-                conn.auth.credential_expires_at = step.result.credential_expires_at
-            conn.send(state.packet(0, step.data))
-            return
+            result = step.result
+            renewed = Renewed(result.credential_id, result.credential_expires_at)
+            return renewed, Send(state.packet(0, step.data))
         # The identity may not change on a live connection; 0x86 is no DISCONNECT code.
         code = step.reason_code if isinstance(step, Fail) else RC.NOT_AUTHORIZED
         if code == RC.BAD_USER_NAME_OR_PASSWORD:
             code = RC.NOT_AUTHORIZED
-        conn.disconnect(code, step.reason if isinstance(step, Fail) else "identity changed")
+        return Disconnect(code, step.reason if isinstance(step, Fail) else "identity changed")
 
 
 class EnhancedAuthState:

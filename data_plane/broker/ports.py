@@ -56,6 +56,9 @@ class Outlet(Protocol):
     write_paused: bool
     outbound_bucket: Any  # the tenant's outbound bytes/s bucket, or None
     session: Any
+    # Done once CONNACK is written or the connection closes: a later CONNECT of its client id
+    # awaits it (`handshake.Handshake.claim`).
+    answered: asyncio.Future[None]
 
     @property
     def batch_full(self) -> bool: ...
