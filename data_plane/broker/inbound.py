@@ -1,50 +1,98 @@
 """The client's requests after CONNACK that change what the broker holds: PUBLISH, SUBSCRIBE,
 UNSUBSCRIBE and DISCONNECT. `admission` decides, this applies: it counts what a decision
-counts, routes what was accepted, and hands acknowledgements to `Acks`.
+counts (`accounting`), routes what was accepted, and hands acknowledgements to `Acks`.
+
+What the connection itself must do is returned (`actions`): a DISCONNECT for a PUBLISH that
+ends the connection, the UNSUBACK, the client's goodbye. The one reply written here is SUBACK,
+which must reach the client before the retained messages its subscriptions bring.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import asyncio
+from typing import Protocol
 
 from common.mqtt.codec import encode
 from common.mqtt.packets import (
     MQTT_5_0,
-    Disconnect,
     Publish,
     SubAck,
     Subscribe,
+    Subscription,
     UnsubAck,
     Unsubscribe,
 )
+from common.mqtt.packets import Disconnect as DisconnectPacket
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker import admission, refused
+from data_plane.broker.accounting import Accounts
 from data_plane.broker.acks import Acks
-from data_plane.broker.admission import Accept, Duplicate, Pause, PublishAdmission, Refuse
+from data_plane.broker.actions import Actions, Close, Disconnect, KeepWill, Send
+from data_plane.broker.admission import (
+    Accept,
+    Duplicate,
+    Pause,
+    PublishAdmission,
+    PublishDecision,
+    Refuse,
+)
+from data_plane.broker.auth import AuthResult
+from data_plane.broker.hooks import Hooks
+from data_plane.broker.message import Message
+from data_plane.broker.ports import Journey, Published, SessionStorage
+from data_plane.broker.session import Session
+
+
+class InboundBroker(Protocol):
+    """What the request handlers ask of the broker (`broker.Broker`)."""
+
+    @property
+    def accounts(self) -> Accounts: ...
+    @property
+    def hooks(self) -> Hooks: ...  # `refused` tells them
+    @property
+    def journey(self) -> Journey | None: ...
+    @property
+    def persistence(self) -> SessionStorage | None: ...
+
+    def publish(self, message: Message) -> Published: ...
+
+    def delay(self, message: Message, seconds: int) -> asyncio.Future | None: ...
+
+    def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None: ...
+
+    def subscribe(
+        self, session: Session, sub: Subscription, subscription_id: int | None
+    ) -> None: ...
+
+    def unsubscribe(self, session: Session, topic_filter: str) -> bool: ...
+
+    def track_persistent(self, session: Session) -> None: ...
+
+
+class Gate(Protocol):
+    """The connection's read gate (`flow.ReadGate`): reading paused for the broker's sake."""
+
+    def slow_down(self, sessions: tuple) -> None: ...
+
+    def hold_for_rate(self, packet: Publish) -> None: ...
 
 
 class InboundOutlet(Protocol):
-    """What the request handlers need of their connection."""
+    """What the request handlers need of their connection (after CONNACK: a session and its
+    authentication are there); what it must do is returned, not done through it."""
 
-    broker: Any
-    session: Any
-    auth: Any
+    broker: InboundBroker
+    session: Session
+    auth: AuthResult
     tenant: str
+    device: str
     client_id: str
     protocol_version: int
-    disconnect_reason: str
     acks: Acks
-    gate: Any
+    gate: Gate
 
     def send(self, data: bytes) -> None: ...
-
-    def close(self) -> None: ...
-
-    def disconnect(
-        self, reason_code: int, reason: str = "", *, reference: str = "", refusal: bool = True
-    ) -> None: ...
-
-    def will_on_close(self, send: bool) -> None: ...
 
 
 class Inbound:
@@ -54,12 +102,11 @@ class Inbound:
         self.conn = conn
         self.admission = admission
 
-    def publish(self, packet: Publish) -> None:
+    def publish(self, packet: Publish) -> Actions:
         conn = self.conn
         decision = self.admission.admit(packet, conn.session.inbound_qos2)
         if type(decision) is not Accept:
-            self._not_accepted(packet, decision)
-            return
+            return self._not_accepted(packet, decision)
         broker = conn.broker
         message = decision.message
         if decision.service is not None:  # a device shadow request: answered on its topics
@@ -67,11 +114,11 @@ class Inbound:
             if broker.journey is not None:
                 broker.journey.served(conn, message, packet.packet_id)
             conn.acks.accepted(packet, 0, [])
-            return
+            return None
         if decision.delay is not None:
             stored = broker.delay(message, decision.delay)
             conn.acks.accepted(packet, 0, [stored] if stored is not None else [])
-            return
+            return None
         published = broker.publish(message)
         journey = broker.journey
         if journey is not None:
@@ -81,24 +128,25 @@ class Inbound:
             conn.gate.slow_down(slow_down)
         code = 0 if reached or conn.protocol_version != MQTT_5_0 else RC.NO_MATCHING_SUBSCRIBERS
         conn.acks.accepted(packet, code, commits or [])
+        return None
 
-    def _not_accepted(self, packet: Publish, decision: Any) -> None:
+    def _not_accepted(self, packet: Publish, decision: PublishDecision) -> Actions:
         conn = self.conn
         if type(decision) is Duplicate:
             conn.acks.duplicate(packet)
-            return
+            return None
         if type(decision) is Pause:  # slowed: tried again when the tenant's share wakes it
             conn.broker.quota_exceeded(conn.tenant, decision.quota, throttled=True)
             conn.gate.hold_for_rate(packet)
-            return
+            return None
         conn.broker.accounts.refused(conn.tenant, decision.quota, decision.counts)
         refused.publish(conn, decision, packet.topic)
         if conn.broker.journey is not None:
             conn.broker.journey.refused(conn, packet, decision)
         if type(decision) is Refuse:
             conn.acks.refuse(packet, decision.reason_code, decision.reason)
-        else:
-            conn.disconnect(decision.reason_code, decision.reason, refusal=False)
+            return None
+        return Disconnect(decision.reason_code, decision.reason, refusal=False)
 
     def subscribe(self, packet: Subscribe) -> None:
         conn = self.conn
@@ -120,35 +168,32 @@ class Inbound:
             subscription_id = None
         for sub in decision.granted:
             broker.subscribe(session, sub, subscription_id)
-        if decision.granted and session.persist is not None:
+        if decision.granted and session.persist is not None and broker.persistence is not None:
             broker.persistence.save_later(session)
 
-    def unsubscribe(self, packet: Unsubscribe) -> None:
+    def unsubscribe(self, packet: Unsubscribe) -> Actions:
         conn = self.conn
         broker, session = conn.broker, conn.session
         codes = [
             0 if broker.unsubscribe(session, f) else RC.NO_SUBSCRIPTION_EXISTED
             for f in packet.topic_filters
         ]
-        conn.send(encode(UnsubAck(packet.packet_id, codes), conn.protocol_version))
-        if session.persist is not None:
+        if session.persist is not None and broker.persistence is not None:
             broker.persistence.save_later(session)
+        return Send(encode(UnsubAck(packet.packet_id, codes), conn.protocol_version))
 
-    def disconnect(self, packet: Disconnect) -> None:
-        conn = self.conn
-        session = conn.session
-        if conn.protocol_version == MQTT_5_0:
+    def disconnect(self, packet: DisconnectPacket) -> Actions:
+        """The client's goodbye: its will goes or not, and the connection closes ("normal")."""
+        session = self.conn.session
+        if self.conn.protocol_version == MQTT_5_0:
             expiry = packet.properties.get("session_expiry_interval")
             if expiry is not None:
                 if session.expiry_interval == 0 and expiry != 0:
-                    conn.disconnect(RC.PROTOCOL_ERROR, "session expiry was 0 at CONNECT")
-                    return
+                    return Disconnect(RC.PROTOCOL_ERROR, "session expiry was 0 at CONNECT")
                 session.expiry_interval = expiry
-                conn.broker.track_persistent(session)
+                self.conn.broker.track_persistent(session)
         # Normal disconnection discards the will; 0x04 asks for it to be sent.
         send_will = packet.reason_code == RC.DISCONNECT_WITH_WILL
-        conn.will_on_close(send_will)
-        conn.disconnect_reason = "normal"
         if not send_will:
             session.will = None
-        conn.close()
+        return KeepWill(send_will), Close("normal")
