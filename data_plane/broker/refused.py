@@ -11,8 +11,9 @@ a WebSocket refused before its upgrade) or no longer has one (a will that goes o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode as RC
 
 HOOK = "client.refused"
@@ -20,13 +21,88 @@ HOOK = "client.refused"
 NOT_REFUSALS = frozenset({RC.SERVER_SHUTTING_DOWN})
 
 
-def _tell(conn: Any, kind: str, reason_code: int, reason: str, **who: str) -> None:
+class HookRunner(Protocol):
+    """The broker's hooks (`hooks.Hooks`)."""
+
+    def has(self, name: str) -> bool: ...
+
+    def run(self, name: str, *args: Any) -> None: ...
+
+
+class Told(Protocol):
+    """Where the hooks are (`broker.Broker`)."""
+
+    @property
+    def hooks(self) -> HookRunner: ...
+
+
+class Refused(Protocol):
+    """Who was refused, as the hook's `connection` (a `connection.MQTTConnection`, or `_Gone`):
+    the hook reads its tenant, device, client id and peer."""
+
+    @property
+    def broker(self) -> Told: ...
+    @property
+    def peer(self) -> str: ...
+
+
+class ConnectRefusal(Protocol):
+    """The handshake's `Refusal`."""
+
+    @property
+    def reason_code(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def quota(self) -> str | None: ...
+    @property
+    def counts(self) -> tuple[str, ...]: ...
+
+
+class PublishRefusal(Protocol):
+    """Admission's `Refuse` or `Disconnect` (a `Pause` is no refusal: the hook never hears it)."""
+
+    @property
+    def reason_code(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def quota(self) -> str | None: ...
+    @property
+    def counts(self) -> tuple[str, ...]: ...
+
+
+class Will(Protocol):
+    """A will (`message.Message`): whose it was."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def publisher(self) -> str: ...
+
+
+class WillOwner(Protocol):
+    """The session a will belonged to (`session.Session`)."""
+
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def connection(self) -> object: ...
+
+
+def _tell(conn: Refused, kind: str, reason_code: int, reason: str, **who: str) -> None:
     hooks = conn.broker.hooks
     if hooks.has(HOOK):
         hooks.run(HOOK, conn, kind, int(reason_code), reason, who)
 
 
-def connect(conn: Any, refusal: Any, packet: Any) -> None:
+def connect(conn: Refused, refusal: ConnectRefusal, packet: Connect) -> None:
     """A CONNECT answered with a refusing CONNACK (`refusal`: the handshake's `Refusal`)."""
     if refusal.quota:
         kind, reason = "quota_exceeded", refusal.quota
@@ -34,7 +110,7 @@ def connect(conn: Any, refusal: Any, packet: Any) -> None:
         kind, reason = "acl_denied", refusal.reason or "not authorized"
     else:
         kind, reason = "auth_failed", refusal.reason or "authentication failed"
-    username = (getattr(packet, "username", None) or "")[:256]
+    username = (packet.username or "")[:256]
     _tell(
         conn,
         kind,
@@ -42,13 +118,13 @@ def connect(conn: Any, refusal: Any, packet: Any) -> None:
         reason,
         tenant=refusal.tenant or "",
         device=username.partition("/")[2],
-        client_id=(getattr(packet, "client_id", "") or "")[:256],
+        client_id=(packet.client_id or "")[:256],
     )
 
 
-def publish(conn: Any, decision: Any, topic: str) -> None:
-    """A PUBLISH refused, paused or ending the connection (admission's decision)."""
-    code = getattr(decision, "reason_code", 0) or RC.QUOTA_EXCEEDED
+def publish(conn: Refused, decision: PublishRefusal, topic: str) -> None:
+    """A PUBLISH refused or ending the connection (admission's decision)."""
+    code = decision.reason_code or RC.QUOTA_EXCEEDED
     if decision.quota:
         if decision.quota == "message_size":
             code = RC.PACKET_TOO_LARGE
@@ -56,10 +132,10 @@ def publish(conn: Any, decision: Any, topic: str) -> None:
     elif "denied" in decision.counts:
         _tell(conn, "acl_denied", code, f"publish {topic[:256]!r} not authorized")
     else:
-        _tell(conn, "malformed_packet", code, getattr(decision, "reason", ""))
+        _tell(conn, "malformed_packet", code, decision.reason)
 
 
-def subscribe(conn: Any, filters: list[str], codes: list[int]) -> None:
+def subscribe(conn: Refused, filters: list[str], codes: list[int]) -> None:
     """The filters of a SUBSCRIBE refused by the ACL or the subscription quota."""
     for topic_filter, code in zip(filters, codes, strict=True):
         if code == RC.NOT_AUTHORIZED:
@@ -68,12 +144,12 @@ def subscribe(conn: Any, filters: list[str], codes: list[int]) -> None:
             _tell(conn, "quota_exceeded", code, "subscriptions")
 
 
-def malformed(conn: Any, reason_code: int, reason: str) -> None:
+def malformed(conn: Refused, reason_code: int, reason: str) -> None:
     """Bytes that are not valid MQTT, or a protocol violation: the connection ends."""
     _tell(conn, "malformed_packet", reason_code, reason)
 
 
-def websocket(conn: Any, reason: str, address: str = "") -> None:
+def websocket(conn: Refused, reason: str, address: str = "") -> None:
     """A WebSocket the broker closes for bad framing or a bad upgrade (a client's frame not
     masked, reserved bits, a control frame too long, invalid UTF-8 in a close, bad HTTP…): for
     operators this is a malformed packet, the MQTT bytes never having been readable."""
@@ -84,24 +160,30 @@ def websocket(conn: Any, reason: str, address: str = "") -> None:
 class _Gone:
     """Who a will belonged to once its connection is gone (the hook's `connection`)."""
 
-    def __init__(self, broker: Any, session: Any, will: Any) -> None:
-        conn = getattr(session, "connection", None)
+    def __init__(self, broker: Told, session: WillOwner | None, will: Will) -> None:
         self.broker = broker
         self.tenant = will.tenant
-        self.device = will.device or getattr(session, "device", "")
-        self.client_id = getattr(session, "client_id", "") or will.publisher
-        self.peer = getattr(conn, "peer", "") if conn is not None else ""
+        self.device = will.device or (session.device if session is not None else "")
+        self.client_id = (session.client_id if session is not None else "") or will.publisher
+        conn = session.connection if session is not None else None
+        # A session's connection is any `ports.Outlet`; only a live MQTT connection has a peer.
+        self.peer: str = getattr(conn, "peer", "")
 
 
 def will(
-    broker: Any, session: Any, will_message: Any, kind: str, reason_code: int, reason: str
+    broker: Told,
+    session: WillOwner | None,
+    will_message: Will,
+    kind: str,
+    reason_code: int,
+    reason: str,
 ) -> None:
     """A will refused when it goes out (the ACL or the retained quota as they stand then; the
     connection may be long gone)."""
     _tell(_Gone(broker, session, will_message), kind, reason_code, reason)
 
 
-def disconnected(conn: Any, reason_code: int, reason: str) -> None:
+def disconnected(conn: Refused, reason_code: int, reason: str) -> None:
     """The server ends a live connection (keep-alive, kicked, taken over…)."""
     if reason_code not in NOT_REFUSALS:
         _tell(conn, "forced_disconnect", reason_code, reason or f"0x{reason_code:02x}")
