@@ -14,11 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from common.mqtt.codec import encode_ack
-from common.mqtt.packets import MQTT_5_0, PacketType, Publish
+from common.mqtt.packets import MQTT_5_0, PacketType, PubAck, PubComp, Publish, PubRec, PubRel
 from common.mqtt.reason_codes import ReasonCode as RC
+from data_plane.broker.accounting import Accounts
+from data_plane.broker.hooks import Hooks
+from data_plane.broker.resends import RecentPublishes
+from data_plane.broker.session import Delivery, Session
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +47,45 @@ def with_reason(
     return data if len(data) <= max_size else build(None)
 
 
-class AckOutlet(Protocol):
-    """What acknowledgements need of their connection."""
+class AckBroker(Protocol):
+    """What acknowledgements ask of the broker (`broker.Broker`)."""
 
-    broker: Any
-    session: Any
-    tenant: str
-    client_id: str
-    protocol_version: int
-    closing: bool
-    loop: asyncio.AbstractEventLoop
-    admission: Any  # its `recent` publishes: one whose commit failed is forgotten
+    @property
+    def accounts(self) -> Accounts: ...
+    @property
+    def hooks(self) -> Hooks: ...
+
+    def settled(self, session: Session, delivery: Delivery) -> None: ...
+
+
+class Remembers(Protocol):
+    """The connection's admission: its `recent` QoS 1 publishes."""
+
+    @property
+    def recent(self) -> RecentPublishes: ...
+
+
+class AckOutlet(Protocol):
+    """What acknowledgements need of their connection (after CONNACK: it has a session)."""
+
+    @property
+    def broker(self) -> AckBroker: ...
+    @property
+    def session(self) -> Session: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def protocol_version(self) -> int: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def admission(
+        self,
+    ) -> Remembers: ...  # its `recent` publishes: one whose commit failed is forgotten
 
     def send(self, data: bytes) -> None: ...
 
@@ -136,7 +168,7 @@ class Acks:
         else:
             conn.close()  # 3.1.1 cannot say it: no PUBACK, the client will resend
 
-    def pubrel(self, packet: Any) -> None:
+    def pubrel(self, packet: PubRel) -> None:
         """The client releases a QoS 2 packet id: PUBCOMP, after the release is durable."""
         conn = self.conn
         session = conn.session
@@ -152,19 +184,19 @@ class Acks:
 
     # -- the client's acknowledgements of our deliveries ----------------------------------------
 
-    def puback(self, packet: Any) -> None:
+    def puback(self, packet: PubAck) -> None:
         self._settled(self.conn.session.puback(packet.packet_id))
 
-    def pubcomp(self, packet: Any) -> None:
+    def pubcomp(self, packet: PubComp) -> None:
         self._settled(self.conn.session.pubcomp(packet.packet_id))
 
-    def _settled(self, delivery: Any) -> None:
+    def _settled(self, delivery: Delivery | None) -> None:
         if delivery is not None:
             conn = self.conn
             conn.broker.settled(conn.session, delivery)
             conn.broker.hooks.run("message.acked", conn.session, delivery)
 
-    def pubrec(self, packet: Any) -> None:
+    def pubrec(self, packet: PubRec) -> None:
         conn = self.conn
         session = conn.session
         failed = packet.reason_code >= RC.UNSPECIFIED_ERROR
@@ -185,7 +217,9 @@ class Acks:
     def send_ack(self, kind: PacketType, packet_id: int, code: int = 0) -> None:
         self.conn.send(encode_ack(kind, packet_id, code, None, self.conn.protocol_version))
 
-    async def _after_commit(self, commit: asyncio.Future, kind: PacketType, packet: Any) -> None:
+    async def _after_commit(
+        self, commit: asyncio.Future, kind: PacketType, packet: PubRec | PubRel
+    ) -> None:
         """PUBREL/PUBCOMP once the QoS 2 state change is durable; if the database refused it,
         close: the client resends after reconnecting and nothing is delivered twice."""
         conn = self.conn

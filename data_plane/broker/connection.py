@@ -87,7 +87,7 @@ class MQTTConnection(asyncio.Protocol):
         self.broker = broker
         self.config = broker.config
         self.transport_name = transport_name
-        self.transport: asyncio.BaseTransport | Any = None
+        self.transport: asyncio.Transport | Any = None
         self.reader = Reader(server_side=True, max_packet_size=broker.config.max_packet_size)
         self.loop = asyncio.get_event_loop()
         self.answered: asyncio.Future[None] = self.loop.create_future()  # CONNACK out, or closed

@@ -11,14 +11,16 @@ Built in: SCRAM-SHA-256 (RFC 5802/7677), so a device proves its secret without s
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from scramp import ScramException, ScramMechanism
 
-from common.mqtt.packets import Connect
+from common.mqtt.codec import encode
+from common.mqtt.packets import MQTT_5_0, Auth, Connect
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import AuthResult
 
@@ -156,3 +158,36 @@ class _ScramExchange:
             self.servers.append((credential, server))
         firsts = [server.get_server_first() for _, server in self.servers]  # each server's stage
         return Continue(firsts[0].encode())
+
+
+class EnhancedAuthState:
+    """A connection's enhanced authentication: its method, the CONNECT it answers for (the
+    identity on re-authentication), the exchange in progress and the wait for the next AUTH."""
+
+    __slots__ = ("method", "connect", "exchange", "busy", "final_data", "_waiter", "_loop")
+
+    def __init__(self, method: str, connect: Connect, loop: asyncio.AbstractEventLoop) -> None:
+        self.method, self.connect, self._loop = method, connect, loop
+        self.exchange: Exchange | None = None  # a re-authentication in progress
+        self.busy = False  # a step is being judged: the client must wait for our answer
+        self.final_data: bytes | None = None  # for CONNACK
+        self._waiter: asyncio.Future | None = None
+
+    def properties(self, data: bytes | None) -> dict[str, Any]:
+        """The method (always, [MQTT-4.12.0-5]) and the data, if any."""
+        props: dict[str, Any] = {"authentication_method": self.method}
+        if data:
+            props["authentication_data"] = data
+        return props
+
+    def packet(self, reason_code: int, data: bytes | None) -> bytes:
+        return encode(Auth(reason_code, self.properties(data)), MQTT_5_0)
+
+    async def wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        await self._waiter
+        self._waiter = None
+
+    def wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)

@@ -20,9 +20,43 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
+from common.mqtt.packets import Publish
+from data_plane.broker.accounting import Accounts
+from data_plane.broker.session import Session
 from data_plane.broker.turns import TenantTurns
+
+
+class Reading(Protocol):
+    """The connection's transport, as the gate sees it."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+class FlowBroker(Protocol):
+    """What the gate and the pacer ask of the broker (`broker.Broker`)."""
+
+    @property
+    def accounts(self) -> Accounts: ...
+
+    def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None: ...
+
+
+class FlowOwner(Protocol):
+    """The connection, as its gate and pacer see it."""
+
+    @property
+    def transport(self) -> Reading: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def broker(self) -> FlowBroker: ...
+    @property
+    def session(self) -> Session | None: ...
 
 
 class ReadGate:
@@ -35,7 +69,7 @@ class ReadGate:
 
     def __init__(
         self,
-        owner: Any,
+        owner: FlowOwner,
         loop: asyncio.AbstractEventLoop,
         process: Callable[[list], None],
         turns: TenantTurns,
@@ -72,7 +106,7 @@ class ReadGate:
         self.owner.transport.pause_reading()
         self.loop.call_soon(self._end_burst)
 
-    def hold_for_rate(self, packet: Any) -> None:
+    def hold_for_rate(self, packet: Publish) -> None:
         """Over a publish rate: stop reading; `packet` goes first when the tenant's share
         wakes us (`wake`)."""
         if not self.rate:
@@ -164,7 +198,7 @@ class OutboundPacer:
 
     __slots__ = ("owner", "loop", "_timer")
 
-    def __init__(self, owner: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, owner: FlowOwner, loop: asyncio.AbstractEventLoop) -> None:
         self.owner = owner  # the connection: its tenant, broker and session
         self.loop = loop
         self._timer: asyncio.TimerHandle | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,11 +27,20 @@ from data_plane.broker import refused
 from data_plane.broker.accounting import Accounts
 from data_plane.broker.actions import Actions, Close, Disconnect, Renewed, Send, SendNow
 from data_plane.broker.auth import Authenticator, AuthResult
-from data_plane.broker.enhanced_auth import Continue, Exchange, Fail, Method, Step, Succeed
+from data_plane.broker.enhanced_auth import (
+    Continue,
+    EnhancedAuthState,
+    Exchange,
+    Fail,
+    Method,
+    Step,
+    Succeed,
+)
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.limits import NEVER_EXPIRES, too_deep
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Cluster
+from data_plane.broker.session import Session
 from data_plane.broker.stats import Redirect
 from data_plane.config import BrokerConfig
 
@@ -40,40 +49,18 @@ log = logging.getLogger(__name__)
 CONNACK_WAIT = 2.0  # seconds a CONNECT waits for an earlier one of its client id to be answered
 
 
-class Answering(Protocol):
-    """A connection as an earlier CONNECT of the same client id: `answered` is done once its
-    CONNACK is written or it closes (refused, lost, taken over)."""
-
-    @property
-    def answered(self) -> asyncio.Future[None]: ...
-
-
-class Claimed(Protocol):
-    """A session as the handshake sees it: whose it is now."""
-
-    @property
-    def connection(self) -> Answering | None: ...
-
-
 class HandshakeBroker(Protocol):
     """What the handshake asks of the broker (`broker.Broker`): who may come in, and whether
-    the tenant's limits leave room. It changes nothing there."""
+    the tenant's limits leave room; it changes nothing there but the counts of a refusal. A
+    session's connection is a `ports.Outlet`: its `answered` is what `claim` awaits."""
 
-    @property
-    def authenticator(self) -> Authenticator: ...
-    @property
-    def enhanced_auth(self) -> Mapping[str, Method]: ...
-    @property
-    def redirect(self) -> Callable[[Connect, AuthResult], Redirect | None] | None: ...
-    @property
-    def cluster(self) -> Cluster | None: ...
-    @property
-    def sessions(self) -> Mapping[tuple[str, str], Claimed]: ...
-
-    @property
-    def accounts(self) -> Accounts: ...
-    @property
-    def hooks(self) -> Hooks: ...  # `refused` tells them
+    authenticator: Authenticator
+    enhanced_auth: dict[str, Method]
+    redirect: Callable[[Any, Any], Redirect | None] | None
+    cluster: Cluster | None
+    sessions: dict[tuple[str, str], Session]
+    accounts: Accounts
+    hooks: Hooks  # `refused` tells them
 
     def connection_count(self, tenant: str) -> int: ...
 
@@ -84,16 +71,30 @@ class HandshakeOutlet(Protocol):
     """What the handshake needs of its connection: what it knows (read only), and `apply` for
     what the handshake decided while it waits (AUTH challenges, the end of the connection)."""
 
-    broker: HandshakeBroker
-    config: BrokerConfig
-    peer: str
-    reader: Reader
-    closing: bool
-    tenant: str
-    device: str
-    loop: asyncio.AbstractEventLoop
-    answered: asyncio.Future[None]  # done once CONNACK is written or the connection closes
-    peer_certificate: tuple[bytes, ...] | None  # a TLS client's verified chain (DER), leaf first
+    @property
+    def broker(self) -> HandshakeBroker: ...
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def peer(self) -> str: ...
+    @property
+    def reader(self) -> Reader: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def answered(
+        self,
+    ) -> asyncio.Future[None]: ...  # done once CONNACK is written or the connection closes
+    @property
+    def peer_certificate(
+        self,
+    ) -> tuple[bytes, ...] | None: ...  # a TLS client's verified chain (DER), leaf first
 
     def apply(self, actions: Actions) -> None: ...
 
@@ -366,7 +367,7 @@ class Handshake:
                 conn.apply(Close())
                 return None
             if (
-                packet.type is not PacketType.AUTH  # [MQTT-3.1.2-30]
+                not isinstance(packet, Auth)  # [MQTT-3.1.2-30]
                 or packet.reason_code != RC.CONTINUE_AUTHENTICATION  # [MQTT-4.12.0-3]
                 or packet.properties.get("authentication_method") != name  # [MQTT-4.12.0-5]
             ):
@@ -443,36 +444,3 @@ class Handshake:
         if code == RC.BAD_USER_NAME_OR_PASSWORD:
             code = RC.NOT_AUTHORIZED
         return Disconnect(code, step.reason if isinstance(step, Fail) else "identity changed")
-
-
-class EnhancedAuthState:
-    """A connection's enhanced authentication: its method, the CONNECT it answers for (the
-    identity on re-authentication), the exchange in progress and the wait for the next AUTH."""
-
-    __slots__ = ("method", "connect", "exchange", "busy", "final_data", "_waiter", "_loop")
-
-    def __init__(self, method: str, connect: Connect, loop: asyncio.AbstractEventLoop) -> None:
-        self.method, self.connect, self._loop = method, connect, loop
-        self.exchange: Exchange | None = None  # a re-authentication in progress
-        self.busy = False  # a step is being judged: the client must wait for our answer
-        self.final_data: bytes | None = None  # for CONNACK
-        self._waiter: asyncio.Future | None = None
-
-    def properties(self, data: bytes | None) -> dict[str, Any]:
-        """The method (always, [MQTT-4.12.0-5]) and the data, if any."""
-        props: dict[str, Any] = {"authentication_method": self.method}
-        if data:
-            props["authentication_data"] = data
-        return props
-
-    def packet(self, reason_code: int, data: bytes | None) -> bytes:
-        return encode(Auth(reason_code, self.properties(data)), MQTT_5_0)
-
-    async def wait(self) -> None:
-        self._waiter = self._loop.create_future()
-        await self._waiter
-        self._waiter = None
-
-    def wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)

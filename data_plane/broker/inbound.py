@@ -33,7 +33,6 @@ from data_plane.broker.admission import (
     Duplicate,
     Pause,
     PublishAdmission,
-    PublishDecision,
     Refuse,
 )
 from data_plane.broker.auth import AuthResult
@@ -82,15 +81,26 @@ class InboundOutlet(Protocol):
     """What the request handlers need of their connection (after CONNACK: a session and its
     authentication are there); what it must do is returned, not done through it."""
 
-    broker: InboundBroker
-    session: Session
-    auth: AuthResult
-    tenant: str
-    device: str
-    client_id: str
-    protocol_version: int
-    acks: Acks
-    gate: Gate
+    @property
+    def broker(self) -> InboundBroker: ...
+    @property
+    def session(self) -> Session: ...
+    @property
+    def auth(self) -> AuthResult: ...
+    @property
+    def peer(self) -> str: ...  # who `refused` names
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def protocol_version(self) -> int: ...
+    @property
+    def acks(self) -> Acks: ...
+    @property
+    def gate(self) -> Gate: ...
 
     def send(self, data: bytes) -> None: ...
 
@@ -106,7 +116,7 @@ class Inbound:
         conn = self.conn
         decision = self.admission.admit(packet, conn.session.inbound_qos2)
         if type(decision) is not Accept:
-            return self._not_accepted(packet, decision)
+            return self._not_accepted(packet, decision)  # type: ignore[arg-type]
         broker = conn.broker
         message = decision.message
         if decision.service is not None:  # a device shadow request: answered on its topics
@@ -130,12 +140,14 @@ class Inbound:
         conn.acks.accepted(packet, code, commits or [])
         return None
 
-    def _not_accepted(self, packet: Publish, decision: PublishDecision) -> Actions:
+    def _not_accepted(
+        self, packet: Publish, decision: Duplicate | Refuse | admission.Disconnect | Pause
+    ) -> Actions:
         conn = self.conn
-        if type(decision) is Duplicate:
+        if isinstance(decision, Duplicate):
             conn.acks.duplicate(packet)
             return None
-        if type(decision) is Pause:  # slowed: tried again when the tenant's share wakes it
+        if isinstance(decision, Pause):  # slowed: tried again when the tenant's share wakes it
             conn.broker.quota_exceeded(conn.tenant, decision.quota, throttled=True)
             conn.gate.hold_for_rate(packet)
             return None

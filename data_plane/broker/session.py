@@ -8,18 +8,28 @@ dropped first. Acknowledgements free inflight slots and `pump()` sends what wait
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from common.mqtt.codec import encode_ack
 from common.mqtt.packets import PacketType
+from data_plane.broker.auth import Authorizer
 from data_plane.broker.message import Message
 from data_plane.broker.outgoing import encode_delivery
-from data_plane.broker.ports import Outlet
+from data_plane.broker.ports import Outlet, SessionStorage
+from data_plane.broker.router import SharedGroup
 
 AWAIT_PUBACK, AWAIT_PUBREC, AWAIT_PUBCOMP = 1, 2, 3
+
+
+class Held(Protocol):
+    """A publisher that stopped reading for this session (its connection): released here."""
+
+    def unthrottle_by(self, session: Session) -> None: ...
 
 
 @dataclass(slots=True)
@@ -28,7 +38,9 @@ class Delivery:
     qos: int
     retain: bool
     subscription_ids: tuple[int, ...] = ()
-    group: Any = None  # the SharedGroup it came through, to hand it on if this member leaves
+    group: SharedGroup | None = (
+        None  # the SharedGroup it came through, to hand it on if this member leaves
+    )
     seq: int | None = None  # position in the session's durable queue, when persisted
 
 
@@ -64,33 +76,35 @@ class Session:
     connection: Outlet | None = None
     next_packet_id: int = 1
     dropped: int = 0
-    expiry_handle: Any = None
+    expiry_handle: asyncio.TimerHandle | None = None
     # The connected client's will, kept here so a persistent session stores it: after a crash the
     # restarted broker publishes it (client lost its connection) unless the client comes back
     # within the will delay. `will_due` is the monotonic publish time once scheduled.
     will: Message | None = None
     will_delay: int = 0
     will_due: float | None = None
-    will_handle: Any = None
-    on_drop: Any = None  # callable(session, delivery, cause)
-    on_sent: Any = None  # callable(session, delivery, size)
+    will_handle: asyncio.TimerHandle | None = None
+    on_drop: Callable[[Session, Delivery, str], None] | None = None  # (…, cause)
+    on_sent: Callable[[Session, Delivery, int], None] | None = None  # (…, size)
     # Publishers paused because this session's queue backed up (see `backs_up`), released
     # once it has drained to a quarter (`release_publishers`).
-    blocked_publishers: dict = field(default_factory=dict)  # in the order they were held
+    blocked_publishers: dict[Held, None] = field(
+        default_factory=dict
+    )  # in the order they were held
     tenant_id: int | None = None  # set when the tenant lives in the database
     next_seq: int = 0  # last sequence number used in the durable queue
     queued_qos0: int = 0  # QoS 0 deliveries in `queue`
     # callable(session, delivery) -> commit future, for persistent sessions (storage layer)
-    persist: Any = None
+    persist: Callable[[Session, Delivery], asyncio.Future] | None = None
     queue_qos0_offline: bool = False  # the tenant's setting: QoS 0 waits while offline
-    durable: Any = None  # the SessionPersistence, for persistent sessions
+    durable: SessionStorage | None = None  # for persistent sessions
     # callable(topic) -> bool when the device's ACL may withhold some topics its subscriptions
     # match (Mosquitto's read semantics: judged per message, live and retained); else None.
-    read_filter: Any = None
+    read_filter: Callable[[str], bool] | None = None
     # The device's authorizer and quota as of its last connection: a will is judged by them
     # when it goes out (None after a restart: then only the broker's own rules apply).
-    acl: Any = None
-    quota: Any = None
+    acl: Authorizer | None = None
+    quota: dict[str, int] | None = None
     # Held a publisher for its whole allowance without draining: it no longer holds anyone
     # (its queue fills to its limit and drops) until it has drained again.
     stalled: bool = False
@@ -105,7 +119,7 @@ class Session:
 
     # -- outbound -------------------------------------------------------------------------
 
-    def deliver(self, delivery: Delivery) -> Any:
+    def deliver(self, delivery: Delivery) -> asyncio.Future | None:
         """Send, queue or drop `delivery`; returns the commit of its durable copy (a future the
         publisher's acknowledgement waits for) when the session is persistent, else None."""
         if self.read_filter is not None and not self.read_filter(delivery.message.topic):
@@ -179,11 +193,11 @@ class Session:
         queue = self.queue
         return bool(queue) and queue[-1] is delivery and len(queue) >= self.max_queued // 2
 
-    def hold(self, publisher: Any) -> None:
+    def hold(self, publisher: Held) -> None:
         """`publisher` stopped reading for this session: release it once drained."""
         self.blocked_publishers[publisher] = None
 
-    def withhold(self, may_read: Any) -> None:
+    def withhold(self, may_read: Callable[[str], bool]) -> None:
         """Drop what waits in the queue on topics the device may not read: queued before its
         ACL was known (a session restored after a restart) or before the ACL changed."""
         if not self.queue:

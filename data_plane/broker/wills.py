@@ -4,14 +4,32 @@ admission's; `go_out` applies it for `Broker.publish_will`."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker import refused
+from data_plane.broker.accounting import Accounts
+from data_plane.broker.hooks import Hooks
 from data_plane.broker.limits import too_deep
 from data_plane.broker.message import Message
-from data_plane.broker.ports import NOTHING
+from data_plane.broker.ports import NOTHING, Published
 from data_plane.broker.retained import RetainedStore
+from data_plane.broker.session import Session
+
+
+class WillBroker(Protocol):
+    """What a will going out asks of the broker (`broker.Broker`)."""
+
+    @property
+    def retained(self) -> RetainedStore: ...
+    @property
+    def hooks(self) -> Hooks: ...
+    @property
+    def accounts(self) -> Accounts: ...
+
+    def publish(self, message: Message) -> Published: ...
+
+    def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None: ...
 
 
 class WillRefused(NamedTuple):
@@ -20,7 +38,7 @@ class WillRefused(NamedTuple):
     reason: str
 
 
-def refusal(will: Message, session: Any, retained: RetainedStore) -> WillRefused | None:
+def refusal(will: Message, session: Session | None, retained: RetainedStore) -> WillRefused | None:
     """Why `will` may not go out, or None: never on the broker's `$` topics, within the
     device's ACL and the tenant's retained quota."""
     if will.topic[:1] == "$" or too_deep(will.topic):
@@ -41,7 +59,7 @@ def refusal(will: Message, session: Any, retained: RetainedStore) -> WillRefused
     return None
 
 
-def go_out(broker: Any, session: Any, will: Message) -> Any:
+def go_out(broker: WillBroker, session: Session | None, will: Message) -> Published:
     """Publish `will` if it may go (the `session.will` hook hears of it), else count and tell
     the refusal like any other; returns the `Published`."""
     refusal_ = refusal(will, session, broker.retained)

@@ -11,13 +11,46 @@ follows it.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Sized
+from typing import Protocol
+
+
+class Transport(Protocol):
+    """What the writer does to the connection's transport (TCP, TLS or a WebSocket's)."""
+
+    def write(self, data: bytes) -> None: ...
+    def is_closing(self) -> bool: ...
+    def get_extra_info(self, name: str) -> object: ...
+    def can_write_eof(self) -> bool: ...
+    def write_eof(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Pumped(Protocol):
+    """The connection's session: it sends what it queued while this turn's batch was full."""
+
+    @property
+    def queue(self) -> Sized: ...
+
+    def pump(self) -> None: ...
+
+
+class WriterOwner(Protocol):
+    """The connection, as its writer sees it."""
+
+    @property
+    def transport(self) -> Transport: ...
+    @property
+    def session(self) -> Pumped | None: ...
+    @property
+    def write_paused(self) -> bool: ...
 
 
 class Writer:
     __slots__ = ("owner", "loop", "pending", "size", "scheduled", "hold", "shut_down")
 
-    def __init__(self, owner: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, owner: WriterOwner, loop: asyncio.AbstractEventLoop) -> None:
         self.owner = owner  # the connection: its transport, session and `write_paused`
         self.loop = loop
         self.pending: list[bytes] = []
