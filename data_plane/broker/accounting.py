@@ -29,9 +29,19 @@ COUNTERS = frozenset({"denied", "dropped", "rate_limited"})
 class Receiver(Protocol):
     """Whom a delivery was sent to (a `Session`)."""
 
-    tenant: str
-    client_id: str
-    device: str
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+
+
+class Sent(Protocol):
+    """What was sent (a `session.Delivery`)."""
+
+    @property
+    def message(self) -> Message: ...
 
 
 def platform(client_id: str) -> bool:
@@ -66,11 +76,14 @@ class Accounts:
         units = retained_store_units(message.billable_units(), len(message.payload))
         self._bill(self.stats[message.tenant], message.device, units)
 
-    def sent(self, receiver: Receiver, message: Message, size: int) -> None:
-        """A delivery written to its client (`size`: its payload)."""
+    def delivered(self, receiver: Receiver, delivery: Sent, size: int) -> None:
+        """A delivery written to its client (`size`: its payload): counted, billed, and told to
+        the `message.delivered` hook. The session calls it directly (`Session.on_sent`): one
+        call per delivery, as when the broker counted inline."""
         stats = self.stats[receiver.tenant]
         stats.messages_sent += 1
         stats.bytes_sent += size
+        message = delivery.message
         publisher, client_id = message.publisher, receiver.client_id
         if (publisher[:1] == "$" and is_platform_client(publisher)) or (
             client_id[:1] == "$" and is_platform_client(client_id)
@@ -80,6 +93,8 @@ class Accounts:
         else:
             stats.message_units += (units := message.billable_units())
             stats.device_units[receiver.device] += units
+        if self._hooks.has("message.delivered"):
+            self._hooks.run("message.delivered", receiver, delivery)
 
     def dropped(self, tenant: str, count: int = 1) -> None:
         """Messages dropped: a full or expired queue, a refused PUBLISH, a lost forward."""

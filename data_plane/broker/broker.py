@@ -143,7 +143,7 @@ class Broker:
         """Wire a session to this broker's accounting (drops, sends): every session, whether
         opened by a client or restored from storage."""
         session.on_drop = self._dropped
-        session.on_sent = self._sent
+        session.on_sent = self.accounts.delivered  # (and the `message.delivered` hook)
         self.hooks.run("session.adopted", session)  # e.g. the cluster's move window
 
     def expire_later(self, session: Session, delay: float) -> None:
@@ -267,11 +267,6 @@ class Broker:
             commits.append(commit)
         if session.queue and session.backs_up(delivery):  # cheap one first
             backed_up.append(session)
-
-    def _sent(self, session: Session, delivery: Delivery, size: int) -> None:
-        self.accounts.sent(session, delivery.message, size)
-        if self.hooks.has("message.delivered"):
-            self.hooks.run("message.delivered", session, delivery)
 
     def settled(self, session: Session, delivery: Delivery) -> None:
         """A delivery the client acknowledged (or that was dropped): its durable copy goes."""

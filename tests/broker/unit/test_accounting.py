@@ -21,13 +21,21 @@ def test_a_devices_publish_is_billed_and_the_platforms_is_counted_apart():
     assert stats.message_units == 2 and dict(stats.device_units) == {"d1": 2}  # 5 KiB units
 
 
-def test_deliveries_to_devices_are_billed_to_the_receiver():
-    accounts = Accounts(Hooks())
+def test_deliveries_to_devices_are_billed_to_the_receiver_and_told():
+    hooks = Hooks()
+    heard: list = []
+    hooks.add("message.delivered", lambda *args: heard.append(args))
+    accounts = Accounts(hooks)
     message = Message("t", b"x", 0, False, tenant="acme", publisher="c1", device="d1")
-    accounts.sent(SimpleNamespace(tenant="acme", client_id="c2", device="d2"), message, 1)
-    accounts.sent(SimpleNamespace(tenant="acme", client_id="$portal-1", device=""), message, 1)
+    delivery = SimpleNamespace(message=message)
+    device = SimpleNamespace(tenant="acme", client_id="c2", device="d2")
+    accounts.delivered(device, delivery, 1)
+    accounts.delivered(
+        SimpleNamespace(tenant="acme", client_id="$portal-1", device=""), delivery, 1
+    )
     stats = accounts.stats["acme"]
     assert (stats.messages_sent, stats.system_sent, dict(stats.device_units)) == (2, 1, {"d2": 1})
+    assert heard[0] == (device, delivery)  # the hook hears each delivery
 
 
 def test_refusals_count_their_quota_through_the_hooks_and_only_known_counters():
