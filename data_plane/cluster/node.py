@@ -238,7 +238,7 @@ class Cluster:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     def _count_dropped(self, tenant: str, count: int) -> None:
-        self.broker.stats[tenant].dropped += count
+        self.broker.accounts.dropped(tenant, count)
 
     def metrics(self) -> Iterator[Any]:
         """The cluster's families for /metrics (see `node_metrics`)."""
