@@ -14,7 +14,6 @@ skipped.
 from __future__ import annotations
 
 import io
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +25,7 @@ import pyarrow.parquet as pq
 from common.journey_io import conform, journey_files
 from common.journey_schema import CLIENT_EVENTS, CLIENTS, MESSAGES, OUTCOMES, SCHEMAS
 from common.mqtt.errors import MQTTError
+from common.mqtt.topics import topic_filter_regex as mqtt_topic_filter_regex
 from common.mqtt.topics import validate_topic_filter
 from common.object_store import LocalObjectStore, ObjectNotFound, open_object_store
 
@@ -48,23 +48,13 @@ class Page:
 
 
 def topic_filter_regex(topic_filter: str) -> str:
-    """An MQTT filter as a regular expression (RE2: no look-ahead) over whole topics (`+` one
-    level, `#` the rest, the parent included; a first-level wildcard never matches `$` topics)."""
+    """An MQTT filter as a regular expression over whole topics (DuckDB's `regexp_full_match`):
+    the codec's one translation, after a check whose error names the query parameter."""
     try:
         validate_topic_filter(topic_filter)
     except MQTTError as exc:
         raise JourneyQueryError("topic", f"not a valid topic filter: {exc}") from None
-    levels = topic_filter.split("/")
-    parts: list[str] = []
-    for index, level in enumerate(levels):
-        if level == "#":
-            prefix = "/".join(parts)
-            return "[^$].*" if index == 0 else f"{prefix}(/.*)?"
-        if level == "+":
-            parts.append("([^$/][^/]*)?" if index == 0 else "[^/]*")
-        else:
-            parts.append(re.escape(level))
-    return "/".join(parts)
+    return mqtt_topic_filter_regex(topic_filter)
 
 
 def parse_time(value: str | None, field: str) -> datetime | None:

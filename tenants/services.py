@@ -23,6 +23,7 @@ from common.client_id_pattern import validate as validate_client_id_pattern
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_filter, validate_topic_name
 from common.notifications import ChangeKind
+from common.rule_actions import RuleActionError, normalize_actions
 from common.rules import Budget, RuleRuntimeError, RuleSyntaxError, default_budget, dry_run
 from common.storable import storable_text, utf8_value
 from tenants import audit
@@ -42,7 +43,6 @@ from tenants.models import (
     Tenant,
 )
 from tenants.notify import announce
-from tenants.rule_actions import RuleActionError, normalize_actions
 from tenants.rule_sql import RuleSqlError, validate_rule_sql
 
 logger = logging.getLogger(__name__)

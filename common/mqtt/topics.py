@@ -108,3 +108,31 @@ def filters_intersect(a: Sequence[str], b: Sequence[str]) -> bool:
         if left != "+" and right != "+" and left != right:
             return False
     return True
+
+
+def topic_filter_regex(topic_filter: str) -> str:
+    """The one translation of a (valid) topic filter into a regular expression: it full-matches
+    exactly the topics `topic_matches` matches, `$` rule included. Portable on purpose: no flags,
+    no look-around, no `\\Q…\\E`, every ASCII punctuation escaped with a backslash, so Python's
+    `re.fullmatch`, RE2 (DuckDB's `regexp_full_match`) and Java (Spark's `rlike`, anchored by
+    the caller as `^(?:…)\\z`) read it alike. `[\\s\\S]` rather than `.`: a topic may hold a newline.
+    """
+    levels = topic_filter.split("/")
+    parts: list[str] = []
+    for index, level in enumerate(levels):
+        first = index == 0
+        if level == "#":
+            # The parent level too (`a/#` matches `a`); a leading `#` never reaches `$` topics.
+            rest = r"(?:[^$][\s\S]*)?" if first else r"(?:/[\s\S]*)?"
+            return "/".join(parts) + rest
+        if level == "+":
+            parts.append(r"(?:[^$/][^/]*)?" if first else "[^/]*")
+        else:
+            parts.append(_regex_literal(level))
+    return "/".join(parts)
+
+
+def _regex_literal(text: str) -> str:
+    # A backslash before every ASCII character but letters, digits and `_` (a literal in all
+    # three dialects; RE2 refuses one before a non-ASCII character, which needs none).
+    return "".join("\\" + c if c.isascii() and not (c.isalnum() or c == "_") else c for c in text)

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.rules.topics import topic_filter_problem
+from common.rules.topics import topic_filter_problem, topic_filter_regex
 from common.rules.values import parse_number
 
 EXACT = 2**53
@@ -328,13 +328,6 @@ def _like_twice(key: str) -> str:
     return f"%{quoted}%{quoted}%"
 
 
-def _re_quote(text: str) -> str:
-    """`text` as a literal inside an RE2 pattern."""
-    if "\\E" in text:
-        raise NotNative("a text RE2 cannot quote")
-    return f"\\Q{text}\\E" if text else ""
-
-
 def _isin(column: str, values: list) -> str:
     if not values:
         return "false"
@@ -443,8 +436,8 @@ def _compare_number_text(text: str, op: str, value: int | float) -> Cond:
 
 
 def topic_matches(column: str, topic_filter: str) -> str:
-    """The exact MQTT match of `topic_filter` on a topic column (RE2 has no look-ahead: a
-    filter starting with a wildcard excludes `$` topics with a test of its own)."""
+    """The exact MQTT match of `topic_filter` on a topic column: without `+`, an equality or a
+    prefix test; with one, the codec's regex."""
     levels = topic_filter.split("/")
     dollar = f"NOT starts_with({column}, '$')" if topic_filter[:1] in ("+", "#") else None
     if "+" not in levels:
@@ -455,14 +448,8 @@ def topic_matches(column: str, topic_filter: str) -> str:
         prefix = "/".join(levels[:-1])
         test = f"({column} = {literal(prefix)} OR starts_with({column}, {literal(prefix + '/')}))"
         return f"({test} AND {dollar})" if dollar else test
-    tail = ""
-    if levels[-1] == "#":
-        levels = levels[:-1]
-        tail = "(/.*)?" if levels else ".*"
-    parts = ["[^/]*" if level == "+" else _re_quote(level) for level in levels]
-    pattern = "(?s)" + "/".join(parts) + tail
-    test = f"regexp_full_match({column}, {literal(pattern)})"
-    return f"({test} AND {dollar})" if dollar else f"({test})"
+    # The codec's translation decides the `$` rule itself (no look-ahead: RE2 takes it).
+    return f"regexp_full_match({column}, {literal(topic_filter_regex(topic_filter))})"
 
 
 # -- a rule --------------------------------------------------------------------------------------

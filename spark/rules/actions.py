@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import secrets
 import threading
 import time
@@ -35,10 +34,10 @@ import pyarrow.parquet as pq
 
 from common import sealed, service_token
 from common.object_store import ObjectStore
+from common.rule_actions import DATASET_NAME, QOS_LEVELS, republish_topic_problem
 from common.webhook import post_signed
 from spark.rules.ledger import ActionKey
 
-DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 BROKER_AWAY = (
     "republish: the platform's broker did not take the message (the operator has the details)"
 )
@@ -246,14 +245,14 @@ class ActionRunner:
     def republish(self, job: Job) -> Outcome:
         action = job.action
         topic = self.render(str(action.get("topic", "")), job.output)
-        if not topic or "+" in topic or "#" in topic or topic.startswith("$") or "\0" in topic:
+        if republish_topic_problem(topic) is not None:
             return Outcome(job, False, f"republish: invalid topic {topic!r}")
         template = action.get("payload")
         payload = (
             _to_json(job.output) if template in (None, "") else self.render(template, job.output)
         )
         qos = int(action.get("qos", 0) or 0)
-        if qos not in (0, 1, 2):
+        if qos not in QOS_LEVELS:
             return Outcome(job, False, f"republish: invalid qos {qos}")
         retain = bool(action.get("retain", False))
         last = ""

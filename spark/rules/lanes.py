@@ -37,6 +37,7 @@ from typing import Any
 
 from common import sealed, service_token
 from common.object_store import ObjectStore
+from common.rule_actions import QOS_LEVELS, republish_topic_problem
 from common.webhook import Timeouts, output_json, post_once
 from spark.rules.actions import BROKER_AWAY, UNOPENED, ActionRunner, Job, Outcome, log_detail
 from spark.rules.ledger import ActionKey
@@ -357,7 +358,7 @@ class ActionLanes:
     async def _republish(self, job: Job) -> None:
         action = job.action
         topic = self.writer.render(str(action.get("topic", "")), job.output)
-        if not topic or "+" in topic or "#" in topic or topic.startswith("$") or "\0" in topic:
+        if republish_topic_problem(topic) is not None:
             self._finish(Outcome(job, False, f"republish: invalid topic {topic!r}", dead=True))
             return
         template = action.get("payload")
@@ -367,7 +368,7 @@ class ActionLanes:
             else self.writer.render(template, job.output)
         )
         qos = int(action.get("qos", 0) or 0)
-        if qos not in (0, 1, 2):
+        if qos not in QOS_LEVELS:
             self._finish(Outcome(job, False, f"republish: invalid qos {qos}", dead=True))
             return
         publisher = self.publishers.get(job.rule_id)

@@ -46,6 +46,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from common.archive_schema import EVENT_PUBLISH
+from common.mqtt.topics import topic_filter_regex
 from common.rules.values import parse_number
 
 VARIANT_COLUMN = "_v"  # the payload parsed once per row
@@ -78,29 +79,13 @@ def _false() -> Column:
     return F.lit(False)
 
 
-def topic_filter_java_regex(topic_filter: str) -> str | None:
-    """The exact MQTT match of `topic_filter` as a Java regex (None when it cannot be quoted)."""
-    if "\\E" in topic_filter:
-        return None
-    levels = topic_filter.split("/")
-    tail = ""
-    if levels[-1] == "#":
-        levels = levels[:-1]
-        tail = "(/.*)?" if levels else ".*"
-    parts = ["[^/]*" if level == "+" else f"\\Q{level}\\E" for level in levels]
-    head = "(?!\\$)" if topic_filter[:1] in ("+", "#") else ""
-    return "(?s)^" + head + "/".join(parts) + tail + "\\z"
-
-
-def topic_matches(topic: Column, topic_filter: str) -> Column | None:
-    """The exact MQTT match of `topic_filter` (None when it cannot be quoted): without `+`, an
-    equality or a prefix test (what the regex decides, without a regex engine per row)."""
-    regex = topic_filter_java_regex(topic_filter)
-    if regex is None:
-        return None
+def topic_matches(topic: Column, topic_filter: str) -> Column:
+    """The exact MQTT match of `topic_filter`: the codec's regex (`topic_filter_regex`), or
+    without `+` an equality or a prefix test (what the regex decides, without a regex per row)."""
     levels = topic_filter.split("/")
     if "+" in levels:
-        return topic.rlike(regex)
+        # `rlike` finds: anchored at both ends (`\z`, not `$`, which also passes a final newline).
+        return topic.rlike("^(?:" + topic_filter_regex(topic_filter) + ")\\z")
     if levels[-1] != "#":
         return topic == F.lit(topic_filter)
     if len(levels) == 1:  # `#`: every topic but the `$` ones
@@ -319,7 +304,7 @@ class RuleCompiler:
         if op == "=~":
             if left == ("var", "topic", []) and right[0] == "const" and isinstance(right[1], str):
                 match = topic_matches(F.col("topic"), right[1])
-                if match is not None and "topic" not in self.bound:
+                if "topic" not in self.bound:
                     return Cond(F.coalesce(match, _false()), _true())
             raise NotNative("=~ other than topic =~ 'filter'")
         if left[0] == "const" and right[0] != "const":
@@ -553,8 +538,6 @@ def compile_native(sql: str, stage: Stage) -> NativeRule:
     if not statement.sources or any(s.startswith("$events/") for s in statement.sources):
         raise NotNative("event sources")
     filters = [topic_matches(F.col("topic"), s) for s in statement.sources]
-    if any(f is None for f in filters):
-        raise NotNative("a filter that cannot be quoted")
     bound: set[str] = set()
     names: list[str] = []
     star = False
@@ -613,6 +596,5 @@ __all__ = [
     "NotNative",
     "Stage",
     "compile_native",
-    "topic_filter_java_regex",
     "topic_matches",
 ]

@@ -8,9 +8,9 @@ import json
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common.rule_actions import redact_secrets
 from tenants import disconnect_reasons, selectors
 from tenants.models import QUOTA_KEYS
-from tenants.rule_actions import redact_secrets
 
 
 class StrictInput(serializers.Serializer):

@@ -19,6 +19,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from common import service_token
+from common.rule_actions import redact_secrets
 from tenants import accounts, disconnect_reasons, selectors, services, throttles
 from tenants import onboarding as onboarding_snippets
 from tenants.journey_display import code_meanings
@@ -34,7 +35,6 @@ from tenants.portal.forms import (
 )
 from tenants.portal.shadow_editor import editor_context
 from tenants.quota_display import quota_rows
-from tenants.rule_actions import redact_secrets
 from tenants.throttling import limit_activity
 from tenants.throttling_display import drops_summary, throttling_items
 

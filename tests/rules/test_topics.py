@@ -1,5 +1,6 @@
-"""Topic filters as rule sources: validation, matching, and the pushdown regex agreeing with the
-matcher on generated topics (hypothesis)."""
+"""Topic filters as rule sources: validation, matching, and the one filter-to-regex translation
+(`common.mqtt.topics.topic_filter_regex`) agreeing with the MQTT matcher on generated filters and
+topics (hypothesis), in Python's `re` and in RE2 (DuckDB, as the journey and previews use it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from common.rules.topics import topic_filter_problem, topic_filter_regex, topic_match
 
-LEVEL = st.text(alphabet="ab$.*()[]^\\-_ é", max_size=3)
+LEVEL = st.text(alphabet="ab$.*()[]^\\-_ é€?{}|\n", max_size=3)
 TOPIC = st.lists(LEVEL, min_size=1, max_size=4).map("/".join)
 FILTER_LEVEL = st.one_of(LEVEL.filter(lambda s: "+" not in s and "#" not in s), st.just("+"))
 FILTER = st.tuples(st.lists(FILTER_LEVEL, min_size=0, max_size=4), st.booleans()).map(
@@ -24,7 +25,27 @@ FILTER = st.tuples(st.lists(FILTER_LEVEL, min_size=0, max_size=4), st.booleans()
 def test_regex_agrees_with_matcher(topic_filter, topic):
     assert topic_filter_problem(topic_filter) is None
     pattern = re.compile(topic_filter_regex(topic_filter))
-    assert bool(pattern.match(topic)) == topic_match(topic, topic_filter)
+    assert bool(pattern.fullmatch(topic)) == topic_match(topic, topic_filter)
+
+
+@pytest.fixture(scope="module")
+def duckdb_connection():
+    import duckdb
+
+    connection = duckdb.connect()
+    yield connection
+    connection.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(topic_filter=FILTER, topics=st.lists(TOPIC, min_size=1, max_size=8))
+def test_regex_agrees_with_matcher_in_re2(duckdb_connection, topic_filter, topics):
+    """RE2 (no look-ahead, no escape before a non-ASCII character) reads the same regex alike."""
+    got = duckdb_connection.execute(
+        "SELECT t, regexp_full_match(t, ?) FROM unnest(?::VARCHAR[]) AS u(t)",
+        [topic_filter_regex(topic_filter), topics],
+    ).fetchall()
+    assert [matched for _, matched in got] == [topic_match(t, topic_filter) for t in topics]
 
 
 @pytest.mark.parametrize(
@@ -45,7 +66,7 @@ def test_regex_agrees_with_matcher(topic_filter, topic):
 )
 def test_topic_match_examples(topic, topic_filter, expected):
     assert topic_match(topic, topic_filter) is expected
-    assert bool(re.match(topic_filter_regex(topic_filter), topic)) is expected
+    assert bool(re.fullmatch(topic_filter_regex(topic_filter), topic)) is expected
 
 
 @pytest.mark.parametrize(

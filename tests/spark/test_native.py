@@ -352,7 +352,10 @@ def test_generated_payloads_compare_as_the_evaluator_does(spark, payloads):
 # -- the pieces the native plan swaps in for costlier equivalents -----------------------------------
 
 FILTERS = ["#", "a/#", "a", "a/b", "+/b", "a/+", "+", "$SYS/#", "/#", "a//#", "a/b/#", "é/#"]
+# Punctuation Java's regex reads as syntax (and `\E`, which ended a `\Q` quote): literal here.
+FILTERS += ["a.b/+", "+/(x)", "€\\E/+", "$SYS/+", "+/+"]
 TOPIC_NAMES = ["", "a", "a/", "a/b", "a/b/c", "ab", "ab/c", "/a", "$SYS", "$SYS/x", "a\nb", "é/x"]
+TOPIC_NAMES += ["a.b/x", "aXb/x", "a/(x)", "a/x", "€\\E/1", "a.b/x\n"]
 
 
 def test_topic_filters_match_as_the_codec_does(spark):

@@ -1,8 +1,11 @@
-"""Save-time check of a rule's actions: the shape the rule jobs rely on, decided here once.
+"""The rule-action contract: the shape of a rule's actions, decided here once for the control
+plane that stores them and the rule jobs that run them.
 
 `normalize_actions(actions, previous)` returns the actions as they are stored (a webhook without a
 secret gets one) or raises `RuleActionError` naming the action (1-based, as users count) and the
-field. Pure Python: the service calls it, the jobs may too.
+field: the control plane's save-time check. `republish_topic_problem(topic)` says why a topic,
+once its placeholders are filled, cannot be republished to: the jobs ask it of every rendered
+topic, the save-time check of the template. Pure Python, no Django.
 
     {"type": "republish", "topic": template, "payload"?: template, "qos"?: 0..2, "retain"?: bool}
     {"type": "webhook", "url": "http(s)://…", "secret"?: str}
@@ -32,7 +35,10 @@ _PLACEHOLDER = re.compile(r"\$\{([^{}]*)\}")
 # What `common.rules.render_template` reads: `${.}`, `${clientid}`, `${payload.a[1]}`,
 # `${pub_props.'User-Property'}`, spaces around the path allowed.
 _PLACEHOLDER_NAME = re.compile(r"""^\s*(?:\.|[A-Za-z_'"][^${}]*)\s*$""")
-_SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
+# A dataset's name is a folder of the tenant's object-store prefix: nothing that climbs out.
+DATASET_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
+
+QOS_LEVELS = (0, 1, 2)
 
 FIELDS = {
     "republish": ({"topic"}, {"payload", "qos", "retain"}),
@@ -95,10 +101,9 @@ def _republish(index: int, action: dict) -> dict:
     if topic.startswith("$"):
         raise RuleActionError(index, "topic must not start with '$' (reserved for the broker).")
     # Every placeholder stands for one plain fragment: what is left must be a publish topic.
-    try:
-        validate_topic_name(_PLACEHOLDER.sub("x", topic))
-    except MQTTError as exc:
-        raise RuleActionError(index, f"topic {topic!r} is not a valid topic: {exc}.") from None
+    problem = republish_topic_problem(_PLACEHOLDER.sub("x", topic))
+    if problem is not None:
+        raise RuleActionError(index, f"topic {topic!r} is not a valid topic: {problem}.")
     result: dict = {"type": "republish", "topic": topic}
     if "payload" in action:
         payload = action["payload"]
@@ -108,7 +113,7 @@ def _republish(index: int, action: dict) -> dict:
         result["payload"] = payload
     if "qos" in action:
         qos = action["qos"]
-        if isinstance(qos, bool) or not isinstance(qos, int) or qos not in (0, 1, 2):
+        if isinstance(qos, bool) or not isinstance(qos, int) or qos not in QOS_LEVELS:
             raise RuleActionError(index, "qos must be 0, 1 or 2.")
         result["qos"] = qos
     if "retain" in action:
@@ -116,6 +121,19 @@ def _republish(index: int, action: dict) -> dict:
             raise RuleActionError(index, "retain must be true or false.")
         result["retain"] = action["retain"]
     return result
+
+
+def republish_topic_problem(topic: str) -> str | None:
+    """Why a republish topic (placeholders filled) cannot be published to, or None: it must be a
+    valid PUBLISH topic (MQTT-4.7: no wildcards, no U+0000, not empty) outside the broker's `$`
+    topics, which the rules identity may never reach."""
+    if topic.startswith("$"):
+        return "a '$' topic is reserved for the broker"
+    try:
+        validate_topic_name(topic)
+    except MQTTError as exc:
+        return str(exc)
+    return None
 
 
 def _webhook(index: int, action: dict, known_secrets: dict) -> dict:
@@ -144,7 +162,7 @@ def _webhook(index: int, action: dict, known_secrets: dict) -> dict:
 
 def _dataset(index: int, action: dict) -> dict:
     name = action["name"]
-    if not isinstance(name, str) or not _SLUG.match(name):
+    if not isinstance(name, str) or not DATASET_NAME.match(name):
         raise RuleActionError(
             index,
             "name must be a slug: 1-64 lowercase letters, digits, '-' or '_', "
