@@ -257,3 +257,21 @@ def test_what_the_issue_asks_of_the_load_balancers():
         or "TLS13" in (TERRAFORM / "modules/web/variables.tf").read_text()
     )
     assert "aws_wafv2_web_acl_association.this" in web
+
+
+def test_a_kms_key_is_written_once_in_its_module():
+    """One `aws_kms_key` (the kms_key module's); every module with a key of its own calls that
+    module by local path and moves its old key there (`moved`), so no key is replaced."""
+    keys = [
+        (path.parent.name, name)
+        for path in every_tf()
+        for rtype, name, _ in typed_blocks(load(path), "resource")
+        if rtype in ("aws_kms_key", "aws_kms_alias")
+    ]
+    assert sorted(keys) == [("kms_key", "this"), ("kms_key", "this")]
+    for module in ("database", "cache", "storage", "secrets", "observability"):
+        doc = load(TERRAFORM / "modules" / module / "main.tf")
+        calls = blocks(doc, "module")
+        assert value(calls["kms"]["source"]) == "../kms_key", module
+        moved = {value(m["to"]) for m in doc.get("moved", [])}
+        assert moved == {"module.kms.aws_kms_key.this", "module.kms.aws_kms_alias.this"}, module

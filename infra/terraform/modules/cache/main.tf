@@ -2,35 +2,23 @@
 # work) the brokers' bus. A replication group with a replica in another zone and automatic
 # failover, TLS in transit with an AUTH token, encrypted at rest with its own KMS key.
 
-data "aws_caller_identity" "current" {}
-data "aws_partition" "current" {}
+module "kms" {
+  source = "../kms_key"
 
-data "aws_iam_policy_document" "kms" {
-  # checkov:skip=CKV_AWS_109:A key policy's "*" resource is the key itself; the account root statement is what lets IAM policies grant use of the key at all.
-  # checkov:skip=CKV_AWS_111:As above: in a key policy the resource is this key only.
-  # checkov:skip=CKV_AWS_356:As above: in a key policy the resource is this key only.
-  statement {
-    sid       = "AccountAdministers"
-    actions   = ["kms:*"]
-    resources = ["*"]
-    principals {
-      type        = "AWS"
-      identifiers = ["arn:${data.aws_partition.current.partition}:iam::${data.aws_caller_identity.current.account_id}:root"]
-    }
-  }
+  alias       = "${var.name}-cache"
+  description = "${var.name}: cache at rest"
+  tags        = var.tags
 }
 
-resource "aws_kms_key" "this" {
-  description             = "${var.name}: cache at rest"
-  enable_key_rotation     = true
-  deletion_window_in_days = 30
-  policy                  = data.aws_iam_policy_document.kms.json
-  tags                    = var.tags
+# The key this module made itself before the kms_key module: kept, not replaced.
+moved {
+  from = aws_kms_key.this
+  to   = module.kms.aws_kms_key.this
 }
 
-resource "aws_kms_alias" "this" {
-  name          = "alias/${var.name}-cache"
-  target_key_id = aws_kms_key.this.key_id
+moved {
+  from = aws_kms_alias.this
+  to   = module.kms.aws_kms_alias.this
 }
 
 resource "aws_elasticache_subnet_group" "this" {
@@ -78,7 +66,7 @@ resource "aws_elasticache_replication_group" "this" {
   security_group_ids = [aws_security_group.this.id]
 
   at_rest_encryption_enabled = true
-  kms_key_id                 = aws_kms_key.this.arn
+  kms_key_id                 = module.kms.arn
   transit_encryption_enabled = true
   auth_token                 = var.auth_token
   auth_token_update_strategy = "ROTATE"

@@ -2,35 +2,25 @@
 # group, IAM authentication on, automated backups, deletion protection, logs exported to
 # CloudWatch. The master password is managed by RDS in Secrets Manager (never in Terraform).
 
-data "aws_caller_identity" "current" {}
 data "aws_partition" "current" {}
 
-data "aws_iam_policy_document" "kms" {
-  # checkov:skip=CKV_AWS_109:A key policy's "*" resource is the key itself; the account root statement is what lets IAM policies grant use of the key at all.
-  # checkov:skip=CKV_AWS_111:As above: in a key policy the resource is this key only.
-  # checkov:skip=CKV_AWS_356:As above: in a key policy the resource is this key only.
-  statement {
-    sid       = "AccountAdministers"
-    actions   = ["kms:*"]
-    resources = ["*"]
-    principals {
-      type        = "AWS"
-      identifiers = ["arn:${data.aws_partition.current.partition}:iam::${data.aws_caller_identity.current.account_id}:root"]
-    }
-  }
+module "kms" {
+  source = "../kms_key"
+
+  alias       = "${var.name}-database"
+  description = "${var.name}: database storage, snapshots, Performance Insights and master secret"
+  tags        = var.tags
 }
 
-resource "aws_kms_key" "this" {
-  description             = "${var.name}: database storage, snapshots, Performance Insights and master secret"
-  enable_key_rotation     = true
-  deletion_window_in_days = 30
-  policy                  = data.aws_iam_policy_document.kms.json
-  tags                    = var.tags
+# The key this module made itself before the kms_key module: kept, not replaced.
+moved {
+  from = aws_kms_key.this
+  to   = module.kms.aws_kms_key.this
 }
 
-resource "aws_kms_alias" "this" {
-  name          = "alias/${var.name}-database"
-  target_key_id = aws_kms_key.this.key_id
+moved {
+  from = aws_kms_alias.this
+  to   = module.kms.aws_kms_alias.this
 }
 
 resource "aws_db_subnet_group" "this" {
@@ -130,13 +120,13 @@ resource "aws_db_instance" "this" {
   port     = 5432
 
   manage_master_user_password   = true
-  master_user_secret_kms_key_id = aws_kms_key.this.arn
+  master_user_secret_kms_key_id = module.kms.arn
 
   allocated_storage     = var.allocated_storage_gb
   max_allocated_storage = var.max_allocated_storage_gb
   storage_type          = "gp3"
   storage_encrypted     = true
-  kms_key_id            = aws_kms_key.this.arn
+  kms_key_id            = module.kms.arn
 
   multi_az               = var.multi_az
   db_subnet_group_name   = aws_db_subnet_group.this.name
@@ -161,7 +151,7 @@ resource "aws_db_instance" "this" {
   apply_immediately           = false
 
   performance_insights_enabled          = true
-  performance_insights_kms_key_id       = aws_kms_key.this.arn
+  performance_insights_kms_key_id       = module.kms.arn
   performance_insights_retention_period = 7
   monitoring_interval                   = 60
   monitoring_role_arn                   = aws_iam_role.monitoring.arn

@@ -40,5 +40,5 @@ output "security_group_id" {
 
 output "kms_key_arn" {
   description = "KMS key of the storage, snapshots and master secret."
-  value       = aws_kms_key.this.arn
+  value       = module.kms.arn
 }

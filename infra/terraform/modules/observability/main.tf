@@ -10,20 +10,9 @@ locals {
   roles   = ["web", "broker", "worker", "beat", "rules", "billing", "migrate"]
 }
 
-data "aws_iam_policy_document" "kms" {
-  # checkov:skip=CKV_AWS_109:A key policy's "*" resource is the key itself; the account root statement is what lets IAM policies grant use of the key at all.
-  # checkov:skip=CKV_AWS_111:As above: in a key policy the resource is this key only.
+data "aws_iam_policy_document" "kms_services" {
+  # checkov:skip=CKV_AWS_111:A key policy's "*" resource is the key itself: these statements let CloudWatch use this key only.
   # checkov:skip=CKV_AWS_356:As above: in a key policy the resource is this key only.
-  statement {
-    sid       = "AccountAdministers"
-    actions   = ["kms:*"]
-    resources = ["*"]
-    principals {
-      type        = "AWS"
-      identifiers = ["arn:${data.aws_partition.current.partition}:iam::${local.account}:root"]
-    }
-  }
-
   statement {
     sid       = "CloudWatchLogsEncrypt"
     actions   = ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"]
@@ -50,24 +39,31 @@ data "aws_iam_policy_document" "kms" {
   }
 }
 
-resource "aws_kms_key" "logs" {
-  description             = "${var.name}: CloudWatch logs and alarm notifications"
-  enable_key_rotation     = true
-  deletion_window_in_days = 30
-  policy                  = data.aws_iam_policy_document.kms.json
-  tags                    = var.tags
+module "kms" {
+  source = "../kms_key"
+
+  alias            = "${var.name}-logs"
+  description      = "${var.name}: CloudWatch logs and alarm notifications"
+  policy_documents = [data.aws_iam_policy_document.kms_services.json]
+  tags             = var.tags
 }
 
-resource "aws_kms_alias" "logs" {
-  name          = "alias/${var.name}-logs"
-  target_key_id = aws_kms_key.logs.key_id
+# The key this module made itself before the kms_key module: kept, not replaced.
+moved {
+  from = aws_kms_key.logs
+  to   = module.kms.aws_kms_key.this
+}
+
+moved {
+  from = aws_kms_alias.logs
+  to   = module.kms.aws_kms_alias.this
 }
 
 resource "aws_cloudwatch_log_group" "role" {
   for_each          = toset(local.roles)
   name              = "/${var.name}/${each.key}"
   retention_in_days = var.log_retention_days
-  kms_key_id        = aws_kms_key.logs.arn
+  kms_key_id        = module.kms.arn
   tags              = merge(var.tags, { Role = each.key })
 }
 
@@ -76,7 +72,7 @@ resource "aws_cloudwatch_log_group" "service" {
   for_each          = toset(["ecs-exec", "redis-slow-log", "emr-serverless"])
   name              = "/${var.name}/${each.key}"
   retention_in_days = var.log_retention_days
-  kms_key_id        = aws_kms_key.logs.arn
+  kms_key_id        = module.kms.arn
   tags              = var.tags
 }
 
@@ -84,13 +80,13 @@ resource "aws_cloudwatch_log_group" "service" {
 resource "aws_cloudwatch_log_group" "waf" {
   name              = "aws-waf-logs-${var.name}"
   retention_in_days = var.log_retention_days
-  kms_key_id        = aws_kms_key.logs.arn
+  kms_key_id        = module.kms.arn
   tags              = var.tags
 }
 
 resource "aws_sns_topic" "alarms" {
   name              = "${var.name}-alarms"
-  kms_master_key_id = aws_kms_key.logs.arn
+  kms_master_key_id = module.kms.arn
   tags              = var.tags
 }
 

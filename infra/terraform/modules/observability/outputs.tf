@@ -1,6 +1,6 @@
 output "kms_key_arn" {
   description = "KMS key of the log groups and the alarm topic (also for VPC flow logs and WAF logs)."
-  value       = aws_kms_key.logs.arn
+  value       = module.kms.arn
 }
 
 output "log_group_names" {

@@ -5,35 +5,23 @@
 # it never passes through Terraform. Values are generated once by Secrets Manager; Terraform
 # ignores later changes, so rotating one (infra/README.md) is never undone by an apply.
 
-data "aws_caller_identity" "current" {}
-data "aws_partition" "current" {}
+module "kms" {
+  source = "../kms_key"
 
-data "aws_iam_policy_document" "kms" {
-  # checkov:skip=CKV_AWS_109:A key policy's "*" resource is the key itself; the account root statement is what lets IAM policies grant use of the key at all.
-  # checkov:skip=CKV_AWS_111:As above: in a key policy the resource is this key only.
-  # checkov:skip=CKV_AWS_356:As above: in a key policy the resource is this key only.
-  statement {
-    sid       = "AccountAdministers"
-    actions   = ["kms:*"]
-    resources = ["*"]
-    principals {
-      type        = "AWS"
-      identifiers = ["arn:${data.aws_partition.current.partition}:iam::${data.aws_caller_identity.current.account_id}:root"]
-    }
-  }
+  alias       = "${var.name}-secrets"
+  description = "${var.name}: Secrets Manager secrets"
+  tags        = var.tags
 }
 
-resource "aws_kms_key" "this" {
-  description             = "${var.name}: Secrets Manager secrets"
-  enable_key_rotation     = true
-  deletion_window_in_days = 30
-  policy                  = data.aws_iam_policy_document.kms.json
-  tags                    = var.tags
+# The key this module made itself before the kms_key module: kept, not replaced.
+moved {
+  from = aws_kms_key.this
+  to   = module.kms.aws_kms_key.this
 }
 
-resource "aws_kms_alias" "this" {
-  name          = "alias/${var.name}-secrets"
-  target_key_id = aws_kms_key.this.key_id
+moved {
+  from = aws_kms_alias.this
+  to   = module.kms.aws_kms_alias.this
 }
 
 locals {
@@ -57,7 +45,7 @@ resource "aws_secretsmanager_secret" "generated" {
   for_each                = local.generated
   name_prefix             = "${var.name}/${each.key}-"
   description             = each.value
-  kms_key_id              = aws_kms_key.this.arn
+  kms_key_id              = module.kms.arn
   recovery_window_in_days = var.recovery_window_in_days
   tags                    = var.tags
 }
@@ -76,7 +64,7 @@ resource "aws_secretsmanager_secret" "redis_url" {
   # checkov:skip=CKV2_AWS_57:Derived from redis-auth-token and rotated with it (infra/README.md).
   name_prefix             = "${var.name}/redis-url-"
   description             = "REDIS_URL of every process: rediss:// with the AUTH token"
-  kms_key_id              = aws_kms_key.this.arn
+  kms_key_id              = module.kms.arn
   recovery_window_in_days = var.recovery_window_in_days
   tags                    = var.tags
 }

@@ -1,6 +1,6 @@
 output "kms_key_arn" {
   description = "KMS key of the secrets (the execution role needs kms:Decrypt on it)."
-  value       = aws_kms_key.this.arn
+  value       = module.kms.arn
 }
 
 output "django_secret_key_arn" {

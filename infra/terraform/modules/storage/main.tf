@@ -12,32 +12,23 @@ locals {
   account   = data.aws_caller_identity.current.account_id
 }
 
-data "aws_iam_policy_document" "kms" {
-  # checkov:skip=CKV_AWS_109:A key policy's "*" resource is the key itself; the account root statement is what lets IAM policies grant use of the key at all.
-  # checkov:skip=CKV_AWS_111:As above: in a key policy the resource is this key only.
-  # checkov:skip=CKV_AWS_356:As above: in a key policy the resource is this key only.
-  statement {
-    sid       = "AccountAdministers"
-    actions   = ["kms:*"]
-    resources = ["*"]
-    principals {
-      type        = "AWS"
-      identifiers = ["arn:${local.partition}:iam::${local.account}:root"]
-    }
-  }
+module "kms" {
+  source = "../kms_key"
+
+  alias       = "${var.name}-data"
+  description = "${var.name}: the data bucket"
+  tags        = var.tags
 }
 
-resource "aws_kms_key" "this" {
-  description             = "${var.name}: the data bucket"
-  enable_key_rotation     = true
-  deletion_window_in_days = 30
-  policy                  = data.aws_iam_policy_document.kms.json
-  tags                    = var.tags
+# The key this module made itself before the kms_key module: kept, not replaced.
+moved {
+  from = aws_kms_key.this
+  to   = module.kms.aws_kms_key.this
 }
 
-resource "aws_kms_alias" "this" {
-  name          = "alias/${var.name}-data"
-  target_key_id = aws_kms_key.this.key_id
+moved {
+  from = aws_kms_alias.this
+  to   = module.kms.aws_kms_alias.this
 }
 
 # --- the data bucket ------------------------------------------------------------------------
@@ -77,7 +68,7 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "data" {
   rule {
     apply_server_side_encryption_by_default {
       sse_algorithm     = "aws:kms"
-      kms_master_key_id = aws_kms_key.this.arn
+      kms_master_key_id = module.kms.arn
     }
     bucket_key_enabled = true
   }

@@ -15,7 +15,7 @@ output "object_store_url" {
 
 output "kms_key_arn" {
   description = "KMS key of the data bucket (readers and writers need it)."
-  value       = aws_kms_key.this.arn
+  value       = module.kms.arn
 }
 
 output "logs_bucket" {
