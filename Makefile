@@ -26,6 +26,7 @@ TEST_WORKERS ?= 2
 test: install
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-logo
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -n $(TEST_WORKERS) -m "not serial" --durations=30
 	$(PY) -m pytest -m serial
 
@@ -49,6 +50,7 @@ $(SCAN_STAMP): pyproject.toml
 lint: install
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-logo
+	$(VENV)/bin/mypy
 	$(PY) -m ruff format --check .
 
 bench: install

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,7 +69,8 @@ def encode_parquet(
         write_statistics=STATISTICS_COLUMNS,
         row_group_size=row_group_size,
     )
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()  # pyarrow is untyped
+    return data
 
 
 class ParquetBytesWriter:
@@ -370,7 +372,7 @@ class CompactionResult:
     parts: list[str] = field(default_factory=list)
     deleted: int = 0  # live segments deleted (this run's and those an earlier run left behind)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "hour": self.hour.isoformat(),
             "segments": self.segments,

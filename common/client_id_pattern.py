@@ -81,24 +81,28 @@ class _Piece:
 
     def __init__(self, chars: list[str | None]) -> None:
         self.width = len(chars)
+        self.literal: str | None
+        self.regex: re.Pattern[str] | None
         if None in chars:
             self.literal = None
             self.regex = re.compile(
                 "".join("." if c is None else re.escape(c) for c in chars), re.DOTALL
             )
         else:
-            self.literal = "".join(chars)  # type: ignore[arg-type]
+            self.literal = "".join(c for c in chars if c is not None)  # none is: checked above
             self.regex = None
 
     def at(self, text: str, pos: int) -> bool:
         if self.literal is not None:
             return text.startswith(self.literal, pos)
+        assert self.regex is not None  # no literal: a regex
         return self.regex.match(text, pos) is not None and pos + self.width <= len(text)
 
     def find(self, text: str, pos: int, end: int) -> int:
         """Leftmost start >= pos of this piece ending at or before `end`; -1 when none."""
         if self.literal is not None:
             return text.find(self.literal, pos, end)
+        assert self.regex is not None  # no literal: a regex
         found = self.regex.search(text, pos, end)
         return found.start() if found else -1
 

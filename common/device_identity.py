@@ -19,12 +19,18 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import jwt
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import (
+    CertificateIssuerPrivateKeyTypes,
+    PrivateKeyTypes,
+    PublicKeyTypes,
+)
 from cryptography.x509.oid import NameOID
 
 LEEWAY = 60  # seconds of clock skew tolerated on exp / nbf / iat
@@ -133,7 +139,7 @@ class PublicKey:
     pem: str  # SubjectPublicKeyInfo PEM
 
 
-def _algorithm_for(key) -> str:
+def _algorithm_for(key: PublicKeyTypes) -> str:
     if isinstance(key, rsa.RSAPublicKey):
         if key.key_size < 2048:
             raise IdentityError("RSA keys need at least 2048 bits")
@@ -145,7 +151,7 @@ def _algorithm_for(key) -> str:
     raise IdentityError("only RSA (RS256) and P-256 (ES256) public keys are accepted")
 
 
-def _spki_pem(key) -> str:
+def _spki_pem(key: PublicKeyTypes) -> str:
     return key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ).decode()
@@ -191,6 +197,7 @@ def parse_public_keys(text: str, *, kid: str = "", algorithm: str = "") -> list[
         return keys
     if "PRIVATE KEY" in text:
         raise IdentityError("that is a private key: register the public key only")
+    key: PublicKeyTypes
     try:
         if "BEGIN CERTIFICATE" in text:
             key = x509.load_pem_x509_certificate(text.encode()).public_key()
@@ -209,7 +216,7 @@ def parse_public_keys(text: str, *, kid: str = "", algorithm: str = "") -> list[
 def looks_like_jwt(password: bytes | None) -> bool:
     """Platform secrets are URL-safe base64 without dots; a JWT is three dotted parts whose
     header is a JSON object (base64 of `{"` starts with `eyJ`)."""
-    return bool(password) and password.startswith(b"eyJ") and password.count(b".") == 2
+    return password is not None and password.startswith(b"eyJ") and password.count(b".") == 2
 
 
 def verify_jwt(
@@ -220,7 +227,7 @@ def verify_jwt(
     device: str,
     now: float | None = None,
     leeway: int = LEEWAY,
-) -> tuple[dict, PublicKey]:
+) -> tuple[dict[str, Any], PublicKey]:
     """The claims of a token signed by one of `keys` for this device, and the key that verified
     it; IdentityError otherwise."""
     try:
@@ -234,7 +241,7 @@ def verify_jwt(
     candidates = [k for k in keys if k.algorithm == alg and (kid is None or k.kid == kid)]
     if not candidates:
         raise IdentityError("no registered key of this tenant fits the JWT (kid/alg)")
-    options = {"require": ["exp", "sub"], "verify_aud": False}
+    options: jwt.types.Options = {"require": ["exp", "sub"], "verify_aud": False}
     last: Exception | None = None
     for key in candidates:
         try:
@@ -268,10 +275,10 @@ def make_ca(
     cn: str,
     *,
     days: int = 3650,
-    signer: tuple | None = None,
+    signer: tuple[Any, ...] | None = None,
     path_length: int | None = 0,
     not_after: datetime | None = None,
-):
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A P-256 CA: (certificate, private key). Self-signed, or an intermediate signed by
     `signer` = (CA certificate, its key); `path_length` CAs may stand below it (None: any)."""
     key = ec.generate_private_key(ec.SECP256R1())
@@ -298,14 +305,14 @@ def make_ca(
 
 def make_leaf(
     cn: str,
-    ca_cert,
-    ca_key,
+    ca_cert: x509.Certificate | None,
+    ca_key: CertificateIssuerPrivateKeyTypes | None,
     *,
     days: int = 825,
     not_before: datetime | None = None,
     not_after: datetime | None = None,
     server_names: list[str] | None = None,
-):
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A certificate signed by `ca_key` (self-signed when `ca_cert` is None): (cert, key).
     `server_names`: DNS names / IP addresses for a server certificate."""
     import ipaddress
@@ -336,13 +343,11 @@ def make_leaf(
     return cert, key
 
 
-def _sha256():
-    from cryptography.hazmat.primitives import hashes
-
+def _sha256() -> hashes.SHA256:
     return hashes.SHA256()
 
 
-def pem_of(obj) -> str:
+def pem_of(obj: x509.Certificate | PrivateKeyTypes) -> str:
     """PEM text of a certificate or a private key (unencrypted PKCS#8, for development)."""
     if isinstance(obj, x509.Certificate):
         return obj.public_bytes(serialization.Encoding.PEM).decode()

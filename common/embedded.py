@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+import common
+
+REPO_DIR = Path(common.__file__).resolve().parent.parent  # the checkout, at any depth
 DATA_DIR = REPO_DIR / ".data"
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 DB_NAME = "mqtt_platform"
@@ -46,7 +48,8 @@ def redis_dir() -> Path:
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

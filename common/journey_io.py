@@ -67,7 +67,8 @@ def encode_segment(table: pa.Table) -> bytes:
         # segment is one row group, skipped (or not) by tenant and time already.
         write_statistics=["tenant", "ts"],
     )
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()  # pyarrow is untyped
+    return data
 
 
 def _ms(moment: datetime) -> int:
@@ -168,7 +169,7 @@ def compact_hour(store: Any, stream: str, hour: datetime, *, merge: bool = False
     marker = _marker(store, stream, hour, keys) or Marker()
     done = set(marker.segments)
     todo = [k for k in keys if k.endswith(".parquet") and k not in done]
-    tenants_of = {}
+    tenants_of: dict[str, list[str]] = {}
     for part in marker.parts:
         tenants_of.setdefault(part.split("/")[2], []).append(part)
     merging = merge and any(len(parts) > 1 for parts in tenants_of.values())

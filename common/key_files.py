@@ -8,7 +8,9 @@ import os
 import secrets
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parents[1] / ".data"
+import common
+
+DATA_DIR = Path(common.__file__).resolve().parent.parent / ".data"  # the checkout's
 
 
 def shared_key(variable: str, default_file: Path) -> bytes:

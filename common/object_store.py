@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+import common
+
 # What `put` stores: bytes, or any object exporting its bytes through the buffer protocol (such
 # as the Arrow buffer of a Parquet file just written: no copy into `bytes` first).
 BytesLike = Any
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / ".data" / "objects"
+DEFAULT_DIR = Path(common.__file__).resolve().parent.parent / ".data" / "objects"
 
 
 class ObjectStore(Protocol):
@@ -157,7 +159,8 @@ class S3ObjectStore:
             response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
         except self.client.exceptions.NoSuchKey:
             raise ObjectNotFound(key) from None
-        return response["Body"].read()
+        body: bytes = response["Body"].read()
+        return body
 
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
@@ -172,16 +175,17 @@ class S3ObjectStore:
             self._presigner = boto3.client(
                 "s3", endpoint_url=self._endpoint_url, config=Config(signature_version="s3v4")
             )
-        return self._presigner.generate_presigned_url(
+        url: str = self._presigner.generate_presigned_url(
             "get_object",
             Params={"Bucket": self.bucket, "Key": self._key(key)},
             ExpiresIn=expires_in,
         )
+        return url
 
     def list(self, prefix: str = "") -> list[str]:
         full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
         strip = len(self.prefix) + 1 if self.prefix else 0
-        keys = []
+        keys: list[str] = []
         paginator = self.client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
             keys.extend(item["Key"][strip:] for item in page.get("Contents", []))

@@ -244,7 +244,9 @@ def prorated_base_fee_line(
     }
 
 
-def base_fee_lines(price_book: dict[str, Any], terms: Sequence[dict[str, Any]] = ()) -> list[dict]:
+def base_fee_lines(
+    price_book: dict[str, Any], terms: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
     """The base fee: one full-month line, or, when the tenant started or changed plan during the
     period, one prorated line per plan held (`terms`: `{"plan", "base_fee_cents", "first_day",
     "last_day", "period_days"}`, see `prorated_base_fee_line`)."""
@@ -269,7 +271,7 @@ def spec_of(dimension: str, price_book: dict[str, Any], total: int) -> dict[str,
     """How `dimension` is priced for a period whose usage-log sum is `total`: by the price book,
     or for a later dimension its list price; None when it has no line (a dimension the book
     does not price; a later dimension not used)."""
-    spec = price_book["dimensions"].get(dimension)
+    spec: dict[str, Any] | None = price_book["dimensions"].get(dimension)
     if dimension in LATER_DIMENSIONS:
         if not total:
             return None
@@ -307,8 +309,8 @@ def build_invoice(
     usage: dict[str, int],
     usage_digest: str,
     price_book: dict[str, Any],
-    adjustments: list[dict[str, Any]] = (),
-    credits: list[dict[str, Any]] = (),
+    adjustments: Sequence[dict[str, Any]] = (),
+    credits: Sequence[dict[str, Any]] = (),
     terms: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The invoice document of one tenant and period. Deterministic: no clock, no randomness;

@@ -43,8 +43,11 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+import common
+
+REPO_DIR = Path(common.__file__).resolve().parent.parent  # the checkout, at any depth
 MANAGE = str(REPO_DIR / "manage.py")
 
 Env = Mapping[str, str]
@@ -125,7 +128,7 @@ def supervise(commands: Sequence[Sequence[str]], restart_delay: float = 1.0) -> 
     children = [subprocess.Popen(list(argv)) for argv in commands]
     stopping = False
 
-    def stop(signum, frame) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
         for child in children:
@@ -368,7 +371,7 @@ def data_plane_command(
     port: int | str = 1883,
     ws_port: int | str = 8083,
     database_url: str | None = None,
-    auth_file: str | os.PathLike | None = None,
+    auth_file: str | os.PathLike[str] | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The broker process itself (`python -m data_plane`), without Django: what `runbroker`

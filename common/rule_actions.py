@@ -53,14 +53,16 @@ class RuleActionError(ValueError):
         super().__init__(f"Action {index + 1}: {message}")
 
 
-def normalize_actions(actions: Any, previous: list[dict] | None = None) -> list[dict]:
+def normalize_actions(
+    actions: Any, previous: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The actions as stored, or RuleActionError. `previous` (the rule's stored actions) lets a
     webhook re-sent without its secret keep the one already issued for the same URL."""
     if not isinstance(actions, list):
         raise RuleActionError(-1, "actions must be a list of objects.")
     if len(actions) > MAX_ACTIONS:
         raise RuleActionError(MAX_ACTIONS, f"at most {MAX_ACTIONS} actions per rule.")
-    known_secrets = {
+    known_secrets: dict[Any, Any] = {  # stored actions: checked when saved, still JSON
         a.get("url"): a.get("secret")
         for a in previous or []
         if isinstance(a, dict) and a.get("type") == "webhook" and a.get("secret")
@@ -68,7 +70,7 @@ def normalize_actions(actions: Any, previous: list[dict] | None = None) -> list[
     return [_normalize(index, action, known_secrets) for index, action in enumerate(actions)]
 
 
-def _normalize(index: int, action: Any, known_secrets: dict) -> dict:
+def _normalize(index: int, action: Any, known_secrets: dict[Any, Any]) -> dict[str, Any]:
     if not isinstance(action, dict):
         raise RuleActionError(index, "must be an object with a 'type'.")
     kind = action.get("type")
@@ -93,7 +95,7 @@ def _normalize(index: int, action: Any, known_secrets: dict) -> dict:
     return _dataset(index, action)
 
 
-def _republish(index: int, action: dict) -> dict:
+def _republish(index: int, action: dict[str, Any]) -> dict[str, Any]:
     topic = action["topic"]
     if not isinstance(topic, str) or not topic.strip():
         raise RuleActionError(index, "topic must be a non-empty string.")
@@ -104,7 +106,7 @@ def _republish(index: int, action: dict) -> dict:
     problem = republish_topic_problem(_PLACEHOLDER.sub("x", topic))
     if problem is not None:
         raise RuleActionError(index, f"topic {topic!r} is not a valid topic: {problem}.")
-    result: dict = {"type": "republish", "topic": topic}
+    result: dict[str, Any] = {"type": "republish", "topic": topic}
     if "payload" in action:
         payload = action["payload"]
         if not isinstance(payload, str):
@@ -136,7 +138,7 @@ def republish_topic_problem(topic: str) -> str | None:
     return None
 
 
-def _webhook(index: int, action: dict, known_secrets: dict) -> dict:
+def _webhook(index: int, action: dict[str, Any], known_secrets: dict[Any, Any]) -> dict[str, Any]:
     url = action["url"]
     if not isinstance(url, str):
         raise RuleActionError(index, "url must be a string.")
@@ -160,7 +162,7 @@ def _webhook(index: int, action: dict, known_secrets: dict) -> dict:
     return {"type": "webhook", "url": url, "secret": secret}
 
 
-def _dataset(index: int, action: dict) -> dict:
+def _dataset(index: int, action: dict[str, Any]) -> dict[str, Any]:
     name = action["name"]
     if not isinstance(name, str) or not DATASET_NAME.match(name):
         raise RuleActionError(
@@ -192,7 +194,7 @@ def _check_template(index: int, field: str, template: str) -> None:
 REDACTED = "********"
 
 
-def redact_secrets(actions: Any) -> list:
+def redact_secrets(actions: Any) -> list[Any]:
     """The actions with webhook secrets hidden: for readers who may not sign (viewers, dead
     letters), since a secret lets its holder forge the platform's webhook signatures."""
     return [

@@ -18,18 +18,18 @@ _NOT_UTF8 = re.compile("[\ud800-\udfff]")  # lone surrogates: no UTF-8 encoding 
 MAX_DEPTH = 64  # deeper values are stored as their JSON text (budgets keep outputs shallower)
 
 
-def _escape(match: re.Match) -> str:
+def _escape(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
-def storable_text(text: str, pattern: re.Pattern = _UNSTORABLE) -> str:
+def storable_text(text: str, pattern: re.Pattern[str] = _UNSTORABLE) -> str:
     """`text` with NUL and lone surrogates written as their `\\uXXXX` escapes."""
     if not pattern.search(text):
         return text
     return pattern.sub(_escape, text)
 
 
-def storable_value(value: Any, depth: int = 0, pattern: re.Pattern = _UNSTORABLE) -> Any:
+def storable_value(value: Any, depth: int = 0, pattern: re.Pattern[str] = _UNSTORABLE) -> Any:
     """A JSON-able value whose every string (keys too) is `storable_text`."""
     if isinstance(value, str):
         return storable_text(value, pattern)

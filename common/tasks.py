@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import io
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 RECANCEL_EVERY = 0.05
 
 
-async def cancel_and_wait(task: asyncio.Task | None) -> None:
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
     """Cancel `task` (if any) and wait for it to end; its own errors still surface."""
     if task is None:
         return
@@ -31,7 +32,7 @@ async def cancel_and_wait(task: asyncio.Task | None) -> None:
         await task
 
 
-async def stop_all(tasks: list[asyncio.Task], what: str, within: float = 3.0) -> None:
+async def stop_all(tasks: list[asyncio.Task[Any]], what: str, within: float = 3.0) -> None:
     """Cancel `tasks` (again every RECANCEL_EVERY seconds: see above) and wait for them, but no
     longer than `within` seconds: a task that still does not end (it catches every
     cancellation) is logged with where it waits, and left behind, so that a graceful stop goes on to what follows (leaving the
@@ -51,7 +52,7 @@ async def stop_all(tasks: list[asyncio.Task], what: str, within: float = 3.0) ->
         log.warning("%s: a task did not stop within %g s: %s", what, within, where(task))
 
 
-def where(task: asyncio.Task) -> str:
+def where(task: asyncio.Task[Any]) -> str:
     """The stack `task` waits in, as text (for a log line)."""
     stack = io.StringIO()
     task.print_stack(file=stack)

@@ -150,7 +150,7 @@ async def _exchange(
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror:
             raise RefusedDestination(no_public_address(host)) from None
-        addresses = vet(host, port, [info[4][0] for info in infos])
+        addresses = vet(host, port, [str(info[4][0]) for info in infos])
         context = ssl.create_default_context() if tls else None
         reader = writer = None
         last: Exception | None = None
@@ -166,7 +166,7 @@ async def _exchange(
                 break
             except (OSError, ssl.SSLError) as exc:
                 last = exc
-        if writer is None:
+        if reader is None or writer is None:
             raise last or ConnectionError("no connection")
     try:
         stage[0] = "first_byte"
@@ -215,7 +215,7 @@ def _words(exc: BaseException, host: str) -> str:
         return "connection closed before the answer"
     if isinstance(exc, asyncio.LimitOverrunError) or isinstance(exc, ValueError):
         return "the answer's headers are too long"
-    if isinstance(exc, OSError) and exc.errno in errno.errorcode:
+    if isinstance(exc, OSError) and exc.errno is not None and exc.errno in errno.errorcode:
         return f"network error ({errno.errorcode[exc.errno]})"
     return f"network error ({type(exc).__name__})"
 

@@ -60,7 +60,8 @@ def _strings(value: Any) -> list[str]:
 def references(document: Any) -> tuple[list[str], list[str]]:
     """The artifact names a document's placeholders name, and the placeholders' targets that
     name none (AWS's S3 URLs, a bad name): each once, in order."""
-    names, invalid = [], []
+    names: list[str] = []
+    invalid: list[str] = []
     for text in _strings(document):
         for match in PLACEHOLDER.finditer(text):
             target = match.group(1)
@@ -76,16 +77,16 @@ def filled(document: Any, url_for: Callable[[str], str]) -> Any:
         if "${aws:iot:s3-presigned-url:" not in document:
             return document
 
-        def replace(match: re.Match) -> str:
+        def replace(match: re.Match[str]) -> str:
             target = match.group(1)
             name = target[len(TARGET_PREFIX) :] if target.startswith(TARGET_PREFIX) else ""
             return url_for(name) if NAME.match(name) else match.group(0)
 
         return PLACEHOLDER.sub(replace, document)
     if isinstance(document, dict):
-        items = {key: filled(value, url_for) for key, value in document.items()}
-        changed = any(items[key] is not value for key, value in document.items())
-        return items if changed else document
+        fields = {key: filled(value, url_for) for key, value in document.items()}
+        changed = any(fields[key] is not value for key, value in document.items())
+        return fields if changed else document
     if isinstance(document, list):
         items = [filled(value, url_for) for value in document]
         changed = any(new is not old for new, old in zip(items, document, strict=True))
@@ -144,7 +145,8 @@ class ArtifactLinks:
     def url(self, tenant: str, name: str, now: float | None = None) -> str:
         presign = getattr(self.store, "presigned_get", None)
         if presign is not None:
-            return presign(object_key(tenant, name), self.expires_in)
+            url: str = presign(object_key(tenant, name), self.expires_in)
+            return url
         expires = int((now if now is not None else time.time()) + self.expires_in)
         mac = signature(self.key, tenant, name, expires)
         path = f"{DOWNLOAD_PATH}/{quote(tenant)}/{quote(name)}"

@@ -69,7 +69,7 @@ class Execution:
     job_id: str
     thing: str
     status: str
-    status_details: dict
+    status_details: dict[str, Any]
     queued_at: int
     last_updated_at: int
     version_number: int = 1
@@ -79,7 +79,7 @@ class Execution:
     timeout_at: int | None = None  # epoch seconds an IN_PROGRESS execution times out
     job_timeout_minutes: int | None = None  # the job's in-progress timeout
     # The job's retry criteria ([{failure_type, number_of_retries}]) and the retries made.
-    retry_criteria: list = field(default_factory=list)
+    retry_criteria: list[Any] = field(default_factory=list)
     failed_retries: int = 0
     timed_out_retries: int = 0
 
@@ -102,7 +102,7 @@ class JobError(Exception):
 class Request:
     client_token: str | None = None
     status: str | None = None
-    status_details: dict | None = None
+    status_details: dict[str, Any] | None = None
     expected_version: int | None = None
     execution_number: int | None = None
     include_document: bool | None = None
@@ -151,7 +151,7 @@ def parse_request(payload: bytes) -> Request:
         raise
 
 
-def _checked(body: dict, token: str | None) -> Request:
+def _checked(body: dict[str, Any], token: str | None) -> Request:
     values: dict[str, Any] = {"client_token": token}
     for key, value in body.items():
         if key not in _FIELDS:
@@ -177,7 +177,7 @@ def _checked(body: dict, token: str | None) -> Request:
     return Request(**values)
 
 
-def _details(value: Any) -> dict:
+def _details(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise JobError(INVALID_REQUEST, "statusDetails must be an object of strings")
     if len(value) > MAX_DETAILS:
@@ -195,7 +195,7 @@ def _details(value: Any) -> dict:
 # -- documents ---------------------------------------------------------------------------
 
 
-def state(e: Execution) -> dict:
+def state(e: Execution) -> dict[str, Any]:
     """AWS's JobExecutionState."""
     return {
         "status": e.status,
@@ -204,7 +204,7 @@ def state(e: Execution) -> dict:
     }
 
 
-def summary(e: Execution) -> dict:
+def summary(e: Execution) -> dict[str, Any]:
     """AWS's JobExecutionSummary (the pending lists)."""
     body = {
         "jobId": e.job_id,
@@ -218,7 +218,7 @@ def summary(e: Execution) -> dict:
     return body
 
 
-def execution_data(e: Execution, include_document: bool = True) -> dict:
+def execution_data(e: Execution, include_document: bool = True) -> dict[str, Any]:
     """AWS's JobExecutionData."""
     body = {
         "jobId": e.job_id,
@@ -237,14 +237,14 @@ def execution_data(e: Execution, include_document: bool = True) -> dict:
     return body
 
 
-def _stamped(body: dict, now: int, client_token: str | None) -> dict:
+def _stamped(body: dict[str, Any], now: int, client_token: str | None) -> dict[str, Any]:
     body["timestamp"] = now
     if client_token is not None:
         body["clientToken"] = client_token
     return body
 
 
-def error_document(error: JobError, now: int, client_token: str | None = None) -> dict:
+def error_document(error: JobError, now: int, client_token: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.execution is not None:
         body["executionState"] = state(error.execution)
@@ -257,7 +257,9 @@ def pending_order(executions: list[Execution]) -> list[Execution]:
     return sorted(mine, key=lambda e: (e.status != IN_PROGRESS, e.queued_at, e.job_id))
 
 
-def pending_document(pending: list[Execution], now: int, client_token: str | None) -> dict:
+def pending_document(
+    pending: list[Execution], now: int, client_token: str | None
+) -> dict[str, Any]:
     """GetPendingJobExecutions' answer."""
     body = {
         "inProgressJobs": [summary(e) for e in pending if e.status == IN_PROGRESS],
@@ -266,13 +268,15 @@ def pending_document(pending: list[Execution], now: int, client_token: str | Non
     return _stamped(body, now, client_token)
 
 
-def execution_document(e: Execution | None, now: int, client_token: str | None, **kw) -> dict:
+def execution_document(
+    e: Execution | None, now: int, client_token: str | None, **kw: Any
+) -> dict[str, Any]:
     """DescribeJobExecution's and StartNextPendingJobExecution's answer (no `execution`: none)."""
     body = {} if e is None else {"execution": execution_data(e, **kw)}
     return _stamped(body, now, client_token)
 
 
-def update_document(e: Execution, request: Request, now: int) -> dict:
+def update_document(e: Execution, request: Request, now: int) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if request.include_state:
         body["executionState"] = state(e)
@@ -281,15 +285,15 @@ def update_document(e: Execution, request: Request, now: int) -> dict:
     return _stamped(body, now, request.client_token)
 
 
-def notify_document(pending: list[Execution], now: int) -> dict:
+def notify_document(pending: list[Execution], now: int) -> dict[str, Any]:
     """A ListNotification (`…/jobs/notify`): up to 15 pending executions by status."""
-    jobs: dict[str, list] = {}
+    jobs: dict[str, list[Any]] = {}
     for e in pending[:MAX_NOTIFY]:
         jobs.setdefault(e.status, []).append(summary(e))
     return {"timestamp": now, "jobs": jobs}
 
 
-def notify_next_document(next_: Execution | None, now: int) -> dict:
+def notify_next_document(next_: Execution | None, now: int) -> dict[str, Any]:
     """A NextNotification (`…/jobs/notify-next`): the next execution, none when none is left."""
     body: dict[str, Any] = {"timestamp": now}
     if next_ is not None:
@@ -299,15 +303,15 @@ def notify_next_document(next_: Execution | None, now: int) -> dict:
 
 def notifications(
     thing: str, before: list[Execution], after: list[Execution], now: int
-) -> list[tuple[str, dict]]:
+) -> list[tuple[str, dict[str, Any]]]:
     """The notifications a change of a thing's pending list (`before` → `after`, each in
     `pending_order`) calls for, as AWS sends them: `notify` when the list changed, `notify-next`
     when the next one is another (or none)."""
     from common.jobs.topics import notify_next_topic, notify_topic
 
-    out: list[tuple[str, dict]] = []
+    out: list[tuple[str, dict[str, Any]]] = []
 
-    def listed(items: list[Execution]) -> list[tuple]:
+    def listed(items: list[Execution]) -> list[tuple[Any, ...]]:
         return [(e.job_id, e.status, e.execution_number) for e in items]
 
     if listed(before) != listed(after):

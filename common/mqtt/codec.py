@@ -7,6 +7,8 @@ connection must close with, and the reader is unusable afterwards.
 
 from __future__ import annotations
 
+from typing import Any
+
 from common.mqtt.errors import (
     MalformedPacket,
     MQTTError,
@@ -86,8 +88,12 @@ _SERVER_TYPES = frozenset(
 _FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
 # Indexed by the packet type's number: calling the enum per packet costs a Python-level __new__.
 _TYPES: tuple[PacketType | None, ...] = (None, *(PacketType(kind) for kind in range(1, 16)))
-_ACK_CLASSES = {PacketType.PUBACK: PubAck, PacketType.PUBREC: PubRec}
-_ACK_CLASSES.update({PacketType.PUBREL: PubRel, PacketType.PUBCOMP: PubComp})
+_ACK_CLASSES: dict[PacketType, type[PubAck | PubRec | PubRel | PubComp]] = {
+    PacketType.PUBACK: PubAck,
+    PacketType.PUBREC: PubRec,
+    PacketType.PUBREL: PubRel,
+    PacketType.PUBCOMP: PubComp,
+}
 
 
 class Reader:
@@ -159,6 +165,7 @@ class Reader:
         if kind == 0:
             raise MalformedPacket("packet type 0 is reserved")
         packet_type = _TYPES[kind]
+        assert packet_type is not None  # only kind 0 has none, refused above
         allowed = _CLIENT_TYPES if self.server_side else _SERVER_TYPES
         if packet_type not in allowed:
             raise ProtocolError(f"{packet_type.name} is not sent in this direction")
@@ -234,13 +241,13 @@ class Reader:
             raise MalformedPacket("will QoS/retain set without a will")
         if version == MQTT_3_1_1 and has_password and not has_username:
             raise MalformedPacket("password without user name")
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if version == MQTT_5_0:
             properties, offset = read_properties(body, offset, PacketType.CONNECT)
         client_id, offset = read_string(body, offset)
         will = None
         if has_will:
-            will_properties: dict = {}
+            will_properties: dict[str, Any] = {}
             if version == MQTT_5_0:
                 will_properties, offset = read_properties(body, offset, WILL)
             topic, offset = read_string(body, offset)
@@ -282,7 +289,7 @@ class Reader:
             packet_id, offset = read_u16(body, offset)
             if packet_id == 0:
                 raise ProtocolError("packet identifier 0")
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if version == MQTT_5_0:
             properties, offset = read_properties(body, offset, PacketType.PUBLISH)
             if self.server_side and "subscription_identifier" in properties:
@@ -293,12 +300,14 @@ class Reader:
             raise ProtocolError("empty topic name without a topic alias")
         return Publish(topic, body[offset:], qos, bool(flags & 0x01), dup, packet_id, properties)
 
-    def _ack(self, packet_type: PacketType, body: bytes, version: int):
+    def _ack(
+        self, packet_type: PacketType, body: bytes, version: int
+    ) -> PubAck | PubRec | PubRel | PubComp:
         packet_id, offset = read_u16(body, 0)
         if packet_id == 0:
             raise ProtocolError("packet identifier 0")
         reason = 0
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if version == MQTT_5_0:
             if offset < len(body):
                 reason = body[offset]
@@ -313,7 +322,7 @@ class Reader:
         packet_id, offset = read_u16(body, 0)
         if packet_id == 0:
             raise ProtocolError("packet identifier 0")
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if version == MQTT_5_0:
             properties, offset = read_properties(body, offset, PacketType.SUBSCRIBE)
             if len(properties.get("subscription_identifier", ())) > 1:
@@ -358,7 +367,7 @@ class Reader:
         packet_id, offset = read_u16(body, 0)
         if packet_id == 0:
             raise ProtocolError("packet identifier 0")
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if version == MQTT_5_0:
             properties, offset = read_properties(body, offset, PacketType.UNSUBSCRIBE)
         filters = []
@@ -378,7 +387,7 @@ class Reader:
                 raise MalformedPacket("3.1.1 DISCONNECT has no body")
             return Disconnect()
         reason = body[0] if body else 0
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if len(body) > 1:
             properties, offset = read_properties(body, 1, PacketType.DISCONNECT)
             if offset != len(body):
@@ -389,7 +398,7 @@ class Reader:
         if version != MQTT_5_0:
             raise ProtocolError("AUTH exists only in MQTT 5.0")
         reason = body[0] if body else 0
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if len(body) > 1:
             properties, offset = read_properties(body, 1, PacketType.AUTH)
             if offset != len(body):
@@ -401,21 +410,21 @@ class Reader:
     def _connack(self, body: bytes, version: int) -> Connack:
         if len(body) < 2:
             raise MalformedPacket("truncated CONNACK")
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if version == MQTT_5_0 and len(body) > 2:
             properties, _ = read_properties(body, 2, PacketType.CONNACK)
         return Connack(bool(body[0] & 0x01), body[1], properties)
 
     def _suback(self, body: bytes, version: int) -> SubAck:
         packet_id, offset = read_u16(body, 0)
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if version == MQTT_5_0:
             properties, offset = read_properties(body, offset, PacketType.SUBACK)
         return SubAck(packet_id, list(body[offset:]), properties)
 
     def _unsuback(self, body: bytes, version: int) -> UnsubAck:
         packet_id, offset = read_u16(body, 0)
-        properties: dict = {}
+        properties: dict[str, Any] = {}
         if version == MQTT_5_0:
             properties, offset = read_properties(body, offset, PacketType.UNSUBACK)
         return UnsubAck(packet_id, list(body[offset:]), properties)
@@ -454,7 +463,7 @@ def encode_ack(
     packet_type: int,
     packet_id: int,
     reason_code: int = 0,
-    properties: dict | None = None,
+    properties: dict[str, Any] | None = None,
     protocol_version: int = MQTT_3_1_1,
 ) -> bytes:
     """PUBACK/PUBREC/PUBREL/PUBCOMP, in the 5.0 short form when there is nothing to say."""
@@ -469,8 +478,7 @@ def encode_ack(
 
 def encode(packet: Packet, protocol_version: int) -> bytes:
     v5 = protocol_version == MQTT_5_0
-    kind = packet.type
-    if kind is PacketType.PUBLISH:
+    if isinstance(packet, Publish):
         return encode_publish(
             packet.topic.encode(),
             packet.payload,
@@ -481,32 +489,32 @@ def encode(packet: Packet, protocol_version: int) -> bytes:
             encode_properties(packet.properties) if v5 else b"",
             protocol_version,
         )
-    if kind in (PacketType.PUBACK, PacketType.PUBREC, PacketType.PUBREL, PacketType.PUBCOMP):
+    if isinstance(packet, PubAck | PubRec | PubRel | PubComp):
         return encode_ack(
-            kind, packet.packet_id, packet.reason_code, packet.properties, protocol_version
+            packet.type, packet.packet_id, packet.reason_code, packet.properties, protocol_version
         )
-    if kind is PacketType.CONNACK:
+    if isinstance(packet, Connack):
         code = packet.reason_code if v5 else connack_v3_code(packet.reason_code)
         body = bytes((1 if packet.session_present else 0, code))
         if v5:
             body += encode_properties(packet.properties)
         return _frame(0x20, body)
-    if kind is PacketType.SUBACK:
+    if isinstance(packet, SubAck):
         codes = packet.reason_codes if v5 else [suback_v3_code(c) for c in packet.reason_codes]
         body = packet.packet_id.to_bytes(2, "big")
         if v5:
             body += encode_properties(packet.properties)
         return _frame(0x90, body + bytes(codes))
-    if kind is PacketType.UNSUBACK:
+    if isinstance(packet, UnsubAck):
         body = packet.packet_id.to_bytes(2, "big")
         if v5:
             body += encode_properties(packet.properties) + bytes(packet.reason_codes)
         return _frame(0xB0, body)
-    if kind is PacketType.PINGREQ:
+    if isinstance(packet, PingReq):
         return b"\xc0\x00"
-    if kind is PacketType.PINGRESP:
+    if isinstance(packet, PingResp):
         return b"\xd0\x00"
-    if kind is PacketType.DISCONNECT:
+    if isinstance(packet, Disconnect):
         if not v5:
             return b"\xe0\x00"
         if packet.reason_code == 0 and not packet.properties:
@@ -515,11 +523,11 @@ def encode(packet: Packet, protocol_version: int) -> bytes:
         if packet.properties:
             body += encode_properties(packet.properties)
         return _frame(0xE0, body)
-    if kind is PacketType.AUTH:
+    if isinstance(packet, Auth):
         if packet.reason_code == 0 and not packet.properties:
             return b"\xf0\x00"
         return _frame(0xF0, bytes((packet.reason_code,)) + encode_properties(packet.properties))
-    if kind is PacketType.SUBSCRIBE:
+    if isinstance(packet, Subscribe):
         body = packet.packet_id.to_bytes(2, "big")
         if v5:
             body += encode_properties(packet.properties)
@@ -530,14 +538,14 @@ def encode(packet: Packet, protocol_version: int) -> bytes:
                 options |= sub.retain_handling << 4
             body += encode_string(sub.topic_filter) + bytes((options,))
         return _frame(0x82, body)
-    if kind is PacketType.UNSUBSCRIBE:
+    if isinstance(packet, Unsubscribe):
         body = packet.packet_id.to_bytes(2, "big")
         if v5:
             body += encode_properties(packet.properties)
         for topic_filter in packet.topic_filters:
             body += encode_string(topic_filter)
         return _frame(0xA2, body)
-    if kind is PacketType.CONNECT:
+    if isinstance(packet, Connect):
         return _encode_connect(packet)
     raise TypeError(f"cannot encode {packet!r}")
 

@@ -20,7 +20,7 @@ _ALL = frozenset({*PacketType, WILL})
 _ACKS = frozenset({_P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP})
 
 # id: (name, type, packets where allowed)
-PROPERTIES: dict[int, tuple[str, int, frozenset]] = {
+PROPERTIES: dict[int, tuple[str, int, frozenset[Any]]] = {
     0x01: ("payload_format_indicator", BYTE, frozenset({_P.PUBLISH, WILL})),
     0x02: ("message_expiry_interval", U32, frozenset({_P.PUBLISH, WILL})),
     0x03: ("content_type", STR, frozenset({_P.PUBLISH, WILL})),

@@ -96,11 +96,13 @@ class Stage:
     """The payload paths the rule reads (one JSON parse per row for all of them) and the
     per-path columns the conditions share."""
 
-    paths: dict[tuple, int] = field(default_factory=dict)  # segments -> 1-based list index
+    paths: dict[tuple[Any, ...], int] = field(
+        default_factory=dict
+    )  # segments -> 1-based list index
     keys: set[str] = field(default_factory=set)
     reads_payload: bool = False  # the payload's text or JSON
 
-    def path(self, segments: tuple) -> int:
+    def path(self, segments: tuple[Any, ...]) -> int:
         self.reads_payload = True
         index = self.paths.get(segments)
         if index is None:
@@ -108,7 +110,7 @@ class Stage:
             self.keys.update(arg for kind, arg in segments if kind == "key")
         return index
 
-    def json_path(self, segments: tuple) -> str:
+    def json_path(self, segments: tuple[Any, ...]) -> str:
         out = "$"
         for kind, arg in segments:
             if kind == "key":
@@ -200,7 +202,7 @@ class _Leaf:
         self.atom_text = f"CAST({self.j} AS VARCHAR)"
 
 
-def _segments(node: tuple) -> tuple:
+def _segments(node: tuple[Any, ...]) -> tuple[Any, ...]:
     out = []
     for seg in node[2]:
         if seg[0] == "key":
@@ -220,7 +222,7 @@ class RuleCompiler:
         self.stage = stage
         self.bound = bound
 
-    def value(self, node: tuple) -> Value:
+    def value(self, node: tuple[Any, ...]) -> Value:
         if node[0] != "var":
             raise NotNative(f"{node[0]} is evaluated in Python")
         name = node[1]
@@ -236,7 +238,7 @@ class RuleCompiler:
         kind, sql = _COLUMNS[name]
         return Value(kind, sql)
 
-    def cond(self, node: tuple) -> Cond:
+    def cond(self, node: tuple[Any, ...]) -> Cond:
         kind = node[0]
         if kind == "and":
             a, b = self.cond(node[1]), self.cond(node[2])
@@ -261,7 +263,7 @@ class RuleCompiler:
             return self.member(node)
         raise NotNative(f"{kind} as a condition")
 
-    def compare(self, node: tuple) -> Cond:
+    def compare(self, node: tuple[Any, ...]) -> Cond:
         op, left, right = node[1], node[2], node[3]
         if op == "=~":
             if left == ("var", "topic", []) and right[0] == "const" and isinstance(right[1], str):
@@ -286,7 +288,7 @@ class RuleCompiler:
             return _compare_text(value.sql, "true", op, value_literal)
         return _compare_number(value.sql, op, value_literal)
 
-    def member(self, node: tuple) -> Cond:
+    def member(self, node: tuple[Any, ...]) -> Cond:
         value, items, negated = self.value(node[1]), node[2], node[3]
         if any(item[0] != "const" for item in items):
             raise NotNative("IN with a computed item")
@@ -328,7 +330,7 @@ def _like_twice(key: str) -> str:
     return f"%{quoted}%{quoted}%"
 
 
-def _isin(column: str, values: list) -> str:
+def _isin(column: str, values: list[Any]) -> str:
     if not values:
         return "false"
     items = ", ".join(literal(v) if isinstance(v, str) else _number(v) for v in values)
@@ -387,15 +389,15 @@ def _compare_json(leaf: _Leaf, op: str, value: Any) -> Cond:
         )
     else:
         on_number = _number_cond(leaf.x, op, value)
-        on_string = _compare_number_text(leaf.s, op, value)
+        on_text = _compare_number_text(leaf.s, op, value)
         result = (
             f"CASE WHEN {leaf.j} IS NULL THEN false WHEN {leaf.is_number} THEN {on_number.value} "
-            f"WHEN {leaf.is_string} THEN {on_string.value} ELSE {_higher_rank(op)} END"
+            f"WHEN {leaf.is_string} THEN {on_text.value} ELSE {_higher_rank(op)} END"
         )
         sure = (
             f"CASE WHEN {leaf.j} IS NULL THEN {leaf.missing_sure} "
             f"WHEN {leaf.is_number} THEN {leaf.number_sure} "
-            f"WHEN {leaf.is_string} THEN {on_string.sure} "
+            f"WHEN {leaf.is_string} THEN {on_text.sure} "
             f"WHEN {leaf.is_atom} OR {leaf.is_container} THEN true ELSE false END"
         )
     return Cond(f"coalesce({result}, false)", f"coalesce({OK} AND {sure}, false)")
@@ -462,7 +464,7 @@ class NativeRule:
     passes: str  # SQL: WHERE holds (where sure)
 
 
-def _transparent(item: tuple) -> bool:
+def _transparent(item: tuple[Any, ...]) -> bool:
     _, expr, alias, _text = item
     return alias is None and expr[0] == "var" and not expr[2]
 
@@ -480,7 +482,7 @@ def compile_native(sql: str) -> NativeRule:
     stage = Stage()
     bound: set[str] = set()
     outputs_payload = False
-    select_values: list[tuple] = []
+    select_values: list[tuple[Any, ...]] = []
     for item in statement.fields:
         if item[0] == "star":
             outputs_payload = True

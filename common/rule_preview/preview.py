@@ -53,10 +53,10 @@ class Preview:
     unevaluated: int = 0  # taken rows not evaluated within the preview's time
     complete: bool = True
     decided_natively: int = 0  # rows DuckDB decided without the evaluator
-    outputs: list = field(default_factory=list)  # the first outputs, in time order
+    outputs: list[Any] = field(default_factory=list)  # the first outputs, in time order
     seconds: float = 0.0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -81,17 +81,18 @@ class _Evaluation:
         self.deadline = deadline
         self.matched = self.failed = self.evaluated = 0
         self.stopped = False
-        self.first: list[tuple[int, list]] = []  # (ts, outputs) of the first matches evaluated
-        self.decided: list[tuple[int, list]] = []  # the same, of the first rows DuckDB matched
+        self.first: list[tuple[int, list[Any]]] = []  # (ts, outputs) of the first matches evaluated
+        self.decided: list[tuple[int, list[Any]]] = []  # the same, of the first rows DuckDB matched
 
-    def outputs_of(self, row: dict) -> list | None:
+    def outputs_of(self, row: dict[str, Any]) -> list[Any] | None:
         row["tenant"] = self.tenant
         result = self.rule.apply(row, self.budget)
         if result.error is not None or not result.matched:
             return None
-        return json.loads(json.dumps(result.outputs, default=_json_default))
+        outputs: list[Any] = json.loads(json.dumps(result.outputs, default=_json_default))
+        return outputs
 
-    def count(self, rows: Iterable[dict], limit: int) -> None:
+    def count(self, rows: Iterable[dict[str, Any]], limit: int) -> None:
         """Evaluate rows (in time order) until the deadline; tally them, keep the first matches."""
         for row in rows:
             if perf_counter() >= self.deadline:
@@ -117,7 +118,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _batches(reader: pa.RecordBatchReader) -> Iterator[dict]:
+def _batches(reader: pa.RecordBatchReader) -> Iterator[dict[str, Any]]:
     for batch in reader:
         yield from batch.to_pylist()
 
@@ -204,7 +205,7 @@ def _preview(
 
 
 def _considered_view(
-    con: duckdb.DuckDBPyConnection, taken: list, every_pair: bool, rule_id: int | None
+    con: duckdb.DuckDBPyConnection, taken: list[Any], every_pair: bool, rule_id: int | None
 ) -> None:
     conditions = []
     if rule_id is not None:
@@ -302,7 +303,7 @@ def _native(
     if not unsure:
         return
     if unsure <= KEPT_UNSURE:
-        rows: Iterable[dict] = sorted(kept or [], key=lambda message: message["ts"])
+        rows: Iterable[dict[str, Any]] = sorted(kept or [], key=lambda message: message["ts"])
     else:
         rows = _batches(
             con.sql(

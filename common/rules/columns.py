@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from common.archive_schema import (
@@ -33,7 +33,7 @@ def ts_millis(value: Any) -> int | None:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
-        delta = value - _EPOCH
+        delta: timedelta = value - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
     return int(value)
 
@@ -47,8 +47,8 @@ def _payload(row: Mapping[str, Any]) -> Any:
     return payload
 
 
-def _pairs(row: Mapping[str, Any]) -> list[tuple[str, str]]:
-    pairs = []
+def _pairs(row: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    pairs: list[tuple[Any, Any]] = []  # as stored: a key or value may be missing (None)
     for item in row.get("user_properties") or ():
         if isinstance(item, Mapping):
             pairs.append((item.get("key"), item.get("value")))
@@ -101,9 +101,9 @@ def _peerhost(row: Mapping[str, Any]) -> str | None:
     peer = row.get("peer")
     if not peer:
         return None
-    host, sep, _port = peer.rpartition(":")
-    host = host if sep else peer
-    return host.strip("[]")
+    text = str(peer)
+    host, sep, _port = text.rpartition(":")
+    return (host if sep else text).strip("[]")
 
 
 def _event(row: Mapping[str, Any]) -> str:

@@ -50,7 +50,7 @@ class RuleResult:
     def __init__(
         self,
         matched: bool,
-        outputs: list[dict] | None = None,
+        outputs: list[dict[str, Any]] | None = None,
         error: str | None = None,
         budget: str | None = None,
     ):
@@ -87,7 +87,7 @@ def _decode_if_text(data: Any) -> Any:
     return data
 
 
-def _getnth(index: Any, items: list) -> Any:
+def _getnth(index: Any, items: list[Any]) -> Any:
     if type(index) is not int or index == 0:
         return None
     if index > 0:
@@ -121,7 +121,7 @@ def _range_index(index: Any, length: int) -> int:
     return index if index > 0 else length + index + 1
 
 
-def _get_range(data: Any, begin: Any, end: Any) -> list:
+def _get_range(data: Any, begin: Any, end: Any) -> list[Any]:
     if isinstance(data, str):
         data = _decode_if_text(data)
     if not isinstance(data, list):
@@ -133,7 +133,7 @@ def _get_range(data: Any, begin: Any, end: Any) -> list:
     return data[first - 1 : max(first - 1, last)]
 
 
-def _setnth(index: Any, items: Any, value: Any) -> list:
+def _setnth(index: Any, items: Any, value: Any) -> list[Any]:
     if not isinstance(items, list):
         return [value]
     if index == "head":
@@ -150,13 +150,13 @@ def _setnth(index: Any, items: Any, value: Any) -> list:
     return items
 
 
-def _put(path: list[tuple], value: Any, data: Any) -> Any:
+def _put(path: list[tuple[Any, ...]], value: Any, data: Any) -> Any:
     """Copy-on-write nested put: containers on the path are copied, the rest shared."""
     if not path:
         return value
     kind, key = path[0][0], path[0][1] if len(path[0]) > 1 else None
     if kind == "key":
-        sub = _get_key(data, key)
+        sub = _get_key(data, key)  # type: ignore[arg-type]  # a "key" step has its key
         base = dict(data) if isinstance(data, dict) else {}
         base[key] = _put(path[1:], value, sub)
         return base
@@ -263,10 +263,11 @@ class _Compiler:
         self.assigned = assigned  # top-level names SELECT/DO/FOREACH may bind
         self.output_first = output_first
 
-    def expr(self, node: tuple) -> Fn:
-        return getattr(self, "_" + node[0])(node)
+    def expr(self, node: tuple[Any, ...]) -> Fn:
+        fn: Fn = getattr(self, "_" + node[0])(node)
+        return fn
 
-    def cond(self, node: tuple) -> Callable[[Env], bool]:
+    def cond(self, node: tuple[Any, ...]) -> Callable[[Env], bool]:
         """A condition (WHERE, INCASE, WHEN): holds only when it evaluates to true."""
         fn = self.expr(node)
         return lambda env: fn(env) is True
@@ -320,7 +321,7 @@ class _Compiler:
                 value = left(env)
                 kind = type(value)
                 if kind is int or kind is float:
-                    return fast(value, const)
+                    return fast(value, const)  # type: ignore[arg-type]  # a number: checked
                 return op(value, const)
 
             return compare_number
@@ -430,7 +431,7 @@ class _Compiler:
 
         return decoded
 
-    def segments(self, segs: list[tuple]) -> list[tuple[str, Any]]:
+    def segments(self, segs: list[tuple[Any, ...]]) -> list[tuple[str, Any]]:
         out = []
         for seg in segs:
             if seg[0] == "key":
@@ -455,7 +456,7 @@ class _Compiler:
         root = self._payload_root(decode=True) if name == "payload" else self.root(name)
         return _walker(root, steps)
 
-    def _output_then_message(self, name: str, steps: list) -> Fn:
+    def _output_then_message(self, name: str, steps: list[Any]) -> Fn:
         """A path in a SELECT, DO or FOREACH field whose name the fields may bind: EMQX reads it
         in the output built so far, and in the message when the whole path is missing there
         (emqx_rule_runtime: `eval(Field, [Action, Columns])`), so `SELECT payload.a, payload.b`
@@ -495,7 +496,7 @@ class _Compiler:
         return _walker(found, rest) if rest else found
 
 
-def _walker(root: Fn, steps: list) -> Fn:
+def _walker(root: Fn, steps: list[Any]) -> Fn:
     """`root`'s value followed along `steps` (keys, indexes, a range): missing is None."""
     if not steps:
         return root
@@ -558,7 +559,7 @@ def _assigned_names(statement: Statement) -> set[str]:
     return names
 
 
-def _field_target(expr: tuple, alias: list | None, text: str, compiler: _Compiler):
+def _field_target(expr: tuple[Any, ...], alias: list[Any] | None, text: str, compiler: _Compiler):
     """Where an output field goes: ("key", name) or ("path", head, [segment fns])."""
     if alias is not None:
         if len(alias) == 1:
@@ -588,14 +589,14 @@ def _field_target(expr: tuple, alias: list | None, text: str, compiler: _Compile
     return ("key", text)
 
 
-def _make_put(target) -> Callable[[Env, dict, Any], None]:
+def _make_put(target) -> Callable[[Env, dict[str, Any], Any], None]:
     if target[0] == "key":
         key = target[1]
 
         def put_key(env, into, value):
             into[key] = value
 
-        put_key.key = key  # lets SELECT assign plain names without a call
+        put_key.key = key  # type: ignore[attr-defined]  # lets SELECT assign plain names without a call
         return put_key
     head, segs = target[1], target[2]
 
@@ -611,9 +612,9 @@ def _make_put(target) -> Callable[[Env, dict, Any], None]:
     return put_path
 
 
-def _compile_fields(items: list, compiler: _Compiler):
+def _compile_fields(items: list[Any], compiler: _Compiler):
     """[(value fn | None for *, put fn | None)] in SELECT order."""
-    compiled = []
+    compiled: list[tuple[Fn | None, Callable[[Env, dict[str, Any], Any], None] | None]] = []
     for item in items:
         if item[0] == "star":
             compiled.append((None, None))
@@ -625,7 +626,7 @@ def _compile_fields(items: list, compiler: _Compiler):
     return compiled
 
 
-def _run_fields(compiled, env: Env, into: dict) -> dict:
+def _run_fields(compiled, env: Env, into: dict[str, Any]) -> dict[str, Any]:
     selected_before = env.selected
     env.selected = into
     try:
@@ -670,7 +671,8 @@ class CompiledRule:
         default when None): over it, the result is a failure whose `budget` names it.
         `rule_id` is what `metadata.rule_id` gives (EMQX's rule id: here the rule's name)."""
         if type(row) is not dict and not isinstance(row, Mapping):
-            row = row.asDict()
+            # A pyspark Row (a tuple): common/ does not import pyspark to name its type.
+            row = row.asDict()  # type: ignore[unreachable]
         return self._apply(row, Meter(budget if budget is not None else _default()), rule_id)
 
     def __reduce__(self):
@@ -814,7 +816,9 @@ def _compile_foreach(statement, compiler, conditions, where, takes):
                 if incase is not None and not incase(item_env):
                     continue
                 output = (
-                    {**base, coll_key: element} if do_c is None else _run_fields(do_c, item_env, {})
+                    {**base, coll_key: element}  # type: ignore[dict-item]  # set when no DO
+                    if do_c is None
+                    else _run_fields(do_c, item_env, {})
                 )
                 meter.output(output)
                 outputs.append(jsonable(output))

@@ -70,7 +70,7 @@ def _peer(context: dict[str, Any]) -> str:
         return str(context["peername"])
     host = context.get("peerhost")
     if host is None:
-        return EXAMPLE["peername"]
+        return str(EXAMPLE["peername"])
     host = str(host)
     return f"[{host}]:0" if ":" in host else f"{host}:0"
 

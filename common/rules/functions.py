@@ -267,7 +267,7 @@ for _name, _fn in {
     "floor": math.floor,
     "round": lambda x: int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5)),
 }.items():
-    _math1(_name, _fn)
+    _math1(_name, _fn)  # type: ignore[arg-type]  # builtins and lambdas, each float -> number
 
 
 @_register("power")
@@ -808,7 +808,8 @@ def _erlang_replacement(template: str) -> Callable[[Any], str]:
     """Erlang re:replace's replacement: `&` or `\\0` the whole match, `\\N` group N, `\\&` a
     literal ampersand."""
     parts: list[str | int] = []
-    i, literal = 0, []
+    i = 0
+    literal: list[str] = []
     while i < len(template):
         char = template[i]
         if char == "\\" and i + 1 < len(template):
@@ -1171,7 +1172,7 @@ def _map_size(data):
     return len(_map(data))
 
 
-def _list(name: str, value: Any, *rest: Any) -> list:
+def _list(name: str, value: Any, *rest: Any) -> list[Any]:
     if not isinstance(value, list):
         raise _bad(name, value, *rest)
     return value
@@ -1342,7 +1343,7 @@ def _zip_uncompress(data):
 # -- encoding -------------------------------------------------------------------------------
 
 
-def _b64_opts(name: str, opts: tuple) -> tuple[bool, bool]:
+def _b64_opts(name: str, opts: tuple[Any, ...]) -> tuple[bool, bool]:
     urlsafe, padding = False, True
     for opt in opts:
         if opt == "urlsafe":
@@ -1524,9 +1525,9 @@ _DATE_DIRECTIVES: dict[str, Callable[[datetime, int, int], str]] = {
 
 
 @functools.lru_cache(maxsize=256)
-def _date_plan(fmt: str) -> tuple:
+def _date_plan(fmt: str) -> tuple[Any, ...]:
     """A format string cut once into literals and directives (formats repeat per rule)."""
-    plan: list = []
+    plan: list[Any] = []
     i = 0
     while i < len(fmt):
         for token in ("%::z", "%:z", "%3N", "%6N"):

@@ -101,7 +101,7 @@ def _number(text: str) -> int | float:
 
 
 @v_args(inline=True)
-class _ToAst(Transformer):
+class _ToAst(Transformer[Any, Any]):
     """Parse tree -> AST; `functions` is the registry used to check names and arities."""
 
     def __init__(self, sql: str, functions: dict[str, tuple[int, int | None]]):
@@ -127,7 +127,8 @@ class _ToAst(Transformer):
                 where = item[1]
             elif isinstance(item, list):
                 sources = item
-        return Statement(True, fields, do, incase, sources, where)
+        # The grammar makes FROM mandatory: `sources` is always set by here.
+        return Statement(True, fields, do, incase, sources, where)  # type: ignore[arg-type]
 
     def do_clause(self, _kw, fields):
         return ("do_clause", fields)
@@ -354,7 +355,8 @@ def parse(sql: str, functions: dict[str, tuple[int, int | None]]) -> Statement:
     except UnexpectedInput as exc:
         raise _explain(sql, exc) from None
     try:
-        return _ToAst(sql, functions).transform(tree)
+        statement: Statement = _ToAst(sql, functions).transform(tree)
+        return statement
     except RuleSyntaxError:
         raise
     except RecursionError:
@@ -431,7 +433,8 @@ def _explain(sql: str, exc: UnexpectedInput) -> RuleSyntaxError:
     """A lark error as a message about the rule, not about the grammar."""
     line, column = exc.line, exc.column
     if isinstance(exc, UnexpectedCharacters):
-        char = sql[exc.pos_in_stream] if exc.pos_in_stream < len(sql) else ""
+        at = exc.pos_in_stream if exc.pos_in_stream is not None else len(sql)
+        char = sql[at] if at < len(sql) else ""
         if char == "`":
             return RuleSyntaxError(
                 "backticks are not allowed: quote topic filters and columns with double quotes "

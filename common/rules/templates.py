@@ -18,7 +18,7 @@ _PLACEHOLDER = re.compile(r"\$\{\s*([^}]*?)\s*\}")
 _STEP = re.compile(r"""\.?(?:'([^']*)'|"([^"]*)"|([^.\[\]'"]+))|\[(-?\d+)\]""")
 
 
-def lookup(output: dict, path: str) -> Any:
+def lookup(output: dict[str, Any], path: str) -> Any:
     if path == ".":
         return output
     data: Any = output
@@ -36,10 +36,10 @@ def lookup(output: dict, path: str) -> Any:
     return data
 
 
-def render_template(template: str, output: dict) -> str:
+def render_template(template: str, output: dict[str, Any]) -> str:
     """Fill `${...}` placeholders of `template` from a rule output."""
 
-    def fill(match: re.Match) -> str:
+    def fill(match: re.Match[str]) -> str:
         value = lookup(output, match.group(1))
         if isinstance(value, (dict, list)):
             return json_encode(value)

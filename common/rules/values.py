@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from common.rules.budget import MAX_STRING, measure
@@ -41,7 +42,8 @@ class BitStr(BinStr):
     def of(cls, bit_text: str) -> BitStr:
         """From the bits as a text of 0s and 1s (its length not a multiple of 8)."""
         width = (len(bit_text) + 7) // 8
-        obj = cls.__new__(cls, int(bit_text, 2).to_bytes(width, "big"))
+        obj = BinStr.__new__(cls, int(bit_text, 2).to_bytes(width, "big"))
+        assert isinstance(obj, BitStr)  # __new__ of cls, a BitStr
         obj.bits = len(bit_text)
         return obj
 
@@ -77,7 +79,7 @@ class _JsonNull:
     def __bool__(self) -> bool:
         return False
 
-    def __reduce__(self):
+    def __reduce__(self) -> str:
         return "JSON_NULL"
 
 
@@ -213,7 +215,7 @@ def erlang_float(text: str) -> float | None:
 
 def parse_number(text: str) -> int | float:
     """Erlang's binary_to_integer, else binary_to_float: how a string meets a number."""
-    number = erlang_int(text)
+    number: int | float | None = erlang_int(text)
     if number is None:
         number = erlang_float(text)
     if number is None:
@@ -254,7 +256,7 @@ def term_equal(left: Any, right: Any) -> bool:
     if isinstance(left, dict) and isinstance(right, dict):
         return left.keys() == right.keys() and all(term_equal(v, right[k]) for k, v in left.items())
     if is_number(left) and is_number(right):
-        return left == right
+        return bool(left == right)
     if isinstance(left, str) and isinstance(right, str):
         return left == right
     return False
@@ -281,16 +283,16 @@ def term_compare(left: Any, right: Any) -> int:
     if lr == 2:
         if len(left) != len(right):
             return -1 if len(left) < len(right) else 1
-        a, b = sorted(map(to_str, left)), sorted(map(to_str, right))
-        if a != b:
-            return -1 if a < b else 1
+        left_keys, right_keys = sorted(map(to_str, left)), sorted(map(to_str, right))
+        if left_keys != right_keys:
+            return -1 if left_keys < right_keys else 1
         for key in sorted(left):
             c = term_compare(left[key], right[key])
             if c:
                 return c
         return 0
-    a, b = to_bytes(left), to_bytes(right)
-    return -1 if a < b else (0 if a == b else 1)
+    left_bytes, right_bytes = to_bytes(left), to_bytes(right)
+    return -1 if left_bytes < right_bytes else (0 if left_bytes == right_bytes else 1)
 
 
 def _coerce(left: Any, right: Any) -> tuple[Any, Any]:
@@ -321,16 +323,14 @@ def compare_ne(left: Any, right: Any) -> bool:
     return not term_equal(left, right)
 
 
-def _ordered(check):
+def _ordered(check: Callable[[int], bool]) -> Callable[[Any, Any], bool]:
     def compare(left: Any, right: Any) -> bool:
         if left is None or right is None:
             # undefined vs undefined compares as equal terms; one missing side is false.
             return left is None and right is None and check(0)
         left, right = _coerce(left, right)
-        if is_number(left) and is_number(right):
-            return check((left > right) - (left < right))
-        if type(left) is str and type(right) is str:
-            return check((left > right) - (left < right))
+        if is_number(left) and is_number(right) or type(left) is str and type(right) is str:
+            return check(int(left > right) - int(left < right))
         return check(term_compare(left, right))
 
     return compare

@@ -274,7 +274,9 @@ def update(shadow: Shadow, request: Request, now: int, max_size: int = DEFAULT_M
     )
 
 
-def _merge(state: dict, metadata: dict, changes: dict, stamp: dict) -> None:
+def _merge(
+    state: dict[str, Any], metadata: dict[str, Any], changes: dict[str, Any], stamp: dict[str, Any]
+) -> None:
     """Merge `changes` into `state` (and its `metadata`), both fresh copies of one level, in
     place: objects recursively (each level copied before it changes), other values replaced
     whole, `null` deleting; objects left empty by deletions go too."""
@@ -301,12 +303,12 @@ def _merge(state: dict, metadata: dict, changes: dict, stamp: dict) -> None:
             metadata[key] = dict(stamp)
 
 
-def _is_leaf(metadata: dict) -> bool:
+def _is_leaf(metadata: dict[str, Any]) -> bool:
     """A leaf's metadata (`{"timestamp": t}`), not an object's (whose field may be named so)."""
     return len(metadata) == 1 and type(metadata.get("timestamp")) is int
 
 
-def _set_or_drop(parent: dict, key: str, value: dict) -> None:
+def _set_or_drop(parent: dict[str, Any], key: str, value: dict[str, Any]) -> None:
     if value:
         parent[key] = value
     else:
@@ -326,7 +328,7 @@ def delta(state: dict[str, Any]) -> dict[str, Any]:
     return _delta(state.get("desired") or {}, state.get("reported") or {})
 
 
-def _delta(desired: dict, reported: dict) -> dict:
+def _delta(desired: dict[str, Any], reported: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, wanted in desired.items():
         if key not in reported:
