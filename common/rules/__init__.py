@@ -10,8 +10,9 @@ One set of semantics for the API's dry run and the Spark jobs:
 
 For readers (the Spark jobs): `rule.topic_filters` / `rule.events` say which rows FROM takes,
 `rule.archive_columns` which archive columns evaluation may read (prune the rest), and
-`common.rules.topics.topic_filter_regex` turns a filter into a pushdown prefilter; `apply` checks
-FROM again, so a prefilter never decides. A CompiledRule pickles as its SQL.
+`common.rules.topics.topic_filter_regex` (the codec's one translation) turns a filter into a
+pushdown prefilter; `apply` checks FROM again, so a prefilter never decides. A CompiledRule
+pickles as its SQL.
 
 See docs/rules.md for the dialect. This package imports only the stdlib, lark, regex and
 `common.*`: it never becomes Spark SQL text, so a rule can reach nothing the compiler did not put
