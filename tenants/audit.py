@@ -9,7 +9,8 @@ each remembering to call it. Who is acting comes from a context variable: the re
 only when an entry is written), else the command line.
 
 Bulk writes (`QuerySet.update()`, `bulk_create`, `bulk_update`) send no signals: the audited
-models' managers are `AuditedQuerySet`s, which record one entry per row they touch, the same
+models' managers are `AuditedQuerySet`s (`tenants.audited`), whose `bulk_written` signal
+records one entry per row they touch, the same
 entry a `save()` would have made (`detail.bulk` says which way it came). So a rotation's revoked
 secrets, or any later bulk write, cannot slip past the log.
 
@@ -26,11 +27,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from django.db import models, transaction
 from django.db.models import QuerySet
-from django.db.models.expressions import Combinable
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.http import HttpRequest, HttpResponse
+
+from tenants import models
+from tenants.audited import BOOKKEEPING, SAFE_VALUES, bulk_written, plain, safe_fields
+from tenants.models import AuditEntry, Device, Tenant
 
 _request: ContextVar[HttpRequest | None] = ContextVar("audit_request", default=None)
 # Who acts when the request does not say: the person signing up or accepting an invitation is
@@ -56,32 +59,6 @@ _NAMED = {
     "BillingDetails": "label",
     "Job": "job_id",
     "DeviceGroup": "name",
-}
-# Fields whose change alone is bookkeeping, not a change anyone made.
-_BOOKKEEPING = {"last_used_at", "last_seen_at", "updated_at", "unreleased", "released_at"}
-# Values safe to show (never secrets).
-_SAFE_VALUES = {
-    "enabled",
-    "status",
-    "role",
-    "action",
-    "permission",
-    "topic",
-    "client_id_policy",
-    "revoked_at",
-    "expires_at",
-    "acl_default",
-    "archive_enabled",
-    "quota_overrides",
-    "subject",
-    "algorithm",
-    "not_after",
-    "topic_filter",
-    "days",
-    "monthly_cents",
-    "thresholds",
-    "at_limit",
-    "budget_degraded",
 }
 
 
@@ -145,8 +122,6 @@ def record(
     detail: dict | None = None,
 ):
     """The one writer of the audit log."""
-    from tenants.models import AuditEntry
-
     actor, via, address = _actor()
     return AuditEntry.objects.create(
         tenant_id=tenant_id,
@@ -161,8 +136,6 @@ def record(
 
 
 def _tenant_of(instance) -> tuple[int | None, str]:
-    from tenants.models import Tenant
-
     if isinstance(instance, Tenant):
         return instance.id, instance.slug
     tenant_id = getattr(instance, "tenant_id", None)
@@ -170,9 +143,7 @@ def _tenant_of(instance) -> tuple[int | None, str]:
         tenant_id = instance.device.tenant_id
     if tenant_id is None:
         return None, ""
-    from tenants.models import Tenant as T
-
-    slug = T.objects.filter(id=tenant_id).values_list("slug", flat=True).first() or ""
+    slug = Tenant.objects.filter(id=tenant_id).values_list("slug", flat=True).first() or ""
     return tenant_id, slug
 
 
@@ -193,31 +164,19 @@ def _target_or_id(instance) -> str:
         return str(instance.pk)
 
 
-def _plain(value):
-    """A value as JSON keeps it (dates as ISO text)."""
-    if value is None or isinstance(value, str | int | bool | dict | list):
-        return value
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
-
-
-def _safe_fields(model) -> list[str]:
-    names = {f.attname for f in model._meta.concrete_fields}
-    return sorted(_SAFE_VALUES & names)
-
-
 def _detail(instance, fields: Iterable[str] | None, before: dict | None = None) -> dict:
     detail: dict = {}
     if fields:
         detail["fields"] = sorted(fields)
-    for field in fields or _SAFE_VALUES:
-        if field in _SAFE_VALUES and hasattr(instance, field):
+    for field in fields or SAFE_VALUES:
+        if field in SAFE_VALUES and hasattr(instance, field):
             value = getattr(instance, field)
             detail[field] = value if isinstance(value, str | int | bool | dict) else str(value)
     # What each safe field was and became, for the entry's words (`tenants.audit_words`).
     changes = {
-        field: [old, _plain(getattr(instance, field))]
+        field: [old, plain(getattr(instance, field))]
         for field, old in (before or {}).items()
-        if (not fields or field in fields) and old != _plain(getattr(instance, field))
+        if (not fields or field in fields) and old != plain(getattr(instance, field))
     }
     if changes:
         detail["changes"] = changes
@@ -229,21 +188,21 @@ def _before(sender, instance, raw=False, update_fields=None, **kwargs) -> None:
     instance._audit_before = None
     if raw or instance._state.adding or instance.pk is None:
         return
-    if update_fields is not None and set(update_fields) <= _BOOKKEEPING:
+    if update_fields is not None and set(update_fields) <= BOOKKEEPING:
         return
-    fields = _safe_fields(sender)
+    fields = safe_fields(sender)
     if update_fields is not None:
         fields = [f for f in fields if f in update_fields]
     if not fields:
         return
     row = sender._base_manager.filter(pk=instance.pk).values(*fields).first()
-    instance._audit_before = {k: _plain(v) for k, v in row.items()} if row else None
+    instance._audit_before = {k: plain(v) for k, v in row.items()} if row else None
 
 
 def _saved(sender, instance, created, update_fields=None, raw=False, **kwargs) -> None:
     if raw:  # fixtures being loaded
         return
-    if update_fields and set(update_fields) <= _BOOKKEEPING:
+    if update_fields and set(update_fields) <= BOOKKEEPING:
         return
     tenant_id, slug = _tenant_of(instance)
     action = f"{sender._meta.model_name}.{'created' if created else 'updated'}"
@@ -258,8 +217,6 @@ def _saved(sender, instance, created, update_fields=None, raw=False, **kwargs) -
 
 
 def _deleted(sender, instance, **kwargs) -> None:
-    from tenants.models import Tenant
-
     if isinstance(instance, Tenant):
         tenant_id, slug = instance.id, instance.slug
     else:
@@ -267,14 +224,10 @@ def _deleted(sender, instance, **kwargs) -> None:
         slug = ""
         if tenant_id is None:
             device_id = getattr(instance, "device_id", None)
-            from tenants.models import Device
-
             row = Device.objects.filter(id=device_id).values_list("tenant_id", flat=True)
             tenant_id = row.first() if device_id else None
     if tenant_id is not None and not slug:
-        from tenants.models import Tenant as T
-
-        slug = T.objects.filter(id=tenant_id).values_list("slug", flat=True).first() or ""
+        slug = Tenant.objects.filter(id=tenant_id).values_list("slug", flat=True).first() or ""
     target = _target_or_id(instance)
     record(
         tenant_id=tenant_id,
@@ -284,47 +237,9 @@ def _deleted(sender, instance, **kwargs) -> None:
     )
 
 
-class AuditedQuerySet(models.QuerySet):
-    """The audited models' queryset: its bulk writes are recorded like saves (no signal tells
-    about them). Bookkeeping-only updates (`last_used_at`...) are not, like with signals."""
-
-    def update(self, **kwargs):
-        if not kwargs or set(kwargs) <= _BOOKKEEPING:
-            return super().update(**kwargs)
-        base = self.model._base_manager.using(self.db)  # a plain manager: no recursion
-        with transaction.atomic(using=self.db):
-            # The rows it will touch (whatever shape this queryset has: values(), distinct()),
-            # locked so the update changes exactly these.
-            rows = list(base.filter(pk__in=self.values("pk")).select_for_update())
-            if not rows:
-                return 0
-            count = base.filter(pk__in=[row.pk for row in rows]).update(**kwargs)
-            safe = set(_safe_fields(self.model))
-            for row in rows:
-                row._audit_before = {f: _plain(getattr(row, f)) for f in kwargs if f in safe}
-                for field, value in kwargs.items():
-                    if not isinstance(value, Combinable):  # F() etc.: not known without a read
-                        setattr(row, field, value)
-                    else:
-                        row._audit_before.pop(field, None)
-            _record_bulk(self.model, rows, "updated", sorted(kwargs))
-        return count
-
-    def bulk_create(self, objs, *args, **kwargs):
-        made = super().bulk_create(objs, *args, **kwargs)
-        _record_bulk(self.model, made, "created", None)
-        return made
-
-    def bulk_update(self, objs, fields, *args, **kwargs):
-        objs = list(objs)
-        count = super().bulk_update(objs, fields, *args, **kwargs)
-        if not set(fields) <= _BOOKKEEPING:
-            _record_bulk(self.model, objs, "updated", sorted(fields))
-        return count
-
-
-def _record_bulk(model, rows: list, verb: str, fields: list[str] | None) -> None:
-    name = model._meta.model_name
+def _bulk_written(sender, rows: list, verb: str, fields: list[str] | None, **kwargs) -> None:
+    """A bulk write's rows (`tenants.audited.bulk_written`), one entry each."""
+    name = sender._meta.model_name
     for row in rows:
         tenant_id, slug = _tenant_of(row)
         target = _target_or_id(row)
@@ -338,13 +253,12 @@ def _record_bulk(model, rows: list, verb: str, fields: list[str] | None) -> None
 
 
 def connect_signals() -> None:
-    from tenants import models
-
     for name in _NAMED:
         model = getattr(models, name)
         pre_save.connect(_before, sender=model, dispatch_uid=f"audit-before-{name}")
         post_save.connect(_saved, sender=model, dispatch_uid=f"audit-save-{name}")
         post_delete.connect(_deleted, sender=model, dispatch_uid=f"audit-delete-{name}")
+    bulk_written.connect(_bulk_written, dispatch_uid="audit-bulk")
 
 
 # -- reads --------------------------------------------------------------------------------------
@@ -352,8 +266,6 @@ def connect_signals() -> None:
 
 def entries_list(*, tenant) -> QuerySet:
     """A tenant's entries, newest first: only its own, by construction."""
-    from tenants.models import AuditEntry
-
     return AuditEntry.objects.filter(tenant_id=tenant.id)
 
 

@@ -12,6 +12,7 @@ from django.db.models.functions import TruncDay, TruncHour
 from django.http import Http404
 
 from common.pricing import BYTES_PER_GB, USAGE_COLUMN, build_invoice
+from tenants.billing_periods import period_bounds
 from tenants.models import Invoice, Tenant, Usage
 
 GRANULARITIES = {"hour": (TruncHour, timedelta(hours=1)), "day": (TruncDay, timedelta(days=1))}
@@ -63,19 +64,6 @@ def usage_series(
         series.append(point)
         at += step
     return series
-
-
-def period_bounds(period: str) -> tuple[datetime, datetime]:
-    try:
-        start = datetime.strptime(period, "%Y-%m").replace(tzinfo=UTC)
-    except ValueError:
-        raise ValidationError({"period": [f"{period!r}: use YYYY-MM."]}) from None
-    return start, (start + timedelta(days=32)).replace(day=1)
-
-
-def previous_period(period: str) -> str:
-    start, _ = period_bounds(period)
-    return (start - timedelta(days=1)).strftime("%Y-%m")
 
 
 # What a tenant may see: issued (and paid) invoices. A draft is the operators' (Django admin) until

@@ -14,7 +14,8 @@ from typing import Any
 from django.db.models import QuerySet, Sum
 
 from common.pricing import USAGE_COLUMN, build_invoice
-from tenants.billing_selectors import SERIES_COLUMNS, period_bounds
+from tenants.billing_periods import period_bounds
+from tenants.billing_selectors import SERIES_COLUMNS
 from tenants.models import Budget, BudgetAlert, Credit, Tenant, Usage
 
 # The usage-log columns the bill sums, as `tenants_usage` columns (`messages` is `message_units`).

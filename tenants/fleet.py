@@ -22,10 +22,18 @@ from django.utils import timezone
 from common import fleet_pki
 from common.notifications import ChangeKind
 from common.sealed import seal
-from tenants.fleet_models import FleetAuthority, FleetCertificate, ProvisioningTemplate
-from tenants.models import DEVICE_NAME_VALIDATOR, AclRule, CaCertificate, DeviceGroup, Tenant
+from tenants.models import (
+    DEVICE_NAME_VALIDATOR,
+    AclRule,
+    CaCertificate,
+    DeviceGroup,
+    FleetAuthority,
+    FleetCertificate,
+    ProvisioningTemplate,
+    Tenant,
+)
 from tenants.notify import announce
-from tenants.services import _require_active
+from tenants.suspension import require_active
 
 AUTHORITY_CA_NAME = "fleet-provisioning"  # the fleet CA's name among the tenant's CAs
 
@@ -103,7 +111,7 @@ def template_create(
     pre_provisioning_hook_url: str = "",
     groups: list[str] | None = None,
 ) -> ProvisioningTemplate:
-    _require_active(tenant)
+    require_active(tenant)
     template_parameters(device_name_template)
     if not isinstance(attributes, dict | None):
         raise ValidationError({"attributes": ["An object of the new device's attributes."]})
@@ -145,7 +153,7 @@ def template_update(template: ProvisioningTemplate, **fields: object) -> Provisi
     unknown = set(fields) - _UPDATABLE
     if unknown:
         raise ValidationError({name: ["Cannot be changed."] for name in sorted(unknown)})
-    _require_active(template.tenant)
+    require_active(template.tenant)
     if "device_name_template" in fields:
         template_parameters(fields["device_name_template"])
         template.device_name_template = fields["device_name_template"]
@@ -236,7 +244,7 @@ def claim_create(template: ProvisioningTemplate) -> IssuedClaim:
     from common.sealed import unseal
 
     tenant = template.tenant
-    _require_active(tenant)
+    require_active(tenant)
     authority = _authority(tenant)
     from cryptography import x509
 

@@ -13,7 +13,7 @@ which their rows are in the tenants' history and meet this retention.
 Deleting changes what the storage sampler measures. It keeps totals of settled days
 (`tenants.storage_usage`, an index object), so the bytes deleted from those days are taken out
 of the index here. Retention, the sampler and compaction take one Postgres advisory lock
-(`archive_lock`), so none of them rewrites a marker or the index under another.
+(`tenants.archive_lock`), so none of them rewrites a marker or the index under another.
 
 Run by Celery beat (`tenants.tasks.history_retention`, hourly) and by
 `manage.py history_retention [--tenant T] [--dry-run]`. A tenant's history whose tenant no longer
@@ -23,8 +23,6 @@ exists is left alone and reported (`unknown`): an operator deletes it knowingly.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
@@ -33,13 +31,11 @@ from common.archive_io import forget_parts, hour_start
 from common.archive_schema import ARCHIVE_PREFIX
 from common.history_policy import retention_days
 from common.object_store import ObjectStore, open_object_store
+from tenants.archive_lock import archive_lock
 
 log = logging.getLogger(__name__)
 
 HOUR = timedelta(hours=1)
-# pg_advisory_lock key of the archive's writers in the control plane (compaction, retention,
-# the storage sampler's index): any fixed 64-bit number no other lock uses.
-ARCHIVE_LOCK = 0x61726368_69766531  # "archive1"
 
 # Per tenant: its retention inputs, as `retention_days` takes them.
 _TENANTS_SQL = """
@@ -52,18 +48,6 @@ SELECT t.slug, t.archive_enabled, p.history_default_days,
        EXISTS (SELECT 1 FROM tenants_rule r WHERE r.tenant_id = t.id AND r.enabled)
   FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id
 """
-
-
-@contextmanager
-def archive_lock() -> Iterator[None]:
-    """Hold the control plane's archive lock (a Postgres advisory lock) for the block."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [ARCHIVE_LOCK])
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [ARCHIVE_LOCK])
 
 
 def _hour_of(key: str) -> tuple[str, datetime] | None:

@@ -22,7 +22,7 @@ from common.device_identity import (
 from common.notifications import ChangeKind
 from tenants.models import CaCertificate, Device, DeviceCertificate, JwtKey, Tenant
 from tenants.notify import announce
-from tenants.services import _require_active
+from tenants.suspension import require_active
 
 
 def _invalid(field: str, exc: Exception) -> ValidationError:
@@ -71,7 +71,7 @@ def ca_register(
 ) -> CaCertificate:
     """AWS IoT's "register CA": device certificates it issues name their device in the CN.
     `verification_pem`: a certificate the CA signed whose CN is `registration_code(tenant)`."""
-    _require_active(tenant)
+    require_active(tenant)
     try:
         parsed = parse_ca(pem)
     except IdentityError as exc:
@@ -136,7 +136,7 @@ def ca_get(*, tenant: Tenant, name: str) -> CaCertificate:
 
 @transaction.atomic
 def device_certificate_register(*, device: Device, pem: str) -> DeviceCertificate:
-    _require_active(device.tenant)
+    require_active(device.tenant)
     try:
         parsed = parse_device_certificate(pem)
     except IdentityError as exc:
@@ -191,7 +191,7 @@ def device_certificate_get(*, device: Device, certificate_id: int) -> DeviceCert
 @transaction.atomic
 def jwt_keys_add(*, tenant: Tenant, key: str, kid: str = "", algorithm: str = "") -> list[JwtKey]:
     """One PEM public key (named `kid`) or every key of a JWKS document."""
-    _require_active(tenant)
+    require_active(tenant)
     try:
         parsed = parse_public_keys(key, kid=kid, algorithm=algorithm)
     except IdentityError as exc:

@@ -31,7 +31,7 @@ from typing import Any
 
 from django.db.models import Sum
 
-from tenants.billing_selectors import period_bounds
+from tenants.billing_periods import period_bounds
 from tenants.models import DeviceUsage, Invoice
 
 # Line code -> the DeviceUsage column that meters it per device.

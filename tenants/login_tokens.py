@@ -17,6 +17,7 @@ from common import secrets
 from common.sealed import SealError, reseal, seal, unseal
 from tenants import audit
 from tenants.models import ApiToken, Membership, Tenant
+from tenants.suspension import require_active
 
 LOGIN_TOKEN_NAME = "login"
 
@@ -25,8 +26,6 @@ LOGIN_TOKEN_NAME = "login"
 def login_token(*, user: AbstractBaseUser, tenant: Tenant, rotate: bool = False) -> str:
     """The member's login token for `tenant`: the live one, else (or with `rotate`) a new one
     that replaces it."""
-    from tenants.services import _require_active
-
     # Two logins at once agree on one token: the membership row serialises them.
     Membership.objects.select_for_update().filter(user=user, tenant=tenant).first()
     current = ApiToken.objects.filter(user=user, tenant=tenant).exclude(sealed="").first()
@@ -35,7 +34,7 @@ def login_token(*, user: AbstractBaseUser, tenant: Tenant, rotate: bool = False)
             return unseal(current.sealed)
         except SealError:
             pass  # sealed under a key since dropped: a new token replaces it
-    _require_active(tenant)
+    require_active(tenant)
     raw = secrets.generate_api_token()
     # The one logging in, though the request has no one logged in yet.
     with audit.acting_as(user.email or user.get_username()):

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -44,6 +44,7 @@ from tenants.models import (
 )
 from tenants.notify import announce
 from tenants.rule_sql import RuleSqlError, validate_rule_sql
+from tenants.suspension import require_active
 
 logger = logging.getLogger(__name__)
 
@@ -253,14 +254,8 @@ def membership_add(*, tenant: Tenant, user: AbstractBaseUser, role: str) -> Memb
     return membership
 
 
-def _require_active(tenant: Tenant) -> None:
-    """A suspended tenant keeps what it has but gets nothing new (devices, tokens)."""
-    if tenant.status != Tenant.Status.ACTIVE:
-        raise PermissionDenied(f"Tenant {tenant.slug} is suspended: nothing new can be created.")
-
-
 def api_token_create(*, user: AbstractBaseUser, tenant: Tenant, name: str = "default"):
-    _require_active(tenant)
+    require_active(tenant)
     raw = secrets.generate_api_token()
     token = ApiToken.objects.create(
         user=user,
@@ -304,7 +299,7 @@ def device_create(
     password: str | None = None,
 ) -> tuple[Device, str]:
     """Create a device and its first credential; returns the secret, which is never stored."""
-    _require_active(tenant)
+    require_active(tenant)
     _validate_client_id_policy(client_id_policy, client_id_pattern)
     device = Device(
         tenant=tenant,

@@ -147,7 +147,7 @@ def history_bytes(
 def history_index_forget(store: ObjectStore, deleted: dict[str, dict[str, int]]) -> None:
     """Retention deleted these history objects (tenant -> key -> size): take those of settled
     days out of the index's totals (later days are listed afresh at each sample). Called under
-    the archive lock (`tenants.history_retention.archive_lock`), as the sampler reads the index."""
+    the archive lock (`tenants.archive_lock`), as the sampler reads the index."""
     index = _read_index(store)
     if index is None:
         return  # the next sample lists everything
@@ -197,7 +197,7 @@ def stored_bytes_by_tenant(
                         payload_sizes = store.sizes(PAYLOAD_PREFIX)
                     size += sum(payload_sizes.get(key, 0) for key in object_keys)
                 measured.setdefault(slug, {"retained": 0, "queued": 0, "archive": 0})[kind] = size
-    from tenants.history_retention import archive_lock
+    from tenants.archive_lock import archive_lock
 
     slugs = Tenant.objects.values_list("slug", flat=True)
     with archive_lock():  # retention may be deleting history and correcting the index

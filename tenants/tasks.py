@@ -3,6 +3,7 @@
 from celery import shared_task
 
 from tenants import services
+from tenants.rule_runs.services import RUN_TASK
 
 
 @shared_task(name="tenants.tasks.expire_credentials")
@@ -25,7 +26,7 @@ def compact_archive() -> list[dict]:
     tenants into per-tenant history); a crashed or overlapping run is finished by the next."""
     from common.archive_io import compact_due
     from common.object_store import open_object_store
-    from tenants.history_retention import archive_lock
+    from tenants.archive_lock import archive_lock
 
     with archive_lock():  # markers are rewritten by retention too
         return [result.as_dict() for result in compact_due(open_object_store())]
@@ -155,7 +156,7 @@ def budget_check() -> dict:
     return check_all()
 
 
-@shared_task(name="tenants.tasks.run_rule_history", acks_late=False)
+@shared_task(name=RUN_TASK, acks_late=False)
 def run_rule_history(run_id: str) -> dict:
     """A tenant's run of a rule over its archived history, on Spark (`tenants.rule_runs`).
     Acknowledged when taken: a worker lost mid-run leaves the run `running` rather than

@@ -24,7 +24,7 @@ from common.pricing import (
     USAGE_COLUMN,
     quantity_of,
 )
-from tenants.billing_selectors import period_bounds
+from tenants.billing_periods import period_bounds
 from tenants.budget_selectors import BILLED_COLUMNS, month_to_date_spend
 from tenants.models import Device, DeviceGroup, DeviceUsage, Tenant, Usage
 

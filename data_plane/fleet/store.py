@@ -1,5 +1,5 @@
 """The fleet provisioning service's reads and writes of the control plane's tables
-(`tenants.fleet_models`), in SQL: the tenant's fleet CA, the certificates it issues, and the
+(`tenants.models`), in SQL: the tenant's fleet CA, the certificates it issues, and the
 device RegisterThing makes (with its ACL rules and its template's groups, announced as the control plane announces its
 own changes, so every broker's caches learn of it)."""
 

@@ -11,7 +11,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 
 from common.metering import explain_publish
-from tenants import billing_selectors, charts, invoice_render, usage_selectors
+from tenants import billing_periods, billing_selectors, charts, invoice_render, usage_selectors
 from tenants.invoice_words import DEVICE_LABELS, line_words
 from tenants.portal.views import _context, tenant_view
 
@@ -36,7 +36,7 @@ def usage(request, membership):
     period = request.GET.get("period") or datetime.now(UTC).strftime("%Y-%m")
     try:
         current = _daily(tenant, period)
-        previous_period = billing_selectors.previous_period(period)
+        previous_period = billing_periods.previous_period(period)
         previous = _daily(tenant, previous_period)
     except ValidationError as exc:
         raise Http404(str(exc)) from None

@@ -229,11 +229,17 @@ def runs_reclaim(*, tenant_id: int | None = None, now: datetime | None = None) -
     return {"failed": failed, "released": released}
 
 
-def dispatch(run: RuleRun) -> None:
-    """Hand the run to a Celery worker (replaced in tests by an in-process runner)."""
-    from tenants.tasks import run_rule_history
+# The Celery task that runs a rule over history (`tenants.tasks.run_rule_history`).
+RUN_TASK = "tenants.tasks.run_rule_history"
 
-    run_rule_history.delay(str(run.id))
+
+def dispatch(run: RuleRun) -> None:
+    """Hand the run to a Celery worker (replaced in tests by an in-process runner). The task is
+    sent by its name, as Celery beat sends its tasks: `tenants.tasks` imports this package to run
+    the task, so importing it back would close an import circle."""
+    from celery import current_app
+
+    current_app.send_task(RUN_TASK, args=[str(run.id)])
 
 
 def run_cancel(run: RuleRun) -> RuleRun:

@@ -16,7 +16,7 @@ from django.core import mail
 from django.db import connection
 
 from tenants import services
-from tenants.billing_selectors import period_bounds
+from tenants.billing_periods import period_bounds
 from tenants.budget_alerts import check_all
 from tenants.budget_selectors import month_to_date_spend
 from tenants.models import BudgetAlert, Credit, Tenant, Usage

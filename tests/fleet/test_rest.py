@@ -95,7 +95,7 @@ def test_certificates_never_registered_are_purged():
     from django.utils import timezone
 
     from tenants import fleet
-    from tenants.fleet_models import FleetCertificate
+    from tenants.models import FleetCertificate
 
     tenant = services.tenant_create("fleet-purge")
     template = fleet.template_create(tenant=tenant, name="t", device_name_template="d-{Serial}")

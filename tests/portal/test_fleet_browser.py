@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from rest_framework.test import APIClient
 
 from tenants import services
-from tenants.fleet_models import FleetCertificate
+from tenants.models import FleetCertificate
 from tests.portal.web import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -15,8 +15,14 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tenants import fleet, identity, job_services, services
-from tenants.fleet_models import FleetCertificate, ProvisioningTemplate
-from tenants.models import CaCertificate, DeviceGroup, Job, Membership
+from tenants.models import (
+    CaCertificate,
+    DeviceGroup,
+    FleetCertificate,
+    Job,
+    Membership,
+    ProvisioningTemplate,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from common.archive_io import compact_due, compact_hour, hour_start
 from common.object_store import open_object_store
-from tenants.history_retention import archive_lock
+from tenants.archive_lock import archive_lock
 from tenants.management.commands._output import print_json
 
 
