@@ -20,6 +20,7 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from data_plane.storage.session_store import QueuedMessage, SessionStore
 
 
@@ -45,19 +46,19 @@ async def main(messages: int, sessions: int, payload: int, burst: int) -> None:
 
         dsn = embedded.postgres_url()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        plan = conn.execute("SELECT id FROM tenants_plan LIMIT 1").fetchone()
+        plan = conn.execute(f"SELECT id FROM {tables.PLAN} LIMIT 1").fetchone()
         if plan is None:
             conn.execute(
-                "INSERT INTO tenants_plan (slug, name, monthly_price_cents,"
+                f"INSERT INTO {tables.PLAN} (slug, name, monthly_price_cents,"
                 " price_per_million_messages_cents, max_connections, max_publish_rate,"
                 " max_inbound_bytes_rate, max_outbound_bytes_rate, max_message_size,"
                 " max_subscriptions_per_client, max_queued_messages,"
                 " max_retained_messages, max_session_expiry, max_keepalive) VALUES"
                 " ('bench', 'Bench', 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)"
             )
-            plan = conn.execute("SELECT id FROM tenants_plan LIMIT 1").fetchone()
+            plan = conn.execute(f"SELECT id FROM {tables.PLAN} LIMIT 1").fetchone()
         tenant_id = conn.execute(
-            "INSERT INTO tenants_tenant (slug, name, status, plan_id, quota_overrides, acl_default,"
+            f"INSERT INTO {tables.TENANT} (slug, name, status, plan_id, quota_overrides, acl_default,"
             " archive_enabled, created_at) VALUES (%s, 'bench', 'active', %s, '{}', 'allow', false,"
             " now()) RETURNING id",
             (f"bench-{os.getpid()}", plan[0]),
@@ -97,8 +98,10 @@ async def main(messages: int, sessions: int, payload: int, burst: int) -> None:
             await store.stop()
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("DELETE FROM tenants_mqttqueuedmessage WHERE tenant_id = %s", (tenant_id,))
-            conn.execute("DELETE FROM tenants_tenant WHERE id = %s", (tenant_id,))
+            conn.execute(
+                f"DELETE FROM {tables.MQTT_QUEUED_MESSAGE} WHERE tenant_id = %s", (tenant_id,)
+            )
+            conn.execute(f"DELETE FROM {tables.TENANT} WHERE id = %s", (tenant_id,))
     print(
         f"enqueue: {messages / enqueue_s:,.0f} msg/s ({messages} x {payload} B into {sessions}"
         f" sessions), {len(sizes)} commits, batch size median {statistics.median(sizes):,.0f}"

@@ -38,17 +38,18 @@ from bench import brokers
 from bench.brokers import REPO, RunningBroker
 from bench.loadgen import Stats, close_all, connect
 from bench.tenancy import TENANT, _cleanup, _django, _seed, start_mosquitto_with_passwords
+from common import tables
 from common.processes import data_plane_command
 
-_ROWS = """
-SELECT count(*) FROM tenants_deviceconnection c JOIN tenants_tenant t ON t.id = c.tenant_id
+_ROWS = f"""
+SELECT count(*) FROM {tables.DEVICE_CONNECTION} c JOIN {tables.TENANT} t ON t.id = c.tenant_id
  WHERE t.slug = %s
 """
 
 
-_LAST_SEEN = """
-SELECT extract(epoch FROM max(d.last_disconnected_at))::float8 FROM tenants_device d
-  JOIN tenants_tenant t ON t.id = d.tenant_id WHERE t.slug = %s
+_LAST_SEEN = f"""
+SELECT extract(epoch FROM max(d.last_disconnected_at))::float8 FROM {tables.DEVICE} d
+  JOIN {tables.TENANT} t ON t.id = d.tenant_id WHERE t.slug = %s
 """
 
 

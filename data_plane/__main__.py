@@ -13,7 +13,7 @@ import resource
 import signal
 import time
 
-from common import logs
+from common import logs, tables
 from data_plane.broker.broker import Redirect
 from data_plane.broker.ports import Ports
 from data_plane.config import BrokerConfig
@@ -286,7 +286,9 @@ async def run(args: argparse.Namespace) -> None:
         async def prepare(broker):
             reserved.attach(broker)
             async with link.pool.connection() as conn:
-                rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
+                rows = await (
+                    await conn.execute(f"SELECT id, slug FROM {tables.TENANT}")
+                ).fetchall()
             keep = cluster.claim_restored if cluster is not None else None  # one node each
             restored = await persistence.restore(broker, dict(rows), keep)
             logging.getLogger("data_plane").info("restored %d persistent sessions", restored)

@@ -12,53 +12,54 @@ from datetime import datetime
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.notifications import CHANNEL, ChangeKind
 
-_AUTHORITY_SQL = """
+_AUTHORITY_SQL = f"""
 SELECT t.id, c.pem, a.key
-  FROM tenants_fleetauthority a
-  JOIN tenants_tenant t ON t.id = a.tenant_id
-  JOIN tenants_cacertificate c ON c.id = a.ca_id
+  FROM {tables.FLEET_AUTHORITY} a
+  JOIN {tables.TENANT} t ON t.id = a.tenant_id
+  JOIN {tables.CA_CERTIFICATE} c ON c.id = a.ca_id
  WHERE t.slug = %s AND c.revoked_at IS NULL AND t.status = 'active'
 """
-_CLAIM_LIVE_SQL = """
+_CLAIM_LIVE_SQL = f"""
 SELECT p.id, p.device_name_template, p.acl_rules, p.attributes, p.pre_provisioning_hook_url
-  FROM tenants_fleetcertificate c JOIN tenants_provisioningtemplate p ON p.id = c.template_id
+  FROM {tables.FLEET_CERTIFICATE} c JOIN {tables.PROVISIONING_TEMPLATE} p ON p.id = c.template_id
  WHERE c.certificate_id = %s AND c.kind = 'claim' AND c.revoked_at IS NULL AND p.enabled
 """
-_INSERT_CERTIFICATE_SQL = """
-INSERT INTO tenants_fleetcertificate
+_INSERT_CERTIFICATE_SQL = f"""
+INSERT INTO {tables.FLEET_CERTIFICATE}
   (tenant_id, kind, certificate_id, template_id, pem, ownership_token, token_expires_at,
    not_after, created_at)
 VALUES (%s, 'device', %s, %s, %s, %s, %s, %s, now())
 """
-_TAKE_TOKEN_SQL = """
-SELECT id FROM tenants_fleetcertificate
+_TAKE_TOKEN_SQL = f"""
+SELECT id FROM {tables.FLEET_CERTIFICATE}
  WHERE ownership_token = %s AND tenant_id = %s AND template_id = %s AND kind = 'device'
    AND device_id IS NULL AND revoked_at IS NULL AND token_expires_at > now()
    FOR UPDATE
 """
-_INSERT_DEVICE_SQL = """
-INSERT INTO tenants_device
+_INSERT_DEVICE_SQL = f"""
+INSERT INTO {tables.DEVICE}
   (tenant_id, name, enabled, client_id_policy, client_id_pattern, attributes, created_at,
    last_disconnect_reason)
 VALUES (%s, %s, true, 'exact', '', %s, now(), '')
 ON CONFLICT DO NOTHING
 RETURNING id
 """
-_INSERT_ACL_SQL = """
-INSERT INTO tenants_aclrule (tenant_id, device_id, action, permission, topic, position, created_at)
+_INSERT_ACL_SQL = f"""
+INSERT INTO {tables.ACL_RULE} (tenant_id, device_id, action, permission, topic, position, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, now())
 """
 # The new device joins the template's groups (the tenant's own: `tenants.fleet` checks them).
-_JOIN_GROUPS_SQL = """
-INSERT INTO tenants_devicegroup_devices (devicegroup_id, device_id)
-SELECT devicegroup_id, %s FROM tenants_provisioningtemplate_groups
+_JOIN_GROUPS_SQL = f"""
+INSERT INTO {tables.DEVICE_GROUP_DEVICES} (devicegroup_id, device_id)
+SELECT devicegroup_id, %s FROM {tables.PROVISIONING_TEMPLATE_GROUPS}
  WHERE provisioningtemplate_id = %s
 ON CONFLICT DO NOTHING
 """
-_BIND_SQL = """
-UPDATE tenants_fleetcertificate SET device_id = %s, ownership_token = '', token_expires_at = NULL
+_BIND_SQL = f"""
+UPDATE {tables.FLEET_CERTIFICATE} SET device_id = %s, ownership_token = '', token_expires_at = NULL
  WHERE id = %s
 """
 

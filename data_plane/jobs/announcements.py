@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.jobs import announcements
 from data_plane.jobs.service import JobService
 from data_plane.tenancy.announced_rows import AnnouncedRows
 
-_TAKE = """
-UPDATE tenants_jobannouncement a SET published_at = now()
-  FROM tenants_tenant t
- WHERE t.id = a.tenant_id AND a.published_at IS NULL AND {which}
+_TAKE = f"""
+UPDATE {tables.JOB_ANNOUNCEMENT} a SET published_at = now()
+  FROM {tables.TENANT} t
+ WHERE t.id = a.tenant_id AND a.published_at IS NULL AND {{which}}
 RETURNING a.id, t.slug, a.replies
 """
 _ONE = _TAKE.format(which="a.id = %s")

@@ -16,6 +16,7 @@ from typing import Any
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.jobs import executions as ex
 from common.jobs.topics import DESCRIBE, GET_PENDING, NEXT, START_NEXT, UPDATE, JobTopic
 
@@ -39,17 +40,17 @@ SELECT e.id, j.id, j.job_id, e.status, e.status_details, {_EPOCH.format("e.queue
        {_EPOCH.format("e.last_updated_at")}, e.version_number, e.execution_number,
        {_EPOCH.format("e.started_at")}, j.document, {_EPOCH.format("e.timeout_at")},
        j.timeout_minutes, j.retry_criteria, e.failed_retries, e.timed_out_retries
-  FROM tenants_device d
-  JOIN tenants_jobexecution e ON e.device_id = d.id
-  JOIN tenants_job j ON j.id = e.job_id
+  FROM {tables.DEVICE} d
+  JOIN {tables.JOB_EXECUTION} e ON e.device_id = d.id
+  JOIN {tables.JOB} j ON j.id = e.job_id
  WHERE d.tenant_id = %s AND d.name = %s
    AND (e.status IN ('QUEUED', 'IN_PROGRESS') OR j.job_id = %s)
  ORDER BY e.id
 """
 _LOCK = _READ + " FOR UPDATE OF e"
-_DEVICE = "SELECT 1 FROM tenants_device WHERE tenant_id = %s AND name = %s"
-_WRITE = """
-UPDATE tenants_jobexecution
+_DEVICE = f"SELECT 1 FROM {tables.DEVICE} WHERE tenant_id = %s AND name = %s"
+_WRITE = f"""
+UPDATE {tables.JOB_EXECUTION}
    SET status = %s, status_details = %s::jsonb, version_number = %s,
        started_at = to_timestamp(%s), last_updated_at = to_timestamp(%s),
        timeout_at = to_timestamp(%s), execution_number = %s, queued_at = to_timestamp(%s),
@@ -57,7 +58,7 @@ UPDATE tenants_jobexecution
  WHERE id = %s
 """
 # A retry is a new execution: metered as the ones the control plane queues (AWS bills each).
-_METER = "INSERT INTO tenants_jobmeter (tenant_id, executions) VALUES (%s, 1)"
+_METER = f"INSERT INTO {tables.JOB_METER} (tenant_id, executions) VALUES (%s, 1)"
 
 
 @dataclass(slots=True)

@@ -10,14 +10,15 @@ import json
 
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.shadow import announcements
 from data_plane.shadows.service import ShadowService
 from data_plane.tenancy.announced_rows import AnnouncedRows
 
-_TAKE = """
-UPDATE tenants_shadowversion v SET published_at = now()
-  FROM tenants_tenant t
- WHERE t.id = v.tenant_id AND v.published_at IS NULL AND {which}
+_TAKE = f"""
+UPDATE {tables.SHADOW_VERSION} v SET published_at = now()
+  FROM {tables.TENANT} t
+ WHERE t.id = v.tenant_id AND v.published_at IS NULL AND {{which}}
 RETURNING v.id, t.slug, v.replies, v.actor, v.request
 """
 _ONE = _TAKE.format(which="v.id = %s")

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.shadow import document as doc
 from data_plane.shadows.operations import Operation, perform, thing_not_found
 
@@ -40,35 +41,35 @@ _KEYS = "unnest(%s::bigint[], %s::text[], %s::text[]) AS k(tenant_id, thing, nam
 _READ = f"""
 SELECT k.tenant_id, k.thing, k.name, s.id, s.version, s.present, s.state, s.metadata
   FROM {_KEYS}
-  JOIN tenants_device d ON d.tenant_id = k.tenant_id AND d.name = k.thing
-  JOIN tenants_shadow s ON s.device_id = d.id AND s.name = k.name
+  JOIN {tables.DEVICE} d ON d.tenant_id = k.tenant_id AND d.name = k.thing
+  JOIN {tables.SHADOW} s ON s.device_id = d.id AND s.name = k.name
  ORDER BY s.id
 """
 _LOCK = _READ + " FOR UPDATE OF s"
 _CREATE = f"""
-INSERT INTO tenants_shadow (tenant_id, device_id, name, version, present, state, metadata,
+INSERT INTO {tables.SHADOW} (tenant_id, device_id, name, version, present, state, metadata,
                             created_at, updated_at)
 SELECT d.tenant_id, d.id, k.name, 0, false, '{{}}'::jsonb, '{{}}'::jsonb, now(), now()
   FROM {_KEYS}
-  JOIN tenants_device d ON d.tenant_id = k.tenant_id AND d.name = k.thing
+  JOIN {tables.DEVICE} d ON d.tenant_id = k.tenant_id AND d.name = k.thing
 ON CONFLICT (device_id, name) DO NOTHING
 """
 _THINGS = f"""
 SELECT k.tenant_id, k.thing FROM {_KEYS}
-  JOIN tenants_device d ON d.tenant_id = k.tenant_id AND d.name = k.thing
+  JOIN {tables.DEVICE} d ON d.tenant_id = k.tenant_id AND d.name = k.thing
 """
 # Rows to write go as one JSON document each (one `json.dumps` in C for the whole batch;
 # arrays of JSON texts cost a regex escape per element in the driver).
-_WRITE = """
-UPDATE tenants_shadow s
+_WRITE = f"""
+UPDATE {tables.SHADOW} s
    SET version = u.version, present = u.present, state = u.state, metadata = u.metadata,
        updated_at = now()
   FROM jsonb_to_recordset(%s::jsonb)
        AS u(id bigint, version bigint, present bool, state jsonb, metadata jsonb)
  WHERE s.id = u.id
 """
-_HISTORY = """
-INSERT INTO tenants_shadowversion (tenant_id, shadow_id, version, operation, state, metadata,
+_HISTORY = f"""
+INSERT INTO {tables.SHADOW_VERSION} (tenant_id, shadow_id, version, operation, state, metadata,
                                    request, client_token, actor, via, published_at, created_at)
 SELECT u.tenant_id, u.shadow_id, u.version, u.operation, u.state, u.metadata, u.request,
        u.client_token, u.actor, 'mqtt', now(), now()

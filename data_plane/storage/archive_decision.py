@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+from common import tables
 from common.history_policy import ArchiveNeeds, archive_needs
 from common.mqtt.topics import topic_matches
 from common.notifications import ChangeKind
@@ -36,19 +37,19 @@ MAX_TOPICS = 262_144
 
 # What each tenant needs: its policies' filters, plan default, setting, enabled rules' SQL. All
 # tenants at start-up (only those that may need something), or one.
-_NEEDS_SQL = """
+_NEEDS_SQL = f"""
 SELECT t.slug, t.archive_enabled, p.history_default_days,
-       COALESCE((SELECT array_agg(h.topic_filter ORDER BY h.id) FROM tenants_historypolicy h
-                  WHERE h.tenant_id = t.id), '{}'),
-       COALESCE((SELECT array_agg(r.sql ORDER BY r.id) FROM tenants_rule r
-                  WHERE r.tenant_id = t.id AND r.enabled), '{}')
-  FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id
+       COALESCE((SELECT array_agg(h.topic_filter ORDER BY h.id) FROM {tables.HISTORY_POLICY} h
+                  WHERE h.tenant_id = t.id), '{{}}'),
+       COALESCE((SELECT array_agg(r.sql ORDER BY r.id) FROM {tables.RULE} r
+                  WHERE r.tenant_id = t.id AND r.enabled), '{{}}')
+  FROM {tables.TENANT} t JOIN {tables.PLAN} p ON p.id = t.plan_id
 """
 _ALL = (
     _NEEDS_SQL
-    + """ WHERE (t.archive_enabled AND p.history_default_days > 0)
-    OR EXISTS (SELECT 1 FROM tenants_historypolicy h WHERE h.tenant_id = t.id)
-    OR EXISTS (SELECT 1 FROM tenants_rule r WHERE r.tenant_id = t.id AND r.enabled)"""
+    + f""" WHERE (t.archive_enabled AND p.history_default_days > 0)
+    OR EXISTS (SELECT 1 FROM {tables.HISTORY_POLICY} h WHERE h.tenant_id = t.id)
+    OR EXISTS (SELECT 1 FROM {tables.RULE} r WHERE r.tenant_id = t.id AND r.enabled)"""
 )
 _ONE = _NEEDS_SQL + " WHERE t.slug = %s"
 

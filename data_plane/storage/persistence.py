@@ -21,6 +21,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from common import tables
 from common.mqtt.packets import Subscription
 from data_plane.broker.broker import Broker
 from data_plane.broker.limits import NEVER_EXPIRES
@@ -276,7 +277,7 @@ class SessionPersistence:
         stored session `keep` hands over, with its will scheduled after its delay (the client
         lost its connection when the node died) unless it resumes the session first."""
         async with self.store.pool.connection() as conn:
-            rows = await (await conn.execute("SELECT id, slug FROM tenants_tenant")).fetchall()
+            rows = await (await conn.execute(f"SELECT id, slug FROM {tables.TENANT}")).fetchall()
         adopted = await self.restore(self.broker, dict(rows), keep)
         self.release_wills()
         return adopted

@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from common import tables
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.storage.persistence import _jsonable, _monotonic, _wall, restore_properties
@@ -62,7 +63,7 @@ class RetainedAndDelayed:
             retained = await (
                 await conn.execute(
                     "SELECT t.slug, r.topic, r.payload, r.qos, r.properties, r.expires_at"
-                    "  FROM tenants_retainedmessage r JOIN tenants_tenant t ON t.id = r.tenant_id"
+                    f"  FROM {tables.RETAINED_MESSAGE} r JOIN {tables.TENANT} t ON t.id = r.tenant_id"
                     " WHERE r.expires_at IS NULL OR r.expires_at > now()"
                 )
             ).fetchall()
@@ -70,7 +71,7 @@ class RetainedAndDelayed:
                 await conn.execute(
                     "SELECT d.id, t.slug, d.topic, d.payload, d.qos, d.retain, d.properties,"
                     "       d.publisher, d.deliver_at"
-                    "  FROM tenants_delayedmessage d JOIN tenants_tenant t ON t.id = d.tenant_id"
+                    f"  FROM {tables.DELAYED_MESSAGE} d JOIN {tables.TENANT} t ON t.id = d.tenant_id"
                 )
             ).fetchall()
         for slug, topic, payload, qos, properties, expires_at in retained:
@@ -101,11 +102,11 @@ class RetainedAndDelayed:
                 async with self.pool.connection() as conn:
                     if message.payload:
                         await conn.execute(
-                            """
-                            INSERT INTO tenants_retainedmessage (tenant_id, topic, payload,
+                            f"""
+                            INSERT INTO {tables.RETAINED_MESSAGE} (tenant_id, topic, payload,
                                 object_key, qos, properties, expires_at, updated_at)
                             SELECT t.id, %s, %s, '', %s, %s, %s, now()
-                              FROM tenants_tenant t WHERE t.slug = %s
+                              FROM {tables.TENANT} t WHERE t.slug = %s
                             ON CONFLICT (tenant_id, topic) DO UPDATE SET
                               payload = EXCLUDED.payload, qos = EXCLUDED.qos,
                               properties = EXCLUDED.properties,
@@ -122,7 +123,7 @@ class RetainedAndDelayed:
                         )
                     else:
                         await conn.execute(
-                            "DELETE FROM tenants_retainedmessage r USING tenants_tenant t"
+                            f"DELETE FROM {tables.RETAINED_MESSAGE} r USING {tables.TENANT} t"
                             " WHERE r.tenant_id = t.id AND t.slug = %s AND r.topic = %s",
                             (message.tenant, message.topic),
                         )
@@ -142,11 +143,11 @@ class RetainedAndDelayed:
         async with self.pool.connection() as conn:
             row = await (
                 await conn.execute(
-                    """
-                INSERT INTO tenants_delayedmessage (tenant_id, topic, payload, object_key, qos,
+                    f"""
+                INSERT INTO {tables.DELAYED_MESSAGE} (tenant_id, topic, payload, object_key, qos,
                     retain, properties, publisher, deliver_at, created_at)
                 SELECT t.id, %s, %s, '', %s, %s, %s, %s, %s, now()
-                  FROM tenants_tenant t WHERE t.slug = %s
+                  FROM {tables.TENANT} t WHERE t.slug = %s
                 RETURNING id
                 """,
                     (
@@ -180,6 +181,6 @@ class RetainedAndDelayed:
     async def _delete_delayed(self, row_id: int) -> None:
         try:
             async with self.pool.connection() as conn:
-                await conn.execute("DELETE FROM tenants_delayedmessage WHERE id = %s", (row_id,))
+                await conn.execute(f"DELETE FROM {tables.DELAYED_MESSAGE} WHERE id = %s", (row_id,))
         except Exception as exc:
             log.warning("could not delete delivered delayed message %s: %s", row_id, exc)

@@ -23,6 +23,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.object_store import ObjectStore
 from common.tasks import cancel_and_wait
 from data_plane.storage.queue_records import (
@@ -68,26 +69,26 @@ class _Batch:
 
 
 _COPY = (
-    "COPY tenants_mqttqueuedmessage (tenant_id, client_id, seq, topic, payload, object_key, qos,"
+    f"COPY {tables.MQTT_QUEUED_MESSAGE} (tenant_id, client_id, seq, topic, payload, object_key, qos,"
     " retain, properties, packet_id, state, expires_at, created_at) FROM STDIN"
 )
-_INBOUND = """
-UPDATE tenants_mqttsession SET inbound_qos2 = ARRAY(
+_INBOUND = f"""
+UPDATE {tables.MQTT_SESSION} SET inbound_qos2 = ARRAY(
     SELECT DISTINCT x FROM unnest(inbound_qos2 || %(held)s::int[]) AS x
      WHERE x <> ALL(%(released)s::int[]) ORDER BY x)
  WHERE tenant_id = %(tenant_id)s AND client_id = %(client_id)s
 """
-_STREAM_MARK = """
-INSERT INTO tenants_mqttstreammark (node, entry, updated_at) VALUES (%s, %s, now())
+_STREAM_MARK = f"""
+INSERT INTO {tables.MQTT_STREAM_MARK} (node, entry, updated_at) VALUES (%s, %s, now())
 ON CONFLICT (node) DO UPDATE SET entry = EXCLUDED.entry, updated_at = now()
 """
-_DELETE = """
-DELETE FROM tenants_mqttqueuedmessage q
+_DELETE = f"""
+DELETE FROM {tables.MQTT_QUEUED_MESSAGE} q
  USING unnest(%s::bigint[], %s::text[], %s::bigint[]) AS a(tenant_id, client_id, seq)
  WHERE q.tenant_id = a.tenant_id AND q.client_id = a.client_id AND q.seq = a.seq
 """
-_UPDATE = """
-UPDATE tenants_mqttqueuedmessage q SET packet_id = a.packet_id, state = a.state
+_UPDATE = f"""
+UPDATE {tables.MQTT_QUEUED_MESSAGE} q SET packet_id = a.packet_id, state = a.state
   FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::int[], %s::smallint[])
        AS a(tenant_id, client_id, seq, packet_id, state)
  WHERE q.tenant_id = a.tenant_id AND q.client_id = a.client_id AND q.seq = a.seq
@@ -190,14 +191,14 @@ class SessionStore:
     async def stream_mark_of(self, node: str) -> str | None:
         async with self.pool.connection() as conn:
             cursor = await conn.execute(
-                "SELECT entry FROM tenants_mqttstreammark WHERE node = %s", (node,)
+                f"SELECT entry FROM {tables.MQTT_STREAM_MARK} WHERE node = %s", (node,)
             )
             row = await cursor.fetchone()
         return row[0] if row else None
 
     async def forget_stream_mark(self, node: str) -> None:
         async with self.pool.connection() as conn:
-            await conn.execute("DELETE FROM tenants_mqttstreammark WHERE node = %s", (node,))
+            await conn.execute(f"DELETE FROM {tables.MQTT_STREAM_MARK} WHERE node = %s", (node,))
 
     async def flushed(self) -> None:
         """Every write queued so far is committed (or failed): a session handed to another
@@ -295,10 +296,10 @@ class SessionStore:
     ) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(
-                """
-                INSERT INTO tenants_mqttsession (tenant_id, client_id, expiry_interval,
+                f"""
+                INSERT INTO {tables.MQTT_SESSION} (tenant_id, client_id, expiry_interval,
                     expires_at, subscriptions, will, next_packet_id, inbound_qos2, updated_at)
-                VALUES (%s, %s, %s, %s, %s, %s, 1, '{}', now())
+                VALUES (%s, %s, %s, %s, %s, %s, 1, '{{}}', now())
                 ON CONFLICT (tenant_id, client_id) DO UPDATE SET
                     expiry_interval = EXCLUDED.expiry_interval, expires_at = EXCLUDED.expires_at,
                     subscriptions = EXCLUDED.subscriptions, will = EXCLUDED.will,
@@ -317,7 +318,7 @@ class SessionStore:
     async def save_will(self, tenant_id: int, client_id: str, will: dict[str, Any] | None) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(
-                "UPDATE tenants_mqttsession SET will = %s, updated_at = now()"
+                f"UPDATE {tables.MQTT_SESSION} SET will = %s, updated_at = now()"
                 " WHERE tenant_id = %s AND client_id = %s",
                 (Jsonb(will) if will is not None else None, tenant_id, client_id),
             )
@@ -325,11 +326,11 @@ class SessionStore:
     async def delete_session(self, tenant_id: int, client_id: str) -> None:
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(
-                "DELETE FROM tenants_mqttqueuedmessage WHERE tenant_id = %s AND client_id = %s",
+                f"DELETE FROM {tables.MQTT_QUEUED_MESSAGE} WHERE tenant_id = %s AND client_id = %s",
                 (tenant_id, client_id),
             )
             await conn.execute(
-                "DELETE FROM tenants_mqttsession WHERE tenant_id = %s AND client_id = %s",
+                f"DELETE FROM {tables.MQTT_SESSION} WHERE tenant_id = %s AND client_id = %s",
                 (tenant_id, client_id),
             )
 
@@ -342,7 +343,7 @@ class SessionStore:
     async def load_session_of(self, tenant: str, client_id: str) -> StoredSession | None:
         """The unexpired session of (tenant slug, client id), or None."""
         sessions = await self._sessions(
-            "s.tenant_id = (SELECT id FROM tenants_tenant WHERE slug = %s)"
+            f"s.tenant_id = (SELECT id FROM {tables.TENANT} WHERE slug = %s)"
             " AND s.client_id = %s AND (s.expires_at IS NULL OR s.expires_at > now())",
             (tenant, client_id),
         )
@@ -359,9 +360,9 @@ class SessionStore:
                 f"""
                 SELECT s.tenant_id, s.client_id, s.expiry_interval, s.expires_at,
                        s.subscriptions, s.will, s.inbound_qos2,
-                       (SELECT coalesce(max(q.seq), 0) FROM tenants_mqttqueuedmessage q
+                       (SELECT coalesce(max(q.seq), 0) FROM {tables.MQTT_QUEUED_MESSAGE} q
                          WHERE q.tenant_id = s.tenant_id AND q.client_id = s.client_id)
-                  FROM tenants_mqttsession s WHERE {where}
+                  FROM {tables.MQTT_SESSION} s WHERE {where}
                 """,
                 params,
             )
@@ -387,10 +388,10 @@ class SessionStore:
         async with self.pool.connection() as conn:
             cursor = conn.cursor(row_factory=tuple_row)
             await cursor.execute(
-                """
+                f"""
                 SELECT seq, topic, payload, qos, retain, properties, expires_at, packet_id,
                        state, object_key
-                  FROM tenants_mqttqueuedmessage
+                  FROM {tables.MQTT_QUEUED_MESSAGE}
                  WHERE tenant_id = %s AND client_id = %s AND seq > %s
                    AND (expires_at IS NULL OR expires_at > now())
                  ORDER BY seq LIMIT %s
@@ -427,15 +428,15 @@ class SessionStore:
         returns (messages of expired sessions, expired messages)."""
         async with self.pool.connection() as conn, conn.transaction():
             sessions = await conn.execute(
-                """
+                f"""
                 WITH gone AS (
-                  DELETE FROM tenants_mqttsession WHERE expires_at <= now()
+                  DELETE FROM {tables.MQTT_SESSION} WHERE expires_at <= now()
                   RETURNING tenant_id, client_id)
-                DELETE FROM tenants_mqttqueuedmessage q USING gone
+                DELETE FROM {tables.MQTT_QUEUED_MESSAGE} q USING gone
                  WHERE q.tenant_id = gone.tenant_id AND q.client_id = gone.client_id
                 """
             )
             messages = await conn.execute(
-                "DELETE FROM tenants_mqttqueuedmessage WHERE expires_at <= now()"
+                f"DELETE FROM {tables.MQTT_QUEUED_MESSAGE} WHERE expires_at <= now()"
             )
         return sessions.rowcount, messages.rowcount

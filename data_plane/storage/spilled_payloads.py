@@ -16,6 +16,7 @@ import uuid
 
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.object_store import ObjectNotFound, ObjectStore
 from data_plane.storage.queue_records import QueuedMessage, StoreUnavailable
 
@@ -68,7 +69,7 @@ class SpilledPayloads:
             return 0
         async with pool.connection() as conn:
             cursor = await conn.execute(
-                "SELECT DISTINCT object_key FROM tenants_mqttqueuedmessage"
+                f"SELECT DISTINCT object_key FROM {tables.MQTT_QUEUED_MESSAGE}"
                 " WHERE object_key = ANY(%s)",
                 (old,),
             )

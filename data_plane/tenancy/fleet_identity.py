@@ -19,16 +19,17 @@ from dataclasses import dataclass
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.fleet import topics
 from common.notifications import CHANNEL, ChangeKind
 
-_CERTIFICATE_SQL = """
+_CERTIFICATE_SQL = f"""
 SELECT c.id, c.certificate_id, c.kind, t.slug, c.revoked_at IS NOT NULL, c.template_id, p.name,
        COALESCE(p.enabled, false), d.name
-  FROM tenants_fleetcertificate c
-  JOIN tenants_tenant t ON t.id = c.tenant_id
-  LEFT JOIN tenants_provisioningtemplate p ON p.id = c.template_id
-  LEFT JOIN tenants_device d ON d.id = c.device_id
+  FROM {tables.FLEET_CERTIFICATE} c
+  JOIN {tables.TENANT} t ON t.id = c.tenant_id
+  LEFT JOIN {tables.PROVISIONING_TEMPLATE} p ON p.id = c.template_id
+  LEFT JOIN {tables.DEVICE} d ON d.id = c.device_id
  WHERE c.certificate_id = %s
 """
 
@@ -89,12 +90,12 @@ class ClaimAuthorizer:
 
 # -- just-in-time registration ---------------------------------------------------------------
 
-_AUTO_REGISTER_SQL = """
-INSERT INTO tenants_device
+_AUTO_REGISTER_SQL = f"""
+INSERT INTO {tables.DEVICE}
   (tenant_id, name, enabled, client_id_policy, client_id_pattern, attributes, created_at,
    last_disconnect_reason)
-SELECT c.tenant_id, %s, true, 'exact', '', '{}'::jsonb, now(), ''
-  FROM tenants_cacertificate c JOIN tenants_tenant t ON t.id = c.tenant_id
+SELECT c.tenant_id, %s, true, 'exact', '', '{{}}'::jsonb, now(), ''
+  FROM {tables.CA_CERTIFICATE} c JOIN {tables.TENANT} t ON t.id = c.tenant_id
  WHERE c.id = %s AND t.slug = %s AND c.auto_registration AND c.revoked_at IS NULL
    AND t.status = 'active'
 ON CONFLICT DO NOTHING

@@ -41,6 +41,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.device_identity import (
     IdentityError,
     ParsedCertificate,
@@ -67,34 +68,34 @@ class CertificateIdentity:
 MAX_INTERMEDIATES = 4
 
 
-_CA_SQL = """
+_CA_SQL = f"""
 SELECT c.id, t.slug, c.pem, c.revoked_at IS NOT NULL
-  FROM tenants_cacertificate c JOIN tenants_tenant t ON t.id = c.tenant_id
+  FROM {tables.CA_CERTIFICATE} c JOIN {tables.TENANT} t ON t.id = c.tenant_id
  WHERE c.subject = %s
  ORDER BY c.revoked_at IS NOT NULL, c.id
 """
-_DEVICE_CERT_SQL = """
+_DEVICE_CERT_SQL = f"""
 SELECT c.id, t.slug, d.name, c.not_after
-  FROM tenants_devicecertificate c
-  JOIN tenants_device d ON d.id = c.device_id
-  JOIN tenants_tenant t ON t.id = c.tenant_id
+  FROM {tables.DEVICE_CERTIFICATE} c
+  JOIN {tables.DEVICE} d ON d.id = c.device_id
+  JOIN {tables.TENANT} t ON t.id = c.tenant_id
  WHERE c.fingerprint = %s AND t.slug = %s AND d.name = %s AND c.revoked_at IS NULL
 """
-_JWT_KEYS_SQL = """
+_JWT_KEYS_SQL = f"""
 SELECT k.id, k.kid, k.algorithm, k.public_key
-  FROM tenants_jwtkey k JOIN tenants_tenant t ON t.id = k.tenant_id
+  FROM {tables.JWT_KEY} k JOIN {tables.TENANT} t ON t.id = k.tenant_id
  WHERE t.slug = %s AND k.revoked_at IS NULL
 """
 # Anchors: (kind, the CA's subject or the device certificate's fingerprint, PEM).
-_ANCHORS_SQL = """
-SELECT 'ca', subject, pem FROM tenants_cacertificate WHERE revoked_at IS NULL
+_ANCHORS_SQL = f"""
+SELECT 'ca', subject, pem FROM {tables.CA_CERTIFICATE} WHERE revoked_at IS NULL
 UNION ALL
-SELECT 'cert', fingerprint, pem FROM tenants_devicecertificate WHERE revoked_at IS NULL
+SELECT 'cert', fingerprint, pem FROM {tables.DEVICE_CERTIFICATE} WHERE revoked_at IS NULL
 """
 _ANCHOR_SQL = {
-    "ca": "SELECT 'ca', subject, pem FROM tenants_cacertificate"
+    "ca": f"SELECT 'ca', subject, pem FROM {tables.CA_CERTIFICATE}"
     " WHERE id = ANY(%s) AND revoked_at IS NULL",
-    "cert": "SELECT 'cert', fingerprint, pem FROM tenants_devicecertificate"
+    "cert": f"SELECT 'cert', fingerprint, pem FROM {tables.DEVICE_CERTIFICATE}"
     " WHERE id = ANY(%s) AND revoked_at IS NULL",
 }
 

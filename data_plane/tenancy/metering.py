@@ -38,44 +38,46 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-_DEVICE_UPSERT = """
-INSERT INTO tenants_deviceusage (tenant_id, device, day, message_units, connection_minutes,
+from common import tables
+
+_DEVICE_UPSERT = f"""
+INSERT INTO {tables.DEVICE_USAGE} (tenant_id, device, day, message_units, connection_minutes,
                                  shadow_operations)
-SELECT t.id, %s, %s::date, %s, %s, %s FROM tenants_tenant t WHERE t.slug = %s
+SELECT t.id, %s, %s::date, %s, %s, %s FROM {tables.TENANT} t WHERE t.slug = %s
 ON CONFLICT (tenant_id, device, day) DO UPDATE SET
-  message_units = tenants_deviceusage.message_units + EXCLUDED.message_units,
-  connection_minutes = tenants_deviceusage.connection_minutes + EXCLUDED.connection_minutes,
-  shadow_operations = tenants_deviceusage.shadow_operations + EXCLUDED.shadow_operations
+  message_units = {tables.DEVICE_USAGE}.message_units + EXCLUDED.message_units,
+  connection_minutes = {tables.DEVICE_USAGE}.connection_minutes + EXCLUDED.connection_minutes,
+  shadow_operations = {tables.DEVICE_USAGE}.shadow_operations + EXCLUDED.shadow_operations
 """
 
-_UPSERT = """
-INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
+_UPSERT = f"""
+INSERT INTO {tables.USAGE} (tenant_id, minute, connection_seconds, messages_in, messages_out,
                            bytes_in, bytes_out, dropped, throttled, retained_count, stored_bytes,
                            message_units, connection_minutes, storage_byte_hours,
                            rules_triggered, actions_executed, shadow_operations)
 SELECT t.id, to_timestamp(%s), %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s, %s, 0, 0,
        %s
-  FROM tenants_tenant t WHERE t.slug = %s
+  FROM {tables.TENANT} t WHERE t.slug = %s
 ON CONFLICT (tenant_id, minute) DO UPDATE SET
-  message_units = tenants_usage.message_units + EXCLUDED.message_units,
-  shadow_operations = tenants_usage.shadow_operations + EXCLUDED.shadow_operations,
-  connection_minutes = tenants_usage.connection_minutes + EXCLUDED.connection_minutes,
-  storage_byte_hours = tenants_usage.storage_byte_hours + EXCLUDED.storage_byte_hours,
-  connection_seconds = tenants_usage.connection_seconds + EXCLUDED.connection_seconds,
-  messages_in = tenants_usage.messages_in + EXCLUDED.messages_in,
-  messages_out = tenants_usage.messages_out + EXCLUDED.messages_out,
-  bytes_in = tenants_usage.bytes_in + EXCLUDED.bytes_in,
-  bytes_out = tenants_usage.bytes_out + EXCLUDED.bytes_out,
+  message_units = {tables.USAGE}.message_units + EXCLUDED.message_units,
+  shadow_operations = {tables.USAGE}.shadow_operations + EXCLUDED.shadow_operations,
+  connection_minutes = {tables.USAGE}.connection_minutes + EXCLUDED.connection_minutes,
+  storage_byte_hours = {tables.USAGE}.storage_byte_hours + EXCLUDED.storage_byte_hours,
+  connection_seconds = {tables.USAGE}.connection_seconds + EXCLUDED.connection_seconds,
+  messages_in = {tables.USAGE}.messages_in + EXCLUDED.messages_in,
+  messages_out = {tables.USAGE}.messages_out + EXCLUDED.messages_out,
+  bytes_in = {tables.USAGE}.bytes_in + EXCLUDED.bytes_in,
+  bytes_out = {tables.USAGE}.bytes_out + EXCLUDED.bytes_out,
   dropped = COALESCE((
-    SELECT jsonb_object_agg(k, COALESCE((tenants_usage.dropped ->> k)::bigint, 0)
+    SELECT jsonb_object_agg(k, COALESCE(({tables.USAGE}.dropped ->> k)::bigint, 0)
                                + COALESCE((EXCLUDED.dropped ->> k)::bigint, 0))
-      FROM jsonb_object_keys(tenants_usage.dropped || EXCLUDED.dropped) AS k), '{}'::jsonb),
+      FROM jsonb_object_keys({tables.USAGE}.dropped || EXCLUDED.dropped) AS k), '{{}}'::jsonb),
   throttled = COALESCE((
-    SELECT jsonb_object_agg(k, COALESCE((tenants_usage.throttled ->> k)::bigint, 0)
+    SELECT jsonb_object_agg(k, COALESCE(({tables.USAGE}.throttled ->> k)::bigint, 0)
                                + COALESCE((EXCLUDED.throttled ->> k)::bigint, 0))
-      FROM jsonb_object_keys(tenants_usage.throttled || EXCLUDED.throttled) AS k), '{}'::jsonb),
-  retained_count = GREATEST(tenants_usage.retained_count, EXCLUDED.retained_count),
-  stored_bytes = GREATEST(tenants_usage.stored_bytes, EXCLUDED.stored_bytes)
+      FROM jsonb_object_keys({tables.USAGE}.throttled || EXCLUDED.throttled) AS k), '{{}}'::jsonb),
+  retained_count = GREATEST({tables.USAGE}.retained_count, EXCLUDED.retained_count),
+  stored_bytes = GREATEST({tables.USAGE}.stored_bytes, EXCLUDED.stored_bytes)
 """
 
 

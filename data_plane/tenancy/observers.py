@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from common import tables
 from common.tasks import cancel_and_wait
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
@@ -21,10 +22,10 @@ from data_plane.tenancy.metering import UsageMeter
 
 log = logging.getLogger(__name__)
 
-_LAST_SEEN = """
-UPDATE tenants_device d SET last_seen_at = to_timestamp(a.seen)
+_LAST_SEEN = f"""
+UPDATE {tables.DEVICE} d SET last_seen_at = to_timestamp(a.seen)
   FROM unnest(%s::text[], %s::text[], %s::float8[]) AS a(tenant, device, seen)
-  JOIN tenants_tenant t ON t.slug = a.tenant
+  JOIN {tables.TENANT} t ON t.slug = a.tenant
  WHERE d.tenant_id = t.id AND d.name = a.device
 """
 

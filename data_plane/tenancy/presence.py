@@ -23,6 +23,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from common import tables
 from common.tasks import cancel_and_wait
 from data_plane.tenancy import session_figures
 from data_plane.tenancy.session_figures import SessionFigures
@@ -35,8 +36,8 @@ MAX_PENDING = 50_000  # recorded changes kept while the database is away; then r
 
 # A run of connects in one statement (arrays, one element per connect; for a client id twice in
 # the run, the last connect wins, as it would one statement after the other).
-_UP_MANY = """
-INSERT INTO tenants_deviceconnection
+_UP_MANY = f"""
+INSERT INTO {tables.DEVICE_CONNECTION}
        (tenant_id, device_id, client_id, connection_key, broker, address, protocol_version,
         transport, connected_at, subscriptions, clean_start, expiry_interval, queued, inflight,
         heartbeat_at)
@@ -47,8 +48,8 @@ SELECT DISTINCT ON (t.id, a.client_id)
               %s::text[], %s::text[], %s::text[], %s::bool[], %s::bigint[]) WITH ORDINALITY
        AS a(client_id, key, address, version, transport, at, subs, device, tenant, clean, expiry,
             n)
-  JOIN tenants_tenant t ON t.slug = a.tenant
-  JOIN tenants_device d ON d.tenant_id = t.id AND d.name = a.device
+  JOIN {tables.TENANT} t ON t.slug = a.tenant
+  JOIN {tables.DEVICE} d ON d.tenant_id = t.id AND d.name = a.device
  ORDER BY t.id, a.client_id, a.n DESC
 ON CONFLICT (tenant_id, client_id) DO UPDATE SET
        device_id = EXCLUDED.device_id, connection_key = EXCLUDED.connection_key,
@@ -58,22 +59,24 @@ ON CONFLICT (tenant_id, client_id) DO UPDATE SET
        clean_start = EXCLUDED.clean_start, expiry_interval = EXCLUDED.expiry_interval,
        queued = 0, inflight = 0, heartbeat_at = now()
 """
-_SUBSCRIPTIONS = "UPDATE tenants_deviceconnection SET subscriptions = %s WHERE connection_key = %s"
+_SUBSCRIPTIONS = (
+    f"UPDATE {tables.DEVICE_CONNECTION} SET subscriptions = %s WHERE connection_key = %s"
+)
 # A run of disconnects in two statements (a device that left twice keeps its last reason).
-_DOWN_MANY = "DELETE FROM tenants_deviceconnection WHERE connection_key = ANY(%s::text[])"
-_LAST_DISCONNECT_MANY = """
-UPDATE tenants_device d SET last_disconnect_reason = a.reason,
+_DOWN_MANY = f"DELETE FROM {tables.DEVICE_CONNECTION} WHERE connection_key = ANY(%s::text[])"
+_LAST_DISCONNECT_MANY = f"""
+UPDATE {tables.DEVICE} d SET last_disconnect_reason = a.reason,
        last_disconnected_at = to_timestamp(a.at)
   FROM (SELECT DISTINCT ON (u.tenant, u.device) u.reason, u.at, u.tenant, u.device
           FROM unnest(%s::text[], %s::float8[], %s::text[], %s::text[]) WITH ORDINALITY
                AS u(reason, at, tenant, device, n)
          ORDER BY u.tenant, u.device, u.n DESC) a
-  JOIN tenants_tenant t ON t.slug = a.tenant
+  JOIN {tables.TENANT} t ON t.slug = a.tenant
  WHERE d.tenant_id = t.id AND d.name = a.device
 """
-_HEARTBEAT = "UPDATE tenants_deviceconnection SET heartbeat_at = now() WHERE broker = %s"
+_HEARTBEAT = f"UPDATE {tables.DEVICE_CONNECTION} SET heartbeat_at = now() WHERE broker = %s"
 _SWEEP = (
-    "DELETE FROM tenants_deviceconnection WHERE heartbeat_at < now() - make_interval(secs => %s)"
+    f"DELETE FROM {tables.DEVICE_CONNECTION} WHERE heartbeat_at < now() - make_interval(secs => %s)"
 )
 
 
@@ -175,7 +178,7 @@ class Presence:
             await self.flush()
             async with self.pool.connection() as conn:
                 await conn.execute(
-                    "DELETE FROM tenants_deviceconnection WHERE broker = %s", (self.broker_id,)
+                    f"DELETE FROM {tables.DEVICE_CONNECTION} WHERE broker = %s", (self.broker_id,)
                 )
         except Exception as exc:
             log.warning("presence: final write failed: %s", exc)
@@ -214,7 +217,9 @@ class Presence:
                     column.append(value)
             return [(_UP_MANY, [(self.broker_id, *columns)])]
         if kind == "wipe":
-            return [("DELETE FROM tenants_deviceconnection WHERE broker = %s", [(self.broker_id,)])]
+            return [
+                (f"DELETE FROM {tables.DEVICE_CONNECTION} WHERE broker = %s", [(self.broker_id,)])
+            ]
         if kind == "subs":
             return [(_SUBSCRIPTIONS, [(Jsonb(op[2]), op[1]) for op in run])]
         keys = [op[1] for op in run]

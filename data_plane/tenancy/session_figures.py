@@ -17,14 +17,16 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from common import tables
+
 # Seconds between samples (`MQTT_SESSION_FIGURES_INTERVAL`: tests ask for less).
 EVERY = float(os.environ.get("MQTT_SESSION_FIGURES_INTERVAL") or 5.0)
 CHUNK = 5000  # sessions looked at per loop turn
 _GONE = object()
 
 # One statement for a whole sample: a connection's row by its key.
-UPDATE = """
-UPDATE tenants_deviceconnection c SET queued = a.queued, inflight = a.inflight
+UPDATE = f"""
+UPDATE {tables.DEVICE_CONNECTION} c SET queued = a.queued, inflight = a.inflight
   FROM unnest(%s::text[], %s::int[], %s::int[]) AS a(key, queued, inflight)
  WHERE c.connection_key = a.key
 """

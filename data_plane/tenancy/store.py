@@ -12,6 +12,7 @@ from datetime import datetime
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from common import tables
 from common.acl import AclEntry, AclPolicy
 from common.quota_keys import QUOTA_KEYS
 from data_plane.tenancy import service_identity
@@ -62,25 +63,25 @@ class TenantPolicy:
         return service_identity.Viewer(acl) if device == service_identity.VIEWER_DEVICE else acl
 
 
-_DEVICE_SQL = """
+_DEVICE_SQL = f"""
 SELECT t.id, t.status, d.id, d.enabled, d.client_id_policy, d.client_id_pattern,
        c.id, c.secret_hash, c.expires_at, c.scram_verifier, c.created_at
-  FROM tenants_tenant t
-  LEFT JOIN tenants_device d ON d.tenant_id = t.id AND d.name = %s
-  LEFT JOIN tenants_credential c ON c.device_id = d.id AND c.revoked_at IS NULL
+  FROM {tables.TENANT} t
+  LEFT JOIN {tables.DEVICE} d ON d.tenant_id = t.id AND d.name = %s
+  LEFT JOIN {tables.CREDENTIAL} c ON c.device_id = d.id AND c.revoked_at IS NULL
  WHERE t.slug = %s
 """
 
 _POLICY_SQL = f"""
 SELECT t.id, t.status, t.acl_default, t.quota_overrides, t.archive_enabled, t.queue_qos0_offline,
        t.budget_degraded, {", ".join("p." + column for column in QUOTA_COLUMNS)}
-  FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id
+  FROM {tables.TENANT} t JOIN {tables.PLAN} p ON p.id = t.plan_id
  WHERE t.slug = %s
 """
 
-_ACL_SQL = """
+_ACL_SQL = f"""
 SELECT r.action, r.permission, r.topic, d.name
-  FROM tenants_aclrule r LEFT JOIN tenants_device d ON d.id = r.device_id
+  FROM {tables.ACL_RULE} r LEFT JOIN {tables.DEVICE} d ON d.id = r.device_id
  WHERE r.tenant_id = %s
  ORDER BY r.position, r.id
 """

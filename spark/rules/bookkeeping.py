@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 
+from common import tables
 from common.storable import storable_json, storable_text
 from spark.rules import store as db
 from spark.rules.store import RuleDelta
@@ -47,10 +48,10 @@ class DeadLetter:
     key: str = ""  # its action ledger key (`ledger.ActionKey.encode`), if the message had an id
 
 
-_DEAD = """
-INSERT INTO tenants_ruledeadletter
+_DEAD = f"""
+INSERT INTO {tables.RULE_DEAD_LETTER}
     (rule_id, action, output, body, error, attempts, created_at, ledger_key)
-SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM {tables.RULE} WHERE id = %s)
 """
 
 

@@ -38,6 +38,8 @@ from datetime import UTC, datetime
 
 import psycopg
 
+from common import tables
+
 log = logging.getLogger("spark.rules.ledger")
 
 LIVE, RUN, REPLAY = "live", "run", "replay"
@@ -74,13 +76,13 @@ _COLUMNS = (
 )
 # Rows of rules deleted meanwhile are dropped (the JOIN), never an error for the whole batch.
 _INSERT = f"""
-INSERT INTO tenants_ruleactionledger {_COLUMNS}
+INSERT INTO {tables.RULE_ACTION_LEDGER} {_COLUMNS}
 SELECT k.rule_id, k.version, k.message_id, k.output, k.action, k.message_ts, %(source)s, %(now)s,
        %(fired)s, %(run)s::uuid
 FROM unnest(%(rule_id)s::bigint[], %(version)s::int[], %(message_id)s::text[],
             %(output)s::int[], %(action)s::int[], %(message_ts)s::timestamptz[])
      AS k(rule_id, version, message_id, output, action, message_ts)
-JOIN tenants_rule r ON r.id = k.rule_id
+JOIN {tables.RULE} r ON r.id = k.rule_id
 ON CONFLICT (rule_id, version, message_id, output, action)
 """
 _CLAIM = _INSERT + " DO NOTHING RETURNING rule_id, version, message_id, output, action"
@@ -88,11 +90,11 @@ _CLAIM = _INSERT + " DO NOTHING RETURNING rule_id, version, message_id, output, 
 # released then); a fired row stays as it was.
 _RECORD = (
     _INSERT
-    + """ DO UPDATE SET fired = TRUE, done_at = EXCLUDED.done_at
-WHERE NOT tenants_ruleactionledger.fired"""
+    + f""" DO UPDATE SET fired = TRUE, done_at = EXCLUDED.done_at
+WHERE NOT {tables.RULE_ACTION_LEDGER}.fired"""
 )
-_RELEASE = """
-DELETE FROM tenants_ruleactionledger l
+_RELEASE = f"""
+DELETE FROM {tables.RULE_ACTION_LEDGER} l
 USING unnest(%(rule_id)s::bigint[], %(version)s::int[], %(message_id)s::text[],
              %(output)s::int[], %(action)s::int[]) AS k(rule_id, version, message_id, output, action)
 WHERE l.rule_id = k.rule_id AND l.version = k.version AND l.message_id = k.message_id

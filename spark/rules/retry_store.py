@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
+from common import tables
 from common.storable import storable_json, storable_text
 from spark.rules import store as db
 
@@ -33,25 +34,25 @@ class Waiting:
     client_id: str = ""
 
 
-_INSERT = """
-INSERT INTO tenants_ruleactionretry
+_INSERT = f"""
+INSERT INTO {tables.RULE_ACTION_RETRY}
     (rule_id, action, body, ts_ms, attempts, last_error, next_attempt_at, created_at, ledger_key,
      topic, client_id)
 SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s
-WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %s)
+WHERE EXISTS (SELECT 1 FROM {tables.RULE} WHERE id = %s)
 """
-_COUNT = """
-SELECT count(*) FROM tenants_ruleactionretry q JOIN tenants_rule r ON r.id = q.rule_id
-JOIN tenants_tenant t ON t.id = r.tenant_id WHERE t.slug = %s
+_COUNT = f"""
+SELECT count(*) FROM {tables.RULE_ACTION_RETRY} q JOIN {tables.RULE} r ON r.id = q.rule_id
+JOIN {tables.TENANT} t ON t.id = r.tenant_id WHERE t.slug = %s
 """
-_TAKE = """
+_TAKE = f"""
 WITH due AS (
     SELECT q.id, row_number() OVER (PARTITION BY r.tenant_id ORDER BY q.next_attempt_at, q.id) n
-    FROM tenants_ruleactionretry q JOIN tenants_rule r ON r.id = q.rule_id
-    JOIN tenants_tenant t ON t.id = r.tenant_id
+    FROM {tables.RULE_ACTION_RETRY} q JOIN {tables.RULE} r ON r.id = q.rule_id
+    JOIN {tables.TENANT} t ON t.id = r.tenant_id
     WHERE q.next_attempt_at <= %(now)s AND NOT t.slug = ANY(%(busy)s)
 )
-DELETE FROM tenants_ruleactionretry q USING tenants_rule r, tenants_tenant t
+DELETE FROM {tables.RULE_ACTION_RETRY} q USING {tables.RULE} r, {tables.TENANT} t
 WHERE q.id IN (SELECT id FROM due WHERE n <= %(per_tenant)s)
   AND r.id = q.rule_id AND t.id = r.tenant_id
 RETURNING q.rule_id, t.slug, q.action, q.body, q.ts_ms, q.attempts, q.last_error, q.ledger_key,

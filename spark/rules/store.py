@@ -14,17 +14,17 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from common import sealed
+from common import sealed, tables
 from spark.rules.plan import RuleSpec
 
 # A rule's outputs per message: its tenant's override of `max_rule_outputs`, else its plan's.
-_RULES = """
+_RULES = f"""
 SELECT r.id, t.slug, r.name, r.sql, r.actions, r.version,
        COALESCE(CASE WHEN jsonb_typeof(t.quota_overrides -> 'max_rule_outputs') = 'number'
                      THEN (t.quota_overrides ->> 'max_rule_outputs')::numeric::bigint END,
                 p.max_rule_outputs)
-FROM tenants_rule r JOIN tenants_tenant t ON t.id = r.tenant_id
-JOIN tenants_plan p ON p.id = t.plan_id
+FROM {tables.RULE} r JOIN {tables.TENANT} t ON t.id = r.tenant_id
+JOIN {tables.PLAN} p ON p.id = t.plan_id
 WHERE (%(enabled)s IS FALSE OR (r.enabled AND r.paused_at IS NULL AND t.status = 'active'))
   AND (%(tenant)s::text IS NULL OR t.slug = %(tenant)s::text)
   AND (%(rule)s::text IS NULL OR r.name = %(rule)s::text)
@@ -73,8 +73,8 @@ def rules_version(conn: psycopg.Connection) -> tuple:
         "SELECT count(*), max(updated_at), sum(id), "
         "(SELECT string_agg(t.status || ':' || t.quota_overrides::text || ':' "
         "   || p.max_rule_outputs, ',' ORDER BY t.id) "
-        " FROM tenants_tenant t JOIN tenants_plan p ON p.id = t.plan_id "
-        " WHERE t.id IN (SELECT tenant_id FROM tenants_rule)) FROM tenants_rule"
+        f" FROM {tables.TENANT} t JOIN {tables.PLAN} p ON p.id = t.plan_id "
+        f" WHERE t.id IN (SELECT tenant_id FROM {tables.RULE})) FROM {tables.RULE}"
     ).fetchone()
     return tuple(row)
 
@@ -100,23 +100,23 @@ class RuleDelta:
             self.lag_ms = other.lag_ms
 
 
-_UPSERT = """
-INSERT INTO tenants_rulemetrics
+_UPSERT = f"""
+INSERT INTO {tables.RULE_METRICS}
     (rule_id, matched, passed, failed, actions_ok, actions_failed, last_error, last_error_at,
      lag_ms, updated_at)
 SELECT %(rule_id)s, %(matched)s, %(passed)s, %(failed)s, %(actions_ok)s, %(actions_failed)s,
        %(last_error)s, %(last_error_at)s, %(lag_ms)s, %(now)s
-WHERE EXISTS (SELECT 1 FROM tenants_rule WHERE id = %(rule_id)s)
+WHERE EXISTS (SELECT 1 FROM {tables.RULE} WHERE id = %(rule_id)s)
 ON CONFLICT (rule_id) DO UPDATE SET
-    matched = tenants_rulemetrics.matched + EXCLUDED.matched,
-    passed = tenants_rulemetrics.passed + EXCLUDED.passed,
-    failed = tenants_rulemetrics.failed + EXCLUDED.failed,
-    actions_ok = tenants_rulemetrics.actions_ok + EXCLUDED.actions_ok,
-    actions_failed = tenants_rulemetrics.actions_failed + EXCLUDED.actions_failed,
+    matched = {tables.RULE_METRICS}.matched + EXCLUDED.matched,
+    passed = {tables.RULE_METRICS}.passed + EXCLUDED.passed,
+    failed = {tables.RULE_METRICS}.failed + EXCLUDED.failed,
+    actions_ok = {tables.RULE_METRICS}.actions_ok + EXCLUDED.actions_ok,
+    actions_failed = {tables.RULE_METRICS}.actions_failed + EXCLUDED.actions_failed,
     last_error = CASE WHEN EXCLUDED.last_error <> '' THEN EXCLUDED.last_error
-                      ELSE tenants_rulemetrics.last_error END,
-    last_error_at = COALESCE(EXCLUDED.last_error_at, tenants_rulemetrics.last_error_at),
-    lag_ms = COALESCE(EXCLUDED.lag_ms, tenants_rulemetrics.lag_ms),
+                      ELSE {tables.RULE_METRICS}.last_error END,
+    last_error_at = COALESCE(EXCLUDED.last_error_at, {tables.RULE_METRICS}.last_error_at),
+    lag_ms = COALESCE(EXCLUDED.lag_ms, {tables.RULE_METRICS}.lag_ms),
     updated_at = EXCLUDED.updated_at
 """
 
@@ -144,13 +144,13 @@ def record_metrics(conn: psycopg.Connection, deltas: dict[int, RuleDelta]) -> No
         cursor.executemany(_UPSERT, params)
 
 
-_PAUSE = """
-UPDATE tenants_rule SET paused_at = %(now)s, paused_reason = %(reason)s, updated_at = %(now)s
+_PAUSE = f"""
+UPDATE {tables.RULE} SET paused_at = %(now)s, paused_reason = %(reason)s, updated_at = %(now)s
 WHERE id = %(rule_id)s AND paused_at IS NULL
-RETURNING tenant_id, name, (SELECT slug FROM tenants_tenant WHERE id = tenant_id)
+RETURNING tenant_id, name, (SELECT slug FROM {tables.TENANT} WHERE id = tenant_id)
 """
-_AUDIT = """
-INSERT INTO tenants_auditentry (tenant_id, tenant_slug, actor, via, action, target, detail, created_at)
+_AUDIT = f"""
+INSERT INTO {tables.AUDIT_ENTRY} (tenant_id, tenant_slug, actor, via, action, target, detail, created_at)
 VALUES (%s, %s, 'rules job', 'system', 'rule.paused', %s, %s, %s)
 """
 
