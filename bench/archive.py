@@ -68,7 +68,7 @@ def manage(*args: str) -> dict:
 def keep_everything(tenants: list[str]) -> None:
     """A history policy on `#` for each tenant (a day): the broker archives all they publish."""
     _django()
-    from tenants.history_services import history_policy_create
+    from tenants.history.services import history_policy_create
     from tenants.models import Tenant
 
     for tenant in Tenant.objects.filter(slug__in=tenants):

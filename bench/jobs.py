@@ -48,11 +48,13 @@ KEEP_ALIVE = 1200  # a 10,000-device run outlasts 1.5 × the loadgen's default o
 def seed(devices: int) -> tuple[str, list[str]]:
     """A scratch tenant with `devices` devices in one group (high quotas: the bench measures
     jobs, not the plan's limits); Django must be set up."""
-    from tenants import job_services, services
+    from tenants.devices import services as device_services
+    from tenants.jobs import services as job_services
+    from tenants.tenant import services as tenant_services
 
     slug = f"bench-jobs-{uuid.uuid4().hex[:6]}"
-    tenant = services.tenant_create(slug)
-    services.tenant_set_quota(
+    tenant = tenant_services.tenant_create(slug)
+    tenant_services.tenant_set_quota(
         tenant,
         {
             "max_connections": 100_000,
@@ -63,7 +65,7 @@ def seed(devices: int) -> tuple[str, list[str]]:
     )
     names = [f"device-{n:05d}" for n in range(devices)]
     for name in names:
-        services.device_create(tenant=tenant, name=name, password=PASSWORD)
+        device_services.device_create(tenant=tenant, name=name, password=PASSWORD)
     job_services.group_create(tenant=tenant, name=GROUP, devices=names)
     return slug, names
 
@@ -189,7 +191,7 @@ async def connect_devices(port: int, slug: str, names: list[str], concurrency: i
 
 
 def _create_job(slug: str, job_id: str) -> None:
-    from tenants import job_services
+    from tenants.jobs import services as job_services
     from tenants.models import Tenant
 
     job_services.job_create(
@@ -203,8 +205,8 @@ def _create_job(slug: str, job_id: str) -> None:
 
 def _succeeded(slug: str, job_id: str) -> tuple[int, str]:
     """How many executions the job's REST row counts SUCCEEDED, and its status."""
-    from tenants import job_selectors
     from tenants.api.job_views import JobOutput
+    from tenants.jobs import selectors as job_selectors
     from tenants.models import Tenant
 
     job = job_selectors.job_list(tenant=Tenant.objects.get(slug=slug)).get(job_id=job_id)
@@ -214,8 +216,8 @@ def _succeeded(slug: str, job_id: str) -> tuple[int, str]:
 
 def _detail_statuses(slug: str, job_id: str) -> tuple[dict[str, int], str]:
     """Each execution's status as `GET /api/v1/jobs/{id}` serves it, counted, and the job's."""
-    from tenants import job_selectors
     from tenants.api.job_views import JobDetailOutput
+    from tenants.jobs import selectors as job_selectors
     from tenants.models import Tenant
 
     job = job_selectors.job_get(tenant=Tenant.objects.get(slug=slug), job_id=job_id)

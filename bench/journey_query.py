@@ -3,7 +3,7 @@ the embedded default"): one tenant's day of rows (1M by default) among other ten
 as the brokers and `journey_upkeep` leave them — 23 closed hours compacted into a file per
 tenant, the current hour late in it (one segment per writer every 2 s, compacted in rounds of
 150: 11 parts per tenant and the last segments still live) — in a local
-object store; then the API's queries through `tenants.journey.JourneyReader` (DuckDB), p50 and
+object store; then the API's queries through `tenants.journey.selectors.JourneyReader` (DuckDB), p50 and
 p99 over repeated runs, beside DuckDB reading the same files with one plain SQL query.
 
     .venv/bin/python -m bench.journey_query [--rows 1000000] [--tenants 10] [--runs 10]
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # Late in an hour: the current hour holds most of its live segments.
     now = datetime.now(UTC).replace(minute=59, second=0, microsecond=0) - timedelta(hours=1)
-    from tenants.journey import JourneyReader
+    from tenants.journey.selectors import JourneyReader
 
     with tempfile.TemporaryDirectory(prefix="bench-journey-") as folder:
         store = LocalObjectStore(Path(folder))

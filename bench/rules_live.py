@@ -83,11 +83,15 @@ class Tarpit:
 
 def add_attacker(tarpit_url: str) -> str:
     """Tenant rb-evil with the CPU rule and the tarpit rule; its device's secret."""
-    from tenants import services
+    from tenants.devices import services as device_services
     from tenants.models import Tenant
+    from tenants.rules import services as rule_services
+    from tenants.tenant import services as tenant_services
 
-    tenant = Tenant.objects.filter(slug="rb-evil").first() or services.tenant_create("rb-evil")
-    services.tenant_set_quota(
+    tenant = Tenant.objects.filter(slug="rb-evil").first() or tenant_services.tenant_create(
+        "rb-evil"
+    )
+    tenant_services.tenant_set_quota(
         tenant,
         {
             "max_publish_rate": 1000,
@@ -98,13 +102,13 @@ def add_attacker(tarpit_url: str) -> str:
     )
     tenant.devices.filter(name="dev").delete()
     tenant.rules.all().delete()
-    _, secret = services.device_create(tenant=tenant, name="dev", client_id_policy="any")
-    services.rule_create(
+    _, secret = device_services.device_create(tenant=tenant, name="dev", client_id_policy="any")
+    rule_services.rule_create(
         tenant=tenant,
         name="cpu",
         sql="FOREACH [1..100000] AS i DO i INCASE sha256(payload) = 'x' FROM \"cpu/#\"",
     )
-    services.rule_create(
+    rule_services.rule_create(
         tenant=tenant,
         name="tarpit",
         sql='FOREACH [1..48] AS i DO i FROM "tarpit/#"',
@@ -148,30 +152,33 @@ class Receiver:
 
 def seed(rules: int, url: str) -> dict[str, str]:
     """Tenants and devices (secrets returned); rules up to `rules` enabled."""
-    from tenants import services
+    from tenants.devices import services as device_services
     from tenants.models import Rule, Tenant
+    from tenants.tenant import services as tenant_services
 
     secrets = {}
     for index in range(TENANTS):
         slug = f"rb-{index:03d}"
-        tenant = Tenant.objects.filter(slug=slug).first() or services.tenant_create(slug)
-        services.tenant_set_quota(tenant, {"max_publish_rate": 100000, "max_connections": 1000})
+        tenant = Tenant.objects.filter(slug=slug).first() or tenant_services.tenant_create(slug)
+        tenant_services.tenant_set_quota(
+            tenant, {"max_publish_rate": 100000, "max_connections": 1000}
+        )
         device = tenant.devices.filter(name="dev").first()
         if device is not None:
             device.delete()
-        _, secret = services.device_create(tenant=tenant, name="dev", client_id_policy="any")
+        _, secret = device_services.device_create(tenant=tenant, name="dev", client_id_policy="any")
         secrets[slug] = secret
     Rule.objects.filter(tenant__slug__startswith="rb-").delete()
     return secrets
 
 
 def add_rules(start: int, end: int, url: str) -> None:
-    from tenants import services
     from tenants.models import Tenant
+    from tenants.rules import services as rule_services
 
     tenants = {t.slug: t for t in Tenant.objects.filter(slug__startswith="rb-")}
     for i in range(start, end):
-        services.rule_create(
+        rule_services.rule_create(
             tenant=tenants[f"rb-{i % TENANTS:03d}"],
             name=f"r{i}",
             sql=(

@@ -46,11 +46,12 @@ def seed(things: int) -> tuple[str, list[str]]:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from tenants import services
+    from tenants.devices import services as device_services
+    from tenants.tenant import services as tenant_services
 
     slug = f"bench-sh-{uuid.uuid4().hex[:6]}"
-    tenant = services.tenant_create(slug)
-    services.tenant_set_quota(
+    tenant = tenant_services.tenant_create(slug)
+    tenant_services.tenant_set_quota(
         tenant,
         {
             "max_connections": 100_000,
@@ -61,7 +62,7 @@ def seed(things: int) -> tuple[str, list[str]]:
     )
     names = [f"thing-{n:04d}" for n in range(things)]
     for name in names:
-        services.device_create(tenant=tenant, name=name, password=PASSWORD)
+        device_services.device_create(tenant=tenant, name=name, password=PASSWORD)
     return slug, names
 
 

@@ -52,28 +52,30 @@ def _seed(devices: int) -> dict[str, str]:
     """Scratch tenants: `bench-auth` with N devices (secrets returned), `bench` with device `d`
     (the generator's fixed password), 10 ACL rules and quotas."""
     from common import secrets
-    from tenants import services
+    from tenants.acls import services as acl_services
+    from tenants.devices import services as device_services
     from tenants.models import Credential, Tenant
+    from tenants.tenant import services as tenant_services
 
     Tenant.objects.filter(slug__in=[TENANT, PAIRS_TENANT]).delete()
-    tenant = services.tenant_create(TENANT)
-    services.tenant_set_quota(tenant, {"max_connections": 1_000_000})
+    tenant = tenant_services.tenant_create(TENANT)
+    tenant_services.tenant_set_quota(tenant, {"max_connections": 1_000_000})
     users = {}
     for index in range(devices):
-        device, secret = services.device_create(
+        device, secret = device_services.device_create(
             tenant=tenant, name=f"dev-{index}", client_id_policy="any"
         )
         users[f"{TENANT}/{device.name}"] = secret
-    pairs = services.tenant_create(PAIRS_TENANT)
-    device, _ = services.device_create(tenant=pairs, name="d", client_id_policy="any")
+    pairs = tenant_services.tenant_create(PAIRS_TENANT)
+    device, _ = device_services.device_create(tenant=pairs, name="d", client_id_policy="any")
     Credential.objects.filter(device=device).update(
         secret_hash=secrets.hash_secret(brokers.PASSWORD)
     )
     for topic in ("admin/#", "$internal/#", "ops/+/secret", "firmware/#", "billing/#"):
-        services.acl_add(tenant=pairs, action="both", permission="deny", topic=topic)
+        acl_services.acl_add(tenant=pairs, action="both", permission="deny", topic=topic)
     for topic in ("bench/slow/#", "bench/pairs/#", "bench/fan/#", "bench/${client}/#", "t/#"):
-        services.acl_add(tenant=pairs, action="both", permission="allow", topic=topic)
-    services.tenant_set_quota(
+        acl_services.acl_add(tenant=pairs, action="both", permission="allow", topic=topic)
+    tenant_services.tenant_set_quota(
         pairs,
         {
             "max_connections": 100_000,

@@ -547,7 +547,7 @@ def archive_bytes_by_tenant(
       tenant's alone: every object's size counts in full. (Parts an interrupted compaction left
       behind count until the next run overwrites them; they are rare and short-lived.) Listed
       here in full unless the caller has the totals (`history`: the storage sampler keeps them
-      incrementally, `tenants.storage_usage.HistoryIndex`).
+      incrementally, `tenants.usage.storage.HistoryIndex`).
     - Live segments hold every tenant of a broker. Those an hour's `_COMPACTED` marker names are
       already in history (and about to be deleted): not counted, so nothing counts twice. Each
       other segment's size is shared among its tenants in proportion to their rows (only the

@@ -252,7 +252,7 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # device shadow operations in AWS's 1 KiB units (an update of 1.5 KiB is 2; null in rows
 # written before shadows existed, and by writers that meter none); `job_executions` job
 # executions queued, new ones and retries (AWS's remote actions; null likewise: written by the
-# control plane's `jobs` writer only, tenants/job_metering.py). The plain counts
+# control plane's `jobs` writer only, tenants/jobs/metering.py). The plain counts
 # (publishes_in, deliveries_out, bytes_in, bytes_out, dropped) are for charts, not for pricing.
 #
 # Layout: usage/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet (all tenants of
@@ -262,7 +262,7 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # `rules-backfill` (rules_triggered, actions_executed), the control plane's dead-letter replay
 # `rules-replay.{random}` (actions_executed, one segment per replay) — the control plane adds the
 # `rules-` segments to its usage table for the charts —, and the control plane's hourly storage sampler
-# `storage` (tenants/storage_usage.py: storage_byte_hours, one row per tenant at the hour's
+# `storage` (tenants/usage/storage.py: storage_byte_hours, one row per tenant at the hour's
 # start, in the one segment `storage-0000000000.parquet` of that hour: written once, so an hour
 # is never sampled twice). Stored bytes = retained + queued messages (payload + topic +
 # properties as stored) + the tenant's archive objects (history in full, its row share of the
@@ -310,7 +310,7 @@ def usage_segment_key(ts_ms: int, writer: str, sequence: int) -> str:
 # publisher of the message (the part after `tenant/` of its `username`; "" when no device
 # published it, e.g. a shadow change made through the REST API). The same work as the job's
 # usage-log rows, split by device; the control plane adds them to `tenants_deviceusage` (each
-# segment once, `tenants.billing.usage_log_rollup`) for the per-device views and the invoice
+# segment once, `tenants.billing.services.usage_log_rollup`) for the per-device views and the invoice
 # CSV's drill-down. Never read by the billing job: the bill is the usage log's, per tenant.
 # Layout: device-usage/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet.
 

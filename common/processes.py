@@ -87,7 +87,7 @@ def _web(env: Env, python: str) -> list[str]:
         "-p",
         _get(env, "WEB_PORT", "8000"),
         # No --proxy-headers: Daphne would believe X-Forwarded-For from anyone. Django believes
-        # it only from TRUSTED_PROXIES (tenants/throttles.py client_address). The access log is
+        # it only from TRUSTED_PROXIES (tenants/client_address.py). The access log is
         # Django's (control_plane/access_log.py), in the platform's format.
         "control_plane.asgi:application",
     ]

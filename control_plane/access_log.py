@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from tenants.throttles import client_address
+from tenants.client_address import client_address
 
 log = logging.getLogger("control_plane.access")
 

@@ -135,7 +135,7 @@ EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "1") not in ("0", "false", "False", "")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "MQTT platform <noreply@localhost>")
 # The portal's address as users reach it: links printed by commands (create_tenant --owner).
-# Job artifacts (tenants.job_artifacts): the largest upload, in bytes.
+# Job artifacts (tenants.jobs.artifacts): the largest upload, in bytes.
 JOB_ARTIFACT_MAX_BYTES = int(os.environ.get("JOB_ARTIFACT_MAX_BYTES", str(64 * 1024 * 1024)))
 PORTAL_URL = os.environ.get("PORTAL_URL", f"http://127.0.0.1:{os.environ.get('WEB_PORT', '8000')}")
 
@@ -174,7 +174,7 @@ REST_FRAMEWORK = {
 # X-Forwarded-For is believed only from these proxies (addresses or CIDR networks).
 AUTH_THROTTLE_RATE = os.environ.get("AUTH_THROTTLE_RATE", "20/min")
 AUTH_ACCOUNT_THROTTLE_RATE = os.environ.get("AUTH_ACCOUNT_THROTTLE_RATE", "10/min")
-# Password-reset mails: per client address, and per account named (tenants/throttles.py).
+# Password-reset mails: per client address, and per account named (tenants/accounts/throttles.py).
 PASSWORD_RESET_THROTTLE_RATE = os.environ.get("PASSWORD_RESET_THROTTLE_RATE", "10/h")
 PASSWORD_RESET_ACCOUNT_RATE = os.environ.get("PASSWORD_RESET_ACCOUNT_RATE", "3/h")
 TRUSTED_PROXIES = [p for p in os.environ.get("TRUSTED_PROXIES", "").split(",") if p.strip()]
@@ -213,7 +213,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Billing: last month is drafted on the 1st and issued once BILLING_GRACE_DAYS are over (late
 # usage inside the grace period is billed in place; after it, as an adjustment next month).
 BILLING_GRACE_DAYS = int(os.environ.get("BILLING_GRACE_DAYS", "3"))
-# Invoices (tenants/invoicing.py): who issues them (copied onto each invoice when it is issued),
+# Invoices (tenants/billing/invoicing.py): who issues them (copied onto each invoice when it is issued),
 # their numbers (`INVOICE_NUMBER_PREFIX` + a sequence per `INVOICE_ISSUER_KEY`, never reused),
 # payment terms and tax (a percentage of the lines' total; 0: no tax line).
 INVOICE_ISSUER = {
@@ -249,7 +249,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.fleet_certificates_purge",
         "schedule": timedelta(hours=1),
     },
-    # Storage byte-hours: one sample per hour for every tenant (tenants.storage_usage); runs
+    # Storage byte-hours: one sample per hour for every tenant (tenants.usage.storage); runs
     # every 15 minutes so a missed beat is caught within the hour, and writes once per hour.
     "sample-storage": {
         "task": "tenants.tasks.sample_storage",
@@ -261,12 +261,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=int(os.environ.get("ARCHIVE_COMPACTION_SECONDS", "600"))),
     },
     # The journey: hours compacted (the open one every ~5 minutes), hours past each plan's
-    # retention deleted (tenants.journey_upkeep).
+    # retention deleted (tenants.journey.upkeep).
     "journey-upkeep": {
         "task": "tenants.tasks.journey_upkeep",
         "schedule": timedelta(seconds=int(os.environ.get("JOURNEY_UPKEEP_SECONDS", "300"))),
     },
-    # History older than each tenant keeps, deleted by whole hours (tenants.history_retention).
+    # History older than each tenant keeps, deleted by whole hours (tenants.history.retention).
     "history-retention": {
         "task": "tenants.tasks.history_retention",
         "schedule": timedelta(seconds=int(os.environ.get("HISTORY_RETENTION_SECONDS", "3600"))),
@@ -282,9 +282,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.shadow_history_purge",
         "schedule": timedelta(hours=1),
     },
-    # Jobs (tenants.job_services): executions IN_PROGRESS past their timeout become TIMED_OUT
+    # Jobs (tenants.jobs.services): executions IN_PROGRESS past their timeout become TIMED_OUT
     # (or are retried), abort criteria are checked, rollouts release their next devices, and
-    # the executions queued go to the usage log (tenants.job_metering).
+    # the executions queued go to the usage log (tenants.jobs.metering).
     "jobs-upkeep": {
         "task": "tenants.tasks.jobs_upkeep",
         "schedule": timedelta(seconds=int(os.environ.get("JOBS_UPKEEP_SECONDS", "60"))),
@@ -294,12 +294,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(hours=1),
     },
     # Runs over history whose worker was lost: failed, their unconfirmed action claims given back
-    # (tenants.rule_runs.services.runs_reclaim), so the next `new-only` run fires those actions.
+    # (tenants.rules.runs.services.runs_reclaim), so the next `new-only` run fires those actions.
     "reclaim-rule-runs": {
         "task": "tenants.tasks.reclaim_rule_runs",
         "schedule": timedelta(seconds=int(os.environ.get("RULE_RUN_RECLAIM_SECONDS", "60"))),
     },
-    # The ledger of rule actions done forgets messages older than RULE_LEDGER_DAYS (tenants.rule_runs).
+    # The ledger of rule actions done forgets messages older than RULE_LEDGER_DAYS (tenants.rules.runs).
     "prune-action-ledger": {
         "task": "tenants.tasks.prune_action_ledger",
         "schedule": crontab(hour="3", minute="30"),

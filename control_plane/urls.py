@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from tenants.api.docs_page import ApiDocsView
-from tenants.artifact_download import artifact_download
+from tenants.jobs.artifact_download import artifact_download
 
 urlpatterns = [
     path("admin/", admin.site.urls),

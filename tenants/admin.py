@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from tenants import services
+from tenants.devices import services as device_services
 from tenants.models import (
     AclRule,
     Credential,
@@ -15,6 +15,7 @@ from tenants.models import (
     Rule,
     Tenant,
 )
+from tenants.tenant import services as tenant_services
 
 
 @admin.register(Plan)
@@ -43,7 +44,7 @@ class TenantAdmin(admin.ModelAdmin):
             before = Tenant.objects.get(pk=obj.pk)
             new_plan, obj.plan = obj.plan, before.plan
             super().save_model(request, obj, form, change)
-            services.tenant_change_plan(obj, new_plan.slug)
+            tenant_services.tenant_change_plan(obj, new_plan.slug)
             return
         super().save_model(request, obj, form, change)
         if change and {"status", "quota_overrides", "acl_default"} & set(form.changed_data):
@@ -60,12 +61,12 @@ class TenantAdmin(admin.ModelAdmin):
     @admin.action(description="Suspend selected tenants")
     def suspend(self, request, queryset):
         for tenant in queryset:
-            services.tenant_set_status(tenant, Tenant.Status.SUSPENDED)
+            tenant_services.tenant_set_status(tenant, Tenant.Status.SUSPENDED)
 
     @admin.action(description="Activate selected tenants")
     def activate(self, request, queryset):
         for tenant in queryset:
-            services.tenant_set_status(tenant, Tenant.Status.ACTIVE)
+            tenant_services.tenant_set_status(tenant, Tenant.Status.ACTIVE)
 
 
 @admin.register(Membership)
@@ -99,7 +100,7 @@ class DeviceAdmin(admin.ModelAdmin):
             before = Tenant.objects.get(pk=obj.pk)
             new_plan, obj.plan = obj.plan, before.plan
             super().save_model(request, obj, form, change)
-            services.tenant_change_plan(obj, new_plan.slug)
+            tenant_services.tenant_change_plan(obj, new_plan.slug)
             return
         super().save_model(request, obj, form, change)
         if change:
@@ -112,7 +113,7 @@ class DeviceAdmin(admin.ModelAdmin):
             announce(obj.tenant.slug, kind, device=obj.name, ids=[obj.id])
 
     def delete_model(self, request, obj):
-        services.device_delete(obj)
+        device_services.device_delete(obj)
 
 
 @admin.register(AclRule)
@@ -147,7 +148,7 @@ class PriceBookAdmin(admin.ModelAdmin):
         from django.contrib import messages
         from django.core.exceptions import ValidationError
 
-        from tenants import billing
+        from tenants.billing import services as billing
 
         try:
             created = billing.price_book_set(
@@ -190,7 +191,7 @@ class InvoiceAdmin(admin.ModelAdmin):
         return False  # invoices come from the billing job
 
     def changelist_view(self, request, extra_context=None):
-        from tenants.billing_selectors import revenue_by_period
+        from tenants.billing.selectors import revenue_by_period
 
         extra = {"revenue": revenue_by_period()[:12], **(extra_context or {})}
         return super().changelist_view(request, extra_context=extra)

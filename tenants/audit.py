@@ -91,7 +91,7 @@ def _actor() -> tuple[str, str, str | None]:
     request = _request.get()
     named = _acting_as.get()
     if request is not None:
-        from tenants.throttles import client_address
+        from tenants.client_address import client_address
 
         user = getattr(request, "user", None)
         actor = getattr(user, "email", "") or getattr(user, "username", "") or "anonymous"

@@ -131,7 +131,7 @@ class Tenant(models.Model):
     # QoS 0 to a persistent session whose client is offline: dropped (counted) by default, as
     # EMQX does with mqueue_store_qos0 off; on, it waits in the session's queue (in memory).
     queue_qos0_offline = models.BooleanField(default=False)
-    # Spend control (tenants/budgets.py): the budget's `degrade` is in force, so every broker
+    # Spend control (tenants/budgets/services.py): the budget's `degrade` is in force, so every broker
     # node refuses the tenant's new CONNECTs (0x97) until it is lifted. Read by the broker
     # (data_plane/tenancy/store.py) with the rest of the tenant policy.
     budget_degraded = models.BooleanField(default=False, db_default=False)
@@ -236,7 +236,7 @@ class AccountTrust(models.Model):
     digests of the addresses it last logged in from (the login throttle trusts those more).
 
     An account that has not proved its address keeps what it made itself (its own signup tenant)
-    but is handed nothing else: no tenant by an operator, no operator rights (`tenants.accounts`).
+    but is handed nothing else: no tenant by an operator, no operator rights (`tenants.accounts.trust`).
     """
 
     user = models.OneToOneField(
@@ -518,7 +518,7 @@ class RuleActionLedger(models.Model):
     done_at = models.DateTimeField(default=timezone.now)
     # A `new-only` run claims an action (fired false, `run` its owner) before firing it and
     # confirms it (fired true) once it ran. A claim left unconfirmed by a run that ended (failed,
-    # cancelled, or its worker lost: `tenants.rule_runs.services.runs_reclaim`) is deleted, so a
+    # cancelled, or its worker lost: `tenants.rules.runs.services.runs_reclaim`) is deleted, so a
     # later `new-only` run fires that action: at least once, never zero times.
     fired = models.BooleanField(
         default=True, db_default=True, help_text="false: claimed by `run`, not confirmed yet"
@@ -552,7 +552,7 @@ class RuleActionLedger(models.Model):
 
 class RuleRun(models.Model):
     """A tenant's run of one rule over its archived history (`POST /api/v1/rules/{name}/runs`,
-    mode `run`): queued, then run on Spark by a Celery task (`tenants.rule_runs.execute`), the
+    mode `run`): queued, then run on Spark by a Celery task (`tenants.rules.runs.execute`), the
     same backfill as `manage.py run_rules`. Its figures grow as the run goes; a cancel asked
     for (`cancel_requested_at`) stops it between chunks, and cancels the Spark jobs under way.
     The public id is a random UUID: run ids say nothing about other tenants' runs."""
@@ -634,7 +634,7 @@ class Usage(models.Model):
     actions_executed = models.BigIntegerField(default=0, db_default=0)
     # Device shadow operations in AWS's 1 KiB units (data_plane.shadows.metering).
     shadow_operations = models.BigIntegerField(default=0, db_default=0)
-    # Job executions queued (AWS's remote actions, retries included: tenants.job_metering).
+    # Job executions queued (AWS's remote actions, retries included: tenants.jobs.metering).
     job_executions = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
@@ -649,7 +649,7 @@ class DeviceUsage(models.Model):
     subscribed and connected with, the minutes it was connected, and its shadow operations
     (the thing's: written by the broker's meter beside `Usage`, same transaction); the rule
     evaluations (5 KiB units) and actions its messages caused (the rules job's, rolled up from
-    its device segments: `tenants.billing.usage_log_rollup`). The bill stays per tenant (the
+    its device segments: `tenants.billing.services.usage_log_rollup`). The bill stays per tenant (the
     usage log), so this is for reading: `GET /api/v1/usage?by=device`, the portal and the invoice
     CSV's drill-down. `device` is the name the device connected with (kept when the device is
     deleted; `$console`/`$viewer` the portal's browser client, `$rules` the tenant's rules
@@ -778,7 +778,7 @@ class Invoice(models.Model):
     )
     price_book_version = models.PositiveIntegerField(null=True, blank=True)
     issued_at = models.DateTimeField(null=True, blank=True)
-    # Set once, when the invoice is issued (tenants/invoicing.py), never changed after: the
+    # Set once, when the invoice is issued (tenants/billing/invoicing.py), never changed after: the
     # number (sequential per issuer), who issued it to whom as they stood then, the dates and
     # the tax. Invoices issued before numbering existed have none of them.
     issuer_key = models.CharField(max_length=32, blank=True, default="", db_default="")
@@ -793,7 +793,7 @@ class Invoice(models.Model):
     )
     tax_cents = models.BigIntegerField(default=0, db_default=0)
     # The per-device units of the metered lines when it was issued ({line code: {device:
-    # units}}, `tenants.invoice_devices.device_units`): the CSV's drill-down is made from this,
+    # units}}, `tenants.billing.invoice_devices.device_units`): the CSV's drill-down is made from this,
     # so a device row written later never changes an issued file. None: issued before the
     # snapshot existed (its drill-down is read from `DeviceUsage` when the CSV is made).
     device_units = models.JSONField(null=True, blank=True, default=None)
@@ -1128,7 +1128,7 @@ class HistoryPolicy(models.Model):
     """A tenant's choice to keep the messages on `topic_filter` (MQTT wildcards) for `days` in
     the archive. The broker archives a topic only if a policy or an enabled rule needs it
     (`common.history_policy`); retention deletes the tenant's history hours older than its
-    longest policy (`tenants.history_retention`)."""
+    longest policy (`tenants.history.retention`)."""
 
     objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
 
@@ -1152,7 +1152,7 @@ class HistoryPolicy(models.Model):
 class Shadow(models.Model):
     """A device's shadow, as AWS IoT keeps it (`common.shadow.document`): `name` "" is the
     classic shadow, any other a named one. Written by the broker's shadow service
-    (`data_plane.shadows.store`, with psycopg) and by the REST API (`tenants.shadow_services`),
+    (`data_plane.shadows.store`, with psycopg) and by the REST API (`tenants.shadows.services`),
     each holding the row's lock while it merges. A deleted shadow keeps its row (`present`
     false) and its `version`, so one created again under that name goes on from it."""
 
@@ -1353,7 +1353,7 @@ class JobArtifact(models.Model):
 
 class JobMeter(models.Model):
     """Job executions queued (new ones and retries), counted in the transaction that queued
-    them, by the control plane or a broker; `tenants.job_metering` writes them to the usage
+    them, by the control plane or a broker; `tenants.jobs.metering` writes them to the usage
     log once (`batch`: the rows written together, `logged_at`: when written)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
@@ -1400,7 +1400,7 @@ class ProvisioningTemplate(models.Model):
     device_name_template = models.CharField(max_length=128)
     acl_rules = models.JSONField(default=list, blank=True)  # [{action, permission, topic}]
     attributes = models.JSONField(default=dict, blank=True)  # given to the new device
-    # The new device's groups: the tenant's own (checked by `tenants.fleet`); a group deleted
+    # The new device's groups: the tenant's own (checked by `tenants.fleet.services`); a group deleted
     # later simply drops out, as its devices stay when a group goes.
     groups = models.ManyToManyField(DeviceGroup, blank=True, related_name="provisioning_templates")
     enabled = models.BooleanField(default=True)

@@ -2,20 +2,20 @@
 
 from celery import shared_task
 
-from tenants import services
-from tenants.rule_runs.services import RUN_TASK
+from tenants.devices import services as device_services
+from tenants.rules.runs.services import RUN_TASK
 
 
 @shared_task(name="tenants.tasks.expire_credentials")
 def expire_credentials() -> int:
     """Revoke credentials past their expiry; the broker hears it through NOTIFY and disconnects."""
-    return services.credentials_expire()
+    return device_services.credentials_expire()
 
 
 @shared_task(name="tenants.tasks.fleet_certificates_purge")
 def fleet_certificates_purge() -> int:
     """Forget certificates created over MQTT (fleet provisioning) never registered to a device."""
-    from tenants.fleet import unregistered_certificates_purge
+    from tenants.fleet.services import unregistered_certificates_purge
 
     return unregistered_certificates_purge()
 
@@ -35,7 +35,7 @@ def compact_archive() -> list[dict]:
 @shared_task(name="tenants.tasks.history_retention")
 def history_retention() -> dict:
     """Hourly: delete each tenant's history hours older than its history policies keep."""
-    from tenants.history_retention import retention_run
+    from tenants.history.retention import retention_run
 
     result = retention_run()
     return {k: result[k] for k in ("now", "hours_deleted", "bytes_deleted", "unknown")}
@@ -44,7 +44,7 @@ def history_retention() -> dict:
 @shared_task(name="tenants.tasks.journey_upkeep")
 def journey_upkeep() -> dict:
     """Compact the journey's closed hours and delete what each plan no longer keeps."""
-    from tenants.journey_upkeep import upkeep
+    from tenants.journey.upkeep import upkeep
 
     return upkeep()
 
@@ -61,7 +61,7 @@ def billing_draft_previous_month(today: str | None = None) -> dict:
     """On the 1st: draft last month's invoices (the Spark job; issued ones are left alone)."""
     from datetime import date
 
-    from tenants import billing
+    from tenants.billing import services as billing
 
     day = date.fromisoformat(today) if today else date.today()
     summary = billing.billing_report(_previous_period(day))
@@ -76,7 +76,7 @@ def billing_issue_due(today: str | None = None) -> dict:
 
     from django.conf import settings
 
-    from tenants import billing
+    from tenants.billing import services as billing
     from tenants.models import Invoice
 
     day = date.fromisoformat(today) if today else date.today()
@@ -94,7 +94,7 @@ def billing_issue_due(today: str | None = None) -> dict:
 def sample_storage() -> dict:
     """Hourly: the bytes each tenant stores, as this hour's storage byte-hours in the usage log
     (once per hour however often it runs)."""
-    from tenants.storage_usage import storage_sample
+    from tenants.usage.storage import storage_sample
 
     result = storage_sample()
     return {"hour": result["hour"], "state": result["state"], "tenants": len(result["tenants"])}
@@ -103,7 +103,7 @@ def sample_storage() -> dict:
 @shared_task(name="tenants.tasks.shadow_history_purge")
 def shadow_history_purge() -> int:
     """Hourly: device shadow versions older than their plan's `shadow_history_days` go."""
-    from tenants.shadow_services import shadow_history_purge as purge
+    from tenants.shadows.services import shadow_history_purge as purge
 
     return purge()
 
@@ -115,7 +115,8 @@ def jobs_upkeep() -> dict:
     rollouts release their next devices (the devices concerned are told on MQTT), and jobs with
     nothing left to do are completed (one whose last update found its row held). The job
     executions queued meanwhile (retries too) go to the usage log, the bill's source."""
-    from tenants import job_metering, job_services
+    from tenants.jobs import metering as job_metering
+    from tenants.jobs import services as job_services
 
     timed_out = job_services.jobs_time_out()
     aborted = job_services.jobs_abort()
@@ -134,7 +135,7 @@ def jobs_upkeep() -> dict:
 @shared_task(name="tenants.tasks.job_announcements_purge")
 def job_announcements_purge() -> int:
     """Hourly: jobs notifications published more than a week ago go."""
-    from tenants.job_services import job_announcements_purge as purge
+    from tenants.jobs.services import job_announcements_purge as purge
 
     return purge()
 
@@ -142,7 +143,7 @@ def job_announcements_purge() -> int:
 @shared_task(name="tenants.tasks.usage_log_rollup")
 def usage_log_rollup() -> dict:
     """The rules job's metered rows (usage log) into the portal's usage minutes."""
-    from tenants import billing
+    from tenants.billing import services as billing
 
     return billing.usage_log_rollup()
 
@@ -150,18 +151,18 @@ def usage_log_rollup() -> dict:
 @shared_task(name="tenants.tasks.budget_check")
 def budget_check() -> dict:
     """Every minute: each tenant's month to date against its budget (alerts once per threshold
-    per month, the spend control set or lifted) and its quotas nearing (tenants.budget_alerts)."""
-    from tenants.budget_alerts import check_all
+    per month, the spend control set or lifted) and its quotas nearing (tenants.budgets.alerts)."""
+    from tenants.budgets.alerts import check_all
 
     return check_all()
 
 
 @shared_task(name=RUN_TASK, acks_late=False)
 def run_rule_history(run_id: str) -> dict:
-    """A tenant's run of a rule over its archived history, on Spark (`tenants.rule_runs`).
+    """A tenant's run of a rule over its archived history, on Spark (`tenants.rules.runs`).
     Acknowledged when taken: a worker lost mid-run leaves the run `running` rather than
     running its actions a second time."""
-    from tenants.rule_runs.execute import execute
+    from tenants.rules.runs.execute import execute
 
     run, _ = execute(run_id)
     return {"id": run_id, "state": run.state if run is not None else "gone"}
@@ -171,7 +172,7 @@ def run_rule_history(run_id: str) -> dict:
 def reclaim_rule_runs() -> dict:
     """Every minute: runs whose worker was lost end as failed, and the action claims they (or
     any run that ended) never confirmed are given back, so a later `new-only` run fires them."""
-    from tenants.rule_runs.services import runs_reclaim
+    from tenants.rules.runs.services import runs_reclaim
 
     return runs_reclaim()
 
@@ -179,6 +180,6 @@ def reclaim_rule_runs() -> dict:
 @shared_task(name="tenants.tasks.prune_action_ledger")
 def prune_action_ledger() -> dict:
     """Daily: forget the rule actions done for messages older than RULE_LEDGER_DAYS."""
-    from tenants.rule_runs.services import ledger_prune
+    from tenants.rules.runs.services import ledger_prune
 
     return {"deleted": ledger_prune()}

@@ -12,7 +12,7 @@ executionState}`) and the state transitions a device may make.
       again, as a new execution: `executionNumber` + 1, `versionNumber` 1
 
 Pure functions on `Execution` values: the broker (`data_plane.jobs`) and the control plane
-(`tenants.job_services`) read rows their own way and share these."""
+(`tenants.jobs.services`) read rows their own way and share these."""
 
 from __future__ import annotations
 

@@ -3,6 +3,6 @@
 the accepted / rejected / delta / documents replies with AWS's error bodies).
 
 Sans-IO and shared: the broker's shadow service (`data_plane.shadows`) answers devices on MQTT with
-it, the control plane's REST API (`tenants.shadow_services`) answers applications with it, so a
+it, the control plane's REST API (`tenants.shadows.services`) answers applications with it, so a
 shadow behaves the same whichever door a change comes through.
 """

@@ -162,7 +162,7 @@ class Handshake:
         redirect = broker.redirect(connect, result) if broker.redirect else None
         if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
             return Refusal(redirect.reason_code, reference=redirect.reference if v5 else "")
-        if result.budget_degraded and not result.service:  # spend control (tenants/budgets.py)
+        if result.budget_degraded and not result.service:  # spend control (tenants/budgets/)
             return Refusal(
                 RC.QUOTA_EXCEEDED, "monthly budget reached", tenant=result.tenant, quota="budget"
             )

@@ -51,7 +51,7 @@ _INSERT_ACL_SQL = f"""
 INSERT INTO {tables.ACL_RULE} (tenant_id, device_id, action, permission, topic, position, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, now())
 """
-# The new device joins the template's groups (the tenant's own: `tenants.fleet` checks them).
+# The new device joins the template's groups (the tenant's own: `tenants.fleet.services` checks them).
 _JOIN_GROUPS_SQL = f"""
 INSERT INTO {tables.DEVICE_GROUP_DEVICES} (devicegroup_id, device_id)
 SELECT devicegroup_id, %s FROM {tables.PROVISIONING_TEMPLATE_GROUPS}

@@ -1,4 +1,4 @@
-"""Certificates the tenants' fleet CAs issued (`tenants.fleet`), at CONNECT: every one of them has
+"""Certificates the tenants' fleet CAs issued (`tenants.fleet.services`), at CONNECT: every one of them has
 the CN `common.fleet_pki.FLEET_CN` and is known by its SHA-256 (AWS's certificateId), read here
 uncached (provisioning is rare, and a revoked claim must stop at once).
 

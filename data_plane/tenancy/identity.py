@@ -10,7 +10,7 @@ still true (revoked, expired), is decided here at CONNECT, against the tables:
 - a certificate registered by its SHA-256 fingerprint for the device the user name names;
 - otherwise the registered CA it chains up to names the tenant and the certificate's subject CN
   the device (a tenant registers a CA only with proof that it holds the CA's key:
-  `tenants.identity.ca_register`). The CA may have signed it directly, or through intermediates
+  `tenants.devices.identity.ca_register`). The CA may have signed it directly, or through intermediates
   the device sends with its certificate (as AWS IoT accepts): the chain is walked up from the
   device's certificate, each link checked by signature, CA flag, path length and validity, until
   a CA some tenant registered signed the last one; that CA, and only a registered CA, anchors

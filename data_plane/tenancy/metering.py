@@ -23,7 +23,7 @@ with partial minutes rounded up — a connection opened at t0 is charged one min
 more each time it is still open at t0 + 60 s·k, each charge to the minute it falls in, so a
 connection held d seconds costs ceil(d / 60) minutes (at least one). `storage_byte_hours` stays 0
 here: storage is sampled once an hour for all tenants by the control plane
-(tenants/storage_usage.py), never per broker.
+(tenants/usage/storage.py), never per broker.
 """
 
 from __future__ import annotations

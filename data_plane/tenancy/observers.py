@@ -54,7 +54,7 @@ class TenancyObservers:
         self._counted: dict[str, tuple[int, int, int, int, int]] = {}
         # Storage is not sampled here: each broker sees only its own copy of retained messages
         # and its own sessions, so per-broker samples double count or miss. The control plane
-        # samples it once an hour for every tenant (tenants/storage_usage.py).
+        # samples it once an hour for every tenant (tenants/usage/storage.py).
         hooks.add("message.dropped", self._dropped)
         # Quota refusals are metered beside drops, as `quota_<key>` causes.
         hooks.add("quota.exceeded", lambda tenant, key: self.meter.dropped(tenant, f"quota_{key}"))

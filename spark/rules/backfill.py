@@ -1,7 +1,7 @@
 """Backfill: the live rules' plan over [from, to) of the archive's history.
 
 The one path of every run over history: `manage.py run_rules` (the operator's) and a tenant's
-run (`POST /api/v1/rules/{name}/runs`, a Celery task: `tenants.rule_runs.execute`) both call
+run (`POST /api/v1/rules/{name}/runs`, a Celery task: `tenants.rules.runs.execute`) both call
 `run_backfill`.
 
 Rules come from the database (`--tenant`, `--rule` narrow them; a rule named explicitly runs even

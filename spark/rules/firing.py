@@ -13,7 +13,7 @@ records (confirms, releases) after they ran. Database trouble while claiming is 
 run (it stops rather than fire what it cannot check); while recording, a run says so in its
 summary. Claims a run could not settle (the database away, the actions' pool failing, the worker
 killed) stay unconfirmed: `close` gives back what it can, and the control plane gives back the
-rest when the run has ended (`tenants.rule_runs.services.runs_reclaim`): those actions fire
+rest when the run has ended (`tenants.rules.runs.services.runs_reclaim`): those actions fire
 again in a later `new-only` run, at most once more each.
 """
 

@@ -19,7 +19,7 @@ run): taken before the action runs, confirmed once it ran. Writers:
 A run whose worker dies between claiming and confirming (kill -9, out of memory, a Celery
 worker lost) leaves claims that would hide actions never fired: the control plane deletes the
 unconfirmed claims of every run that ended, failed or went stale
-(`tenants.rule_runs.services.runs_reclaim`), so a later `new-only` run fires them. An action
+(`tenants.rules.runs.services.runs_reclaim`), so a later `new-only` run fires them. An action
 that had fired but was not confirmed yet fires once more then: at least once, never zero times.
 Recording what fired (`record`, `confirm`) turns a claim into a fired row, whoever holds it.
 

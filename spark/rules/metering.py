@@ -4,7 +4,7 @@
 rule per message, as AWS IoT Core counts), the message sized as every message unit is: payload +
 topic (UTF-8) + properties as MQTT 5 encodes them (`spark.rules.plan.native_units`);
 `actions_executed` each action run (a dead letter replayed later is metered by the control plane,
-`tenants.billing.actions_replayed_record`). Both are billed in the minute the work was done. Rows go to the object store as USAGE_SCHEMA Parquet under
+`tenants.billing.services.actions_replayed_record`). Both are billed in the minute the work was done. Rows go to the object store as USAGE_SCHEMA Parquet under
 `usage_segment_key` with writer `rules-live` or `rules-backfill`; the billing job sums them with
 the brokers' rows.
 

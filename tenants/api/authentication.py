@@ -6,7 +6,7 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from tenants import selectors
+from tenants.accounts import selectors as account_selectors
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -22,7 +22,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             raw = header[1].decode()
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid token.") from None
-        token = selectors.api_token_lookup(raw)
+        token = account_selectors.api_token_lookup(raw)
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
         if token.last_used_at is None or (timezone.now() - token.last_used_at).total_seconds() > 60:

@@ -1,6 +1,6 @@
 """REST API of spend: `GET, PUT, DELETE /budget` (a monthly budget, its alerts and the spend
 control), `GET /budget/alerts`, and `GET, PUT /billing-details` (who invoices are addressed to).
-Thin: `tenants.budgets`, `tenants.billing_details` write; `tenants.budget_selectors` reads."""
+Thin: `tenants.budgets.services`, `tenants.billing.details` write; `tenants.budgets.selectors` reads."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from tenants import billing_details, budget_selectors, budgets
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated
-from tenants.budget_alerts import alert_words
+from tenants.billing import details as billing_details
+from tenants.budgets import selectors as budget_selectors
+from tenants.budgets import services as budgets
+from tenants.budgets.alerts import alert_words
 
 
 class BudgetAlertOutput(serializers.Serializer):

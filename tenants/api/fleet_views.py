@@ -7,10 +7,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from tenants import fleet
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.serializers import StrictInput
 from tenants.api.views import TenantAPIView, paginated, validated
+from tenants.fleet import services as fleet
 
 
 class AclRuleInput(StrictInput):

@@ -1,6 +1,6 @@
 """REST API for history: the tenant's history policies (`/history-policies`) and what its
 archive keeps and stores (`/history`). Thin, as the others: shapes here, meaning in
-`tenants.history_services`, reads in `tenants.history_selectors`."""
+`tenants.history.services`, reads in `tenants.history.selectors`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
-from tenants import history_selectors, history_services
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.serializers import StrictInput
 from tenants.api.views import TenantAPIView, paginated, validated
+from tenants.history import selectors as history_selectors
+from tenants.history import services as history_services
 
 
 class HistoryPolicyInput(StrictInput):

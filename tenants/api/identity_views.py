@@ -7,11 +7,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
-from tenants import audit, identity, selectors
+from tenants import audit
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.serializers import StrictInput
 from tenants.api.views import TenantAPIView, paginated, validated
 from tenants.audit_words import describe
+from tenants.devices import identity
+from tenants.devices import selectors as device_selectors
 
 
 class CaInput(StrictInput):
@@ -131,13 +133,13 @@ class DeviceCertificateListView(TenantAPIView):
         operation_id="v1_devices_certificates_list",
     )
     def get(self, request, name: str):
-        device = selectors.device_get(tenant=self.tenant, name=name)
+        device = device_selectors.device_get(tenant=self.tenant, name=name)
         certificates = identity.device_certificates_list(device=device)
         return paginated(self, request, certificates, DeviceCertificateOutput)
 
     @extend_schema(request=DeviceCertificateInput, responses={201: DeviceCertificateOutput})
     def post(self, request, name: str):
-        device = selectors.device_get(tenant=self.tenant, name=name)
+        device = device_selectors.device_get(tenant=self.tenant, name=name)
         data = validated(DeviceCertificateInput, request.data)
         certificate = identity.device_certificate_register(device=device, **data)
         return Response(DeviceCertificateOutput(certificate).data, status=status.HTTP_201_CREATED)
@@ -146,7 +148,7 @@ class DeviceCertificateListView(TenantAPIView):
 class DeviceCertificateDetailView(TenantAPIView):
     @extend_schema(responses={204: None}, description="Revoke: the device's TLS sessions end.")
     def delete(self, request, name: str, certificate_id: int):
-        device = selectors.device_get(tenant=self.tenant, name=name)
+        device = device_selectors.device_get(tenant=self.tenant, name=name)
         certificate = identity.device_certificate_get(device=device, certificate_id=certificate_id)
         identity.device_certificate_revoke(certificate)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,6 +1,6 @@
 """REST API for inspecting what the broker holds for the tenant (issue 30, point 4): sessions, a
 session's queue, retained messages (and deleting them), the topic tree. Thin, as the others:
-the reads are `tenants.inspection_selectors`, the one write `tenants.inspection_services`.
+the reads are `tenants.inspection.selectors`, the one write `tenants.inspection.services`.
 Not metered: reading these costs the tenant nothing."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from tenants import inspection_selectors as inspection
-from tenants import inspection_services
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated, text_param
+from tenants.inspection import selectors as inspection
+from tenants.inspection import services as inspection_services
 
 # -- output shapes ----------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """REST API for job artifacts (files devices fetch for a job, such as firmware): upload, list,
-show, delete. The work is in `tenants.job_artifacts` (writes) and `tenants.job_selectors`
+show, delete. The work is in `tenants.jobs.artifacts` (writes) and `tenants.jobs.selectors`
 (reads); an artifact is looked up in the caller's tenant only (another tenant's is a 404)."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from rest_framework import exceptions, parsers, serializers, status
 from rest_framework.response import Response
 
 from common.jobs.artifacts import TARGET_PREFIX
-from tenants import job_artifacts, job_selectors
 from tenants.api.job_views import Conflict
 from tenants.api.views import TenantAPIView, text_param
+from tenants.jobs import artifacts as job_artifacts
+from tenants.jobs import selectors as job_selectors
 
 
 class TooLarge(exceptions.APIException):

@@ -1,7 +1,7 @@
 """REST API for jobs (AWS IoT's CreateJob, ListJobs, DescribeJob with its executions,
 CancelJob) and static device groups (AWS's static thing groups), which jobs target.
 
-Thin, as the other views: the work is in `tenants.job_services` and `tenants.job_selectors`.
+Thin, as the other views: the work is in `tenants.jobs.services` and `tenants.jobs.selectors`.
 Jobs and groups are looked up in the caller's tenant only, so another tenant's job ids and group
 names are 404s and its device names are "unknown devices"."""
 
@@ -11,10 +11,11 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schem
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
-from tenants import job_selectors, job_services
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.serializers import StrictInput
 from tenants.api.views import TenantAPIView, paginated, text_param, validated
+from tenants.jobs import selectors as job_selectors
+from tenants.jobs import services as job_services
 from tenants.models import Job
 
 

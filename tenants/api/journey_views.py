@@ -1,5 +1,5 @@
 """REST API of the journey: `GET /journey` (what happened to the tenant's messages) and
-`GET /clients/{client_id}/events` (a client's life). Thin: `tenants.journey` reads."""
+`GET /clients/{client_id}/events` (a client's life). Thin: `tenants.journey.selectors` reads."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from rest_framework.response import Response
 
 from common.journey_schema import OUTCOMES
 from tenants.api.views import TenantAPIView, text_param
-from tenants.journey import JourneyQueryError, JourneyReader, Page, parse_time, window
-from tenants.journey_words import describe_event, describe_outcome
+from tenants.journey.selectors import JourneyQueryError, JourneyReader, Page, parse_time, window
+from tenants.journey.words import describe_event, describe_outcome
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100

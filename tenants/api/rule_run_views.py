@@ -11,13 +11,13 @@ from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
-from tenants import selectors
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.serializers import StrictInput
 from tenants.api.views import TenantAPIView, paginated, validated
 from tenants.models import RuleRun
-from tenants.rule_runs import selectors as run_selectors
-from tenants.rule_runs import services as runs
+from tenants.rules import selectors as rule_selectors
+from tenants.rules.runs import selectors as run_selectors
+from tenants.rules.runs import services as runs
 
 
 class Conflict(exceptions.APIException):
@@ -129,7 +129,7 @@ class RuleRunsView(TenantAPIView):
         operation_id="v1_rules_runs_list",
     )
     def get(self, request, name: str):
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
         return paginated(self, request, run_selectors.runs_list(rule=rule), RuleRunOutput)
 
     @extend_schema(
@@ -162,7 +162,7 @@ class RuleRunsView(TenantAPIView):
         ],
     )
     def post(self, request, name: str):
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
         data = validated(RuleRunInput, request.data)
         if data["mode"] == "preview":
             try:
@@ -190,7 +190,7 @@ class RuleRunsView(TenantAPIView):
 class RuleRunDetailView(TenantAPIView):
     @extend_schema(operation_id="v1_rules_runs_retrieve", responses=RuleRunOutput)
     def get(self, request, name: str, run_id: str):
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
         return Response(RuleRunOutput(run_selectors.run_get(rule=rule, run_id=run_id)).data)
 
 
@@ -205,7 +205,7 @@ class RuleRunCancelView(TenantAPIView):
         "run that ended already is a 409.",
     )
     def post(self, request, name: str, run_id: str):
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
         run = run_selectors.run_get(rule=rule, run_id=run_id)
         try:
             run = runs.run_cancel(run)

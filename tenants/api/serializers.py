@@ -8,9 +8,10 @@ import json
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from common.rule_actions import redact_secrets
-from tenants import disconnect_reasons, selectors
+from tenants.devices import disconnect_reasons
 from tenants.models import QUOTA_KEYS
+from tenants.rule_actions import redact_secrets
+from tenants.rules import selectors as rule_selectors
 
 
 class StrictInput(serializers.Serializer):
@@ -320,7 +321,7 @@ class RuleOutput(serializers.Serializer):
 
     @extend_schema_field(RuleMetricsOutput)
     def get_metrics(self, rule) -> dict:
-        return RuleMetricsOutput(selectors.rule_metrics(rule)).data
+        return RuleMetricsOutput(rule_selectors.rule_metrics(rule)).data
 
     def to_representation(self, rule):
         data = super().to_representation(rule)
@@ -603,7 +604,7 @@ class InvoiceOutput(serializers.Serializer):
     total_due_cents = serializers.IntegerField(help_text="total_cents + tax_cents")
 
     def _lines(self, invoice) -> list[dict]:
-        from tenants.invoice_words import line_label, line_unit
+        from tenants.billing.invoice_words import line_label, line_unit
 
         return [
             {**line, "label": line_label(line), "unit": line_unit(line)}

@@ -5,7 +5,7 @@ on a device of the tenant: `/devices/{name}/shadow` (the classic shadow) and
 Bodies are AWS's documents (`common.shadow.document`); `ETag` is the shadow's version and
 `If-Match` makes a change conditional on it (412 when the shadow moved on). A refused request
 answers AWS's HTTP code with this API's error shape and AWS's own error document under `aws`.
-Thin, as the other views: the work is in `tenants.shadow_services` and `tenants.shadow_selectors`.
+Thin, as the other views: the work is in `tenants.shadows.services` and `tenants.shadows.selectors`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from rest_framework.response import Response
 
 from common.shadow import document as doc
 from common.shadow.topics import SHADOW_NAME
-from tenants import shadow_selectors, shadow_services
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated
+from tenants.shadows import selectors as shadow_selectors
+from tenants.shadows import services as shadow_services
 
 ERROR_CODES = {
     400: "invalid",

@@ -1,7 +1,7 @@
 """REST API for usage a tenant can read before the bill (issue 33, point 1): what a message of a
 given shape costs (`/usage/explain`, answered by the broker's own metering rules,
 `common.metering`) and where the month lands (`/usage/forecast`). Per-device rows are
-`GET /usage?by=device` (`views.UsageView`). Thin: the reads are `tenants.usage_selectors`."""
+`GET /usage?by=device` (`views.UsageView`). Thin: the reads are `tenants.usage.selectors`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from common.metering import explain_publish
-from tenants import usage_selectors
 from tenants.api.views import TenantAPIView
+from tenants.usage import selectors as usage_selectors
 
 MAX_PACKET_BYTES = 268_435_455  # the largest MQTT packet (a 4-byte remaining length)
 

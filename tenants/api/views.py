@@ -18,21 +18,28 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tenants import (
-    accounts,
-    billing_selectors,
-    invoice_render,
-    login_tokens,
-    selectors,
-    services,
-    usage_selectors,
-)
+from tenants.accounts import login_tokens
+from tenants.accounts import selectors as account_selectors
+from tenants.accounts import services as account_services
+from tenants.accounts import trust as accounts
+from tenants.accounts.throttles import LoginThrottle
+from tenants.acls import selectors as acl_selectors
+from tenants.acls import services as acl_services
 from tenants.api import serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, BoundedPagination, page_of
+from tenants.billing import invoice_render
+from tenants.billing import selectors as billing_selectors
+from tenants.client_address import client_address
+from tenants.devices import selectors as device_selectors
+from tenants.devices import services as device_services
 from tenants.models import ApiToken, Credential, Membership, Tenant
-from tenants.throttles import LoginThrottle, client_address
-from tenants.throttling import figures as throttling_body
-from tenants.throttling import limit_activity
+from tenants.rules import selectors as rule_selectors
+from tenants.rules import services as rule_services
+from tenants.tenant import selectors as tenant_selectors
+from tenants.tenant import services as tenant_services
+from tenants.usage import selectors as usage_selectors
+from tenants.usage.throttling import figures as throttling_body
+from tenants.usage.throttling import limit_activity
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 MAX_ID = 2**63 - 1  # bigint
@@ -56,9 +63,9 @@ class TenantAPIView(APIView):
             raise Http404("No such object.")  # beyond any id: not a database error
         if isinstance(request.auth, ApiToken):
             tenant = request.auth.tenant
-            membership = selectors.membership_get(request.user, tenant)
+            membership = account_selectors.membership_get(request.user, tenant)
         else:
-            memberships = selectors.memberships_for_user(request.user)
+            memberships = account_selectors.memberships_for_user(request.user)
             wanted = request.headers.get("X-Tenant")
             if wanted:
                 memberships = memberships.filter(tenant__slug=wanted)
@@ -107,9 +114,9 @@ class SignupView(AuthThrottled, APIView):
     @extend_schema(request=s.SignupInput, responses={201: s.SignupOutput}, auth=[])
     def post(self, request):
         data = validated(s.SignupInput, request.data)
-        tenant, user, token = services.signup(**data)
+        tenant, user, token = account_services.signup(**data)
         # The new tenant is the account's own at once; anything else waits for the address to
-        # be proved (tenants.accounts): the link goes to it now.
+        # be proved (tenants.accounts.trust): the link goes to it now.
         accounts.verification_mail_quietly(
             user, request.build_absolute_uri(accounts.verification_path(user))
         )
@@ -122,7 +129,7 @@ class SignupView(AuthThrottled, APIView):
 
 
 class TokenView(AuthThrottled, APIView):
-    """The member's login token (`tenants.login_tokens`): the same one at every login, a new one
+    """The member's login token (`tenants.accounts.login_tokens`): the same one at every login, a new one
     with `rotate`."""
 
     authentication_classes: list = []
@@ -143,7 +150,7 @@ class TokenView(AuthThrottled, APIView):
         user = authenticate(request, username=email, password=data["password"])
         if user is None:
             raise exceptions.AuthenticationFailed("Wrong email or password.")
-        memberships = selectors.memberships_for_user(user)
+        memberships = account_selectors.memberships_for_user(user)
         if data.get("tenant"):
             memberships = memberships.filter(tenant__slug=data["tenant"])
         membership = memberships.order_by("created_at").first()
@@ -163,7 +170,7 @@ class CurrentTenantView(TenantAPIView):
     @extend_schema(request=s.TenantSettingsInput, responses=s.CurrentTenantOutput)
     def patch(self, request):
         settings = validated(s.TenantSettingsInput, request.data)
-        tenant = services.tenant_update_settings(self.tenant, **settings)
+        tenant = tenant_services.tenant_update_settings(self.tenant, **settings)
         return Response(dict(s.TenantOutput(tenant).data, role=self.membership.role))
 
 
@@ -174,13 +181,15 @@ class ApiTokenListView(TenantAPIView):
         operation_id="v1_tokens_list",
     )
     def get(self, request):
-        tokens = selectors.api_tokens_list(tenant=self.tenant, user=request.user)
+        tokens = account_selectors.api_tokens_list(tenant=self.tenant, user=request.user)
         return paginated(self, request, tokens, s.ApiTokenOutput)
 
     @extend_schema(request=s.ApiTokenInput, responses={201: s.ApiTokenCreatedOutput})
     def post(self, request):
         data = validated(s.ApiTokenInput, request.data)
-        token, raw = services.api_token_create(user=request.user, tenant=self.tenant, **data)
+        token, raw = account_services.api_token_create(
+            user=request.user, tenant=self.tenant, **data
+        )
         body = dict(s.ApiTokenOutput(token).data, token=raw)
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -189,13 +198,13 @@ class ApiTokenDetailView(TenantAPIView):
     @extend_schema(responses={204: None})
     def delete(self, request, token_id: int):
         token = (
-            selectors.api_tokens_list(tenant=self.tenant, user=request.user)
+            account_selectors.api_tokens_list(tenant=self.tenant, user=request.user)
             .filter(id=token_id)
             .first()
         )
         if token is None:
             raise Http404("No such token.")
-        services.api_token_delete(token)
+        account_services.api_token_delete(token)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -212,13 +221,15 @@ class DeviceListView(TenantAPIView):
         operation_id="v1_devices_list",
     )
     def get(self, request):
-        devices = selectors.devices_list(tenant=self.tenant, name=text_param(request, "name"))
+        devices = device_selectors.devices_list(
+            tenant=self.tenant, name=text_param(request, "name")
+        )
         return paginated(self, request, devices, s.DeviceOutput)
 
     @extend_schema(request=s.DeviceCreateInput, responses={201: s.DeviceCreatedOutput})
     def post(self, request):
         data = validated(s.DeviceCreateInput, request.data)
-        device, secret = services.device_create(tenant=self.tenant, **data)
+        device, secret = device_services.device_create(tenant=self.tenant, **data)
         body = dict(s.DeviceOutput(device).data, password=secret)
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -226,17 +237,19 @@ class DeviceListView(TenantAPIView):
 class DeviceDetailView(TenantAPIView):
     @extend_schema(responses=s.DeviceOutput)
     def get(self, request, name: str):
-        return Response(s.DeviceOutput(selectors.device_get(tenant=self.tenant, name=name)).data)
+        return Response(
+            s.DeviceOutput(device_selectors.device_get(tenant=self.tenant, name=name)).data
+        )
 
     @extend_schema(request=s.DeviceUpdateInput, responses=s.DeviceOutput)
     def patch(self, request, name: str):
-        device = selectors.device_get(tenant=self.tenant, name=name)
+        device = device_selectors.device_get(tenant=self.tenant, name=name)
         data = validated(s.DeviceUpdateInput, request.data)
-        return Response(s.DeviceOutput(services.device_update(device, **data)).data)
+        return Response(s.DeviceOutput(device_services.device_update(device, **data)).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, name: str):
-        services.device_delete(selectors.device_get(tenant=self.tenant, name=name))
+        device_services.device_delete(device_selectors.device_get(tenant=self.tenant, name=name))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -247,15 +260,15 @@ class DeviceCredentialsView(TenantAPIView):
         operation_id="v1_devices_credentials_list",
     )
     def get(self, request, name: str):
-        device = selectors.device_get(tenant=self.tenant, name=name)
+        device = device_selectors.device_get(tenant=self.tenant, name=name)
         return paginated(self, request, device.credentials.all(), s.CredentialOutput)
 
     @extend_schema(request=s.CredentialRotateInput, responses={201: s.CredentialCreatedOutput})
     def post(self, request, name: str):
-        device = selectors.device_get(tenant=self.tenant, name=name)
+        device = device_selectors.device_get(tenant=self.tenant, name=name)
         data = validated(s.CredentialRotateInput, request.data)
         grace = timedelta(seconds=data.pop("grace_seconds"))
-        credential, secret = services.credential_rotate(device, grace=grace, **data)
+        credential, secret = device_services.credential_rotate(device, grace=grace, **data)
         body = {
             "id": credential.id,
             "username": device.username,
@@ -271,11 +284,11 @@ class DeviceCredentialsView(TenantAPIView):
 class DeviceCredentialDetailView(TenantAPIView):
     @extend_schema(responses={204: None})
     def delete(self, request, name: str, credential_id: int):
-        device = selectors.device_get(tenant=self.tenant, name=name)
+        device = device_selectors.device_get(tenant=self.tenant, name=name)
         credential = Credential.objects.filter(device=device, id=credential_id).first()
         if credential is None:
             raise Http404("No such credential.")
-        services.credential_revoke(credential)
+        device_services.credential_revoke(credential)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -287,7 +300,9 @@ class AclListView(TenantAPIView):
         parameters=PAGE_PARAMETERS, responses=page_of(s.AclOutput), operation_id="v1_acls_list"
     )
     def get(self, request):
-        return paginated(self, request, selectors.acl_rules_list(tenant=self.tenant), s.AclOutput)
+        return paginated(
+            self, request, acl_selectors.acl_rules_list(tenant=self.tenant), s.AclOutput
+        )
 
     @extend_schema(request=s.AclInput, responses={201: s.AclOutput})
     def post(self, request):
@@ -296,10 +311,10 @@ class AclListView(TenantAPIView):
         device = None
         if device_name:
             try:
-                device = selectors.device_get(tenant=self.tenant, name=device_name)
+                device = device_selectors.device_get(tenant=self.tenant, name=device_name)
             except Http404:
                 raise ValidationError({"device": [f"No device named {device_name!r}."]}) from None
-        rule = services.acl_add(tenant=self.tenant, device=device, **data)
+        rule = acl_services.acl_add(tenant=self.tenant, device=device, **data)
         return Response(s.AclOutput(rule).data, status=status.HTTP_201_CREATED)
 
 
@@ -314,8 +329,8 @@ class AclTestView(TenantAPIView):
     )
     def post(self, request):
         data = validated(s.AclTestInput, request.data)
-        services.validate_acl_test_topic(data["action"], data["topic"])
-        result = selectors.acl_check(
+        acl_services.validate_acl_test_topic(data["action"], data["topic"])
+        result = acl_selectors.acl_check(
             tenant=self.tenant,
             device_name=data["device"],
             action=data["action"],
@@ -328,18 +343,18 @@ class AclDetailView(TenantAPIView):
     @extend_schema(responses=s.AclOutput)
     def get(self, request, rule_id: int):
         return Response(
-            s.AclOutput(selectors.acl_rule_get(tenant=self.tenant, rule_id=rule_id)).data
+            s.AclOutput(acl_selectors.acl_rule_get(tenant=self.tenant, rule_id=rule_id)).data
         )
 
     @extend_schema(request=s.AclUpdateInput, responses=s.AclOutput)
     def patch(self, request, rule_id: int):
-        rule = selectors.acl_rule_get(tenant=self.tenant, rule_id=rule_id)
+        rule = acl_selectors.acl_rule_get(tenant=self.tenant, rule_id=rule_id)
         data = validated(s.AclUpdateInput, request.data)
-        return Response(s.AclOutput(services.acl_update(rule, **data)).data)
+        return Response(s.AclOutput(acl_services.acl_update(rule, **data)).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, rule_id: int):
-        services.acl_delete(selectors.acl_rule_get(tenant=self.tenant, rule_id=rule_id))
+        acl_services.acl_delete(acl_selectors.acl_rule_get(tenant=self.tenant, rule_id=rule_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -363,7 +378,7 @@ class RuleListView(RuleAPIView):
         operation_id="v1_rules_list",
     )
     def get(self, request):
-        rules = selectors.rules_list(tenant=self.tenant, name=text_param(request, "name"))
+        rules = rule_selectors.rules_list(tenant=self.tenant, name=text_param(request, "name"))
         return paginated(self, request, rules, s.RuleOutput, self.rule_context)
 
     @extend_schema(
@@ -388,7 +403,7 @@ class RuleListView(RuleAPIView):
     )
     def post(self, request):
         data = validated(s.RuleInput, request.data)
-        rule = services.rule_create(tenant=self.tenant, **data)
+        rule = rule_services.rule_create(tenant=self.tenant, **data)
         body = s.RuleOutput(rule, context=self.rule_context).data
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -396,20 +411,20 @@ class RuleListView(RuleAPIView):
 class RuleDetailView(RuleAPIView):
     @extend_schema(responses=s.RuleOutput)
     def get(self, request, name: str):
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
         return Response(s.RuleOutput(rule, context=self.rule_context).data)
 
     @extend_schema(request=s.RuleUpdateInput, responses=s.RuleOutput)
     def patch(self, request, name: str):
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
         data = validated(s.RuleUpdateInput, request.data)
-        services.rule_update(rule, **data)
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        rule_services.rule_update(rule, **data)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
         return Response(s.RuleOutput(rule, context=self.rule_context).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, name: str):
-        services.rule_delete(selectors.rule_get(tenant=self.tenant, name=name))
+        rule_services.rule_delete(rule_selectors.rule_get(tenant=self.tenant, name=name))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -418,13 +433,15 @@ class RuleDeadLettersView(TenantAPIView):
 
     @extend_schema(responses=s.RuleDeadLetterOutput(many=True))
     def get(self, request, name: str):
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
-        letters = selectors.rule_dead_letters_list(rule=rule)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
+        letters = rule_selectors.rule_dead_letters_list(rule=rule)
         return paginated(self, request, letters, s.RuleDeadLetterOutput)
 
     @extend_schema(responses={204: None}, description="Clear the rule's dead letters.")
     def delete(self, request, name: str):
-        services.rule_dead_letters_clear(selectors.rule_get(tenant=self.tenant, name=name))
+        rule_services.rule_dead_letters_clear(
+            rule_selectors.rule_get(tenant=self.tenant, name=name)
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -442,10 +459,10 @@ class RuleDeadLettersReplayView(TenantAPIView):
         ),
     )
     def post(self, request, name: str):
-        rule = selectors.rule_get(tenant=self.tenant, name=name)
+        rule = rule_selectors.rule_get(tenant=self.tenant, name=name)
         try:
-            return Response(services.rule_dead_letters_replay(rule))
-        except services.ReplayThrottled as exc:
+            return Response(rule_services.rule_dead_letters_replay(rule))
+        except rule_services.ReplayThrottled as exc:
             raise exceptions.Throttled(wait=exc.wait, detail=str(exc)) from None
 
 
@@ -526,7 +543,7 @@ class RuleTestView(TenantAPIView):
     def post(self, request):
         data = validated(s.RuleTestInput, request.data)
         return Response(
-            services.rule_dry_run(
+            rule_services.rule_dry_run(
                 sql=data["sql"], context=dict(data["context"]), tenant=self.tenant
             )
         )
@@ -538,7 +555,7 @@ class RuleTestView(TenantAPIView):
 class QuotaView(TenantAPIView):
     @extend_schema(responses=s.QuotaOutput)
     def get(self, request):
-        limits = selectors.effective_quota(self.tenant)
+        limits = tenant_selectors.effective_quota(self.tenant)
         body = {
             "plan": self.tenant.plan.slug,
             "limits": limits,
@@ -574,7 +591,7 @@ class UsageView(TenantAPIView):
         params = request.query_params
         if {"from", "to", "granularity", "by"} & set(params):
             return self._series(params)
-        usage = selectors.usage_list(tenant=self.tenant)
+        usage = usage_selectors.usage_list(tenant=self.tenant)
         since = text_param(request, "since")
         if since:
             try:

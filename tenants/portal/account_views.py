@@ -12,7 +12,9 @@ from django.urls import reverse_lazy
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from tenants import accounts, selectors, throttles
+from tenants.accounts import selectors as account_selectors
+from tenants.accounts import throttles
+from tenants.accounts import trust as accounts
 from tenants.portal.views import _context
 
 
@@ -74,7 +76,7 @@ def email_verify_resend(request: HttpRequest) -> HttpResponse:
 
 def _tenant_context(request: HttpRequest) -> dict:
     """The header of the tenant the person is in, on these pages that are not a tenant's."""
-    membership = selectors.current_membership(request.user, request.session.get("tenant"))
+    membership = account_selectors.current_membership(request.user, request.session.get("tenant"))
     return _context(membership) if membership is not None else {}
 
 
@@ -89,7 +91,7 @@ def _back(request: HttpRequest) -> str:
 
 class PasswordChangeView(auth_views.PasswordChangeView):
     """A new password keeps this session and ends every other one and every API token of the
-    account (tenants.accounts)."""
+    account (tenants.accounts.trust)."""
 
     template_name = "portal/password_change.html"
     success_url = reverse_lazy("portal:dashboard")

@@ -1,6 +1,6 @@
 """Portal pages for billing: Usage (one chart per billed dimension, per day, per device and per
 device group tables, the month to date in money and its forecast, what a message costs) and Invoices (lines,
-CSV/PDF downloads). Thin: selectors compute, `tenants.charts` draws."""
+CSV/PDF downloads). Thin: selectors compute, `tenants.usage.charts` draws."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 
 from common.metering import explain_publish
-from tenants import billing_periods, billing_selectors, charts, invoice_render, usage_selectors
-from tenants.invoice_words import DEVICE_LABELS, line_words
+from tenants.billing import invoice_render
+from tenants.billing import periods as billing_periods
+from tenants.billing import selectors as billing_selectors
+from tenants.billing.invoice_words import DEVICE_LABELS, line_words
 from tenants.portal.views import _context, tenant_view
+from tenants.usage import charts
+from tenants.usage import selectors as usage_selectors
 
 CHARTS = (
     ("messages", "Messages", "5 KB units"),

@@ -1,6 +1,6 @@
 """Portal pages for spend: Budget (set it, the month to date against it, the alerts sent) and
 Billing details (who invoices are addressed to). Thin: the services and selectors of
-`tenants.budgets`, `tenants.billing_details`, `tenants.budget_selectors` do the work."""
+`tenants.budgets.services`, `tenants.billing.details`, `tenants.budgets.selectors` do the work."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
 
-from tenants import billing_details, budget_selectors, budgets
-from tenants.budget_alerts import alert_words
-from tenants.invoice_words import money
+from tenants.billing import details as billing_details
+from tenants.billing.invoice_words import money
+from tenants.budgets import selectors as budget_selectors
+from tenants.budgets import services as budgets
+from tenants.budgets.alerts import alert_words
 from tenants.portal.views import _context, _form_errors, tenant_view
 
 SECRET_ONCE = "portal_budget_secret_once"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-from tenants import accounts
+from tenants.accounts import trust as accounts
 
 
 def account(request: HttpRequest) -> dict:

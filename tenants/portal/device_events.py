@@ -13,13 +13,13 @@ from urllib.parse import urlencode
 from django.http import HttpRequest
 from django.utils import timezone
 
-from tenants import selectors
-from tenants.disconnect_reasons import describe
-from tenants.journey import MAX_WINDOW, JourneyQueryError, JourneyReader
-from tenants.journey_devices import device_client_ids, device_may_use
-from tenants.journey_display import event_row, plan_allows, retention_text
-from tenants.journey_links import journey_url
+from tenants.devices.disconnect_reasons import describe
+from tenants.journey.devices import device_client_ids, device_may_use
+from tenants.journey.display import event_row, plan_allows, retention_text
+from tenants.journey.links import journey_url
+from tenants.journey.selectors import MAX_WINDOW, JourneyQueryError, JourneyReader
 from tenants.models import Device
+from tenants.tenant import selectors as tenant_selectors
 
 PAGE_EVENTS = 50
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def _query(client_id: str, cursor: str | None = None) -> str:
 def device_events(request: HttpRequest, device: Device) -> dict[str, Any]:
     """The device page's `events` context and what the plan allows behind its last disconnect."""
     tenant = device.tenant
-    limits = selectors.effective_quota(tenant)
+    limits = tenant_selectors.effective_quota(tenant)
     known = device_client_ids(device)
     chosen = request.GET.get("client", "").strip() or known[0]
     cursor = request.GET.get("events_cursor", "").strip() or None

@@ -56,12 +56,12 @@ def _answer(request: HttpRequest, status: int, exception: BaseException | None) 
 
 def _member_context(request: HttpRequest) -> dict:
     """The member's tenant, so the page keeps their navigation."""
-    from tenants import selectors
+    from tenants.accounts import selectors as account_selectors
 
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated or not hasattr(request, "session"):
         return {}
-    membership = selectors.current_membership(user, request.session.get("tenant"))
+    membership = account_selectors.current_membership(user, request.session.get("tenant"))
     if membership is None:
         return {}
     return {"tenant": membership.tenant, "membership": membership}

@@ -10,13 +10,15 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from tenants import job_selectors, job_services, selectors
+from tenants.devices import selectors as device_selectors
+from tenants.jobs import selectors as job_selectors
+from tenants.jobs import services as job_services
 from tenants.portal.job_forms import GroupForm, GroupMembersForm
 from tenants.portal.views import _context, _form_errors, tenant_view
 
 
 def _device_names(tenant, exclude_group=None) -> list[str]:
-    devices = selectors.devices_list(tenant=tenant)
+    devices = device_selectors.devices_list(tenant=tenant)
     if exclude_group is not None:
         devices = devices.exclude(groups=exclude_group)
     return list(devices.values_list("name", flat=True))

@@ -11,10 +11,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from tenants import history_selectors, history_services
+from tenants.history import selectors as history_selectors
+from tenants.history import services as history_services
 from tenants.portal.forms import HistoryPolicyForm
 from tenants.portal.views import _context, _form_errors, tenant_view
-from tenants.quota_display import human_bytes
+from tenants.usage.quota_display import human_bytes
 
 
 @tenant_view()

@@ -1,7 +1,7 @@
 """Portal pages of what the broker holds (issue 30, points 4 and 5): sessions, a session with its
 subscriptions and queue, the retained messages (with delete), the topic tree. A member sees its
 tenant's; an operator sees any tenant's, read-only, from the operators' overview
-(`/operator/tenants/SLUG/…`). The same selectors as the API (`tenants.inspection_selectors`)."""
+(`/operator/tenants/SLUG/…`). The same selectors as the API (`tenants.inspection.selectors`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from tenants import inspection_selectors as inspection
-from tenants import inspection_services
+from tenants.inspection import selectors as inspection
+from tenants.inspection import services as inspection_services
 from tenants.models import Tenant
 from tenants.portal.views import _context, tenant_view
 

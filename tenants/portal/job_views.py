@@ -13,7 +13,9 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from common.jobs import executions as ex
-from tenants import job_selectors, job_services, selectors
+from tenants.devices import selectors as device_selectors
+from tenants.jobs import selectors as job_selectors
+from tenants.jobs import services as job_services
 from tenants.portal.job_forms import JobForm
 from tenants.portal.views import _context, _form_errors, tenant_view
 
@@ -41,7 +43,7 @@ def _job_form(request, membership) -> JobForm:
     tenant = membership.tenant
     return JobForm(
         request.POST if request.method == "POST" else None,
-        devices=selectors.devices_list(tenant=tenant).values_list("name", flat=True),
+        devices=device_selectors.devices_list(tenant=tenant).values_list("name", flat=True),
         groups=job_selectors.group_list(tenant=tenant).values_list("name", flat=True),
     )
 

@@ -1,7 +1,7 @@
 """The Journey pages: where a tenant's messages went (searched by topic filter, client id, time
 and outcome) and its clients' events (by client id, time and event), newest first, older pages
-by the reader's cursor. Operators see any tenant's from their overview. Thin: `tenants.journey`
-reads, `tenants.journey_display` puts rows in words."""
+by the reader's cursor. Operators see any tenant's from their overview. Thin: `tenants.journey.selectors`
+reads, `tenants.journey.display` puts rows in words."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 
-from tenants import selectors
-from tenants.journey import JourneyQueryError, JourneyReader, parse_time, window
-from tenants.journey_devices import devices_for_clients
-from tenants.journey_display import (
+from tenants.journey.devices import devices_for_clients
+from tenants.journey.display import (
     EVENT_LABELS,
     OUTCOME_LABELS,
     event_row,
@@ -25,8 +23,10 @@ from tenants.journey_display import (
     retention_text,
     time_text,
 )
+from tenants.journey.selectors import JourneyQueryError, JourneyReader, parse_time, window
 from tenants.models import Tenant
 from tenants.portal.views import _context, tenant_view
+from tenants.tenant import selectors as tenant_selectors
 
 PAGE_ROWS = 100
 MAX_TEXT = 256  # the API's bound on a text parameter (tenants.api.views.text_param)
@@ -136,7 +136,7 @@ def _search(
     except JourneyQueryError as exc:
         context["error"] = {"field": exc.field, "message": str(exc)}
         return context
-    limits = selectors.effective_quota(tenant)
+    limits = tenant_selectors.effective_quota(tenant)
     describe = event_row if events else message_row
     rows = [describe(row, limits) | {"client_id": row["client_id"]} for row in page.rows]
     devices = (

@@ -41,7 +41,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from common.mqtt.topics import TopicFilterInvalid, validate_topic_filter
-from tenants import selectors
+from tenants.accounts import selectors as account_selectors
 from tenants.portal import live_frames as frames
 from tenants.portal.live_hub import shared_hub
 
@@ -66,7 +66,7 @@ def session_still_stands(scope: dict, tenant: str) -> bool:
         return False
     if not constant_time_compare(session.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()):
         return False
-    return selectors.current_membership(user, tenant) is not None
+    return account_selectors.current_membership(user, tenant) is not None
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -76,7 +76,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4401)
             return
         chosen = self.scope["session"].get("tenant")
-        membership = await database_sync_to_async(selectors.current_membership)(user, chosen)
+        membership = await database_sync_to_async(account_selectors.current_membership)(
+            user, chosen
+        )
         if membership is None:
             await self.close(code=4403)
             return

@@ -17,12 +17,14 @@ from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from tenants import accounts, people, throttles
-from tenants.inspection_selectors import inspection_counts
+from tenants.accounts import throttles
+from tenants.accounts import trust as accounts
+from tenants.devices.selectors import PRESENCE_STALE_AFTER
+from tenants.inspection.selectors import inspection_counts
 from tenants.models import Device, DeviceConnection, Invitation, Membership, Tenant, Usage
+from tenants.people import services as people
 from tenants.portal.forms import InviteForm, PasswordChoiceForm
 from tenants.portal.views import _context, _form_errors, tenant_view
-from tenants.selectors import PRESENCE_STALE_AFTER
 
 
 @tenant_view()
@@ -244,7 +246,7 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     success_url = reverse_lazy("portal:dashboard")
 
     def form_valid(self, form):
-        # The link came to the address: it is proved. The new password (tenants.accounts) has
+        # The link came to the address: it is proved. The new password (tenants.accounts.trust) has
         # ended every API token and every other session the account had.
         response = super().form_valid(form)
         accounts.mark_verified(form.user)

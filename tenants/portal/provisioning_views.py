@@ -1,7 +1,7 @@
 """The portal's Fleet provisioning pages (AWS's provisioning templates and claims): the tenant's
 templates with a form to make one; a template's page with its claim certificates, a button that
 makes one (its certificate and private key shown once, to read or download, as the API answers
-them once) and a revoke button per claim. Thin: `tenants.fleet` reads and writes, as for
+them once) and a revoke button per claim. Thin: `tenants.fleet.services` reads and writes, as for
 `/api/v1/provisioning-templates`; another tenant's template or claim is a 404."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from tenants import fleet, job_selectors
+from tenants.fleet import services as fleet
+from tenants.jobs import selectors as job_selectors
 from tenants.models import Tenant
 from tenants.portal.job_forms import TemplateForm, TemplateGroupsForm
 from tenants.portal.views import _context, _form_errors, _pop_once, _show_once, tenant_view

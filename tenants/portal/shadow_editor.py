@@ -10,8 +10,8 @@ from django.http import Http404
 
 from common.shadow import document as doc
 from common.shadow.topics import SHADOW_NAME
-from tenants import shadow_selectors
 from tenants.models import Device, Shadow
+from tenants.shadows import selectors as shadow_selectors
 
 HISTORY_SHOWN = 20
 

@@ -16,9 +16,10 @@ from django.views.decorators.http import require_POST
 
 from common.shadow import document as doc
 from common.shadow.topics import SHADOW_NAME
-from tenants import shadow_selectors, shadow_services
 from tenants.models import Device, Shadow
 from tenants.portal.views import tenant_view
+from tenants.shadows import selectors as shadow_selectors
+from tenants.shadows import services as shadow_services
 
 
 def _back(device: Device, name: str):

@@ -8,8 +8,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from tenants import audit, identity
+from tenants import audit
 from tenants.audit_words import describe
+from tenants.devices import identity
 from tenants.portal.views import _context, _form_errors, tenant_view
 
 

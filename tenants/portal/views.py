@@ -19,10 +19,17 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from common import service_token
-from common.rule_actions import redact_secrets
-from tenants import accounts, disconnect_reasons, selectors, services, throttles
-from tenants import onboarding as onboarding_snippets
-from tenants.journey_display import code_meanings
+from tenants.accounts import selectors as account_selectors
+from tenants.accounts import services as account_services
+from tenants.accounts import throttles
+from tenants.accounts import trust as accounts
+from tenants.acls import selectors as acl_selectors
+from tenants.acls import services as acl_services
+from tenants.devices import disconnect_reasons
+from tenants.devices import onboarding as onboarding_snippets
+from tenants.devices import selectors as device_selectors
+from tenants.devices import services as device_services
+from tenants.journey.display import code_meanings
 from tenants.models import Membership
 from tenants.portal.device_events import device_events
 from tenants.portal.forms import (
@@ -34,15 +41,19 @@ from tenants.portal.forms import (
     TokenForm,
 )
 from tenants.portal.shadow_editor import editor_context
-from tenants.quota_display import quota_rows
-from tenants.throttling import limit_activity
-from tenants.throttling_display import drops_summary, throttling_items
+from tenants.rule_actions import redact_secrets
+from tenants.rules import selectors as rule_selectors
+from tenants.rules import services as rule_services
+from tenants.tenant import selectors as tenant_selectors
+from tenants.usage.quota_display import quota_rows
+from tenants.usage.throttling import limit_activity
+from tenants.usage.throttling_display import drops_summary, throttling_items
 
 ONCE_KEY = "portal_secret_once"
 
 
 def _membership(request: HttpRequest) -> Membership:
-    membership = selectors.current_membership(request.user, request.session.get("tenant"))
+    membership = account_selectors.current_membership(request.user, request.session.get("tenant"))
     if membership is None:
         raise PermissionDenied("You are not a member of any tenant.")
     return membership
@@ -55,7 +66,10 @@ def tenant_view(write: bool = False):
         @login_required
         @wraps(view)
         def wrapper(request, *args, **kwargs):
-            if request.user.is_staff and not selectors.memberships_for_user(request.user).exists():
+            if (
+                request.user.is_staff
+                and not account_selectors.memberships_for_user(request.user).exists()
+            ):
                 # An operator without a tenant of its own (the admin's "View site"): the
                 # operators' overview rather than a bare 403.
                 return redirect("portal:operator")
@@ -102,14 +116,14 @@ def signup(request: HttpRequest) -> HttpResponse:
         return render(request, "portal/signup.html", {"form": form}, status=429)
     if request.method == "POST" and form.is_valid():
         try:
-            tenant, user, _ = services.signup(**form.cleaned_data, api_token=False)
+            tenant, user, _ = account_services.signup(**form.cleaned_data, api_token=False)
         except ValidationError as error:
             _form_errors(form, error)
         else:
             login(request, user, backend="django.contrib.auth.backends.ModelBackend")
             request.session["tenant"] = tenant.slug
             # The tenant is the account's own at once; the address is proved by the link mailed
-            # now (the banner says so until then, tenants.accounts).
+            # now (the banner says so until then, tenants.accounts.trust).
             accounts.verification_mail_quietly(
                 user, request.build_absolute_uri(accounts.verification_path(user))
             )
@@ -158,7 +172,7 @@ def logout_view(request: HttpRequest) -> HttpResponse:
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
     slug = request.POST.get("tenant", "")
-    if selectors.memberships_for_user(request.user).filter(tenant__slug=slug).exists():
+    if account_selectors.memberships_for_user(request.user).filter(tenant__slug=slug).exists():
         request.session["tenant"] = slug
     return redirect("portal:dashboard")
 
@@ -175,9 +189,9 @@ def dashboard(request, membership):
         "portal/dashboard.html",
         _context(
             membership,
-            drops=drops_summary(day, selectors.effective_quota(tenant)),
-            device_count=selectors.devices_list(tenant=tenant).count(),
-            memberships=selectors.memberships_for_user(request.user),
+            drops=drops_summary(day, tenant_selectors.effective_quota(tenant)),
+            device_count=device_selectors.devices_list(tenant=tenant).count(),
+            memberships=account_selectors.memberships_for_user(request.user),
             mqtt_host=settings.MQTT_PUBLIC_HOST,
             mqtt_port=settings.MQTT_PUBLIC_PORT,
             mqtt_ws_url=settings.MQTT_PUBLIC_WS_URL,
@@ -195,18 +209,18 @@ def onboarding(request, membership):
             raise PermissionDenied("Your role can read but not change this tenant.")
         name = request.POST.get("name", "").strip()
         try:
-            device, secret = services.device_create(tenant=tenant, name=name)
+            device, secret = device_services.device_create(tenant=tenant, name=name)
         except ValidationError as error:
             for problem in getattr(error, "message_dict", {"name": error.messages}).values():
                 messages.error(request, "; ".join(problem))
             return redirect("portal:onboarding")
         _show_once(request, password=secret, device=device.name)
         return redirect(f"{resolve_url('portal:onboarding')}?device={device.name}")
-    devices = list(selectors.devices_list(tenant=tenant))
+    devices = list(device_selectors.devices_list(tenant=tenant))
     chosen = request.GET.get("device")
     device = None
     if chosen:
-        device = selectors.device_get(tenant=tenant, name=chosen)  # another tenant's: 404
+        device = device_selectors.device_get(tenant=tenant, name=chosen)  # another tenant's: 404
     elif devices:
         device = devices[0]
     once = _pop_once(request)
@@ -240,9 +254,9 @@ def client(request, membership):
         "portal/client.html",
         _context(
             membership,
-            devices=selectors.devices_list(tenant=membership.tenant),
+            devices=device_selectors.devices_list(tenant=membership.tenant),
             ws_url=settings.MQTT_PUBLIC_WS_URL,
-            reason_codes=code_meanings(selectors.effective_quota(membership.tenant)),
+            reason_codes=code_meanings(tenant_selectors.effective_quota(membership.tenant)),
         ),
     )
 
@@ -278,7 +292,7 @@ def devices(request, membership):
         form = DeviceForm(request.POST)
         if form.is_valid():
             try:
-                device, secret = services.device_create(
+                device, secret = device_services.device_create(
                     tenant=membership.tenant, **form.cleaned_data
                 )
             except ValidationError as error:
@@ -286,7 +300,7 @@ def devices(request, membership):
             else:
                 _show_once(request, password=secret)
                 return redirect("portal:device", name=device.name)
-    listed = selectors.devices_list(tenant=membership.tenant, name=name or None)
+    listed = device_selectors.devices_list(tenant=membership.tenant, name=name or None)
     return render(
         request, "portal/devices.html", _context(membership, devices=listed, form=form, name=name)
     )
@@ -294,7 +308,7 @@ def devices(request, membership):
 
 @tenant_view()
 def device_detail(request, membership, name: str):
-    device = selectors.device_get(tenant=membership.tenant, name=name)
+    device = device_selectors.device_get(tenant=membership.tenant, name=name)
     shadow = editor_context(device, request.GET.get("shadow", ""))
     return render(
         request,
@@ -305,7 +319,7 @@ def device_detail(request, membership, name: str):
             last_disconnect=disconnect_reasons.describe(device.last_disconnect_reason),
             secret=_pop_once(request),
             credentials=device.credentials.all()[:20],
-            connections=selectors.device_connections(device=device),
+            connections=device_selectors.device_connections(device=device),
             grace_choices=GRACE_CHOICES,
             mqtt_host=settings.MQTT_PUBLIC_HOST,
             mqtt_port=settings.MQTT_PUBLIC_PORT,
@@ -324,7 +338,7 @@ GRACE_CHOICES = {"86400": "24 hours", "3600": "1 hour", "604800": "7 days", "0":
 def device_rotate(request, membership, name: str):
     """Issue a new secret; the previous one keeps working for the chosen grace period. Retiring
     it now (grace 0) drops the devices that use it, so the portal asks first."""
-    device = selectors.device_get(tenant=membership.tenant, name=name)
+    device = device_selectors.device_get(tenant=membership.tenant, name=name)
     grace = request.POST.get("grace", "86400")
     if grace not in GRACE_CHOICES:
         grace = "86400"
@@ -334,7 +348,7 @@ def device_rotate(request, membership, name: str):
             "portal/credential_confirm.html",
             _context(membership, device=device, action="rotate-now"),
         )
-    _, secret = services.credential_rotate(device, grace=timedelta(seconds=int(grace)))
+    _, secret = device_services.credential_rotate(device, grace=timedelta(seconds=int(grace)))
     _show_once(request, password=secret)
     if grace == "0":
         messages.success(request, "New secret issued; the previous one no longer works.")
@@ -349,7 +363,7 @@ def device_rotate(request, membership, name: str):
 @tenant_view(write=True)
 def credential_retire(request, membership, name: str, credential_id: int):
     """End a secret's life now, after a confirmation page (GET shows it, POST acts)."""
-    device = selectors.device_get(tenant=membership.tenant, name=name)
+    device = device_selectors.device_get(tenant=membership.tenant, name=name)
     credential = device.credentials.filter(id=credential_id, revoked_at=None).first()
     if credential is None:
         raise Http404("No such credential.")
@@ -359,7 +373,7 @@ def credential_retire(request, membership, name: str, credential_id: int):
             "portal/credential_confirm.html",
             _context(membership, device=device, credential=credential, action="retire"),
         )
-    services.credential_retire_now(credential)
+    device_services.credential_retire_now(credential)
     messages.success(
         request, f"Secret #{credential.id} retired; devices using it were disconnected."
     )
@@ -369,19 +383,19 @@ def credential_retire(request, membership, name: str, credential_id: int):
 @require_POST
 @tenant_view(write=True)
 def device_toggle(request, membership, name: str):
-    device = selectors.device_get(tenant=membership.tenant, name=name)
-    services.device_update(device, enabled=not device.enabled)
+    device = device_selectors.device_get(tenant=membership.tenant, name=name)
+    device_services.device_update(device, enabled=not device.enabled)
     messages.success(request, f"Device {'enabled' if device.enabled else 'disabled'}.")
     return redirect("portal:device", name=device.name)
 
 
 @tenant_view()
 def device_delete(request, membership, name: str):
-    device = selectors.device_get(tenant=membership.tenant, name=name)
+    device = device_selectors.device_get(tenant=membership.tenant, name=name)
     if request.method == "POST":
         if not membership.can_write:
             raise PermissionDenied("Your role can read but not change this tenant.")
-        services.device_delete(device)
+        device_services.device_delete(device)
         messages.success(request, f"Device {name} deleted.")
         return redirect("portal:devices")
     return render(request, "portal/device_delete.html", _context(membership, device=device))
@@ -390,7 +404,7 @@ def device_delete(request, membership, name: str):
 @tenant_view()
 def acls(request, membership):
     tenant = membership.tenant
-    names = list(selectors.devices_list(tenant=tenant).values_list("name", flat=True))
+    names = list(device_selectors.devices_list(tenant=tenant).values_list("name", flat=True))
     form = AclForm(devices=names)
     if request.method == "POST":
         if not membership.can_write:
@@ -399,27 +413,31 @@ def acls(request, membership):
         if form.is_valid():
             data = dict(form.cleaned_data)
             device_name = data.pop("device")
-            device = selectors.device_get(tenant=tenant, name=device_name) if device_name else None
+            device = (
+                device_selectors.device_get(tenant=tenant, name=device_name)
+                if device_name
+                else None
+            )
             try:
-                services.acl_add(tenant=tenant, device=device, **data)
+                acl_services.acl_add(tenant=tenant, device=device, **data)
             except ValidationError as error:
                 _form_errors(form, error)
             else:
                 messages.success(request, "ACL rule added.")
                 return redirect("portal:acls")
-    rules = selectors.acl_rules_list(tenant=tenant)
+    rules = acl_selectors.acl_rules_list(tenant=tenant)
     test, test_error = None, ""
     query = {k: request.GET.get(k, "").strip() for k in ("device", "action", "topic")}
     if query["topic"]:
         if query["action"] not in ("publish", "subscribe"):
             query["action"] = "publish"
         try:
-            services.validate_acl_test_topic(query["action"], query["topic"])
+            acl_services.validate_acl_test_topic(query["action"], query["topic"])
         except ValidationError as error:
             test_error = "; ".join(error.message_dict.get("topic", error.messages))
         else:
             # Another tenant's device name is a 404, like every lookup here.
-            test = selectors.acl_check(
+            test = acl_selectors.acl_check(
                 tenant=tenant,
                 device_name=query["device"],
                 action=query["action"],
@@ -443,7 +461,7 @@ def acls(request, membership):
 @require_POST
 @tenant_view(write=True)
 def acl_delete(request, membership, rule_id: int):
-    services.acl_delete(selectors.acl_rule_get(tenant=membership.tenant, rule_id=rule_id))
+    acl_services.acl_delete(acl_selectors.acl_rule_get(tenant=membership.tenant, rule_id=rule_id))
     messages.success(request, "ACL rule deleted.")
     return redirect("portal:acls")
 
@@ -451,12 +469,12 @@ def acl_delete(request, membership, rule_id: int):
 @tenant_view()
 def quota(request, membership):
     tenant = membership.tenant
-    limits = selectors.effective_quota(tenant)
+    limits = tenant_selectors.effective_quota(tenant)
     rows = quota_rows(tenant, limits)
     throttling = throttling_items(limit_activity(tenant=tenant), limits)
     from datetime import UTC, datetime
 
-    from tenants.billing import price_book_for
+    from tenants.billing.services import price_book_for
 
     book = price_book_for(tenant.plan, datetime.now(UTC).strftime("%Y-%m"))
     prices = [
@@ -486,11 +504,11 @@ def tokens(request, membership):
             raise PermissionDenied("Your role can read but not change this tenant.")
         form = TokenForm(request.POST)
         if form.is_valid():
-            _, created = services.api_token_create(
+            _, created = account_services.api_token_create(
                 user=request.user, tenant=membership.tenant, name=form.cleaned_data["name"]
             )
             form = TokenForm()
-    listed = selectors.api_tokens_list(tenant=membership.tenant, user=request.user)
+    listed = account_selectors.api_tokens_list(tenant=membership.tenant, user=request.user)
     return render(
         request,
         "portal/tokens.html",
@@ -502,13 +520,13 @@ def tokens(request, membership):
 @tenant_view(write=True)
 def token_delete(request, membership, token_id: int):
     token = (
-        selectors.api_tokens_list(tenant=membership.tenant, user=request.user)
+        account_selectors.api_tokens_list(tenant=membership.tenant, user=request.user)
         .filter(id=token_id)
         .first()
     )
     if token is None:
         raise Http404("No such token.")
-    services.api_token_delete(token)
+    account_services.api_token_delete(token)
     messages.success(request, "Token deleted.")
     return redirect("portal:tokens")
 
@@ -529,8 +547,8 @@ SAMPLE_MESSAGE = {
 @tenant_view()
 def rules(request, membership):
     listed = [
-        (rule, selectors.rule_metrics(rule))
-        for rule in selectors.rules_list(tenant=membership.tenant)
+        (rule, rule_selectors.rule_metrics(rule))
+        for rule in rule_selectors.rules_list(tenant=membership.tenant)
     ]
     return render(request, "portal/rules.html", _context(membership, rules=listed))
 
@@ -563,9 +581,9 @@ def _rule_editor(request, membership, rule=None):
             try:
                 if editing:
                     data.pop("name")
-                    rule = services.rule_update(rule, **data)
+                    rule = rule_services.rule_update(rule, **data)
                 else:
-                    rule = services.rule_create(tenant=membership.tenant, **data)
+                    rule = rule_services.rule_create(tenant=membership.tenant, **data)
             except ValidationError as error:
                 _form_errors(form, error)
                 if getattr(error, "line", None) is not None:
@@ -584,9 +602,9 @@ def _rule_editor(request, membership, rule=None):
         sql_position=sql_position,
     )
     if editing:
-        context["metrics"] = selectors.rule_metrics(rule)
-        context["dead_letters"] = selectors.rule_dead_letters_list(rule=rule)[:20]
-        context["dead_letter_count"] = selectors.rule_dead_letters_list(rule=rule).count()
+        context["metrics"] = rule_selectors.rule_metrics(rule)
+        context["dead_letters"] = rule_selectors.rule_dead_letters_list(rule=rule)[:20]
+        context["dead_letter_count"] = rule_selectors.rule_dead_letters_list(rule=rule).count()
         context.update(_history_context(rule))
     return render(request, "portal/rule.html", context)
 
@@ -596,7 +614,7 @@ def _history_context(rule) -> dict:
     the run under way if there is one (the page follows it)."""
     from datetime import UTC, timedelta
 
-    from tenants.rule_runs import selectors as run_selectors
+    from tenants.rules.runs import selectors as run_selectors
 
     now = timezone.now().astimezone(UTC).replace(microsecond=0)
     runs = list(run_selectors.runs_list(rule=rule)[:5])
@@ -617,14 +635,14 @@ def rule_new(request, membership):
 @tenant_view()
 def rule_detail(request, membership, name: str):
     return _rule_editor(
-        request, membership, selectors.rule_get(tenant=membership.tenant, name=name)
+        request, membership, rule_selectors.rule_get(tenant=membership.tenant, name=name)
     )
 
 
 @require_POST
 @tenant_view(write=True)
 def rule_delete(request, membership, name: str):
-    services.rule_delete(selectors.rule_get(tenant=membership.tenant, name=name))
+    rule_services.rule_delete(rule_selectors.rule_get(tenant=membership.tenant, name=name))
     messages.success(request, f"Rule {name} deleted.")
     return redirect("portal:rules")
 
@@ -632,10 +650,10 @@ def rule_delete(request, membership, name: str):
 @require_POST
 @tenant_view(write=True)
 def rule_dead_letters_replay(request, membership, name: str):
-    rule = selectors.rule_get(tenant=membership.tenant, name=name)
+    rule = rule_selectors.rule_get(tenant=membership.tenant, name=name)
     try:
-        result = services.rule_dead_letters_replay(rule)
-    except services.ReplayThrottled as exc:
+        result = rule_services.rule_dead_letters_replay(rule)
+    except rule_services.ReplayThrottled as exc:
         messages.error(request, str(exc))
         return redirect("portal:rule", name=name)
     done = result.get("done_already", 0)
@@ -651,7 +669,7 @@ def rule_dead_letters_replay(request, membership, name: str):
 @require_POST
 @tenant_view(write=True)
 def rule_dead_letters_clear(request, membership, name: str):
-    rule = selectors.rule_get(tenant=membership.tenant, name=name)
-    cleared = services.rule_dead_letters_clear(rule)
+    rule = rule_selectors.rule_get(tenant=membership.tenant, name=name)
+    cleared = rule_services.rule_dead_letters_clear(rule)
     messages.success(request, f"{cleared} dead letter(s) cleared.")
     return redirect("portal:rule", name=name)

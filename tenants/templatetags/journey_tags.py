@@ -1,5 +1,5 @@
 """Template filters that link a portal counter to the journey rows behind it
-(`tenants.journey_links`): `{% load journey_tags %}`, then `{{ cause|journey_for_cause }}`,
+(`tenants.journey.links`): `{% load journey_tags %}`, then `{{ cause|journey_for_cause }}`,
 `{{ limit|journey_for_limit }}`, `{% journey_losses %}`; each gives "" where no row stands
 behind the figure (a refused subscription is not recorded yet)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django import template
 
-from tenants.journey_links import cause_url, journey_url, limit_url
+from tenants.journey.links import cause_url, journey_url, limit_url
 
 register = template.Library()
 

@@ -2,7 +2,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from tenants import services
+from tenants.accounts import services as account_services
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def client_for(token: str | None = None) -> APIClient:
 @pytest.fixture
 def acme(db):
     """Tenant acme with an owner; yields (tenant, authenticated client)."""
-    tenant, _, token = services.signup(
+    tenant, _, token = account_services.signup(
         tenant="acme", email="owner@acme.io", password="pass-w0rd-acme"
     )
     return tenant, client_for(token)
@@ -31,7 +31,7 @@ def acme(db):
 @pytest.fixture
 def attacker(db):
     """Another tenant's owner, trying to reach acme's objects."""
-    tenant, _, token = services.signup(
+    tenant, _, token = account_services.signup(
         tenant="evil", email="owner@evil.io", password="pass-w0rd-evil"
     )
     return tenant, client_for(token)

@@ -5,8 +5,9 @@ from django.contrib.auth import get_user_model
 from django.test import override_settings
 
 from common import secrets
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import Credential, Membership
+from tenants.tenant import services as tenant_services
 from tests.api.conftest import client_for
 
 pytestmark = pytest.mark.django_db
@@ -134,7 +135,7 @@ def test_duplicate_tenant_signup_is_400(acme):
 
 
 def test_wrong_password_for_token_is_401():
-    services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
+    account_services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
     response = client_for().post(
         "/api/v1/auth/token", {"email": "me@acme.io", "password": "nope"}, format="json"
     )
@@ -244,7 +245,7 @@ def test_rules_crud(acme):
 
 def test_quota_reads_effective_limits_and_cannot_be_patched(acme):
     tenant, api = acme
-    services.tenant_set_quota(tenant, {"max_connections": 3})
+    tenant_services.tenant_set_quota(tenant, {"max_connections": 3})
     quota = api.get("/api/v1/quota").json()
     assert quota["limits"]["max_connections"] == 3 and quota["overrides"] == {"max_connections": 3}
     assert set(quota["limits"]) >= {"max_publish_rate", "max_keepalive", "max_message_size"}
@@ -262,7 +263,7 @@ def test_quota_says_how_often_each_limit_slowed_or_refused_in_the_last_hour_and_
     from tenants.models import Usage
 
     tenant, api = acme
-    services.tenant_set_quota(tenant, {"max_publish_rate": 100})
+    tenant_services.tenant_set_quota(tenant, {"max_publish_rate": 100})
     now = timezone.now().replace(second=0, microsecond=0)
     recent, earlier = now - timedelta(minutes=2), now - timedelta(hours=3)
     Usage.objects.create(
@@ -369,7 +370,7 @@ def test_viewer_can_read_but_not_write(acme):
         "viewer@acme.io", "viewer@acme.io", "pass-w0rd-view"
     )
     Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
-    _, token = services.api_token_create(user=viewer, tenant=tenant)
+    _, token = account_services.api_token_create(user=viewer, tenant=tenant)
     reader = client_for(token)
     assert reader.get("/api/v1/devices").status_code == 200
     writes = [
@@ -445,12 +446,12 @@ def test_openapi_schema_describes_the_quota_throttling_object(client):
 def test_an_unexpected_error_is_the_api_error_shape_not_a_page(acme, monkeypatch):
     """A bug behind an endpoint answers 500 in the API's JSON error shape, without a traceback
     (issue 29: no Django debug page for whoever caused it)."""
-    from tenants import services as tenant_services
+    from tenants.rules import services as rule_services
 
     def broken(**kwargs):
         raise RuntimeError("secret internals at 10.0.0.7:5432")
 
-    monkeypatch.setattr(tenant_services, "rule_dry_run", broken)
+    monkeypatch.setattr(rule_services, "rule_dry_run", broken)
     _, api = acme
     response = api.post("/api/v1/rules/test", {"sql": 'SELECT * FROM "#"'}, format="json")
     assert response.status_code == 500

@@ -7,8 +7,9 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import HistoryPolicy, Membership
+from tenants.tenant import services as tenant_services
 from tests.api.conftest import client_for
 
 pytestmark = pytest.mark.django_db
@@ -88,11 +89,13 @@ def test_limits_come_from_the_plan_and_its_overrides(acme):
     over = add(api, "c/#")
     assert over.status_code == 400
     assert "allows 5 history policies (max_history_policies)" in over.json()["error"]["message"]
-    services.tenant_set_quota(tenant, {"max_history_days": 30, "max_history_policies": 6})
+    tenant_services.tenant_set_quota(tenant, {"max_history_days": 30, "max_history_policies": 6})
     assert add(api, "c/#", 30).status_code == 201
     quota = api.get("/api/v1/quota").json()["limits"]
     assert quota["max_history_days"] == 30 and quota["max_history_policies"] == 6
-    services.tenant_change_plan(tenant, "pro")  # the paid plan: a week by default, 90 days max
+    tenant_services.tenant_change_plan(
+        tenant, "pro"
+    )  # the paid plan: a week by default, 90 days max
     summary = api.get("/api/v1/history").json()
     assert summary["default_days"] == 7 and summary["default_applies"] is False  # it has policies
     assert summary["retention_days"] == 30
@@ -124,7 +127,7 @@ def test_a_viewer_reads_but_does_not_change_policies(acme):
     policy = add(api).json()
     viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", "pass-w0rd-view")
     Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
-    _, token = services.api_token_create(user=viewer, tenant=tenant)
+    _, token = account_services.api_token_create(user=viewer, tenant=tenant)
     read_only = client_for(token)
     assert [p["id"] for p in results(read_only.get(URL))] == [policy["id"]]
     assert add(read_only, "other/#").status_code == 403

@@ -14,9 +14,10 @@ import pytest
 
 from common.object_store import LocalObjectStore, open_object_store
 from common.rule_preview import scan
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import Membership, RuleRun
-from tenants.rule_runs import services as runs
+from tenants.rules import services as rule_services
+from tenants.rules.runs import services as runs
 from tests.api.conftest import client_for
 from tests.spark.conftest import message, write_live
 
@@ -63,7 +64,7 @@ def preview(api, name="hot", start=DAY_AGO, end=NOW, **extra):
 
 def test_preview_counts_the_range_and_shows_the_first_outputs(acme, archive):
     tenant, api = acme
-    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     response = preview(api)
     assert response.status_code == 200, response.content
     body = response.json()
@@ -86,7 +87,7 @@ def test_a_preview_over_s3_answers_the_same_within_its_memory_bound(
     """The same archive in an S3-compatible store (moto): the same figures; past the rows a web
     process holds (`REMOTE_MAX_BYTES`), a 400 that says what to do, never an exhausted worker."""
     tenant, api = acme
-    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     local = preview(api).json()
     bucket = f"preview-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
@@ -107,7 +108,7 @@ def test_a_preview_over_s3_answers_the_same_within_its_memory_bound(
 
 def test_a_range_without_history_previews_as_zeros(acme, archive):
     tenant, api = acme
-    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     body = preview(api, start=NOW - timedelta(days=3), end=NOW - timedelta(days=2)).json()
     assert (body["read"], body["matched"], body["outputs"]) == (0, 0, [])
 
@@ -131,7 +132,7 @@ def test_a_range_without_history_previews_as_zeros(acme, archive):
 )
 def test_a_bad_request_is_a_400_naming_the_problem(acme, archive, body, field, words):
     tenant, api = acme
-    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     response = api.post("/api/v1/rules/hot/runs", body, format="json")
     assert response.status_code == 400, response.content
     error = response.json()["error"]
@@ -142,7 +143,7 @@ def test_a_bad_request_is_a_400_naming_the_problem(acme, archive, body, field, w
 def test_previews_are_throttled_per_tenant(acme, archive, settings):
     settings.RULE_PREVIEW_RATE = "2/min"
     tenant, api = acme
-    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     assert [preview(api).status_code for _ in range(2)] == [200, 200]
     third = preview(api)
     assert third.status_code == 429
@@ -153,7 +154,7 @@ def test_a_run_is_queued_followed_and_cancelled(
     acme, archive, no_dispatch, django_capture_on_commit_callbacks
 ):
     tenant, api = acme
-    rule = services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule = rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     with django_capture_on_commit_callbacks(execute=True):  # dispatched once committed
         response = preview(api, mode="run", actions="all")
     assert response.status_code == 202, response.content
@@ -177,12 +178,12 @@ def test_a_run_is_queued_followed_and_cancelled(
 
 def test_a_viewer_may_preview_but_not_run(acme, archive, no_dispatch):
     tenant, api = acme
-    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     from django.contrib.auth import get_user_model
 
     viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", "pass-w0rd-view")
     Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
-    token = services.api_token_create(user=viewer, tenant=tenant, name="ro")[1]
+    token = account_services.api_token_create(user=viewer, tenant=tenant, name="ro")[1]
     reader = client_for(token)
     assert preview(reader).status_code == 200
     refused = preview(reader, mode="run")
@@ -192,7 +193,7 @@ def test_a_viewer_may_preview_but_not_run(acme, archive, no_dispatch):
 
 def test_a_stale_run_whose_worker_died_does_not_block_its_rule(acme, archive, no_dispatch):
     tenant, api = acme
-    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     run_id = preview(api, mode="run").json()["id"]
     RuleRun.objects.filter(id=run_id).update(
         state="running", heartbeat_at=NOW - timedelta(minutes=10)
@@ -207,11 +208,11 @@ def test_another_tenant_never_sees_acmes_history_rules_or_runs(
 ):
     tenant, api = acme
     evil, evil_api = attacker
-    services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     run_id = preview(api, mode="run").json()["id"]
     # acme's rule name, and acme's run id under a rule of its own with the same name: 404s.
     assert preview(evil_api).status_code == 404
-    services.rule_create(tenant=evil, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=evil, name="hot", sql=SQL)
     assert evil_api.get(f"/api/v1/rules/hot/runs/{run_id}").status_code == 404
     assert evil_api.post(f"/api/v1/rules/hot/runs/{run_id}/cancel").status_code == 404
     assert evil_api.get("/api/v1/rules/hot/runs").json()["results"] == []
@@ -226,10 +227,10 @@ def test_another_tenant_never_sees_acmes_history_rules_or_runs(
 
 def test_saving_sql_or_actions_makes_a_new_rule_version(acme):
     tenant, api = acme
-    rule = services.rule_create(tenant=tenant, name="hot", sql=SQL)
+    rule = rule_services.rule_create(tenant=tenant, name="hot", sql=SQL)
     assert rule.version == 1
-    assert services.rule_update(rule, enabled=False).version == 1
-    assert services.rule_update(rule, sql=SQL.replace("30", "31")).version == 2
+    assert rule_services.rule_update(rule, enabled=False).version == 1
+    assert rule_services.rule_update(rule, sql=SQL.replace("30", "31")).version == 2
     hook = [{"type": "dataset", "name": "hot"}]
-    assert services.rule_update(rule, actions=hook).version == 3
-    assert services.rule_update(rule, actions=hook, sql=rule.sql).version == 3
+    assert rule_services.rule_update(rule, actions=hook).version == 3
+    assert rule_services.rule_update(rule, actions=hook, sql=rule.sql).version == 3

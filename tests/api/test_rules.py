@@ -10,7 +10,7 @@ from django.db import connection
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import Membership, Rule, RuleDeadLetter
 from tests.api.conftest import client_for
 
@@ -406,7 +406,7 @@ def _viewer(tenant):
         "viewer@acme.io", "viewer@acme.io", "pass-w0rd-view"
     )
     Membership.objects.create(user=user, tenant=tenant, role="viewer")
-    return client_for(services.api_token_create(user=user, tenant=tenant)[1])
+    return client_for(account_services.api_token_create(user=user, tenant=tenant)[1])
 
 
 def test_webhook_secrets_are_hidden_from_viewers_and_dead_letters(acme):

@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
 
 EXAMPLES = 10  # per operation (~45 operations): about a minute and a half on a quiet machine
 TOKEN: dict[str, str] = {}
@@ -27,11 +29,11 @@ STATUSES: Counter = Counter()
 @pytest.fixture(autouse=True)
 def owner(db):
     cache.clear()
-    tenant, _, token = services.signup(
+    tenant, _, token = account_services.signup(
         tenant="acme", email="owner@acme.io", password="pass-w0rd-acme"
     )
-    services.device_create(tenant=tenant, name="sensor-1")
-    services.acl_add(tenant=tenant, action="both", permission="allow", topic="t/#")
+    device_services.device_create(tenant=tenant, name="sensor-1")
+    acl_services.acl_add(tenant=tenant, action="both", permission="allow", topic="t/#")
     TOKEN["value"] = token
     # Requests go through the WSGI handler, which closes the database connection at the end of
     # each one; the test's transaction lives on that connection (Django's test client does the

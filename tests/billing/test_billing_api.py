@@ -11,8 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from common.object_store import LocalObjectStore
-from tenants import billing, services
+from tenants.billing import services as billing
 from tenants.models import Tenant, Usage
+from tenants.tenant import services as tenant_services
 from tests.api.conftest import acme, attacker  # noqa: F401 (fixtures)
 from tests.billing.usage_rows import row, write_rows
 
@@ -51,7 +52,7 @@ def test_usage_series_per_day_and_hour(acme, attacker):  # noqa: F811
 def test_invoice_json_csv_pdf_and_isolation(acme, attacker, spark, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
     tenant, api = acme
-    services.tenant_update_settings(tenant, name="Acme Sensors Ltd")
+    tenant_services.tenant_update_settings(tenant, name="Acme Sensors Ltd")
     Tenant.objects.filter(id=tenant.id).update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
     write_rows(
         LocalObjectStore(tmp_path),
@@ -110,11 +111,11 @@ def test_invoice_json_csv_pdf_and_isolation(acme, attacker, spark, tmp_path, mon
 
 
 def test_month_to_date_estimate_prices_this_months_minutes(acme):  # noqa: F811
-    from tenants.billing_selectors import month_to_date_estimate
+    from tenants.billing.selectors import month_to_date_estimate
 
     tenant, _ = acme
-    services.plan_get_or_create("pro")
-    tenant.plan = services.plan_get_or_create("pro")
+    tenant_services.plan_get_or_create("pro")
+    tenant.plan = tenant_services.plan_get_or_create("pro")
     tenant.save()
     now = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
     Usage.objects.create(tenant=tenant, minute=now - timedelta(days=3), message_units=2_500_000)

@@ -13,8 +13,9 @@ from django.core.management.base import CommandError
 
 from common.object_store import LocalObjectStore
 from common.pricing import canonical_json, sha256_hex
-from tenants import billing, services
+from tenants.billing import services as billing
 from tenants.models import Invoice, PriceBook, Tenant
+from tenants.tenant import services as tenant_services
 from tests.billing.usage_rows import row, write_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +42,7 @@ def store(tmp_path, monkeypatch, spark):
 
 def pro_prices():
     """Pro at $49 a month, messages $1.00 per million after a free million, minutes $0.08/M."""
-    plan = services.plan_get_or_create("pro")
+    plan = tenant_services.plan_get_or_create("pro")
     return command(
         "set_price",
         "pro",
@@ -90,9 +91,11 @@ def test_set_price_versions_and_clear_errors():
 
 def test_billing_report_drafts_issues_verifies_and_adjusts(store):
     pro_prices()
-    acme = services.tenant_create("acme", plan="pro")
-    services.tenant_create("quiet", plan="pro")
-    services.tenant_create("newcomer", plan="pro")  # created after September: not billed for it
+    acme = tenant_services.tenant_create("acme", plan="pro")
+    tenant_services.tenant_create("quiet", plan="pro")
+    tenant_services.tenant_create(
+        "newcomer", plan="pro"
+    )  # created after September: not billed for it
     Tenant.objects.exclude(slug="newcomer").update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
     Tenant.objects.filter(slug="newcomer").update(created_at=datetime(2026, 10, 2, tzinfo=UTC))
     write_rows(

@@ -9,8 +9,9 @@ import pytest
 from django.conf import settings
 
 from common.object_store import LocalObjectStore
-from tenants import services, tasks
+from tenants import tasks
 from tenants.models import Invoice, Tenant
+from tenants.tenant import services as tenant_services
 from tests.billing.usage_rows import row, write_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,8 +22,8 @@ SEPTEMBER = datetime(2026, 9, 1, tzinfo=UTC)
 def test_beat_drafts_on_the_first_and_issues_after_grace(spark, tmp_path, monkeypatch, client):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
     store = LocalObjectStore(tmp_path)
-    services.tenant_create("acme", plan="pro")
-    services.tenant_create("beta", plan="pro")
+    tenant_services.tenant_create("acme", plan="pro")
+    tenant_services.tenant_create("beta", plan="pro")
     Tenant.objects.update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
     write_rows(store, [row("acme", SEPTEMBER + timedelta(days=2), messages=2_000_000)])
     schedule = settings.CELERY_BEAT_SCHEDULE

@@ -15,11 +15,13 @@ import pytest
 from django.core import mail
 from django.db import connection
 
-from tenants import services
-from tenants.billing_periods import period_bounds
-from tenants.budget_alerts import check_all
-from tenants.budget_selectors import month_to_date_spend
+from tenants.accounts import services as account_services
+from tenants.billing.periods import period_bounds
+from tenants.budgets.alerts import check_all
+from tenants.budgets.selectors import month_to_date_spend
+from tenants.devices import services as device_services
 from tenants.models import BudgetAlert, Credit, Tenant, Usage
+from tenants.tenant import services as tenant_services
 from tests.api.conftest import acme, attacker, client_for  # noqa: F401 (fixtures)
 from tests.spark.conftest import Receiver
 
@@ -147,8 +149,8 @@ def test_a_connection_limit_nearing_alerts_once(acme):  # noqa: F811
     from tenants.models import DeviceConnection
 
     tenant, api = acme
-    services.tenant_set_quota(tenant, {"max_connections": 5})
-    device, _ = services.device_create(tenant=tenant, name="d1")
+    tenant_services.tenant_set_quota(tenant, {"max_connections": 5})
+    device, _ = device_services.device_create(tenant=tenant, name="d1")
     now = datetime.now(UTC)
     for i in range(4):  # 4 of 5: 80 %
         DeviceConnection.objects.create(
@@ -177,7 +179,7 @@ def test_month_to_date_is_priced_as_the_invoice(acme):  # noqa: F811
     tenant, _ = acme
     Tenant.objects.filter(id=tenant.id).update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
     tenant.refresh_from_db()
-    services.tenant_change_plan(tenant, "pro", at=datetime(2026, 9, 15, tzinfo=UTC))
+    tenant_services.tenant_change_plan(tenant, "pro", at=datetime(2026, 9, 15, tzinfo=UTC))
     Usage.objects.create(
         tenant=tenant, minute=datetime(2026, 9, 10, tzinfo=UTC), message_units=2_500_000
     )
@@ -223,11 +225,11 @@ def test_budget_api_names_each_problem_and_keeps_tenants_apart(acme, attacker): 
     assert evil.get("/api/v1/budget/alerts").json()["count"] == 0
     assert api.get("/api/v1/budget").json()["monthly_cents"] == 500
 
-    viewer = services.signup(tenant="viewers", email="v@acme.io", password="pass-w0rd-v")[1]
+    viewer = account_services.signup(tenant="viewers", email="v@acme.io", password="pass-w0rd-v")[1]
     from tenants.models import Membership
 
     Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
-    _, token = services.api_token_create(user=viewer, tenant=tenant, name="ro")
+    _, token = account_services.api_token_create(user=viewer, tenant=tenant, name="ro")
     reader = client_for(token)
     assert reader.get("/api/v1/budget").json()["monthly_cents"] == 500
     assert reader.put("/api/v1/budget", {"monthly_cents": 1}, format="json").status_code == 403

@@ -18,7 +18,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from tenants import billing, services
+from tenants.accounts import services as account_services
+from tenants.billing import services as billing
+from tenants.devices import services as device_services
+from tenants.rules import services as rule_services
 from tests.api.conftest import client_for
 from tests.broker.clients import Paho
 from tests.spark.conftest import database_url
@@ -39,15 +42,15 @@ def test_rules_actions_and_shadow_operations_per_device(platform):  # noqa: F811
     port, store, process = platform
     tenants, apis, secrets = {}, {}, {}
     for slug in ("acme", "evil"):
-        tenant, _, token = services.signup(
+        tenant, _, token = account_services.signup(
             tenant=slug, email=f"owner@{slug}.io", password=f"pass-w0rd-{slug}"
         )
         tenants[slug], apis[slug] = tenant, client_for(token)
-        services.rule_create(
+        rule_services.rule_create(
             tenant=tenant, name="hot", sql=SQL, actions=[{"type": "dataset", "name": "hot"}]
         )
     for slug, name in (("acme", "sensor-a"), ("acme", "sensor-b"), ("evil", "sensor-a")):
-        _, secrets[(slug, name)] = services.device_create(
+        _, secrets[(slug, name)] = device_services.device_create(
             tenant=tenants[slug], name=name, client_id_policy="any"
         )
     connection.close()

@@ -17,9 +17,12 @@ import pytest
 from django.db.models import Sum
 
 from common.pricing import build_invoice
-from tenants import billing, invoicing, services
-from tenants.billing import price_book_for
-from tenants.invoice_devices import line_shares, split_cents
+from tenants.accounts import services as account_services
+from tenants.billing import invoicing
+from tenants.billing import services as billing
+from tenants.billing.invoice_devices import line_shares, split_cents
+from tenants.billing.services import price_book_for
+from tenants.devices import services as device_services
 from tenants.models import DeviceUsage, Invoice, Tenant, Usage
 from tests.api.conftest import acme, attacker, client_for  # noqa: F401 (fixtures)
 from tests.broker.clients import Paho
@@ -118,16 +121,16 @@ def _traffic(port: int, tenant: str, secrets: dict[str, str], *, publishes: list
 def test_known_traffic_drills_down_to_each_device_and_sums_to_the_line():
     tenants, apis, secrets = {}, {}, defaultdict(dict)
     for slug in ("acme", "rival"):
-        tenant, _, token = services.signup(
+        tenant, _, token = account_services.signup(
             tenant=slug, email=f"owner@{slug}.io", password=f"pass-w0rd-{slug}"
         )
         tenants[slug], apis[slug] = tenant, client_for(token)
     for slug, names in (("acme", ("sensor-a", "sensor-b")), ("rival", ("sensor-a", "sensor-b"))):
         for name in names:
-            _, secrets[slug][name] = services.device_create(
+            _, secrets[slug][name] = device_services.device_create(
                 tenant=tenants[slug], name=name, client_id_policy="any"
             )
-    _, rival_only = services.device_create(tenant=tenants["rival"], name="rival-only")
+    _, rival_only = device_services.device_create(tenant=tenants["rival"], name="rival-only")
     with running_pg_broker("--no-archive", "--usage-flush-interval", "0.5") as port:
         # acme: 3 × 1,000 bytes (1 unit each) and 6,000 (2 units) → sensor-a 1 CONNECT + 5,
         # sensor-b 1 CONNECT + 1 SUBSCRIBE + 5 delivered.

@@ -18,9 +18,11 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from common.pricing import build_invoice
-from tenants import billing_details, invoicing, services
-from tenants.billing import price_book_for
+from tenants.billing import details as billing_details
+from tenants.billing import invoicing
+from tenants.billing.services import price_book_for
 from tenants.models import Invoice, Tenant
+from tenants.tenant import services as tenant_services
 from tests.api.conftest import acme  # noqa: F401 (fixture)
 
 ISSUER = {
@@ -66,7 +68,7 @@ def draft(tenant: Tenant, period: str = "2026-09", **usage: int) -> Invoice:
 
 @pytest.mark.django_db(transaction=True)
 def test_numbers_are_sequential_under_concurrent_issues_and_never_reused(issuer):
-    tenants = [services.tenant_create(f"t{i}-co") for i in range(8)]
+    tenants = [tenant_services.tenant_create(f"t{i}-co") for i in range(8)]
     drafts = [draft(tenant) for tenant in tenants]
     barrier = threading.Barrier(len(drafts))
     numbers: list[str] = []
@@ -90,7 +92,7 @@ def test_numbers_are_sequential_under_concurrent_issues_and_never_reused(issuer)
     assert sorted(numbers) == [f"BRK-{n:06d}" for n in range(1, 9)]  # no gap, no twice
 
     tenants[-1].delete()  # its invoice (the last number, maybe) goes with it; the number does not
-    later = draft(services.tenant_create("late-co"), "2026-10")
+    later = draft(tenant_services.tenant_create("late-co"), "2026-10")
     assert invoicing.invoice_issue(later.id).number == "BRK-000009"
     with pytest.raises(Exception, match="already issued"):
         invoicing.invoice_issue(later.id)
@@ -205,7 +207,7 @@ def test_billing_report_issue_refuses_a_month_that_has_not_ended(db):
     this_month = datetime.now(UTC).strftime("%Y-%m")
     with pytest.raises(CommandError, match=f"{this_month} has not ended.*--force"):
         call_command("billing_report", "--period", this_month, "--issue", stdout=io.StringIO())
-    from tenants.billing import period_unfinished
+    from tenants.billing.services import period_unfinished
 
     assert period_unfinished("2026-09", datetime(2026, 10, 1, tzinfo=UTC)) is None
     assert period_unfinished("2026-09", datetime(2026, 9, 30, 23, 59, tzinfo=UTC))

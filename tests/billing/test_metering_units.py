@@ -15,8 +15,10 @@ from common.archive_schema import USAGE_SCHEMA, message_units
 from common.object_store import open_object_store
 from data_plane.broker.message import Message, metered_size
 from data_plane.tenancy.metering import UsageMeter
-from tenants import billing, services
+from tenants.billing import services as billing
+from tenants.devices import services as device_services
 from tenants.models import DeviceUsage, Invoice, Usage
+from tenants.tenant import services as tenant_services
 from tests.billing.traffic import expected_units, run_known_traffic
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -77,10 +79,10 @@ def test_message_units_are_5_kib_increments_of_payload_topic_and_properties():
 @pytest.mark.django_db(transaction=True)
 def test_known_traffic_is_metered_logged_and_invoiced(tmp_path, monkeypatch, spark):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
-    acme = services.tenant_create("acme")
-    other = services.tenant_create("other")
-    _, secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
-    _, other_secret = services.device_create(tenant=other, name="d", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    other = tenant_services.tenant_create("other")
+    _, secret = device_services.device_create(tenant=acme, name="d", client_id_policy="any")
+    _, other_secret = device_services.device_create(tenant=other, name="d", client_id_policy="any")
     process, port = start_pg_broker(
         "--no-archive", "--usage-flush-interval", "0.5", "--usage-segment-age", "0"
     )

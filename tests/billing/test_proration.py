@@ -8,8 +8,9 @@ from fractions import Fraction
 
 import pytest
 
-from tenants import billing, services
+from tenants.billing import services as billing
 from tenants.models import Invoice, Tenant
+from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,7 +22,7 @@ def half_up_cents(fee_cents: int, days: int, period_days: int) -> int:
 
 def prices(plan: str, fee: int) -> None:
     billing.price_book_set(
-        services.plan_get_or_create(plan),
+        tenant_services.plan_get_or_create(plan),
         effective_from=date(2026, 1, 1),
         base_fee_cents=fee,
         dimensions={
@@ -34,15 +35,17 @@ def test_base_fee_prorated_by_days(tmp_path, monkeypatch, spark):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
     prices("free", 1001)  # odd amounts so that rounding shows
     prices("pro", 4999)
-    late = services.tenant_create("late", plan="pro")
-    mover = services.tenant_create("mover", plan="free")
-    steady = services.tenant_create("steady", plan="free")
+    late = tenant_services.tenant_create("late", plan="pro")
+    mover = tenant_services.tenant_create("mover", plan="free")
+    steady = tenant_services.tenant_create("steady", plan="free")
     Tenant.objects.filter(id=late.id).update(created_at=datetime(2026, 9, 10, 23, 59, tzinfo=UTC))
     Tenant.objects.exclude(id=late.id).update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
     mover.refresh_from_db()
-    services.tenant_change_plan(mover, "pro", at=datetime(2026, 9, 21, 0, 30, tzinfo=UTC))
+    tenant_services.tenant_change_plan(mover, "pro", at=datetime(2026, 9, 21, 0, 30, tzinfo=UTC))
     steady.refresh_from_db()
-    services.tenant_change_plan(steady, "pro", at=datetime(2026, 10, 5, tzinfo=UTC))  # October
+    tenant_services.tenant_change_plan(
+        steady, "pro", at=datetime(2026, 10, 5, tzinfo=UTC)
+    )  # October
 
     billing.billing_report("2026-09")
     base = {
@@ -88,7 +91,7 @@ def test_set_plan_command_records_the_change_billing_prorates(tmp_path):
 
     prices("free", 1001)
     prices("pro", 4999)
-    tenant = services.tenant_create("switcher", plan="free")
+    tenant = tenant_services.tenant_create("switcher", plan="free")
     Tenant.objects.filter(id=tenant.id).update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
     out = StringIO()
     call_command("set_plan", "switcher", "pro", "--from", "2026-09-21", stdout=out)

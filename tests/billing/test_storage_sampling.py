@@ -17,9 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import call_command
 
-from tenants import billing, services
-from tenants.history_services import history_policy_create
+from tenants.billing import services as billing
+from tenants.devices import services as device_services
+from tenants.history.services import history_policy_create
 from tenants.models import Invoice, MqttQueuedMessage, RetainedMessage, Usage
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -47,10 +49,10 @@ def test_storage_is_sampled_once_an_hour_and_billed_exactly(s3_endpoint, monkeyp
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     s3.create_bucket(Bucket=bucket)
     monkeypatch.setenv("OBJECT_STORE_URL", f"s3://{bucket}/mqtt")
-    acme = services.tenant_create("acme")
-    other = services.tenant_create("other")
-    _, secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
-    _, other_secret = services.device_create(tenant=other, name="d", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    other = tenant_services.tenant_create("other")
+    _, secret = device_services.device_create(tenant=acme, name="d", client_id_policy="any")
+    _, other_secret = device_services.device_create(tenant=other, name="d", client_id_policy="any")
     for tenant in (acme, other):  # both keep their messages: the live segments hold both
         history_policy_create(tenant=tenant, topic_filter="#", days=1)
     process, port = start_pg_broker(
@@ -142,14 +144,14 @@ def test_the_beat_task_samples_each_hour_once(tmp_path, monkeypatch):
 
     from common.object_store import LocalObjectStore
     from tenants import tasks
-    from tenants.storage_usage import storage_sample
+    from tenants.usage.storage import storage_sample
     from tests.spark.conftest import message, parquet_bytes
 
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
     entry = settings.CELERY_BEAT_SCHEDULE["sample-storage"]
     assert entry["task"] == "tenants.tasks.sample_storage"
     assert entry["schedule"].total_seconds() <= 3600
-    services.tenant_create("acme")
+    tenant_services.tenant_create("acme")
     store = LocalObjectStore(tmp_path)
     store.put("archive/tenant=acme/date=2026-09-01/hour=00/part-0000-0000.parquet", b"x" * 1000)
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
@@ -178,8 +180,8 @@ def test_history_is_listed_incrementally_and_stays_exact(tmp_path):
     from datetime import UTC, datetime, timedelta
 
     from common.object_store import LocalObjectStore
-    from tenants import storage_usage
-    from tenants.storage_usage import HISTORY_INDEX_KEY, storage_sample
+    from tenants.usage import storage as storage_usage
+    from tenants.usage.storage import HISTORY_INDEX_KEY, storage_sample
 
     class Recording(LocalObjectStore):
         listed: list[str] = []
@@ -190,8 +192,8 @@ def test_history_is_listed_incrementally_and_stays_exact(tmp_path):
             return found
 
     store = Recording(tmp_path)
-    services.tenant_create("acme")
-    services.tenant_create("beta")
+    tenant_services.tenant_create("acme")
+    tenant_services.tenant_create("beta")
     now = datetime(2026, 11, 20, 10, 30, tzinfo=UTC)
 
     def part(tenant: str, day: datetime, hour: int, size: int) -> None:

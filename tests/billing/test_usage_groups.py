@@ -10,7 +10,8 @@ from datetime import date
 
 import pytest
 
-from tenants import job_services, services
+from tenants.devices import services as device_services
+from tenants.jobs import services as job_services
 from tenants.models import DeviceUsage, Tenant
 from tests.api.conftest import acme, attacker  # noqa: F401 (fixtures)
 
@@ -41,8 +42,8 @@ def grouped(acme, attacker):  # noqa: F811
     tenant, _ = acme
     evil, _ = attacker
     for name in ("d1", "d2", "d3", "d4"):
-        services.device_create(tenant=tenant, name=name)
-    gone, _ = services.device_create(tenant=tenant, name="gone")
+        device_services.device_create(tenant=tenant, name=name)
+    gone, _ = device_services.device_create(tenant=tenant, name="gone")
     job_services.group_create(tenant=tenant, name="north", devices=["d1", "d2", "gone"])
     job_services.group_create(tenant=tenant, name="south", devices=["d2", "d3"])
     job_services.group_create(tenant=tenant, name="empty")
@@ -54,9 +55,9 @@ def grouped(acme, attacker):  # noqa: F811
     usage(tenant, "$console", DAY_1, 2)
     usage(tenant, "gone", DAY_2, 4)
     usage(tenant, "d1", date(2026, 10, 1), 5_000)  # after the range and the month
-    services.device_delete(gone)  # its usage stays; it is in no group now
+    device_services.device_delete(gone)  # its usage stays; it is in no group now
     for name in ("d1", "d4"):
-        services.device_create(tenant=evil, name=name)
+        device_services.device_create(tenant=evil, name=name)
     job_services.group_create(tenant=evil, name="north", devices=["d1"])
     job_services.group_create(tenant=evil, name="spy", devices=["d4"])
     usage(evil, "d1", DAY_1, 999, 9, rules_triggered=77, actions_executed=77)

@@ -11,8 +11,9 @@ import pytest
 
 from common.metering import properties_bytes
 from data_plane.broker.message import Message
-from tenants import billing, usage_selectors
+from tenants.billing import services as billing
 from tenants.models import DeviceUsage, Tenant, Usage
+from tenants.usage import selectors as usage_selectors
 from tests.api.conftest import acme, attacker  # noqa: F401 (fixtures)
 
 

@@ -62,10 +62,11 @@ def test_the_buffer_is_bounded_and_counts_what_it_gives_up(tmp_path):
 
 
 def test_the_rules_jobs_rows_reach_the_portals_usage_minutes_once(db, tmp_path):
-    from tenants import billing, services
+    from tenants.billing import services as billing
     from tenants.models import Usage
+    from tenants.tenant import services as tenant_services
 
-    acme = services.tenant_create("acme")
+    acme = tenant_services.tenant_create("acme")
     store = LocalObjectStore(tmp_path)
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     Usage.objects.create(tenant=acme, minute=now, message_units=5)  # the broker's minute

@@ -15,7 +15,8 @@ import pytest
 from django.conf import settings
 
 from common.embedded import free_port
-from tenants import billing, services
+from tenants.accounts import services as account_services
+from tenants.billing import services as billing
 from tenants.models import DeviceUsage, Invoice, Usage
 from tests.portal.web import log_in, running_portal
 
@@ -45,7 +46,9 @@ def login(page, live_server, email: str, password: str) -> None:  # noqa: F811
 
 
 def test_usage_charts_and_invoices_in_chromium(live_server, page):  # noqa: F811
-    tenant, _, _ = services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
+    tenant, _, _ = account_services.signup(
+        tenant="acme", email="me@acme.io", password="a long passphrase"
+    )
     now = datetime.now(UTC)
     this_month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     last_month = (this_month - timedelta(days=1)).replace(day=1)
@@ -144,7 +147,9 @@ def test_usage_charts_and_invoices_in_chromium(live_server, page):  # noqa: F811
 def test_usage_page_at_desktop_and_phone_widths(page):  # noqa: F811
     """Under the portal as `make run` serves it (Daphne: its live socket answers, unlike the
     test server's), so every console error counts."""
-    tenant, _, _ = services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
+    tenant, _, _ = account_services.signup(
+        tenant="acme", email="me@acme.io", password="a long passphrase"
+    )
     now = datetime.now(UTC)
     Usage.objects.create(
         tenant=tenant,

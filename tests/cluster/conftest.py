@@ -19,7 +19,8 @@ from django.db import connection
 
 from common import embedded
 from common.processes import data_plane_command
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.conftest import BrokerProcess, start_broker
 
 HEARTBEAT = 1.0  # seconds: short, so a dead node is noticed within the tests' patience
@@ -186,8 +187,8 @@ class PgNode:
 
 @pytest.fixture
 def tenant_user():
-    tenant = services.tenant_create(f"roam{uuid.uuid4().hex[:6]}")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    tenant = tenant_services.tenant_create(f"roam{uuid.uuid4().hex[:6]}")
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     return f"{tenant.slug}/d", secret
 
 

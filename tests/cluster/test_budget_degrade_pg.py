@@ -13,8 +13,9 @@ import uuid
 
 import pytest
 
-from tenants import services
-from tenants.budget_alerts import check_all
+from tenants.accounts import services as account_services
+from tenants.budgets.alerts import check_all
+from tenants.devices import services as device_services
 from tenants.models import Tenant
 from tests.api.conftest import client_for
 from tests.billing.test_budget_alerts import metered
@@ -68,8 +69,10 @@ def connect_code(port: int, secret: str, client_id: str) -> tuple[int, str | Non
 
 
 def test_degrade_refuses_new_connects_on_every_node_keeps_sessions_and_lifts(redis_url):
-    tenant, _, token = services.signup(tenant="acme", email="o@acme.io", password="pass-w0rd-a")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    tenant, _, token = account_services.signup(
+        tenant="acme", email="o@acme.io", password="pass-w0rd-a"
+    )
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     api = client_for(token)
     name = f"budget-{uuid.uuid4().hex[:6]}"
     nodes = [start_pg_node(redis_url, name) for _ in range(2)]

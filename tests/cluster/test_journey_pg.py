@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tests.api.conftest import client_for
 from tests.broker.clients import Paho
 from tests.cluster.conftest import metric, wait_for
@@ -18,8 +19,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_two_nodes_one_journey(redis_url, tmp_path, monkeypatch):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
-    tenant, _, token = services.signup(tenant="acme", email="o@acme.io", password="pass-w0rd-a")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    tenant, _, token = account_services.signup(
+        tenant="acme", email="o@acme.io", password="pass-w0rd-a"
+    )
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     name = f"journey-{uuid.uuid4().hex[:6]}"
     nodes = [start_pg_node(redis_url, name, "--journey-interval", "0.2") for _ in range(2)]
     try:

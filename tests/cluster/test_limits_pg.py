@@ -17,8 +17,10 @@ from django.db import connection
 from django.db.models import Sum
 
 from common.processes import data_plane_command
-from tenants import services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
 from tenants.models import Usage
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.cluster.conftest import HEARTBEAT, metric, wait_for
 
@@ -79,9 +81,11 @@ def three_pg(redis_url):
 
 @pytest.fixture
 def acme():
-    tenant = services.tenant_create("acme")
-    _, first = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
-    _, second = services.device_create(tenant=tenant, name="sensor-2", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    _, first = device_services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
+    _, second = device_services.device_create(
+        tenant=tenant, name="sensor-2", client_id_policy="any"
+    )
     return tenant, first, second
 
 
@@ -117,7 +121,7 @@ def test_disabled_device_is_cut_on_every_node_within_a_second(three_pg, acme):
     ]
     assert all(c.reason_code == 0 for c in doomed + spared)
     started = time.monotonic()
-    services.device_update(tenant.devices.get(name="sensor-1"), enabled=False)
+    device_services.device_update(tenant.devices.get(name="sensor-1"), enabled=False)
     delays = gone_within(doomed, started, 1.0)
     assert max(delays) <= 1.0, delays
     assert {c.disconnect_reason.value for c in doomed} == {0x98}  # administrative action
@@ -152,7 +156,7 @@ def test_quota_change_acts_on_every_node_within_a_second(three_pg, acme):
     time.sleep(0.3)
     assert not any(c.disconnected.is_set() for c in clients)  # allowed so far
     started = time.monotonic()
-    services.tenant_set_quota(tenant, {"max_message_size": 10})
+    tenant_services.tenant_set_quota(tenant, {"max_message_size": 10})
     try:
         delays = gone_within(clients, started, 1.0)
     finally:
@@ -223,7 +227,7 @@ def test_acl_change_acts_on_every_node_within_a_second(three_pg, acme):
     time.sleep(0.3)
     assert not denied_at  # allowed so far
     started = time.monotonic()
-    services.acl_add(tenant=tenant, action="publish", permission="deny", topic="open/#")
+    acl_services.acl_add(tenant=tenant, action="publish", permission="deny", topic="open/#")
     time.sleep(1.5)
     stop.set()
     for thread in threads:
@@ -246,7 +250,7 @@ def test_a_flood_through_several_nodes_is_slowed_to_the_tenants_rate_never_multi
     from tests.tenancy.test_pressure import DefaultPaho
 
     tenant, secret, other = acme
-    services.tenant_set_quota(tenant, {"max_publish_rate": 50})
+    tenant_services.tenant_set_quota(tenant, {"max_publish_rate": 50})
     time.sleep(0.5)
     a, b, c = three_pg
     received: dict[bytes, int] = {}

@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.cluster.conftest import PgNode, metric, until_routed, wait_for
 
@@ -14,8 +15,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_persistent_session_is_restored_by_one_node_only(redis_url):
-    tenant = services.tenant_create(f"keep{uuid.uuid4().hex[:6]}")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    tenant = tenant_services.tenant_create(f"keep{uuid.uuid4().hex[:6]}")
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     user = f"{tenant.slug}/d"
     cluster = f"pg-{uuid.uuid4().hex[:6]}"
     a = PgNode(redis_url, cluster)

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from tenants import services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
 from tests.cluster.conftest import PgNode, metric, wait_for
 from tests.shadows.conftest import Watcher, api_client, make_fleet
 
@@ -33,8 +34,8 @@ def test_shadow_replies_cross_nodes_once(two_nodes, tmp_path):
     first, second = two_nodes
     fleet = make_fleet(tmp_path)
     for name in ("lamp", "app"):
-        _, fleet.secrets[name] = services.device_create(tenant=fleet.tenant, name=name)
-    services.acl_add(
+        _, fleet.secrets[name] = device_services.device_create(tenant=fleet.tenant, name=name)
+    acl_services.acl_add(
         tenant=fleet.tenant,
         device=fleet.tenant.devices.get(name="app"),
         action="both",

@@ -14,8 +14,9 @@ from django.db import connection
 from django.utils import timezone
 
 from common import embedded, processes
-from tenants import services
+from tenants.devices import services as device_services
 from tenants.models import Credential
+from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,8 +70,8 @@ def worker(django_db_setup, django_db_blocker, tmp_path_factory):
 
 
 def test_beat_schedules_credential_expiry_on_a_real_worker(worker):
-    tenant = services.tenant_create("acme")
-    device, _ = services.device_create(tenant=tenant, name="sensor-1")
+    tenant = tenant_services.tenant_create("acme")
+    device, _ = device_services.device_create(tenant=tenant, name="sensor-1")
     Credential.objects.filter(device=device).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -86,9 +87,9 @@ def test_beat_schedules_credential_expiry_on_a_real_worker(worker):
 def test_task_runs_on_the_worker_and_returns_its_result(worker):
     from control_plane.celery import app
 
-    tenant = services.tenant_create("acme")
+    tenant = tenant_services.tenant_create("acme")
     for name in ("a1", "a2"):
-        device, _ = services.device_create(tenant=tenant, name=name)
+        device, _ = device_services.device_create(tenant=tenant, name=name)
     Credential.objects.update(expires_at=timezone.now() + timedelta(milliseconds=100))
     time.sleep(0.2)
     # Beat may sweep first; between the two, both credentials get revoked exactly once.

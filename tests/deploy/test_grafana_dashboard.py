@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_refusals import broker_with_metrics
 
@@ -51,9 +52,11 @@ def test_every_metric_the_dashboard_queries_is_served_by_a_live_broker(tmp_path)
     assert {"mqtt_refusals_total", "mqtt_messages_received_total"} <= wanted, wanted
     assert len(dashboard["panels"]) >= 8
 
-    tenant = services.tenant_create("graphed")
-    _, secret = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
-    services.tenant_set_quota(tenant, {"max_subscriptions_per_client": 1})
+    tenant = tenant_services.tenant_create("graphed")
+    _, secret = device_services.device_create(
+        tenant=tenant, name="sensor-1", client_id_policy="any"
+    )
+    tenant_services.tenant_set_quota(tenant, {"max_subscriptions_per_client": 1})
     with broker_with_metrics(tmp_path / "broker.log") as ports:
         client = Paho(ports["mqtt"], "graphed/sensor-1", secret, "g1")
         client.subscribe("t/#", 1)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tenants import fleet, services
+from tenants.fleet import services as fleet
+from tenants.tenant import services as tenant_services
 from tests.shadows.conftest import TlsBroker, start_tls_broker
 
 
@@ -34,7 +35,7 @@ class Claim:
 
 
 def make_claim(folder: Path, template: str = "sensors", **fields) -> Claim:
-    tenant = services.tenant_create(f"fl{uuid.uuid4().hex[:8]}")
+    tenant = tenant_services.tenant_create(f"fl{uuid.uuid4().hex[:8]}")
     made = fleet.template_create(
         tenant=tenant,
         name=template,

@@ -12,7 +12,9 @@ import uuid
 import pytest
 
 from common.mqtt.reason_codes import ReasonCode
-from tenants import fleet, services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
+from tenants.fleet import services as fleet
 from tests.broker.clients import Paho
 from tests.fleet.conftest import make_claim
 
@@ -49,8 +51,8 @@ def provision(claim) -> str:
 
 
 def test_a_claim_can_do_nothing_but_provision(tls_broker, claim):
-    services.device_create(tenant=claim.tenant, name="lamp")
-    _, secret = services.device_create(tenant=claim.tenant, name="watcher")
+    device_services.device_create(tenant=claim.tenant, name="lamp")
+    _, secret = device_services.device_create(tenant=claim.tenant, name="watcher")
     watcher = Paho(tls_broker.port, f"{claim.tenant.slug}/watcher", secret, "watcher")
     watcher.subscribe("#", 1)
     attacker = claimer(tls_broker, claim, "watcher")  # a live device's client id: set apart
@@ -63,7 +65,7 @@ def test_a_claim_can_do_nothing_but_provision(tls_broker, claim):
             attacker.publish(topic, b'{"state":{"reported":{"hacked":true}}}', 1)
         assert watcher.nothing(1.0)  # nothing reached the tenant's topics
         # A change of the tenant's ACL (allow everything) does not hand the claim its rights.
-        services.acl_add(tenant=claim.tenant, action="both", permission="allow", topic="#")
+        acl_services.acl_add(tenant=claim.tenant, action="both", permission="allow", topic="#")
         time.sleep(0.5)  # the broker hears of it
         assert int(attacker.subscribe("sensors/#", 1)[0].value) == ReasonCode.NOT_AUTHORIZED
         attacker.publish("sensors/lamp/temperature", b"99", 1)
@@ -115,7 +117,7 @@ def test_a_device_never_hears_another_claimers_key(tls_broker, claim):
 def test_no_takeover_of_an_existing_device_and_no_unregistered_certificate(
     tls_broker, claim, tmp_path
 ):
-    services.device_create(tenant=claim.tenant, name="sensor-taken")
+    device_services.device_create(tenant=claim.tenant, name="sensor-taken")
     client = claimer(tls_broker, claim)
     try:
         _, made = ask(client, CREATE, {})

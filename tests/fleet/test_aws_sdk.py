@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from common.device_identity import pem_of
-from tenants import fleet, job_services
+from tenants.fleet import services as fleet
+from tenants.jobs import services as job_services
 from tenants.models import Device
 
 pytestmark = pytest.mark.django_db(transaction=True)

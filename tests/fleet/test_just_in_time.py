@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from common.mqtt.reason_codes import ReasonCode
-from tenants import services
 from tenants.models import Device
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.shadows.conftest import api_client, make_fleet
 
@@ -34,7 +34,7 @@ def connect(broker, cert: str, key: str, client_id: str) -> Paho:
 def test_a_new_device_registers_on_first_connect_when_its_ca_allows(tls_broker, tmp_path):
     fleet = make_fleet(tmp_path, prefix="jit")
     owner = api_client(fleet.tenant)
-    stranger = api_client(services.tenant_create(f"jit{uuid.uuid4().hex[:8]}"))
+    stranger = api_client(tenant_services.tenant_create(f"jit{uuid.uuid4().hex[:8]}"))
     name = f"newbie-{uuid.uuid4().hex[:6]}"
     cert, key = fleet.certificate(name)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from cryptography import x509
 
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.shadows.conftest import api_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,8 +22,8 @@ TEMPLATE = {
 
 
 def test_templates_and_claims_of_a_tenant_and_no_other():
-    owner = api_client(services.tenant_create("fleet-rest-a"))
-    stranger = api_client(services.tenant_create("fleet-rest-b"))
+    owner = api_client(tenant_services.tenant_create("fleet-rest-a"))
+    stranger = api_client(tenant_services.tenant_create("fleet-rest-b"))
 
     made = owner.post(TEMPLATES, TEMPLATE, format="json")
     assert made.status_code == 201, made.content
@@ -83,7 +84,7 @@ def test_templates_and_claims_of_a_tenant_and_no_other():
     ],
 )
 def test_a_bad_template_is_a_400_naming_the_field(change, field):
-    owner = api_client(services.tenant_create("fleet-rest-bad"))
+    owner = api_client(tenant_services.tenant_create("fleet-rest-bad"))
     response = owner.post(TEMPLATES, {**TEMPLATE, **change}, format="json")
     assert response.status_code == 400, response.content
     assert field in str(response.json()["error"])
@@ -94,13 +95,13 @@ def test_certificates_never_registered_are_purged():
 
     from django.utils import timezone
 
-    from tenants import fleet
+    from tenants.fleet import services as fleet
     from tenants.models import FleetCertificate
 
-    tenant = services.tenant_create("fleet-purge")
+    tenant = tenant_services.tenant_create("fleet-purge")
     template = fleet.template_create(tenant=tenant, name="t", device_name_template="d-{Serial}")
     claim = fleet.claim_create(template).certificate
-    device = services.device_create(tenant=tenant, name="d-1")[0]
+    device = device_services.device_create(tenant=tenant, name="d-1")[0]
     long_ago = timezone.now() - timedelta(days=2)
     common = dict(tenant=tenant, kind="device", template=template, pem="x", not_after=long_ago)
     stale = FleetCertificate.objects.create(
@@ -116,8 +117,8 @@ def test_certificates_never_registered_are_purged():
 
 
 def test_template_groups_are_the_tenants_own_and_an_unknown_one_is_named():
-    owner = api_client(services.tenant_create("fleet-groups-a"))
-    attacker = api_client(services.tenant_create("fleet-groups-b"))
+    owner = api_client(tenant_services.tenant_create("fleet-groups-a"))
+    attacker = api_client(tenant_services.tenant_create("fleet-groups-b"))
     assert owner.post("/api/v1/groups", {"name": "line-3"}, format="json").status_code == 201
     assert attacker.post("/api/v1/groups", {"name": "stolen"}, format="json").status_code == 201
 

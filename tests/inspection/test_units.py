@@ -12,8 +12,8 @@ from data_plane.broker.retained import RetainedStore
 from data_plane.tenancy.presence import Presence
 from data_plane.tenancy.retained_forget import forget_retained
 from data_plane.tenancy.session_figures import SessionFigures
-from tenants.payload_preview import FETCH_BYTES, PREVIEW_BYTES, Preview, preview
-from tenants.topic_tree import build
+from tenants.inspection.payload_preview import FETCH_BYTES, PREVIEW_BYTES, Preview, preview
+from tenants.inspection.topic_tree import build
 from tests.tenancy.test_presence import FakePool, conn
 
 

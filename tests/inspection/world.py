@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from rest_framework.test import APIClient
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tests.broker.clients import Paho
 
 PAYLOADS = [b'{"job": 1, "name": "calibrate"}', b"hello", bytes(range(8)), b"4", b"5"]
@@ -50,10 +51,10 @@ class Tenant:
 
 
 def tenant(slug: str, port: int, email: str | None = None, password: str = "pass-w0rd-x") -> Tenant:
-    made, _, token = services.signup(
+    made, _, token = account_services.signup(
         tenant=slug, email=email or f"owner@{slug}.io", password=password
     )
-    _, secret = services.device_create(tenant=made, name="sensor-1", client_id_policy="any")
+    _, secret = device_services.device_create(tenant=made, name="sensor-1", client_id_policy="any")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     out = Tenant(slug, token, secret, api)

@@ -19,7 +19,7 @@ from awscrt import mqtt_request_response
 from awsiot import iotjobs, mqtt5_client_builder, mqtt_connection_builder
 from django.utils import timezone
 
-from tenants.job_services import jobs_time_out
+from tenants.jobs.services import jobs_time_out
 from tests.shadows.conftest import api_client
 
 pytestmark = pytest.mark.django_db(transaction=True)

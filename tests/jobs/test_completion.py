@@ -15,8 +15,10 @@ from psycopg_pool import AsyncConnectionPool
 from common.jobs import executions as ex
 from common.jobs.topics import UPDATE, JobTopic
 from data_plane.jobs.store import JobRequest, PostgresJobs
-from tenants import job_services, services
+from tenants.devices import services as device_services
+from tenants.jobs import services as job_services
 from tenants.models import Job, JobExecution
+from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,10 +31,10 @@ def dsn() -> str:
 
 
 def test_last_executions_ending_together_complete_the_job():
-    tenant = services.tenant_create("jobs-complete")
+    tenant = tenant_services.tenant_create("jobs-complete")
     names = [f"d{n}" for n in range(DEVICES)]
     for name in names:
-        services.device_create(tenant=tenant, name=name)
+        device_services.device_create(tenant=tenant, name=name)
     job_ids = [f"fw-{n}" for n in range(5)]  # a race: tried on several jobs
     for job_id in job_ids:
         job_services.job_create(

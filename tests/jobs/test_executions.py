@@ -94,7 +94,7 @@ def test_notifications_only_when_the_list_or_the_next_changes():
 
 
 def test_the_journey_says_the_jobs_service_took_a_request():
-    from tenants.journey_words import outcome_reason
+    from tenants.journey.words import outcome_reason
 
     row = {"outcome": "served", "topic": "$aws/things/t/jobs/start-next"}
     assert outcome_reason(row) == "taken by the jobs service"

@@ -12,7 +12,8 @@ import pytest
 from django.utils import timezone
 
 from common.object_store import LocalObjectStore
-from tenants import job_metering, job_services
+from tenants.jobs import metering as job_metering
+from tenants.jobs import services as job_services
 from tenants.models import JobExecution
 from tests.shadows.conftest import api_client, make_fleet
 

@@ -12,7 +12,9 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from tenants import job_services, services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
+from tenants.jobs import services as job_services
 from tests.jobs.test_rest import by_topic, send
 from tests.shadows.conftest import Fleet, Watcher
 
@@ -22,10 +24,12 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync 
 
 def test_job_progress_per_device(live_server, page, artifacts, jobs_broker, tmp_path):
     slug = f"jp{uuid.uuid4().hex[:8]}"
-    tenant, _, _ = services.signup(tenant=slug, email=f"me@{slug}.io", password="a long passphrase")
+    tenant, _, _ = account_services.signup(
+        tenant=slug, email=f"me@{slug}.io", password="a long passphrase"
+    )
     fleet = Fleet(tenant, tmp_path, None, None)
     for name in ("pump", "fan"):
-        _, fleet.secrets[name] = services.device_create(tenant=tenant, name=name)
+        _, fleet.secrets[name] = device_services.device_create(tenant=tenant, name=name)
     pump = Watcher(jobs_broker.port, fleet, "pump", subscribe="$aws/things/pump/jobs/#")
     fan = Watcher(jobs_broker.port, fleet, "fan", subscribe="$aws/things/fan/jobs/notify-next")
     try:

@@ -12,7 +12,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tenants import job_services, services
+from tenants.devices import services as device_services
+from tenants.jobs import services as job_services
+from tenants.tenant import services as tenant_services
 from tests.shadows.conftest import Fleet, Watcher, api_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -168,8 +170,8 @@ def test_attackers_cannot_reach_another_tenants_or_things_jobs(jobs_broker, flee
     body = {"job_id": "ota", "document": {"v": 2}, "targets": {"devices": ["a"]}}
     assert owner.post("/api/v1/jobs", body, format="json").status_code == 201
 
-    evil = Fleet(services.tenant_create(f"ev{fleet.slug[2:]}"), fleet.folder, None, None)
-    _, evil.secrets["a"] = services.device_create(tenant=evil.tenant, name="a")
+    evil = Fleet(tenant_services.tenant_create(f"ev{fleet.slug[2:]}"), fleet.folder, None, None)
+    _, evil.secrets["a"] = device_services.device_create(tenant=evil.tenant, name="a")
     attacker = api_client(evil.tenant)
     # Another tenant's job ids and group names are not there; its device names are unknown.
     assert attacker.get("/api/v1/jobs/ota").status_code == 404

@@ -8,7 +8,10 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.api.conftest import client_for
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import running_pg_broker
@@ -39,14 +42,18 @@ def expiring(seconds: int) -> Properties:
 
 def test_every_outcome_is_found_with_its_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
-    tenant, _, token = services.signup(tenant="acme", email="o@acme.io", password="pass-w0rd-a")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
-    services.tenant_set_quota(
+    tenant, _, token = account_services.signup(
+        tenant="acme", email="o@acme.io", password="pass-w0rd-a"
+    )
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    tenant_services.tenant_set_quota(
         tenant, {"max_message_size": 200, "max_retained_messages": 1, "max_queued_messages": 2}
     )
-    services.acl_add(tenant=tenant, action="publish", permission="deny", topic="secret/#")
-    evil, _, evil_token = services.signup(tenant="evil", email="o@evil.io", password="pass-w0rd-e")
-    _, evil_secret = services.device_create(tenant=evil, name="d", client_id_policy="any")
+    acl_services.acl_add(tenant=tenant, action="publish", permission="deny", topic="secret/#")
+    evil, _, evil_token = account_services.signup(
+        tenant="evil", email="o@evil.io", password="pass-w0rd-e"
+    )
+    _, evil_secret = device_services.device_create(tenant=evil, name="d", client_id_policy="any")
     api, attacker = client_for(token), client_for(evil_token)
 
     with running_pg_broker("--no-archive", "--journey-interval", "0.2") as port:

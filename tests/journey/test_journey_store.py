@@ -12,7 +12,7 @@ from common.object_store import LocalObjectStore
 from data_plane.broker.ports import Published
 from data_plane.observability.journey import JourneyRecorder
 from data_plane.observability.journey_writer import JourneyWriter
-from tenants.journey import JourneyQueryError, JourneyReader, topic_filter_regex
+from tenants.journey.selectors import JourneyQueryError, JourneyReader, topic_filter_regex
 
 
 def _message(tenant, client, topic, origin, qos=1, payload=b"{}"):
@@ -166,7 +166,7 @@ def test_the_open_hour_is_compacted_in_rounds_then_merged_into_one_file(store, m
 
 
 def test_topic_rates_count_a_tenants_recent_publishes_per_minute(store):
-    from tenants.journey import topic_rates
+    from tenants.journey.selectors import topic_rates
 
     recorder = JourneyRecorder("n")
     origin = object()

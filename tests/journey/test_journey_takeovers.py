@@ -14,9 +14,9 @@ from common.object_store import LocalObjectStore
 from data_plane.observability import journey_moves
 from data_plane.observability.journey import JourneyRecorder
 from data_plane.observability.journey_writer import JourneyWriter
-from tenants.journey import JourneyReader
-from tenants.journey_display import event_row
-from tenants.journey_words import describe_event
+from tenants.journey.display import event_row
+from tenants.journey.selectors import JourneyReader
+from tenants.journey.words import describe_event
 
 
 def _conn(client_id: str, reason: str | None = None) -> SimpleNamespace:

@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from common import service_token
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tests.broker.clients import Paho
 from tests.portal.web import running_portal
 from tests.tenancy.test_broker_tenancy import start_pg_broker
@@ -36,9 +37,11 @@ def platform(monkeypatch):
 
 @pytest.fixture
 def accounts():
-    acme, _, token = services.signup(tenant="acme", email="ops@acme.io", password="a long pass")
-    _, publisher = services.device_create(tenant=acme, name="sensor-1")
-    _, subscriber = services.device_create(tenant=acme, name="sensor-2")
+    acme, _, token = account_services.signup(
+        tenant="acme", email="ops@acme.io", password="a long pass"
+    )
+    _, publisher = device_services.device_create(tenant=acme, name="sensor-1")
+    _, subscriber = device_services.device_create(tenant=acme, name="sensor-2")
     return token, publisher, subscriber
 
 

@@ -8,8 +8,11 @@ import pytest
 from django.utils import timezone
 
 from common import acl
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
 from tenants.models import DeviceConnection
+from tenants.tenant import services as tenant_services
 from tests.api.conftest import client_for
 
 pytestmark = pytest.mark.django_db
@@ -17,25 +20,25 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def acme(client):
-    tenant, user, token = services.signup(
+    tenant, user, token = account_services.signup(
         tenant="acme", email="me@acme.io", password="a long passphrase"
     )
     client.force_login(user)
-    services.device_create(tenant=tenant, name="sensor-1")
-    services.device_create(tenant=tenant, name="sensor-2")
-    services.acl_add(
+    device_services.device_create(tenant=tenant, name="sensor-1")
+    device_services.device_create(tenant=tenant, name="sensor-2")
+    acl_services.acl_add(
         tenant=tenant, action="publish", permission="allow", topic="devices/${client}/#"
     )
-    services.acl_add(tenant=tenant, action="both", permission="deny", topic="#")
+    acl_services.acl_add(tenant=tenant, action="both", permission="deny", topic="#")
     return tenant, client_for(token)
 
 
 @pytest.fixture
 def evil():
-    tenant, _, token = services.signup(
+    tenant, _, token = account_services.signup(
         tenant="evil", email="me@evil.io", password="a long passphrase"
     )
-    services.device_create(tenant=tenant, name="mole")
+    device_services.device_create(tenant=tenant, name="mole")
     return tenant, client_for(token)
 
 
@@ -136,7 +139,7 @@ def test_onboarding_fills_the_snippets_and_never_shows_other_tenants(client, acm
 
 def test_quota_page_shows_units_and_usage(client, acme):
     tenant, _ = acme
-    services.tenant_set_quota(tenant, {"max_connections": 4})
+    tenant_services.tenant_set_quota(tenant, {"max_connections": 4})
     device = tenant.devices.get(name="sensor-1")
     DeviceConnection.objects.create(
         tenant=tenant,

@@ -14,7 +14,9 @@ from django.conf import settings
 from django.db import connection
 
 from common import processes
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import JS, Paho
 from tests.portal.web import log_in, running_portal
 
@@ -69,11 +71,13 @@ def platform(monkeypatch):
 @pytest.fixture
 def acme():
     """Made before the browser starts (Playwright's sync API and Django's connections)."""
-    tenant, _, _ = services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
-    _, sensor = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
-    _, watcher = services.device_create(tenant=tenant, name="watcher")
-    other = services.tenant_create("other")
-    services.device_create(tenant=other, name="secret-device")
+    tenant, _, _ = account_services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
+    _, sensor = device_services.device_create(
+        tenant=tenant, name="sensor-1", client_id_policy="any"
+    )
+    _, watcher = device_services.device_create(tenant=tenant, name="watcher")
+    other = tenant_services.tenant_create("other")
+    device_services.device_create(tenant=other, name="secret-device")
     return {"sensor-1": sensor, "watcher": watcher}
 
 

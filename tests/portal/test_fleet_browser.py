@@ -13,7 +13,8 @@ import pytest
 from playwright.sync_api import expect
 from rest_framework.test import APIClient
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tenants.models import FleetCertificate
 from tests.portal.web import log_in
 
@@ -27,10 +28,10 @@ PASSWORD = "a long passphrase"
 def owner():
     """A tenant with three devices, its owner's email and an API client of the tenant."""
     slug = f"fb{uuid.uuid4().hex[:8]}"
-    tenant, user, _ = services.signup(tenant=slug, email=f"me@{slug}.io", password=PASSWORD)
+    tenant, user, _ = account_services.signup(tenant=slug, email=f"me@{slug}.io", password=PASSWORD)
     for name in ("lamp", "pump", "fan"):
-        services.device_create(tenant=tenant, name=name)
-    _, token = services.api_token_create(user=user, tenant=tenant)
+        device_services.device_create(tenant=tenant, name=name)
+    _, token = account_services.api_token_create(user=user, tenant=tenant)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     return user.email, api

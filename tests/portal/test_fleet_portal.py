@@ -14,7 +14,11 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tenants import fleet, identity, job_services, services
+from tenants.accounts import services as account_services
+from tenants.devices import identity
+from tenants.devices import services as device_services
+from tenants.fleet import services as fleet
+from tenants.jobs import services as job_services
 from tenants.models import (
     CaCertificate,
     DeviceGroup,
@@ -31,9 +35,9 @@ PASSWORD = "a long passphrase"
 
 @pytest.fixture
 def acme(client):
-    tenant, user, _ = services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    tenant, user, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
     for name in ("lamp", "pump", "fan"):
-        services.device_create(tenant=tenant, name=name)
+        device_services.device_create(tenant=tenant, name=name)
     client.force_login(user)
     return tenant
 
@@ -41,7 +45,7 @@ def acme(client):
 def _api(tenant) -> APIClient:
     api = APIClient()
     owner = Membership.objects.filter(tenant=tenant).first().user
-    _, token = services.api_token_create(user=owner, tenant=tenant)
+    _, token = account_services.api_token_create(user=owner, tenant=tenant)
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     return api
 
@@ -288,8 +292,8 @@ def test_just_in_time_registration_is_turned_on_and_off_per_ca(client, acme):
 @pytest.fixture
 def victim():
     """Tenant A's job, group, template and claim; the client is logged in as tenant B."""
-    tenant, _, _ = services.signup(tenant="victim", email="a@victim.io", password=PASSWORD)
-    services.device_create(tenant=tenant, name="their-lamp")
+    tenant, _, _ = account_services.signup(tenant="victim", email="a@victim.io", password=PASSWORD)
+    device_services.device_create(tenant=tenant, name="their-lamp")
     job_services.group_create(tenant=tenant, name="their-group", devices=["their-lamp"])
     job_services.job_create(
         tenant=tenant, job_id="their-job", document={"v": 1}, targets={"devices": ["their-lamp"]}

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from playwright.sync_api import expect
 
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import HistoryPolicy, Usage
+from tenants.rules import services as rule_services
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
@@ -20,8 +21,8 @@ def test_a_tenant_keeps_a_topic_sees_its_storage_and_deletes_the_policy(
     live_server, page, artifacts, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
-    tenant, _, _ = services.signup(tenant="acme-hist", email="h@acme.io", password=PASSWORD)
-    services.rule_create(tenant=tenant, name="alarm", sql='SELECT * FROM "alarms/+"')
+    tenant, _, _ = account_services.signup(tenant="acme-hist", email="h@acme.io", password=PASSWORD)
+    rule_services.rule_create(tenant=tenant, name="alarm", sql='SELECT * FROM "alarms/+"')
     part = tmp_path / "archive/tenant=acme-hist/date=2026-11-26/hour=10/part-0000-0000.parquet"
     part.parent.mkdir(parents=True)
     part.write_bytes(b"x" * 3000)  # what the compaction left of an hour (its size is what counts)

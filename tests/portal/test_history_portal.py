@@ -4,8 +4,8 @@ from it (404), and a viewer sees policies but cannot add or delete one."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from tenants import services
-from tenants.history_services import history_policy_create
+from tenants.accounts import services as account_services
+from tenants.history.services import history_policy_create
 from tenants.models import HistoryPolicy, Membership
 
 pytestmark = pytest.mark.django_db
@@ -17,9 +17,13 @@ def _store(tmp_path, monkeypatch):
 
 
 def test_another_tenants_policy_is_404_and_a_viewer_only_reads(client):
-    acme, _, _ = services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
+    acme, _, _ = account_services.signup(
+        tenant="acme", email="me@acme.io", password="a long passphrase"
+    )
     theirs = history_policy_create(tenant=acme, topic_filter="secret/#", days=1)
-    evil, attacker, _ = services.signup(tenant="evil", email="x@evil.io", password="a long pass")
+    evil, attacker, _ = account_services.signup(
+        tenant="evil", email="x@evil.io", password="a long pass"
+    )
     client.force_login(attacker)
     page = client.get("/history/")
     assert page.status_code == 200 and b"secret/#" not in page.content

@@ -10,7 +10,10 @@ import os
 
 import pytest
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.portal.web import log_in
 from tests.tenancy.test_broker_tenancy import start_pg_broker
@@ -27,11 +30,13 @@ def acme_traffic(tmp_path, monkeypatch, settings):
     the journey and the minute's usage), as the figures would be a minute later."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
-    tenant, _, _ = services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    services.tenant_set_quota(tenant, {"max_queued_messages": 1})
-    services.acl_add(tenant=tenant, action="publish", permission="deny", topic="secret/#")
-    secrets = {n: services.device_create(tenant=tenant, name=n)[1] for n in ("sensor-1", "sleeper")}
-    services.signup(tenant="evil", email="me@evil.io", password=PASSWORD)
+    tenant, _, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    tenant_services.tenant_set_quota(tenant, {"max_queued_messages": 1})
+    acl_services.acl_add(tenant=tenant, action="publish", permission="deny", topic="secret/#")
+    secrets = {
+        n: device_services.device_create(tenant=tenant, name=n)[1] for n in ("sensor-1", "sleeper")
+    }
+    account_services.signup(tenant="evil", email="me@evil.io", password=PASSWORD)
 
     broker, port = start_pg_broker(
         "--no-archive", "--journey-interval", "0.2", "--usage-flush-interval", "1"

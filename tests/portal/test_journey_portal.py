@@ -20,12 +20,14 @@ from common.mqtt.reason_codes import ReasonCode as RC
 from common.object_store import LocalObjectStore
 from data_plane.observability.journey import DROP_CAUSES, JourneyRecorder
 from data_plane.observability.journey_writer import JourneyWriter
-from tenants import services
-from tenants.journey_display import code_meaning
-from tenants.journey_links import cause_outcomes, limit_outcomes
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
+from tenants.journey.display import code_meaning
+from tenants.journey.links import cause_outcomes, limit_outcomes
 from tenants.models import Usage
 from tenants.portal import journey_views
-from tenants.throttling_words import LIMITS
+from tenants.tenant import services as tenant_services
+from tenants.usage.throttling_words import LIMITS
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "a long passphrase"
@@ -47,13 +49,13 @@ def store(tmp_path, monkeypatch):
 def acme(client, store):
     """acme (100 msg/s, 1 retained message) with device sensor-1 and a gateway whose client ids
     match gw-*, its owner logged in; rows of both tenants in the journey."""
-    tenant, user, _ = services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    services.tenant_set_quota(tenant, {"max_publish_rate": 100, "max_retained_messages": 1})
-    services.device_create(tenant=tenant, name="sensor-1")
-    services.device_create(
+    tenant, user, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    tenant_services.tenant_set_quota(tenant, {"max_publish_rate": 100, "max_retained_messages": 1})
+    device_services.device_create(tenant=tenant, name="sensor-1")
+    device_services.device_create(
         tenant=tenant, name="gateway", client_id_policy="pattern", client_id_pattern="gw-*"
     )
-    services.signup(tenant="evil", email="me@evil.io", password=PASSWORD)
+    account_services.signup(tenant="evil", email="me@evil.io", password=PASSWORD)
     recorder = JourneyRecorder("node-a")
     row = recorder.message
     row("acme", "sensor-1", "s/1/temp", 1, 11, "delivered", "", sessions=2, queued=1)
@@ -322,7 +324,7 @@ def test_the_device_page_works_when_the_journey_cannot_be_read(client, acme, mon
     def unreadable(*args, **kwargs):
         raise OSError("object store unreachable")
 
-    monkeypatch.setattr("tenants.journey.JourneyReader.client_events", unreadable)
+    monkeypatch.setattr("tenants.journey.selectors.JourneyReader.client_events", unreadable)
     response = client.get("/devices/sensor-1/")
     assert response.status_code == 200
     assert "could not be read just now" in words(response.content.decode())

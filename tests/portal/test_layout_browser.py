@@ -9,7 +9,11 @@ import os
 import pytest
 from playwright.sync_api import expect
 
-from tenants import fleet, job_services, services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
+from tenants.fleet import services as fleet
+from tenants.jobs import services as job_services
+from tenants.rules import services as rule_services
 from tests.portal.test_first_hour_browser import platform  # noqa: F401 (a fixture)
 from tests.portal.web import log_in
 
@@ -24,9 +28,11 @@ PHONE = {"width": 390, "height": 844}
 @pytest.fixture
 def acme_layout():
     """Made before the browser starts (Playwright's sync API and Django's connections)."""
-    tenant, _, _ = services.signup(tenant="acme-layout", email="me@acme.io", password=PASSWORD)
-    services.device_create(tenant=tenant, name="sensor-with-a-rather-long-name-01")
-    services.rule_create(tenant=tenant, name="hot", sql='SELECT * FROM "t/#"', actions=[])
+    tenant, _, _ = account_services.signup(
+        tenant="acme-layout", email="me@acme.io", password=PASSWORD
+    )
+    device_services.device_create(tenant=tenant, name="sensor-with-a-rather-long-name-01")
+    rule_services.rule_create(tenant=tenant, name="hot", sql='SELECT * FROM "t/#"', actions=[])
     group = "a-group-with-a-rather-long-name-01"
     job_services.group_create(tenant=tenant, name=group, devices=[])
     job_services.job_create(

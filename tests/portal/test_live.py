@@ -6,7 +6,9 @@ import time
 
 import pytest
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.portal.web import running_portal
 from tests.tenancy.test_broker_tenancy import start_pg_broker
@@ -30,11 +32,13 @@ def platform(monkeypatch):
 def accounts():
     """Made before the browser starts: Playwright's sync API runs the test body in a context
     where Django would open (and leave open) a second database connection."""
-    acme, _, _ = services.signup(tenant="acme", email="ops@acme.io", password="a long passphrase")
-    _, secret = services.device_create(tenant=acme, name="sensor-1")
-    services.device_create(tenant=acme, name="sensor-2")
-    other = services.tenant_create("other")
-    _, other_secret = services.device_create(tenant=other, name="sensor-1")
+    acme, _, _ = account_services.signup(
+        tenant="acme", email="ops@acme.io", password="a long passphrase"
+    )
+    _, secret = device_services.device_create(tenant=acme, name="sensor-1")
+    device_services.device_create(tenant=acme, name="sensor-2")
+    other = tenant_services.tenant_create("other")
+    _, other_secret = device_services.device_create(tenant=other, name="sensor-1")
     return secret, other_secret
 
 

@@ -28,7 +28,9 @@ from django.db import connection
 from common import embedded
 from common.embedded import free_port
 from common.processes import data_plane_command
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.portal.live_sockets import (
     LiveSocket,
@@ -125,7 +127,7 @@ def platform(monkeypatch, **portal_env: str) -> Iterator[tuple[str, int, subproc
 
 def member(tenant, email: str, role: str = "viewer"):
     user = get_user_model().objects.create_user(email, email, PASSWORD)
-    services.membership_add(tenant=tenant, user=user, role=role)
+    account_services.membership_add(tenant=tenant, user=user, role=role)
     return user
 
 
@@ -142,7 +144,7 @@ def refusal_words(sock: LiveSocket) -> str:
 def two_members():
     """Made before the browser starts (Playwright's sync API runs the test body where Django
     would refuse a database call)."""
-    acme, owner, _ = services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
+    acme, owner, _ = account_services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
     colleague = member(acme, "dev@acme.io")
     return session_cookie(owner), session_cookie(colleague)
 
@@ -199,10 +201,12 @@ def test_sockets_beyond_a_members_or_tenants_bound_are_refused_in_words(
 
 
 def test_thirty_sockets_share_one_broker_connection_and_tenants_stay_apart(monkeypatch):
-    acme, owner, _ = services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
-    _, acme_secret = services.device_create(tenant=acme, name="sensor-a")
-    other, stranger, _ = services.signup(tenant="other", email="ops@other.io", password=PASSWORD)
-    _, other_secret = services.device_create(tenant=other, name="sensor-b")
+    acme, owner, _ = account_services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
+    _, acme_secret = device_services.device_create(tenant=acme, name="sensor-a")
+    other, stranger, _ = account_services.signup(
+        tenant="other", email="ops@other.io", password=PASSWORD
+    )
+    _, other_secret = device_services.device_create(tenant=other, name="sensor-b")
     acme_cookie, other_cookie = session_cookie(owner), session_cookie(stranger)
     env = {"LIVE_SOCKETS_PER_MEMBER": "40", "LIVE_SOCKETS_PER_TENANT": "40"}
     with platform(monkeypatch, **env) as (url, mqtt_port, _), live_clients() as live:
@@ -259,7 +263,7 @@ def test_the_bounds_hold_across_web_processes_sharing_a_redis(monkeypatch):
     landing on the other one."""
     import redis
 
-    acme, owner, _ = services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
+    acme, owner, _ = account_services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
     cookie = session_cookie(owner)
     redis_url = embedded.redis_url().rsplit("/", 1)[0] + "/13"  # a database of its own
     redis.Redis.from_url(redis_url).flushdb()
@@ -286,8 +290,8 @@ def test_the_bounds_hold_across_web_processes_sharing_a_redis(monkeypatch):
 
 
 def test_viewers_are_told_when_the_broker_goes_and_see_messages_when_it_is_back(monkeypatch):
-    acme, owner, _ = services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
-    _, secret = services.device_create(tenant=acme, name="sensor-a")
+    acme, owner, _ = account_services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
+    _, secret = device_services.device_create(tenant=acme, name="sensor-a")
     cookie = session_cookie(owner)
     with platform(monkeypatch) as (url, mqtt_port, broker), live_clients() as live:
         device = Paho(mqtt_port, "acme/sensor-a", secret, "sensor-a")
@@ -374,12 +378,12 @@ def _metrics(port: int) -> dict[str, float]:
 def test_another_tenants_api_keeps_its_latency_while_one_tenant_floods_its_live_views(
     monkeypatch,
 ):
-    acme, owner, _ = services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
-    services.tenant_set_quota(acme, {"max_publish_rate": 100_000})
-    _, secret = services.device_create(tenant=acme, name="sensor-a")
+    acme, owner, _ = account_services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
+    tenant_services.tenant_set_quota(acme, {"max_publish_rate": 100_000})
+    _, secret = device_services.device_create(tenant=acme, name="sensor-a")
     members = [owner] + [member(acme, f"m{i}@acme.io") for i in range(4)]
     cookies = [session_cookie(user) for user in members]
-    _, _, token = services.signup(tenant="other", email="ops@other.io", password=PASSWORD)
+    _, _, token = account_services.signup(tenant="other", email="ops@other.io", password=PASSWORD)
     metrics_port = free_port()
     # The default bounds (5 per member, 20 per tenant).
     with (

@@ -12,8 +12,10 @@ from django.core import mail
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from tenants import accounts, services
+from tenants.accounts import services as account_services
+from tenants.accounts import trust as accounts
 from tenants.models import ApiToken, Invitation, Membership
+from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "a long passphrase"
@@ -21,7 +23,9 @@ PASSWORD = "a long passphrase"
 
 @pytest.fixture
 def owner(client):
-    tenant, user, _ = services.signup(tenant="acme", email="boss@acme.io", password=PASSWORD)
+    tenant, user, _ = account_services.signup(
+        tenant="acme", email="boss@acme.io", password=PASSWORD
+    )
     client.force_login(user)
     return tenant, user
 
@@ -54,7 +58,7 @@ def test_existing_account_must_log_in_as_the_invited_address(client, owner):
     client.post("/members/", {"email": "old@acme.io", "role": "viewer"})
     link = _link(mail.outbox[0])
     # Someone else holding the link cannot take the seat.
-    services.signup(tenant="evil", email="mallory@evil.io", password=PASSWORD)
+    account_services.signup(tenant="evil", email="mallory@evil.io", password=PASSWORD)
     mallory = Client()
     mallory.post("/login/", {"email": "mallory@evil.io", "password": PASSWORD})
     assert mallory.post(link).status_code == 403
@@ -75,7 +79,9 @@ def test_invitations_and_members_from_the_attackers_side(client, owner):
     target = Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
     client.post("/members/", {"email": "someone@acme.io", "role": "viewer"})
     invitation = Invitation.objects.get()
-    _, mallory, _ = services.signup(tenant="evil", email="mallory@evil.io", password=PASSWORD)
+    _, mallory, _ = account_services.signup(
+        tenant="evil", email="mallory@evil.io", password=PASSWORD
+    )
     attacker = Client()
     attacker.force_login(mallory)
     page = attacker.get("/members/")
@@ -96,7 +102,7 @@ def test_remove_members_keeps_an_owner(client, owner):
     tenant, boss = owner
     admin = get_user_model().objects.create_user("a@acme.io", "a@acme.io", PASSWORD)
     member = Membership.objects.create(user=admin, tenant=tenant, role="admin")
-    services.api_token_create(user=admin, tenant=tenant)
+    account_services.api_token_create(user=admin, tenant=tenant)
     assert client.get(f"/members/{member.id}/remove/").status_code == 200  # asks first
     assert Membership.objects.filter(id=member.id).exists()
     client.post(f"/members/{member.id}/remove/")
@@ -139,7 +145,7 @@ def test_an_admin_cannot_hand_out_the_owner_role_or_remove_an_owner(client, owne
 
 
 def test_password_reset_by_email(client):
-    services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
     anonymous = Client()
     anonymous.post("/password-reset/", {"email": "me@acme.io"})
     anonymous.post("/password-reset/", {"email": "nobody@acme.io"})  # no mail, no hint
@@ -182,8 +188,8 @@ def test_create_tenant_with_owner_prints_a_one_time_login_link(settings):
 
 
 def test_staff_operator_gets_an_overview_not_a_403(client):
-    services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    services.tenant_create("quiet")
+    account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    tenant_services.tenant_create("quiet")
     operator = get_user_model().objects.create_user(
         "ops@platform.io", "ops@platform.io", PASSWORD, is_staff=True
     )
@@ -249,7 +255,7 @@ def test_only_writers_of_the_tenant_resend_its_invitations(client, owner):
     client.post("/members/", {"email": "x@acme.io", "role": "viewer"})
     invitation = Invitation.objects.get()
     mail.outbox.clear()
-    intruder, _, _ = services.signup(tenant="evil", email="e@evil.io", password=PASSWORD)
+    intruder, _, _ = account_services.signup(tenant="evil", email="e@evil.io", password=PASSWORD)
     attacker = Client()
     attacker.login(username="e@evil.io", password=PASSWORD)
     assert attacker.post(f"/members/invitations/{invitation.id}/resend/").status_code == 404
@@ -274,8 +280,8 @@ def test_owner_login_link_reissues_a_working_link(settings):
     assert (
         message.to == ["founder@newco.io"] and "http://portal.example:8000/reset/" in message.body
     )
-    from tenants import people
     from tenants.models import Tenant
+    from tenants.people import services as people
 
     tenant = Tenant.objects.get(slug="newco")
     people.owner_ensure(tenant, "cofounder@newco.io")
@@ -286,7 +292,7 @@ def test_owner_login_link_reissues_a_working_link(settings):
     assert json.loads(out.getvalue())["owner"] == "cofounder@newco.io"
     viewer = get_user_model().objects.create_user("v@newco.io", "v@newco.io", PASSWORD)
     Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
-    services.signup(tenant="other", email="boss@other.io", password=PASSWORD)
+    account_services.signup(tenant="other", email="boss@other.io", password=PASSWORD)
     for stranger in ("v@newco.io", "boss@other.io"):
         with pytest.raises(CommandError, match="not an owner of newco"):
             call_command("owner_login_link", "newco", "--email", stranger, stdout=StringIO())
@@ -310,7 +316,7 @@ def test_create_operator_makes_an_account_the_portal_logs_in_by_email(settings):
     is by email; `createsuperuser`'s own usernames are not found there), a one-time link to
     choose a password, then the overview of every tenant and the admin."""
     settings.PORTAL_URL = "http://portal.example:8000"
-    services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
     body = _command_json("create_operator", "Ops@Platform.io")
     assert body["operator"] == "ops@platform.io" and body["created"] is True
     _choose_password(body["login_url"].removeprefix(settings.PORTAL_URL), "operator passphrase")

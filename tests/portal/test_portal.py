@@ -3,15 +3,17 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tenants.models import Credential, Device, Membership
+from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def owner(client):
-    tenant, user, _ = services.signup(
+    tenant, user, _ = account_services.signup(
         tenant="acme", email="me@acme.io", password="a long passphrase"
     )
     client.force_login(user)
@@ -36,7 +38,7 @@ def test_signup_errors_are_shown(client):
 
 
 def test_login_and_logout(client):
-    services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
+    account_services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
     bad = client.post("/login/", {"email": "me@acme.io", "password": "wrong"})
     assert b"Wrong email or password" in bad.content
     good = client.post("/login/", {"email": "me@acme.io", "password": "a long passphrase"})
@@ -68,7 +70,7 @@ def test_create_device_shows_secret_once(client, owner):
 
 
 def test_rotate_disable_delete(client, owner):
-    device, first = services.device_create(tenant=owner, name="sensor-1")
+    device, first = device_services.device_create(tenant=owner, name="sensor-1")
     rotated = client.post("/devices/sensor-1/rotate/", follow=True)
     new_secret = rotated.context["secret"]["password"]
     assert new_secret != first
@@ -80,7 +82,7 @@ def test_rotate_disable_delete(client, owner):
 
 
 def test_rotation_grace_and_the_confirmation_before_retiring(client, owner):
-    device, first = services.device_create(tenant=owner, name="sensor-1")
+    device, first = device_services.device_create(tenant=owner, name="sensor-1")
     page = client.post("/devices/sensor-1/rotate/", {"grace": "3600"}, follow=True)
     assert b"keeps working for 1 hour" in page.content
     old = device.credentials.get(retired_at__isnull=False)
@@ -101,11 +103,11 @@ def test_rotation_grace_and_the_confirmation_before_retiring(client, owner):
 
 
 def test_another_tenants_credential_cannot_be_retired(client, owner):
-    other = services.tenant_create("other")
-    theirs, _ = services.device_create(tenant=other, name="their-device")
-    services.credential_rotate(theirs)
+    other = tenant_services.tenant_create("other")
+    theirs, _ = device_services.device_create(tenant=other, name="their-device")
+    device_services.credential_rotate(theirs)
     retiring = theirs.credentials.get(retired_at__isnull=False)
-    mine, _ = services.device_create(tenant=owner, name="mine")
+    mine, _ = device_services.device_create(tenant=owner, name="mine")
     for url in (
         f"/devices/their-device/credentials/{retiring.id}/retire/",
         f"/devices/mine/credentials/{retiring.id}/retire/",  # my device, their credential id
@@ -116,7 +118,7 @@ def test_another_tenants_credential_cannot_be_retired(client, owner):
 
 
 def test_acls_quota_tokens_pages(client, owner):
-    services.device_create(tenant=owner, name="d1")
+    device_services.device_create(tenant=owner, name="d1")
     response = client.post(
         "/acls/",
         {"device": "d1", "action": "publish", "permission": "deny", "topic": "secret/#"},
@@ -134,8 +136,8 @@ def test_acls_quota_tokens_pages(client, owner):
 
 
 def test_other_tenants_device_is_404(client, owner):
-    other = services.tenant_create("other")
-    services.device_create(tenant=other, name="their-device")
+    other = tenant_services.tenant_create("other")
+    device_services.device_create(tenant=other, name="their-device")
     for url in ("/devices/their-device/", "/devices/their-device/delete/"):
         assert client.get(url).status_code == 404
     for url in (
@@ -148,7 +150,7 @@ def test_other_tenants_device_is_404(client, owner):
 
 
 def test_viewer_cannot_write(client, owner):
-    services.device_create(tenant=owner, name="d1")
+    device_services.device_create(tenant=owner, name="d1")
     viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", "a long passphrase")
     Membership.objects.create(user=viewer, tenant=owner, role="viewer")
     client.force_login(viewer)
@@ -169,14 +171,14 @@ def test_viewer_cannot_write(client, owner):
 def test_csrf_is_enforced():
     from django.test import Client
 
-    services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
+    account_services.signup(tenant="acme", email="me@acme.io", password="a long passphrase")
     strict = Client(enforce_csrf_checks=True)
     response = strict.post("/login/", {"email": "me@acme.io", "password": "a long passphrase"})
     assert response.status_code == 403
 
 
 def test_admin_lists_tenants(admin_client):
-    services.tenant_create("acme")
+    tenant_services.tenant_create("acme")
     assert b"acme" in admin_client.get("/admin/tenants/tenant/").content
 
 

@@ -11,8 +11,10 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tenants.models import Rule
+from tenants.rules import services as rule_services
 from tests.portal.test_first_hour_browser import platform  # noqa: F401 (a fixture)
 from tests.portal.web import log_in
 
@@ -49,10 +51,12 @@ PAGES = [
 @pytest.fixture
 def acme_csp():
     """Made before the browser starts (Playwright's sync API and Django's connections)."""
-    tenant, _, _ = services.signup(tenant="acme-csp", email="csp@acme.io", password="a long pass")
-    services.device_create(tenant=tenant, name="sensor-1")
-    services.device_create(tenant=tenant, name="sensor-2")
-    services.rule_create(tenant=tenant, name="hot", sql='SELECT * FROM "t/#"', actions=[])
+    tenant, _, _ = account_services.signup(
+        tenant="acme-csp", email="csp@acme.io", password="a long pass"
+    )
+    device_services.device_create(tenant=tenant, name="sensor-1")
+    device_services.device_create(tenant=tenant, name="sensor-2")
+    rule_services.rule_create(tenant=tenant, name="hot", sql='SELECT * FROM "t/#"', actions=[])
 
 
 def test_no_page_breaks_the_policy_and_what_was_inline_works(platform, acme_csp, page):  # noqa: F811

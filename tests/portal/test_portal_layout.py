@@ -11,9 +11,11 @@ from django.contrib.auth import get_user_model
 from django.template import Context, Template
 from django.test import Client
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tenants.models import Membership
 from tenants.portal.navigation import PAGES
+from tenants.rules import services as rule_services
 
 PASSWORD = "a long passphrase"
 
@@ -41,7 +43,7 @@ def test_utc_filter_reads_naive_times_as_utc_dates_as_days_and_none_as_nothing()
 
 
 def test_the_journey_keeps_its_millisecond_format_from_the_same_place():
-    from tenants.journey_display import time_text
+    from tenants.journey.display import time_text
 
     moment = datetime(2026, 11, 27, 14, 2, 3, 123000, tzinfo=UTC)
     assert time_text(moment) == "2026-11-27 14:02:03.123 UTC"
@@ -56,8 +58,8 @@ def test_every_nav_page_is_a_portal_url_and_no_label_twice():
 
 @pytest.fixture
 def owner_client():
-    tenant, _, _ = services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    services.device_create(tenant=tenant, name="lamp")
+    tenant, _, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    device_services.device_create(tenant=tenant, name="lamp")
     client = Client()
     client.post("/login/", {"email": "me@acme.io", "password": PASSWORD})
     return tenant, client
@@ -100,7 +102,7 @@ def test_an_error_message_is_an_error_banner_not_a_success_one(owner_client):
 @pytest.mark.parametrize("path", ["/devices/", "/devices/lamp/", "/rules/", "/rules/hot/"])
 def test_a_viewer_sees_no_form_that_would_be_refused(owner_client, path):
     tenant, _ = owner_client
-    services.rule_create(tenant=tenant, name="hot", sql='SELECT * FROM "t/#"', actions=[])
+    rule_services.rule_create(tenant=tenant, name="hot", sql='SELECT * FROM "t/#"', actions=[])
     viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", PASSWORD)
     Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
     client = Client()

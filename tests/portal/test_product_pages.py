@@ -16,7 +16,8 @@ from django.urls import include, path, reverse
 from django.urls.exceptions import NoReverseMatch
 
 from control_plane import urls as root_urls
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tenants.portal import urls as portal_urls
 
 pytestmark = pytest.mark.django_db
@@ -67,7 +68,9 @@ def test_an_unknown_portal_url_is_the_product_404_under_make_run_settings():
         assert not any(mark in html for mark in DEBUG_PAGE_MARKS)
         assert "devices/&lt;str:name&gt;" not in html and "portal:" not in html
 
-        tenant, user, _ = services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+        tenant, user, _ = account_services.signup(
+            tenant="acme", email="me@acme.io", password=PASSWORD
+        )
         member = Client()
         member.force_login(user)
         missing_device = member.get("/devices/nope/")
@@ -108,8 +111,8 @@ def _sample_kwargs(pattern) -> dict:
 
 
 def test_every_portal_page_title_is_plain_text():
-    tenant, user, _ = services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    services.device_create(tenant=tenant, name="lamp")
+    tenant, user, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    device_services.device_create(tenant=tenant, name="lamp")
     user.is_staff = True  # the operators' pages too
     user.save(update_fields=["is_staff"])
     client = Client(raise_request_exception=False)

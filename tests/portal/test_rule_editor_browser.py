@@ -9,7 +9,7 @@ import os
 import pytest
 from playwright.sync_api import expect
 
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import Rule, RuleMetrics
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -17,7 +17,9 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync 
 
 
 def test_rule_editor_dry_run_output_error_position_and_save(live_server, page, artifacts):
-    services.signup(tenant="acme-rules", email="rules@acme.io", password="a long passphrase")
+    account_services.signup(
+        tenant="acme-rules", email="rules@acme.io", password="a long passphrase"
+    )
     page.goto(f"{live_server.url}/login/")
     page.fill("input[name=email]", "rules@acme.io")
     page.fill("input[name=password]", "a long passphrase")

@@ -7,8 +7,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import Membership, Rule, RuleDeadLetter
+from tenants.rules import services as rule_services
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +18,7 @@ SQL = 'SELECT payload.temp AS t FROM "sensors/+/temp" WHERE payload.temp > 30'
 
 @pytest.fixture
 def owner(client):
-    tenant, user, _ = services.signup(
+    tenant, user, _ = account_services.signup(
         tenant="acme", email="me@acme.io", password="a long passphrase"
     )
     client.force_login(user)
@@ -40,8 +41,8 @@ def _write_metrics(rule, matched=120, failed=3, error="webhook: HTTP 500"):
 
 
 def test_rules_list_shows_enabled_state_and_metrics(client, owner):
-    rule = services.rule_create(tenant=owner, name="hot", sql=SQL)
-    services.rule_create(tenant=owner, name="idle", sql=SQL, enabled=False)
+    rule = rule_services.rule_create(tenant=owner, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=owner, name="idle", sql=SQL, enabled=False)
     _write_metrics(rule)
     page = client.get("/rules/").content.decode()
     assert 'href="/rules/hot/"' in page and 'href="/rules/idle/"' in page
@@ -90,7 +91,7 @@ def test_actions_errors_are_shown(client, owner):
 
 
 def test_edit_keeps_the_name_and_updates(client, owner):
-    services.rule_create(tenant=owner, name="hot", sql=SQL)
+    rule_services.rule_create(tenant=owner, name="hot", sql=SQL)
     response = client.post(
         "/rules/hot/",
         {"name": "renamed", "sql": 'SELECT * FROM "a/#"', "actions": "[]"},  # enabled unticked
@@ -101,7 +102,7 @@ def test_edit_keeps_the_name_and_updates(client, owner):
 
 
 def test_dead_letters_visible_and_cleared(client, owner):
-    rule = services.rule_create(tenant=owner, name="hot", sql=SQL)
+    rule = rule_services.rule_create(tenant=owner, name="hot", sql=SQL)
     _write_metrics(rule)
     page = client.get("/rules/hot/").content.decode()
     assert "Dead letters (1)" in page and "HTTP 503 from receiver" in page
@@ -112,8 +113,10 @@ def test_dead_letters_visible_and_cleared(client, owner):
 
 
 def test_another_tenants_rule_is_a_404(client, owner):
-    evil, _, _ = services.signup(tenant="evil", email="me@evil.io", password="a long passphrase")
-    services.rule_create(tenant=evil, name="secret-rule", sql=SQL)
+    evil, _, _ = account_services.signup(
+        tenant="evil", email="me@evil.io", password="a long passphrase"
+    )
+    rule_services.rule_create(tenant=evil, name="secret-rule", sql=SQL)
     assert "secret-rule" not in client.get("/rules/").content.decode()
     assert client.get("/rules/secret-rule/").status_code == 404
     assert client.post("/rules/secret-rule/delete/").status_code == 404
@@ -124,7 +127,7 @@ def test_another_tenants_rule_is_a_404(client, owner):
 
 def test_viewer_sees_but_cannot_change(client, owner):
     hook = {"type": "webhook", "url": "https://e.com/h", "secret": "k" * 32}
-    services.rule_create(tenant=owner, name="hot", sql=SQL, actions=[hook])
+    rule_services.rule_create(tenant=owner, name="hot", sql=SQL, actions=[hook])
     viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", "a long passphrase")
     Membership.objects.create(user=viewer, tenant=owner, role="viewer")
     client.force_login(viewer)

@@ -18,7 +18,7 @@ BLOCKED = {
 }
 
 
-# Rendered into a PDF by WeasyPrint (tenants/invoice_render.py), never served to a browser.
+# Rendered into a PDF by WeasyPrint (tenants/billing/invoice_render.py), never served to a browser.
 NOT_SERVED = {"invoice_pdf.html"}
 SERVED = sorted(p for p in PORTAL.glob("*.html") if p.name not in NOT_SERVED)
 

@@ -13,9 +13,12 @@ import pytest
 from django.utils import timezone
 
 from common.mqtt.reason_codes import ReasonCode
-from tenants import disconnect_reasons, services
+from tenants.accounts import services as account_services
+from tenants.devices import disconnect_reasons
+from tenants.devices import services as device_services
 from tenants.models import Device, Usage
-from tenants.throttling import limit_activity
+from tenants.tenant import services as tenant_services
+from tenants.usage.throttling import limit_activity
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +31,9 @@ def minute(ago: timedelta, now: datetime = NOW) -> datetime:
 
 @pytest.fixture
 def owner(client):
-    tenant, user, _ = services.signup(tenant="acme", email="me@acme.io", password="a long pass")
+    tenant, user, _ = account_services.signup(
+        tenant="acme", email="me@acme.io", password="a long pass"
+    )
     client.force_login(user)
     return tenant
 
@@ -53,7 +58,9 @@ def text(response) -> str:
 
 
 def test_slowdowns_refusals_and_drops_per_window_scoped_to_the_tenant(owner):
-    other, _, _ = services.signup(tenant="other", email="o@other.io", password="a long pass")
+    other, _, _ = account_services.signup(
+        tenant="other", email="o@other.io", password="a long pass"
+    )
     usage(
         owner,
         minute(timedelta(minutes=3)),
@@ -115,7 +122,7 @@ def test_nothing_recorded_is_an_empty_window(owner):
 
 def test_quota_page_explains_each_limit_that_slowed_or_refused(client, owner):
     now = timezone.now()
-    services.tenant_set_quota(owner, {"max_publish_rate": 100})
+    tenant_services.tenant_set_quota(owner, {"max_publish_rate": 100})
     usage(
         owner,
         minute(timedelta(minutes=2), now),
@@ -157,7 +164,7 @@ def test_quota_table_has_the_per_device_publish_rate(client, owner):
     assert "no per-device limit: devices share the tenant's rate fairly" in shown
     assert "per device" in shown
 
-    services.tenant_set_quota(owner, {"max_device_publish_rate": 5})
+    tenant_services.tenant_set_quota(owner, {"max_device_publish_rate": 5})
     row = re.search(
         r'<tr data-quota="max_device_publish_rate">.*?</tr>',
         client.get("/quota/").content.decode(),
@@ -226,7 +233,7 @@ def test_dashboard_with_nothing_dropped(client, owner):
 def test_device_page_names_the_last_disconnect_reason_in_words(
     client, owner, recorded, said, small
 ):
-    device, _ = services.device_create(tenant=owner, name="sensor-1")
+    device, _ = device_services.device_create(tenant=owner, name="sensor-1")
     Device.objects.filter(id=device.id).update(
         last_disconnect_reason=recorded, last_disconnected_at=timezone.now()
     )
@@ -264,10 +271,10 @@ def test_every_token_and_every_mqtt5_reason_code_has_words():
 def test_api_device_carries_the_reason_in_words(owner):
     from rest_framework.test import APIClient
 
-    _, token = services.api_token_create(
+    _, token = account_services.api_token_create(
         user=owner.memberships.first().user, tenant=owner, name="t"
     )
-    device, _ = services.device_create(tenant=owner, name="sensor-1")
+    device, _ = device_services.device_create(tenant=owner, name="sensor-1")
     Device.objects.filter(id=device.id).update(last_disconnect_reason="0x96")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -277,7 +284,7 @@ def test_api_device_carries_the_reason_in_words(owner):
 
 
 def test_a_disconnect_for_a_limit_links_to_what_the_limits_did(client, owner):
-    device, _ = services.device_create(tenant=owner, name="sensor-1")
+    device, _ = device_services.device_create(tenant=owner, name="sensor-1")
     for recorded, linked in (("0x96", True), ("0x97", True), ("keepalive_timeout", False)):
         Device.objects.filter(id=device.id).update(last_disconnect_reason=recorded)
         body = client.get("/devices/sensor-1/").content.decode()

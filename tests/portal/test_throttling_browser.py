@@ -23,8 +23,10 @@ from django.utils import timezone
 from paho.mqtt.enums import CallbackAPIVersion
 
 from data_plane.tenancy.metering import UsageMeter
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tenants.models import Device
+from tenants.tenant import services as tenant_services
 from tests.portal.web import log_in, running_portal
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -49,9 +51,9 @@ def platform(monkeypatch):
 
 def acme(publish_rate: int) -> str:
     """Tenant acme at `publish_rate` msg/s with device sensor-1; returns the device's secret."""
-    tenant, _, _ = services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
-    services.tenant_set_quota(tenant, {"max_publish_rate": publish_rate})
-    _, secret = services.device_create(tenant=tenant, name="sensor-1")
+    tenant, _, _ = account_services.signup(tenant="acme", email="ops@acme.io", password=PASSWORD)
+    tenant_services.tenant_set_quota(tenant, {"max_publish_rate": publish_rate})
+    _, secret = device_services.device_create(tenant=tenant, name="sensor-1")
     return secret
 
 

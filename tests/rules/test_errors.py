@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.rules import RuleSyntaxError, compile_rule
-from tenants.rule_sql import RuleSqlError, validate_rule_sql
+from tenants.rules.sql import RuleSqlError, validate_rule_sql
 
 
 def compile_error(sql: str) -> RuleSyntaxError:

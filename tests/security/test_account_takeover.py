@@ -17,7 +17,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
-from tenants import accounts, services
+from tenants.accounts import services as account_services
+from tenants.accounts import trust as accounts
 from tenants.models import ApiToken, Membership, Tenant
 
 pytestmark = pytest.mark.django_db
@@ -121,7 +122,9 @@ def test_verifying_the_email_needs_the_mailbox_and_the_account():
     anonymous = Client().get(link)  # a mail scanner, or whoever holds only the mailbox
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
     assert not accounts.is_verified(user)
-    _, stranger, _ = services.signup(tenant="other", email="x@other.io", password=OWNER_PASSWORD)
+    _, stranger, _ = account_services.signup(
+        tenant="other", email="x@other.io", password=OWNER_PASSWORD
+    )
     wrong = Client()
     wrong.force_login(stranger)
     assert wrong.get(link).status_code == 403
@@ -199,7 +202,9 @@ def test_a_password_hash_upgrade_at_login_keeps_the_tokens(settings):
         "django.contrib.auth.hashers.PBKDF2PasswordHasher",
         "django.contrib.auth.hashers.MD5PasswordHasher",
     ]
-    _, user, token = services.signup(tenant="acme", email="me@acme.io", password=OWNER_PASSWORD)
+    _, user, token = account_services.signup(
+        tenant="acme", email="me@acme.io", password=OWNER_PASSWORD
+    )
     old_hash = make_password(OWNER_PASSWORD, hasher="md5")
     get_user_model().objects.filter(pk=user.pk).update(password=old_hash)
     assert Client().login(username="me@acme.io", password=OWNER_PASSWORD)

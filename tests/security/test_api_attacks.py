@@ -10,8 +10,9 @@ from django.core.cache import cache
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import ApiToken, Device
+from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +33,7 @@ def api(token: str | None = None, **extra) -> APIClient:
 
 @pytest.fixture
 def acme():
-    tenant, _, token = services.signup(
+    tenant, _, token = account_services.signup(
         tenant="acme", email="owner@acme.io", password="pass-w0rd-acme"
     )
     return tenant, api(token)
@@ -64,7 +65,7 @@ def test_catastrophic_regex_patterns_are_refused_at_save_time(acme):
 
 @override_settings(AUTH_THROTTLE_RATE="5/min")
 def test_rotating_x_forwarded_for_does_not_reset_the_token_throttle():
-    services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
+    account_services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
     codes = [
         api()
         .post(
@@ -81,7 +82,7 @@ def test_rotating_x_forwarded_for_does_not_reset_the_token_throttle():
 
 @override_settings(AUTH_THROTTLE_RATE="100/min", AUTH_ACCOUNT_THROTTLE_RATE="5/min")
 def test_guesses_against_one_account_are_throttled_whatever_the_address():
-    services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
+    account_services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
     codes = [
         api(REMOTE_ADDR=f"10.1.2.{i}")
         .post("/api/v1/auth/token", {"email": "Owner@acme.io", "password": "x"}, format="json")
@@ -93,7 +94,7 @@ def test_guesses_against_one_account_are_throttled_whatever_the_address():
 
 @override_settings(AUTH_THROTTLE_RATE="5/min")
 def test_portal_login_is_throttled(client):
-    services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
+    account_services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
     codes = [
         client.post(
             "/login/",
@@ -109,7 +110,7 @@ def test_portal_login_is_throttled(client):
 
 @override_settings(AUTH_THROTTLE_RATE="5/min", TRUSTED_PROXIES=["127.0.0.1"])
 def test_a_trusted_proxy_forwards_the_client_address():
-    services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
+    account_services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
     codes = [
         api()
         .post(
@@ -129,7 +130,7 @@ def test_a_trusted_proxy_forwards_the_client_address():
 
 def test_a_suspended_tenant_cannot_create_devices_or_tokens(acme, client):
     tenant, api_client = acme
-    services.tenant_set_status(tenant, "suspended")
+    tenant_services.tenant_set_status(tenant, "suspended")
     device = api_client.post("/api/v1/devices", {"name": "late"}, format="json")
     token = api_client.post("/api/v1/tokens", {"name": "late"}, format="json")
     assert device.status_code == 403 and "suspended" in device.json()["error"]["message"]
@@ -211,7 +212,7 @@ def test_paginated_responses_are_documented():
     "target", ["https://evil.example/", "//evil.example/x", "/\\evil.example", "https:evil.example"]
 )
 def test_no_open_redirect_after_portal_login(client, target):
-    services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
+    account_services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
     response = client.post(
         f"/login/?next={target}", {"email": "owner@acme.io", "password": "pass-w0rd-acme"}
     )
@@ -220,7 +221,7 @@ def test_no_open_redirect_after_portal_login(client, target):
 
 
 def test_a_local_next_is_kept_after_login(client):
-    services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
+    account_services.signup(tenant="acme", email="owner@acme.io", password="pass-w0rd-acme")
     response = client.post(
         "/login/?next=/devices/", {"email": "owner@acme.io", "password": "pass-w0rd-acme"}
     )

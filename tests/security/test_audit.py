@@ -20,7 +20,9 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from common.device_identity import make_ca, make_leaf, pem_of
-from tenants import identity, services
+from tenants.accounts import services as account_services
+from tenants.devices import identity
+from tenants.devices import services as device_services
 from tenants.models import AuditEntry, Device
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,10 +43,10 @@ def token_client(token: str, address: str) -> APIClient:
 
 @pytest.fixture
 def tenants():
-    acme, owner, acme_token = services.signup(
+    acme, owner, acme_token = account_services.signup(
         tenant="acme", email="owner@acme.io", password="pass-w0rd-acme"
     )
-    evil, _, evil_token = services.signup(
+    evil, _, evil_token = account_services.signup(
         tenant="evil", email="owner@evil.io", password="pass-w0rd-evil"
     )
     return acme, owner, acme_token, evil, evil_token
@@ -91,8 +93,8 @@ def test_only_owners_read_the_log_and_csv_exports_it(tenants):
     viewer = get_user_model().objects.create_user(
         username="v@acme.io", email="v@acme.io", password="x" * 20
     )
-    services.membership_add(tenant=acme, user=viewer, role="viewer")
-    _, viewer_token = services.api_token_create(user=viewer, tenant=acme)
+    account_services.membership_add(tenant=acme, user=viewer, role="viewer")
+    _, viewer_token = account_services.api_token_create(user=viewer, tenant=acme)
     assert token_client(viewer_token, "203.0.113.8").get("/api/v1/audit").status_code == 403
     response = owner.get("/api/v1/audit.csv")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
@@ -118,7 +120,7 @@ def test_portal_admin_and_command_changes_are_recorded(tenants, client, admin_cl
     )
     assert response.status_code == 302, response.content[:500]
     assert client.post("/identity/cas/fleet/revoke/", REMOTE_ADDR="192.0.2.4").status_code == 302
-    services.device_create(tenant=acme, name="sensor-9")
+    device_services.device_create(tenant=acme, name="sensor-9")
     device = Device.objects.get(tenant=acme, name="sensor-9")
     admin_change = admin_client.post(
         f"/admin/tenants/device/{device.id}/change/",
@@ -226,7 +228,7 @@ def test_bulk_writes_are_recorded_like_saves(tenants, client):
     assert revoked[0]["actor"] == "owner@acme.io" and revoked[0]["address"] == "203.0.113.7"
     # The expiry sweep (Celery, no request): a bulk update by the system.
     Credential.objects.filter(id=second).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.credentials_expire() == 1
+    assert device_services.credentials_expire() == 1
     swept = AuditEntry.objects.filter(
         tenant_id=acme.id, action="credential.updated", target=f"sensor-1/{second}"
     )

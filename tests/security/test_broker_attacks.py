@@ -11,8 +11,10 @@ import time
 import pytest
 from django.db import connection
 
-from tenants import services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
 from tenants.models import Device, Usage
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.conformance import raw
 from tests.tenancy.test_broker_tenancy import running_pg_broker
@@ -79,14 +81,16 @@ def connect_and_ping(port: int, username: str, password: str, client_id: str) ->
 def tenants():
     """Tenant `acme` (the victim, devices d1..d3 with any client id) and `evil` (anyone who
     signed up)."""
-    acme = services.tenant_create("acme")
-    evil = services.tenant_create("evil")
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
     secrets = {}
     for name in ("d1", "d2", "d3"):
-        _, secrets[f"acme/{name}"] = services.device_create(
+        _, secrets[f"acme/{name}"] = device_services.device_create(
             tenant=acme, name=name, client_id_policy="any"
         )
-    _, secrets["evil/e1"] = services.device_create(tenant=evil, name="e1", client_id_policy="any")
+    _, secrets["evil/e1"] = device_services.device_create(
+        tenant=evil, name="e1", client_id_policy="any"
+    )
     return acme, evil, secrets
 
 
@@ -97,7 +101,7 @@ def test_a_tenant_pattern_cannot_freeze_the_broker(tenants):
     acme, evil, secrets = tenants
     # The attacker stores the pattern the research used, as older versions accepted it (the API
     # now refuses it: see tests/security/test_api_attacks.py).
-    _, evil_secret = services.device_create(tenant=evil, name="gw")
+    _, evil_secret = device_services.device_create(tenant=evil, name="gw")
     Device.objects.filter(tenant=evil, name="gw").update(
         client_id_policy="pattern", client_id_pattern="(a+)+$"
     )
@@ -127,7 +131,7 @@ def test_a_tenant_pattern_cannot_freeze_the_broker(tenants):
 
 def test_aborted_persistent_connects_do_not_leak_the_connection_count(tenants):
     acme, _, secrets = tenants
-    services.tenant_set_quota(acme, {"max_connections": 10})
+    tenant_services.tenant_set_quota(acme, {"max_connections": 10})
     with running_pg_broker("--usage-flush-interval", "0.5") as port:
         for i in range(120):  # persistent session, gone before the CONNACK
             sock = socket.create_connection(("127.0.0.1", port))
@@ -198,7 +202,7 @@ def test_a_stranger_cannot_lock_out_a_tenants_devices(tenants):
 
 def test_shared_subscriptions_obey_deny_rules(tenants):
     acme, _, secrets = tenants
-    services.acl_add(tenant=acme, action="subscribe", permission="deny", topic="secret/#")
+    acl_services.acl_add(tenant=acme, action="subscribe", permission="deny", topic="secret/#")
     with running_pg_broker() as port:
         spy = Paho(port, "acme/d1", secrets["acme/d1"], "spy")
         codes = spy.subscribe("$share/g/secret/#", 1)
@@ -214,7 +218,7 @@ def test_shared_subscriptions_obey_deny_rules(tenants):
 
 def test_wills_obey_the_acl_and_cannot_forge_system_topics(tenants):
     acme, _, secrets = tenants
-    services.acl_add(tenant=acme, action="publish", permission="deny", topic="alarms/#")
+    acl_services.acl_add(tenant=acme, action="publish", permission="deny", topic="alarms/#")
     with running_pg_broker() as port:
         listener = Paho(port, "acme/d3", secrets["acme/d3"], "listener")
         listener.subscribe("$SYS/#", 0)
@@ -245,7 +249,7 @@ def test_wills_obey_the_acl_and_cannot_forge_system_topics(tenants):
 
 def test_system_retained_messages_do_not_count_against_the_retained_quota(tenants):
     acme, _, secrets = tenants
-    services.tenant_set_quota(acme, {"max_retained_messages": 2})
+    tenant_services.tenant_set_quota(acme, {"max_retained_messages": 2})
     with running_pg_broker("--sys-interval", "0.2") as port:
         client = Paho(port, "acme/d1", secrets["acme/d1"], "r")
         time.sleep(0.6)  # the broker has retained its $SYS figures for acme by now
@@ -267,7 +271,9 @@ def test_system_retained_messages_do_not_count_against_the_retained_quota(tenant
 
 def test_deny_overlap_is_granted_and_filtered_at_delivery(tenants):
     acme, _, secrets = tenants
-    services.acl_add(tenant=acme, action="subscribe", permission="deny", topic="test/nosubscribe")
+    acl_services.acl_add(
+        tenant=acme, action="subscribe", permission="deny", topic="test/nosubscribe"
+    )
     with running_pg_broker() as port:
         publisher = Paho(port, "acme/d2", secrets["acme/d2"], "pub")
         publisher.publish("test/nosubscribe", "retained secret", 1, retain=True)
@@ -300,7 +306,9 @@ def test_messages_queued_before_a_deny_are_withheld(tenants):
         publisher = Paho(port, "acme/d2", secrets["acme/d2"], "p")
         publisher.publish("data/secret", "queued secret", 1)
         publisher.publish("data/open", "queued open", 1)
-        services.acl_add(tenant=acme, action="subscribe", permission="deny", topic="data/secret")
+        acl_services.acl_add(
+            tenant=acme, action="subscribe", permission="deny", topic="data/secret"
+        )
         time.sleep(1.0)  # the change reaches the broker through NOTIFY
         back = Paho(port, "acme/d1", secrets["acme/d1"], "q", clean=False, expiry=3600)
         got = [m.payload for m in back.expect(2, 1.5)]
@@ -358,7 +366,7 @@ def test_connack_is_the_first_packet_of_a_busy_persistent_session(tenants):
 
 def test_persistent_sessions_are_capped_and_expire(tenants):
     acme, _, secrets = tenants
-    services.tenant_set_quota(acme, {"max_persistent_sessions": 3, "max_session_expiry": 2})
+    tenant_services.tenant_set_quota(acme, {"max_persistent_sessions": 3, "max_session_expiry": 2})
     with running_pg_broker() as port:
         codes = [
             connack(port, "acme/d1", secrets["acme/d1"], f"p{i}", clean=False) for i in range(5)
@@ -382,7 +390,7 @@ def test_persistent_sessions_are_capped_and_expire(tenants):
 def test_a_subscriber_that_never_reads_does_not_stall_publishers(tenants):
     acme, _, secrets = tenants
     unlimited = ("max_publish_rate", "max_inbound_bytes_rate", "max_outbound_bytes_rate")
-    services.tenant_set_quota(acme, dict.fromkeys(unlimited, 0))
+    tenant_services.tenant_set_quota(acme, dict.fromkeys(unlimited, 0))
     with running_pg_broker("--max-queued", "100") as port:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: no autotune

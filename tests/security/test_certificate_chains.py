@@ -23,7 +23,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from common.device_identity import make_ca, make_leaf, pem_of
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.security.test_device_identity import (
     api,
@@ -38,11 +39,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def two_tenants():
-    acme = services.tenant_create("acme")
-    evil = services.tenant_create("evil")
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
     for name in ("sensor-1", "sensor-2", "sensor-3", "sensor-4"):
-        services.device_create(tenant=acme, name=name)
-    services.device_create(tenant=evil, name="e1")
+        device_services.device_create(tenant=acme, name=name)
+    device_services.device_create(tenant=evil, name="e1")
     return acme, evil
 
 
@@ -356,7 +357,7 @@ def test_mtls_over_secure_websocket(two_tenants, tmp_path):
         assert refused_over_wss(forged)  # evil has no device sensor-1
         assert refused_over_wss(stranger)
         # A secret still works on the same listener without a certificate.
-        _, secret = services.credential_rotate(acme.devices.get(name="sensor-3"))
+        _, secret = device_services.credential_rotate(acme.devices.get(name="sensor-3"))
         by_secret = over_wss(None, "acme/sensor-3", "sensor-3", password=secret)
         assert by_secret.reason_code == 0
         by_secret.close()

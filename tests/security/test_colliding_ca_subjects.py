@@ -24,7 +24,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from common.device_identity import make_ca, make_leaf, pem_of
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.security.test_device_identity import api, register_ca, tls_broker, write_identity
 
@@ -33,11 +34,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def two_tenants():
-    acme = services.tenant_create("acme")
-    evil = services.tenant_create("evil")
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
     for name in ("sensor-1", "sensor-2", "sensor-3", "watcher"):
-        services.device_create(tenant=acme, name=name)
-    services.device_create(tenant=evil, name="e1")
+        device_services.device_create(tenant=acme, name=name)
+    device_services.device_create(tenant=evil, name="e1")
     return acme, evil
 
 
@@ -107,7 +108,7 @@ def test_another_tenants_anchor_of_the_same_name_changes_nothing_for_the_victims
     squat, squat_key = look_alike_ca(fleet)
     squat_device, _ = make_leaf("acme fleet CA", None, None)
     impostor = write_identity(tmp_path, "impostor", *make_leaf("sensor-1", squat, squat_key))
-    _, watcher_secret = services.credential_rotate(acme.devices.get(name="watcher"))
+    _, watcher_secret = device_services.credential_rotate(acme.devices.get(name="watcher"))
 
     with tls_broker(tmp_path) as ports:
         port, server_ca = ports["mqtts"], tmp_path / "server-ca.pem"

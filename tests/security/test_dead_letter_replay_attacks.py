@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tenants import services
 from tenants.models import RuleDeadLetter
+from tenants.rules import services as rule_services
 from tests.api.conftest import acme, attacker  # noqa: F401 (fixtures)
 from tests.spark.conftest import Receiver
 
@@ -22,7 +22,7 @@ def test_replays_are_rate_limited_per_tenant(acme, attacker, monkeypatch):  # no
         hook = {"type": "webhook", "url": receiver.url, "secret": "s" * 32}
         evil, evil_api = attacker
         for index in range(2):  # two rules: the limit is the tenant's, not each rule's
-            rule = services.rule_create(
+            rule = rule_services.rule_create(
                 tenant=evil, name=f"r{index}", sql='SELECT * FROM "#"', actions=[hook]
             )
             RuleDeadLetter.objects.bulk_create(
@@ -47,7 +47,7 @@ def test_replays_are_rate_limited_per_tenant(acme, attacker, monkeypatch):  # no
 
         # Another tenant replays meanwhile, unaffected by the first one's limit.
         tenant, api = acme
-        victim = services.rule_create(
+        victim = rule_services.rule_create(
             tenant=tenant, name="v", sql='SELECT * FROM "#"', actions=[hook]
         )
         RuleDeadLetter.objects.create(
@@ -67,7 +67,7 @@ def test_a_dead_letter_error_names_no_internal_address(acme, monkeypatch):  # no
     monkeypatch.delenv("WEBHOOK_ALLOW", raising=False)
     monkeypatch.delenv("WEBHOOK_ALLOW_PRIVATE", raising=False)
     tenant, api = acme
-    rule = services.rule_create(
+    rule = rule_services.rule_create(
         tenant=tenant,
         name="probe",
         sql='SELECT * FROM "#"',

@@ -23,7 +23,9 @@ from rest_framework.test import APIClient
 
 from common.device_identity import make_ca, make_leaf, pem_of
 from common.processes import data_plane_command
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,8 +76,8 @@ def api(tenant) -> APIClient:
     user = get_user_model().objects.create_user(
         username=f"owner@{tenant.slug}.io", email=f"owner@{tenant.slug}.io", password="x" * 20
     )
-    services.membership_add(tenant=tenant, user=user, role="owner")
-    _, raw = services.api_token_create(user=user, tenant=tenant)
+    account_services.membership_add(tenant=tenant, user=user, role="owner")
+    _, raw = account_services.api_token_create(user=user, tenant=tenant)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client
@@ -109,11 +111,11 @@ def mosquitto_pub(
 
 @pytest.fixture
 def two_tenants():
-    acme = services.tenant_create("acme")
-    evil = services.tenant_create("evil")
-    services.device_create(tenant=acme, name="sensor-1")
-    services.device_create(tenant=acme, name="sensor-2")
-    services.device_create(tenant=evil, name="e1")
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
+    device_services.device_create(tenant=acme, name="sensor-1")
+    device_services.device_create(tenant=acme, name="sensor-2")
+    device_services.device_create(tenant=evil, name="e1")
     return acme, evil
 
 
@@ -195,7 +197,7 @@ def test_mtls_devices_connect_with_mosquitto_and_are_refused_otherwise(two_tenan
         assert mosquitto_pub(port, server_ca, *forged, "-u", "acme/sensor-1") != 0
         assert mosquitto_pub(port, server_ca, *forged) != 0  # evil has no device sensor-1
         # Without a certificate, passwords work on the same listener as before.
-        _, secret = services.credential_rotate(acme.devices.get(name="sensor-1"))
+        _, secret = device_services.credential_rotate(acme.devices.get(name="sensor-1"))
         by_secret = Paho(
             port, "acme/sensor-1", secret, "sensor-1", tls={"ca_certs": str(server_ca)}
         )
@@ -329,7 +331,7 @@ def test_jwt_passwords_with_paho(two_tenants, tmp_path):
         assert time.monotonic() - started <= 1.0
         assert connack("acme/sensor-1", _token(ec_key, "ES256", "sensor-1")) == 0x86
         # Passwords keep working beside JWTs.
-        _, secret = services.credential_rotate(acme.devices.get(name="sensor-2"))
+        _, secret = device_services.credential_rotate(acme.devices.get(name="sensor-2"))
         assert connack("acme/sensor-2", secret, "sensor-2") == 0
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_refusals import broker_with_metrics
 
@@ -54,10 +55,10 @@ def closed_by_broker(sock: socket.socket) -> bool:
 
 @pytest.fixture
 def tenants():
-    acme = services.tenant_create("acme")
-    _, acme_secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
-    beta = services.tenant_create("beta")
-    _, beta_secret = services.device_create(tenant=beta, name="d", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    _, acme_secret = device_services.device_create(tenant=acme, name="d", client_id_policy="any")
+    beta = tenant_services.tenant_create("beta")
+    _, beta_secret = device_services.device_create(tenant=beta, name="d", client_id_policy="any")
     return acme_secret, beta_secret
 
 

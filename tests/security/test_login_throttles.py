@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
-from tenants import services
+from tenants.accounts import services as account_services
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "the owner's passphrase"
@@ -27,7 +27,7 @@ def _fresh_throttles():
 
 @override_settings(AUTH_THROTTLE_RATE="100/min", AUTH_ACCOUNT_THROTTLE_RATE="5/min")
 def test_wrong_passwords_from_elsewhere_do_not_lock_the_owner_out():
-    services.signup(tenant="acme", email="boss@acme.io", password=PASSWORD)
+    account_services.signup(tenant="acme", email="boss@acme.io", password=PASSWORD)
     owner = Client(REMOTE_ADDR=OWNER_ADDRESS)
     assert owner.post("/login/", {"email": "boss@acme.io", "password": PASSWORD}).status_code == 302
     owner.post("/logout/")
@@ -56,7 +56,7 @@ def test_wrong_passwords_from_elsewhere_do_not_lock_the_owner_out():
 @override_settings(AUTH_THROTTLE_RATE="100/min", AUTH_ACCOUNT_THROTTLE_RATE="5/min")
 def test_the_owners_own_address_still_throttles_guesses_from_it():
     """A familiar address is no free pass: guesses from it count against (account, address)."""
-    services.signup(tenant="acme", email="boss@acme.io", password=PASSWORD)
+    account_services.signup(tenant="acme", email="boss@acme.io", password=PASSWORD)
     office = Client(REMOTE_ADDR=OWNER_ADDRESS)
     office.post("/login/", {"email": "boss@acme.io", "password": PASSWORD})
     codes = [
@@ -73,8 +73,8 @@ def _reset(client: Client, email: str):
 
 
 def test_password_reset_requests_send_a_bounded_number_of_emails():
-    services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    services.signup(tenant="beta", email="you@beta.io", password=PASSWORD)
+    account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    account_services.signup(tenant="beta", email="you@beta.io", password=PASSWORD)
     # 25 requests for one account from one address: every answer the same, few emails.
     one = Client(REMOTE_ADDR=ATTACKER_ADDRESS)
     answers = [_reset(one, "me@acme.io") for _ in range(25)]
@@ -95,7 +95,7 @@ def test_password_reset_requests_send_a_bounded_number_of_emails():
 
 
 def test_a_throttled_reset_looks_the_same_as_one_that_was_sent():
-    services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
     client = Client(REMOTE_ADDR=ATTACKER_ADDRESS)
     first = client.post("/password-reset/", {"email": "me@acme.io"}, follow=True)
     for _ in range(10):

@@ -14,7 +14,7 @@ from common import sealed
 from common.object_store import LocalObjectStore
 from spark.rules import store as rules_store
 from spark.rules.actions import ActionRunner, Job
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import Rule
 from tests.api.conftest import client_for
 from tests.spark.conftest import database_url
@@ -27,7 +27,7 @@ HOOK = {"type": "webhook", "url": "https://hooks.example.com/in", "secret": SECR
 
 @pytest.fixture
 def acme():
-    tenant, _, token = services.signup(
+    tenant, _, token = account_services.signup(
         tenant="acme", email="owner@acme.io", password="pass-w0rd-acme"
     )
     return tenant, client_for(token)

@@ -17,7 +17,10 @@ from django.db import connection
 
 from common.device_identity import make_ca, make_leaf, pem_of
 from common.processes import data_plane_command
-from tenants import identity, services
+from tenants.accounts import services as account_services
+from tenants.devices import identity
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 
 
 @dataclass
@@ -120,7 +123,9 @@ class Fleet:
     def device(self, name: str, **fields) -> tuple[str, str]:
         """Create device `name` and its certificate: (certificate path, key path); its secret
         is kept in `secrets`."""
-        _, self.secrets[name] = services.device_create(tenant=self.tenant, name=name, **fields)
+        _, self.secrets[name] = device_services.device_create(
+            tenant=self.tenant, name=name, **fields
+        )
         return self.certificate(name)
 
     def certificate(self, common_name: str) -> tuple[str, str]:
@@ -133,7 +138,7 @@ class Fleet:
 
 
 def make_fleet(folder: Path, prefix: str = "sh") -> Fleet:
-    tenant = services.tenant_create(f"{prefix}{uuid.uuid4().hex[:8]}")
+    tenant = tenant_services.tenant_create(f"{prefix}{uuid.uuid4().hex[:8]}")
     ca, ca_key = make_ca(f"{tenant.slug} devices")
     verification, _ = make_leaf(identity.registration_code(tenant), ca, ca_key, days=1)
     identity.ca_register(
@@ -154,8 +159,8 @@ def api_client(tenant, role: str = "owner"):
 
     email = f"{role}-{uuid.uuid4().hex[:6]}@{tenant.slug}.io"
     user = get_user_model().objects.create_user(username=email, email=email, password="x" * 20)
-    services.membership_add(tenant=tenant, user=user, role=role)
-    _, raw = services.api_token_create(user=user, tenant=tenant)
+    account_services.membership_add(tenant=tenant, user=user, role=role)
+    _, raw = account_services.api_token_create(user=user, tenant=tenant)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client

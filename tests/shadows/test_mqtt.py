@@ -12,9 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from common.object_store import LocalObjectStore
-from tenants import services
-from tenants.journey import JourneyReader
-from tenants.journey_words import describe_outcome
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
+from tenants.journey.selectors import JourneyReader
+from tenants.journey.words import describe_outcome
+from tenants.tenant import services as tenant_services
 from tests.shadows.conftest import Watcher, api_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -120,8 +122,10 @@ def test_paho_mqtt5_shadow_flow(tls_broker, fleet):
 def test_attackers_cannot_reach_another_things_shadow(tls_broker, fleet):
     fleet.device("lamp")
     fleet.device("door")
-    evil = fleet.__class__(services.tenant_create(f"ev{fleet.slug[2:]}"), fleet.folder, None, None)
-    _, evil.secrets["lamp"] = services.device_create(tenant=evil.tenant, name="lamp")
+    evil = fleet.__class__(
+        tenant_services.tenant_create(f"ev{fleet.slug[2:]}"), fleet.folder, None, None
+    )
+    _, evil.secrets["lamp"] = device_services.device_create(tenant=evil.tenant, name="lamp")
     lamp = Watcher(tls_broker.port, fleet, "lamp")
     door = Watcher(tls_broker.port, fleet, "door", subscribe="#")
     twin = Watcher(tls_broker.port, evil, "lamp")  # the same thing name, another tenant
@@ -160,7 +164,7 @@ def test_attackers_cannot_reach_another_things_shadow(tls_broker, fleet):
 
         # Unless the tenant's ACL grants it: the door may then read and change the lamp's.
         door_id = fleet.tenant.devices.get(name="door")
-        services.acl_add(
+        acl_services.acl_add(
             tenant=fleet.tenant,
             device=door_id,
             action="both",

@@ -12,7 +12,9 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from tenants import services, shadow_services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
+from tenants.shadows import services as shadow_services
 from tests.shadows.conftest import Fleet, Watcher
 from tests.shadows.test_mqtt import send
 
@@ -22,9 +24,11 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync 
 
 def test_shadow_editor(live_server, page, artifacts, tls_broker, tmp_path):
     slug = f"ed{uuid.uuid4().hex[:8]}"
-    tenant, _, _ = services.signup(tenant=slug, email=f"me@{slug}.io", password="a long passphrase")
+    tenant, _, _ = account_services.signup(
+        tenant=slug, email=f"me@{slug}.io", password="a long passphrase"
+    )
     fleet = Fleet(tenant, tmp_path, None, None)
-    device, fleet.secrets["lamp"] = services.device_create(tenant=tenant, name="lamp")
+    device, fleet.secrets["lamp"] = device_services.device_create(tenant=tenant, name="lamp")
     lamp = Watcher(tls_broker.port, fleet, "lamp", subscribe="$aws/things/lamp/shadow/update/+")
 
     def told(kind: str) -> list[dict]:

@@ -11,8 +11,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tenants import services, shadow_services
+from tenants.devices import services as device_services
 from tenants.models import ShadowVersion
+from tenants.shadows import services as shadow_services
+from tenants.tenant import services as tenant_services
 from tests.shadows.conftest import Watcher, api_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,8 +106,8 @@ def test_rest_keeps_tenants_and_roles_apart(fleet):
     fleet.device("lamp")
     owner = api_client(fleet.tenant)
     assert post(owner, SHADOW.format("lamp"), {"state": {"reported": {"t": 1}}}).status_code == 200
-    other = services.tenant_create(f"ev{fleet.slug[2:]}")
-    services.device_create(tenant=other, name="lamp")
+    other = tenant_services.tenant_create(f"ev{fleet.slug[2:]}")
+    device_services.device_create(tenant=other, name="lamp")
     attacker = api_client(other)
     # Another tenant's token: its own `lamp` (none yet), never the victim's.
     assert attacker.get(SHADOW.format("lamp")).status_code == 404
@@ -120,7 +122,7 @@ def test_rest_keeps_tenants_and_roles_apart(fleet):
 
 
 def test_history_is_kept_for_the_plans_days(fleet):
-    device = services.device_create(tenant=fleet.tenant, name="lamp")[0]
+    device = device_services.device_create(tenant=fleet.tenant, name="lamp")[0]
     for n in range(3):
         shadow_services.shadow_update(
             device=device,
@@ -132,7 +134,7 @@ def test_history_is_kept_for_the_plans_days(fleet):
     old = timezone.now() - timedelta(days=31)
     ShadowVersion.objects.filter(version__lte=2).update(created_at=old)
     assert shadow_services.shadow_history_purge() == 2  # the plan keeps 30 days
-    services.tenant_set_quota(fleet.tenant, {"shadow_history_days": 60})
+    tenant_services.tenant_set_quota(fleet.tenant, {"shadow_history_days": 60})
     shadow_services.shadow_update(
         device=device, name="", payload=b'{"state":{}}', if_match=None, actor="test"
     )

@@ -39,7 +39,7 @@ def shadow_rows(broker, tenant: str, count: int, timeout: float = 8.0) -> list[d
 
 
 def test_shadow_changes_are_rule_inputs(tls_broker, fleet):
-    from tenants.history_services import history_policy_create
+    from tenants.history.services import history_policy_create
 
     fleet.device("lamp")
     # The archive keeps what a policy or an enabled rule asks for (issue 31): the shadow events.

@@ -1,5 +1,5 @@
 """A run's worker to be killed (`python -m tests.spark.killed_run_worker`, a JSON job on stdin):
-what `tenants.rule_runs.execute` does for one chunk of a `new-only` run — the run marked
+what `tenants.rules.runs.execute` does for one chunk of a `new-only` run — the run marked
 running, its actions through the backfill's own firing path (`spark.rules.runner.process`, the
 ledger gate bound to the run, the real action pool) — without Spark, whose JVM start costs
 ~20 s; the passed rows (rule id, ts, outputs JSON, message id) come from the test. It prints

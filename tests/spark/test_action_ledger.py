@@ -16,8 +16,9 @@ from django.db import connection
 from spark.rules import ledger
 from spark.rules.actions import Job, Outcome
 from spark.rules.firing import Gate
-from tenants import services
 from tenants.models import RuleActionLedger, RuleDeadLetter
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.spark.conftest import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,8 +47,8 @@ def connect() -> psycopg.Connection:
 
 @pytest.fixture
 def rule():
-    tenant = services.tenant_create("acme")
-    created = services.rule_create(tenant=tenant, name="r", sql='SELECT * FROM "t/#"')
+    tenant = tenant_services.tenant_create("acme")
+    created = rule_services.rule_create(tenant=tenant, name="r", sql='SELECT * FROM "t/#"')
     connection.close()
     return created
 
@@ -137,7 +138,7 @@ def test_a_replay_drops_letters_a_run_did_since_and_records_what_it_delivers(rul
         )
     with connect() as conn:
         ledger.record(conn, [done.key], ledger.RUN)  # a run did the first since
-    result = services.rule_dead_letters_replay(rule)
+    result = rule_services.rule_dead_letters_replay(rule)
     assert (result["replayed"], result["delivered"], result["done_already"]) == (1, 1, 1)
     assert [json.loads(c["body"]) for c in receiver.wait(1, 10)] == [{"m": "d-1:1"}]
     assert not RuleDeadLetter.objects.exists()
@@ -151,7 +152,7 @@ def test_a_replay_drops_letters_a_run_did_since_and_records_what_it_delivers(rul
 def test_the_ledger_forgets_messages_older_than_its_days(rule, settings):
     from datetime import UTC, datetime, timedelta
 
-    from tenants.rule_runs.services import ledger_prune
+    from tenants.rules.runs.services import ledger_prune
 
     settings.RULE_LEDGER_DAYS = 30
     now = datetime.now(UTC)
@@ -175,7 +176,7 @@ def test_the_ledger_forgets_messages_older_than_its_days(rule, settings):
 def run_of(rule, api=None):
     from datetime import UTC, datetime, timedelta
 
-    from tenants.rule_runs import services as runs
+    from tenants.rules.runs import services as runs
 
     now = datetime.now(UTC)
     return runs.run_start(
@@ -189,7 +190,7 @@ def test_a_stale_runs_unconfirmed_claims_go_back_and_its_confirmed_ones_stay(rul
     from django.utils import timezone
 
     from tenants.models import RuleRun
-    from tenants.rule_runs import services as runs
+    from tenants.rules.runs import services as runs
 
     lost = run_of(rule)
     RuleRun.objects.filter(pk=lost.pk).update(state="running", heartbeat_at=timezone.now())
@@ -215,7 +216,7 @@ def test_a_stale_runs_unconfirmed_claims_go_back_and_its_confirmed_ones_stay(rul
 
 
 def test_an_ended_run_gives_back_what_it_could_not_confirm(rule):
-    from tenants.rule_runs.services import claims_release
+    from tenants.rules.runs.services import claims_release
 
     ended = run_of(rule)
     gate = Gate("new-only", connect, str(ended.pk))
@@ -260,9 +261,9 @@ def test_a_replay_leaves_a_letter_a_run_under_way_has_claimed(rule, receiver):
     under_way = run_of(rule)
     gate = Gate("new-only", connect, str(under_way.pk))
     assert gate.admit([job]) == ([job], 0)
-    result = services.rule_dead_letters_replay(rule)
+    result = rule_services.rule_dead_letters_replay(rule)
     assert (result["replayed"], result["done_already"], result["remaining"]) == (0, 0, 1)
     assert receiver.calls == []
     gate.settle([Outcome(job, ok=True)])  # the run fired it: the next replay drops the letter
     gate.close()
-    assert services.rule_dead_letters_replay(rule)["done_already"] == 1
+    assert rule_services.rule_dead_letters_replay(rule)["done_already"] == 1

@@ -17,8 +17,10 @@ import pytest
 from django.db import connection
 
 from bench.rules_live import Tarpit
-from tenants import services
+from tenants.devices import services as device_services
 from tenants.models import RuleActionRetry, RuleDeadLetter, RuleMetrics
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.spark.conftest import Receiver
 from tests.spark.test_end_to_end import platform, start_live  # noqa: F401 (fixture)
@@ -35,12 +37,16 @@ def test_the_victims_rule_keeps_its_latency_while_every_attack_runs(
     port, store, _ = platform
     tarpit, failing = Tarpit(), Receiver(statuses=[500] * 1000)
     try:
-        victim = services.tenant_create("victim")
-        evil = services.tenant_create("evil")
-        services.tenant_set_quota(evil, {"max_message_size": 2 << 20})
-        _, victim_secret = services.device_create(tenant=victim, name="d", client_id_policy="any")
-        _, evil_secret = services.device_create(tenant=evil, name="d", client_id_policy="any")
-        hot = services.rule_create(
+        victim = tenant_services.tenant_create("victim")
+        evil = tenant_services.tenant_create("evil")
+        tenant_services.tenant_set_quota(evil, {"max_message_size": 2 << 20})
+        _, victim_secret = device_services.device_create(
+            tenant=victim, name="d", client_id_policy="any"
+        )
+        _, evil_secret = device_services.device_create(
+            tenant=evil, name="d", client_id_policy="any"
+        )
+        hot = rule_services.rule_create(
             tenant=victim,
             name="hot",
             sql='SELECT payload.seq AS seq FROM "s/#"',
@@ -61,11 +67,13 @@ def test_the_victims_rule_keeps_its_latency_while_every_attack_runs(
             ),
         }
         for name, (sql, actions) in attacks.items():
-            services.rule_create(tenant=evil, name=name, sql=sql, actions=actions)
+            rule_services.rule_create(tenant=evil, name=name, sql=sql, actions=actions)
         # A second attacker's NUL (its own lane: not queued behind the first one's tarpit).
-        nul_tenant = services.tenant_create("evil2")
-        _, nul_secret = services.device_create(tenant=nul_tenant, name="d", client_id_policy="any")
-        services.rule_create(
+        nul_tenant = tenant_services.tenant_create("evil2")
+        _, nul_secret = device_services.device_create(
+            tenant=nul_tenant, name="d", client_id_policy="any"
+        )
+        rule_services.rule_create(
             tenant=nul_tenant,
             name="nul",
             sql='SELECT payload.s AS s FROM "nul/#"',

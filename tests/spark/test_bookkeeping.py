@@ -16,8 +16,9 @@ from django.db import connection
 from spark.archive import spark_schema
 from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
-from tenants import services
 from tenants.models import RuleDeadLetter, RuleMetrics
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.spark.conftest import (
     Receiver,
     database_url,
@@ -34,19 +35,19 @@ SECRET = "whsec-bookkeeping-test-0001"
 def test_a_nul_in_one_tenants_output_loses_no_other_tenants_bookkeeping(spark, store, tmp_path):
     failing = Receiver(statuses=[500] * 100)
     try:
-        evil = services.tenant_create("evil")
-        victim = services.tenant_create("victim")
-        poisoned = services.rule_create(
+        evil = tenant_services.tenant_create("evil")
+        victim = tenant_services.tenant_create("victim")
+        poisoned = rule_services.rule_create(
             tenant=evil,
             name="nul",
             # The output string holds a NUL, and so does the error of the second rule.
             sql='SELECT payload.s AS s FROM "t/#"',
             actions=[{"type": "webhook", "url": failing.url, "secret": SECRET}],
         )
-        broken = services.rule_create(
+        broken = rule_services.rule_create(
             tenant=evil, name="err", sql='SELECT json_decode(payload.s) AS x FROM "t/#"'
         )
-        honest = services.rule_create(
+        honest = rule_services.rule_create(
             tenant=victim,
             name="hook",
             sql='SELECT payload.n AS n FROM "t/#"',
@@ -80,7 +81,7 @@ def test_a_nul_in_one_tenants_output_loses_no_other_tenants_bookkeeping(spark, s
         # The replay sends the body the job sent, byte for byte (and signed as it was).
         (first,) = [c for c in failing.calls if b'"s"' in c["body"]]
         failing.statuses = []
-        tenant_letters = services.rule_dead_letters_replay(poisoned)
+        tenant_letters = rule_services.rule_dead_letters_replay(poisoned)
         assert tenant_letters["delivered"] == 1
         replayed = failing.calls[-1]
         assert replayed["body"] == first["body"] and signature_ok(replayed, SECRET)
@@ -95,8 +96,8 @@ def test_counters_and_letters_wait_for_a_database_that_is_away():
     from spark.rules import store as db
     from spark.rules.bookkeeping import Books, DeadLetter
 
-    acme = services.tenant_create("acme")
-    rule = services.rule_create(tenant=acme, name="r", sql='SELECT * FROM "t/#"')
+    acme = tenant_services.tenant_create("acme")
+    rule = rule_services.rule_create(tenant=acme, name="r", sql='SELECT * FROM "t/#"')
     connection.close()
     books = Books()
     letter = DeadLetter(

@@ -16,9 +16,9 @@ from django.db.models import Sum
 
 from spark.rules.actions import ActionRunner
 from spark.rules.backfill import run_backfill
-from tenants import services
-from tenants.billing import usage_log_rollup
+from tenants.billing.services import usage_log_rollup
 from tenants.models import RuleDeadLetter, Usage
+from tenants.rules import services as rule_services
 from tests.api.conftest import acme, attacker  # noqa: F401 (fixtures)
 from tests.spark.conftest import Receiver, database_url, message, signature_ok, write_live
 
@@ -39,7 +39,7 @@ def test_dead_letters_replay_once_the_receiver_is_back(
     down = Receiver()
     url, port = down.url, down.server.server_port
     down.close()  # nothing listens there now: connection refused
-    rule = services.rule_create(
+    rule = rule_services.rule_create(
         tenant=tenant,
         name="hook",
         sql='SELECT payload.n AS n FROM "t/#"',

@@ -21,8 +21,10 @@ from django.db import connection
 
 from common.embedded import free_port
 from common.object_store import LocalObjectStore
-from tenants import services
+from tenants.devices import services as device_services
 from tenants.models import RuleMetrics
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.spark.conftest import database_url, signature_ok
 from tests.tenancy.test_broker_tenancy import start_pg_broker
@@ -46,10 +48,10 @@ def platform(monkeypatch, tmp_path):
 
 
 def devices():
-    acme = services.tenant_create("acme")
-    evil = services.tenant_create("evil")
-    _, acme_secret = services.device_create(tenant=acme, name="dev", client_id_policy="any")
-    _, evil_secret = services.device_create(tenant=evil, name="dev", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
+    _, acme_secret = device_services.device_create(tenant=acme, name="dev", client_id_policy="any")
+    _, evil_secret = device_services.device_create(tenant=evil, name="dev", client_id_policy="any")
     return acme, evil, acme_secret, evil_secret
 
 
@@ -58,7 +60,7 @@ def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
     port, store, _ = platform
     acme, evil, acme_secret, evil_secret = devices()
     sql = 'SELECT payload.seq AS seq, payload.t AS t, clientid FROM "sensors/+/temp" WHERE payload.t > 20'
-    services.rule_create(
+    rule_services.rule_create(
         tenant=acme,
         name="hot",
         sql=sql,
@@ -67,10 +69,10 @@ def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
             {"type": "webhook", "url": receiver.url, "secret": SECRET},
         ],
     )
-    services.rule_create(  # evil's twin rule: same name, same SQL, its own republish
+    rule_services.rule_create(  # evil's twin rule: same name, same SQL, its own republish
         tenant=evil, name="hot", sql=sql, actions=[{"type": "republish", "topic": "alerts/x"}]
     )
-    loop = services.rule_create(  # republishes into its own FROM: must not feed itself
+    loop = rule_services.rule_create(  # republishes into its own FROM: must not feed itself
         tenant=acme,
         name="echo",
         sql='SELECT payload AS p FROM "loop/#"',
@@ -175,10 +177,10 @@ def test_run_rules_backfills_what_the_broker_archived(platform):
     port, store, process = platform
     acme, evil, acme_secret, evil_secret = devices()
     sql = 'SELECT payload.t AS t FROM "sensors/#" WHERE payload.t > 20'
-    rule = services.rule_create(
+    rule = rule_services.rule_create(
         tenant=acme, name="hot", sql=sql, actions=[{"type": "dataset", "name": "hot"}]
     )
-    services.rule_create(tenant=evil, name="hot", sql=sql)
+    rule_services.rule_create(tenant=evil, name="hot", sql=sql)
     connection.close()
     start = datetime.now(UTC) - timedelta(minutes=1)
     device = Paho(port, "acme/dev", acme_secret, "dev-1")

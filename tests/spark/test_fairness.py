@@ -14,8 +14,9 @@ from django.db import connection
 from spark.archive import spark_schema
 from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
-from tenants import services
 from tenants.models import AuditEntry, Rule, RuleDeadLetter, RuleMetrics
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.spark.conftest import message, write_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,10 +33,10 @@ def test_a_cpu_heavy_rule_holds_up_neither_the_batch_nor_the_victim(
     spark, store, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("RULES_PAUSE_AFTER", "4")
-    evil = services.tenant_create("evil")
-    victim = services.tenant_create("victim")
-    bomb = services.rule_create(tenant=evil, name="cpu", sql=CPU_RULE)
-    honest = services.rule_create(
+    evil = tenant_services.tenant_create("evil")
+    victim = tenant_services.tenant_create("victim")
+    bomb = rule_services.rule_create(tenant=evil, name="cpu", sql=CPU_RULE)
+    honest = rule_services.rule_create(
         tenant=victim, name="hot", sql='SELECT payload.t AS t FROM "s/#" WHERE payload.t > 1'
     )
     connection.close()
@@ -79,8 +80,8 @@ def test_a_rule_that_keeps_going_over_budget_is_paused_with_a_notice(
 ):
     monkeypatch.setenv("RULES_PAUSE_AFTER", "3")
     monkeypatch.setenv("RULES_TENANT_SHARE_SECONDS", "30")  # every message meets its budget
-    evil = services.tenant_create("evil")
-    bomb = services.rule_create(tenant=evil, name="cpu", sql=CPU_RULE)
+    evil = tenant_services.tenant_create("evil")
+    bomb = rule_services.rule_create(tenant=evil, name="cpu", sql=CPU_RULE)
     connection.close()
     job = LiveJob(
         spark, _dsn(), store, checkpoint=tmp_path / "c", runner=ActionRunner(store, attempts=1)
@@ -99,7 +100,7 @@ def test_a_rule_that_keeps_going_over_budget_is_paused_with_a_notice(
     finally:
         job.stop()
     # The tenant sees it (API), and enabling it again resumes it.
-    body = services.rule_update(Rule.objects.get(id=bomb.id), enabled=True)
+    body = rule_services.rule_update(Rule.objects.get(id=bomb.id), enabled=True)
     assert body.paused_at is None and body.paused_reason == ""
 
 

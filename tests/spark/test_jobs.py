@@ -17,10 +17,12 @@ from common.embedded import free_port
 from spark.rules.actions import ActionRunner, Job
 from spark.rules.backfill import run_backfill
 from spark.rules.live import LiveJob, wait_for_batches
-from tenants import services
-from tenants.journey import JourneyReader
-from tenants.journey_words import describe_outcome
+from tenants.devices import services as device_services
+from tenants.journey.selectors import JourneyReader
+from tenants.journey.words import describe_outcome
 from tenants.models import RuleDeadLetter, RuleMetrics
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.spark.conftest import Receiver, database_url, message, signature_ok, write_live
 from tests.tenancy.test_broker_tenancy import start_pg_broker
@@ -44,11 +46,13 @@ def metrics_of(rule) -> RuleMetrics:
 
 
 def test_backfill_runs_actions_counts_and_meters(spark, store, broker, receiver):
-    acme = services.tenant_create("acme")
-    evil = services.tenant_create("evil")
-    _, secret = services.device_create(tenant=acme, name="watcher", client_id_policy="any")
-    _, evil_secret = services.device_create(tenant=evil, name="watcher", client_id_policy="any")
-    hot = services.rule_create(
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
+    _, secret = device_services.device_create(tenant=acme, name="watcher", client_id_policy="any")
+    _, evil_secret = device_services.device_create(
+        tenant=evil, name="watcher", client_id_policy="any"
+    )
+    hot = rule_services.rule_create(
         tenant=acme,
         name="hot",
         sql='SELECT payload.temp AS temp, clientid FROM "sensors/#" WHERE payload.temp > 25',
@@ -58,7 +62,7 @@ def test_backfill_runs_actions_counts_and_meters(spark, store, broker, receiver)
             {"type": "dataset", "name": "hot"},
         ],
     )
-    same = services.rule_create(  # the other tenant's rule of the same name and SQL
+    same = rule_services.rule_create(  # the other tenant's rule of the same name and SQL
         tenant=evil,
         name="hot",
         sql='SELECT payload.temp AS temp, clientid FROM "sensors/#" WHERE payload.temp > 25',
@@ -141,8 +145,8 @@ def test_a_republish_with_no_broker_says_where_it_looked(store):
 def test_a_failing_webhook_is_retried_then_dead_lettered(spark, store):
     failing = Receiver(statuses=[500, 503, 500])
     try:
-        acme = services.tenant_create("acme")
-        rule = services.rule_create(
+        acme = tenant_services.tenant_create("acme")
+        rule = rule_services.rule_create(
             tenant=acme,
             name="hook",
             sql='SELECT topic FROM "t/#"',
@@ -172,9 +176,9 @@ def test_live_job_applies_rule_changes_without_restart(spark, store, broker, rec
     """…and leaves in each tenant's journey what its rules did with each message (matched, each
     action's result, a failure's error), never in another tenant's."""
     started = datetime.now(UTC)
-    acme = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=acme, name="watcher", client_id_policy="any")
-    rule = services.rule_create(
+    acme = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=acme, name="watcher", client_id_policy="any")
+    rule = rule_services.rule_create(
         tenant=acme,
         name="fwd",
         sql='SELECT payload.n AS n, clientid FROM "in/#"',
@@ -184,8 +188,8 @@ def test_live_job_applies_rule_changes_without_restart(spark, store, broker, rec
         ],
     )
     refusing = Receiver(statuses=[400])
-    other = services.tenant_create("other")
-    services.rule_create(
+    other = tenant_services.tenant_create("other")
+    rule_services.rule_create(
         tenant=other,
         name="hook",
         sql='SELECT payload.n AS n FROM "in/#"',
@@ -213,14 +217,16 @@ def test_live_job_applies_rule_changes_without_restart(spark, store, broker, rec
         assert (got[0].topic, got[0].payload) == ("out/dev-9", b"n=1")
         assert json.loads(receiver.wait(1, 10)[0]["body"]) == {"n": 1, "clientid": "dev-9"}
 
-        services.rule_update(rule, enabled=False)
+        rule_services.rule_update(rule, enabled=False)
         connection.close()
         batches = job.batches
         write_live(store, [message("acme", "in/a", {"n": 2}, int(time.time() * 1000))])
         wait_for_batches(job, batches + 1, 30)
         assert watch.nothing(1.0)
 
-        services.rule_update(rule, enabled=True, sql='SELECT payload.n AS n, clientid FROM "in2/#"')
+        rule_services.rule_update(
+            rule, enabled=True, sql='SELECT payload.n AS n, clientid FROM "in2/#"'
+        )
         connection.close()
         write_live(
             store, [message("acme", "in2/b", {"n": 3}, int(time.time() * 1000), client_id="d")]
@@ -270,7 +276,7 @@ def test_run_rules_names_the_problem_with_its_arguments(args, message):
 def test_run_rules_for_a_tenant_without_rules_says_so(spark, store, monkeypatch):
     from django.core.management import CommandError, call_command
 
-    services.tenant_create("quiet")
+    tenant_services.tenant_create("quiet")
     monkeypatch.setenv("OBJECT_STORE_URL", f"file://{store.root}")
     with pytest.raises(CommandError, match="no matching rules for tenant 'quiet'"):
         call_command("run_rules", "--tenant", "quiet", "--no-progress")

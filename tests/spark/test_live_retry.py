@@ -17,8 +17,9 @@ from spark.rules import live
 from spark.rules.actions import ActionRunner
 from spark.rules.backfill import run_backfill
 from spark.rules.live import LiveJob
-from tenants import services
 from tenants.models import RuleMetrics
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.spark.conftest import database_url, message, write_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,8 +27,8 @@ SECRET = "whsec-retry-test-secret-01"
 
 
 def job_and_batch(spark, store, receiver, tmp_path):
-    acme = services.tenant_create("acme")
-    rule = services.rule_create(
+    acme = tenant_services.tenant_create("acme")
+    rule = rule_services.rule_create(
         tenant=acme,
         name="hook",
         sql='SELECT payload.n AS n FROM "t/#"',

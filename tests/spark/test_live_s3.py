@@ -22,7 +22,9 @@ from django.conf import settings
 from django.db import connection
 
 from common.object_store import S3ObjectStore
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.spark.conftest import database_url, signature_ok
 from tests.spark.test_end_to_end import start_live
@@ -60,12 +62,12 @@ def _wait_for(receiver, predicate, timeout: float, what: str) -> None:
 
 def test_live_job_on_s3_runs_actions_and_lifecycle_rules(s3_platform, receiver, tmp_path):
     port, store = s3_platform
-    acme = services.tenant_create("acme")
-    evil = services.tenant_create("evil")
-    _, secret = services.device_create(tenant=acme, name="dev", client_id_policy="any")
-    _, evil_secret = services.device_create(tenant=evil, name="dev", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
+    _, secret = device_services.device_create(tenant=acme, name="dev", client_id_policy="any")
+    _, evil_secret = device_services.device_create(tenant=evil, name="dev", client_id_policy="any")
     hook = receiver.url
-    services.rule_create(
+    rule_services.rule_create(
         tenant=acme,
         name="hot",
         sql='SELECT payload.seq AS seq, clientid FROM "sensors/+/temp" WHERE payload.t > 20',
@@ -79,7 +81,7 @@ def test_live_job_on_s3_runs_actions_and_lifecycle_rules(s3_platform, receiver, 
         ("subs", "$events/session_subscribed"),
         ("bye", "$events/client_disconnected"),
     ):
-        services.rule_create(
+        rule_services.rule_create(
             tenant=acme,
             name=name,
             sql=f'SELECT clientid, event, topic, reason FROM "{source}"',
@@ -130,9 +132,9 @@ def test_live_job_on_s3_runs_actions_and_lifecycle_rules(s3_platform, receiver, 
 def test_run_rules_backfill_on_s3(s3_platform):
     """`manage.py run_rules --from --to` over what the broker archived to S3."""
     port, store = s3_platform
-    acme = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=acme, name="dev", client_id_policy="any")
-    services.rule_create(
+    acme = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=acme, name="dev", client_id_policy="any")
+    rule_services.rule_create(
         tenant=acme,
         name="hot",
         sql='SELECT payload.t AS t FROM "sensors/#" WHERE payload.t > 20',

@@ -19,8 +19,9 @@ from common.mqtt.packets import MQTT_5_0, Connack, Connect, PubAck, Publish
 from spark.rules.actions import Job
 from spark.rules.lanes import ActionLanes, LaneLimits
 from spark.rules.retry_store import RetryStore
-from tenants import services
 from tenants.models import RuleActionRetry
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.spark.conftest import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -87,11 +88,13 @@ def jobs(rule, count: int, size: int) -> list[Job]:
 
 def test_a_slowed_tenants_republishes_wait_bounded_and_hold_no_one_else(store):
     broker = SlowBroker()
-    evil = services.tenant_create("evil")
-    victim = services.tenant_create("victim")
+    evil = tenant_services.tenant_create("evil")
+    victim = tenant_services.tenant_create("victim")
     action = [{"type": "republish", "topic": "out/x", "qos": 1}]
-    loud = services.rule_create(tenant=evil, name="fan", sql='SELECT * FROM "t/#"', actions=action)
-    quiet = services.rule_create(
+    loud = rule_services.rule_create(
+        tenant=evil, name="fan", sql='SELECT * FROM "t/#"', actions=action
+    )
+    quiet = rule_services.rule_create(
         tenant=victim, name="fwd", sql='SELECT * FROM "s/#"', actions=action
     )
     connection.close()
@@ -134,11 +137,17 @@ def test_a_slowed_tenants_republishes_wait_bounded_and_hold_no_one_else(store):
 def test_a_refused_republish_is_retried_only_when_the_broker_says_later(store):
     broker = SlowBroker()
     action = [{"type": "republish", "topic": "out/x", "qos": 1}]
-    busy = services.rule_create(
-        tenant=services.tenant_create("busy"), name="r", sql='SELECT * FROM "#"', actions=action
+    busy = rule_services.rule_create(
+        tenant=tenant_services.tenant_create("busy"),
+        name="r",
+        sql='SELECT * FROM "#"',
+        actions=action,
     )
-    bad = services.rule_create(
-        tenant=services.tenant_create("bad"), name="r", sql='SELECT * FROM "#"', actions=action
+    bad = rule_services.rule_create(
+        tenant=tenant_services.tenant_create("bad"),
+        name="r",
+        sql='SELECT * FROM "#"',
+        actions=action,
     )
     connection.close()
     lanes = ActionLanes(

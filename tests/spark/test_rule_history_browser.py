@@ -14,8 +14,9 @@ import pytest
 from django.db import connection
 from playwright.sync_api import expect
 
-from tenants import services
-from tenants.rule_runs import services as runs
+from tenants.accounts import services as account_services
+from tenants.rules import services as rule_services
+from tenants.rules.runs import services as runs
 from tests.spark.conftest import message, write_live
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -26,7 +27,7 @@ SECRET = "whsec-history-browser-000000001"
 def test_preview_then_run_over_history_in_the_portal(
     live_server, page, artifacts, spark, store, receiver, monkeypatch
 ):
-    from tenants.rule_runs.execute import execute
+    from tenants.rules.runs.execute import execute
 
     monkeypatch.setenv("OBJECT_STORE_URL", f"file://{store.root}")
     monkeypatch.setenv("MQTT_SERVICE_KEY", "history-browser-service-key")
@@ -41,10 +42,10 @@ def test_preview_then_run_over_history_in_the_portal(
         threading.Thread(target=work, daemon=True).start()
 
     monkeypatch.setattr(runs, "dispatch", dispatch)
-    tenant, _, _ = services.signup(
+    tenant, _, _ = account_services.signup(
         tenant="acme-history", email="history@acme.io", password="a long passphrase"
     )
-    services.rule_create(
+    rule_services.rule_create(
         tenant=tenant,
         name="hot",
         sql='SELECT payload.temp AS t, clientid FROM "sensors/+/temp" WHERE payload.temp > 30',

@@ -16,8 +16,8 @@ from common.journey_schema import MESSAGE_SCHEMA, MESSAGES, live_segment_key
 from common.object_store import LocalObjectStore
 from spark.rules.actions import Job, Outcome
 from spark.rules.journey import RuleJourney, action_words
-from tenants.journey import JourneyReader
-from tenants.journey_words import describe_outcome
+from tenants.journey.selectors import JourneyReader
+from tenants.journey.words import describe_outcome
 
 
 def result(tenant: str, status: str, error: str | None = None) -> SimpleNamespace:

@@ -17,8 +17,11 @@ from django.db import connection
 from spark.archive import spark_schema
 from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tenants.models import RuleDeadLetter
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.api.conftest import client_for
 from tests.broker.clients import Paho
 from tests.spark.conftest import database_url, message, rule_usage, write_live
@@ -38,15 +41,17 @@ def broker(monkeypatch):
 
 
 def test_a_fan_out_is_bounded_by_the_plan(spark, store, broker, tmp_path):
-    evil = services.tenant_create("evil")
-    victim = services.tenant_create("victim")
-    _, evil_secret = services.device_create(tenant=evil, name="w", client_id_policy="any")
-    _, victim_secret = services.device_create(tenant=victim, name="w", client_id_policy="any")
+    evil = tenant_services.tenant_create("evil")
+    victim = tenant_services.tenant_create("victim")
+    _, evil_secret = device_services.device_create(tenant=evil, name="w", client_id_policy="any")
+    _, victim_secret = device_services.device_create(
+        tenant=victim, name="w", client_id_policy="any"
+    )
     republish = [{"type": "republish", "topic": "out/${i}", "qos": 0}]
-    fan = services.rule_create(
+    fan = rule_services.rule_create(
         tenant=evil, name="fan", sql='FOREACH [1..20000] AS i DO i FROM "t/#"', actions=republish
     )
-    services.rule_create(
+    rule_services.rule_create(
         tenant=victim,
         name="fwd",
         sql='SELECT payload.n AS i FROM "s/#"',
@@ -77,7 +82,7 @@ def test_a_fan_out_is_bounded_by_the_plan(spark, store, broker, tmp_path):
 
 
 def test_the_plan_value_and_its_override_apply_to_the_dry_run(db):
-    tenant, _, token = services.signup(
+    tenant, _, token = account_services.signup(
         tenant="acme", email="owner@acme.io", password="pass-w0rd-acme"
     )
     api = client_for(token)
@@ -85,7 +90,7 @@ def test_the_plan_value_and_its_override_apply_to_the_dry_run(db):
     refused = api.post("/api/v1/rules/test", body, format="json")
     assert refused.status_code == 400
     assert "more than 100 outputs" in refused.json()["error"]["message"]
-    services.tenant_set_quota(tenant, {"max_rule_outputs": 200})
+    tenant_services.tenant_set_quota(tenant, {"max_rule_outputs": 200})
     answer = api.post("/api/v1/rules/test", body, format="json").json()
     assert len(answer["outputs"]) == 150
     assert api.get("/api/v1/quota").json()["limits"]["max_rule_outputs"] == 200

@@ -33,9 +33,10 @@ from common.archive_io import compact_hour, hour_start
 from common.archive_schema import message_id_prefix
 from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
-from tenants import services
+from tenants.accounts import services as account_services
 from tenants.models import RuleActionLedger, RuleRun
-from tenants.rule_runs import services as runs
+from tenants.rules import services as rule_services
+from tenants.rules.runs import services as runs
 from tests.api.conftest import client_for
 from tests.spark.conftest import database_url, message, rule_usage, signature_ok, write_live
 
@@ -47,7 +48,7 @@ KEY = "rules-runs-test-service-key"
 @pytest.fixture
 def worker(spark, store, monkeypatch):
     """Runs are dispatched to this in-process worker: `execute` on the suite's Spark session."""
-    from tenants.rule_runs.execute import execute
+    from tenants.rules.runs.execute import execute
 
     monkeypatch.setenv("MQTT_SERVICE_KEY", KEY)
     threads: list[threading.Thread] = []
@@ -70,7 +71,7 @@ def worker(spark, store, monkeypatch):
 
 
 def owner(tenant: str):
-    created, _, token = services.signup(
+    created, _, token = account_services.signup(
         tenant=tenant, email=f"owner@{tenant}.io", password=f"pass-w0rd-{tenant}"
     )
     return created, client_for(token)
@@ -102,8 +103,8 @@ def test_a_run_fires_its_actions_counts_and_is_metered(spark, store, worker, rec
     evil, _ = owner("evil")
     hook = {"type": "webhook", "url": receiver.url, "secret": SECRET}
     sql = 'SELECT payload.temp AS t, clientid FROM "sensors/+/temp" WHERE payload.temp > 30'
-    services.rule_create(tenant=acme, name="hot", sql=sql, actions=[hook])
-    services.rule_create(tenant=evil, name="hot", sql=sql, actions=[hook])
+    rule_services.rule_create(tenant=acme, name="hot", sql=sql, actions=[hook])
+    rule_services.rule_create(tenant=evil, name="hot", sql=sql, actions=[hook])
     now = datetime.now(UTC)
     base = int((now - timedelta(hours=3)).timestamp() * 1000)
     rows = []
@@ -144,7 +145,7 @@ def test_new_only_fires_no_action_twice_across_the_live_job_and_runs(
     monkeypatch.setenv("OBJECT_STORE_URL", f"file://{store.root}")  # the command's store
     acme, api = owner("acme")
     hook = {"type": "webhook", "url": receiver.url, "secret": SECRET}
-    rule = services.rule_create(
+    rule = rule_services.rule_create(
         tenant=acme, name="fwd", sql='SELECT payload.n AS n FROM "in/#"', actions=[hook]
     )
     connection.close()
@@ -239,7 +240,9 @@ def test_a_running_run_is_cancelled_between_chunks(spark, store, worker):
     try:
         acme, api = owner("acme")
         hook = {"type": "webhook", "url": held.url, "secret": SECRET}
-        services.rule_create(tenant=acme, name="all", sql='SELECT * FROM "t/#"', actions=[hook])
+        rule_services.rule_create(
+            tenant=acme, name="all", sql='SELECT * FROM "t/#"', actions=[hook]
+        )
         connection.close()
         now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         # Eight hours of one segment each: chunks of four hours (two files per core).
@@ -273,7 +276,7 @@ def test_a_killed_workers_unfired_actions_fire_once_in_the_next_new_only_run(spa
     try:
         acme, api = owner("acme")
         hook = {"type": "webhook", "url": held.url, "secret": SECRET}
-        rule = services.rule_create(
+        rule = rule_services.rule_create(
             tenant=acme, name="fwd", sql='SELECT payload.n AS n FROM "in/#"', actions=[hook]
         )
         connection.close()

@@ -16,8 +16,9 @@ from django.db import connection
 from bench.rules_live import Tarpit
 from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
-from tenants import services
 from tenants.models import RuleActionRetry
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.spark.conftest import database_url, message, write_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,15 +34,15 @@ def latencies(receiver, sent: dict[int, float], count: int) -> list[float]:
 def test_a_tarpit_webhook_holds_only_its_own_tenants_actions(spark, store, receiver, tmp_path):
     tarpit = Tarpit()
     try:
-        evil = services.tenant_create("evil")
-        victim = services.tenant_create("victim")
-        services.rule_create(
+        evil = tenant_services.tenant_create("evil")
+        victim = tenant_services.tenant_create("victim")
+        rule_services.rule_create(
             tenant=evil,
             name="tarpit",
             sql='FOREACH [1..48] AS i DO i FROM "t/#"',
             actions=[{"type": "webhook", "url": tarpit.url}],
         )
-        services.rule_create(
+        rule_services.rule_create(
             tenant=victim,
             name="hook",
             sql='SELECT payload.n AS n FROM "s/#"',

@@ -23,9 +23,10 @@ from common.archive_schema import (
     EVENT_UNSUBSCRIBED,
 )
 from common.object_store import open_object_store
-from tenants import services
-from tenants.history_services import history_policy_create
+from tenants.devices import services as device_services
+from tenants.history.services import history_policy_create
 from tenants.models import Tenant
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -49,16 +50,16 @@ def test_published_messages_and_lifecycle_events_come_back_as_parquet_rows(
     s3_endpoint, monkeypatch, tmp_path
 ):
     url = _bucket(s3_endpoint, monkeypatch, "archive")
-    acme = services.tenant_create("acme")
-    quiet = services.tenant_create("quiet")
+    acme = tenant_services.tenant_create("acme")
+    quiet = tenant_services.tenant_create("quiet")
     # acme keeps every topic and its lifecycle events; quiet asks for history but turned its
     # archive off: nothing of it is kept.
     for tenant in (acme, quiet):
         history_policy_create(tenant=tenant, topic_filter="#", days=1)
         history_policy_create(tenant=tenant, topic_filter="$events/#", days=1)
     Tenant.objects.filter(id=quiet.id).update(archive_enabled=False)
-    _, acme_secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
-    _, quiet_secret = services.device_create(tenant=quiet, name="d", client_id_policy="any")
+    _, acme_secret = device_services.device_create(tenant=acme, name="d", client_id_policy="any")
+    _, quiet_secret = device_services.device_create(tenant=quiet, name="d", client_id_policy="any")
     process, port = start_pg_broker("--archive-interval", "0.2")
     binary = bytes(range(256)) + b"\x00\xff"
     props = Properties(PacketTypes.PUBLISH)
@@ -185,10 +186,10 @@ def test_archive_buffers_while_the_object_store_is_away_and_says_so(s3_endpoint,
 
     url = _bucket(s3_endpoint, monkeypatch, "late", create=False)  # every upload fails
     bucket = url.split("/")[2]
-    acme = services.tenant_create("acme")
+    acme = tenant_services.tenant_create("acme")
     history_policy_create(tenant=acme, topic_filter="a/#", days=1)
     history_policy_create(tenant=acme, topic_filter="$events/client_connected", days=1)
-    _, secret = services.device_create(tenant=acme, name="d", client_id_policy="any")
+    _, secret = device_services.device_create(tenant=acme, name="d", client_id_policy="any")
     metrics_port = _free_port()
     process, port = start_pg_broker(
         "--metrics-port", str(metrics_port), "--archive-interval", "0.3"

@@ -9,7 +9,8 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -18,11 +19,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def devices():
-    tenant = services.tenant_create("acme")
+    tenant = tenant_services.tenant_create("acme")
     # paho counts a refused (0x97) PUBACK as published: keep the rate quota out of the way.
-    services.tenant_set_quota(tenant, {"max_publish_rate": 1_000_000})
-    _, sub_secret = services.device_create(tenant=tenant, name="sub", client_id_policy="any")
-    _, pub_secret = services.device_create(tenant=tenant, name="pub", client_id_policy="any")
+    tenant_services.tenant_set_quota(tenant, {"max_publish_rate": 1_000_000})
+    _, sub_secret = device_services.device_create(tenant=tenant, name="sub", client_id_policy="any")
+    _, pub_secret = device_services.device_create(tenant=tenant, name="pub", client_id_policy="any")
     return sub_secret, pub_secret
 
 

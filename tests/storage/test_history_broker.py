@@ -10,8 +10,10 @@ import pytest
 
 from common.archive_io import read_archive
 from common.object_store import open_object_store
-from tenants import services
-from tenants.history_services import history_policy_create
+from tenants.devices import services as device_services
+from tenants.history.services import history_policy_create
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -26,22 +28,24 @@ def _rows(store, tenant: str) -> list[tuple[str, str | None]]:
 
 
 def _device(tenant) -> str:
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     return secret
 
 
 def test_only_what_a_policy_or_an_enabled_rule_needs_is_archived(tmp_path, monkeypatch):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
-    kept = services.tenant_create("kept")
+    kept = tenant_services.tenant_create("kept")
     history_policy_create(tenant=kept, topic_filter="sensors/#", days=1)
-    ruled = services.tenant_create("ruled")
-    services.rule_create(tenant=ruled, name="alarm", sql='SELECT * FROM "alarms/+"')
-    services.rule_create(
+    ruled = tenant_services.tenant_create("ruled")
+    rule_services.rule_create(tenant=ruled, name="alarm", sql='SELECT * FROM "alarms/+"')
+    rule_services.rule_create(
         tenant=ruled, name="hello", sql='SELECT clientid FROM "$events/client_connected"'
     )
-    services.rule_create(tenant=ruled, name="off", sql='SELECT * FROM "other/#"', enabled=False)
-    bare = services.tenant_create("bare")  # the free plan keeps nothing by default
-    paid = services.tenant_create("paid", plan="pro")  # the paid plan: every topic, a week
+    rule_services.rule_create(
+        tenant=ruled, name="off", sql='SELECT * FROM "other/#"', enabled=False
+    )
+    bare = tenant_services.tenant_create("bare")  # the free plan keeps nothing by default
+    paid = tenant_services.tenant_create("paid", plan="pro")  # the paid plan: every topic, a week
     secrets = {t.slug: _device(t) for t in (kept, ruled, bare, paid)}
     process, port = start_pg_broker("--archive-interval", "0.2")
     try:
@@ -82,18 +86,18 @@ def test_a_rule_enabled_later_feeds_the_archive_from_then_on_without_a_restart(
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
-    tenant = services.tenant_create("late")
+    tenant = tenant_services.tenant_create("late")
     secret = _device(tenant)
     store = open_object_store()
     process, port = start_pg_broker("--archive-interval", "0.2")
     try:
         client = Paho(port, "late/d", secret, "late-1")
         client.publish("a/before", b"x", 1)
-        rule = services.rule_create(tenant=tenant, name="feed", sql='SELECT * FROM "a/+"')
+        rule = rule_services.rule_create(tenant=tenant, name="feed", sql='SELECT * FROM "a/+"')
         sent = _publish_until_archived(client, store, "late", "a")
         for i in range(sent, sent + 3):  # from then on, every one
             client.publish(f"a/{i}", b"x", 1)
-        services.rule_update(rule, enabled=False)  # and no longer once it is disabled
+        rule_services.rule_update(rule, enabled=False)  # and no longer once it is disabled
         history_policy_create(tenant=tenant, topic_filter="b/#", days=1)  # a policy, the same way
         # Notifications arrive in order: once b/ is archived, the rule's end was applied too.
         _publish_until_archived(client, store, "late", "b")

@@ -14,11 +14,12 @@ from common.object_store import LocalObjectStore
 from data_plane.broker.message import Message
 from data_plane.storage.archive_columns import publish_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
-from tenants import services
-from tenants.history_retention import retention_run
-from tenants.history_services import history_policy_create
-from tenants.storage_usage import history_bytes
+from tenants.history.retention import retention_run
+from tenants.history.services import history_policy_create
+from tenants.rules import services as rule_services
 from tenants.tasks import history_retention
+from tenants.tenant import services as tenant_services
+from tenants.usage.storage import history_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -56,13 +57,13 @@ def _label(hour: datetime) -> str:
 def test_retention_deletes_the_hours_each_tenant_no_longer_keeps(tmp_path, monkeypatch):
     monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
     store = LocalObjectStore(tmp_path)
-    acme = services.tenant_create("acme")
+    acme = tenant_services.tenant_create("acme")
     history_policy_create(tenant=acme, topic_filter="t/#", days=1)
-    services.tenant_set_quota(acme, {"max_history_days": 2})
+    tenant_services.tenant_set_quota(acme, {"max_history_days": 2})
     history_policy_create(tenant=acme, topic_filter="u/#", days=2)  # the longest decides
-    ruled = services.tenant_create("ruled")
-    services.rule_create(tenant=ruled, name="r", sql='SELECT * FROM "t/+"')
-    services.tenant_create("bare")
+    ruled = tenant_services.tenant_create("ruled")
+    rule_services.rule_create(tenant=ruled, name="r", sql='SELECT * FROM "t/+"')
+    tenant_services.tenant_create("bare")
     now = datetime.now(UTC)
     three_days, thirty_hours, two_hours = _archive(store, now)
     history_bytes(store, TENANTS, now, full=True)  # the sampler's index: 3 days ago is settled

@@ -13,8 +13,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from common.object_store import LocalObjectStore, open_object_store
 from data_plane.storage.session_store import QueuedMessage, SessionStore
-from tenants import services
+from tenants.devices import services as device_services
 from tenants.models import MqttQueuedMessage
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.storage.test_durability import kill9
 from tests.storage.test_session_store import dsn
@@ -27,10 +28,10 @@ def test_large_payload_goes_to_s3_and_survives_a_restart(s3_endpoint, monkeypatc
     bucket = f"payloads-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
     monkeypatch.setenv("OBJECT_STORE_URL", f"s3://{bucket}/mqtt")
-    tenant = services.tenant_create("acme")
-    services.tenant_set_quota(tenant, {"max_message_size": 1024 * 1024})
-    _, sub_secret = services.device_create(tenant=tenant, name="sub", client_id_policy="any")
-    _, pub_secret = services.device_create(tenant=tenant, name="pub", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    tenant_services.tenant_set_quota(tenant, {"max_message_size": 1024 * 1024})
+    _, sub_secret = device_services.device_create(tenant=tenant, name="sub", client_id_policy="any")
+    _, pub_secret = device_services.device_create(tenant=tenant, name="pub", client_id_policy="any")
     big = os.urandom(300 * 1024)
     small = b"x" * 100
     process, port = start_pg_broker("--no-archive")
@@ -76,7 +77,7 @@ def test_large_payload_goes_to_s3_and_survives_a_restart(s3_endpoint, monkeypatc
 
 
 def test_orphaned_payload_objects_are_collected(tmp_path):
-    tenant_id = services.tenant_create("acme").id
+    tenant_id = tenant_services.tenant_create("acme").id
     objects = LocalObjectStore(tmp_path)
 
     async def body():

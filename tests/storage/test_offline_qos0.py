@@ -7,7 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from tenants import services
+from tenants.accounts import services as account_services
+from tenants.devices import services as device_services
 from tenants.models import Tenant
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker
@@ -31,10 +32,10 @@ def offline_round(port, secret, client_id, topic):
 
 
 def test_offline_qos0_follows_the_tenant_setting_live():
-    tenant, user, _ = services.signup(
+    tenant, user, _ = account_services.signup(
         tenant="acme", email="o@acme.io", password="a long passphrase"
     )
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     api = APIClient()
     api.force_login(user)
     process, port = start_pg_broker("--no-archive")
@@ -51,9 +52,11 @@ def test_offline_qos0_follows_the_tenant_setting_live():
 
 
 def test_tenant_settings_api_validates_and_respects_roles():
-    tenant, owner, _ = services.signup(tenant="acme", email="o@acme.io", password="a long phrase")
+    tenant, owner, _ = account_services.signup(
+        tenant="acme", email="o@acme.io", password="a long phrase"
+    )
     viewer = get_user_model().objects.create_user("viewer@acme.io", password="a long phrase")
-    services.membership_add(user=viewer, tenant=tenant, role="viewer")
+    account_services.membership_add(user=viewer, tenant=tenant, role="viewer")
     api = APIClient()
     api.force_login(owner)
     body = api.patch("/api/v1/tenant", {"archive_enabled": False}, format="json").json()

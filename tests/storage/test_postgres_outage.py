@@ -10,7 +10,8 @@ from django.db import connection
 from common import embedded
 from common.mqtt.codec import Reader, encode
 from common.mqtt.packets import MQTT_5_0, Connect, PubAck, Publish
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
@@ -46,8 +47,8 @@ class RawV5:
 
 @pytest.mark.serial  # stops the Postgres every other test uses
 def test_postgres_outage_and_recovery():
-    tenant = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     process, port = start_pg_broker("--no-archive")
     try:
         durable = Paho(port, "acme/d", secret, "durable", clean=False, expiry=3600)

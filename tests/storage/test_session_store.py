@@ -14,7 +14,7 @@ from data_plane.storage.session_store import (
     SessionStore,
     StoreUnavailable,
 )
-from tenants import services
+from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +26,7 @@ def dsn() -> str:
 
 @pytest.fixture
 def tenant_id():
-    return services.tenant_create("acme").id
+    return tenant_services.tenant_create("acme").id
 
 
 def run(body):

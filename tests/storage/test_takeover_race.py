@@ -5,7 +5,8 @@ no CONNACK, which a client counts as a failed connect and retries (paho does, in
 
 import pytest
 
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho, race_for_one_client_id
 from tests.tenancy.test_broker_tenancy import running_pg_broker
 
@@ -13,8 +14,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_two_connects_of_one_client_id_each_get_connack_then_one_is_taken_over():
-    tenant = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=tenant, name="d1", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=tenant, name="d1", client_id_policy="any")
     with running_pg_broker() as port:
         for attempt in range(20):
             client_id = f"race-{attempt}"

@@ -12,7 +12,9 @@ from django.conf import settings
 from django.db import connection
 
 from common.processes import data_plane_command
-from tenants import services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,9 +61,11 @@ def pg_broker():
 
 @pytest.fixture
 def acme():
-    tenant = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
-    _, other = services.device_create(tenant=tenant, name="sensor-2", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(
+        tenant=tenant, name="sensor-1", client_id_policy="any"
+    )
+    _, other = device_services.device_create(tenant=tenant, name="sensor-2", client_id_policy="any")
     return tenant, secret, other
 
 
@@ -85,7 +89,7 @@ def test_rotation_disconnects_within_a_second(pg_broker, acme):
     tenant, secret, _ = acme
     client = Paho(pg_broker, "acme/sensor-1", secret, "rot")
     device = tenant.devices.get(name="sensor-1")
-    services.credential_rotate(device, grace=None)  # retire the old secret now
+    device_services.credential_rotate(device, grace=None)  # retire the old secret now
     assert wait_disconnected(client, 1.0) <= 1.0
     assert client.disconnect_reason.value == 0x98  # administrative action
     assert Paho(pg_broker, "acme/sensor-1", secret, "rot").reason_code == 0x86
@@ -100,7 +104,7 @@ def test_rotation_with_grace_keeps_the_device_connected_until_the_old_secret_exp
     tenant, old, _ = acme
     device = tenant.devices.get(name="sensor-1")
     on_old = Paho(pg_broker, "acme/sensor-1", old, "old-1")
-    _, new = services.credential_rotate(device, grace=timedelta(seconds=4))
+    _, new = device_services.credential_rotate(device, grace=timedelta(seconds=4))
     expires_at = device.credentials.get(retired_at__isnull=False).expires_at
     time.sleep(1.0)  # the rotation has reached the broker
     assert not on_old.disconnected.is_set(), "the rotation dropped the old secret's connection"
@@ -127,13 +131,13 @@ def test_rotation_with_grace_keeps_the_device_connected_until_the_old_secret_exp
 def test_retiring_the_old_secret_now_drops_only_its_connections(pg_broker, acme):
     tenant, old, _ = acme
     device = tenant.devices.get(name="sensor-1")
-    _, new = services.credential_rotate(device, grace=timedelta(hours=24))
+    _, new = device_services.credential_rotate(device, grace=timedelta(hours=24))
     on_old = Paho(pg_broker, "acme/sensor-1", old, "o")
     on_new = Paho(pg_broker, "acme/sensor-1", new, "n")
     assert on_old.reason_code == 0 and on_new.reason_code == 0
     retiring = device.credentials.get(retired_at__isnull=False)
     assert retiring.state == "retiring"
-    services.credential_retire_now(retiring)
+    device_services.credential_retire_now(retiring)
     assert wait_disconnected(on_old, 1.0) <= 1.0
     time.sleep(0.3)
     assert not on_new.disconnected.is_set()
@@ -143,8 +147,8 @@ def test_retiring_the_old_secret_now_drops_only_its_connections(pg_broker, acme)
 def test_a_device_never_holds_more_than_two_secrets(acme):
     tenant, first, _ = acme
     device = tenant.devices.get(name="sensor-1")
-    services.credential_rotate(device)
-    services.credential_rotate(device)
+    device_services.credential_rotate(device)
+    device_services.credential_rotate(device)
     states = sorted(c.state for c in device.credentials.all())
     assert states == ["active", "retiring", "revoked"]
 
@@ -153,18 +157,18 @@ def test_disabled_device_and_suspended_tenant(pg_broker, acme):
     tenant, secret, other = acme
     first = Paho(pg_broker, "acme/sensor-1", secret, "s1")
     second = Paho(pg_broker, "acme/sensor-2", other, "s2")
-    services.device_update(tenant.devices.get(name="sensor-1"), enabled=False)
+    device_services.device_update(tenant.devices.get(name="sensor-1"), enabled=False)
     assert wait_disconnected(first, 1.0) <= 1.0
     assert not second.disconnected.is_set()
     assert Paho(pg_broker, "acme/sensor-1", secret, "s1").reason_code == 0x87
-    services.tenant_set_status(tenant, "suspended")
+    tenant_services.tenant_set_status(tenant, "suspended")
     assert wait_disconnected(second, 1.0) <= 1.0
     assert Paho(pg_broker, "acme/sensor-2", other, "s2").reason_code == 0x8A  # banned
 
 
 def test_acl_rules_apply_to_live_connections(pg_broker, acme):
     tenant, secret, other = acme
-    services.acl_add(tenant=tenant, action="both", permission="deny", topic="secret/#")
+    acl_services.acl_add(tenant=tenant, action="both", permission="deny", topic="secret/#")
     listener = Paho(pg_broker, "acme/sensor-2", other, "acl-l")
     assert listener.subscribe("secret/#", 1)[0].value == 0x87
     listener.subscribe("open/#", 1)
@@ -173,7 +177,9 @@ def test_acl_rules_apply_to_live_connections(pg_broker, acme):
     denied.wait_for_publish(5)
     client.publish("open/x", "yes", 1)
     assert [m.payload for m in listener.expect(1)] == [b"yes"]
-    services.acl_add(tenant=tenant, action="publish", permission="deny", topic="open/#", position=0)
+    acl_services.acl_add(
+        tenant=tenant, action="publish", permission="deny", topic="open/#", position=0
+    )
     time.sleep(1.0)  # the change reaches live connections through NOTIFY
     client.publish("open/x", "now denied", 1)
     assert listener.nothing(0.5)
@@ -182,7 +188,7 @@ def test_acl_rules_apply_to_live_connections(pg_broker, acme):
 
 def test_max_connections_quota(pg_broker, acme):
     tenant, secret, _ = acme
-    services.tenant_set_quota(tenant, {"max_connections": 1})
+    tenant_services.tenant_set_quota(tenant, {"max_connections": 1})
     time.sleep(0.3)
     first = Paho(pg_broker, "acme/sensor-1", secret, "q1")
     assert first.reason_code == 0
@@ -225,10 +231,12 @@ def test_events_topics_usage_and_last_seen(acme):
 
 def test_attacker_from_tenant_a_never_sees_tenant_b(pg_broker):
     """Tenant `evil` tries every way into tenant `acme`'s traffic."""
-    acme = services.tenant_create("acme")
-    evil = services.tenant_create("evil")
-    _, acme_secret = services.device_create(tenant=acme, name="victim", client_id_policy="any")
-    _, evil_secret = services.device_create(tenant=evil, name="spy", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
+    _, acme_secret = device_services.device_create(
+        tenant=acme, name="victim", client_id_policy="any"
+    )
+    _, evil_secret = device_services.device_create(tenant=evil, name="spy", client_id_policy="any")
     spy = Paho(pg_broker, "evil/spy", evil_secret, "spy")
     for topic_filter in ("#", "+/#", "$SYS/#", "$share/g/#", "$events/#", "acme/#", "+/+/+"):
         spy.subscribe(topic_filter, 1)

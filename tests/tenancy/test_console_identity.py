@@ -14,8 +14,10 @@ import pytest
 from django.db.models import Sum
 
 from common import service_token
-from tenants import services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
 from tenants.models import Usage
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import running_pg_broker
 
@@ -45,8 +47,8 @@ def usage(tenant) -> dict:
 
 
 def test_browser_client_traffic_is_metered_as_the_tenants(tmp_path):
-    acme = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=acme, name="sensor-1", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=acme, name="sensor-1", client_id_policy="any")
     with running_pg_broker("--usage-flush-interval", "0.5") as port:
         console = browser(port, "acme")
         assert console.reason_code == 0
@@ -81,10 +83,10 @@ def test_browser_client_traffic_is_metered_as_the_tenants(tmp_path):
 
 
 def test_browser_client_counts_against_quotas_and_the_acl(tmp_path):
-    acme = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=acme, name="sensor-1", client_id_policy="any")
-    services.acl_add(tenant=acme, action="publish", permission="deny", topic="secret/#")
-    services.tenant_set_quota(acme, {"max_connections": 2})
+    acme = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=acme, name="sensor-1", client_id_policy="any")
+    acl_services.acl_add(tenant=acme, action="publish", permission="deny", topic="secret/#")
+    tenant_services.tenant_set_quota(acme, {"max_connections": 2})
     with running_pg_broker() as port:
         listener = Paho(port, "acme/sensor-1", secret, "listener")
         listener.subscribe("#", 1)
@@ -109,9 +111,11 @@ def test_browser_client_counts_against_quotas_and_the_acl(tmp_path):
 
 
 def test_one_tenants_browser_client_cannot_reach_anothers_topics():
-    acme = services.tenant_create("acme")
-    _, acme_secret = services.device_create(tenant=acme, name="sensor-1", client_id_policy="any")
-    other = services.tenant_create("other")
+    acme = tenant_services.tenant_create("acme")
+    _, acme_secret = device_services.device_create(
+        tenant=acme, name="sensor-1", client_id_policy="any"
+    )
+    other = tenant_services.tenant_create("other")
     with running_pg_broker() as port:
         attacker = browser(port, "other")
         assert attacker.reason_code == 0

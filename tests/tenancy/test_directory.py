@@ -10,8 +10,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.store import TenantStore
-from tenants import services
+from tenants.devices import services as device_services
 from tenants.models import Credential
+from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,9 +45,9 @@ def run(check):
 
 @pytest.fixture
 def acme():
-    tenant = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=tenant, name="sensor-1")
-    _, gw_secret = services.device_create(
+    tenant = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=tenant, name="sensor-1")
+    _, gw_secret = device_services.device_create(
         tenant=tenant, name="gw", client_id_policy="pattern", client_id_pattern="gw-*"
     )
     return tenant, secret, gw_secret
@@ -54,8 +55,8 @@ def acme():
 
 def test_codes_for_each_failure(acme):
     tenant, secret, gw_secret = acme
-    other = services.tenant_create("other")
-    services.device_create(tenant=other, name="sensor-1")
+    other = tenant_services.tenant_create("other")
+    device_services.device_create(tenant=other, name="sensor-1")
 
     async def check(directory):
         auth = directory.authenticate
@@ -103,10 +104,10 @@ def test_disabled_revoked_expired_and_suspended(acme):
         auth = directory.authenticate
         codes = []
         device = await orm(lambda: tenant.devices.get(name="sensor-1"))
-        await orm(services.device_update, device, enabled=False)
+        await orm(device_services.device_update, device, enabled=False)
         directory.forget_device("acme", "sensor-1")
         codes.append((await auth("acme/sensor-1", secret.encode(), "", "x")).reason_code)
-        await orm(services.device_update, device, enabled=True)
+        await orm(device_services.device_update, device, enabled=True)
         await orm(
             lambda: Credential.objects.filter(device=device).update(
                 expires_at=timezone.now() - timedelta(seconds=1)
@@ -114,10 +115,10 @@ def test_disabled_revoked_expired_and_suspended(acme):
         )
         directory.forget_device("acme", "sensor-1")
         codes.append((await auth("acme/sensor-1", secret.encode(), "", "x")).reason_code)
-        _, new_secret = await orm(services.credential_rotate, device)
+        _, new_secret = await orm(device_services.credential_rotate, device)
         directory.forget_device("acme", "sensor-1")
         codes.append((await auth("acme/sensor-1", new_secret.encode(), "", "x")).reason_code)
-        await orm(services.tenant_set_status, tenant, "suspended")
+        await orm(tenant_services.tenant_set_status, tenant, "suspended")
         directory.forget_tenant("acme")
         codes.append((await auth("acme/sensor-1", new_secret.encode(), "", "x")).reason_code)
         return codes
@@ -143,7 +144,7 @@ def test_failed_attempts_are_throttled_per_source_and_the_right_secret_still_get
     refused unjudged (0x9f) but for one attempt a second, so the right secret gets in at its
     next try; the same address with another user name, or another address, is not slowed."""
     tenant, secret, _ = acme
-    _, neighbour = services.device_create(tenant=tenant, name="sensor-9")
+    _, neighbour = device_services.device_create(tenant=tenant, name="sensor-9")
 
     async def check(directory):
         for _ in range(20):

@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 
 from data_plane.tenancy.metering import UsageMeter
-from tenants import services
 from tenants.models import Usage
+from tenants.tenant import services as tenant_services
 
 
 class Clock:
@@ -38,8 +38,8 @@ def test_connection_seconds_split_across_minutes():
 
 @pytest.mark.django_db(transaction=True)
 def test_flush_upserts_finished_minutes_per_tenant():
-    services.tenant_create("acme")
-    services.tenant_create("other")
+    tenant_services.tenant_create("acme")
+    tenant_services.tenant_create("other")
     clock = Clock(1_700_000_000.0)
     meter = UsageMeter(clock)
     for _ in range(3):
@@ -69,7 +69,7 @@ def test_flush_upserts_finished_minutes_per_tenant():
 
 @pytest.mark.django_db(transaction=True)
 def test_flush_adds_to_an_existing_minute():
-    services.tenant_create("acme")
+    tenant_services.tenant_create("acme")
     clock = Clock(1_700_000_000.0)
 
     async def two_workers():
@@ -125,7 +125,7 @@ def test_slowdowns_are_metered_apart_from_drops_and_merge_across_workers():
     """A publisher paused over the publish rate is slowed, not dropped: the minute's row says
     so in `throttled`, by quota key, and two workers reporting the same minute add up (as
     `dropped` does); refusals stay in `dropped` as `quota_<key>`."""
-    services.tenant_create("acme")
+    tenant_services.tenant_create("acme")
     clock = Clock(1_700_000_000.0)
 
     async def two_workers():

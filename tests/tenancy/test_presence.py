@@ -118,14 +118,15 @@ def test_batched_writes_on_the_real_database():
     disconnect reason on the device."""
     import time
 
-    from tenants import services
+    from tenants.devices import services as device_services
     from tenants.models import Device, DeviceConnection
+    from tenants.tenant import services as tenant_services
     from tests.broker.clients import Paho
     from tests.tenancy.test_broker_tenancy import running_pg_broker
 
-    acme = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=acme, name="d1", client_id_policy="any")
-    _, other = services.device_create(tenant=acme, name="d2", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=acme, name="d1", client_id_policy="any")
+    _, other = device_services.device_create(tenant=acme, name="d2", client_id_policy="any")
 
     def rows():
         return sorted(DeviceConnection.objects.values_list("device__name", "client_id"))

@@ -14,7 +14,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Connect, Disconnect, PubAck, Publish
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho, stop_loop
 from tests.tenancy.test_broker_tenancy import running_pg_broker
 from tests.tenancy.test_quota_enforcement import limit, raw_v5, sys_figure
@@ -24,8 +25,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def acme():
-    tenant = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     return tenant, secret
 
 
@@ -162,7 +163,7 @@ def test_over_the_rate_too_long_refuses_with_a_reason_then_closes_without_a_rese
 def test_a_device_over_its_own_rate_is_slowed_while_another_publishes_freely(acme):
     """max_device_publish_rate: a device over it waits; another device of the tenant does not."""
     tenant, secret = acme
-    _, other = services.device_create(tenant=tenant, name="e", client_id_policy="any")
+    _, other = device_services.device_create(tenant=tenant, name="e", client_id_policy="any")
     with running_pg_broker("--no-archive") as port:
         limit(tenant, max_publish_rate=1000, max_device_publish_rate=5)
         greedy = Paho(port, "acme/d", secret, "greedy")

@@ -8,7 +8,8 @@ import pytest
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.packets import MQTT_5_0, Connect, Disconnect, PubAck, Publish
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import running_pg_broker
 
@@ -23,13 +24,13 @@ def pg_broker():
 
 @pytest.fixture
 def acme():
-    tenant = services.tenant_create("acme")
-    _, secret = services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
     return tenant, secret
 
 
 def limit(tenant, **quota) -> None:
-    services.tenant_set_quota(tenant, quota)
+    tenant_services.tenant_set_quota(tenant, quota)
     time.sleep(0.5)  # NOTIFY → the broker's policy cache
 
 

@@ -22,7 +22,9 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.processes import data_plane_command
-from tenants import services
+from tenants.acls import services as acl_services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,13 +103,15 @@ def wait_for(predicate, within: float = 5.0):
 
 
 def test_each_refusal_is_logged_and_counted_per_tenant(tmp_path):
-    tenant = services.tenant_create("refused")
-    _, secret = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
-    kicked, kicked_secret = services.device_create(tenant=tenant, name="sensor-2")
-    services.acl_add(tenant=tenant, action="both", permission="deny", topic="secret/#")
-    services.tenant_set_quota(tenant, {"max_subscriptions_per_client": 1})
-    bystander = services.tenant_create("bystander")
-    services.device_create(tenant=bystander, name="b-1", client_id_policy="any")
+    tenant = tenant_services.tenant_create("refused")
+    _, secret = device_services.device_create(
+        tenant=tenant, name="sensor-1", client_id_policy="any"
+    )
+    kicked, kicked_secret = device_services.device_create(tenant=tenant, name="sensor-2")
+    acl_services.acl_add(tenant=tenant, action="both", permission="deny", topic="secret/#")
+    tenant_services.tenant_set_quota(tenant, {"max_subscriptions_per_client": 1})
+    bystander = tenant_services.tenant_create("bystander")
+    device_services.device_create(tenant=bystander, name="b-1", client_id_policy="any")
     log = tmp_path / "broker.log"
     with broker_with_metrics(log) as ports:
         mqtt, metrics = ports["mqtt"], ports["metrics"]
@@ -146,7 +150,7 @@ def test_each_refusal_is_logged_and_counted_per_tenant(tmp_path):
         # A forced disconnect: the operator disables a connected device (DISCONNECT 0x98).
         victim = Paho(mqtt, "refused/sensor-2", kicked_secret, "sensor-2")
         assert victim.reason_code == 0
-        services.device_update(kicked, enabled=False)
+        device_services.device_update(kicked, enabled=False)
         assert victim.disconnected.wait(5)
         victim.close()
 
@@ -192,8 +196,8 @@ def test_each_refusal_is_logged_and_counted_per_tenant(tmp_path):
 
 
 def test_a_flood_of_failures_is_counted_in_full_but_logged_sparingly(tmp_path):
-    tenant = services.tenant_create("flooded")
-    services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
+    tenant = tenant_services.tenant_create("flooded")
+    device_services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
     log = tmp_path / "broker.log"
     with broker_with_metrics(log) as ports:
         for attempt in range(12):
@@ -245,14 +249,16 @@ def test_refused_wills_and_websocket_framing_errors_are_logged_and_counted(tmp_p
     """A will the ACL denies when it goes out (the rule added after CONNECT), and WebSocket
     frames the broker cannot parse (an unmasked client frame; bad upgrade bytes): each a log line
     and a per-tenant count, like every other refusal."""
-    tenant = services.tenant_create("willful")
-    _, secret = services.device_create(tenant=tenant, name="sensor-1", client_id_policy="any")
+    tenant = tenant_services.tenant_create("willful")
+    _, secret = device_services.device_create(
+        tenant=tenant, name="sensor-1", client_id_policy="any"
+    )
     log = tmp_path / "broker.log"
     with broker_with_metrics(log) as ports:
         mqtt, metrics = ports["mqtt"], ports["metrics"]
         dying = Paho(mqtt, "willful/sensor-1", secret, "dying", will=("lastwill/dying", "gone", 1))
         assert dying.reason_code == 0  # the will topic is allowed at CONNECT
-        services.acl_add(tenant=tenant, action="publish", permission="deny", topic="lastwill/#")
+        acl_services.acl_add(tenant=tenant, action="publish", permission="deny", topic="lastwill/#")
         # The broker has the new ACL once a probe's publish there is denied (0x87 PUBACK).
         probe = Paho(mqtt, "willful/sensor-1", secret, "probe")
         watcher = Paho(mqtt, "willful/sensor-1", secret, "watcher")

@@ -12,8 +12,9 @@ import pytest
 from scramp import ScramClient
 
 from common.mqtt.packets import Auth, PacketType
-from tenants import services
+from tenants.devices import services as device_services
 from tenants.models import Credential
+from tenants.tenant import services as tenant_services
 from tests.broker.test_enhanced_auth import METHOD, Raw
 from tests.tenancy.test_broker_tenancy import running_pg_broker
 
@@ -47,9 +48,11 @@ def scram_connect(port: int, username: str, secret: str, client_id: str = "s1"):
 
 
 def test_platform_secrets_authenticate_with_scram_against_postgres():
-    tenant = services.tenant_create("acme")
-    device, secret = services.device_create(tenant=tenant, name="d1", client_id_policy="any")
-    _, legacy_secret = services.device_create(tenant=tenant, name="old", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    device, secret = device_services.device_create(tenant=tenant, name="d1", client_id_policy="any")
+    _, legacy_secret = device_services.device_create(
+        tenant=tenant, name="old", client_id_policy="any"
+    )
     Credential.objects.filter(device__name="old").update(scram_verifier="")  # issued before
     assert Credential.objects.get(device=device).scram_verifier.startswith("scram-sha-256$")
     assert secret not in Credential.objects.get(device=device).scram_verifier
@@ -61,7 +64,7 @@ def test_platform_secrets_authenticate_with_scram_against_postgres():
         assert wrong.type is PacketType.CONNACK and wrong.reason_code == 0x87
         legacy, _ = scram_connect(port, "acme/old", legacy_secret)
         assert legacy.reason_code == 0x8C  # no verifier: use the password
-        _, rotated = services.credential_rotate(device, grace=None)  # retire the old one now
+        _, rotated = device_services.credential_rotate(device, grace=None)  # retire the old one now
         time.sleep(1.0)  # the change reaches the broker's cache through NOTIFY
         stale, _ = scram_connect(port, "acme/d1", secret, "s2")
         fresh, _ = scram_connect(port, "acme/d1", rotated, "s3")
@@ -73,9 +76,9 @@ def test_platform_secrets_authenticate_with_scram_against_postgres():
 def test_scram_accepts_either_secret_during_a_rotation_grace_period():
     """Both secrets of a device share one salt, so one server-first message fits either; the
     proof decides which secret the connection holds; once the old one expires it is refused."""
-    tenant = services.tenant_create("acme")
-    device, old = services.device_create(tenant=tenant, name="d1", client_id_policy="any")
-    _, new = services.credential_rotate(device, grace=timedelta(seconds=3))
+    tenant = tenant_services.tenant_create("acme")
+    device, old = device_services.device_create(tenant=tenant, name="d1", client_id_policy="any")
+    _, new = device_services.credential_rotate(device, grace=timedelta(seconds=3))
     with running_pg_broker() as port:
         for secret, client in ((old, "a"), (new, "b")):
             connack, scram = scram_connect(port, "acme/d1", secret, client)
@@ -93,8 +96,8 @@ def test_reauthenticating_with_the_new_secret_outlives_the_old_one():
     """A device on the old secret re-authenticates (AUTH 0x19) with the new one during the
     grace period: its connection now holds the new secret and survives the old one's expiry; a
     connection that did not move is dropped then."""
-    tenant = services.tenant_create("acme")
-    device, old = services.device_create(tenant=tenant, name="d1", client_id_policy="any")
+    tenant = tenant_services.tenant_create("acme")
+    device, old = device_services.device_create(tenant=tenant, name="d1", client_id_policy="any")
     with running_pg_broker() as port:
         movers = []
         for client_id in ("moves", "stays"):
@@ -122,7 +125,7 @@ def test_reauthenticating_with_the_new_secret_outlives_the_old_one():
             assert raw.next().reason_code == 0
             movers.append(raw)
         moves, stays = movers
-        _, new = services.credential_rotate(device, grace=timedelta(seconds=3))
+        _, new = device_services.credential_rotate(device, grace=timedelta(seconds=3))
         time.sleep(0.5)
         scram = ScramClient([METHOD], "acme/d1", new)
         moves.send(

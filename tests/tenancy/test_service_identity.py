@@ -7,7 +7,8 @@ import time
 import pytest
 
 from data_plane.tenancy import service_identity
-from tenants import services
+from tenants.devices import services as device_services
+from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.tenancy.test_broker_tenancy import running_pg_broker
 
@@ -24,10 +25,14 @@ def broker(monkeypatch):
 
 @pytest.fixture
 def tenants():
-    acme = services.tenant_create("acme")
-    _, acme_secret = services.device_create(tenant=acme, name="sensor-1", client_id_policy="any")
-    other = services.tenant_create("other")
-    _, other_secret = services.device_create(tenant=other, name="probe", client_id_policy="any")
+    acme = tenant_services.tenant_create("acme")
+    _, acme_secret = device_services.device_create(
+        tenant=acme, name="sensor-1", client_id_policy="any"
+    )
+    other = tenant_services.tenant_create("other")
+    _, other_secret = device_services.device_create(
+        tenant=other, name="probe", client_id_policy="any"
+    )
     return acme, acme_secret, other_secret
 
 
@@ -101,7 +106,7 @@ def test_suspending_the_tenant_ends_its_live_views(broker, tenants):
     acme, _, _ = tenants
     viewer = portal(broker)
     assert viewer.reason_code == 0
-    services.tenant_set_status(acme, "suspended")
+    tenant_services.tenant_set_status(acme, "suspended")
     assert viewer.disconnected.wait(3)
     assert portal(broker).reason_code == 0x8A
 
@@ -155,7 +160,7 @@ def test_what_rules_republish_shares_the_tenants_rate_and_is_metered(broker, ten
     tenant's publish rate like a device (slowed, nothing refused) and counts as the tenant's
     messages in its figures ($SYS, usage)."""
     acme, acme_secret, _ = tenants
-    services.tenant_set_quota(acme, {"max_publish_rate": 10})
+    tenant_services.tenant_set_quota(acme, {"max_publish_rate": 10})
     time.sleep(0.5)
     listener = Paho(broker, "acme/sensor-1", acme_secret, "listener")
     listener.subscribe("fan/#", 1)

@@ -34,7 +34,7 @@ from django.db import connections
 from common import embedded, secrets
 from common import ports as port_check
 from common import processes as process_table
-from tenants import services
+from tenants import demo
 
 # variable, command-line option, default ("" = off unless set), what listens there
 PORTS = (
@@ -69,7 +69,7 @@ def _demo_password() -> str:
 
 def _demo_login(tenant) -> tuple[str, str]:
     """The demo tenant's portal login (owner), stable across runs like the device's secret."""
-    from tenants import people
+    from tenants.people import services as people
 
     path = Path(embedded.DATA_DIR) / "demo-login.json"
     if path.exists():
@@ -143,7 +143,7 @@ class Command(BaseCommand):
         self._say("preparing the database (migrations, demo tenant)…")
         call_command("migrate", interactive=False, verbosity=0)
         password = _demo_password()
-        tenant, device = services.demo_seed(password=password)
+        tenant, device = demo.demo_seed(password=password)
         self._portal_login = _demo_login(tenant)  # a portal login for the demo tenant
         self._check_stop()
 
@@ -244,7 +244,7 @@ class Command(BaseCommand):
         if not wanted or env.get("MQTT_TLS_CERT"):
             return None
         from control_plane import dev_pki
-        from tenants import identity
+        from tenants.devices import identity
         from tenants.models import CaCertificate
 
         pki = dev_pki.ensure(Path(embedded.DATA_DIR) / "dev-pki", device.name)

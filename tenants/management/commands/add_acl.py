@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tenants import services
+from tenants.acls import services as acl_services
 from tenants.management.commands._output import print_json, run_service, tenant_or_error
 from tenants.models import Device
 
@@ -26,7 +26,7 @@ class Command(BaseCommand):
             if target is None:
                 raise CommandError(f"Unknown device {device!r} in tenant {owner.slug!r}.")
         rule = run_service(
-            lambda: services.acl_add(
+            lambda: acl_services.acl_add(
                 tenant=owner,
                 device=target,
                 action=action,

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tenants import billing
+from tenants.billing import services as billing
 from tenants.management.commands._output import print_json, run_service
 
 

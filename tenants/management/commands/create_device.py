@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from tenants import services
+from tenants.devices import services as device_services
 from tenants.management.commands._output import print_json, run_service, tenant_or_error
 
 
@@ -21,7 +21,7 @@ class Command(BaseCommand):
             (client_ids, "") if client_ids in ("exact", "any") else ("pattern", client_ids)
         )
         device, secret = run_service(
-            lambda: services.device_create(
+            lambda: device_services.device_create(
                 tenant=owner,
                 name=name,
                 password=password,

@@ -5,8 +5,8 @@ find unless its username is the email: this one can."""
 
 from django.core.management.base import BaseCommand
 
-from tenants import people
 from tenants.management.commands._output import print_link, run_service
+from tenants.people import services as people
 
 
 class Command(BaseCommand):

@@ -1,8 +1,9 @@
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from tenants import people, services
 from tenants.management.commands._output import print_json, run_service
+from tenants.people import services as people
+from tenants.tenant import services as tenant_services
 
 
 class Command(BaseCommand):
@@ -13,14 +14,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("slug")
-        parser.add_argument("--plan", default=services.DEFAULT_PLAN)
+        parser.add_argument("--plan", default=tenant_services.DEFAULT_PLAN)
         parser.add_argument("--name", default="")
         parser.add_argument("--owner", metavar="EMAIL", help="who owns it (account made if new)")
 
     def handle(self, *args, slug, plan, name, owner=None, **options):
         def create():
             with transaction.atomic():
-                tenant = services.tenant_create(slug, plan=plan, name=name)
+                tenant = tenant_services.tenant_create(slug, plan=plan, name=name)
                 user = people.owner_ensure(tenant, owner) if owner else None
             return tenant, user
 

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from tenants.history_retention import retention_run
+from tenants.history.retention import retention_run
 from tenants.management.commands._output import print_json, tenant_or_error
 
 

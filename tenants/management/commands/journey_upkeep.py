@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from tenants.journey_upkeep import upkeep
+from tenants.journey.upkeep import upkeep
 from tenants.management.commands._output import print_json
 
 

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from tenants import people
 from tenants.management.commands._output import print_link, run_service, tenant_or_error
+from tenants.people import services as people
 
 
 class Command(BaseCommand):

@@ -2,10 +2,10 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tenants.budgets import budgets_reseal_secrets
-from tenants.login_tokens import login_tokens_reseal
+from tenants.accounts.login_tokens import login_tokens_reseal
+from tenants.budgets.services import budgets_reseal_secrets
 from tenants.management.commands._output import print_json
-from tenants.services import rules_reseal_secrets
+from tenants.rules.services import rules_reseal_secrets
 
 
 class Command(BaseCommand):

@@ -94,7 +94,7 @@ class Command(BaseCommand):
 
         from pyspark.sql import SparkSession
 
-        from tenants.rule_runs.execute import over_history
+        from tenants.rules.runs.execute import over_history
 
         run = self._run_record(options, start, end)  # one named rule: a run its tenant sees
         owned = SparkSession.getActiveSession() is None  # (a caller's session is left running)
@@ -132,7 +132,7 @@ class Command(BaseCommand):
         from django.core.exceptions import ValidationError
 
         from tenants.models import Rule
-        from tenants.rule_runs import services as runs
+        from tenants.rules.runs import services as runs
 
         rule = (
             Rule.objects.select_related("tenant")
@@ -155,7 +155,7 @@ class Command(BaseCommand):
             raise CommandError("; ".join(exc.messages)) from None
 
     def _run(self, run, spark, store, progress) -> dict:
-        from tenants.rule_runs.execute import execute
+        from tenants.rules.runs.execute import execute
 
         ended, summary = execute(run.id, spark=spark, store=store, progress=progress)
         if summary is None:

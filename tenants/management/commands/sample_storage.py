@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand
 
 from tenants.management.commands._output import print_json
-from tenants.storage_usage import storage_sample
+from tenants.usage.storage import storage_sample
 
 
 class Command(BaseCommand):

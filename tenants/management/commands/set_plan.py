@@ -2,8 +2,8 @@ from datetime import UTC, date, datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tenants import services
 from tenants.management.commands._output import print_json, run_service, tenant_or_error
+from tenants.tenant import services as tenant_services
 
 
 class Command(BaseCommand):
@@ -29,7 +29,7 @@ class Command(BaseCommand):
                 raise CommandError(f"--from {effective_from!r}: use YYYY-MM-DD.") from None
             at = datetime(day.year, day.month, day.day, tzinfo=UTC)
         before = found.plan.slug
-        changed = run_service(lambda: services.tenant_change_plan(found, plan, at=at))
+        changed = run_service(lambda: tenant_services.tenant_change_plan(found, plan, at=at))
         change = changed.plan_changes.order_by("-effective_at", "-id").first()
         print_json(
             self,

@@ -3,7 +3,7 @@ from datetime import date
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tenants import billing
+from tenants.billing import services as billing
 from tenants.management.commands._output import print_json, run_service
 from tenants.models import Plan, PriceBook
 

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tenants import selectors, services
 from tenants.management.commands._output import print_json, run_service, tenant_or_error
+from tenants.tenant import selectors as tenant_selectors
+from tenants.tenant import services as tenant_services
 
 
 class Command(BaseCommand):
@@ -19,12 +20,12 @@ class Command(BaseCommand):
             if not sep or not key:
                 raise CommandError(f"Expected KEY=VALUE, got {item!r}.")
             overrides[key.strip()] = value.strip()
-        run_service(lambda: services.tenant_set_quota(owner, overrides))
+        run_service(lambda: tenant_services.tenant_set_quota(owner, overrides))
         print_json(
             self,
             {
                 "tenant": owner.slug,
-                "quota": selectors.effective_quota(owner),
+                "quota": tenant_selectors.effective_quota(owner),
                 "overrides": owner.quota_overrides,
             },
         )

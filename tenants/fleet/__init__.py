@@ -1,0 +1,1 @@
+"""Fleet provisioning by claim: provisioning templates, the fleet CA, its certificates."""

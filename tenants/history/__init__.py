@@ -1,0 +1,1 @@
+"""The archive's history per tenant: policies (writes, reads) and retention."""

@@ -1,0 +1,1 @@
+"""What the broker holds for a tenant: sessions, queues, retained messages, topics."""

@@ -1,0 +1,1 @@
+"""Jobs and device groups: writes, reads, artifacts, metering."""

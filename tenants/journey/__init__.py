@@ -1,0 +1,1 @@
+"""The journey (where each message went): reads, words, display, links, upkeep."""

@@ -1,0 +1,144 @@
+"""The journey's rows in words a person understands (the API's and the portal's `reason`).
+
+The broker writes the reason it gave the client (refusals) or a short cause (later drops); the
+outcomes it decides for every message (`delivered`, `no_subscribers`) carry none, to keep those
+rows small, and are put in words here. A reason code is always shown with its meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenants.devices.disconnect_reasons import CODES
+from tenants.usage.throttling_words import LIMITS
+
+OUTCOME_WORDS = {
+    "delivered": "delivered",
+    "no_subscribers": "no session subscribes to this topic: nobody received it",
+    "acl_denied": "refused: the device may not publish on this topic (ACL)",
+    "quota_exceeded": "refused: over a limit of the plan",
+    "queue_full": "lost at a subscriber: its queue was full",
+    "expired": "lost at a subscriber: it expired before delivery",
+    "too_large": "refused: larger than allowed",
+    "dropped": "dropped",
+    "served": "taken by the device shadow service",
+    "rule_matched": "matched",
+    "rule_failed": "failed on this message",
+    "rule_action_ok": "action done",
+    "rule_action_failed": "action failed",
+}
+
+
+def code_text(code: int | None) -> str | None:
+    """`0x97 Quota exceeded`: a reason code with its name (MQTT 5.0, 2.4)."""
+    if code is None:
+        return None
+    title = CODES.get(code, ("",))[0]
+    return f"0x{code:02X} {title}".strip()
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def outcome_reason(row: dict[str, Any]) -> str:
+    outcome = row["outcome"]
+    if outcome == "delivered":
+        sessions, queued = row.get("sessions") or 0, row.get("queued") or 0
+        words = f"delivered to {_plural(sessions, 'session')}"
+        if queued:
+            words += f" ({queued} offline: kept in {'its' if queued == 1 else 'their'} queue)"
+        if row.get("reason"):  # a will
+            words = f"{row['reason']}: {words}"
+        return words
+    detail = row.get("reason")
+    if outcome.startswith("rule_"):  # the rules job's rows: the rule, then what it did
+        words = f"rule {row.get('rule') or '?'}: {OUTCOME_WORDS.get(outcome, outcome)}"
+        return f"{words}: {detail}" if detail else words
+    if row.get("subscriber"):  # lost later, at one subscriber: the broker's words say why
+        return f"lost at subscriber {row['subscriber']}: {detail or outcome}"
+    base = OUTCOME_WORDS.get(outcome, outcome)
+    if outcome == "served" and "/jobs/" in (row.get("topic") or ""):
+        base = "taken by the jobs service"  # `$aws/things/{thing}/jobs/…` (issue 32)
+    if outcome == "quota_exceeded" and row.get("quota"):
+        base = f"refused: over the plan's {row['quota']}"
+    return f"{base}: {detail}" if detail and detail not in base else base
+
+
+def describe_outcome(row: dict[str, Any]) -> dict[str, Any]:
+    code = row.get("reason_code")
+    return {
+        "time": row["ts"],
+        "client_id": row.get("client_id"),
+        "topic": row.get("topic"),
+        "qos": row.get("qos"),
+        "size": row.get("size"),
+        "packet_id": row.get("packet_id"),
+        "outcome": row["outcome"],
+        "sessions": row.get("sessions"),
+        "queued": row.get("queued"),
+        "quota": row.get("quota"),
+        "subscriber": row.get("subscriber"),
+        "reason_code": code,
+        "reason_code_text": code_text(code),
+        "reason": outcome_reason(row),
+        "node": row.get("node"),
+        "rule": row.get("rule"),
+    }
+
+
+EVENT_WORDS = {
+    "connected": "connected",
+    "connect_failed": "connection refused",
+    "disconnected": "disconnected",
+    "taken_over": "taken over by a newer connection with the same client id",
+    "subscribed": "subscribed",
+    "unsubscribed": "unsubscribed",
+    "will_published": "its will was published",
+    "will_discarded": "its will was refused",
+    "session_expired": "its session expired",
+}
+
+
+def takeover_words(row: dict[str, Any]) -> str | None:
+    """Where a session came from (`connected`) or went (`taken_over`), naming the other node:
+    "where did my client go?". None where the row names none (no takeover, or written before
+    the broker recorded the nodes)."""
+    here = row.get("node")
+    if row["event"] == "connected" and row.get("from_node"):
+        there = row["from_node"]
+        if there == here:
+            return f"took the session over from an older connection at this same node ({here})"
+        return f"session taken over from node {there} (now at node {here})"
+    if row["event"] == "taken_over" and row.get("to_node"):
+        there = row["to_node"]
+        if there == here:
+            return f"taken over by a newer connection at this same node ({here})"
+        return f"taken over by a newer connection at node {there} (the session went there)"
+    return None
+
+
+def describe_event(row: dict[str, Any]) -> dict[str, Any]:
+    code = row.get("reason_code")
+    reason = takeover_words(row) or row.get("reason")
+    if row["event"] == "connect_failed" and reason in LIMITS:  # a limit's key: its words
+        reason = LIMITS[reason].refused
+    elif row["event"] == "disconnected" and code is not None and code in CODES:
+        reason = (
+            f"{CODES[code][0]}: {CODES[code][1]}"
+            if reason in (None, "", "normal") or (reason and reason.startswith("0x"))
+            else f"{reason} ({CODES[code][0]})"
+        )
+    return {
+        "time": row["ts"],
+        "event": row["event"],
+        "version": row["version"],
+        "reason_code": code,
+        "reason_code_text": code_text(code),
+        "reason": reason or EVENT_WORDS.get(row["event"], row["event"]),
+        "initiator": row.get("initiator"),
+        "detail": row.get("detail"),
+        "node": row.get("node"),
+        "from_node": row.get("from_node"),
+        "to_node": row.get("to_node"),
+    }

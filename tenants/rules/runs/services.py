@@ -1,0 +1,272 @@
+"""Writes of a tenant's rules over history: the preview (reads only, stores nothing), starting a
+run (a `RuleRun`, queued for the Celery task that runs it on Spark) and cancelling one.
+
+The ledger of actions done (`RuleActionLedger`, what `new-only` runs consult) forgets messages
+older than `RULE_LEDGER_DAYS` (90): a `new-only` run over older messages fires their actions again
+(keep it at least as long as the archive keeps history). A run's claims in it that it never
+confirmed (its worker killed between claiming and firing) are given back once the run has ended
+or gone stale (`runs_reclaim`: at each start of a run, and every minute from Celery beat).
+
+Bounds (operators' settings, environment variables): a preview covers at most
+`RULE_PREVIEW_MAX_DAYS` (7) and its evaluator at most `RULE_PREVIEW_SECONDS` (10 s), a tenant
+previews at most `RULE_PREVIEW_RATE` (30/min) times; a run covers at most `RULE_RUN_MAX_DAYS`
+(31); a rule has one run under way at a time and a tenant `RULE_RUNS_PER_TENANT` (2).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from common.storable import utf8_value
+from tenants.models import Rule, RuleRun
+
+log = logging.getLogger(__name__)
+
+PREVIEW_RATE_DEFAULT = "30/min"
+ACTIONS = tuple(RuleRun.Actions.values)
+
+
+def _setting(name: str, default: float) -> float:
+    from django.conf import settings
+
+    value = getattr(settings, name, None) or os.environ.get(name)
+    try:
+        return float(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+class RunConflict(Exception):
+    """A run cannot start or be cancelled in the state things are in (a 409)."""
+
+
+class PreviewThrottled(Exception):
+    """The tenant previewed too often; `wait` seconds until it may again."""
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        super().__init__(f"Previews were asked too often; try again in {wait:.0f} s.")
+
+
+def _range(start: datetime, end: datetime, max_days: float | None) -> tuple[datetime, datetime]:
+    """[start, end) as asked, `end` no later than now (nothing is archived after now)."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ValidationError({"from": ["Give times with a time zone (UTC: a trailing Z)."]})
+    now = timezone.now()
+    if start >= now:
+        raise ValidationError({"from": ["The range starts in the future: nothing is archived."]})
+    end = min(end, now)
+    if start >= end:
+        raise ValidationError({"to": ["`to` must be after `from`."]})
+    if max_days is not None and end - start > timedelta(days=max_days):
+        raise ValidationError(
+            {"to": [f"The range is longer than {max_days:g} days: split it into several."]}
+        )
+    return start, end
+
+
+def _preview_allowed(rule: Rule) -> None:
+    from django.conf import settings
+
+    from tenants.accounts.throttles import hit
+
+    rate = (
+        getattr(settings, "RULE_PREVIEW_RATE", None)
+        or os.environ.get("RULE_PREVIEW_RATE")
+        or PREVIEW_RATE_DEFAULT
+    )
+    wait = hit("rule-preview", str(rule.tenant_id), rate)
+    if wait:
+        raise PreviewThrottled(wait)
+
+
+def _max_outputs(rule: Rule) -> int | None:
+    from tenants.tenant.selectors import effective_quota
+
+    return effective_quota(rule.tenant).get("max_rule_outputs")
+
+
+def run_preview(*, rule: Rule, start: datetime, end: datetime, store: Any = None) -> dict:
+    """How many archived messages of the tenant the range holds, how many the rule's FROM takes
+    and matches (and fails on), and its first outputs: DuckDB over the tenant's files and the
+    rule's evaluator (`common.rule_preview`), within seconds, nothing stored or fired."""
+    from common.object_store import open_object_store
+    from common.rule_preview import PreviewTooLong, preview
+
+    start, end = _range(start, end, _setting("RULE_PREVIEW_MAX_DAYS", 7))
+    _preview_allowed(rule)
+    try:
+        result = preview(
+            store or open_object_store(),
+            rule.tenant.slug,
+            rule.sql,
+            start,
+            end,
+            rule_id=rule.id,
+            max_outputs=_max_outputs(rule),
+            seconds=_setting("RULE_PREVIEW_SECONDS", 10.0),
+            threads=int(_setting("RULE_PREVIEW_THREADS", 0)) or None,
+        )
+    except PreviewTooLong as exc:
+        raise ValidationError({"from": [str(exc)]}) from None
+    body = result.as_dict()
+    body["outputs"] = utf8_value(body["outputs"])
+    return {"mode": "preview", "from": start, "to": end, **body}
+
+
+def run_start(
+    *,
+    rule: Rule,
+    start: datetime,
+    end: datetime,
+    actions: str = RuleRun.Actions.NEW_ONLY,
+    requested_by: str = "",
+    dispatch_now: bool = True,
+    operator: bool = False,
+) -> RuleRun:
+    """Queue a run of the rule over [start, end) (its actions fired per `actions`); the Celery
+    task `tenants.tasks.run_rule_history` runs it. One run of a rule at a time, and
+    `RULE_RUNS_PER_TENANT` of a tenant; an `operator`'s run (`manage.py run_rules`) is held to
+    neither, nor to the range's length."""
+    if actions not in ACTIONS:
+        raise ValidationError({"actions": [f"Must be one of {', '.join(ACTIONS)}."]})
+    max_days = None if operator else _setting("RULE_RUN_MAX_DAYS", 31)
+    start, end = _range(start, end, max_days)
+    if operator:
+        runs_reclaim(tenant_id=rule.tenant_id)  # what a lost worker left, before it claims
+        return RuleRun.objects.create(
+            tenant_id=rule.tenant_id,
+            rule=rule,
+            rule_version=rule.version,
+            start=start,
+            end=end,
+            actions=actions,
+            requested_by=requested_by[:254],
+        )
+    with transaction.atomic():
+        # One at a time per tenant, decided under the tenant's row lock: two requests at once
+        # cannot both pass the checks.
+        type(rule.tenant).objects.select_for_update().filter(pk=rule.tenant_id).first()
+        runs_reclaim(tenant_id=rule.tenant_id)
+        active = RuleRun.objects.filter(tenant_id=rule.tenant_id, state__in=RuleRun.ACTIVE)
+        if active.filter(rule=rule).exists():
+            raise RunConflict(
+                f"A run of rule {rule.name} is under way: wait for it, or cancel it first."
+            )
+        most = int(_setting("RULE_RUNS_PER_TENANT", 2))
+        if active.count() >= most:
+            raise RunConflict(
+                f"{most} runs over history are under way for this tenant, the most at once: "
+                "wait for one to end, or cancel one."
+            )
+        run = RuleRun.objects.create(
+            tenant_id=rule.tenant_id,
+            rule=rule,
+            rule_version=rule.version,
+            start=start,
+            end=end,
+            actions=actions,
+            requested_by=requested_by[:254],
+        )
+        if dispatch_now:
+            transaction.on_commit(lambda: dispatch(run))
+    return run
+
+
+STALE_AFTER = timedelta(minutes=2)  # no heartbeat for this long: its worker is gone
+# An operator's backfill that is no RuleRun (`run_rules` without --rule) owns no heartbeat: its
+# claims are given back by itself on any exit it lives through, or after this long (a group of
+# actions takes seconds to minutes between its claim and its confirmation).
+ORPHAN_CLAIMS_AFTER = timedelta(hours=1)
+
+
+def claims_release(run_id: Any) -> int:
+    """Give back the claims of a run that it never confirmed (a later `new-only` run fires
+    those actions); what it confirmed stays. How many went."""
+    from tenants.models import RuleActionLedger
+
+    deleted, _ = RuleActionLedger.objects.filter(run_id=run_id, fired=False).delete()
+    return deleted
+
+
+def runs_reclaim(*, tenant_id: int | None = None, now: datetime | None = None) -> dict:
+    """The stale-run cleanup (of one tenant, or all): runs whose worker stopped (no heartbeat
+    for STALE_AFTER) end as failed, since they would block their rule; then every claim left
+    unconfirmed by a run no longer under way (failed, cancelled, or done with its ledger writes
+    refused) is deleted, and so are ownerless claims older than ORPHAN_CLAIMS_AFTER. A
+    `new-only` run fires those actions again: one that fired just before its worker died fires
+    twice (at least once, never zero times). `{"failed": runs, "released": claims}`."""
+    from django.db.models import Q
+
+    from tenants.models import RuleActionLedger
+
+    now = now or timezone.now()
+    runs = (
+        RuleRun.objects.all() if tenant_id is None else RuleRun.objects.filter(tenant_id=tenant_id)
+    )
+    failed = runs.filter(state=RuleRun.State.RUNNING, heartbeat_at__lt=now - STALE_AFTER).update(
+        state=RuleRun.State.FAILED,
+        finished_at=now,
+        error="the worker running it stopped (its figures are what it had done); run it again",
+    )
+    claims = RuleActionLedger.objects.filter(fired=False)
+    if tenant_id is not None:
+        claims = claims.filter(rule__tenant_id=tenant_id)
+    ended = claims.filter(run__isnull=False).exclude(run__state__in=RuleRun.ACTIVE)
+    orphaned = claims.filter(Q(run__isnull=True) & Q(done_at__lt=now - ORPHAN_CLAIMS_AFTER))
+    released = ended.delete()[0] + orphaned.delete()[0]
+    if failed or released:
+        log.warning(
+            "rule runs: %d stale runs failed, %d unconfirmed claims given back", failed, released
+        )
+    return {"failed": failed, "released": released}
+
+
+# The Celery task that runs a rule over history (`tenants.tasks.run_rule_history`).
+RUN_TASK = "tenants.tasks.run_rule_history"
+
+
+def dispatch(run: RuleRun) -> None:
+    """Hand the run to a Celery worker (replaced in tests by an in-process runner). The task is
+    sent by its name, as Celery beat sends its tasks: `tenants.tasks` imports this package to run
+    the task, so importing it back would close an import circle."""
+    from celery import current_app
+
+    current_app.send_task(RUN_TASK, args=[str(run.id)])
+
+
+def run_cancel(run: RuleRun) -> RuleRun:
+    """Cancel a run: a queued one at once; a running one stops at its next chunk or group of
+    actions, and its Spark jobs under way are cancelled (the executor watches for this)."""
+    now = timezone.now()
+    if run.state == RuleRun.State.QUEUED:
+        updated = RuleRun.objects.filter(pk=run.pk, state=RuleRun.State.QUEUED).update(
+            state=RuleRun.State.CANCELLED, cancel_requested_at=now, finished_at=now
+        )
+        if updated:
+            run.refresh_from_db()
+            return run
+        run.refresh_from_db()
+    if run.state == RuleRun.State.RUNNING:
+        RuleRun.objects.filter(pk=run.pk, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=now
+        )
+        run.refresh_from_db()
+        return run
+    raise RunConflict(f"The run is {run.state} already: there is nothing to cancel.")
+
+
+def ledger_prune(now: datetime | None = None) -> int:
+    """Forget the actions done for messages older than `RULE_LEDGER_DAYS`; how many rows went."""
+    from tenants.models import RuleActionLedger
+
+    cutoff = (now or timezone.now()) - timedelta(days=_setting("RULE_LEDGER_DAYS", 90))
+    deleted, _ = RuleActionLedger.objects.filter(message_ts__lt=cutoff).delete()
+    return deleted

@@ -1,0 +1,1 @@
+"""Device shadows: writes and reads."""

@@ -1,0 +1,1 @@
+"""A tenant itself: plan, status, settings, quota overrides."""
