@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
@@ -24,6 +25,27 @@ def current_membership(user: AbstractBaseUser, chosen: str | None) -> Membership
     return membership or memberships.first()
 
 
+def membership_first(user: AbstractBaseUser, tenant_slug: str | None = None) -> Membership | None:
+    """The user's first membership (oldest), within the tenant `tenant_slug` when given."""
+    memberships = memberships_for_user(user)
+    if tenant_slug:
+        memberships = memberships.filter(tenant__slug=tenant_slug)
+    return memberships.order_by("created_at").first()
+
+
+def is_member(user: AbstractBaseUser, tenant_slug: str | None = None) -> bool:
+    """Whether the user belongs to a tenant (to `tenant_slug`, when given: "" is no tenant)."""
+    memberships = memberships_for_user(user)
+    if tenant_slug is not None:
+        memberships = memberships.filter(tenant__slug=tenant_slug)
+    return memberships.exists()
+
+
+def user_get(pk: object) -> AbstractBaseUser | None:
+    """The user with primary key `pk` (None: none, or no key)."""
+    return get_user_model().objects.filter(pk=pk).first()
+
+
 def membership_get(user: AbstractBaseUser, tenant: Tenant) -> Membership | None:
     return Membership.objects.filter(user=user, tenant=tenant).first()
 
@@ -38,3 +60,8 @@ def api_token_lookup(raw_token: str) -> ApiToken | None:
 
 def api_tokens_list(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(tenant=tenant, user=user).order_by("-created_at")
+
+
+def api_token_get(*, tenant: Tenant, user: AbstractBaseUser, token_id: int) -> ApiToken | None:
+    """One of the user's tokens for `tenant` (None for anyone else's)."""
+    return api_tokens_list(tenant=tenant, user=user).filter(id=token_id).first()

@@ -10,6 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from common import secrets
 from tenants import audit
@@ -70,6 +71,13 @@ def api_token_create(*, user: AbstractBaseUser, tenant: Tenant, name: str = "def
         prefix=raw[:12],
     )
     return token, raw
+
+
+def api_token_touch(token: ApiToken) -> None:
+    """Note the token's use (`last_used_at`), at most once a minute: a bookkeeping write, not
+    audited, never a save of the whole row."""
+    if token.last_used_at is None or (timezone.now() - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
 
 
 def api_token_delete(token: ApiToken) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from tenants.accounts import selectors as account_selectors
+from tenants.accounts import services as account_services
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -25,8 +25,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         token = account_selectors.api_token_lookup(raw)
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
-        if token.last_used_at is None or (timezone.now() - token.last_used_at).total_seconds() > 60:
-            type(token).objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        account_services.api_token_touch(token)
         return token.user, token
 
     def authenticate_header(self, request) -> str:

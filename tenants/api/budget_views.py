@@ -127,7 +127,7 @@ class BudgetAlertsView(TenantAPIView):
         operation_id="v1_budget_alerts_list",
     )
     def get(self, request):
-        alerts = budget_selectors.alerts_list(tenant=self.tenant).select_related("tenant")
+        alerts = budget_selectors.alerts_list(tenant=self.tenant)
         return paginated(self, request, alerts, BudgetAlertOutput)
 
 

@@ -71,7 +71,7 @@ class TemplateOutput(serializers.Serializer):
         return fleet.template_parameters(template.device_name_template)
 
     def get_groups(self, template) -> list[str]:
-        return sorted(group.name for group in template.groups.all())
+        return sorted(fleet.template_group_names(template))
 
 
 class ClaimOutput(serializers.Serializer):

@@ -169,7 +169,7 @@ class GroupOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
     def get_devices(self, group) -> list[str]:
-        return sorted(device.name for device in group.devices.all())
+        return sorted(device.name for device in job_selectors.group_members(group=group))
 
 
 CREATE_EXAMPLE = OpenApiExample(

@@ -32,7 +32,7 @@ from tenants.billing import selectors as billing_selectors
 from tenants.client_address import client_address
 from tenants.devices import selectors as device_selectors
 from tenants.devices import services as device_services
-from tenants.models import ApiToken, Credential, Membership, Tenant
+from tenants.models import ApiToken, Membership, Tenant
 from tenants.rules import selectors as rule_selectors
 from tenants.rules import services as rule_services
 from tenants.tenant import selectors as tenant_selectors
@@ -65,11 +65,9 @@ class TenantAPIView(APIView):
             tenant = request.auth.tenant
             membership = account_selectors.membership_get(request.user, tenant)
         else:
-            memberships = account_selectors.memberships_for_user(request.user)
-            wanted = request.headers.get("X-Tenant")
-            if wanted:
-                memberships = memberships.filter(tenant__slug=wanted)
-            membership = memberships.first()
+            membership = account_selectors.membership_first(
+                request.user, request.headers.get("X-Tenant")
+            )
             tenant = membership.tenant if membership else None
         if membership is None or tenant is None:
             raise exceptions.PermissionDenied("You are not a member of any tenant.")
@@ -150,10 +148,7 @@ class TokenView(AuthThrottled, APIView):
         user = authenticate(request, username=email, password=data["password"])
         if user is None:
             raise exceptions.AuthenticationFailed("Wrong email or password.")
-        memberships = account_selectors.memberships_for_user(user)
-        if data.get("tenant"):
-            memberships = memberships.filter(tenant__slug=data["tenant"])
-        membership = memberships.order_by("created_at").first()
+        membership = account_selectors.membership_first(user, data.get("tenant"))
         if membership is None:
             raise ValidationError({"tenant": ["You are not a member of that tenant."]})
         token = login_tokens.login_token(user=user, tenant=membership.tenant, rotate=data["rotate"])
@@ -197,10 +192,8 @@ class ApiTokenListView(TenantAPIView):
 class ApiTokenDetailView(TenantAPIView):
     @extend_schema(responses={204: None})
     def delete(self, request, token_id: int):
-        token = (
-            account_selectors.api_tokens_list(tenant=self.tenant, user=request.user)
-            .filter(id=token_id)
-            .first()
+        token = account_selectors.api_token_get(
+            tenant=self.tenant, user=request.user, token_id=token_id
         )
         if token is None:
             raise Http404("No such token.")
@@ -261,7 +254,9 @@ class DeviceCredentialsView(TenantAPIView):
     )
     def get(self, request, name: str):
         device = device_selectors.device_get(tenant=self.tenant, name=name)
-        return paginated(self, request, device.credentials.all(), s.CredentialOutput)
+        return paginated(
+            self, request, device_selectors.credentials_list(device=device), s.CredentialOutput
+        )
 
     @extend_schema(request=s.CredentialRotateInput, responses={201: s.CredentialCreatedOutput})
     def post(self, request, name: str):
@@ -274,9 +269,7 @@ class DeviceCredentialsView(TenantAPIView):
             "username": device.username,
             "password": secret,
             "expires_at": credential.expires_at,
-            "previous": [
-                c for c in device.credentials.exclude(id=credential.id) if c.state != "revoked"
-            ],
+            "previous": device_selectors.credentials_unrevoked(device=device, besides=credential),
         }
         return Response(s.CredentialCreatedOutput(body).data, status=status.HTTP_201_CREATED)
 
@@ -285,7 +278,7 @@ class DeviceCredentialDetailView(TenantAPIView):
     @extend_schema(responses={204: None})
     def delete(self, request, name: str, credential_id: int):
         device = device_selectors.device_get(tenant=self.tenant, name=name)
-        credential = Credential.objects.filter(device=device, id=credential_id).first()
+        credential = device_selectors.credential_get(device=device, credential_id=credential_id)
         if credential is None:
             raise Http404("No such credential.")
         device_services.credential_revoke(credential)
@@ -591,8 +584,7 @@ class UsageView(TenantAPIView):
         params = request.query_params
         if {"from", "to", "granularity", "by"} & set(params):
             return self._series(params)
-        usage = usage_selectors.usage_list(tenant=self.tenant)
-        since = text_param(request, "since")
+        since, parsed = text_param(request, "since"), None
         if since:
             try:
                 parsed = parse_datetime(since)
@@ -602,7 +594,7 @@ class UsageView(TenantAPIView):
                 parsed = None
             if parsed is None:
                 raise ValidationError({"since": ["Use a valid ISO 8601 date-time."]})
-            usage = usage.filter(minute__gte=parsed)
+        usage = usage_selectors.usage_list(tenant=self.tenant, since=parsed)
         return paginated(self, request, usage, s.UsageOutput)
 
     def _series(self, params) -> Response:

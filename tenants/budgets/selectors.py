@@ -89,7 +89,7 @@ def budget_get(*, tenant: Tenant) -> Budget | None:
 
 def alerts_list(*, tenant: Tenant) -> QuerySet[BudgetAlert]:
     """The tenant's alerts, newest first: only its own, by construction."""
-    return BudgetAlert.objects.filter(tenant=tenant)
+    return BudgetAlert.objects.filter(tenant=tenant).select_related("tenant")
 
 
 def percent_of(spend_cents: int, monthly_cents: int) -> float:

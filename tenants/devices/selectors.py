@@ -10,8 +10,11 @@ from django.http import Http404
 from django.utils import timezone
 
 from tenants.models import (
+    CaCertificate,
+    Credential,
     Device,
     DeviceConnection,
+    DeviceGroup,
     Tenant,
 )
 
@@ -55,3 +58,48 @@ def device_get(*, tenant: Tenant, name: str) -> Device:
 def device_connections(*, device: Device) -> QuerySet[DeviceConnection]:
     """The device's live connections (several when its client-id policy allows it)."""
     return live_connections(tenant=device.tenant).filter(device=device)
+
+
+def credential_get(
+    *, device: Device, credential_id: int, unrevoked: bool = False
+) -> Credential | None:
+    """One of the device's credentials (None for another device's, or a revoked one when
+    `unrevoked`)."""
+    credentials = Credential.objects.filter(device=device, id=credential_id)
+    if unrevoked:
+        credentials = credentials.filter(revoked_at=None)
+    return credentials.first()
+
+
+def credentials_unrevoked(*, device: Device, besides: Credential) -> list[Credential]:
+    """The device's other credentials still in use (live, or retiring after a rotation)."""
+    return [c for c in device.credentials.exclude(id=besides.id) if c.state != "revoked"]
+
+
+def device_names(*, tenant: Tenant, outside_group: DeviceGroup | None = None) -> list[str]:
+    """The tenant's device names (those not in `outside_group`, when given)."""
+    devices = devices_list(tenant=tenant)
+    if outside_group is not None:
+        devices = devices.exclude(groups=outside_group)
+    return list(devices.values_list("name", flat=True))
+
+
+def device_count(*, tenant: Tenant) -> int:
+    return devices_list(tenant=tenant).count()
+
+
+def ca_registered(*, tenant: Tenant, pem: str) -> bool:
+    """Whether the tenant has this CA certificate registered and not revoked."""
+    return CaCertificate.objects.filter(tenant=tenant, pem=pem, revoked_at=None).exists()
+
+
+def ca_name_free(*, tenant: Tenant, name: str) -> str:
+    """`name`, or `name-N` (N: the tenant's CAs so far) when the tenant has a CA of that name."""
+    if CaCertificate.objects.filter(tenant=tenant, name=name).exists():
+        return f"{name}-{CaCertificate.objects.filter(tenant=tenant).count()}"
+    return name
+
+
+def credentials_list(*, device: Device) -> QuerySet[Credential]:
+    """The device's credentials, in the order the model keeps them."""
+    return device.credentials.all()

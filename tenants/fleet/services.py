@@ -181,6 +181,11 @@ def templates_list(*, tenant: Tenant) -> QuerySet[ProvisioningTemplate]:
     return ProvisioningTemplate.objects.filter(tenant=tenant).prefetch_related("groups")
 
 
+def template_group_names(template: ProvisioningTemplate) -> list[str]:
+    """The names of the groups the template puts its devices in."""
+    return [group.name for group in template.groups.all()]
+
+
 def template_get(*, tenant: Tenant, name: str) -> ProvisioningTemplate:
     if "\x00" in name:  # no template has it (and NUL never reaches Postgres)
         raise Http404("No such provisioning template.")

@@ -9,7 +9,7 @@ from django.http import Http404
 from common.jobs import executions as ex
 from common.jobs.artifacts import NAME
 from common.jobs.topics import JOB_ID
-from tenants.models import DeviceGroup, Job, JobArtifact, JobExecution, Tenant
+from tenants.models import Device, DeviceGroup, Job, JobArtifact, JobExecution, Tenant
 
 _COUNTS = {
     f"count_{status.lower()}": Count("executions", filter=Q(executions__status=status))
@@ -47,6 +47,10 @@ def process_details(job: Job) -> dict:
 
 def group_list(*, tenant: Tenant) -> QuerySet[DeviceGroup]:
     return DeviceGroup.objects.filter(tenant=tenant).prefetch_related("devices").order_by("name")
+
+
+def group_names(*, tenant: Tenant) -> list[str]:
+    return list(group_list(tenant=tenant).values_list("name", flat=True))
 
 
 def group_get(*, tenant: Tenant, name: str) -> DeviceGroup:
@@ -87,3 +91,12 @@ def artifact_by_slug(*, slug: str, name: str) -> JobArtifact:
     if artifact is None:
         raise Http404("No such artifact.")
     return artifact
+
+
+def executions_list(*, job: Job) -> QuerySet[JobExecution]:
+    """The job's executions, one per device it reached."""
+    return job.executions.all()
+
+
+def group_members(*, group: DeviceGroup) -> QuerySet[Device]:
+    return group.devices.all()

@@ -123,8 +123,7 @@ def budget(request, membership):
         form = BudgetForm(initial=_budget_initial(status))
     currency = status["currency"]
     alerts = [
-        (alert, alert_words(alert)[1])
-        for alert in budget_selectors.alerts_list(tenant=tenant).select_related("tenant")[:50]
+        (alert, alert_words(alert)[1]) for alert in budget_selectors.alerts_list(tenant=tenant)[:50]
     ]
     return render(
         request,

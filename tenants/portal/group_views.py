@@ -18,10 +18,7 @@ from tenants.portal.views import _context, _form_errors, tenant_view
 
 
 def _device_names(tenant, exclude_group=None) -> list[str]:
-    devices = device_selectors.devices_list(tenant=tenant)
-    if exclude_group is not None:
-        devices = devices.exclude(groups=exclude_group)
-    return list(devices.values_list("name", flat=True))
+    return device_selectors.device_names(tenant=tenant, outside_group=exclude_group)
 
 
 @tenant_view()
@@ -57,7 +54,13 @@ def _group_page(request, membership, group, form):
     return render(
         request,
         "portal/group.html",
-        _context(membership, group=group, members=group.devices.all(), form=form, jobs=jobs),
+        _context(
+            membership,
+            group=group,
+            members=job_selectors.group_members(group=group),
+            form=form,
+            jobs=jobs,
+        ),
     )
 
 

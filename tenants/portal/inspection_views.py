@@ -21,6 +21,7 @@ from tenants.inspection import selectors as inspection
 from tenants.inspection import services as inspection_services
 from tenants.models import Tenant
 from tenants.portal.views import _context, tenant_view
+from tenants.tenant import selectors as tenant_selectors
 
 PAGE_SIZE = 50
 
@@ -70,7 +71,7 @@ def _as_member(membership) -> tuple[Pages, dict]:
 def _as_operator(request: HttpRequest, slug: str) -> tuple[Pages, dict]:
     if not request.user.is_staff:
         raise PermissionDenied("Operators only.")
-    tenant = Tenant.objects.filter(slug=slug).first()
+    tenant = tenant_selectors.tenant_find(slug)
     if tenant is None:
         raise Http404(f"No tenant {slug!r}.")
     # Not `tenant`: that would make the page the operator's own tenant's (navigation, live).

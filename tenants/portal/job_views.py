@@ -43,8 +43,8 @@ def _job_form(request, membership) -> JobForm:
     tenant = membership.tenant
     return JobForm(
         request.POST if request.method == "POST" else None,
-        devices=device_selectors.devices_list(tenant=tenant).values_list("name", flat=True),
-        groups=job_selectors.group_list(tenant=tenant).values_list("name", flat=True),
+        devices=device_selectors.device_names(tenant=tenant),
+        groups=job_selectors.group_names(tenant=tenant),
     )
 
 
@@ -99,7 +99,7 @@ def job_detail(request, membership, job_id: str):
             membership,
             job=job,
             progress=_progress(job),
-            executions=job.executions.all(),
+            executions=job_selectors.executions_list(job=job),
             document=json.dumps(job.document, indent=2, ensure_ascii=False),
             statuses=ex.STATUSES,
         ),

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import get_object_or_404, render
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import render
 
 from tenants.journey.devices import devices_for_clients
 from tenants.journey.display import (
@@ -175,7 +175,9 @@ def _operator_page(request: HttpRequest, slug: str, *, events: bool) -> HttpResp
     without the tenant's portal around it (its device pages are its members')."""
     if not request.user.is_staff:
         raise PermissionDenied("Operators only.")
-    subject = get_object_or_404(Tenant.objects.select_related("plan"), slug=slug)
+    subject = tenant_selectors.tenant_find(slug)
+    if subject is None:
+        raise Http404("No Tenant matches the given query.")
     context = _search(request, subject, events=events, link_devices=False)
     return render(request, "portal/journey.html", {**context, "operator_of": subject})
 

@@ -56,12 +56,12 @@ SIGNED_OUT = 4401  # close code: the session ended (a new password, logged out, 
 def session_still_stands(scope: dict, tenant: str) -> bool:
     """The session's user is still who logged in (Django's session hash: a new password
     changes it) and still a member of the tenant."""
-    from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
     from django.utils.crypto import constant_time_compare
 
     session = scope["session"]
     session.load()  # as stored now: a logout elsewhere or a flush empties it
-    user = get_user_model().objects.filter(pk=session.get(SESSION_KEY)).first()
+    user = account_selectors.user_get(session.get(SESSION_KEY))
     if user is None or not user.is_active:
         return False
     if not constant_time_compare(session.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()):

@@ -3,25 +3,22 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, Q, Sum
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from tenants import operator_overview
 from tenants.accounts import throttles
 from tenants.accounts import trust as accounts
-from tenants.devices.selectors import PRESENCE_STALE_AFTER
-from tenants.inspection.selectors import inspection_counts
-from tenants.models import Device, DeviceConnection, Invitation, Membership, Tenant, Usage
+from tenants.models import Membership
+from tenants.people import selectors as people_selectors
 from tenants.people import services as people
 from tenants.portal.forms import InviteForm, PasswordChoiceForm
 from tenants.portal.views import _context, _form_errors, tenant_view
@@ -61,12 +58,8 @@ def members(request, membership):
         "portal/members.html",
         _context(
             membership,
-            members=Membership.objects.filter(tenant=tenant)
-            .select_related("user")
-            .order_by("created_at"),
-            invitations=Invitation.objects.filter(
-                tenant=tenant, accepted_at=None, expires_at__gt=timezone.now()
-            ),
+            members=people_selectors.members_list(tenant=tenant),
+            invitations=people_selectors.invitations_open(tenant=tenant),
             form=form,
             is_owner=is_owner,
         ),
@@ -76,7 +69,7 @@ def members(request, membership):
 
 @tenant_view(write=True)
 def member_remove(request, membership, member_id: int):
-    target = Membership.objects.filter(tenant=membership.tenant, id=member_id).first()
+    target = people_selectors.member_get(tenant=membership.tenant, member_id=member_id)
     if target is None:
         raise Http404("No such member.")
     if request.method != "POST":
@@ -98,7 +91,9 @@ def member_remove(request, membership, member_id: int):
 @tenant_view(write=True)
 def invitation_resend(request, membership, invitation_id: int):
     """Send an open invitation again (a new link), e.g. after the mail server was down."""
-    invitation = Invitation.objects.filter(tenant=membership.tenant, id=invitation_id).first()
+    invitation = people_selectors.invitation_get(
+        tenant=membership.tenant, invitation_id=invitation_id
+    )
     if invitation is None:
         raise Http404("No such invitation.")
     try:
@@ -120,7 +115,9 @@ def invitation_resend(request, membership, invitation_id: int):
 @require_POST
 @tenant_view(write=True)
 def invitation_revoke(request, membership, invitation_id: int):
-    invitation = Invitation.objects.filter(tenant=membership.tenant, id=invitation_id).first()
+    invitation = people_selectors.invitation_get(
+        tenant=membership.tenant, invitation_id=invitation_id
+    )
     if invitation is None:
         raise Http404("No such invitation.")
     people.invitation_revoke(invitation)
@@ -131,20 +128,14 @@ def invitation_revoke(request, membership, invitation_id: int):
 def invite_accept(request, token: str):
     """The link in the invitation email. Logged in as the invited address: join. No account
     yet: choose a password. Another account: log out first."""
-    invitation = (
-        Invitation.objects.select_related("tenant")
-        .filter(digest=people.invitation_digest(token))
-        .first()
-    )
+    invitation = people_selectors.invitation_by_token(token)
     if invitation is None:
         raise Http404("No such invitation.")
     context = {"invitation": invitation, "form": PasswordChoiceForm()}
     if not invitation.is_open:
         return render(request, "portal/invite.html", {**context, "closed": True}, status=410)
     user = request.user if request.user.is_authenticated else None
-    from django.contrib.auth import get_user_model
-
-    has_account = get_user_model().objects.filter(email__iexact=invitation.email).exists()
+    has_account = people_selectors.account_exists(invitation.email)
     if request.method == "POST":
         try:
             if user is not None:
@@ -175,34 +166,7 @@ def operator(request):
     if not request.user.is_staff:
         raise PermissionDenied("Operators only.")
     now = timezone.now()
-    since = now - timedelta(hours=24)
-    live = DeviceConnection.objects.filter(heartbeat_at__gt=now - PRESENCE_STALE_AFTER)
-    connections = dict(live.values("tenant").annotate(n=Count("id")).values_list("tenant", "n"))
-    usage = {
-        row["tenant"]: row
-        for row in Usage.objects.filter(minute__gte=since)
-        .values("tenant")
-        .annotate(messages_in=Sum("messages_in"), messages_out=Sum("messages_out"))
-    }
-    devices = dict(
-        Device.objects.values("tenant").annotate(n=Count("id")).values_list("tenant", "n")
-    )
-    tenants = Tenant.objects.select_related("plan").annotate(
-        members=Count("memberships", distinct=True),
-        owners=Count("memberships", filter=Q(memberships__role="owner"), distinct=True),
-    )
-    held = inspection_counts()  # what the broker holds: sessions offline, queued, retained
-    rows = [
-        {
-            "tenant": t,
-            "devices": devices.get(t.id, 0),
-            "connections": connections.get(t.id, 0),
-            "messages_in": (usage.get(t.id) or {}).get("messages_in") or 0,
-            "messages_out": (usage.get(t.id) or {}).get("messages_out") or 0,
-            **{"offline_sessions": 0, "queued": 0, "retained": 0, **held.get(t.id, {})},
-        }
-        for t in tenants.order_by("slug")
-    ]
+    rows = operator_overview.tenants_overview(now=now)
     return render(
         request,
         "portal/operator.html",

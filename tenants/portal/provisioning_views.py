@@ -19,7 +19,7 @@ from tenants.portal.views import _context, _form_errors, _pop_once, _show_once, 
 
 
 def _group_names(tenant: Tenant) -> list[str]:
-    return list(job_selectors.group_list(tenant=tenant).values_list("name", flat=True))
+    return job_selectors.group_names(tenant=tenant)
 
 
 @tenant_view()
@@ -54,7 +54,7 @@ def template_detail(request, membership, name: str):
 def _template_page(request, membership, template, groups_form: TemplateGroupsForm | None = None):
     names = _group_names(membership.tenant)
     groups_form = groups_form or TemplateGroupsForm(
-        groups=names, initial={"groups": [g.name for g in template.groups.all()]}
+        groups=names, initial={"groups": fleet.template_group_names(template)}
     )
     once = _pop_once(request)
     issued = once if once and once.get("template") == template.name else None

@@ -10,7 +10,7 @@ from django.http import Http404
 
 from common.shadow import document as doc
 from common.shadow.topics import SHADOW_NAME
-from tenants.models import Device, Shadow
+from tenants.models import Device
 from tenants.shadows import selectors as shadow_selectors
 
 HISTORY_SHOWN = 20
@@ -24,7 +24,7 @@ def editor_context(device: Device, name: str) -> dict:
     """What `portal/_shadow.html` shows of the device's shadow `name`."""
     if name and not SHADOW_NAME.match(name):
         raise Http404("No such shadow.")
-    row = Shadow.objects.filter(device=device, name=name).first()
+    row = shadow_selectors.shadow_row(device=device, name=name)
     shadow = shadow_selectors.shadow_of(row)
     state = shadow.state if shadow.present else {}
     history = [

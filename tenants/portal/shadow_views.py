@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from common.shadow import document as doc
 from common.shadow.topics import SHADOW_NAME
-from tenants.models import Device, Shadow
+from tenants.models import Device
 from tenants.portal.views import tenant_view
 from tenants.shadows import selectors as shadow_selectors
 from tenants.shadows import services as shadow_services
@@ -55,7 +55,7 @@ def device_shadow(request, membership, name: str):
         if not isinstance(wanted, dict):
             messages.error(request, "The desired state must be a JSON object.")
             return _back(device, shadow)
-        row = Shadow.objects.filter(device=device, name=shadow).first()
+        row = shadow_selectors.shadow_row(device=device, name=shadow)
         current = (row.state or {}).get("desired") if row is not None and row.present else None
         patch = shadow_services.replacement(current, wanted)
         body = {"state": {"desired": patch if wanted else None}}

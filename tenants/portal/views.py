@@ -66,10 +66,7 @@ def tenant_view(write: bool = False):
         @login_required
         @wraps(view)
         def wrapper(request, *args, **kwargs):
-            if (
-                request.user.is_staff
-                and not account_selectors.memberships_for_user(request.user).exists()
-            ):
+            if request.user.is_staff and not account_selectors.is_member(request.user):
                 # An operator without a tenant of its own (the admin's "View site"): the
                 # operators' overview rather than a bare 403.
                 return redirect("portal:operator")
@@ -172,7 +169,7 @@ def logout_view(request: HttpRequest) -> HttpResponse:
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
     slug = request.POST.get("tenant", "")
-    if account_selectors.memberships_for_user(request.user).filter(tenant__slug=slug).exists():
+    if account_selectors.is_member(request.user, slug):
         request.session["tenant"] = slug
     return redirect("portal:dashboard")
 
@@ -190,7 +187,7 @@ def dashboard(request, membership):
         _context(
             membership,
             drops=drops_summary(day, tenant_selectors.effective_quota(tenant)),
-            device_count=device_selectors.devices_list(tenant=tenant).count(),
+            device_count=device_selectors.device_count(tenant=tenant),
             memberships=account_selectors.memberships_for_user(request.user),
             mqtt_host=settings.MQTT_PUBLIC_HOST,
             mqtt_port=settings.MQTT_PUBLIC_PORT,
@@ -318,7 +315,7 @@ def device_detail(request, membership, name: str):
             device=device,
             last_disconnect=disconnect_reasons.describe(device.last_disconnect_reason),
             secret=_pop_once(request),
-            credentials=device.credentials.all()[:20],
+            credentials=device_selectors.credentials_list(device=device)[:20],
             connections=device_selectors.device_connections(device=device),
             grace_choices=GRACE_CHOICES,
             mqtt_host=settings.MQTT_PUBLIC_HOST,
@@ -364,7 +361,9 @@ def device_rotate(request, membership, name: str):
 def credential_retire(request, membership, name: str, credential_id: int):
     """End a secret's life now, after a confirmation page (GET shows it, POST acts)."""
     device = device_selectors.device_get(tenant=membership.tenant, name=name)
-    credential = device.credentials.filter(id=credential_id, revoked_at=None).first()
+    credential = device_selectors.credential_get(
+        device=device, credential_id=credential_id, unrevoked=True
+    )
     if credential is None:
         raise Http404("No such credential.")
     if request.method != "POST":
@@ -404,7 +403,7 @@ def device_delete(request, membership, name: str):
 @tenant_view()
 def acls(request, membership):
     tenant = membership.tenant
-    names = list(device_selectors.devices_list(tenant=tenant).values_list("name", flat=True))
+    names = device_selectors.device_names(tenant=tenant)
     form = AclForm(devices=names)
     if request.method == "POST":
         if not membership.can_write:
@@ -519,10 +518,8 @@ def tokens(request, membership):
 @require_POST
 @tenant_view(write=True)
 def token_delete(request, membership, token_id: int):
-    token = (
-        account_selectors.api_tokens_list(tenant=membership.tenant, user=request.user)
-        .filter(id=token_id)
-        .first()
+    token = account_selectors.api_token_get(
+        tenant=membership.tenant, user=request.user, token_id=token_id
     )
     if token is None:
         raise Http404("No such token.")
@@ -604,7 +601,7 @@ def _rule_editor(request, membership, rule=None):
     if editing:
         context["metrics"] = rule_selectors.rule_metrics(rule)
         context["dead_letters"] = rule_selectors.rule_dead_letters_list(rule=rule)[:20]
-        context["dead_letter_count"] = rule_selectors.rule_dead_letters_list(rule=rule).count()
+        context["dead_letter_count"] = rule_selectors.rule_dead_letters_count(rule=rule)
         context.update(_history_context(rule))
     return render(request, "portal/rule.html", context)
 

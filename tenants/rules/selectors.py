@@ -60,3 +60,7 @@ def rule_metrics(rule: Rule) -> dict:
 
 def rule_dead_letters_list(*, rule: Rule) -> QuerySet[RuleDeadLetter]:
     return RuleDeadLetter.objects.filter(rule=rule)
+
+
+def rule_dead_letters_count(*, rule: Rule) -> int:
+    return rule_dead_letters_list(rule=rule).count()

@@ -25,6 +25,11 @@ def shadow_of(row: Shadow | None) -> doc.Shadow:
     return doc.Shadow(row.version, row.state or {}, row.metadata or {}, row.present)
 
 
+def shadow_row(*, device: Device, name: str) -> Shadow | None:
+    """The device's stored shadow `name` (None: never made)."""
+    return Shadow.objects.filter(device=device, name=name).first()
+
+
 def shadow_document(*, device: Device, name: str) -> tuple[dict, int]:
     """AWS's GetThingShadow answer (state with its delta, metadata, version) and the version, or
     Http404 when the shadow does not exist (never made, or deleted)."""

@@ -17,6 +17,11 @@ def effective_quota(tenant: Tenant) -> dict[str, int]:
     return limits
 
 
+def tenant_find(slug: str) -> Tenant | None:
+    """The tenant `slug` names, or None."""
+    return Tenant.objects.select_related("plan").filter(slug=slug).first()
+
+
 def tenant_get(slug: str) -> Tenant:
     tenant = Tenant.objects.select_related("plan").filter(slug=slug).first()
     if tenant is None:

@@ -248,6 +248,7 @@ def _number(value: Decimal) -> int | float:
     return int(value) if value == value.to_integral_value() else float(value)
 
 
-def usage_list(*, tenant: Tenant) -> QuerySet[Usage]:
-    """A tenant's usage rows (per minute), for the API's usage endpoint."""
-    return Usage.objects.filter(tenant=tenant)
+def usage_list(*, tenant: Tenant, since: datetime | None = None) -> QuerySet[Usage]:
+    """A tenant's usage rows (per minute), for the API's usage endpoint; from `since` on."""
+    usage = Usage.objects.filter(tenant=tenant)
+    return usage if since is None else usage.filter(minute__gte=since)

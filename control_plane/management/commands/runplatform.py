@@ -245,18 +245,15 @@ class Command(BaseCommand):
             return None
         from control_plane import dev_pki
         from tenants.devices import identity
-        from tenants.models import CaCertificate
+        from tenants.devices import selectors as device_selectors
 
         pki = dev_pki.ensure(Path(embedded.DATA_DIR) / "dev-pki", device.name)
         env["MQTT_TLS_CERT"], env["MQTT_TLS_KEY"] = str(pki.server_cert), str(pki.server_key)
         pem = pki.ca.read_text()
-        if not CaCertificate.objects.filter(tenant=tenant, pem=pem, revoked_at=None).exists():
-            name = "dev-ca"
-            if CaCertificate.objects.filter(tenant=tenant, name=name).exists():
-                name = f"dev-ca-{CaCertificate.objects.filter(tenant=tenant).count()}"
+        if not device_selectors.ca_registered(tenant=tenant, pem=pem):
             identity.ca_register(
                 tenant=tenant,
-                name=name,
+                name=device_selectors.ca_name_free(tenant=tenant, name="dev-ca"),
                 pem=pem,
                 verification_pem=dev_pki.verification(pki, identity.registration_code(tenant)),
             )
