@@ -3,9 +3,9 @@ the API signup) hands out.
 
 Logging in again hands out the same token, so scripts that log in at every start neither pile up
 tokens nobody sees nor log each other out; `rotate=True` replaces it (the old one stops working
-at once). Only digests identify tokens (`selectors.api_token_lookup`); the login token is kept
+at once). Only digests identify tokens (`accounts.selectors.api_token_lookup`); the login token is kept
 sealed as well (`common.sealed`, under a key outside the database) because handing it out again
-needs its value. Named tokens (`services.api_token_create`) are separate and never reused.
+needs its value. Named tokens (`accounts.services.api_token_create`) are separate and never reused.
 """
 
 from __future__ import annotations

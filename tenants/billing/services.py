@@ -513,7 +513,7 @@ ON CONFLICT (tenant_id, device, day) DO UPDATE SET
   actions_executed = tenants_deviceusage.actions_executed + EXCLUDED.actions_executed
 """
 ROLLUP_WRITER_PREFIX = "rules-"
-# Dead letters replayed from the API or the portal (`services.rule_dead_letters_replay`): each
+# Dead letters replayed from the API or the portal (`rules.services.rule_dead_letters_replay`): each
 # webhook call is an action executed, as when the rules job makes it. A `rules-` writer, so the
 # rollup below adds it to the charts like the job's own rows.
 REPLAY_WRITER = "rules-replay"

@@ -208,7 +208,7 @@ def degrade_sync(
 @transaction.atomic
 def budgets_reseal_secrets() -> dict[str, int]:
     """Every budget's webhook secret sealed under the current `SEALING_KEY` (a rotation's last
-    step, as `services.rules_reseal_secrets` for the rules)."""
+    step, as `rules.services.rules_reseal_secrets` for the rules)."""
     from common import sealed
 
     counts = {"budgets": 0, "resealed": 0, "current": 0, "unopened": 0}

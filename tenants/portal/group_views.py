@@ -1,6 +1,6 @@
 """The portal's Device groups pages (AWS's static thing groups, which jobs target): the tenant's
 groups with a form to make one; a group's members with forms to add and remove devices and to
-delete the group. Thin: `job_selectors` reads, `job_services` writes, as for
+delete the group. Thin: `jobs.selectors` reads, `jobs.services` writes, as for
 `/api/v1/groups`; another tenant's group is a 404, its devices unknown names."""
 
 from __future__ import annotations

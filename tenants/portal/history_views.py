@@ -1,6 +1,6 @@
 """The portal's History page: the tenant's history policies (list, add, delete), what its
-archive keeps and why, how long, and what it stores. Thin: `history_services` writes,
-`history_selectors` reads."""
+archive keeps and why, how long, and what it stores. Thin: `history.services` writes,
+`history.selectors` reads."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Portal forms of jobs, device groups and fleet provisioning. They only turn the posted text
 into the values the REST API takes (JSON parsed, numbers read, names listed); what those values
-may be is `job_services`' and `fleet`'s check, the same the REST API gets, so a bad value is
+may be is `jobs.services`' and `fleet.services`' check, the same the REST API gets, so a bad value is
 refused in the same words through either door."""
 
 from __future__ import annotations

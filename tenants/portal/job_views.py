@@ -1,7 +1,7 @@
 """The portal's Jobs pages: the tenant's jobs with their progress and, for members who may write,
 the form that creates one (AWS's CreateJob, as `POST /api/v1/jobs` takes it); one job's progress
 per device (each execution's status, details and times), with a cancel button. Thin:
-`job_selectors` reads, `job_services` writes and checks what the form sends, as for the API."""
+`jobs.selectors` reads, `jobs.services` writes and checks what the form sends, as for the API."""
 
 from __future__ import annotations
 
