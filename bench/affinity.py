@@ -44,7 +44,7 @@ from bench.brokers import PASSWORD, _free_port, _raise_nofile, _wait_port
 from bench.cluster import cpu_seconds, stop_processes
 from bench.loadgen import PublishTemplate, Stats, close_all, connect_many, json_bodies
 from bench.scenarios import drain
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "RESULTS.md"

@@ -155,7 +155,7 @@ def start_runbroker(archive: bool, store_url: str) -> RunningBroker:
 def archived_publishes(store_url: str) -> int:
     """Publish rows in the archive's Parquet segments under `store_url` (read back as any
     reader would, through the object store)."""
-    from common.object_store import open_object_store
+    from common.stores.object_store import open_object_store
 
     store, total = open_object_store(store_url), 0
     for key in store.list("archive/"):  # not the usage log beside it

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from bench.loadgen import json_bodies
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from data_plane.broker.message import Message, Origin
 from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter, live_compression

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from common.archive_schema import USAGE_SCHEMA, usage_segment_key
-from common.object_store import LocalObjectStore
+from common.archive.schema import USAGE_SCHEMA, usage_segment_key
+from common.stores.object_store import LocalObjectStore
 
 PRICE_BOOK = {
     "plan": "bench",

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[1]
 USERNAME, PASSWORD = "bench/d", "bench-password"

@@ -50,7 +50,7 @@ from bench.loadgen import (
     publish_flat_out,
 )
 from bench.scenarios import drain
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "RESULTS.md"

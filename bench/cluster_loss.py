@@ -39,7 +39,7 @@ from bench.brokers import PASSWORD, REPO, USERNAME, _free_port, _raise_nofile, _
 from bench.cluster import stop_processes
 from bench.loadgen import PublishTemplate, Stats, close_all, connect_many, publish_flat_out
 from bench.scenarios import drain
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 
 
 class TwoNodes:

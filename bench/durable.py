@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
+from common.contracts import tables
 from data_plane.storage.session_store import QueuedMessage, SessionStore
 
 
@@ -42,7 +42,7 @@ def postgres_cpu_seconds() -> float:
 async def main(messages: int, sessions: int, payload: int, burst: int) -> None:
     dsn = os.environ.get("DATABASE_URL")
     if not dsn:
-        from common import embedded
+        from common.runtime import embedded
 
         dsn = embedded.postgres_url()
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -23,9 +23,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from common.journey_io import OPEN_HOUR_SEGMENTS, compact_hour, journey_files
-from common.journey_schema import MESSAGE_SCHEMA, MESSAGES, live_segment_key
-from common.object_store import LocalObjectStore
+from common.journey.files import OPEN_HOUR_SEGMENTS, compact_hour, journey_files
+from common.journey.schema import MESSAGE_SCHEMA, MESSAGES, live_segment_key
+from common.stores.object_store import LocalObjectStore
 from data_plane.observability.journey_writer import encode
 
 OUTCOMES = ["delivered"] * 90 + ["no_subscribers"] * 7 + ["queue_full", "acl_denied", "expired"]

@@ -38,7 +38,7 @@ def start_runbroker(repo: Path, store_url: str, extra: list[str] = ()) -> Runnin
     """`runbroker` from `repo` (with `extra` arguments), on this checkout's database
     (DATABASE_URL, else its embedded cluster: a bare checkout would start an empty one of its
     own)."""
-    from common.embedded import postgres_url
+    from common.runtime.embedded import postgres_url
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-limiter-"))
     port = brokers._free_port()

@@ -38,8 +38,8 @@ from bench import brokers
 from bench.brokers import REPO, RunningBroker
 from bench.loadgen import Stats, close_all, connect
 from bench.tenancy import TENANT, _cleanup, _django, _seed, start_mosquitto_with_passwords
-from common import tables
-from common.processes import data_plane_command
+from common.contracts import tables
+from common.runtime.processes import data_plane_command
 
 _ROWS = f"""
 SELECT count(*) FROM {tables.DEVICE_CONNECTION} c JOIN {tables.TENANT} t ON t.id = c.tenant_id

@@ -36,10 +36,10 @@ import time
 
 import uvloop
 
-from common.acl import AclEntry, AclPolicy
+from common.access.acl import AclEntry, AclPolicy
 from common.mqtt.codec import encode
 from common.mqtt.packets import MQTT_3_1_1, Connect, Publish, Subscribe, Subscription
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.policy import authorize_session

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import redis
 
-from common import embedded
+from common.runtime import embedded
 from data_plane.broker.router import Router, Subscriber
 from data_plane.cluster.keys import Keys
 from data_plane.cluster.own_routes import ROUTE_CHUNK

@@ -37,15 +37,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.archive_io import Manifest, archive_files, encode_parquet
-from common.archive_schema import (
+from common.archive.files import Manifest, archive_files, encode_parquet
+from common.archive.schema import (
     ARCHIVE_SCHEMA,
     COMPACTED_MARKER,
     history_part_key,
     live_hour_prefix,
     live_segment_key,
 )
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 
 HOUR_MS = 3_600_000
 DAY = datetime(2026, 1, 1, tzinfo=UTC)

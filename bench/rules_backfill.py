@@ -26,14 +26,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.archive_io import Manifest, encode_parquet
-from common.archive_schema import (
+from common.archive.files import Manifest, encode_parquet
+from common.archive.schema import (
     ARCHIVE_SCHEMA,
     COMPACTED_MARKER,
     history_part_key,
     live_hour_prefix,
 )
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 
 HOUR_MS = 3_600_000
 PER_HOUR = 1_000_000

@@ -190,7 +190,7 @@ def add_rules(start: int, end: int, url: str) -> None:
 
 
 def _free_port() -> int:
-    from common.embedded import free_port
+    from common.runtime.embedded import free_port
 
     return free_port()
 

@@ -69,7 +69,7 @@ def seed(things: int) -> tuple[str, list[str]]:
 def postgres_cpu_seconds() -> float:
     """CPU of the embedded cluster's postmaster and its children (other clusters on a shared
     machine, such as other checkouts' test databases, are not counted); 0 with DATABASE_URL."""
-    from common import embedded
+    from common.runtime import embedded
 
     pid_file = embedded.postgres_dir() / "cluster" / "postmaster.pid"
     if os.environ.get("DATABASE_URL") or not pid_file.exists():

@@ -48,7 +48,7 @@ def database_url() -> str:
     url = os.environ.get("DATABASE_URL")
     if url:
         return url
-    from common import embedded
+    from common.runtime import embedded
 
     return embedded.postgres_url()
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from bench import brokers, scenarios
 from bench.brokers import REPO, RunningBroker
 from bench.loadgen import Stats, close_all, connect
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 
 TENANT, PAIRS_TENANT = "bench-auth", "bench"
 
@@ -51,7 +51,7 @@ def _django() -> str:
 def _seed(devices: int) -> dict[str, str]:
     """Scratch tenants: `bench-auth` with N devices (secrets returned), `bench` with device `d`
     (the generator's fixed password), 10 ACL rules and quotas."""
-    from common import secrets
+    from common.security import secrets
     from tenants.acls import services as acl_services
     from tenants.devices import services as device_services
     from tenants.models import Credential, Tenant

@@ -1,4 +1,4 @@
-"""The web's access log in the platform's one log format (`common/logs.py`): one INFO line per
+"""The web's access log in the platform's one log format (`common/runtime/logs.py`): one INFO line per
 HTTP request from logger `control_plane.access`, with method, path, status, duration and client
 address as fields (JSON with `LOG_FORMAT=json`). It replaces Daphne's own access log, which
 writes its own format to stdout."""

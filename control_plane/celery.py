@@ -9,7 +9,7 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
 
-from common import embedded  # noqa: E402
+from common.runtime import embedded  # noqa: E402
 
 app = Celery("control_plane")
 app.config_from_object("django.conf:settings", namespace="CELERY")

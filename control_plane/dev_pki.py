@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.device_identity import make_ca, make_leaf, pem_of
+from common.security.device_credentials import make_ca, make_leaf, pem_of
 
 
 @dataclass(frozen=True)

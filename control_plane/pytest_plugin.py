@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from common import embedded
+from common.runtime import embedded
 
 _OWNED = not os.environ.get("DATABASE_URL") and "EMBEDDED_PG_DIR" not in os.environ
 

@@ -1,7 +1,7 @@
 """Django settings. Every deployment knob is an environment variable with an embedded default.
 
 `DATABASE_URL` / `REDIS_URL` unset: a private Postgres / Redis under `.data/` is started on demand
-(see `common.embedded`). Production sets them (plus `SECRET_KEY`, `SEALING_KEY`,
+(see `common.runtime.embedded`). Production sets them (plus `SECRET_KEY`, `SEALING_KEY`,
 `DJANGO_DEBUG=0`, `ALLOWED_HOSTS`).
 """
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import dj_database_url
 from celery.schedules import crontab
 
-from common import embedded, logs, notifications
+from common.contracts import notifications
+from common.runtime import embedded, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -30,7 +31,7 @@ if not SECRET_KEY:
     SECRET_KEY = "insecure-development-key-only-for-the-embedded-default"
 if not DEVELOPMENT and not os.environ.get("SEALING_KEY"):
     # Else each container would seal webhook secrets under its own `.data/sealing-key`, and the
-    # rule jobs could not open what the portal sealed (common/sealed.py).
+    # rule jobs could not open what the portal sealed (common/security/sealed.py).
     raise RuntimeError("SEALING_KEY must be set when DJANGO_DEBUG=0")
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
@@ -255,7 +256,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.sample_storage",
         "schedule": timedelta(seconds=int(os.environ.get("STORAGE_SAMPLE_SECONDS", "900"))),
     },
-    # Hours closed for 5 minutes get compacted within the next 10 (common.archive_io).
+    # Hours closed for 5 minutes get compacted within the next 10 (common.archive.files).
     "compact-archive": {
         "task": "tenants.tasks.compact_archive",
         "schedule": timedelta(seconds=int(os.environ.get("ARCHIVE_COMPACTION_SECONDS", "600"))),
@@ -306,7 +307,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# The single Postgres channel every broker-relevant change is announced on (common/notifications.py).
+# The single Postgres channel every broker-relevant change is announced on (common/contracts/notifications.py).
 CONFIG_NOTIFY_CHANNEL = notifications.CHANNEL
 
 # One format for every process (web, broker, workers): text, or JSON lines with LOG_FORMAT=json.

@@ -13,7 +13,8 @@ import resource
 import signal
 import time
 
-from common import logs, tables
+from common.contracts import tables
+from common.runtime import logs
 from data_plane.broker.broker import Redirect
 from data_plane.broker.ports import Ports
 from data_plane.config import BrokerConfig
@@ -200,7 +201,7 @@ async def run(args: argparse.Namespace) -> None:
 
         dsn = args.database_url
         if not dsn:
-            from common import embedded
+            from common.runtime import embedded
 
             dsn = embedded.postgres_url()
         link = ControlPlaneLink(dsn)
@@ -236,7 +237,7 @@ async def run(args: argparse.Namespace) -> None:
     journey = None
     ports = Ports(shadows=reserved)
     if link is not None:
-        from common.object_store import open_object_store
+        from common.stores.object_store import open_object_store
         from data_plane.storage.persistence import SessionPersistence
         from data_plane.storage.retained_delayed import RetainedAndDelayed
         from data_plane.storage.session_store import SessionStore
@@ -399,7 +400,7 @@ async def run(args: argparse.Namespace) -> None:
 async def _report_stalled_shutdown(after: float = 8.0) -> None:
     """A graceful stop that takes longer than `after` seconds logs where each task waits: an
     orchestrator's SIGKILL follows soon, and the log is all that tells what held it."""
-    from common.tasks import where
+    from common.runtime.cancellation import where
 
     await asyncio.sleep(after)
     log = logging.getLogger("data_plane")

@@ -1,13 +1,13 @@
 """Reading the message archive into Spark (the I/O edge of every rule job).
 
-Follows the layout and marker protocol of `common.archive_schema` through
-`common.archive_io.archive_files`: for each hour the history parts its `_COMPACTED` marker names
+Follows the layout and marker protocol of `common.archive.schema` through
+`common.archive.files.archive_files`: for each hour the history parts its `_COMPACTED` marker names
 plus the live segments it does not name, and version 1 NDJSON segments — nothing twice. Only the given tenants' history prefixes are listed, and the
 rows are filtered to those tenants before anything else sees them, so a plan built from here holds
 no other tenant's rows by construction.
 
 Paths: a `file://` object store (the embedded default) is read by Spark's file source as local
-files. Any other store (`s3://`) is read through `common.object_store` (boto3) by the Python data
+files. Any other store (`s3://`) is read through `common.stores.object_store` (boto3) by the Python data
 source of `spark.object_source`, batch and streaming: Spark's `s3a://` needs hadoop-aws, which is
 not in the pyspark wheel, and nothing is fetched at run time.
 """
@@ -25,8 +25,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from common.archive_io import ArchiveFile, archive_files
-from common.archive_schema import (
+from common.archive.files import ArchiveFile, archive_files
+from common.archive.schema import (
     ARCHIVE_SCHEMA,
     HISTORY_SCHEMA,
     LIVE_PREFIX,
@@ -34,7 +34,7 @@ from common.archive_schema import (
     message_ids,
     read_ndjson_segment,
 )
-from common.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
+from common.stores.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
 from spark import object_source
 
 
@@ -48,7 +48,7 @@ def history_spark_schema() -> StructType:
     return from_arrow_schema(HISTORY_SCHEMA)
 
 
-# `common.archive_schema.message_id_prefix` on the path Spark read a row from: a live segment's
+# `common.archive.schema.message_id_prefix` on the path Spark read a row from: a live segment's
 # file name, any other object's key below `archive/` (greedy: the store's own root may hold an
 # `archive` folder too), without the extension.
 _LIVE_NAME = r"/archive/live/(?:[^/]+/)*([^/]+)\.parquet$"
@@ -84,7 +84,7 @@ def list_archive(
     store: ObjectStore, tenants: Iterable[str], start_ms: int, end_ms: int
 ) -> list[ArchiveFile]:
     """The objects holding the tenants' rows of [start_ms, end_ms), per the marker protocol
-    (`common.archive_io.archive_files`, one tenant at a time: only their history prefixes are
+    (`common.archive.files.archive_files`, one tenant at a time: only their history prefixes are
     listed). A shared live segment is listed once however many of the tenants it holds."""
     start, end = _dt(start_ms), _dt(end_ms)
     files: dict[str, ArchiveFile] = {}

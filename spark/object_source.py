@@ -1,4 +1,4 @@
-"""The archive's Parquet objects as a Spark data source read through `common.object_store`
+"""The archive's Parquet objects as a Spark data source read through `common.stores.object_store`
 (boto3 for `s3://`), for stores Spark's own file source cannot reach: hadoop-aws is not in the
 pyspark wheel and nothing is fetched at run time, so `s3a://` paths do not resolve here.
 
@@ -36,7 +36,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from common.archive_schema import (
+from common.archive.schema import (
     HISTORY_SCHEMA,
     LIVE_PREFIX,
     MESSAGE_ID,
@@ -51,7 +51,7 @@ OBJECTS_PER_PARTITION = 4
 
 def open_store(options: dict[str, str]):
     """The object store named by the options (in whichever process reads)."""
-    from common.object_store import S3ObjectStore, open_object_store
+    from common.stores.object_store import S3ObjectStore, open_object_store
 
     url = options["url"]
     endpoint = options.get("endpoint") or None
@@ -88,7 +88,7 @@ def _partitions(keys: Sequence[str]) -> list[Objects]:
 def _read(options: dict[str, str], schema: StructType, partition: Objects) -> Iterator:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from common.object_store import ObjectNotFound
+    from common.stores.object_store import ObjectNotFound
 
     target = to_arrow_schema(schema, timezone="UTC")
     store = open_store(options)

@@ -48,7 +48,7 @@ class TenantAdmin(admin.ModelAdmin):
             return
         super().save_model(request, obj, form, change)
         if change and {"status", "quota_overrides", "acl_default"} & set(form.changed_data):
-            from common.notifications import ChangeKind
+            from common.contracts.notifications import ChangeKind
             from tenants.notify import announce
 
             announce(
@@ -104,7 +104,7 @@ class DeviceAdmin(admin.ModelAdmin):
             return
         super().save_model(request, obj, form, change)
         if change:
-            from common.notifications import ChangeKind
+            from common.contracts.notifications import ChangeKind
             from tenants.notify import announce
 
             kind = ChangeKind.DEVICE_UPDATED

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from common import secrets
-from common.notifications import ChangeKind
+from common.contracts.notifications import ChangeKind
+from common.security import secrets
 from tenants.devices.services import device_create
 from tenants.models import (
     Credential,

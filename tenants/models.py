@@ -13,8 +13,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from common.quota_keys import QUOTA_KEYS
-from common.sealed import open_actions, seal_actions
+from common.contracts.quota_keys import QUOTA_KEYS
+from common.security.sealed import open_actions, seal_actions
 from tenants.audited import AuditedQuerySet
 
 # Slugs go into MQTT usernames and topic namespaces: keep them boring.
@@ -82,7 +82,7 @@ class Plan(models.Model):
         db_default=24,
         help_text="hours the journey (each publish's outcome, each client's events) is kept",
     )
-    # History (common/history_policy.py): what a tenant keeps while it has no history policy
+    # History (common/archive/history_policy.py): what a tenant keeps while it has no history policy
     # of its own (all its topics, this many days; 0: nothing), and the limits on its policies.
     history_default_days = models.PositiveIntegerField(
         default=0, db_default=0, help_text="days of all topics kept while a tenant has no policy"
@@ -212,7 +212,7 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     # The login token (the one `POST /auth/token` and the API signup hand out) is kept sealed
-    # (`common.sealed`) as well as digested, so the next login can hand the same token out again
+    # (`common.security.sealed`) as well as digested, so the next login can hand the same token out again
     # instead of piling up a new one each time. Empty for named tokens, shown once only.
     sealed = models.TextField(blank=True, default="")
 
@@ -333,7 +333,7 @@ class Credential(models.Model):
     objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="credentials")
     secret_hash = models.CharField(max_length=128)
-    # SCRAM-SHA-256 verifier of the same secret (common.secrets.scram_verifier): MQTT 5.0
+    # SCRAM-SHA-256 verifier of the same secret (common.security.secrets.scram_verifier): MQTT 5.0
     # enhanced authentication; empty for credentials issued before it existed.
     scram_verifier = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
@@ -396,7 +396,7 @@ class AclRule(models.Model):
 class ActionsField(models.JSONField):
     """A rule's actions: webhook secrets sealed in the database and open in Python, on every
     path the ORM takes (saves, bulk writes, reads, `values()`), so no view or service can store
-    one in the clear by forgetting to (`common.sealed`)."""
+    one in the clear by forgetting to (`common.security.sealed`)."""
 
     def get_prep_value(self, value):
         return super().get_prep_value(seal_actions(value))
@@ -504,7 +504,7 @@ class RuleActionLedger(models.Model):
     action runs, confirmed once it ran, released if it fails or the run ends without confirming
     it), and by dead-letter replays; read by `new-only` runs, which never run an action this
     table holds. `message_id` is the archive's stable id
-    (`common.archive_schema`, "Message ids"); `output` the output's position among the message's
+    (`common.archive.schema`, "Message ids"); `output` the output's position among the message's
     outputs (FOREACH), `action` the action's position among the rule's. Written by the jobs with
     psycopg (`spark/rules/ledger.py`)."""
 
@@ -677,7 +677,7 @@ class DeviceUsage(models.Model):
 
 class TenantPlanChange(models.Model):
     """A tenant moved from one plan to another, effective from `effective_at` (UTC): the history
-    the billing job prorates the base fee with (`common.pricing.prorated_base_fee_line`)."""
+    the billing job prorates the base fee with (`common.charges.pricing.prorated_base_fee_line`)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="plan_changes")
     from_plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="+")
@@ -721,7 +721,7 @@ class PriceBook(models.Model):
     `{"included": N, "per": P, "tiers": [{"up_to": Q | null, "price": "1.00"}, ...]}`:
     the first N units a period are free, then each tier prices the billable units up to its
     cumulative bound `up_to` (null: no bound) at `price` per P units (decimal text, the
-    currency's major unit). See `common.pricing`."""
+    currency's major unit). See `common.charges.pricing`."""
 
     plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="price_books")
     version = models.PositiveIntegerField()
@@ -869,7 +869,7 @@ class Budget(models.Model):
     at_limit = models.CharField(max_length=8, choices=AtLimit.choices, default=AtLimit.NOTIFY)
     webhook_url = models.URLField(max_length=2048, blank=True)
     # Signs the alert webhooks (X-Signature-256, as the rules' webhooks): shown once, stored
-    # sealed (common.sealed).
+    # sealed (common.security.sealed).
     webhook_secret = models.CharField(max_length=512, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -1127,7 +1127,7 @@ class MqttStreamMark(models.Model):
 class HistoryPolicy(models.Model):
     """A tenant's choice to keep the messages on `topic_filter` (MQTT wildcards) for `days` in
     the archive. The broker archives a topic only if a policy or an enabled rule needs it
-    (`common.history_policy`); retention deletes the tenant's history hours older than its
+    (`common.archive.history_policy`); retention deletes the tenant's history hours older than its
     longest policy (`tenants.history.retention`)."""
 
     objects = AuditedQuerySet.as_manager()  # bulk writes are audited too
@@ -1377,7 +1377,7 @@ class JobMeter(models.Model):
 class FleetAuthority(models.Model):
     """The CA the platform keeps for one tenant's fleet provisioning. Its certificate is one of
     the tenant's registered CAs (so the TLS listeners let its certificates through); its key is
-    sealed at rest (`common.sealed`) and used by the broker to sign devices' certificates."""
+    sealed at rest (`common.security.sealed`) and used by the broker to sign devices' certificates."""
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="fleet_authority")
     ca = models.OneToOneField(CaCertificate, on_delete=models.CASCADE, related_name="+")

@@ -1,9 +1,9 @@
 """Change notifications for the broker.
 
 Every write that changes what the broker enforces calls `announce()`. It issues `pg_notify` on the
-single channel `common.notifications.CHANNEL` ("mqtt_config") inside the caller's transaction,
+single channel `common.contracts.notifications.CHANNEL` ("mqtt_config") inside the caller's transaction,
 so Postgres delivers it only when that transaction commits, and never if it rolls back. The
-payload and the kinds are the contract in `common/notifications.py`, which the broker reads too.
+payload and the kinds are the contract in `common/contracts/notifications.py`, which the broker reads too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 
 from django.db import connection, transaction
 
-from common.notifications import CHANNEL, KINDS
+from common.contracts.notifications import CHANNEL, KINDS
 
 
 def announce(
@@ -24,7 +24,7 @@ def announce(
     topic_filter: str | None = None,
 ):
     if kind not in KINDS:  # a kind the broker does not know would be silently ignored there
-        raise ValueError(f"not a change kind of common.notifications: {kind!r}")
+        raise ValueError(f"not a change kind of common.contracts.notifications: {kind!r}")
     payload: dict[str, object] = {"tenant": tenant, "kind": str(kind)}
     if device is not None:
         payload["device"] = device

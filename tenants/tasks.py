@@ -24,8 +24,8 @@ def fleet_certificates_purge() -> int:
 def compact_archive() -> list[dict]:
     """Compact the archive's hours closed for more than a few minutes (live segments of all
     tenants into per-tenant history); a crashed or overlapping run is finished by the next."""
-    from common.archive_io import compact_due
-    from common.object_store import open_object_store
+    from common.archive.files import compact_due
+    from common.stores.object_store import open_object_store
     from tenants.archive_lock import archive_lock
 
     with archive_lock():  # markers are rewritten by retention too

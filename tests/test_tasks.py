@@ -1,10 +1,10 @@
-"""common.tasks: a graceful stop is bounded even when a task will not end."""
+"""common.runtime.cancellation: a graceful stop is bounded even when a task will not end."""
 
 import asyncio
 import logging
 import time
 
-from common.tasks import cancel_and_wait, stop_all
+from common.runtime.cancellation import cancel_and_wait, stop_all
 
 
 async def _stubborn(released: asyncio.Event) -> None:
@@ -41,7 +41,7 @@ def test_stop_all_ends_the_tasks_that_end_and_reports_the_one_that_does_not(capl
         await stubborn
         return took, states
 
-    with caplog.at_level(logging.WARNING, logger="common.tasks"):
+    with caplog.at_level(logging.WARNING, logger="common.runtime.cancellation"):
         took, (polite_done, stubborn_done) = asyncio.run(scenario())
     assert polite_done and not stubborn_done
     assert 0.25 <= took < 2
@@ -60,7 +60,7 @@ def test_stop_all_ends_a_loop_that_lost_its_first_cancellation_quickly(caplog):
         assert lost == [True]
         return time.monotonic() - start, task
 
-    with caplog.at_level(logging.WARNING, logger="common.tasks"):
+    with caplog.at_level(logging.WARNING, logger="common.runtime.cancellation"):
         took, task = asyncio.run(scenario())
     assert task.cancelled() and took < 0.5
     assert not caplog.records

@@ -14,7 +14,7 @@ Whenever a document is handed to a device (start-next, describe, an update with
 - on the embedded store (a local directory), a URL of the web process
   (`{PORTAL_URL}/artifacts/{tenant}/{name}?expires=E&signature=S`) whose signature is an
   HMAC-SHA256 of the tenant, the name and the expiry under the key the platform's processes
-  share (`common.service_token.load_key`, its own message prefix): the web process checks it
+  share (`common.security.service_token.load_key`, its own message prefix): the web process checks it
   and serves the file, no other credential needed, as with a presigned URL.
 
 The objects live under the tenant's prefix: `artifacts/tenant={slug}/{name}`. A tenant's
@@ -132,8 +132,8 @@ class ArtifactLinks:
 
     @classmethod
     def from_env(cls, store: Any = None) -> ArtifactLinks:
-        from common.object_store import open_object_store
-        from common.service_token import load_key
+        from common.security.service_token import load_key
+        from common.stores.object_store import open_object_store
 
         return cls(
             store if store is not None else open_object_store(),

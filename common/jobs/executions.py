@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from common.contracts import tables
+
 QUEUED, IN_PROGRESS = "QUEUED", "IN_PROGRESS"
 SUCCEEDED, FAILED, REJECTED = "SUCCEEDED", "FAILED", "REJECTED"
 TIMED_OUT, REMOVED, CANCELED = "TIMED_OUT", "REMOVED", "CANCELED"
@@ -37,11 +39,11 @@ COMPLETION_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('job-comple
 # executions, which whoever ends executions already holds; waiting for the row would be a
 # deadlock. Skipped, the holder ends the job itself (a cancel, a release) or the minute's
 # upkeep completes it (`tenants.job_services.jobs_complete_ended`).
-COMPLETE_SQL = """
-UPDATE tenants_job SET status = 'COMPLETED', completed_at = now(), reason = 'completed'
- WHERE id = (SELECT id FROM tenants_job WHERE id = %s AND status = 'IN_PROGRESS'
+COMPLETE_SQL = f"""
+UPDATE {tables.JOB} SET status = 'COMPLETED', completed_at = now(), reason = 'completed'
+ WHERE id = (SELECT id FROM {tables.JOB} WHERE id = %s AND status = 'IN_PROGRESS'
                AND unreleased = '[]'::jsonb FOR UPDATE SKIP LOCKED)
-   AND NOT EXISTS (SELECT 1 FROM tenants_jobexecution
+   AND NOT EXISTS (SELECT 1 FROM {tables.JOB_EXECUTION}
                     WHERE job_id = %s AND status IN ('QUEUED', 'IN_PROGRESS'))
 """
 DEVICE_SETS = (IN_PROGRESS, SUCCEEDED, FAILED, REJECTED)  # what an update may ask for

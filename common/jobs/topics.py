@@ -9,7 +9,7 @@
     $aws/things/{thing}/jobs/notify-next          the next pending execution changed
 
 Like the shadows' (`common.shadow.topics`), a thing's jobs topics are its device's own unless an
-ACL rule names them (`common.acl`)."""
+ACL rule names them (`common.access.acl`)."""
 
 from __future__ import annotations
 

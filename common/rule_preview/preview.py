@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from common.archive_io import ArchiveChanged
+from common.archive.files import ArchiveChanged
 from common.rule_preview import native as nat
 from common.rule_preview.scan import COLUMNS, VIEW, PreviewTooLong, open_scan
 from common.rules import compile_rule, default_budget

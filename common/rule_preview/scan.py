@@ -1,11 +1,11 @@
 """One tenant's archived rows of a time range as a DuckDB view (`archive_rows`), read where they
-lie: the objects the marker protocol names (`common.archive_io.archive_files`: history parts,
+lie: the objects the marker protocol names (`common.archive.files.archive_files`: history parts,
 live segments not compacted yet, version 1 segments), filtered to the tenant and the range
 before anything else sees them.
 
 A `file://` store (the embedded default) is read by DuckDB's own Parquet reader, in parallel,
 only the columns a query needs. Any other store (`s3://`) and version 1 NDJSON segments are read
-through `common.object_store` into Arrow (`archive_io.iter_archive`) and handed to DuckDB: held in
+through `common.stores.object_store` into Arrow (`archive_io.iter_archive`) and handed to DuckDB: held in
 the web process's memory, so at most `REMOTE_MAX_BYTES` of the tenant's rows (beyond, the
 preview is refused: a run reads any range on Spark, piece by piece).
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from common.archive_io import ArchiveChanged, archive_files, iter_archive
-from common.archive_schema import ARCHIVE_SCHEMA
-from common.object_store import ObjectStore
+from common.archive.files import ArchiveChanged, archive_files, iter_archive
+from common.archive.schema import ARCHIVE_SCHEMA
 from common.rule_preview.native import literal
+from common.stores.object_store import ObjectStore
 
 VIEW = "archive_rows"
 # DuckDB's names for the archive's Arrow types (a column every file lacks is NULL of its type).
@@ -78,7 +78,7 @@ def open_scan(
             )
             parts.append(f"SELECT {select} FROM {source} WHERE {scope}")
         if ndjson:
-            from common.archive_io import read_file
+            from common.archive.files import read_file
 
             tables = [read_file(store, f) for f in ndjson]
             con.register("_archive_v1", pa.concat_tables(tables))

@@ -34,7 +34,7 @@ MAX_DEPTH = 100  # nesting of an output's maps and arrays
 MAX_OUTPUT_BYTES = 8 << 20  # JSON of all the outputs of one message
 MAX_BUILT = 64 << 20  # characters of all the strings one message's evaluation builds
 DEFAULT_SECONDS = 0.2  # evaluation time of one rule on one message
-DEFAULT_MAX_OUTPUTS = 100  # the plans' default `max_rule_outputs` (common/quota_keys.py)
+DEFAULT_MAX_OUTPUTS = 100  # the plans' default `max_rule_outputs` (common/contracts/quota_keys.py)
 SECONDS_VARIABLE = "RULES_BUDGET_SECONDS"
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from common.archive_schema import (
+from common.archive.schema import (
     EVENT_CONNECTED,
     EVENT_DISCONNECTED,
     EVENT_PUBLISH,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.archive_schema import ARCHIVE_COLUMNS, EVENT_PUBLISH, EVENT_TOPICS
+from common.archive.schema import ARCHIVE_COLUMNS, EVENT_PUBLISH, EVENT_TOPICS
 from common.rules import functions as funcs
 from common.rules.budget import Budget, BudgetExceeded, Meter, default_budget
 from common.rules.columns import Env

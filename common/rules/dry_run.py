@@ -12,7 +12,7 @@ import secrets
 import time
 from typing import Any
 
-from common.archive_schema import EVENT_PUBLISH, EVENT_TOPICS, SHADOW_EVENTS
+from common.archive.schema import EVENT_PUBLISH, EVENT_TOPICS, SHADOW_EVENTS
 from common.rules.budget import Budget, BudgetExceeded
 from common.rules.compiler import compile_rule
 from common.rules.errors import RuleRuntimeError

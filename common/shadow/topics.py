@@ -7,7 +7,7 @@
 
 `{thing}` is a device of the tenant. A thing's reserved topics (`$aws/things/{thing}/…`) are its
 own: a device may use its own without any ACL rule, another thing's only where an ACL rule names
-them (`common.acl`).
+them (`common.access.acl`).
 """
 
 from __future__ import annotations

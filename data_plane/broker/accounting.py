@@ -1,6 +1,6 @@
 """The one writer of the tenants' statistics and billable units (`stats.TenantStats`).
 
-Every count the broker keeps per tenant, and every billable message unit (`common.metering`,
+Every count the broker keeps per tenant, and every billable message unit (`common.charges.metering`,
 AWS IoT Core's 5 KiB units, per tenant and per device), is written here and nowhere else: the
 publish and delivery paths, refusals, quotas, connections, SUBSCRIBEs, back-pressure. Readers
 (`$SYS`, Prometheus, the usage meter) read `stats`, a tenant -> `TenantStats` mapping; the meter
@@ -8,7 +8,7 @@ also swaps each tenant's `device_units` out per sample.
 
 System traffic is counted apart and never billed: what a platform identity published or
 received (`$events`, `$SYS`, `$rules-…`, the portal's `$portal-…`); the browser client's
-`$console-…`/`$viewer-…` ids are the tenant's own traffic (`common.service_token`).
+`$console-…`/`$viewer-…` ids are the tenant's own traffic (`common.security.service_token`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Protocol
 
-from common.metering import CONNECT_UNITS, retained_store_units, subscribe_units
-from common.service_token import is_platform_client
+from common.charges.metering import CONNECT_UNITS, retained_store_units, subscribe_units
+from common.security.service_token import is_platform_client
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.message import Message
 from data_plane.broker.stats import TenantStats

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from common.acl import reserved_default
+from common.access.acl import reserved_default
 from common.mqtt.errors import MQTTError
 from common.mqtt.packets import MQTT_5_0, Publish, Subscribe, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
@@ -246,7 +246,7 @@ def admit_subscribe(packet: Subscribe, auth: Any, subscriptions: Any) -> Subscri
     """Each filter of a SUBSCRIBE: too deep, not authorized, over the tenant's subscription
     quota, or granted at the QoS asked (`subscriptions`: the session's current ones). Without
     an ACL everything of the tenant is allowed but the things' reserved topics, each thing's
-    its own (`common.acl.reserved_default`)."""
+    its own (`common.access.acl.reserved_default`)."""
     acl = auth.acl
     limit = auth.quota.get("max_subscriptions_per_client")
     decision = SubscribeDecision([], [])

@@ -327,7 +327,7 @@ class MQTTConnection(asyncio.Protocol):
         if self.auth.service or connected == self._counted:
             return
         self._counted = connected
-        if connected:  # a CONNECT is billed too (common.metering)
+        if connected:  # a CONNECT is billed too (common.charges.metering)
             self.broker.accounts.connected(self.tenant, self.device)
         else:
             self.broker.accounts.disconnected(self.tenant)

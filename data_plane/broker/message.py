@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.metering import message_units, metered_bytes, properties_bytes
+from common.charges.metering import message_units, metered_bytes, properties_bytes
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -91,7 +91,7 @@ class Message:
 
 def metered_size(message: Message) -> int:
     """Bytes AWS IoT Core meters for a message: payload + topic + properties, as on the wire
-    (`common.metering`, the rules `GET /api/v1/usage/explain` answers with). Messages without
+    (`common.charges.metering`, the rules `GET /api/v1/usage/explain` answers with). Messages without
     properties (the common case) encode nothing; those with some are encoded once per message
     (`billable_units` keeps the result)."""
     topic = message.topic

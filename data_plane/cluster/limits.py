@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
-from common.tasks import stop_all
+from common.runtime.cancellation import stop_all
 from data_plane.cluster.bus import Bus, Peers
 from data_plane.cluster.connection_counts import ConnectionCounts
 from data_plane.cluster.leased_buckets import TICK, ClusterRates

@@ -41,7 +41,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
-from common.tasks import stop_all
+from common.runtime.cancellation import stop_all
 from data_plane.broker.ports import Published
 from data_plane.cluster import node_metrics
 from data_plane.cluster.bus import Bus

@@ -34,11 +34,11 @@ from typing import Any
 
 from cryptography import x509
 
-from common import fleet_pki
-from common.device_identity import IdentityError
+from common.fleet import pki as fleet_pki
 from common.fleet import topics
-from common.sealed import unseal
-from common.webhook import Timeouts, post_once
+from common.security.device_credentials import IdentityError
+from common.security.sealed import unseal
+from common.webhooks.delivery import Timeouts, post_once
 from data_plane.broker.message import Message
 from data_plane.broker.session import Delivery
 from data_plane.fleet.store import DeviceExists, FleetStore

@@ -12,8 +12,8 @@ from datetime import datetime
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
-from common.notifications import CHANNEL, ChangeKind
+from common.contracts import tables
+from common.contracts.notifications import CHANNEL, ChangeKind
 
 _AUTHORITY_SQL = f"""
 SELECT t.id, c.pem, a.key

@@ -7,7 +7,7 @@ A device's PUBLISH to `…/jobs/get`, `…/jobs/start-next`, `…/jobs/{jobId}/g
 answers on `…/accepted` or `…/rejected` and tells the thing's subscribers on `…/jobs/notify` and
 `…/jobs/notify-next` when its pending executions changed, through the ordinary publish path.
 The semantics and documents are AWS's (`common.jobs`); the ACL decides who may touch which
-thing's jobs (`common.acl`: its own, unless a rule grants more).
+thing's jobs (`common.access.acl`: its own, unless a rule grants more).
 
 - `service`: requests in, replies out; a thing's requests one after another, at most 10 in
   flight per client (AWS's `RequestThrottled` beyond);

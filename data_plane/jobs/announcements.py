@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
+from common.contracts import tables
 from common.jobs import announcements
 from data_plane.jobs.service import JobService
 from data_plane.tenancy.announced_rows import AnnouncedRows

@@ -21,11 +21,11 @@ import time
 from collections import defaultdict, deque
 from typing import Any
 
-from common.acl import reserved_default
+from common.access.acl import reserved_default
 from common.jobs import executions as ex
 from common.jobs.artifacts import ArtifactLinks
 from common.jobs.topics import ACCEPTED, REJECTED, parse
-from common.tasks import cancel_and_wait
+from common.runtime.cancellation import cancel_and_wait
 from data_plane.broker.message import Message
 from data_plane.jobs.store import JobRequest, PostgresJobs
 

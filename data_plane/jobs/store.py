@@ -16,7 +16,7 @@ from typing import Any
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
+from common.contracts import tables
 from common.jobs import executions as ex
 from common.jobs.topics import DESCRIBE, GET_PENDING, NEXT, START_NEXT, UPDATE, JobTopic
 

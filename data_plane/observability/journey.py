@@ -1,5 +1,5 @@
 """The journey recorder: every PUBLISH's outcome and every client's events, as rows (see
-`common.journey_schema`), gathered on the event loop and handed every `interval` seconds to a
+`common.journey.schema`), gathered on the event loop and handed every `interval` seconds to a
 worker thread that writes them as Parquet (`journey_writer`).
 
 The hot path is `published`, called once per PUBLISH a client got through admission: it appends
@@ -23,7 +23,7 @@ import time
 from array import array
 from typing import Any
 
-from common.journey_schema import (
+from common.journey.schema import (
     ACL_DENIED,
     DROPPED,
     EXPIRED,

@@ -1,5 +1,5 @@
 """The journey's writer: every `interval` seconds the rows the recorder gathered on the event loop
-become one Parquet segment per stream (`common.journey_schema`), built and uploaded on a worker
+become one Parquet segment per stream (`common.journey.schema`), built and uploaded on a worker
 thread; the loop only swaps the recorder's columns.
 
 A store that is down keeps the segments in memory up to `MAX_PENDING_BYTES`, then drops the
@@ -27,8 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prometheus_client.core import CounterMetricFamily
 
-from common.journey_io import encode_segment
-from common.journey_schema import (
+from common.contracts.quota_keys import QUOTA_KEYS
+from common.journey.files import encode_segment
+from common.journey.schema import (
     CLIENT_SCHEMA,
     CLIENTS,
     DELIVERED,
@@ -37,8 +38,7 @@ from common.journey_schema import (
     NO_SUBSCRIBERS,
     live_segment_key,
 )
-from common.quota_keys import QUOTA_KEYS
-from common.tasks import cancel_and_wait
+from common.runtime.cancellation import cancel_and_wait
 from data_plane.observability.journey import JourneyRecorder, PublishColumns
 
 log = logging.getLogger(__name__)

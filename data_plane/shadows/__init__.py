@@ -5,7 +5,7 @@ routed: admission hands it to the broker's `Shadows` port (`ports.Shadows`), thi
 `ShadowService`, which answers on `…/accepted` and `…/rejected` and tells every subscriber on
 `…/update/delta` and `…/update/documents` through the ordinary publish path (so subscribers on
 any node get them, metered and journeyed like any message). The semantics are AWS's
-(`common.shadow`); the ACL decides who may touch which thing's shadow (`common.acl`: its own,
+(`common.shadow`); the ACL decides who may touch which thing's shadow (`common.access.acl`: its own,
 unless a rule grants more).
 
 - `service`: requests in, replies out; at most 10 in flight per client, as AWS (429 beyond);

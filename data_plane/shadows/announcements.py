@@ -10,7 +10,7 @@ import json
 
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
+from common.contracts import tables
 from common.shadow import announcements
 from data_plane.shadows.service import ShadowService
 from data_plane.tenancy.announced_rows import AnnouncedRows

@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from common.tasks import cancel_and_wait
+from common.runtime.cancellation import cancel_and_wait
 from data_plane.shadows.operations import Operation
 from data_plane.shadows.store import ShadowStore
 

@@ -1,7 +1,7 @@
 """The shadow service: the broker's `Shadows` port (`data_plane.broker.ports`).
 
 Admission asks `admits(auth, topic)` of every PUBLISH to a `$` topic: a shadow request the
-client's ACL lets it make (its own thing's, unless a rule grants more: `common.acl`) is taken
+client's ACL lets it make (its own thing's, unless a rule grants more: `common.access.acl`) is taken
 and handed to `request`; anything else under `$` stays refused. A request is answered at once
 when it is malformed (AWS's 400/413/415 bodies on `…/rejected`) or when its client already has
 10 requests in flight (429, as AWS); otherwise it joins the next batch (`batches`), and once
@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from common.acl import reserved_default
+from common.access.acl import reserved_default
 from common.shadow import document as doc
 from common.shadow.topics import ACCEPTED, DELTA, DOCUMENTS, REJECTED, UPDATE, parse
 from data_plane.broker.message import Message

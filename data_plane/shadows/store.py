@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
+from common.contracts import tables
 from common.shadow import document as doc
 from data_plane.shadows.operations import Operation, perform, thing_not_found
 

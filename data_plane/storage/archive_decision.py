@@ -1,6 +1,6 @@
 """Which of a tenant's topics the archive keeps: decided once per (tenant, topic), cached, and
 forgotten when the tenant's history policies or rules change (the semantics are
-`common.history_policy`'s).
+`common.archive.history_policy`'s).
 
 On the publish path the tap asks `tenants.get(message.tenant)`: one dict lookup, and None for a
 tenant with nothing to archive, which is the end of it (`archive_hook.ArchiveTap`). A tenant that
@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from common import tables
-from common.history_policy import ArchiveNeeds, archive_needs
+from common.archive.history_policy import ArchiveNeeds, archive_needs
+from common.contracts import tables
+from common.contracts.notifications import ChangeKind
 from common.mqtt.topics import topic_matches
-from common.notifications import ChangeKind
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class ArchiveDecisions:
         )
 
     async def on_change(self, change: dict[str, object]) -> None:
-        """A control-plane change notification (`common.notifications`)."""
+        """A control-plane change notification (`common.contracts.notifications`)."""
         kind = str(change.get("kind", ""))
         if kind == ChangeKind.RELOAD:
             await self.load_all()

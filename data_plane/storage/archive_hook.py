@@ -24,14 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 from time import monotonic, time
 from typing import Any
 
-from common.archive_schema import (
+from common.archive.schema import (
     EVENT_CONNECTED,
     EVENT_DISCONNECTED,
     EVENT_SUBSCRIBED,
     EVENT_UNSUBSCRIBED,
     SHADOW_EVENTS,
 )
-from common.tasks import cancel_and_wait
+from common.runtime.cancellation import cancel_and_wait
 from data_plane.broker.hooks import Hooks
 from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_columns
 from data_plane.storage.archive_decision import ArchiveDecisions

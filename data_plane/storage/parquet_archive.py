@@ -1,5 +1,5 @@
 """The archive writer, version 2: batches of routed messages and lifecycle events as Parquet
-segments in the object store (schema and layout: `common.archive_schema`).
+segments in the object store (schema and layout: `common.archive.schema`).
 
 The event loop only appends: each of a message's fields to its column (`archive_columns`), its
 publisher (tenant, client id, device) as an index into the batch's table of publishers, the
@@ -38,14 +38,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.archive_io import ParquetBytesWriter
-from common.archive_schema import (
+from common.archive.files import ParquetBytesWriter
+from common.archive.schema import (
     ARCHIVE_SCHEMA,
     EVENT_PUBLISH,
     USER_PROPERTY,
     live_segment_key,
 )
-from common.object_store import ObjectStore
+from common.stores.object_store import ObjectStore
 from data_plane.storage.archive_columns import PublishColumns, publish_columns
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ _TS = pa.timestamp("ms", tz="UTC")
 # bench.archive_encoder) cost more than they save: over sockets, with filler, the archive went
 # from 1.11x to 1.53x the CPU per message, writing ~4x the bytes (bench/RESULTS.md).
 # Live segments live an hour: compaction rewrites them into the history files with zstd
-# throughout (`common.archive_io`), off the broker. Spark, DuckDB and pyarrow read every codec.
+# throughout (`common.archive.files`), off the broker. Spark, DuckDB and pyarrow read every codec.
 LIVE_PAYLOAD_CODECS = ("lz4", "none")
 
 
@@ -274,7 +274,7 @@ def write_row_groups(
     Not sorted by tenant: in a batch of several tenants, the sort and the `take` behind it (a
     second copy of every payload) cost 0.25 us per row, more than the rest of the encoding.
     Nothing reads a live segment by its order: compaction sorts each segment by tenant and time
-    (`common.archive_io`), readers sort by time."""
+    (`common.archive.files`), readers sort by time."""
     off: list[str] = []
     if enabled_for is not None:
         tenants = columns.tenants.union(e["tenant"] for e in events)

@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from common import tables
+from common.contracts import tables
 from common.mqtt.packets import Subscription
 from data_plane.broker.broker import Broker
 from data_plane.broker.limits import NEVER_EXPIRES

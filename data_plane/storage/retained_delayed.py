@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from common import tables
+from common.contracts import tables
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.storage.persistence import _jsonable, _monotonic, _wall, restore_properties

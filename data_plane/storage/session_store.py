@@ -23,9 +23,9 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
-from common.object_store import ObjectStore
-from common.tasks import cancel_and_wait
+from common.contracts import tables
+from common.runtime.cancellation import cancel_and_wait
+from common.stores.object_store import ObjectStore
 from data_plane.storage.queue_records import (
     QUEUED,
     RECEIVED,

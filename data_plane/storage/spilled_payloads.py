@@ -16,8 +16,8 @@ import uuid
 
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
-from common.object_store import ObjectNotFound, ObjectStore
+from common.contracts import tables
+from common.stores.object_store import ObjectNotFound, ObjectStore
 from data_plane.storage.queue_records import QueuedMessage, StoreUnavailable
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The usage log writer: metered tenant-minutes as Parquet segments in the object store.
 
-The usage log (`common.archive_schema.USAGE_SCHEMA`) is the single source of the bill. The meter
+The usage log (`common.archive.schema.USAGE_SCHEMA`) is the single source of the bill. The meter
 hands this writer its finished minutes about every ten seconds (`append`, cheap, on the event
 loop); `flush` turns what is buffered into one Parquet file per hour the rows fall in, rows sorted
 by (tenant, minute), and puts it in the object store from a thread, never blocking the loop.
@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.archive_schema import USAGE_SCHEMA, usage_segment_key
-from common.object_store import ObjectStore
+from common.archive.schema import USAGE_SCHEMA, usage_segment_key
+from common.stores.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 

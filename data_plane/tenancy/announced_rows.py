@@ -13,7 +13,7 @@ from typing import Any
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from common.notifications import ChangeKind
+from common.contracts.notifications import ChangeKind
 from data_plane.tenancy.notifications import Change, ConfigListener
 
 log = logging.getLogger(__name__)

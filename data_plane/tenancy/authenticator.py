@@ -7,10 +7,16 @@ import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from common.device_identity import LEEWAY, IdentityError, fingerprint, looks_like_jwt, verify_jwt
-from common.fleet_pki import FLEET_CN
+from common.fleet.pki import FLEET_CN
 from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
+from common.security.device_credentials import (
+    LEEWAY,
+    IdentityError,
+    fingerprint,
+    looks_like_jwt,
+    verify_jwt,
+)
 from data_plane.broker.auth import AuthResult
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.aws_user_name import as_sent_by_aws_sdk

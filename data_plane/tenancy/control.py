@@ -15,8 +15,8 @@ from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
+from common.contracts.notifications import CREDENTIAL_CHANGES, DEVICE_REVOKING, ChangeKind
 from common.mqtt.reason_codes import ReasonCode
-from common.notifications import CREDENTIAL_CHANGES, DEVICE_REVOKING, ChangeKind
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.credential_watch import CredentialWatch
 from data_plane.tenancy.directory import TenantDirectory

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from common.client_id_pattern import matches as client_id_matches
+from common.access.client_id_pattern import matches as client_id_matches
 from common.mqtt.reason_codes import ReasonCode
-from common.secrets import parse_scram_verifier, verify_secret
+from common.security.secrets import parse_scram_verifier, verify_secret
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.store import CredentialRecord, DeviceRecord, TenantPolicy, TenantStore
 

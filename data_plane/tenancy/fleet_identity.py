@@ -1,5 +1,5 @@
 """Certificates the tenants' fleet CAs issued (`tenants.fleet.services`), at CONNECT: every one of them has
-the CN `common.fleet_pki.FLEET_CN` and is known by its SHA-256 (AWS's certificateId), read here
+the CN `common.fleet.pki.FLEET_CN` and is known by its SHA-256 (AWS's certificateId), read here
 uncached (provisioning is rare, and a revoked claim must stop at once).
 
 - A claim certificate connects as a claim of its template: `ClaimAuthorizer` lets it publish the
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
+from common.contracts import tables
+from common.contracts.notifications import CHANNEL, ChangeKind
 from common.fleet import topics
-from common.notifications import CHANNEL, ChangeKind
 
 _CERTIFICATE_SQL = f"""
 SELECT c.id, c.certificate_id, c.kind, t.slug, c.revoked_at IS NOT NULL, c.template_id, p.name,

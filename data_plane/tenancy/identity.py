@@ -20,7 +20,7 @@ still true (revoked, expired), is decided here at CONNECT, against the tables:
   CA of the same name neither vouches for a device nor stands in the way of its own CA.
 
 A user name, if the client sends one, must agree (`tenant/device`). A JWT password is checked
-against the tenant's registered keys (`common.device_identity.verify_jwt`).
+against the tenant's registered keys (`common.security.device_credentials.verify_jwt`).
 
 Every identity is labelled (`ca:ID`, `cert:ID`, `jwt:ID`) on the connection's `AuthResult`, so
 revoking one ends exactly the connections it admitted (`end_connections`).
@@ -41,8 +41,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
-from common.device_identity import (
+from common.contracts import tables
+from common.security.device_credentials import (
     IdentityError,
     ParsedCertificate,
     PublicKey,

@@ -17,7 +17,7 @@ bill's source, stays per tenant: its rows, and so the invoices, are the same as 
 
 Device shadow operations are metered apart, in AWS's 1 KiB units (`shadow_operations`).
 
-Billable units are AWS IoT Core's (see `common.archive_schema`): `message_units` in 5 KiB
+Billable units are AWS IoT Core's (see `common.archive.schema`): `message_units` in 5 KiB
 increments (the broker counts them in its per-tenant stats), `connection_minutes` per connection
 with partial minutes rounded up — a connection opened at t0 is charged one minute at t0, and one
 more each time it is still open at t0 + 60 s·k, each charge to the minute it falls in, so a
@@ -38,7 +38,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from common import tables
+from common.contracts import tables
 
 _DEVICE_UPSERT = f"""
 INSERT INTO {tables.DEVICE_USAGE} (tenant_id, device, day, message_units, connection_minutes,

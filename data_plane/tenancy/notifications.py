@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
-from common.notifications import CHANNEL, ChangeKind
-from common.tasks import cancel_and_wait
+from common.contracts.notifications import CHANNEL, ChangeKind
+from common.runtime.cancellation import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

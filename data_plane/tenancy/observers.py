@@ -13,8 +13,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from common import tables
-from common.tasks import cancel_and_wait
+from common.contracts import tables
+from common.runtime.cancellation import cancel_and_wait
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.storage.usage_log import UsageLogWriter

@@ -23,8 +23,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from common import tables
-from common.tasks import cancel_and_wait
+from common.contracts import tables
+from common.runtime.cancellation import cancel_and_wait
 from data_plane.tenancy import session_figures
 from data_plane.tenancy.session_figures import SessionFigures
 

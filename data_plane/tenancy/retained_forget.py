@@ -1,6 +1,6 @@
 """Retained messages a tenant deleted through the control plane (`DELETE /api/v1/retained`),
 forgotten by this broker: the control plane deletes the rows and announces the topic filter
-(`retained.deleted`, common.notifications); every node of the cluster hears it and drops the
+(`retained.deleted`, common.contracts.notifications); every node of the cluster hears it and drops the
 matching messages from its retained store, so that a new subscriber no longer receives them.
 
 Each removal also goes through the retained writer as an empty retained message (the broker's

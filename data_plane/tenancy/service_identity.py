@@ -1,18 +1,18 @@
 """Identities proved by a token the platform signs: the portal's live views and the rule jobs'
 republish action (the platform's own), and the portal's browser MQTT client (the tenant's: held
 to its ACL and quota and metered like a device named `$console` or `$viewer`, see
-`common.service_token`).
+`common.security.service_token`).
 
 The portal connects as `{tenant}/$portal` with client id `$portal-{random}`; the rule jobs as
 `{tenant}/$rules` with client id `$rules-{…}`; each with a short-lived token signed with the key
-shared with the brokers (`common.service_token`: `MQTT_SERVICE_KEY`, or the embedded default file
+shared with the brokers (`common.security.service_token`: `MQTT_SERVICE_KEY`, or the embedded default file
 `.data/service-key`). Such a connection lives in that tenant's namespace like any device. The
 portal's may subscribe (never to a shared group, which would take messages from the tenant's
 consumers) and never publish; the rules' may publish to the tenant's application topics and never
 subscribe. Neither is one of the tenant's connections: not counted against its connection quota,
 not in its `$SYS` or `$events`. What the rules republish is the tenant's traffic, though: it
 shares the tenant's publish rates with its devices (slowed like them, `RULES_QUOTA_KEYS`) and is
-metered as the tenant's messages (`common.service_token.is_platform_client`). Device names cannot
+metered as the tenant's messages (`common.security.service_token.is_platform_client`). Device names cannot
 start with `$`, and devices may not use `$`-client ids, so no device can pose as either.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.service_token import (  # noqa: F401  (re-exported: the broker's names for them)
+from common.security.service_token import (  # noqa: F401  (re-exported: the broker's names for them)
     CLIENT_PREFIXES,
     CONSOLE_DEVICE,
     DEFAULT_KEY_FILE,

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from common import tables
+from common.contracts import tables
 
 # Seconds between samples (`MQTT_SESSION_FIGURES_INTERVAL`: tests ask for less).
 EVERY = float(os.environ.get("MQTT_SESSION_FIGURES_INTERVAL") or 5.0)

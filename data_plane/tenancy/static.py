@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from common.acl import AclEntry, AclPolicy
-from common.client_id_pattern import matches as client_id_matches
+from common.access.acl import AclEntry, AclPolicy
+from common.access.client_id_pattern import matches as client_id_matches
 from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker.auth import Authorizer, AuthResult
@@ -24,7 +24,7 @@ class StaticAuthenticator:
                           "acl": [{"action": "subscribe", "permission": "deny",
                                    "topic": "test/nosubscribe"}], "acl_default": "allow"}}}
     client_ids: "exact" (default: client id = device name), "any", or a glob pattern (`*`, `?`:
-    `common.client_id_pattern`). "acl": ordered rules as the control plane's (optional)."""
+    `common.access.client_id_pattern`). "acl": ordered rules as the control plane's (optional)."""
 
     def __init__(self, tenants: dict[str, Any]) -> None:
         self.tenants = tenants

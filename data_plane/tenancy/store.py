@@ -12,9 +12,9 @@ from datetime import datetime
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from common import tables
-from common.acl import AclEntry, AclPolicy
-from common.quota_keys import QUOTA_KEYS
+from common.access.acl import AclEntry, AclPolicy
+from common.contracts import tables
+from common.contracts.quota_keys import QUOTA_KEYS
 from data_plane.tenancy import service_identity
 
 QUOTA_COLUMNS = QUOTA_KEYS

@@ -3,7 +3,7 @@
 Shape: `usage_files` and `read_usage` are the input edge (object store → DataFrame);
 `usage_by_tenant_period` is the one Spark transform (sum every billed column per tenant and
 calendar month, with a digest of the rows summed); `bill` is plain Python over those few sums
-(tenants × months) that prices them with `common.pricing`. The caller stores the documents.
+(tenants × months) that prices them with `common.charges.pricing`. The caller stores the documents.
 
 Late usage: the job also re-sums the months of the tenant's recently issued invoices
 (`Account.issued`); where the log now holds more (or less) than was billed, the difference
@@ -11,7 +11,7 @@ becomes `adjustment` lines on this period's invoice, priced with that month's pr
 issued invoice is never changed.
 
 Reproducible: the same log and price books give the same documents byte for byte
-(`common.pricing.canonical_json`); each keeps the digest of the usage rows it summed, the
+(`common.charges.pricing.canonical_json`); each keeps the digest of the usage rows it summed, the
 checksum of its price book and of its adjustments (`inputs`, `input_checksum`).
 """
 
@@ -29,9 +29,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from common.archive_schema import USAGE_PREFIX, USAGE_SCHEMA
-from common.object_store import ObjectStore
-from common.pricing import USAGE_COLUMN, adjustment_lines, build_invoice
+from common.archive.schema import USAGE_PREFIX, USAGE_SCHEMA
+from common.charges.pricing import USAGE_COLUMN, adjustment_lines, build_invoice
+from common.stores.object_store import ObjectStore
 
 SUMMED = tuple(sorted(set(USAGE_COLUMN.values())))
 
@@ -68,7 +68,7 @@ class Account:
     issued: tuple[IssuedPeriod, ...] = ()
     credits: tuple[dict[str, Any], ...] = ()  # {"amount_cents", "reason"} for this period
     # Prorated base fee: one term per plan held when the tenant started or changed plan during
-    # the period (common.pricing.prorated_base_fee_line); empty: the full monthly fee.
+    # the period (common.charges.pricing.prorated_base_fee_line); empty: the full monthly fee.
     terms: tuple[dict[str, Any], ...] = ()
 
 

@@ -5,7 +5,7 @@ They run concurrently in a bounded thread pool; every action returns an `Outcome
 and a webhook that failed after its retries becomes a dead letter.
 
 - republish: into the rule's own tenant, as the tenant-scoped service identity `{tenant}/$rules`
-  (client id `$rules-{rule id}-…`, token signed with MQTT_SERVICE_KEY — `common.service_token`).
+  (client id `$rules-{rule id}-…`, token signed with MQTT_SERVICE_KEY — `common.security.service_token`).
   The broker lets it publish only inside that tenant and never to `$` topics. `topic` and
   `payload` are `${field}` templates over the output (default payload: the output as JSON).
 - webhook: POST of the output as JSON, `X-Signature-256: sha256=<hex HMAC-SHA256(secret, body)>`,
@@ -32,10 +32,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common import sealed, service_token
-from common.object_store import ObjectStore
-from common.rule_actions import DATASET_NAME, QOS_LEVELS, republish_topic_problem
-from common.webhook import post_signed
+from common.contracts.rule_actions import DATASET_NAME, QOS_LEVELS, republish_topic_problem
+from common.security import sealed, service_token
+from common.stores.object_store import ObjectStore
+from common.webhooks.delivery import post_signed
 from spark.rules.ledger import ActionKey
 
 BROKER_AWAY = (

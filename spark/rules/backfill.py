@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from common.archive_io import ArchiveFile
-from common.archive_schema import MESSAGE_ID
-from common.object_store import ObjectStore
+from common.archive.files import ArchiveFile
+from common.archive.schema import MESSAGE_ID
+from common.stores.object_store import ObjectStore
 from spark.archive import list_archive, read_archive
 from spark.rules import firing
 from spark.rules import store as db

@@ -1,7 +1,7 @@
 """What the rule jobs write about what they did (counters, dead letters), so that one bad value
 or one tenant cannot lose another's.
 
-- Every string is made storable first (`common.storable`: NUL and lone surrogates escaped), and a
+- Every string is made storable first (`common.stores.postgres_text`: NUL and lone surrogates escaped), and a
   dead letter keeps the exact body its action sent (ASCII JSON) for the replay.
 - Each tenant's rows are written in their own transaction: a row Postgres still refuses fails
   that tenant's group only, which is then written row by row (a row refused alone is logged and
@@ -25,8 +25,8 @@ from typing import Any
 
 import psycopg
 
-from common import tables
-from common.storable import storable_json, storable_text
+from common.contracts import tables
+from common.stores.postgres_text import storable_json, storable_text
 from spark.rules import store as db
 from spark.rules.store import RuleDelta
 

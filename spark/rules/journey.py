@@ -1,4 +1,4 @@
-"""The live rules job's rows in the journey (`common.journey_schema`, stream `messages`): what
+"""The live rules job's rows in the journey (`common.journey.schema`, stream `messages`): what
 each tenant's rules did with a message, beside what the broker did with it.
 
 - `rule_matched`: the rule's WHERE held for the message (its outputs go to the actions);
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from common.journey_io import encode_segment
-from common.journey_schema import (
+from common.journey.files import encode_segment
+from common.journey.schema import (
     MESSAGE_SCHEMA,
     MESSAGES,
     RULE_ACTION_FAILED,
@@ -36,7 +36,7 @@ from common.journey_schema import (
     RULE_MATCHED,
     live_segment_key,
 )
-from common.object_store import ObjectStore
+from common.stores.object_store import ObjectStore
 from spark.rules.actions import Outcome
 
 log = logging.getLogger("spark.rules.journey")

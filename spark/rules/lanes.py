@@ -5,7 +5,7 @@ A batch hands its jobs over (`submit`, which never waits) and goes on; they run 
 loop in a thread of their own, each tenant in its own lane:
 
 - **webhooks**: at most `webhook_concurrency` calls of a tenant at once, each bounded (connect,
-  first byte, total: `common.webhook.Timeouts`). A receiver that never answers (a tarpit) holds
+  first byte, total: `common.webhooks.delivery.Timeouts`). A receiver that never answers (a tarpit) holds
   only that tenant's calls, for the total at most; every other tenant's go on.
 - **republish**: one connection per rule (`publisher.py`); when the broker slows the tenant down
   (it stops reading: its publish rate), that rule's sends wait, nothing else does.
@@ -35,10 +35,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from common import sealed, service_token
-from common.object_store import ObjectStore
-from common.rule_actions import QOS_LEVELS, republish_topic_problem
-from common.webhook import Timeouts, output_json, post_once
+from common.contracts.rule_actions import QOS_LEVELS, republish_topic_problem
+from common.security import sealed, service_token
+from common.stores.object_store import ObjectStore
+from common.webhooks.delivery import Timeouts, output_json, post_once
 from spark.rules.actions import BROKER_AWAY, UNOPENED, ActionRunner, Job, Outcome, log_detail
 from spark.rules.ledger import ActionKey
 from spark.rules.publisher import PublishFailed, PublishRefused, RulePublisher

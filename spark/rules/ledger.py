@@ -2,7 +2,7 @@
 history fire no action twice for one message, whether the live job did it or an earlier run.
 
 An action is keyed by (rule, rule version, message id, output, action): the message id is the
-archive's stable id (`common.archive_schema`, "Message ids"), `output` the output's position
+archive's stable id (`common.archive.schema`, "Message ids"), `output` the output's position
 among the message's outputs (FOREACH gives several), `action` the action's position among the
 rule's. A row is *fired* (the action was done) or a run's *claim* (`fired` false, `run_id` the
 run): taken before the action runs, confirmed once it ran. Writers:
@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from common import tables
+from common.contracts import tables
 
 log = logging.getLogger("spark.rules.ledger")
 

@@ -36,8 +36,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, LIVE_PREFIX
-from common.object_store import LocalObjectStore, ObjectStore
+from common.archive.schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, LIVE_PREFIX
+from common.stores.object_store import LocalObjectStore, ObjectStore
 from spark.archive import live_stream, spark_schema
 from spark.rules import ledger
 from spark.rules import store as db

@@ -10,7 +10,7 @@ the brokers' rows.
 
 The same work is also tallied per device, the publisher of the message a rule evaluated (for an
 action, of the message whose output it acted on), named as `tenants_deviceusage` names devices
-(`common.archive_schema.device_of_username`: the name it connected with), and written beside
+(`common.archive.schema.device_of_username`: the name it connected with), and written beside
 each usage segment as a DEVICE_USAGE_SCHEMA segment, for the per-device views; never billed.
 """
 
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.archive_schema import (
+from common.archive.schema import (
     DEVICE_USAGE_SCHEMA,
     USAGE_SCHEMA,
     device_usage_segment_key,
     usage_segment_key,
 )
-from common.object_store import ObjectStore
+from common.stores.object_store import ObjectStore
 
 
 @dataclass

@@ -45,7 +45,7 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from common.archive_schema import EVENT_PUBLISH
+from common.archive.schema import EVENT_PUBLISH
 from common.mqtt.topics import topic_filter_regex
 from common.rules.values import parse_number
 

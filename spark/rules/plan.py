@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from common.archive_schema import EVENT_PUBLISH, MESSAGE_ID, MESSAGE_UNIT_BYTES
+from common.archive.schema import EVENT_PUBLISH, MESSAGE_ID, MESSAGE_UNIT_BYTES
 from spark.rules.native import (
     PAYLOAD_OK,
     VARIANT_COLUMN,
@@ -53,7 +53,7 @@ RESULT_SCHEMA = pa.schema(
         # the budget a failure went over (`common.rules.budget` kinds, or `share`), else NULL;
         # then `outputs` holds the message's reference ({topic, clientid, timestamp})
         pa.field("budget", pa.string()),
-        # the message's archive id (`common.archive_schema`, "Message ids"), where the rows read
+        # the message's archive id (`common.archive.schema`, "Message ids"), where the rows read
         # carried one: what the action ledger keys the actions done by
         pa.field("message_id", pa.string()),
         # the message's topic and publisher: what the journey's rule rows are found by

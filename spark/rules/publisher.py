@@ -1,7 +1,7 @@
 """One rule's republish connection, on the action lanes' event loop (`lanes.py`).
 
 MQTT 5 over asyncio streams with the shared codec (`common.mqtt`), as the tenant-scoped service
-identity `{tenant}/$rules` (client id `$rules-{rule id}-…`, token `common.service_token`).
+identity `{tenant}/$rules` (client id `$rules-{rule id}-…`, token `common.security.service_token`).
 
 Built to be slowed, never to pile up: the broker applies the tenant's publish rate to this
 connection by not reading it (TCP back-pressure), and `drain()` then waits, so the socket buffer
@@ -17,7 +17,6 @@ import contextlib
 import secrets
 import time
 
-from common import service_token
 from common.mqtt.codec import Reader, encode
 from common.mqtt.packets import (
     MQTT_5_0,
@@ -29,6 +28,7 @@ from common.mqtt.packets import (
     Publish,
     PubRel,
 )
+from common.security import service_token
 
 MAX_INFLIGHT = 32
 KEEP_ALIVE = 30

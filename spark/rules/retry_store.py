@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from common import tables
-from common.storable import storable_json, storable_text
+from common.contracts import tables
+from common.stores.postgres_text import storable_json, storable_text
 from spark.rules import store as db
 
 

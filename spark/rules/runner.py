@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from common.archive_schema import device_of_username
-from common.webhook import output_json
+from common.archive.schema import device_of_username
+from common.webhooks.delivery import output_json
 from spark.rules.actions import ActionRunner, Job, Outcome
 from spark.rules.bookkeeping import DeadLetter
 from spark.rules.firing import Gate

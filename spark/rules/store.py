@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from common import sealed, tables
+from common.contracts import tables
+from common.security import sealed
 from spark.rules.plan import RuleSpec
 
 # A rule's outputs per message: its tenant's override of `max_rule_outputs`, else its plan's.
@@ -59,7 +60,7 @@ def load_rules(
 
 
 def _actions(value) -> list[dict]:
-    """The rule's actions, webhook secrets opened (`common.sealed`; one no key opens stays
+    """The rule's actions, webhook secrets opened (`common.security.sealed`; one no key opens stays
     sealed, and the webhook action fails without a call)."""
     if isinstance(value, str):
         value = json.loads(value)

@@ -4,7 +4,7 @@ the API signup) hands out.
 Logging in again hands out the same token, so scripts that log in at every start neither pile up
 tokens nobody sees nor log each other out; `rotate=True` replaces it (the old one stops working
 at once). Only digests identify tokens (`accounts.selectors.api_token_lookup`); the login token is kept
-sealed as well (`common.sealed`, under a key outside the database) because handing it out again
+sealed as well (`common.security.sealed`, under a key outside the database) because handing it out again
 needs its value. Named tokens (`accounts.services.api_token_create`) are separate and never reused.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from common import secrets
-from common.sealed import SealError, reseal, seal, unseal
+from common.security import secrets
+from common.security.sealed import SealError, reseal, seal, unseal
 from tenants import audit
 from tenants.models import ApiToken, Membership, Tenant
 from tenants.suspension import require_active

@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
-from common import secrets
+from common.security import secrets
 from tenants.models import (
     ApiToken,
     Membership,

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from common import secrets
+from common.security import secrets
 from tenants import audit
 from tenants.accounts.login_tokens import login_token
 from tenants.models import (

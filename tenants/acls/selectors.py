@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from django.http import Http404
 
-from common import acl
-from common.acl import AclEntry
+from common.access import acl
+from common.access.acl import AclEntry
 from tenants.devices.selectors import device_get
 from tenants.models import (
     AclRule,
@@ -17,7 +17,7 @@ from tenants.models import (
 
 def acl_check(*, tenant: Tenant, device_name: str, action: str, topic: str) -> dict:
     """The ACL tester: may the tenant's device `device_name` publish to / subscribe to `topic`?
-    Judged by `common.acl`, the broker's own evaluation, over the tenant's rules in the order the
+    Judged by `common.access.acl`, the broker's own evaluation, over the tenant's rules in the order the
     broker loads them; Http404 for a device the tenant does not have."""
     device = device_get(tenant=tenant, name=device_name)
     rules = list(

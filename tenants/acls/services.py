@@ -6,9 +6,9 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from common.contracts.notifications import ChangeKind
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_filter, validate_topic_name
-from common.notifications import ChangeKind
 from tenants.models import (
     AclRule,
     Device,

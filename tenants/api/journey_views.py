@@ -11,7 +11,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from common.journey_schema import OUTCOMES
+from common.journey.schema import OUTCOMES
 from tenants.api.views import TenantAPIView, text_param
 from tenants.journey.selectors import JourneyQueryError, JourneyReader, Page, parse_time, window
 from tenants.journey.words import describe_event, describe_outcome

@@ -8,9 +8,9 @@ import json
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common.contracts.rule_actions import redact_secrets
 from tenants.devices import disconnect_reasons
 from tenants.models import QUOTA_KEYS
-from tenants.rule_actions import redact_secrets
 from tenants.rules import selectors as rule_selectors
 
 

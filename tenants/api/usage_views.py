@@ -1,6 +1,6 @@
 """REST API for usage a tenant can read before the bill (issue 33, point 1): what a message of a
 given shape costs (`/usage/explain`, answered by the broker's own metering rules,
-`common.metering`) and where the month lands (`/usage/forecast`). Per-device rows are
+`common.charges.metering`) and where the month lands (`/usage/forecast`). Per-device rows are
 `GET /usage?by=device` (`views.UsageView`). Thin: the reads are `tenants.usage.selectors`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from common.metering import explain_publish
+from common.charges.metering import explain_publish
 from tenants.api.views import TenantAPIView
 from tenants.usage import selectors as usage_selectors
 

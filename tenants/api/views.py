@@ -317,7 +317,7 @@ class AclTestView(TenantAPIView):
         responses=s.AclTestOutput,
         operation_id="v1_acls_test",
         summary="Test the ACL: may a device publish or subscribe to a topic?",
-        description="Answers with the broker's own evaluation (`common.acl`) over the tenant's "
+        description="Answers with the broker's own evaluation (`common.access.acl`) over the tenant's "
         "rules and default, and names the rule that decided. Another tenant's device is a 404.",
     )
     def post(self, request):

@@ -11,7 +11,7 @@ The issuer (settings) and the tenant's billing details are copied onto the invoi
 when it is issued: an issued invoice reads the same forever, whatever changes later; so are the
 per-device units of its CSV's drill-down (`Invoice.device_units`). The tax is
 `INVOICE_TAX_RATE` percent of the lines' total, rounded half up to the cent (the one rounding
-rule of `common.pricing`); the billing job's document and its checksum stay as the job made them.
+rule of `common.charges.pricing`); the billing job's document and its checksum stay as the job made them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from common.pricing import round_cents
+from common.charges.pricing import round_cents
 from tenants.billing.invoice_devices import device_units
 from tenants.models import BillingDetails, Invoice, InvoiceCounter, Tenant
 

@@ -11,7 +11,7 @@ from django.db.models import Sum
 from django.db.models.functions import TruncDay, TruncHour
 from django.http import Http404
 
-from common.pricing import BYTES_PER_GB, USAGE_COLUMN, build_invoice
+from common.charges.pricing import BYTES_PER_GB, USAGE_COLUMN, build_invoice
 from tenants.billing.periods import period_bounds
 from tenants.models import Invoice, Tenant, Usage
 

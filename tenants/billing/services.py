@@ -1,7 +1,7 @@
 """Billing services: price books (versioned per plan) and invoices from the Spark billing job.
 
 Writes go through here; reads the portal and the API need are in `tenants.billing.selectors`.
-The pricing itself is `common.pricing` (shared with the job); the job is `spark.billing.job`.
+The pricing itself is `common.charges.pricing` (shared with the job); the job is `spark.billing.job`.
 
 An invoice is a draft until issued. Re-running a period rewrites its drafts and never an issued
 invoice: usage that reaches the log after an issue becomes an adjustment line on the next invoice.
@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from common.pricing import (
+from common.charges.pricing import (
     LATER_DIMENSIONS,
     USAGE_COLUMN,
     PriceBookError,
@@ -186,7 +186,7 @@ def plan_terms(tenant: Tenant, period: str) -> tuple[Plan, list[dict[str, Any]]]
     """The plan whose prices the period's usage is billed at (the one held on its last day) and
     the base-fee terms: empty when the tenant held that one plan the whole period (the full
     monthly fee), else one term per plan held, by whole UTC days (see
-    `common.pricing.prorated_base_fee_line`): from the day the tenant was created or moved to the
+    `common.charges.pricing.prorated_base_fee_line`): from the day the tenant was created or moved to the
     plan, to the day before it moved off it, or the period's last day."""
     start = _period_start(period)
     end = date(start.year + start.month // 12, start.month % 12 + 1, 1)
@@ -292,7 +292,7 @@ def run_billing_job(
 ) -> tuple[Any, dict[str, PriceBook]]:
     """Run the Spark job for the period (all tenants, or one); returns its result and the price
     book of each tenant."""
-    from common.object_store import open_object_store
+    from common.stores.object_store import open_object_store
     from spark.billing import job
     from spark.session import build_session
 
@@ -438,7 +438,7 @@ def billing_verify(
         )
         for i in issued.values()
     ]
-    from common.object_store import open_object_store
+    from common.stores.object_store import open_object_store
     from spark.billing import job
     from spark.session import build_session
 
@@ -532,8 +532,8 @@ def actions_replayed_record(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from common.archive_schema import USAGE_SCHEMA, usage_segment_key
-    from common.object_store import open_object_store
+    from common.archive.schema import USAGE_SCHEMA, usage_segment_key
+    from common.stores.object_store import open_object_store
 
     if calls <= 0:
         return None
@@ -561,8 +561,8 @@ def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:
     import pyarrow.parquet as pq
     from django.db import connection
 
-    from common.archive_schema import DEVICE_USAGE_PREFIX, USAGE_PREFIX
-    from common.object_store import open_object_store
+    from common.archive.schema import DEVICE_USAGE_PREFIX, USAGE_PREFIX
+    from common.stores.object_store import open_object_store
     from tenants.models import UsageLogImport
 
     store = store or open_object_store()

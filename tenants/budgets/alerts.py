@@ -28,8 +28,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from common.sealed import SealError, unseal
-from common.webhook import Timeouts, post_signed
+from common.security.sealed import SealError, unseal
+from common.webhooks.delivery import Timeouts, post_signed
 from tenants.billing.invoice_render import money
 from tenants.budgets import services as budgets
 from tenants.budgets.selectors import (

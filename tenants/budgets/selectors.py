@@ -1,6 +1,6 @@
 """Budget reads: the month to date in money, the budget against it, the alerts sent.
 
-The month to date is priced exactly as the invoice will be (`common.pricing.build_invoice`, the
+The month to date is priced exactly as the invoice will be (`common.charges.pricing.build_invoice`, the
 function the billing job calls): the same price book version, the base fee prorated by the same
 plan terms, the month's credits, each line rounded once; only the usage differs in where it is
 read, here the per-minute rows the brokers write to Postgres (the bill reads the usage log, which
@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import QuerySet, Sum
 
-from common.pricing import USAGE_COLUMN, build_invoice
+from common.charges.pricing import USAGE_COLUMN, build_invoice
 from tenants.billing.periods import period_bounds
 from tenants.billing.selectors import SERIES_COLUMNS
 from tenants.models import Budget, BudgetAlert, Credit, Tenant, Usage

@@ -21,9 +21,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from common.destinations import url_problem
-from common.notifications import ChangeKind
-from common.sealed import seal
+from common.contracts.notifications import ChangeKind
+from common.security.sealed import seal
+from common.webhooks.destinations import url_problem
 from tenants.budgets.selectors import DEFAULT_THRESHOLDS, month_to_date_spend
 from tenants.models import Budget, Tenant
 from tenants.notify import announce
@@ -209,7 +209,7 @@ def degrade_sync(
 def budgets_reseal_secrets() -> dict[str, int]:
     """Every budget's webhook secret sealed under the current `SEALING_KEY` (a rotation's last
     step, as `rules.services.rules_reseal_secrets` for the rules)."""
-    from common import sealed
+    from common.security import sealed
 
     counts = {"budgets": 0, "resealed": 0, "current": 0, "unopened": 0}
     for budget in Budget.objects.select_for_update().exclude(webhook_secret=""):

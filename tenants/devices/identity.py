@@ -11,7 +11,8 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from common.device_identity import (
+from common.contracts.notifications import ChangeKind
+from common.security.device_credentials import (
     IdentityError,
     issued_by,
     parse_ca,
@@ -19,7 +20,6 @@ from common.device_identity import (
     parse_device_certificate,
     parse_public_keys,
 )
-from common.notifications import ChangeKind
 from tenants.models import CaCertificate, Device, DeviceCertificate, JwtKey, Tenant
 from tenants.notify import announce
 from tenants.suspension import require_active

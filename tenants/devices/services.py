@@ -9,10 +9,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from common import secrets
-from common.client_id_pattern import PatternError
-from common.client_id_pattern import validate as validate_client_id_pattern
-from common.notifications import ChangeKind
+from common.access.client_id_pattern import PatternError
+from common.access.client_id_pattern import validate as validate_client_id_pattern
+from common.contracts.notifications import ChangeKind
+from common.security import secrets
 from tenants.models import (
     Credential,
     Device,

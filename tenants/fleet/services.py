@@ -19,9 +19,9 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from common import fleet_pki
-from common.notifications import ChangeKind
-from common.sealed import seal
+from common.contracts.notifications import ChangeKind
+from common.fleet import pki as fleet_pki
+from common.security.sealed import seal
 from tenants.models import (
     DEVICE_NAME_VALIDATOR,
     AclRule,
@@ -246,7 +246,7 @@ class IssuedClaim:
 def claim_create(template: ProvisioningTemplate) -> IssuedClaim:
     """A claim certificate for `template`: whoever connects with it may provision devices with
     this template, and do nothing else."""
-    from common.sealed import unseal
+    from common.security.sealed import unseal
 
     tenant = template.tenant
     require_active(tenant)

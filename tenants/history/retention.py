@@ -1,10 +1,10 @@
 """Retention of the archive's history: per tenant, whole hours older than what it keeps.
 
-A tenant keeps `common.history_policy.retention_days` days: its longest history policy (capped at
+A tenant keeps `common.archive.history_policy.retention_days` days: its longest history policy (capped at
 its plan's `max_history_days`), its plan's default while it has none, a day while it has enabled
 rules, or nothing. Its history is `archive/tenant={slug}/date=…/hour=…/` (compacted parts, and
 version 1 segments); an hour whose end is more than that many days ago is deleted whole, and the
-parts are taken out of the hour's `_COMPACTED` marker (`common.archive_io.forget_parts`).
+parts are taken out of the hour's `_COMPACTED` marker (`common.archive.files.forget_parts`).
 
 The live segments (`archive/live/…`) hold every tenant of a broker together and are not touched
 here: they are compacted, and deleted, once their hour is an hour old (`compact_archive`), after
@@ -27,10 +27,10 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
-from common.archive_io import forget_parts, hour_start
-from common.archive_schema import ARCHIVE_PREFIX
-from common.history_policy import retention_days
-from common.object_store import ObjectStore, open_object_store
+from common.archive.files import forget_parts, hour_start
+from common.archive.history_policy import retention_days
+from common.archive.schema import ARCHIVE_PREFIX
+from common.stores.object_store import ObjectStore, open_object_store
 from tenants.archive_lock import archive_lock
 
 log = logging.getLogger(__name__)

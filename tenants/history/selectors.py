@@ -1,5 +1,5 @@
 """Reads of a tenant's history: its policies, what the archive keeps of it and why, how long, and
-what it stores (`common.history_policy` for the rules; scoped to one tenant, as every selector)."""
+what it stores (`common.archive.history_policy` for the rules; scoped to one tenant, as every selector)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from django.db.models import QuerySet, Sum
 from django.http import Http404
 
-from common.history_policy import DEFAULT_FILTER, retention_days
-from common.object_store import ObjectStore, open_object_store
-from common.pricing import BYTES_PER_GB
+from common.archive.history_policy import DEFAULT_FILTER, retention_days
+from common.charges.pricing import BYTES_PER_GB
+from common.stores.object_store import ObjectStore, open_object_store
 from tenants.history.retention import history_hours
 from tenants.models import HistoryPolicy, Rule, Tenant, Usage
 from tenants.tenant.selectors import effective_quota
@@ -54,7 +54,7 @@ def rule_feeds(*, tenant: Tenant) -> list[RuleFeed]:
 
 
 def tenant_retention_days(tenant: Tenant) -> int:
-    """Days of the tenant's history retention keeps (`common.history_policy.retention_days`)."""
+    """Days of the tenant's history retention keeps (`common.archive.history_policy.retention_days`)."""
     return retention_days(
         policy_days=HistoryPolicy.objects.filter(tenant=tenant).values_list("days", flat=True),
         default_days=tenant.plan.history_default_days,

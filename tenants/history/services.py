@@ -1,5 +1,5 @@
 """Writes of history policies: a tenant's topic filters kept for some days in the archive
-(`common.history_policy` says what the broker then archives). Each write announces
+(`common.archive.history_policy` says what the broker then archives). Each write announces
 `history.changed`, so every broker reads the tenant's needs again when it commits."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from common.history_policy import policy_filter_problem
-from common.notifications import ChangeKind
+from common.archive.history_policy import policy_filter_problem
+from common.contracts.notifications import ChangeKind
 from tenants.models import HistoryPolicy, Tenant
 from tenants.notify import announce
 from tenants.tenant.selectors import effective_quota

@@ -352,7 +352,7 @@ def _spilled_sizes(keys: list[str]) -> dict[str, int]:
     hundreds of kilobytes or more is not worth fetching it)."""
     if not keys:
         return {}
-    from common.object_store import open_object_store
+    from common.stores.object_store import open_object_store
 
     sizes: dict[str, int] = {}
     try:

@@ -1,7 +1,7 @@
 """Writes on what the broker holds for a tenant (issue 30, point 4): deleting retained messages.
 
 The rows go in the request's transaction, which also announces the topic filter
-(`retained.deleted`, common.notifications); every broker node forgets the matching messages it
+(`retained.deleted`, common.contracts.notifications); every broker node forgets the matching messages it
 holds when the transaction commits (data_plane/tenancy/retained_forget.py), so a new subscriber
 no longer receives them. Each deletion is audited (who, which filter, how many).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from common.notifications import ChangeKind
+from common.contracts.notifications import ChangeKind
 from tenants import audit
 from tenants.inspection.selectors import retained_matching
 from tenants.models import RetainedMessage, Tenant

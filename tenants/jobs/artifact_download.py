@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.views.decorators.http import require_safe
 
 from common.jobs.artifacts import object_key, verify
-from common.object_store import ObjectNotFound, open_object_store
-from common.service_token import load_key
+from common.security.service_token import load_key
+from common.stores.object_store import ObjectNotFound, open_object_store
 from tenants.jobs.selectors import artifact_by_slug
 
 

@@ -22,7 +22,7 @@ class ArtifactConflict(Exception):
 
 
 def _store(store: Any = None) -> Any:
-    from common.object_store import open_object_store
+    from common.stores.object_store import open_object_store
 
     return store if store is not None else open_object_store()
 

@@ -74,7 +74,7 @@ def _write_segments(batch: int, sums: dict[tuple[str, datetime], int], store: An
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from common.archive_schema import USAGE_SCHEMA, usage_segment_key
+    from common.archive.schema import USAGE_SCHEMA, usage_segment_key
 
     hours: dict[datetime, list[dict]] = defaultdict(list)
     for (tenant, minute), count in sorted(sums.items()):
@@ -95,7 +95,7 @@ def _write_segments(batch: int, sums: dict[tuple[str, datetime], int], store: An
 def job_usage_log(*, store: Any = None) -> dict[str, int]:
     """Write the job executions metered and not yet written to the usage log (and the portal's
     usage minutes); returns how many batches and executions."""
-    from common.object_store import open_object_store
+    from common.stores.object_store import open_object_store
 
     _claim()
     batches = (

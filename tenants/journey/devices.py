@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from common.client_id_pattern import matches as client_id_matches
+from common.access.client_id_pattern import matches as client_id_matches
 from tenants.devices.selectors import device_connections, live_connections
 from tenants.models import Device, Tenant
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from common.journey_schema import CLIENT_EVENTS, OUTCOMES
+from common.journey.schema import CLIENT_EVENTS, OUTCOMES
 from common.mqtt.reason_codes import ReasonCode as RC
 from tenants.devices.disconnect_reasons import CODES
 from tenants.journey.words import code_text, describe_event, describe_outcome

@@ -3,7 +3,7 @@ the Journey page filtered by the outcomes it counts.
 
 The counters come from the broker's metering (`Usage.dropped` by cause, `tenants.usage.throttling`) and
 its `$SYS` figures; the journey records the same events as rows with an outcome
-(`common.journey_schema`). The causes map onto outcomes as the broker's journey recorder maps
+(`common.journey.schema`). The causes map onto outcomes as the broker's journey recorder maps
 them (data_plane/observability/journey.py `DROP_CAUSES`, `JourneyRecorder.refused`; a test
 holds the two together).
 """
@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
-from common.journey_schema import (
+from common.journey.schema import (
     ACL_DENIED,
     DROPPED,
     EXPIRED,

@@ -1,6 +1,6 @@
 """Reading a tenant's journey (selectors): where its messages went, what its clients lived.
 
-The rows are Parquet files in the object store (`common.journey_schema`); DuckDB answers the
+The rows are Parquet files in the object store (`common.journey.schema`); DuckDB answers the
 queries in process, with no cluster: on the embedded default it reads the files where they lie,
 elsewhere (S3) this module fetches the objects first (DuckDB's S3 extension would be a download
 at run time). Every query is scoped by construction: the files listed are the tenant's own and
@@ -22,12 +22,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.journey_io import conform, journey_files
-from common.journey_schema import CLIENT_EVENTS, CLIENTS, MESSAGES, OUTCOMES, SCHEMAS
+from common.journey.files import conform, journey_files
+from common.journey.schema import CLIENT_EVENTS, CLIENTS, MESSAGES, OUTCOMES, SCHEMAS
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import topic_filter_regex as mqtt_topic_filter_regex
 from common.mqtt.topics import validate_topic_filter
-from common.object_store import LocalObjectStore, ObjectNotFound, open_object_store
+from common.stores.object_store import LocalObjectStore, ObjectNotFound, open_object_store
 
 DEFAULT_WINDOW = timedelta(hours=24)
 MAX_WINDOW = timedelta(days=31)

@@ -3,7 +3,7 @@ each tenant's plan no longer keeps (`Plan.journey_retention_hours`), by whole ho
 
 Run by Celery beat (`tenants.tasks.journey_upkeep`, every 5 minutes) and by
 `manage.py journey_upkeep`; safe to run again or side by side (compaction follows the marker
-protocol of `common.journey_io`; deleting an hour twice deletes nothing the second time).
+protocol of `common.journey.files`; deleting an hour twice deletes nothing the second time).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from common.journey_io import compact_due, delete_before, delete_live_before, journey_tenants
-from common.object_store import open_object_store
+from common.journey.files import compact_due, delete_before, delete_live_before, journey_tenants
+from common.stores.object_store import open_object_store
 from tenants.models import Plan, Tenant
 
 

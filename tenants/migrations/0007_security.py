@@ -2,7 +2,7 @@
 (for MQTT 5.0 enhanced authentication against Postgres), and client-id patterns as globs.
 
 Patterns were regular expressions run on the broker's event loop; they are globs now
-(`common.client_id_pattern`). Each stored pattern with an exact glob equivalent (literals, `.`,
+(`common.access.client_id_pattern`). Each stored pattern with an exact glob equivalent (literals, `.`,
 `.*`, `.+`, anchors) is rewritten to it; any other one cannot be kept safely, so its device falls
 back to the `exact` policy (client id = device name) and the old pattern is kept in the device's
 attributes under `legacy_client_id_regex` for its owner to translate.
@@ -12,7 +12,7 @@ from django.db import migrations, models
 
 
 def patterns_to_globs(apps, schema_editor):
-    from common.client_id_pattern import from_legacy_regex
+    from common.access.client_id_pattern import from_legacy_regex
 
     Device = apps.get_model("tenants", "Device")
     for device in Device.objects.filter(client_id_policy="pattern").iterator():

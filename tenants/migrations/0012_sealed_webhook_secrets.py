@@ -1,4 +1,4 @@
-"""Rules' webhook secrets sealed at rest (`tenants.models.ActionsField`, `common.sealed`): the
+"""Rules' webhook secrets sealed at rest (`tenants.models.ActionsField`, `common.security.sealed`): the
 field now seals on save, and this seals what was stored in the clear before it. Reversed, the
 secrets are written back in the clear (what the code before it reads)."""
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from common import secrets
+from common.security import secrets
 from tenants import audit
 from tenants.accounts import trust as accounts
 from tenants.models import ApiToken, Invitation, Membership, Tenant

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 
-from common.metering import explain_publish
+from common.charges.metering import explain_publish
 from tenants.billing import invoice_render
 from tenants.billing import periods as billing_periods
 from tenants.billing import selectors as billing_selectors
@@ -102,7 +102,7 @@ def usage(request, membership):
 
 
 def _explained(request) -> dict | None:
-    """The "what does a message cost" form's answer (`common.metering`, the broker's rules),
+    """The "what does a message cost" form's answer (`common.charges.metering`, the broker's rules),
     None until asked; a value out of range is said, not raised."""
     raw = request.GET.get("size")
     if raw is None:

@@ -1,7 +1,7 @@
 """Live portal views: one WebSocket per open page, fed from the broker itself.
 
 The pages of a tenant share one broker connection per web process (`live_hub`), made with
-aiomqtt as the tenant's read-only service identity (`common.service_token`, checked by
+aiomqtt as the tenant's read-only service identity (`common.security.service_token`, checked by
 `data_plane.tenancy.service_identity`), so what a page can see is exactly what the broker scopes
 to that tenant — never another's. It is subscribed to the tenant's `$SYS/broker/#` (counters and
 the presence snapshot `clients/online`) and `$events/#` (connects and disconnects), plus the

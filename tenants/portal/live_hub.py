@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import aiomqtt
 from django.conf import settings
 
-from common import service_token
 from common.mqtt.topics import topic_matches
+from common.security import service_token
 from tenants.portal import live_frames as frames
 from tenants.portal import live_metrics as metrics
 from tenants.portal.live_seats import Bounds, Refused, Seat, Seats

@@ -18,7 +18,8 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from common import service_token
+from common.contracts.rule_actions import redact_secrets
+from common.security import service_token
 from tenants.accounts import selectors as account_selectors
 from tenants.accounts import services as account_services
 from tenants.accounts import throttles
@@ -41,7 +42,6 @@ from tenants.portal.forms import (
     TokenForm,
 )
 from tenants.portal.shadow_editor import editor_context
-from tenants.rule_actions import redact_secrets
 from tenants.rules import selectors as rule_selectors
 from tenants.rules import services as rule_services
 from tenants.tenant import selectors as tenant_selectors

@@ -13,9 +13,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from common.notifications import ChangeKind
+from common.contracts.notifications import ChangeKind
+from common.contracts.rule_actions import RuleActionError, normalize_actions
 from common.rules import Budget, RuleRuntimeError, RuleSyntaxError, default_budget, dry_run
-from common.storable import storable_text, utf8_value
+from common.stores.postgres_text import storable_text, utf8_value
 from tenants.models import (
     Rule,
     RuleActionLedger,
@@ -23,7 +24,6 @@ from tenants.models import (
     Tenant,
 )
 from tenants.notify import announce
-from tenants.rule_actions import RuleActionError, normalize_actions
 from tenants.rules.sql import RuleSqlError, validate_rule_sql
 
 logger = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def rule_dead_letters_replay(
     rule: Rule, *, attempts: int = 2, backoff: float = 0.5, timeout: float = 5.0
 ) -> dict[str, int]:
     """Re-send the rule's webhook dead letters (oldest first, up to REPLAY_BATCH) through the
-    same webhook call the jobs make (`common.webhook`), signed with the secret the rule holds
+    same webhook call the jobs make (`common.webhooks.delivery`), signed with the secret the rule holds
     now for that URL. A delivered letter is deleted; one that fails again stays, with its
     attempts and error updated; one whose URL the rule no longer has stays (`orphaned`). The calls
     made are metered as `actions_executed` in the usage log (`billing.actions_replayed_record`).
@@ -164,7 +164,7 @@ def rule_dead_letters_replay(
 
     _replay_allowed(rule.tenant)
 
-    from common.webhook import post_signed
+    from common.webhooks.delivery import post_signed
 
     secrets_by_url = {
         a.get("url"): a.get("secret")
@@ -314,10 +314,10 @@ def rule_budget(tenant: Tenant | None) -> Budget:
 
 def rules_reseal_secrets() -> dict[str, int]:
     """Every rule's webhook secrets sealed under the current `SEALING_KEY` (the last step of a
-    rotation, `common.sealed`); read and written as stored, past the field that opens them."""
+    rotation, `common.security.sealed`); read and written as stored, past the field that opens them."""
     from django.db import connection
 
-    from common import sealed
+    from common.security import sealed
 
     counts = {"rules": 0, "resealed": 0, "current": 0, "unopened": 0}
     with transaction.atomic(), connection.cursor() as cursor:

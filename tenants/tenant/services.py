@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from common.notifications import ChangeKind
+from common.contracts.notifications import ChangeKind
 from tenants.models import (
     QUOTA_KEYS,
     RESERVED_SLUGS,

@@ -3,7 +3,7 @@ month's forecast.
 
 Both read what the brokers meter into Postgres (`Usage` per tenant-minute, `DeviceUsage` per
 device-day); the bill reads the usage log, which holds the same tenant minutes. Money is priced by
-`budget_selectors.month_to_date_spend`, the invoice's own pricing (`common.pricing`).
+`budget_selectors.month_to_date_spend`, the invoice's own pricing (`common.charges.pricing`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Count, QuerySet, Sum
 
-from common.pricing import (
+from common.charges.pricing import (
     BYTES_PER_GB,
     DESCRIPTIONS,
     DIMENSIONS,

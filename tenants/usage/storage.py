@@ -10,7 +10,7 @@ each counted as payload + topic (UTF-8) + its properties as stored (the JSON tex
 none), a payload spilled to the object store by its object's size (once per tenant, however many
 queues refer to it); and
 
-- its archive in the object store (`common.archive_io.archive_bytes_by_tenant`: its history
+- its archive in the object store (`common.archive.files.archive_bytes_by_tenant`: its history
   files in full, its row share of the live segments not yet compacted).
 
 The history is not listed in full every hour (a listing that grows with every hour of every
@@ -40,9 +40,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from django.db import connection, transaction
 
-from common.archive_io import archive_bytes_by_tenant
-from common.archive_schema import ARCHIVE_PREFIX, USAGE_SCHEMA, usage_segment_key
-from common.object_store import ObjectNotFound, ObjectStore, open_object_store
+from common.archive.files import archive_bytes_by_tenant
+from common.archive.schema import ARCHIVE_PREFIX, USAGE_SCHEMA, usage_segment_key
+from common.stores.object_store import ObjectNotFound, ObjectStore, open_object_store
 from tenants.models import Tenant, UsageLogImport
 
 STORAGE_WRITER = "storage"
@@ -101,7 +101,7 @@ def history_bytes(
     """Per tenant, the bytes of its archive history now, and how they were found (`full` or
     `incremental`).
 
-    History objects are written by the compaction of a closed hour (`common.archive_io`), a
+    History objects are written by the compaction of a closed hour (`common.archive.files`), a
     few minutes after it closes, under that hour's `date=…/hour=…` folder, and deleted only by
     retention (`tenants.history.retention`), which takes what it deletes out of the index
     (`history_index_forget`). So a day older than SETTLE_DAYS no longer changes by itself: the index (`HISTORY_INDEX_KEY`) keeps

@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import override_settings
 
-from common import secrets
+from common.security import secrets
 from tenants.accounts import services as account_services
 from tenants.models import Credential, Membership
 from tenants.tenant import services as tenant_services

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from common.object_store import LocalObjectStore, open_object_store
 from common.rule_preview import scan
+from common.stores.object_store import LocalObjectStore, open_object_store
 from tenants.accounts import services as account_services
 from tenants.models import Membership, RuleRun
 from tenants.rules import services as rule_services

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench import archive
-from common.object_store import open_object_store
+from common.stores.object_store import open_object_store
 from data_plane.storage.archive_columns import publish_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from tenants.billing import services as billing
 from tenants.models import Tenant, Usage
 from tenants.tenant import services as tenant_services

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from common.object_store import LocalObjectStore
-from common.pricing import canonical_json, sha256_hex
+from common.charges.pricing import canonical_json, sha256_hex
+from common.stores.object_store import LocalObjectStore
 from tenants.billing import services as billing
 from tenants.models import Invoice, PriceBook, Tenant
 from tenants.tenant import services as tenant_services

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.conf import settings
 
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from tenants import tasks
 from tenants.models import Invoice, Tenant
 from tenants.tenant import services as tenant_services

@@ -16,7 +16,7 @@ from datetime import date
 import pytest
 from django.db.models import Sum
 
-from common.pricing import build_invoice
+from common.charges.pricing import build_invoice
 from tenants.accounts import services as account_services
 from tenants.billing import invoicing
 from tenants.billing import services as billing

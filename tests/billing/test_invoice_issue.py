@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from common.pricing import build_invoice
+from common.charges.pricing import build_invoice
 from tenants.billing import details as billing_details
 from tenants.billing import invoicing
 from tenants.billing.services import price_book_for

@@ -9,8 +9,8 @@ from fractions import Fraction
 
 import pytest
 
-from common.object_store import LocalObjectStore
-from common.pricing import canonical_json, sha256_hex
+from common.charges.pricing import canonical_json, sha256_hex
+from common.stores.object_store import LocalObjectStore
 from spark.billing.job import Account, IssuedPeriod, run
 from tests.billing.usage_rows import row, write_rows
 
@@ -97,7 +97,7 @@ def test_aws_published_example_priced_to_the_cent(spark, tmp_path):
 
 
 def independent_amount(quantity: Fraction, spec: dict) -> int:
-    """Tiered price of `quantity`, written apart from common.pricing: Fractions, then half-up."""
+    """Tiered price of `quantity`, written apart from common.charges.pricing: Fractions, then half-up."""
     billable = max(Fraction(0), quantity - spec["included"])
     total, lower = Fraction(0), Fraction(0)
     for tier in spec["tiers"]:

@@ -1,11 +1,11 @@
 """Job executions as a billed dimension added after invoices were first issued
-(`common.pricing.LATER_DIMENSIONS`): invoices of tenants that ran no job keep their bytes, pinned
+(`common.charges.pricing.LATER_DIMENSIONS`): invoices of tenants that ran no job keep their bytes, pinned
 here by the SHA-256 the code gave before the dimension existed; a book that prices them prices
 them, one that predates them uses the list price."""
 
 from __future__ import annotations
 
-from common.pricing import build_invoice, canonical_json, sha256_hex, validate_price_book
+from common.charges.pricing import build_invoice, canonical_json, sha256_hex, validate_price_book
 from tests.billing.test_job import SMALL
 
 USAGE = {

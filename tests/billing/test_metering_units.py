@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import call_command
 
-from common.archive_schema import USAGE_SCHEMA, message_units
-from common.object_store import open_object_store
+from common.archive.schema import USAGE_SCHEMA, message_units
+from common.stores.object_store import open_object_store
 from data_plane.broker.message import Message, metered_size
 from data_plane.tenancy.metering import UsageMeter
 from tenants.billing import services as billing

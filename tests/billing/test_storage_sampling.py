@@ -142,7 +142,7 @@ def test_the_beat_task_samples_each_hour_once(tmp_path, monkeypatch):
 
     from django.conf import settings
 
-    from common.object_store import LocalObjectStore
+    from common.stores.object_store import LocalObjectStore
     from tenants import tasks
     from tenants.usage.storage import storage_sample
     from tests.spark.conftest import message, parquet_bytes
@@ -179,7 +179,7 @@ def test_history_is_listed_incrementally_and_stays_exact(tmp_path):
     settle into its index; a weekly (or `--full`) listing rebuilds the index."""
     from datetime import UTC, datetime, timedelta
 
-    from common.object_store import LocalObjectStore
+    from common.stores.object_store import LocalObjectStore
     from tenants.usage import storage as storage_usage
     from tenants.usage.storage import HISTORY_INDEX_KEY, storage_sample
 

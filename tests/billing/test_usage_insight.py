@@ -9,7 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from common.metering import properties_bytes
+from common.charges.metering import properties_bytes
 from data_plane.broker.message import Message
 from tenants.billing import services as billing
 from tenants.models import DeviceUsage, Tenant, Usage

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow.parquet as pq
 
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from data_plane.storage.usage_log import UsageLogWriter
 from tests.billing.usage_rows import row
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from common.embedded import free_port
+from common.runtime.embedded import free_port
 from tenants.accounts import services as account_services
 from tenants.billing import services as billing
 from tenants.models import DeviceUsage, Invoice, Usage

@@ -9,7 +9,7 @@ tests/billing/test_metering_units.py show that with a clock of their own, not a 
 
 from __future__ import annotations
 
-from common.archive_schema import message_units
+from common.archive.schema import message_units
 from tests.broker.clients import Paho
 
 PAYLOAD_SIZES = (1_000, 6_000, 12_000)

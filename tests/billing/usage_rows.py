@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from common.archive_schema import USAGE_SCHEMA
-from common.object_store import ObjectStore
+from common.archive.schema import USAGE_SCHEMA
+from common.stores.object_store import ObjectStore
 from data_plane.storage.usage_log import UsageLogWriter
 
 COLUMNS = [f.name for f in USAGE_SCHEMA if f.name not in ("tenant", "minute", "writer")]

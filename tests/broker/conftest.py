@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[2]
 TENANTS = {

@@ -17,8 +17,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from common import embedded
-from common.processes import data_plane_command
+from common.runtime import embedded
+from common.runtime.processes import data_plane_command
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services
 from tests.broker.conftest import BrokerProcess, start_broker

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from common import embedded
+from common.runtime import embedded
 from data_plane.cluster.affinity import homes
 from tests.broker.clients import Paho, race_for_one_client_id
 from tests.cluster.conftest import metric, start_node, wait_for

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Sum
 
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 from tenants.acls import services as acl_services
 from tenants.devices import services as device_services
 from tenants.models import Usage

@@ -13,8 +13,8 @@ import time
 import urllib.request
 import uuid
 
-from common import embedded
-from common.processes import data_plane_command
+from common.runtime import embedded
+from common.runtime.processes import data_plane_command
 from tests.broker.clients import Paho
 from tests.broker.conftest import REPO, TENANTS
 from tests.cluster.conftest import metric, wait_for
@@ -57,11 +57,11 @@ def test_two_workers_share_the_port_and_act_as_one_broker(tmp_path, redis_url):
         )
         for index, m in enumerate(metrics)
     ]
-    # The supervisor runbroker --workers uses (common.processes.supervise), as its own process.
+    # The supervisor runbroker --workers uses (common.runtime.processes.supervise), as its own process.
     script = textwrap.dedent(
         f"""
         import sys
-        from common.processes import supervise
+        from common.runtime.processes import supervise
         sys.exit(supervise({commands!r}, restart_delay=0.2))
         """
     )

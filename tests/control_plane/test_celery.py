@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from common import embedded, processes
+from common.runtime import embedded, processes
 from tenants.devices import services as device_services
 from tenants.models import Credential
 from tenants.tenant import services as tenant_services

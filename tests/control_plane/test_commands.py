@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from common import secrets
+from common.security import secrets
 from tenants.models import AclRule, Credential, Tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,5 +1,5 @@
-"""One log format for every process (`common/logs.py`), and the port check of `make run`
-(`common/ports.py`): the formats themselves, then the web side (Django settings) and a real
+"""One log format for every process (`common/runtime/logs.py`), and the port check of `make run`
+(`common/runtime/port_check.py`): the formats themselves, then the web side (Django settings) and a real
 Celery worker writing JSON lines with `LOG_FORMAT=json`."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from common import embedded, logs, ports, processes
+from common.runtime import embedded, logs, processes
+from common.runtime import port_check as ports
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from common import secrets
+from common.security import secrets
 from tenants.accounts import selectors as account_selectors
 from tenants.accounts import services as account_services
 from tenants.devices import selectors as device_selectors

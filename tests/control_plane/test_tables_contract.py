@@ -1,6 +1,6 @@
-"""The written contract for the control plane's tables that other planes use (`common/tables.py`):
-every SQL string outside `tenants/` names those tables through it, and every name in it is a
-table the Django models make. Static checks: no database, a fraction of a second."""
+"""The written contract for the control plane's tables that other planes use
+(`common/contracts/tables.py`): every SQL string outside `tenants/` names those tables through
+it, and every name in it is a table the Django models make. Static checks: no database, a fraction of a second."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from django.apps import apps
 
-from common import tables
+from common.contracts import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 # Everything that reaches the control plane's tables without Django (the control plane itself,
@@ -42,7 +42,7 @@ def literal_table_names(path: Path) -> list[str]:
 
 
 def test_no_sql_outside_the_control_plane_names_a_table_literally():
-    contract = ROOT / "common" / "tables.py"
+    contract = ROOT / "common" / "contracts" / "tables.py"
     hits = [
         hit
         for folder in OUTSIDE
@@ -50,7 +50,7 @@ def test_no_sql_outside_the_control_plane_names_a_table_literally():
         if path != contract
         for hit in literal_table_names(path)
     ]
-    assert hits == [], "name these through common.tables:\n" + "\n".join(hits)
+    assert hits == [], "name these through common.contracts.tables:\n" + "\n".join(hits)
 
 
 def test_the_check_sees_a_literal_in_sql(tmp_path):

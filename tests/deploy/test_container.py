@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from common.processes import ROLES
+from common.runtime.processes import ROLES
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
@@ -83,7 +83,7 @@ def test_non_root_healthcheck_entrypoint_and_no_secrets():
     assert users and users[-1].split(":")[0] not in ("0", "root"), users
     assert re.fullmatch(r"\d+:\d+", users[-1]), "a numeric user (runAsNonRoot checks need one)"
     health = [args for word, args in steps if word == "HEALTHCHECK"]
-    assert health and "common.processes" in health[0] and "--health" in health[0]
+    assert health and "common.runtime.processes" in health[0] and "--health" in health[0]
     entrypoint = [args for word, args in steps if word == "ENTRYPOINT"]
     assert entrypoint and "entrypoint.sh" in entrypoint[0]
     for word, args in steps:
@@ -132,7 +132,14 @@ def test_every_platform_service_is_a_role_with_its_health_check():
         assert service["read_only"] is True and "/tmp" in service["tmpfs"], name
         if ROLES[command[0]].kind == "service":
             test = service["healthcheck"]["test"]
-            assert test == ["CMD", "python", "-m", "common.processes", "--health", command[0]]
+            assert test == [
+                "CMD",
+                "python",
+                "-m",
+                "common.runtime.processes",
+                "--health",
+                command[0],
+            ]
 
 
 def test_third_party_images_are_pinned():

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from common import embedded
+from common.runtime import embedded
 from control_plane.management.commands.runplatform import Command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,7 +167,7 @@ def role_probe_env(run_env: dict[str, str], folder: Path) -> dict[str, str]:
 
 
 def health(env: dict[str, str], role: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "common.processes", "--health", role]
+    args = [sys.executable, "-m", "common.runtime.processes", "--health", role]
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
 
 

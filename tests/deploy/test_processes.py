@@ -1,6 +1,6 @@
 """Every role of the table of processes, started the way the container starts it
 (`docker/entrypoint.sh ROLE`) as a local process against the test Postgres and Redis, answers
-its health check — the same `python -m common.processes --health` the image's HEALTHCHECK,
+its health check — the same `python -m common.runtime.processes --health` the image's HEALTHCHECK,
 compose and the ECS task definitions run. Jobs (migrate, billing) finish with exit 0."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from common import embedded, processes
+from common.runtime import embedded, processes
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO / "docker" / "entrypoint.sh"
@@ -102,7 +102,7 @@ def env(tmp_path) -> dict[str, str]:
 
 
 def health(env: dict[str, str], role: str | None = None) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "common.processes", "--health"] + ([role] if role else [])
+    args = [sys.executable, "-m", "common.runtime.processes", "--health"] + ([role] if role else [])
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
 
 

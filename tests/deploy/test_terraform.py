@@ -10,7 +10,7 @@ from pathlib import Path
 import hcl2
 import pytest
 
-from common.processes import ROLES
+from common.runtime.processes import ROLES
 
 TERRAFORM = Path(__file__).resolve().parents[2] / "infra" / "terraform"
 MODULES = sorted(p for p in (TERRAFORM / "modules").iterdir() if p.is_dir())

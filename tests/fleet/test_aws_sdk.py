@@ -18,7 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from common.device_identity import pem_of
+from common.security.device_credentials import pem_of
 from tenants.fleet import services as fleet
 from tenants.jobs import services as job_services
 from tenants.models import Device

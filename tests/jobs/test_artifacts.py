@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import pytest
 
 from common.jobs import artifacts
-from common.service_token import load_key
+from common.security.service_token import load_key
 from tests.jobs.test_aws_sdk import SdkJobsDevice
 from tests.shadows.conftest import api_client, make_fleet
 

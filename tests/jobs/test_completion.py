@@ -73,8 +73,8 @@ def test_a_devices_last_update_never_waits_for_a_job_row_a_cancel_holds():
     broke the deadlock by failing one: the device's update, or the cancel with a 500). The
     update now finishes while the row is held; the job is left to its holder, or completed by
     the minute's upkeep when the holder ends it no other way."""
-    tenant = services.tenant_create("jobs-cancel-race")
-    services.device_create(tenant=tenant, name="d0")
+    tenant = tenant_services.tenant_create("jobs-cancel-race")
+    device_services.device_create(tenant=tenant, name="d0")
     job = job_services.job_create(
         tenant=tenant, job_id="fw", document={}, targets={"devices": ["d0"]}
     )

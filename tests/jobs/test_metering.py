@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.utils import timezone
 
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from tenants.jobs import metering as job_metering
 from tenants.jobs import services as job_services
 from tenants.models import JobExecution

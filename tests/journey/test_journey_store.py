@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.journey_io import compact_due, delete_before, journey_files
-from common.journey_schema import MESSAGES
-from common.object_store import LocalObjectStore
+from common.journey.files import compact_due, delete_before, journey_files
+from common.journey.schema import MESSAGES
+from common.stores.object_store import LocalObjectStore
 from data_plane.broker.ports import Published
 from data_plane.observability.journey import JourneyRecorder
 from data_plane.observability.journey_writer import JourneyWriter
@@ -141,7 +141,7 @@ def test_a_bad_filter_names_the_parameter():
 
 
 def test_the_open_hour_is_compacted_in_rounds_then_merged_into_one_file(store, monkeypatch):
-    from common import journey_io
+    from common.journey import files as journey_io
 
     monkeypatch.setattr(journey_io, "OPEN_HOUR_SEGMENTS", 1)
     reader = JourneyReader(store)

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common.journey_schema import CLIENT_SCHEMA, CLIENTS, live_segment_key
-from common.object_store import LocalObjectStore
+from common.journey.schema import CLIENT_SCHEMA, CLIENTS, live_segment_key
+from common.stores.object_store import LocalObjectStore
 from data_plane.observability import journey_moves
 from data_plane.observability.journey import JourneyRecorder
 from data_plane.observability.journey_writer import JourneyWriter

@@ -26,7 +26,7 @@ def test_signup_device_logout_login(live_server, page):
     assert username == "acme-e2e/sensor-1"
     assert secret and len(secret) >= 22
 
-    from common.secrets import verify_secret
+    from common.security.secrets import verify_secret
     from tenants.models import Credential
 
     assert verify_secret(secret, Credential.objects.get(device__name="sensor-1").secret_hash)

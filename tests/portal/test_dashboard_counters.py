@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from common import service_token
+from common.security import service_token
 from tenants.accounts import services as account_services
 from tenants.devices import services as device_services
 from tests.broker.clients import Paho

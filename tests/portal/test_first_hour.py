@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from common import acl
+from common.access import acl
 from tenants.accounts import services as account_services
 from tenants.acls import services as acl_services
 from tenants.devices import services as device_services

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from common import processes
+from common.runtime import processes
 from tenants.accounts import services as account_services
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services

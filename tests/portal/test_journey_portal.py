@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from common.mqtt.reason_codes import ReasonCode as RC
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from data_plane.observability.journey import DROP_CAUSES, JourneyRecorder
 from data_plane.observability.journey_writer import JourneyWriter
 from tenants.accounts import services as account_services

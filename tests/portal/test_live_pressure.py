@@ -25,9 +25,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from common import embedded
-from common.embedded import free_port
-from common.processes import data_plane_command
+from common.runtime import embedded
+from common.runtime.embedded import free_port
+from common.runtime.processes import data_plane_command
 from tenants.accounts import services as account_services
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services

@@ -10,8 +10,8 @@ import secrets
 import pytest
 from redis.asyncio import Redis
 
-from common import embedded
-from common.embedded import free_port
+from common.runtime import embedded
+from common.runtime.embedded import free_port
 from tenants.portal import live_seats
 from tenants.portal.live_seats import Bounds, Refused, Seat, Seats
 from tenants.portal.live_tally import Tally

@@ -62,7 +62,7 @@ def test_create_device_shows_secret_once(client, owner):
     secret = response.context["secret"]["password"]
     assert b"acme/sensor-1" in response.content and secret.encode() in response.content
     stored = Credential.objects.get(device__name="sensor-1")
-    from common.secrets import verify_secret
+    from common.security.secrets import verify_secret
 
     assert verify_secret(secret, stored.secret_hash)
     again = client.get("/devices/sensor-1/")
@@ -186,7 +186,7 @@ def test_browser_client_identity_is_a_tenant_client(client, owner):
     """The browser client's token: `$console` for a member who may write, `$viewer` (read-only)
     otherwise — both tenant clients the broker meters and limits, never the platform's
     `$portal` identity, whose traffic is not billed."""
-    from common import service_token
+    from common.security import service_token
 
     writer = client.post("/client/token/").json()
     assert writer["username"] == f"{owner.slug}/$console"

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import connection
 
-from common import processes
-from common.embedded import free_port, port_open
+from common.runtime import processes
+from common.runtime.embedded import free_port, port_open
 
 
 @contextmanager

@@ -804,7 +804,7 @@ def test_apply_takes_a_pyspark_row():
 def test_apply_takes_archive_rows_as_pyarrow_gives_them():
     import pyarrow as pa
 
-    from common.archive_schema import ARCHIVE_SCHEMA
+    from common.archive.schema import ARCHIVE_SCHEMA
 
     message = row({"t": 5}, "s/1", user_properties=[{"key": "k", "value": "v"}])
     message["ts"] = datetime.fromtimestamp(TS / 1000, UTC)
@@ -866,7 +866,7 @@ def test_any_failure_inside_a_function_is_reported_not_raised(monkeypatch):
     ],
 )
 def test_archive_columns_a_rule_reads(sql, columns):
-    from common.archive_schema import ARCHIVE_COLUMNS
+    from common.archive.schema import ARCHIVE_COLUMNS
 
     rule = compile_rule(sql)
     expected = set(ARCHIVE_COLUMNS) if columns == "all" else columns

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from common.archive_schema import ARCHIVE_SCHEMA
+from common.archive.schema import ARCHIVE_SCHEMA
 from common.rule_preview import native as nat
 from common.rule_preview import preview
 from common.rule_preview.preview import _json_default
@@ -103,7 +103,7 @@ def expected(sql: str, data: list[dict], limit: int = 10) -> dict:
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory):
-    from common.object_store import LocalObjectStore
+    from common.stores.object_store import LocalObjectStore
 
     store = LocalObjectStore(tmp_path_factory.mktemp("preview") / "objects")
     data = rows()
@@ -133,7 +133,7 @@ def test_preview_gives_the_evaluators_figures_and_first_outputs(archive, sql, ca
 
 
 def test_the_usual_rules_are_decided_by_duckdb_alone_on_well_formed_payloads(tmp_path):
-    from common.object_store import LocalObjectStore
+    from common.stores.object_store import LocalObjectStore
 
     store = LocalObjectStore(tmp_path / "objects")
     ts = int(START.timestamp() * 1000)
@@ -195,8 +195,8 @@ def test_another_tenants_rows_and_other_ranges_are_never_read(archive):
 
 def test_archive_rows_without_some_columns_still_preview(tmp_path):
     """A segment from an older writer, lacking columns: they read as NULL."""
-    from common.archive_schema import live_segment_key
-    from common.object_store import LocalObjectStore
+    from common.archive.schema import live_segment_key
+    from common.stores.object_store import LocalObjectStore
 
     store = LocalObjectStore(tmp_path / "objects")
     ts = int(START.timestamp() * 1000) + 5

@@ -1,4 +1,4 @@
-"""The rule-action contract (`common.rule_actions`): one check for the control plane that stores a
+"""The rule-action contract (`common.contracts.rule_actions`): one check for the control plane that stores a
 rule's actions and the rule jobs that run them."""
 
 from __future__ import annotations
@@ -8,13 +8,17 @@ import sys
 
 import pytest
 
-from common.object_store import LocalObjectStore
-from common.rule_actions import RuleActionError, normalize_actions, republish_topic_problem
+from common.contracts.rule_actions import (
+    RuleActionError,
+    normalize_actions,
+    republish_topic_problem,
+)
+from common.stores.object_store import LocalObjectStore
 from spark.rules.actions import ActionRunner, Job
 
 
 def test_the_contract_is_pure_python_without_django():
-    code = "import sys, common.rule_actions; assert 'django' not in sys.modules, 'django loaded'"
+    code = "import sys, common.contracts.rule_actions; assert 'django' not in sys.modules, 'django loaded'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -19,7 +19,7 @@ from django.core.cache import cache
 from django.db import connection
 from rest_framework.test import APIClient
 
-from common.device_identity import make_ca, make_leaf, pem_of
+from common.security.device_credentials import make_ca, make_leaf, pem_of
 from tenants.accounts import services as account_services
 from tenants.devices import identity
 from tenants.devices import services as device_services

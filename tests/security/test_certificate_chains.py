@@ -22,7 +22,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from common.device_identity import make_ca, make_leaf, pem_of
+from common.security.device_credentials import make_ca, make_leaf, pem_of
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho

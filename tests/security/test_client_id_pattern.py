@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.client_id_pattern import (
+from common.access.client_id_pattern import (
     MAX_CLIENT_ID_LENGTH,
     PatternError,
     compile_pattern,

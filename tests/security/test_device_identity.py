@@ -21,8 +21,8 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
-from common.device_identity import make_ca, make_leaf, pem_of
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
+from common.security.device_credentials import make_ca, make_leaf, pem_of
 from tenants.accounts import services as account_services
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services

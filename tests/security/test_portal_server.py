@@ -1,4 +1,4 @@
-"""The portal's web server as operators run it (the `web` role of `common/processes.py`), from the
+"""The portal's web server as operators run it (the `web` role of `common/runtime/processes.py`), from the
 attacker's side, over raw sockets on loopback (issue 28, point 6):
 
 - slow clients: connections that never finish their request headers or body (one byte at a time,
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from common import embedded, processes
+from common.runtime import embedded, processes
 
 # The server under test reads the test database; the mark makes pytest-django create it.
 pytestmark = pytest.mark.django_db

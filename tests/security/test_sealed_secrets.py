@@ -1,4 +1,4 @@
-"""Rules' webhook secrets sealed at rest (`common.sealed`), from the side of someone holding a copy
+"""Rules' webhook secrets sealed at rest (`common.security.sealed`), from the side of someone holding a copy
 of the database: the rows hold no secret that signs, another key opens nothing, and the platform
 itself (the API for members who may write, the rule jobs) still has them in the clear."""
 
@@ -10,8 +10,8 @@ from django.apps import apps
 from django.core.management import call_command
 from django.db import connection
 
-from common import sealed
-from common.object_store import LocalObjectStore
+from common.security import sealed
+from common.stores.object_store import LocalObjectStore
 from spark.rules import store as rules_store
 from spark.rules.actions import ActionRunner, Job
 from tenants.accounts import services as account_services

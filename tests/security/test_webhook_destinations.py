@@ -16,8 +16,13 @@ import socket
 
 import pytest
 
-from common.destinations import RefusedDestination, address_problem, destination_problem, vet
-from common.webhook import post_signed
+from common.webhooks.delivery import post_signed
+from common.webhooks.destinations import (
+    RefusedDestination,
+    address_problem,
+    destination_problem,
+    vet,
+)
 from tenants.models import Rule
 from tests.api.conftest import acme  # noqa: F401 (fixture)
 from tests.deploy.test_terraform import TERRAFORM, load, value

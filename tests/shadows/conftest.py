@@ -15,8 +15,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from common.device_identity import make_ca, make_leaf, pem_of
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
+from common.security.device_credentials import make_ca, make_leaf, pem_of
 from tenants.accounts import services as account_services
 from tenants.devices import identity
 from tenants.devices import services as device_services

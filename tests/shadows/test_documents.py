@@ -1,6 +1,6 @@
 """AWS's shadow semantics, unit by unit (`common.shadow`): every `rejected` case AWS documents,
 the merge (null deletes, objects field by field, arrays whole), metadata per field, versions,
-the delta and the documents; and who may touch which thing's reserved topics (`common.acl`)."""
+the delta and the documents; and who may touch which thing's reserved topics (`common.access.acl`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from common.acl import AclEntry, AclPolicy, explain
+from common.access.acl import AclEntry, AclPolicy, explain
 from common.shadow import document as doc
 from common.shadow.topics import ShadowTopic, parse
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from tenants.acls import services as acl_services
 from tenants.devices import services as device_services
 from tenants.journey.selectors import JourneyReader

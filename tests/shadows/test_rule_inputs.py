@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from common.archive_io import read_archive
-from common.archive_schema import EVENT_SHADOW_DELTA, EVENT_SHADOW_UPDATED
-from common.object_store import open_object_store
+from common.archive.files import read_archive
+from common.archive.schema import EVENT_SHADOW_DELTA, EVENT_SHADOW_UPDATED
 from common.rules.compiler import compile_rule
+from common.stores.object_store import open_object_store
 from tests.shadows.conftest import Watcher, api_client
 from tests.shadows.test_mqtt import send
 

@@ -16,14 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common.archive_schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, live_segment_key
-from common.object_store import LocalObjectStore
+from common.archive.schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, live_segment_key
+from common.stores.object_store import LocalObjectStore
 
 
 @pytest.fixture(autouse=True)
 def loopback_receivers(monkeypatch):
     """The receivers here listen on loopback, which webhooks may call only where an operator
-    allows it (`WEBHOOK_ALLOW`; common.destinations): as an operator would for a local one."""
+    allows it (`WEBHOOK_ALLOW`; common.webhooks.destinations): as an operator would for a local one."""
     monkeypatch.setenv("WEBHOOK_ALLOW", "127.0.0.1")
 
 

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from spark.rules import firing
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from common.archive_io import ArchiveFile
+from common.archive.files import ArchiveFile
 from spark.rules.backfill import chunked
 
 

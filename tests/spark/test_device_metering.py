@@ -10,8 +10,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.archive_schema import ARCHIVE_SCHEMA, DEVICE_USAGE_PREFIX, device_of_username
-from common.object_store import LocalObjectStore
+from common.archive.schema import ARCHIVE_SCHEMA, DEVICE_USAGE_PREFIX, device_of_username
+from common.stores.object_store import LocalObjectStore
 from spark.rules.backfill import _counts, _native_first_counts
 from spark.rules.metering import UsageWriter
 from spark.rules.plan import RulePlan, RuleSpec, rule_outputs

@@ -19,8 +19,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from common.embedded import free_port
-from common.object_store import LocalObjectStore
+from common.runtime.embedded import free_port
+from common.stores.object_store import LocalObjectStore
 from tenants.devices import services as device_services
 from tenants.models import RuleMetrics
 from tenants.rules import services as rule_services

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
-from common.archive_schema import USAGE_SCHEMA
-from common.embedded import free_port
+from common.archive.schema import USAGE_SCHEMA
+from common.runtime.embedded import free_port
 from spark.rules.actions import ActionRunner, Job
 from spark.rules.backfill import run_backfill
 from spark.rules.live import LiveJob, wait_for_batches

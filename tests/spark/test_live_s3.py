@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from common.object_store import S3ObjectStore
+from common.stores.object_store import S3ObjectStore
 from tenants.devices import services as device_services
 from tenants.rules import services as rule_services
 from tenants.tenant import services as tenant_services

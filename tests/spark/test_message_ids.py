@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from common.archive_io import (
+from common.archive.files import (
     Manifest,
     archive_files,
     compact_hour,
@@ -20,7 +20,7 @@ from common.archive_io import (
     encode_parquet,
     read_file_with_ids,
 )
-from common.archive_schema import (
+from common.archive.schema import (
     ARCHIVE_SCHEMA,
     COMPACTED_MARKER,
     MESSAGE_ID,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.archive_schema import ARCHIVE_SCHEMA
+from common.archive.schema import ARCHIVE_SCHEMA
 from common.rules.dry_run import dry_run
 from common.rules.errors import RuleRuntimeError
 from spark.rules.plan import PENDING, Evaluator, RulePlan, RuleSpec, rule_outputs

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from common.archive_schema import COMPACTED_MARKER, live_hour_prefix, live_segment_key
+from common.archive.schema import COMPACTED_MARKER, live_hour_prefix, live_segment_key
 from spark.object_source import LiveSegmentsReader, segment_writer_sequence
 from tests.spark.conftest import message, parquet_bytes
 

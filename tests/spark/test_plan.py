@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from common.archive_io import compact_hour
-from common.archive_schema import history_prefix
+from common.archive.files import compact_hour
+from common.archive.schema import history_prefix
 from spark.archive import read_archive
 from spark.rules.plan import FAILED, PASSED, SKIPPED, RuleSpec, compile_specs, rule_outputs
 from tests.spark.conftest import message, write_live
@@ -245,7 +245,7 @@ def test_rule_units_are_sized_as_the_broker_meters_messages(spark, store):
     size every other message unit has — checked against the broker's own metering of the same
     messages, archived as the broker archives them, on both evaluation paths (with and without
     the native prefilter)."""
-    from common.archive_schema import message_units
+    from common.archive.schema import message_units
     from data_plane.broker.message import Message, metered_size
     from data_plane.storage.parquet_archive import publish_rows
 

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common.journey_io import encode_segment
-from common.journey_schema import MESSAGE_SCHEMA, MESSAGES, live_segment_key
-from common.object_store import LocalObjectStore
+from common.journey.files import encode_segment
+from common.journey.schema import MESSAGE_SCHEMA, MESSAGES, live_segment_key
+from common.stores.object_store import LocalObjectStore
 from spark.rules.actions import Job, Outcome
 from spark.rules.journey import RuleJourney, action_words
 from tenants.journey.selectors import JourneyReader

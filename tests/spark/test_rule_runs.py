@@ -29,8 +29,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from common.archive_io import compact_hour, hour_start
-from common.archive_schema import message_id_prefix
+from common.archive.files import compact_hour, hour_start
+from common.archive.schema import message_id_prefix
 from spark.rules.actions import ActionRunner
 from spark.rules.live import LiveJob
 from tenants.accounts import services as account_services

@@ -14,8 +14,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from common.archive_io import compact_hour
-from common.object_store import LocalObjectStore
+from common.archive.files import compact_hour
+from common.stores.object_store import LocalObjectStore
 from data_plane.broker.message import Message
 from data_plane.storage.archive_columns import publish_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter

@@ -1,5 +1,5 @@
 """Writes version 1 archive segments (gzip'd NDJSON, the format before Parquet), so the tests
-can prove that yesterday's history stays readable (`common.archive_schema.read_ndjson_segment`).
+can prove that yesterday's history stays readable (`common.archive.schema.read_ndjson_segment`).
 Production no longer writes this format.
 
 Key:  {dataset}/tenant={slug}/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:08d}.ndjson.gz
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from common.object_store import ObjectStore
+from common.stores.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common.archive_io import (
+from common.archive.files import (
     archive_files,
     compact_due,
     compact_hour,
@@ -21,8 +21,8 @@ from common.archive_io import (
     read_archive,
     read_manifest,
 )
-from common.archive_schema import COMPACTED_MARKER, EVENT_CONNECTED, EVENT_PUBLISH
-from common.object_store import open_object_store
+from common.archive.schema import COMPACTED_MARKER, EVENT_CONNECTED, EVENT_PUBLISH
+from common.stores.object_store import open_object_store
 from data_plane.broker.message import Message
 from data_plane.storage.archive_columns import publish_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter

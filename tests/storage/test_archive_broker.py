@@ -14,15 +14,15 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from common.archive_io import archive_files, read_archive
-from common.archive_schema import (
+from common.archive.files import archive_files, read_archive
+from common.archive.schema import (
     EVENT_CONNECTED,
     EVENT_DISCONNECTED,
     EVENT_PUBLISH,
     EVENT_SUBSCRIBED,
     EVENT_UNSUBSCRIBED,
 )
-from common.object_store import open_object_store
+from common.stores.object_store import open_object_store
 from tenants.devices import services as device_services
 from tenants.history.services import history_policy_create
 from tenants.models import Tenant

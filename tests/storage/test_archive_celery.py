@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from common.archive_io import read_archive, read_manifest
-from common.object_store import open_object_store
+from common.archive.files import read_archive, read_manifest
+from common.stores.object_store import open_object_store
 from data_plane.broker.message import Message
 from data_plane.storage.archive_columns import publish_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter

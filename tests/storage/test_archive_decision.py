@@ -1,5 +1,5 @@
 """The archive's decision, unit by unit: what a tenant's policies, plan default, setting and rules
-ask the broker to keep (`common.history_policy`), the per-topic cache and its bounds
+ask the broker to keep (`common.archive.history_policy`), the per-topic cache and its bounds
 (`archive_decision`), and the tap recording only what is needed (`archive_hook`)."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from common.history_policy import (
+from common.archive.history_policy import (
     RULE_FEED_DAYS,
     ArchiveNeeds,
     archive_needs,
     policy_filter_problem,
     retention_days,
 )
-from common.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore
 from data_plane.broker.message import Message
 from data_plane.storage.archive_decision import (
     ArchiveDecisions,

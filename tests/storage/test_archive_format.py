@@ -1,7 +1,7 @@
 """The archive stays open (issue 31, point 4): files written by an earlier version of the broker
 and of the compaction (`fixtures/archive-v2/`, made on 2026-11-27 by `archive_fixture.py` with
 the writer of that day) keep one schema, documented in docs/archive.md, and stay readable: by
-today's `common.archive_io`, by pyarrow alone and by DuckDB. The expected rows are written out
+today's `common.archive.files`, by pyarrow alone and by DuckDB. The expected rows are written out
 here, not recomputed by today's writer."""
 
 import shutil
@@ -11,9 +11,9 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-from common.archive_io import read_archive
-from common.archive_schema import ARCHIVE_SCHEMA
-from common.object_store import LocalObjectStore
+from common.archive.files import read_archive
+from common.archive.schema import ARCHIVE_SCHEMA
+from common.stores.object_store import LocalObjectStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "archive-v2"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "archive.md"

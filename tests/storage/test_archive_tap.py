@@ -18,8 +18,8 @@ import time
 import pyarrow.parquet as pq
 
 from bench.fuzz import RecordingTransport
-from common.archive_schema import EVENT_PUBLISH
-from common.object_store import LocalObjectStore
+from common.archive.schema import EVENT_PUBLISH
+from common.stores.object_store import LocalObjectStore
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.message import Message
 from data_plane.storage.archive_hook import ArchiveTap
@@ -121,7 +121,7 @@ def test_the_first_batch_of_live_traffic_loads_nothing(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
-        from common.object_store import LocalObjectStore
+        from common.stores.object_store import LocalObjectStore
         from data_plane.broker.message import Message
         from data_plane.storage.archive_hook import ArchiveTap
         from data_plane.storage.archive_columns import publish_columns

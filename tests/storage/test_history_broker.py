@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from common.archive_io import read_archive
-from common.object_store import open_object_store
+from common.archive.files import read_archive
+from common.stores.object_store import open_object_store
 from tenants.devices import services as device_services
 from tenants.history.services import history_policy_create
 from tenants.rules import services as rule_services

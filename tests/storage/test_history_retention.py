@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import call_command
 
-from common.archive_io import compact_hour, hour_start, read_archive, read_manifest
-from common.object_store import LocalObjectStore
+from common.archive.files import compact_hour, hour_start, read_archive, read_manifest
+from common.stores.object_store import LocalObjectStore
 from data_plane.broker.message import Message
 from data_plane.storage.archive_columns import publish_columns
 from data_plane.storage.parquet_archive import ParquetArchiveWriter

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from psycopg_pool import AsyncConnectionPool
 
-from common.object_store import LocalObjectStore, open_object_store
+from common.stores.object_store import LocalObjectStore, open_object_store
 from data_plane.storage.session_store import QueuedMessage, SessionStore
 from tenants.devices import services as device_services
 from tenants.models import MqttQueuedMessage

@@ -6,7 +6,7 @@ import boto3
 import pyarrow as pa
 import pytest
 
-from common.object_store import (
+from common.stores.object_store import (
     LocalObjectStore,
     ObjectNotFound,
     S3ObjectStore,

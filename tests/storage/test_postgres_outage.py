@@ -7,9 +7,9 @@ import time
 import pytest
 from django.db import connection
 
-from common import embedded
 from common.mqtt.codec import Reader, encode
 from common.mqtt.packets import MQTT_5_0, Connect, PubAck, Publish
+from common.runtime import embedded
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho

@@ -1,6 +1,6 @@
 import pytest
 
-from common.acl import AclEntry, AclPolicy, filter_covers, filters_intersect
+from common.access.acl import AclEntry, AclPolicy, filter_covers, filters_intersect
 
 
 def policy(entries, default_allow=False, device="sensor-1"):

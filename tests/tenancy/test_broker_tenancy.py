@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 from tenants.acls import services as acl_services
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services

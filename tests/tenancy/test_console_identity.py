@@ -13,7 +13,7 @@ import time
 import pytest
 from django.db.models import Sum
 
-from common import service_token
+from common.security import service_token
 from tenants.acls import services as acl_services
 from tenants.devices import services as device_services
 from tenants.models import Usage

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.processes import data_plane_command
+from common.runtime.processes import data_plane_command
 from tenants.acls import services as acl_services
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services

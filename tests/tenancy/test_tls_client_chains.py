@@ -16,7 +16,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from common.device_identity import IdentityError, make_ca, make_leaf, parse_certificate, pem_of
+from common.security.device_credentials import (
+    IdentityError,
+    make_ca,
+    make_leaf,
+    parse_certificate,
+    pem_of,
+)
 from data_plane.broker.auth import peer_certificate
 from data_plane.tenancy.identity import TrustAnchors, identify_certificate
 from data_plane.tenancy.tls_client_chains import judge_chains

@@ -6,8 +6,8 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from common import embedded
-from common.processes import data_plane_command, supervise
+from common.runtime import embedded
+from common.runtime.processes import data_plane_command, supervise
 
 
 class Command(BaseCommand):

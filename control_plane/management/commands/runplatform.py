@@ -31,9 +31,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connections
 
-from common import embedded, secrets
-from common import ports as port_check
-from common import processes as process_table
+from common.runtime import embedded, port_check
+from common.runtime import processes as process_table
+from common.security import secrets
 from tenants import demo
 
 # variable, command-line option, default ("" = off unless set), what listens there
@@ -159,7 +159,7 @@ class Command(BaseCommand):
         env.setdefault(
             "MQTT_PUBLIC_WS_URL", f"ws://{_connect_host(host)}:{ports['MQTT_WS_PORT']}/mqtt"
         )
-        # The command lines come from the table of processes (common/processes.py), the same
+        # The command lines come from the table of processes (common/runtime/processes.py), the same
         # one the container entrypoint, compose and Terraform use; only the ports are ours.
         for variable, _option, _default, _what in PORTS:
             env.pop(variable, None)

@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
-from common.archive_io import compact_due, compact_hour, hour_start
-from common.object_store import open_object_store
+from common.archive.files import compact_due, compact_hour, hour_start
+from common.stores.object_store import open_object_store
 from tenants.archive_lock import archive_lock
 from tenants.management.commands._output import print_json
 

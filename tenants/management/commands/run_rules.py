@@ -46,7 +46,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args, **options):
-        from common.object_store import open_object_store
+        from common.stores.object_store import open_object_store
 
         store = open_object_store()
         if options["live"]:

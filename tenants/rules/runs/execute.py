@@ -151,7 +151,7 @@ def execute(
 ) -> tuple[RuleRun | None, dict | None]:
     """Run a queued RuleRun to its end; (the run as it ended, the backfill's summary). A run
     that is not queued (cancelled before it started, or taken by another worker) is left as is."""
-    from common.object_store import open_object_store
+    from common.stores.object_store import open_object_store
     from spark.rules.backfill import NoRules
 
     close_old_connections()

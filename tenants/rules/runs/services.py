@@ -24,7 +24,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from common.storable import utf8_value
+from common.stores.postgres_text import utf8_value
 from tenants.models import Rule, RuleRun
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ def run_preview(*, rule: Rule, start: datetime, end: datetime, store: Any = None
     """How many archived messages of the tenant the range holds, how many the rule's FROM takes
     and matches (and fails on), and its first outputs: DuckDB over the tenant's files and the
     rule's evaluator (`common.rule_preview`), within seconds, nothing stored or fired."""
-    from common.object_store import open_object_store
     from common.rule_preview import PreviewTooLong, preview
+    from common.stores.object_store import open_object_store
 
     start, end = _range(start, end, _setting("RULE_PREVIEW_MAX_DAYS", 7))
     _preview_allowed(rule)

@@ -3,7 +3,7 @@ connection (pure: the decisions are values)."""
 
 from __future__ import annotations
 
-from common.acl import AclEntry, AclPolicy
+from common.access.acl import AclEntry, AclPolicy
 from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Publish, Subscribe, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker.admission import (

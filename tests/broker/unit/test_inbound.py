@@ -4,7 +4,7 @@ UNSUBSCRIBE."""
 
 from __future__ import annotations
 
-from common.acl import AclEntry, AclPolicy
+from common.access.acl import AclEntry, AclPolicy
 from common.mqtt.codec import Reader
 from common.mqtt.packets import (
     MQTT_5_0,

@@ -3,7 +3,7 @@ then), and what `go_out` does either way."""
 
 from __future__ import annotations
 
-from common.acl import AclEntry, AclPolicy
+from common.access.acl import AclEntry, AclPolicy
 from common.mqtt.packets import Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker import wills

@@ -1,5 +1,5 @@
 # The whole platform, composed from the other modules: what every environment deploys. Every
-# process is the one image running one role of the table of processes (common/processes.py);
+# process is the one image running one role of the table of processes (common/runtime/processes.py);
 # task definitions pass only the role. An environment (environments/dev, environments/prod)
 # configures the AWS provider and calls this module with its sizes.
 
@@ -23,7 +23,7 @@ locals {
     LOG_LEVEL            = "INFO"
     AWS_DEFAULT_REGION   = var.region
     # Tenants' webhooks reach public addresses only: never the VPC, the cloud metadata
-    # service or the tasks themselves (common/webhook.py).
+    # service or the tasks themselves (common/webhooks/delivery.py).
     WEBHOOK_ALLOW_PRIVATE = "0"
     # Only the ALB (inside the VPC) reaches the web tasks: X-Forwarded-For is believed from it
     # alone, and names the client (login throttles, audit, access log).

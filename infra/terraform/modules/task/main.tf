@@ -1,5 +1,5 @@
 # One ECS Fargate task definition running one role of the table of processes
-# (common/processes.py). The container's command is only the ROLE: the image's entrypoint
+# (common/runtime/processes.py). The container's command is only the ROLE: the image's entrypoint
 # turns it into the command line, so the table stays the single place command lines live.
 
 locals {
@@ -56,7 +56,7 @@ resource "aws_ecs_task_definition" "this" {
       linuxParameters = { initProcessEnabled = true, capabilities = { drop = ["ALL"] } }
       stopTimeout     = var.stop_timeout
       healthCheck = var.health_check ? {
-        command     = ["CMD", "python", "-m", "common.processes", "--health", var.role]
+        command     = ["CMD", "python", "-m", "common.runtime.processes", "--health", var.role]
         interval    = 30
         timeout     = 10
         retries     = 3

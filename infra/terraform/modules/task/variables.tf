@@ -4,12 +4,12 @@ variable "name" {
 }
 
 variable "role" {
-  description = "The role of the table of processes (common/processes.py) this task runs."
+  description = "The role of the table of processes (common/runtime/processes.py) this task runs."
   type        = string
 
   validation {
     condition     = contains(["web", "broker", "worker", "beat", "rules", "billing", "migrate"], var.role)
-    error_message = "role must be one of web, broker, worker, beat, rules, billing, migrate (common/processes.py)."
+    error_message = "role must be one of web, broker, worker, beat, rules, billing, migrate (common/runtime/processes.py)."
   }
 }
 

@@ -1,6 +1,6 @@
-"""Reading, compacting and expiring the journey's files (layout: `common.journey_schema`).
+"""Reading, compacting and expiring the journey's files (layout: `common.journey.schema`).
 
-Compaction follows the archive's protocol (`common.archive_io`), simplified: the journey's rows
+Compaction follows the archive's protocol (`common.archive.files`), simplified: the journey's rows
 are small and few per tenant, so an hour is compacted in one round into one file per tenant, and
 its live folder then gets `_COMPACTED`, a JSON object naming the segments now in tenant files
 and those files. Parts are written first, the marker second, the segments deleted last: a crash
@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from common.archive_io import HOUR, hours_between, key_hour
-from common.journey_schema import (
+from common.archive.files import HOUR, hours_between, key_hour
+from common.journey.schema import (
     COMPACTED_MARKER,
     JOURNEY_PREFIX,
     SCHEMAS,
@@ -33,7 +33,7 @@ from common.journey_schema import (
     live_prefix,
     tenant_prefix,
 )
-from common.object_store import ObjectNotFound
+from common.stores.object_store import ObjectNotFound
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
 errors, 5xx and 429 are worth retrying; any other 4xx is final, and so is a redirect (never
 followed: it could lead anywhere).
 
-Where it may go is `common.destinations`: the name is resolved once, every address vetted, and
+Where it may go is `common.webhooks.destinations`: the name is resolved once, every address vetted, and
 the connection made to a vetted address (pinned: no second resolution), before a byte is sent.
 
 Each attempt is bounded three ways (`Timeouts`): the connection (resolution, TCP and TLS), the
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from common.destinations import RefusedDestination, no_public_address, vet
+from common.webhooks.destinations import RefusedDestination, no_public_address, vet
 
 USER_AGENT = "mqtt-platform-rules/1"
 MAX_HEADER_BYTES = 16 << 10

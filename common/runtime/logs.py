@@ -4,7 +4,7 @@ Text by default (one line per record: time, level, logger, message, then any str
 as `key=value`), JSON lines with `LOG_FORMAT=json` (one object per record, for a log pipeline).
 Structured fields travel in `extra={"fields": {...}}`; both formats show them.
 
-    from common import logs
+    from common.runtime import logs
     logs.configure()                       # the broker, jobs: plain Python processes
     LOGGING = logs.dict_config()           # Django settings (web, Celery worker and beat)
 

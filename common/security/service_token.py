@@ -29,7 +29,7 @@ import hmac
 import secrets
 import time
 
-from common.key_files import DATA_DIR, shared_key
+from common.security.key_files import DATA_DIR, shared_key
 
 DEFAULT_KEY_FILE = DATA_DIR / "service-key"
 

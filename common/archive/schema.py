@@ -49,7 +49,7 @@ Layout in the object store
   by the marker, never both: a reader of an hour reads the parts the marker names plus any live
   segment the marker does not name (a late upload, compacted by the next round), and nothing
   else. History files the marker does not name are leftovers of an interrupted run and are
-  ignored (the next run overwrites them). `common.archive_io` implements this protocol; use it
+  ignored (the next run overwrites them). `common.archive.files` implements this protocol; use it
   rather than listing folders.
 - Version 1 segments (gzip'd NDJSON, before Parquet) sit in the history folders as
   `*.ndjson.gz`; `read_ndjson_segment` turns one into rows of this schema.

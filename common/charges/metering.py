@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.archive_schema import MESSAGE_UNIT_BYTES, message_units
+from common.archive.schema import MESSAGE_UNIT_BYTES, message_units
 from common.mqtt.properties import encode_properties
 
 __all__ = [

@@ -26,7 +26,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from common.key_files import DATA_DIR, shared_key
+from common.security.key_files import DATA_DIR, shared_key
 
 log = logging.getLogger(__name__)
 

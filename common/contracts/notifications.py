@@ -46,7 +46,7 @@ class ChangeKind(StrEnum):
     IDENTITY_JWT_KEY_ADDED = "identity.jwt_key_added"
     IDENTITY_JWT_KEY_REVOKED = "identity.jwt_key_revoked"
     # What the tenant's archive keeps may have changed: a history policy, or a rule (its FROM,
-    # enabled or not) was added, changed or removed (common/history_policy.py).
+    # enabled or not) was added, changed or removed (common/archive/history_policy.py).
     HISTORY_CHANGED = "history.changed"
     # Never sent by the control plane: the broker's listener reports it after reconnecting
     # (changes may have been missed while it was away; every cache is dropped).

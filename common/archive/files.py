@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from common.archive_schema import (
+from common.archive.schema import (
     ARCHIVE_PREFIX,
     ARCHIVE_SCHEMA,
     COMPACTED_MARKER,
@@ -38,7 +38,7 @@ from common.archive_schema import (
     message_ids,
     read_ndjson_segment,
 )
-from common.object_store import ObjectNotFound, ObjectStore
+from common.stores.object_store import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

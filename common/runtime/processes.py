@@ -1,7 +1,7 @@
 """The table of processes: every role the platform runs, its command line and its health check.
 
 Declared once, used everywhere a process is started: `make run` (`runplatform`), `runbroker`,
-the container entrypoint (`docker/entrypoint.sh ROLE` → `python -m common.processes ROLE`),
+the container entrypoint (`docker/entrypoint.sh ROLE` → `python -m common.runtime.processes ROLE`),
 compose and the Terraform task definitions (which pass only the ROLE), bench/ and the tests.
 
 A command line is a function of the environment, so one table serves a laptop and a container:
@@ -15,12 +15,12 @@ A command line is a function of the environment, so one table serves a laptop an
 | `BROKER_WORKERS` | broker: processes sharing its ports (a cluster on `REDIS_URL`) | `1` |
 | `MQTT_TLS_PORT`, `MQTT_WSS_PORT`, `METRICS_PORT` | broker | off (`make run`: `METRICS_PORT` 9100) |
 | `RULES_METRICS_PORT`, `RULES_CHECKPOINT` | rules (`/metrics`, streaming checkpoint) | `9101`, the job's default |
-| `LOG_LEVEL`, `LOG_FORMAT` | every role (`common/logs.py`) | `INFO`, `text` (or `json`) |
+| `LOG_LEVEL`, `LOG_FORMAT` | every role (`common/runtime/logs.py`) | `INFO`, `text` (or `json`) |
 | `WORKER_CONCURRENCY` | worker | `2` |
 | `PLATFORM_STATE_DIR` | beat (schedule, pid file) | `.data` of the checkout |
 | `BILLING_PERIOD` | billing | the previous calendar month (UTC) |
 
-`python -m common.processes ROLE [ARG…]` replaces itself with the role's process (extra
+`python -m common.runtime.processes ROLE [ARG…]` replaces itself with the role's process (extra
 arguments are appended), `--health [ROLE]` probes it (exit 0 when healthy; the role defaults to
 `PLATFORM_ROLE`, then to the role last started under `PLATFORM_STATE_DIR`), `--print ROLE`
 shows the command line, `--list` prints the table as JSON. `--manage COMMAND [ARG…]` runs a
@@ -418,7 +418,7 @@ def manage(arguments: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.processes", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m common.runtime.processes", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--health", action="store_true", help="probe ROLE; exit 0 when healthy")
     group.add_argument("--print", action="store_true", help="print ROLE's command line")

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.types import (
 )
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from common.device_identity import IdentityError, fingerprint, make_ca
+from common.security.device_credentials import IdentityError, fingerprint, make_ca
 
 FLEET_CN = "$fleet"  # the CN of every certificate a tenant's fleet CA issues
 CERTIFICATE_DAYS = 3650  # AWS's provisioned certificates do not expire before 2049 either

@@ -18,7 +18,7 @@ Two streams, each its own set of Parquet files:
 
 Outcome names (the `outcome` column) are an API: more may be added, none is ever renamed.
 
-Layout in the object store (`common.journey_io` reads and writes it)
+Layout in the object store (`common.journey.files` reads and writes it)
 --------------------------------------------------------------------
 - Live segments, written by each broker every few seconds, all its tenants together, rows sorted
   by tenant (row-group statistics let a reader skip other tenants' rows):

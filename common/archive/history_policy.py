@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from common.archive_schema import EVENT_TOPICS
+from common.archive.schema import EVENT_TOPICS
 from common.mqtt.errors import TopicFilterInvalid
 from common.mqtt.topics import topic_matches, validate_topic_filter
 

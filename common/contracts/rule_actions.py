@@ -23,9 +23,9 @@ import secrets
 from typing import Any
 from urllib.parse import urlsplit
 
-from common.destinations import url_problem
 from common.mqtt.errors import MQTTError
 from common.mqtt.topics import validate_topic_name
+from common.webhooks.destinations import url_problem
 
 # 32 bytes = 256 random bits; the jobs sign each webhook body with it (X-Signature-256).
 WEBHOOK_SECRET_BYTES = 32
