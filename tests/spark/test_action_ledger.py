@@ -92,12 +92,15 @@ def test_all_records_what_succeeded_and_none_fires_nothing(rule):
 def test_two_runs_at_once_never_take_the_same_action(rule):
     batch = jobs(rule.id, 1, [f"c-1:{i}" for i in range(500)])
     taken: list[list[Job]] = []
-    start = threading.Barrier(2)
+    start, claimed = threading.Barrier(2), threading.Barrier(2)
 
     def claim() -> None:
         gate = Gate("new-only", connect)
         start.wait()
         taken.append(gate.admit(batch)[0])
+        # Both runs hold their claims now: closing gives back what was never settled, and a run
+        # whose claim came after the other's close would rightly take those keys again.
+        claimed.wait()
         gate.close()
 
     threads = [threading.Thread(target=claim) for _ in range(2)]
