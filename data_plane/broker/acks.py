@@ -17,18 +17,33 @@ from collections.abc import Callable
 from typing import Protocol
 
 from common.mqtt.codec import encode_ack
-from common.mqtt.packets import MQTT_5_0, PacketType, PubAck, PubComp, Publish, PubRec, PubRel
+from common.mqtt.packets import (
+    MQTT_5_0,
+    PacketType,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+)
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker.accounting import Accounts
 from data_plane.broker.hooks import Hooks
+from data_plane.broker.ports import Commit
 from data_plane.broker.resends import RecentPublishes
 from data_plane.broker.session import Delivery, Session
 
 log = logging.getLogger(__name__)
 
 
+# Builds a packet given its properties (None: none beyond its own), so that a Reason String
+# can be added where the client may take one (`with_reason`).
+PacketBuilder = Callable[[Properties | None], bytes]
+
+
 def with_reason(
-    build: Callable[[dict | None], bytes],
+    build: PacketBuilder,
     reason: str,
     version: int,
     problem_information: bool,
@@ -91,7 +106,7 @@ class AckOutlet(Protocol):
 
     def close(self) -> None: ...
 
-    def with_reason(self, build: Callable, reason: str, *, always: bool = False) -> bytes: ...
+    def with_reason(self, build: PacketBuilder, reason: str, *, always: bool = False) -> bytes: ...
 
 
 class Acks:
@@ -102,13 +117,13 @@ class Acks:
 
     # -- the client's PUBLISH ---------------------------------------------------------------
 
-    def accepted(self, packet: Publish, code: int, commits: list) -> None:
+    def accepted(self, packet: Publish, code: int, commits: list[Commit]) -> None:
         """A PUBLISH routed (or scheduled): acknowledge it now, or once `commits` are durable."""
         qos = packet.qos
         if qos == 0:
             return
         if qos == 2:
-            self.hold_qos2(packet.packet_id, commits)
+            self.hold_qos2(packet.packet_id, commits)  # type: ignore[arg-type]  # QoS 1/2: it has an id (codec)
         if commits:
             # Acknowledge only once every durable copy is committed (group commit).
             self.conn.loop.create_task(self._ack_after_commit(packet, code, commits))
@@ -126,9 +141,9 @@ class Acks:
     def duplicate(self, packet: Publish) -> None:
         """A resent PUBLISH we already took: acknowledge again, don't deliver twice."""
         kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
-        self.send_ack(kind, packet.packet_id)
+        self.send_ack(kind, packet.packet_id)  # type: ignore[arg-type]  # QoS 1/2: it has an id (codec)
 
-    def hold_qos2(self, packet_id: int, commits: list) -> None:
+    def hold_qos2(self, packet_id: int, commits: list[Commit]) -> None:
         """Remember a QoS 2 packet id until PUBREL; a persistent session commits it with the
         message's durable copies, so a resend after a crash is recognised."""
         session = self.conn.session
@@ -140,23 +155,27 @@ class Acks:
         conn = self.conn
         kind = PacketType.PUBACK if packet.qos == 1 else PacketType.PUBREC
         if not reason:  # once per QoS 1/2 PUBLISH: no closure, no property decisions
-            conn.send(encode_ack(kind, packet.packet_id, code, None, conn.protocol_version))
+            conn.send(encode_ack(kind, packet.packet_id, code, None, conn.protocol_version))  # type: ignore[arg-type]  # QoS 1/2: it has an id (codec)
             return
         conn.send(
             conn.with_reason(
                 lambda props: encode_ack(
-                    kind, packet.packet_id, code, props, conn.protocol_version
+                    kind,
+                    packet.packet_id,  # type: ignore[arg-type]  # QoS 1/2: it has an id (codec)
+                    code,
+                    props,
+                    conn.protocol_version,
                 ),
                 reason,
             )
         )
 
-    async def _ack_after_commit(self, packet: Publish, code: int, commits: list) -> None:
+    async def _ack_after_commit(self, packet: Publish, code: int, commits: list[Commit]) -> None:
         conn = self.conn
         results = await asyncio.gather(*commits, return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is not None and packet.qos == 1:  # not kept after all: a resend is new
-            conn.admission.recent.forget(packet.packet_id)
+            conn.admission.recent.forget(packet.packet_id)  # type: ignore[arg-type]  # QoS 1/2: it has an id (codec)
         if conn.closing:
             return
         if failure is None:
@@ -218,7 +237,7 @@ class Acks:
         self.conn.send(encode_ack(kind, packet_id, code, None, self.conn.protocol_version))
 
     async def _after_commit(
-        self, commit: asyncio.Future, kind: PacketType, packet: PubRec | PubRel
+        self, commit: Commit, kind: PacketType, packet: PubRec | PubRel
     ) -> None:
         """PUBREL/PUBCOMP once the QoS 2 state change is durable; if the database refused it,
         close: the client resends after reconnecting and nothing is delivered twice."""

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Protocol
 
 from common.mqtt.codec import encode
-from common.mqtt.packets import MQTT_5_0
+from common.mqtt.packets import MQTT_5_0, Properties
 from common.mqtt.packets import Disconnect as DisconnectPacket
 from data_plane.broker.auth import AuthResult
 
@@ -125,12 +125,14 @@ def apply(conn: Target, actions: Actions) -> None:
         actions.apply(conn)  # type: ignore[union-attr]
 
 
-def disconnect_packet(reason_code: int, reference: str = "") -> Callable[[dict | None], bytes]:
+def disconnect_packet(
+    reason_code: int, reference: str = ""
+) -> Callable[[Properties | None], bytes]:
     """The 5.0 DISCONNECT with this reason (and Server Reference), given its other properties
     (a Reason String where the client may take one: the connection's `with_reason`)."""
     extra = {"server_reference": reference} if reference else {}
 
-    def build(props: dict | None) -> bytes:
+    def build(props: Properties | None) -> bytes:
         return encode(DisconnectPacket(reason_code, {**(props or {}), **extra}), MQTT_5_0)
 
     return build

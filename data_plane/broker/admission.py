@@ -138,7 +138,7 @@ class PublishAdmission:
                     return Disconnect(RC.PROTOCOL_ERROR, "unknown topic alias")
         qos = packet.qos
         if qos == 1:
-            if packet.dup and self.recent.is_resend(packet.packet_id, topic, packet.payload):
+            if packet.dup and self.recent.is_resend(packet.packet_id, topic, packet.payload):  # type: ignore[arg-type]  # QoS 1: it has an id (codec)
                 return _DUPLICATE  # its PUBACK was lost: acknowledge again, deliver nothing
         elif qos == 2:
             if packet.packet_id in inbound_qos2:
@@ -212,7 +212,7 @@ class PublishAdmission:
         )
         if service is not None:  # a request, not a message: nothing is retained or routed
             if qos == 1:
-                self.recent.slots[packet.packet_id % SLOTS] = (
+                self.recent.slots[packet.packet_id % SLOTS] = (  # type: ignore[operator, assignment]  # QoS 1: it has an id (codec)
                     packet.packet_id,
                     topic,
                     packet.payload,
@@ -227,7 +227,7 @@ class PublishAdmission:
             ):
                 return Refuse(RC.QUOTA_EXCEEDED, "retained message limit", "retained")
         if qos == 1:  # remembered to know its resend (resends.RecentPublishes, inline)
-            packet_id = packet.packet_id
+            packet_id: int = packet.packet_id  # type: ignore[assignment]  # QoS 1: it has an id (codec)
             self.recent.slots[packet_id % SLOTS] = (packet_id, topic, packet.payload)
         return Accept(message, delay)
 

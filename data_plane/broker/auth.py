@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _ssl
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,7 +51,12 @@ class AuthResult:
 
 
 class Authenticator(Protocol):
-    async def authenticate(self, connect: Connect, peer: str) -> AuthResult: ...
+    """Who a CONNECT's client is. `certificate`: a TLS client's chain (`peer_certificate`), given
+    only to an authenticator whose `accepts_certificates` is true (the others may omit it)."""
+
+    async def authenticate(
+        self, connect: Connect, peer: str, certificate: Sequence[bytes] | bytes | None = None
+    ) -> AuthResult: ...
 
 
 def peer_certificate(transport: Any) -> tuple[bytes, ...] | None:

@@ -28,7 +28,7 @@ from data_plane.broker.fair_share import Shares
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.limits import NEVER_EXPIRES
 from data_plane.broker.message import Message
-from data_plane.broker.ports import NO_PORTS, NOTHING, REACHED_ONE, Client, Ports, Published
+from data_plane.broker.ports import NO_PORTS, NOTHING, REACHED_ONE, Client, Commit, Ports, Published
 from data_plane.broker.resends import ResendMemory
 from data_plane.broker.retained import RetainedStore
 from data_plane.broker.router import Router, Subscriber
@@ -160,7 +160,7 @@ class Broker:
             self._end_session(session)
             return
         if session.persist is not None:
-            self.persistence.save_later(session, disconnected=True)
+            self.persistence.save_later(session, disconnected=True)  # type: ignore[union-attr]  # persist is set by it
         if session.expiry_interval != NEVER_EXPIRES:
             self.expire_later(session, session.expiry_interval)
 
@@ -180,7 +180,7 @@ class Broker:
         session.subscriptions.clear()
         session.clear_delivery_state()
         for delivery in orphans:  # unacknowledged shared messages go to another member
-            member = delivery.group.pick()
+            member = delivery.group.pick()  # type: ignore[union-attr]  # shared: it has its group
             if member is not None:  # nobody to acknowledge or slow down: results unused
                 member.session.deliver(_shared(delivery.message, delivery.group, member))
         if self.sessions.get(session.key) is session:
@@ -195,9 +195,10 @@ class Broker:
         the sessions it backed up (whose publisher should slow down)."""
         billed = self.accounts.received(message)  # counted, and billed unless system traffic
         if self.hooks.has("message.publish"):
-            message = self.hooks.filter_publish(message)
-            if message is None:
+            filtered = self.hooks.filter_publish(message)
+            if filtered is None:
                 return NOTHING
+            message = filtered
         if self.archive is not None:  # after the hooks: what is really routed
             self.archive.record(message)
         if message.retain:
@@ -244,7 +245,7 @@ class Broker:
             if sub.no_local and sub.session.client_id == message.publisher:
                 continue
             targets.setdefault(id(sub.session), []).append(sub)
-        commits: list = []
+        commits: list[Commit] = []
         backed_up: list[Session] = []
         for group in groups:
             member = group.pick()
@@ -260,7 +261,9 @@ class Broker:
         return Published(len(targets) + len(groups), commits, tuple(backed_up), queued)
 
     @staticmethod
-    def _hand(session: Session, delivery: Delivery, commits: list, backed_up: list) -> None:
+    def _hand(
+        session: Session, delivery: Delivery, commits: list[Commit], backed_up: list[Session]
+    ) -> None:
         """Deliver; note the commit of its durable copy, and the session if it backed up."""
         commit = session.deliver(delivery)
         if commit is not None:
@@ -373,7 +376,7 @@ class Broker:
             if conn.tenant == tenant:
                 conn.apply_policy(policy)
 
-    def delay(self, message: Message, seconds: int) -> asyncio.Future | None:
+    def delay(self, message: Message, seconds: int) -> Commit | None:
         """`$delayed/{seconds}/{topic}`: publish later (durably when storage is configured)."""
         if self.delayed_storage is not None:
             return self.delayed_storage.schedule(message, seconds)

@@ -50,14 +50,14 @@ import enum
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.errors import MQTTError, UnsupportedProtocolVersion
-from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Connack, Connect, PacketType
+from common.mqtt.packets import MQTT_3_1_1, MQTT_5_0, Connack, Connect, Packet, PacketType
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker import refused
-from data_plane.broker.acks import Acks, with_reason
+from data_plane.broker.acks import AckOutlet, Acks, PacketBuilder, with_reason
 from data_plane.broker.actions import Actions, apply, disconnect_packet
 from data_plane.broker.admission import PublishAdmission
 from data_plane.broker.aliases import OutboundAliases
@@ -65,7 +65,7 @@ from data_plane.broker.auth import AuthResult, peer_certificate
 from data_plane.broker.broker import Broker
 from data_plane.broker.flow import OutboundPacer, ReadGate
 from data_plane.broker.handshake import Handshake, Refusal
-from data_plane.broker.inbound import Inbound
+from data_plane.broker.inbound import Inbound, InboundOutlet
 from data_plane.broker.message import Message
 from data_plane.broker.policy import apply_policy, authorize_session, set_rates
 from data_plane.broker.session import Session
@@ -106,8 +106,9 @@ class MQTTConnection(asyncio.Protocol):
         # Collaborators.
         self.handshake = Handshake(self)
         self.admission = PublishAdmission(self.config, broker.retained, broker.shadows)
-        self.inbound = Inbound(self, self.admission)
-        self.acks = Acks(self)
+        # Both act after CONNACK only, when `session` and `auth` are set (the Optionals narrowed).
+        self.inbound = Inbound(cast(InboundOutlet, self), self.admission)
+        self.acks = Acks(cast(AckOutlet, self))
         self.gate = ReadGate(self, self.loop, self._process, broker.turns)
         self.admission.waiter = self.gate  # woken by the tenant's share when a held publish may go
         self.unthrottle_by = self.gate.unthrottle_by  # a drained subscriber lets us read again
@@ -128,7 +129,9 @@ class MQTTConnection(asyncio.Protocol):
         self._aliases = OutboundAliases()
         self.outbound_alias = self._aliases.lookup  # what the session asks per delivery
         self.writer = Writer(self, self.loop)
-        self.send = self.writer.send  # bound once: the session calls it per delivery
+        self.send: Callable[[bytes], None] = (
+            self.writer.send
+        )  # bound once: the session calls it per delivery
         self.write_now = self.writer.now  # what was batched, then this, at once
         self.write_paused = False  # the transport's buffer is full, or CONNACK is not out yet
         self.pacer = OutboundPacer(self, self.loop)
@@ -195,7 +198,7 @@ class MQTTConnection(asyncio.Protocol):
         self._process(packets)
         gate.after_read(len(packets))
 
-    def _process(self, packets: list) -> None:
+    def _process(self, packets: list[Packet]) -> None:
         gate = self.gate
         for index, packet in enumerate(packets):
             if self.closing:
@@ -204,7 +207,7 @@ class MQTTConnection(asyncio.Protocol):
                 if packet.type is PacketType.CONNECT:
                     self._judging = True
                     rest = packets[index + 1 :]
-                    self.loop.create_task(self._handle_connect(packet, rest))
+                    self.loop.create_task(self._handle_connect(packet, rest))  # type: ignore[arg-type]  # its type says Connect
                     return
                 handler = self._handlers.get(packet.type)
                 if handler is not None and (actions := handler(packet)) is not None:
@@ -296,9 +299,7 @@ class MQTTConnection(asyncio.Protocol):
             self.send(self.with_reason(build, reason, always=True))
         self.close()
 
-    def with_reason(
-        self, build: Callable[[dict | None], bytes], reason: str, *, always: bool = False
-    ) -> bytes:
+    def with_reason(self, build: PacketBuilder, reason: str, *, always: bool = False) -> bytes:
         """`build(properties)`, with a Reason String where this client may receive one."""
         version, max_size = self.protocol_version, self.client_maximum_packet_size
         return with_reason(build, reason, version, self.problem_information, max_size, always)
@@ -324,7 +325,7 @@ class MQTTConnection(asyncio.Protocol):
     def _announce(self, connected: bool) -> None:
         """Count the tenant's client and tell the hooks; service identities are not clients.
         A connection is released only if it was counted, and only once, whatever the path."""
-        if self.auth.service or connected == self._counted:
+        if self.auth.service or connected == self._counted:  # type: ignore[union-attr]  # has a session: has auth
             return
         self._counted = connected
         if connected:  # a CONNECT is billed too (common.charges.metering)
@@ -345,7 +346,7 @@ class MQTTConnection(asyncio.Protocol):
 
     # -- CONNECT ------------------------------------------------------------------------
 
-    async def _handle_connect(self, connect: Connect, rest: list) -> None:
+    async def _handle_connect(self, connect: Connect, rest: list[Packet]) -> None:
         handshake = self.handshake
         handshake.early = rest
         self.problem_information = connect.properties.get("request_problem_information", 1) == 1
@@ -415,11 +416,11 @@ class MQTTConnection(asyncio.Protocol):
         session.queue_qos0_offline = result.queue_qos0_offline
         if session.persist is not None:
             try:
-                await self.broker.persistence.save(session)
+                await self.broker.persistence.save(session)  # type: ignore[union-attr]  # persist is set by it
             except Exception as exc:
                 log.warning("could not persist session %s: %s", client_id, exc)
-            if self.closing:
-                return  # dropped while we waited: connection_lost has let the session go
+            if self.closing:  # (mypy keeps its narrowing of `closing` across the await)
+                return  # type: ignore[unreachable]  # dropped while we waited: connection_lost has let the session go
         set_rates(self)
         recent = self.broker.resends.opened(self.tenant, client_id)
         self.admission.begin(result, self.protocol_version, client_id, recent)

@@ -21,6 +21,7 @@ import os
 import resource
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,11 @@ class Door:
     __slots__ = ("doorway", "address", "pending")
 
     def __init__(self, doorway: Doorway, address: str) -> None:
-        self.doorway, self.address, self.pending = doorway, address, True
+        self.doorway: Doorway | None = doorway  # None once it has left
+        self.address, self.pending = address, True
 
     def authenticated(self) -> None:
-        if self.pending:
+        if self.pending and self.doorway is not None:  # (pending: it has not left)
             self.pending = False
             self.doorway._unpend(self.address)
 
@@ -70,7 +72,7 @@ class Doorway:
         per_source: int = 128,
         limit: int | None = None,
         reserve: int | None = None,
-        clock=time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.per_source = per_source
         self.limit = limit if limit is not None else descriptor_limit()
@@ -88,9 +90,11 @@ class Doorway:
     def enter(self, address: str) -> Door | None:
         """A new socket from `address`: its Door, or None when it must be closed at once."""
         if self.pending.get(address, 0) >= self.per_source:
-            return self._refuse("per_source", address)
+            self._refuse("per_source", address)
+            return None
         if self.open + self._others >= self.limit - self.reserve * 2 and self._full():
-            return self._refuse("descriptors", address)
+            self._refuse("descriptors", address)
+            return None
         self.open += 1
         self.pending[address] += 1
         return Door(self, address)

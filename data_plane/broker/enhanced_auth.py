@@ -66,7 +66,21 @@ class Method(Protocol):
 # verifier (salt, stored key, server key, iterations), or a list of `(credential, verifier)`
 # pairs, newest first, when the device holds two secrets (a rotation's grace period); a failed
 # AuthResult when there is none.
-ScramLookup = Callable[[Connect, str], Awaitable[tuple[AuthResult, tuple | None]]]
+ScramVerifier = tuple[object, ...]  # as scramp makes it: (salt, stored key, server key, iterations)
+ScramFound = ScramVerifier | list[tuple[object, ScramVerifier]] | None
+ScramLookup = Callable[[Connect, str], Awaitable[tuple[AuthResult, ScramFound]]]
+
+
+class ScramServer(Protocol):
+    """What an exchange asks of a scramp server (scramp has no type information)."""
+
+    def set_client_first(self, message: str) -> None: ...
+
+    def get_server_first(self) -> str: ...
+
+    def set_client_final(self, message: str) -> None: ...
+
+    def get_server_final(self) -> str: ...
 
 
 class ScramSha256:
@@ -84,9 +98,10 @@ class ScramSha256:
         return _ScramExchange(self, connect, peer)
 
     @classmethod
-    def verifier(cls, secret: str, iterations: int = 4096) -> tuple:
+    def verifier(cls, secret: str, iterations: int = 4096) -> ScramVerifier:
         """What the server keeps instead of the secret."""
-        return cls.mechanism.make_auth_info(secret, iteration_count=iterations)
+        verifier: ScramVerifier = cls.mechanism.make_auth_info(secret, iteration_count=iterations)
+        return verifier
 
 
 class _ScramExchange:
@@ -98,8 +113,8 @@ class _ScramExchange:
 
     def __init__(self, method: ScramSha256, connect: Connect, peer: str) -> None:
         self.method, self.connect, self.peer = method, connect, peer
-        self.result: AuthResult | None = None
-        self.servers: list[tuple[object, object]] = []  # (credential or None, scramp server)
+        self.result: AuthResult  # the identity looked up: set by `_first`, before any server
+        self.servers: list[tuple[object, ScramServer]] = []  # (credential or None, its server)
 
     async def step(self, data: bytes | None) -> Step:
         try:
@@ -144,12 +159,12 @@ class _ScramExchange:
         self.result = result
         for credential, verifier in usable:
 
-            def credentials(user: str, verifier: tuple = verifier) -> tuple:
+            def credentials(user: str, verifier: ScramVerifier = verifier) -> ScramVerifier:
                 if user != username:
                     raise ValueError("the SCRAM user must be the CONNECT user name")
                 return verifier
 
-            server = self.method.mechanism.make_server(credentials, s_nonce=nonce)
+            server: ScramServer = self.method.mechanism.make_server(credentials, s_nonce=nonce)
             try:
                 server.set_client_first(message)
             except ScramException as exc:
@@ -171,7 +186,7 @@ class EnhancedAuthState:
         self.exchange: Exchange | None = None  # a re-authentication in progress
         self.busy = False  # a step is being judged: the client must wait for our answer
         self.final_data: bytes | None = None  # for CONNACK
-        self._waiter: asyncio.Future | None = None
+        self._waiter: asyncio.Future[None] | None = None
 
     def properties(self, data: bytes | None) -> dict[str, Any]:
         """The method (always, [MQTT-4.12.0-5]) and the data, if any."""

@@ -115,7 +115,7 @@ class PublishShare:
             wait = self.rates.admit(size)
             if not wait:
                 return None
-            held = self._queue(waiter, size, wait, refusable)
+            held: Held | None = self._queue(waiter, size, wait, refusable)
         else:
             held = self._take(waiter, device, size, refusable)
         self._settle()

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
-from common.mqtt.packets import Publish
+from common.mqtt.packets import Packet, Publish
 from data_plane.broker.accounting import Accounts
+from data_plane.broker.ports import Recipient
 from data_plane.broker.session import Session
 from data_plane.broker.turns import TenantTurns
 
@@ -71,17 +72,17 @@ class ReadGate:
         self,
         owner: FlowOwner,
         loop: asyncio.AbstractEventLoop,
-        process: Callable[[list], None],
+        process: Callable[[list[Packet]], None],
         turns: TenantTurns,
     ) -> None:
         self.owner = owner  # the connection: its transport, `closing`, its tenant
         self.loop = loop
         self.turns = turns  # the tenants' shares of a loop turn
         self.process = process  # handles packets (and may close the gate again)
-        self.held: list = []  # packets read but not handled while the gate holds
+        self.held: list[Packet] = []  # packets read but not handled while the gate holds
         self.burst = False
         self.rate = False
-        self.throttled_by: set = set()
+        self.throttled_by: set[Recipient] = set()
         self._timer: asyncio.TimerHandle | None = None
 
     @property
@@ -95,7 +96,7 @@ class ReadGate:
         if count >= self.BURST and not self.burst:
             self._yield_turn()
 
-    def next_turn(self, packets: list) -> None:
+    def next_turn(self, packets: list[Packet]) -> None:
         """The tenant has had its share of this loop turn: these wait for the next."""
         self.held.extend(packets)
         if not self.burst:
@@ -122,7 +123,7 @@ class ReadGate:
         """fair_share.Waiter: our held publish may go now."""
         self._end_rate()
 
-    def slow_down(self, sessions: tuple) -> None:
+    def slow_down(self, sessions: tuple[Recipient, ...]) -> None:
         """Stop reading for these subscribers (never for the client's own session); each
         releases the connection (`unthrottle_by`) once its queue has drained."""
         owner = self.owner
@@ -131,7 +132,7 @@ class ReadGate:
                 self.throttle_by(session)
                 session.hold(owner)
 
-    def throttle_by(self, session: Any) -> None:
+    def throttle_by(self, session: Recipient) -> None:
         if self.owner.closing:
             return
         if not self.throttled_by:
@@ -141,7 +142,7 @@ class ReadGate:
             self._timer = self.loop.call_later(self.THROTTLE_LIMIT, self._throttle_expired)
         self.throttled_by.add(session)
 
-    def unthrottle_by(self, session: Any) -> None:
+    def unthrottle_by(self, session: Recipient) -> None:
         self.throttled_by.discard(session)
         if not self.throttled_by:
             self._unthrottle_all()
@@ -214,6 +215,7 @@ class OutboundPacer:
 
     def _end(self) -> None:
         self._timer = None
+        owner: object = self.owner  # the connection, which is its session's Outlet too
         session = self.owner.session
-        if session is not None and session.connection is self.owner:
+        if session is not None and session.connection is owner:
             session.pump()

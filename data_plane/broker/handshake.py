@@ -25,6 +25,7 @@ from common.mqtt.packets import MQTT_5_0, Auth, Connack, Connect, Packet, Packet
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker import refused
 from data_plane.broker.accounting import Accounts
+from data_plane.broker.acks import PacketBuilder
 from data_plane.broker.actions import Actions, Close, Disconnect, Renewed, Send, SendNow
 from data_plane.broker.auth import Authenticator, AuthResult
 from data_plane.broker.enhanced_auth import (
@@ -98,9 +99,7 @@ class HandshakeOutlet(Protocol):
 
     def apply(self, actions: Actions) -> None: ...
 
-    def with_reason(
-        self, build: Callable[[dict | None], bytes], reason: str, *, always: bool = False
-    ) -> bytes: ...
+    def with_reason(self, build: PacketBuilder, reason: str, *, always: bool = False) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +126,7 @@ class Welcome:
 class Handshake:
     def __init__(self, conn: HandshakeOutlet) -> None:
         self.conn = conn
-        self.early: list = []  # packets read with the CONNECT, handled after CONNACK
+        self.early: list[Packet] = []  # packets read with the CONNECT, handled after CONNACK
         self.buffered: list[bytes] = []  # bytes that arrived while CONNECT was judged
         self.enhanced: EnhancedAuthState | None = None  # when CONNECT named a method
 
@@ -149,7 +148,7 @@ class Handshake:
             result = await self._exchange(connect)
             if not isinstance(result, AuthResult):
                 return result
-        elif conn.peer_certificate and getattr(broker.authenticator, "accepts_certificates", 0):
+        elif conn.peer_certificate and getattr(broker.authenticator, "accepts_certificates", False):
             result = await broker.authenticator.authenticate(
                 connect, conn.peer, certificate=conn.peer_certificate
             )
@@ -172,8 +171,8 @@ class Handshake:
                 code = RC.QUOTA_EXCEEDED if broker.connection_count(result.tenant) >= limit else 0
             else:  # counted over every node, exactly (data_plane.cluster.limits)
                 code = await broker.cluster.admit_connection(conn, result.tenant, limit)
-                if conn.closing:
-                    return None  # its place goes back with the cluster's next sweep
+                if conn.closing:  # (mypy keeps its narrowing of `closing` across the await)
+                    return None  # type: ignore[unreachable]  # its place goes back with the cluster's next sweep
             if code == RC.SERVER_UNAVAILABLE:
                 return Refusal(code, "cluster bus unavailable", tenant=result.tenant)
             if code:
@@ -198,11 +197,12 @@ class Handshake:
         if broker.cluster is not None:
             await broker.cluster.claim(conn.tenant, client_id, clean_start)
         deadline = conn.loop.time() + CONNACK_WAIT
+        this: object = conn  # the connection, which is its session's Outlet too
         while not conn.answered.done():
             session = broker.sessions.get((conn.tenant, client_id))
             earlier = session.connection if session is not None else None
             left = deadline - conn.loop.time()
-            if earlier is None or earlier is conn or earlier.answered.done() or left <= 0:
+            if earlier is None or earlier is this or earlier.answered.done() or left <= 0:
                 return
             await asyncio.wait(
                 (earlier.answered, conn.answered),
@@ -284,7 +284,7 @@ class Handshake:
             always=True,
         )
 
-    def keep_alive(self, connect: Connect, quota: dict) -> tuple[int, int | None]:
+    def keep_alive(self, connect: Connect, quota: dict[str, int]) -> tuple[int, int | None]:
         """(keep alive in force, Server Keep Alive to announce or None): the tenant's or the
         broker's limit replaces a longer or absent one (5.0 only can say so)."""
         keep_alive = connect.keep_alive
@@ -376,7 +376,8 @@ class Handshake:
 
     async def _packet_before_connack(self) -> Packet | Refusal | None:
         """The client's next packet while CONNECT is unanswered (None if the connection ends)."""
-        conn, state = self.conn, self.enhanced
+        conn = self.conn
+        state: EnhancedAuthState = self.enhanced  # type: ignore[assignment]  # in an exchange
         while not conn.closing:
             if not self.early and self.buffered:
                 chunks, self.buffered = self.buffered, []

@@ -14,6 +14,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from data_plane.broker.message import Message
+
+# A hook's callback: each hook point passes its own arguments (listed above), and what it
+# answers matters only to `first` and `filter_publish`.
+Hook = Callable[..., Any]
+
 HOOK_NAMES = (
     "client.connected",
     "client.disconnected",
@@ -36,15 +42,15 @@ HOOK_NAMES = (
 
 class Hooks:
     def __init__(self) -> None:
-        self._hooks: dict[str, list[tuple[int, Callable]]] = defaultdict(list)
+        self._hooks: dict[str, list[tuple[int, Hook]]] = defaultdict(list)
 
-    def add(self, name: str, callback: Callable, priority: int = 0) -> None:
+    def add(self, name: str, callback: Hook, priority: int = 0) -> None:
         if name not in HOOK_NAMES:
             raise ValueError(f"unknown hook {name!r}; known: {', '.join(HOOK_NAMES)}")
         self._hooks[name].append((priority, callback))
         self._hooks[name].sort(key=lambda item: -item[0])
 
-    def remove(self, name: str, callback: Callable) -> None:
+    def remove(self, name: str, callback: Hook) -> None:
         self._hooks[name] = [(p, c) for p, c in self._hooks[name] if c is not callback]
 
     def has(self, name: str) -> bool:
@@ -66,9 +72,10 @@ class Hooks:
         """The `client.redirect` hooks' answer for a CONNECT (the broker's default redirect)."""
         return self.first("client.redirect", connect, result)
 
-    def filter_publish(self, message: Any, *context: Any) -> Any:
+    def filter_publish(self, message: Message, *context: object) -> Message | None:
         for _, callback in self._hooks.get("message.publish", ()):
-            message = callback(message, *context)
-            if message is None:
+            changed: Message | None = callback(message, *context)
+            if changed is None:
                 return None
+            message = changed
         return message

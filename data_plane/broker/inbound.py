@@ -9,7 +9,6 @@ which must reach the client before the retained messages its subscriptions bring
 
 from __future__ import annotations
 
-import asyncio
 from typing import Protocol
 
 from common.mqtt.codec import encode
@@ -38,7 +37,7 @@ from data_plane.broker.admission import (
 from data_plane.broker.auth import AuthResult
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.message import Message
-from data_plane.broker.ports import Journey, Published, SessionStorage
+from data_plane.broker.ports import Commit, Journey, Published, Recipient, SessionStorage
 from data_plane.broker.session import Session
 
 
@@ -56,7 +55,7 @@ class InboundBroker(Protocol):
 
     def publish(self, message: Message) -> Published: ...
 
-    def delay(self, message: Message, seconds: int) -> asyncio.Future | None: ...
+    def delay(self, message: Message, seconds: int) -> Commit | None: ...
 
     def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None: ...
 
@@ -72,7 +71,7 @@ class InboundBroker(Protocol):
 class Gate(Protocol):
     """The connection's read gate (`flow.ReadGate`): reading paused for the broker's sake."""
 
-    def slow_down(self, sessions: tuple) -> None: ...
+    def slow_down(self, sessions: tuple[Recipient, ...]) -> None: ...
 
     def hold_for_rate(self, packet: Publish) -> None: ...
 

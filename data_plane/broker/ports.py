@@ -69,7 +69,7 @@ class Outlet(Protocol):
 
     def outbound_alias(self, topic: str) -> tuple[int, bool] | None: ...
 
-    def unthrottle_by(self, session: Any) -> None: ...
+    def unthrottle_by(self, session: Recipient) -> None: ...
 
 
 class Client(Outlet, Protocol):
@@ -105,11 +105,17 @@ class Recipient(Protocol):
     def hold(self, publisher: Any) -> None: ...
 
 
+# A durable copy's commit (a session store's write, the cluster bus's entry): what it resolves to
+# differs by store and nobody reads it, only whether it failed; Any, as Future is invariant.
+Commit = asyncio.Future[Any]
+
+
 class Published(NamedTuple):
     """What `Broker.publish` did with a message."""
 
     reached: int  # sessions it was handed to (5.0: "no matching subscribers" when 0)
-    commits: Any  # the commits of its durable copies: a QoS 1/2 acknowledgement awaits them
+    # The commits of its durable copies: a QoS 1/2 acknowledgement awaits them (() when none).
+    commits: list[Commit] | tuple[()]
     # Sessions whose queue this message backed up (past half, QoS 1/2): whoever published it
     # should stop reading its client until they drain (back-pressure; see flow.ReadGate).
     slow_down: tuple[Recipient, ...] = ()
@@ -137,9 +143,9 @@ class SessionStorage(Protocol):
 
     def sent(self, session: Any, delivery: Any, packet_id: int) -> None: ...
 
-    def released(self, session: Any, delivery: Any, packet_id: int) -> asyncio.Future: ...
+    def released(self, session: Any, delivery: Any, packet_id: int) -> Commit: ...
 
-    def inbound_qos2(self, session: Any, packet_id: int, held: bool) -> asyncio.Future: ...
+    def inbound_qos2(self, session: Any, packet_id: int, held: bool) -> Commit: ...
 
     def settled(self, session: Any, delivery: Any) -> None: ...
 
@@ -154,7 +160,7 @@ class RetainedStorage(Protocol):
 
 
 class DelayedStorage(Protocol):
-    def schedule(self, message: Any, seconds: int) -> asyncio.Future:
+    def schedule(self, message: Any, seconds: int) -> Commit:
         """Keep `message` and publish it in `seconds`; the future resolves once it is kept (the
         publisher's acknowledgement waits for it)."""
 
@@ -185,7 +191,7 @@ class Cluster(Protocol):
     """The other broker processes (data_plane.cluster). It routes each publish here and to the
     nodes with a matching route, and delivers theirs here through `Broker.route`."""
 
-    def publish(self, message: Any) -> Any:
+    def publish(self, message: Any) -> Published:
         """Route `message` (counted, filtered and retained already) here (`Broker.route`) and
         to every other node with a matching route; the `Published` of both (the bus's commit
         among its commits, the bus itself in `slow_down` when it lags)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 SLOTS = 32  # QoS 1 publishes a connection remembers (the in-flight window of common clients)
 KEEP = 60.0  # seconds a closed connection's publishes are remembered for its client id
@@ -88,7 +89,7 @@ class RecentPublishes:
 class ResendMemory:
     """The broker's memory of closed connections' last publishes, by (tenant, client id)."""
 
-    def __init__(self, keep: float = KEEP, clock=time.monotonic) -> None:
+    def __init__(self, keep: float = KEEP, clock: Callable[[], float] = time.monotonic) -> None:
         self.keep, self._clock = keep, clock
         self._by_client: OrderedDict[tuple[str, str], Digests] = OrderedDict()
 

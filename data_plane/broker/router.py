@@ -169,8 +169,8 @@ class TenantRouter:
         node: _Node,
         levels: list[str],
         depth: int,
-        subscribers: list,
-        groups: list,
+        subscribers: list[Subscriber],
+        groups: list[SharedGroup],
         dollar: bool,
     ) -> None:
         # `dollar`: the topic is hidden from a leading wildcard (MQTT-4.7.2-1).

@@ -20,7 +20,7 @@ from common.mqtt.packets import PacketType
 from data_plane.broker.auth import Authorizer
 from data_plane.broker.message import Message
 from data_plane.broker.outgoing import encode_delivery
-from data_plane.broker.ports import Outlet, SessionStorage
+from data_plane.broker.ports import Client, Commit, Outlet, SessionStorage
 from data_plane.broker.router import SharedGroup
 
 AWAIT_PUBACK, AWAIT_PUBREC, AWAIT_PUBCOMP = 1, 2, 3
@@ -73,7 +73,7 @@ class Session:
     inflight: OrderedDict[int, Inflight] = field(default_factory=OrderedDict)
     queue: deque[Delivery] = field(default_factory=deque)
     inbound_qos2: set[int] = field(default_factory=set)
-    connection: Outlet | None = None
+    connection: Client | None = None
     next_packet_id: int = 1
     dropped: int = 0
     expiry_handle: asyncio.TimerHandle | None = None
@@ -95,7 +95,7 @@ class Session:
     next_seq: int = 0  # last sequence number used in the durable queue
     queued_qos0: int = 0  # QoS 0 deliveries in `queue`
     # callable(session, delivery) -> commit future, for persistent sessions (storage layer)
-    persist: Callable[[Session, Delivery], asyncio.Future] | None = None
+    persist: Callable[[Session, Delivery], Commit] | None = None
     queue_qos0_offline: bool = False  # the tenant's setting: QoS 0 waits while offline
     durable: SessionStorage | None = None  # for persistent sessions
     # callable(topic) -> bool when the device's ACL may withhold some topics its subscriptions
@@ -119,7 +119,7 @@ class Session:
 
     # -- outbound -------------------------------------------------------------------------
 
-    def deliver(self, delivery: Delivery) -> asyncio.Future | None:
+    def deliver(self, delivery: Delivery) -> Commit | None:
         """Send, queue or drop `delivery`; returns the commit of its durable copy (a future the
         publisher's acknowledgement waits for) when the session is persistent, else None."""
         if self.read_filter is not None and not self.read_filter(delivery.message.topic):
@@ -296,7 +296,7 @@ class Session:
         return packet_id
 
     def _send(self, delivery: Delivery, packet_id: int | None, dup: bool = False) -> None:
-        conn = self.connection
+        conn: Outlet = self.connection  # type: ignore[assignment]  # sent only while connected
         message = delivery.message
         if packet_id is not None:
             self.inflight[packet_id] = Inflight(
@@ -310,13 +310,13 @@ class Session:
             return
         conn.send(data)
         if delivery.qos == 2 and delivery.seq is not None and self.durable is not None:
-            self.durable.sent(self, delivery, packet_id)
+            self.durable.sent(self, delivery, packet_id)  # type: ignore[arg-type]  # QoS 2: it has an id
         if self.on_sent:
             self.on_sent(self, delivery, len(message.payload))
 
     def resend_inflight(self) -> None:
         """After a reconnect: unacknowledged PUBLISHes again with DUP, then PUBRELs (in order)."""
-        conn = self.connection
+        conn: Outlet = self.connection  # type: ignore[assignment]  # called once connected
         for packet_id, entry in list(self.inflight.items()):
             if entry.state == AWAIT_PUBCOMP:
                 conn.send(encode_ack(PacketType.PUBREL, packet_id, 0, None, conn.protocol_version))

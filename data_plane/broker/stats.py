@@ -60,7 +60,7 @@ class TenantStats:
 
 
 # Why a connection ended, in EMQX's words (the `reason` of `$events/client_disconnected`).
-DISCONNECT_REASONS = {
+DISCONNECT_REASONS: dict[int, str] = {
     ReasonCode.KEEP_ALIVE_TIMEOUT: "keepalive_timeout",
     ReasonCode.SESSION_TAKEN_OVER: "takenover",
     ReasonCode.ADMINISTRATIVE_ACTION: "kicked",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,12 @@ class StaticAuthenticator:
     def from_file(cls, path: str | Path) -> StaticAuthenticator:
         return cls(json.loads(Path(path).read_text())["tenants"])
 
-    async def authenticate(self, connect: Connect, peer: str) -> AuthResult:
+    async def authenticate(
+        self,
+        connect: Connect,
+        peer: str,
+        certificate: Sequence[bytes] | bytes | None = None,  # never given: see `Authenticator`
+    ) -> AuthResult:
         result, entry = self._identify(connect)
         if entry is None or connect.password is None:
             return AuthResult(
