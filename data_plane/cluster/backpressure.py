@@ -56,6 +56,7 @@ from redis.exceptions import RedisError
 from data_plane.broker.flow import ReadGate
 from data_plane.broker.ports import Recipient
 from data_plane.broker.rates import TokenBucket
+from data_plane.broker.session import Session
 
 if TYPE_CHECKING:
     from data_plane.broker.broker import Broker
@@ -142,7 +143,7 @@ class Hold:
                 self.throttled_by.add(session)
                 session.hold(self)
 
-    def unthrottle_by(self, session: Any) -> None:
+    def unthrottle_by(self, session: Session) -> None:
         self.throttled_by.discard(session)
         self.skipped.pop(session, None)
         if not self.throttled_by:

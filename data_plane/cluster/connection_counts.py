@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from common.mqtt.reason_codes import ReasonCode
+from data_plane.broker.connection import MQTTConnection
 from data_plane.cluster.bus import Bus
 from data_plane.cluster.leased_buckets import TICK
 
@@ -105,7 +106,7 @@ class ConnectionCounts:
         if self.resync:
             self.wake.set()
 
-    async def admit(self, conn: Any, tenant: str, limit: int) -> int:
+    async def admit(self, conn: MQTTConnection, tenant: str, limit: int) -> int:
         """0 when `conn` may come in under the tenant's `limit` across the cluster (its slot is
         taken until it ends), else the CONNACK reason code (0x97, or 0x88: no bus)."""
         if time.monotonic() - self.marked > self.bus.heartbeat:
@@ -123,7 +124,7 @@ class ConnectionCounts:
         self.pending.add(conn)
         return 0
 
-    def release(self, conn: Any) -> None:
+    def release(self, conn: MQTTConnection) -> None:
         """`conn`'s slot, if it holds one, goes back."""
         self.pending.discard(conn)
         tenant = self.holders.pop(conn, None)

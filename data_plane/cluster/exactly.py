@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily
 
 from data_plane.broker.message import Message
+from data_plane.broker.session import Delivery, Session
 from data_plane.cluster.departed import MARGIN
 from data_plane.cluster.relay import RELAY_MAX
 
@@ -89,7 +90,7 @@ class Origins:
         broker.hooks.add("session.adopted", self._adopted)
         broker.metric_sources.append(self.metrics)
 
-    def _adopted(self, session: Any) -> None:
+    def _adopted(self, session: Session) -> None:
         if session.key in self.expected:
             self.expected.discard(session.key)
             Window(self, session)
@@ -132,7 +133,7 @@ class Origins:
 class Window:
     """One moved session's check for duplicates: wraps its `deliver` for `WINDOW` seconds."""
 
-    def __init__(self, origins: Origins, session: Any) -> None:
+    def __init__(self, origins: Origins, session: Any) -> None:  # Any: its `deliver` is replaced
         self.origins = origins
         self.session = session
         self.seen: set[Origin] = set()
@@ -142,7 +143,7 @@ class Window:
         origins.open[session.key] = self
         self.handle = asyncio.get_running_loop().call_later(WINDOW, self.close)
 
-    def deliver(self, delivery: Any) -> Any:
+    def deliver(self, delivery: Delivery) -> Any:
         origin = delivery.message.cluster_origin
         if origin is not None:
             if origin in self.seen:

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
 from common.runtime.cancellation import stop_all
+from data_plane.broker.connection import MQTTConnection
 from data_plane.cluster.bus import Bus, Peers
 from data_plane.cluster.connection_counts import ConnectionCounts
 from data_plane.cluster.leased_buckets import TICK, ClusterRates
@@ -55,7 +56,7 @@ class ClusterLimits:
 
     # -- what the node asks -----------------------------------------------------------------
 
-    async def admit(self, conn: Any, tenant: str, limit: int) -> int:
+    async def admit(self, conn: MQTTConnection, tenant: str, limit: int) -> int:
         """0 when `conn` may come in under the tenant's `limit` across the cluster, else the
         CONNACK reason code (see `connection_counts`)."""
         return await self.counts.admit(conn, tenant, limit)

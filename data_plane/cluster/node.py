@@ -42,6 +42,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from common.runtime.cancellation import stop_all
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.ports import Published
 from data_plane.cluster import node_metrics
 from data_plane.cluster.bus import Bus
@@ -159,7 +161,7 @@ class Cluster:
 
     # -- life -----------------------------------------------------------------------------
 
-    async def start(self, broker: Any) -> None:
+    async def start(self, broker: Broker) -> None:
         """Attach to the broker (before any subscription is restored) and join."""
         self.broker = broker
         broker.metric_sources.append(self.metrics)
@@ -219,7 +221,7 @@ class Cluster:
         `sessions`); returns once the node that held it has let it go."""
         await self.sessions.claim(tenant, client_id, clean_start)
 
-    async def admit_connection(self, conn: Any, tenant: str, limit: int) -> int:
+    async def admit_connection(self, conn: MQTTConnection, tenant: str, limit: int) -> int:
         """The tenant's max_connections over every node (see `limits`)."""
         return await self.limits.admit(conn, tenant, limit)
 

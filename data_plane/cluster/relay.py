@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.mqtt.topics import parse_shared
 from data_plane.broker.router import Subscriber
+from data_plane.broker.session import Delivery, Session
 from data_plane.cluster import codec
 from data_plane.cluster.bus import Peers
 from data_plane.cluster.departed import Departed
@@ -64,7 +65,7 @@ class Relays:
     def attach(self, broker: Broker) -> None:
         self.broker = broker
 
-    def stand_in(self, session: Any, node: str) -> Relay:
+    def stand_in(self, session: Session, node: str) -> Relay:
         """A relay to `node` in the router in `session`'s place (see the module's docstring)."""
         relay = Relay(self, session.tenant, session.client_id, node)
         relay.stand_in(session)
@@ -84,7 +85,7 @@ class Relay:
         self.relayed = 0
         self.filters: list[tuple[str, Subscriber]] = []
 
-    def deliver(self, delivery: Any) -> Any:
+    def deliver(self, delivery: Delivery) -> Any:
         self.relayed += 1
         message = delivery.message
         node, seq = message.cluster_origin or ("", 0)  # (data_plane.cluster.exactly)
@@ -98,7 +99,7 @@ class Relay:
 
     # -- life -----------------------------------------------------------------------------
 
-    def stand_in(self, session: Any) -> None:
+    def stand_in(self, session: Session) -> None:
         """Take the session's plain subscriptions here before it leaves the router."""
         router = self.relays.broker.router.for_tenant(self.tenant)
         for state in session.subscriptions.values():

@@ -52,6 +52,7 @@ from redis.exceptions import RedisError
 
 from common.mqtt.topics import parse_shared
 from data_plane.broker.message import Message
+from data_plane.broker.session import Session
 from data_plane.cluster.bus import Bus, Drop, Peers
 from data_plane.cluster.deliver import deliver_to
 from data_plane.cluster.departed import Departed
@@ -371,7 +372,7 @@ class SessionClaims:
         if journey is not None:
             journey.leaving(tenant, client_id, node)
 
-    def _drop(self, session: Any, clean: bool) -> Any:
+    def _drop(self, session: Session, clean: bool) -> Any:
         """A session leaves this node's memory (the database keeps a persistent one: never
         `forget` here, the claimer may be writing it already); returns the save to wait for
         (None when the session is not stored)."""

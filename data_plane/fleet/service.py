@@ -39,6 +39,7 @@ from common.fleet import topics
 from common.security.device_credentials import IdentityError
 from common.security.sealed import unseal
 from common.webhooks.delivery import Timeouts, post_once
+from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.broker.session import Delivery
 from data_plane.fleet.store import DeviceExists, FleetStore
@@ -71,7 +72,7 @@ class FleetService:
         self.tasks: set[asyncio.Task] = set()
         self.hook_timeouts = Timeouts(connect=3.0, first_byte=5.0, total=8.0)
 
-    def attach(self, broker: Any) -> None:
+    def attach(self, broker: Broker) -> None:
         self.broker = broker
 
     @staticmethod

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from data_plane.broker.auth import AuthResult
+from data_plane.broker.broker import Broker
+from data_plane.broker.message import Message
+
 
 def _service_level(topic: str) -> str:
     """`shadow` or `jobs` for `$aws/things/{thing}/{level}/…`, else ""."""
@@ -21,7 +25,7 @@ class ReservedServices:
         self.jobs = jobs  # None: a broker without a database serves no jobs
         self.fleet = fleet  # … and provisions no devices
 
-    def attach(self, broker: Any) -> None:
+    def attach(self, broker: Broker) -> None:
         for service in (self.shadows, self.jobs, self.fleet):
             if service is not None:
                 service.attach(broker)
@@ -34,11 +38,11 @@ class ReservedServices:
             return self.jobs
         return self.shadows if level == "shadow" else None
 
-    def admits(self, auth: Any, topic: str) -> bool:
+    def admits(self, auth: AuthResult, topic: str) -> bool:
         service = self._for(topic)
         return service is not None and service.admits(auth, topic)
 
-    def request(self, auth: Any, message: Any) -> None:
+    def request(self, auth: AuthResult, message: Message) -> None:
         service = self._for(message.topic)
         if service is not None:
             service.request(auth, message)

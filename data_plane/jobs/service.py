@@ -26,6 +26,8 @@ from common.jobs import executions as ex
 from common.jobs.artifacts import ArtifactLinks
 from common.jobs.topics import ACCEPTED, REJECTED, parse
 from common.runtime.cancellation import cancel_and_wait
+from data_plane.broker.auth import AuthResult
+from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.jobs.store import JobRequest, PostgresJobs
 
@@ -73,11 +75,11 @@ class JobService:
         self.lanes = asyncio.Semaphore(LANES)
         self.stats = {"requests": 0, "rejected": 0}
 
-    def attach(self, broker: Any) -> None:
+    def attach(self, broker: Broker) -> None:
         self.broker = broker
 
     @staticmethod
-    def admits(auth: Any, topic: str) -> bool:
+    def admits(auth: AuthResult, topic: str) -> bool:
         """Whether this client's PUBLISH to `$`-topic `topic` is a jobs request it may make."""
         parsed = parse(topic)
         if parsed is None and not _unmapped(topic):
@@ -89,7 +91,7 @@ class JobService:
             return acl.can_publish(topic)
         return bool(reserved_default(topic.split("/"), auth.device))
 
-    def request(self, auth: Any, message: Message) -> None:
+    def request(self, auth: AuthResult, message: Message) -> None:
         topic = parse(message.topic)
         if auth.tenant_id is None:  # a broker without a database has no jobs service
             return

@@ -33,6 +33,10 @@ from common.journey.schema import (
     TOO_LARGE,
 )
 from common.mqtt.reason_codes import ReasonCode as RC
+from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.hooks import Hooks
+from data_plane.broker.message import Message
+from data_plane.broker.session import Delivery, Session
 from data_plane.observability.journey_moves import NOBODY, Moves
 from data_plane.storage.archive_columns import native
 
@@ -105,7 +109,7 @@ class PublishColumns:
     def __len__(self) -> int:
         return len(self.publisher)
 
-    def new_row(self, message: Any) -> int:
+    def new_row(self, message: Message) -> int:
         """The row of `message`'s publisher, added at its first message in the batch."""
         origin = message.origin
         key = (message.tenant, message.publisher) if origin is None else origin
@@ -139,7 +143,7 @@ class PublishColumns:
         add_sessions, add_queued = self.sessions.append, self.queued.append
         now = time.time
 
-        def published(message: Any, packet_id: int | None, outcome: Any) -> None:
+        def published(message: Message, packet_id: int | None, outcome: Any) -> None:
             row = rows_get(message.origin)
             add_publisher(new_row(message) if row is None else row)
             add_ts(now())
@@ -207,7 +211,7 @@ class JourneyRecorder:
             }
         )
 
-    def refused(self, conn: Any, packet: Any, decision: Any) -> None:
+    def refused(self, conn: MQTTConnection, packet: Any, decision: Any) -> None:
         """A PUBLISH admission refused (`admission.Refuse` or `Disconnect`)."""
         quota = decision.quota
         if quota == "message_size":
@@ -232,7 +236,7 @@ class JourneyRecorder:
             quota=quota,
         )
 
-    def served(self, conn: Any, message: Any, packet_id: int | None) -> None:
+    def served(self, conn: MQTTConnection, message: Message, packet_id: int | None) -> None:
         """A device shadow request, taken by the shadow service (not routed): its replies, on
         the thing's reply topics, are rows of their own."""
         self.message(
@@ -246,7 +250,7 @@ class JourneyRecorder:
             packet_id=packet_id,
         )
 
-    def dropped(self, session: Any, delivery: Any, cause: str) -> None:
+    def dropped(self, session: Session, delivery: Delivery, cause: str) -> None:
         """The `message.dropped` hook: a delivery lost at one subscriber."""
         outcome, reason = DROP_CAUSES.get(cause, (DROPPED, cause))
         if cause == "queue_full" and delivery.qos == 0 and session.connection is not None:
@@ -302,7 +306,7 @@ class JourneyRecorder:
             }
         )
 
-    def listen(self, hooks: Any) -> None:
+    def listen(self, hooks: Hooks) -> None:
         hooks.add("message.dropped", self.dropped)
         hooks.add("client.connected", self._connected)
         hooks.add("client.disconnected", self._disconnected)
@@ -312,7 +316,7 @@ class JourneyRecorder:
         hooks.add("session.expired", self._expired)
         hooks.add("session.will", self._will)
 
-    def _connected(self, conn: Any) -> None:
+    def _connected(self, conn: MQTTConnection) -> None:
         session = conn.session
         detail = (
             f"from {conn.peer}, MQTT {'5.0' if conn.protocol_version == 5 else '3.1.1'}, "
@@ -329,7 +333,7 @@ class JourneyRecorder:
             from_node=from_node,
         )
 
-    def _disconnected(self, conn: Any) -> None:
+    def _disconnected(self, conn: MQTTConnection) -> None:
         reason = conn.disconnect_reason or "normal"
         if reason == "takenover":
             to_node = self.moves.went_to(conn.tenant, conn.client_id, self.node)
@@ -358,7 +362,9 @@ class JourneyRecorder:
             initiator="client" if reason in CLIENT_INITIATED else "server",
         )
 
-    def _refused(self, conn: Any, kind: str, reason_code: int, reason: str, who: dict) -> None:
+    def _refused(
+        self, conn: MQTTConnection, kind: str, reason_code: int, reason: str, who: dict
+    ) -> None:
         """`client.refused`: only refused CONNECTs become client events (a publish's refusal
         is its own message row, written by `refused`)."""
         if getattr(conn, "session", None) is not None or kind == "forced_disconnect":
@@ -372,7 +378,7 @@ class JourneyRecorder:
             return
         self.client(tenant, client_id, "connect_failed", reason_code=reason_code, reason=reason)
 
-    def _subscribed(self, session: Any, sub: Any) -> None:
+    def _subscribed(self, session: Session, sub: Any) -> None:
         self.client(
             session.tenant,
             session.client_id,
@@ -380,10 +386,10 @@ class JourneyRecorder:
             detail=f"{sub.topic_filter} (QoS {sub.qos})",
         )
 
-    def _unsubscribed(self, session: Any, topic_filter: str) -> None:
+    def _unsubscribed(self, session: Session, topic_filter: str) -> None:
         self.client(session.tenant, session.client_id, "unsubscribed", detail=topic_filter)
 
-    def _expired(self, session: Any) -> None:
+    def _expired(self, session: Session) -> None:
         self.client(
             session.tenant,
             session.client_id,
@@ -391,7 +397,7 @@ class JourneyRecorder:
             reason=f"no connection for its expiry interval ({session.expiry_interval} s)",
         )
 
-    def _will(self, session: Any, will: Any, outcome: Any) -> None:
+    def _will(self, session: Session, will: Any, outcome: Any) -> None:
         """`session.will`: a will went out (`outcome`: its `Published`)."""
         client_id = session.client_id if session is not None else will.publisher
         self.client(will.tenant, client_id, "will_published", detail=will.topic)

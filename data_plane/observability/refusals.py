@@ -29,6 +29,9 @@ from weakref import WeakKeyDictionary
 
 from prometheus_client.core import CounterMetricFamily
 
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
+
 log = logging.getLogger("data_plane.refusals")
 
 KINDS = ("auth_failed", "acl_denied", "quota_exceeded", "malformed_packet", "forced_disconnect")
@@ -110,7 +113,7 @@ class RefusalLog:
 _logs: WeakKeyDictionary[Any, RefusalLog] = WeakKeyDictionary()
 
 
-def log_for(broker: Any) -> RefusalLog:
+def log_for(broker: Broker) -> RefusalLog:
     """The broker's refusal log (one per broker object; created on first use)."""
     refusals = _logs.get(broker)
     if refusals is None:
@@ -118,7 +121,7 @@ def log_for(broker: Any) -> RefusalLog:
     return refusals
 
 
-def _record(conn: Any, kind: str, reason_code: int, reason: str, **who: str) -> None:
+def _record(conn: MQTTConnection, kind: str, reason_code: int, reason: str, **who: str) -> None:
     log_for(conn.broker).record(
         kind,
         tenant=who.get("tenant", conn.tenant),
@@ -130,11 +133,11 @@ def _record(conn: Any, kind: str, reason_code: int, reason: str, **who: str) -> 
     )
 
 
-def listen(broker: Any) -> RefusalLog:
+def listen(broker: Broker) -> RefusalLog:
     """Record every refusal the broker's connections report (`data_plane.broker.refused`)."""
     refusals = log_for(broker)
 
-    def refused(conn: Any, kind: str, reason_code: int, reason: str, who: dict) -> None:
+    def refused(conn: MQTTConnection, kind: str, reason_code: int, reason: str, who: dict) -> None:
         _record(conn, kind, reason_code, reason, **who)
 
     broker.hooks.add("client.refused", refused)

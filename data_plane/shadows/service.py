@@ -24,6 +24,8 @@ from typing import Any
 from common.access.acl import reserved_default
 from common.shadow import document as doc
 from common.shadow.topics import ACCEPTED, DELTA, DOCUMENTS, REJECTED, UPDATE, parse
+from data_plane.broker.auth import AuthResult
+from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
 from data_plane.shadows.batches import Batches
 from data_plane.shadows.operations import Operation
@@ -55,14 +57,14 @@ class ShadowService:
         self.batches = Batches(store, self._answered, max_batch=max_batch)
         self.stats = {"requests": 0, "rejected": 0, "batches": 0}
 
-    def attach(self, broker: Any) -> None:
+    def attach(self, broker: Broker) -> None:
         """The broker whose port this is: replies go out through its `publish`."""
         self.broker = broker
 
     # -- admission (the broker's port) ----------------------------------------------------
 
     @staticmethod
-    def admits(auth: Any, topic: str) -> bool:
+    def admits(auth: AuthResult, topic: str) -> bool:
         """Whether this client's PUBLISH to `$`-topic `topic` is a shadow request it may make."""
         parsed = parse(topic)
         if parsed is None or parsed.reply:
@@ -72,7 +74,7 @@ class ShadowService:
             return acl.can_publish(topic)
         return bool(reserved_default(topic.split("/"), auth.device))
 
-    def request(self, auth: Any, message: Message) -> None:
+    def request(self, auth: AuthResult, message: Message) -> None:
         """Take a request the client was allowed to make (answered later, on its topics)."""
         topic = parse(message.topic)
         if topic is None:  # admitted, so cannot happen; never raise into the connection

@@ -18,6 +18,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from data_plane.broker.message import Message
+
 log = logging.getLogger(__name__)
 
 try:  # the compiled recorder (setup.py); optional
@@ -162,7 +164,7 @@ class PublishColumns:
             return self._c_recorder(limit, on_full).record
         return self._python_recorder()
 
-    def record_at(self, message: Any, received: float) -> None:
+    def record_at(self, message: Message, received: float) -> None:
         """Record `message` as received at `received` (`time.time()`), not now: for callers
         outside the publish path (tests, tools)."""
         if self.native:

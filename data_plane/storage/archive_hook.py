@@ -32,7 +32,9 @@ from common.archive.schema import (
     SHADOW_EVENTS,
 )
 from common.runtime.cancellation import cancel_and_wait
+from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.hooks import Hooks
+from data_plane.broker.session import Session
 from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_columns
 from data_plane.storage.archive_decision import ArchiveDecisions
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
@@ -135,7 +137,7 @@ class ArchiveTap:
             }
         )
 
-    def _connected(self, conn: Any) -> None:
+    def _connected(self, conn: MQTTConnection) -> None:
         session = conn.session
         self._event(
             EVENT_CONNECTED,
@@ -149,7 +151,7 @@ class ArchiveTap:
             session_expiry=session.expiry_interval if session is not None else None,
         )
 
-    def _disconnected(self, conn: Any) -> None:
+    def _disconnected(self, conn: MQTTConnection) -> None:
         self._event(
             EVENT_DISCONNECTED,
             conn.tenant,
@@ -160,7 +162,7 @@ class ArchiveTap:
             reason=conn.disconnect_reason or "normal",
         )
 
-    def _subscribed(self, session: Any, sub: Any) -> None:
+    def _subscribed(self, session: Session, sub: Any) -> None:
         self._event(
             EVENT_SUBSCRIBED,
             session.tenant,
@@ -170,7 +172,7 @@ class ArchiveTap:
             qos=sub.qos,
         )
 
-    def _unsubscribed(self, session: Any, topic_filter: str) -> None:
+    def _unsubscribed(self, session: Session, topic_filter: str) -> None:
         self._event(
             EVENT_UNSUBSCRIBED,
             session.tenant,

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
 from data_plane.tenancy.directory import TenantDirectory
 from data_plane.tenancy.store import DeviceRecord
 
@@ -40,7 +42,7 @@ def doomed(connections: Iterable[Any], live: dict[int, Any]) -> list[Any]:
 
 
 class CredentialWatch:
-    def __init__(self, broker: Any, directory: TenantDirectory) -> None:
+    def __init__(self, broker: Broker, directory: TenantDirectory) -> None:
         self.broker = broker
         self.directory = directory
         self._timers: dict[int, asyncio.TimerHandle] = {}  # id(connection) -> timer
@@ -54,15 +56,15 @@ class CredentialWatch:
             if c.tenant == tenant and c.device == device and c.auth is not None
         ]
 
-    def _connected(self, conn: Any) -> None:
+    def _connected(self, conn: MQTTConnection) -> None:
         self._arm(conn, getattr(conn.auth, "credential_expires_at", None))
 
-    def _disconnected(self, conn: Any) -> None:
+    def _disconnected(self, conn: MQTTConnection) -> None:
         timer = self._timers.pop(id(conn), None)
         if timer is not None:
             timer.cancel()
 
-    def _arm(self, conn: Any, expires_at: datetime | None) -> None:
+    def _arm(self, conn: MQTTConnection, expires_at: datetime | None) -> None:
         """(Re)set the connection's timer to its secret's expiry."""
         self._disconnected(conn)
         if expires_at is None:

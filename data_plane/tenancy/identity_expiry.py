@@ -18,15 +18,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 from common.mqtt.reason_codes import ReasonCode
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
 
 log = logging.getLogger(__name__)
 
 
 class IdentityExpiry:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self._timers: dict[int, asyncio.TimerHandle] = {}  # id(connection) -> timer
         broker.hooks.add("client.connected", self._connected)
         broker.hooks.add("client.disconnected", self._disconnected)
@@ -34,19 +35,19 @@ class IdentityExpiry:
     def __len__(self) -> int:
         return len(self._timers)
 
-    def _connected(self, conn: Any) -> None:
+    def _connected(self, conn: MQTTConnection) -> None:
         valid_until = getattr(conn.auth, "valid_until", None)
         if valid_until is None:
             return
         delay = max(0.0, (valid_until - datetime.now(UTC)).total_seconds())
         self._timers[id(conn)] = asyncio.get_running_loop().call_later(delay, self._expire, conn)
 
-    def _disconnected(self, conn: Any) -> None:
+    def _disconnected(self, conn: MQTTConnection) -> None:
         timer = self._timers.pop(id(conn), None)
         if timer is not None:
             timer.cancel()
 
-    def _expire(self, conn: Any) -> None:
+    def _expire(self, conn: MQTTConnection) -> None:
         self._timers.pop(id(conn), None)
         what = "JWT" if getattr(conn.auth, "identity", "").startswith("jwt:") else "certificate"
         reason = f"{what} expired"

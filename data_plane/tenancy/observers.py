@@ -16,7 +16,9 @@ from typing import Any
 from common.contracts import tables
 from common.runtime.cancellation import cancel_and_wait
 from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.message import Message
+from data_plane.broker.session import Delivery, Session
 from data_plane.storage.usage_log import UsageLogWriter
 from data_plane.tenancy.metering import UsageMeter
 
@@ -70,7 +72,7 @@ class TenancyObservers:
 
     # -- hooks ----------------------------------------------------------------------------
 
-    def _event(self, conn: Any, name: str) -> None:
+    def _event(self, conn: MQTTConnection, name: str) -> None:
         payload = {
             "clientid": conn.client_id,
             "username": f"{conn.tenant}/{conn.device}",
@@ -89,13 +91,13 @@ class TenancyObservers:
             )
         )
 
-    def _connected(self, conn: Any) -> None:
+    def _connected(self, conn: MQTTConnection) -> None:
         self.meter.connected(conn.tenant)
         self.meter.connection_opened(conn, conn.tenant, conn.device)
         self._seen[(conn.tenant, conn.device)] = time.time()
         self._event(conn, "client_connected")
 
-    def _disconnected(self, conn: Any) -> None:
+    def _disconnected(self, conn: MQTTConnection) -> None:
         self.meter.disconnected(conn.tenant)
         self.meter.connection_closed(conn)
         self._seen[(conn.tenant, conn.device)] = time.time()
@@ -127,7 +129,7 @@ class TenancyObservers:
                 by_device, stats.device_units = stats.device_units, defaultdict(int)
                 self.meter.device_units(tenant, by_device)
 
-    def _dropped(self, session: Any, delivery: Any, cause: str) -> None:
+    def _dropped(self, session: Session, delivery: Delivery, cause: str) -> None:
         self.meter.dropped(session.tenant, cause)
 
     # -- flushing -------------------------------------------------------------------------

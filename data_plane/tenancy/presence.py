@@ -25,6 +25,9 @@ from psycopg.types.json import Jsonb
 
 from common.contracts import tables
 from common.runtime.cancellation import cancel_and_wait
+from data_plane.broker.broker import Broker
+from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.session import Session
 from data_plane.tenancy import session_figures
 from data_plane.tenancy.session_figures import SessionFigures
 
@@ -91,7 +94,7 @@ def _runs(ops: list[tuple]) -> list[tuple[str, list[tuple]]]:
     return runs
 
 
-def subscriptions_of(session: Any) -> list[dict]:
+def subscriptions_of(session: Session | None) -> list[dict]:
     return [
         {"filter": s.topic_filter, "qos": s.qos}
         for s in list(getattr(session, "subscriptions", {}).values())
@@ -99,7 +102,7 @@ def subscriptions_of(session: Any) -> list[dict]:
 
 
 class Presence:
-    def __init__(self, broker: Any, pool: Any, *, interval: float = 0.5) -> None:
+    def __init__(self, broker: Broker, pool: Any, *, interval: float = 0.5) -> None:
         self.broker, self.pool, self.interval = broker, pool, interval
         # In a cluster the node's own id, so that the inspection names the node as the cluster
         # does (its metrics, logs, takeovers); else one of this process's own.
@@ -120,14 +123,14 @@ class Presence:
 
     # -- hooks: record only ---------------------------------------------------------------
 
-    def _connected(self, conn: Any) -> None:
+    def _connected(self, conn: MQTTConnection) -> None:
         key = self._keys[id(conn)] = uuid.uuid4().hex
         self._sessions[key] = conn.session
         self._since[id(conn)] = time.time()
         self._record(self._up(conn, key, self._since[id(conn)]))
 
     @staticmethod
-    def _up(conn: Any, key: str, at: float) -> tuple:
+    def _up(conn: MQTTConnection, key: str, at: float) -> tuple:
         return (
             "up",
             key,
@@ -152,13 +155,13 @@ class Presence:
             self._ops.clear()
             self._resync = True
 
-    def _subscriptions(self, session: Any) -> None:
+    def _subscriptions(self, session: Session) -> None:
         conn = session.connection
         key = self._keys.get(id(conn)) if conn is not None else None
         if key is not None:
             self._record(("subs", key, subscriptions_of(session)))
 
-    def _disconnected(self, conn: Any) -> None:
+    def _disconnected(self, conn: MQTTConnection) -> None:
         key = self._keys.pop(id(conn), None)
         self._since.pop(id(conn), None)
         if key is not None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from common.contracts import tables
+from data_plane.broker.session import Session
 
 # Seconds between samples (`MQTT_SESSION_FIGURES_INTERVAL`: tests ask for less).
 EVERY = float(os.environ.get("MQTT_SESSION_FIGURES_INTERVAL") or 5.0)
@@ -32,7 +33,7 @@ UPDATE {tables.DEVICE_CONNECTION} c SET queued = a.queued, inflight = a.inflight
 """
 
 
-def figures_of(session: Any) -> tuple[int, int]:
+def figures_of(session: Session | None) -> tuple[int, int]:
     """(queued, in flight) of a session; (0, 0) for a connection without one yet."""
     if session is None:
         return 0, 0
