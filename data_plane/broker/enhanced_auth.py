@@ -15,7 +15,7 @@ import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from scramp import ScramException, ScramMechanism
 
@@ -188,9 +188,9 @@ class EnhancedAuthState:
         self.final_data: bytes | None = None  # for CONNACK
         self._waiter: asyncio.Future[None] | None = None
 
-    def properties(self, data: bytes | None) -> dict[str, Any]:
+    def properties(self, data: bytes | None) -> dict[str, object]:
         """The method (always, [MQTT-4.12.0-5]) and the data, if any."""
-        props: dict[str, Any] = {"authentication_method": self.method}
+        props: dict[str, object] = {"authentication_method": self.method}
         if data:
             props["authentication_data"] = data
         return props

@@ -306,7 +306,7 @@ class Handshake:
         server_keep_alive: int | None,
     ) -> bytes:
         """The successful CONNACK: what this broker offers (5.0) and what it changed."""
-        ack_props: dict[str, Any] = {}
+        ack_props: dict[str, object] = {}
         if connect.protocol_version == MQTT_5_0:
             config = self.conn.config
             ack_props = {

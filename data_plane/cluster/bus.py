@@ -12,7 +12,7 @@ test passes a fake for it).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,7 +26,7 @@ Drop = Callable[[str, int], None]  # (reason, messages): lost here, counted for 
 class Peers(Protocol):
     """The other nodes as this one sees them (owned by `membership.Membership`)."""
 
-    alive: dict[str, dict[str, Any]]  # live node -> its description (a new dict every beat)
+    alive: dict[str, dict[str, object]]  # live node -> its description (a new dict every beat)
     dying: set[str]  # dead, still forwarded to: a survivor drains their streams (`inherit`)
 
 
@@ -41,7 +41,7 @@ class Bus:
     heartbeat: float
     url: str = ""
 
-    async def control(self, node_id: str, body: dict[str, Any]) -> None:
+    async def control(self, node_id: str, body: Mapping[str, object]) -> None:
         """A control message (session takeover) to another node, on its forward stream."""
         await self.redis.xadd(
             self.keys.stream(node_id),
@@ -51,5 +51,5 @@ class Bus:
         )
 
 
-def encode_control(body: dict[str, Any]) -> bytes:
+def encode_control(body: Mapping[str, object]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()

@@ -65,7 +65,7 @@ class ClusterLimits:
         """The tenant's leased buckets, as `Shares.local_rates` (see `leases`)."""
         return self.leases.rates_for(tenant, quota)
 
-    def figures(self, tenant: str, local: dict[str, Any]) -> dict[str, Any]:
+    def figures(self, tenant: str, local: dict[str, object]) -> dict[str, object]:
         """The tenant's `$SYS` figures over the live nodes (see `sys_figures`)."""
         return self.sys_figures.figures(tenant, local)
 

@@ -70,7 +70,7 @@ class Membership:
     def __init__(
         self,
         bus: Bus,
-        info: dict[str, Any],
+        info: dict[str, object],
         table: RouteTable,
         own_routes: OwnRoutes,
         tasks: list[asyncio.Task],
@@ -80,7 +80,7 @@ class Membership:
         self.table = table  # a node with routes here is dying, not gone, until replaced
         self.own_routes = own_routes  # rewritten by the beat when Redis lost it
         self.tasks = tasks  # the node's: a survivor's inheritance runs there
-        self.alive: dict[str, dict[str, Any]] = {}  # other live nodes -> their description
+        self.alive: dict[str, dict[str, object]] = {}  # other live nodes -> their description
         # Dead nodes no survivor has taken the place of yet: still forwarded to (their streams
         # are drained into their adopted sessions, see `inherit`).
         self.dying: set[str] = set()
@@ -158,7 +158,7 @@ class Membership:
         if added or not has_version or not self.own_routes.synced:
             await self.own_routes.rewrite()  # joined, reconnected, or Redis lost our data
         others = sorted({m.decode() for m in members} - {node_id})
-        alive: dict[str, dict[str, Any]] = {}
+        alive: dict[str, dict[str, object]] = {}
         versions: dict[str, int] = {}
         if others:
             pipe = redis.pipeline(transaction=False)

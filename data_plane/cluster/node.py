@@ -81,7 +81,7 @@ class Cluster:
         name: str = "default",
         heartbeat: float = 2.0,
         node_id: str | None = None,
-        info: dict[str, Any] | None = None,
+        info: dict[str, object] | None = None,
     ) -> None:
         self.url = url
         self.keys = Keys(name)
@@ -151,7 +151,7 @@ class Cluster:
         self.route_changed: Callable[[str, str, str | None, bool], None] = self.own_routes.changed
 
     @property
-    def alive(self) -> dict[str, dict[str, Any]]:
+    def alive(self) -> dict[str, dict[str, object]]:
         """The other live nodes -> their description (`membership`'s, renewed every beat)."""
         return self.membership.alive
 
@@ -204,7 +204,7 @@ class Cluster:
 
     # -- the port (publish and route_changed: see __init__) ---------------------------------
 
-    def members(self) -> list[dict[str, Any]]:
+    def members(self) -> list[dict[str, object]]:
         """The live nodes, this one included (for `$SYS/broker/nodes` and /metrics)."""
         return [self.info, *self.alive.values()]
 
@@ -229,7 +229,7 @@ class Cluster:
         """The tenant's rate buckets, shared by every node (see `limits`)."""
         return self.limits.rates_for(tenant, quota)
 
-    def figures(self, tenant: str, local: dict[str, Any]) -> dict[str, Any]:
+    def figures(self, tenant: str, local: dict[str, object]) -> dict[str, object]:
         """The tenant's `$SYS` figures over every node (see `limits`)."""
         return self.limits.figures(tenant, local)
 

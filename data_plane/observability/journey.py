@@ -166,8 +166,8 @@ class JourneyRecorder:
         self._last_version = 0
         self._columns = PublishColumns(use_c=use_c)
         self.published = self._columns.recorder()
-        self.others: list[dict[str, Any]] = []  # message rows off the hot path
-        self.events: list[dict[str, Any]] = []  # client rows
+        self.others: list[dict[str, object]] = []  # message rows off the hot path
+        self.events: list[dict[str, object]] = []  # client rows
         self.moves = Moves()  # takeovers: where a session came from, where it went
         self.arriving, self.leaving = self.moves.arriving, self.moves.leaving  # (the cluster's)
 
@@ -415,7 +415,7 @@ class JourneyRecorder:
 
     # -- hand-off ---------------------------------------------------------------------------
 
-    def take(self) -> tuple[PublishColumns, list[dict[str, Any]], list[dict[str, Any]]]:
+    def take(self) -> tuple[PublishColumns, list[dict[str, object]], list[dict[str, object]]]:
         """The rows gathered since the last call; the recorder starts new columns."""
         columns = self._columns
         self._columns = PublishColumns(use_c=self.use_c)

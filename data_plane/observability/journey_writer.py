@@ -175,8 +175,8 @@ class JourneyWriter:
     def write(
         self,
         columns: PublishColumns,
-        others: list[dict[str, Any]],
-        events: list[dict[str, Any]],
+        others: list[dict[str, object]],
+        events: list[dict[str, object]],
     ) -> None:
         if len(columns):
             routed = publish_table(columns, self.recorder.node)

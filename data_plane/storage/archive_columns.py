@@ -18,6 +18,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from common.mqtt.packets import Properties
 from data_plane.broker.message import Message
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class PublishColumns:
         self.publishers: list[tuple[str, str, str]] = []  # (tenant, client id, device)
         # Origin (or, without one, the (tenant, client id, device) tuple) -> its row.
         self._rows: dict[Any, int] = {}
-        self.properties: dict[int, dict[str, Any]] = {}  # row -> properties; most have none
+        self.properties: dict[int, Properties] = {}  # row -> properties; most have none
         self.topic_size: Any = None
         self._buffers: tuple = ()  # the C recorder's columns, as `reusable_columns` hands them on
         if self.native:

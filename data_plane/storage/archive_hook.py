@@ -95,7 +95,7 @@ class ArchiveTap:
         # Publishes since the last hand-off, and the broker's `Archive` port: the recorder,
         # called with each routed message (see ports.Archive).
         self._columns, self.record = self._new_batch()
-        self._events: list[dict[str, Any]] = []
+        self._events: list[dict[str, object]] = []
         self._task: asyncio.Task | None = None
         # The newest batch handed to the builder. Batches encode first in first out on one
         # thread, so once this one is done every earlier one is too: stop() waits for it, since

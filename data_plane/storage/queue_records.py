@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 QUEUED, SENT, RECEIVED = 0, 1, 2  # RECEIVED: PUBREC seen, PUBREL sent (QoS 2)
 
@@ -21,7 +20,7 @@ class QueuedMessage:
     payload: bytes
     qos: int
     retain: bool = False
-    properties: dict[str, Any] = field(default_factory=dict)
+    properties: dict[str, object] = field(default_factory=dict)
     expires_at: datetime | None = None
     packet_id: int | None = None
     state: int = QUEUED
@@ -34,7 +33,7 @@ class StoredSession:
     client_id: str
     expiry_interval: int
     expires_at: datetime | None
-    subscriptions: list[dict[str, Any]]
-    will: dict[str, Any] | None
+    subscriptions: list[dict[str, object]]
+    will: dict[str, object] | None
     last_seq: int
     inbound_qos2: list[int] = field(default_factory=list)

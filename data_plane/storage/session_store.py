@@ -17,7 +17,6 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
@@ -290,8 +289,8 @@ class SessionStore:
         client_id: str,
         *,
         expiry_interval: int,
-        subscriptions: list[dict[str, Any]],
-        will: dict[str, Any] | None = None,
+        subscriptions: list[dict[str, object]],
+        will: dict[str, object] | None = None,
         expires_at: datetime | None = None,
     ) -> None:
         async with self.pool.connection() as conn:
@@ -315,7 +314,9 @@ class SessionStore:
                 ),
             )
 
-    async def save_will(self, tenant_id: int, client_id: str, will: dict[str, Any] | None) -> None:
+    async def save_will(
+        self, tenant_id: int, client_id: str, will: dict[str, object] | None
+    ) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(
                 f"UPDATE {tables.MQTT_SESSION} SET will = %s, updated_at = now()"

@@ -110,7 +110,7 @@ class Presence:
         self.broker_id = node or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.figures = SessionFigures()  # queue depth and in flight, sampled (session_figures)
         self._keys: dict[int, str] = {}  # id(connection) -> its row's key
-        self._sessions: dict[str, Any] = {}  # row key -> the connection's session (figures)
+        self._sessions: dict[str, object] = {}  # row key -> the connection's session (figures)
         self._ops: list[tuple] = []
         self._since: dict[int, float] = {}  # id(connection) -> when it connected
         self._resync = False  # too much piled up: rewrite this broker's rows from what is live
