@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from data_plane.broker.handover import HandoverCounts
 
@@ -107,7 +108,7 @@ class Affinity:
         pick = hashlib.blake2b(client_id.encode(), digest_size=4).digest()
         return chosen[int.from_bytes(pick, "big") % len(chosen)]
 
-    def metrics(self) -> Iterator[Any]:
+    def metrics(self) -> Iterator[Metric]:
         """`mqtt_handovers{direction}` and the workers this one sees on its machine."""
         handovers = CounterMetricFamily(
             "mqtt_handovers",

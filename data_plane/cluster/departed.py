@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Commit
 from data_plane.broker.router import Router, Subscriber
 from data_plane.broker.session import Delivery
 
@@ -50,7 +51,7 @@ class Departing(Protocol):
     target: tuple[str, str]  # the session's key (tenant, client id)
     filters: list[tuple[str, Subscriber]]  # (topic filter, its router entry)
 
-    def deliver(self, delivery: Delivery) -> Any: ...
+    def deliver(self, delivery: Delivery) -> Commit | None: ...
 
 
 @dataclass

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Commit
 from data_plane.broker.session import Delivery, Session
 from data_plane.cluster.departed import MARGIN
 from data_plane.cluster.relay import RELAY_MAX
@@ -117,7 +119,7 @@ class Origins:
             if window is not None:
                 window.close()
 
-    def metrics(self) -> Iterator[Any]:
+    def metrics(self) -> Iterator[Metric]:
         duplicates = CounterMetricFamily(
             "mqtt_cluster_duplicates_dropped",
             "Second copies of a message dropped while a session moved here (cluster/exactly.py)",
@@ -137,13 +139,13 @@ class Window:
         self.origins = origins
         self.session = session
         self.seen: set[Origin] = set()
-        self.inner = session.deliver
+        self.inner: Callable[[Delivery], Commit | None] = session.deliver
         session.deliver = self.deliver  # (an instance attribute: the class's method returns)
         origins.opened += 1
         origins.open[session.key] = self
         self.handle = asyncio.get_running_loop().call_later(WINDOW, self.close)
 
-    def deliver(self, delivery: Delivery) -> Any:
+    def deliver(self, delivery: Delivery) -> Commit | None:
         origin = delivery.message.cluster_origin
         if origin is not None:
             if origin in self.seen:

@@ -40,6 +40,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from data_plane.broker.ports import Commit
 from data_plane.cluster.backpressure import Backlogs
 from data_plane.cluster.bus import STREAM_MAXLEN
 
@@ -70,7 +71,7 @@ class Forwarder:
         self.sent: dict[str, int] = {}  # node -> messages written to its stream (the `c` field)
         self.buffers: dict[str, list[bytes]] = {}
         self.buffered = 0
-        self.commit: asyncio.Future | None = None  # of the messages buffered now (QoS > 0)
+        self.commit: Commit | None = None  # of the messages buffered now (QoS > 0)
         self.losses: list[tuple[str, int]] = []  # (tenant, qos) of what the buffer holds
         self._scheduled = False
         self._flushing = False
@@ -95,7 +96,7 @@ class Forwarder:
         for connection in blocked:
             connection.unthrottle_by(self)
 
-    def add(self, node_id: str, data: bytes, tenant: str, qos: int, wait: bool) -> Any:
+    def add(self, node_id: str, data: bytes, tenant: str, qos: int, wait: bool) -> Commit | None:
         """Buffer one message for one node; returns the commit to wait for when `wait`."""
         if self.buffered + len(data) > BACKLOG_BYTES:
             self._drop("backlog", [(tenant, qos)])

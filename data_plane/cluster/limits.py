@@ -24,9 +24,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from redis.exceptions import RedisError
 
 from common.runtime.cancellation import stop_all
@@ -121,7 +122,7 @@ class ClusterLimits:
 
     # -- /metrics ---------------------------------------------------------------------------
 
-    def metrics(self) -> Iterator[Any]:
+    def metrics(self) -> Iterator[Metric]:
         """The limits' families for /metrics: places held, lease calls, local refills."""
         held = GaugeMetricFamily(
             "mqtt_cluster_connection_places",

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
+from prometheus_client.metrics_core import Metric
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
@@ -242,6 +243,6 @@ class Cluster:
     def _count_dropped(self, tenant: str, count: int) -> None:
         self.broker.accounts.dropped(tenant, count)
 
-    def metrics(self) -> Iterator[Any]:
+    def metrics(self) -> Iterator[Metric]:
         """The cluster's families for /metrics (see `node_metrics`)."""
         return node_metrics.collect(self)

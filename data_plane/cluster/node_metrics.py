@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from data_plane.cluster.departed import Departed
 from data_plane.cluster.forward import Forwarder
@@ -48,7 +49,7 @@ class Metered(Protocol):
 DROP_REASONS = "bus_unavailable, backlog, store_unavailable, stream_gap, session_gone"
 
 
-def collect(cluster: Metered) -> Iterator[Any]:
+def collect(cluster: Metered) -> Iterator[Metric]:
     """The cluster's metric families, as this node sees them now."""
     nodes = GaugeMetricFamily(
         "mqtt_cluster_nodes", "Live nodes of the broker cluster, this one included"

@@ -29,6 +29,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from common.mqtt.topics import parse_shared
+from data_plane.broker.ports import Commit
 from data_plane.broker.router import Subscriber
 from data_plane.broker.session import Delivery, Session
 from data_plane.cluster import codec
@@ -85,7 +86,7 @@ class Relay:
         self.relayed = 0
         self.filters: list[tuple[str, Subscriber]] = []
 
-    def deliver(self, delivery: Delivery) -> Any:
+    def deliver(self, delivery: Delivery) -> Commit | None:
         self.relayed += 1
         message = delivery.message
         node, seq = message.cluster_origin or ("", 0)  # (data_plane.cluster.exactly)

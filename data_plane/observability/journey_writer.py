@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from common.contracts.quota_keys import QUOTA_KEYS
 from common.journey.files import encode_segment
@@ -246,7 +247,7 @@ class JourneyWriter:
 
     # -- /metrics ---------------------------------------------------------------------------
 
-    def metrics(self) -> Iterator[Any]:
+    def metrics(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
             "mqtt_journey_outcomes",
             "Outcomes of the tenant's PUBLISH packets (and later drops at a subscriber), by "

@@ -23,7 +23,8 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
 
 from common.archive.history_policy import ArchiveNeeds, archive_needs
 from common.contracts import tables
@@ -135,7 +136,7 @@ class ArchiveDecisions:
     """The tenants that archive something, each with its `TopicDecisions`; `tenants` is one
     dict for the life of the broker (the tap keeps its `get`), changed in place."""
 
-    def __init__(self, pool: Any, *, max_topics: int = MAX_TOPICS) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, max_topics: int = MAX_TOPICS) -> None:
         self.pool = pool  # psycopg's AsyncConnectionPool (the broker's lookups pool)
         self.tenants: dict[str, TopicDecisions] = {}
         self._room = _Room(max_topics)

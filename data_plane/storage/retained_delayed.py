@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
 
 from common.contracts import tables
 from data_plane.broker.broker import Broker
@@ -28,7 +28,7 @@ class RetainedAndDelayed:
     built on a pool, handed to `Broker(...)` in `Ports(retained_storage=, delayed_storage=)`,
     then `load(broker)` and `start()` before clients connect."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
         self.broker: Broker | None = None  # the broker it serves: set by load()
         self.pool = pool
         self._changes: asyncio.Queue[Message] = asyncio.Queue()

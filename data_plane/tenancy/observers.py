@@ -11,7 +11,8 @@ import json
 import logging
 import time
 from collections import defaultdict
-from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
 
 from common.contracts import tables
 from common.runtime.cancellation import cancel_and_wait
@@ -36,7 +37,7 @@ class TenancyObservers:
     def __init__(
         self,
         broker: Broker,
-        pool: Any,
+        pool: AsyncConnectionPool,
         *,
         flush_interval: float = 10.0,
         usage_writer: UsageLogWriter | None = None,

@@ -22,6 +22,7 @@ import uuid
 from typing import Any
 
 from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
 
 from common.contracts import tables
 from common.runtime.cancellation import cancel_and_wait
@@ -102,7 +103,7 @@ def subscriptions_of(session: Session | None) -> list[dict]:
 
 
 class Presence:
-    def __init__(self, broker: Broker, pool: Any, *, interval: float = 0.5) -> None:
+    def __init__(self, broker: Broker, pool: AsyncConnectionPool, *, interval: float = 0.5) -> None:
         self.broker, self.pool, self.interval = broker, pool, interval
         # In a cluster the node's own id, so that the inspection names the node as the cluster
         # does (its metrics, logs, takeovers); else one of this process's own.
