@@ -29,10 +29,15 @@ from common.mqtt.errors import MQTTError
 from common.mqtt.packets import MQTT_5_0, Publish, Subscribe, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
 from common.mqtt.topics import parse_shared, validate_topic_name
+from data_plane.broker.auth import AuthResult
 from data_plane.broker.fair_share import OverTooLong, over_the_rate
 from data_plane.broker.limits import MAX_DELAY, too_deep
 from data_plane.broker.message import Message, Origin
+from data_plane.broker.ports import Shadows
 from data_plane.broker.resends import SLOTS, RecentPublishes
+from data_plane.broker.retained import RetainedStore
+from data_plane.broker.session import SubscriptionState
+from data_plane.config import BrokerConfig
 
 # 5.0 refusals in a row (each after `fair_share.PATIENCE` over the rate) that end the connection.
 RATE_STRIKES_BEFORE_DISCONNECT = 100
@@ -42,7 +47,7 @@ RATE_STRIKES_BEFORE_DISCONNECT = 100
 class Accept:
     message: Message
     delay: int | None = None
-    service: Any = None  # the shadow or jobs service the request goes to, not the router
+    service: Shadows | None = None  # the shadow or jobs service the request goes to, not the router
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,9 @@ class PublishAdmission:
         "shadows",
     )
 
-    def __init__(self, config: Any, retained: Any, shadows: Any = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, retained: RetainedStore, shadows: Shadows | None = None
+    ) -> None:
         self.alias_maximum = config.topic_alias_maximum
         self.receive_maximum = config.receive_maximum
         self.retained = retained  # the broker's RetainedStore (count/has, for the quota)
@@ -113,7 +120,7 @@ class PublishAdmission:
         self.shadows = shadows  # the broker's shadow service (`$aws/…` requests), if any
 
     def begin(
-        self, auth: Any, protocol_version: int, client_id: str, recent: RecentPublishes
+        self, auth: AuthResult, protocol_version: int, client_id: str, recent: RecentPublishes
     ) -> None:
         """The identity CONNACK settled: publishes are judged for it from now on (`recent`:
         what its client id's previous connection took, to know its resends)."""
@@ -242,7 +249,9 @@ class SubscribeDecision:
     denied: int = 0  # filters refused by the ACL
 
 
-def admit_subscribe(packet: Subscribe, auth: Any, subscriptions: Any) -> SubscribeDecision:
+def admit_subscribe(
+    packet: Subscribe, auth: AuthResult, subscriptions: dict[str, SubscriptionState]
+) -> SubscribeDecision:
     """Each filter of a SUBSCRIBE: too deep, not authorized, over the tenant's subscription
     quota, or granted at the QoS asked (`subscriptions`: the session's current ones). Without
     an ACL everything of the tenant is allowed but the things' reserved topics, each thing's

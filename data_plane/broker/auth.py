@@ -10,6 +10,7 @@ import _ssl
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from common.mqtt.packets import Connect
@@ -41,13 +42,13 @@ class AuthResult:
     # Which of the device's secrets authenticated this connection, and when it stops being
     # accepted (a rotation's grace period): the tenancy layer drops the connection then.
     credential_id: int | None = None
-    credential_expires_at: Any = None  # datetime | None
+    credential_expires_at: datetime | None = None
     # How the client proved who it is, when not by secret (`ca:ID`, `cert:ID`, `jwt:ID`):
     # revoking that ends exactly these connections (`data_plane.tenancy.identity`).
     identity: str = ""
     # When that identity stops being valid (a client certificate's notAfter, a JWT's exp): the
     # tenancy layer ends the connection then (`data_plane.tenancy.identity_expiry`).
-    valid_until: Any = None  # datetime | None
+    valid_until: datetime | None = None
 
 
 class Authenticator(Protocol):

@@ -16,12 +16,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from common.mqtt.packets import Subscription
+from common.mqtt.packets import Connect, Subscription
 from common.mqtt.reason_codes import ReasonCode
 from common.mqtt.topics import parse_shared
 from data_plane.broker import wills
 from data_plane.broker.accounting import Accounts
-from data_plane.broker.auth import Authenticator
+from data_plane.broker.auth import Authenticator, AuthResult
 from data_plane.broker.doorway import Doorway
 from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.fair_share import Shares
@@ -31,7 +31,7 @@ from data_plane.broker.message import Message
 from data_plane.broker.ports import NO_PORTS, NOTHING, REACHED_ONE, Client, Commit, Ports, Published
 from data_plane.broker.resends import ResendMemory
 from data_plane.broker.retained import RetainedStore
-from data_plane.broker.router import Router, Subscriber
+from data_plane.broker.router import Router, SharedGroup, Subscriber
 from data_plane.broker.session import Delivery, Session, SubscriptionState
 from data_plane.broker.stats import Redirect, TenantStats
 from data_plane.broker.sys_topics import publish_sys
@@ -67,7 +67,7 @@ class Broker:
         if hasattr(authenticator, "scram_lookup"):
             self.enhanced_auth[ScramSha256.name] = ScramSha256(authenticator.scram_lookup)
         # (connect, auth_result) -> Redirect | None: the `client.redirect` hooks, or `evacuate`'s.
-        self.redirect: Callable[[Any, Any], Redirect | None] | None = self.hooks.redirect
+        self.redirect: Callable[[Connect, AuthResult], Redirect | None] | None = self.hooks.redirect
         self.shares = Shares(config.rate_patience)  # tenants' publish rates, shared fairly
         self.resends = ResendMemory()  # closed connections' last QoS 1 publishes
         self.doorway = Doorway(config.preauth_per_source)  # sockets before authentication
@@ -180,9 +180,10 @@ class Broker:
         session.subscriptions.clear()
         session.clear_delivery_state()
         for delivery in orphans:  # unacknowledged shared messages go to another member
-            member = delivery.group.pick()  # type: ignore[union-attr]  # shared: it has its group
+            shared: SharedGroup = delivery.group  # type: ignore[assignment]  # shared: it has one
+            member = shared.pick()
             if member is not None:  # nobody to acknowledge or slow down: results unused
-                member.session.deliver(_shared(delivery.message, delivery.group, member))
+                member.session.deliver(_shared(delivery.message, shared, member))
         if self.sessions.get(session.key) is session:
             del self.sessions[session.key]
             self.persistent[session.tenant].discard(session.client_id)
@@ -211,7 +212,9 @@ class Broker:
             return self.cluster.publish(message)
         return self.route(message)
 
-    def route(self, message: Message, serve: Callable[[Any], bool] | None = None) -> Published:
+    def route(
+        self, message: Message, serve: Callable[[SharedGroup], bool] | None = None
+    ) -> Published:
         """Deliver a message to this process's matching sessions (a message another node
         forwarded comes in here: it was counted, filtered and retained where it was published).
         `serve(group)`: whether this process serves that shared group for this message (in a
@@ -416,7 +419,7 @@ class Broker:
                 conn.disconnect(redirect.reason_code, reference=redirect.reference)
 
 
-def _shared(message: Message, group: Any, member: Subscriber) -> Delivery:
+def _shared(message: Message, group: SharedGroup, member: Subscriber) -> Delivery:
     """The copy for one member of a shared group."""
     ids = (member.subscription_id,) if member.subscription_id else ()
     retain = message.retain and member.retain_as_published

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from data_plane.broker.rates import TenantRates, TokenBucket
@@ -87,7 +88,7 @@ class PublishShare:
         loop: asyncio.AbstractEventLoop,
         *,
         patience: float = PATIENCE,
-        clock: Any = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rates = rates  # None: no tenant rate, only the per-device one
         self.quota = quota

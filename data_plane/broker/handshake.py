@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.errors import MQTTError
@@ -57,7 +57,7 @@ class HandshakeBroker(Protocol):
 
     authenticator: Authenticator
     enhanced_auth: dict[str, Method]
-    redirect: Callable[[Any, Any], Redirect | None] | None
+    redirect: Callable[[Connect, AuthResult], Redirect | None] | None
     cluster: Cluster | None
     sessions: dict[tuple[str, str], Session]
     accounts: Accounts

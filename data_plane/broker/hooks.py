@@ -14,7 +14,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from common.mqtt.packets import Connect
+from data_plane.broker.auth import AuthResult
 from data_plane.broker.message import Message
+from data_plane.broker.stats import Redirect
 
 # A hook's callback: each hook point passes its own arguments (listed above), and what it
 # answers matters only to `first` and `filter_publish`.
@@ -56,11 +59,11 @@ class Hooks:
     def has(self, name: str) -> bool:
         return bool(self._hooks.get(name))
 
-    def run(self, name: str, *args: Any) -> None:
+    def run(self, name: str, *args: object) -> None:
         for _, callback in self._hooks.get(name, ()):
             callback(*args)
 
-    def first(self, name: str, *args: Any) -> Any:
+    def first(self, name: str, *args: object) -> Any:
         """The first answer that is not None, in priority order (None when all pass)."""
         for _, callback in self._hooks.get(name, ()):
             answer = callback(*args)
@@ -68,9 +71,10 @@ class Hooks:
                 return answer
         return None
 
-    def redirect(self, connect: Any, result: Any) -> Any:
+    def redirect(self, connect: Connect, result: AuthResult) -> Redirect | None:
         """The `client.redirect` hooks' answer for a CONNECT (the broker's default redirect)."""
-        return self.first("client.redirect", connect, result)
+        answer: Redirect | None = self.first("client.redirect", connect, result)
+        return answer
 
     def filter_publish(self, message: Message, *context: object) -> Message | None:
         for _, callback in self._hooks.get("message.publish", ()):

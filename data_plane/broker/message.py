@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from common.charges.metering import message_units, metered_bytes, properties_bytes
+from common.mqtt.packets import Properties
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -27,7 +27,7 @@ class Message:
     payload: bytes
     qos: int
     retain: bool
-    properties: dict[str, Any] = field(default_factory=dict)  # application properties only
+    properties: Properties = field(default_factory=dict)  # application properties only
     expires_at: float | None = None  # time.monotonic() deadline from message_expiry_interval
     publisher: str = ""  # client id of the publishing session (for no-local)
     tenant: str = ""
@@ -58,7 +58,7 @@ class Message:
         payload: bytes,
         qos: int,
         retain: bool,
-        properties: dict[str, Any],
+        properties: Properties,
         device: str = "",
         origin: Origin | None = None,
     ) -> Message:
@@ -80,7 +80,7 @@ class Message:
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and (now or time.monotonic()) >= self.expires_at
 
-    def delivery_properties(self, now: float | None = None) -> dict[str, Any]:
+    def delivery_properties(self, now: float | None = None) -> Properties:
         """Properties for a delivery: the message expiry set to the time that remains."""
         if self.expires_at is None:
             return self.properties

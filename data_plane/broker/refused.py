@@ -11,7 +11,7 @@ a WebSocket refused before its upgrade) or no longer has one (a will that goes o
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode as RC
@@ -26,7 +26,7 @@ class HookRunner(Protocol):
 
     def has(self, name: str) -> bool: ...
 
-    def run(self, name: str, *args: Any) -> None: ...
+    def run(self, name: str, *args: object) -> None: ...
 
 
 class Told(Protocol):
