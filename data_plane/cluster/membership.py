@@ -38,11 +38,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from redis.exceptions import RedisError
 
+from common.mqtt.packets import Connect
 from common.mqtt.reason_codes import ReasonCode
+from data_plane.broker.auth import AuthResult
 from data_plane.broker.hooks import Hooks
 from data_plane.cluster.bus import Bus
 from data_plane.cluster.own_routes import OwnRoutes
@@ -112,7 +113,7 @@ class Membership:
         ahead of any other (data_plane.broker.hooks)."""
         hooks.add("client.redirect", self._refuse_when_cut_off, priority=100)
 
-    def _refuse_when_cut_off(self, _connect: Any, _result: Any) -> _Unavailable | None:
+    def _refuse_when_cut_off(self, _connect: Connect, _result: AuthResult) -> _Unavailable | None:
         if self.cut_off:
             self.refused += 1
             return UNAVAILABLE

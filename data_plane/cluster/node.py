@@ -45,6 +45,7 @@ from redis.exceptions import RedisError
 from common.runtime.cancellation import stop_all
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
+from data_plane.broker.message import Message
 from data_plane.broker.ports import Published
 from data_plane.cluster import node_metrics
 from data_plane.cluster.bus import Bus
@@ -148,7 +149,7 @@ class Cluster:
         self.membership.on_rewrite.append(self.wills.rewrite)
         self.membership.take_place = self.inheritor.take_place
         # The port's two hot paths are the rooms' own methods: no call in between.
-        self.publish: Callable[[Any], Published] = self.publisher.publish
+        self.publish: Callable[[Message], Published] = self.publisher.publish
         self.route_changed: Callable[[str, str, str | None, bool], None] = self.own_routes.changed
 
     @property

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from common.mqtt.topics import parse_shared
 from data_plane.broker.ports import Commit
@@ -95,7 +95,7 @@ class Relay:
             self.node, data, message.tenant, message.qos, message.qos > 0
         )
 
-    def backs_up(self, _delivery: Any) -> bool:
+    def backs_up(self, _delivery: Delivery) -> bool:
         return False
 
     # -- life -----------------------------------------------------------------------------

@@ -32,10 +32,12 @@ from common.journey.schema import (
     SERVED,
     TOO_LARGE,
 )
+from common.mqtt.packets import Publish, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Published
 from data_plane.broker.session import Delivery, Session
 from data_plane.observability.journey_moves import NOBODY, Moves
 from data_plane.storage.archive_columns import native
@@ -143,7 +145,7 @@ class PublishColumns:
         add_sessions, add_queued = self.sessions.append, self.queued.append
         now = time.time
 
-        def published(message: Message, packet_id: int | None, outcome: Any) -> None:
+        def published(message: Message, packet_id: int | None, outcome: Published) -> None:
             row = rows_get(message.origin)
             add_publisher(new_row(message) if row is None else row)
             add_ts(now())
@@ -211,7 +213,7 @@ class JourneyRecorder:
             }
         )
 
-    def refused(self, conn: MQTTConnection, packet: Any, decision: Any) -> None:
+    def refused(self, conn: MQTTConnection, packet: Publish, decision: Any) -> None:
         """A PUBLISH admission refused (`admission.Refuse` or `Disconnect`)."""
         quota = decision.quota
         if quota == "message_size":
@@ -378,7 +380,7 @@ class JourneyRecorder:
             return
         self.client(tenant, client_id, "connect_failed", reason_code=reason_code, reason=reason)
 
-    def _subscribed(self, session: Session, sub: Any) -> None:
+    def _subscribed(self, session: Session, sub: Subscription) -> None:
         self.client(
             session.tenant,
             session.client_id,
@@ -397,7 +399,7 @@ class JourneyRecorder:
             reason=f"no connection for its expiry interval ({session.expiry_interval} s)",
         )
 
-    def _will(self, session: Session, will: Any, outcome: Any) -> None:
+    def _will(self, session: Session | None, will: Message, outcome: Published) -> None:
         """`session.will`: a will went out (`outcome`: its `Published`)."""
         client_id = session.client_id if session is not None else will.publisher
         self.client(will.tenant, client_id, "will_published", detail=will.topic)

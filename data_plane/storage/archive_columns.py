@@ -131,7 +131,7 @@ class PublishColumns:
         """The tenants of the batch's publishes."""
         return {tenant for tenant, _, _ in self.publishers}
 
-    def _row_of(self, m: Any) -> int:
+    def _row_of(self, m: Message) -> int:
         """The row of `m`'s publisher, added at its first message in the batch."""
         origin = getattr(m, "origin", None)
         if origin is None:
@@ -157,7 +157,7 @@ class PublishColumns:
 
     def recorder(
         self, limit: int = 0, on_full: Callable[[], None] | None = None
-    ) -> Callable[[Any], None]:
+    ) -> Callable[[Message], None]:
         """The function the broker calls per routed message. Everything is recorded, the broker's
         own messages too: the worker leaves those out. The C recorder calls `on_full()` once, as
         the batch reaches `limit` rows (the Python one leaves that to the tap's ticks)."""
@@ -176,7 +176,7 @@ class PublishColumns:
             self._python_recorder()(message)
             self.received[-1] = received
 
-    def _python_recorder(self) -> Callable[[Any], None]:
+    def _python_recorder(self) -> Callable[[Message], None]:
         # Every method bound once: the function runs per message.
         add_received, add_publisher = self.received.append, self.publisher.append
         row_of, new_row = self._rows.get, self._row_of
@@ -186,7 +186,7 @@ class PublishColumns:
         properties = self.properties
         now = time.time
 
-        def record(m: Any) -> None:
+        def record(m: Message) -> None:
             # m.origin None (no connection) is never a key: new_row keys such messages by value.
             row = row_of(m.origin)
             add_publisher(new_row(m) if row is None else row)

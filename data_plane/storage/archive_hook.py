@@ -31,9 +31,11 @@ from common.archive.schema import (
     EVENT_UNSUBSCRIBED,
     SHADOW_EVENTS,
 )
+from common.mqtt.packets import Subscription
 from common.runtime.cancellation import cancel_and_wait
 from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.hooks import Hooks
+from data_plane.broker.message import Message
 from data_plane.broker.session import Session
 from data_plane.storage.archive_columns import RECORDER, PublishColumns, reusable_columns
 from data_plane.storage.archive_decision import ArchiveDecisions
@@ -162,7 +164,7 @@ class ArchiveTap:
             reason=conn.disconnect_reason or "normal",
         )
 
-    def _subscribed(self, session: Session, sub: Any) -> None:
+    def _subscribed(self, session: Session, sub: Subscription) -> None:
         self._event(
             EVENT_SUBSCRIBED,
             session.tenant,
@@ -222,17 +224,17 @@ class ArchiveTap:
         self._encoding.add_done_callback(_log_failure)  # nobody awaits an interim batch
         self._encoding.add_done_callback(lambda _: self._recycle(columns))
 
-    def _new_batch(self) -> tuple[PublishColumns, Callable[[Any], None]]:
+    def _new_batch(self) -> tuple[PublishColumns, Callable[[Message], None]]:
         columns = PublishColumns(self._spare.pop() if self._spare else None)
         return columns, self._gated(columns.recorder(HANDOFF_ROWS, self._full))
 
-    def _gated(self, record: Callable[[Any], None]) -> Callable[[Any], None]:
+    def _gated(self, record: Callable[[Message], None]) -> Callable[[Message], None]:
         """`record` behind the decision: a message is recorded only if its tenant needs it."""
         if self._needed is None:
             return record
         needed = self._needed.get
 
-        def gated(m: Any) -> None:
+        def gated(m: Message) -> None:
             topics = needed(m.tenant)
             if topics is not None and topics[m.topic]:
                 record(m)
