@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from data_plane.broker.auth import AuthResult
+from data_plane.broker.broker import Broker
+
 RATE_KEYS = ("max_publish_rate", "max_inbound_bytes_rate", "max_outbound_bytes_rate")
 
 
-def tenant_rates(broker: Any, tenant: str, quota: dict[str, int]) -> Any | None:
+def tenant_rates(broker: Broker, tenant: str, quota: dict[str, int]) -> Any | None:
     """The tenant's shared token buckets when its quota limits a rate, else None: looked up
     once per connection and per policy change rather than per PUBLISH. Keyed by the rates
     alone, so that every identity held to them (its devices, its rules' republish: whose
@@ -38,7 +41,7 @@ def set_rates(conn: Any) -> None:
             gate.wake()
 
 
-def reapply(auth: Any, policy: Any, tenant: str, device: str) -> None:
+def reapply(auth: AuthResult, policy: Any, tenant: str, device: str) -> None:
     """The connection's AuthResult under the tenant's new policy (quota, QoS 0 setting, ACL)."""
     auth.quota = dict(policy.quota)
     auth.queue_qos0_offline = policy.queue_qos0_offline

@@ -7,6 +7,7 @@ no filter — `#` included — can ever match another tenant's message.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +64,7 @@ class _Node:
 class TenantRouter:
     __slots__ = ("root", "_cache", "count", "on_route")
 
-    def __init__(self, on_route: Any = None) -> None:
+    def __init__(self, on_route: Callable[[str, str | None, bool], None] | None = None) -> None:
         self.root = _Node()
         self._cache: dict[str, tuple[list[Subscriber], list[SharedGroup]]] = {}
         self.count = 0
@@ -196,7 +197,9 @@ class TenantRouter:
 class Router:
     """All tenants' routers; a tenant's router exists while it has subscriptions."""
 
-    def __init__(self, on_route: Any = None) -> None:
+    def __init__(
+        self, on_route: Callable[[str, str, str | None, bool], None] | None = None
+    ) -> None:
         self.tenants: dict[str, TenantRouter] = {}
         # callable(tenant, filter, group, added): see TenantRouter.on_route (the cluster's).
         self.on_route = on_route

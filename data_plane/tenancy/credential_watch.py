@@ -13,25 +13,26 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
 
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 from data_plane.tenancy.directory import TenantDirectory
-from data_plane.tenancy.store import DeviceRecord
+from data_plane.tenancy.store import CredentialRecord, DeviceRecord
 
 log = logging.getLogger(__name__)
 ADMINISTRATIVE_ACTION = 0x98
 
 
-def live_credentials(record: DeviceRecord | None, now: datetime) -> dict[int, Any]:
+def live_credentials(record: DeviceRecord | None, now: datetime) -> dict[int, CredentialRecord]:
     """The device's credentials still accepted at `now`, by id."""
     if record is None or record.device_id is None or not record.enabled:
         return {}
     return {c.id: c for c in record.credentials if c.expires_at is None or c.expires_at > now}
 
 
-def doomed(connections: Iterable[Any], live: dict[int, Any]) -> list[Any]:
+def doomed(
+    connections: Iterable[MQTTConnection], live: dict[int, CredentialRecord]
+) -> list[MQTTConnection]:
     """The connections whose secret is no longer accepted (those without a known credential,
     e.g. service identities, are not judged here)."""
     return [
@@ -49,7 +50,7 @@ class CredentialWatch:
         broker.hooks.add("client.connected", self._connected)
         broker.hooks.add("client.disconnected", self._disconnected)
 
-    def _device_connections(self, tenant: str, device: str) -> list[Any]:
+    def _device_connections(self, tenant: str, device: str) -> list[MQTTConnection]:
         return [
             c
             for c in list(getattr(self.broker, "connections", ()))
@@ -95,7 +96,7 @@ class CredentialWatch:
             if conn not in ending:
                 credential = live.get(getattr(conn.auth, "credential_id", None))
                 if credential is not None:
-                    conn.auth.credential_expires_at = credential.expires_at
+                    conn.auth.credential_expires_at = credential.expires_at  # type: ignore[union-attr]  # _device_connections: all have auth
                     self._arm(conn, credential.expires_at)
         if ending:
             log.info(

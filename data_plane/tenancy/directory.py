@@ -48,6 +48,10 @@ class Decision:
         return self.reason_code == ReasonCode.SUCCESS
 
 
+# What failures are counted by: (address, user name) or (tenant, device).
+ThrottleKey = tuple[str, str]
+
+
 class FailureThrottle:
     """At most `limit` failures per key in a sliding `window`; beyond, the key's attempts are
     refused unjudged but for one every `trickle` seconds, which is judged as usual: guessing
@@ -57,10 +61,12 @@ class FailureThrottle:
         self, limit: int, window: float, clock=time.monotonic, trickle: float = 1.0
     ) -> None:
         self.limit, self.window, self.trickle, self._clock = limit, window, trickle, clock
-        self._failures: dict[Any, deque[float]] = defaultdict(deque)
-        self._judged: dict[Any, float] = {}  # key -> when its last trickle attempt was judged
+        self._failures: dict[ThrottleKey, deque[float]] = defaultdict(deque)
+        self._judged: dict[
+            ThrottleKey, float
+        ] = {}  # key -> when its last trickle attempt was judged
 
-    def blocked(self, key: Any) -> bool:
+    def blocked(self, key: ThrottleKey) -> bool:
         failures = self._failures.get(key)
         if not failures:
             return False
@@ -79,7 +85,7 @@ class FailureThrottle:
             return False
         return True
 
-    def fail(self, key: Any) -> None:
+    def fail(self, key: ThrottleKey) -> None:
         self._failures[key].append(self._clock())
 
 

@@ -39,6 +39,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from common.contracts import tables
+from data_plane.broker.connection import MQTTConnection
 
 _DEVICE_UPSERT = f"""
 INSERT INTO {tables.DEVICE_USAGE} (tenant_id, device, day, message_units, connection_minutes,
@@ -119,8 +120,8 @@ class UsageMeter:
         # The heap holds tokens, never the keys (connections): a closed connection's entry stays
         # in the heap until its minute is up, and must not keep the connection alive meanwhile
         # (at 1,000 closes a second that would pin 60,000 dead connections).
-        self._open: dict[Any, tuple[str, float, int, str]] = {}
-        self._keys: dict[int, Any] = {}  # token -> key, for open connections only
+        self._open: dict[MQTTConnection, tuple[str, float, int, str]] = {}
+        self._keys: dict[int, MQTTConnection] = {}  # token -> key, for open connections only
         self._due: list[tuple[float, int]] = []
         self._tokens = itertools.count()
 
@@ -177,7 +178,7 @@ class UsageMeter:
         usage.connection_minutes += 1
         usage.device(device)[1] += 1
 
-    def connection_opened(self, key: Any, tenant: str, device: str = "") -> None:
+    def connection_opened(self, key: MQTTConnection, tenant: str, device: str = "") -> None:
         now = self._clock()
         self._charge_minute(tenant, now, device)
         token = next(self._tokens)
@@ -185,7 +186,7 @@ class UsageMeter:
         self._keys[token] = key
         heapq.heappush(self._due, (now + 60, token))
 
-    def connection_closed(self, key: Any) -> None:
+    def connection_closed(self, key: MQTTConnection) -> None:
         entry = self._open.pop(key, None)
         if entry is None:
             return
@@ -208,7 +209,7 @@ class UsageMeter:
             while due <= now:
                 self._charge_minute(tenant, due, device)
                 due += 60
-            self._open[key] = (tenant, due, token, device)
+            self._open[key] = (tenant, due, token, device)  # type: ignore[index]  # an entry: key is not None
             heapq.heappush(self._due, (due, token))
 
     def dropped(self, tenant: str, cause: str, count: int = 1) -> None:
