@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily
@@ -111,7 +111,7 @@ class Origins:
         """Its CONNECT is done (the window opened, or the session never came)."""
         self.expected.discard(key)
 
-    def close(self, keys: Any) -> None:
+    def close(self, keys: Iterable[tuple[str, str]]) -> None:
         """The sessions `keys` need no more watching (an inheritance is over)."""
         for key in keys:
             self.expected.discard(key)

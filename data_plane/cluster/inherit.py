@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from data_plane.broker.ports import Commit
 from data_plane.cluster import codec
 from data_plane.cluster.bus import Bus, Drop, Peers
 from data_plane.cluster.deliver import deliver_to
@@ -102,7 +103,7 @@ async def ensure_group(redis: Any, stream: str) -> None:
             raise
 
 
-async def settle(commits: list, on_fail: Any) -> None:
+async def settle(commits: list[Commit], on_fail: Callable[[int], object]) -> None:
     """Wait for the durable copies of what was delivered; `on_fail(count)` for any refused."""
     if not commits:
         return

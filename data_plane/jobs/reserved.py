@@ -6,11 +6,24 @@ Keeps the broker core unaware that there are several services behind it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 from data_plane.broker.auth import AuthResult
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Shadows
+
+
+class Service(Shadows, Protocol):
+    """A service behind the reserved topics (shadows, jobs, fleet provisioning)."""
+
+    def attach(self, broker: Broker) -> None: ...
+
+
+class Provisioning(Service, Protocol):
+    """Fleet provisioning's service (data_plane.fleet), which says which topics are its own."""
+
+    def owns(self, topic: str) -> bool: ...
 
 
 def _service_level(topic: str) -> str:
@@ -20,7 +33,9 @@ def _service_level(topic: str) -> str:
 
 
 class ReservedServices:
-    def __init__(self, shadows: Any, jobs: Any = None, fleet: Any = None) -> None:
+    def __init__(
+        self, shadows: Service, jobs: Service | None = None, fleet: Provisioning | None = None
+    ) -> None:
         self.shadows = shadows
         self.jobs = jobs  # None: a broker without a database serves no jobs
         self.fleet = fleet  # … and provisions no devices
@@ -30,7 +45,7 @@ class ReservedServices:
             if service is not None:
                 service.attach(broker)
 
-    def _for(self, topic: str) -> Any:
+    def _for(self, topic: str) -> Service | None:
         if self.fleet is not None and self.fleet.owns(topic):
             return self.fleet
         level = _service_level(topic)

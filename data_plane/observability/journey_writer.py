@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -133,7 +133,7 @@ class JourneyWriter:
         self._pending_bytes = 0
         self.dropped_segments = 0
         self.outcomes: Counter[tuple[str, str, str]] = Counter()
-        self.tenants: Any = None  # callable() -> known tenants, for the metric's label bound
+        self.tenants: Callable[[], Container[str]] | None = None  # known tenants: the label bound
         self._task: asyncio.Task | None = None
         self._busy: asyncio.Future | None = None
         self._thread = ThreadPoolExecutor(1, "journey")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
@@ -33,7 +33,7 @@ class ShadowStore(Protocol):
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return None if value is None else _ENCODER.encode(value)
 
 
