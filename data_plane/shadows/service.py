@@ -23,7 +23,7 @@ from typing import Any
 
 from common.access.acl import reserved_default
 from common.shadow import document as doc
-from common.shadow.topics import ACCEPTED, DELTA, DOCUMENTS, REJECTED, UPDATE, parse
+from common.shadow.topics import ACCEPTED, DELTA, DOCUMENTS, REJECTED, UPDATE, ShadowTopic, parse
 from data_plane.broker.auth import AuthResult
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
@@ -155,7 +155,9 @@ class ShadowService:
             self._changed(op, topic.reply_topic(ACCEPTED), body, "deleted")
             self._meter(tenant, 1, topic.thing)
 
-    def _reject(self, tenant: str, topic: Any, error: doc.ShadowError, now: int | None = None):
+    def _reject(
+        self, tenant: str, topic: ShadowTopic, error: doc.ShadowError, now: int | None = None
+    ) -> None:
         self.stats["rejected"] += 1
         body = doc.error_document(error, now if now is not None else int(time.time()))
         self._publish(tenant, topic.reply_topic(REJECTED), doc.dumps(body))
@@ -181,7 +183,9 @@ class ShadowService:
 
     # -- changes made elsewhere (the REST API) -------------------------------------------
 
-    def publish_change(self, tenant: str, replies: list, actor: str, size: int) -> None:
+    def publish_change(
+        self, tenant: str, replies: list[tuple[str, object]], actor: str, size: int
+    ) -> None:
         """Publish the replies of a change the REST API made (`announcements`): the same
         messages an MQTT request would have caused, told to the same observers."""
         thing = ""  # whose shadow it is: the replies' topics name it

@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Batch:
-    inserts: list[tuple] = field(default_factory=list)
+    inserts: list[tuple[object, ...]] = field(default_factory=list)  # a queue_records row each
     deletes: list[tuple[int, str, int]] = field(default_factory=list)
     # (tenant id, client id, seq) -> (packet id, state). A dict, so the last mark of a delivery
     # wins: one UPDATE ... FROM joining a row twice applies an arbitrary one of the two (SENT
@@ -59,7 +59,7 @@ class _Batch:
     uploads: dict[str, bytes] = field(default_factory=dict)
     # (tenant id, client id) -> {packet id: held}; the last change to an id wins.
     inbound: dict[tuple[int, str], dict[int, bool]] = field(default_factory=dict)
-    futures: list[asyncio.Future] = field(default_factory=list)
+    futures: list[asyncio.Future[None]] = field(default_factory=list)
     # cluster node -> the last entry of its forward stream whose deliveries this batch holds
     stream_marks: dict[str, str] = field(default_factory=dict)
 
@@ -110,8 +110,8 @@ class SessionStore:
         self.max_batch = max_batch
         self._batch = _Batch()
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._in_flight: asyncio.Future | None = None  # the commit running now
+        self._task: asyncio.Task[None] | None = None
+        self._in_flight: asyncio.Future[None] | None = None  # the commit running now
         self.batch_sizes: list[int] = []  # recent commit sizes, for the benchmark and metrics
         self.commits = 0
 
@@ -140,7 +140,9 @@ class SessionStore:
     def new_object_key(tenant_id: int) -> str:
         return SpilledPayloads.new_key(tenant_id)
 
-    def enqueue(self, tenant_id: int, client_id: str, message: QueuedMessage) -> asyncio.Future:
+    def enqueue(
+        self, tenant_id: int, client_id: str, message: QueuedMessage
+    ) -> asyncio.Future[None]:
         now = datetime.now(UTC)
         if message.object_key:
             self._batch.uploads[message.object_key] = message.payload
@@ -163,19 +165,19 @@ class SessionStore:
         )
         return self._future()
 
-    def ack(self, tenant_id: int, client_id: str, seq: int) -> asyncio.Future:
+    def ack(self, tenant_id: int, client_id: str, seq: int) -> asyncio.Future[None]:
         self._batch.deletes.append((tenant_id, client_id, seq))
         return self._future()
 
     def mark(
         self, tenant_id: int, client_id: str, seq: int, packet_id: int | None, state: int
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[None]:
         self._batch.updates[tenant_id, client_id, seq] = (packet_id, state)
         return self._future()
 
     def inbound_qos2(
         self, tenant_id: int, client_id: str, packet_id: int, held: bool
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[None]:
         """Record that a client's QoS 2 packet id is held (PUBLISH taken) or released (PUBREL)."""
         self._batch.inbound.setdefault((tenant_id, client_id), {})[packet_id] = held
         return self._future()
@@ -207,7 +209,7 @@ class SessionStore:
         if len(self._batch):
             await asyncio.wait([self._future()])
 
-    def _future(self) -> asyncio.Future:
+    def _future(self) -> asyncio.Future[None]:
         future = asyncio.get_running_loop().create_future()
         self._batch.futures.append(future)
         if len(self._batch) >= self.max_batch or len(self._batch) == 1:
@@ -354,7 +356,7 @@ class SessionStore:
         """Every unexpired session: the broker restores their subscriptions at start-up."""
         return await self._sessions("s.expires_at IS NULL OR s.expires_at > now()", ())
 
-    async def _sessions(self, where: str, params: tuple) -> list[StoredSession]:
+    async def _sessions(self, where: str, params: tuple[object, ...]) -> list[StoredSession]:
         async with self.pool.connection() as conn:
             cursor = conn.cursor(row_factory=tuple_row)
             await cursor.execute(

@@ -76,7 +76,12 @@ class SpilledPayloads:
             referenced = {row[0] for row in await cursor.fetchall()}
         orphans = [k for k in old if k not in referenced]
         if orphans:
-            await asyncio.to_thread(lambda: [store.delete(k) for k in orphans])
+
+            def delete_orphans() -> None:
+                for key in orphans:
+                    store.delete(key)
+
+            await asyncio.to_thread(delete_orphans)
             log.info("collected %d orphaned payload objects", len(orphans))
         return len(orphans)
 
