@@ -25,7 +25,7 @@ class Lane:
 
     def __init__(self) -> None:
         self.pending: list[Operation] = []
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
 
 class Batches:

@@ -14,7 +14,8 @@ import json
 from collections.abc import Callable
 from typing import Protocol
 
-from psycopg.rows import tuple_row
+from psycopg import AsyncCursor
+from psycopg.rows import TupleRow, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from common.contracts import tables
@@ -79,7 +80,11 @@ SELECT u.tenant_id, u.shadow_id, u.version, u.operation, u.state, u.metadata, u.
 """
 
 
-def _columns(keys: list[tuple[int, str, str]]) -> list[list]:
+# A shadow's key: (tenant id, thing, shadow name).
+ShadowKey = tuple[int | None, str, str]
+
+
+def _columns(keys: list[ShadowKey]) -> list[list[object]]:
     return [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]]
 
 
@@ -125,26 +130,33 @@ class PostgresShadows:
                 if history:
                     await cursor.execute(_HISTORY, (_text(history),))
 
-    async def _read(self, cursor, keys: list, lock: bool) -> dict[tuple, tuple[int, doc.Shadow]]:
+    async def _read(
+        self, cursor: AsyncCursor[TupleRow], keys: list[ShadowKey], lock: bool
+    ) -> dict[ShadowKey, tuple[int, doc.Shadow]]:
         await cursor.execute(_LOCK if lock else _READ, _columns(keys))
         return {
             (r[0], r[1], r[2]): (r[3], doc.Shadow(r[4], r[6] or {}, r[7] or {}, r[5]))
             for r in await cursor.fetchall()
         }
 
-    async def _things(self, cursor, keys: list) -> set[tuple[int, str]]:
+    async def _things(
+        self, cursor: AsyncCursor[TupleRow], keys: list[ShadowKey]
+    ) -> set[tuple[int, str]]:
         await cursor.execute(_THINGS, _columns(keys))
         return {(r[0], r[1]) for r in await cursor.fetchall()}
 
     @staticmethod
     def _perform(
-        ops: list[Operation], rows: dict, things: set, now: int
-    ) -> tuple[list[tuple[int, doc.Shadow]], list[dict]]:
+        ops: list[Operation],
+        rows: dict[ShadowKey, tuple[int, doc.Shadow]],
+        things: set[tuple[int, str]],
+        now: int,
+    ) -> tuple[list[tuple[int, doc.Shadow]], list[dict[str, object]]]:
         """Each operation in turn on the rows read: the shadows changed (last state each) and
         the history rows, in order."""
-        current: dict[tuple, tuple[int, doc.Shadow]] = dict(rows)
+        current: dict[ShadowKey, tuple[int, doc.Shadow]] = dict(rows)
         changed: dict[int, doc.Shadow] = {}
-        history: list[dict] = []
+        history: list[dict[str, object]] = []
         for op in ops:
             key = (op.tenant_id, op.topic.thing, op.topic.shadow)
             row = current.get(key)
@@ -185,7 +197,7 @@ class MemoryShadows:
     def __init__(self, things: Callable[[str, str], bool]) -> None:
         self.things = things
         self.shadows: dict[Key, doc.Shadow] = {}
-        self.history: dict[Key, list[tuple[int, str, dict]]] = {}
+        self.history: dict[Key, list[tuple[int, str, dict[str, object]]]] = {}
 
     async def apply(self, ops: list[Operation], now: int) -> None:
         for op in ops:
