@@ -7,11 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Commit
 from data_plane.broker.router import Router
 from data_plane.broker.session import Delivery
 
 
-def deliver_to(router: Router, message: Message, keys: set[tuple[str, str]], commits: list) -> int:
+def deliver_to(
+    router: Router, message: Message, keys: set[tuple[str, str]], commits: list[Commit]
+) -> int:
     """Deliver `message` to the matching subscriptions of the sessions `keys` only (one copy per
     session, the highest QoS, every subscription id); returns how many sessions it reached."""
     subscribers, _groups = router.match(message.tenant, message.topic)

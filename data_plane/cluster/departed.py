@@ -78,7 +78,7 @@ class Departed:
         # reconnecting elsewhere) leaves thousands, and a message must not walk them all.
         self._order: deque[tuple[tuple[str, str], _Record]] = deque()
         self.router = Router()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def add(self, relay: Departing) -> None:
         """`relay` left the router (the new node's routes are announced): keep it departed,
@@ -101,7 +101,7 @@ class Departed:
             for topic_filter, _sub in record.relay.filters:
                 router.unsubscribe(topic_filter, record.relay, None)
 
-    def route(self, message: Message, written_ms: int, commits: list) -> None:
+    def route(self, message: Message, written_ms: int, commits: list[Commit]) -> None:
         """A message read from this node's stream, from an entry written at `written_ms`:
         on to the new node of every departed session it was (maybe) meant for."""
         self._purge(written_ms)
@@ -112,7 +112,7 @@ class Departed:
             if cutoff is None or written_ms <= cutoff:  # (sent before every node knew)
                 self._send(relay, message, commits)
 
-    def pass_on(self, message: Message, client_id: str, commits: list) -> bool:
+    def pass_on(self, message: Message, client_id: str, commits: list[Commit]) -> bool:
         """A message relayed here for one session that is no longer here: on to where it went,
         if it left from here lately."""
         self._purge(None)
@@ -122,7 +122,7 @@ class Departed:
         self._send(record.relay, message, commits)
         return True
 
-    def _send(self, relay: Departing, message: Message, commits: list) -> None:
+    def _send(self, relay: Departing, message: Message, commits: list[Commit]) -> None:
         self.relayed += 1
         commit = relay.deliver(Delivery(message, message.qos, message.retain))
         if commit is not None:

@@ -193,7 +193,7 @@ def _batches(parts: list[bytes]) -> list[tuple[bytes, int]]:
     return out
 
 
-def _retrieve(future: asyncio.Future) -> None:
+def _retrieve(future: Commit) -> None:
     """A commit nobody awaited (its publisher left) must not log 'exception never retrieved'."""
     if not future.cancelled():
         future.exception()

@@ -97,7 +97,7 @@ class RateLeases:
         self.lease_script = bus.redis.register_script(LEASE)
         self.buckets: dict[str, LeasedBucket] = {}  # key -> bucket
         self.rates: dict[str, ClusterRates] = {}  # tenant -> its rates
-        self.tasks: list[asyncio.Task] = []  # first leases in flight
+        self.tasks: list[asyncio.Task[None]] = []  # first leases in flight
         self.leasing = asyncio.Lock()
         self.leases = 0  # lease script calls (for /metrics)
         self.local_refills = 0  # ticks the bus did not answer and buckets refilled locally

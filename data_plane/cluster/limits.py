@@ -52,7 +52,7 @@ class ClusterLimits:
         self.counts = ConnectionCounts(bus)
         self.leases = RateLeases(bus, peers, self.counts.marker_prefix)
         self.sys_figures = SysFigures(bus, peers)
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self.last_tick = time.monotonic()
 
     # -- what the node asks -----------------------------------------------------------------

@@ -74,7 +74,7 @@ class Membership:
         info: dict[str, object],
         table: RouteTable,
         own_routes: OwnRoutes,
-        tasks: list[asyncio.Task],
+        tasks: list[asyncio.Task[None]],
     ) -> None:
         self.bus = bus
         self.info = info  # this node's description, written with each beat

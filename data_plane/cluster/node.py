@@ -110,7 +110,7 @@ class Cluster:
         self.forwarder = Forwarder(self.redis, self.keys.stream, self.node_id)
         self.broker: Any = None
         self.dropped: dict[str, int] = {}  # reason -> messages lost here (not the forwarder's)
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
         drop = self.count_dropped_here
         # The rooms (see the module's docstring), each given what it uses.
         self.origins = Origins(self.node_id)  # exactly once while sessions move (exactly.py)

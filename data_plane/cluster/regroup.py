@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Commit
 from data_plane.broker.session import Delivery
 from data_plane.cluster import codec
 from data_plane.cluster.bus import Drop, Peers
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def serve_here(
-    broker: Broker, message: Message, groups: Any, commits: list
+    broker: Broker, message: Message, groups: Any, commits: list[Commit]
 ) -> set[tuple[str, str]]:
     """Give `message` to one member here of each of `groups` ((filter, group) pairs); returns
     the groups that have no member here."""
@@ -55,7 +56,7 @@ def reassign(
     message: Message,
     groups: Any,
     seq: int,
-    commits: list,
+    commits: list[Commit],
     *,
     broker: Broker,
     table: RouteTable,
