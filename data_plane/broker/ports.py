@@ -110,6 +110,13 @@ class Recipient(Protocol):
 Commit = asyncio.Future[Any]
 
 
+class Publisher(Protocol):
+    """What a `Recipient` holds (`hold`): a publishing connection (or the cluster's stream
+    reader), let go through `unthrottle_by` once the recipient has drained."""
+
+    def unthrottle_by(self, session: Recipient) -> None: ...
+
+
 class Published(NamedTuple):
     """What `Broker.publish` did with a message."""
 

@@ -54,12 +54,14 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from data_plane.broker.flow import ReadGate
-from data_plane.broker.ports import Recipient
+from data_plane.broker.ports import Publisher, Recipient
 from data_plane.broker.rates import TokenBucket
 from data_plane.broker.session import Session
 
 if TYPE_CHECKING:
     from data_plane.broker.broker import Broker
+    from data_plane.broker.message import Message
+    from data_plane.cluster.codec import Groups
 
 log = logging.getLogger("data_plane.cluster")
 
@@ -116,17 +118,17 @@ class Hold:
     )
 
     def __init__(self) -> None:
-        self.throttled_by: set = set()  # sessions that backed up with what we delivered
+        self.throttled_by: set[Recipient] = set()  # sessions that backed up with what we delivered
         # Sessions that held us for the whole allowance -> when: not waited for until they
         # release us, or SKIP_FOR seconds have passed.
-        self.skipped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.skipped: weakref.WeakKeyDictionary[Recipient, float] = weakref.WeakKeyDictionary()
         self.since = 0.0  # when the first of them held us (monotonic)
         self.holds = 0  # times the reader stopped for backed-up sessions (metrics)
         self.expired = 0  # holds ended by their limit: those sessions skipped (metrics)
         self.seconds = 0.0  # spent held (metrics)
         # Seconds the reader may still be held while others wait, refilled at SHARED_HOLD_SHARE.
         self.allowance = TokenBucket(SHARED_HOLD_SHARE, SHARED_HOLD_LIMIT)
-        self._waiter: asyncio.Future | None = None
+        self._waiter: asyncio.Future[None] | None = None
 
     def slow_down(self, sessions: tuple[Recipient, ...]) -> None:
         """These sessions backed up with a message just delivered: stop once it is safe."""
@@ -182,11 +184,13 @@ class Hold:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def others_wait(self, broker: Broker, messages: list, at: int) -> bool:
+    def others_wait(
+        self, broker: Broker, messages: list[tuple[int, Message, Groups, int]], at: int
+    ) -> bool:
         """Whether any of `messages` from `at` goes to a session not holding us (only while
         held: a route lookup per topic, the rest of one entry)."""
         held, match = self.throttled_by, broker.router.match
-        seen: set = set()
+        seen: set[tuple[str, str]] = set()
         for _flags, message, _groups, _seq in messages[at:]:
             key = (message.tenant, message.topic)
             if key in seen:
@@ -225,10 +229,10 @@ class Backlog:
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
-        self.blocked_publishers: dict = {}  # in the order they were held
+        self.blocked_publishers: dict[Publisher, None] = {}  # in the order they were held
         self.stalled = False  # held a publisher for the whole allowance: holds nobody more
 
-    def hold(self, publisher: Any) -> None:
+    def hold(self, publisher: Publisher) -> None:
         self.blocked_publishers[publisher] = None
 
     def release(self) -> None:
@@ -252,7 +256,7 @@ class Backlogs:
         for node_id in node_ids:
             pipe.xlen(self.stream_of(node_id))
 
-    def update(self, node_ids: Any, lengths: list) -> None:
+    def update(self, node_ids: Any, lengths: list[int]) -> None:
         for node_id, length in zip(node_ids, lengths, strict=True):
             backlog = self.lagging.get(node_id)
             if backlog is None:
@@ -266,7 +270,7 @@ class Backlogs:
                 del self.lagging[node_id]
                 backlog.release()
 
-    def slowing(self, targets: Any) -> tuple:
+    def slowing(self, targets: Any) -> tuple[Backlog, ...]:
         """The Backlogs a publish forwarded to `targets` should be held by."""
         lagging = self.lagging
         return tuple(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 import time
 
-from common.mqtt.packets import PacketType
+from common.mqtt.packets import PacketType, Properties
 from common.mqtt.properties import encode_properties, read_properties
 from data_plane.broker.message import Message
 
@@ -136,7 +136,7 @@ def decode_counted(
             offset += length
         tenant, topic, publisher, device = texts
         length = lengths[4]
-        properties = {}
+        properties: Properties = {}
         if length:
             block = bytes(view[offset : offset + length])
             properties, _ = read_properties(block, 0, PacketType.PUBLISH)

@@ -40,7 +40,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from data_plane.broker.ports import Commit
+from data_plane.broker.ports import Commit, Publisher
 from data_plane.cluster.backpressure import Backlogs
 from data_plane.cluster.bus import STREAM_MAXLEN
 
@@ -80,13 +80,15 @@ class Forwarder:
         self.dropped: Counter[str] = Counter()  # reason -> messages
         self.on_drop: Callable[[str, int], None] | None = None  # (tenant, count): tenant stats
         # As a throttler of publishing connections (data_plane.broker.flow reads these two).
-        self.blocked_publishers: dict = {}  # as a session's: in the order they were held
+        self.blocked_publishers: dict[
+            Publisher, None
+        ] = {}  # as a session's: in the order they were held
         self.stalled = False
         # The destinations' stream lengths, read with each flush; publish reads `lagging`.
         self.backlogs = Backlogs(redis, stream_of)
         self.lagging = self.backlogs.lagging
 
-    def hold(self, publisher: Any) -> None:
+    def hold(self, publisher: Publisher) -> None:
         """`publisher` stopped reading for the bus (the read gate acted on `slow_down`):
         release it once the backlog is down to RESUME_BYTES."""
         self.blocked_publishers[publisher] = None
