@@ -106,7 +106,9 @@ async def send_socket(name: str, fd: int, data: bytes, accepted_at: float, kind:
         link.close()
 
 
-async def _send_with_fd(loop: asyncio.AbstractEventLoop, link: socket.socket, message, fd) -> int:
+async def _send_with_fd(
+    loop: asyncio.AbstractEventLoop, link: socket.socket, message: bytes, fd: int
+) -> int:
     while True:
         try:
             return socket.send_fds(link, [message[:FIRST_READ]], [fd])
@@ -132,7 +134,7 @@ async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
         loop.remove_writer(sock.fileno())
 
 
-def _done(future: asyncio.Future) -> None:
+def _done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 
@@ -148,8 +150,8 @@ class HandoverListener:
         self.handover = handover
         self.serve = serve
         self.sock: socket.socket | None = None
-        self.task: asyncio.Task | None = None
-        self.links: set[asyncio.Task] = set()
+        self.task: asyncio.Task[None] | None = None
+        self.links: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -157,7 +159,7 @@ class HandoverListener:
         sock.listen(512)
         sock.setblocking(False)
         self.sock = sock
-        self.task = asyncio.get_running_loop().create_task(self._accept_forever())
+        self.task = asyncio.get_running_loop().create_task(self._accept_forever(sock))
 
     def close(self) -> None:
         """No more hand-overs to this worker: the others serve their clients themselves."""
@@ -169,10 +171,10 @@ class HandoverListener:
             self.sock.close()
             self.sock = None
 
-    async def _accept_forever(self) -> None:
+    async def _accept_forever(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            link, _ = await loop.sock_accept(self.sock)
+            link, _ = await loop.sock_accept(sock)
             task = loop.create_task(self._receive(link))
             self.links.add(task)
             task.add_done_callback(self.links.discard)
@@ -204,7 +206,7 @@ class HandoverListener:
             for fd in fds:  # an incomplete message's socket: its sender serves the client
                 os.close(fd)
 
-    async def _read(self, link: socket.socket) -> tuple[tuple | None, list[int]]:
+    async def _read(self, link: socket.socket) -> tuple[tuple[int, float, bytes] | None, list[int]]:
         loop = asyncio.get_running_loop()
         while True:
             try:

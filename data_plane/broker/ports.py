@@ -77,6 +77,7 @@ class Client(Outlet, Protocol):
     device: str
     client_id: str
     auth: Any  # the AuthResult it connected with
+    acked: bool  # CONNACK (success) sent: stays true while closing
 
     def taken_over(self) -> None: ...
 
@@ -159,6 +160,9 @@ class SessionStorage(Protocol):
     def will_published(self, session: Any) -> None: ...
 
     def forget(self, session: Any) -> None: ...
+
+    # A cluster's: the stored session of a client id into the broker (None: there is none).
+    async def restore_one(self, tenant: str, client_id: str) -> object: ...
 
 
 class RetainedStorage(Protocol):

@@ -107,6 +107,10 @@ def encode(
 
 
 Groups = frozenset[tuple[str, str]]
+# One decoded message of a batch: (flags, message, groups to serve, origin count).
+Counted = tuple[int, Message, Groups, int]
+# A stream entry as XREADGROUP/XAUTOCLAIM give it: (entry id, fields).
+StreamEntry = tuple[bytes, dict[bytes, bytes]]
 NO_GROUPS: Groups = frozenset()
 
 
@@ -115,9 +119,7 @@ def decode(batch: bytes, now: float | None = None) -> list[tuple[int, Message, G
     return [(flags, message, groups) for flags, message, groups, _ in decode_counted(batch, now)]
 
 
-def decode_counted(
-    batch: bytes, now: float | None = None
-) -> list[tuple[int, Message, Groups, int]]:
+def decode_counted(batch: bytes, now: float | None = None) -> list[Counted]:
     """Every (flags, message, groups, origin count) of a batch, in the order published."""
     now = now if now is not None else time.monotonic()
     view = memoryview(batch)

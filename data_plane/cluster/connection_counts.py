@@ -66,7 +66,7 @@ class _Op:
     kind: str  # "admit" | "release"
     tenant: str
     limit: int = 0
-    answer: asyncio.Future | None = None
+    answer: asyncio.Future[bool | None] | None = None  # an admit's
 
 
 class ConnectionCounts:
@@ -184,8 +184,8 @@ class ConnectionCounts:
             if op.kind == "admit":
                 if not failed and reply == 1:
                     self.counts[op.tenant] = self.counts.get(op.tenant, 0) + 1
-                if not op.answer.done():
-                    op.answer.set_result(None if failed else reply == 1)
+                if not op.answer.done():  # type: ignore[union-attr]  # an admit has its answer
+                    op.answer.set_result(None if failed else reply == 1)  # type: ignore[union-attr]
             elif failed:  # Redis may not have it: write our counts as they are
                 self.resync = True
             elif self.counts.get(op.tenant, 1) <= 0:

@@ -272,10 +272,10 @@ class Inheritance:
                 break
             await self._handle(entries)
 
-    async def _handle(self, entries: list) -> None:
+    async def _handle(self, entries: list[codec.StreamEntry]) -> None:
         heir = self.heir
         router = heir.broker.router
-        commits: list = []
+        commits: list[Commit] = []
         ids = []
         for entry_id, fields in entries:
             ids.append(entry_id)

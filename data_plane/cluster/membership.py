@@ -186,8 +186,8 @@ class Membership:
             if other not in self.alive:
                 log.info("node %s is up", other)
         self.alive = alive
-        for follower in self.on_versions:  # a new node, or a delta of one was missed
-            await follower(versions)
+        for listener in self.on_versions:  # a new node, or a delta of one was missed
+            await listener(versions)
 
     def seen(self, node_id: str) -> None:
         """`node_id` wrote on the bus, so it lives; the beat fills in the rest."""

@@ -31,7 +31,10 @@ class Metered(Protocol):
     """What the node's /metrics read of it (`Cluster`): its rooms' counters."""
 
     info: dict[str, Any]
-    alive: dict[str, dict[str, Any]]
+
+    @property
+    def alive(self) -> dict[str, dict[str, object]]: ...
+
     dropped: dict[str, int]
     table: RouteTable
     forwarder: Forwarder

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError, ResponseError
 
+from data_plane.broker.ports import Commit
 from data_plane.cluster import codec
 from data_plane.cluster.backpressure import Hold
 from data_plane.cluster.bus import Bus, Drop
@@ -91,7 +92,7 @@ class Receiver:
             if entries:
                 await self._deliver(stream, entries)
 
-    async def _deliver(self, stream: str, entries: list) -> None:
+    async def _deliver(self, stream: str, entries: list[codec.StreamEntry]) -> None:
         """Deliver one read's entries in order, and acknowledge them once done.
 
         Back-pressure (`backpressure.Hold`): a route that backs sessions up stops the delivery
@@ -101,9 +102,11 @@ class Receiver:
         the entries done are marked, committed and acknowledged: a stream mark commits with
         the deliveries it covers, whole entries (`inherit`), so no wait may split them."""
         hold = self.hold
-        commits: list = []
+        commits: list[Commit] = []
         acked = 0  # entries[:acked] are acknowledged
-        upcoming: dict[int, list] = {}  # entries decoded ahead (to see who waits behind a hold)
+        upcoming: dict[
+            int, list[codec.Counted]
+        ] = {}  # entries decoded ahead (to see who waits behind a hold)
         for index, (entry_id, fields) in enumerate(entries):
             if b"m" not in fields:
                 self._control(fields.get(b"c", b"{}"))
@@ -128,7 +131,13 @@ class Receiver:
         await self._acknowledge(stream, entries[acked:], commits)
 
     async def _held(
-        self, stream: str, entries: list, index: int, messages: list, at: int, upcoming: dict
+        self,
+        stream: str,
+        entries: list[codec.StreamEntry],
+        index: int,
+        messages: list[codec.Counted],
+        at: int,
+        upcoming: dict[int, list[codec.Counted]],
     ) -> None:
         """Wait while sessions hold the reader: briefly if messages for other sessions wait
         behind them — in the rest of this entry, the next one, or (read now, added to this
@@ -141,7 +150,13 @@ class Receiver:
                 others = await self._others_next(stream, entries, index + 1, upcoming)
             await hold.wait(others)
 
-    async def _others_next(self, stream: str, entries: list, start: int, upcoming: dict) -> bool:
+    async def _others_next(
+        self,
+        stream: str,
+        entries: list[codec.StreamEntry],
+        start: int,
+        upcoming: dict[int, list[codec.Counted]],
+    ) -> bool:
         """Whether others wait behind the hold: a control message in what is read (a session
         takeover or its answer: a client's CONNECT on another node waits for it), or messages
         for sessions not holding the reader in the next entry that has any (of this read, else
@@ -163,7 +178,9 @@ class Receiver:
                 return self.hold.others_wait(self.broker, upcoming[index], 0)
         return False
 
-    async def _acknowledge(self, stream: str, entries: list, commits: list) -> None:
+    async def _acknowledge(
+        self, stream: str, entries: list[codec.StreamEntry], commits: list[Commit]
+    ) -> None:
         """`entries` were delivered: once `commits` (theirs) are, acknowledge and trim them.
 
         Trimmed at each acknowledgement (MINID: what was handled need not stay in Redis), so the
@@ -195,14 +212,21 @@ class Receiver:
             log.warning("%d forwarded messages from %s lost before read", lost, writer.decode())
             self.drop("stream_gap", lost)
 
-    def _decode(self, batch: bytes) -> list:
+    def _decode(self, batch: bytes) -> list[codec.Counted]:
         try:
             return codec.decode_counted(batch)
         except Exception:
             log.exception("undecodable forwarded batch (%d bytes) dropped", len(batch))
             return []
 
-    def _receive(self, messages: list, at: int, commits: list, origin: str, entry_id: bytes) -> int:
+    def _receive(
+        self,
+        messages: list[codec.Counted],
+        at: int,
+        commits: list[Commit],
+        origin: str,
+        entry_id: bytes,
+    ) -> int:
         """Deliver `messages[at:]` (of the entry `entry_id`); returns where it stopped: their
         end, or just after a route that backed sessions up while nothing of this read awaits a
         commit (see `_deliver`)."""
@@ -225,7 +249,8 @@ class Receiver:
             if flags & codec.DELIVER:  # its plain subscribers here, and the groups given to us
                 mark(message, origin, seq)  # (exactly.py)
                 published = broker.route(
-                    message, lambda group, g=groups: (group.topic_filter, group.name) in g
+                    message,
+                    lambda group, g=groups: (group.topic_filter, group.name) in g,  # type: ignore[misc]  # (a default binds the entry's groups)
                 )
                 if published.commits:
                     commits.extend(published.commits)

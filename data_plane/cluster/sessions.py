@@ -52,6 +52,7 @@ from redis.exceptions import RedisError
 
 from common.mqtt.topics import parse_shared
 from data_plane.broker.message import Message
+from data_plane.broker.ports import Commit
 from data_plane.broker.session import Session
 from data_plane.cluster.bus import Bus, Drop, Peers
 from data_plane.cluster.deliver import deliver_to
@@ -116,7 +117,7 @@ class SessionClaims:
         self.relays = relays  # a relay stands in for a session that leaves
         self.drop = drop
         self.claiming: dict[tuple[str, str], _Claim] = {}  # our CONNECTs between SET and open
-        self.waiting: dict[str, asyncio.Future] = {}  # request id -> its `released`
+        self.waiting: dict[str, asyncio.Future[None]] = {}  # request id -> its `released`
         self.takeovers = 0  # sessions this node took from another
         self.released = 0  # sessions this node gave up to another
         self.brought = 0  # persistent sessions restored here from the database at a CONNECT
@@ -212,9 +213,9 @@ class SessionClaims:
 
     async def _take_from(self, node: str, tenant: str, client_id: str, clean: bool) -> None:
         request = uuid.uuid4().hex
-        answer = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting[request] = answer
-        body = {"op": "takeover", "tenant": tenant, "client_id": client_id}
+        body: dict[str, object] = {"op": "takeover", "tenant": tenant, "client_id": client_id}
         body.update({"from": self.bus.node_id, "id": request, "clean": clean})
         try:
             await self.bus.control(node, body)
@@ -284,7 +285,7 @@ class SessionClaims:
         self.adopted += len(mine)
         return mine
 
-    def targeted(self, message: Message, client_id: str, commits: list) -> None:
+    def targeted(self, message: Message, client_id: str, commits: list[Commit]) -> None:
         """A message another node's relay sent for one session here (data_plane.cluster.relay)."""
         key = (message.tenant, client_id)
         broker = self.broker
@@ -346,7 +347,7 @@ class SessionClaims:
         try:
             if saved is not None:
                 await saved
-                await self.broker.persistence.store.flushed()
+                await self.broker.persistence.store.flushed()  # type: ignore[union-attr]  # storage's SessionPersistence: `saved` came from it
         except Exception as exc:
             log.warning("session not saved before its hand-over to %s: %s", node, exc)
         await self._answer(node, {"op": "released", "id": request})
@@ -360,7 +361,7 @@ class SessionClaims:
         for session in list(broker.sessions.values()):
             connection = session.connection
             if connection is not None:
-                connection._will = None
+                connection._will = None  # type: ignore[attr-defined]  # an MQTTConnection's
                 self._leaving(*session.key, "")  # taken by no node we know (journey_moves)
                 connection.taken_over()
             if broker.sessions.get(session.key) is session:

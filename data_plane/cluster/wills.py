@@ -122,7 +122,8 @@ class WillRegistry:
                 self._publish(will)
             else:
                 asyncio.get_running_loop().call_later(
-                    delay, lambda w=will, t=tenant, c=client_id: self._later(dead, t, c, w)
+                    delay,
+                    lambda w=will, t=tenant, c=client_id: self._later(dead, t, c, w),  # type: ignore[misc]  # (defaults bind the loop's values)
                 )
         await redis.delete(self.key(dead))
         return due
