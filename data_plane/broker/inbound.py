@@ -115,7 +115,7 @@ class Inbound:
         conn = self.conn
         decision = self.admission.admit(packet, conn.session.inbound_qos2)
         if type(decision) is not Accept:
-            return self._not_accepted(packet, decision)  # type: ignore[arg-type]
+            return self._not_accepted(packet, decision)  # type: ignore[arg-type]  # not an Accept (`type() is not` does not narrow)
         broker = conn.broker
         message = decision.message
         if decision.service is not None:  # a device shadow request: answered on its topics

@@ -185,7 +185,7 @@ class ConnectionCounts:
                 if not failed and reply == 1:
                     self.counts[op.tenant] = self.counts.get(op.tenant, 0) + 1
                 if not op.answer.done():  # type: ignore[union-attr]  # an admit has its answer
-                    op.answer.set_result(None if failed else reply == 1)  # type: ignore[union-attr]
+                    op.answer.set_result(None if failed else reply == 1)  # type: ignore[union-attr]  # (as above)
             elif failed:  # Redis may not have it: write our counts as they are
                 self.resync = True
             elif self.counts.get(op.tenant, 1) <= 0:
