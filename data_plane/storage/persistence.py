@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -60,9 +61,9 @@ class SessionPersistence:
     def __init__(self, store: SessionStore) -> None:
         self.broker: Broker | None = None  # the broker it serves: set by restore()
         self.store = store
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         # Per session, the last write of its record still running: the next waits (`_in_order`).
-        self._writing: dict[tuple[str, str], asyncio.Task] = {}
+        self._writing: dict[tuple[str, str], asyncio.Task[None]] = {}
         # A message fanned out to many persistent sessions spills to one object, not one each.
         self._spilled: tuple[Message | None, str] = (None, "")
         self._wills: list[tuple[Session, Message, float]] = []  # restored, not yet scheduled
@@ -76,7 +77,7 @@ class SessionPersistence:
 
     # -- deliveries -----------------------------------------------------------------------
 
-    def persist(self, session: Session, delivery: Delivery) -> asyncio.Future:
+    def persist(self, session: Session, delivery: Delivery) -> asyncio.Future[None]:
         """Append the delivery to the session's durable queue; returns the commit."""
         session.next_seq += 1
         delivery.seq = session.next_seq
@@ -85,10 +86,10 @@ class SessionPersistence:
         if self.store.spills(len(message.payload)):
             spilled, object_key = self._spilled
             if spilled is not message:
-                object_key = self.store.new_object_key(session.tenant_id)
+                object_key = self.store.new_object_key(session.tenant_id)  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
                 self._spilled = (message, object_key)
         future = self.store.enqueue(
-            session.tenant_id,
+            session.tenant_id,  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
             session.client_id,
             QueuedMessage(
                 seq=delivery.seq,
@@ -106,18 +107,28 @@ class SessionPersistence:
     def sent(self, session: Session, delivery: Delivery, packet_id: int) -> None:
         """A QoS 2 delivery went out with this packet id: a restart resends it with the same."""
         future = self.store.mark(
-            session.tenant_id, session.client_id, delivery.seq, packet_id, SENT
+            session.tenant_id,  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
+            session.client_id,
+            delivery.seq,  # type: ignore[arg-type]  # persisted: it has a seq
+            packet_id,
+            SENT,
         )
         future.add_done_callback(_log_failure)
 
-    def released(self, session: Session, delivery: Delivery, packet_id: int) -> asyncio.Future:
+    def released(
+        self, session: Session, delivery: Delivery, packet_id: int
+    ) -> asyncio.Future[None]:
         """The client sent PUBREC: commit that before PUBREL so a restart cannot resend PUBLISH."""
         return self.store.mark(
-            session.tenant_id, session.client_id, delivery.seq, packet_id, RECEIVED
+            session.tenant_id,  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
+            session.client_id,
+            delivery.seq,  # type: ignore[arg-type]  # persisted: it has a seq
+            packet_id,
+            RECEIVED,
         )
 
-    def inbound_qos2(self, session: Session, packet_id: int, held: bool) -> asyncio.Future:
-        return self.store.inbound_qos2(session.tenant_id, session.client_id, packet_id, held)
+    def inbound_qos2(self, session: Session, packet_id: int, held: bool) -> asyncio.Future[None]:
+        return self.store.inbound_qos2(session.tenant_id, session.client_id, packet_id, held)  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
 
     def settled(self, session: Session, delivery: Delivery) -> None:
         """Acknowledged by the client, or dropped: the durable copy goes."""
@@ -133,7 +144,7 @@ class SessionPersistence:
         if disconnected and session.expiry_interval != NEVER_EXPIRES:
             expires_at = datetime.now(UTC) + timedelta(seconds=session.expiry_interval)
         await self.store.save_session(
-            session.tenant_id,
+            session.tenant_id,  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
             session.client_id,
             expiry_interval=session.expiry_interval,
             subscriptions=[_subscription_record(s) for s in session.subscriptions.values()],
@@ -143,7 +154,7 @@ class SessionPersistence:
 
     def will_published(self, session: Session) -> None:
         """A delayed will went out: a restart must not publish it again."""
-        self._spawn(self.store.save_will(session.tenant_id, session.client_id, None))
+        self._spawn(self.store.save_will(session.tenant_id, session.client_id, None))  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
 
     def save_later(self, session: Session, *, disconnected: bool = False) -> None:
         self._in_order(session, self.save(session, disconnected=disconnected))
@@ -155,7 +166,7 @@ class SessionPersistence:
         if session.tenant_id is not None and session.durable is not None:
             self._in_order(session, self.store.delete_session(session.tenant_id, session.client_id))
 
-    def _in_order(self, session: Session, write: Any) -> None:
+    def _in_order(self, session: Session, write: Awaitable[None]) -> None:
         """Run `write` (a coroutine on the session's record) once the writes of the same session
         queued before it are done. Side by side, a SUBSCRIBE's save and the DISCONNECT's right
         after it committed in either order, and when the first won the row said "connected" (no
@@ -165,11 +176,11 @@ class SessionPersistence:
         self._writing[key] = task
         task.add_done_callback(lambda done: self._written(key, done))
 
-    def _written(self, key: tuple[str, str], task: asyncio.Task) -> None:
+    def _written(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
         if self._writing.get(key) is task:
             del self._writing[key]
 
-    def _spawn(self, coroutine: Any) -> asyncio.Task:
+    def _spawn(self, coroutine: Coroutine[object, object, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -278,7 +289,7 @@ class SessionPersistence:
         lost its connection when the node died) unless it resumes the session first."""
         async with self.store.pool.connection() as conn:
             rows = await (await conn.execute(f"SELECT id, slug FROM {tables.TENANT}")).fetchall()
-        adopted = await self.restore(self.broker, dict(rows), keep)
+        adopted = await self.restore(self.broker, dict(rows), keep)  # type: ignore[arg-type]  # restore() set it
         self.release_wills()
         return adopted
 
@@ -287,7 +298,7 @@ class SessionPersistence:
         hooks are back: a client connected when the broker died lost its connection then, so its
         will goes after its delay unless it resumes the session first."""
         wills, self._wills = self._wills, []
-        broker = self.broker
+        broker: Broker = self.broker  # type: ignore[assignment]  # set by restore(), whose wills these are
         for session, will, delay in wills:
             if session.connection is None and broker.sessions.get(session.key) is session:
                 broker.schedule_will(session, will, delay)
@@ -325,7 +336,7 @@ def _will_record(session: Session) -> dict[str, Any] | None:
         "retain": will.retain,
         "properties": _jsonable(will.properties),
         "delay": session.will_delay,
-        "due": _wall(session.will_due).isoformat() if session.will_due is not None else None,
+        "due": _wall(session.will_due).isoformat() if session.will_due is not None else None,  # type: ignore[union-attr]  # due: so is its wall time
     }
 
 
@@ -348,7 +359,7 @@ def _restore_will(record: dict[str, Any], tenant: str, client_id: str) -> tuple[
 
 
 def _jsonable(properties: dict[str, Any]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, object] = {}
     for key, value in properties.items():
         if isinstance(value, bytes):
             out[key] = {"b": value.hex()}
@@ -360,7 +371,7 @@ def _jsonable(properties: dict[str, Any]) -> dict[str, Any]:
 
 
 def restore_properties(properties: dict[str, Any]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, object] = {}
     for key, value in properties.items():
         if isinstance(value, dict) and "b" in value:
             out[key] = bytes.fromhex(value["b"])
@@ -371,12 +382,12 @@ def restore_properties(properties: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _after(previous: asyncio.Task | None, write: Any) -> None:
+async def _after(previous: asyncio.Task[None] | None, write: Awaitable[None]) -> None:
     if previous is not None:
         await asyncio.wait([previous])
     await write
 
 
-def _log_failure(future: asyncio.Future) -> None:
+def _log_failure(future: asyncio.Future[None]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.warning("session store write failed: %s", future.exception())
