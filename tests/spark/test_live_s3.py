@@ -104,9 +104,12 @@ def test_live_job_on_s3_runs_actions_and_lifecycle_rules(s3_platform, receiver, 
         device.close()
         _wait_for(
             receiver,
+            # Each rule's actions are their own: one rule's webhook (a retried `hello`) may
+            # come after another's (`bye`), so each one awaited is waited for.
             lambda calls: (
                 len(_by_path(calls, "/hook/hot")) >= 5
                 and any(b["clientid"] == "dev-s3" for b in _by_path(calls, "/hook/bye"))
+                and {"watcher", "dev-s3"} <= {b["clientid"] for b in _by_path(calls, "/hook/hello")}
             ),
             60,
             "webhook calls",
