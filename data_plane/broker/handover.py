@@ -81,6 +81,34 @@ class Handover:
         return self.home(tenant, connect.client_id)
 
 
+def hand_over(
+    handover: Handover,
+    transport: asyncio.Transport,
+    home: str,
+    data: bytes,
+    accepted_at: float,
+    kind: int,
+    done: Callable[[bool], None],
+) -> None:
+    """A landing worker's side: reading stops (what follows stays in the socket, for the home),
+    a duplicate of the socket goes to `home` with `data` (`send_socket`), then `done(handed)`;
+    a hand-over that went through is counted here, one that failed by `done` (a client that
+    left meanwhile is no failure)."""
+    transport.pause_reading()
+    fd = os.dup(transport.get_extra_info("socket").fileno())  # ours until sent
+
+    async def send() -> None:
+        try:
+            handed = await send_socket(home, fd, data, accepted_at, kind)
+        finally:
+            os.close(fd)
+        if handed:
+            handover.counts.sent += 1
+        done(handed)
+
+    asyncio.get_running_loop().create_task(send())
+
+
 def unix_address(name: str) -> str:
     return "\0" + name
 

@@ -10,7 +10,7 @@ client_id)` (`data_plane.cluster.affinity`) which worker serves the tenant:
   the same bytes, so it answers exactly as it always did; from then on the transport talks to
   the connection directly, with nothing in between on the message path;
 - another one: reading stops, the socket and the bytes go to that worker
-  (`handover.send_socket`), and this worker forgets it; the home serves it with
+  (`handover.hand_over`), and this worker forgets it; the home serves it with
   `Handed`, which is the same `MQTTConnection` fed the same bytes. If the hand-over fails
   (the home died, or is not listening yet) this worker serves the client itself: a client is
   never refused for it.
@@ -25,13 +25,12 @@ client stays on the worker the kernel chose.
 from __future__ import annotations
 
 import asyncio
-import os
 
 from common.mqtt.codec import Reader
 from common.mqtt.errors import MQTTError
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
-from data_plane.broker.handover import Handover, now, send_socket
+from data_plane.broker.handover import TCP, Handover, hand_over, now
 
 
 class Landing(asyncio.Protocol):
@@ -80,25 +79,16 @@ class Landing(asyncio.Protocol):
             self._serve_here()
             return
         self.settled = True
-        self.transport.pause_reading()  # what follows stays in the socket, for the home
-        fd = os.dup(self.transport.get_extra_info("socket").fileno())  # ours until sent
-        asyncio.get_running_loop().create_task(self._hand_over(home, fd))
+        data = bytes(self.buffer)
+        hand_over(self.handover, self.transport, home, data, self.accepted_at, TCP, self._handed)
 
-    async def _hand_over(self, home: str, fd: int) -> None:
-        counts = self.handover.counts
-        try:
-            handed = await send_socket(home, fd, bytes(self.buffer), self.accepted_at)
-        finally:
-            os.close(fd)
+    def _handed(self, handed: bool) -> None:
         if self.lost:  # the client went meanwhile: whoever has the socket sees it closed
-            if handed:
-                counts.sent += 1
             return
         if handed:
-            counts.sent += 1
             self._forget()
             return
-        counts.failed += 1
+        self.handover.counts.failed += 1
         self.settled = False
         self._serve_here()
         if self.transport is not None and not self.transport.is_closing():

@@ -4,7 +4,7 @@ framing; the MQTT bytes go to an ordinary `MQTTConnection` through a transport a
 With tenant-affine workers (`data_plane.broker.landing`) a WebSocket is handed over too: until
 its first MQTT packet (the CONNECT) is read, the protocol keeps every byte the client sent, the
 upgrade request included, and holds the MQTT bytes back from the connection. If the tenant's
-home is another worker, the socket and those bytes go there (`handover.send_socket`, kind
+home is another worker, the socket and those bytes go there (`handover.hand_over`, kind
 `WS`), and the home replays them through a fresh protocol (`replay=`): wsproto reaches the same
 state (the server's side of the upgrade is deterministic: no extension is ever accepted), only
 the upgrade's answer is not sent again, and the CONNECT reaches the home's connection as if it
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from typing import Any
 
@@ -37,7 +36,7 @@ from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker import refused
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
-from data_plane.broker.handover import WS, Handover, now, send_socket
+from data_plane.broker.handover import WS, Handover, hand_over, now
 
 log = logging.getLogger(__name__)
 
@@ -230,24 +229,17 @@ class WebSocketProtocol(asyncio.Protocol):
             self._serve_here()
             return
         self.handing = True
-        self.transport.pause_reading()  # what follows stays in the socket, for the home
-        fd = os.dup(self.transport.get_extra_info("socket").fileno())  # ours until sent
-        asyncio.get_running_loop().create_task(self._hand_over(home, fd))
+        data = bytes(self.seen)
+        hand_over(self.handover, self.transport, home, data, self.accepted_at, WS, self._handed)
 
-    async def _hand_over(self, home: str, fd: int) -> None:
+    def _handed(self, handed: bool) -> None:
         assert self.handover is not None
-        counts = self.handover.counts
-        try:
-            handed = await send_socket(home, fd, bytes(self.seen), self.accepted_at, WS)
-        finally:
-            os.close(fd)
         if handed:
-            counts.sent += 1
             self._forget()
             return
         if self.lost:  # the client went meanwhile
             return
-        counts.failed += 1
+        self.handover.counts.failed += 1
         self.handing = False
         self._serve_here()
         if self.transport is not None and not self.transport.is_closing():
