@@ -15,7 +15,6 @@ the connection gets the held bytes and answers exactly as it always did.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from typing import Any
 
@@ -37,8 +36,6 @@ from data_plane.broker import refused
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.handover import WS, Handover, hand_over, now
-
-log = logging.getLogger(__name__)
 
 WS_PATH = "/mqtt"
 # The close codes wsproto answers a frame it cannot parse with (1002 protocol error: unmasked
