@@ -179,3 +179,35 @@ def test_a_full_batch_is_announced_once_and_a_failing_announcement_loses_nothing
         record(Message(f"t/{n}", b"x", 0, False, tenant="acme", publisher="c", device="d"))
     assert calls == [3]
     assert [r["topic"] for r in rows_of(columns)] == [f"t/{n}" for n in range(5)]
+
+
+def test_attributes_are_read_as_python_reads_them_whatever_the_class():
+    """The C recorders read a `Message`'s slots at their offsets; a subclass that overrides a
+    field, or `Message` itself changed after the offsets were learned, is read through its
+    attributes, as Python would."""
+
+    class Retitled(Message):
+        @property  # type: ignore[override]
+        def topic(self) -> str:
+            return "retitled"
+
+        @topic.setter
+        def topic(self, value: str) -> None:
+            pass
+
+    def message(cls: type = Message) -> Message:
+        return cls("plain", b"x", 0, False, tenant="acme", publisher="c", device="d")
+
+    columns = PublishColumns(use_c=True)
+    record = columns.recorder()
+    record(message())  # the offsets learned here
+    record(message(Retitled))
+    made_before = message()
+    original = Message.__dict__["topic"]
+    Message.topic = property(lambda self: "changed")  # type: ignore[assignment,method-assign]
+    try:
+        record(made_before)
+    finally:
+        Message.topic = original  # type: ignore[method-assign]
+    record(message())
+    assert [r["topic"] for r in rows_of(columns)] == ["plain", "retitled", "changed", "plain"]
