@@ -5,8 +5,9 @@ worker thread that writes them as Parquet (`journey_writer`).
 The hot path is `published`, called once per PUBLISH a client got through admission: it appends
 each field to its column (no dict or tuple per message, nothing the garbage collector tracks;
 who published is a row of a small per-batch table, as in the archive), in C where the archive's
-compiled module is built (`_recorder.Outcomes`: measured in process, 0.15 us a message against
-0.9 us for the Python recorder). Everything else (refusals, later drops, client events) is rare
+compiled module is built (`_recorder.Outcomes`: about 570 instructions and 0.09 us a message,
+reading the message's slots directly and remembering the last publisher's row, against 0.9 us for
+the Python recorder). Everything else (refusals, later drops, client events) is rare
 by comparison and appends a dict.
 
 Client events carry `version`: one number per node that only grows (microseconds since the epoch,
