@@ -444,13 +444,51 @@ wall_clock(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static int
+small_uint(PyObject *obj, uint32_t *out, const char *name)
+{
+    if (obj == Py_None) {
+        *out = 0;
+        return 0;
+    }
+    unsigned long value = PyLong_AsUnsignedLong(obj);
+    if (value == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    if (value > UINT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%s out of range", name);
+        return -1;
+    }
+    *out = (uint32_t)value;
+    return 0;
+}
+
+/* The publisher's row: the origin's, else made by Python (first message of a connection in the
+ * batch, or a message without an origin, keyed by its values). None is never a key. */
+static int
+publisher_row(PyObject *rows, PyObject *new_row, PyObject *origin, PyObject *m, uint32_t *row)
+{
+    PyObject *row_obj = origin == Py_None ? NULL : PyDict_GetItemWithError(rows, origin);
+    if (row_obj != NULL) {
+        Py_INCREF(row_obj);
+    }
+    else {
+        if (PyErr_Occurred())
+            return -1;
+        if ((row_obj = PyObject_CallOneArg(new_row, m)) == NULL)
+            return -1;
+    }
+    int failed = small_uint(row_obj, row, "publisher row");
+    Py_DECREF(row_obj);
+    return failed;
+}
+
 static PyObject *
 record(Recorder *self, PyObject *m, double received)
 {
     /* Every attribute is read before anything is appended: a message missing one (a bug upstream)
      * raises and leaves the columns as they were, all the same length. */
     PyObject *origin = NULL, *props = NULL, *topic = NULL, *qos_obj = NULL, *retain_obj = NULL;
-    PyObject *payload = NULL, *row_obj = NULL, *topic_bytes = NULL;
+    PyObject *payload = NULL, *topic_bytes = NULL;
     Py_buffer view = {0};
     int have_view = 0;
     PyObject *result = NULL;
@@ -517,27 +555,9 @@ record(Recorder *self, PyObject *m, double received)
         goto done;
     }
 
-    /* The publisher's row: the origin's, else made by Python (first message of a connection in
-     * the batch, or a message without an origin, keyed by its values). None is never a key. */
     uint32_t row;
-    row_obj = origin == Py_None ? NULL : PyDict_GetItemWithError(self->rows, origin);
-    if (row_obj != NULL) {
-        Py_INCREF(row_obj);
-    }
-    else {
-        if (PyErr_Occurred())
-            goto done;
-        if ((row_obj = PyObject_CallOneArg(self->new_row, m)) == NULL)
-            goto done;
-    }
-    unsigned long row_value = PyLong_AsUnsignedLong(row_obj);
-    if (row_value == (unsigned long)-1 && PyErr_Occurred())
+    if (publisher_row(self->rows, self->new_row, origin, m, &row) < 0)
         goto done;
-    if (row_value > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "publisher row out of range");
-        goto done;
-    }
-    row = (uint32_t)row_value;
 
     /* Room first, so that no column grows and then another fails: all or nothing. */
     Py_ssize_t index = self->payload_size->size / (Py_ssize_t)sizeof(uint32_t);
@@ -583,7 +603,6 @@ record(Recorder *self, PyObject *m, double received)
 done:
     if (have_view)
         PyBuffer_Release(&view);
-    Py_XDECREF(row_obj);
     Py_XDECREF(origin);
     Py_XDECREF(props);
     Py_XDECREF(topic);
@@ -742,24 +761,6 @@ Outcomes_init(Outcomes *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static int
-small_uint(PyObject *obj, uint32_t *out, const char *name)
-{
-    if (obj == Py_None) {
-        *out = 0;
-        return 0;
-    }
-    unsigned long value = PyLong_AsUnsignedLong(obj);
-    if (value == (unsigned long)-1 && PyErr_Occurred())
-        return -1;
-    if (value > UINT32_MAX) {
-        PyErr_Format(PyExc_OverflowError, "%s out of range", name);
-        return -1;
-    }
-    *out = (uint32_t)value;
-    return 0;
-}
-
 static PyObject *
 Outcomes_record(Outcomes *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -768,7 +769,7 @@ Outcomes_record(Outcomes *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *m = args[0], *published = args[2];
-    PyObject *origin = NULL, *topic = NULL, *qos_obj = NULL, *payload = NULL, *row_obj = NULL;
+    PyObject *origin = NULL, *topic = NULL, *qos_obj = NULL, *payload = NULL;
     PyObject *topic_bytes = NULL, *result = NULL;
     Py_buffer view = {0};
     int have_view = 0;
@@ -821,17 +822,7 @@ Outcomes_record(Outcomes *self, PyObject *const *args, Py_ssize_t nargs)
         row = self->last_row;
     }
     else {
-        row_obj = origin == Py_None ? NULL : PyDict_GetItemWithError(self->rows, origin);
-        if (row_obj != NULL) {
-            Py_INCREF(row_obj);
-        }
-        else {
-            if (PyErr_Occurred())
-                goto done;
-            if ((row_obj = PyObject_CallOneArg(self->new_row, m)) == NULL)
-                goto done;
-        }
-        if (small_uint(row_obj, &row, "publisher row") < 0)
+        if (publisher_row(self->rows, self->new_row, origin, m, &row) < 0)
             goto done;
         if (origin != Py_None) {
             Py_XSETREF(self->last_origin, Py_NewRef(origin));
@@ -865,7 +856,6 @@ Outcomes_record(Outcomes *self, PyObject *const *args, Py_ssize_t nargs)
 done:
     if (have_view)
         PyBuffer_Release(&view);
-    Py_XDECREF(row_obj);
     Py_XDECREF(origin);
     Py_XDECREF(topic);
     Py_XDECREF(qos_obj);
