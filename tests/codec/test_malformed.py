@@ -67,6 +67,14 @@ CASES = [
     ("PUBACK flags", 4, frame(0x41, b"\x00\x01"), 0x81),
     ("PUBREL flags", 4, frame(0x60, b"\x00\x01"), 0x81),
     ("PUBACK packet id 0", 4, frame(0x40, b"\x00\x00"), 0x82),
+    # The reader's fast paths (a 4-byte PUBACK, a PUBLISH after CONNECT) keep these errors.
+    ("PUBACK before CONNECT", None, frame(0x40, b"\x00\x01"), 0x82),
+    ("v5 PUBACK packet id 0", 5, frame(0x40, b"\x00\x00"), 0x82),
+    ("PUBLISH before CONNECT", None, frame(0x30, s("t")), 0x82),
+    ("PUBLISH topic length past packet", 4, frame(0x30, b"\x00\x05t"), 0x81),
+    ("PUBLISH one byte", 4, frame(0x30, b"\x00"), 0x81),
+    ("PUBLISH QoS 1 without packet id", 4, frame(0x32, s("t") + b"\x00"), 0x81),
+    ("PUBLISH topic with U+0000", 4, frame(0x30, s("a\x00")), 0x81),
     ("SUBSCRIBE flags", 4, frame(0x80, b"\x00\x01" + s("t") + b"\x00"), 0x81),
     ("SUBSCRIBE without filters", 4, frame(0x82, b"\x00\x01"), 0x82),
     ("SUBSCRIBE QoS 3", 4, frame(0x82, b"\x00\x01" + s("t") + b"\x03"), 0x81),
@@ -112,6 +120,24 @@ def test_malformed(name, version, data, code):
     assert raised.value.reason_code == code, raised.value
     with pytest.raises(MQTTError):  # a failed reader stays failed
         reader.feed(b"\xc0\x00")
+
+
+def test_acks_and_publishes_split_anywhere_decode_alike():
+    """The fast paths see packets whole in one read or cut at any byte, between other packets."""
+    acks = b"".join(frame(0x40, i.to_bytes(2, "big")) for i in (1, 2, 65535))
+    kinds = ["PubAck"] * 3 + ["Publish", "PubAck", "PingReq"]
+    for connect, properties in ((V3_CONNECT, b""), (V5_CONNECT, b"\x00")):
+        publish = frame(0x32, s("a/b") + b"\x00\x07" + properties + b"payload")
+        stream = acks + publish + frame(0x40, b"\x00\x09") + frame(0xC0, b"")
+        expected = Reader().feed(connect + stream)[1:]
+        for cut in range(1, len(stream)):
+            reader = Reader()
+            reader.feed(connect)
+            assert reader.feed(stream[:cut]) + reader.feed(stream[cut:]) == expected, cut
+        assert [type(p).__name__ for p in expected] == kinds
+        assert expected[3].payload == b"payload" and expected[3].packet_id == 7
+        assert [p.packet_id for p in expected[:3]] == [1, 2, 65535]
+        assert expected[0].reason_code == 0 and expected[0].properties == {}
 
 
 def test_remaining_length_over_four_bytes():
