@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Callable
 from typing import Protocol
 
@@ -35,6 +36,10 @@ from data_plane.broker.resends import RecentPublishes
 from data_plane.broker.session import Delivery, Session
 
 log = logging.getLogger(__name__)
+
+# A QoS 1 PUBACK with reason 0, the same 4 bytes in 3.1.1 and 5.0 (`encode_ack`): sent once per
+# QoS 1 PUBLISH, so built with one call.
+_PUBACK = struct.Struct(">BBH").pack
 
 
 # Builds a packet given its properties (None: none beyond its own), so that a Reason String
@@ -127,6 +132,8 @@ class Acks:
         if commits:
             # Acknowledge only once every durable copy is committed (group commit).
             self.conn.loop.create_task(self._ack_after_commit(packet, code, commits))
+        elif qos == 1 and not code:  # the common case: `encode_ack`'s 4 bytes, either version
+            self.conn.send(_PUBACK(0x40, 2, packet.packet_id))  # type: ignore[arg-type]  # QoS 1: it has an id (codec)
         else:
             self.ack_publish(packet, code)
 
@@ -204,7 +211,11 @@ class Acks:
     # -- the client's acknowledgements of our deliveries ----------------------------------------
 
     def puback(self, packet: PubAck) -> None:
-        self._settled(self.conn.session.puback(packet.packet_id))
+        conn = self.conn  # `_settled` inlined: once per QoS 1 delivery
+        delivery = conn.session.puback(packet.packet_id)
+        if delivery is not None:
+            conn.broker.settled(conn.session, delivery)
+            conn.broker.hooks.run("message.acked", conn.session, delivery)
 
     def pubcomp(self, packet: PubComp) -> None:
         self._settled(self.conn.session.pubcomp(packet.packet_id))

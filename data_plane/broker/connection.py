@@ -199,17 +199,17 @@ class MQTTConnection(asyncio.Protocol):
         gate.after_read(len(packets))
 
     def _process(self, packets: list[Packet]) -> None:
-        gate = self.gate
+        gate, handlers, connect = self.gate, self._handlers, PacketType.CONNECT  # per packet
         for index, packet in enumerate(packets):
             if self.closing:
                 return
             try:
-                if packet.type is PacketType.CONNECT:
+                if packet.type is connect:
                     self._judging = True
                     rest = packets[index + 1 :]
                     self.loop.create_task(self._handle_connect(packet, rest))  # type: ignore[arg-type]  # its type says Connect
                     return
-                handler = self._handlers.get(packet.type)
+                handler = handlers.get(packet.type)
                 if handler is not None and (actions := handler(packet)) is not None:
                     apply(self, actions)  # what the collaborator decided (`actions`)
             except MQTTError as exc:

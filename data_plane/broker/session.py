@@ -133,13 +133,17 @@ class Session:
     def _hand_over(self, delivery: Delivery) -> None:
         conn = self.connection
         if conn is not None and not conn.closing and not conn.write_paused and not self.queue:
+            # `_paced` only with an outbound quota: most tenants have none (a call per delivery).
+            paced = conn.outbound_bucket is not None
             if delivery.qos == 0:
-                if not conn.batch_full and not self._paced(conn, delivery):
+                if not conn.batch_full and not (paced and self._paced(conn, delivery)):
                     self._send(delivery, None)
                     return
                 self._enqueue(delivery)
                 return
-            if len(self.inflight) < conn.client_receive_maximum and not self._paced(conn, delivery):
+            if len(self.inflight) < conn.client_receive_maximum and not (
+                paced and self._paced(conn, delivery)
+            ):
                 self._send(delivery, self._allocate_id())
                 return
         if (conn is None or conn.closing) and delivery.qos == 0:
@@ -334,7 +338,10 @@ class Session:
         if entry is None or entry.state != AWAIT_PUBACK:
             return None
         del self.inflight[packet_id]
-        self.pump()
+        if self.queue or self.blocked_publishers:
+            self.pump()
+        elif self.connection is not None:  # what `pump` does with nothing queued or held
+            self.stalled = False
         return entry.delivery
 
     def pubrec(self, packet_id: int, failed: bool) -> Delivery | None:
