@@ -134,6 +134,11 @@ def test_acks_and_publishes_split_anywhere_decode_alike():
             reader = Reader()
             reader.feed(connect)
             assert reader.feed(stream[:cut]) + reader.feed(stream[cut:]) == expected, cut
+            reader = Reader()  # reads that are no `bytes` (a WebSocket's frames) are buffered
+            reader.feed(bytearray(connect))
+            first, rest = memoryview(stream[:cut]), bytearray(stream[cut:])
+            got = reader.feed(first) + reader.feed(rest)
+            assert got == expected and type(got[3].payload) is bytes, cut
         assert [type(p).__name__ for p in expected] == kinds
         assert expected[3].payload == b"payload" and expected[3].packet_id == 7
         assert [p.packet_id for p in expected[:3]] == [1, 2, 65535]
