@@ -348,7 +348,10 @@ class Reader:
             if self.server_side and "subscription_identifier" in properties:
                 raise ProtocolError("a client may not send a subscription identifier")
         if topic:
-            validate_topic_name(topic)
+            # Of `validate_topic_name`'s checks only the wildcards' can fail here (U+0000 is
+            # refused above, a two-byte length caps the size): it is called for its error only.
+            if "+" in topic or "#" in topic:
+                validate_topic_name(topic)
         elif version != MQTT_5_0 or "topic_alias" not in properties:
             raise ProtocolError("empty topic name without a topic alias")
         return Publish(topic, body[offset:], qos, bool(flags & 0x01), dup, packet_id, properties)
