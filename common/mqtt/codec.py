@@ -512,7 +512,7 @@ def encode_publish(
     (b"" for none; ignored on 3.1.1).
 
     Once per delivery: the parts are joined once (the payload copied once), with no
-    intermediate head (issue 34: 1.99 -> 0.71 us a 1 KiB QoS 1 PUBLISH, timeit)."""
+    intermediate head (issue 34: 0.84 -> 0.50 us a 1 KiB QoS 1 PUBLISH, timeit, best of 7)."""
     first = 0x30 | (qos << 1) | (0x08 if dup else 0) | (0x01 if retain else 0)
     topic_size = len(topic)
     properties = (properties or b"\x00") if protocol_version == MQTT_5_0 else b""
