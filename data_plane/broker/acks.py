@@ -135,7 +135,7 @@ class Acks:
             # Acknowledge only once every durable copy is committed (group commit).
             self.conn.loop.create_task(self._ack_after_commit(packet, code, commits))
         elif qos == 1 and not code:  # the common case: `encode_ack`'s 4 bytes, either version
-            self.conn.send(_PUBACK(0x40, 2, packet.packet_id))  # type: ignore[arg-type]  # QoS 1: it has an id (codec)
+            self.conn.send(_PUBACK(0x40, 2, packet.packet_id))  # QoS 1: it has an id (codec)
         else:
             self.ack_publish(packet, code)
 
