@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Callable
 from typing import Protocol
 
-from common.mqtt.codec import encode_ack
+from common.mqtt.codec import encode_ack, encode_puback
 from common.mqtt.packets import (
     MQTT_5_0,
     PacketType,
@@ -36,12 +35,6 @@ from data_plane.broker.resends import RecentPublishes
 from data_plane.broker.session import Delivery, Session
 
 log = logging.getLogger(__name__)
-
-# A QoS 1 PUBACK with reason 0, the same 4 bytes in 3.1.1 and 5.0 (`encode_ack`): sent once per
-# QoS 1 PUBLISH, so built with one call (issue 34: this, the PUBACK's and the session's cuts
-# beside it and `encode_publish`'s took bench.publish_micro's QoS 1 path from 109.2k to 95.3k
-# instructions a message).
-_PUBACK = struct.Struct(">BBH").pack
 
 
 # Builds a packet given its properties (None: none beyond its own), so that a Reason String
@@ -135,7 +128,7 @@ class Acks:
             # Acknowledge only once every durable copy is committed (group commit).
             self.conn.loop.create_task(self._ack_after_commit(packet, code, commits))
         elif qos == 1 and not code:  # the common case: `encode_ack`'s 4 bytes, either version
-            self.conn.send(_PUBACK(0x40, 2, packet.packet_id))  # QoS 1: it has an id (codec)
+            self.conn.send(encode_puback(packet.packet_id))  # QoS 1: it has an id (codec)
         else:
             self.ack_publish(packet, code)
 
