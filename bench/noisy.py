@@ -119,9 +119,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--flooders", type=int, default=50)
     args = parser.parse_args(argv)
-    order = [("A", args.base.resolve()), ("B", REPO), ("B", REPO), ("A", args.base.resolve())]
-    if args.base is None:
-        order = [("B", REPO)]
+    order = [("B", REPO)]
+    if args.base is not None:
+        base = args.base.resolve()
+        order = [("A", base), ("B", REPO), ("B", REPO), ("A", base)]
     slugs, creds = archive.seed(2)
     print(f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)", flush=True)
     try:
