@@ -4,6 +4,7 @@ sign up -> create a device -> see its username and secret -> log out -> log in -
 import os
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
@@ -41,5 +42,7 @@ def test_signup_device_logout_login(live_server, page):
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/")
     page.click("header nav >> role=link[name=Devices]")
-    assert page.locator("table a", has_text="sensor-1").count() == 1
+    page.wait_for_url(f"{live_server.url}/devices/")
+    # The click starts a navigation; count() alone would read whatever page is up at that instant.
+    expect(page.locator("table a", has_text="sensor-1")).to_have_count(1)
     assert "acme-e2e/sensor-1" in page.content()

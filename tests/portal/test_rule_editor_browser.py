@@ -86,7 +86,7 @@ def test_rule_editor_dry_run_output_error_position_and_save(live_server, page, a
         {"type": "republish", "topic": "alerts/${clientid}"}
     ]
     page.click("text=← Rules")
-    assert page.locator("#rules a", has_text="hot").count() == 1
+    expect(page.locator("#rules a", has_text="hot")).to_have_count(1)  # waits for the navigation
     row = page.locator('tr[data-rule="hot"]')
     assert row.locator('[data-metric="matched"]').text_content() == "0"
 
