@@ -21,6 +21,7 @@ pyarrow only: no Spark here (the compactor runs without one).
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterable
 from decimal import Decimal
 
@@ -49,37 +50,28 @@ class _NotExact(Exception):
     """This document's variant is left to Spark's parse_json."""
 
 
-class _Int:
-    __slots__ = ("text",)
+class _Float(str):
+    """The text of a JSON number with a fraction or an exponent (kept: its type depends on it)."""
 
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-class _Float:
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-class _Object:
-    __slots__ = ("pairs",)
-
-    def __init__(self, pairs: list[tuple[str, object]]) -> None:
-        self.pairs = pairs
+    __slots__ = ()
 
 
 def _refuse_constant(name: str) -> object:
     raise _NotExact(name)  # NaN, Infinity: Jackson refuses them
 
 
+# C-level hooks only (tuple, a str subclass): an object arrives as a tuple of (key, value) pairs
+# (arrays stay lists), integers as ints (their text is str(int): JSON has no leading zeros).
 _DECODER = json.JSONDecoder(
-    object_pairs_hook=_Object,
-    parse_int=_Int,
-    parse_float=_Float,
-    parse_constant=_refuse_constant,
+    object_pairs_hook=tuple, parse_float=_Float, parse_constant=_refuse_constant
 )
+
+
+# Payloads of one device type share their shapes: the sorted field order of an object's keys and
+# a document's metadata are computed once per shape (bounded caches).
+_CACHE = 4096
+_ORDERS: dict[tuple[str, ...], list[int]] = {}
+_METADATA: dict[tuple[bytes, ...], bytes] = {}
 
 
 def _size(n: int) -> int:
@@ -102,6 +94,15 @@ class _Builder:
         return index
 
     def metadata(self) -> bytes:
+        shape = tuple(self.key_bytes)
+        cached = _METADATA.get(shape)
+        if cached is None:
+            if len(_METADATA) >= _CACHE:
+                _METADATA.clear()
+            cached = _METADATA[shape] = self._metadata()
+        return cached
+
+    def _metadata(self) -> bytes:
         total = sum(len(k) for k in self.key_bytes)
         width = _size(max(total, len(self.key_bytes)))
         out = bytearray([0x01 | ((width - 1) << 6)])  # version 1, not sorted
@@ -116,7 +117,12 @@ class _Builder:
         return bytes(out)
 
     def value(self, node: object, depth: int = 0) -> bytes:
-        if isinstance(node, str):
+        kind = type(node)
+        if kind is _Float:
+            return _floating(node)  # type: ignore[arg-type]
+        if kind is int:
+            return _integer(node)  # type: ignore[arg-type]
+        if kind is str:
             data = node.encode()  # a lone surrogate raises UnicodeEncodeError: not exact
             if len(data) <= _SHORT_STRING_MAX:
                 return bytes([(len(data) << 2) | 1]) + data
@@ -127,28 +133,27 @@ class _Builder:
             return bytes([_TRUE << 2])
         if node is False:
             return bytes([_FALSE << 2])
-        if isinstance(node, _Int):
-            return _integer(node.text)
-        if isinstance(node, _Float):
-            return _floating(node.text)
         if depth >= MAX_DEPTH:
             raise _NotExact("too deep")
-        if isinstance(node, _Object):
-            return self._object(node.pairs, depth)
-        if isinstance(node, list):
+        if kind is tuple:
+            return self._object(node, depth)  # type: ignore[arg-type]
+        if kind is list:
             return self._array(node, depth)
         raise _NotExact(type(node).__name__)
 
-    def _object(self, pairs: list[tuple[str, object]], depth: int) -> bytes:
-        fields = {}
-        for key, item in pairs:
-            if key in fields:
+    def _object(self, pairs: tuple[tuple[str, object], ...], depth: int) -> bytes:
+        keys = tuple(k for k, _ in pairs)
+        order = _ORDERS.get(keys)
+        if order is None:
+            if len(set(keys)) != len(keys):
                 raise _NotExact("a duplicate key")  # parse_json refuses it
-            fields[key] = item
-        # Spark sorts fields as Java compares strings: by UTF-16 code units.
-        ordered = sorted(fields, key=lambda k: k.encode("utf-16-be"))
-        ids = [self.key_id(k) for k in ordered]
-        values = [self.value(fields[k], depth + 1) for k in ordered]
+            # Spark sorts fields as Java compares strings: by UTF-16 code units.
+            order = sorted(range(len(keys)), key=lambda i: keys[i].encode("utf-16-be"))
+            if len(_ORDERS) >= _CACHE:
+                _ORDERS.clear()
+            _ORDERS[keys] = order
+        ids = [self.key_id(keys[i]) for i in order]
+        values = [self.value(pairs[i][1], depth + 1) for i in order]
         return _container(2, ids, values)
 
     def _array(self, items: list, depth: int) -> bytes:
@@ -180,15 +185,12 @@ def _container(basic: int, ids: list[int] | None, values: list[bytes]) -> bytes:
     return bytes(out)
 
 
-def _integer(text: str) -> bytes:
-    if len(text) > MAX_NUMBER_TEXT:
-        raise _NotExact("a long number")
-    number = int(text)
+def _integer(number: int) -> bytes:
     if -_LONG <= number < _LONG:  # Jackson's getLongValue; the smallest integer type holds it
         for type_id, width in ((_INT8, 1), (_INT16, 2), (_INT32, 4), (_INT64, 8)):
             if -(1 << (8 * width - 1)) <= number < (1 << (8 * width - 1)):
                 return bytes([type_id << 2]) + number.to_bytes(width, "little", signed=True)
-    return _floating(text)  # beyond a long: a decimal of up to 38 digits, as Spark does
+    return _floating(str(number))  # beyond a long: a decimal of up to 38 digits, as Spark does
 
 
 def _floating(text: str) -> bytes:
@@ -215,8 +217,6 @@ def _floating(text: str) -> bytes:
             return bytes([type_id << 2, scale]) + unscaled.to_bytes(width, "little", signed=True)
         if len(digits) > MAX_DECIMAL:
             raise _NotExact("a number beyond 38 digits")  # Jackson's double of it: not ours
-    import struct
-
     return bytes([_DOUBLE << 2]) + struct.pack("<d", float(text))
 
 
