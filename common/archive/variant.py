@@ -223,6 +223,11 @@ def _floating(text: str) -> bytes:
 def encode_json(payload: bytes | None) -> tuple[bytes, bytes] | None:
     """(metadata, value) of the VARIANT Spark's `parse_json` makes of `payload` (UTF-8 JSON), or
     None where that is not certain (the reader parses those itself)."""
+    encoded = _encode(payload, None)
+    return None if encoded is None else encoded
+
+
+def _encode(payload: bytes | None, leaves: list | None) -> tuple[bytes, bytes] | None:
     if payload is None or len(payload) > MAX_PAYLOAD:
         return None
     try:
@@ -230,19 +235,87 @@ def encode_json(payload: bytes | None) -> tuple[bytes, bytes] | None:
         node = _DECODER.decode(text)
         builder = _Builder()
         value = builder.value(node)
-        return builder.metadata(), value
+        metadata = builder.metadata()
     except (ValueError, _NotExact, RecursionError, UnicodeError):
         # json's errors are ValueErrors (JSONDecodeError); a lone surrogate fails to encode
         return None
+    if leaves is not None and type(node) is tuple:
+        _typed_leaves(node, "", leaves, 1)
+    return metadata, value
+
+
+# -- shredding: common fields as typed columns ----------------------------------------------------
+#
+# Besides the whole VARIANT, a part stores the scalar fields its payloads commonly hold (objects
+# only, keys only: `site.id`) as typed columns of the struct `payload_fields`, one per field and
+# type, named `{path}|{kind}`: `i` an integer that fits a long (BIGINT), `d{s}` a decimal of scale
+# s (1..15) with at most 15 digits (DECIMAL(18, s): its double is the correctly rounded one), `s` a
+# string. A typed value is set only where the payload's variant holds exactly that type and value
+# at that path (and the variant is stored): everywhere else NULL, and a reader uses the variant.
+# So a reader may use either; `spark.rules.native` reads the typed column first.
+
+PAYLOAD_FIELDS = "payload_fields"
+SHRED_FIELDS = 32  # at most this many typed columns per part
+SHRED_SHARE = 0.05  # a field and type held by at least this share of the part's rows
+SHRED_DEPTH = 3  # levels of objects
+_SHRED_DIGITS = 15
+
+
+def _typed_leaves(pairs: tuple, prefix: str, out: list, depth: int) -> None:
+    for key, item in pairs:
+        if not key or "." in key or "|" in key or len(key) > 64:
+            continue
+        path = prefix + key
+        kind = type(item)
+        if kind is int:
+            if -_LONG <= item < _LONG:
+                out.append((path + "|i", item))
+        elif kind is str:
+            out.append((path + "|s", item))
+        elif kind is _Float:
+            if "e" in item or "E" in item or len(item) > _SHRED_DIGITS + 2:
+                continue
+            number = Decimal(item)
+            _, digits, exponent = number.as_tuple()
+            scale = -exponent  # type: ignore[operator]
+            if 1 <= scale <= _SHRED_DIGITS and len(digits) <= _SHRED_DIGITS:
+                out.append((f"{path}|d{scale}", number))
+        elif kind is tuple and depth < SHRED_DEPTH:
+            _typed_leaves(item, path + ".", out, depth + 1)
+
+
+def _field_type(name: str) -> pa.DataType:
+    kind = name.rsplit("|", 1)[1]
+    if kind == "i":
+        return pa.int64()
+    if kind == "s":
+        return pa.string()
+    return pa.decimal128(18, int(kind[1:]))
+
+
+def typed_field_path(name: str) -> tuple[tuple[str, ...], str]:
+    """(the keys, the kind) a `payload_fields` column is of."""
+    path, kind = name.rsplit("|", 1)
+    return tuple(path.split(".")), kind
 
 
 def variant_column(payloads: Iterable[bytes | None]) -> pa.Array:
     """The `payload_variant` column of these payloads (NULL where `encode_json` declines)."""
-    metadata: list[bytes | None] = []
-    values: list[bytes | None] = []
+    return variant_columns(payloads, shred=False)[0]
+
+
+def variant_columns(
+    payloads: Iterable[bytes | None], shred: bool = True, fields: list[str] | None = None
+) -> tuple[pa.Array, pa.Array | None]:
+    """`payload_variant` and, with `shred`, `payload_fields` (the fields named, or those at
+    least `SHRED_SHARE` of the rows hold, up to `SHRED_FIELDS`; None when there are none)."""
+    metadata: list[bytes] = []
+    values: list[bytes] = []
     mask: list[bool] = []
+    rows_leaves: list[list] = []
     for payload in payloads:
-        encoded = encode_json(payload)
+        leaves: list | None = [] if shred else None
+        encoded = _encode(payload, leaves)
         if encoded is None:
             metadata.append(b"")
             values.append(b"")
@@ -251,8 +324,30 @@ def variant_column(payloads: Iterable[bytes | None]) -> pa.Array:
             metadata.append(encoded[0])
             values.append(encoded[1])
             mask.append(False)
-    return pa.StructArray.from_arrays(
+        if shred:
+            rows_leaves.append(leaves or [])
+    variant = pa.StructArray.from_arrays(
         [pa.array(metadata, pa.binary()), pa.array(values, pa.binary())],
         fields=list(VARIANT_STRUCT),
         mask=pa.array(mask, pa.bool_()),
     )
+    if not shred:
+        return variant, None
+    if fields is None:
+        counts: dict[str, int] = {}
+        for leaves in rows_leaves:
+            for name, _ in leaves:
+                counts[name] = counts.get(name, 0) + 1
+        least = max(1, int(SHRED_SHARE * len(rows_leaves)))
+        common = sorted((n for n, c in counts.items() if c >= least), key=lambda n: -counts[n])
+        fields = sorted(common[:SHRED_FIELDS])
+    if not fields:
+        return variant, None
+    columns: dict[str, list] = {name: [None] * len(rows_leaves) for name in fields}
+    for row, leaves in enumerate(rows_leaves):
+        for name, value in leaves:
+            column = columns.get(name)
+            if column is not None:
+                column[row] = value
+    arrays = [pa.array(columns[name], _field_type(name)) for name in fields]
+    return variant, pa.StructArray.from_arrays(arrays, names=fields)

@@ -159,3 +159,96 @@ def test_generated_documents_store_what_parse_json_builds(spark, tmp_path, docum
         stored += 1
         assert (row["stored"], row["stored_type"]) == (row["parsed"], row["parsed_type"]), payload
     assert stored >= len(payloads) * 3 // 4
+
+
+# -- the native plan over history as the compactor writes it --------------------------------------
+
+_MORE_PAYLOADS = [
+    {"temp": 90.5, "site": {"id": 7, "name": "p"}},
+    {"temp": 90.0, "site": {"id": 7}},
+    {"temp": 95.25, "site": {"id": -7}},
+    {"temp": -91.5, "a": 2.0, "s": "x"},
+    {"temp": 1234567890123.5, "a": 2},
+    {"temp": 0.1, "s": "y", "n": {"m": 5.5}},
+    {"temp": 91, "site": {"id": 7.0}},
+]
+
+
+def _history_frame(spark, store, data: pa.Table):
+    """`data` as history: one live segment, compacted by `compact_hour`, read as a backfill
+    reads it (`spark.archive.read_archive`: the stored variant and the typed fields)."""
+    from datetime import UTC, datetime
+
+    from common.archive.files import compact_hour, encode_parquet
+    from common.archive.schema import live_segment_key
+    from spark.archive import read_archive
+
+    first = min(data["ts"].to_pylist())
+    first_ms = int(first.timestamp() * 1000)
+    store.put(live_segment_key(first_ms, "test", 0), encode_parquet(data))
+    hour = datetime.fromtimestamp(first_ms / 1000, UTC).replace(minute=0, second=0, microsecond=0)
+    compact_hour(store, hour)
+    tenants = sorted(set(data["tenant"].to_pylist()))
+    end_ms = int(max(data["ts"].to_pylist()).timestamp() * 1000) + 1
+    return read_archive(spark, store, tenants, first_ms, end_ms)
+
+
+def test_native_plan_over_compacted_history_gives_the_evaluators_results(spark, store):
+    """The case table of tests/spark/test_native.py (and more numbers), compacted: the plan
+    reads the stored variant and the typed fields, and its results are the evaluator's (the dry
+    run's semantics) row for row, as they are over the raw payloads."""
+    from common.archive.schema import ARCHIVE_SCHEMA
+    from spark.rules.plan import RulePlan, rule_outputs
+    from tests.spark.conftest import message
+    from tests.spark.test_native import evaluator_results, key, specs, table
+
+    data = table()
+    ts = max(data["ts"].to_pylist()).timestamp() * 1000
+    extra = [
+        message("acme", "t/a", p, int(ts) + i + 1, client_id="dev", qos=1)
+        for i, p in enumerate(_MORE_PAYLOADS)
+    ]
+    data = pa.concat_tables([data, pa.Table.from_pylist(extra, schema=ARCHIVE_SCHEMA)])
+    frame = _history_frame(spark, store, data)
+    assert PAYLOAD_VARIANT in frame.columns
+    assert "payload_fields" in frame.columns  # the common fields came typed
+    typed = {f.name for f in frame.schema["payload_fields"].dataType.fields}
+    assert {"temp|i", "temp|d1", "temp|s"} <= typed, typed
+    rules = specs()
+    got = sorted((key(r.asDict()) for r in rule_outputs(frame, rules).collect()), key=repr)
+    assert got == evaluator_results(data, rules)
+    # and no more (rule, row) pairs are left to Python than over the raw payloads
+    from tests.spark.test_native import frame_of
+
+    raw = RulePlan(frame_of(spark, data), rules).undecided().count()
+    assert RulePlan(frame, rules).undecided().count() == raw
+
+
+def test_dialect_cases_over_compacted_history(spark, store):
+    """The dialect's case table (tests/rules/test_dialect.py), each case its own tenant and so
+    its own history part (every field of its one payload typed), through the plan."""
+    from common.archive.schema import ARCHIVE_SCHEMA
+    from spark.rules.plan import RulePlan, RuleSpec
+    from tests.rules.test_dialect import CASES
+    from tests.spark.test_native import evaluator_results, key
+
+    rows, rules = [], []
+    for index, (sql, row, _expected) in enumerate(CASES):
+        tenant = f"case{index}"
+        pairs = [
+            p if isinstance(p, dict) else {"key": p[0], "value": p[1]}
+            for p in row.get("user_properties") or ()
+        ]
+        rows.append(
+            {**row, "tenant": tenant, "ts": 1_700_000_000_000 + index, "user_properties": pairs}
+        )
+        rules.append(RuleSpec(index + 1, tenant, f"c{index}", sql))
+    data = pa.Table.from_pylist(rows, schema=ARCHIVE_SCHEMA)
+    frame = _history_frame(spark, store, data)
+    assert "payload_fields" in frame.columns
+    for start in range(0, len(rules), 60):
+        chunk = rules[start : start + 60]
+        got = sorted(
+            (key(r.asDict()) for r in RulePlan(frame, chunk).results().collect()), key=repr
+        )
+        assert got == evaluator_results(data, chunk)
