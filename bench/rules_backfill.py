@@ -4,9 +4,10 @@ query on the same Parquet files.
 
     .venv/bin/python -m bench.rules_backfill --messages 10000000 [--dir /tmp/rules-bench] [--write]
 
-The archive is generated with pyarrow in its compacted form (one history part of 1M rows per
-hour for tenant `bench`, a `_COMPACTED` manifest per hour naming them, and one more tenant's parts
-beside it that the rule must not read), ~100-byte JSON payloads. The rule:
+The archive is generated with pyarrow as live segments (1M rows per hour of tenant `bench` and as
+many of tenant `other`, which the rule must not read; ~100-byte JSON payloads) and compacted by
+the archive's own compactor (`compact_hour`: per-tenant history parts, `HISTORY_ROW_GROUP` rows
+per row group, each payload stored parsed in `payload_variant`), timed apart. The rule:
 
     SELECT payload.site.id AS site, payload.temp AS temp FROM "sensors/#"
     WHERE payload.temp > 90 AND payload.site.id = 7
@@ -26,13 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.archive.files import Manifest, encode_parquet
-from common.archive.schema import (
-    ARCHIVE_SCHEMA,
-    COMPACTED_MARKER,
-    history_part_key,
-    live_hour_prefix,
-)
+from common.archive.files import compact_hour, encode_parquet
+from common.archive.schema import ARCHIVE_SCHEMA, live_segment_key
 from common.stores.object_store import LocalObjectStore
 
 HOUR_MS = 3_600_000
@@ -79,28 +75,27 @@ def _hour_table(tenant: str, hour_ms: int, rows: int, seed: int) -> pa.Table:
     )
 
 
-def generate(store: LocalObjectStore, messages: int, start_ms: int) -> tuple[int, int, list[str]]:
-    """Hours of history for `bench` (and as many rows for `other`); returns (start, end, bench
-    files)."""
+def generate(
+    store: LocalObjectStore, messages: int, start_ms: int
+) -> tuple[int, int, list[str], float]:
+    """Hours of history for `bench` (and as many rows for `other`), written as live segments and
+    compacted; returns (start, end, bench files, seconds the compaction took)."""
     hours = -(-messages // PER_HOUR)
-    files = []
+    compacting = 0.0
     for index in range(hours):
         hour_ms = start_ms + index * HOUR_MS
         rows = min(PER_HOUR, messages - index * PER_HOUR)
-        parts = []
-        for tenant in ("bench", "other"):
+        for number, tenant in enumerate(("bench", "other")):
             table = _hour_table(tenant, hour_ms, rows, seed=index * 2 + (tenant == "other"))
             empty = {n: pa.nulls(rows, ARCHIVE_SCHEMA.field(n).type) for n in ARCHIVE_SCHEMA.names}
             empty.update({n: table[n] for n in table.column_names})
             full = pa.table(empty).cast(ARCHIVE_SCHEMA)
-            key = history_part_key(tenant, hour_ms, 0, 0)
-            store.put(key, encode_parquet(full, row_group_size=PER_HOUR))
-            parts.append(key)
-            if tenant == "bench":
-                files.append(str(store.root / key))
-        marker = Manifest(segments=[], parts=parts, rounds=1, rows=2 * rows)
-        store.put(live_hour_prefix(hour_ms) + COMPACTED_MARKER, marker.encode())
-    return start_ms, start_ms + hours * HOUR_MS, files
+            store.put(live_segment_key(hour_ms, "bench", number), encode_parquet(full))
+        started = time.monotonic()
+        compact_hour(store, datetime.fromtimestamp(hour_ms / 1000, UTC))
+        compacting += time.monotonic() - started
+    files = sorted(str(p) for p in (store.root / "archive" / "tenant=bench").rglob("*.parquet"))
+    return start_ms, start_ms + hours * HOUR_MS, files, compacting
 
 
 def run_spark(store: LocalObjectStore, start: int, end: int) -> dict:
@@ -148,9 +143,12 @@ def main(argv: list[str] | None = None) -> None:
     store.clear()
     start_ms = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
     t0 = time.monotonic()
-    start, end, files = generate(store, args.messages, start_ms)
+    start, end, files, compacting = generate(store, args.messages, start_ms)
     generated = time.monotonic() - t0
-    print(f"generated {args.messages:,} messages (+ as many of another tenant) in {generated:.0f}s")
+    print(
+        f"generated {args.messages:,} messages (+ as many of another tenant) in {generated:.0f}s, "
+        f"of which compaction {compacting:.1f}s"
+    )
     load = os.getloadavg()[0]
     summary = run_spark(store, start, end)
     spark_rate = summary["rows_read"] / summary["seconds"]

@@ -20,10 +20,11 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType, VariantType
 
 from common.archive.files import ArchiveFile, archive_files
 from common.archive.schema import (
@@ -34,6 +35,7 @@ from common.archive.schema import (
     message_ids,
     read_ndjson_segment,
 )
+from common.archive.variant import PAYLOAD_FIELDS, PAYLOAD_VARIANT
 from common.stores.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
 from spark import object_source
 
@@ -46,6 +48,27 @@ def spark_schema() -> StructType:
 def history_spark_schema() -> StructType:
     """HISTORY_SCHEMA (the archive's columns and `message_id`) as Spark sees it."""
     return from_arrow_schema(HISTORY_SCHEMA)
+
+
+def history_part_spark_schema(files: Iterable[str] = ()) -> StructType:
+    """What Spark reads of the Parquet files (local paths): HISTORY_SCHEMA, `payload_variant`
+    (each payload parsed by the compactor) as a VARIANT, and `payload_fields` (the typed fields
+    the parts shred: the union of the files' own, from their footers). Files without them read
+    NULL there: live segments, history compacted before they existed."""
+    schema = history_spark_schema().add(StructField(PAYLOAD_VARIANT, VariantType()))
+    fields: dict[str, pa.DataType] = {}
+    for path in files:
+        try:
+            stored = pq.read_schema(path)
+        except (OSError, pa.ArrowInvalid):  # gone meanwhile (a live segment compacted away)
+            continue
+        if PAYLOAD_FIELDS in stored.names:
+            for field in stored.field(PAYLOAD_FIELDS).type:
+                fields.setdefault(field.name, field.type)
+    if fields:
+        typed = pa.schema([pa.field(PAYLOAD_FIELDS, pa.struct(sorted(fields.items())))])
+        schema = schema.add(from_arrow_schema(typed)[PAYLOAD_FIELDS])
+    return schema
 
 
 # `common.archive.schema.message_id_prefix` on the path Spark read a row from: a live segment's
@@ -118,7 +141,11 @@ def read_archive(
     frames = []
     if parquet and _local(store):
         paths = [store_path(store, key) for key in parquet]
-        frames.append(with_message_ids(spark.read.schema(history_spark_schema()).parquet(*paths)))
+        history = [
+            str(store.root / f.key) for f in listing if f.format == "parquet" and not f.shared
+        ]
+        schema = history_part_spark_schema(history)
+        frames.append(with_message_ids(spark.read.schema(schema).parquet(*paths)))
     elif parquet:
         object_source.register(spark)
         frames.append(
@@ -134,7 +161,7 @@ def read_archive(
         return empty_archive(spark)
     df = frames[0]
     for other in frames[1:]:
-        df = df.unionByName(other)
+        df = df.unionByName(other, allowMissingColumns=True)  # payload_variant, …: NULL
     return df.where(tenant_scope(tenants) & time_range(start_ms, end_ms))
 
 

@@ -38,6 +38,12 @@ from common.archive.schema import (
     message_ids,
     read_ndjson_segment,
 )
+from common.archive.variant import (
+    PAYLOAD_FIELDS,
+    PAYLOAD_VARIANT,
+    VARIANT_STRUCT,
+    variant_columns,
+)
 from common.stores.object_store import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -48,9 +54,16 @@ HOUR_MS = 3_600_000
 DICTIONARY_COLUMNS = ["event", "tenant", "client_id", "username", "topic", "content_type", "peer"]
 # Min/max statistics where a reader prunes on them (not on payloads: costly, never useful).
 STATISTICS_COLUMNS = ["event", "tenant", "ts", "client_id", "username", "topic", "qos"]
-HISTORY_ROW_GROUP = 1_000_000  # rows; large groups scan fast
+# Rows per row group of a history part: a reader's task reads whole groups, so groups of this size
+# spread even one hour of one tenant over every core (1M-row groups made an hour one task).
+HISTORY_ROW_GROUP = 131_072
 HISTORY_PART_BYTES = 256 * 1024 * 1024  # a history part closes past this size
 COMPACTION_BUFFER_BYTES = 128 * 1024 * 1024  # rows held in memory across tenants while compacting
+# What a history part holds: HISTORY_SCHEMA and each payload parsed once, as the VARIANT Spark's
+# parse_json makes of it (`common.archive.variant`; NULL where that is not certain), then its
+# common fields as typed columns (`payload_fields`, a struct whose fields vary by part). Readers
+# that want the rows (`read_file_with_ids`, `decode_parquet`) conform them and leave both out.
+HISTORY_PART_SCHEMA = HISTORY_SCHEMA.append(pa.field(PAYLOAD_VARIANT, VARIANT_STRUCT))
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -441,6 +454,7 @@ class _PartSpool:
         self.pending: list[pa.Table] = []
         self.pending_bytes = 0
         self.done: list[tuple[str, str]] = []  # (key, local path)
+        self.fields: list[str] | None = None  # the open part's typed payload fields
 
     def add(self, table: pa.Table) -> None:
         self.pending.append(table)
@@ -449,17 +463,27 @@ class _PartSpool:
     def flush(self) -> None:
         if not self.pending:
             return
+        table = pa.concat_tables(self.pending).sort_by([("ts", "ascending")])
+        # Each payload parsed once, here (`common.archive.variant`); the part's typed fields are
+        # chosen from its first rows and kept for the whole part (one schema per file).
+        variant, fields = variant_columns(table["payload"].to_pylist(), fields=self.fields)
+        table = table.append_column(PAYLOAD_VARIANT, variant)
         if self.writer is None:
+            self.fields = [] if fields is None else [f.name for f in fields.type]
+            schema = HISTORY_PART_SCHEMA
+            if fields is not None:
+                schema = schema.append(pa.field(PAYLOAD_FIELDS, fields.type))
             handle, self.path = tempfile.mkstemp(dir=self.spool, suffix=".parquet")
             os.close(handle)
             self.writer = pq.ParquetWriter(
                 self.path,
-                HISTORY_SCHEMA,
+                schema,
                 compression="zstd",
                 use_dictionary=DICTIONARY_COLUMNS,
                 write_statistics=STATISTICS_COLUMNS,
             )
-        table = pa.concat_tables(self.pending).sort_by([("ts", "ascending")])
+        if fields is not None:
+            table = table.append_column(PAYLOAD_FIELDS, fields)
         self.writer.write_table(table, row_group_size=HISTORY_ROW_GROUP)
         self.pending, self.pending_bytes = [], 0
         if os.path.getsize(self.path) >= HISTORY_PART_BYTES:
@@ -472,7 +496,7 @@ class _PartSpool:
             self.writer.close()
             key = history_part_key(self.tenant, self.hour_ms, self.round, self.number)
             self.done.append((key, self.path))
-            self.writer, self.number = None, self.number + 1
+            self.writer, self.number, self.fields = None, self.number + 1, None
 
 
 def _write_parts(

@@ -32,7 +32,8 @@ What compiles (anything else leaves the rule to Python):
 - A name the SELECT binds (other than a bare column binding itself) read by WHERE or a later field:
   not compiled (EMQX lets them read the selected value).
 
-The payload is parsed once per row with `try_parse_json` (valid UTF-8 only). A path into a JSON
+The payload is parsed once per row with `try_parse_json` (valid UTF-8 only), or not at all where
+history stores it parsed (`payload_variant`, `Stage.parsed`). A path into a JSON
 string (EMQX decodes a string met on a path) is not sure; an unparsable payload is not sure (the
 evaluator reports it as failed).
 """
@@ -46,10 +47,12 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from common.archive.schema import EVENT_PUBLISH
+from common.archive.variant import PAYLOAD_FIELDS, PAYLOAD_VARIANT
 from common.mqtt.topics import topic_filter_regex
 from common.rules.values import parse_number
 
 VARIANT_COLUMN = "_v"  # the payload parsed once per row
+STORED_COLUMN = "_sv"  # the row's payload came parsed from history (`payload_variant`)
 PAYLOAD_OK = "_ok"  # the payload is valid UTF-8 and parsed
 EXACT = 2**53  # integers below this convert to doubles exactly
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!=", "<>": "<>"}
@@ -99,26 +102,54 @@ class Stage:
     (so each is computed once per row however many rules use it): the parsed payload, the variant
     at each path, then per path its type, double value and whether "missing" is sure."""
 
-    def __init__(self) -> None:
+    def __init__(self, typed: dict[tuple[str, ...], list[tuple[str, str]]] | None = None) -> None:
+        # Per key path, the typed columns history stores for it (`payload_fields`: column name,
+        # kind), read before the variant (`common.archive.variant`, "shredding").
+        self.typed = typed or {}
+        self.typed_columns: dict[str, list[tuple[Column, str]]] = {}  # index name -> columns
+        self.untyped: list[Column | None] = []  # per path: no typed value (None: never typed)
         self.paths: dict[tuple, str] = {}  # segments -> index name
         self.layer1: dict[str, Column] = {}  # `_p{i}`: the variant at a path
         self.layer2: dict[str, Column] = {}  # `_t{i}`, `_m{i}`
         self.numbers: dict[str, Column] = {}  # `_x{i}` (reads `_t{i}`)
+        self.flags: dict[str, Column] = {}  # `_k{flag}{i}` (reads `_t{i}`, `_x{i}`)
         self.layer3: dict[str, Column] = {}  # `_cv{k}`, `_cs{k}`: each comparison's value, sure
         self._leaves: dict[str, Cond] = {}
         self.uses_payload = False
 
-    @staticmethod
-    def parsed() -> list[Column]:
+    def parsed(self, stored: bool = False) -> list[Column]:
+        """The payload as a VARIANT: parsed here, or with `stored`, as history stores it parsed
+        (`payload_variant`, the same value parse_json builds: `common.archive.variant`) and
+        parsed here only where that is NULL (rows the compactor left to parse_json, live
+        segments, history compacted before the column existed). COALESCE is lazy: a stored
+        row is not parsed again."""
+        parsed = F.try_parse_json(F.col("payload").cast("string"))
+        if not stored:
+            return [self._when_needed(parsed).alias(VARIANT_COLUMN)]
+        column = F.col(PAYLOAD_VARIANT)
         return [
-            F.try_parse_json(F.col("payload").cast("string")).alias(VARIANT_COLUMN),
+            self._when_needed(F.coalesce(column, parsed)).alias(VARIANT_COLUMN),
+            column.isNotNull().alias(STORED_COLUMN),
         ]
 
+    def _when_needed(self, variant: Column) -> Column:
+        """The whole variant only for rows where some path has no typed value (a typed value
+        implies a stored variant, so `_ok` holds without it)."""
+        if not self.untyped or any(u is None for u in self.untyped):
+            return variant
+        need = self.untyped[0]
+        for other in self.untyped[1:]:
+            need = need | other
+        return F.when(need, variant)
+
     @staticmethod
-    def payload_ok() -> Column:
-        return F.coalesce(
-            F.is_valid_utf8(F.col("payload")) & F.col(VARIANT_COLUMN).isNotNull(), _false()
-        ).alias(PAYLOAD_OK)
+    def payload_ok(stored: bool = False) -> Column:
+        """A stored payload was valid UTF-8 JSON (the compactor stores no other): not checked
+        again."""
+        ok = F.is_valid_utf8(F.col("payload")) & F.col(VARIANT_COLUMN).isNotNull()
+        if stored:
+            ok = F.col(STORED_COLUMN) | ok
+        return F.coalesce(ok, _false()).alias(PAYLOAD_OK)
 
     def path(self, segments: tuple) -> str:
         """The index of a payload path (its columns registered once)."""
@@ -126,8 +157,24 @@ class Stage:
         name = self.paths.get(segments)
         if name is None:
             name = self.paths[segments] = str(len(self.paths))
-            self.layer1[f"_p{name}"] = _navigate(F.col(VARIANT_COLUMN), segments)
+            typed = [
+                (F.col(PAYLOAD_FIELDS).getField(column), kind)
+                for column, kind in self.typed.get(_key_path(segments), [])
+            ]
+            self.typed_columns[name] = typed
+            # A row with a typed value at the path (history's `payload_fields`) reads it and
+            # nothing else; the variant is navigated only where there is none.
+            untyped = None
+            for column, _ in typed:
+                untyped = column.isNull() if untyped is None else untyped & column.isNull()
+            self.untyped.append(untyped)
+            navigated = _navigate(F.col(VARIANT_COLUMN), segments)
+            self.layer1[f"_p{name}"] = navigated if untyped is None else F.when(untyped, navigated)
             value = F.col(f"_p{name}")
+            present = value.isNotNull()
+            for column, _ in typed:
+                present = present | column.isNotNull()
+            self.layer2[f"_e{name}"] = present
             self.layer2[f"_t{name}"] = F.schema_of_variant(value)
             # The double of a JSON number, read back from Spark's own rendering of it: the same
             # value as `try_variant_get(value, '$', 'double')` (a long is printed in full and
@@ -136,9 +183,20 @@ class Stage:
             # round-trips; a non-finite one reads back as NULL, which is never sure), at a
             # third of the cost: variant_get builds a Cast expression per row. NULL for other
             # types, where no comparison reads it (they all look at `_t` first).
-            self.numbers[f"_x{name}"] = F.when(
-                _number_type(F.col(f"_t{name}")), F.to_json(value).try_cast("double")
+            # A typed number's double is its column's cast: a long's conversion, or a decimal of
+            # at most 15 digits (exact as a long) over an exact power of ten, correctly rounded.
+            self.numbers[f"_x{name}"] = _typed_first(
+                typed,
+                lambda c, kind: F.lit(None).cast("double") if kind == "s" else c.cast("double"),
+                F.when(_number_type(F.col(f"_t{name}")), F.to_json(value).try_cast("double")),
             )
+            flags = _flags(F.col(f"_t{name}"), F.col(f"_x{name}"))
+            for flag in _FLAGS:
+                self.flags[f"_k{flag}{name}"] = _typed_first(
+                    typed,
+                    lambda c, kind, flag=flag: _typed_flag(flag, kind, c, F.col(f"_x{name}")),
+                    flags[flag],
+                )
             # Missing is sure unless the path went through a JSON string (EMQX would decode it):
             # only then are the ancestors' types looked at (CASE is lazy).
             through_string = F.schema_of_variant(F.col(VARIANT_COLUMN)) == F.lit("STRING")
@@ -147,7 +205,7 @@ class Stage:
                 through_string = through_string | F.coalesce(
                     F.schema_of_variant(ancestor) == F.lit("STRING"), _false()
                 )
-            self.layer2[f"_m{name}"] = F.when(value.isNotNull(), _true()).otherwise(
+            self.layer2[f"_m{name}"] = F.when(present, _true()).otherwise(
                 ~F.coalesce(through_string, _true())
             )
         return name
@@ -163,6 +221,41 @@ class Stage:
             self.layer3[f"_cs{k}"] = built.sure
             cond = self._leaves[key] = Cond(F.col(f"_cv{k}"), F.col(f"_cs{k}"))
         return cond
+
+
+def _key_path(segments: tuple) -> tuple[str, ...]:
+    """The keys of a path of keys only (what `payload_fields` shreds), else ()."""
+    if all(kind == "key" for kind, _ in segments):
+        return tuple(arg for _, arg in segments)
+    return ()
+
+
+def _typed_first(typed: list[tuple[Column, str]], pick: Any, otherwise: Column) -> Column:
+    """`pick(column, kind)` of the first typed column set in the row, else `otherwise`."""
+    if not typed:
+        return otherwise
+    column, kind = typed[0]
+    chosen = F.when(column.isNotNull(), pick(column, kind))
+    for column, kind in typed[1:]:
+        chosen = chosen.when(column.isNotNull(), pick(column, kind))
+    return chosen.otherwise(otherwise)
+
+
+def _typed_flag(flag: str, kind: str, column: Column, x: Column) -> Column:
+    """A flag of `_flags` for a typed value: what its column's type says (`i` a long, `d{s}` a
+    decimal, whole or not, `s` a string), as `_flags` says it of the same value's variant."""
+    if kind == "s":
+        return F.lit(flag == "string")
+    whole = F.lit(True) if kind == "i" else F.floor(column) == column
+    return {
+        "string": _false(),
+        "atom": _false(),
+        "container": _false(),
+        "number": _true(),
+        "py_int": F.lit(kind == "i"),
+        "py_float": F.lit(False) if kind == "i" else ~whole,
+        "number_sure": ~whole | (F.abs(x) < F.lit(float(EXACT))),
+    }[flag]
 
 
 def _navigate(variant: Column, segments: tuple) -> Column:
@@ -187,29 +280,53 @@ def _number_type(t: Column) -> Column:
     return t.isin(*_INTEGERS, "DOUBLE", "FLOAT") | t.startswith("DECIMAL")
 
 
-class Leaf:
-    """A payload path's stage columns and what its variant type says about the Python value."""
+_FLAGS = ("string", "atom", "container", "number", "py_int", "py_float", "number_sure")
 
-    def __init__(self, name: str) -> None:
-        self.p, self.t = F.col(f"_p{name}"), F.col(f"_t{name}")
-        self.x, self.missing_sure = F.col(f"_x{name}"), F.col(f"_m{name}")
-        t = self.t
-        self.is_string = t == F.lit("STRING")
-        self.is_atom = t.isin("BOOLEAN", "VOID")  # true, false, null
-        self.is_container = t.startswith("OBJECT") | t.startswith("ARRAY")
-        decimal = t.startswith("DECIMAL")
-        self.is_number = _number_type(t)
-        # Python reads a JSON integer as an int, anything else as a float. Spark keeps integers
-        # that fit as BIGINT, other numbers as a DECIMAL with trailing zeros stripped (so `2.0`
-        # and an integer beyond 2^63 are both DECIMAL(p,0)) or, beyond 38 digits, a DOUBLE.
-        fraction = decimal & ~t.endswith(",0)")
-        finite = F.abs(self.x) < F.lit(1e38)
-        self.py_int = t.isin(*_INTEGERS)
-        self.py_float = fraction | (t.isin("DOUBLE", "FLOAT") & finite)
+
+def _flags(t: Column, x: Column) -> dict[str, Column]:
+    """What a path's variant type (`_t`) and double (`_x`) say about the Python value: computed
+    once per path and row in a layer of their own (the comparisons then read booleans, and the
+    plan's generated method stays small enough for the JIT)."""
+    decimal = t.startswith("DECIMAL")
+    # Python reads a JSON integer as an int, anything else as a float. Spark keeps integers
+    # that fit as BIGINT, other numbers as a DECIMAL with trailing zeros stripped (so `2.0`
+    # and an integer beyond 2^63 are both DECIMAL(p,0)) or, beyond 38 digits, a DOUBLE.
+    fraction = decimal & ~t.endswith(",0)")
+    finite = F.abs(x) < F.lit(1e38)
+    return {
+        "string": t == F.lit("STRING"),
+        "atom": t.isin("BOOLEAN", "VOID"),  # true, false, null
+        "container": t.startswith("OBJECT") | t.startswith("ARRAY"),
+        "number": _number_type(t),
+        "py_int": t.isin(*_INTEGERS),
+        "py_float": fraction | (t.isin("DOUBLE", "FLOAT") & finite),
         # A double comparison is exact for a Python float (correctly rounded from the same text
         # as Spark's double) and for an integer below 2^53.
-        self.number_sure = fraction | (F.abs(self.x) < F.lit(float(EXACT)))
-        self.text = F.try_variant_get(self.p, "$", "string")
+        "number_sure": fraction | (F.abs(x) < F.lit(float(EXACT))),
+    }
+
+
+class Leaf:
+    """A payload path's stage columns: its variant, type, double, and the flags `_flags` derives
+    from them."""
+
+    def __init__(self, name: str, typed: list[tuple[Column, str]]) -> None:
+        # `p`: the variant at the path (a typed value as a variant: only where it is read,
+        # for an output); `missing`: no value there, typed or not.
+        self.p = _typed_first(typed, lambda c, _kind: c.cast("variant"), F.col(f"_p{name}"))
+        self.missing = ~F.col(f"_e{name}")
+        self.t = F.col(f"_t{name}")
+        self.x, self.missing_sure = F.col(f"_x{name}"), F.col(f"_m{name}")
+        flag = {f: F.col(f"_k{f}{name}") for f in _FLAGS}
+        self.is_string, self.is_atom = flag["string"], flag["atom"]
+        self.is_container, self.is_number = flag["container"], flag["number"]
+        self.py_int, self.py_float = flag["py_int"], flag["py_float"]
+        self.number_sure = flag["number_sure"]
+        self.text = _typed_first(
+            typed,
+            lambda c, kind: c if kind == "s" else F.lit(None).cast("string"),
+            F.try_variant_get(F.col(f"_p{name}"), "$", "string"),
+        )
 
     def atom_text(self) -> Column:
         return F.to_json(self.p)  # true | false | null, as EMQX compares them with a string
@@ -327,7 +444,7 @@ class RuleCompiler:
         return _compare_number(value.col, _true(), op, literal)
 
     def _compare_json(self, value: Value, op: str, literal: Any) -> Cond:
-        leaf = Leaf(value.name)
+        leaf = Leaf(value.name, self.stage.typed_columns[value.name])
         higher_rank = {  # the JSON value is of a higher Erlang rank than the literal
             "=": _false(),
             "!=": _true(),
@@ -347,14 +464,14 @@ class RuleCompiler:
             )
             on_string = _compare_text(leaf.text, _true(), op, literal)
             value_ = (
-                F.when(leaf.p.isNull(), _false())
+                F.when(leaf.missing, _false())
                 .when(leaf.is_string, on_string.value)
                 .when(leaf.is_number, on_number.value)
                 .when(leaf.is_atom, _text_cond(leaf.atom_text(), op, literal))
                 .otherwise(lower_rank[op])
             )
             sure = (
-                F.when(leaf.p.isNull(), leaf.missing_sure)
+                F.when(leaf.missing, leaf.missing_sure)
                 .when(leaf.is_number, on_number.sure & leaf.number_sure)
                 .when(leaf.is_string | leaf.is_atom | leaf.is_container, _true())
                 .otherwise(_false())
@@ -363,13 +480,13 @@ class RuleCompiler:
             on_number = _number_cond(leaf.x, op, literal)
             on_string = _compare_number_text(leaf.text, op, literal)
             value_ = (
-                F.when(leaf.p.isNull(), _false())
+                F.when(leaf.missing, _false())
                 .when(leaf.is_number, on_number.value)
                 .when(leaf.is_string, on_string.value)
                 .otherwise(higher_rank[op])
             )
             sure = (
-                F.when(leaf.p.isNull(), leaf.missing_sure)
+                F.when(leaf.missing, leaf.missing_sure)
                 .when(leaf.is_number, leaf.number_sure)
                 .when(leaf.is_string, on_string.sure)
                 .when(leaf.is_atom | leaf.is_container, _true())
@@ -392,16 +509,16 @@ class RuleCompiler:
         ints = [float(v) for v in literals if type(v) is int]
         floats = [v for v in literals if type(v) is float]
         if value.kind == "json":
-            leaf = Leaf(value.name)
+            leaf = Leaf(value.name, self.stage.typed_columns[value.name])
             found = (
-                F.when(leaf.p.isNull(), _false())
+                F.when(leaf.missing, _false())
                 .when(leaf.is_string, _isin(leaf.text, strings))
                 .when(leaf.py_int, _isin(leaf.x, ints))
                 .when(leaf.py_float, _isin(leaf.x, floats))
                 .otherwise(_false())
             )
             sure = (
-                F.when(leaf.p.isNull(), leaf.missing_sure)
+                F.when(leaf.missing, leaf.missing_sure)
                 .when(leaf.py_int, F.abs(leaf.x) < F.lit(float(EXACT)))
                 .when(leaf.is_number, leaf.py_float)
                 .otherwise(_true())
@@ -422,11 +539,11 @@ class RuleCompiler:
         """(the output value, where it is sure) of one SELECT field."""
         value = self.value(node)
         if value.kind == "json":
-            leaf = Leaf(value.name)
+            leaf = Leaf(value.name, self.stage.typed_columns[value.name])
             # Strings and atoms render as Python renders them, and numbers whose Python type the
             # variant type tells; objects and arrays are left to Python (a variant orders keys).
             scalar = leaf.is_string | leaf.is_atom | leaf.py_int | leaf.py_float
-            sure = F.when(leaf.p.isNull(), leaf.missing_sure).otherwise(scalar)
+            sure = F.when(leaf.missing, leaf.missing_sure).otherwise(scalar)
             return leaf.p, F.coalesce(F.col(PAYLOAD_OK) & sure, _false())
         if value.kind == "payload":
             return value.col, F.coalesce(F.is_valid_utf8(F.col("payload")), _false())

@@ -29,12 +29,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from common.archive.schema import EVENT_PUBLISH, MESSAGE_ID, MESSAGE_UNIT_BYTES
+from common.archive.variant import PAYLOAD_FIELDS, PAYLOAD_VARIANT, typed_field_path
 from spark.rules.native import (
     PAYLOAD_OK,
     VARIANT_COLUMN,
     NativeRule,
     NotNative,
     Stage,
+    _key_path,
     compile_native,
 )
 
@@ -212,17 +214,22 @@ class RulePlan:
         for spec in self.specs:
             needed.update(_compiled(spec.sql).archive_columns)
         self.columns = [name for name in df.columns if name in needed]
+        # History parts store each payload parsed (`payload_variant`): the stage reads it
+        # instead of parsing (native rules only; it is never shipped to Python).
+        stored = PAYLOAD_VARIANT in df.columns
+        typed = _typed_fields(df)
         # The columns are built once per set of rules (a few hundred py4j calls each time would
         # cost the live job about a second per micro-batch), then applied to each DataFrame.
         key = (
             tuple((s.id, s.tenant, s.sql, s.client_prefix) for s in self.specs),
             tuple(df.columns),
+            tuple(sorted(typed)),
         )
         recipe = _RECIPES.get(key)
         if recipe is None:
             if len(_RECIPES) >= 16:
                 _RECIPES.clear()
-            recipe = _RECIPES[key] = _Recipe(self.specs, self.columns)
+            recipe = _RECIPES[key] = _Recipe(self.specs, self.columns, stored, typed)
         self.native = recipe.native
         # Each row's units natively, first: they read the property columns, which the rules may
         # not need (so they are neither shipped to Python nor carried through the stages).
@@ -373,20 +380,38 @@ class RulePlan:
 _RECIPES: dict[tuple, _Recipe] = {}
 
 
+def _typed_fields(df: DataFrame) -> list[str]:
+    """The typed payload columns the rows carry (`payload_fields`, history's shredded fields)."""
+    if PAYLOAD_FIELDS not in df.columns:
+        return []
+    return [f.name for f in df.schema[PAYLOAD_FIELDS].dataType.fields]
+
+
 class _Recipe:
     """The Spark columns of a set of rules: the scope, then the projections of the native plan
     (`RulePlan`), independent of any DataFrame."""
 
-    def __init__(self, specs: list[RuleSpec], columns: list[str]) -> None:
-        self.specs, self.columns = specs, columns
+    def __init__(
+        self,
+        specs: list[RuleSpec],
+        columns: list[str],
+        stored: bool = False,
+        typed: list[str] | None = None,
+    ) -> None:
+        self.specs, self.columns, self.stored = specs, columns, stored
         self.scope = scope_predicate(specs)
         self.first = [*columns, native_units().alias(UNITS_COLUMN)]
         self.native: dict[int, NativeRule] = {}
         self.layers: list[list] = []
         self.statuses_at = -1
+        self.shredded = False
         if len(specs) > PUSHDOWN_LIMIT:
             return  # one plan of that many rules costs Catalyst more than Python costs the rows
-        stage = Stage()
+        by_path: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        for column in typed or []:
+            path, kind = typed_field_path(column)
+            by_path.setdefault(path, []).append((column, kind))
+        stage = Stage(by_path)
         for spec in specs:
             try:
                 self.native[spec.id] = compile_native(spec.sql, stage)
@@ -395,7 +420,12 @@ class _Recipe:
             except Exception:
                 log.warning("rule %s: no native form", spec.id, exc_info=True)
         if self.native:
+            self.shredded = any(stage.typed.get(_key_path(p)) for p in stage.paths)
             self._layers(stage)
+            if stage.uses_payload and stored:
+                self.first.append(PAYLOAD_VARIANT)  # read by the first layer only
+            if self.shredded:
+                self.first.append(PAYLOAD_FIELDS)  # read by the path layers only
 
     def _layers(self, stage: Stage) -> None:
         # In projections, so that each costly piece runs once per row: the payload parsed, the
@@ -405,15 +435,18 @@ class _Recipe:
         layers = self.layers
         kept: list[str] = []
         if stage.uses_payload:
-            layers.append([*carried, *Stage.parsed()])
-            layers.append([*carried, VARIANT_COLUMN, Stage.payload_ok()])
-            kept = [VARIANT_COLUMN, PAYLOAD_OK]
+            shred = [PAYLOAD_FIELDS] if self.shredded else []
+            layers.append([*carried, *shred, *stage.parsed(self.stored)])
+            layers.append([*carried, *shred, VARIANT_COLUMN, Stage.payload_ok(self.stored)])
+            kept = [*shred, VARIANT_COLUMN, PAYLOAD_OK]
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer1.items()]])
             kept += list(stage.layer1)
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer2.items()]])
             kept += list(stage.layer2)
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.numbers.items()]])
             kept += list(stage.numbers)
+            layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.flags.items()]])
+            kept += list(stage.flags)
         if stage.layer3:
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer3.items()]])
             kept += list(stage.layer3)
