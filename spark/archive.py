@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructField, StructType, VariantType
+from pyspark.sql.types import StructType
 
 from common.archive.files import ArchiveFile, archive_files
 from common.archive.schema import (
@@ -35,7 +35,7 @@ from common.archive.schema import (
     message_ids,
     read_ndjson_segment,
 )
-from common.archive.variant import PAYLOAD_FIELDS, PAYLOAD_VARIANT
+from common.archive.shredding import PAYLOAD_FIELDS, without_case_twins
 from common.stores.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
 from spark import object_source
 
@@ -51,11 +51,11 @@ def history_spark_schema() -> StructType:
 
 
 def history_part_spark_schema(files: Iterable[str] = ()) -> StructType:
-    """What Spark reads of the Parquet files (local paths): HISTORY_SCHEMA, `payload_variant`
-    (each payload parsed by the compactor) as a VARIANT, and `payload_fields` (the typed fields
-    the parts shred: the union of the files' own, from their footers). Files without them read
-    NULL there: live segments, history compacted before they existed."""
-    schema = history_spark_schema().add(StructField(PAYLOAD_VARIANT, VariantType()))
+    """What Spark reads of the Parquet files (local paths): HISTORY_SCHEMA and `payload_fields`
+    (the typed fields the parts shred, `common.archive.shredding`: the union of the files' own,
+    from their footers). Files without it read NULL there: live segments, history compacted
+    before it existed."""
+    schema = history_spark_schema()
     fields: dict[str, pa.DataType] = {}
     for path in files:
         try:
@@ -65,6 +65,8 @@ def history_part_spark_schema(files: Iterable[str] = ()) -> StructType:
         if PAYLOAD_FIELDS in stored.names:
             for field in stored.field(PAYLOAD_FIELDS).type:
                 fields.setdefault(field.name, field.type)
+    # Two parts may type `B|i` and `b|i`: Spark would read one for the other (it ignores case).
+    fields = {name: fields[name] for name in without_case_twins(fields)}
     if fields:
         typed = pa.schema([pa.field(PAYLOAD_FIELDS, pa.struct(sorted(fields.items())))])
         schema = schema.add(from_arrow_schema(typed)[PAYLOAD_FIELDS])
@@ -161,7 +163,7 @@ def read_archive(
         return empty_archive(spark)
     df = frames[0]
     for other in frames[1:]:
-        df = df.unionByName(other, allowMissingColumns=True)  # payload_variant, …: NULL
+        df = df.unionByName(other, allowMissingColumns=True)  # payload_fields: NULL
     return df.where(tenant_scope(tenants) & time_range(start_ms, end_ms))
 
 

@@ -38,12 +38,7 @@ from common.archive.schema import (
     message_ids,
     read_ndjson_segment,
 )
-from common.archive.variant import (
-    PAYLOAD_FIELDS,
-    PAYLOAD_VARIANT,
-    VARIANT_STRUCT,
-    variant_columns,
-)
+from common.archive.shredding import PAYLOAD_FIELDS, shred
 from common.stores.object_store import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -59,11 +54,9 @@ STATISTICS_COLUMNS = ["event", "tenant", "ts", "client_id", "username", "topic",
 HISTORY_ROW_GROUP = 131_072
 HISTORY_PART_BYTES = 256 * 1024 * 1024  # a history part closes past this size
 COMPACTION_BUFFER_BYTES = 128 * 1024 * 1024  # rows held in memory across tenants while compacting
-# What a history part holds: HISTORY_SCHEMA and each payload parsed once, as the VARIANT Spark's
-# parse_json makes of it (`common.archive.variant`; NULL where that is not certain), then its
-# common fields as typed columns (`payload_fields`, a struct whose fields vary by part). Readers
-# that want the rows (`read_file_with_ids`, `decode_parquet`) conform them and leave both out.
-HISTORY_PART_SCHEMA = HISTORY_SCHEMA.append(pa.field(PAYLOAD_VARIANT, VARIANT_STRUCT))
+# A history part holds HISTORY_SCHEMA and its payloads' common fields as typed columns
+# (`payload_fields`, a struct whose fields vary by part: `common.archive.shredding`). Readers that
+# want the rows (`read_file_with_ids`, `decode_parquet`) conform them and leave it out.
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -464,13 +457,11 @@ class _PartSpool:
         if not self.pending:
             return
         table = pa.concat_tables(self.pending).sort_by([("ts", "ascending")])
-        # Each payload parsed once, here (`common.archive.variant`); the part's typed fields are
-        # chosen from its first rows and kept for the whole part (one schema per file).
-        variant, fields = variant_columns(table["payload"].to_pylist(), fields=self.fields)
-        table = table.append_column(PAYLOAD_VARIANT, variant)
+        # Each payload parsed once, here (`common.archive.shredding`); the part's typed fields
+        # are chosen from its first rows and kept for the whole part (one schema per file).
+        fields, self.fields = shred(table["payload"].to_pylist(), fields=self.fields)
         if self.writer is None:
-            self.fields = [] if fields is None else [f.name for f in fields.type]
-            schema = HISTORY_PART_SCHEMA
+            schema = HISTORY_SCHEMA
             if fields is not None:
                 schema = schema.append(pa.field(PAYLOAD_FIELDS, fields.type))
             handle, self.path = tempfile.mkstemp(dir=self.spool, suffix=".parquet")

@@ -33,7 +33,8 @@ What compiles (anything else leaves the rule to Python):
   not compiled (EMQX lets them read the selected value).
 
 The payload is parsed once per row with `try_parse_json` (valid UTF-8 only), or not at all where
-history stores it parsed (`payload_variant`, `Stage.parsed`). A path into a JSON
+history stores the fields the rules read as typed columns (`payload_fields`, `Stage.parsed`). A
+path into a JSON
 string (EMQX decodes a string met on a path) is not sure; an unparsable payload is not sure (the
 evaluator reports it as failed).
 """
@@ -47,12 +48,11 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from common.archive.schema import EVENT_PUBLISH
-from common.archive.variant import PAYLOAD_FIELDS, PAYLOAD_VARIANT
+from common.archive.shredding import PAYLOAD_FIELDS
 from common.mqtt.topics import topic_filter_regex
 from common.rules.values import parse_number
 
 VARIANT_COLUMN = "_v"  # the payload parsed once per row
-STORED_COLUMN = "_sv"  # the row's payload came parsed from history (`payload_variant`)
 PAYLOAD_OK = "_ok"  # the payload is valid UTF-8 and parsed
 EXACT = 2**53  # integers below this convert to doubles exactly
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!=", "<>": "<>"}
@@ -104,9 +104,10 @@ class Stage:
 
     def __init__(self, typed: dict[tuple[str, ...], list[tuple[str, str]]] | None = None) -> None:
         # Per key path, the typed columns history stores for it (`payload_fields`: column name,
-        # kind), read before the variant (`common.archive.variant`, "shredding").
+        # kind), read before the payload is parsed (`common.archive.shredding`).
         self.typed = typed or {}
         self.typed_columns: dict[str, list[tuple[Column, str]]] = {}  # index name -> columns
+        self.fields: dict[str, str] = {}  # typed column read -> its name in the stage, `_f{k}`
         self.untyped: list[Column | None] = []  # per path: no typed value (None: never typed)
         self.paths: dict[tuple, str] = {}  # segments -> index name
         self.layer1: dict[str, Column] = {}  # `_p{i}`: the variant at a path
@@ -117,39 +118,35 @@ class Stage:
         self._leaves: dict[str, Cond] = {}
         self.uses_payload = False
 
-    def parsed(self, stored: bool = False) -> list[Column]:
-        """The payload as a VARIANT: parsed here, or with `stored`, as history stores it parsed
-        (`payload_variant`, the same value parse_json builds: `common.archive.variant`) and
-        parsed here only where that is NULL (rows the compactor left to parse_json, live
-        segments, history compacted before the column existed). COALESCE is lazy: a stored
-        row is not parsed again."""
+    def parsed(self) -> list[Column]:
+        """The payload as a VARIANT, parsed only in rows where some path has no typed value
+        (history's `payload_fields`, `common.archive.shredding`; CASE is lazy). Live segments
+        and history compacted before the typed fields existed have none: every row is parsed."""
         parsed = F.try_parse_json(F.col("payload").cast("string"))
-        if not stored:
-            return [self._when_needed(parsed).alias(VARIANT_COLUMN)]
-        column = F.col(PAYLOAD_VARIANT)
-        return [
-            self._when_needed(F.coalesce(column, parsed)).alias(VARIANT_COLUMN),
-            column.isNotNull().alias(STORED_COLUMN),
-        ]
-
-    def _when_needed(self, variant: Column) -> Column:
-        """The whole variant only for rows where some path has no typed value (a typed value
-        implies a stored variant, so `_ok` holds without it)."""
         if not self.untyped or any(u is None for u in self.untyped):
-            return variant
+            return [parsed.alias(VARIANT_COLUMN)]
         need = self.untyped[0]
         for other in self.untyped[1:]:
             need = need | other
-        return F.when(need, variant)
+        return [F.when(need, parsed).alias(VARIANT_COLUMN)]
 
-    @staticmethod
-    def payload_ok(stored: bool = False) -> Column:
-        """A stored payload was valid UTF-8 JSON (the compactor stores no other): not checked
-        again."""
+    def payload_ok(self) -> Column:
+        """The payload is valid UTF-8 JSON: it parsed, or a path of the row came typed (the
+        compactor types the fields of no other document, so a typed row is not parsed)."""
         ok = F.is_valid_utf8(F.col("payload")) & F.col(VARIANT_COLUMN).isNotNull()
-        if stored:
-            ok = F.col(STORED_COLUMN) | ok
+        for untyped in self.untyped:
+            if untyped is not None:
+                ok = ~untyped | ok
         return F.coalesce(ok, _false()).alias(PAYLOAD_OK)
+
+    def _field(self, column: str) -> str:
+        """The stage's name for a typed column (`_f{k}`), taken out of the struct once."""
+        return self.fields.setdefault(column, f"_f{len(self.fields)}")
+
+    def typed_fields(self) -> list[Column]:
+        """The typed columns the paths read, out of `payload_fields`, for the first projection:
+        each struct field read once per row, and Parquet decodes only those (nested pruning)."""
+        return [F.col(PAYLOAD_FIELDS).getField(c).alias(a) for c, a in self.fields.items()]
 
     def path(self, segments: tuple) -> str:
         """The index of a payload path (its columns registered once)."""
@@ -158,7 +155,7 @@ class Stage:
         if name is None:
             name = self.paths[segments] = str(len(self.paths))
             typed = [
-                (F.col(PAYLOAD_FIELDS).getField(column), kind)
+                (F.col(self._field(column)), kind)
                 for column, kind in self.typed.get(_key_path(segments), [])
             ]
             self.typed_columns[name] = typed

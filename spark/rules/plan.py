@@ -29,14 +29,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from common.archive.schema import EVENT_PUBLISH, MESSAGE_ID, MESSAGE_UNIT_BYTES
-from common.archive.variant import PAYLOAD_FIELDS, PAYLOAD_VARIANT, typed_field_path
+from common.archive.shredding import PAYLOAD_FIELDS, typed_field_path
 from spark.rules.native import (
     PAYLOAD_OK,
     VARIANT_COLUMN,
     NativeRule,
     NotNative,
     Stage,
-    _key_path,
     compile_native,
 )
 
@@ -214,9 +213,8 @@ class RulePlan:
         for spec in self.specs:
             needed.update(_compiled(spec.sql).archive_columns)
         self.columns = [name for name in df.columns if name in needed]
-        # History parts store each payload parsed (`payload_variant`): the stage reads it
-        # instead of parsing (native rules only; it is never shipped to Python).
-        stored = PAYLOAD_VARIANT in df.columns
+        # History parts store their payloads' common fields typed (`payload_fields`): the stage
+        # reads them instead of parsing (native rules only; never shipped to Python).
         typed = _typed_fields(df)
         # The columns are built once per set of rules (a few hundred py4j calls each time would
         # cost the live job about a second per micro-batch), then applied to each DataFrame.
@@ -229,7 +227,7 @@ class RulePlan:
         if recipe is None:
             if len(_RECIPES) >= 16:
                 _RECIPES.clear()
-            recipe = _RECIPES[key] = _Recipe(self.specs, self.columns, stored, typed)
+            recipe = _RECIPES[key] = _Recipe(self.specs, self.columns, typed)
         self.native = recipe.native
         # Each row's units natively, first: they read the property columns, which the rules may
         # not need (so they are neither shipped to Python nor carried through the stages).
@@ -395,16 +393,14 @@ class _Recipe:
         self,
         specs: list[RuleSpec],
         columns: list[str],
-        stored: bool = False,
         typed: list[str] | None = None,
     ) -> None:
-        self.specs, self.columns, self.stored = specs, columns, stored
+        self.specs, self.columns = specs, columns
         self.scope = scope_predicate(specs)
         self.first = [*columns, native_units().alias(UNITS_COLUMN)]
         self.native: dict[int, NativeRule] = {}
         self.layers: list[list] = []
         self.statuses_at = -1
-        self.shredded = False
         if len(specs) > PUSHDOWN_LIMIT:
             return  # one plan of that many rules costs Catalyst more than Python costs the rows
         by_path: dict[tuple[str, ...], list[tuple[str, str]]] = {}
@@ -420,12 +416,8 @@ class _Recipe:
             except Exception:
                 log.warning("rule %s: no native form", spec.id, exc_info=True)
         if self.native:
-            self.shredded = any(stage.typed.get(_key_path(p)) for p in stage.paths)
             self._layers(stage)
-            if stage.uses_payload and stored:
-                self.first.append(PAYLOAD_VARIANT)  # read by the first layer only
-            if self.shredded:
-                self.first.append(PAYLOAD_FIELDS)  # read by the path layers only
+            self.first += stage.typed_fields()  # read by the path layers only
 
     def _layers(self, stage: Stage) -> None:
         # In projections, so that each costly piece runs once per row: the payload parsed, the
@@ -435,9 +427,9 @@ class _Recipe:
         layers = self.layers
         kept: list[str] = []
         if stage.uses_payload:
-            shred = [PAYLOAD_FIELDS] if self.shredded else []
-            layers.append([*carried, *shred, *stage.parsed(self.stored)])
-            layers.append([*carried, *shred, VARIANT_COLUMN, Stage.payload_ok(self.stored)])
+            shred = list(stage.fields.values())
+            layers.append([*carried, *shred, *stage.parsed()])
+            layers.append([*carried, *shred, VARIANT_COLUMN, stage.payload_ok()])
             kept = [*shred, VARIANT_COLUMN, PAYLOAD_OK]
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer1.items()]])
             kept += list(stage.layer1)
