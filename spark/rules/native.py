@@ -243,7 +243,9 @@ def _typed_flag(flag: str, kind: str, column: Column, x: Column) -> Column:
     decimal, whole or not, `s` a string), as `_flags` says it of the same value's variant."""
     if kind == "s":
         return F.lit(flag == "string")
-    whole = F.lit(True) if kind == "i" else F.floor(column) == column
+    # A decimal of at most 15 digits is whole exactly when its double is (the double is within
+    # far less than 10^-scale of it), and the double's test costs no BigDecimal per row.
+    whole = F.lit(True) if kind == "i" else F.floor(x) == x
     return {
         "string": _false(),
         "atom": _false(),
