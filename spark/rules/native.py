@@ -114,6 +114,7 @@ class Stage:
         self.layer2: dict[str, Column] = {}  # `_t{i}`, `_m{i}`
         self.numbers: dict[str, Column] = {}  # `_x{i}` (reads `_t{i}`)
         self.flags: dict[str, Column] = {}  # `_k{flag}{i}` (reads `_t{i}`, `_x{i}`)
+        self.texts: dict[str, Column] = {}  # `_txt{i}`: a string's text (reads `_kstring{i}`)
         self.layer3: dict[str, Column] = {}  # `_cv{k}`, `_cs{k}`: each comparison's value, sure
         self._leaves: dict[str, Cond] = {}
         self.uses_payload = False
@@ -138,6 +139,22 @@ class Stage:
             if untyped is not None:
                 ok = ~untyped | ok
         return F.coalesce(ok, _false()).alias(PAYLOAD_OK)
+
+    def text(self, name: str) -> Column:
+        """A path's string, as a column of its own (the comparisons read it two or three times:
+        inline, the typed CASE made a plan of many rules outgrow the JVM's 64 KB a method), set
+        only where the value is a string."""
+        column = f"_txt{name}"
+        if column not in self.texts:
+            self.texts[column] = F.when(
+                F.col(f"_kstring{name}"),
+                _typed_first(
+                    self.typed_columns[name],
+                    lambda c, kind: c if kind == "s" else F.lit(None).cast("string"),
+                    F.try_variant_get(F.col(f"_p{name}"), "$", "string"),
+                ),
+            )
+        return F.col(column)
 
     def _field(self, column: str) -> str:
         """The stage's name for a typed column (`_f{k}`), taken out of the struct once."""
@@ -309,7 +326,8 @@ class Leaf:
     """A payload path's stage columns: its variant, type, double, and the flags `_flags` derives
     from them."""
 
-    def __init__(self, name: str, typed: list[tuple[Column, str]]) -> None:
+    def __init__(self, name: str, stage: Stage) -> None:
+        typed = stage.typed_columns[name]
         # `p`: the variant at the path (a typed value as a variant: only where it is read,
         # for an output); `missing`: no value there, typed or not.
         self.p = _typed_first(typed, lambda c, _kind: c.cast("variant"), F.col(f"_p{name}"))
@@ -321,11 +339,7 @@ class Leaf:
         self.is_container, self.is_number = flag["container"], flag["number"]
         self.py_int, self.py_float = flag["py_int"], flag["py_float"]
         self.number_sure = flag["number_sure"]
-        self.text = _typed_first(
-            typed,
-            lambda c, kind: c if kind == "s" else F.lit(None).cast("string"),
-            F.try_variant_get(F.col(f"_p{name}"), "$", "string"),
-        )
+        self.text = stage.text(name)
 
     def atom_text(self) -> Column:
         return F.to_json(self.p)  # true | false | null, as EMQX compares them with a string
@@ -443,7 +457,7 @@ class RuleCompiler:
         return _compare_number(value.col, _true(), op, literal)
 
     def _compare_json(self, value: Value, op: str, literal: Any) -> Cond:
-        leaf = Leaf(value.name, self.stage.typed_columns[value.name])
+        leaf = Leaf(value.name, self.stage)
         higher_rank = {  # the JSON value is of a higher Erlang rank than the literal
             "=": _false(),
             "!=": _true(),
@@ -508,7 +522,7 @@ class RuleCompiler:
         ints = [float(v) for v in literals if type(v) is int]
         floats = [v for v in literals if type(v) is float]
         if value.kind == "json":
-            leaf = Leaf(value.name, self.stage.typed_columns[value.name])
+            leaf = Leaf(value.name, self.stage)
             found = (
                 F.when(leaf.missing, _false())
                 .when(leaf.is_string, _isin(leaf.text, strings))
@@ -538,7 +552,7 @@ class RuleCompiler:
         """(the output value, where it is sure) of one SELECT field."""
         value = self.value(node)
         if value.kind == "json":
-            leaf = Leaf(value.name, self.stage.typed_columns[value.name])
+            leaf = Leaf(value.name, self.stage)
             # Strings and atoms render as Python renders them, and numbers whose Python type the
             # variant type tells; objects and arrays are left to Python (a variant orders keys).
             scalar = leaf.is_string | leaf.is_atom | leaf.py_int | leaf.py_float

@@ -74,6 +74,7 @@ SHARE = "share"  # the budget kind of a row left out when its tenant used its sh
 RULES_CLIENT_PREFIX = "$rules-"
 # Above this many rules one OR of per-rule predicates costs Catalyst more than it saves the scan.
 PUSHDOWN_LIMIT = 64
+TYPED_RULES_LIMIT = 1  # rules a plan may have and still read history's typed fields
 
 
 @dataclass(frozen=True)
@@ -404,6 +405,12 @@ class _Recipe:
         if len(specs) > PUSHDOWN_LIMIT:
             return  # one plan of that many rules costs Catalyst more than Python costs the rows
         by_path: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        # Typed fields for a plan of one rule only (a tenant's run of a rule over history): each
+        # typed path adds CASEs to the one generated method, and plans of 8 of the dialect's
+        # test rules outgrew the JVM's 64 KB a method (Spark then interprets the whole stage,
+        # slower than parsing). Plans of more rules parse, as before typed fields existed.
+        if len(specs) > TYPED_RULES_LIMIT:
+            typed = []
         for column in typed or []:
             path, kind = typed_field_path(column)
             by_path.setdefault(path, []).append((column, kind))
@@ -439,6 +446,9 @@ class _Recipe:
             kept += list(stage.numbers)
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.flags.items()]])
             kept += list(stage.flags)
+            if stage.texts:
+                layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.texts.items()]])
+                kept += list(stage.texts)
         if stage.layer3:
             layers.append([*carried, *kept, *[e.alias(n) for n, e in stage.layer3.items()]])
             kept += list(stage.layer3)
