@@ -28,6 +28,7 @@ import gc
 import json
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -94,7 +95,7 @@ class _Walker:
     def __init__(self) -> None:
         self.leaves: list[tuple[str, object]] = []
 
-    def obj(self, pairs: tuple, prefix: str | None, depth: int) -> None:
+    def obj(self, pairs: tuple[tuple[str, Any], ...], prefix: str | None, depth: int) -> None:
         """An object's checks, and with a `prefix` (its path, within `SHRED_DEPTH`) its leaves."""
         if depth > MAX_DEPTH:
             raise _NotExact("too deep")
@@ -124,7 +125,7 @@ class _Walker:
             elif kind is list:
                 self.array(item, depth + 1)
 
-    def array(self, items: Iterable, depth: int) -> None:
+    def array(self, items: Iterable[Any], depth: int) -> None:
         """The checks of values outside typed paths (array items, deep fields)."""
         if depth > MAX_DEPTH:
             raise _NotExact("too deep")
@@ -196,7 +197,7 @@ def without_case_twins(names: Iterable[str]) -> list[str]:
     return [name for name in names if seen[name.lower()] == 1]
 
 
-def _decimals(texts: list, scale: int) -> pa.Array:
+def _decimals(texts: list[str | None], scale: int) -> pa.Array:
     """DECIMAL(18, scale) from plain decimal texts of that scale (None: NULL), built from the
     unscaled integers (pyarrow converts Python Decimals one by one, slowly)."""
     valid = np.array([t is not None for t in texts], dtype=bool)
@@ -221,13 +222,13 @@ def shred(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        sample: list = []
+        sample: list[list[tuple[str, object]] | None] = []
         if fields is None:
             sample = [typed_leaves(p) for p in payloads[:SAMPLE_ROWS]]
             fields = common_fields(sample)
         if not fields:
             return None, []
-        columns: dict[str, list] = {name: [None] * len(payloads) for name in fields}
+        columns: dict[str, list[Any]] = {name: [None] * len(payloads) for name in fields}
         for row, payload in enumerate(payloads):
             leaves = sample[row] if row < len(sample) else typed_leaves(payload)
             for name, value in leaves or ():
