@@ -103,6 +103,10 @@ def generate(root: Path, tenants: int, days: int) -> int:
             "bytes_in": uniform(10**6),
             "bytes_out": uniform(10**6),
             "dropped": pa.array([0] * n, type=pa.int64()),
+            # As a broker writes them (data_plane/storage/usage_log.py): shadow operations
+            # counted, job executions null (only the control plane's jobs writer meters them).
+            "shadow_operations": pa.array([0] * n, type=pa.int64()),
+            "job_executions": pa.nulls(n, pa.int64()),
         }
         table = pa.table(columns, schema=USAGE_SCHEMA)
         path = root / usage_segment_key(base, "bench-broker", hour)
@@ -150,7 +154,8 @@ def run_duckdb(root: Path, period: str) -> dict:
         """
         SELECT tenant, strftime(minute, '%Y-%m') AS period,
                sum(messages), sum(connection_minutes), sum(rules_triggered),
-               sum(actions_executed), sum(storage_byte_hours), count(*)
+               sum(actions_executed), sum(storage_byte_hours),
+               coalesce(sum(job_executions), 0), count(*)
           FROM read_parquet(?)
          WHERE minute >= ? AND minute < ?
          GROUP BY 1, 2
@@ -165,10 +170,11 @@ def run_duckdb(root: Path, period: str) -> dict:
             "rules_triggered": int(r[4]),
             "actions_executed": int(r[5]),
             "storage_byte_hours": int(r[6]),
+            "job_executions": int(r[7]),
         }
         for r in rows
     }
-    return {"seconds": elapsed, "groups": len(rows), "rows": sum(r[7] for r in rows), "sums": sums}
+    return {"seconds": elapsed, "groups": len(rows), "rows": sum(r[8] for r in rows), "sums": sums}
 
 
 def main(argv: list[str] | None = None) -> None:
