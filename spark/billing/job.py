@@ -170,10 +170,22 @@ def months(start: datetime, end: datetime) -> list[tuple[str, datetime]]:
     return out
 
 
-def usage_by_tenant_period(usage: DataFrame, start: datetime, end: datetime) -> DataFrame:
+# Up to this many tenants (a `--tenant` report, a verification) their rows are selected before
+# hashing and summing; for more, every tenant is summed and `collect_usage` keeps the wanted
+# groups: each segment holds all tenants, so the scan decodes their rows anyway, and a filter of
+# a thousand names is a set look-up per row.
+ROW_FILTER_TENANTS = 10
+
+
+def usage_by_tenant_period(
+    usage: DataFrame, start: datetime, end: datetime, tenants: Iterable[str] | None = None
+) -> DataFrame:
     """Per tenant and calendar month in [start, end): the sum of every billed column, the number
-    of rows and an order-independent digest of them (the sum of each row's 64-bit hash)."""
+    of rows and an order-independent digest of them (the sum of each row's 64-bit hash). With
+    `tenants`, the groups of at least those tenants (pass the same to `collect_usage`)."""
     rows = usage.where((F.col("minute") >= F.lit(start)) & (F.col("minute") < F.lit(end)))
+    if tenants is not None and len(wanted := sorted(set(tenants))) <= ROW_FILTER_TENANTS:
+        rows = rows.where(F.col("tenant").isin(wanted))
     # The month as a chain of timestamp comparisons against the known month boundaries (a
     # literal string per month), rather than a `yyyy-MM` string formatted for every row.
     period = None
@@ -203,10 +215,7 @@ def usage_by_tenant_period(usage: DataFrame, start: datetime, end: datetime) -> 
 def collect_usage(
     sums: DataFrame, tenants: Iterable[str] | None = None
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """The sums as plain values, for `tenants` only (all when None). The selection is made here,
-    on the few groups, rather than on every row: each segment holds all tenants, so the scan
-    decodes their rows anyway, and a filter of a thousand names was a set look-up per row plus
-    a predicate serialised into every file's reader."""
+    """The sums as plain values, for `tenants` only (all when None)."""
     wanted = None if tenants is None else set(tenants)
     out = {}
     for row in sums.collect():
@@ -286,8 +295,9 @@ def run(
     progress("listing usage log")
     paths = usage_files(store, earliest, end)
     progress(f"summing {len(paths)} usage segments")
-    sums = usage_by_tenant_period(read_usage(spark, paths), earliest, end)
-    usage = collect_usage(sums, tenants=[a.tenant for a in accounts])
+    tenants = [a.tenant for a in accounts]
+    sums = usage_by_tenant_period(read_usage(spark, paths), earliest, end, tenants)
+    usage = collect_usage(sums, tenants)
     progress("pricing")
     invoices = bill(period, accounts, usage)
     rows = sum(v["rows"] for (t, p), v in usage.items() if p == period)

@@ -186,6 +186,22 @@ def test_same_log_and_prices_give_byte_identical_invoices(spark, tmp_path):
     assert [sha256_hex(b) for b in one] == [sha256_hex(b) for b in two]
 
 
+def test_a_tenant_billed_alone_or_among_many_gets_the_same_invoice(spark, tmp_path):
+    """The job selects a few tenants' rows before summing and many tenants' groups after: both
+    ways give each tenant the same bytes, late months (adjustments) included."""
+    store = LocalObjectStore(tmp_path)
+    rows = random_log(13)
+    extra = [f"tenant-{i:02d}" for i in range(12)]
+    rows += [row(t, SEPTEMBER + timedelta(hours=i), messages=i + 1) for i, t in enumerate(extra)]
+    write_rows(store, rows)
+    august = IssuedPeriod("2026-08", SMALL, {"messages": 1})
+    accounts = [Account(t, SMALL, issued=(august,)) for t in ("alpha", "beta", *extra)]
+    many = {i["tenant"]: canonical_json(i) for i in run(spark, store, "2026-09", accounts).invoices}
+    for account in accounts[:3]:
+        (alone,) = run(spark, store, "2026-09", [account]).invoices
+        assert canonical_json(alone) == many[account.tenant]
+
+
 def test_a_late_record_becomes_an_adjustment_line_on_the_next_invoice(spark, tmp_path):
     store = LocalObjectStore(tmp_path)
     write_rows(store, [row("alpha", SEPTEMBER + timedelta(days=3), messages=400)], "broker-a")
