@@ -235,12 +235,12 @@ def test_a_whole_native_rule_over_well_formed_payloads_runs_no_python(spark):
     assert sum(1 for r in got if r[3] == "passed") == 5
 
 
-def test_dialect_cases_through_the_native_plan(spark):
-    """Every case of the dialect's table (tests/rules/test_dialect.py), each rule over its own
-    message as its own tenant, through the plan and through the evaluator."""
+def dialect_table(cases_a_tenant: int = 1) -> tuple[pa.Table, list[RuleSpec]]:
+    """The dialect's case table (tests/rules/test_dialect.py) as archived messages and rules:
+    case i's message and rule in tenant `case{i // cases_a_tenant}`."""
     rows, rules = [], []
     for index, (sql, row, _expected) in enumerate(CASES):
-        tenant = f"case{index}"
+        tenant = f"case{index // cases_a_tenant}"
         pairs = [
             p if isinstance(p, dict) else {"key": p[0], "value": p[1]}
             for p in row.get("user_properties") or ()
@@ -249,7 +249,13 @@ def test_dialect_cases_through_the_native_plan(spark):
             {**row, "tenant": tenant, "ts": 1_700_000_000_000 + index, "user_properties": pairs}
         )
         rules.append(RuleSpec(index + 1, tenant, f"c{index}", sql))
-    data = pa.Table.from_pylist(rows, schema=ARCHIVE_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=ARCHIVE_SCHEMA), rules
+
+
+def test_dialect_cases_through_the_native_plan(spark):
+    """Every case of the dialect's table (tests/rules/test_dialect.py), each rule over its own
+    message as its own tenant, through the plan and through the evaluator."""
+    data, rules = dialect_table()
     frame = frame_of(spark, data)
     native = 0
     for start in range(0, len(rules), 60):

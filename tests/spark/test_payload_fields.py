@@ -236,23 +236,11 @@ def test_dialect_cases_over_compacted_history(spark, store):
     """The dialect's case table (tests/rules/test_dialect.py), eight cases to a tenant and so to
     a history part (every field of their payloads typed), through the plan: each rule reads its
     own case's row and its neighbours'."""
-    from common.archive.schema import ARCHIVE_SCHEMA
-    from spark.rules.plan import RulePlan, RuleSpec
-    from tests.rules.test_dialect import CASES
-    from tests.spark.test_native import evaluator_results, key
+    from spark.rules.plan import RulePlan
+    from tests.spark.test_native import dialect_table, evaluator_results, key
 
-    rows, rules = [], []
-    for index, (sql, row, _expected) in enumerate(CASES):
-        tenant = f"case{index // 8}"  # 8 cases a part: each field in >= 1/8 of its rows, typed
-        pairs = [
-            p if isinstance(p, dict) else {"key": p[0], "value": p[1]}
-            for p in row.get("user_properties") or ()
-        ]
-        rows.append(
-            {**row, "tenant": tenant, "ts": 1_700_000_000_000 + index, "user_properties": pairs}
-        )
-        rules.append(RuleSpec(index + 1, tenant, f"c{index}", sql))
-    data = pa.Table.from_pylist(rows, schema=ARCHIVE_SCHEMA)
+    # 8 cases a tenant, so a part: each field is in >= 1/8 of its rows, and typed
+    data, rules = dialect_table(cases_a_tenant=8)
     frame = _history_frame(spark, store, data)
     assert "payload_fields" in frame.columns
     # One rule a plan (as typed fields are read), every other case that reads the payload.
