@@ -141,9 +141,9 @@ class Stage:
         return F.coalesce(ok, _false()).alias(PAYLOAD_OK)
 
     def text(self, name: str) -> Column:
-        """A path's string, as a column of its own (the comparisons read it two or three times:
-        inline, the typed CASE made a plan of many rules outgrow the JVM's 64 KB a method), set
-        only where the value is a string."""
+        """A path's string, as a column of its own, set only where the value is a string: the
+        comparisons read it two or three times, and with typed fields it is a CASE, computed
+        once here rather than at each reading."""
         column = f"_txt{name}"
         if column not in self.texts:
             self.texts[column] = F.when(
@@ -332,7 +332,6 @@ class Leaf:
         # for an output); `missing`: no value there, typed or not.
         self.p = _typed_first(typed, lambda c, _kind: c.cast("variant"), F.col(f"_p{name}"))
         self.missing = ~F.col(f"_e{name}")
-        self.t = F.col(f"_t{name}")
         self.x, self.missing_sure = F.col(f"_x{name}"), F.col(f"_m{name}")
         flag = {f: F.col(f"_k{f}{name}") for f in _FLAGS}
         self.is_string, self.is_atom = flag["string"], flag["atom"]
