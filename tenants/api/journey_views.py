@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,13 +16,23 @@ from common.journey.schema import OUTCOMES
 from tenants.api.views import TenantAPIView, text_param
 from tenants.journey.selectors import JourneyQueryError, JourneyReader, Page, parse_time, window
 from tenants.journey.words import describe_event, describe_outcome
+from tenants.time_display import utc_iso
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
 
 
+class UtcMilliseconds(serializers.DateTimeField):
+    """`2026-11-27T14:02:03.120Z`: every journey time to the millisecond, the width fixed, so
+    that the times sort as strings too (DRF's default drops a zero fraction: `…:03Z` sorts after
+    `…:03.120Z`)."""
+
+    def to_representation(self, value: datetime) -> str:
+        return utc_iso(value)
+
+
 class JourneyRowOutput(serializers.Serializer):
-    time = serializers.DateTimeField()
+    time = UtcMilliseconds()
     client_id = serializers.CharField(allow_null=True)
     topic = serializers.CharField(allow_null=True)
     qos = serializers.IntegerField(allow_null=True)
@@ -39,7 +50,7 @@ class JourneyRowOutput(serializers.Serializer):
 
 
 class ClientEventOutput(serializers.Serializer):
-    time = serializers.DateTimeField()
+    time = UtcMilliseconds()
     event = serializers.CharField()
     version = serializers.IntegerField(help_text="grows with every event of the client")
     reason_code = serializers.IntegerField(allow_null=True)
