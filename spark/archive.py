@@ -20,13 +20,13 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from common.archive.files import ArchiveFile, archive_files
+from common.archive.footer import parquet_schemas
 from common.archive.schema import (
     ARCHIVE_SCHEMA,
     HISTORY_SCHEMA,
@@ -50,18 +50,14 @@ def history_spark_schema() -> StructType:
     return from_arrow_schema(HISTORY_SCHEMA)
 
 
-def history_part_spark_schema(files: Iterable[str] = ()) -> StructType:
-    """What Spark reads of the Parquet files (local paths): HISTORY_SCHEMA and `payload_fields`
-    (the typed fields the parts shred, `common.archive.shredding`: the union of the files' own,
-    from their footers). Files without it read NULL there: live segments, history compacted
-    before it existed."""
+def history_part_spark_schema(store: ObjectStore, keys: Iterable[str] = ()) -> StructType:
+    """What a backfill reads of the history parts at `keys`: HISTORY_SCHEMA and `payload_fields`
+    (the typed fields the parts shred, `common.archive.shredding`: the union of the parts' own,
+    from their footers, `common.archive.footer`). Objects without it read NULL there: live
+    segments, history compacted before it existed."""
     schema = history_spark_schema()
     fields: dict[str, pa.DataType] = {}
-    for path in files:
-        try:
-            stored = pq.read_schema(path)
-        except (OSError, pa.ArrowInvalid):  # gone meanwhile (a live segment compacted away)
-            continue
+    for stored in parquet_schemas(store, keys):
         if PAYLOAD_FIELDS in stored.names:
             for field in stored.field(PAYLOAD_FIELDS).type:
                 fields.setdefault(field.name, field.type)
@@ -141,17 +137,18 @@ def read_archive(
         listing = list_archive(store, tenants, start_ms, end_ms)
     parquet = [f.key for f in listing if f.format == "parquet"]
     frames = []
+    if parquet:
+        # the typed fields of the tenants' own parts (a shared live segment has none)
+        history = [f.key for f in listing if f.format == "parquet" and not f.shared]
+        schema = history_part_spark_schema(store, history)
     if parquet and _local(store):
         paths = [store_path(store, key) for key in parquet]
-        history = [
-            str(store.root / f.key) for f in listing if f.format == "parquet" and not f.shared
-        ]
-        schema = history_part_spark_schema(history)
         frames.append(with_message_ids(spark.read.schema(schema).parquet(*paths)))
     elif parquet:
         object_source.register(spark)
         frames.append(
             spark.read.format(object_source.NAME)
+            .schema(schema)
             .options(**object_source.store_options(store))
             .option("keys", json.dumps(parquet))
             .load()

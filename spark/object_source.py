@@ -43,6 +43,7 @@ from common.archive.schema import (
     live_hour_prefix,
     message_ids,
 )
+from common.archive.shredding import PAYLOAD_FIELDS
 
 NAME = "mqtt_archive_objects"
 HOUR_MS = 3_600_000
@@ -104,11 +105,28 @@ def _read(options: dict[str, str], schema: StructType, partition: Objects) -> It
                 derived = message_ids(key, table.num_rows)
                 stored = table[MESSAGE_ID] if MESSAGE_ID in table.column_names else None
                 columns.append(derived if stored is None else pc.coalesce(stored, derived))
+            elif field.name == PAYLOAD_FIELDS:  # the union of the parts' typed fields
+                columns.append(_typed_fields(table, field.type))
             elif field.name in table.column_names:
                 columns.append(table[field.name].cast(field.type))
             else:
                 columns.append(pa.nulls(table.num_rows, field.type))
         yield from pa.Table.from_arrays(columns, schema=target).to_batches()
+
+
+def _typed_fields(table: pa.Table, target: pa.StructType) -> pa.Array:
+    """The part's `payload_fields` as `target` (the union over the parts read): a field this
+    part did not type is NULL in its rows, as Spark's Parquet reader gives it locally."""
+    rows = table.num_rows
+    stored: dict[str, pa.Array] = {}
+    if PAYLOAD_FIELDS in table.column_names:
+        column = table[PAYLOAD_FIELDS].combine_chunks()
+        # flatten: each field NULL where the struct itself is
+        stored = dict(zip((f.name for f in column.type), column.flatten(), strict=True))
+    children = [
+        stored[f.name].cast(f.type) if f.name in stored else pa.nulls(rows, f.type) for f in target
+    ]
+    return pa.StructArray.from_arrays(children, fields=list(target))
 
 
 def segment_writer_sequence(key: str) -> tuple[str, int] | None:

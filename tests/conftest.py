@@ -42,6 +42,14 @@ def spark():
 
     # py4j logs its connection teardown after pytest closed the streams: keep it quiet.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # The Python workers take the environment of the JVM's start: moto's credentials (which the
+    # `s3_endpoint` fixture sets later) must be there already for a job that reads S3 objects,
+    # as a deployment's workers have theirs from the start. The endpoint goes in each read's
+    # options (`spark.object_source`).
+    from bench.s3 import CREDENTIALS
+
+    for name, value in CREDENTIALS.items():
+        os.environ.setdefault(name, value)
     session = build_session("tests", "local[2]")
     yield session
     session.stop()

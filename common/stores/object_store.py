@@ -36,6 +36,8 @@ class ObjectStore(Protocol):
 
     def sizes(self, prefix: str = "", start_after: str = "") -> dict[str, int]: ...
 
+    def tail(self, key: str, size: int) -> tuple[bytes, int]: ...
+
 
 class ObjectNotFound(KeyError):
     pass
@@ -67,6 +69,17 @@ class LocalObjectStore:
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise ObjectNotFound(key) from None
+
+    def tail(self, key: str, size: int) -> tuple[bytes, int]:
+        """The object's last `size` bytes (all of a smaller one) and its whole size: a Parquet
+        footer without the rest (`common.archive.footer`)."""
+        try:
+            with self._path(key).open("rb") as file:
+                whole = file.seek(0, os.SEEK_END)
+                file.seek(max(0, whole - size))
+                return file.read(), whole
         except FileNotFoundError:
             raise ObjectNotFound(key) from None
 
@@ -161,6 +174,20 @@ class S3ObjectStore:
             raise ObjectNotFound(key) from None
         body: bytes = response["Body"].read()
         return body
+
+    def tail(self, key: str, size: int) -> tuple[bytes, int]:
+        """The object's last `size` bytes (all of a smaller one) and its whole size, in one
+        ranged GET (a suffix range: no HEAD first)."""
+        try:
+            response = self.client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=-{size}"
+            )
+        except self.client.exceptions.NoSuchKey:
+            raise ObjectNotFound(key) from None
+        body: bytes = response["Body"].read()
+        # "bytes 100-199/200" for a range; no Content-Range when the whole object came
+        whole = response.get("ContentRange", "").rpartition("/")[2]
+        return body, int(whole) if whole.isdigit() else len(body)
 
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))

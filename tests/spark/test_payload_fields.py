@@ -252,3 +252,46 @@ def test_dialect_cases_over_compacted_history(spark, store):
         got = sorted((key(r.asDict()) for r in plan.results().collect()), key=repr)
         assert got == evaluator_results(data, [rule]), rule.sql
     assert read_typed >= 5, (read_typed, len(chosen))  # paths of kinds typed (not bools, arrays)
+
+
+def test_history_on_s3_reads_the_typed_fields(spark, s3_endpoint, monkeypatch):
+    """History on S3 (moto's server) is read through `spark.object_source`, not Spark's file
+    source: the parts' footers (ranged reads, a second one for a footer longer than the first)
+    say which fields are typed, each part gives its own and NULL for the others' (two tenants, so
+    two parts typing different fields), and the one-rule plans that read them give the
+    evaluator's results."""
+    import uuid
+
+    import boto3
+
+    from common.archive import footer
+    from common.archive.schema import ARCHIVE_SCHEMA
+    from common.stores.object_store import S3ObjectStore
+    from spark.rules.plan import RulePlan, RuleSpec
+    from tests.spark.conftest import message
+    from tests.spark.test_native import evaluator_results, key
+
+    bucket = f"typed-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    store = S3ObjectStore(bucket, "mqtt", endpoint_url=s3_endpoint)
+    monkeypatch.setattr(footer, "FIRST_READ", 64)  # every footer takes its second read
+    base = 1_790_000_000_000
+    rows = [message("acme", "t/a", p, base + i, qos=1) for i, p in enumerate(_MORE_PAYLOADS)]
+    rows += [
+        message("beta", "t/b", {"level": i, "site": {"id": i % 3}}, base + 50 + i) for i in range(9)
+    ]
+    data = pa.Table.from_pylist(rows, schema=ARCHIVE_SCHEMA)
+    frame = _history_frame(spark, store, data)
+    typed = {f.name for f in frame.schema[PAYLOAD_FIELDS].dataType.fields}
+    assert {"temp|d1", "temp|i", "level|i", "site.id|i"} <= typed, typed
+    rules = [
+        RuleSpec(1, "acme", "hot", 'SELECT payload.temp AS t FROM "t/#" WHERE payload.temp > 90'),
+        RuleSpec(2, "beta", "one", 'SELECT payload.level AS l FROM "#" WHERE payload.site.id = 1'),
+        RuleSpec(3, "beta", "both", 'SELECT payload.temp AS t, payload.level AS l FROM "#"'),
+    ]
+    for rule in rules:
+        plan = RulePlan(frame, [rule])
+        assert any(c.startswith("_f") for c in plan.scoped.columns), rule.sql
+        got = sorted((key(r.asDict()) for r in plan.results().collect()), key=repr)
+        assert got == evaluator_results(data, [rule]), rule.sql
+        assert got, rule.sql
