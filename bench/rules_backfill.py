@@ -15,7 +15,9 @@ per row group, the payloads' common fields typed in `payload_fields`), timed apa
 No database: the rule is given directly and no action runs (the summary is the result). The
 backfill runs `--runs` times in one Spark session, as the rules-runs worker keeps its session: the
 first run is a fresh worker's (the JVM's first jobs, the plan's JIT), the later ones every later
-run's. DuckDB runs the query as many times; ratios are against its fastest.
+run's. DuckDB runs the query as many times; ratios are against its fastest. `--s3`: Spark reads a
+copy of the history from moto's S3 server on loopback (`spark.object_source`, as a deployment on
+S3 reads it); DuckDB still reads the local files (its S3 extension would be a download).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import pyarrow.compute as pc
 
 from common.archive.files import compact_hour, encode_parquet
 from common.archive.schema import ARCHIVE_SCHEMA, live_segment_key
-from common.stores.object_store import LocalObjectStore
+from common.stores.object_store import LocalObjectStore, ObjectStore
 
 HOUR_MS = 3_600_000
 PER_HOUR = 1_000_000
@@ -101,7 +103,7 @@ def generate(
     return start_ms, start_ms + hours * HOUR_MS, files, compacting
 
 
-def run_spark(store: LocalObjectStore, start: int, end: int, runs: int) -> list[dict]:
+def run_spark(store: ObjectStore, start: int, end: int, runs: int) -> list[dict]:
     """The backfill `runs` times in one Spark session, as the rules-runs worker keeps its
     session (`tenants.rules.runs.execute.spark_session`): the first pays the JVM's first jobs
     and JIT, later ones find them done."""
@@ -117,6 +119,21 @@ def run_spark(store: LocalObjectStore, start: int, end: int, runs: int) -> list[
         ]
     finally:
         spark.stop()
+
+
+def run_spark_on_s3(local: LocalObjectStore, start: int, end: int, runs: int) -> list[dict]:
+    """`run_spark` on a copy of the history in moto's S3 server (loopback: the S3 path's own
+    cost, boto3 and the Python data source, not a network's)."""
+    from bench.s3 import create_bucket, moto_server
+    from common.stores.object_store import S3ObjectStore
+
+    with moto_server() as env:
+        os.environ.update(env)  # before the JVM starts: its Python workers read S3 too
+        create_bucket(env, "bench-history")
+        store = S3ObjectStore("bench-history", "mqtt", endpoint_url=env["AWS_ENDPOINT_URL"])
+        for key in local.list("archive/"):
+            store.put(key, local.get(key))
+        return run_spark(store, start, end, runs)
 
 
 def run_duckdb(files: list[str], threads: int) -> tuple[int, float]:
@@ -148,6 +165,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--runs", type=int, default=3, help="backfills in one Spark session (and DuckDB queries)"
     )
+    parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="Spark reads the history from moto's S3 server (as a deployment on S3 does: "
+        "spark.object_source, boto3); DuckDB still reads the local files",
+    )
     parser.add_argument("--write", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args(argv)
     cores = os.cpu_count() or 1
@@ -162,7 +185,10 @@ def main(argv: list[str] | None = None) -> None:
         f"of which compaction {compacting:.1f}s"
     )
     load = os.getloadavg()[0]
-    summaries = run_spark(store, start, end, args.runs)
+    if args.s3:
+        summaries = run_spark_on_s3(store, start, end, args.runs)
+    else:
+        summaries = run_spark(store, start, end, args.runs)
     for run, summary in enumerate(summaries, 1):
         spark_rate = summary["rows_read"] / summary["seconds"]
         print(

@@ -71,8 +71,10 @@ def test_each_tenant_ends_on_its_home_worker_and_nothing_is_lost(workers):
     port, _ws_port, started = workers
     tenants = sorted(TENANTS)
     subscribers = {t: Paho(port, f"{t}/d1", "pw1", f"sub-{t}", v5=False) for t in tenants}
+    # Half the tenants at QoS 1, half at QoS 2 (exactly once: no duplicate across a hand-over).
+    qos = {t: 1 + n % 2 for n, t in enumerate(tenants)}
     for tenant, sub in subscribers.items():
-        sub.subscribe(f"{tenant}/data", qos=1)
+        sub.subscribe(f"{tenant}/data", qos=qos[tenant])
     count = 30
     failures: list[str] = []
 
@@ -82,7 +84,7 @@ def test_each_tenant_ends_on_its_home_worker_and_nothing_is_lost(workers):
         try:
             pub = Paho(port, f"{tenant}/d2", "pw2", f"pub-{tenant}")
             for i in range(count):
-                pub.publish(f"{tenant}/data", f"{tenant}-{i}", qos=1)
+                pub.publish(f"{tenant}/data", f"{tenant}-{i}", qos=qos[tenant])
                 time.sleep(0.005)
             pub.close()
         except Exception as exc:  # noqa: BLE001 - reported by the test thread
@@ -100,7 +102,12 @@ def test_each_tenant_ends_on_its_home_worker_and_nothing_is_lost(workers):
         assert failures == []
         for tenant, sub in subscribers.items():
             got = [m.payload.decode() for m in sub.expect(count, timeout=10)]
-            assert got == [f"{tenant}-{i}" for i in range(count)], tenant  # none lost
+            # none lost, none twice, in order
+            assert got == [f"{tenant}-{i}" for i in range(count)], tenant
+        time.sleep(0.3)  # and nothing more arrives (a duplicate after the last)
+        assert {
+            t: sub.messages.qsize() for t, sub in subscribers.items() if sub.messages.qsize()
+        } == {}
         for tenant in tenants:
             home = home_worker(tenant, started)
             away = started[1 - started.index(home)]
