@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from common.archive.files import ArchiveFile
 from common.archive.schema import MESSAGE_ID
 from common.stores.object_store import ObjectStore
-from spark.archive import list_archive, read_archive
+from spark.archive import list_archive, read_archive, readable_copy
 from spark.rules import firing
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
@@ -229,7 +229,21 @@ def _chunk(
     stop: Callable[[], bool],
 ) -> tuple[BatchSummary, int]:
     """One chunk of hours: read, evaluated, counted, its actions through the gate, metered."""
-    frame = read_archive(spark, store, tenants, start_ms, end_ms, listing=chunk)
+    with readable_copy(spark, store, chunk) as source:  # on S3, a local copy of the chunk
+        frame = read_archive(spark, source, tenants, start_ms, end_ms, listing=chunk)
+        return _evaluate(frame, good, by_id, with_actions, runner, gate, usage, stop)
+
+
+def _evaluate(
+    frame: DataFrame,
+    good: list[RuleSpec],
+    by_id: dict[int, RuleSpec],
+    with_actions: list[int],
+    runner: ActionRunner | None,
+    gate: firing.Gate,
+    usage: UsageWriter,
+    stop: Callable[[], bool],
+) -> tuple[BatchSummary, int]:
     read = frame.count()
     results = None
     if with_actions:

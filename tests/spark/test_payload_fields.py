@@ -265,8 +265,9 @@ def test_history_on_s3_reads_the_typed_fields(spark, s3_endpoint, monkeypatch):
     import boto3
 
     from common.archive import footer
-    from common.archive.schema import ARCHIVE_SCHEMA
-    from common.stores.object_store import S3ObjectStore
+    from common.archive.schema import ARCHIVE_SCHEMA, MESSAGE_ID
+    from common.stores.object_store import LocalObjectStore, S3ObjectStore
+    from spark.archive import list_archive, read_archive, readable_copy
     from spark.rules.plan import RulePlan, RuleSpec
     from tests.spark.conftest import message
     from tests.spark.test_native import evaluator_results, key
@@ -295,3 +296,15 @@ def test_history_on_s3_reads_the_typed_fields(spark, s3_endpoint, monkeypatch):
         got = sorted((key(r.asDict()) for r in plan.results().collect()), key=repr)
         assert got == evaluator_results(data, [rule]), rule.sql
         assert got, rule.sql
+
+    # A backfill with Spark in local mode reads a local copy instead (`readable_copy`): the same
+    # rows, message ids and typed fields; the copy is gone after.
+    tenants, end = ["acme", "beta"], base + 100
+    listing = list_archive(store, tenants, base, end)
+    with readable_copy(spark, store, listing) as copy:
+        assert isinstance(copy, LocalObjectStore)
+        local = read_archive(spark, copy, tenants, base, end, listing=listing)
+        assert local.schema[PAYLOAD_FIELDS] == frame.schema[PAYLOAD_FIELDS]
+        columns = [MESSAGE_ID, "topic", "payload", PAYLOAD_FIELDS]
+        assert sorted(local.select(columns).collect()) == sorted(frame.select(columns).collect())
+    assert not copy.root.exists()
