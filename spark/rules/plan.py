@@ -74,7 +74,6 @@ SHARE = "share"  # the budget kind of a row left out when its tenant used its sh
 RULES_CLIENT_PREFIX = "$rules-"
 # Above this many rules one OR of per-rule predicates costs Catalyst more than it saves the scan.
 PUSHDOWN_LIMIT = 64
-TYPED_RULES_LIMIT = 1  # rules a plan may have and still read history's typed fields
 
 
 @dataclass(frozen=True)
@@ -405,12 +404,11 @@ class _Recipe:
         if len(specs) > PUSHDOWN_LIMIT:
             return  # one plan of that many rules costs Catalyst more than Python costs the rows
         by_path: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-        # Typed fields for a plan of one rule only (a tenant's run of a rule over history): each
-        # typed path adds CASEs to the one generated method, and plans of 8 of the dialect's
-        # test rules outgrew the JVM's 64 KB a method (Spark then interprets the whole stage,
-        # slower than parsing). Plans of more rules parse, as before typed fields existed.
-        if len(specs) > TYPED_RULES_LIMIT:
-            typed = []
+        # Typed fields for plans of any number of rules (up to PUSHDOWN_LIMIT): since each
+        # path's text is a column of its own (`Stage.texts`), 64 of the dialect's payload rules
+        # in one plan over typed history compile within the JVM's 64 KB a method
+        # (tests/spark/test_payload_fields.py); a plan that did not would still be right, as
+        # Spark then runs the stage without generated code, only slower.
         for column in typed or []:
             path, kind = typed_field_path(column)
             by_path.setdefault(path, []).append((column, kind))

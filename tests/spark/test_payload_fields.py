@@ -215,8 +215,9 @@ def test_native_plan_over_compacted_history_gives_the_evaluators_results(spark, 
 
     raw = frame_of(spark, data)
     read_typed = 0
-    # One rule a plan (typed fields are read by plans of one rule only), those that read the
-    # payload; the other rules' results are not typed fields' business (tests/spark/test_native).
+    # One rule a plan (a tenant's run of a rule; plans of many: the dialect's test below), those
+    # that read the payload; the other rules' results are not typed fields' business
+    # (tests/spark/test_native).
     for rule in [r for r in specs() if "payload." in r.sql]:
         plan = RulePlan(frame, [rule])
         if not any(c.startswith("_f") for c in plan.scoped.columns):
@@ -234,24 +235,38 @@ def test_native_plan_over_compacted_history_gives_the_evaluators_results(spark, 
 
 def test_dialect_cases_over_compacted_history(spark, store):
     """The dialect's case table (tests/rules/test_dialect.py), eight cases to a tenant and so to
-    a history part (every field of their payloads typed), through the plan: each rule reads its
-    own case's row and its neighbours'."""
-    from spark.rules.plan import RulePlan
+    a history part (every field of their payloads typed), through plans of many rules (an
+    operator's backfill of every rule; up to PUSHDOWN_LIMIT a plan): each rule reads its own
+    case's row and its neighbours', and gives the evaluator's results."""
+    from spark.rules.plan import PUSHDOWN_LIMIT, RulePlan
     from tests.spark.test_native import dialect_table, evaluator_results, key
 
     # 8 cases a tenant, so a part: each field is in >= 1/8 of its rows, and typed
     data, rules = dialect_table(cases_a_tenant=8)
     frame = _history_frame(spark, store, data)
     assert "payload_fields" in frame.columns
-    # One rule a plan (as typed fields are read), every other case that reads the payload.
-    chosen = [r for r in rules if "payload." in r.sql][::2]
-    read_typed = 0
-    for rule in chosen:
-        plan = RulePlan(frame, [rule])
-        read_typed += any(c.startswith("_f") for c in plan.scoped.columns)
-        got = sorted((key(r.asDict()) for r in plan.results().collect()), key=repr)
-        assert got == evaluator_results(data, [rule]), rule.sql
-    assert read_typed >= 5, (read_typed, len(chosen))  # paths of kinds typed (not bools, arrays)
+    reading = [r for r in rules if "payload." in r.sql]
+    half = -(-len(reading) // 2)
+    assert half <= PUSHDOWN_LIMIT
+    typed_read = 0
+    for plan_rules in (reading[:half], reading[half:]):
+        plan = RulePlan(frame, plan_rules)
+        typed = [c for c in plan.scoped.columns if c.startswith("_f")]
+        assert typed  # paths of kinds typed (not bools, arrays)
+        typed_read += len(typed)
+        got = _by_rule(key(r.asDict()) for r in plan.results().collect())
+        expected = _by_rule(evaluator_results(data, plan_rules))
+        for rule in plan_rules:
+            assert got.get(rule.id) == expected.get(rule.id), rule.sql
+    assert typed_read >= 5, typed_read
+
+
+def _by_rule(keys) -> dict[int, list[tuple]]:
+    """Results (`key` tuples, the rule's id first) by rule, each rule's sorted."""
+    out: dict[int, list[tuple]] = {}
+    for k in keys:
+        out.setdefault(k[0], []).append(k)
+    return {rule: sorted(rows, key=repr) for rule, rows in out.items()}
 
 
 def test_history_on_s3_reads_the_typed_fields(spark, s3_endpoint, monkeypatch):
