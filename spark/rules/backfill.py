@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from common.archive.files import ArchiveFile
@@ -134,21 +134,23 @@ def run_backfill(
                     cancelled = True
                     break
                 try:
-                    summary, read = _chunk(
-                        spark,
-                        store,
-                        tenants,
-                        start_ms,
-                        end_ms,
-                        chunk,
-                        good,
-                        by_id,
-                        with_actions,
-                        runner,
-                        gate,
-                        usage,
-                        stop,
-                    )
+                    # on S3 with Spark in local mode, read from a local copy of the chunk
+                    with readable_copy(spark, store, chunk) as source:
+                        summary, read = _chunk(
+                            spark,
+                            source,
+                            tenants,
+                            start_ms,
+                            end_ms,
+                            chunk,
+                            good,
+                            by_id,
+                            with_actions,
+                            runner,
+                            gate,
+                            usage,
+                            stop,
+                        )
                 except Exception:
                     if stop():  # the job group was cancelled under it
                         cancelled = True
@@ -229,21 +231,7 @@ def _chunk(
     stop: Callable[[], bool],
 ) -> tuple[BatchSummary, int]:
     """One chunk of hours: read, evaluated, counted, its actions through the gate, metered."""
-    with readable_copy(spark, store, chunk) as source:  # on S3, a local copy of the chunk
-        frame = read_archive(spark, source, tenants, start_ms, end_ms, listing=chunk)
-        return _evaluate(frame, good, by_id, with_actions, runner, gate, usage, stop)
-
-
-def _evaluate(
-    frame: DataFrame,
-    good: list[RuleSpec],
-    by_id: dict[int, RuleSpec],
-    with_actions: list[int],
-    runner: ActionRunner | None,
-    gate: firing.Gate,
-    usage: UsageWriter,
-    stop: Callable[[], bool],
-) -> tuple[BatchSummary, int]:
+    frame = read_archive(spark, store, tenants, start_ms, end_ms, listing=chunk)
     read = frame.count()
     results = None
     if with_actions:
