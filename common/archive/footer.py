@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
-from typing import Any
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
