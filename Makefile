@@ -19,15 +19,17 @@ run: install
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist, each with its own Spark session);
 # TEST_WORKERS=0 runs it in this process. Tests marked `serial` (they stop the shared Postgres,
-# or measure latency) run afterwards, alone. Not `--dist loadgroup`/`loadscope`: they schedule
-# by node id, and schemathesis' 48 operations share one, so 47 of them silently never ran.
+# or measure latency) run afterwards, alone. `--dist worksteal`: a worker that runs out takes
+# tests queued at the other (with `load` one could idle while the other still had a queue of
+# slow ones). Not `--dist loadgroup`/`loadscope`: they schedule by node id, and schemathesis'
+# operations share one, so all but one of them silently never ran.
 TEST_WORKERS ?= 2
 
 test: install
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -n $(TEST_WORKERS) -m "not serial" --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" --durations=30
 	$(PY) -m pytest -m serial
 
 install: system-deps $(STAMP) $(SCAN_STAMP)
