@@ -43,11 +43,11 @@ from pathlib import Path
 from bench.brokers import PASSWORD, _free_port, _raise_nofile, _wait_port
 from bench.cluster import cpu_seconds, stop_processes
 from bench.loadgen import PublishTemplate, Stats, close_all, connect_many, json_bodies
+from bench.report import emit
 from bench.scenarios import drain
 from common.runtime.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "RESULTS.md"
 
 
 class Setup:
@@ -230,11 +230,7 @@ async def main(argv: list[str] | None = None) -> None:
             f"| {qos} | {name} | {mean['delivered']:,.0f} | {mean['lost']:,.0f} |"
             f" {mean['cpu_per_1k']:.4f} | {ratio:.2f} | {mean['crossing']:.0%} | {mean['p99']:.1f} |"
         )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write:
-        with open(RESULTS, "a") as out:
-            out.write(text)
+    emit(lines, args.write)
 
 
 if __name__ == "__main__":

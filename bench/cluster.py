@@ -49,11 +49,11 @@ from bench.loadgen import (
     publish_at_rate,
     publish_flat_out,
 )
+from bench.report import emit
 from bench.scenarios import drain
 from common.runtime.processes import data_plane_command
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "RESULTS.md"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -331,11 +331,7 @@ async def main(argv: list[str] | None = None) -> None:
             f"| {row['scenario']} | {row['setup']} | {row['delivered']:,.0f} | {row['p50']:.2f} |"
             f" {row['p99']:.2f} | {row['loss']} | {row['cpu_per_1k']:.4f} |"
         )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write:
-        with open(RESULTS, "a") as out:
-            out.write(text)
+    emit(lines, args.write)
 
 
 if __name__ == "__main__":

@@ -28,17 +28,14 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-from bench.affinity import REPO, RESULTS, Setup
+from bench.affinity import REPO, Setup
 from bench.brokers import PASSWORD
 from bench.brokers import start as start_broker
-from bench.cluster import cpu_seconds
 from bench.loadgen import (
     PublishTemplate,
     Stats,
@@ -47,6 +44,7 @@ from bench.loadgen import (
     json_bodies,
     publish_flat_out,
 )
+from bench.report import emit
 from bench.scenarios import drain
 
 WINDOW = 20  # QoS 1 publishes in flight a publisher: paho's default
@@ -113,17 +111,14 @@ class Mosquitto:
         self.broker = start_broker("mosquitto", max_queued=5000)
         self.port, self.processes, self.metrics = self.broker.port, [self.broker.process], []
 
+    def cpu(self) -> float:
+        return self.broker.cpu_seconds()
+
+    def forwarded(self) -> int:
+        return 0  # one process: nothing crosses
+
     def stop(self) -> None:
         self.broker.stop()
-
-
-def forwarded(setup) -> int:
-    total = 0
-    for port in setup.metrics:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-        found = re.search(rb"^mqtt_cluster_forwarded_messages_total (\S+)$", text, re.M)
-        total += int(float(found.group(1))) if found else 0
-    return total
 
 
 def run_once(setup, args, qos: int, tenants: list[str]) -> dict:
@@ -150,14 +145,14 @@ def run_once(setup, args, qos: int, tenants: list[str]) -> dict:
     for generator in generators:
         assert generator.stdout.readline().strip() == "ready", "a generator did not connect"
     time.sleep(1.5)  # routes reach the other workers
-    before_cpu = sum(cpu_seconds(p.pid) for p in setup.processes)
-    before_forwarded = forwarded(setup)
+    before_cpu = setup.cpu()
+    before_forwarded = setup.forwarded()
     for generator in generators:
         generator.stdin.write("go\n")
         generator.stdin.flush()
     time.sleep(args.seconds)
-    cpu = sum(cpu_seconds(p.pid) for p in setup.processes) - before_cpu
-    moved = forwarded(setup) - before_forwarded
+    cpu = setup.cpu() - before_cpu
+    moved = setup.forwarded() - before_forwarded
     reports = [
         json.loads(g.communicate(timeout=60)[0].strip().splitlines()[-1]) for g in generators
     ]
@@ -244,11 +239,7 @@ def main(argv: list[str] | None = None) -> None:
             f" {'' if efficiency != efficiency else f'{efficiency:.0%}'} |"
             f" {result['cpu_per_1k']:.4f} | {result['crossing']:.0%} | {result['lost']:,} |"
         )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write:
-        with open(RESULTS, "a") as out:
-            out.write(text)
+    emit(lines, args.write)
 
 
 if __name__ == "__main__":
