@@ -109,7 +109,7 @@ class Mosquitto:
 
     def __init__(self) -> None:
         self.broker = start_broker("mosquitto", max_queued=5000)
-        self.port, self.processes, self.metrics = self.broker.port, [self.broker.process], []
+        self.port, self.processes = self.broker.port, [self.broker.process]
 
     def cpu(self) -> float:
         return self.broker.cpu_seconds()

@@ -15,9 +15,10 @@ per row group, the payloads' common fields typed in `payload_fields`), timed apa
 No database: the rule is given directly and no action runs (the summary is the result). The
 backfill runs `--runs` times in one Spark session, as the rules-runs worker keeps its session: the
 first run is a fresh worker's (the JVM's first jobs, the plan's JIT), the later ones every later
-run's. DuckDB runs the query as many times; ratios are against its fastest. `--s3`: Spark reads a
-copy of the history from moto's S3 server on loopback (`spark.object_source`, as a deployment on
-S3 reads it); DuckDB still reads the local files (its S3 extension would be a download).
+run's. DuckDB runs the query as many times; ratios are against its fastest. `--s3`: the history is
+put in moto's S3 server on loopback and the backfill reads it from there as a deployment on S3
+does (Spark in local mode: a local copy of each chunk, `spark.archive.readable_copy`); DuckDB
+still reads the local files (its S3 extension would be a download).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def run_spark(store: ObjectStore, start: int, end: int, runs: int) -> list[dict]
 
 def run_spark_on_s3(local: LocalObjectStore, start: int, end: int, runs: int) -> list[dict]:
     """`run_spark` on a copy of the history in moto's S3 server (loopback: the S3 path's own
-    cost, boto3 and the Python data source, not a network's)."""
+    cost, not a network's)."""
     from bench.s3 import create_bucket, moto_server
     from common.stores.object_store import S3ObjectStore
 
@@ -168,8 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--s3",
         action="store_true",
-        help="Spark reads the history from moto's S3 server (as a deployment on S3 does: "
-        "spark.object_source, boto3); DuckDB still reads the local files",
+        help="the backfill reads the history from moto's S3 server, as a deployment on S3 "
+        "does; DuckDB still reads the local files",
     )
     parser.add_argument("--write", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args(argv)

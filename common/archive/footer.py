@@ -4,7 +4,8 @@ read (`ObjectStore.tail`), not the whole of it. A reader on S3 learns which type
 
 A Parquet file ends with its footer (Thrift metadata), the footer's length (4 bytes, little
 endian) and `PAR1`; the schema is in the footer, so the object's last 64 KiB almost always hold it
-(a part's footer is a few KiB), and a longer footer costs a second read of exactly its size."""
+(a part's footer is a few KiB); a longer footer costs a second read, of its size (and at least
+the 64 KiB Arrow's reader asks for)."""
 
 from __future__ import annotations
 
