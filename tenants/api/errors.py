@@ -58,6 +58,9 @@ def exception_handler(exc, context):
         if isinstance(exc, exceptions.APIException) and hasattr(exc.detail, "code"):
             code = exc.detail.code or code
         body = {"error": {"code": code, "message": str(detail)}}
+        # What the caller needs to act on the error (a 409's run that holds the rule, and where
+        # to cancel it), beside the words.
+        body["error"].update(getattr(exc, "extra", None) or {})
     response.data = body
     return response
 

@@ -6,6 +6,8 @@ run ids are 404s."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import exceptions, serializers, status
@@ -24,6 +26,10 @@ class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"
     default_detail = "Not in this state."
+
+    def __init__(self, detail: str, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(detail)
+        self.extra = extra or {}
 
 
 class RuleRunInput(StrictInput):
@@ -183,8 +189,18 @@ class RuleRunsView(TenantAPIView):
                 requested_by=getattr(request.user, "email", "") or "",
             )
         except runs.RunConflict as exc:
-            raise Conflict(str(exc)) from None
+            raise _conflict(exc) from None
         return Response(RuleRunOutput(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _conflict(exc: runs.RunConflict) -> Conflict:
+    """The 409: its words, and the run that holds the rule with where to cancel it."""
+    holder = exc.holder
+    if holder is None:
+        return Conflict(str(exc))
+    path = f"/api/v1/rules/{holder.rule.name}/runs/{holder.id}"
+    run = {"id": str(holder.id), "state": holder.state, "url": path, "cancel": f"{path}/cancel"}
+    return Conflict(str(exc), {"run": run})
 
 
 class RuleRunDetailView(TenantAPIView):

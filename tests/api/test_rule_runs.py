@@ -163,7 +163,8 @@ def test_a_run_is_queued_followed_and_cancelled(
     assert [str(r.id) for r in no_dispatch] == [run["id"]]
     # One run of a rule at a time.
     again = preview(api, mode="run")
-    assert again.status_code == 409 and "under way" in again.json()["error"]["message"]
+    assert again.status_code == 409 and run["id"] in again.json()["error"]["message"]
+    assert again.json()["error"]["run"]["cancel"] == f"/api/v1/rules/hot/runs/{run['id']}/cancel"
     shown = api.get(f"/api/v1/rules/hot/runs/{run['id']}").json()
     assert (shown["state"], shown["progress"], shown["read"]) == ("queued", 0.0, 0)
     assert api.get("/api/v1/rules/hot/runs").json()["results"][0]["id"] == run["id"]

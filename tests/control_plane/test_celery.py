@@ -1,62 +1,18 @@
 """Celery with a real worker and beat (embedded Redis as broker), not eager mode."""
 
-import os
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from common.runtime import embedded, processes
 from tenants.devices import services as device_services
 from tenants.models import Credential
 from tenants.tenant import services as tenant_services
+from tests.celery_processes import worker_and_beat
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@contextmanager
-def worker_and_beat(tmp_path: Path, database: str) -> Iterator[dict[str, str]]:
-    """A worker and a beat as the table of processes runs them (separate processes, as in
-    production: one beat in the fleet), with this process's environment as it is now."""
-    db = settings.DATABASES["default"]
-    env = dict(os.environ)
-    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{database}"
-    env["REDIS_URL"] = os.environ.get("REDIS_URL") or embedded.redis_url()
-    env["CREDENTIAL_EXPIRY_SWEEP_SECONDS"] = "1"
-    env["PLATFORM_STATE_DIR"] = str(tmp_path)  # beat's schedule and pid file
-    env["WORKER_CONCURRENCY"] = "1"
-    logs, started = {}, []
-    for role in ("worker", "beat"):
-        logs[role] = open(tmp_path / f"{role}.log", "w+")
-        started.append(
-            subprocess.Popen(
-                processes.command(role, env),
-                cwd=settings.BASE_DIR,
-                env=env,
-                stdout=logs[role],
-                stderr=subprocess.STDOUT,
-            )
-        )
-    try:
-        yield env
-    finally:
-        for process in started:
-            process.terminate()
-        for process in started:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        for role, log in logs.items():
-            log.seek(0)
-            print(role, log.read()[-3000:])
 
 
 @pytest.fixture(scope="module")

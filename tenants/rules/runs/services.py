@@ -44,7 +44,12 @@ def _setting(name: str, default: float) -> float:
 
 
 class RunConflict(Exception):
-    """A run cannot start or be cancelled in the state things are in (a 409)."""
+    """A run cannot start or be cancelled in the state things are in (a 409). `holder`: the run
+    under way that holds the rule, when that is why (the answer names it and how to cancel it)."""
+
+    def __init__(self, message: str, holder: RuleRun | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class PreviewThrottled(Exception):
@@ -156,15 +161,23 @@ def run_start(
         type(rule.tenant).objects.select_for_update().filter(pk=rule.tenant_id).first()
         runs_reclaim(tenant_id=rule.tenant_id)
         active = RuleRun.objects.filter(tenant_id=rule.tenant_id, state__in=RuleRun.ACTIVE)
-        if active.filter(rule=rule).exists():
+        holder = active.filter(rule=rule).order_by("created_at").first()
+        if holder is not None:
             raise RunConflict(
-                f"A run of rule {rule.name} is under way: wait for it, or cancel it first."
+                f"Run {holder.id} of rule {rule.name} is {holder.state}: wait for it to end, or "
+                f"cancel it (POST /api/v1/rules/{rule.name}/runs/{holder.id}/cancel, or Cancel "
+                "on the rule's page).",
+                holder,
             )
         most = int(_setting("RULE_RUNS_PER_TENANT", 2))
-        if active.count() >= most:
+        under_way = list(active.select_related("rule").order_by("created_at")[:most])
+        if len(under_way) >= most:
+            names = ", ".join(f"run {r.id} of rule {r.rule.name}" for r in under_way)
             raise RunConflict(
-                f"{most} runs over history are under way for this tenant, the most at once: "
-                "wait for one to end, or cancel one."
+                f"{most} runs over history are under way for this tenant, the most at once "
+                f"({names}): wait for one to end, or cancel one "
+                "(POST /api/v1/rules/{rule}/runs/{id}/cancel).",
+                under_way[0],
             )
         run = RuleRun.objects.create(
             tenant_id=rule.tenant_id,
@@ -176,7 +189,7 @@ def run_start(
             requested_by=requested_by[:254],
         )
         if dispatch_now:
-            transaction.on_commit(lambda: dispatch(run))
+            transaction.on_commit(lambda: _hand_over(run))
     return run
 
 
@@ -234,12 +247,34 @@ RUN_TASK = "tenants.tasks.run_rule_history"
 
 
 def dispatch(run: RuleRun) -> None:
-    """Hand the run to a Celery worker (replaced in tests by an in-process runner). The task is
-    sent by its name, as Celery beat sends its tasks: `tenants.tasks` imports this package to run
-    the task, so importing it back would close an import circle."""
+    """Hand the run to a Celery worker through the project's app (`control_plane.celery_app`,
+    loaded with Django). The task is sent by its name, as Celery beat sends its tasks:
+    `tenants.tasks` imports this package to run the task, so importing it back would close an
+    import circle. No result is kept: the run's row is its result. Some unit tests replace this
+    with an in-process runner; tests/control_plane/test_rule_run_handover.py crosses the real
+    hand-over."""
     from celery import current_app
 
-    current_app.send_task(RUN_TASK, args=[str(run.id)])
+    current_app.send_task(RUN_TASK, args=[str(run.id)], ignore_result=True)
+
+
+def _hand_over(run: RuleRun) -> None:
+    """`dispatch`, and when the hand-over fails (no Celery broker answers), the run ends
+    `failed` with the reason in words rather than waiting `queued` for a worker that will never
+    hear of it (and holding its rule)."""
+    try:
+        dispatch(run)
+    except Exception as exc:
+        log.warning("rule run %s: could not hand it to a worker: %s", run.id, exc)
+        now = timezone.now()
+        RuleRun.objects.filter(pk=run.pk, state=RuleRun.State.QUEUED).update(
+            state=RuleRun.State.FAILED,
+            finished_at=now,
+            error="it could not be handed to a worker (the task queue did not answer: "
+            f"{type(exc).__name__}); nothing ran. Try again in a minute; if it fails again, "
+            "the platform's operators are told by its logs",
+        )
+        run.refresh_from_db()
 
 
 def run_cancel(run: RuleRun) -> RuleRun:
