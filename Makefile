@@ -11,7 +11,7 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 
 .PHONY: run test lint bench system-deps install
 
-# Ports and settings come from the environment, or `make run VAR=value` (docs/reference.md):
+# Ports and settings come from the environment, or `make run VAR=value` (docs/guides/operating.md):
 # WEB_PORT, MQTT_PORT, MQTT_WS_PORT, MQTT_TLS_PORT, MQTT_WSS_PORT, METRICS_PORT,
 # RULES_METRICS_PORT, BIND_HOST, LOG_LEVEL, LOG_FORMAT.
 run: install

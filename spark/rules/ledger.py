@@ -26,7 +26,7 @@ Recording what fired (`record`, `confirm`) turns a claim into a fired row, whoev
 An action that failed is not "done": it is a dead letter, replayable, and a later `new-only`
 run may fire it again. The live job records after the fact, so a run over the last seconds may
 meet an action the live job is still running: a run's range should end before the live job's
-lag (the API's `to` defaults to a minute ago; see docs/reference.md).
+lag (the API's `to` defaults to a minute ago; see docs/reference/rules-api.md).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from tenants.models import Device, DeviceGroup, DeviceUsage, Tenant, Usage
 
 MAX_DEVICE_DAYS = 93  # a quarter of days per request
 # The per-device figures, as the API names them (rows, totals), from DeviceUsage's columns: what
-# a device causes of each billed dimension. Storage is the tenant's alone (docs/reference.md).
+# a device causes of each billed dimension. Storage is the tenant's alone (docs/reference/billing.md).
 DEVICE_FIGURES = {
     "messages": "message_units",
     "connection_minutes": "connection_minutes",

@@ -400,7 +400,7 @@ class Command(BaseCommand):
             f"  try: mosquitto_sub -h {at} -p {ports['MQTT_PORT']} -u '{username}' "
             f"-P '{password}' -t 'demo/#' -v",
             "  ports: " + " ".join(f"{v}={p}" for v, p in ports.items()),
-            "  (move one with `make run VARIABLE=PORT`; see docs/reference.md)",
+            "  (move one with `make run VARIABLE=PORT`; see docs/guides/operating.md)",
             "",
         ]
         self.stdout.write("\n".join(lines))
