@@ -212,9 +212,11 @@ def test_a_message_its_offline_subscriber_dropped_on_arrival_says_so_on_its_own_
     recorder.published(refused, 2, Published(1, (), (), 1))
     _write(store, recorder)
     now = datetime.now(UTC)
-    rows = JourneyReader(store).messages(
-        "acme", start=now - timedelta(minutes=5), end=now + timedelta(minutes=1)
-    ).rows
+    rows = (
+        JourneyReader(store)
+        .messages("acme", start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
+        .rows
+    )
     described = {(r["topic"], r["outcome"]): describe_outcome(r) for r in rows}
 
     mine = described[("q/2", "delivered")]
