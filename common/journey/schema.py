@@ -6,7 +6,10 @@ Two streams, each its own set of Parquet files:
 - `messages`: one row per outcome of a PUBLISH. The broker decides one outcome when the PUBLISH
   arrives (`delivered`, `no_subscribers`, or a refusal); a delivery that fails later at one
   subscriber (its queue overflowed, the message expired while queued, …) adds a row then, naming
-  that subscriber in `subscriber`. No payload is stored. The live rules job adds the rows of
+  that subscriber in `subscriber`. A delivery dropped as the message arrived (an offline
+  session's full queue, QoS 0 to an offline session, a slow QoS 0 reader) is linked both ways:
+  the drop row and the message's own row share `message_id`, and the message's row counts it
+  in `lost` (not in `queued`), so it tells the message's fate by itself. No payload is stored. The live rules job adds the rows of
   the tenant's rules (`rule_*` outcomes, the rule's name in `rule`): a rule matched the message
   (or failed on it), then each action's result, the error in `reason`.
 - `clients`: one row per event in a client's life (connected, connect_failed, disconnected,
@@ -61,6 +64,11 @@ MESSAGE_SCHEMA = pa.schema(
         pa.field("subscriber", pa.string()),  # a later outcome: whose delivery it was
         pa.field("node", pa.string()),  # the broker that recorded it (rules: the rules job)
         pa.field("rule", pa.string()),  # the rule's name, in the rules' rows
+        # A message some subscriber dropped as it arrived: its id, on its own row and on each
+        # drop row (files before these two columns read them as null), and on its own row how
+        # many of `sessions` dropped it (the causes in `reason`).
+        pa.field("message_id", pa.string()),
+        pa.field("lost", pa.int32()),
     ]
 )
 

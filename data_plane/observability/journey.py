@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from array import array
+from dataclasses import dataclass, field
 from typing import Any
 
 from common.journey.schema import (
@@ -70,6 +71,28 @@ REASON_CODES = {
 }
 
 
+@dataclass(slots=True)
+class Lost:
+    """What a publish row says of the deliveries its subscribers dropped as it arrived (an
+    offline session's full queue, QoS 0 to an offline session, a slow QoS 0 reader): the id its
+    drop rows carry too, how many there were, how many of them the row had counted as `queued`
+    (offline), and the causes in words."""
+
+    message_id: str
+    lost: int = 0
+    offline: int = 0
+    causes: dict[str, int] = field(default_factory=dict)  # "outcome: words" -> count
+
+    def reason(self) -> str:
+        """ "dropped by 1 subscriber as it arrived (queue_full: the subscriber's queue was
+        full …)": the row's `reason`."""
+        parts = [
+            f"dropped by {n} subscriber{'' if n == 1 else 's'} as it arrived ({cause})"
+            for cause, n in self.causes.items()
+        ]
+        return "; ".join(parts)
+
+
 class PublishColumns:
     """The outcomes of routed publishes since the last hand-off, column by column.
 
@@ -90,12 +113,15 @@ class PublishColumns:
         "packet_id",
         "sessions",
         "queued",
+        "linked",
     )
 
     def __init__(self, *, use_c: bool | None = None) -> None:
         self.publishers: list[tuple[str, str]] = []  # (tenant, client id)
         self.rows: dict[Any, int] = {}  # Origin (or the values, without one) -> row
         self.native = native is not None if use_c is None else use_c
+        # Rows whose message some subscriber dropped as it arrived (rare): row -> `Lost`.
+        self.linked: dict[int, Lost] = {}
         if self.native:
             self.ts = native.Buffer("d")
             self.publisher, self.size, self.packet_id = (native.Buffer("I") for _ in range(3))
@@ -168,7 +194,11 @@ class JourneyRecorder:
         self.use_c = use_c  # None: the compiled recorder where it is built
         self._last_version = 0
         self._columns = PublishColumns(use_c=use_c)
-        self.published = self._columns.recorder()
+        self.published = self._fast = self._columns.recorder()
+        # Deliveries dropped since the last routed publish was recorded: (message, its drop
+        # row, whether the session was offline). One dropped as its message arrived is linked
+        # to that message's row when the row is recorded (`_published_after_drops`).
+        self._arrivals: list[tuple[Any, dict[str, object], bool]] = []
         self.others: list[dict[str, object]] = []  # message rows off the hot path
         self.events: list[dict[str, object]] = []  # client rows
         self.moves = Moves()  # takeovers: where a session came from, where it went
@@ -192,27 +222,31 @@ class JourneyRecorder:
         subscriber: str | None = None,
         sessions: int | None = None,
         queued: int | None = None,
-    ) -> None:
+        message_id: str | None = None,
+        lost: int | None = None,
+    ) -> dict[str, object]:
         """A row off the hot path: a refusal, a later drop, a will."""
-        self.others.append(
-            {
-                "tenant": tenant,
-                "ts": int(time.time() * 1000),
-                "client_id": client_id,
-                "topic": topic,
-                "qos": qos,
-                "size": size,
-                "packet_id": packet_id or None,
-                "outcome": outcome,
-                "sessions": sessions,
-                "queued": queued,
-                "reason": reason or None,
-                "reason_code": reason_code,
-                "quota": quota,
-                "subscriber": subscriber,
-                "node": self.node,
-            }
-        )
+        row: dict[str, object] = {
+            "tenant": tenant,
+            "ts": int(time.time() * 1000),
+            "client_id": client_id,
+            "topic": topic,
+            "qos": qos,
+            "size": size,
+            "packet_id": packet_id or None,
+            "outcome": outcome,
+            "sessions": sessions,
+            "queued": queued,
+            "reason": reason or None,
+            "reason_code": reason_code,
+            "quota": quota,
+            "subscriber": subscriber,
+            "node": self.node,
+            "message_id": message_id,
+            "lost": lost,
+        }
+        self.others.append(row)
+        return row
 
     def refused(self, conn: MQTTConnection, packet: Publish, decision: Any) -> None:
         """A PUBLISH admission refused (`admission.Refuse` or `Disconnect`)."""
@@ -259,7 +293,7 @@ class JourneyRecorder:
         if cause == "queue_full" and delivery.qos == 0 and session.connection is not None:
             outcome, reason = DROPPED, SLOW_QOS0
         message = delivery.message
-        self.message(
+        row = self.message(
             message.tenant,
             message.publisher,
             message.topic,
@@ -269,6 +303,40 @@ class JourneyRecorder:
             reason,
             subscriber=session.client_id,
         )
+        # Dropped as it arrived? Then its publish row is recorded next (the broker calls
+        # `published` right after routing it): the slow path below links the two. A drop of
+        # an older message (expired, pushed out) is claimed by nobody and stays as it is.
+        self._arrivals.append((message, row, session.connection is None))
+        self.published = self._published_after_drops
+
+    def _published_after_drops(
+        self, message: Message, packet_id: int | None, outcome: Published
+    ) -> None:
+        """`published` while drops wait to be claimed: record the row, then link the drops of
+        this very message to it, so the row tells its final fate ("delivered to 0 of 1
+        sessions") and the drop rows carry its id. Back to the fast recorder afterwards."""
+        self._fast(message, packet_id, outcome)
+        lost = self._claim(message, packet_id)
+        if lost is not None:
+            self._columns.linked[len(self._columns) - 1] = lost
+
+    def _claim(self, message: Any, packet_id: int | None) -> Lost | None:
+        """The drops of `message` recorded as it was routed, now marked with its id; the rest
+        (drops of earlier messages) are forgotten here, their rows unchanged."""
+        arrivals, self._arrivals = self._arrivals, []
+        self.published = self._fast
+        mine = [(row, offline) for m, row, offline in arrivals if m is message]
+        if not mine:
+            return None
+        lost = Lost(f"{self.node}-{self._version()}")
+        for row, offline in mine:
+            row["message_id"] = lost.message_id
+            row["packet_id"] = packet_id or None
+            lost.lost += 1
+            lost.offline += offline
+            cause = f"{row['outcome']}: {row['reason']}"
+            lost.causes[cause] = lost.causes.get(cause, 0) + 1
+        return lost
 
     # -- clients ----------------------------------------------------------------------------
 
@@ -404,6 +472,10 @@ class JourneyRecorder:
         """`session.will`: a will went out (`outcome`: its `Published`)."""
         client_id = session.client_id if session is not None else will.publisher
         self.client(will.tenant, client_id, "will_published", detail=will.topic)
+        lost = self._claim(will, None)
+        reason = "the client's will"
+        if lost is not None:
+            reason = f"{reason}, {lost.reason()}"
         self.message(
             will.tenant,
             client_id,
@@ -411,9 +483,11 @@ class JourneyRecorder:
             will.qos,
             len(will.payload),
             "delivered" if outcome[0] else "no_subscribers",
-            "the client's will",
+            reason,
             sessions=outcome[0],
-            queued=outcome[3],
+            queued=outcome[3] - (lost.offline if lost is not None else 0),
+            message_id=lost.message_id if lost is not None else None,
+            lost=lost.lost if lost is not None else None,
         )
 
     # -- hand-off ---------------------------------------------------------------------------
@@ -422,7 +496,8 @@ class JourneyRecorder:
         """The rows gathered since the last call; the recorder starts new columns."""
         columns = self._columns
         self._columns = PublishColumns(use_c=self.use_c)
-        self.published = self._columns.recorder()
+        self.published = self._fast = self._columns.recorder()
+        self._arrivals = []  # a publish is recorded at once after its routing: none waits now
         others, self.others = self.others, []
         events, self.events = self.events, []
         return columns, others, events

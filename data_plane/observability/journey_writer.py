@@ -89,7 +89,8 @@ def publish_table(columns: PublishColumns, node: str) -> pa.Table:
     packet_ids = _numbers(columns.packet_id, pa.uint32(), n).cast(pa.int32())
     ms = pc.multiply(_numbers(columns.ts, pa.float64(), n), 1000)
     ts = pc.cast(ms, pa.int64(), safe=False).cast(pa.timestamp("ms", tz="UTC"))
-    return pa.Table.from_arrays(
+    queued = _numbers(columns.queued, pa.uint32(), n).cast(pa.int32())
+    table = pa.Table.from_arrays(
         [
             pa.DictionaryArray.from_arrays(index, tenants),
             ts,
@@ -100,13 +101,36 @@ def publish_table(columns: PublishColumns, node: str) -> pa.Table:
             pc.if_else(pc.equal(packet_ids, 0), None, packet_ids),
             pa.DictionaryArray.from_arrays(reached, _REACHED),
             sessions,
-            _numbers(columns.queued, pa.uint32(), n).cast(pa.int32()),
+            queued,
             pa.DictionaryArray.from_arrays(
                 pa.repeat(pa.scalar(0, pa.int8()), n), pa.array([node], pa.string())
             ),
         ],
         schema=_ROUTED_SCHEMA,
     )
+    return _with_losses(table, columns) if columns.linked else table
+
+
+def _with_losses(table: pa.Table, columns: PublishColumns) -> pa.Table:
+    """The rows whose message a subscriber dropped as it arrived (`PublishColumns.linked`,
+    rare): their id (the drop rows carry it too), how many dropped it and why, and `queued`
+    without the offline sessions that did not keep it after all."""
+    n = table.num_rows
+    ids: list[str | None] = [None] * n
+    lost: list[int | None] = [None] * n
+    reasons: list[str | None] = [None] * n
+    queued = table["queued"].to_pylist()
+    for row, loss in columns.linked.items():
+        ids[row], lost[row], reasons[row] = loss.message_id, loss.lost, loss.reason()
+        queued[row] = max(0, queued[row] - loss.offline)
+    table = table.set_column(
+        table.schema.get_field_index("queued"),
+        table.schema.field("queued"),
+        pa.array(queued, pa.int32()),
+    )
+    table = table.append_column(pa.field("reason", pa.string()), pa.array(reasons, pa.string()))
+    table = table.append_column(pa.field("message_id", pa.string()), pa.array(ids, pa.string()))
+    return table.append_column(pa.field("lost", pa.int32()), pa.array(lost, pa.int32()))
 
 
 _DICTIONARY = pa.dictionary(pa.int32(), pa.string())

@@ -56,7 +56,10 @@ FREE_TIER = {
     "rules_triggered": 250_000,
     "actions_executed": 250_000,
     "storage_gb_hours": 100,
-    "job_executions": 0,  # AWS's free tier has no remote actions either
+    # Like every other unit of the Free plan, an allowance before the first is billed (issue
+    # 41): 1,000 a month, $3.00 at list price, beside 1,000,000 messages ($1.00) and 2,250,000
+    # connection minutes ($1.80). Migration 0031 gives existing Free price books the same.
+    "job_executions": 1_000,
 }
 
 

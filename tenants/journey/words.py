@@ -45,9 +45,15 @@ def outcome_reason(row: dict[str, Any]) -> str:
     outcome = row["outcome"]
     if outcome == "delivered":
         sessions, queued = row.get("sessions") or 0, row.get("queued") or 0
-        words = f"delivered to {_plural(sessions, 'session')}"
+        lost = row.get("lost") or 0
+        if lost:  # some dropped it as it arrived: the row's reason says who and why
+            words = f"delivered to {sessions - lost} of {_plural(sessions, 'session')}"
+        else:
+            words = f"delivered to {_plural(sessions, 'session')}"
         if queued:
             words += f" ({queued} offline: kept in {'its' if queued == 1 else 'their'} queue)"
+        if lost:
+            return f"{words}: {row.get('reason') or f'dropped by {lost}'}"
         if row.get("reason"):  # a will
             words = f"{row['reason']}: {words}"
         return words
@@ -55,7 +61,9 @@ def outcome_reason(row: dict[str, Any]) -> str:
     if outcome.startswith("rule_"):  # the rules job's rows: the rule, then what it did
         words = f"rule {row.get('rule') or '?'}: {OUTCOME_WORDS.get(outcome, outcome)}"
         return f"{words}: {detail}" if detail else words
-    if row.get("subscriber"):  # lost later, at one subscriber: the broker's words say why
+    if row.get("subscriber"):  # lost at one subscriber: the broker's words say why
+        if row.get("message_id"):  # as it arrived: the message's own row shares the id
+            return f"dropped as it arrived at subscriber {row['subscriber']}: {detail or outcome}"
         return f"lost at subscriber {row['subscriber']}: {detail or outcome}"
     base = OUTCOME_WORDS.get(outcome, outcome)
     if outcome == "served" and "/jobs/" in (row.get("topic") or ""):
@@ -84,6 +92,10 @@ def describe_outcome(row: dict[str, Any]) -> dict[str, Any]:
         "reason": outcome_reason(row),
         "node": row.get("node"),
         "rule": row.get("rule"),
+        # Set where a subscriber dropped the message as it arrived: the message's own row and
+        # its drop rows share it; `lost` (on the message's row) counts those drops.
+        "message_id": row.get("message_id"),
+        "lost": row.get("lost"),
     }
 
 

@@ -44,7 +44,8 @@ FORECAST_METHOD = (
     "month to date + daily rate × days left (from now to the month's end), the daily rate "
     f"being the average of the last {FORECAST_WINDOW_DAYS} complete UTC days of this month "
     "(fewer early in the month; on the 1st, today's usage so far scaled to a whole day, at least "
-    "one hour counted); never below the month to date; priced like the invoice"
+    "one hour counted); for a tenant created this month, counted from its creation, not from "
+    "days before it existed; never below the month to date; priced like the invoice"
 )
 
 
@@ -174,12 +175,16 @@ def _sums(tenant: Tenant, start: datetime, end: datetime) -> dict[str, int]:
 def _daily_rate(tenant: Tenant, month_start: datetime, now: datetime) -> dict[str, Decimal]:
     """Per usage-log column, the usage per day the forecast goes on at (`FORECAST_METHOD`)."""
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    window_start = max(month_start, today - timedelta(days=FORECAST_WINDOW_DAYS))
-    complete_days = (today - window_start).days
-    if complete_days:
+    # A tenant created this month used nothing before it existed: averaging over those days
+    # (issue 41) had a tenant created today forecast exactly its month to date.
+    origin = max(month_start, min(tenant.created_at, now))
+    window_start = max(origin, today - timedelta(days=FORECAST_WINDOW_DAYS))
+    if window_start < today:
+        days = Decimal((today - window_start).total_seconds()) / 86400  # its first day in part
         sums = _sums(tenant, window_start, today)
-        return {column: Decimal(value) / complete_days for column, value in sums.items()}
-    hours = max(Decimal(1), Decimal((now - today).total_seconds()) / 3600)
+        return {column: Decimal(value) / days for column, value in sums.items()}
+    since = max(today, origin)
+    hours = max(Decimal(1), Decimal((now - since).total_seconds()) / 3600)
     sums = _sums(tenant, today, now)
     return {column: Decimal(value) * 24 / hours for column, value in sums.items()}
 

@@ -67,3 +67,54 @@ def test_a_book_that_prices_job_executions_prices_them():
     (line,) = [line for line in listed["lines"] if line["code"] == "job_executions"]
     assert (line["billable"], line["amount_cents"]) == (1100, 330)
     assert "list_prices" in listed["inputs"]
+
+
+def test_the_free_plan_includes_job_executions_like_its_other_units(db):
+    """Issue 41: the Free plan billed job executions from the first while every other unit had
+    an allowance. Its price book (new, or an existing one through migration 0031) includes
+    1,000 a month; the invoice and the forecast price the same allowance."""
+    from datetime import UTC, date, datetime
+    from importlib import import_module
+
+    from django.apps import apps
+
+    from common.charges.pricing import invoice_lines
+    from tenants.accounts import services as account_services
+    from tenants.billing import services as billing
+    from tenants.models import Plan, PriceBook, Usage
+    from tenants.usage import selectors as usage_selectors
+
+    tenant, _, _ = account_services.signup(
+        tenant="acme", email="o@acme.io", password="pass-w0rd-acme"
+    )
+    assert tenant.plan.monthly_price_cents == 0  # Free
+    usage = {"job_executions": 1_500}
+    book = billing.price_book_for(tenant.plan, "2026-11")
+    [jobs] = [
+        line
+        for line in invoice_lines(usage, {**book.as_document(), "base_fee_cents": 0})
+        if line["code"] == "job_executions"
+    ]
+    assert (jobs["included"], jobs["billable"]) == (1_000, 500)
+    Usage.objects.create(
+        tenant=tenant, minute=datetime(2026, 11, 2, tzinfo=UTC), job_executions=1_500
+    )
+    forecast = usage_selectors.usage_forecast(
+        tenant=tenant, now=datetime(2026, 11, 2, 12, tzinfo=UTC)
+    )
+    [ahead] = [d for d in forecast["dimensions"] if d["dimension"] == "job_executions"]
+    assert (ahead["included"], ahead["billable"]) == (1_000, 500)
+
+    # A Free plan whose book predates the allowance: the migration adds a version with it.
+    old = Plan.objects.create(slug="free-old", name="Free (old)", monthly_price_cents=0)
+    PriceBook.objects.create(
+        plan=old,
+        version=1,
+        effective_from=date(2000, 1, 1),
+        dimensions={"job_executions": {**LIST_BOOK["dimensions"]["job_executions"]}},
+    )
+    import_module("tenants.migrations.0031_free_job_executions_included").forwards(apps, None)
+    latest = PriceBook.objects.filter(plan=old).order_by("-version").first()
+    assert latest.version == 2 and latest.effective_from <= date.today()
+    assert latest.dimensions["job_executions"]["included"] == 1_000
+    assert PriceBook.objects.get(plan=old, version=1).dimensions["job_executions"]["included"] == 0

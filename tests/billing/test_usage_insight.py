@@ -221,3 +221,41 @@ def test_forecast_on_the_first_scales_today_and_never_falls_below(acme):  # noqa
     response = api.get("/api/v1/usage/forecast")
     assert response.status_code == 200
     assert {"month_to_date_cents", "forecast_cents", "method", "dimensions"} <= set(response.json())
+
+
+def test_forecast_of_a_tenant_created_this_month_counts_from_its_creation(acme):  # noqa: F811
+    """Issue 41: a tenant that signed up today forecast exactly its month to date (its rate
+    averaged over days before it existed); one created mid-month had its rate cut the same way."""
+    tenant, _ = acme
+    known_month(tenant)
+    created = datetime(2026, 11, 15, 8, tzinfo=UTC)
+    Tenant.objects.filter(id=tenant.id).update(created_at=created)
+    tenant.refresh_from_db()
+    Usage.objects.filter(tenant=tenant).delete()
+    Usage.objects.create(tenant=tenant, minute=created + timedelta(hours=1), message_units=400)
+    body = usage_selectors.usage_forecast(tenant=tenant, now=datetime(2026, 11, 15, 12, tzinfo=UTC))
+    messages = next(d for d in body["dimensions"] if d["dimension"] == "messages")
+    # 400 in the 4 hours it has existed: 2,400 a day, for the 15.5 days left: 400 + 37,200.
+    assert messages["daily_rate"] == 2400
+    assert (messages["month_to_date"], messages["forecast"]) == (400, 37_600)
+
+    # Created on the 12th at noon: 3 units a day from then on; the rate counts 2.5 days, not 7.
+    created = datetime(2026, 11, 12, 12, tzinfo=UTC)
+    Tenant.objects.filter(id=tenant.id).update(created_at=created)
+    tenant.refresh_from_db()
+    Usage.objects.filter(tenant=tenant).delete()
+    Usage.objects.create(
+        tenant=tenant, minute=datetime(2026, 11, 12, 18, tzinfo=UTC), message_units=500
+    )
+    Usage.objects.create(
+        tenant=tenant, minute=datetime(2026, 11, 13, 9, tzinfo=UTC), message_units=1000
+    )
+    Usage.objects.create(
+        tenant=tenant, minute=datetime(2026, 11, 14, 9, tzinfo=UTC), message_units=1000
+    )
+    body = usage_selectors.usage_forecast(tenant=tenant, now=datetime(2026, 11, 15, 0, tzinfo=UTC))
+    messages = next(d for d in body["dimensions"] if d["dimension"] == "messages")
+    # 2,500 over the 2.5 days it existed: 1,000 a day (averaged over 7 it was 357), 16 days left.
+    assert messages["daily_rate"] == 1000
+    assert (messages["month_to_date"], messages["forecast"]) == (2500, 18_500)
+    assert "counted from its creation" in body["method"]

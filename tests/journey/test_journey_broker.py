@@ -101,6 +101,15 @@ def test_every_outcome_is_found_with_its_reason(tmp_path, monkeypatch):
         full = [r for r in rows if r["outcome"] == "queue_full"]
         assert sorted(r["topic"] for r in full) == ["q/1", "q/2"]
         assert {r["subscriber"] for r in full} == {"sleeper"}
+        # Issue 41: their own rows tell that fate (not "kept in its queue"), linked by id.
+        for drop in full:
+            own = by_topic[(drop["topic"], "delivered")]
+            assert own["reason"].startswith("delivered to 0 of 1 session: dropped by 1 ")
+            assert "queue_full" in own["reason"] and (own["queued"], own["lost"]) == (0, 1)
+            assert drop["message_id"] == own["message_id"] is not None
+            assert drop["packet_id"] == own["packet_id"] is not None
+        assert by_topic[("q/0", "delivered")]["message_id"] is None
+        assert "kept in its queue" in by_topic[("q/0", "delivered")]["reason"]
         big = by_topic[("live/big", "too_large")]
         assert big["reason_code"] == 0x95 and "max_message_size of 200 bytes" in big["reason"]
 

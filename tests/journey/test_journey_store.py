@@ -13,6 +13,7 @@ from data_plane.broker.ports import Published
 from data_plane.observability.journey import JourneyRecorder
 from data_plane.observability.journey_writer import JourneyWriter
 from tenants.journey.selectors import JourneyQueryError, JourneyReader, topic_filter_regex
+from tenants.journey.words import describe_outcome
 
 
 def _message(tenant, client, topic, origin, qos=1, payload=b"{}"):
@@ -190,3 +191,44 @@ def test_a_slow_qos0_subscriber_drops_and_a_full_queue_refuses_each_named(store)
     assert "slow subscriber" in rows[("slow", "dropped")]
     assert "max_queued_messages" in rows[("asleep", "queue_full")]
     assert "offline" in rows[("asleep", "dropped")]
+
+
+@pytest.mark.parametrize("use_c", [True, False], ids=["c-recorder", "python-recorder"])
+def test_a_message_its_offline_subscriber_dropped_on_arrival_says_so_on_its_own_row(store, use_c):
+    """Issue 41: the row said "delivered to 1 session (1 offline: kept in its queue)" for a
+    message the offline session's full queue refused. As the broker does it: the drop during
+    routing, then the message's row."""
+    recorder = JourneyRecorder("node-a", use_c=use_c)
+    origin = object()
+    asleep = SimpleNamespace(client_id="asleep", connection=None)
+    older = _message("acme", "pub", "q/0", origin)
+    # A drop of an earlier message (it expired in the queue) while another is routed: not this
+    # message's fate, and not linked to its row.
+    recorder.dropped(asleep, SimpleNamespace(message=older, qos=1), "expired")
+    kept = _message("acme", "pub", "q/1", origin)
+    recorder.published(kept, 1, Published(1, (), (), 1))
+    refused = _message("acme", "pub", "q/2", origin)
+    recorder.dropped(asleep, SimpleNamespace(message=refused, qos=1), "queue_full")
+    recorder.published(refused, 2, Published(1, (), (), 1))
+    _write(store, recorder)
+    now = datetime.now(UTC)
+    rows = (
+        JourneyReader(store)
+        .messages("acme", start=now - timedelta(minutes=5), end=now + timedelta(minutes=1))
+        .rows
+    )
+    described = {(r["topic"], r["outcome"]): describe_outcome(r) for r in rows}
+
+    mine = described[("q/2", "delivered")]
+    assert mine["reason"].startswith("delivered to 0 of 1 session: dropped by 1 subscriber")
+    assert "queue_full" in mine["reason"] and "kept in its queue" not in mine["reason"]
+    assert (mine["sessions"], mine["queued"], mine["lost"]) == (1, 0, 1)
+    drop = described[("q/2", "queue_full")]
+    assert drop["message_id"] == mine["message_id"] is not None
+    assert (drop["subscriber"], drop["packet_id"]) == ("asleep", 2)
+    assert "dropped as it arrived at subscriber asleep" in drop["reason"]
+
+    other = described[("q/1", "delivered")]
+    assert other["reason"] == "delivered to 1 session (1 offline: kept in its queue)"
+    assert other["message_id"] is None and other["lost"] is None
+    assert described[("q/0", "expired")]["message_id"] is None

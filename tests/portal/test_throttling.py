@@ -290,3 +290,24 @@ def test_a_disconnect_for_a_limit_links_to_what_the_limits_did(client, owner):
         body = client.get("/devices/sensor-1/").content.decode()
         cell = re.search(r'<dd id="last-disconnect">(.*?)</dd>', body, re.S).group(1)
         assert ('href="/quota/#throttling"' in cell) is linked, recorded
+
+
+def test_dashboards_two_dropped_figures_each_say_what_they_count_and_why_they_differ(client, owner):
+    """Issue 41: "Dropped since the broker started" (the broker's live counter) beside
+    "Messages dropped in the last 24 hours" (the usage minutes) showed 209 and 204 with nothing
+    to tell a person why. Each now says its window and what it counts, and how they differ."""
+    usage(owner, minute(timedelta(minutes=5), timezone.now()), dropped={"queue_full": 3})
+    page = text(client.get("/"))
+
+    assert "Messages dropped in the last 24 hours: 3 — queue full 3" in page
+    assert (
+        "Dropped since the broker started – live, over the broker's whole uptime: copies not "
+        "delivered and PUBLISHes refused without ending the connection, those the ACL refused "
+        "included" in page
+    )
+    assert (
+        "Why this differs from “Dropped since the broker started” (Live): that counter runs to "
+        "this second and over the broker's whole uptime, not 24 hours; it counts PUBLISHes refused "
+        "by the ACL (or for an invalid topic), which are not here, and leaves out those refused "
+        "by ending the connection (a message too large), which are here." in page
+    )
