@@ -24,6 +24,7 @@ from common.security.device_credentials import (
     parse_device_certificate,
     parse_public_keys,
 )
+from tenants.devices import services as device_services
 from tenants.models import CaCertificate, Device, DeviceCertificate, JwtKey, Tenant
 from tenants.notify import announce
 from tenants.suspension import require_active
@@ -320,8 +321,6 @@ def _import_one(
     ca: str,
     create_devices: bool,
 ) -> ImportResult:
-    from tenants.devices import services as device_services  # it imports nothing of this module
-
     def refused(why: str, name: str | None = None, fp: str | None = None) -> ImportResult:
         return ImportResult(index, name or device or None, fp, "error", why)
 
