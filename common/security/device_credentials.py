@@ -73,7 +73,9 @@ def parse_certificate(data: str | bytes) -> ParsedCertificate:
     except IdentityError:
         raise
     except ValueError as exc:
-        raise IdentityError(f"not a readable certificate: {exc}") from None
+        # Without cryptography's pointer to its FAQ: a tenant needs what is wrong, not a link.
+        reason = str(exc).split(". See https://", 1)[0]
+        raise IdentityError(f"not a readable certificate: {reason}") from None
     try:
         constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
         is_ca = constraints.ca

@@ -108,7 +108,8 @@ class PostgresAuthenticator:
                 return await self._as_claim(connect, issued, who)
             device = issued.device
         elif who.label.startswith("ca:"):
-            await self._register_just_in_time(who.tenant, device, int(who.label[3:]))
+            ca_id = int(who.label.split()[0][3:])  # `ca:ID`, maybe followed by ` cert:ID`
+            await self._register_just_in_time(who.tenant, device, ca_id)
         decision = await self.directory.admit(
             who.tenant, device, connect.client_id, address, connect.username
         )

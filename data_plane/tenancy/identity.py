@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 class CertificateIdentity:
     tenant: str
     device: str
-    label: str  # `ca:ID` or `cert:ID`: what revoking ends
+    label: str  # `ca:ID`, `cert:ID` or `ca:ID cert:ID`: what revoking ends
     not_after: datetime  # the earliest notAfter of the chain: the connection ends then
 
 
@@ -80,6 +80,16 @@ SELECT c.id, t.slug, d.name, c.not_after
   JOIN {tables.DEVICE} d ON d.id = c.device_id
   JOIN {tables.TENANT} t ON t.id = c.tenant_id
  WHERE c.fingerprint = %s AND t.slug = %s AND d.name = %s AND c.revoked_at IS NULL
+"""
+# The tenant's registrations of one certificate (live ones first): a certificate its registered
+# CA signed may also be registered by fingerprint, and then revoking that registration refuses it.
+_REGISTRATIONS_SQL = f"""
+SELECT c.id, d.name, c.revoked_at IS NULL
+  FROM {tables.DEVICE_CERTIFICATE} c
+  JOIN {tables.DEVICE} d ON d.id = c.device_id
+  JOIN {tables.TENANT} t ON t.id = c.tenant_id
+ WHERE t.slug = %s AND c.fingerprint = %s
+ ORDER BY c.revoked_at IS NOT NULL, c.id DESC
 """
 _JWT_KEYS_SQL = f"""
 SELECT k.id, k.kid, k.algorithm, k.public_key
@@ -140,6 +150,12 @@ class IdentityStore:
         rows = await self._cached(key, _DEVICE_CERT_SQL, (fingerprint, tenant, device))
         return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
 
+    async def registrations(self, tenant: str, fingerprint: str) -> list[tuple[int, str, bool]]:
+        """The tenant's registrations of this certificate: (id, device, live), live first."""
+        key = ("registrations", tenant, fingerprint)
+        rows = await self._cached(key, _REGISTRATIONS_SQL, (tenant, fingerprint))
+        return [(row[0], row[1], row[2]) for row in rows]
+
     async def jwt_keys(self, tenant: str) -> list[tuple[int, PublicKey]]:
         rows = await self._cached(("jwt", tenant), _JWT_KEYS_SQL, (tenant,))
         return [(row[0], PublicKey(row[1], row[2], row[3])) for row in rows]
@@ -198,7 +214,8 @@ async def identify_certificate(
                 check_valid(ca)
                 _check_usable(ca, as_ca=True)
                 not_after = min(c.not_after for c in (*path, ca))
-                return CertificateIdentity(owner, leaf.common_name, f"ca:{ca_id}", not_after)
+                label = await _ca_label(store, ca_id, owner, leaf)
+                return CertificateIdentity(owner, leaf.common_name, label, not_after)
         if len(path) > MAX_INTERMEDIATES:
             break
         # Not a registered CA's: one of the certificates sent (in any order) must have signed it.
@@ -218,6 +235,18 @@ async def identify_certificate(
         _check_usable(above, as_ca=True)
         path.append(above)
     raise IdentityError("client certificate not registered by any tenant (CA or fingerprint)")
+
+
+async def _ca_label(store: IdentityStore, ca_id: int, tenant: str, leaf: ParsedCertificate) -> str:
+    """What revoking ends, for a certificate a registered CA vouches for: the CA, and also its
+    registration by fingerprint for the device its CN names, if the tenant made one (imported
+    from AWS, say): revoking either then ends the connection. A certificate whose registrations
+    the tenant all revoked is refused, its CA notwithstanding (AWS's REVOKED certificate)."""
+    registrations = await store.registrations(tenant, leaf.fingerprint)
+    if registrations and not any(live for _, _, live in registrations):
+        raise IdentityError("the certificate was revoked by its tenant")
+    mine = next((i for i, d, live in registrations if live and d == leaf.common_name), None)
+    return f"ca:{ca_id}" if mine is None else f"ca:{ca_id} cert:{mine}"
 
 
 def _check_usable(cert: ParsedCertificate, *, as_ca: bool) -> None:
@@ -344,11 +373,12 @@ class TrustAnchors:
 
 
 def end_connections(live: Any, label: str, reason_code: int) -> int:
-    """Disconnect the connections an identity (`ca:ID`, `cert:ID`, `jwt:ID`) admitted."""
+    """Disconnect the connections an identity (`ca:ID`, `cert:ID`, `jwt:ID`) admitted (one
+    connection's labels are separated by spaces: `ca:ID cert:ID`, see `_ca_label`)."""
     doomed = [
         conn
         for conn in list(getattr(live, "connections", ()))
-        if getattr(getattr(conn, "auth", None), "identity", "") == label
+        if label in (getattr(getattr(conn, "auth", None), "identity", "") or "").split()
     ]
     for conn in doomed:
         conn.disconnect(reason_code)

@@ -350,6 +350,24 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Revoke a device certificate",
         "Revokes one of the device's certificates; connections it admitted end within a second.",
     ),
+    ("get", "/api/v1/certificates"): (
+        "Device identity",
+        "List the tenant's device certificates",
+        "Every certificate registered for one of the tenant's devices, newest first: device, "
+        "fingerprint (SHA-256, AWS's certificateId), subject, issuer, expiry and `status` "
+        "(active, revoked, or expired), filtered by `status` or `device`. Revoke one with "
+        "`DELETE /api/v1/devices/{device}/certificates/{id}`.",
+    ),
+    ("post", "/api/v1/certificates/import"): (
+        "Device identity",
+        "Import many device certificates",
+        "Registers up to 100 certificates at once (AWS's register-certificate, in bulk): each "
+        "a PEM (its subject CN names the device) or `{pem, device}`. Each is registered alone: "
+        "the answer is 200 with a result per certificate, in order (`registered`, `exists`, or "
+        "`error` with why), one refused certificate never holding back the others. `ca`: a "
+        "registered CA that must have signed each one; `create_devices`: make missing devices "
+        "(otherwise their certificates are refused). More than 100 is a 400.",
+    ),
     ("get", "/api/v1/jwt-keys"): (
         "Device identity",
         "List JWT signing keys",

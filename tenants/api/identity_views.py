@@ -3,14 +3,14 @@ certificates (`/devices/{name}/certificates`) and JWT keys (`/jwt-keys`). Thin, 
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
 from tenants import audit
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.serializers import StrictInput
-from tenants.api.views import TenantAPIView, paginated, validated
+from tenants.api.views import TenantAPIView, paginated, text_param, validated
 from tenants.audit_words import describe
 from tenants.devices import identity
 from tenants.devices import selectors as device_selectors
@@ -63,6 +63,109 @@ class DeviceCertificateOutput(serializers.Serializer):
     not_after = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
     revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "description": "a PEM certificate: its subject CN names the device"},
+            {
+                "type": "object",
+                "properties": {
+                    "pem": {"type": "string", "description": "a PEM certificate"},
+                    "device": {
+                        "type": "string",
+                        "description": "the device it is for (default: its subject CN)",
+                    },
+                },
+                "required": ["pem"],
+                "additionalProperties": False,
+            },
+        ]
+    }
+)
+class CertificateItemField(serializers.Field):
+    """One certificate to import: a PEM, or `{pem, device?}`. Only the shape is checked here;
+    what is wrong with a certificate itself is that certificate's result, not a 400 for all."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            data = {"pem": data}
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Expected a PEM, or an object {pem, device?}.")
+        unknown = sorted(set(data) - {"pem", "device"})
+        if unknown:
+            raise serializers.ValidationError(f"Unknown field(s): {', '.join(unknown)}.")
+        pem, device = data.get("pem"), data.get("device", "")
+        if not isinstance(pem, str):
+            raise serializers.ValidationError("pem: a PEM certificate (text) is required.")
+        if device is not None and not isinstance(device, str):
+            raise serializers.ValidationError("device: a device name (text).")
+        return {"pem": pem, "device": device or ""}
+
+    def to_representation(self, value):
+        return value
+
+
+class CertificateImportInput(StrictInput):
+    certificates = serializers.ListField(
+        child=CertificateItemField(),
+        allow_empty=False,
+        max_length=identity.MAX_IMPORT,
+        error_messages={
+            "max_length": "At most {max_length} certificates per call: send the rest in "
+            "further calls."
+        },
+    )
+    ca = serializers.CharField(
+        max_length=64,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="the name of a registered CA: each certificate must be one it signed, and "
+        "its CN is its device",
+    )
+    create_devices = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="make a device that does not exist yet (else its certificate is refused)",
+    )
+
+
+class CertificateImportResultOutput(serializers.Serializer):
+    index = serializers.IntegerField(help_text="its place in `certificates`, from 0")
+    device = serializers.CharField(allow_null=True)
+    fingerprint = serializers.CharField(allow_null=True, help_text="SHA-256 of the DER, hex")
+    status = serializers.ChoiceField(choices=["registered", "exists", "error"])
+    error = serializers.CharField(allow_null=True, help_text="why it was refused")
+    device_created = serializers.BooleanField()
+    certificate_id = serializers.IntegerField(allow_null=True)
+
+
+class CertificateImportOutput(serializers.Serializer):
+    registered = serializers.IntegerField()
+    exists = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    results = CertificateImportResultOutput(many=True)
+
+
+class CertificateOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    device = serializers.CharField(source="device.name")
+    fingerprint = serializers.CharField()
+    subject = serializers.CharField()
+    issuer = serializers.SerializerMethodField()
+    not_after = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    status = serializers.SerializerMethodField()
+
+    def get_issuer(self, certificate) -> str:
+        return identity.certificate_issuer(certificate)
+
+    @extend_schema_field(serializers.ChoiceField(choices=identity.CERTIFICATE_STATUSES))
+    def get_status(self, certificate) -> str:
+        return identity.certificate_status(certificate)
 
 
 class JwtKeyInput(StrictInput):
@@ -152,6 +255,46 @@ class DeviceCertificateDetailView(TenantAPIView):
         certificate = identity.device_certificate_get(device=device, certificate_id=certificate_id)
         identity.device_certificate_revoke(certificate)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class CertificateListView(TenantAPIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "status", str, enum=list(identity.CERTIFICATE_STATUSES), description="filter"
+            ),
+            OpenApiParameter("device", str, description="filter: one device's"),
+            *PAGE_PARAMETERS,
+        ],
+        responses=page_of(CertificateOutput),
+        operation_id="v1_certificates_list",
+    )
+    def get(self, request):
+        wanted = text_param(request, "status")
+        if wanted and wanted not in identity.CERTIFICATE_STATUSES:
+            choices = ", ".join(identity.CERTIFICATE_STATUSES)
+            raise exceptions.ValidationError({"status": [f"One of {choices}."]})
+        rows = identity.certificates_list(
+            tenant=self.tenant, status=wanted, device=text_param(request, "device")
+        )
+        return paginated(self, request, rows, CertificateOutput)
+
+
+class CertificateImportView(TenantAPIView):
+    @extend_schema(request=CertificateImportInput, responses={200: CertificateImportOutput})
+    def post(self, request):
+        results = identity.device_certificates_import(
+            tenant=self.tenant, **validated(CertificateImportInput, request.data)
+        )
+        counts = {
+            key: sum(r.status == word for r in results)
+            for key, word in (
+                ("registered", "registered"),
+                ("exists", "exists"),
+                ("errors", "error"),
+            )
+        }
+        return Response(CertificateImportOutput({**counts, "results": results}).data)
 
 
 class JwtKeyListView(TenantAPIView):

@@ -79,6 +79,12 @@ urlpatterns = [
     path(
         "groups/<str:name>/devices", job_views.GroupDevicesView.as_view(), name="api-group-devices"
     ),
+    path("certificates", identity_views.CertificateListView.as_view(), name="api-certificates"),
+    path(
+        "certificates/import",
+        identity_views.CertificateImportView.as_view(),
+        name="api-certificates-import",
+    ),
     path("cas", identity_views.CaListView.as_view(), name="api-cas"),
     path(
         "cas/registration-code",  # before cas/<name>

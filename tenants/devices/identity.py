@@ -5,6 +5,9 @@ connections a revoked one admitted (`data_plane.tenancy.control`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
@@ -14,12 +17,14 @@ from django.utils import timezone
 from common.contracts.notifications import ChangeKind
 from common.security.device_credentials import (
     IdentityError,
+    ParsedCertificate,
     issued_by,
     parse_ca,
     parse_certificate,
     parse_device_certificate,
     parse_public_keys,
 )
+from tenants.devices import services as device_services
 from tenants.models import CaCertificate, Device, DeviceCertificate, JwtKey, Tenant
 from tenants.notify import announce
 from tenants.suspension import require_active
@@ -176,6 +181,195 @@ def device_certificate_revoke(certificate: DeviceCertificate) -> DeviceCertifica
 
 def device_certificates_list(*, device: Device) -> QuerySet[DeviceCertificate]:
     return DeviceCertificate.objects.filter(device=device)
+
+
+# -- all of a tenant's device certificates, and importing many at once (issue 41) -------------
+
+MAX_IMPORT = 100  # certificates per import call: about 1.6 MB of PEM at most, one request
+CERTIFICATE_STATUSES = ("active", "revoked", "expired")
+
+
+def certificates_list(
+    *, tenant: Tenant, status: str | None = None, device: str | None = None
+) -> QuerySet[DeviceCertificate]:
+    """Every device certificate of the tenant (newest first), optionally of one status
+    (`CERTIFICATE_STATUSES`, as `certificate_status` says) or of one device."""
+    rows = DeviceCertificate.objects.filter(tenant=tenant).select_related("device")
+    now = timezone.now()
+    if status == "revoked":
+        rows = rows.exclude(revoked_at=None)
+    elif status == "expired":
+        rows = rows.filter(revoked_at=None, not_after__lte=now)
+    elif status == "active":
+        rows = rows.filter(revoked_at=None, not_after__gt=now)
+    if device:
+        rows = rows.filter(device__name=device)
+    return rows.order_by("-created_at", "-id")  # the id: pages do not shift on equal times
+
+
+def certificate_status(certificate: DeviceCertificate, now: datetime | None = None) -> str:
+    """revoked (by the tenant; whatever its dates), expired (past notAfter), else active."""
+    if certificate.revoked_at is not None:
+        return "revoked"
+    return "expired" if certificate.not_after <= (now or timezone.now()) else "active"
+
+
+def certificate_issuer(certificate: DeviceCertificate) -> str:
+    """The issuer's name (RFC 4514), read from the stored PEM (it was readable when registered;
+    the table keeps no column for it, and a page holds at most a few hundred rows)."""
+    try:
+        return parse_certificate(certificate.pem).issuer
+    except IdentityError:
+        return ""
+
+
+def certificate_get(*, tenant: Tenant, certificate_id: int) -> DeviceCertificate:
+    """One of the tenant's device certificates; another tenant's is a 404 like a missing one."""
+    certificate = (
+        DeviceCertificate.objects.filter(tenant=tenant, id=certificate_id)
+        .select_related("device")
+        .first()
+    )
+    if certificate is None:
+        raise Http404("No such certificate.")
+    return certificate
+
+
+@dataclass
+class ImportResult:
+    """What became of one certificate of an import: `registered` (now registered),
+    `exists` (already registered for that device: nothing changed) or `error` (with why)."""
+
+    index: int
+    device: str | None
+    fingerprint: str | None
+    status: str
+    error: str | None = None
+    device_created: bool = False
+    certificate_id: int | None = None
+
+
+def _words(error: ValidationError) -> str:
+    """A refusal of the services as one sentence (their field names are ours, not the caller's:
+    `name` is the device's name here)."""
+    if not hasattr(error, "message_dict"):
+        return " ".join(error.messages)
+    labels = {"name": "device name", "pem": ""}
+    parts = []
+    for field, messages in error.message_dict.items():
+        label = labels.get(field, field)
+        parts.extend(f"{label}: {m}" if label else m for m in messages)
+    return " ".join(parts)
+
+
+def device_certificates_import(
+    *,
+    tenant: Tenant,
+    certificates: list[dict[str, str]],
+    ca: str = "",
+    create_devices: bool = False,
+) -> list[ImportResult]:
+    """Register many device certificates at once (AWS's `register-certificate`, in bulk): each
+    item is `{pem, device?}`; without `device` the certificate's subject CN names it. Each
+    certificate is registered in a transaction of its own, so one that is refused (unreadable,
+    expired, a CA's, of a device that does not exist) leaves the others registered; the answer
+    says, in order, what became of each.
+
+    `ca`: the name of a CA the tenant registered: every certificate must be one it signed, and
+    its CN is its device (as the broker reads it). `create_devices`: a device that does not
+    exist yet is made (AWS's `create-thing` beside the registration; its secret is never shown,
+    the certificate is how it connects); without it such a certificate is refused."""
+    require_active(tenant)
+    if len(certificates) > MAX_IMPORT:
+        raise ValidationError(
+            {
+                "certificates": [
+                    f"At most {MAX_IMPORT} certificates per call, got {len(certificates)}: "
+                    "send the rest in further calls."
+                ]
+            }
+        )
+    authority = None
+    if ca:
+        row = CaCertificate.objects.filter(tenant=tenant, name=ca).first()
+        if row is None:
+            raise ValidationError({"ca": [f"No CA named {ca!r} is registered (GET /api/v1/cas)."]})
+        if row.revoked_at is not None:
+            raise ValidationError({"ca": [f"CA {ca!r} is revoked: what it signed is refused."]})
+        authority = parse_certificate(row.pem)
+    return [
+        _import_one(
+            tenant,
+            index,
+            item.get("pem") or "",
+            item.get("device") or "",
+            authority=authority,
+            ca=ca,
+            create_devices=create_devices,
+        )
+        for index, item in enumerate(certificates)
+    ]
+
+
+def _import_one(
+    tenant: Tenant,
+    index: int,
+    pem: str,
+    device: str,
+    *,
+    authority: ParsedCertificate | None,
+    ca: str,
+    create_devices: bool,
+) -> ImportResult:
+    def refused(why: str, name: str | None = None, fp: str | None = None) -> ImportResult:
+        return ImportResult(index, name or device or None, fp, "error", why)
+
+    if pem.count("-----BEGIN CERTIFICATE-----") > 1:
+        return refused("one certificate per item: this one holds several (a chain?)")
+    try:
+        parsed = parse_device_certificate(pem)
+    except IdentityError as exc:
+        return refused(str(exc))
+    fp, name = parsed.fingerprint, device or parsed.common_name
+    if authority is not None:
+        if not issued_by(parsed, authority):
+            return refused(f"not signed by CA {ca!r}", name, fp)
+        if device and device != parsed.common_name:
+            return refused(
+                f"a certificate of CA {ca!r} is the device its CN names "
+                f"({parsed.common_name!r}), not {device!r}",
+                name,
+                fp,
+            )
+    if not name:
+        return refused("the certificate's subject has no CN: name its device", fp=fp)
+    existing = (
+        DeviceCertificate.objects.filter(tenant=tenant, fingerprint=fp, revoked_at=None)
+        .select_related("device")
+        .first()
+    )
+    if existing is not None:
+        if existing.device.name == name:
+            return ImportResult(index, name, fp, "exists", certificate_id=existing.id)
+        return refused(f"already registered for device {existing.device.name!r}", name, fp)
+    created = False
+    try:
+        with transaction.atomic():  # the device it made goes if its certificate is refused
+            target = Device.objects.filter(tenant=tenant, name=name).first()
+            if target is None:
+                if not create_devices:
+                    raise ValidationError(
+                        f"no device {name!r} in this tenant: create it first, or import with "
+                        "create_devices"
+                    )
+                target, _ = device_services.device_create(tenant=tenant, name=name)
+                created = True
+            row = device_certificate_register(device=target, pem=pem)
+    except ValidationError as exc:
+        return refused(_words(exc), name, fp)
+    return ImportResult(
+        index, name, fp, "registered", device_created=created, certificate_id=row.id
+    )
 
 
 def device_certificate_get(*, device: Device, certificate_id: int) -> DeviceCertificate:

@@ -23,6 +23,7 @@ PAGES: list[NavPage] = [
     NavPage("", "Get started", "portal:onboarding"),
     NavPage("Devices", "Devices", "portal:devices"),
     NavPage("Devices", "Certificates & keys", "portal:identity"),
+    NavPage("Devices", "Device certificates", "portal:certificates"),
     NavPage("Devices", "ACLs", "portal:acls"),
     NavPage("Devices", "Device groups", "portal:groups"),
     NavPage("Devices", "Jobs", "portal:jobs"),

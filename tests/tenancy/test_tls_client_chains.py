@@ -146,6 +146,9 @@ class Store:
     async def device_certificate(self, fingerprint: str, tenant: str, device: str):
         return None
 
+    async def registrations(self, tenant: str, fingerprint: str):
+        return []  # nothing registered by fingerprint
+
 
 def identify(store: Store, chain: list, username: str = ""):
     return asyncio.run(identify_certificate(store, [der(c) for c in chain], username))
