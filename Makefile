@@ -21,7 +21,8 @@ run: install
 # TEST_WORKERS=0 runs it in this process. Tests marked `serial` (they stop the shared Postgres,
 # or measure latency) run afterwards, alone. `--dist worksteal`: a worker that runs out takes
 # tests queued at the other (with `load` one could idle while the other still had a queue of
-# slow ones). Not `--dist loadgroup`/`loadscope`: they schedule by node id, and schemathesis'
+# slow ones). The end-to-end suite (tests/e2e, marked `e2e`: the platform as `make run` starts
+# it, once) runs in the second part too. Not `--dist loadgroup`/`loadscope`: they schedule by node id, and schemathesis'
 # operations share one, so all but one of them silently never ran.
 TEST_WORKERS ?= 2
 
@@ -29,8 +30,8 @@ test: install
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" --durations=30
-	$(PY) -m pytest -m serial
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not e2e" --durations=30
+	$(PY) -m pytest -m "serial or e2e" --durations=15
 
 install: system-deps $(STAMP) $(SCAN_STAMP)
 

@@ -6,7 +6,9 @@ to the portal and the REST API, MQTT clients, Chromium, the `manage.py` commands
 runs beside it. No test double crosses a process boundary here.
 
 When the session ends the platform gets SIGINT (Ctrl-C), and the suite checks that it stopped
-everything it started."""
+everything it started. Every module here is marked `e2e` (`pytestmark`): `make test` runs them in
+its second, one-process part, after the parallel one (one platform, with two JVMs among its
+processes, is all this machine takes beside the rest)."""
 
 from __future__ import annotations
 
@@ -40,14 +42,6 @@ PORT_VARIABLES = (
     "RULES_METRICS_PORT",
 )
 STARTUP_SECONDS = 420  # a cold machine: migrations, two JVMs (the rules job and its first plan)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test here shares one running platform (heavy: two JVMs among its processes):
-    `make test` runs them in its second, one-process part, after the parallel one."""
-    for item in items:
-        if "tests/e2e/" in str(item.path).replace(os.sep, "/"):
-            item.add_marker(pytest.mark.e2e)
 
 
 @dataclass
@@ -146,7 +140,8 @@ def _marked_processes(marker: str) -> list[str]:
 def _environment(folder: Path) -> dict[str, str]:
     """`make run`'s environment on its embedded defaults, in this session's folders and on free
     ports; the few settings an operator gives a laptop install: loopback webhooks allowed (the
-    suite's receiver listens there) and a TLS port (the development CA `make run` makes)."""
+    suite's receivers listen there), budgets checked every 3 s instead of 60, and a TLS port
+    (the development CA `make run` makes)."""
     env = dict(os.environ)
     for name in ("DATABASE_URL", "REDIS_URL", "PLATFORM_ROLE", "SPARK_MASTER", *PORT_VARIABLES):
         env.pop(name, None)
@@ -158,6 +153,7 @@ def _environment(folder: Path) -> dict[str, str]:
         RULES_CHECKPOINT=str(folder / "rules-checkpoint"),
         LOG_LEVEL="WARNING",
         WEBHOOK_ALLOW="127.0.0.1",
+        BUDGET_CHECK_SECONDS="3",  # an operator's knob: budget alerts within seconds
         RUNPLATFORM_TEST_MARKER=uuid.uuid4().hex,
         **{name: str(embedded.free_port()) for name in PORT_VARIABLES},
     )

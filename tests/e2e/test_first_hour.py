@@ -16,6 +16,7 @@ import pytest
 from tests.broker.clients import Paho
 from tests.e2e.conftest import Platform
 
+pytestmark = pytest.mark.e2e
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
 
 

@@ -21,6 +21,7 @@ from tests.broker.clients import Paho
 from tests.e2e.conftest import Platform
 from tests.spark.conftest import Receiver, signature_ok
 
+pytestmark = pytest.mark.e2e
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
 SQL = 'SELECT payload.temp AS t, payload.n AS n, clientid FROM "sensors/+/temp" WHERE payload.temp > 30'
 SECRET = "whsec-e2e-rules-secret-0000001"
