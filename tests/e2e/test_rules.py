@@ -184,3 +184,49 @@ def test_run_over_history_from_the_portal_fires_a_new_rules_actions(
         9,
     ]
     assert len(late) == expected
+
+
+def test_a_webhook_that_kept_failing_is_a_dead_letter_and_is_replayed(platform, tenant, device):
+    """Its receiver down through every retry: the output waits as a dead letter, listed with
+    its error, until the tenant replays it (receiver back up): delivered once, then gone."""
+    api = tenant["api"]
+    failing = Receiver(statuses=[503] * 1000)
+    try:
+        made = api.post(
+            "/api/v1/rules",
+            {
+                "name": "flaky",
+                "sql": 'SELECT payload.n AS n FROM "flaky/#"',
+                "actions": [{"type": "webhook", "url": failing.url, "secret": SECRET}],
+            },
+        )
+        assert made.status_code == 201, made.text
+        sensor = Paho(platform.port("MQTT_PORT"), device["username"], device["password"], "fk")
+        deadline, n = time.monotonic() + 120, 0
+        while not failing.calls:  # until the live job has the rule
+            assert time.monotonic() < deadline, "the rule never called its webhook"
+            sensor.publish("flaky/1", json.dumps({"n": n}), 1)
+            n += 1
+            time.sleep(2)
+        sensor.close()
+        time.sleep(3)  # calls for the last probes may still be on their way
+        called = {json.loads(call["body"])["n"] for call in failing.calls}
+
+        def letters() -> list[dict[str, Any]]:
+            answer = api.get("/api/v1/rules/flaky/dead-letters")
+            assert answer.status_code == 200, answer.text
+            return answer.json()["results"]
+
+        deadline = time.monotonic() + 90
+        while len(letters()) < len(called):
+            assert time.monotonic() < deadline, (letters(), called)
+            time.sleep(1)
+        assert all("503" in letter["error"] for letter in letters()), letters()
+        failing.statuses.clear()  # the receiver is back
+        replayed = api.post("/api/v1/rules/flaky/dead-letters/replay")
+        assert replayed.status_code == 200, replayed.text
+        assert replayed.json()["delivered"] == len(called), replayed.json()
+        assert {json.loads(c["body"])["n"] for c in failing.ok_calls()} == called
+        assert letters() == []
+    finally:
+        failing.close()
