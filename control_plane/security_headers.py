@@ -6,7 +6,8 @@ here) and a Referrer-Policy. `X-Frame-Options: DENY` and `nosniff` come from Dja
 The portal has no inline script or style (its JavaScript is in static files), so the policy needs
 no 'unsafe-inline'. The Swagger UI page at /api/docs/ (drf-spectacular) initialises itself with an
 inline script, and the Django admin (operators only) has inline styles: those two allow inline
-scripts and styles, nothing else does.
+scripts and styles, nothing else does. The browser MQTT client's page alone may start a worker
+from a blob: URL (MQTT.js's timers).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ POLICY = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
+# The browser MQTT client (/client/): MQTT.js runs its keep-alive timer in a Web Worker made
+# from a blob: URL (its `worker-timers`, so a background tab's throttled timers do not miss a
+# ping and drop the connection). Only that page may start a worker, from itself or such a blob;
+# scripts, connections and the rest stay as strict as everywhere else.
+CLIENT_POLICY = f"{POLICY}; worker-src 'self' blob:"
 DOCS_POLICY = POLICY.replace("script-src 'self'", "script-src 'self' 'unsafe-inline'").replace(
     "style-src 'self'", "style-src 'self' 'unsafe-inline'"
 )
@@ -49,7 +55,12 @@ class SecurityHeadersMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         relaxed = request.path.startswith(("/api/docs", "/admin/"))
-        policy = DOCS_POLICY if relaxed else POLICY
+        if relaxed:
+            policy = DOCS_POLICY
+        elif request.path == "/client/":
+            policy = CLIENT_POLICY
+        else:
+            policy = POLICY
         response.headers.setdefault("Content-Security-Policy", policy)
         response.headers.setdefault("Referrer-Policy", "same-origin")
         response.headers.setdefault("Cross-Origin-Opener-Policy", "same-origin")

@@ -144,6 +144,14 @@ PORTAL_URL = os.environ.get("PORTAL_URL", f"http://127.0.0.1:{os.environ.get('WE
 MQTT_PUBLIC_HOST = os.environ.get("MQTT_PUBLIC_HOST", "127.0.0.1")
 MQTT_PUBLIC_PORT = int(os.environ.get("MQTT_PUBLIC_PORT", "1883"))
 MQTT_PUBLIC_WS_URL = os.environ.get("MQTT_PUBLIC_WS_URL", "ws://127.0.0.1:8083/mqtt")
+# The broker's TLS listener as devices reach it (mqtts://MQTT_PUBLIC_HOST:port), None where the
+# broker has none: the port a load balancer shows, else the broker's own MQTT_TLS_PORT.
+MQTT_PUBLIC_TLS_PORT = (
+    int(os.environ.get("MQTT_PUBLIC_TLS_PORT") or os.environ.get("MQTT_TLS_PORT") or 0) or None
+)
+# The CA that signed the broker's TLS certificate (a PEM file), which devices trust the broker
+# with: the portal offers it as broker-ca.pem. Unset: a public CA the devices already trust.
+MQTT_PUBLIC_CA_FILE = os.environ.get("MQTT_PUBLIC_CA_FILE", "")
 # Where the portal's live views reach a broker (as each tenant's read-only service identity,
 # authenticated with a token signed by MQTT_SERVICE_KEY, shared with the brokers).
 MQTT_INTERNAL_HOST = os.environ.get("MQTT_INTERNAL_HOST", "127.0.0.1")

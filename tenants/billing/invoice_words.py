@@ -32,6 +32,7 @@ DEVICE_LABELS = {
     "$console": "Browser client (console)",
     "$viewer": "Browser client (viewer)",
     "$rules": "Rules republishing",
+    "$claim": "Fleet provisioning (claim certificates)",
     "": "Device not recorded (a will restored after a broker restart, rules on a shadow change "
     "made through the REST API)",
 }

@@ -1,5 +1,6 @@
-"""Copy-ready first-device snippets (mosquitto_pub, Python paho-mqtt, Node MQTT.js, Arduino/ESP32),
-filled with the tenant's broker address and the device's identity. Pure functions: values are
+"""Copy-ready first-device snippets (mosquitto_pub, Python paho-mqtt, Node MQTT.js, Arduino/ESP32,
+and AWS's device SDK for Python over TLS where the broker has a TLS listener), filled with the
+tenant's broker address and the device's identity. Pure functions: values are
 quoted for each language here, so a name or secret cannot break out of its string."""
 
 from __future__ import annotations
@@ -24,8 +25,25 @@ def hello_topic(device: str) -> str:
     return f"hello/{device}"
 
 
+# The files the AWS SDK snippet names: the device's certificate and key as AWS's console names
+# them, and the CA that signed the broker's certificate (AWS's AmazonRootCA1.pem).
+BROKER_CA_FILE = "broker-ca.pem"
+
+
+def aws_sdk_files(device: str) -> tuple[str, str]:
+    """The certificate and key files of `device` in the AWS SDK snippet."""
+    return f"{device}.pem.crt", f"{device}.private.key"
+
+
 def snippets(
-    *, host: str, port: int, username: str, client_id: str, password: str, topic: str
+    *,
+    host: str,
+    port: int,
+    username: str,
+    client_id: str,
+    password: str,
+    topic: str,
+    tls_port: int | None = None,
 ) -> list[Snippet]:
     q, js = shlex.quote, json.dumps
     mosquitto = (
@@ -105,7 +123,7 @@ void loop() {{
   }}
 }}
 """
-    return [
+    made = [
         Snippet("mosquitto", "mosquitto_pub", "shell", "apt install mosquitto-clients", mosquitto),
         Snippet("python", "Python (paho-mqtt)", "python", 'pip install "paho-mqtt>=2"', python),
         Snippet("node", "Node.js (MQTT.js)", "javascript", "npm install mqtt", node),
@@ -113,3 +131,39 @@ void loop() {{
             "arduino", "Arduino / ESP32", "cpp", "Arduino IDE: ESP32 core + PubSubClient", arduino
         ),
     ]
+    if tls_port:
+        made.append(_aws_sdk(host, tls_port, username, client_id, topic))
+    return made
+
+
+def _aws_sdk(host: str, port: int, username: str, client_id: str, topic: str) -> Snippet:
+    """AWS's device SDK for Python (awsiotsdk) with the device's certificate over TLS, as a
+    device built for AWS IoT Core connects: only the endpoint, the port and the CA change."""
+    js = json.dumps
+    device = client_id
+    cert, key = aws_sdk_files(device)
+    code = f"""from awscrt import mqtt
+from awsiot import mqtt_connection_builder
+
+connection = mqtt_connection_builder.mtls_from_path(
+    endpoint={js(host)},  # was xxxx-ats.iot.<region>.amazonaws.com
+    port={port},  # the broker's TLS listener
+    cert_filepath={js(cert)},  # the device's certificate (registered on its page)
+    pri_key_filepath={js(key)},  # and its private key
+    ca_filepath={js(BROKER_CA_FILE)},  # the CA that signed the broker's certificate
+    client_id={js(client_id)},
+    username={js(username)},  # names the device for a certificate registered on its page
+    clean_session=True,
+    keep_alive_secs=30,
+)
+connection.connect().result(timeout=10)
+published, _ = connection.publish(
+    topic={js(topic)}, payload="hello from awsiotsdk", qos=mqtt.QoS.AT_LEAST_ONCE
+)
+published.result(timeout=10)
+print("published")
+connection.disconnect().result(timeout=10)
+"""
+    return Snippet(
+        "awsiotsdk", "AWS IoT Device SDK (Python)", "python", "pip install awsiotsdk", code
+    )

@@ -9,12 +9,14 @@ from datetime import UTC, datetime
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 
 from common.charges.metering import explain_publish
 from tenants.billing import invoice_render
 from tenants.billing import periods as billing_periods
 from tenants.billing import selectors as billing_selectors
 from tenants.billing.invoice_words import DEVICE_LABELS, line_words
+from tenants.devices import selectors as device_selectors
 from tenants.portal.views import _context, tenant_view
 from tenants.usage import charts
 from tenants.usage import selectors as usage_selectors
@@ -84,12 +86,9 @@ def usage(request, membership):
             previous_period=previous_period,
             charts=drawn,
             days=reversed(days),
-            devices=[
-                {**row, "label": DEVICE_LABELS.get(row["device"])}
-                for row in usage_selectors.device_usage(tenant=tenant, start=start, end=end)[
-                    "devices"
-                ]
-            ],
+            devices=_device_rows(
+                tenant, usage_selectors.device_usage(tenant=tenant, start=start, end=end)["devices"]
+            ),
             groups=by_group,
             has_groups=any(g["group"] != usage_selectors.NO_GROUP for g in by_group),
             forecast=forecast,
@@ -99,6 +98,31 @@ def usage(request, membership):
             explained=_explained(request),
         ),
     )
+
+
+# Usage under a name no device has, led to the page where it is made: a claim's connections to
+# the fleet provisioning page (its claims are per template).
+_NAME_PAGES = {"$claim": "portal:provisioning"}
+
+
+def _device_rows(tenant, rows: list[dict]) -> list[dict]:
+    """Each per-device usage row with its words (`label`) and the page it links to (`url`, None
+    for none): a device of the tenant's its own page; a claim, the browser client or the rules
+    their words (the claim's the provisioning page); a device since deleted its name, marked so,
+    unlinked (its page is gone: a link would be a 404)."""
+    existing = set(device_selectors.device_names(tenant=tenant))
+    out = []
+    for row in rows:
+        name = row["device"]
+        label, url = DEVICE_LABELS.get(name), None
+        if name in _NAME_PAGES:
+            url = reverse(_NAME_PAGES[name])
+        elif label is None and name in existing:
+            label, url = name, reverse("portal:device", args=[name])
+        elif label is None:
+            label = f"{name} (deleted)"
+        out.append({**row, "label": label, "url": url})
+    return out
 
 
 def _explained(request) -> dict | None:

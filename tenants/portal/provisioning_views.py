@@ -15,7 +15,14 @@ from tenants.fleet import services as fleet
 from tenants.jobs import selectors as job_selectors
 from tenants.models import Tenant
 from tenants.portal.job_forms import TemplateForm, TemplateGroupsForm
-from tenants.portal.views import _context, _form_errors, _pop_once, _show_once, tenant_view
+from tenants.portal.views import (
+    _context,
+    _form_errors,
+    _pop_once,
+    _show_once,
+    _tls_context,
+    tenant_view,
+)
 
 
 def _group_names(tenant: Tenant) -> list[str]:
@@ -68,6 +75,7 @@ def _template_page(request, membership, template, groups_form: TemplateGroupsFor
             claims=fleet.claims_list(template),
             issued=issued,
             groups_form=groups_form,
+            **(_tls_context() if issued else {}),
         ),
     )
 

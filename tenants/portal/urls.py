@@ -41,6 +41,7 @@ urlpatterns = [
     path("journey/clients/", journey_views.journey_events, name="journey-events"),
     path("start/", views.onboarding, name="onboarding"),
     path("client/", views.client, name="client"),
+    path("broker-ca.pem", views.broker_ca, name="broker-ca"),
     path("client/token/", views.client_token, name="client-token"),
     path("acls/", views.acls, name="acls"),
     path("acls/<int:rule_id>/delete/", views.acl_delete, name="acl-delete"),

@@ -192,8 +192,36 @@ def dashboard(request, membership):
             mqtt_host=settings.MQTT_PUBLIC_HOST,
             mqtt_port=settings.MQTT_PUBLIC_PORT,
             mqtt_ws_url=settings.MQTT_PUBLIC_WS_URL,
+            mqtt_tls_port=settings.MQTT_PUBLIC_TLS_PORT,
         ),
     )
+
+
+@login_required
+def broker_ca(request):
+    """The CA that signed the broker's TLS certificate (`MQTT_PUBLIC_CA_FILE`), which devices
+    trust the broker with (AWS's AmazonRootCA1.pem): no secret, the same for every tenant. A 404
+    where the broker's certificate comes from a public CA the devices already trust."""
+    if not settings.MQTT_PUBLIC_CA_FILE:
+        raise Http404("This broker's certificate is signed by a public CA.")
+    try:
+        with open(settings.MQTT_PUBLIC_CA_FILE, "rb") as pem:
+            body = pem.read()
+    except OSError:
+        raise Http404("The broker's CA file cannot be read.") from None
+    response = HttpResponse(body, content_type="application/x-pem-file")
+    response["Content-Disposition"] = f'attachment; filename="{onboarding_snippets.BROKER_CA_FILE}"'
+    return response
+
+
+def _tls_context() -> dict:
+    """What the portal says about the broker's TLS listener wherever it shows the address."""
+    return {
+        "mqtt_host": settings.MQTT_PUBLIC_HOST,
+        "mqtt_tls_port": settings.MQTT_PUBLIC_TLS_PORT,
+        "broker_ca_file": onboarding_snippets.BROKER_CA_FILE,
+        "broker_ca_offered": bool(settings.MQTT_PUBLIC_CA_FILE),
+    }
 
 
 @tenant_view()
@@ -230,6 +258,7 @@ def onboarding(request, membership):
         "mqtt_port": settings.MQTT_PUBLIC_PORT,
         "placeholder": onboarding_snippets.PLACEHOLDER_SECRET,
         "suggested_name": "my-first-device" if not devices else f"device-{len(devices) + 1}",
+        **_tls_context(),
     }
     if device is not None:
         context["snippets"] = onboarding_snippets.snippets(
@@ -239,7 +268,9 @@ def onboarding(request, membership):
             client_id=device.name,
             password=secret or onboarding_snippets.PLACEHOLDER_SECRET,
             topic=onboarding_snippets.hello_topic(device.name),
+            tls_port=settings.MQTT_PUBLIC_TLS_PORT,
         )
+        context["aws_sdk_files"] = onboarding_snippets.aws_sdk_files(device.name)
     return render(request, "portal/onboarding.html", _context(membership, **context))
 
 
@@ -617,8 +648,8 @@ def _history_context(rule) -> dict:
     runs = list(run_selectors.runs_list(rule=rule)[:5])
     active = next((r for r in runs if r.state in r.ACTIVE), None)
     return {
-        "history_from": (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S"),
-        "history_to": now.strftime("%Y-%m-%dT%H:%M:%S"),
+        "history_from": (now - timedelta(days=1)).strftime("%Y-%m-%d %H:%M:%S"),
+        "history_to": now.strftime("%Y-%m-%d %H:%M:%S"),
         "history_runs": [(r, run_selectors.run_progress(r)) for r in runs],
         "history_active": active,
     }

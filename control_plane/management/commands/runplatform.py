@@ -159,6 +159,10 @@ class Command(BaseCommand):
         env.setdefault(
             "MQTT_PUBLIC_WS_URL", f"ws://{_connect_host(host)}:{ports['MQTT_WS_PORT']}/mqtt"
         )
+        if "MQTT_TLS_PORT" in ports:  # the portal shows it (mqtts://), with the CA to trust
+            env.setdefault("MQTT_PUBLIC_TLS_PORT", str(ports["MQTT_TLS_PORT"]))
+            if pki is not None:
+                env.setdefault("MQTT_PUBLIC_CA_FILE", str(pki.ca))
         # The command lines come from the table of processes (common/runtime/processes.py), the same
         # one the container entrypoint, compose and Terraform use; only the ports are ours.
         for variable, _option, _default, _what in PORTS:

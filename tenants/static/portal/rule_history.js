@@ -4,7 +4,7 @@
 // - Run (after a preview of the same range): POST … {mode: "run", actions} -> 202 {id, state};
 //   then GET …/runs/{id} every second, a progress bar and the figures, until it ends.
 // - Cancel: POST …/runs/{id}/cancel.
-// Times are typed and sent in UTC. Everything the API echoes is set with textContent.
+// Times are typed in ISO 8601 (UTC unless an offset is given) and sent as such. Everything the API echoes is set with textContent.
 (function () {
   "use strict";
   const card = document.getElementById("history");
@@ -24,14 +24,29 @@
   let previewed = null; // the range the last preview covered
   let following = null; // the run id being followed
 
-  function utc(input) {
-    const value = input.value;
+  // ISO 8601 as the portal shows it ("2026-11-27 14:02:03", UTC) or as the API takes it
+  // ("2026-11-27T14:02:03Z", an offset): a time without a zone is UTC, never the browser's.
+  const ISO = /^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})(:\d{2}(?:\.\d{1,6})?)?\s*(Z|UTC|[+-]\d{2}:?\d{2})?$/i;
+
+  function utc(input, name) {
+    const value = input.value.trim();
     if (!value) return null;
-    return (value.length === 16 ? value + ":00" : value) + "Z";
+    const m = ISO.exec(value);
+    if (!m) {
+      throw new Error(
+        name + ": " + JSON.stringify(value) + " is not an ISO 8601 time: write it as " +
+          "2026-11-27 14:00:00 (UTC) or 2026-11-27T14:00:00Z."
+      );
+    }
+    let zone = (m[4] || "Z").toUpperCase();
+    if (zone === "UTC") zone = "Z";
+    else if (zone !== "Z" && zone.indexOf(":") < 0) zone = zone.slice(0, 3) + ":" + zone.slice(3);
+    return m[1] + "T" + m[2] + (m[3] || ":00") + zone;
   }
 
+  // Throws an Error in words when a field is not an ISO 8601 time.
   function range() {
-    return { from: utc(from), to: utc(to) };
+    return { from: utc(from, "From"), to: utc(to, "To") };
   }
 
   function showError(message) {
@@ -78,8 +93,8 @@
     showError("");
     state.textContent = "Previewing…";
     previewButton.disabled = true;
-    const asked = range();
     try {
+      const asked = range();
       const body = await call(card.dataset.url, { from: asked.from, to: asked.to, mode: "preview" });
       ["read", "considered", "matched", "failed"].forEach((k) => setFigure(k, body[k]));
       const incomplete = $("history-incomplete");
@@ -108,17 +123,22 @@
 
   function rangeChanged() {
     if (!runButton) return;
-    const now = range();
-    const same = previewed && previewed.from === now.from && previewed.to === now.to;
+    let now = null;
+    try {
+      now = range();
+    } catch (exc) {
+      now = null;
+    }
+    const same = now !== null && previewed && previewed.from === now.from && previewed.to === now.to;
     runButton.disabled = !same || following !== null;
     runButton.title = same ? "" : "Preview the range first";
   }
 
   async function run() {
     showError("");
-    const asked = range();
     runButton.disabled = true;
     try {
+      const asked = range();
       const body = await call(card.dataset.url, {
         from: asked.from,
         to: asked.to,
