@@ -30,6 +30,7 @@ from tests.fleet.test_aws_sdk import Sdk, reconnect_as_device
 from tests.jobs.test_aws_sdk import SdkJobsDevice
 from tests.shadows.test_aws_sdk import SdkDevice
 
+pytestmark = pytest.mark.e2e
 WAIT = 10
 
 
