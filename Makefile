@@ -9,13 +9,17 @@ STAMP := $(VENV)/.installed
 SCAN_VENV := .venv-scan
 SCAN_STAMP := $(SCAN_VENV)/.installed
 
-.PHONY: run test lint bench system-deps install
+.PHONY: run test lint bench system-deps install install-scan
 
 # Ports and settings come from the environment, or `make run VAR=value` (docs/guides/operating.md):
 # WEB_PORT, MQTT_PORT, MQTT_WS_PORT, MQTT_TLS_PORT, MQTT_WSS_PORT, METRICS_PORT,
 # RULES_METRICS_PORT, BIND_HOST, LOG_LEVEL, LOG_FORMAT.
+# `exec`: the shell gives way to the supervisor, so that make's child is the supervisor itself
+# (what make signals on SIGTERM). A SIGINT or SIGTERM sent to make alone (not through the
+# terminal) stops everything as Ctrl-C does: runplatform watches make (its parent) and stops
+# when make starts dying or is gone (control_plane/management/commands/runplatform.py).
 run: install
-	@$(PY) manage.py runplatform
+	@exec $(PY) manage.py runplatform
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist, each with its own Spark session);
 # TEST_WORKERS=0 runs it in this process. Tests marked `serial` (they stop the shared Postgres,
@@ -26,14 +30,17 @@ run: install
 # operations share one, so all but one of them silently never ran.
 TEST_WORKERS ?= 2
 
-test: install
+test: install install-scan
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not e2e" --durations=30
 	$(PY) -m pytest -m "serial or e2e" --durations=15
 
-install: system-deps $(STAMP) $(SCAN_STAMP)
+# What `make run` needs. The scanners' virtualenv (checkov) only `make test` uses.
+install: system-deps $(STAMP)
+
+install-scan: system-deps $(SCAN_STAMP)
 
 system-deps:
 	@./scripts/install-system-deps.sh

@@ -15,7 +15,7 @@ A command line is a function of the environment, so one table serves a laptop an
 | `BROKER_WORKERS` | broker: processes sharing its ports (a cluster on `REDIS_URL`) | `1` |
 | `MQTT_TLS_PORT`, `MQTT_WSS_PORT`, `METRICS_PORT` | broker | off (`make run`: `METRICS_PORT` 9100) |
 | `RULES_METRICS_PORT`, `RULES_CHECKPOINT` | rules (`/metrics`, streaming checkpoint) | `9101`, the job's default |
-| `LOG_LEVEL`, `LOG_FORMAT` | every role (`common/runtime/logs.py`) | `INFO`, `text` (or `json`) |
+| `LOG_LEVEL`, `LOG_FORMAT` | every role (`common/runtime/logs.py`); WARNING or above also keeps Celery's banners and root warning off the console (`quiet`) | `INFO`, `text` (or `json`) |
 | `WORKER_CONCURRENCY` | worker | `2` |
 | `PLATFORM_STATE_DIR` | beat (schedule, pid file) | `.data` of the checkout |
 | `BILLING_PERIOD` | billing | the previous calendar month (UTC) |
@@ -155,13 +155,30 @@ def supervise(commands: Sequence[Sequence[str]], restart_delay: float = 1.0) -> 
             signal.signal(sig, handler)
 
 
+# Levels by name, as `logging` reads LOG_LEVEL (common/runtime/logs.py).
+_LEVELS = {"CRITICAL": 50, "FATAL": 50, "ERROR": 40, "WARNING": 30, "WARN": 30, "INFO": 20}
+# Celery's warning, printed by Python's `warnings` (not a log record), that the worker runs as
+# root: true of every container and many development machines, and nothing to act on there.
+ROOT_WARNING = "You're running the worker with superuser privileges"
+
+
+def quiet(env: Env) -> bool:
+    """LOG_LEVEL WARNING or above: Celery's banners (its ASCII art, configuration and queues on
+    stdout) and its warning about running as root stay off the console; log records of WARNING
+    and above still show. Below (INFO, DEBUG), Celery says everything as it would."""
+    return _LEVELS.get(_get(env, "LOG_LEVEL", "INFO").strip().upper(), 0) >= _LEVELS["WARNING"]
+
+
+def _celery(env: Env, python: str) -> list[str]:
+    """`python -m celery -A control_plane`, quiet where LOG_LEVEL asks (`quiet`)."""
+    if not quiet(env):
+        return [python, "-m", "celery", "-A", "control_plane"]
+    return [python, "-W", f"ignore:{ROOT_WARNING}", "-m", "celery", "-A", "control_plane", "-q"]
+
+
 def _worker(env: Env, python: str) -> list[str]:
     return [
-        python,
-        "-m",
-        "celery",
-        "-A",
-        "control_plane",
+        *_celery(env, python),
         "worker",
         "--hostname",
         worker_node_name(env),
@@ -175,11 +192,7 @@ def _worker(env: Env, python: str) -> list[str]:
 def _beat(env: Env, python: str) -> list[str]:
     state = state_dir(env)
     return [
-        python,
-        "-m",
-        "celery",
-        "-A",
-        "control_plane",
+        *_celery(env, python),
         "beat",
         "--schedule",
         str(state / "celerybeat-schedule"),

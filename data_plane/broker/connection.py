@@ -427,7 +427,7 @@ class MQTTConnection(asyncio.Protocol):
         keep_alive, server_keep_alive = self.handshake.keep_alive(connect, quota)
         assigned = None if connect.client_id else client_id  # the thing's name too [MQTT-3.2.2-16]
         connack = self.handshake.connack(
-            connect, present, welcome.expiry, assigned, server_keep_alive
+            connect, present, welcome.expiry, assigned, server_keep_alive, quota
         )
         self.write_paused = False
         self.writer.first(connack)  # first, whatever was written meanwhile

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,6 +48,27 @@ from data_plane.config import BrokerConfig
 log = logging.getLogger(__name__)
 
 CONNACK_WAIT = 2.0  # seconds a CONNECT waits for an earlier one of its client id to be answered
+
+# What a PUBLISH may carry beside its payload, at most, for the Maximum Packet Size that MQTT 5.0
+# CONNACK advertises (§3.2.2.3.6): the fixed header (1 byte and a remaining length of up to 4),
+# the longest topic name (a 2-byte length and 65,535 bytes), the packet id (2) and properties of up
+# to 64 KiB (a length of up to 4 bytes, then user properties, content type, response topic,
+# correlation data...). Generous on purpose: a client refuses to send a packet larger than the
+# advertised size, so the bound must cover any publish the plan's `max_message_size` lets in;
+# only one whose properties alone exceed 64 KiB, with a payload at the limit, would be refused by
+# the client though the broker would take it. The broker itself still judges the payload against
+# `max_message_size` (admission), whatever size was advertised.
+PUBLISH_OVERHEAD = 5 + (2 + 65_535) + 2 + (4 + 65_536)
+
+
+def maximum_packet_size(broker_maximum: int, quota: Mapping[str, int]) -> int:
+    """CONNACK's Maximum Packet Size: the tenant's `max_message_size` plus a publish's overhead,
+    never more than the broker reads (`BrokerConfig.max_packet_size`). Without a message size
+    limit, the broker's own."""
+    limit = quota.get("max_message_size")
+    if limit is None:
+        return broker_maximum
+    return min(broker_maximum, int(limit) + PUBLISH_OVERHEAD)
 
 
 class HandshakeBroker(Protocol):
@@ -304,6 +325,7 @@ class Handshake:
         expiry: int,
         assigned: str | None,
         server_keep_alive: int | None,
+        quota: Mapping[str, int],
     ) -> bytes:
         """The successful CONNACK: what this broker offers (5.0) and what it changed."""
         ack_props: dict[str, object] = {}
@@ -312,7 +334,7 @@ class Handshake:
             ack_props = {
                 "receive_maximum": config.receive_maximum,
                 "topic_alias_maximum": config.topic_alias_maximum,
-                "maximum_packet_size": config.max_packet_size,
+                "maximum_packet_size": maximum_packet_size(config.max_packet_size, quota),
                 "retain_available": 1,
                 "wildcard_subscription_available": 1,
                 "subscription_identifier_available": 1,

@@ -2,8 +2,8 @@
 
 The broker records a token per connection (`tenants_device.last_disconnect_reason`, the `reason`
 of `$events/client_disconnected`): EMQX's words for the common cases (`normal`, `tcp_closed`,
-`sock_error`, `keepalive_timeout`, `takenover`, `kicked`, `not_authorized`, `protocol_error`,
-`server_shutting_down`) and the MQTT 5 reason code as `0x96` for the others
+`sock_error`, `server_closed`, `keepalive_timeout`, `takenover`, `kicked`, `not_authorized`,
+`protocol_error`, `server_shutting_down`) and the MQTT 5 reason code as `0x96` for the others
 (data_plane/broker/stats.py `DISCONNECT_REASONS`, data_plane/tenancy/presence.py). Every token
 and every MQTT 5 reason code has words here; anything else is shown as recorded.
 """
@@ -230,8 +230,10 @@ TOKENS: dict[str, int | None] = {
     "not_authorized": RC.NOT_AUTHORIZED,
     "protocol_error": RC.PROTOCOL_ERROR,
     "server_shutting_down": RC.SERVER_SHUTTING_DOWN,
+    "normal_with_will": RC.DISCONNECT_WITH_WILL,
     "tcp_closed": None,
     "sock_error": None,
+    "server_closed": None,
     "unknown": None,
 }
 
@@ -245,6 +247,11 @@ NO_CODE: dict[str, tuple[str, str]] = {
     "sock_error": (
         "Network error",
         "the connection broke (reset or socket error) before the device said goodbye.",
+    ),
+    "server_closed": (
+        "Closed by the broker",
+        "the broker closed the connection without sending a reason code (for example while "
+        "the connection was still being set up).",
     ),
     "unknown": ("Not recorded", "the broker did not record why the connection ended."),
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tenants.devices.disconnect_reasons import CODES
+from tenants.devices.disconnect_reasons import describe as describe_disconnect
 from tenants.usage.throttling_words import LIMITS
 
 OUTCOME_WORDS = {
@@ -29,10 +30,14 @@ OUTCOME_WORDS = {
 }
 
 
-def code_text(code: int | None) -> str | None:
-    """`0x97 Quota exceeded`: a reason code with its name (MQTT 5.0, 2.4)."""
+def code_text(code: int | None, event: str | None = None) -> str | None:
+    """`0x97 Quota exceeded`: a reason code with its name (MQTT 5.0, 2.4). 0x00 is named by
+    the packet that carries it: "Success" in the CONNACK of a `connected` event, "Normal
+    disconnection" where a connection ended (CODES' name)."""
     if code is None:
         return None
+    if code == 0 and event == "connected":
+        return "0x00 Success"
     title = CODES.get(code, ("",))[0]
     return f"0x{code:02X} {title}".strip()
 
@@ -130,23 +135,39 @@ def takeover_words(row: dict[str, Any]) -> str | None:
     return None
 
 
+# What the broker records for a refused CONNECT that came with no reason of its own
+# (data_plane/broker/refused.py): the reason code says more.
+UNSAID_REFUSAL = "authentication failed"
+
+
+def disconnect_words(recorded: str | None, code: int | None) -> str:
+    """A `disconnected` row's reason in words. The broker records a token (`tcp_closed`,
+    `keepalive_timeout`, `0x95`…, `tenants.devices.disconnect_reasons`), never shown as is."""
+    described = describe_disconnect(recorded or "")
+    if described is not None and described.title != recorded:
+        return described.sentence
+    if code is not None and code in CODES:  # words of its own (not a token), with the code's
+        title, detail = CODES[code]
+        return f"{recorded} ({title})" if recorded else f"{title}: {detail}"
+    return recorded or EVENT_WORDS["disconnected"]
+
+
 def describe_event(row: dict[str, Any]) -> dict[str, Any]:
     code = row.get("reason_code")
+    event = row["event"]
     reason = takeover_words(row) or row.get("reason")
-    if row["event"] == "connect_failed" and reason in LIMITS:  # a limit's key: its words
+    if event == "connect_failed" and reason in LIMITS:  # a limit's key: its words
         reason = LIMITS[reason].refused
-    elif row["event"] == "disconnected" and code is not None and code in CODES:
-        reason = (
-            f"{CODES[code][0]}: {CODES[code][1]}"
-            if reason in (None, "", "normal") or (reason and reason.startswith("0x"))
-            else f"{reason} ({CODES[code][0]})"
-        )
+    elif event == "connect_failed" and reason in (None, "", UNSAID_REFUSAL) and code in CODES:
+        reason = "{}: {}".format(*CODES[code])  # e.g. 0x9C: sent to another server
+    elif event == "disconnected":
+        reason = disconnect_words(reason, code)
     return {
         "time": row["ts"],
-        "event": row["event"],
+        "event": event,
         "version": row["version"],
         "reason_code": code,
-        "reason_code_text": code_text(code),
+        "reason_code_text": code_text(code, event),
         "reason": reason or EVENT_WORDS.get(row["event"], row["event"]),
         "initiator": row.get("initiator"),
         "detail": row.get("detail"),

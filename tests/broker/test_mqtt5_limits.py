@@ -5,11 +5,15 @@ import asyncio
 import socket
 import time
 
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from data_plane.broker.handshake import PUBLISH_OVERHEAD
 from data_plane.config import BrokerConfig
 from data_plane.server import serve
 from data_plane.tenancy.static import StaticAuthenticator
 from tests.broker.clients import Paho
-from tests.broker.conftest import TENANTS
+from tests.broker.conftest import TENANTS, start_broker
 from tests.broker.test_interop import _closed, _raw_client
 from tests.mqtt_bytes import string, varint
 
@@ -146,3 +150,49 @@ async def test_hooks_observe_change_and_drop_messages():
     assert ("delivered", "keep/me") in events and ("acked", "keep/me") in events
     assert ("disconnected", "hooked") in events
     assert not any(name == "delivered" and topic == "drop/me" for name, topic in events)
+
+
+KIB = 1024
+PLAN_TENANTS = {
+    **TENANTS,
+    # A plan's limit well under the broker's own 1 MiB, and one over it.
+    "small": {"quota": {"max_message_size": 256 * KIB}, "devices": TENANTS["acme"]["devices"]},
+    "huge": {"quota": {"max_message_size": 8192 * KIB}, "devices": TENANTS["acme"]["devices"]},
+}
+
+
+def test_connack_maximum_packet_size_is_the_tenants_message_size(tmp_path):
+    broker = start_broker(tmp_path, tenants=PLAN_TENANTS)
+    try:
+        advertised = {}
+        for tenant in ("small", "huge", "acme"):
+            client = Paho(broker.port, f"{tenant}/d1", "pw1", f"{tenant}-max")
+            advertised[tenant] = client.connack_properties.MaximumPacketSize
+            client.close()
+        # The plan's 256 KiB plus a publish's overhead (handshake.PUBLISH_OVERHEAD: the longest
+        # topic and 64 KiB of properties), so that a client refuses a 1 MiB publish itself
+        # instead of being disconnected for it and sending it again at every reconnect.
+        assert advertised["small"] == 256 * KIB + PUBLISH_OVERHEAD < 1_048_576
+        # Never more than the broker reads; a tenant without a limit gets the broker's.
+        assert advertised["huge"] == advertised["acme"] == 1_048_576
+
+        # The bound holds for the largest publish the plan allows: a payload at the limit on the
+        # longest topic MQTT allows, with properties, fits the advertised size and is delivered.
+        watcher = Paho(broker.port, "small/d1", "pw1", "small-watch")
+        watcher.subscribe("#", 1)
+        publisher = Paho(broker.port, "small/d2", "pw2", "small-pub")
+        topic = "t/" + "x" * (65_535 - 2)
+        props = Properties(PacketTypes.PUBLISH)
+        props.UserProperty = [("k", "v" * 30_000)]
+        props.ContentType = "c" * 30_000
+        payload = b"p" * (256 * KIB)
+        packet = publisher.publish(topic, payload, 1, properties=props)
+        assert packet.is_published()
+        (got,) = watcher.expect(1, 5)
+        assert got.topic == topic and got.payload == payload
+        # One byte more is the broker's to refuse: its payload is over the plan's limit.
+        publisher.publish(topic, payload + b"p", 1, properties=props)
+        assert publisher.disconnected.wait(5) and publisher.disconnect_reason.value == 0x95
+        watcher.close(), publisher.stop_loop()
+    finally:
+        broker.stop()

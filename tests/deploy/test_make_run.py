@@ -250,3 +250,45 @@ def test_make_run_is_up_when_it_says_so_and_ctrl_c_ends_it_cleanly(run_env, tmp_
     assert not postgres_running(tmp_path / "postgres")
     assert not redis_running(tmp_path / "redis")
     assert marked_processes(run_env) == []
+
+
+def test_a_signal_to_make_alone_stops_everything_and_celery_keeps_quiet(run_env, tmp_path):
+    # Issue 41: `kill -INT` (or -TERM) of the make process, not through a terminal, stops
+    # everything as Ctrl-C does (make alone would wait for its child for ever on SIGINT). And at
+    # LOG_LEVEL WARNING the console carries no Celery banner nor its root warning.
+    log = tmp_path / "console.log"
+    with open(log, "wb") as console:
+        make = subprocess.Popen(
+            ["make", "run"],
+            cwd=REPO,
+            env=run_env,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: the signal goes to make's pid alone
+        )
+    try:
+        deadline = time.monotonic() + 400
+        while b"MQTT platform is up" not in log.read_bytes():
+            assert make.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(3)  # what the parts print once up (Celery's worker banner comes late)
+        os.kill(make.pid, signal.SIGINT)
+        make.wait(timeout=120)
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait()
+    text = log.read_text(errors="replace")
+    assert make.returncode == -signal.SIGINT, text[-3000:]  # make dies of it, as make does
+    assert "make got SIGINT: stopping" in text
+    assert "stopped the embedded Postgres it had started" in text
+    assert "stopped the embedded Redis it had started" in text
+    assert "Traceback" not in text
+    for noise in ("-------------- worker@", "[queues]", "celery beat v", "superuser privileges"):
+        assert noise not in text, f"{noise!r} on the console at LOG_LEVEL WARNING"
+    for name in PORT_VARIABLES:
+        assert not answers(int(run_env[name])), f"{name} still answers"
+    assert not postgres_running(tmp_path / "postgres")
+    assert not redis_running(tmp_path / "redis")
+    assert marked_processes(run_env) == []

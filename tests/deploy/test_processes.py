@@ -57,6 +57,18 @@ def test_the_table_declares_every_role_once():
         processes.command("nope")
 
 
+def test_celery_keeps_quiet_at_log_level_warning_and_above():
+    # Issue 41: `make run` (LOG_LEVEL WARNING) showed Celery's banners and its root warning.
+    for level in ("WARNING", "warning", "ERROR", "CRITICAL"):
+        for role in ("worker", "beat"):
+            argv = processes.command(role, {"LOG_LEVEL": level}, python="py")
+            assert argv[:2] == ["py", "-W"] and processes.ROOT_WARNING in argv[2]
+            assert argv[3:8] == ["-m", "celery", "-A", "control_plane", "-q"], argv
+    for env in ({"LOG_LEVEL": "INFO"}, {"LOG_LEVEL": "DEBUG"}, {}):
+        argv = processes.command("worker", env, python="py")
+        assert argv[:6] == ["py", "-m", "celery", "-A", "control_plane", "worker"], argv
+
+
 def test_previous_month_rolls_over_the_year():
     import datetime as dt
 

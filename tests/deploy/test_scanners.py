@@ -1,8 +1,8 @@
 """checkov over infra/terraform and docker/: no failed check; every skip is written inline with
 a reason, and is needed (the same scan without the skips fails exactly those checks).
 
-checkov runs from its own virtualenv (`.venv-scan`, made by `make install`; see pyproject's
-`scan` extra), once per session for each of the two scans."""
+checkov runs from its own virtualenv (`.venv-scan`, made by `make test`: `make install-scan`; see
+pyproject's `scan` extra), once per session for each of the two scans."""
 
 from __future__ import annotations
 

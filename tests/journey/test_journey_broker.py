@@ -2,12 +2,15 @@
 it (runbroker on Postgres, paho clients) and found through the REST API with its reason; a
 client's life in order; another tenant sees none of it, by wildcard or by client id."""
 
+import socket
 import time
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from common.mqtt.codec import encode
+from common.mqtt.packets import MQTT_5_0, Connect
 from tenants.accounts import services as account_services
 from tenants.acls import services as acl_services
 from tenants.devices import services as device_services
@@ -159,3 +162,52 @@ def test_every_outcome_is_found_with_its_reason(tmp_path, monkeypatch):
         assert api.get("/api/v1/journey", {"from": "yesterday"}).status_code == 400
         for client in (watcher, sleeper, stranger):
             client.close()
+
+
+def test_client_events_say_why_in_words(tmp_path, monkeypatch):
+    # Issue 41: a `connected` event read "0x00 Normal disconnection", and a socket closed without
+    # DISCONNECT read `tcp_closed`. Each event's reason is words, right for its event.
+    monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
+    tenant, _, token = account_services.signup(
+        tenant="acme", email="o@acme.io", password="pass-w0rd-a"
+    )
+    _, secret = device_services.device_create(tenant=tenant, name="d", client_id_policy="any")
+    api = client_for(token)
+
+    def events(client_id: str, count: int) -> list[dict]:
+        return eventually(
+            lambda: api.get(f"/api/v1/clients/{client_id}/events").json()["results"],
+            lambda rows: len(rows) >= count,
+        )
+
+    with running_pg_broker("--no-archive", "--journey-interval", "0.2") as port:
+        Paho(port, "acme/d", secret, "polite").close()  # DISCONNECT, then the socket closes
+        Paho(port, "acme/d", secret, "dropper", v5=False).close(abrupt=True)  # no DISCONNECT
+        # Keep alive 1 s, then silence (no PINGREQ): the broker gives up after 1.5 s.
+        sleepy = socket.create_connection(("127.0.0.1", port), timeout=5)
+        connect = Connect("sleepy", MQTT_5_0, keep_alive=1, username="acme/d")
+        connect.password = secret.encode()
+        sleepy.sendall(encode(connect, MQTT_5_0))
+        sleepy.settimeout(5)
+        while sleepy.recv(1024):  # CONNACK, later DISCONNECT 0x8D, then the end
+            pass
+        sleepy.close()
+
+        connected, polite = reversed(events("polite", 2))
+        assert (connected["event"], connected["reason_code"]) == ("connected", 0)
+        assert connected["reason_code_text"] == "0x00 Success"
+        assert connected["reason"] == "connected"
+        assert polite["event"] == "disconnected" and polite["initiator"] == "client"
+        assert polite["reason_code_text"] == "0x00 Normal disconnection"
+        assert polite["reason"].startswith("Normal disconnection: the device sent DISCONNECT")
+
+        dropped = events("dropper", 2)[0]
+        assert dropped["event"] == "disconnected" and dropped["reason_code"] is None
+        assert "closed the connection without sending DISCONNECT" in dropped["reason"]
+
+        timed_out = events("sleepy", 2)[0]
+        assert timed_out["reason_code_text"] == "0x8D Keep-alive timeout"
+        assert timed_out["reason"].startswith("Keep-alive timeout: the broker heard nothing")
+        for client_id in ("polite", "dropper", "sleepy"):
+            for event in events(client_id, 2):
+                assert "_" not in event["reason"], event  # no token (tcp_closed…) shown as is

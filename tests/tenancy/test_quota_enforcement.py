@@ -8,6 +8,7 @@ import pytest
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.packets import MQTT_5_0, Connect, Disconnect, PubAck, Publish
+from data_plane.broker.handshake import PUBLISH_OVERHEAD
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
@@ -83,6 +84,30 @@ def test_message_size_quota(pg_broker, acme):
     assert [m.payload for m in watcher.expect(2, 2)] == [b"fits"]
     assert sys_figure(pg_broker, secret, "quota/exceeded/message_size") == "1"
     # 3.1.1: tests/tenancy/test_pressure.py (closed, never acknowledged).
+
+
+def test_message_size_changed_while_connected(pg_broker, acme):
+    # CONNACK told the client the size of its day; a quota changed later is enforced on the
+    # payload as before, and the next connection is told the new size.
+    tenant, secret = acme
+    limit(tenant, max_message_size=1000)
+    watcher = Paho(pg_broker, "acme/d", secret, "size-change-watch")
+    watcher.subscribe("grow/#", 1)
+    client = Paho(pg_broker, "acme/d", secret, "size-change")
+    assert client.connack_properties.MaximumPacketSize == 1000 + PUBLISH_OVERHEAD
+    limit(tenant, max_message_size=5000)  # raised: the connection takes the larger at once
+    client.publish("grow/t", b"x" * 3000, 1)
+    assert [len(m.payload) for m in watcher.expect(1, 3)] == [3000]
+    limit(tenant, max_message_size=100)  # lowered: over it, 0x95 with the limit in words
+    client.publish("grow/t", b"x" * 500, 1)
+    assert client.disconnected.wait(3) and client.disconnect_reason.value == 0x95
+    assert "max_message_size of 100 bytes" in client.disconnect_properties.ReasonString
+    client.stop_loop()
+    again = Paho(pg_broker, "acme/d", secret, "size-change")
+    assert again.connack_properties.MaximumPacketSize == 100 + PUBLISH_OVERHEAD
+    again.publish("grow/t", b"fits", 1)
+    assert [m.payload for m in watcher.expect(1, 3)] == [b"fits"]
+    again.close(), watcher.close()
 
 
 def test_subscription_quota(pg_broker, acme):

@@ -5,8 +5,9 @@ it, and nothing is left running), migrates, seeds the demo tenant and device, th
 the web server (Daphne, ASGI), the MQTT broker (with `/metrics`), a Celery worker, beat and the
 live rules job (`run_rules --live`, Spark). The "is up" banner comes once every listener
 answers. Ctrl-C (or SIGTERM) stops everything it started — the embedded Postgres and Redis too,
-when it was the one that started them — and exits 0; if one part dies, the others are stopped
-and the command exits 1.
+when it was the one that started them — and exits 0, and so does a SIGINT or SIGTERM sent to the
+`make` that runs it (or make killed); if one part dies, the others are stopped and the command
+exits 1.
 
 Ports: `WEB_PORT` (8000), `MQTT_PORT` (1883), `MQTT_WS_PORT` (8083), `MQTT_TLS_PORT`,
 `MQTT_WSS_PORT` (off; need `MQTT_TLS_CERT`/`MQTT_TLS_KEY`), `METRICS_PORT` (9100),
@@ -33,6 +34,7 @@ from django.db import connections
 
 from common.runtime import embedded, port_check
 from common.runtime import processes as process_table
+from common.runtime.parent_watch import ParentWatch
 from common.security import secrets
 from tenants import demo
 
@@ -113,6 +115,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         self._stopping = False
         self._processes: dict[str, subprocess.Popen] = {}
+        # A SIGINT or SIGTERM sent to `make` alone (not through the terminal), or make killed:
+        # stop as for Ctrl-C (common/runtime/parent_watch.py says why make does not tell us).
+        self._make = ParentWatch()
         host = options["host"] or os.environ.get("BIND_HOST") or "127.0.0.1"
         ports, problems = self._ports(options)
         problems += [c.message() for c in port_check.check(host, ports)]
@@ -306,6 +311,9 @@ class Command(BaseCommand):
             self._say("stopping…")
 
     def _check_stop(self) -> None:
+        if not self._stopping and (why := self._make.stopping()):
+            self._stopping = True
+            self._say(f"{why}: stopping…")
         if self._stopping:
             raise Stop
 
