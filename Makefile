@@ -25,9 +25,9 @@ run: install
 # TEST_WORKERS=0 runs it in this process. Tests marked `serial` (they stop the shared Postgres,
 # or measure latency) run afterwards, alone. `--dist worksteal`: a worker that runs out takes
 # tests queued at the other (with `load` one could idle while the other still had a queue of
-# slow ones). The end-to-end suite (tests/e2e, marked `e2e`: the platform as `make run` starts
-# it, once) runs in the second part too. Not `--dist loadgroup`/`loadscope`: they schedule by node id, and schemathesis'
-# operations share one, so all but one of them silently never ran.
+# slow ones). Not `--dist loadgroup`/`loadscope`: they schedule by node id, and schemathesis'
+# operations share one, so all but one of them silently never ran. The end-to-end suite
+# (tests/e2e, marked `e2e`: the platform as `make run` starts it, once) runs in the second part.
 TEST_WORKERS ?= 2
 
 test: install install-scan
