@@ -84,7 +84,11 @@ class ClaimOutput(serializers.Serializer):
 
 class IssuedClaimOutput(ClaimOutput):
     private_key = serializers.CharField(help_text="shown this once, never stored")
-    ca_pem = serializers.CharField(help_text="the tenant's fleet CA, which signed it")
+    ca_pem = serializers.CharField(
+        help_text="the tenant's fleet CA, which signed the claim certificate: for your records. "
+        "It is not the CA a device trusts the broker with (the broker's own CA: the portal's "
+        "Get started, /broker-ca.pem)"
+    )
 
 
 class TemplateListView(TenantAPIView):
