@@ -131,8 +131,10 @@ def test_devices_messages_and_the_journey_of_each(platform: Platform, tenant: di
     assert refused[0]["event"] == "connect_failed" and refused[0]["reason_code"] == 0x86
 
     # Sessions and retained messages, as the inspection API shows them.
-    sessions = {s["client_id"]: s for s in rows(api.get("/api/v1/sessions"))}
-    assert sessions["sleeper"]["online"] and sessions["watcher"]["online"]
+    def sessions() -> dict[str, dict[str, Any]]:
+        return {s["client_id"]: s for s in rows(api.get("/api/v1/sessions"))}
+
+    eventually(sessions, lambda s: s["sleeper"]["online"] and s["watcher"]["online"])
     detail = api.get("/api/v1/sessions/sleeper").json()
     assert [s["filter"] for s in detail["subscriptions"]] == ["q/#"], detail
     retained = rows(api.get("/api/v1/retained", params={"topic": "r/#"}))
