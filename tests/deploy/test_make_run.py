@@ -28,6 +28,7 @@ import pytest
 
 from common.runtime import embedded
 from control_plane.management.commands.runplatform import Command
+from tests import leftovers
 
 REPO = Path(__file__).resolve().parents[2]
 PORT_VARIABLES = ("WEB_PORT", "MQTT_PORT", "MQTT_WS_PORT", "METRICS_PORT", "RULES_METRICS_PORT")
@@ -66,15 +67,7 @@ def run_env(tmp_path) -> dict[str, str]:
 
 def marked_processes(env: dict[str, str]) -> list[str]:
     """Processes still carrying this test's marker: what `make run` started and left."""
-    marker = f"RUNPLATFORM_TEST_MARKER={env['RUNPLATFORM_TEST_MARKER']}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:200]!r}")
-    return found
+    return leftovers.marked_processes(env["RUNPLATFORM_TEST_MARKER"])
 
 
 def answers(port: int) -> bool:

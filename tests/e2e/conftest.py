@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import pytest
 import requests
 
 from common.runtime import embedded
+from tests.leftovers import marked_processes
 
 REPO = Path(__file__).resolve().parents[2]
 PORT_VARIABLES = (
@@ -124,19 +125,6 @@ class Api:
         return self("DELETE", path, **kwargs)
 
 
-def _marked_processes(marker: str) -> list[str]:
-    """Processes still carrying the session's marker: what `make run` started and left."""
-    needle = f"RUNPLATFORM_TEST_MARKER={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:200]!r}")
-    return found
-
-
 def _environment(folder: Path) -> dict[str, str]:
     """`make run`'s environment on its embedded defaults, in this session's folders and on free
     ports; the few settings an operator gives a laptop install: loopback webhooks allowed (the
@@ -190,7 +178,7 @@ def platform() -> Iterator[Platform]:
         yield running
     finally:
         stopped = _stop(running)
-        leftovers = _marked_processes(env["RUNPLATFORM_TEST_MARKER"])
+        leftovers = marked_processes(env["RUNPLATFORM_TEST_MARKER"])
         for line in leftovers:  # never leave a platform running for the next session
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(line.split(":")[0]), signal.SIGKILL)
@@ -253,3 +241,15 @@ def tenant(platform: Platform) -> dict[str, Any]:
 
 def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def eventually(fetch: Callable[[], Any], done: Callable[[Any], bool], within: float = 60) -> Any:
+    """`fetch()` again every half second until `done` says yes (the value), or fail with the
+    last value after `within` seconds: what a person does refreshing a page."""
+    deadline = time.monotonic() + within
+    while True:
+        value = fetch()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, value
+        time.sleep(0.5)

@@ -8,29 +8,18 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from tests.broker.clients import Paho
-from tests.e2e.conftest import Platform
+from tests.e2e.conftest import Platform, eventually
 from tests.spark.conftest import Receiver, signature_ok
 
 pytestmark = pytest.mark.e2e
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
-
-
-def eventually(fetch: Callable[[], Any], done: Callable[[Any], bool], within: float = 60) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = fetch()
-        if done(value):
-            return value
-        assert time.monotonic() < deadline, value
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,18 @@ def owner(tenant: str):
     return created, client_for(token)
 
 
+def python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter of the checkout, as a process of the platform starts."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_the_web_entry_point_loads_the_projects_celery_app():
     """What the web process (Daphne on `control_plane.asgi`) sends a task with: the project's
     app on REDIS_URL, not Celery's default app on its default AMQP address."""
@@ -55,14 +67,7 @@ def test_the_web_entry_point_loads_the_projects_celery_app():
         "from celery import current_app\n"
         "print(current_app.main, current_app.conf.broker_url)\n"
     )
-    shown = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = python(code, env)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert shown.stdout.split()[-2:] == ["control_plane", "redis://127.0.0.1:6390/0"]
 
@@ -152,14 +157,7 @@ def test_importing_the_project_does_not_start_the_embedded_redis():
     )
     env = dict(os.environ, EMBEDDED_REDIS_DIR=str(embedded.DATA_DIR / "redis-never-started"))
     env.pop("REDIS_URL", None)
-    shown = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = python(code, env)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert shown.stdout.split()[-1] == "control_plane"
     assert not (embedded.DATA_DIR / "redis-never-started" / "port").exists()
