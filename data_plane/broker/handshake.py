@@ -38,7 +38,7 @@ from data_plane.broker.enhanced_auth import (
     Succeed,
 )
 from data_plane.broker.hooks import Hooks
-from data_plane.broker.limits import NEVER_EXPIRES, too_deep
+from data_plane.broker.limits import NEVER_EXPIRES, maximum_packet_size, too_deep
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Cluster
 from data_plane.broker.session import Session
@@ -48,27 +48,6 @@ from data_plane.config import BrokerConfig
 log = logging.getLogger(__name__)
 
 CONNACK_WAIT = 2.0  # seconds a CONNECT waits for an earlier one of its client id to be answered
-
-# What a PUBLISH may carry beside its payload, at most, for the Maximum Packet Size that MQTT 5.0
-# CONNACK advertises (§3.2.2.3.6): the fixed header (1 byte and a remaining length of up to 4),
-# the longest topic name (a 2-byte length and 65,535 bytes), the packet id (2) and properties of up
-# to 64 KiB (a length of up to 4 bytes, then user properties, content type, response topic,
-# correlation data...). Generous on purpose: a client refuses to send a packet larger than the
-# advertised size, so the bound must cover any publish the plan's `max_message_size` lets in;
-# only one whose properties alone exceed 64 KiB, with a payload at the limit, would be refused by
-# the client though the broker would take it. The broker itself still judges the payload against
-# `max_message_size` (admission), whatever size was advertised.
-PUBLISH_OVERHEAD = 5 + (2 + 65_535) + 2 + (4 + 65_536)
-
-
-def maximum_packet_size(broker_maximum: int, quota: Mapping[str, int]) -> int:
-    """CONNACK's Maximum Packet Size: the tenant's `max_message_size` plus a publish's overhead,
-    never more than the broker reads (`BrokerConfig.max_packet_size`). Without a message size
-    limit, the broker's own."""
-    limit = quota.get("max_message_size")
-    if limit is None:
-        return broker_maximum
-    return min(broker_maximum, int(limit) + PUBLISH_OVERHEAD)
 
 
 class HandshakeBroker(Protocol):

@@ -8,7 +8,7 @@ import time
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from data_plane.broker.handshake import PUBLISH_OVERHEAD
+from data_plane.broker.limits import PUBLISH_OVERHEAD
 from data_plane.config import BrokerConfig
 from data_plane.server import serve
 from data_plane.tenancy.static import StaticAuthenticator
@@ -169,7 +169,7 @@ def test_connack_maximum_packet_size_is_the_tenants_message_size(tmp_path):
             client = Paho(broker.port, f"{tenant}/d1", "pw1", f"{tenant}-max")
             advertised[tenant] = client.connack_properties.MaximumPacketSize
             client.close()
-        # The plan's 256 KiB plus a publish's overhead (handshake.PUBLISH_OVERHEAD: the longest
+        # The plan's 256 KiB plus a publish's overhead (limits.PUBLISH_OVERHEAD: the longest
         # topic and 64 KiB of properties), so that a client refuses a 1 MiB publish itself
         # instead of being disconnected for it and sending it again at every reconnect.
         assert advertised["small"] == 256 * KIB + PUBLISH_OVERHEAD < 1_048_576

@@ -78,7 +78,9 @@ def test_search_timeline_and_a_dropped_counters_link(live_server, acme_traffic, 
     assert shown_rows(page) == [("queue_full", "q/1")]
     assert page.locator('#journey-chips input[value="queue_full"]').is_checked()
     row = page.locator("#journey-rows tbody tr").first
-    assert "lost at subscriber sleeper: the subscriber's queue was full" in row.inner_text()
+    assert "dropped as it arrived at subscriber sleeper: the subscriber's queue was full" in (
+        row.inner_text()
+    )
     assert "subscriber sleeper" in row.inner_text()
     page.screenshot(path=str(artifacts / "journey-queue-full.png"), full_page=True)
 

@@ -8,7 +8,7 @@ import pytest
 
 from common.mqtt.codec import Reader, encode
 from common.mqtt.packets import MQTT_5_0, Connect, Disconnect, PubAck, Publish
-from data_plane.broker.handshake import PUBLISH_OVERHEAD
+from data_plane.broker.limits import PUBLISH_OVERHEAD
 from tenants.devices import services as device_services
 from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
