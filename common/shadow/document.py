@@ -15,7 +15,7 @@ published on `…/rejected`):
 
 | code | message |
 |------|---------|
-| 400 | Invalid JSON · Missing required node: state · State node must be an object · Desired node must be an object · Reported node must be an object · Invalid version · Invalid clientToken · JSON contains too many levels of nesting; maximum is 6 · State contains an invalid node |
+| 400 | Invalid JSON (`Invalid JSON: …` naming NaN/Infinity, a NUL or a lone surrogate) · Missing required node: state · State node must be an object · Desired node must be an object · Reported node must be an object · Invalid version · Invalid clientToken · JSON contains too many levels of nesting; maximum is 6 · State contains an invalid node |
 | 404 | Thing not found · No shadow exists with name: '…' |
 | 409 | Version conflict |
 | 413 | The payload exceeds the maximum size allowed |
