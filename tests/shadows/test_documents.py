@@ -247,3 +247,13 @@ def test_a_things_reserved_topics_are_its_own_unless_a_rule_grants_more():
         topic="$aws/things/lamp/shadow/update",
     )
     assert verdict.allowed and verdict.rule is None
+
+
+def test_brackets_inside_strings_are_no_nesting():
+    """The depth is counted before parsing (the parser recurses): brackets and escaped quotes
+    inside strings are text, not levels."""
+    text = '[{"\\"' * 20 + "}"
+    body = {"state": {"desired": {"a": text, "b": "[" * 50}}, "clientToken": "{[{["}
+    parsed = request(body)
+    assert parsed.state["desired"]["a"] == text and parsed.client_token == "{[{["
+    assert json_input.loads(b'{"a": "\\\\", "b": [[["]"]]]}') == {"a": "\\", "b": [[["]"]]]}
