@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from common import json_input
 from common.contracts import tables
 
 QUEUED, IN_PROGRESS = "QUEUED", "IN_PROGRESS"
@@ -60,6 +61,7 @@ MAX_STEP_TIMEOUT = 10080  # minutes (AWS: a week); -1 cancels the step timer
 MAX_DETAILS = 10  # statusDetails pairs
 MAX_DETAIL_KEY, MAX_DETAIL_VALUE = 128, 1024
 MAX_REQUEST_BYTES = 32 * 1024
+MAX_REQUEST_DEPTH = 8  # a request is flat but for statusDetails (two levels)
 MAX_NOTIFY = 15  # executions a ListNotification lists, as AWS
 RETRY_ALL = "ALL"
 RETRY_FAILURE_TYPES = (FAILED, TIMED_OUT, RETRY_ALL)  # AWS's RetryCriteria failureType
@@ -137,10 +139,12 @@ def parse_request(payload: bytes) -> Request:
         raise JobError(INVALID_REQUEST, f"Request exceeds {MAX_REQUEST_BYTES} bytes")
     if not payload.strip():
         return Request()
-    try:
-        body = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        raise JobError(INVALID_JSON, "Request is not valid UTF-8 JSON") from None
+    try:  # NaN, NUL, lone surrogates, deep nesting: refused here, not by Postgres (a 500)
+        body = json_input.loads(payload, max_depth=MAX_REQUEST_DEPTH)
+    except json_input.Refused as refused:
+        if refused.reason in (json_input.NOT_JSON, json_input.NOT_UTF8):
+            raise JobError(INVALID_JSON, "Request is not valid UTF-8 JSON") from None
+        raise JobError(INVALID_JSON, f"Request is not valid JSON: {refused.reason}") from None
     if not isinstance(body, dict):
         raise JobError(INVALID_JSON, "Request must be a JSON object")
     token = body.get("clientToken")

@@ -15,7 +15,7 @@ published on `…/rejected`):
 
 | code | message |
 |------|---------|
-| 400 | Invalid JSON · Missing required node: state · State node must be an object · Desired node must be an object · Reported node must be an object · Invalid version · Invalid clientToken · JSON contains too many levels of nesting; maximum is 6 · State contains an invalid node |
+| 400 | Invalid JSON (`Invalid JSON: …` naming NaN/Infinity, a NUL or a lone surrogate) · Missing required node: state · State node must be an object · Desired node must be an object · Reported node must be an object · Invalid version · Invalid clientToken · JSON contains too many levels of nesting; maximum is 6 · State contains an invalid node |
 | 404 | Thing not found · No shadow exists with name: '…' |
 | 409 | Version conflict |
 | 413 | The payload exceeds the maximum size allowed |
@@ -34,6 +34,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from common import json_input
+
 DEFAULT_MAX_SIZE = 8192  # bytes of a shadow's state (desired + reported), as AWS
 MAX_CLIENT_TOKEN_BYTES = 64
 MAX_DEPTH = 6  # levels of nesting inside `desired` or `reported`
@@ -41,6 +43,7 @@ SECTIONS = ("desired", "reported")
 
 INVALID_JSON = "Invalid JSON"
 TOO_LARGE = "The payload exceeds the maximum size allowed"
+TOO_DEEP = f"JSON contains too many levels of nesting; maximum is {MAX_DEPTH}"
 UNSUPPORTED_ENCODING = "Unsupported documented encoding; supported encoding is UTF-8"
 
 
@@ -100,10 +103,10 @@ def parse_request(operation: str, payload: bytes, max_size: int = DEFAULT_MAX_SI
         ) from None
     if operation != "update" and not text.strip():
         return Request(operation)
-    try:
-        body = json.loads(text)
-    except ValueError:
-        raise ShadowError(400, INVALID_JSON) from None
+    try:  # NaN, NUL, lone surrogates, deep nesting: refused before they reach a shared batch
+        body = json_input.loads(text, max_depth=MAX_DEPTH + 2)  # + the state and its section
+    except json_input.Refused as refused:
+        raise ShadowError(400, _invalid(refused.reason)) from None
     if not isinstance(body, dict):
         raise ShadowError(400, INVALID_JSON)
     token = body.get("clientToken")
@@ -132,35 +135,18 @@ def parse_request(operation: str, payload: bytes, max_size: int = DEFAULT_MAX_SI
             raise ShadowError(400, f"{key.capitalize()} node must be an object", token)
         if value is not None:
             if _depth(value) > MAX_DEPTH:
-                raise ShadowError(
-                    400, f"JSON contains too many levels of nesting; maximum is {MAX_DEPTH}", token
-                )
+                raise ShadowError(400, TOO_DEEP, token)
             if _null_in_array(value):  # AWS: arrays cannot hold null
                 raise ShadowError(400, "State contains an invalid node", token)
-    if not _storable(state):
-        raise ShadowError(400, INVALID_JSON, token)
     request.state = state
     return request
 
 
-def _storable(value: Any) -> bool:
-    """Whether Postgres' jsonb can hold it: no NUL character and no lone surrogate in any key or
-    string (JSON's escapes allow both; a stored shadow is also published as UTF-8)."""
-    if isinstance(value, str):
-        return "\x00" not in value and (value.isascii() or _utf8(value))
-    if isinstance(value, dict):
-        return all(_storable(k) and _storable(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_storable(v) for v in value)
-    return True
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def _invalid(reason: str) -> str:
+    """AWS's words for JSON it cannot read, and what it was (`json_input`'s reason)."""
+    if reason.startswith("nested"):
+        return TOO_DEEP
+    return INVALID_JSON if reason == json_input.NOT_JSON else f"{INVALID_JSON}: {reason}"
 
 
 def _depth(value: Any) -> int:

@@ -34,6 +34,7 @@ from typing import Any
 
 from cryptography import x509
 
+from common import json_input
 from common.fleet import pki as fleet_pki
 from common.fleet import topics
 from common.security.device_credentials import IdentityError
@@ -52,6 +53,7 @@ TOKEN_SECONDS = 3600  # AWS: the certificate ownership token is valid for one ho
 MAX_IN_FLIGHT = 4  # requests of one connection not yet answered
 DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # tenants.models' validator
 MAX_PAYLOAD = 16_384
+MAX_DEPTH = 8  # a request holds `parameters`, an object of strings
 
 
 class Rejected(Exception):
@@ -128,10 +130,11 @@ class FleetService:
             raise Rejected(413, "PayloadTooLarge", "The payload exceeds the maximum size")
         if not payload:
             return {}
-        try:
-            body = json.loads(payload)
-        except (ValueError, UnicodeDecodeError):
-            raise Rejected(400, "InvalidPayload", "Invalid JSON") from None
+        try:  # NaN, NUL, lone surrogates, deep nesting: a 400, not a traceback
+            body = json_input.loads(payload, max_depth=MAX_DEPTH)
+        except json_input.Refused as refused:
+            reason = "" if refused.reason == json_input.NOT_JSON else f": {refused.reason}"
+            raise Rejected(400, "InvalidPayload", f"Invalid JSON{reason}") from None
         if not isinstance(body, dict):
             raise Rejected(400, "InvalidPayload", "The payload must be a JSON object")
         return body

@@ -61,3 +61,13 @@ def perform(op: Operation, current: doc.Shadow, now: int) -> doc.Shadow | None:
 
 def thing_not_found(op: Operation) -> None:
     op.error = doc.thing_not_found(op.request.client_token)
+
+
+def reset(op: Operation) -> None:
+    """Forget what came of `op` (its transaction failed: none of it took effect)."""
+    op.outcome = op.shadow = op.deleted = op.error = None
+
+
+def failed_alone(op: Operation) -> None:
+    """The store failed `op` on its own: AWS's 500."""
+    op.error = doc.internal_failure(op.request.client_token)

@@ -110,19 +110,15 @@ class ShadowService:
 
     # -- replies ----------------------------------------------------------------------------
 
-    def _answered(self, ops: list[Operation], now: int, failed: BaseException | None) -> None:
-        """A batch is done (committed, or `failed`): each operation's replies go out."""
+    def _answered(self, ops: list[Operation], now: int) -> None:
+        """A batch is done: each operation's replies go out (a 500 for one the store failed)."""
         self.stats["batches"] += 1
-        if failed is not None:
-            log.warning("shadow batch of %d failed: %s", len(ops), failed)
         for op in ops:
             count = self.in_flight.get(op.requester, 0)
             if count <= 1:
                 self.in_flight.pop(op.requester, None)
             else:
                 self.in_flight[op.requester] = count - 1
-            if failed is not None:
-                op.error = doc.internal_failure(op.request.client_token)
             try:
                 self.reply(op, now)
             except Exception:  # one reply must not stop the others

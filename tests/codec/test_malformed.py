@@ -51,6 +51,12 @@ CASES = [
         frame(0x10, s("MQTT") + b"\x04\x02\x00\x3c" + s("a\x00")),
         0x81,
     ),
+    (  # what the presence, usage, queue and journey writers take is checked here (issue 44)
+        "client id with a UTF-16 surrogate (CESU)",
+        None,
+        frame(0x10, s("MQTT") + b"\x04\x02\x00\x3c" + s(b"a\xed\xa0\x80")),
+        0x81,
+    ),
     (
         "bytes after CONNECT payload",
         None,

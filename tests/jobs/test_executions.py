@@ -71,6 +71,11 @@ def test_transitions_as_aws():
         (b'{"stepTimeoutInMinutes": 0}', ex.INVALID_REQUEST),
         (b'{"clientToken": 5}', ex.INVALID_REQUEST),
         (b'{"surprise": 1, "clientToken": "c"}', ex.INVALID_REQUEST),
+        # What Postgres or a UTF-8 reply would refuse (an InternalError, or a traceback):
+        (b'{"statusDetails": {"a": "x\\u0000"}, "status": "IN_PROGRESS"}', ex.INVALID_JSON),
+        (b'{"clientToken": "\\ud800"}', ex.INVALID_JSON),
+        (b'{"expectedVersion": NaN}', ex.INVALID_JSON),
+        (b"[" * 20_000, ex.INVALID_JSON),
     ],
 )
 def test_malformed_requests_are_refused_with_aws_codes(payload, code):

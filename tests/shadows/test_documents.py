@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from common import json_input
 from common.access.acl import AclEntry, AclPolicy, explain
 from common.shadow import document as doc
 from common.shadow.topics import ShadowTopic, parse
@@ -24,6 +25,7 @@ def updated(shadow: doc.Shadow, body: dict, now: int = NOW) -> doc.Outcome:
     return doc.update(shadow, request(body), now)
 
 
+NUL, SURROGATE, NAN = json_input.NUL, json_input.SURROGATE, json_input.NOT_A_NUMBER
 DEEP = {"a": {"b": {"c": {"d": {"e": {"f": {"g": 1}}}}}}}  # 7 levels inside `desired`
 
 # (operation, payload, code, message): each error AWS documents for shadow requests.
@@ -49,8 +51,18 @@ REJECTED = [
     ),
     ("update", {"state": {"delta": {"a": 1}}}, 400, "State contains an invalid node"),
     ("update", {"state": {"desired": {"a": [None, 1]}}}, 400, "State contains an invalid node"),
-    ("update", {"state": {"desired": {"a": "\u0000"}}}, 400, "Invalid JSON"),
-    ("update", b'{"state": {"desired": {"a": "\\ud800"}}}', 400, "Invalid JSON"),
+    ("update", {"state": {"desired": {"a": "\u0000"}}}, 400, f"Invalid JSON: {NUL}"),
+    ("update", b'{"state": {"desired": {"a": "\\ud800"}}}', 400, f"Invalid JSON: {SURROGATE}"),
+    # What Postgres would refuse, and the whole batch of every tenant's requests with it:
+    ("update", b'{"state": {"reported": {"t": NaN}}}', 400, f"Invalid JSON: {NAN}"),
+    ("update", b'{"state": {"reported": {"t": Infinity}}}', 400, f"Invalid JSON: {NAN}"),
+    ("update", b'{"state": {"desired": {"t": [-Infinity]}}}', 400, f"Invalid JSON: {NAN}"),
+    ("update", b'{"state": {"desired": {"\\u0000": 1}}}', 400, f"Invalid JSON: {NUL}"),
+    ("update", {"state": {}, "clientToken": "a\u0000"}, 400, f"Invalid JSON: {NUL}"),
+    ("get", b'{"clientToken": "\\udc00"}', 400, f"Invalid JSON: {SURROGATE}"),
+    # Deeper than the parser recurses (it raised RecursionError: a traceback, a disconnect):
+    ("update", b"[" * 8000, 400, doc.TOO_DEEP),
+    ("update", b'{"state": {"desired": ' + b'{"a":' * 1200 + b"1" + b"}" * 1202, 400, doc.TOO_DEEP),
     ("update", b'{"state": {"desired": {"a": "\xff"}}}', 415, doc.UNSUPPORTED_ENCODING),
     ("update", {"state": {"desired": {"a": "x" * 9000}}}, 413, doc.TOO_LARGE),
 ]
@@ -235,3 +247,13 @@ def test_a_things_reserved_topics_are_its_own_unless_a_rule_grants_more():
         topic="$aws/things/lamp/shadow/update",
     )
     assert verdict.allowed and verdict.rule is None
+
+
+def test_brackets_inside_strings_are_no_nesting():
+    """The depth is counted before parsing (the parser recurses): brackets and escaped quotes
+    inside strings are text, not levels."""
+    text = '[{"\\"' * 20 + "}"
+    body = {"state": {"desired": {"a": text, "b": "[" * 50}}, "clientToken": "{[{["}
+    parsed = request(body)
+    assert parsed.state["desired"]["a"] == text and parsed.client_token == "{[{["
+    assert json_input.loads(b'{"a": "\\\\", "b": [[["]"]]]}') == {"a": "\\", "b": [[["]"]]]}

@@ -92,6 +92,22 @@ def test_rest_update_reaches_the_device_and_if_match_guards_the_version(tls_brok
             415,
             "Unsupported documented encoding; supported encoding is UTF-8",
         ),
+        # Once 500s (Postgres refused NaN; the parser recursed past Python's limit):
+        (
+            b'{"state": {"reported": {"t": NaN}}}',
+            400,
+            "Invalid JSON: NaN and Infinity are not JSON numbers",
+        ),
+        (
+            b'{"state": {"desired": ' + b'{"a":' * 1200 + b"1" + b"}" * 1202,
+            400,
+            "JSON contains too many levels of nesting; maximum is 6",
+        ),
+        (
+            b'{"state": {"desired": {}}, "clientToken": "\\ud800"}',
+            400,
+            "Invalid JSON: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)",
+        ),
     ],
 )
 def test_rest_refusals_name_the_problem_in_aws_words(fleet, body, status, message):

@@ -96,3 +96,48 @@ async def test_another_things_request_is_not_admitted_without_a_grant():
     assert not ShadowService.admits(auth, "$aws/things/door/shadow/update")
     assert not ShadowService.admits(auth, "$aws/things/lamp/shadow/update/accepted")
     assert not ShadowService.admits(auth, "$SYS/broker/clients")
+
+
+class RefusingStore(MemoryShadows):
+    """A store that fails any transaction holding tenant `evil`'s request, as Postgres fails a
+    batch over one value it refuses that got past validation (a value no check foresaw)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda tenant, thing: True)
+        self.transactions = 0
+
+    async def apply(self, ops, now):
+        self.transactions += 1
+        if any(op.tenant == "evil" for op in ops):
+            raise ValueError("invalid input syntax for type json")
+        await super().apply(ops, now)
+
+
+async def test_a_failing_batch_fails_only_the_request_that_fails_alone(caplog):
+    """Whatever gets past validation, one tenant's request in a shared batch fails alone: the
+    others of the batch are carried out (another tenant's included) and answered accepted, the
+    failing one gets AWS's 500 on its rejected topic, logged without a traceback."""
+    broker = FakeBroker()
+    store = RefusingStore()
+    service = ShadowService(store)
+    service.attach(broker)
+    victim = SimpleNamespace(tenant="acme", tenant_id=None, device="lamp", quota={}, acl=None)
+    attacker = SimpleNamespace(tenant="evil", tenant_id=None, device="lamp", quota={}, acl=None)
+    for n in range(5):  # all in one batch: none is awaited in between
+        if n == 2:
+            ask(service, attacker, "update", {"state": {"reported": {"x": 1}}, "clientToken": "e"})
+        ask(service, victim, "update", {"state": {"reported": {"n": n}}, "clientToken": f"c{n}"})
+    await asyncio.sleep(0.1)
+    replies = {
+        (m.tenant, json.loads(m.payload).get("clientToken")): (m.topic, json.loads(m.payload))
+        for m in broker.published
+        if m.topic.endswith(("/accepted", "/rejected"))
+    }
+    for n in range(5):
+        assert replies["acme", f"c{n}"][0].endswith("/update/accepted")
+    topic, body = replies["evil", "e"]
+    assert topic.endswith("/update/rejected")
+    assert (body["code"], body["message"]) == (500, "Internal service failure")
+    assert store.shadows["acme", "lamp", ""].version == 5
+    assert store.shadows["acme", "lamp", ""].state == {"reported": {"n": 4}}
+    assert not any(r.exc_info for r in caplog.records)
