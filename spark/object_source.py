@@ -91,7 +91,9 @@ def _read(options: dict[str, str], schema: StructType, partition: Objects) -> It
 
     from common.stores.object_store import ObjectNotFound
 
-    target = to_arrow_schema(schema, timezone="UTC")
+    # Timestamps as UTC instants, as Spark reads the archive's `ts` (pyspark 4.0's keyword; 4.1
+    # renamed it `timezone`).
+    target = to_arrow_schema(schema, timestamp_utc=True)
     store = open_store(options)
     for key in partition.keys:
         try:

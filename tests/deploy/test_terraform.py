@@ -1,16 +1,25 @@
 """infra/terraform, statically (no Terraform registry or AWS here): every file parses with
 python-hcl2, the modules follow the terraform-aws-modules layout, only the AWS provider's own
-resources are used, and the task definitions run roles of the table of processes."""
+resources are used, the task definitions run roles of the table of processes, and EMR Serverless
+runs the Spark that pyproject.toml pins."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import hcl2
+import pyspark
 import pytest
 
 from common.runtime.processes import ROLES
+from spark.versions import (
+    EMR_SERVERLESS_BASE_IMAGE,
+    EMR_SERVERLESS_SPARK,
+    major_minor,
+    spark_version,
+)
 
 TERRAFORM = Path(__file__).resolve().parents[2] / "infra" / "terraform"
 MODULES = sorted(p for p in (TERRAFORM / "modules").iterdir() if p.is_dir())
@@ -275,3 +284,93 @@ def test_a_kms_key_is_written_once_in_its_module():
         assert value(calls["kms"]["source"]) == "../kms_key", module
         moved = {value(m["to"]) for m in doc.get("moved", [])}
         assert moved == {"module.kms.aws_kms_key.this", "module.kms.aws_kms_alias.this"}, module
+
+
+def _pinned_pyspark() -> str:
+    """pyproject.toml's pyspark requirement, e.g. `>=4.0.2,<4.1`."""
+    pyproject = tomllib.loads((TERRAFORM.parents[1] / "pyproject.toml").read_text())
+    for requirement in pyproject["project"]["dependencies"]:
+        name, spec = re.match(r"([A-Za-z0-9_.\-]+)\s*(.*)", requirement).groups()
+        if name.lower() == "pyspark":
+            return spec.split(";")[0].strip()
+    raise AssertionError("pyproject.toml does not pin pyspark")
+
+
+def _release_labels() -> dict[str, str]:
+    """Every EMR Serverless release label the Terraform can deploy: the spark module's default
+    and whatever a caller (platform, environments, the prod example) passes instead."""
+    variables = blocks(load(TERRAFORM / "modules" / "spark" / "variables.tf"), "variable")
+    labels = {"modules/spark default": value(variables["release_label"]["default"])}
+    for path, name, body in module_calls():
+        if "release_label" in body:
+            labels[f"{path.relative_to(TERRAFORM)}: module {name}"] = value(body["release_label"])
+    return labels
+
+
+def _custom_images() -> dict[str, str]:
+    """The custom EMR Serverless images the Terraform sets (none by default)."""
+    variables = blocks(load(TERRAFORM / "modules" / "spark" / "variables.tf"), "variable")
+    images = {}
+    if value(variables["image_uri"].get("default")) not in (None, "null"):
+        images["modules/spark default"] = value(variables["image_uri"]["default"])
+    for path, name, body in module_calls():
+        if value(body["source"]).rstrip("/").endswith("/spark") and "image_uri" in body:
+            images[f"{path.relative_to(TERRAFORM)}: module {name}"] = value(body["image_uri"])
+    return images
+
+
+def test_the_deployed_spark_is_the_spark_the_project_pins_and_tests():
+    """One Spark version across the stack (issue 42): the EMR Serverless release the Terraform
+    deploys runs the Spark major.minor that pyproject.toml pins and the tests run on."""
+    pin = _pinned_pyspark()
+    bounds = dict(re.findall(r"(>=|<|==|~=)\s*([0-9][0-9.]*)", pin))
+    assert ">=" in bounds and "<" in bounds, f"pyspark {pin!r}: pin one minor (>=X.Y.Z,<X.Y+1)"
+    pinned = major_minor(bounds[">="])
+    labels = _release_labels()
+    for where, label in labels.items():
+        assert re.fullmatch(r"[A-Za-z0-9.\-]+", label), f"{where}: {label!r} is not a literal"
+        deployed = spark_version(label)
+        assert major_minor(deployed) == pinned, (
+            f"{where}: {label} runs Spark {deployed}, but pyproject.toml pins pyspark {pin}: "
+            "move the release label and the pin together (spark/versions.py)"
+        )
+    # The module's validation refuses, at plan time, a caller's release of another Spark.
+    variables = blocks(load(TERRAFORM / "modules" / "spark" / "variables.tf"), "variable")
+    condition = value(variables["release_label"]["validation"][0]["condition"])
+    pattern = re.search(r'regex\("(.*)", var\.release_label\)', condition).group(1)
+    pattern = pattern.replace("\\\\", "\\")  # HCL's escaped backslash
+    accepted = [label for label in EMR_SERVERLESS_SPARK if re.search(pattern, label)]
+    assert labels["modules/spark default"] in accepted, f"the default fails {pattern}"
+    for label in accepted:
+        assert major_minor(spark_version(label)) == pinned, f"{pattern} lets {label} through"
+    assert major_minor(bounds["<"]) == (pinned[0], pinned[1] + 1), (
+        f"pyspark {pin!r} admits more than Spark {pinned[0]}.{pinned[1]}, the deployed one"
+    )
+    assert major_minor(pyspark.__version__) == pinned, (
+        f"the tests run on pyspark {pyspark.__version__}, pyproject.toml pins {pin}: "
+        "reinstall the virtualenv"
+    )
+    # A custom image runs its release's Spark (it is built FROM the release's base image), so it
+    # must name the same release: its tag starts with the label, e.g. `:emr-spark-8.0.0-<sha>`.
+    default_label = labels["modules/spark default"]
+    for where, image in _custom_images().items():
+        tag = image.rsplit(":", 1)[-1]
+        assert tag.startswith(default_label), (
+            f"{where}: image {image} is not built on {default_label}"
+        )
+    # And an image the repository builds for EMR Serverless starts FROM that release's base.
+    base = EMR_SERVERLESS_BASE_IMAGE.split("{")[0]
+    for dockerfile in TERRAFORM.parents[1].glob("docker/**/Dockerfile*"):
+        for line in dockerfile.read_text().splitlines():
+            if line.upper().startswith("FROM") and base in line:
+                assert EMR_SERVERLESS_BASE_IMAGE.format(label=default_label) in line, (
+                    f"{dockerfile}: {line.strip()} is not {default_label}'s base image"
+                )
+
+
+def test_the_release_table_maps_labels_to_their_spark():
+    assert major_minor(spark_version("emr-7.5.0")) == (3, 5)
+    assert major_minor(spark_version("emr-spark-8.0.0")) == (4, 0)
+    assert major_minor("4.0.2-amzn-0") == (4, 0)
+    with pytest.raises(ValueError, match="unknown EMR Serverless release label 'emr-9.9.9'"):
+        spark_version("emr-9.9.9")

@@ -98,6 +98,9 @@ PAYLOADS = [
     {"temp": [1]},
     {"temp": {"a": 1}},
     {"s": "é\u2028"},
+    {"temp": "\ud800"},  # a lone surrogate (json.dumps escapes it): Python keeps the code point
+    {"s": "x\udc00"},
+    {"temp": "\ud83d\ude00"},  # an escaped pair: one character
     b"[1, 2]",
     b'"{\\"temp\\": 95}"',
     b"not json",

@@ -193,7 +193,11 @@ class Command(BaseCommand):
         def stop(*_):
             job._stop.set()
 
+        # Ctrl-C stops it as SIGTERM does: the loop sees the flag within half a second. Left to
+        # raise KeyboardInterrupt, it lands inside py4j's call, which pyspark 4.0 turns into a
+        # Py4JError: the job would exit with a traceback and status 1.
         signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         job.start()
         sys.stderr.write(f"live rules job running (store {store.url}); Ctrl-C stops it\n")
         try:

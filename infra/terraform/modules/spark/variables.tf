@@ -14,9 +14,15 @@ variable "private_subnet_ids" {
 }
 
 variable "release_label" {
-  description = "EMR release (Spark version) of the application."
+  description = "EMR Serverless release of the application: its Spark must be the minor pyproject.toml pins (emr-spark-8.0.0 runs Spark 4.0.2; spark/versions.py)."
   type        = string
-  default     = "emr-7.5.0"
+  default     = "emr-spark-8.0.0"
+
+  validation {
+    # The jobs are tested on pyspark 4.0.x only: a release of another Spark fails at run time.
+    condition     = can(regex("^emr-spark-8\\.0\\.[0-9]+$", var.release_label))
+    error_message = "The Spark jobs are tested on Spark 4.0 (pyproject.toml pins pyspark 4.0.x): use an emr-spark-8.0.x release, or move the pin and this label together (infra/README.md)."
+  }
 }
 
 variable "architecture" {
