@@ -27,7 +27,9 @@ run: install
 # tests queued at the other (with `load` one could idle while the other still had a queue of
 # slow ones). Not `--dist loadgroup`/`loadscope`: they schedule by node id, and schemathesis'
 # operations share one, so all but one of them silently never ran. The end-to-end suite
-# (tests/e2e, marked `e2e`: the platform as `make run` starts it, once) runs in the second part.
+# (tests/e2e, marked `e2e`: the platform as `make run` starts it, once) runs last, in a run of
+# its own: its platform lives for the whole pytest session, and must not load the machine while
+# the `serial` tests measure latency.
 TEST_WORKERS ?= 2
 
 test: install install-scan
@@ -35,7 +37,8 @@ test: install install-scan
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not e2e" --durations=30
-	$(PY) -m pytest -m "serial or e2e" --durations=15
+	$(PY) -m pytest -m serial --durations=10
+	$(PY) -m pytest -m e2e --durations=10
 
 # What `make run` needs. The scanners' virtualenv (checkov) only `make test` uses.
 install: system-deps $(STAMP)

@@ -6,9 +6,10 @@ to the portal and the REST API, MQTT clients, Chromium, the `manage.py` commands
 runs beside it. No test double crosses a process boundary here.
 
 When the session ends the platform gets SIGINT (Ctrl-C), and the suite checks that it stopped
-everything it started. Every module here is marked `e2e` (`pytestmark`): `make test` runs them in
-its second, one-process part, after the parallel one (one platform, with two JVMs among its
-processes, is all this machine takes beside the rest)."""
+everything it started. Every module here is marked `e2e` (`pytestmark`): `make test` runs them
+last, in a pytest run of their own (the platform, with two JVMs among its processes, lives for
+the whole session: it must not load the machine beside the parallel tests or the `serial`
+latency tests)."""
 
 from __future__ import annotations
 
