@@ -149,15 +149,10 @@ class CertificateImportOutput(serializers.Serializer):
     results = CertificateImportResultOutput(many=True)
 
 
-class CertificateOutput(serializers.Serializer):
-    id = serializers.IntegerField()
-    device = serializers.CharField(source="device.name")
-    fingerprint = serializers.CharField()
-    subject = serializers.CharField()
+class CertificateOutput(DeviceCertificateOutput):
+    """A device certificate as the tenant-wide list shows it: who issued it, and its status."""
+
     issuer = serializers.SerializerMethodField()
-    not_after = serializers.DateTimeField()
-    created_at = serializers.DateTimeField()
-    revoked_at = serializers.DateTimeField(allow_null=True)
     status = serializers.SerializerMethodField()
 
     def get_issuer(self, certificate) -> str:

@@ -28,7 +28,8 @@ import pytest
 
 from common.runtime import embedded
 from control_plane.management.commands.runplatform import Command
-from tests import leftovers
+from tests import make_run_env
+from tests.make_run_env import make_run_environment
 
 REPO = Path(__file__).resolve().parents[2]
 PORT_VARIABLES = ("WEB_PORT", "MQTT_PORT", "MQTT_WS_PORT", "METRICS_PORT", "RULES_METRICS_PORT")
@@ -47,27 +48,14 @@ def tmp_path() -> Iterator[Path]:
 def run_env(tmp_path) -> dict[str, str]:
     """`make run`'s environment on its embedded defaults, in folders of this test, on free ports,
     with a marker every process it starts inherits (to find any left behind)."""
-    env = dict(os.environ)
-    for name in ("DATABASE_URL", "REDIS_URL", "PLATFORM_ROLE", *PORT_VARIABLES):
-        env.pop(name, None)
-    env.update(
-        EMBEDDED_PG_DIR=str(tmp_path / "postgres"),
-        EMBEDDED_REDIS_DIR=str(tmp_path / "redis"),
-        PLATFORM_STATE_DIR=str(tmp_path / "state"),
-        OBJECT_STORE_URL=f"file://{tmp_path / 'objects'}",
-        RULES_CHECKPOINT=str(tmp_path / "rules-checkpoint"),
-        MQTT_SERVICE_KEY="make-run-test-key",
-        SPARK_MASTER="local[1]",
-        LOG_LEVEL="WARNING",
-        RUNPLATFORM_TEST_MARKER=uuid.uuid4().hex,
-        **{name: str(embedded.free_port()) for name in PORT_VARIABLES},
+    return make_run_environment(
+        tmp_path, PORT_VARIABLES, MQTT_SERVICE_KEY="make-run-test-key", SPARK_MASTER="local[1]"
     )
-    return env
 
 
 def marked_processes(env: dict[str, str]) -> list[str]:
     """Processes still carrying this test's marker: what `make run` started and left."""
-    return leftovers.marked_processes(env["RUNPLATFORM_TEST_MARKER"])
+    return make_run_env.marked_processes(env["RUNPLATFORM_TEST_MARKER"])
 
 
 def answers(port: int) -> bool:

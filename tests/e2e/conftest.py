@@ -32,7 +32,7 @@ import pytest
 import requests
 
 from common.runtime import embedded
-from tests.leftovers import marked_processes
+from tests.make_run_env import make_run_environment, marked_processes
 
 REPO = Path(__file__).resolve().parents[2]
 PORT_VARIABLES = (
@@ -131,22 +131,12 @@ def _environment(folder: Path) -> dict[str, str]:
     ports; the few settings an operator gives a laptop install: loopback webhooks allowed (the
     suite's receivers listen there), budgets checked every 3 s instead of 60, and a TLS port
     (the development CA `make run` makes)."""
-    env = dict(os.environ)
-    for name in ("DATABASE_URL", "REDIS_URL", "PLATFORM_ROLE", "SPARK_MASTER", *PORT_VARIABLES):
-        env.pop(name, None)
-    env.update(
-        EMBEDDED_PG_DIR=str(folder / "postgres"),
-        EMBEDDED_REDIS_DIR=str(folder / "redis"),
-        PLATFORM_STATE_DIR=str(folder / "state"),
-        OBJECT_STORE_URL=f"file://{folder / 'objects'}",
-        RULES_CHECKPOINT=str(folder / "rules-checkpoint"),
-        LOG_LEVEL="WARNING",
+    return make_run_environment(
+        folder,
+        PORT_VARIABLES,
         WEBHOOK_ALLOW="127.0.0.1",
         BUDGET_CHECK_SECONDS="3",  # an operator's knob: budget alerts within seconds
-        RUNPLATFORM_TEST_MARKER=uuid.uuid4().hex,
-        **{name: str(embedded.free_port()) for name in PORT_VARIABLES},
     )
-    return env
 
 
 @pytest.fixture(scope="session")

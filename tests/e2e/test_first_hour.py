@@ -137,11 +137,15 @@ def test_devices_messages_and_the_journey_of_each(platform: Platform, tenant: di
 def test_the_acl_tester_and_a_rules_dry_run(tenant: dict[str, Any]):
     api = tenant["api"]
     api.post("/api/v1/devices", {"name": "tester"})
+    denied = api.post(
+        "/api/v1/acls", {"action": "publish", "permission": "deny", "topic": "vault/#"}
+    )
+    assert denied.status_code == 201, denied.text
     answer = api.post(
-        "/api/v1/acls/test", {"device": "tester", "action": "publish", "topic": "secret/door"}
+        "/api/v1/acls/test", {"device": "tester", "action": "publish", "topic": "vault/door"}
     )
     assert answer.status_code == 200, answer.text
-    assert answer.json()["allowed"] is False and answer.json()["rule"]["topic"] == "secret/#"
+    assert answer.json()["allowed"] is False and answer.json()["rule"]["topic"] == "vault/#"
     dry = api.post(
         "/api/v1/rules/test",
         {
