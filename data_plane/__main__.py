@@ -53,6 +53,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds per archive segment (Parquet): how soon the live rules see a message",
     )
     parser.add_argument("--archive-segment-age", type=float, help=argparse.SUPPRESS)  # v1's
+    parser.add_argument(
+        "--rules-feed",
+        default=os.environ.get("RULES_FEED_URL") or os.environ.get("REDIS_URL"),
+        help="Redis the live feed goes to: the rows tenants' rules read, for the live rules job "
+        "(default RULES_FEED_URL, then REDIS_URL; unset: the job reads the archive's segments)",
+    )
+    parser.add_argument(
+        "--rules-feed-key",
+        default=os.environ.get("RULES_FEED_KEY", "rules:live"),
+        help="the live feed's Redis stream (the rules job reads the same RULES_FEED_KEY)",
+    )
     parser.add_argument("--no-archive", action="store_true", help="archive nothing")
     parser.add_argument(
         "--no-journey",
@@ -269,13 +280,20 @@ async def run(args: argparse.Namespace) -> None:
             from data_plane.storage.archive_hook import ArchiveTap
             from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
+            feed = None
+            if args.rules_feed:
+                from data_plane.storage.live_feed import LiveFeed
+
+                feed = LiveFeed(args.rules_feed, key=args.rules_feed_key)
             # What each tenant's history policies and rules need, read before any client
             # connects, then kept by the change notifications.
-            decisions = ArchiveDecisions(link.lookups)
+            decisions = ArchiveDecisions(link.lookups, feed=feed)
             await decisions.load_all()
             link.followers.append(decisions.on_change)
             tap = ArchiveTap(
-                ParquetArchiveWriter(objects), decisions=decisions, interval=args.archive_interval
+                ParquetArchiveWriter(objects, feed=feed),
+                decisions=decisions,
+                interval=args.archive_interval,
             )
         recorder = None
         if not args.no_journey:

@@ -498,6 +498,20 @@ class RuleActionRetry(models.Model):
         indexes = [models.Index(fields=["next_attempt_at"], name="rule_retry_due_idx")]
 
 
+class RuleFeedPosition(models.Model):
+    """How far the live rules job has read its live feed (a Redis stream of the rows the rules
+    read, `data_plane.storage.live_feed`): `acted`, every entry up to it had its actions done
+    or kept in the durable retry queue; `evaluated`, every entry up to it was counted (rule
+    counters, usage). A restart reads again from `acted`: the entries up to `evaluated` only for
+    the actions the ledger does not hold. Written by the rules job with psycopg
+    (`spark/rules/feed.py`)."""
+
+    stream = models.CharField(max_length=200, primary_key=True)
+    acted = models.CharField(max_length=64, default="0-0")
+    evaluated = models.CharField(max_length=64, default="0-0")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+
 class RuleActionLedger(models.Model):
     """Actions done, one row per (rule, rule version, message, output, action): written by the
     live rules job for each action that succeeded, by runs over history (claimed before the

@@ -84,7 +84,10 @@ class ParquetBytesWriter:
     buffer (`close`: the file's bytes without a copy; any object store's `put` takes it); same
     encoding options as `encode_parquet`. For writers that stream."""
 
-    def __init__(self, *, compression: str | dict[str, str] = "zstd") -> None:
+    def __init__(
+        self, *, compression: str | dict[str, str] = "zstd", key: str | None = None
+    ) -> None:
+        self.key = key  # the object it will be stored as, where decided when it is opened
         self._sink = pa.BufferOutputStream()
         self._writer = pq.ParquetWriter(
             self._sink,

@@ -44,6 +44,10 @@ class ArchiveNeeds:
 
     filters: tuple[str, ...] = ()
     events: frozenset[str] = field(default_factory=frozenset)
+    # What of it the tenant's enabled rules read (a part of the above): the broker also hands
+    # these rows to the live rules job as they are archived (`data_plane.storage.live_feed`).
+    rule_filters: tuple[str, ...] = ()
+    rule_events: frozenset[str] = field(default_factory=frozenset)
 
     def __bool__(self) -> bool:
         return bool(self.filters or self.events)
@@ -106,12 +110,20 @@ def archive_needs(
                 events.update(_events_named(topic_filter))
             else:
                 filters[topic_filter] = None
+    live_filters: dict[str, None] = {}
+    live_events: set[str] = set()
     for rule_filters, rule_events in rule_sources:
-        filters.update(dict.fromkeys(rule_filters))
-        events.update(rule_events)
+        live_filters.update(dict.fromkeys(rule_filters))
+        live_events.update(rule_events)
+    filters.update(live_filters)
+    events.update(live_events)
     if DEFAULT_FILTER in filters:  # every other filter is inside it
         filters = {DEFAULT_FILTER: None}
-    return ArchiveNeeds(tuple(filters), frozenset(events))
+    if DEFAULT_FILTER in live_filters:
+        live_filters = {DEFAULT_FILTER: None}
+    return ArchiveNeeds(
+        tuple(filters), frozenset(events), tuple(live_filters), frozenset(live_events)
+    )
 
 
 def retention_days(

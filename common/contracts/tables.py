@@ -147,6 +147,10 @@ rules job (spark.rules.ledger)."""
 RULE_ACTION_RETRY = "tenants_ruleactionretry"
 """Actions waiting to be retried. Written and read by the rules job (spark.rules.retry_store)."""
 
+RULE_FEED_POSITION = "tenants_rulefeedposition"
+"""How far the live rules job has read its live feed. Written and read by the rules job
+(spark.rules.feed)."""
+
 AUDIT_ENTRY = "tenants_auditentry"
 """The audit log. Written by the rules job (spark.rules.store: a rule it paused)."""
 
@@ -184,6 +188,7 @@ ALL = (
     RULE_DEAD_LETTER,
     RULE_ACTION_LEDGER,
     RULE_ACTION_RETRY,
+    RULE_FEED_POSITION,
     AUDIT_ENTRY,
 )
 """Every table above: the names the contract test checks against the models."""

@@ -30,6 +30,7 @@ from common.archive.history_policy import ArchiveNeeds, archive_needs
 from common.contracts import tables
 from common.contracts.notifications import ChangeKind
 from common.mqtt.topics import topic_matches
+from data_plane.storage.live_feed import LiveFeed
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +137,15 @@ class ArchiveDecisions:
     """The tenants that archive something, each with its `TopicDecisions`; `tenants` is one
     dict for the life of the broker (the tap keeps its `get`), changed in place."""
 
-    def __init__(self, pool: AsyncConnectionPool, *, max_topics: int = MAX_TOPICS) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        max_topics: int = MAX_TOPICS,
+        feed: LiveFeed | None = None,
+    ) -> None:
         self.pool = pool  # psycopg's AsyncConnectionPool (the broker's lookups pool)
+        self.feed = feed  # told what each tenant's rules read (the live rules job's rows)
         self.tenants: dict[str, TopicDecisions] = {}
         self._room = _Room(max_topics)
 
@@ -148,6 +156,8 @@ class ArchiveDecisions:
             old.release()
         if needs:
             self.tenants[tenant] = TopicDecisions(needs, self._room)
+        if self.feed is not None:
+            self.feed.set_rules(tenant, needs.rule_filters, needs.rule_events)
 
     async def load_all(self) -> int:
         """Read every tenant's needs (start-up, and after a lost notification connection);

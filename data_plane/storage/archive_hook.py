@@ -92,6 +92,11 @@ class ArchiveTap:
             )
         self.enabled_for = enabled_for  # callable(tenant) -> bool; None: every tenant
         self.interval = interval
+        # Tenants whose rules read something (the live feed's, changed in place), and whether
+        # one of them has rows waiting: then the rows are handed over at the next tick, not at
+        # the interval, so the live rules job has them within tens of milliseconds.
+        self._live: dict[str, Any] | None = writer.feed.tenants if writer.feed else None
+        self._live_waiting = False
         self._spare: list[Any] = []  # columns the worker is done with (`reusable_columns`)
         self._sealed_at = 0.0  # monotonic()
         # Publishes since the last hand-off, and the broker's `Archive` port: the recorder,
@@ -128,6 +133,8 @@ class ArchiveTap:
             topics = self._needed.get(tenant)
             if topics is None or event not in topics.events:
                 return
+        if self._live is not None and tenant in self._live:
+            self._live_waiting = True
         self._events.append(
             {
                 "event": event,
@@ -204,7 +211,9 @@ class ArchiveTap:
             try:
                 if monotonic() - self._sealed_at >= self.interval:
                     self._seal()
-                elif len(self._columns) >= HANDOFF_ROWS and self._queued < MAX_QUEUED_BATCHES:
+                elif (
+                    len(self._columns) >= HANDOFF_ROWS or self._live_waiting
+                ) and self._queued < MAX_QUEUED_BATCHES:
                     self._hand_off()
             except Exception:  # a bug in encoding must not end the archive
                 log.exception("archive batch failed")
@@ -215,6 +224,7 @@ class ArchiveTap:
         columns = self._columns
         self._columns, self.record = self._new_batch()
         events, self._events = self._events, []
+        self._live_waiting = False
         if not len(columns) and not events:
             return
         self._encoding = loop.run_in_executor(
@@ -229,17 +239,37 @@ class ArchiveTap:
         return columns, self._gated(columns.recorder(HANDOFF_ROWS, self._full))
 
     def _gated(self, record: Callable[[Message], None]) -> Callable[[Message], None]:
-        """`record` behind the decision: a message is recorded only if its tenant needs it."""
+        """`record` behind the decision: a message is recorded only if its tenant needs it (and
+        one of a tenant whose rules read something is handed over at the next tick)."""
+        live = self._live
         if self._needed is None:
-            return record
-        needed = self._needed.get
+            if live is None:
+                return record
 
-        def gated(m: Message) -> None:
+            def marked(m: Message) -> None:
+                record(m)
+                if m.tenant in live:
+                    self._live_waiting = True
+
+            return marked
+        needed = self._needed.get
+        if live is None:
+
+            def gated(m: Message) -> None:
+                topics = needed(m.tenant)
+                if topics is not None and topics[m.topic]:
+                    record(m)
+
+            return gated
+
+        def gated_live(m: Message) -> None:
             topics = needed(m.tenant)
             if topics is not None and topics[m.topic]:
                 record(m)
+                if m.tenant in live:
+                    self._live_waiting = True
 
-        return gated
+        return gated_live
 
     def _full(self) -> None:
         """The batch reached `HANDOFF_ROWS` (called by the C recorder, in the publish path): hand
@@ -302,6 +332,8 @@ class ArchiveTap:
                     "archive: %d bytes of segments not uploaded at exit",
                     self.writer.pending_bytes,
                 )
+            if self.writer.feed is not None:  # what it holds goes to Redis before the exit
+                await loop.run_in_executor(None, self.writer.feed.close)
         finally:
             self._builder.shutdown(wait=False)
             self._uploader.shutdown(wait=False)

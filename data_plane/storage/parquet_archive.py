@@ -44,9 +44,11 @@ from common.archive.schema import (
     EVENT_PUBLISH,
     USER_PROPERTY,
     live_segment_key,
+    message_id_prefix,
 )
 from common.stores.object_store import ObjectStore
 from data_plane.storage.archive_columns import PublishColumns, publish_columns
+from data_plane.storage.live_feed import LiveFeed
 
 log = logging.getLogger(__name__)
 
@@ -265,11 +267,15 @@ def write_row_groups(
     *,
     enabled_for: Callable[[str], bool] | None = None,
     compression: str | dict[str, str] = LIVE_COMPRESSION,
+    segment_key: Callable[[int], str] | None = None,
+    feed: LiveFeed | None = None,
 ) -> int:
-    """Write a batch into `files` (hour -> its open segment, added to as needed): each chunk's
-    rows a row group, in the order they came (publishes in time order, the batch's lifecycle
-    rows after them), tenants whose archive is off left out. Runs in a worker thread; returns
-    rows written.
+    """Write a batch into `files` (hour -> its open segment, added to as needed, its key from
+    `segment_key(hour)`): each chunk's rows a row group, in the order they came (publishes in
+    time order, the batch's lifecycle rows after them), tenants whose archive is off left out.
+    Each part written is offered to the live `feed` with its rows' message ids (the segment's
+    key and their positions in it: `common.archive.schema`, "Message ids"). Runs in a worker
+    thread; returns rows written.
 
     Not sorted by tenant: in a batch of several tenants, the sort and the `take` behind it (a
     second copy of every payload) cost 0.25 us per row, more than the rest of the encoding.
@@ -290,9 +296,14 @@ def write_row_groups(
         distinct = pc.unique(hours).to_pylist()
         for hour in distinct:
             part = table.filter(pc.equal(hours, hour)) if len(distinct) > 1 else table
-            if hour not in files:
-                files[hour] = ParquetBytesWriter(compression=compression)
-            files[hour].write(part)
+            file = files.get(hour)
+            if file is None:
+                key = segment_key(hour) if segment_key is not None else None
+                file = files[hour] = ParquetBytesWriter(compression=compression, key=key)
+            first_row = file.rows
+            file.write(part)
+            if feed is not None and file.key is not None:
+                feed.offer(part, message_id_prefix(file.key), first_row)
         written += table.num_rows
     return written
 
@@ -309,8 +320,10 @@ class ParquetArchiveWriter:
         writer_id: str | None = None,
         max_pending_bytes: int = 64 * 1024 * 1024,
         compression: str | dict[str, str] = LIVE_COMPRESSION,
+        feed: LiveFeed | None = None,
     ) -> None:
         self.store = store
+        self.feed = feed  # the rows the rules read, handed to the live rules job as written
         self.writer_id = writer_id or default_writer_id()
         self.max_pending_bytes = max_pending_bytes
         self.compression = compression
@@ -378,16 +391,23 @@ class ParquetArchiveWriter:
                 self._open,
                 enabled_for=enabled_for,
                 compression=self.compression,
+                segment_key=self._segment_key,
+                feed=self.feed,
             )
         finally:
             columns.release()  # the tap may reuse the payload buffer once no array points in
+
+    def _segment_key(self, hour: int) -> str:
+        """A segment's key, decided when it is opened: its rows' message ids are known as they
+        are written (the live feed carries them)."""
+        return live_segment_key(hour * HOUR_MS, self.writer_id, self._next_sequence())
 
     def seal(self) -> int:
         """Close the open segments and queue them for upload (worker thread); returns rows."""
         segments = []
         for hour in sorted(self._open):
             file = self._open[hour]
-            key = live_segment_key(hour * HOUR_MS, self.writer_id, self._next_sequence())
+            key = file.key or self._segment_key(hour)
             segments.append(Segment(key, file.close(), file.rows))
         self._open = {}
         with self._lock:

@@ -78,6 +78,10 @@ class Job:
     # The rule's name when the job was made: its journey rows name the rule even when the action
     # finishes after the rule was disabled or renamed (None: restored from the retry queue).
     rule_name: str | None = None
+    # The live job's micro-batch that made it (`spark.rules.feed.FeedProgress`: the feed's
+    # position moves past a batch once each of its jobs is done or kept durably); None: not
+    # tracked (backfills, the durable queue's).
+    batch: int | None = None
 
 
 @dataclass

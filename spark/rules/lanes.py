@@ -97,6 +97,9 @@ class ActionLanes:
         self.key = service_key if service_key is not None else service_token.load_key()
         self.limits, self.timeouts = limits, timeouts
         self.retries, self.resolve = retries, resolve
+        # Told each live micro-batch job that leaves memory (its outcome, or the durable queue
+        # has it): the live feed's position follows (`spark.rules.feed.FeedProgress`).
+        self.on_settled: Callable[[int], None] | None = None
         self.lanes: dict[str, _Lane] = {}
         self.publishers: dict[int, RulePublisher] = {}
         self._done: list[Outcome] = []
@@ -241,6 +244,12 @@ class ActionLanes:
         outcome.done_ms = outcome.done_ms or int(time.time() * 1000)
         with self._done_lock:
             self._done.append(outcome)
+        # After the outcome is in `_done`: whoever sees the batch settled finds its outcome.
+        self._settled(outcome.job.batch)
+
+    def _settled(self, batch: int | None) -> None:
+        if batch is not None and self.on_settled is not None:
+            self.on_settled(batch)
 
     def _again(self, job: Job, error: str, detail: str = "") -> None:
         """A failed attempt worth repeating: again after its back-off, or a dead letter once
@@ -282,6 +291,7 @@ class ActionLanes:
                 key=job.key.encode() if job.key is not None else "",
                 topic=job.topic or "",
                 client_id=job.client_id or "",
+                batch=job.batch,
             )
         )
 
@@ -440,10 +450,13 @@ class ActionLanes:
             if len(self._spill) > 100_000:  # the database away for long: the oldest go
                 for row in self._spill[: len(self._spill) - 100_000]:
                     self._dead(row, FULL)
+                    self._settled(row.batch)
                 del self._spill[: len(self._spill) - 100_000]
             return
         for row in refused:
             self._dead(row, FULL)
+        for row in rows:  # kept for good (or a dead letter): out of memory either way
+            self._settled(row.batch)
 
     def _dead(self, row: Waiting, error: str) -> None:
         job = self._job(row)

@@ -102,6 +102,15 @@ WHERE l.rule_id = k.rule_id AND l.version = k.version AND l.message_id = k.messa
   AND NOT l.fired AND l.run_id IS NOT DISTINCT FROM %(run)s::uuid
 """
 
+_FIRED = f"""
+SELECT l.rule_id, l.version, l.message_id, l.output, l.action FROM {tables.RULE_ACTION_LEDGER} l
+JOIN unnest(%(rule_id)s::bigint[], %(version)s::int[], %(message_id)s::text[],
+            %(output)s::int[], %(action)s::int[]) AS k(rule_id, version, message_id, output, action)
+  ON l.rule_id = k.rule_id AND l.version = k.version AND l.message_id = k.message_id
+ AND l.output = k.output AND l.action = k.action
+WHERE l.fired
+"""
+
 
 def _arrays(keys: Sequence[ActionKey]) -> dict:
     return {
@@ -152,6 +161,16 @@ def claim(
     ).fetchall()
     taken = set(rows)
     return {k for k in keys if (k.rule_id, k.version, k.message_id, k.output, k.action) in taken}
+
+
+def fired(conn: psycopg.Connection, keys: Sequence[ActionKey]) -> set[ActionKey]:
+    """Those of `keys` whose action was done (the live job replaying a batch after a restart)."""
+    if not keys:
+        return set()
+    arrays = _arrays(keys)
+    arrays.pop("message_ts")
+    done = set(conn.execute(_FIRED, arrays).fetchall())
+    return {k for k in keys if (k.rule_id, k.version, k.message_id, k.output, k.action) in done}
 
 
 def confirm(conn: psycopg.Connection, keys: Sequence[ActionKey], run_id: str | None = None) -> None:

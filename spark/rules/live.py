@@ -36,13 +36,28 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from common.archive.schema import ARCHIVE_SCHEMA, EVENT_PUBLISH, LIVE_PREFIX
+from common.archive.schema import (
+    ARCHIVE_SCHEMA,
+    EVENT_PUBLISH,
+    HISTORY_SCHEMA,
+    LIVE_PREFIX,
+    MESSAGE_ID,
+)
 from common.stores.object_store import LocalObjectStore, ObjectStore
 from spark.archive import live_stream, spark_schema
 from spark.rules import ledger
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.bookkeeping import Books
+from spark.rules.feed import (
+    FeedProgress,
+    FeedReader,
+    Positions,
+    id_at,
+    id_time,
+    spark_table,
+    stream_id,
+)
 from spark.rules.journey import RuleJourney
 from spark.rules.lanes import ActionLanes
 from spark.rules.metering import UsageWriter
@@ -50,6 +65,7 @@ from spark.rules.pausing import BudgetWatch
 from spark.rules.plan import (
     PASSED,
     RuleSpec,
+    collect_outputs,
     compile_specs,
     rule_outputs,
     tenant_share_seconds,
@@ -59,6 +75,7 @@ from spark.rules.runner import ACTION_CHUNK, BatchSummary, RuleCount, account, j
 from spark.rules.runner import count as count_rows
 
 log = logging.getLogger("spark.rules.live")
+FEED_READ_ENTRIES = 256  # entries (each a broker's hand-off, ~20 ms) one micro-batch takes
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / ".data" / "spark" / "rules-live"
 
 
@@ -124,7 +141,7 @@ class LiveMetrics:
         self.latency = Histogram(
             "rules_action_latency_seconds",
             "Message timestamp to action done",
-            buckets=(0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60),
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 30, 60),
             registry=self.registry,
         )
         self.batches = Counter("rules_batches", "Micro-batches processed", registry=self.registry)
@@ -148,6 +165,20 @@ class LiveMetrics:
             registry=self.registry,
         )
         self.enabled = Gauge("rules_enabled", "Enabled rules being served", registry=self.registry)
+        self.feed_batch = Histogram(
+            "rules_feed_batch_seconds",
+            "One micro-batch of the live feed: read to actions handed over",
+            buckets=(0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5),
+            registry=self.registry,
+        )
+        self.feed_rows = Counter(
+            "rules_feed_rows", "Rows read from the live feed", registry=self.registry
+        )
+        self.feed_gaps = Counter(
+            "rules_feed_gaps",
+            "Times the live feed had trimmed entries this job had not read",
+            registry=self.registry,
+        )
         self.paused = Counter(
             "rules_paused", "Rules paused for going over their budget", registry=self.registry
         )
@@ -190,8 +221,12 @@ class LiveJob:
         max_file_age: str = "1h",
         attempts: int = 3,
         backoff: float = 1.0,
+        feed: FeedReader | None = None,
     ) -> None:
         self.spark, self.dsn, self.store = spark, dsn, store
+        # The live feed (a Redis stream the brokers write the rules' rows to): read in a loop of
+        # micro-batches, back to back; None: the archive's live segments, as a file stream.
+        self.feed = feed
         self.checkpoint = str(checkpoint)
         self.trigger_seconds = trigger_seconds
         self.metrics = metrics or LiveMetrics()
@@ -225,8 +260,18 @@ class LiveJob:
         self.watch = BudgetWatch()
         self.journey = journey if journey is not None else RuleJourney(store)
         self._stop = threading.Event()
+        self.progress = FeedProgress()
+        self.lanes.on_settled = self.progress.settle
+        self.positions = Positions(feed.key if feed is not None else "")
+        self._acted: str | None = None  # the feed's positions, written with the counters
+        self._evaluated: str | None = None
+        self._batch_position: str | None = None  # the feed batch being handled: its last id
+        self._replay_until: str | None = None  # entries up to it were counted before a restart
+        self._feed_thread: threading.Thread | None = None
+        self._feed_error: BaseException | None = None
+        self.gaps = 0
 
-    def handle_batch(self, batch: DataFrame, batch_id: int) -> None:
+    def handle_batch(self, batch: DataFrame, batch_id: int, replay: bool = False) -> None:
         # A batch is first *evaluated* (the rules' probe, the Spark plan, collected): no side
         # effect yet, so a failure there (the database or a worker away for a moment) is retried,
         # up to `attempts` times with doubling back-off. Then its actions and counters run once:
@@ -238,7 +283,8 @@ class LiveJob:
         try:
             specs, rows = self._evaluate_with_retries(batch, batch_id)
             if specs:
-                self._act(specs, rows)
+                tracked = batch_id if self.feed is not None else None
+                self._act(specs, rows, tracked, replay)
             self.batches += 1
             self.metrics.batches.inc()
             log.debug("batch %s done in %.2fs", batch_id, time.monotonic() - started)
@@ -318,8 +364,16 @@ class LiveJob:
             )
         return specs, rows
 
-    def _act(self, specs: list[RuleSpec], rows: list) -> None:
+    def _act(
+        self, specs: list[RuleSpec], rows: list, batch: int | None = None, replay: bool = False
+    ) -> None:
+        """Hand the batch's actions to the lanes and record its figures. `replay`: the batch was
+        counted before a restart (`spark.rules.feed`): only its actions the ledger does not hold
+        run, and nothing is counted again."""
         by_id = {s.id: s for s in specs}
+        if replay:
+            self._replay(by_id, rows, batch)
+            return
         self.journey.results(rows, {s.id: s.name for s in specs})
         counts: dict[int, RuleCount] = {}
         passed = []
@@ -348,13 +402,7 @@ class LiveJob:
                 count.last_error = row.error
         # The actions go to their tenants' lanes, which run them while the next batches are
         # evaluated; this batch waits for none of them.
-        chunk = []
-        for job in jobs_of(by_id, passed):
-            chunk.append(job)
-            if len(chunk) >= ACTION_CHUNK:
-                self.lanes.submit(chunk)
-                chunk = []
-        self.lanes.submit(chunk)
+        self._submit(jobs_of(by_id, passed, batch), batch)
         summary = BatchSummary()
         tally = self.usage.new_tally()
         count_rows(counts.values(), summary, tally)
@@ -363,13 +411,53 @@ class LiveJob:
         summary.letters += over_letters
         self.books.pause(pauses, {s.id: s.tenant for s in specs})
         self.metrics.paused.inc(len(pauses))
-        self.record(summary, tally)
+        self.record(summary, tally, position=self._batch_position)
 
-    def record(self, summary: BatchSummary | None = None, tally=None) -> None:
+    def _submit(self, jobs, batch: int | None) -> None:
+        chunk: list = []
+        for job in jobs:
+            chunk.append(job)
+            if len(chunk) >= ACTION_CHUNK:
+                self._hand_over(chunk, batch)
+                chunk = []
+        self._hand_over(chunk, batch)
+
+    def _hand_over(self, chunk: list, batch: int | None) -> None:
+        if batch is not None and chunk:
+            self.progress.add(batch, len(chunk))  # before the lanes can settle any of them
+        self.lanes.submit(chunk)
+
+    def _replay(self, by_id: dict[int, RuleSpec], rows: list, batch: int | None) -> None:
+        passed = [
+            (r.rule_id, r.ts, r.outputs, r.message_id, r.topic, r.client_id, r.username)
+            for r in rows
+            if r.status == PASSED
+        ]
+        jobs = list(jobs_of(by_id, passed, batch))
+        keys = [j.key for j in jobs if j.key is not None]
+        if keys:
+            conn = self.rules.connection()
+            done = ledger.fired(conn, keys)
+            jobs = [j for j in jobs if j.key is None or j.key not in done]
+        log.info("replayed a batch counted before the restart: %d action(s) not done", len(jobs))
+        self._submit(jobs, batch)
+
+    def record(
+        self, summary: BatchSummary | None = None, tally=None, position: str | None = None
+    ) -> None:
         """Write what happened: the batch's figures (if any) and every action finished since
         the last call. The bill first, in the object store; then counters and dead letters, per
-        tenant, kept for the next call if the database is away: neither can lose the other."""
+        tenant, kept for the next call if the database is away: neither can lose the other.
+        With the live feed, its positions after them (`position`: the batch's last entry, now
+        counted)."""
         with self._record_lock:
+            # Asked before the outcomes are taken: a batch settled by now has its outcomes
+            # among them (the lanes add an outcome before they settle its job).
+            acted = self.progress.acted()
+            if acted is not None:
+                self._acted = acted
+            if position is not None:
+                self._evaluated = position
             summary = summary if summary is not None else BatchSummary()
             tally = tally if tally is not None else self.usage.new_tally()
             outcomes = self.lanes.completed()
@@ -423,6 +511,15 @@ class LiveJob:
         if not self.books.flush(self._books_conn) or not self.ledger.flush(self._books_conn):
             self._books_conn.close()
             self._books_conn = None  # reconnect next time
+            return
+        if self.feed is not None and self._acted is not None and self._evaluated is not None:
+            # After the counters and the ledger: what the positions pass is written down.
+            try:
+                self.positions.save(self._books_conn, self._acted, self._evaluated)
+            except Exception as exc:
+                log.warning("live feed position kept for the next batch: %s", exc)
+                self._books_conn.close()
+                self._books_conn = None
 
     def _flush_usage(self, tally) -> None:
         """Write this batch's usage and any a failed write left behind (kept, never dropped:
@@ -449,6 +546,13 @@ class LiveJob:
             "topic": "t",
             "payload": b"{}",
         }
+        if self.feed is not None:  # the feed's path: Arrow rows straight into Spark
+            rows = [{**row, "ts": datetime.now(UTC), MESSAGE_ID: "warm-up:0"}] * 4
+            frame = self.spark.createDataFrame(spark_table([pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)]))
+            for _ in range(3):
+                collect_outputs(frame, warm)
+                rule_outputs(frame, warm).collect()
+            return
         with tempfile.TemporaryDirectory(prefix="rules-warm-up-") as folder:
             table = pa.Table.from_pylist([row] * 4, schema=ARCHIVE_SCHEMA)
             for part in range(max(1, self.spark.sparkContext.defaultParallelism)):
@@ -458,6 +562,9 @@ class LiveJob:
                 rule_outputs(frame, warm).collect()
 
     def start(self) -> None:
+        if self.feed is not None:
+            self._start_feed()
+            return
         # A first start (no checkpoint) serves what is published from now on (a minute's grace),
         # not the whole live folder: old messages are a backfill's, not a burst of stale actions.
         # A restart resumes from the checkpoint: nothing published while it was down is skipped.
@@ -479,7 +586,105 @@ class LiveJob:
         )
         self._recorder.start()
 
+    def _start_feed(self) -> None:
+        """Read the live feed from where the job left it (`spark.rules.feed`)."""
+        assert self.feed is not None
+        self.warm_up()
+        conn = db.connect(self.dsn)
+        try:
+            saved = self.positions.load(conn)
+        finally:
+            conn.close()
+        if saved is None:
+            # A first start serves what is published from now on (a minute's grace), not the
+            # whole stream: older messages are a backfill's, not a burst of stale actions.
+            after = id_at(int(time.time() * 1000) - 60_000)
+            self._acted = self._evaluated = after
+        else:
+            after, evaluated = saved
+            self._acted, self._evaluated = saved
+            if stream_id(evaluated) > stream_id(after):
+                self._replay_until = evaluated
+            log.info("live feed: resuming after %s (counted up to %s)", after, evaluated)
+        self._check_gap(after)
+        self._feed_thread = threading.Thread(
+            target=self._feed_loop, args=(after,), name="rules-feed", daemon=True
+        )
+        self._feed_thread.start()
+        self._recorder = threading.Thread(
+            target=self._record_every, name="rule-outcomes", daemon=True
+        )
+        self._recorder.start()
+
+    def _check_gap(self, after: str) -> None:
+        """Entries Redis trimmed before the job read them (it was down or behind for longer
+        than the stream keeps): counted, and named for a run over history."""
+        assert self.feed is not None
+        try:
+            trimmed = self.feed.trimmed_after(after)
+        except Exception as exc:
+            log.warning("live feed: could not check for a gap: %s", exc)
+            return
+        if trimmed is None:
+            return
+        self.gaps += 1
+        self.metrics.feed_gaps.inc()
+        log.error(
+            "live feed: the entries after %s up to %s were trimmed before this job read them; "
+            "they are in the archive: run them with manage.py run_rules --from %s --to %s",
+            after,
+            trimmed,
+            id_time(after).isoformat(),
+            (id_time(trimmed) + timedelta(milliseconds=1)).isoformat(),
+        )
+
+    def _feed_loop(self, after: str) -> None:
+        """Micro-batches back to back: whatever the feed holds after the last one (at most
+        `FEED_READ_ENTRIES` entries), evaluated as one small Spark job."""
+        assert self.feed is not None
+        batch_id = 0
+        checked = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                try:
+                    last, table = self.feed.read(after, block_ms=200, count=FEED_READ_ENTRIES)
+                except Exception as exc:
+                    log.warning("live feed not read (%s); trying again", exc)
+                    self._stop.wait(1.0)
+                    continue
+                if time.monotonic() - checked > 10:
+                    checked = time.monotonic()
+                    self._check_gap(after)
+                if last == after:
+                    continue
+                batch_id += 1
+                replay = self._replay_until is not None and stream_id(last) <= stream_id(
+                    self._replay_until
+                )
+                self.progress.open(batch_id, last)
+                self._batch_position = None if replay else last
+                started = time.monotonic()
+                if table.num_rows:
+                    self.handle_batch(self.spark.createDataFrame(table), batch_id, replay)
+                elif not replay:
+                    self.record(position=last)
+                self.progress.close(batch_id)
+                self.metrics.feed_batch.observe(time.monotonic() - started)
+                self.metrics.feed_rows.inc(table.num_rows)
+                after = last
+        except BaseException as exc:  # the job ends with it: run_until_stopped raises it
+            self._feed_error = exc
+            log.exception("live feed loop failed")
+
     def run_until_stopped(self) -> None:
+        if self.feed is not None:
+            while not self._stop.is_set() and self._feed_thread is not None:
+                self._feed_thread.join(0.5)
+                if not self._feed_thread.is_alive():
+                    break
+            if self._feed_error is not None:
+                raise RuntimeError(f"live rules feed failed: {self._feed_error}")
+            return
         assert self.query is not None
         while not self._stop.is_set() and self.query.isActive:
             self.query.awaitTermination(0.5)
@@ -491,6 +696,8 @@ class LiveJob:
         self._stop.set()
         if self.query is not None and self.query.isActive:
             self.query.stop()
+        if self._feed_thread is not None:
+            self._feed_thread.join(30)  # the batch being evaluated finishes
         if self._recorder is not None:
             self._recorder.join(10)
         # What runs finishes (a few seconds at most); what waits is kept in the durable queue.
@@ -508,7 +715,7 @@ class LiveJob:
 
 def evaluate_batch(batch: DataFrame, specs: list[RuleSpec]) -> list:
     """The batch's results, collected to the driver (the side-effect-free step a retry repeats)."""
-    return rule_outputs(batch, specs, tenant_share_seconds()).collect()
+    return collect_outputs(batch, specs, tenant_share_seconds())
 
 
 def serve_metrics(metrics: LiveMetrics, port: int, host: str = "127.0.0.1") -> None:

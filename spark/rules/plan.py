@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.classic.column import _to_java_column
 
 from common.archive.schema import EVENT_PUBLISH, MESSAGE_ID, MESSAGE_UNIT_BYTES
 from common.archive.shredding import PAYLOAD_FIELDS, typed_field_path
@@ -175,6 +176,22 @@ def scope_predicate(specs: Sequence[RuleSpec]) -> Column:
 # -- evaluation --------------------------------------------------------------------------------
 
 
+def collect_outputs(df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None) -> list:
+    """`rule_outputs(df, specs, share).collect()`, with the Python pass only when some row
+    needs it: the native answers first (a Spark job without a Python worker), then the
+    evaluator over the rows they leave, if any. What the live job runs per micro-batch."""
+    plan = RulePlan(df, specs, share)
+    if not plan.specs:
+        return []
+    if plan.marked is None:
+        return plan.evaluated().collect()
+    rows = plan.answered(pending=True).collect()
+    sure = [row for row in rows if row.status != PENDING]
+    if len(sure) < len(rows):
+        sure += plan.evaluated().collect()
+    return sure
+
+
 def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None) -> DataFrame:
     """Archive rows → RESULT_SCHEMA rows: one per (rule, row whose tenant and FROM it reads).
     `share`: seconds one tenant's rules may spend of one task (the live job's
@@ -231,11 +248,12 @@ class RulePlan:
         self.native = recipe.native
         # Each row's units natively, first: they read the property columns, which the rules may
         # not need (so they are neither shipped to Python nor carried through the stages).
-        self.scoped = df.where(recipe.scope).select(*recipe.first)
+        self.recipe = recipe
+        self.scoped = recipe.select(df.where(recipe.scope), recipe.first)
         if recipe.layers:
             frame = self.scoped
             for index, layer in enumerate(recipe.layers):
-                frame = frame.select(*layer)
+                frame = recipe.select(frame, layer)
                 if index == recipe.statuses_at:
                     self.statuses = frame  # per native rule `_s{id}`: passed|skipped|python|NULL
             self.marked = frame
@@ -259,47 +277,12 @@ class RulePlan:
         """The results Spark answered natively; with `pending`, also one row of status
         `python` per (rule, row) left to the evaluator (so one pass can count both)."""
         assert self.marked is not None
-        answers = F.col(SURE_COLUMN)
-        if pending:
-            answers = F.concat(
-                answers,
-                F.transform(
-                    F.col(PY_COLUMN),
-                    lambda rule_id: F.struct(
-                        rule_id.alias("rule_id"),
-                        F.lit(PENDING).alias("status"),
-                        F.lit(None).cast("string").alias("outputs"),
-                    ),
-                ).cast(_SURE_TYPE),
-            )
-        message_id = (
-            F.col(MESSAGE_ID)
-            if MESSAGE_ID in self.marked.columns
-            else F.lit(None).cast("string").alias(MESSAGE_ID)
-        )
-        return self.marked.select(
-            "tenant",
-            "ts",
-            message_id,
-            "topic",
-            "client_id",
-            _username(self.marked),
-            F.col(UNITS_COLUMN).alias("units"),
-            F.explode(answers).alias("r"),
-        ).select(
-            F.col("r.rule_id").alias("rule_id"),
-            "tenant",
-            "ts",
-            "units",
-            F.col("r.status").alias("status"),
-            F.col("r.outputs").alias("outputs"),
-            F.lit(None).cast("string").alias("error"),
-            F.lit(None).cast("string").alias("budget"),
-            MESSAGE_ID,
-            "topic",
-            "client_id",
-            "username",
-        )
+        recipe = self.recipe
+        key = ("answered", pending, MESSAGE_ID in self.marked.columns)
+        if key not in recipe.extra:
+            recipe.extra[key] = _answered_columns(pending, MESSAGE_ID in self.marked.columns)
+        exploded, results = recipe.extra[key]
+        return recipe.select(recipe.select(self.marked, exploded), results)
 
     def native_counts(self) -> list[dict]:
         """Per native rule, in one aggregation over the rows (no row per result): matched,
@@ -375,6 +358,49 @@ class RulePlan:
         return self.answered().unionByName(self.evaluated())
 
 
+def _answered_columns(pending: bool, has_message_id: bool) -> tuple[list, list]:
+    """`RulePlan.answered`'s two projections: each row's answers exploded, then the results."""
+    answers = F.col(SURE_COLUMN)
+    if pending:
+        answers = F.concat(
+            answers,
+            F.transform(
+                F.col(PY_COLUMN),
+                lambda rule_id: F.struct(
+                    rule_id.alias("rule_id"),
+                    F.lit(PENDING).alias("status"),
+                    F.lit(None).cast("string").alias("outputs"),
+                ),
+            ).cast(_SURE_TYPE),
+        )
+    message_id = F.col(MESSAGE_ID) if has_message_id else F.lit(None).cast("string")
+    exploded = [
+        "tenant",
+        "ts",
+        message_id.alias(MESSAGE_ID),
+        "topic",
+        "client_id",
+        "username",
+        F.col(UNITS_COLUMN).alias("units"),
+        F.explode(answers).alias("r"),
+    ]
+    results = [
+        F.col("r.rule_id").alias("rule_id"),
+        "tenant",
+        "ts",
+        "units",
+        F.col("r.status").alias("status"),
+        F.col("r.outputs").alias("outputs"),
+        F.lit(None).cast("string").alias("error"),
+        F.lit(None).cast("string").alias("budget"),
+        MESSAGE_ID,
+        "topic",
+        "client_id",
+        "username",
+    ]
+    return exploded, results
+
+
 _RECIPES: dict[tuple, _Recipe] = {}
 
 
@@ -396,6 +422,9 @@ class _Recipe:
         typed: list[str] | None = None,
     ) -> None:
         self.specs, self.columns = specs, columns
+        # Each projection's columns as one JVM sequence, made at its first use (`select`).
+        self._java: dict[int, Any] = {}
+        self.extra: dict[tuple, tuple[list, list]] = {}  # RulePlan.answered's projections
         self.scope = scope_predicate(specs)
         self.first = [*columns, native_units().alias(UNITS_COLUMN)]
         self.native: dict[int, NativeRule] = {}
@@ -423,6 +452,21 @@ class _Recipe:
         if self.native:
             self._layers(stage)
             self.first += stage.typed_fields()  # read by the path layers only
+
+    def select(self, frame: DataFrame, columns: list) -> DataFrame:
+        """`frame.select(*columns)` for one of this recipe's projections. PySpark converts a
+        select's columns to a JVM sequence with a py4j call per column name and per column (about
+        1,400 calls for one rule's plan: 0.15-0.5 s of the live job's every micro-batch, measured
+        in bench/RESULTS.md), so the sequence is converted once and kept (the lists are this
+        recipe's, never changed). Where PySpark has no such sequence (Spark Connect), a plain
+        select."""
+        java = self._java.get(id(columns))
+        if java is None:
+            to_seq = getattr(frame, "_jseq", None)
+            if to_seq is None:
+                return frame.select(*columns)
+            java = self._java[id(columns)] = (to_seq(list(columns), _to_java_column), columns)
+        return type(frame)(frame._jdf.select(java[0]), frame.sparkSession)
 
     def _layers(self, stage: Stage) -> None:
         # In projections, so that each costly piece runs once per row: the payload parsed, the

@@ -32,6 +32,7 @@ class Waiting:
     key: str = ""  # its action ledger key (`ledger.ActionKey.encode`), if any
     topic: str = ""  # the message's topic and publisher, for the journey ("": unknown)
     client_id: str = ""
+    batch: int | None = None  # its job's live micro-batch (not stored: `actions.Job.batch`)
 
 
 _INSERT = f"""

@@ -97,7 +97,9 @@ def count(counts: Iterable[RuleCount], summary: BatchSummary, tally: UsageTally)
             tally.add_device(rule_count.tenant, device_of_username(username), rules_triggered=units)
 
 
-def jobs_of(specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple]) -> Iterator[Job]:
+def jobs_of(
+    specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple], batch: int | None = None
+) -> Iterator[Job]:
     """One job per output of each passed row and action of its rule. A row is (rule id, ts,
     outputs JSON[, message id[, topic, client id[, username]]]); with a message id, each job
     carries its action ledger key; with the topic and client id, its journey rows name them;
@@ -130,6 +132,7 @@ def jobs_of(specs: Mapping[int, RuleSpec], passed_rows: Iterable[tuple]) -> Iter
                     client_id=client_id,
                     device=device,
                     rule_name=spec.name,
+                    batch=batch,
                 )
 
 

@@ -13,12 +13,14 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
+from common.runtime import embedded
 from common.runtime.embedded import free_port
 from common.stores.object_store import LocalObjectStore
 from tenants.devices import services as device_services
@@ -36,10 +38,13 @@ SECRET = "whsec-end-to-end-test-0001"
 
 @pytest.fixture
 def platform(monkeypatch, tmp_path):
-    """A broker archiving to a local object store every 0.5 s, sharing the service key."""
+    """A broker archiving to a local object store every 0.5 s, sharing the service key, and
+    writing the live feed to Redis (its own stream) for the live job, as `make run` does."""
     root = tmp_path / "objects"
     monkeypatch.setenv("MQTT_SERVICE_KEY", KEY)
     monkeypatch.setenv("OBJECT_STORE_URL", f"file://{root}")
+    monkeypatch.setenv("RULES_FEED_URL", embedded.redis_url())
+    monkeypatch.setenv("RULES_FEED_KEY", f"rules:test:{uuid.uuid4().hex}")
     process, port = start_pg_broker("--archive-interval", "0.5")
     yield port, LocalObjectStore(root), process
     if process.poll() is None:
@@ -103,6 +108,7 @@ def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
         assert statistics.median(latencies) <= 5.0, (latencies, "".join(job.log[-40:]))
         assert latencies[-1] <= 15.0, latencies
         print(f"publish→webhook p50 {statistics.median(latencies):.2f}s max {latencies[-1]:.2f}s")
+        print("".join(job.log[-60:]))  # DEBUGTMP
 
         device.publish("loop/in", "ping", 1)
         echoed = watcher.expect(3, 20)  # loop/in itself, then one echo, and nothing after

@@ -48,7 +48,8 @@ def test_what_a_tenant_needs_archived():
         archive_enabled=False,  # no history kept; the rules still get their feed
         rule_sources=[rule_sources('SELECT * FROM "r/#", "$events/client_disconnected"')],
     )
-    assert off == ArchiveNeeds(("r/#",), frozenset({"client.disconnected"}))
+    rules = (("r/#",), frozenset({"client.disconnected"}))
+    assert off == ArchiveNeeds(*rules, *rules)  # all of it read by the rules: the live feed's
     assert archive_needs(
         policy_filters=["#", "a/b"], default_days=0, archive_enabled=True
     ).filters == ("#",)

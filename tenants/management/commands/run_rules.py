@@ -13,6 +13,7 @@ and the object store of `OBJECT_STORE_URL`.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -42,7 +43,23 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", type=int, help="live: serve /metrics on this port")
         parser.add_argument("--metrics-host", default="127.0.0.1")
         parser.add_argument("--checkpoint", help="live: checkpoint folder")
-        parser.add_argument("--trigger", type=float, default=1.0, help="live: seconds per batch")
+        parser.add_argument(
+            "--trigger",
+            type=float,
+            default=1.0,
+            help="live, reading the archive's segments: seconds per batch",
+        )
+        parser.add_argument(
+            "--feed",
+            default=os.environ.get("RULES_FEED_URL") or os.environ.get("REDIS_URL"),
+            help="live: the Redis of the brokers' live feed (default RULES_FEED_URL, then "
+            "REDIS_URL); without one the job reads the archive's live segments (seconds behind)",
+        )
+        parser.add_argument(
+            "--feed-key",
+            default=os.environ.get("RULES_FEED_KEY", "rules:live"),
+            help="live: the live feed's stream (the brokers' RULES_FEED_KEY)",
+        )
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args, **options):
@@ -170,6 +187,7 @@ class Command(BaseCommand):
     def _live(self, store, options):
         import logging
 
+        from spark.rules.feed import FeedReader
         from spark.rules.live import DEFAULT_CHECKPOINT, LiveJob, serve_metrics
         from spark.session import build_session
 
@@ -186,6 +204,7 @@ class Command(BaseCommand):
             store,
             checkpoint=options["checkpoint"] or DEFAULT_CHECKPOINT,
             trigger_seconds=options["trigger"],
+            feed=FeedReader(options["feed"], options["feed_key"]) if options["feed"] else None,
         )
         if options["metrics_port"]:
             serve_metrics(job.metrics, options["metrics_port"], options["metrics_host"])
@@ -199,7 +218,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         job.start()
-        sys.stderr.write(f"live rules job running (store {store.url}); Ctrl-C stops it\n")
+        source = f"live feed {options['feed_key']}" if options["feed"] else f"store {store.url}"
+        sys.stderr.write(f"live rules job running ({source}); Ctrl-C stops it\n")
         try:
             job.run_until_stopped()
         except KeyboardInterrupt:

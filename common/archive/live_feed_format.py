@@ -1,0 +1,26 @@
+"""The live feed's wire format, shared by its writer (the broker, `data_plane.storage.live_feed`)
+and its reader (the live rules job, `spark.rules.feed`): a Redis stream, `DEFAULT_KEY` unless
+`RULES_FEED_KEY` names another, whose entries hold `a`, the rows (`HISTORY_SCHEMA`: the archive's
+columns and each row's message id) as an Arrow IPC stream compressed with LZ4, and `n`, their
+count."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+DEFAULT_KEY = "rules:live"
+ROWS_FIELD = b"a"
+COUNT_FIELD = b"n"
+_WRITE_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
+
+
+def encode_entry(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema, options=_WRITE_OPTIONS) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_entry(body: bytes) -> pa.Table:
+    return ipc.open_stream(pa.BufferReader(body)).read_all()

@@ -1,0 +1,200 @@
+"""The live feed: the archived rows a tenant's enabled rules read, handed to the live rules job
+through a Redis stream as they are archived, with no file in between (issue 43; the job's side
+is `spark.rules.feed`).
+
+Where it sits: the archive's builder thread writes each hand-off of the tap (every `TICK` while
+a tenant with rules has rows waiting) as row groups of the open live segments; right after, it
+gives each written part to `LiveFeed.offer` with the segment's id prefix and the part's first
+row, so every row in the feed carries the same `message_id` as its row in the archive (what the
+action ledger keys actions by). `offer` keeps the rows some tenant's rules read (`RuleTopics`:
+the rules' topic filters and lifecycle events, one dict lookup per topic seen before) and queues
+them; the feed's own thread sends each as one stream entry (Arrow IPC, LZ4) with `XADD … MAXLEN
+~`. Nothing of this runs on the event loop, and nothing waits for Redis there.
+
+Bounded, and counted when it drops: the queue holds at most `max_queued_bytes` (beyond, the
+newest part is dropped); the stream keeps about `max_entries` entries (Redis trims the oldest, so
+a job that falls further behind than that finds a gap, which it counts and names); a Redis error
+drops the entry. Each drop is logged with its time window, counted (`dropped_rows`, the broker's
+`/metrics`) and left in the archive, from which `manage.py run_rules --from/--to` runs it again.
+A tenant without rules pays nothing for them: its rows never reach `offer`'s per-row work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from common.archive.live_feed_format import COUNT_FIELD, DEFAULT_KEY, ROWS_FIELD, encode_entry
+from common.archive.schema import EVENT_PUBLISH, HISTORY_SCHEMA, MESSAGE_ID
+from common.mqtt.topics import topic_matches
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ENTRIES = 20_000  # about 7 minutes of entries at one hand-off per 20 ms
+DEFAULT_MAX_QUEUED_BYTES = 32 << 20
+
+
+class RuleTopics:
+    """One tenant's enabled rules' FROM: topic filters and lifecycle events; a topic's first
+    lookup decides it (kept, bounded). Read and filled by the builder thread only."""
+
+    __slots__ = ("filters", "events", "_seen")
+
+    MAX_TOPICS = 4096
+
+    def __init__(self, filters: Iterable[str], events: Iterable[str]) -> None:
+        self.filters = tuple(filters)
+        self.events = frozenset(events)
+        self._seen: dict[str, bool] = {}
+
+    def reads(self, event: str, topic: str | None) -> bool:
+        if event != EVENT_PUBLISH:
+            return event in self.events
+        if topic is None:
+            return False
+        wanted = self._seen.get(topic)
+        if wanted is None:
+            wanted = any(topic_matches(f, topic) for f in self.filters)
+            if len(self._seen) >= self.MAX_TOPICS:
+                self._seen.clear()
+            self._seen[topic] = wanted
+        return wanted
+
+
+class LiveFeed:
+    """The broker's end of the live feed (see the module's docstring)."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        key: str = DEFAULT_KEY,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+        client=None,
+    ) -> None:
+        if client is None:
+            import redis
+
+            client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self.client = client
+        self.key = key
+        self.max_entries = max_entries
+        self.max_queued_bytes = max_queued_bytes
+        # Tenant -> its rules' FROM; replaced whole per tenant by the archive decisions (on the
+        # loop: a dict item set is atomic), read by the builder thread.
+        self.tenants: dict[str, RuleTopics] = {}
+        self.sent_rows = 0
+        self.sent_entries = 0
+        self.dropped_rows = 0
+        self._queue: deque[tuple[bytes, int, int, int]] = deque()  # body, rows, oldest, newest
+        self._queued_bytes = 0
+        self._wake = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="rules-feed", daemon=True)
+        self._thread.start()
+
+    # -- the archive decisions' side (event loop) ----------------------------------------------
+
+    def set_rules(self, tenant: str, filters: Iterable[str], events: Iterable[str]) -> None:
+        filters, events = tuple(filters), frozenset(events)
+        if filters or events:
+            self.tenants[tenant] = RuleTopics(filters, events)
+        else:
+            self.tenants.pop(tenant, None)
+
+    # -- the builder thread's side -------------------------------------------------------------
+
+    def offer(self, part: pa.Table, prefix: str, first_row: int) -> int:
+        """`part` was just written as rows `first_row…` of the segment whose ids start with
+        `prefix`: queue the rows some tenant's rules read; returns how many."""
+        tenants = dict(self.tenants)  # a snapshot: the loop may change it meanwhile
+        if not tenants or not part.num_rows:
+            return 0
+        mask = pc.is_in(part["tenant"], pa.array(list(tenants), pa.string()))
+        if not pc.any(mask).as_py():
+            return 0
+        candidates = pc.indices_nonzero(mask)
+        rows = part.take(candidates)  # only the rows of tenants with rules go row by row
+        positions = candidates.to_pylist()
+        keep = [
+            index
+            for index, (tenant, event, topic) in enumerate(
+                zip(
+                    rows["tenant"].to_pylist(),
+                    rows["event"].to_pylist(),
+                    rows["topic"].to_pylist(),
+                    strict=True,
+                )
+            )
+            if tenants[tenant].reads(event, topic)
+        ]
+        if not keep:
+            return 0
+        chosen = rows.take(pa.array(keep, pa.int64()))
+        ids = pa.array([f"{prefix}:{first_row + positions[i]}" for i in keep], pa.string())
+        table = chosen.append_column(HISTORY_SCHEMA.field(MESSAGE_ID), ids)
+        ts = chosen["ts"].cast(pa.int64())
+        self._enqueue(encode_entry(table), len(keep), pc.min(ts).as_py(), pc.max(ts).as_py())
+        return len(keep)
+
+    def _enqueue(self, body: bytes, rows: int, oldest: int, newest: int) -> None:
+        with self._wake:
+            if self._queued_bytes + len(body) > self.max_queued_bytes:
+                self._drop(rows, oldest, newest, "the feed's queue is full (Redis is slow)")
+                return
+            self._queue.append((body, rows, oldest, newest))
+            self._queued_bytes += len(body)
+            self._wake.notify()
+
+    def _drop(self, rows: int, oldest: int, newest: int, why: str) -> None:
+        self.dropped_rows += rows
+        log.error(
+            "live feed: %d row(s) for the rules dropped (%s); they are in the archive: run "
+            "them with manage.py run_rules --from %s --to %s",
+            rows,
+            why,
+            _iso(oldest),
+            _iso(newest + 1),
+        )
+
+    # -- the feed's thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue and not self._closing:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                body, rows, oldest, newest = self._queue.popleft()
+                self._queued_bytes -= len(body)
+            try:
+                self.client.xadd(
+                    self.key,
+                    {ROWS_FIELD: body, COUNT_FIELD: rows},
+                    maxlen=self.max_entries,
+                    approximate=True,
+                )
+            except Exception as exc:
+                self._drop(rows, oldest, newest, f"Redis: {exc}")
+                continue
+            self.sent_rows += rows
+            self.sent_entries += 1
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (up to `timeout` seconds), then stop."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

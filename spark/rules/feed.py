@@ -1,0 +1,172 @@
+"""The live rules job's end of the live feed: the Redis stream the brokers write the rows the
+rules read to, as they archive them (`data_plane.storage.live_feed`), each row with its archive
+message id.
+
+- `FeedReader` reads entries after a stream id (`XREAD BLOCK`), as one Arrow table per read.
+- `FeedProgress` knows, per micro-batch, how many of its actions are still in memory (queued or
+  running in the lanes); `acted()` is the newest stream id up to which every batch's actions are
+  done or kept in the durable retry queue.
+- `Positions` keeps (`acted`, `evaluated`) in Postgres (`tenants_rulefeedposition`), written
+  with the rule counters and after the action ledger (`LiveJob._flush_books`), so a restart reads
+  again from `acted` and, up to `evaluated`, only runs the actions the ledger does not hold:
+  nothing acknowledged and matched is lost, nothing counted twice.
+
+Stream ids are `{milliseconds}-{sequence}` (Redis): they order entries and say when each was
+added, so a gap (entries Redis trimmed before the job read them) has a time window the log names
+for `manage.py run_rules --from/--to`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import psycopg
+import pyarrow as pa
+
+from common.archive.live_feed_format import DEFAULT_KEY, ROWS_FIELD, decode_entry
+from common.archive.schema import HISTORY_SCHEMA
+from common.contracts import tables
+
+log = logging.getLogger("spark.rules.feed")
+
+START = "0-0"
+# Spark takes timestamps in microseconds: the feed's rows as the job hands them to Spark.
+SPARK_SCHEMA = HISTORY_SCHEMA.set(
+    HISTORY_SCHEMA.get_field_index("ts"), pa.field("ts", pa.timestamp("us", tz="UTC"), False)
+)
+
+
+def stream_id(text: str | bytes) -> tuple[int, int]:
+    if isinstance(text, bytes):
+        text = text.decode()
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def id_time(text: str) -> datetime:
+    return datetime.fromtimestamp(stream_id(text)[0] / 1000, UTC)
+
+
+def id_at(ms: int) -> str:
+    """The stream id just before anything added at `ms` (epoch milliseconds)."""
+    return f"{max(0, ms - 1)}-{2**63 - 1}" if ms > 0 else START
+
+
+class FeedReader:
+    def __init__(self, redis_url: str, key: str = DEFAULT_KEY, client=None) -> None:
+        if client is None:
+            import redis
+
+            client = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+        self.client = client
+        self.key = key
+
+    def read(self, after: str, *, block_ms: int = 200, count: int = 64) -> tuple[str, pa.Table]:
+        """Entries after `after`: (the last one's id, their rows as one table); (`after`, an
+        empty table) when none came within `block_ms`."""
+        reply = self.client.xread({self.key: after}, count=count, block=block_ms)
+        if not reply:
+            return after, SPARK_SCHEMA.empty_table()
+        _, entries = reply[0]
+        parts = [decode_entry(fields[ROWS_FIELD]) for _, fields in entries]
+        last = entries[-1][0].decode()
+        return last, spark_table(parts)
+
+    def trimmed_after(self, after: str) -> str | None:
+        """The newest entry Redis trimmed, when it is newer than `after` (entries the job never
+        read are gone: a gap up to it); None otherwise, or when the stream does not exist."""
+        try:
+            info = self.client.xinfo_stream(self.key)
+        except Exception as exc:  # no such key: nothing written yet (or Redis restarted)
+            if "no such key" in str(exc).lower():
+                return None
+            raise
+        deleted = info.get("max-deleted-entry-id")
+        if isinstance(deleted, bytes):
+            deleted = deleted.decode()
+        if deleted and stream_id(deleted) > stream_id(after):
+            return deleted
+        return None
+
+
+def spark_table(parts: Iterable[pa.Table]) -> pa.Table:
+    parts = [p.cast(SPARK_SCHEMA) for p in parts if p.num_rows]
+    if not parts:
+        return SPARK_SCHEMA.empty_table()
+    return pa.concat_tables(parts)
+
+
+class FeedProgress:
+    """Micro-batches read from the feed whose actions may still be in memory (thread-safe: the
+    lanes settle from their thread, the feed loop opens and closes, the recorder asks)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # batch -> [its last stream id, actions not settled, all of its actions handed over]
+        self._batches: OrderedDict[int, list] = OrderedDict()
+        self._acted: str | None = None
+
+    def open(self, batch: int, last_id: str) -> None:
+        with self._lock:
+            self._batches[batch] = [last_id, 0, False]
+
+    def add(self, batch: int, jobs: int) -> None:
+        with self._lock:
+            self._batches[batch][1] += jobs
+
+    def close(self, batch: int) -> None:
+        with self._lock:
+            self._batches[batch][2] = True
+
+    def settle(self, batch: int, count: int = 1) -> None:
+        with self._lock:
+            entry = self._batches.get(batch)
+            if entry is not None:
+                entry[1] -= count
+
+    def acted(self) -> str | None:
+        """The newest stream id every batch up to which is done (None: none yet)."""
+        with self._lock:
+            while self._batches:
+                batch, (last_id, waiting, closed) = next(iter(self._batches.items()))
+                if not closed or waiting > 0:
+                    break
+                self._acted = last_id
+                del self._batches[batch]
+            return self._acted
+
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(entry[1] for entry in self._batches.values())
+
+
+_LOAD = f"SELECT acted, evaluated FROM {tables.RULE_FEED_POSITION} WHERE stream = %s"
+_SAVE = f"""
+INSERT INTO {tables.RULE_FEED_POSITION} (stream, acted, evaluated, updated_at)
+VALUES (%s, %s, %s, now())
+ON CONFLICT (stream) DO UPDATE SET acted = EXCLUDED.acted, evaluated = EXCLUDED.evaluated,
+    updated_at = EXCLUDED.updated_at
+"""
+
+
+class Positions:
+    """Where the job is in a stream: (`acted`, `evaluated`), in Postgres."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.saved: tuple[str, str] | None = None
+
+    def load(self, conn: psycopg.Connection) -> tuple[str, str] | None:
+        row = conn.execute(_LOAD, (self.key,)).fetchone()
+        self.saved = (row[0], row[1]) if row else None
+        return self.saved
+
+    def save(self, conn: psycopg.Connection, acted: str, evaluated: str) -> None:
+        if self.saved == (acted, evaluated):
+            return
+        conn.execute(_SAVE, (self.key, acted, evaluated))
+        self.saved = (acted, evaluated)
