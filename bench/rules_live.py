@@ -201,6 +201,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=10.0, help="messages/s in total")
     parser.add_argument("--seconds", type=float, default=30.0, help="per rule count")
     parser.add_argument("--attack", action="store_true", help="then the last count under attack")
+    parser.add_argument(
+        "--feed",
+        choices=("on", "off"),
+        default="on",
+        help="on: the broker hands the rules' rows to the job through the live feed (Redis), as "
+        "`make run` does; off: the job reads the archive's live segments (before issue 43)",
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     steps = [int(x) for x in args.rules.split(",")]
@@ -215,6 +222,13 @@ def main(argv: list[str] | None = None) -> None:
         MQTT_SERVICE_KEY="bench-rules-key",
         WEBHOOK_ALLOW="127.0.0.1",  # the receivers are local (an operator's allow-list)
     )
+    for name in ("REDIS_URL", "RULES_FEED_URL", "RULES_FEED_KEY"):
+        env.pop(name, None)
+    if args.feed == "on":
+        from common.runtime import embedded
+
+        env["RULES_FEED_URL"] = embedded.redis_url()
+        env["RULES_FEED_KEY"] = f"rules:bench:{os.getpid()}"
     os.environ["WEBHOOK_ALLOW"] = "127.0.0.1"  # rules are saved here: their URLs are judged here
     port = _free_port()
     broker = subprocess.Popen(
@@ -328,11 +342,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.write:
         with (REPO / "bench" / "RESULTS.md").open("a") as out:
             title = "issue 29: under attack" if args.attack else "issue 14"
+            title += f"; live feed {args.feed}"
             attack_flag = " --attack" if args.attack else ""
             out.write(
                 f"\n## Live rules latency ({title})\n\n"
                 f"Command: `.venv/bin/python -m bench.rules_live --rules {args.rules} "
-                f"--rate {args.rate:g} --seconds {args.seconds:g}{attack_flag} --write`  \n"
+                f"--rate {args.rate:g} --seconds {args.seconds:g}{attack_flag} "
+                f"--feed {args.feed} --write`  \n"
                 f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores shared by "
                 "the broker, Postgres, the Spark job and the publishers (and other jobs on the "
                 "machine: load average shown).  \n"

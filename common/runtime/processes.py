@@ -357,7 +357,7 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "rules",
-            "the live rules job (Spark Structured Streaming)",
+            "the live rules job (Spark micro-batches over the live feed)",
             "service",
             _rules,
             _probe_rules,

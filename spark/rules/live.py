@@ -269,6 +269,8 @@ class LiveJob:
         self._replay_until: str | None = None  # entries up to it were counted before a restart
         self._feed_thread: threading.Thread | None = None
         self._feed_error: BaseException | None = None
+        self._warm_frame: DataFrame | None = None  # a row of no tenant: `_prepare` runs on it
+        self._prepared: list[RuleSpec] | None = None
         self.gaps = 0
 
     def handle_batch(self, batch: DataFrame, batch_id: int, replay: bool = False) -> None:
@@ -341,13 +343,32 @@ class LiveJob:
             return None
         return low.astimezone(UTC), high.astimezone(UTC) + timedelta(milliseconds=1)
 
-    def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], list]:
+    def _current_rules(self) -> list[RuleSpec]:
+        """The enabled rules (reloaded when they changed); those that no longer compile get
+        their error in their counters."""
         specs, compile_errors = self.rules.current()
-        if self.not_before is not None:
-            batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         if compile_errors:
             errors = {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
             self.books.add(errors, self.rules.tenants)
+        return specs
+
+    def _prepare(self) -> None:
+        """Between micro-batches: a rule saved, enabled or edited meanwhile gets its plan built
+        and compiled now, on a row of no tenant, not in the first batch that needs it (that
+        costs a second or two: the first match after saving would wait for it)."""
+        specs = self._current_rules()
+        if specs is self._prepared or self._warm_frame is None:
+            return
+        self._prepared = specs
+        if specs:
+            started = time.monotonic()
+            collect_outputs(self._warm_frame, specs, tenant_share_seconds())
+            log.info("rules prepared in %.2fs", time.monotonic() - started)
+
+    def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], list]:
+        specs = self._current_rules()
+        if self.not_before is not None:
+            batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         self.metrics.enabled.set(len(specs))
         self.watch.serving(s.id for s in specs)
         if not specs:
@@ -548,7 +569,10 @@ class LiveJob:
         }
         if self.feed is not None:  # the feed's path: Arrow rows straight into Spark
             rows = [{**row, "ts": datetime.now(UTC), MESSAGE_ID: "warm-up:0"}] * 4
-            frame = self.spark.createDataFrame(spark_table([pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)]))
+            frame = self.spark.createDataFrame(
+                spark_table([pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)])
+            )
+            self._warm_frame = frame
             for _ in range(3):
                 collect_outputs(frame, warm)
                 rule_outputs(frame, warm).collect()
@@ -643,7 +667,7 @@ class LiveJob:
         `FEED_READ_ENTRIES` entries), evaluated as one small Spark job."""
         assert self.feed is not None
         batch_id = 0
-        checked = time.monotonic()
+        checked = prepared = time.monotonic()
         try:
             while not self._stop.is_set():
                 try:
@@ -656,6 +680,12 @@ class LiveJob:
                     checked = time.monotonic()
                     self._check_gap(after)
                 if last == after:
+                    if time.monotonic() - prepared > 0.5:
+                        prepared = time.monotonic()
+                        try:
+                            self._prepare()
+                        except Exception:  # the next batch builds the plan then
+                            log.warning("rules not prepared ahead", exc_info=True)
                     continue
                 batch_id += 1
                 replay = self._replay_until is not None and stream_id(last) <= stream_id(
