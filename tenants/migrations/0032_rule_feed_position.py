@@ -5,19 +5,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0031_free_job_executions_included'),
+        ("tenants", "0031_free_job_executions_included"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RuleFeedPosition',
+            name="RuleFeedPosition",
             fields=[
-                ('stream', models.CharField(max_length=200, primary_key=True, serialize=False)),
-                ('acted', models.CharField(default='0-0', max_length=64)),
-                ('evaluated', models.CharField(default='0-0', max_length=64)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("stream", models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ("acted", models.CharField(default="0-0", max_length=64)),
+                ("evaluated", models.CharField(default="0-0", max_length=64)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
     ]
