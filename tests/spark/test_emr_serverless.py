@@ -16,6 +16,8 @@ until it has, the job run reads RUNNING (`Cluster`).
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
@@ -161,19 +163,36 @@ def test_the_package_is_uploaded_whole_and_its_zip_imports(uploaded, s3_endpoint
 class Cluster:
     """moto's EMR Serverless API (through the real runner) plus this test as the machine that
     runs the job: a job run reads RUNNING until `ran` is set (moto says SUCCESS at once);
-    `fail_with`: then it reads FAILED with those details."""
+    `fail_with`: then it reads FAILED with those details. With `work` (a folder), each job
+    submitted is run there under spark-submit from the uploaded package, with the submitted
+    entry point and arguments (`processes`), and `ran` is set when it exits."""
 
-    def __init__(self, runner: EmrServerlessRunner) -> None:
+    def __init__(self, runner: EmrServerlessRunner, endpoint: str) -> None:
         self.runner = runner
+        self.endpoint = endpoint
         self.ran = threading.Event()
         self.fail_with: str | None = None
+        self.work: Path | None = None
         self.submitted: list[str] = []
         self.cancelled: list[str] = []
+        self.processes: list[subprocess.CompletedProcess] = []
 
     def submit(self, entry_point, arguments, **kwargs) -> str:
         job = self.runner.submit(entry_point, arguments, **kwargs)
         self.submitted.append(job)
+        if self.work is not None:
+            threading.Thread(target=self._run, args=(job,), daemon=True).start()
         return job
+
+    def _run(self, job: str) -> None:
+        try:
+            entry, arguments = self.runner.arguments_of(job)
+            code_uri = entry.rpartition("entry/")[0]
+            name = entry.rpartition("/")[2]
+            work = self.work / job
+            self.processes.append(spark_submit(code_uri, name, arguments, work, self.endpoint))
+        finally:
+            self.ran.set()
 
     def cancel(self, job: str) -> None:
         self.cancelled.append(job)
@@ -196,8 +215,8 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(cluster_env, monkeypatch):
-    fake = Cluster(EmrServerlessRunner(EmrSettings.from_env()))
+def cluster(cluster_env, monkeypatch, s3_endpoint):
+    fake = Cluster(EmrServerlessRunner(EmrSettings.from_env()), s3_endpoint)
     monkeypatch.setattr(emr, "cluster_runner", lambda: fake)
     return fake
 
@@ -317,11 +336,9 @@ def test_a_tenants_run_is_submitted_polled_and_ends_done_with_the_jobs_figures(
     conninfo = arguments[arguments.index("--database-url") + 1]
     assert "password" not in conninfo
 
-    ran = spark_submit(
-        os.environ["SPARK_CODE_URI"], "run_rules.py", arguments, tmp_path / "cluster", s3_endpoint
-    )
-    assert ran.returncode == 0, ran.stderr[-4000:]
-    cluster.ran.set()
+    cluster.work = tmp_path / "cluster"  # now the cluster runs it
+    cluster._run(job)
+    assert cluster.processes[0].returncode == 0, cluster.processes[0].stderr[-4000:]
     run = _wait_run(api, run_id)
     for thread in threads:
         thread.join(30)
@@ -360,3 +377,35 @@ def test_a_job_that_fails_on_the_cluster_fails_the_run_in_words(cluster, tmp_pat
     from tenants.models import RuleRun
 
     assert not RuleRun.objects.filter(state__in=RuleRun.ACTIVE).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operators_backfill_runs_on_the_cluster_and_prints_its_summary(
+    cluster, tmp_path, monkeypatch
+):
+    """`manage.py run_rules --tenant T --from --to` (no RuleRun): submitted, followed, the
+    job's own summary printed as a local backfill prints it."""
+    from django.core.management import call_command
+
+    _, now = _tenant_with_history(tmp_path, monkeypatch)
+    cluster.work = tmp_path / "cluster"
+    out = io.StringIO()
+    call_command(
+        "run_rules",
+        "--tenant",
+        "acme",
+        "--from",
+        _iso(now - timedelta(hours=6)),
+        "--to",
+        _iso(now),
+        "--actions",
+        "none",
+        "--no-progress",
+        stdout=out,
+    )
+    assert cluster.processes and cluster.processes[0].returncode == 0, cluster.processes
+    summary = json.loads(out.getvalue())
+    assert (summary["rows_read"], summary["passed"]) == (40, 9), summary
+    assert summary["job_run"] == cluster.submitted[0]
+    _, arguments = cluster.runner.arguments_of(cluster.submitted[0])
+    assert "--run-id" not in arguments and arguments[arguments.index("--actions") + 1] == "none"
