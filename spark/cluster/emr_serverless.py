@@ -25,11 +25,17 @@ platform reads back: nothing comes back through EMR but the job run's state.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from common.stores.object_store import ObjectStore
+
+log = logging.getLogger(__name__)
 
 LOCAL = "local"
 EMR_SERVERLESS = "emr-serverless"
@@ -228,6 +234,50 @@ class EmrServerlessRunner:
         """(entry point URI, arguments) of a submitted run, as EMR keeps them."""
         submit = self.job_run(job_run_id)["jobDriver"]["sparkSubmit"]
         return str(submit["entryPoint"]), [str(a) for a in submit.get("entryPointArguments", [])]
+
+
+def poll_seconds() -> float:
+    """`SPARK_POLL_SECONDS` (10): how often a job run's state is asked while it runs."""
+    try:
+        return float(os.environ.get("SPARK_POLL_SECONDS") or 10.0)
+    except ValueError:
+        return 10.0
+
+
+def wait_for_job(
+    runner: Any,  # EmrServerlessRunner, or what quacks like one (tests)
+    job_run_id: str,
+    store: ObjectStore,
+    report: str,
+    *,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    should_cancel: Callable[[], bool] = lambda: False,
+    every: Callable[[], None] = lambda: None,
+    poll: float | None = None,
+) -> tuple[JobState, dict[str, Any] | None]:
+    """Poll the job run until it ends: (its last JobState, the job's result.json or None).
+    `progress` gets each new progress.json; `should_cancel` true once: CancelJobRun."""
+    from spark.entry import reports
+
+    poll = poll_seconds() if poll is None else poll
+    cancelled = False
+    seen: dict[str, Any] | None = None
+    while True:
+        every()
+        if not cancelled and should_cancel():
+            cancelled = True
+            log.info("job run %s: cancel asked, CancelJobRun", job_run_id)
+            runner.cancel(job_run_id)
+        state = runner.state(job_run_id)
+        figures = reports.read(store, report, reports.PROGRESS)
+        if figures is not None and figures != seen and progress is not None:
+            seen = figures
+            progress(figures)
+        if state.ended:
+            if state.state != "done":
+                log.warning("job run %s ended %s: %s", job_run_id, state.emr_state, state.details)
+            return state, reports.read(store, report, reports.RESULT)
+        time.sleep(poll)
 
 
 @functools.cache

@@ -409,3 +409,47 @@ def test_an_operators_backfill_runs_on_the_cluster_and_prints_its_summary(
     assert summary["job_run"] == cluster.submitted[0]
     _, arguments = cluster.runner.arguments_of(cluster.submitted[0])
     assert "--run-id" not in arguments and arguments[arguments.index("--actions") + 1] == "none"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_billing_on_the_cluster_gives_the_invoices_a_local_run_gives(
+    cluster, tmp_path, monkeypatch, spark
+):
+    """`billing_report` with SPARK_RUNNER=emr-serverless: the accounts go to the store, the
+    entry point runs under spark-submit, its documents are stored as invoices; byte for byte
+    the documents Spark in this process makes of the same log."""
+    from django.core.management import call_command
+
+    from common.charges.pricing import canonical_json
+    from common.stores.object_store import LocalObjectStore
+    from tenants.billing import services as billing
+    from tenants.models import Invoice, Tenant
+    from tenants.tenant import services as tenant_services
+    from tests.billing.usage_rows import row, write_rows
+
+    september = datetime(2026, 9, 1, tzinfo=UTC)
+    tenant_services.tenant_create("acme")
+    Tenant.objects.update(created_at=datetime(2026, 1, 5, tzinfo=UTC))
+    store = LocalObjectStore(tmp_path / "objects")
+    monkeypatch.setenv("OBJECT_STORE_URL", (tmp_path / "objects").as_uri())
+    write_rows(
+        store,
+        [row("acme", september + timedelta(hours=h), messages=300_000) for h in range(10)],
+    )
+    monkeypatch.setenv("SPARK_RUNNER", "local")
+    local, _ = billing.run_billing_job("2026-09", spark=spark)
+
+    monkeypatch.setenv("SPARK_RUNNER", "emr-serverless")
+    cluster.work = tmp_path / "cluster"
+    out, err = io.StringIO(), io.StringIO()
+    call_command("billing_report", "--period", "2026-09", stdout=out, stderr=err)
+    assert cluster.processes and cluster.processes[0].returncode == 0, (
+        cluster.processes[0].stderr[-4000:] if cluster.processes else "nothing ran"
+    )
+    summary = json.loads(out.getvalue())
+    assert summary["tenants"] == 1 and summary["usage_rows"] == 10, summary
+    assert "6/6 storing invoices" in err.getvalue()  # the job's steps reached the bar
+    invoice = Invoice.objects.get(tenant__slug="acme", period="2026-09")
+    assert [canonical_json(d).decode() for d in local.invoices] == [invoice.document]
+    entry, _ = cluster.runner.arguments_of(cluster.submitted[0])
+    assert entry.endswith("/entry/billing.py")

@@ -175,14 +175,9 @@ class Command(BaseCommand):
         progress, its result) until it ends; Ctrl-C cancels the job run."""
         import uuid
 
-        from spark.cluster.emr_serverless import cluster_runner, failure_words
+        from spark.cluster.emr_serverless import cluster_runner, failure_words, wait_for_job
         from spark.entry import reports
-        from tenants.rules.runs.cluster import (
-            ENTRY_POINT,
-            backfill_arguments,
-            step_of,
-            wait_for_job,
-        )
+        from tenants.rules.runs.cluster import ENTRY_POINT, backfill_arguments, step_of
 
         key = f"backfill-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         report = reports.report_folder("rules", key)

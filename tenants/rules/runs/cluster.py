@@ -5,8 +5,8 @@ RuleRun life as a local run (`execute.py`), the work done by the cluster.
 `spark/entry/run_rules.py` (`StartJobRun`, the run's id as the client token: a task taken twice
 submits once) with the run's range, tenant, rule, actions and id, the database (without its
 password: the job reads it from the secret its role may read) and where to report. Then it polls
-`GetJobRun` every `SPARK_POLL_SECONDS` (10): the heartbeat goes on, the job's `progress.json`
-becomes the run's figures, a cancel asked by the tenant (or the run no longer `running`) is
+`GetJobRun` every `SPARK_POLL_SECONDS` (10; `spark.cluster.emr_serverless.wait_for_job`): the
+heartbeat goes on, the job's `progress.json` becomes the run's figures, a cancel asked by the tenant (or the run no longer `running`) is
 `CancelJobRun`; when the job run ends, its `result.json` says the summary and, on a failure,
 the words the tenant reads; a job that ended without one gets `failure_words` of EMR's state
 (its `stateDetails` go to the log, for the operators).
@@ -18,7 +18,6 @@ A worker lost while it polls leaves the job run going on the cluster; the run is
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -35,13 +34,6 @@ from tenants.rules.runs.services import claims_release
 log = logging.getLogger(__name__)
 ENTRY_POINT = "run_rules"
 HEARTBEAT_SECONDS = 5.0
-
-
-def poll_seconds() -> float:
-    try:
-        return float(os.environ.get("SPARK_POLL_SECONDS") or 10.0)
-    except ValueError:
-        return 10.0
 
 
 def database_without_password() -> str:
@@ -91,42 +83,6 @@ def step_of(figures: dict) -> Any:
     )
 
 
-def wait_for_job(
-    runner: Any,
-    job_run_id: str,
-    store: Any,
-    report: str,
-    *,
-    progress: Callable[[dict], None] | None = None,
-    should_cancel: Callable[[], bool] = lambda: False,
-    every: Callable[[], None] = lambda: None,
-    poll: float | None = None,
-) -> tuple[Any, dict | None]:
-    """Poll the job run until it ends: (its last JobState, the job's result.json or None).
-    `progress` gets each new progress.json; `should_cancel` true once: CancelJobRun."""
-    from spark.entry import reports
-
-    poll = poll_seconds() if poll is None else poll
-    cancelled = False
-    seen: dict | None = None
-    while True:
-        every()
-        if not cancelled and should_cancel():
-            cancelled = True
-            log.info("job run %s: cancel asked, CancelJobRun", job_run_id)
-            runner.cancel(job_run_id)
-        state = runner.state(job_run_id)
-        figures = reports.read(store, report, reports.PROGRESS)
-        if figures is not None and figures != seen and progress is not None:
-            seen = figures
-            progress(figures)
-        if state.ended:
-            if state.state != "done":
-                log.warning("job run %s ended %s: %s", job_run_id, state.emr_state, state.details)
-            return state, reports.read(store, report, reports.RESULT)
-        time.sleep(poll)
-
-
 def execute_on_cluster(
     run_id: Any,
     *,
@@ -137,7 +93,7 @@ def execute_on_cluster(
 ) -> tuple[RuleRun | None, dict | None]:
     """Run a queued RuleRun on the cluster to its end; (the run as it ended, the summary)."""
     from common.stores.object_store import open_object_store
-    from spark.cluster.emr_serverless import cluster_runner, failure_words
+    from spark.cluster.emr_serverless import cluster_runner, failure_words, wait_for_job
     from spark.entry import reports
 
     close_old_connections()
