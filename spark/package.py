@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import io
 import os
+import re
 import sys
 import tomllib
 import zipfile
@@ -82,20 +83,16 @@ def platform_zip(root: Path = ROOT) -> bytes:
 def executor_requirements(root: Path = ROOT) -> str:
     """requirements.txt of the executors: pyproject.toml's own pins of EXECUTOR_PACKAGES."""
     dependencies = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
-    lines = []
+    pins = {}
     for requirement in dependencies:
         spec = requirement.split(";")[0].strip()
-        name = spec
-        for mark in "[<>=!~ ":
-            name = name.split(mark)[0]
-        if name.lower() in EXECUTOR_PACKAGES:
-            lines.append(spec.split("#")[0].strip())
-    missing = set(EXECUTOR_PACKAGES) - {
-        line.split("[")[0].split(">")[0].split("=")[0].split("<")[0].lower() for line in lines
-    }
+        name = re.match(r"[A-Za-z0-9_.-]+", spec)
+        if name and name.group(0).lower() in EXECUTOR_PACKAGES:
+            pins[name.group(0).lower()] = spec
+    missing = sorted(set(EXECUTOR_PACKAGES) - set(pins))
     if missing:
-        raise RuntimeError(f"pyproject.toml does not list {sorted(missing)}")
-    return "\n".join(sorted(lines)) + "\n"
+        raise RuntimeError(f"pyproject.toml does not list {missing}")
+    return "\n".join(pins[name] for name in sorted(pins)) + "\n"
 
 
 def build(out: Path = DEFAULT_OUT, root: Path = ROOT) -> dict[str, Path | str]:

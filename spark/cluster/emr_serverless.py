@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -284,8 +283,3 @@ def wait_for_job(
 def cluster_runner() -> EmrServerlessRunner:
     """The process's runner, its settings read once from the environment (the first use)."""
     return EmrServerlessRunner(EmrSettings.from_env())
-
-
-def quoted(arguments: Sequence[str]) -> str:
-    """Arguments as a shell would show them (logs, the operator's command line)."""
-    return " ".join(shlex.quote(a) for a in arguments)
