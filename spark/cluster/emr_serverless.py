@@ -279,6 +279,19 @@ def wait_for_job(
         time.sleep(poll)
 
 
+def cancel_reported(runner: Any, store: ObjectStore, report: str) -> str | None:
+    """Cancel the job run the platform recorded under `report` (`job-run.json`), if any; its
+    id. For a job whose follower was lost: nothing else would stop it."""
+    from spark.entry import reports
+
+    recorded = reports.read(store, report, reports.JOB_RUN)
+    if recorded is None:
+        return None
+    job_run_id = str(recorded["job_run_id"])
+    runner.cancel(job_run_id)
+    return job_run_id
+
+
 @functools.cache
 def cluster_runner() -> EmrServerlessRunner:
     """The process's runner, its settings read once from the environment (the first use)."""

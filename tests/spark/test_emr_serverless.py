@@ -453,3 +453,43 @@ def test_billing_on_the_cluster_gives_the_invoices_a_local_run_gives(
     assert [canonical_json(d).decode() for d in local.invoices] == [invoice.document]
     entry, _ = cluster.runner.arguments_of(cluster.submitted[0])
     assert entry.endswith("/entry/billing.py")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_job_run_of_a_run_whose_worker_was_lost_is_cancelled_by_the_cleanup(
+    cluster, tmp_path, monkeypatch
+):
+    """The worker following the job hangs (no heartbeat, no poll): the stale-run cleanup fails
+    the run, and cancels its job run, which the lost worker would never do."""
+    from django.utils import timezone
+
+    from tenants.models import RuleRun
+    from tenants.rules.runs import services as runs
+
+    api, now = _tenant_with_history(tmp_path, monkeypatch)
+    hang = threading.Event()
+    answer = cluster.state
+
+    def hanging(job: str) -> JobState:
+        hang.wait(60)
+        return answer(job)
+
+    cluster.state = hanging
+    run_id, threads = _start_on_a_worker(api, now)
+    job = cluster.wait_submitted()
+    recorded = tmp_path / "objects" / "rules" / "jobs" / f"run-{run_id}" / "job-run.json"
+    deadline = time.monotonic() + 30
+    while not recorded.exists():
+        assert time.monotonic() < deadline, "the worker recorded no job run"
+        time.sleep(0.1)
+    try:
+        RuleRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
+        assert runs.runs_reclaim()["failed"] == 1
+        assert cluster.cancelled == [job]
+        assert cluster.runner.state(job).emr_state == "CANCELLED"  # moto's own record
+        run = api.get(f"/api/v1/rules/hot/runs/{run_id}").json()
+        assert run["state"] == "failed" and "worker" in run["error"], run
+    finally:
+        hang.set()
+        for thread in threads:
+            thread.join(30)

@@ -11,8 +11,9 @@ heartbeat goes on, the job's `progress.json` becomes the run's figures, a cancel
 the words the tenant reads; a job that ended without one gets `failure_words` of EMR's state
 (its `stateDetails` go to the log, for the operators).
 
-A worker lost while it polls leaves the job run going on the cluster; the run is failed as stale
-(`runs_reclaim`) and its unconfirmed claims are given back, as for a local run.
+A worker lost while it polls: the run is failed as stale (`runs_reclaim`), which also cancels
+its job run (the id the worker wrote to `job-run.json` beside the job's reports), and its
+unconfirmed claims are given back, as for a local run.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def execute_on_cluster(
     if not started or run is None:
         return run, None
     store = store or open_object_store()
-    report = reports.report_folder("rules", f"run-{run.id}")
+    report = reports.rule_run_folder(run.id)
     fields: dict = {}
     summary = None
     try:
@@ -134,6 +135,8 @@ def execute_on_cluster(
         }
     else:
         log.info("rule run %s is job run %s", run.pk, job_run_id)
+        # What the stale-run cleanup cancels should this worker be lost (services.runs_reclaim).
+        reports.write(store, report, reports.JOB_RUN, {"job_run_id": job_run_id})
         beat = [0.0]
 
         def every() -> None:
