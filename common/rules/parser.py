@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from lark import Lark, Token, Transformer, v_args
@@ -79,7 +79,9 @@ class Statement:
 
 @functools.cache
 def _parser() -> Lark:
-    grammar = (Path(__file__).parent / "grammar.lark").read_text()
+    # Read as a package resource, not a path: the cluster imports common/ from a zip
+    # (spark/package.py's platform.zip, spark-submit --py-files).
+    grammar = resources.files("common.rules").joinpath("grammar.lark").read_text(encoding="utf-8")
     return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True)
 
 

@@ -294,9 +294,11 @@ def run_billing_job(
     spark: Any = None,
 ) -> tuple[Any, dict[str, PriceBook]]:
     """Run the Spark job for the period (all tenants, or one); returns its result and the price
-    book of each tenant."""
+    book of each tenant. With `SPARK_RUNNER=emr-serverless` (and no `spark` given) the job is
+    submitted to the cluster (`tenants.billing.cluster`)."""
     from common.stores.object_store import open_object_store
     from spark.billing import job
+    from spark.cluster.emr_serverless import EMR_SERVERLESS, spark_runner
     from spark.session import build_session
 
     _period_start(period)
@@ -305,6 +307,10 @@ def run_billing_job(
     books = {t.slug: book for t, book, _ in pairs}
     accounts = job_accounts(period, pairs)
     progress("starting Spark")
+    if spark is None and spark_runner() == EMR_SERVERLESS:
+        from tenants.billing.cluster import billing_on_cluster
+
+        return billing_on_cluster(period, accounts, progress), books
     spark = spark or build_session("billing")
     result = job.run(spark, open_object_store(), period, accounts, progress)
     return result, books

@@ -308,14 +308,35 @@ def _release_labels() -> dict[str, str]:
 
 
 def _custom_images() -> dict[str, str]:
-    """The custom EMR Serverless images the Terraform sets (none by default)."""
+    """The custom EMR Serverless images the Terraform sets (none by default). A caller that
+    passes its own variable (`var.X`) is answered by that variable's validation: for each label
+    the release's validation accepts, `:LABEL-tag` must pass it and another release's tag fail;
+    the images named here are then those samples."""
     variables = blocks(load(TERRAFORM / "modules" / "spark" / "variables.tf"), "variable")
     images = {}
     if value(variables["image_uri"].get("default")) not in (None, "null"):
         images["modules/spark default"] = value(variables["image_uri"]["default"])
     for path, name, body in module_calls():
         if value(body["source"]).rstrip("/").endswith("/spark") and "image_uri" in body:
-            images[f"{path.relative_to(TERRAFORM)}: module {name}"] = value(body["image_uri"])
+            where = f"{path.relative_to(TERRAFORM)}: module {name}"
+            image = value(body["image_uri"])
+            passed = re.fullmatch(r"var\.(\w+)", image)
+            if passed is None:
+                images[where] = image
+                continue
+            own = blocks(load(path.parent / "variables.tf"), "variable")[passed.group(1)]
+            assert own.get("validation"), f"{where}: {image} has no validation of its release"
+            condition = value(own["validation"][0]["condition"])
+            pattern = re.search(r'regex\("(.*)", ' + re.escape(image) + r"\)", condition)
+            assert pattern, f"{where}: {image}'s validation names no pattern of its tag"
+            tag_pattern = pattern.group(1).replace("\\\\", "\\")
+            for label in EMR_SERVERLESS_SPARK:
+                sample = f"123.dkr.ecr.eu-west-1.amazonaws.com/spark:{label}-abc123"
+                if re.search(tag_pattern, sample):
+                    images[f"{where} ({label})"] = sample
+            assert any(k.startswith(where) for k in images), (
+                f"{where}: {image}'s validation accepts no release's image"
+            )
     return images
 
 

@@ -3,6 +3,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from tenants.billing import services as billing
+from tenants.billing.cluster import BillingJobFailed
 from tenants.management.commands._output import print_json, run_service, tenant_or_error
 
 STEPS = (
@@ -60,6 +61,6 @@ class Command(BaseCommand):
                     progress=Progress(self.stderr._out),
                 )
             )
-        except ValueError as exc:
+        except (ValueError, BillingJobFailed) as exc:
             raise CommandError(str(exc)) from None
         print_json(self, summary)

@@ -109,11 +109,27 @@ class Command(BaseCommand):
             )
             sys.stderr.flush()
 
+        from spark.cluster.emr_serverless import EMR_SERVERLESS, spark_runner
+
+        run = self._run_record(options, start, end)  # one named rule: a run its tenant sees
+        if spark_runner() == EMR_SERVERLESS:  # submitted to the cluster, followed from here
+            try:
+                if run is not None:
+                    summary = self._run(run, None, store, progress)
+                else:
+                    summary = self._on_cluster(store, options, start, end, progress)
+            finally:
+                if show:
+                    sys.stderr.write("\n")
+            summary["from"] = datetime.fromtimestamp(start / 1000, UTC).isoformat()
+            summary["to"] = datetime.fromtimestamp(end / 1000, UTC).isoformat()
+            self.stdout.write(json.dumps(summary, indent=2))
+            return
+
         from pyspark.sql import SparkSession
 
         from tenants.rules.runs.execute import over_history
 
-        run = self._run_record(options, start, end)  # one named rule: a run its tenant sees
         owned = SparkSession.getActiveSession() is None  # (a caller's session is left running)
         spark = build_session("rules-backfill")
         try:
@@ -170,6 +186,50 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
+
+    def _on_cluster(self, store, options, start: int, end: int, progress) -> dict:
+        """A backfill that is no RuleRun, on the Spark cluster: submitted, then followed (its
+        progress, its result) until it ends; Ctrl-C cancels the job run."""
+        import uuid
+
+        from spark.cluster.emr_serverless import cluster_runner, failure_words, wait_for_job
+        from spark.entry import reports
+        from tenants.rules.runs.cluster import ENTRY_POINT, backfill_arguments, step_of
+
+        key = f"backfill-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        report = reports.report_folder("rules", key)
+        runner = cluster_runner()
+        job = runner.submit(
+            ENTRY_POINT,
+            backfill_arguments(
+                start_ms=start,
+                end_ms=end,
+                report=report,
+                store_url=store.url,
+                tenant=options["tenant"],
+                rule=options["rule"],
+                actions=options["actions"],
+            ),
+            name=f"rules-{key}",
+            client_token=key,
+        )
+        sys.stderr.write(f"submitted to EMR Serverless: job run {job} (report {report})\n")
+        try:
+            state, result = wait_for_job(
+                runner, job, store, report, progress=lambda f: progress(step_of(f))
+            )
+        except KeyboardInterrupt:
+            runner.cancel(job)
+            raise CommandError(f"interrupted: job run {job} cancelled") from None
+        if result is not None and result.get("summary") is not None:
+            summary = dict(result["summary"])
+            summary["job_run"] = job
+            return summary
+        if result is not None and result.get("error"):
+            raise CommandError(f"job run {job} failed: {result.get('why') or result['error']}")
+        raise CommandError(
+            f"job run {job} ended {state.emr_state}: {state.details or failure_words(state)}"
+        )
 
     def _run(self, run, spark, store, progress) -> dict:
         from tenants.rules.runs.execute import execute

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from tenants.job_database import database_url
 from tenants.models import RuleRun
+from tenants.rules.runs.figures import ended_fields
 from tenants.rules.runs.services import claims_release
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,15 @@ def execute(
     progress: Callable | None = None,
 ) -> tuple[RuleRun | None, dict | None]:
     """Run a queued RuleRun to its end; (the run as it ended, the backfill's summary). A run
-    that is not queued (cancelled before it started, or taken by another worker) is left as is."""
+    that is not queued (cancelled before it started, or taken by another worker) is left as is.
+    With `SPARK_RUNNER=emr-serverless` and no `spark` given, the run is submitted to the
+    cluster (`cluster.execute_on_cluster`); else it runs on this process's Spark."""
+    from spark.cluster.emr_serverless import EMR_SERVERLESS, spark_runner
+
+    if spark is None and spark_runner() == EMR_SERVERLESS:
+        from tenants.rules.runs.cluster import execute_on_cluster
+
+        return execute_on_cluster(run_id, store=store, progress=progress)
     from common.stores.object_store import open_object_store
     from spark.rules.backfill import NoRules
 
@@ -202,29 +211,12 @@ def execute(
         error = _tenant_words(exc)
     fields: dict = {"state": state, "error": error, "finished_at": timezone.now()}
     if summary is not None:
-        fields.update(
-            read=summary["rows_read"],
-            considered=summary["matched"],
-            matched=summary["passed"],
-            failed=summary["failed"],
-            actions_fired=summary["actions_ok"] + summary["actions_failed"],
-            actions_failed=summary["actions_failed"],
-            actions_skipped=summary["actions_skipped"],
-        )
-        rule_version = _version_of(summary)
-        if rule_version is not None:
-            fields["rule_version"] = rule_version
+        fields.update(ended_fields(summary))
     # Claims it could not confirm go back before it is seen ended (a later `new-only` run fires
     # those actions); a worker killed before this leaves them to `runs_reclaim`.
     claims_release(run.pk)
     RuleRun.objects.filter(pk=run.pk).update(**fields)
     return RuleRun.objects.filter(pk=run.pk).first(), summary
-
-
-def _version_of(summary: dict) -> int | None:
-    versions = {r.get("version") for r in summary.get("per_rule", {}).values()}
-    versions.discard(None)
-    return versions.pop() if len(versions) == 1 else None
 
 
 def _tenant_words(exc: Exception) -> str:

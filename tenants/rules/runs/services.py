@@ -5,7 +5,8 @@ The ledger of actions done (`RuleActionLedger`, what `new-only` runs consult) fo
 older than `RULE_LEDGER_DAYS` (90): a `new-only` run over older messages fires their actions again
 (keep it at least as long as the archive keeps history). A run's claims in it that it never
 confirmed (its worker killed between claiming and firing) are given back once the run has ended
-or gone stale (`runs_reclaim`: at each start of a run, and every minute from Celery beat).
+or gone stale (`runs_reclaim`: at each start of a run, and every minute from Celery beat). A stale
+run on the Spark cluster (`SPARK_RUNNER=emr-serverless`) has its job run cancelled too.
 
 Bounds (operators' settings, environment variables): a preview covers at most
 `RULE_PREVIEW_MAX_DAYS` (7) and its evaluator at most `RULE_PREVIEW_SECONDS` (10 s), a tenant
@@ -224,11 +225,16 @@ def runs_reclaim(*, tenant_id: int | None = None, now: datetime | None = None) -
     runs = (
         RuleRun.objects.all() if tenant_id is None else RuleRun.objects.filter(tenant_id=tenant_id)
     )
-    failed = runs.filter(state=RuleRun.State.RUNNING, heartbeat_at__lt=now - STALE_AFTER).update(
+    stale = runs.filter(state=RuleRun.State.RUNNING, heartbeat_at__lt=now - STALE_AFTER)
+    on_cluster = _on_cluster()
+    lost = [str(pk) for pk in stale.values_list("pk", flat=True)] if on_cluster else []
+    failed = stale.update(
         state=RuleRun.State.FAILED,
         finished_at=now,
         error="the worker running it stopped (its figures are what it had done); run it again",
     )
+    if lost:
+        _cancel_job_runs(lost)
     claims = RuleActionLedger.objects.filter(fired=False)
     if tenant_id is not None:
         claims = claims.filter(rule__tenant_id=tenant_id)
@@ -240,6 +246,38 @@ def runs_reclaim(*, tenant_id: int | None = None, now: datetime | None = None) -
             "rule runs: %d stale runs failed, %d unconfirmed claims given back", failed, released
         )
     return {"failed": failed, "released": released}
+
+
+def _on_cluster() -> bool:
+    from spark.cluster.emr_serverless import EMR_SERVERLESS, spark_runner
+
+    try:
+        return spark_runner() == EMR_SERVERLESS
+    except Exception:  # a wrong setting is named where a job is submitted
+        return False
+
+
+def _cancel_job_runs(run_ids: list[str]) -> None:
+    """The job runs of runs whose worker was lost, cancelled on the cluster (a lost worker
+    cannot): each run's job run id is the one its worker recorded beside the job's reports.
+    Never raises (the cleanup goes on); what fails is logged."""
+    from common.stores.object_store import open_object_store
+    from spark.cluster.emr_serverless import cancel_reported, cluster_runner
+    from spark.entry.reports import rule_run_folder
+
+    try:
+        runner, store = cluster_runner(), open_object_store()
+    except Exception:
+        log.exception("rule runs: cannot reach the Spark cluster to cancel lost runs' jobs")
+        return
+    for run_id in run_ids:
+        try:
+            job = cancel_reported(runner, store, rule_run_folder(run_id))
+        except Exception:
+            log.exception("rule run %s: its job run could not be cancelled", run_id)
+            continue
+        if job is not None:
+            log.warning("rule run %s: its worker was lost; job run %s cancelled", run_id, job)
 
 
 # The Celery task that runs a rule over history (`tenants.tasks.run_rule_history`).

@@ -34,4 +34,8 @@ module "platform" {
   cache_node_type     = "cache.t4g.small"
   broker_min_count    = 1
   broker_max_count    = 2
+
+  spark_runner       = var.spark_runner
+  spark_code_version = var.spark_code_version
+  spark_image_uri    = var.spark_image_uri
 }

@@ -57,3 +57,23 @@ output "alarm_topic_arn" {
   description = "SNS topic of every alarm."
   value       = module.platform.alarm_topic_arn
 }
+
+output "spark_log_group_name" {
+  description = "Log group of the EMR Serverless job runs."
+  value       = module.platform.spark_log_group_name
+}
+
+output "spark_code_bucket" {
+  description = "Bucket of the Spark jobs' code package (python -m spark.package upload --bucket)."
+  value       = module.platform.spark_code_bucket
+}
+
+output "spark_code_prefix" {
+  description = "Prefix of the code package (python -m spark.package upload --prefix)."
+  value       = module.platform.spark_code_prefix
+}
+
+output "spark_code_uri" {
+  description = "s3:// folder of the uploaded code package versions."
+  value       = module.platform.spark_code_uri
+}

@@ -40,3 +40,21 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "spark_runner" {
+  description = "local (Spark in the workers) or emr-serverless (the workers submit the jobs to EMR Serverless)."
+  type        = string
+  default     = "local"
+}
+
+variable "spark_code_version" {
+  description = "VERSION of the uploaded Spark code package (python -m spark.package upload); needed by emr-serverless."
+  type        = string
+  default     = ""
+}
+
+variable "spark_image_uri" {
+  description = "EMR Serverless image built from docker/Dockerfile.spark-emr (tag starting with emr-spark-8.0.0); needed by emr-serverless."
+  type        = string
+  default     = null
+}

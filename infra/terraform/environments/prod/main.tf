@@ -53,4 +53,8 @@ module "platform" {
   rules_memory                = 16384
   spark_max_vcpu              = "128 vCPU"
   spark_max_memory            = "512 GB"
+
+  spark_runner       = var.spark_runner
+  spark_code_version = var.spark_code_version
+  spark_image_uri    = var.spark_image_uri
 }

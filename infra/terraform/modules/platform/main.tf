@@ -28,6 +28,14 @@ locals {
     # Only the ALB (inside the VPC) reaches the web tasks: X-Forwarded-For is believed from it
     # alone, and names the client (login throttles, audit, access log).
     TRUSTED_PROXIES = var.vpc_cidr
+    # Where the workers run Spark jobs (spark/cluster/emr_serverless.py): the spark module's
+    # outputs, under the names the platform reads.
+    SPARK_RUNNER              = var.spark_runner
+    SPARK_APPLICATION_ID      = module.spark.application_id
+    SPARK_JOB_ROLE_ARN        = module.spark.job_role_arn
+    SPARK_LOG_GROUP_NAME      = module.spark.log_group_name
+    SPARK_CODE_URI            = var.spark_code_version == "" ? "" : "${module.spark.code_uri}${var.spark_code_version}/"
+    SPARK_DATABASE_SECRET_ARN = module.database.master_secret_arn
   }
 
   secrets = {
@@ -224,6 +232,7 @@ module "spark" {
   private_subnet_ids          = module.network.private_subnet_ids
   max_vcpu                    = var.spark_max_vcpu
   max_memory                  = var.spark_max_memory
+  image_uri                   = var.spark_image_uri
   data_bucket_arn             = module.storage.data_bucket_arn
   data_kms_key_arn            = module.storage.kms_key_arn
   database_secret_arn         = module.database.master_secret_arn
@@ -262,9 +271,10 @@ module "billing_task" {
   memory             = var.rules_memory
   execution_role_arn = module.iam.execution_role_arn
   task_role_arn      = module.iam.task_role_arns["billing"]
-  environment        = merge(local.environment, { SPARK_MASTER = "local[*]" })
-  secrets            = local.secrets
-  health_check       = false
-  log_group_name     = module.observability.log_group_names["billing"]
-  region             = var.region
+  # The one-off billing task runs the job itself (its role may not submit to EMR).
+  environment    = merge(local.environment, { SPARK_MASTER = "local[*]", SPARK_RUNNER = "local" })
+  secrets        = local.secrets
+  health_check   = false
+  log_group_name = module.observability.log_group_names["billing"]
+  region         = var.region
 }

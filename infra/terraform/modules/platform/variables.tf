@@ -224,3 +224,32 @@ variable "spark_max_memory" {
   type        = string
   default     = "64 GB"
 }
+
+variable "spark_runner" {
+  description = "Where the workers run the Spark jobs of tenants' runs over history, backfills and billing: local (in the worker, Spark local mode) or emr-serverless (submitted to the spark module's application; needs spark_code_version and spark_image_uri)."
+  type        = string
+  default     = "local"
+
+  validation {
+    condition     = contains(["local", "emr-serverless"], var.spark_runner)
+    error_message = "spark_runner is local or emr-serverless."
+  }
+}
+
+variable "spark_code_version" {
+  description = "Version of the jobs' code package on S3 (the VERSION python -m spark.package upload printed: SPARK_CODE_URI=…/spark-code/VERSION/); empty: none uploaded."
+  type        = string
+  default     = ""
+}
+
+variable "spark_image_uri" {
+  description = "EMR Serverless image with the jobs' Python requirements (docker/Dockerfile.spark-emr), its tag starting with the release label; null: EMR's own image, whose Python lacks them."
+  type        = string
+  default     = null
+
+  validation {
+    # Built FROM the release's base image, it runs that release's Spark: the one pyspark pins.
+    condition     = var.spark_image_uri == null || can(regex(":emr-spark-8\\.0\\.[0-9]+-[^:/]+$", var.spark_image_uri))
+    error_message = "Tag the image emr-spark-8.0.N-VERSION: it must be built on the release the spark module deploys (docker/Dockerfile.spark-emr)."
+  }
+}

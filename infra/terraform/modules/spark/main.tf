@@ -9,6 +9,8 @@ data "aws_partition" "current" {}
 locals {
   partition = data.aws_partition.current.partition
   account   = data.aws_caller_identity.current.account_id
+  # The data bucket's name (arn:PARTITION:s3:::NAME): the code package lives under code_prefix.
+  data_bucket = element(split(":::", var.data_bucket_arn), 1)
 }
 
 resource "aws_security_group" "this" {
@@ -99,14 +101,14 @@ data "aws_iam_policy_document" "job" {
     condition {
       test     = "StringLike"
       variable = "s3:prefix"
-      values   = [for prefix in concat(var.read_prefixes, var.write_prefixes) : "${prefix}*"]
+      values   = [for prefix in concat(var.read_prefixes, var.write_prefixes, [var.code_prefix]) : "${prefix}*"]
     }
   }
 
   statement {
-    sid       = "ReadArchiveAndUsage"
+    sid       = "ReadArchiveUsageAndCode"
     actions   = ["s3:GetObject"]
-    resources = [for prefix in concat(var.read_prefixes, var.write_prefixes) : "${var.data_bucket_arn}/${prefix}*"]
+    resources = [for prefix in concat(var.read_prefixes, var.write_prefixes, [var.code_prefix]) : "${var.data_bucket_arn}/${prefix}*"]
   }
 
   statement {

@@ -66,9 +66,20 @@ variable "read_prefixes" {
 }
 
 variable "write_prefixes" {
-  description = "Prefixes the jobs write (rule outputs, checkpoints, datasets, billing work files, code)."
+  description = "Prefixes the jobs write (rule outputs, checkpoints, datasets, their reports under rules/jobs/ and billing/jobs/). The code package (code_prefix) is read only."
   type        = list(string)
-  default     = ["rules/", "datasets/", "billing/", "spark-code/"]
+  default     = ["rules/", "datasets/", "billing/"]
+}
+
+variable "code_prefix" {
+  description = "Prefix of the data bucket the jobs' code package is uploaded under (python -m spark.package upload); the job role may read it, never write it."
+  type        = string
+  default     = "spark-code/"
+
+  validation {
+    condition     = can(regex("^[a-z0-9-]+/$", var.code_prefix))
+    error_message = "A single prefix ending in /, e.g. spark-code/."
+  }
 }
 
 variable "database_secret_arn" {
@@ -92,7 +103,7 @@ variable "log_group_arn" {
 }
 
 variable "billing_schedule_enabled" {
-  description = "Submit the billing job to EMR Serverless on the 1st of each month (instead of Celery beat running it in a worker)."
+  description = "Submit billing_entry_point to EMR Serverless on the 1st of each month, with no arguments. Prefer the platform's spark_runner = \"emr-serverless\": Celery beat's monthly billing is then submitted by a worker with the accounts the job needs (spark/entry/billing.py takes them as --accounts)."
   type        = bool
   default     = false
 }
