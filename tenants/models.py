@@ -449,6 +449,10 @@ class RuleMetrics(models.Model):
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
     lag_ms = models.BigIntegerField(null=True, blank=True, help_text="publish → action, last batch")
+    # The live job's recent latency (`spark.rules.live.RecentLatency`): publish → action done,
+    # over the actions of the last five minutes.
+    latency_p50_ms = models.BigIntegerField(null=True, blank=True)
+    latency_p99_ms = models.BigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
 

@@ -69,6 +69,9 @@ MESSAGE_SCHEMA = pa.schema(
         # many of `sessions` dropped it (the causes in `reason`).
         pa.field("message_id", pa.string()),
         pa.field("lost", pa.int32()),
+        # The rules' rows: milliseconds from the publish to this row (the match evaluated, the
+        # action done); null elsewhere and in files before the column.
+        pa.field("latency_ms", pa.int32()),
     ]
 )
 

@@ -90,7 +90,8 @@ class RuleJourney:
             else:
                 continue  # WHERE did not hold: nothing happened to the message
             found.append(self._row(row.tenant, now_ms, row.topic, row.client_id, outcome))
-            found[-1].update(reason=reason, rule=names.get(row.rule_id))
+            latency = now_ms - int(row.ts.timestamp() * 1000) if row.ts is not None else None
+            found[-1].update(reason=reason, rule=names.get(row.rule_id), latency_ms=latency)
         self._add(found)
 
     def actions(self, outcomes: Iterable[Outcome], names: Mapping[int, str]) -> None:
@@ -108,7 +109,11 @@ class RuleJourney:
                     reason += " (kept as a dead letter: replay it from the rule's page)"
             done_ms = outcome.done_ms or int(time.time() * 1000)
             row = self._row(job.tenant, done_ms, job.topic, job.client_id, kind)
-            row.update(reason=reason, rule=job.rule_name or names.get(job.rule_id))
+            row.update(
+                reason=reason,
+                rule=job.rule_name or names.get(job.rule_id),
+                latency_ms=done_ms - job.ts_ms if job.ts_ms else None,
+            )
             found.append(row)
         self._add(found)
 

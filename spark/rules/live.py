@@ -27,6 +27,7 @@ import logging
 import tempfile
 import threading
 import time
+from collections import deque
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -117,6 +118,24 @@ class RuleCache:
         self.version = version
         log.info("rules loaded: %d enabled, %d do not compile", len(self.specs), len(self.errors))
         return self.specs, self.errors
+
+
+class RecentLatency:
+    """Per rule, publish → action done of the actions of the last `window` seconds (at most
+    `per_rule` of them): the p50 and p99 the rule's page shows."""
+
+    def __init__(self, window: float = 300.0, per_rule: int = 10_000) -> None:
+        self.window, self.per_rule = window, per_rule
+        self._samples: dict[int, deque[tuple[float, int]]] = {}
+
+    def add(self, rule_id: int, latencies_ms: list[int]) -> tuple[int, int]:
+        now = time.monotonic()
+        samples = self._samples.setdefault(rule_id, deque(maxlen=self.per_rule))
+        samples.extend((now, lag) for lag in latencies_ms)
+        while samples and samples[0][0] < now - self.window:
+            samples.popleft()
+        ordered = sorted(lag for _, lag in samples)
+        return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, len(ordered) * 99 // 100)]
 
 
 class LiveMetrics:
@@ -272,6 +291,7 @@ class LiveJob:
         self._warm_frame: DataFrame | None = None  # a row of no tenant: `_prepare` runs on it
         self._prepared: list[RuleSpec] | None = None
         self.gaps = 0
+        self.recent = RecentLatency()
 
     def handle_batch(self, batch: DataFrame, batch_id: int, replay: bool = False) -> None:
         # A batch is first *evaluated* (the rules' probe, the Spark plan, collected): no side
@@ -489,8 +509,12 @@ class LiveJob:
             self.journey.flush()
             self._flush_usage(tally)
             tenants = dict(self.rules.tenants)
-            for rule_id in summary.deltas:
+            for rule_id, delta in summary.deltas.items():
                 tenants.setdefault(rule_id, "")
+                if delta.latencies_ms:
+                    p50, p99 = self.recent.add(rule_id, delta.latencies_ms)
+                    delta.latency_p50_ms, delta.latency_p99_ms = p50, p99
+                    delta.latencies_ms = []
             self.books.add(summary.deltas, tenants, summary.letters)
             self._flush_books()
             self.metrics.observe({s.id: s for s in self.rules.specs}, summary)

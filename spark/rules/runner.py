@@ -203,6 +203,7 @@ def _account(
     delta = deltas.setdefault(job.rule_id, RuleDelta())
     lag = (outcome.done_ms or int(time.time() * 1000)) - job.ts_ms
     delta.lag_ms = max(delta.lag_ms or 0, lag)
+    delta.latencies_ms.append(lag)
     summary.latencies_ms.append(lag)
     tally.add(job.tenant, actions_executed=1)
     if job.device is not None:

@@ -9,7 +9,7 @@ increments, so a live job and a backfill can run side by side; a rule deleted mi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import psycopg
@@ -89,6 +89,9 @@ class RuleDelta:
     actions_failed: int = 0
     last_error: str = ""
     lag_ms: int | None = None
+    latencies_ms: list[int] = field(default_factory=list)  # of its actions done (not stored)
+    latency_p50_ms: int | None = None  # over the last minutes (`live.RecentLatency`)
+    latency_p99_ms: int | None = None
 
     def add(self, other: RuleDelta) -> None:
         self.matched += other.matched
@@ -99,14 +102,17 @@ class RuleDelta:
         self.last_error = other.last_error or self.last_error
         if other.lag_ms is not None:
             self.lag_ms = other.lag_ms
+        self.latencies_ms += other.latencies_ms
+        if other.latency_p50_ms is not None:
+            self.latency_p50_ms, self.latency_p99_ms = other.latency_p50_ms, other.latency_p99_ms
 
 
 _UPSERT = f"""
 INSERT INTO {tables.RULE_METRICS}
     (rule_id, matched, passed, failed, actions_ok, actions_failed, last_error, last_error_at,
-     lag_ms, updated_at)
+     lag_ms, latency_p50_ms, latency_p99_ms, updated_at)
 SELECT %(rule_id)s, %(matched)s, %(passed)s, %(failed)s, %(actions_ok)s, %(actions_failed)s,
-       %(last_error)s, %(last_error_at)s, %(lag_ms)s, %(now)s
+       %(last_error)s, %(last_error_at)s, %(lag_ms)s, %(p50)s, %(p99)s, %(now)s
 WHERE EXISTS (SELECT 1 FROM {tables.RULE} WHERE id = %(rule_id)s)
 ON CONFLICT (rule_id) DO UPDATE SET
     matched = {tables.RULE_METRICS}.matched + EXCLUDED.matched,
@@ -118,6 +124,8 @@ ON CONFLICT (rule_id) DO UPDATE SET
                       ELSE {tables.RULE_METRICS}.last_error END,
     last_error_at = COALESCE(EXCLUDED.last_error_at, {tables.RULE_METRICS}.last_error_at),
     lag_ms = COALESCE(EXCLUDED.lag_ms, {tables.RULE_METRICS}.lag_ms),
+    latency_p50_ms = COALESCE(EXCLUDED.latency_p50_ms, {tables.RULE_METRICS}.latency_p50_ms),
+    latency_p99_ms = COALESCE(EXCLUDED.latency_p99_ms, {tables.RULE_METRICS}.latency_p99_ms),
     updated_at = EXCLUDED.updated_at
 """
 
@@ -137,6 +145,8 @@ def record_metrics(conn: psycopg.Connection, deltas: dict[int, RuleDelta]) -> No
             "last_error": d.last_error[:2000],
             "last_error_at": now if d.last_error else None,
             "lag_ms": d.lag_ms,
+            "p50": d.latency_p50_ms,
+            "p99": d.latency_p99_ms,
             "now": now,
         }
         for rule_id, d in sorted(deltas.items())

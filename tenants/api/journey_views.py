@@ -47,6 +47,11 @@ class JourneyRowOutput(serializers.Serializer):
     reason_code_text = serializers.CharField(allow_null=True, help_text="e.g. 0x97 Quota exceeded")
     reason = serializers.CharField(help_text="what happened, in words")
     node = serializers.CharField(allow_null=True)
+    latency_ms = serializers.IntegerField(
+        allow_null=True,
+        required=False,
+        help_text="a rule's row: milliseconds from the publish to the match or the action done",
+    )
 
 
 class ClientEventOutput(serializers.Serializer):

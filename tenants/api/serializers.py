@@ -293,6 +293,12 @@ class RuleMetricsOutput(serializers.Serializer):
     last_error = serializers.CharField(allow_blank=True)
     last_error_at = serializers.DateTimeField(allow_null=True)
     lag_ms = serializers.IntegerField(allow_null=True, help_text="publish → action, last batch")
+    latency_p50_ms = serializers.IntegerField(
+        allow_null=True, help_text="publish → action done, median of the last five minutes"
+    )
+    latency_p99_ms = serializers.IntegerField(
+        allow_null=True, help_text="publish → action done, 99th percentile of the last five minutes"
+    )
     updated_at = serializers.DateTimeField(allow_null=True)
 
 

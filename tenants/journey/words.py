@@ -101,6 +101,8 @@ def describe_outcome(row: dict[str, Any]) -> dict[str, Any]:
         # its drop rows share it; `lost` (on the message's row) counts those drops.
         "message_id": row.get("message_id"),
         "lost": row.get("lost"),
+        # The rules' rows: from the publish to the match or the action done.
+        "latency_ms": row.get("latency_ms"),
     }
 
 

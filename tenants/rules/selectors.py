@@ -47,6 +47,8 @@ def rule_metrics(rule: Rule) -> dict:
             "last_error": "",
             "last_error_at": None,
             "lag_ms": None,
+            "latency_p50_ms": None,
+            "latency_p99_ms": None,
             "updated_at": None,
         }
     return {
@@ -54,6 +56,8 @@ def rule_metrics(rule: Rule) -> dict:
         "last_error": metrics.last_error,
         "last_error_at": metrics.last_error_at,
         "lag_ms": metrics.lag_ms,
+        "latency_p50_ms": metrics.latency_p50_ms,
+        "latency_p99_ms": metrics.latency_p99_ms,
         "updated_at": metrics.updated_at,
     }
 

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.broker.clients import Paho
-from tests.e2e.conftest import Platform
+from tests.e2e.conftest import Platform, eventually
 from tests.spark.conftest import Receiver, signature_ok
 
 pytestmark = pytest.mark.e2e
@@ -102,6 +102,26 @@ def test_a_live_rule_republishes_and_calls_its_webhook(history, receiver):
     bodies = [json.loads(call["body"]) for call in calls]
     assert sorted(b["n"] for b in bodies if b["n"] >= 0) == [6, 7, 8, 9]
     assert all(signature_ok(call, SECRET) for call in calls)
+
+
+def test_the_rule_shows_its_recent_latency_and_the_journey_the_time_to_each_action(tenant, history):
+    """Issue 43: the live feed makes the rules act within a fraction of a second; the rule's
+    page (API) says how fast over the last minutes, the journey how long each action took."""
+    api = tenant["api"]
+    metrics = eventually(
+        lambda: api.get("/api/v1/rules/hot").json()["metrics"],
+        lambda m: m["latency_p50_ms"] is not None and m["actions_ok"] >= 8,
+    )
+    assert 0 < metrics["latency_p50_ms"] <= metrics["latency_p99_ms"]
+    assert metrics["latency_p50_ms"] < 2000, metrics  # seconds before the live feed
+    since = iso(history["started"] - timedelta(seconds=5))
+    query = f"topic=sensors/k1/temp&outcome=rule_matched,rule_action_ok&from={since}"
+    rows = eventually(
+        lambda: api.get(f"/api/v1/journey?{query}").json()["results"],
+        lambda rows: any(r["outcome"] == "rule_action_ok" for r in rows),
+    )
+    timed = [r for r in rows if r["outcome"] in ("rule_matched", "rule_action_ok")]
+    assert timed and all(r["latency_ms"] is not None and r["latency_ms"] >= 0 for r in timed)
 
 
 def test_a_run_over_history_skips_what_the_live_job_did(platform, tenant, history, receiver):
