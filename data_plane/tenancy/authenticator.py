@@ -82,7 +82,18 @@ class PostgresAuthenticator:
         if self.directory.by_source.blocked((address, (connect.username or "")[:256])):
             return self._result(await self.directory.admit("", "", "", address, connect.username))
         try:
-            who = await identify_certificate(self.identities, chain, connect.username)
+            if self.trust_anchors is not None and self.trust_anchors.attached:
+                ders = [chain] if isinstance(chain, bytes) else list(chain)
+                if not self.trust_anchors.vouches_for(ders):  # a stranger's: no lookup
+                    raise IdentityError(
+                        "client certificate not registered by any tenant (CA or fingerprint)"
+                    )
+            who = await identify_certificate(
+                self.identities,
+                chain,
+                connect.username,
+                endpoint_tenant=getattr(chain, "endpoint_tenant", None),
+            )
         except IdentityError as exc:
             return self._result(
                 self.directory.refuse(

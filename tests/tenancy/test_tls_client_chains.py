@@ -1,20 +1,22 @@
-"""Client certificate chains judged by the broker, not by OpenSSL's store (issue 28, point 6):
-real TLS handshakes over loopback sockets with `judge_chains` on the server's context, and
-`identify_certificate` over an in-memory store of registered CAs of colliding names."""
+"""Client certificate chains judged by the broker, not by OpenSSL's store (issue 28, point 6;
+issue 44): real TLS handshakes on an event loop with the broker's `ClientCertificateContext`,
+and `identify_certificate` (`cryptography`'s verifier) over an in-memory store of registered
+CAs, from the attacker's side."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
-import socket
 import ssl
-import threading
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from common.security.device_credentials import (
     IdentityError,
@@ -23,9 +25,15 @@ from common.security.device_credentials import (
     parse_certificate,
     pem_of,
 )
+from data_plane.broker import auth
 from data_plane.broker.auth import peer_certificate
+from data_plane.tenancy import identity, tls_client_chains
 from data_plane.tenancy.identity import TrustAnchors, identify_certificate
-from data_plane.tenancy.tls_client_chains import judge_chains
+from data_plane.tenancy.tls_client_chains import (
+    ClientCertificateContext,
+    UnavailableError,
+    endpoint_tenant,
+)
 
 
 def der(cert: x509.Certificate) -> bytes:
@@ -37,7 +45,7 @@ def pki(tmp_path_factory) -> dict:
     directory = tmp_path_factory.mktemp("pki")
     server_ca, server_ca_key = make_ca("test server CA")
     server, server_key = make_leaf(
-        "localhost", server_ca, server_ca_key, server_names=["127.0.0.1"]
+        "localhost", server_ca, server_ca_key, server_names=["127.0.0.1", "*.mqtt.test"]
     )
     (directory / "server.pem").write_text(pem_of(server))
     (directory / "server.key").write_text(pem_of(server_key))
@@ -45,91 +53,121 @@ def pki(tmp_path_factory) -> dict:
     return {"dir": directory}
 
 
-def handshake(pki: dict, judge, chain: list, key, version=ssl.TLSVersion.TLSv1_3) -> dict:
-    """One TLS handshake of a client presenting `chain` (its certificate first) to a server
-    whose context has `judge` installed; what each side saw."""
+def handshake(pki: dict, chain: list, key, version=ssl.TLSVersion.TLSv1_3, sni: str = "") -> dict:
+    """One TLS handshake, on an event loop, of a client presenting `chain` (its certificate
+    first) to a listener with the broker's client-certificate context; what each side saw."""
     directory: Path = pki["dir"]
-    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_context.load_cert_chain(directory / "server.pem", directory / "server.key")
-    server_context.verify_mode = ssl.CERT_OPTIONAL
-    seen: dict = {}
-
-    def judging(presented: list[bytes]) -> bool:
-        seen["judged"] = presented
-        return judge(presented)
-
-    assert judge_chains(server_context, judging)
     (directory / "client.pem").write_text("".join(pem_of(c) for c in chain))
     (directory / "client.key").write_text(pem_of(key))
     client_context = ssl.create_default_context(cafile=directory / "server-ca.pem")
     client_context.maximum_version = version
-    client_context.load_cert_chain(directory / "client.pem", directory / "client.key")
-    listener = socket.create_server(("127.0.0.1", 0))
+    client_context.check_hostname = bool(sni)
+    if chain:
+        client_context.load_cert_chain(directory / "client.pem", directory / "client.key")
+    seen: dict = {}
 
-    def serve() -> None:
-        raw, _ = listener.accept()
+    class Server(asyncio.Protocol):
+        def connection_made(self, transport) -> None:
+            seen["server_chain"] = peer_certificate(transport)
+            transport.write(b"ok" * 40_000)
+
+    async def run() -> None:
+        context = ClientCertificateContext(
+            str(directory / "server.pem"), str(directory / "server.key"), "mqtt.test"
+        )
+        server = await asyncio.get_running_loop().create_server(Server, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
         try:
-            with server_context.wrap_socket(raw, server_side=True) as tls:
-                seen["server_chain"] = peer_certificate(_Transport(tls))
-                tls.sendall(b"ok")
-        except (ssl.SSLError, OSError) as exc:
-            seen["server_error"] = exc
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client_context, server_hostname=sni
+            )
+            seen["client_read"] = await asyncio.wait_for(reader.readexactly(80_000), 5)
+            writer.close()
+        finally:
+            server.close()
 
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        with socket.create_connection(listener.getsockname(), timeout=5) as raw:
-            with client_context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-                seen["client_read"] = tls.recv(2)
-    except (ssl.SSLError, OSError) as exc:
-        seen["client_error"] = exc
-    thread.join(5)
-    listener.close()
+    asyncio.run(run())
     return seen
 
 
-class _Transport:
-    def __init__(self, ssl_object) -> None:
-        self.ssl_object = ssl_object
-
-    def get_extra_info(self, name: str):
-        return self.ssl_object if name == "ssl_object" else None
-
-
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
-def test_the_judge_sees_the_chain_as_sent_and_decides_the_handshake(pki, version):
+def test_any_chain_reaches_connect_as_sent_with_the_endpoints_tenant(pki, version):
     root, root_key = make_ca("root", path_length=1)
     issuing, issuing_key = make_ca("issuing", signer=(root, root_key))
     leaf, key = make_leaf("sensor-1", issuing, issuing_key)
-    # Accepted: the chain reaches CONNECT as sent (the device's certificate first).
-    seen = handshake(pki, lambda chain: True, [leaf, issuing], key, version)
-    assert seen.get("client_read") == b"ok", seen
-    assert seen["judged"] == [der(leaf), der(issuing)]
+    # No store judges it at the handshake: the chain reaches CONNECT as the client sent it.
+    seen = handshake(pki, [leaf, issuing], key, version)
+    assert seen["client_read"] == b"ok" * 40_000
     assert seen["server_chain"] == (der(leaf), der(issuing))
-    # Refused by the judge: the handshake fails, whatever OpenSSL's store would have said.
-    refused = handshake(pki, lambda chain: False, [leaf, issuing], key, version)
-    assert "client_error" in refused and "server_error" in refused
-    # A judge that breaks refuses too (nothing escapes into OpenSSL).
-    broken = handshake(pki, lambda chain: 1 / 0, [leaf], key, version)
-    assert "client_error" in broken and "server_error" in broken
+    assert seen["server_chain"].endpoint_tenant is None  # no server name: no tenant chosen
+    named = handshake(pki, [leaf], key, version, sni="acme.mqtt.test")
+    assert named["server_chain"] == (der(leaf),)
+    assert named["server_chain"].endpoint_tenant == "acme"
+    # A stranger's self-signed certificate is no handshake failure either: CONNECT refuses it.
+    stranger, stranger_key = make_leaf("who", None, None)
+    assert handshake(pki, [stranger], stranger_key, version)["server_chain"] == (der(stranger),)
+    # Without a certificate (passwords over TLS): nothing to judge.
+    assert handshake(pki, [], key, version)["server_chain"] is None
 
 
-def test_the_filter_lets_through_any_chain_naming_a_registered_issuer_whoever_else_shares_it(pki):
+def test_the_handshake_runs_on_uvloop_too(pki):
+    uvloop = pytest.importorskip("uvloop")
+    leaf, key = make_leaf("sensor-1", *make_ca("fleet CA"))
+    policy = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        seen = handshake(pki, [leaf], key, sni="acme.mqtt.test")
+    finally:
+        asyncio.set_event_loop_policy(policy)
+    assert seen["client_read"] == b"ok" * 40_000
+    assert seen["server_chain"].endpoint_tenant == "acme"
+
+
+def test_the_endpoint_names_a_tenant_only_under_the_domain():
+    assert endpoint_tenant("acme.mqtt.test", "mqtt.test") == "acme"
+    assert endpoint_tenant("ACME.mqtt.test.", "mqtt.test") == "acme"
+    assert endpoint_tenant("mqtt.test", "mqtt.test") is None
+    assert endpoint_tenant("a.b.mqtt.test", "mqtt.test") is None
+    assert endpoint_tenant("acme.evil.test", "mqtt.test") is None
+    assert endpoint_tenant("acme.mqtt.test", None) is None
+
+
+def test_no_ctypes_and_no_private_ssl_internals():
+    """Issue 44: the mechanism stands on public interfaces only."""
+    for module in (tls_client_chains, identity, auth):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add((node.module or "").split(".")[0])
+        assert not imported & {"ctypes", "_ssl", "cffi"}, module.__name__
+        attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        assert not attributes & {"_sslobj", "__basicsize__"}, module.__name__
+
+
+def test_the_listener_refuses_to_start_on_a_plain_context(pki):
+    anchors = TrustAnchors(store=None)
+    with pytest.raises(UnavailableError):
+        asyncio.run(anchors.attach(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)))
+    assert not anchors.attached
+
+
+def test_the_filter_lets_through_any_chain_naming_a_registered_issuer_whoever_else_shares_it():
     anchors = TrustAnchors(store=None)
     victim, victim_key = make_ca("fleet CA")
     squatter, squatter_key = make_ca("fleet CA")  # another tenant's, of the same name
     anchors._remember([("ca", squatter.subject.rfc4514_string(), pem_of(squatter))])
     anchors._remember([("ca", victim.subject.rfc4514_string(), pem_of(victim))])
-    device, device_key = make_leaf("sensor-1", victim, victim_key)
-    seen = handshake(pki, anchors.vouches_for, [device], device_key)
-    assert seen.get("client_read") == b"ok", seen
+    device, _ = make_leaf("sensor-1", victim, victim_key)
+    assert anchors.vouches_for([der(device)])
     stranger_ca, stranger_key = make_ca("nobody's CA")
-    stranger, stranger_key = make_leaf("sensor-1", stranger_ca, stranger_key)
-    assert "client_error" in handshake(pki, anchors.vouches_for, [stranger], stranger_key)
-    registered, registered_key = make_leaf("own", None, None)
+    stranger, _ = make_leaf("sensor-1", stranger_ca, stranger_key)
+    assert not anchors.vouches_for([der(stranger)])
+    registered, _ = make_leaf("own", None, None)
     anchors._remember([("cert", parse_certificate(der(registered)).fingerprint, "")])
-    seen = handshake(pki, anchors.vouches_for, [registered], registered_key)
-    assert seen.get("client_read") == b"ok", seen
+    assert anchors.vouches_for([der(registered)])
 
 
 class Store:
@@ -207,3 +245,164 @@ def test_a_certificate_not_meant_for_tls_clients_is_refused():
     with pytest.raises(IdentityError, match="unknown critical extension"):
         identify(store, [leaf((unknown, True))])
     assert identify(store, [leaf((unknown, False))]).device == "sensor-1"
+
+
+# -- from the attacker's side (issue 44) --------------------------------------------------------
+
+
+def device_certificate(ca, ca_key, *, key=None, cn="sensor-1", ca_flag=False, days=30, sans=()):
+    """A device certificate as an attacker may make one: any key, CA flag, validity, names."""
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    start = datetime.now(UTC) - timedelta(days=1)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=ca_flag, path_length=None), critical=True)
+    )
+    if sans:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(n) for n in sans]), critical=False
+        )
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def test_a_ca_certificate_presented_as_a_device_is_refused():
+    ca, ca_key = make_ca("fleet CA", path_length=None)
+    store = Store((1, "acme", ca))
+    sub_ca, _ = make_ca("sensor-1", signer=(ca, ca_key))  # CA:TRUE, its CN a device's name
+    with pytest.raises(IdentityError):
+        identify(store, [sub_ca])
+    with pytest.raises(IdentityError, match="cA must not be asserted"):
+        identify(store, [device_certificate(ca, ca_key, ca_flag=True)])
+    assert identify(store, [device_certificate(ca, ca_key)]).tenant == "acme"
+
+
+def test_weak_device_keys_are_refused():
+    ca, ca_key = make_ca("fleet CA")
+    store = Store((1, "acme", ca))
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    with pytest.raises(IdentityError, match="RSA key of 1024 bits"):
+        identify(store, [device_certificate(ca, ca_key, key=weak)])
+    small_curve = ec.generate_private_key(ec.SECP224R1())
+    with pytest.raises(IdentityError, match="secp224r1"):
+        identify(store, [device_certificate(ca, ca_key, key=small_curve)])
+    strong = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    assert identify(store, [device_certificate(ca, ca_key, key=strong)]).device == "sensor-1"
+
+
+def test_an_expired_certificate_is_refused_and_so_is_one_through_an_expired_ca():
+    ca, ca_key = make_ca("fleet CA", path_length=None)
+    store = Store((1, "acme", ca))
+    with pytest.raises(IdentityError, match="expired"):
+        identify(store, [device_certificate(ca, ca_key, days=0)])
+    gone = datetime.now(UTC) - timedelta(minutes=1)
+    stale, stale_key = make_ca("stale issuing CA", signer=(ca, ca_key), not_after=gone)
+    with pytest.raises(IdentityError):
+        identify(store, [device_certificate(stale, stale_key), stale])
+
+
+def test_another_tenants_certificate_is_refused_under_this_tenants_endpoint_or_user_name():
+    acme_ca, acme_key = make_ca("acme CA")
+    evil_ca, evil_key = make_ca("evil CA")
+    store = Store((1, "acme", acme_ca), (2, "evil", evil_ca))
+    evils = device_certificate(evil_ca, evil_key)
+    assert identify(store, [evils]).tenant == "evil"  # its own tenant's device, at most
+    with pytest.raises(IdentityError):
+        identify(store, [evils], "acme/sensor-1")
+    with pytest.raises(IdentityError):
+        asyncio.run(identify_certificate(store, [der(evils)], endpoint_tenant="acme"))
+    with pytest.raises(IdentityError, match="not the endpoint's"):
+        asyncio.run(identify_certificate(store, [der(evils)], "evil/x", endpoint_tenant="acme"))
+    acmes = device_certificate(acme_ca, acme_key)
+    found = asyncio.run(identify_certificate(store, [der(acmes)], endpoint_tenant="acme"))
+    assert (found.tenant, found.device) == ("acme", "sensor-1")
+
+
+def test_a_name_constraint_of_the_registered_ca_is_enforced():
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "constrained CA")])
+    start = datetime.now(UTC) - timedelta(days=1)
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), True
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .add_extension(
+            x509.NameConstraints([x509.DNSName("devices.acme.example")], None), critical=True
+        )
+        .sign(key, hashes.SHA256())
+    )
+    store = Store((1, "acme", ca))
+    inside = device_certificate(ca, key, sans=["s1.devices.acme.example"])
+    assert identify(store, [inside]).tenant == "acme"
+    outside = device_certificate(ca, key, sans=["s1.devices.evil.example"])
+    with pytest.raises(IdentityError, match="refused"):
+        identify(store, [outside])
+
+
+def test_look_alike_cas_cannot_crowd_out_the_real_one():
+    """Sign-ups are free: many tenants' CAs of the victim's name and key identifier. The real
+    CA's key identifier is its key's; a look-alike's is copied, so it comes after, and at most
+    a few candidates are checked."""
+    victim, victim_key = make_ca("fleet CA")
+    stated = victim.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    rows = []
+    for number in range(1, 3 * identity.MAX_CANDIDATES):
+        key = ec.generate_private_key(ec.SECP256R1())
+        look_alike = (
+            x509.CertificateBuilder()
+            .subject_name(victim.subject)
+            .issuer_name(victim.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(victim.not_valid_before_utc)
+            .not_valid_after(victim.not_valid_after_utc)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(stated, critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        rows.append((number, f"evil{number}", look_alike))
+    store = Store(*rows, (999, "acme", victim))
+    device = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sensor-1")]))
+        .issuer_name(victim.subject)
+        .public_key(ec.generate_private_key(ec.SECP256R1()).public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(datetime.now(UTC) - timedelta(days=1))
+        .not_valid_after(datetime.now(UTC) + timedelta(days=30))
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(victim_key.public_key()), False
+        )
+        .sign(victim_key, hashes.SHA256())
+    )
+    assert identify(store, [device]).label == "ca:999"
+
+
+def test_a_check_past_its_deadline_is_refused(monkeypatch):
+    ca, ca_key = make_ca("fleet CA")
+    store = Store((1, "acme", ca))
+    slow = identity.verify_client_chain
+
+    def slower(*args):
+        time.sleep(0.5)
+        return slow(*args)
+
+    monkeypatch.setattr(identity, "verify_client_chain", slower)
+    device = der(device_certificate(ca, ca_key))
+    with pytest.raises(IdentityError, match="too long"):
+        asyncio.run(identify_certificate(store, [device], deadline=0.1))
+    assert asyncio.run(identify_certificate(store, [device], deadline=5)).tenant == "acme"
