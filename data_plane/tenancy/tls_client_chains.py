@@ -50,6 +50,10 @@ MAX_CERTIFICATES = 8
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _READ = 65536
 _DER = Encoding.DER
+# TLS 1.2's cipher suites: Python's default for its contexts (TLS 1.3's are OpenSSL's).
+_CIPHERS = (
+    b"@SECLEVEL=2:ECDH+AESGCM:ECDH+CHACHA20:ECDH+AES:DHE+AES:!aNULL:!eNULL:!aDSS:!SHA1:!AESCCM"
+)
 
 
 class UnavailableError(RuntimeError):
@@ -88,7 +92,15 @@ class ClientCertificateContext(ssl.SSLContext):
         context.use_certificate_chain_file(cert)
         context.use_privatekey_file(key)
         context.check_privatekey()
-        context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE)
+        # As Python's `ssl` sets up a server context (3.10+), client renegotiation refused.
+        context.set_options(
+            SSL.OP_ALL
+            | SSL.OP_NO_SSLv3
+            | SSL.OP_NO_COMPRESSION
+            | SSL.OP_CIPHER_SERVER_PREFERENCE
+            | SSL.OP_NO_RENEGOTIATION
+        )
+        context.set_cipher_list(_CIPHERS)
         context.set_verify(SSL.VERIFY_PEER, _accept_chain)  # requested, judged at CONNECT
         context.set_verify_depth(MAX_CERTIFICATES)
         context.set_tlsext_servername_callback(_server_name)
@@ -201,7 +213,8 @@ class TLSObject:
             return b"" if buffer is None else 0
 
     def write(self, data: Any) -> int:
-        return self._call(self._conn.send, bytes(data))
+        sent: int = self._call(self._conn.send, bytes(data))
+        return sent
 
     def pending(self) -> int:
         return self._conn.pending() or int(self._buffered)

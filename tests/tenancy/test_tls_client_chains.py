@@ -9,6 +9,7 @@ import ast
 import asyncio
 import ssl
 import time
+from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from common.mqtt.packets import Connect
+from common.mqtt.reason_codes import ReasonCode
 from common.security.device_credentials import (
     IdentityError,
     make_ca,
@@ -28,6 +31,7 @@ from common.security.device_credentials import (
 from data_plane.broker import auth
 from data_plane.broker.auth import peer_certificate
 from data_plane.tenancy import identity, tls_client_chains
+from data_plane.tenancy.authenticator import CERTIFICATE_FAILURES, PostgresAuthenticator
 from data_plane.tenancy.identity import TrustAnchors, identify_certificate
 from data_plane.tenancy.tls_client_chains import (
     ClientCertificateContext,
@@ -406,3 +410,37 @@ def test_a_check_past_its_deadline_is_refused(monkeypatch):
     with pytest.raises(IdentityError, match="too long"):
         asyncio.run(identify_certificate(store, [device], deadline=0.1))
     assert asyncio.run(identify_certificate(store, [device], deadline=5)).tenant == "acme"
+
+
+class Directory:
+    """What the authenticator asks of the directory on a refused certificate."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, int] = defaultdict(int)
+
+
+def test_refused_certificates_are_throttled_per_fingerprint_and_tenant_never_per_address():
+    ca, ca_key = make_ca("fleet CA")
+    authenticator = PostgresAuthenticator(Directory(), identities=Store((1, "acme", ca)))
+    nobodys_ca, nobodys_key = make_ca("nobody's CA")
+    guessed = der(device_certificate(nobodys_ca, nobodys_key))
+
+    def connect(chain: bytes, username: str = "", endpoint: str | None = None) -> int:
+        presented = auth.ClientChain((chain,))
+        presented.endpoint_tenant = endpoint
+        result = asyncio.run(
+            authenticator.authenticate(
+                Connect("sensor-1", username=username or None), "10.0.0.1:5000", presented
+            )
+        )
+        return result.reason_code
+
+    for _ in range(CERTIFICATE_FAILURES):
+        assert connect(guessed) == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert connect(guessed) == ReasonCode.BAD_USER_NAME_OR_PASSWORD  # one a second is judged
+    assert connect(guessed) == ReasonCode.CONNECTION_RATE_EXCEEDED  # the others are not
+    # From the same address, another certificate, or this one claiming another tenant, is judged.
+    other = der(device_certificate(nobodys_ca, nobodys_key, cn="sensor-2"))
+    assert connect(other) == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert connect(guessed, "acme/sensor-1") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    assert connect(guessed, endpoint="evil") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
