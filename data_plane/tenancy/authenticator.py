@@ -93,7 +93,7 @@ class PostgresAuthenticator:
         try:
             if self.trust_anchors is not None and self.trust_anchors.attached:
                 ders = [chain] if isinstance(chain, bytes) else list(chain)
-                if not self.trust_anchors.vouches_for(ders):  # a stranger's: no lookup
+                if not self.trust_anchors.worth_a_lookup(ders):  # strangers': few lookups
                     raise IdentityError(
                         "client certificate not registered by any tenant (CA or fingerprint)"
                     )

@@ -412,10 +412,10 @@ def _check_usable(cert: ParsedCertificate, *, as_ca: bool) -> None:
 
 
 class TrustAnchors:
-    """Which client certificate chains are worth a verifier's time at CONNECT: those in which
-    some certificate names, as its issuer, a CA some tenant registered, or whose device
-    certificate some tenant registered (by fingerprint). A filter that keeps strangers' chains
-    from costing a lookup, not a verdict: it picks no issuer, so what one tenant registers
+    """Which client certificate chains are worth a lookup at CONNECT: those in which some
+    certificate names, as its issuer, a CA some tenant registered, or whose device certificate
+    some tenant registered (by fingerprint), and a few others a second (`worth_a_lookup`). A
+    filter that keeps strangers' chains from costing a query each, not a verdict: it picks no issuer, so what one tenant registers
     cannot change how another's devices fare; `identify_certificate` decides, by signature and
     per tenant, whose device it is and whether it is still valid and not revoked. The names
     only grow (revoked ones are refused by the verdict) until `reload` reads them afresh.
@@ -429,6 +429,8 @@ class TrustAnchors:
         self.issuers: set[str] = set()  # registered CAs' subjects
         self.fingerprints: set[str] = set()  # registered device certificates'
         self.attached = False
+        self.lookups_per_second = 20  # of chains the filter does not know (`worth_a_lookup`)
+        self._second, self._lookups = float("-inf"), 0
 
     async def attach(self, context: ssl.SSLContext) -> None:
         if not isinstance(context, ClientCertificateContext):
@@ -450,6 +452,19 @@ class TrustAnchors:
         anchors = await self.store.anchors()
         self.issuers, self.fingerprints = set(), set()
         self._remember(anchors)
+
+    def worth_a_lookup(self, chain: list[bytes]) -> bool:
+        """Whether CONNECT should look this chain up: yes when the filter knows its issuer or
+        fingerprint; otherwise (registered a moment ago, its notification still on its way; or
+        a stranger's) up to `lookups_per_second` such chains a second, the rest refused
+        unjudged, so strangers' chains cannot turn into a query each."""
+        if self.vouches_for(chain):
+            return True
+        now = time.monotonic()
+        if now - self._second >= 1.0:
+            self._second, self._lookups = now, 0
+        self._lookups += 1
+        return self._lookups <= self.lookups_per_second
 
     def vouches_for(self, chain: list[bytes]) -> bool:
         """`chain`: DER, the client's certificate first, then what it sent with it."""

@@ -444,3 +444,17 @@ def test_refused_certificates_are_throttled_per_fingerprint_and_tenant_never_per
     assert connect(other) == ReasonCode.BAD_USER_NAME_OR_PASSWORD
     assert connect(guessed, "acme/sensor-1") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
     assert connect(guessed, endpoint="evil") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+
+
+def test_chains_the_filter_does_not_know_are_looked_up_a_few_a_second():
+    """A CA registered a moment ago (its notification on its way) is looked up; a flood of
+    strangers' chains costs at most `lookups_per_second` queries a second."""
+    anchors = TrustAnchors(store=None)
+    known_ca, known_key = make_ca("fleet CA")
+    anchors._remember([("ca", known_ca.subject.rfc4514_string(), pem_of(known_ca))])
+    known = [der(make_leaf("sensor-1", known_ca, known_key)[0])]
+    stranger_ca, stranger_key = make_ca("nobody's CA")
+    stranger = [der(make_leaf("sensor-1", stranger_ca, stranger_key)[0])]
+    looked_up = [anchors.worth_a_lookup(stranger) for _ in range(3 * anchors.lookups_per_second)]
+    assert looked_up.count(True) == anchors.lookups_per_second
+    assert anchors.worth_a_lookup(known)  # the filter's own are never refused
