@@ -49,6 +49,7 @@ MAX_CERTIFICATES = 8
 # A tenant's slug as it may stand in a host name label.
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _READ = 65536
+_RECORD = 16384  # the most plaintext one TLS record holds
 _DER = Encoding.DER
 # TLS 1.2's cipher suites: Python's default for its contexts (TLS 1.3's are OpenSSL's).
 _CIPHERS = (
@@ -196,15 +197,16 @@ class TLSObject:
                 data = self._conn.bio_read(_READ)
             except SSL.WantReadError:
                 return
-            if not data:
-                return
             self._outgoing.write(data)
+            if len(data) < _READ:  # emptied: no second call (and its exception) needed
+                return
 
     def do_handshake(self) -> None:
         self._call(self._conn.do_handshake)
 
     def read(self, length: int = 1024, buffer: Any = None) -> Any:
         """Like `ssl.SSLObject.read`: the client's close_notify reads as the end (b"" or 0)."""
+        length = min(length, _RECORD)  # OpenSSL returns a record at most: no larger buffer
         try:
             if buffer is None:
                 return self._call(self._conn.recv, length)
@@ -213,7 +215,7 @@ class TLSObject:
             return b"" if buffer is None else 0
 
     def write(self, data: Any) -> int:
-        sent: int = self._call(self._conn.send, bytes(data))
+        sent: int = self._call(self._conn.send, data)
         return sent
 
     def pending(self) -> int:
