@@ -151,11 +151,16 @@ def test_no_ctypes_and_no_private_ssl_internals():
         assert not attributes & {"_sslobj", "__basicsize__"}, module.__name__
 
 
-def test_the_listener_refuses_to_start_on_a_plain_context(pki):
+def test_the_listener_refuses_to_start_without_its_mechanism(pki, monkeypatch):
+    """No fallback to a store shared by all tenants: a plain `ssl` context is refused, and so is
+    a client-certificate context where pyOpenSSL is missing."""
     anchors = TrustAnchors(store=None)
     with pytest.raises(UnavailableError):
         asyncio.run(anchors.attach(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)))
     assert not anchors.attached
+    monkeypatch.setattr(tls_client_chains, "SSL", None)
+    with pytest.raises(UnavailableError, match="pyOpenSSL"):
+        ClientCertificateContext(str(pki["dir"] / "server.pem"), str(pki["dir"] / "server.key"))
 
 
 def test_the_filter_lets_through_any_chain_naming_a_registered_issuer_whoever_else_shares_it():
