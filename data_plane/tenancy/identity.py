@@ -273,9 +273,13 @@ async def _candidate_cas(
     then by key identifier. A certificate's Authority Key Identifier must be the CA key's
     (RFC 5280's SHA-1 of the key, computed here) or its stated Subject Key Identifier; a CA
     whose key identifier is its key's comes first, one that only states another's (copied, as
-    a look-alike does) after. Which one signed is decided by signature (`_verified`)."""
-    found: dict[int, tuple[int, tuple[int, str, ParsedCertificate, bool]]] = {}
-    for cert in presented:
+    a look-alike does) after; then the nearest to the device's certificate (whose tenant's CA
+    is tried first). Which one signed is decided by signature (`_verified`). A device whose
+    certificate has no Authority Key Identifier, connecting with neither user name nor
+    endpoint, can be crowded out by many tenants' CAs of its CA's name: those name their
+    tenant (user name or endpoint) to be immune."""
+    found: dict[int, tuple[int, int, tuple[int, str, ParsedCertificate, bool]]] = {}
+    for depth, cert in enumerate(presented):
         wanted = _authority_key_id(cert.certificate)
         for row in await store.cas_named(cert.issuer):
             ca_id, owner, ca, _revoked = row
@@ -285,9 +289,9 @@ async def _candidate_cas(
             if wanted is not None and wanted not in (own, stated):
                 continue
             honest = wanted == own if wanted is not None else stated in (None, own)
-            found[ca_id] = (0 if honest else 1, row)
-    ranked = sorted(found.values(), key=lambda item: (item[0], item[1][3], item[1][0]))
-    return [row for _, row in ranked[:MAX_CANDIDATES]]
+            found[ca_id] = (0 if honest else 1, depth, row)
+    ranked = sorted(found.values(), key=lambda item: (item[0], item[1], item[2][3], item[2][0]))
+    return [row for *_, row in ranked[:MAX_CANDIDATES]]
 
 
 def _authority_key_id(cert: x509.Certificate) -> bytes | None:

@@ -463,3 +463,15 @@ def test_chains_the_filter_does_not_know_are_looked_up_a_few_a_second():
     looked_up = [anchors.worth_a_lookup(stranger) for _ in range(3 * anchors.lookups_per_second)]
     assert looked_up.count(True) == anchors.lookups_per_second
     assert anchors.worth_a_lookup(known)  # the filter's own are never refused
+
+
+def test_the_nearest_registered_ca_says_whose_device_it_is():
+    """An issuing CA one tenant registered, under a root another registered earlier: the
+    device is the issuing CA's tenant's, as the nearest registered CA reached says."""
+    root, root_key = make_ca("shared root", path_length=1)
+    issuing, issuing_key = make_ca("acme issuing CA", signer=(root, root_key))
+    store = Store((1, "rootco", root), (2, "acme", issuing))
+    device, _ = make_leaf("sensor-1", issuing, issuing_key)
+    found = identify(store, [device, issuing])
+    assert (found.tenant, found.label) == ("acme", "ca:2")
+    assert identify(store, [device, issuing], "rootco/sensor-1").label == "ca:1"
