@@ -90,8 +90,26 @@ _EE_POLICY = (
     .may_be_present(x509.SubjectAlternativeName, Criticality.AGNOSTIC, None)
     .may_be_present(x509.AuthorityKeyIdentifier, Criticality.AGNOSTIC, None)
 )
-_CA_POLICY = ExtensionPolicy.webpki_defaults_ca().may_be_present(
-    x509.AuthorityKeyIdentifier, Criticality.AGNOSTIC, None
+
+
+def _may_sign_certificates(_policy: Any, _cert: x509.Certificate, usage: Any) -> None:
+    if usage is not None and not usage.key_cert_sign:
+        raise ValueError("keyUsage.keyCertSign must be asserted in a CA certificate")
+
+
+def _is_ca(_policy: Any, _cert: x509.Certificate, constraints: Any) -> None:
+    if not constraints.ca:
+        raise ValueError("basicConstraints.cA must be asserted in a CA certificate")
+
+
+# CAs as `openssl req -x509` makes them (no keyUsage; if stated, it allows signing
+# certificates) and as older ones are (basicConstraints not marked critical), as OpenSSL takes
+# them; path lengths are the verifier's own check.
+_CA_POLICY = (
+    ExtensionPolicy.webpki_defaults_ca()
+    .may_be_present(x509.AuthorityKeyIdentifier, Criticality.AGNOSTIC, None)
+    .may_be_present(x509.KeyUsage, Criticality.AGNOSTIC, _may_sign_certificates)
+    .require_present(x509.BasicConstraints, Criticality.AGNOSTIC, _is_ca)
 )
 
 

@@ -475,3 +475,40 @@ def test_the_nearest_registered_ca_says_whose_device_it_is():
     found = identify(store, [device, issuing])
     assert (found.tenant, found.label) == ("acme", "ca:2")
     assert identify(store, [device, issuing], "rootco/sensor-1").label == "ca:1"
+
+
+def test_cas_as_openssl_makes_them_anchor_and_path_lengths_hold():
+    """A CA of `openssl req -x509` (no keyUsage) or an older one (basicConstraints not
+    critical) anchors, as OpenSSL takes them; one whose keyUsage excludes signing certificates
+    does not, nor does a CA below a root whose path length allows none."""
+
+    def ca_certificate(cn: str, *, critical: bool = True, usage=None, signer=None, length=None):
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+        start = datetime.now(UTC) - timedelta(days=1)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(signer[0].subject if signer else name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(start + timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=length), critical=critical)
+        )
+        if usage is not None:
+            builder = builder.add_extension(usage, critical=True)
+        return builder.sign(signer[1] if signer else key, hashes.SHA256()), key
+
+    bare, bare_key = ca_certificate("bare CA")
+    assert identify(Store((1, "acme", bare)), [device_certificate(bare, bare_key)]).label == "ca:1"
+    loose, loose_key = ca_certificate("loose CA", critical=False)
+    assert identify(Store((2, "acme", loose)), [device_certificate(loose, loose_key)])
+    signs_only_data = x509.KeyUsage(True, False, False, False, False, False, False, False, False)
+    wrong, wrong_key = ca_certificate("wrong CA", usage=signs_only_data)
+    with pytest.raises(IdentityError, match="keyCertSign"):
+        identify(Store((3, "acme", wrong)), [device_certificate(wrong, wrong_key)])
+    root, root_key = ca_certificate("root", length=0)
+    below, below_key = ca_certificate("below", signer=(root, root_key))
+    with pytest.raises(IdentityError, match="path length"):
+        identify(Store((4, "acme", root)), [device_certificate(below, below_key), below])
