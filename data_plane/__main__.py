@@ -39,6 +39,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wss-port", type=int)
     parser.add_argument("--tls-cert", default=os.environ.get("MQTT_TLS_CERT"))
     parser.add_argument("--tls-key", default=os.environ.get("MQTT_TLS_KEY"))
+    parser.add_argument(
+        "--tls-domain",
+        default=os.environ.get("MQTT_TLS_DOMAIN"),
+        help="SNI `{tenant}.{domain}` picks a client certificate's tenant (MQTT_TLS_DOMAIN)",
+    )
     parser.add_argument("--metrics-port", type=int)
     parser.add_argument("--auth-file", help="static tenants/devices JSON instead of Postgres")
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"))
@@ -170,6 +175,7 @@ async def run(args: argparse.Namespace) -> None:
         wss_port=args.wss_port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        tls_domain=args.tls_domain,
         metrics_port=args.metrics_port,
         sys_interval=args.sys_interval,
         max_queued_messages=args.max_queued,

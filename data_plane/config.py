@@ -14,6 +14,9 @@ class BrokerConfig:
     wss_port: int | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    # Client certificates (mTLS): a client whose server name (SNI) is `{tenant}.{tls_domain}`
+    # is that tenant's device or nobody's (as AWS IoT Core's endpoint names an account).
+    tls_domain: str | None = None
     metrics_port: int | None = None
     max_packet_size: int = 1_048_576  # advertised in CONNACK; larger inbound packets: 0x95
     receive_maximum: int = 1024  # inbound QoS 2 awaiting PUBREL per client

@@ -17,6 +17,7 @@ from data_plane.broker.ports import NO_PORTS, Ports
 from data_plane.broker.websocket import WebSocketProtocol
 from data_plane.config import BrokerConfig
 from data_plane.observability import refusals
+from data_plane.tenancy.tls_client_chains import ClientCertificateContext
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +81,15 @@ async def serve(
     if ports.cluster is not None:  # filled: what other nodes forward may come in
         await ports.cluster.ready()
     server = Server(broker)
-    tls = tls_context(config.tls_cert, config.tls_key) if config.tls_cert else None
     anchors = getattr(authenticator, "trust_anchors", None)
-    if tls is not None and anchors is not None:  # identity hook: client certificates (mTLS)
-        await anchors.attach(tls)
+    tls: ssl.SSLContext | None = None
+    if config.tls_cert and anchors is not None:  # client certificates (mTLS), judged at CONNECT
+        tls = ClientCertificateContext(
+            config.tls_cert, config.tls_key or config.tls_cert, config.tls_domain
+        )
+        await anchors.attach(tls)  # refuses (raises) any other kind of context
+    elif config.tls_cert:
+        tls = tls_context(config.tls_cert, config.tls_key)
 
     async def listen(name: str, port: int | None, factory, ssl_context=None) -> None:
         if port is None:

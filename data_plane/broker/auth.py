@@ -6,7 +6,6 @@ The implementations live in `data_plane.tenancy`: from the control plane's table
 
 from __future__ import annotations
 
-import _ssl
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,12 +59,20 @@ class Authenticator(Protocol):
     ) -> AuthResult: ...
 
 
-def peer_certificate(transport: Any) -> tuple[bytes, ...] | None:
-    """The client certificate chain (DER, the device's own first) the TLS handshake received, if
-    any (mTLS device identity: an authenticator with `accepts_certificates` is given it and judges
-    it; intermediates let it find the tenant's registered CA). The chain OpenSSL verified where it
-    verified one, else the chain as the client sent it (the tenancy layer has OpenSSL leave the
-    verdict to it: `data_plane.tenancy.tls_client_chains`)."""
+class ClientChain(tuple[bytes, ...]):
+    """A TLS client's certificate chain (DER, the device's own first, then what it sent with
+    it), and the tenant its server name (SNI) chose, if it named one (`endpoint_tenant`)."""
+
+    endpoint_tenant: str | None = None
+
+
+def peer_certificate(transport: Any) -> ClientChain | None:
+    """The client certificate chain the TLS handshake received, if any (mTLS device identity:
+    an authenticator with `accepts_certificates` is given it and judges it; intermediates let it
+    find the tenant's registered CA). As the client sent it: the TLS listener leaves the verdict
+    to the authenticator (`data_plane.tenancy.tls_client_chains`). Public interfaces only:
+    `get_unverified_chain` (`ssl.SSLObject` from Python 3.13, and the listener's TLS objects);
+    elsewhere the device's certificate alone."""
     get = getattr(transport, "get_extra_info", None)
     ssl_object = get("ssl_object") if get is not None else None
     getpeercert = getattr(ssl_object, "getpeercert", None)
@@ -73,27 +80,12 @@ def peer_certificate(transport: Any) -> tuple[bytes, ...] | None:
         return None
     try:
         leaf = getpeercert(binary_form=True)
+        sent = getattr(ssl_object, "get_unverified_chain", None)
+        ders = [bytes(der) for der in (sent() if sent is not None else None) or ()]
     except (ValueError, ssl.SSLError):  # handshake not complete
         return None
     if not leaf:
         return None
-    verified = _chain(ssl_object, "get_verified_chain")
-    if verified:
-        return verified
-    sent = _chain(ssl_object, "get_unverified_chain")
-    return sent if sent and sent[0] == leaf else (leaf,)
-
-
-def _chain(ssl_object: Any, method: str) -> tuple[bytes, ...]:
-    """A chain from the SSL object: public from Python 3.13, on the private `_sslobj` before
-    (3.10-3.12 have it there); empty where neither exists (then the leaf alone is judged)."""
-    try:
-        public = getattr(ssl_object, method, None)
-        if public is not None:
-            return tuple(public() or ())
-        private = getattr(getattr(ssl_object, "_sslobj", None), method, None)
-        if private is None:
-            return ()
-        return tuple(c.public_bytes(_ssl.ENCODING_DER) for c in private() or ())
-    except (ValueError, ssl.SSLError, AttributeError):
-        return ()
+    chain = ClientChain(ders if ders and ders[0] == leaf else (leaf,))
+    chain.endpoint_tenant = getattr(ssl_object, "endpoint_tenant", None)
+    return chain

@@ -20,13 +20,16 @@ from common.security.device_credentials import (
 from data_plane.broker.auth import AuthResult
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.aws_user_name import as_sent_by_aws_sdk
-from data_plane.tenancy.directory import TenantDirectory
+from data_plane.tenancy.directory import Decision, FailureThrottle, TenantDirectory
 from data_plane.tenancy.fleet_identity import ClaimAuthorizer, auto_register, fleet_certificate
 from data_plane.tenancy.identity import IdentityStore, TrustAnchors, identify_certificate
 
 log = logging.getLogger(__name__)
 
 CLAIM_DEVICE = "$claim"  # the device name of a claim certificate's connections
+# Refused certificate attempts per (fingerprint, tenant claimed) in the window; then one a second.
+CERTIFICATE_FAILURES = 10
+CERTIFICATE_FAILURE_WINDOW = 10.0
 
 
 def _leaf_fingerprint(chain: Sequence[bytes] | bytes) -> str:
@@ -59,6 +62,8 @@ class PostgresAuthenticator:
         self.directory = directory
         self.identities = identities
         self.trust_anchors = trust_anchors  # the TLS listener asks it for client-cert anchors
+        # (certificate fingerprint, tenant claimed) -> failures (`_by_certificate`)
+        self.by_certificate = FailureThrottle(CERTIFICATE_FAILURES, CERTIFICATE_FAILURE_WINDOW)
 
     async def authenticate(
         self, connect: Connect, peer: str, certificate: Sequence[bytes] | bytes | None = None
@@ -79,16 +84,25 @@ class PostgresAuthenticator:
     async def _by_certificate(
         self, connect: Connect, address: str, chain: Sequence[bytes] | bytes
     ) -> AuthResult:
-        if self.directory.by_source.blocked((address, (connect.username or "")[:256])):
-            return self._result(await self.directory.admit("", "", "", address, connect.username))
+        endpoint = getattr(chain, "endpoint_tenant", None)
+        # Failures are counted per certificate and the tenant it claims (its endpoint's or its
+        # user name's), never per address: devices behind one NAT are not each other's hostages.
+        key = (_leaf_fingerprint(chain), (endpoint or (connect.username or "")).split("/")[0])
+        if self.by_certificate.blocked(key):
+            return self._refused(ReasonCode.CONNECTION_RATE_EXCEEDED, "too many failed attempts")
         try:
-            who = await identify_certificate(self.identities, chain, connect.username)
-        except IdentityError as exc:
-            return self._result(
-                self.directory.refuse(
-                    address, connect.username, ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc)
-                )
+            if self.trust_anchors is not None and self.trust_anchors.attached:
+                ders = [chain] if isinstance(chain, bytes) else list(chain)
+                if not self.trust_anchors.worth_a_lookup(ders):  # strangers': few lookups
+                    raise IdentityError(
+                        "client certificate not registered by any tenant (CA or fingerprint)"
+                    )
+            who = await identify_certificate(
+                self.identities, chain, connect.username, endpoint_tenant=endpoint
             )
+        except IdentityError as exc:
+            self.by_certificate.fail(key)
+            return self._refused(ReasonCode.BAD_USER_NAME_OR_PASSWORD, str(exc))
         except Exception as exc:  # the database: like the directory, refuse as unavailable
             log.warning("certificate lookup failed: %s", exc)
             return AuthResult(
@@ -99,11 +113,8 @@ class PostgresAuthenticator:
             issued = await fleet_certificate(self.identities.pool, _leaf_fingerprint(chain))
             refusal = _fleet_refusal(issued, who.tenant)
             if refusal:
-                return self._result(
-                    self.directory.refuse(
-                        address, connect.username, ReasonCode.NOT_AUTHORIZED, refusal, who.tenant
-                    )
-                )
+                self.by_certificate.fail(key)
+                return self._refused(ReasonCode.NOT_AUTHORIZED, refusal, who.tenant)
             if issued.kind == "claim":
                 return await self._as_claim(connect, issued, who)
             device = issued.device
@@ -116,6 +127,10 @@ class PostgresAuthenticator:
         result = self._result(decision, identity=who.label)
         result.valid_until = who.not_after  # the connection ends when the certificate does
         return result
+
+    def _refused(self, code: int, reason: str, tenant: str = "") -> AuthResult:
+        self.directory.stats[f"rejected_{code:#04x}"] += 1
+        return self._result(Decision(code, reason, tenant))
 
     async def _register_just_in_time(self, tenant: str, device: str, ca_id: int) -> None:
         """A device the tenant does not know yet, whose certificate its CA signed: made now if

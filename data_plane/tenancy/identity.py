@@ -1,23 +1,23 @@
 """Device identity beyond secrets, on the broker: client certificates (mTLS) and JWT passwords.
 
-The TLS listener asks for a client certificate (`CERT_OPTIONAL`); OpenSSL checks that the client
-holds its certificate's key, and lets through to CONNECT only a chain in which some certificate
-names a registered CA as its issuer, or whose device certificate is registered (`TrustAnchors`, a
-filter that chooses no issuer: `tls_client_chains` says why OpenSSL's store cannot be the judge
-when tenants register CAs of the same name). *Which* tenant and device it is, and whether that is
+The TLS listener asks for a client certificate and lets any chain the client proves it holds the
+key of through to CONNECT (`tls_client_chains` says why OpenSSL's store cannot be the judge when
+tenants register CAs of the same name). *Which* tenant and device it is, and whether that is
 still true (revoked, expired), is decided here at CONNECT, against the tables:
 
 - a certificate registered by its SHA-256 fingerprint for the device the user name names;
 - otherwise the registered CA it chains up to names the tenant and the certificate's subject CN
   the device (a tenant registers a CA only with proof that it holds the CA's key:
-  `tenants.devices.identity.ca_register`). The CA may have signed it directly, or through intermediates
-  the device sends with its certificate (as AWS IoT accepts): the chain is walked up from the
-  device's certificate, each link checked by signature, CA flag, path length and validity, until
-  a CA some tenant registered signed the last one; that CA, and only a registered CA, anchors
-  the chain and says whose device it is. An intermediate nobody registered anchors nothing. A
-  CA is found by its signature, never by its name alone: every registered CA of the issuer's
-  name is tried (only the user name's tenant's, when the client sends one), so another tenant's
-  CA of the same name neither vouches for a device nor stands in the way of its own CA.
+  `tenants.devices.identity.ca_register`). The CA may have signed it directly, or through
+  intermediates the device sends with its certificate (as AWS IoT accepts); an intermediate
+  nobody registered anchors nothing. The path is validated by `cryptography`'s X.509 verifier
+  (`verify_client_chain`): per tenant, with only that tenant's registered CAs as anchors,
+  by signature, with validity, basic constraints (a leaf is no CA), key usages, name
+  constraints and key sizes (RSA at least 2048 bits, EC at least P-256) enforced, in a thread
+  and within a deadline (`VERIFY_DEADLINE`). The candidate CAs are found by the issuer's name
+  and key identifier (only the user name's or endpoint's tenant's, when the client names one),
+  at most `MAX_CANDIDATES` of them, so another tenant's CA of the same name neither vouches for
+  a device nor stands in the way of its own CA.
 
 A user name, if the client sends one, must agree (`tenant/device`). A JWT password is checked
 against the tenant's registered keys (`common.security.device_credentials.verify_jwt`).
@@ -28,16 +28,27 @@ revoking one ends exactly the connections it admitted (`end_connections`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.verification import (
+    Criticality,
+    ExtensionPolicy,
+    PolicyBuilder,
+    Store,
+    VerificationError,
+)
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -48,10 +59,9 @@ from common.security.device_credentials import (
     PublicKey,
     check_valid,
     fingerprint,
-    issued_by,
     parse_certificate,
 )
-from data_plane.tenancy.tls_client_chains import judge_chains
+from data_plane.tenancy.tls_client_chains import ClientCertificateContext, UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +76,41 @@ class CertificateIdentity:
 
 # Intermediates between a device certificate and its tenant's registered CA, at most.
 MAX_INTERMEDIATES = 4
+# Registered CAs tried per CONNECT, at most (each costs a signature check or so).
+MAX_CANDIDATES = 8
+# Seconds a chain's check may take (queued behind others included) before it is refused.
+VERIFY_DEADLINE = 2.0
+MIN_RSA_BITS = 2048
+EC_CURVES = frozenset({"secp256r1", "secp384r1", "secp521r1"})
+# Checks run here, off the event loop; a flood of chains queues here, not on the loop.
+_VERIFIERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="x509-verify")
+# The web PKI profile, less what devices' certificates (AWS's among them) do without.
+_EE_POLICY = (
+    ExtensionPolicy.webpki_defaults_ee()
+    .may_be_present(x509.SubjectAlternativeName, Criticality.AGNOSTIC, None)
+    .may_be_present(x509.AuthorityKeyIdentifier, Criticality.AGNOSTIC, None)
+)
+
+
+def _may_sign_certificates(_policy: Any, _cert: x509.Certificate, usage: Any) -> None:
+    if usage is not None and not usage.key_cert_sign:
+        raise ValueError("keyUsage.keyCertSign must be asserted in a CA certificate")
+
+
+def _is_ca(_policy: Any, _cert: x509.Certificate, constraints: Any) -> None:
+    if not constraints.ca:
+        raise ValueError("basicConstraints.cA must be asserted in a CA certificate")
+
+
+# CAs as `openssl req -x509` makes them (no keyUsage; if stated, it allows signing
+# certificates) and as older ones are (basicConstraints not marked critical), as OpenSSL takes
+# them; path lengths are the verifier's own check.
+_CA_POLICY = (
+    ExtensionPolicy.webpki_defaults_ca()
+    .may_be_present(x509.AuthorityKeyIdentifier, Criticality.AGNOSTIC, None)
+    .may_be_present(x509.KeyUsage, Criticality.AGNOSTIC, _may_sign_certificates)
+    .require_present(x509.BasicConstraints, Criticality.AGNOSTIC, _is_ca)
+)
 
 
 _CA_SQL = f"""
@@ -175,13 +220,19 @@ class IdentityStore:
 
 
 async def identify_certificate(
-    store: IdentityStore, chain: bytes | Sequence[bytes], username: str | None = None
+    store: IdentityStore,
+    chain: bytes | Sequence[bytes],
+    username: str | None = None,
+    *,
+    endpoint_tenant: str | None = None,
+    deadline: float = VERIFY_DEADLINE,
 ) -> CertificateIdentity:
     """Which tenant's device this certificate is, or IdentityError saying why none. `chain` is
-    the device's certificate (DER), then the certificates it sent with it (or the chain a
-    handshake verified). A certificate registered for one device counts only with that device's
-    user name (it proves the key, not the tenant: anyone can register a certificate they have
-    seen); a CA-issued one names its device by itself (registering a CA needs proof of its key)."""
+    the device's certificate (DER), then the certificates it sent with it. A certificate
+    registered for one device counts only with that device's user name (it proves the key, not
+    the tenant: anyone can register a certificate they have seen); a CA-issued one names its
+    device by itself (registering a CA needs proof of its key). `endpoint_tenant`: the tenant
+    the client's server name (SNI) chose; then it is that tenant's device or none."""
     ders = [chain] if isinstance(chain, bytes) else list(chain)
     try:
         presented = [parse_certificate(der) for der in ders[: MAX_INTERMEDIATES + 2]]
@@ -190,51 +241,158 @@ async def identify_certificate(
     if not presented:
         raise IdentityError("no client certificate")
     leaf = presented[0]
-    check_valid(leaf)  # the handshake checked too; the clock may have moved since
+    check_valid(leaf)  # a clear reason; the verifier checks every certificate's validity too
     _check_usable(leaf, as_ca=False)
     tenant, _, device = (username or "").partition("/")
+    if endpoint_tenant is not None:
+        if tenant and tenant != endpoint_tenant:
+            raise IdentityError(f"the user name's tenant is not the endpoint's ({endpoint_tenant})")
+        tenant = endpoint_tenant
     if tenant and device:
         registered = await store.device_certificate(leaf.fingerprint, tenant, device)
-        if registered is not None:
+        if registered is not None:  # anchored on itself; the rest of the policy still applies
+            await _verified(leaf.certificate, [leaf.certificate], [], deadline)
             cert_id, tenant, device = registered
             return CertificateIdentity(tenant, device, f"cert:{cert_id}", leaf.not_after)
     if not leaf.common_name:
         raise IdentityError("the certificate's subject has no CN naming the device")
-    path = [leaf]  # the device's certificate, then the intermediates that signed each link
-    sent = presented[1:]
-    while True:
-        current = path[-1]
-        for ca_id, owner, ca, revoked in await store.cas_named(current.issuer):
-            if tenant and owner != tenant:
-                continue  # the user name says whose device: another tenant's CA vouches for none
-            if issued_by(current, ca) and _may_sign(ca, len(path) - 1):
-                if revoked:  # a tenant revoked this CA: what it signed is refused, even if a
-                    # CA above it is still registered (live registrations come first)
-                    raise IdentityError("the certificate chains through a revoked CA")
-                check_valid(ca)
-                _check_usable(ca, as_ca=True)
-                not_after = min(c.not_after for c in (*path, ca))
-                label = await _ca_label(store, ca_id, owner, leaf)
-                return CertificateIdentity(owner, leaf.common_name, label, not_after)
-        if len(path) > MAX_INTERMEDIATES:
-            break
-        # Not a registered CA's: one of the certificates sent (in any order) must have signed it.
-        above = next(
-            (
-                c
-                for c in sent
-                if all(c is not p for p in path)
-                and issued_by(current, c)
-                and _may_sign(c, len(path) - 1)
-            ),
-            None,
-        )
-        if above is None:
-            break
-        check_valid(above)
-        _check_usable(above, as_ca=True)
-        path.append(above)
-    raise IdentityError("client certificate not registered by any tenant (CA or fingerprint)")
+    candidates = await _candidate_cas(store, presented, tenant)
+    intermediates = [c.certificate for c in presented[1:]]
+    why = "client certificate not registered by any tenant (CA or fingerprint)"
+    for owner in dict.fromkeys(owner for _, owner, _, revoked in candidates if not revoked):
+        mine = [(i, ca, revoked) for i, o, ca, revoked in candidates if o == owner]
+        live = {ca.fingerprint: i for i, ca, revoked in mine if not revoked}
+        anchors = [ca.certificate for _, ca, revoked in mine if not revoked]
+        try:
+            path = await _verified(leaf.certificate, anchors, intermediates, deadline)
+        except IdentityError as exc:
+            why = str(exc)
+            continue
+        used = [fingerprint(cert.public_bytes(Encoding.DER)) for cert in path]
+        revoked_cas = {ca.fingerprint for _, ca, revoked in mine if revoked} - set(live)
+        if revoked_cas & set(used):  # a tenant revoked this CA: what it signed is refused, even
+            # if a CA above it is still registered
+            raise IdentityError("the certificate chains through a revoked CA")
+        not_after = min(cert.not_valid_after_utc for cert in path)
+        label = await _ca_label(store, live[used[-1]], owner, leaf)
+        return CertificateIdentity(owner, leaf.common_name, label, not_after)
+    if any(revoked for *_, revoked in candidates) and not any(
+        not revoked for *_, revoked in candidates
+    ):
+        why = "the certificate chains through a revoked CA"
+    raise IdentityError(why)
+
+
+async def _candidate_cas(
+    store: IdentityStore, presented: list[ParsedCertificate], tenant: str
+) -> list[tuple[int, str, ParsedCertificate, bool]]:
+    """The registered CAs that may have signed a certificate of the chain, at most
+    `MAX_CANDIDATES`: found by the issuer's name (only the tenant's, when the client names it),
+    then by key identifier. A certificate's Authority Key Identifier must be the CA key's
+    (RFC 5280's SHA-1 of the key, computed here) or its stated Subject Key Identifier; a CA
+    whose key identifier is its key's comes first, one that only states another's (copied, as
+    a look-alike does) after; then the nearest to the device's certificate (whose tenant's CA
+    is tried first). Which one signed is decided by signature (`_verified`). A device whose
+    certificate has no Authority Key Identifier, connecting with neither user name nor
+    endpoint, can be crowded out by many tenants' CAs of its CA's name: those name their
+    tenant (user name or endpoint) to be immune."""
+    found: dict[int, tuple[int, int, tuple[int, str, ParsedCertificate, bool]]] = {}
+    for depth, cert in enumerate(presented):
+        wanted = _authority_key_id(cert.certificate)
+        for row in await store.cas_named(cert.issuer):
+            ca_id, owner, ca, _revoked = row
+            if (tenant and owner != tenant) or ca_id in found:
+                continue
+            own, stated = _key_ids(ca.certificate)
+            if wanted is not None and wanted not in (own, stated):
+                continue
+            honest = wanted == own if wanted is not None else stated in (None, own)
+            found[ca_id] = (0 if honest else 1, depth, row)
+    ranked = sorted(found.values(), key=lambda item: (item[0], item[1], item[2][3], item[2][0]))
+    return [row for *_, row in ranked[:MAX_CANDIDATES]]
+
+
+def _authority_key_id(cert: x509.Certificate) -> bytes | None:
+    try:
+        return cert.extensions.get_extension_for_class(
+            x509.AuthorityKeyIdentifier
+        ).value.key_identifier
+    except x509.ExtensionNotFound:
+        return None
+
+
+def _key_ids(cert: x509.Certificate) -> tuple[bytes | None, bytes | None]:
+    """A CA's key identifier as computed from its key, and as its certificate states it."""
+    try:
+        own = x509.SubjectKeyIdentifier.from_public_key(cert.public_key()).digest
+    except (ValueError, TypeError):
+        own = None
+    try:
+        stated = cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest
+    except x509.ExtensionNotFound:
+        stated = None
+    return own, stated
+
+
+async def _verified(
+    leaf: x509.Certificate,
+    anchors: list[x509.Certificate],
+    intermediates: list[x509.Certificate],
+    deadline: float,
+) -> list[x509.Certificate]:
+    """The path from `leaf` to one of `anchors` that `cryptography`'s verifier builds, checked
+    in a thread (signatures cost CPU the event loop must not lose), within `deadline` seconds:
+    refused (IdentityError) when there is none, or when it takes longer."""
+    loop = asyncio.get_running_loop()
+    work = loop.run_in_executor(
+        _VERIFIERS, verify_client_chain, leaf, anchors, intermediates, datetime.now(UTC)
+    )
+    try:
+        return await asyncio.wait_for(work, deadline)
+    except TimeoutError:
+        raise IdentityError("the certificate check took too long") from None
+
+
+def verify_client_chain(
+    leaf: x509.Certificate,
+    anchors: list[x509.Certificate],
+    intermediates: list[x509.Certificate],
+    at: datetime,
+) -> list[x509.Certificate]:
+    """RFC 5280 path validation of a TLS client's chain by `cryptography` (its web PKI profile,
+    for clients): signatures, validity at `at`, basic constraints (a leaf is no CA, a CA's path
+    length holds), key usages, extended key usage (client authentication, if stated), name
+    constraints, signature algorithms; then key sizes (RSA at least 2048 bits, EC on P-256,
+    P-384 or P-521). A device certificate needs no subjectAltName (AWS's have a CN only) and no
+    Authority Key Identifier. The path, the leaf first and the anchor last."""
+    if not anchors:
+        raise IdentityError("no registered CA to check the certificate against")
+    builder = (
+        PolicyBuilder()
+        .store(Store(anchors))
+        .time(at)
+        .max_chain_depth(MAX_INTERMEDIATES + 1)
+        .extension_policies(ca_policy=_CA_POLICY, ee_policy=_EE_POLICY)
+    )
+    try:
+        verified = builder.build_client_verifier().verify(leaf, intermediates)
+    except VerificationError as exc:
+        raise IdentityError(f"certificate chain refused: {exc}") from None
+    for cert in verified.chain:
+        _check_key(cert)
+    return list(verified.chain)
+
+
+def _check_key(cert: x509.Certificate) -> None:
+    key = cert.public_key()
+    if isinstance(key, rsa.RSAPublicKey):
+        if key.key_size < MIN_RSA_BITS:
+            raise IdentityError(f"an RSA key of {key.key_size} bits (at least {MIN_RSA_BITS})")
+    elif isinstance(key, ec.EllipticCurvePublicKey):
+        if key.curve.name not in EC_CURVES:
+            raise IdentityError(f"an EC key on {key.curve.name} (P-256, P-384 or P-521 only)")
+    elif not isinstance(key, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
+        raise IdentityError("a key of a type not accepted for devices")
 
 
 async def _ca_label(store: IdentityStore, ca_id: int, tenant: str, leaf: ParsedCertificate) -> str:
@@ -275,64 +433,39 @@ def _check_usable(cert: ParsedCertificate, *, as_ca: bool) -> None:
         raise IdentityError("the certificate's key usage allows no signing")
 
 
-def _may_sign(ca: ParsedCertificate, intermediates_below: int) -> bool:
-    """`ca` may sign a certificate with this many CA certificates below it (RFC 5280: a CA, with
-    keyCertSign if it says how its key is used, within its pathLenConstraint)."""
-    if not ca.is_ca:
-        return False
-    extensions = ca.certificate.extensions
-    try:
-        if not extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign:
-            return False
-    except x509.ExtensionNotFound:
-        pass
-    limit = extensions.get_extension_for_class(x509.BasicConstraints).value.path_length
-    return limit is None or intermediates_below <= limit
-
-
 class TrustAnchors:
-    """Which client certificate chains the TLS listeners let through to CONNECT: those in which
-    some certificate names, as its issuer, a CA some tenant registered, or whose device
-    certificate some tenant registered (by fingerprint). A filter that keeps strangers' chains
-    from costing a lookup, not a verdict: it picks no issuer, so what one tenant registers
-    cannot change how another's devices fare; `identify_certificate` decides, at CONNECT and by
-    signature, whose device it is and whether it is still valid and not revoked. The names only
-    grow (revoked ones are refused at CONNECT) until `reload` reads them afresh.
+    """Which client certificate chains are worth a lookup at CONNECT: those in which some
+    certificate names, as its issuer, a CA some tenant registered, or whose device certificate
+    some tenant registered (by fingerprint), and a few others a second (`worth_a_lookup`). A
+    filter that keeps strangers' chains from costing a query each, not a verdict: it picks no issuer, so what one tenant registers
+    cannot change how another's devices fare; `identify_certificate` decides, by signature and
+    per tenant, whose device it is and whether it is still valid and not revoked. The names
+    only grow (revoked ones are refused by the verdict) until `reload` reads them afresh.
 
-    Where OpenSSL cannot be told to leave the verdict to Python (`judge_chains`), the anchors are
-    loaded into the listener's OpenSSL store instead, as before (with its weakness, logged)."""
+    `attach` is where a TLS listener starts: only on a context whose handshakes leave the
+    verdict to CONNECT (`tls_client_chains.ClientCertificateContext`); on any other it raises,
+    and the listener does not start (no shared OpenSSL store to fall back to)."""
 
     def __init__(self, store: IdentityStore) -> None:
         self.store = store
         self.issuers: set[str] = set()  # registered CAs' subjects
         self.fingerprints: set[str] = set()  # registered device certificates'
         self.attached = False
-        self.stores: list[ssl.SSLContext] = []  # contexts verifying with OpenSSL's store
+        self.lookups_per_second = 20  # of chains the filter does not know (`worth_a_lookup`)
+        self._second, self._lookups = float("-inf"), 0
 
     async def attach(self, context: ssl.SSLContext) -> None:
-        context.verify_mode = ssl.CERT_OPTIONAL
-        anchors = await self.store.anchors()
-        self._remember(anchors)
+        if not isinstance(context, ClientCertificateContext):
+            raise UnavailableError(
+                "client certificates need a ClientCertificateContext (pyOpenSSL): "
+                "the TLS listener does not start"
+            )
+        self._remember(await self.store.anchors())
         self.attached = True
-        if judge_chains(context, self.vouches_for):
-            return
-        log.warning(
-            "client certificates are verified against OpenSSL's store: a CA registered by one "
-            "tenant under another's CA name can fail that tenant's devices"
-        )
-        # A registered anchor is trusted by itself: an intermediate CA, or a device's own
-        # (possibly self-signed) certificate registered by fingerprint.
-        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-        self.stores.append(context)
-        self._load(context, anchors)
 
     async def added(self, kind: str, ids: list[int]) -> None:
-        if not self.attached:
-            return
-        anchors = await self.store.anchors(kind, ids)
-        self._remember(anchors)
-        for context in self.stores:
-            self._load(context, anchors)
+        if self.attached:
+            self._remember(await self.store.anchors(kind, ids))
 
     async def reload(self) -> None:
         """After notifications were lost: what was registered meanwhile, less what was revoked."""
@@ -341,8 +474,19 @@ class TrustAnchors:
         anchors = await self.store.anchors()
         self.issuers, self.fingerprints = set(), set()
         self._remember(anchors)
-        for context in self.stores:
-            self._load(context, anchors)
+
+    def worth_a_lookup(self, chain: list[bytes]) -> bool:
+        """Whether CONNECT should look this chain up: yes when the filter knows its issuer or
+        fingerprint; otherwise (registered a moment ago, its notification still on its way; or
+        a stranger's) up to `lookups_per_second` such chains a second, the rest refused
+        unjudged, so strangers' chains cannot turn into a query each."""
+        if self.vouches_for(chain):
+            return True
+        now = time.monotonic()
+        if now - self._second >= 1.0:
+            self._second, self._lookups = now, 0
+        self._lookups += 1
+        return self._lookups <= self.lookups_per_second
 
     def vouches_for(self, chain: list[bytes]) -> bool:
         """`chain`: DER, the client's certificate first, then what it sent with it."""
@@ -362,14 +506,6 @@ class TrustAnchors:
     def _remember(self, anchors: list[tuple[str, str, str]]) -> None:
         for kind, key, _pem in anchors:
             (self.issuers if kind == "ca" else self.fingerprints).add(key)
-
-    @staticmethod
-    def _load(context: ssl.SSLContext, anchors: list[tuple[str, str, str]]) -> None:
-        for _kind, _key, pem in anchors:
-            try:
-                context.load_verify_locations(cadata=pem)
-            except (ssl.SSLError, ValueError) as exc:  # one bad row must not stop the rest
-                log.warning("trust anchor not loaded: %s", exc)
 
 
 def end_connections(live: Any, label: str, reason_code: int) -> int:

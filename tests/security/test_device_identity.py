@@ -32,11 +32,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @contextmanager
-def tls_broker(directory: Path, *, wss: bool = False) -> Iterator[dict[str, int]]:
+def tls_broker(
+    directory: Path, *, wss: bool = False, domain: str | None = None
+) -> Iterator[dict[str, int]]:
     """A broker on the test database with a TLS listener (server certificate from a CA of our
-    own; `wss`: secure WebSocket too, and metrics): its ports by listener name."""
+    own; `wss`: secure WebSocket too, and metrics; `domain`: tenant endpoints
+    `{tenant}.{domain}`, the server certificate naming them): its ports by listener name."""
     ca, ca_key = make_ca("broker test CA")
-    server, server_key = make_leaf("localhost", ca, ca_key, server_names=["localhost", "127.0.0.1"])
+    names = ["localhost", "127.0.0.1"] + ([f"*.{domain}"] if domain else [])
+    server, server_key = make_leaf("localhost", ca, ca_key, server_names=names)
     (directory / "server-ca.pem").write_text(pem_of(ca))
     (directory / "server.pem").write_text(pem_of(server))
     (directory / "server.key").write_text(pem_of(server_key))
@@ -44,6 +48,8 @@ def tls_broker(directory: Path, *, wss: bool = False) -> Iterator[dict[str, int]
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     tls = ["--tls-port", "0", "--tls-cert", str(directory / "server.pem")]
     tls += ["--tls-key", str(directory / "server.key"), "--log-level", "INFO"]
+    if domain:
+        tls += ["--tls-domain", domain]
     wanted = {"mqtt", "ws", "mqtts"}
     if wss:
         tls += ["--wss-port", "0", "--metrics-port", "0"]
