@@ -195,6 +195,26 @@ def _free_port() -> int:
     return free_port()
 
 
+def stage_breakdown(log: str) -> str:
+    """What the latency is made of, from the job's debug lines: how old the newest message of a
+    batch was when its evaluation began (the feed or the segments, plus the wait for the batch
+    before), the evaluation (plan and Spark job), the whole batch (evaluation, then actions
+    handed over and figures written)."""
+    import re
+
+    ages = [float(a) for a in re.findall(r"newest message (-?[\d.]+)s old at batch start", log)]
+    evaluations = [float(e) for e in re.findall(r"evaluated \d+ results in ([\d.]+)s", log)]
+    batches = [float(b) for b in re.findall(r"batch \d+ done in ([\d.]+)s", log)]
+
+    def median(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1000:.0f} ms" if values else "n/a"
+
+    return (
+        f"{len(batches)} batches; median newest-message age at batch start {median(ages)}, "
+        f"evaluation {median(evaluations)}, whole batch {median(batches)}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rules", default="10,100,1000")
@@ -332,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
         broker.terminate()
         job.wait(timeout=60)
         broker.wait(timeout=30)
+        stages = stage_breakdown((work / "live.log").read_text())
+        print(stages, flush=True)
         from tenants.models import Tenant
 
         Tenant.objects.filter(slug__startswith="rb-").delete()  # rb-evil too
@@ -363,6 +385,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"| {step:,} | {phase or 'before'} | {sent_n} | {got_n} | {p50:.2f} | "
                     f"{p99:.2f} | {worst:.2f} | {load:.1f} |\n"
                 )
+            out.write(f"\nThe job's micro-batches (its `-v 2` log): {stages}.\n")
             if args.attack:
                 out.write(f"\nDuring the attack, {attack_note}.\n")
 

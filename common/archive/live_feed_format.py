@@ -19,7 +19,8 @@ def encode_entry(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, table.schema, options=_WRITE_OPTIONS) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    body: bytes = sink.getvalue().to_pybytes()
+    return body
 
 
 def decode_entry(body: bytes) -> pa.Table:

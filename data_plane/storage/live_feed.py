@@ -26,6 +26,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,7 +78,7 @@ class LiveFeed:
         key: str = DEFAULT_KEY,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
-        client=None,
+        client: Any = None,
     ) -> None:
         if client is None:
             import redis

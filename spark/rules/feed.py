@@ -23,6 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -57,7 +58,7 @@ def id_at(ms: int) -> str:
 
 
 class FeedReader:
-    def __init__(self, redis_url: str, key: str = DEFAULT_KEY, client=None) -> None:
+    def __init__(self, redis_url: str, key: str = DEFAULT_KEY, client: Any = None) -> None:
         if client is None:
             import redis
 
@@ -89,7 +90,7 @@ class FeedReader:
         if isinstance(deleted, bytes):
             deleted = deleted.decode()
         if deleted and stream_id(deleted) > stream_id(after):
-            return deleted
+            return str(deleted)
         return None
 
 
@@ -107,7 +108,7 @@ class FeedProgress:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # batch -> [its last stream id, actions not settled, all of its actions handed over]
-        self._batches: OrderedDict[int, list] = OrderedDict()
+        self._batches: OrderedDict[int, list[Any]] = OrderedDict()
         self._acted: str | None = None
 
     def open(self, batch: int, last_id: str) -> None:
