@@ -111,8 +111,10 @@ def test_the_victims_rule_keeps_its_latency_while_every_attack_runs(
                 f"victim publish→webhook under attack: p50 {statistics.median(latencies):.2f}s "
                 f"max {latencies[-1]:.2f}s; tarpit holds {len(tarpit.held)}"
             )
-            assert statistics.median(latencies) <= 5.0, (latencies, "".join(job.log[-40:]))
-            assert latencies[-1] <= 15.0, latencies
+            # Through the live feed (issue 43): the benchmark's target is 0.5 s under attack on a
+            # quiet machine; here, beside the suite's other serial tests, with room for noise.
+            assert statistics.median(latencies) <= 1.5, (latencies, "".join(job.log[-40:]))
+            assert latencies[-1] <= 10.0, latencies
             # The NUL output's webhook fails (500) through its retries (0.5, 1, 2 s apart, from
             # the durable queue), then is dead-lettered with the NUL escaped.
             deadline = time.monotonic() + 30

@@ -105,8 +105,10 @@ def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
         calls = receiver.wait(count, 20)
         assert all(signature_ok(c, SECRET) for c in calls)
         latencies = sorted(c["at"] - sent[json.loads(c["body"])["seq"]] for c in calls)
-        assert statistics.median(latencies) <= 5.0, (latencies, "".join(job.log[-40:]))
-        assert latencies[-1] <= 15.0, latencies
+        # Through the live feed (issue 43; 5 s before it): the benchmark's target is 0.25 s on a
+        # quiet machine; here, beside the suite's other serial tests, with room for noise.
+        assert statistics.median(latencies) <= 1.0, (latencies, "".join(job.log[-40:]))
+        assert latencies[-1] <= 5.0, latencies
         print(f"publish→webhook p50 {statistics.median(latencies):.2f}s max {latencies[-1]:.2f}s")
 
         device.publish("loop/in", "ping", 1)
