@@ -12,9 +12,9 @@ them; the feed's own thread sends each as one stream entry (Arrow IPC, LZ4) with
 ~`. Nothing of this runs on the event loop, and nothing waits for Redis there.
 
 Bounded, and counted when it drops: the queue holds at most `max_queued_bytes` (beyond, the
-newest part is dropped); the stream keeps about `max_entries` entries (Redis trims the oldest, so
-a job that falls further behind than that finds a gap, which it counts and names); a Redis error
-drops the entry. Each drop is logged with its time window, counted (`dropped_rows`, the broker's
+newest part is dropped); the stream keeps about the last `keep_seconds` (Redis trims older
+entries as new ones come, so a job down or behind for longer finds a gap, which it counts and
+names); a Redis error drops the entry. Each drop is logged with its time window, counted (`dropped_rows`, the broker's
 `/metrics`) and left in the archive, from which `manage.py run_rules --from/--to` runs it again.
 A tenant without rules pays nothing for them: its rows never reach `offer`'s per-row work.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from common.mqtt.topics import topic_matches
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_ENTRIES = 20_000  # about 7 minutes of entries at one hand-off per 20 ms
+DEFAULT_KEEP_SECONDS = 300.0  # what the stream keeps: a job's restart, with room to spare
 DEFAULT_MAX_QUEUED_BYTES = 32 << 20
 
 
@@ -76,7 +77,7 @@ class LiveFeed:
         redis_url: str,
         *,
         key: str = DEFAULT_KEY,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
+        keep_seconds: float = DEFAULT_KEEP_SECONDS,
         max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
         client: Any = None,
     ) -> None:
@@ -86,7 +87,7 @@ class LiveFeed:
             client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
         self.client = client
         self.key = key
-        self.max_entries = max_entries
+        self.keep_ms = int(keep_seconds * 1000)
         self.max_queued_bytes = max_queued_bytes
         # Tenant -> its rules' FROM; replaced whole per tenant by the archive decisions (on the
         # loop: a dict item set is atomic), read by the builder thread.
@@ -177,10 +178,13 @@ class LiveFeed:
                 body, rows, oldest, newest = self._queue.popleft()
                 self._queued_bytes -= len(body)
             try:
+                # Entries older than `keep_seconds` go (in whole nodes: `~`): bounded by time,
+                # whatever the number of brokers adding to the stream.
+                oldest_kept = int(time.time() * 1000) - self.keep_ms
                 self.client.xadd(
                     self.key,
                     {ROWS_FIELD: body, COUNT_FIELD: rows},
-                    maxlen=self.max_entries,
+                    minid=f"{max(oldest_kept, 0)}-0",
                     approximate=True,
                 )
             except Exception as exc:
