@@ -56,6 +56,7 @@ def history(platform: Platform, tenant: dict[str, Any], device, receiver) -> dic
     }
     made = api.post("/api/v1/rules", rule)
     assert made.status_code == 201, made.text
+    saved = time.monotonic()
     port = platform.port("MQTT_PORT")
     watcher = Paho(port, device["username"], device["password"], "alerts-watcher")
     watcher.subscribe("alerts/#", 1)
@@ -66,7 +67,8 @@ def history(platform: Platform, tenant: dict[str, Any], device, receiver) -> dic
         assert time.monotonic() < deadline, "the live rule never acted"
         sensor.publish("sensors/k1/temp", json.dumps({"temp": 99, "n": -1 - probe}), 1)
         probe += 1
-        alerts = watcher.expect(1, 3)
+        alerts = watcher.expect(1, 1)
+    first_match = time.monotonic() - saved  # within the last probe's second
     started = datetime.now(UTC)
     for n, temp in enumerate(range(25, 35)):
         sensor.publish("sensors/k1/temp", json.dumps({"temp": temp, "n": n}), 1)
@@ -79,7 +81,12 @@ def history(platform: Platform, tenant: dict[str, Any], device, receiver) -> dic
                 live.append((message.topic, body["t"], body["n"]))
     sensor.close()
     watcher.close()
-    return {"started": started, "live": sorted(live, key=lambda x: x[2]), "probes": probe}
+    return {
+        "started": started,
+        "live": sorted(live, key=lambda x: x[2]),
+        "probes": probe,
+        "first_match": first_match,
+    }
 
 
 def iso(moment: datetime) -> str:
@@ -114,6 +121,10 @@ def test_the_rule_shows_its_recent_latency_and_the_journey_the_time_to_each_acti
     )
     assert 0 < metrics["latency_p50_ms"] <= metrics["latency_p99_ms"]
     assert metrics["latency_p50_ms"] < 2000, metrics  # seconds before the live feed
+    # Saved to its first action (the broker and the job pick a rule up as it changes; the
+    # benchmark's target, on a quiet machine, is 2 s).
+    assert history["first_match"] < 10, history["first_match"]
+    print(f"first match {history['first_match']:.1f}s after saving; {metrics}")
     since = iso(history["started"] - timedelta(seconds=5))
     query = f"topic=sensors/k1/temp&outcome=rule_matched,rule_action_ok&from={since}"
     rows = eventually(
