@@ -266,9 +266,6 @@ class Command(BaseCommand):
             trigger_seconds=options["trigger"],
             feed=FeedReader(options["feed"], options["feed_key"]) if options["feed"] else None,
         )
-        if options["metrics_port"]:
-            serve_metrics(job.metrics, options["metrics_port"], options["metrics_host"])
-
         def stop(*_):
             job._stop.set()
 
@@ -278,6 +275,10 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         job.start()
+        # /metrics answers once the job serves (its plans warmed, its place in the feed read):
+        # the health probe `make run` and the containers wait for.
+        if options["metrics_port"]:
+            serve_metrics(job.metrics, options["metrics_port"], options["metrics_host"])
         source = f"live feed {options['feed_key']}" if options["feed"] else f"store {store.url}"
         sys.stderr.write(f"live rules job running ({source}); Ctrl-C stops it\n")
         try:
