@@ -15,6 +15,7 @@ from django.utils import timezone
 from common.security import secrets
 from tenants import audit
 from tenants.accounts.login_tokens import login_token
+from tenants.accounts.trust import login_address_remember
 from tenants.models import (
     ApiToken,
     Membership,
@@ -26,11 +27,13 @@ from tenants.tenant.services import tenant_create
 
 @transaction.atomic
 def signup(
-    *, tenant: str, email: str, password: str, api_token: bool = True
+    *, tenant: str, email: str, password: str, api_token: bool = True, address: str = ""
 ) -> tuple[Tenant, AbstractBaseUser, str | None]:
     """A new tenant owned by a new user; returns them and, with `api_token` (the API's signup,
     whose caller goes on with it), the user's login token (`tenants.accounts.login_tokens`). The portal's
-    signup asks for none: a token nobody is shown is only something to leak."""
+    signup asks for none: a token nobody is shown is only something to leak. `address`, where
+    the signup came from, is the account's first usual address: an account used only through
+    its signup token is not locked out by strangers' wrong passwords (`tenants.accounts.trust`)."""
     email = (email or "").strip().lower()
     User = get_user_model()
     if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
@@ -48,6 +51,7 @@ def signup(
         user.save()
         Membership.objects.create(user=user, tenant=new_tenant, role=Membership.Role.OWNER)
         token = login_token(user=user, tenant=new_tenant) if api_token else None
+    login_address_remember(user, address)
     return new_tenant, user, token
 
 

@@ -112,7 +112,7 @@ class SignupView(AuthThrottled, APIView):
     @extend_schema(request=s.SignupInput, responses={201: s.SignupOutput}, auth=[])
     def post(self, request):
         data = validated(s.SignupInput, request.data)
-        tenant, user, token = account_services.signup(**data)
+        tenant, user, token = account_services.signup(**data, address=client_address(request.META))
         # The new tenant is the account's own at once; anything else waits for the address to
         # be proved (tenants.accounts.trust): the link goes to it now.
         accounts.verification_mail_quietly(

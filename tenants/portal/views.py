@@ -26,6 +26,7 @@ from tenants.accounts import throttles
 from tenants.accounts import trust as accounts
 from tenants.acls import selectors as acl_selectors
 from tenants.acls import services as acl_services
+from tenants.client_address import client_address
 from tenants.devices import disconnect_reasons
 from tenants.devices import onboarding as onboarding_snippets
 from tenants.devices import selectors as device_selectors
@@ -113,7 +114,9 @@ def signup(request: HttpRequest) -> HttpResponse:
         return render(request, "portal/signup.html", {"form": form}, status=429)
     if request.method == "POST" and form.is_valid():
         try:
-            tenant, user, _ = account_services.signup(**form.cleaned_data, api_token=False)
+            tenant, user, _ = account_services.signup(
+                **form.cleaned_data, api_token=False, address=client_address(request.META)
+            )
         except ValidationError as error:
             _form_errors(form, error)
         else:

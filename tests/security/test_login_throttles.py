@@ -54,6 +54,29 @@ def test_wrong_passwords_from_elsewhere_do_not_lock_the_owner_out():
 
 
 @override_settings(AUTH_THROTTLE_RATE="100/min", AUTH_ACCOUNT_THROTTLE_RATE="5/min")
+def test_an_account_used_only_through_its_signup_token_is_not_locked_by_strangers():
+    """Issue 44 point 6: signup records the address it came from, the account's first usual one;
+    the owner who never logged in since (working with the signup's token) still gets in."""
+    signed = APIClient(REMOTE_ADDR=OWNER_ADDRESS).post(
+        "/api/v1/signup",
+        {"tenant": "acme", "email": "boss@acme.io", "password": PASSWORD},
+        format="json",
+    )
+    assert signed.status_code == 201, signed.content
+    attacker = Client(REMOTE_ADDR=ATTACKER_ADDRESS)
+    for i in range(12):
+        attacker.post("/login/", {"email": "boss@acme.io", "password": f"guess-{i}"})
+    stranger = Client(REMOTE_ADDR="203.0.113.99")
+    assert (
+        stranger.post("/login/", {"email": "boss@acme.io", "password": PASSWORD}).status_code == 429
+    )
+    token = APIClient(REMOTE_ADDR=OWNER_ADDRESS).post(
+        "/api/v1/auth/token", {"email": "boss@acme.io", "password": PASSWORD}, format="json"
+    )
+    assert token.status_code == 200, token.content
+
+
+@override_settings(AUTH_THROTTLE_RATE="100/min", AUTH_ACCOUNT_THROTTLE_RATE="5/min")
 def test_the_owners_own_address_still_throttles_guesses_from_it():
     """A familiar address is no free pass: guesses from it count against (account, address)."""
     account_services.signup(tenant="acme", email="boss@acme.io", password=PASSWORD)

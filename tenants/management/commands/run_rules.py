@@ -266,6 +266,7 @@ class Command(BaseCommand):
             trigger_seconds=options["trigger"],
             feed=FeedReader(options["feed"], options["feed_key"]) if options["feed"] else None,
         )
+
         def stop(*_):
             job._stop.set()
 
