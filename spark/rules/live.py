@@ -382,7 +382,7 @@ class LiveJob:
         self._prepared = specs
         if specs:
             started = time.monotonic()
-            collect_outputs(self._warm_frame, specs, tenant_share_seconds())
+            collect_outputs(self._warm_frame, specs, tenant_share_seconds(), reuse=True)
             log.info("rules prepared in %.2fs", time.monotonic() - started)
 
     def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], list]:
@@ -394,7 +394,7 @@ class LiveJob:
         if not specs:
             return [], []
         t0 = time.monotonic()
-        rows = evaluate_batch(batch, specs)
+        rows = evaluate_batch(batch, specs, reuse=self.feed is not None and self.not_before is None)
         if rows and log.isEnabledFor(logging.DEBUG):
             newest = max(r.ts for r in rows).timestamp()
             log.debug(
@@ -767,9 +767,10 @@ class LiveJob:
         self.rules.close()
 
 
-def evaluate_batch(batch: DataFrame, specs: list[RuleSpec]) -> list:
-    """The batch's results, collected to the driver (the side-effect-free step a retry repeats)."""
-    return collect_outputs(batch, specs, tenant_share_seconds())
+def evaluate_batch(batch: DataFrame, specs: list[RuleSpec], reuse: bool = False) -> list:
+    """The batch's results, collected to the driver (the side-effect-free step a retry repeats);
+    `reuse`: the batch is a plain table of rows (the live feed's), its rules' plan reused."""
+    return collect_outputs(batch, specs, tenant_share_seconds(), reuse=reuse)
 
 
 def serve_metrics(metrics: LiveMetrics, port: int, host: str = "127.0.0.1") -> None:

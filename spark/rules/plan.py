@@ -176,20 +176,110 @@ def scope_predicate(specs: Sequence[RuleSpec]) -> Column:
 # -- evaluation --------------------------------------------------------------------------------
 
 
-def collect_outputs(df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None) -> list:
+def collect_outputs(
+    df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None, *, reuse: bool = False
+) -> list:
     """`rule_outputs(df, specs, share).collect()`, with the Python pass only when some row
     needs it: the native answers first (a Spark job without a Python worker), then the
-    evaluator over the rows they leave, if any. What the live job runs per micro-batch."""
-    plan = RulePlan(df, specs, share)
-    if not plan.specs:
-        return []
-    if plan.marked is None:
-        return plan.evaluated().collect()
-    rows = plan.answered(pending=True).collect()
+    evaluator over the rows they leave, if any. What the live job runs per micro-batch; with
+    `reuse` (`df` a plain table of rows, as the live feed makes them), the native plan is built
+    once per set of rules and only its input swapped (`_ReusedPlan`)."""
+    answered = _ReusedPlan.answered(df, specs) if reuse and specs else None
+    plan = None
+    if answered is None:
+        plan = RulePlan(df, specs, share)
+        if not plan.specs:
+            return []
+        if plan.marked is None:
+            return plan.evaluated().collect()
+        answered = plan.answered(pending=True)
+    rows = answered.collect()
     sure = [row for row in rows if row.status != PENDING]
     if len(sure) < len(rows):
+        plan = plan or RulePlan(df, specs, share)
         sure += plan.evaluated().collect()
     return sure
+
+
+class _ReusedPlan:
+    """A set of rules' native plan (`RulePlan.answered(pending=True)`), analysed once, over any
+    table of the same columns: the live job's micro-batch otherwise spends most of its time
+    building the plan again (14 projections analysed one by one for a few rules: half a
+    batch; bench/RESULTS.md). The plan is kept as Catalyst built it; a batch's own rows (a
+    `LocalRelation`) take the place of the first batch's, their columns given the ids the plan
+    refers to (a projection of aliases), and Spark optimises and runs that.
+
+    Spark's internals, reached through py4j (`Alias`, `Project`, `withNewChildren`,
+    `Dataset.ofRows`), pinned with pyspark 4.0.x (`spark/versions.py`): anything unexpected
+    turns the reuse off for the process, with a warning, and the plan is built per batch as
+    before (`tests/spark/test_live_feed_job.py` checks both give the same answers)."""
+
+    _plans: dict[tuple, _ReusedPlan | None] = {}
+    disabled = False
+
+    def __init__(self, template: DataFrame) -> None:
+        self.session = template.sparkSession
+        jvm = self.session._jvm
+        assert jvm is not None
+        node = template._jdf.queryExecution().analyzed()
+        self.chain = []
+        while node.children().size() > 0:
+            if node.children().size() != 1:
+                raise ValueError(f"a plan node with several inputs: {node.getClass().getName()}")
+            self.chain.append(node)
+            node = node.children().apply(0)
+        self.leaf_output = node.output()
+        self.to_seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
+        self.alias = jvm.org.apache.spark.sql.catalyst.expressions.Alias
+        self.project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project
+        self.of_rows = jvm.org.apache.spark.sql.classic.Dataset.ofRows
+        self.none = jvm.scala.Option.empty()
+
+    def over(self, df: DataFrame) -> DataFrame:
+        source = df._jdf.queryExecution().analyzed()
+        columns = source.output()
+        if columns.size() != self.leaf_output.size():
+            raise ValueError("the rows' columns differ from the plan's")
+        empty = self.to_seq([])
+        aliases = []
+        for index in range(columns.size()):
+            wanted = self.leaf_output.apply(index)
+            if columns.apply(index).name() != wanted.name():
+                raise ValueError("the rows' columns differ from the plan's")
+            aliases.append(
+                self.alias(
+                    columns.apply(index), wanted.name(), wanted.exprId(), empty, self.none, empty
+                )
+            )
+        plan = self.project(self.to_seq(aliases), source)
+        for node in reversed(self.chain):
+            plan = node.withNewChildren(self.to_seq([plan]))
+        return type(df)(self.of_rows(self.session._jsparkSession, plan), self.session)
+
+    @classmethod
+    def answered(cls, df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame | None:
+        """`RulePlan(df, specs).answered(pending=True)`, its plan reused; None where it cannot
+        be (no native rule; the reuse off)."""
+        if cls.disabled:
+            return None
+        key = (tuple((s.id, s.tenant, s.sql, s.client_prefix) for s in specs), df.schema.json())
+        try:
+            if key not in cls._plans:
+                if len(cls._plans) >= 16:
+                    cls._plans.clear()
+                plan = RulePlan(df, specs)
+                if plan.marked is None:
+                    cls._plans[key] = None
+                    return None
+                first = plan.answered(pending=True)
+                cls._plans[key] = cls(first)
+                return first
+            reused = cls._plans[key]
+            return reused.over(df) if reused is not None else None
+        except Exception:
+            cls.disabled = True
+            log.warning("rule plans are built per batch: reusing one failed", exc_info=True)
+            return None
 
 
 def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None) -> DataFrame:
