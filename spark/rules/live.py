@@ -382,7 +382,8 @@ class LiveJob:
         self._prepared = specs
         if specs:
             started = time.monotonic()
-            collect_outputs(self._warm_frame, specs, tenant_share_seconds(), reuse=True)
+            for _ in range(2):  # the plan made, then reused once: both shapes compiled
+                collect_outputs(self._warm_frame, specs, tenant_share_seconds(), reuse=True)
             log.info("rules prepared in %.2fs", time.monotonic() - started)
 
     def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], list]:
@@ -600,6 +601,7 @@ class LiveJob:
             for _ in range(3):
                 collect_outputs(frame, warm)
                 rule_outputs(frame, warm).collect()
+            self._prepare()  # and the rules as they are now: the first batch finds them ready
             return
         with tempfile.TemporaryDirectory(prefix="rules-warm-up-") as folder:
             table = pa.Table.from_pylist([row] * 4, schema=ARCHIVE_SCHEMA)
