@@ -167,7 +167,8 @@ class FleetService:
         token = secrets.token_urlsafe(32)
         certificate_id = fleet_pki.certificate_id(cert)
         pem = fleet_pki.certificate_pem(cert)
-        await self.store.add_certificate(
+        most = auth.quota.get("max_certificates")
+        kept = await self.store.add_certificate(
             authority.tenant_id,
             certificate_id,
             template.id,
@@ -175,7 +176,15 @@ class FleetService:
             _token_hash(token),
             datetime.now(UTC) + timedelta(seconds=TOKEN_SECONDS),
             cert.not_valid_after_utc,
+            most,
         )
+        if not kept:  # counted like the broker's other limits
+            self.broker.quota_exceeded(auth.tenant, "certificates")
+            raise Rejected(
+                403,
+                "LimitExceeded",
+                f"The tenant already has {most} live certificates (max_certificates)",
+            )
         return {
             "certificateId": certificate_id,
             "certificatePem": pem,
