@@ -39,6 +39,7 @@ from common.fleet import pki as fleet_pki
 from common.fleet import topics
 from common.security.device_credentials import IdentityError
 from common.security.sealed import unseal
+from common.security.service_token import PROVISIONING_PUBLISHER
 from common.webhooks.delivery import Timeouts, post_once
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
@@ -48,7 +49,9 @@ from data_plane.tenancy.fleet_identity import ClaimAuthorizer
 
 log = logging.getLogger(__name__)
 
-PUBLISHER = "$aws-provisioning"  # the replies' client id: the platform's own traffic
+# The replies' client id: the tenant's traffic, like the claim's own requests (AWS bills fleet
+# provisioning's MQTT messages as messaging): `common.security.service_token`.
+PUBLISHER = PROVISIONING_PUBLISHER
 TOKEN_SECONDS = 3600  # AWS: the certificate ownership token is valid for one hour
 MAX_IN_FLIGHT = 4  # requests of one connection not yet answered
 DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # tenants.models' validator
@@ -90,6 +93,8 @@ class FleetService:
         parsed = topics.parse(message.topic)
         if parsed is None:
             return
+        # A request, not routed: metered here as the tenant's message (its reply when sent).
+        self.broker.accounts.received(message)
         key = (auth.tenant, message.publisher)
         if self.in_flight[key] >= MAX_IN_FLIGHT:
             self._reply(auth, message, parsed, Rejected(429, "Throttled", "Rate limit exceeded"))
