@@ -96,3 +96,35 @@ def test_the_refusals_are_counted_under_bounded_limit_names():
     assert {"shadows", "certificates"} <= KNOWN_CAUSES
     assert LIMITS["shadows"].quota_key == "max_shadows"
     assert LIMITS["certificates"].quota_key == "max_certificates"
+
+
+async def test_a_broker_without_a_database_keeps_the_same_limits():
+    """The in-memory store (`--auth-file` brokers) refuses a shadow past `max_shadows` with the
+    same 403, counts it, and keeps only the newest `max_shadow_versions` versions."""
+    import asyncio
+
+    from tests.shadows.test_service import FakeBroker, ask, service_and_meter
+
+    class CountingBroker(FakeBroker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.exceeded: list[tuple[str, str]] = []
+
+        def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None:
+            self.exceeded.append((tenant, key))
+
+    service, _, _, auth = service_and_meter()
+    broker = CountingBroker()
+    service.attach(broker)
+    auth.quota = {"max_shadows": 1, "max_shadow_versions": 2}
+    for i in range(4):
+        ask(service, auth, "update", {"state": {"reported": {"i": i}}})
+    ask(service, auth, "name/other/update", {"state": {"reported": {"i": 0}}})
+    await asyncio.sleep(0.05)
+    [refused] = [m for m in broker.published if m.topic.endswith("/rejected")]
+    assert refused.topic == "$aws/things/lamp/shadow/name/other/update/rejected"
+    assert json.loads(refused.payload)["code"] == 403
+    assert broker.exceeded == [("acme", "shadows")]
+    store = service.store
+    assert ("acme", "lamp", "other") not in store.shadows
+    assert [v for v, _, _ in store.history[("acme", "lamp", "")]] == [3, 4]
