@@ -101,6 +101,17 @@ class Plan(models.Model):
     shadow_history_days = models.PositiveIntegerField(
         default=30, db_default=30, help_text="days a device shadow's past versions are kept"
     )
+    max_shadows = models.PositiveIntegerField(
+        default=1_000, db_default=1_000, help_text="device shadows (classic and named) per tenant"
+    )
+    max_shadow_versions = models.PositiveIntegerField(
+        default=100, db_default=100, help_text="past versions kept per device shadow"
+    )
+    max_certificates = models.PositiveIntegerField(
+        default=1_000,
+        db_default=1_000,
+        help_text="live certificates per tenant: CAs, devices', fleet claims and issued ones",
+    )
 
     def __str__(self) -> str:
         return self.name

@@ -21,11 +21,13 @@ plan (and not for the old one), one line per plan held, each rounded half up to 
 every line (`prorated_base_fee_line`). Usage is priced with the price book of the plan held at
 the end of the period.
 
-Dimensions added after invoices were first issued (`LATER_DIMENSIONS`: job executions) keep
-every invoice of a tenant that does not use them byte for byte what it was: such a dimension has
-a line, and a figure in the invoice's `usage`, only in a period it was used, priced by the price
-book when the book names it, else by its list price here (a book older than the dimension),
-whose checksum then joins the invoice's `inputs` as `list_prices`.
+Dimensions added after invoices were first issued (`LATER_DIMENSIONS`: job executions, device
+shadow operations) keep every invoice of a tenant that does not use them byte for byte what it
+was: such a dimension has a line, and a figure in the invoice's `usage`, only in a period it was
+used, priced by the price book when the book names it, else by its list price here (a book older
+than the dimension), whose checksum then joins the invoice's `inputs` as `list_prices`. A later
+dimension that was metered before it was priced (`BOOK_ONLY_DIMENSIONS`: shadow operations) is
+priced only by a book that names it: with an older book it has neither line nor figure.
 
 Storage is metered in byte-hours and billed in GB-hours (10^9 bytes × 1 hour), exactly:
 `storage_gb_hours = storage_byte_hours / 10^9` as a decimal with up to 9 places.
@@ -49,6 +51,7 @@ DIMENSIONS = (
     "actions_executed",
     "storage_gb_hours",
     "job_executions",
+    "shadow_operations",
 )
 USAGE_COLUMN = {
     "messages": "messages",
@@ -57,12 +60,25 @@ USAGE_COLUMN = {
     "actions_executed": "actions_executed",
     "storage_gb_hours": "storage_byte_hours",
     "job_executions": "job_executions",
+    "shadow_operations": "shadow_operations",
 }
 # Dimensions priced since after invoices were first issued, with their list prices (AWS IoT
-# Device Management's, US East: $0.003 per remote action, i.e. per job execution on a device).
+# Device Management's, US East: $0.003 per remote action, i.e. per job execution on a device;
+# AWS IoT Device Shadow's: $1.25 per million operations, metered in 1 KB increments).
 LATER_DIMENSIONS: dict[str, dict[str, Any]] = {
     "job_executions": {"included": 0, "per": 1000, "tiers": [{"up_to": None, "price": "3.00"}]},
+    "shadow_operations": {
+        "included": 0,
+        "per": 1_000_000,
+        "tiers": [{"up_to": None, "price": "1.25"}],
+    },
 }
+# Later dimensions metered before they were priced (shadow operations were in the usage log long
+# before issue 44 priced them): priced only by a price book that names them, never at list price,
+# so a period priced with an older book bills them neither on its invoice nor, late, as an
+# adjustment; and its invoice document stays byte for byte what it was (no usage figure).
+# Migration 0035 gives every plan a book naming them from its first month not yet invoiced.
+BOOK_ONLY_DIMENSIONS = frozenset({"shadow_operations"})
 LINE_CODES = ("base_fee", *DIMENSIONS, "adjustment", "credit")
 DESCRIPTIONS = {
     "base_fee": "Monthly base fee",
@@ -72,6 +88,7 @@ DESCRIPTIONS = {
     "actions_executed": "Actions executed",
     "storage_gb_hours": "Storage (GB-hours)",
     "job_executions": "Job executions (remote actions)",
+    "shadow_operations": "Device shadow operations (1 KB units)",
 }
 ROUNDING_RULE = "each line rounded half-up to the cent from its exact decimal amount; total = sum"
 BYTES_PER_GB = 10**9
@@ -273,7 +290,7 @@ def spec_of(dimension: str, price_book: dict[str, Any], total: int) -> dict[str,
     does not price; a later dimension not used)."""
     spec: dict[str, Any] | None = price_book["dimensions"].get(dimension)
     if dimension in LATER_DIMENSIONS:
-        if not total:
+        if not total or (spec is None and dimension in BOOK_ONLY_DIMENSIONS):
             return None
         return spec or LATER_DIMENSIONS[dimension]
     return spec
@@ -284,7 +301,9 @@ def _list_priced(usage: dict[str, int], price_book: dict[str, Any]) -> dict[str,
     return {
         d: spec
         for d, spec in LATER_DIMENSIONS.items()
-        if int(usage.get(USAGE_COLUMN[d], 0)) and d not in price_book["dimensions"]
+        if int(usage.get(USAGE_COLUMN[d], 0))
+        and d not in price_book["dimensions"]
+        and d not in BOOK_ONLY_DIMENSIONS
     }
 
 
@@ -350,6 +369,9 @@ def build_invoice(
     if listed:  # only when used, so invoices without them keep their checksums
         inputs["list_prices"] = sha256_hex(canonical_json(listed))
     later = {USAGE_COLUMN[d] for d in LATER_DIMENSIONS}
+    unpriced = {  # metered before priced, and this book does not price them: no figure
+        USAGE_COLUMN[d] for d in BOOK_ONLY_DIMENSIONS if d not in price_book["dimensions"]
+    }
     document = {
         "tenant": tenant,
         "period": period,
@@ -358,7 +380,7 @@ def build_invoice(
         "usage": {
             k: int(usage.get(k, 0))
             for k in sorted(set(USAGE_COLUMN.values()))
-            if k not in later or int(usage.get(k, 0))
+            if k not in unpriced and (k not in later or int(usage.get(k, 0)))
         },
         "lines": lines,
         "total_cents": sum(line["amount_cents"] for line in lines),

@@ -24,4 +24,10 @@ QUOTA_KEYS = (
     # counts them: 8 KiB by default), and days each shadow's past versions are kept.
     "max_shadow_size",
     "shadow_history_days",
+    # Every stored byte capped (issue 44): shadows (classic and named) a tenant keeps, past
+    # versions kept per shadow (the oldest beyond go as a new one is written), and certificates
+    # (CAs, devices' certificates, fleet claims and what they issued; revoked ones not counted).
+    "max_shadows",
+    "max_shadow_versions",
+    "max_certificates",
 )

@@ -48,16 +48,28 @@ CLIENT_PREFIXES = {
 # The browser client's identities: tenant traffic, not the platform's.
 TENANT_DEVICES = frozenset({CONSOLE_DEVICE, VIEWER_DEVICE})
 TENANT_CLIENT_PREFIXES = tuple(CLIENT_PREFIXES[device] for device in sorted(TENANT_DEVICES))
-# Metered as the tenant's messages: the browser client's, and what the tenant's rules republish
-# (a rule that fans one message out to thousands is the tenant's traffic: issue 29).
-BILLED_CLIENT_PREFIXES = (*TENANT_CLIENT_PREFIXES, CLIENT_PREFIXES[RULES_DEVICE])
+# A claim certificate's connections (`$claim-…`, device `$claim`) and the fleet provisioning
+# service's replies to them (`$aws-provisioning`): the tenant's fleet provisioning, whose MQTT
+# messages AWS bills as messaging (issue 44). Client ids, so devices cannot take them.
+CLAIM_CLIENT_PREFIX = "$claim-"
+PROVISIONING_PUBLISHER = "$aws-provisioning"
+# Metered as the tenant's messages: the browser client's, what the tenant's rules republish
+# (a rule that fans one message out to thousands is the tenant's traffic: issue 29), and its
+# fleet provisioning by claim.
+BILLED_CLIENT_PREFIXES = (
+    *TENANT_CLIENT_PREFIXES,
+    CLIENT_PREFIXES[RULES_DEVICE],
+    CLAIM_CLIENT_PREFIX,
+    PROVISIONING_PUBLISHER,
+)
 
 
 def is_platform_client(client_id: str) -> bool:
     """Whether traffic from / to this client id is the platform's own (`$events`, `$SYS`, the
     portal's live views), which usage metering leaves out. Devices may not take `$` client
-    ids; the browser client's (`$console-…`, `$viewer-…`) and the rules' republish
-    (`$rules-…`) are the tenant's."""
+    ids; the browser client's (`$console-…`, `$viewer-…`), the rules' republish (`$rules-…`)
+    and fleet provisioning's (`$claim-…` and the replies of `$aws-provisioning`) are the
+    tenant's."""
     return client_id[:1] == "$" and not client_id.startswith(BILLED_CLIENT_PREFIXES)
 
 

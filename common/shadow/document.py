@@ -75,6 +75,18 @@ def internal_failure(client_token: str | None = None) -> ShadowError:
     return ShadowError(500, "Internal service failure", client_token)
 
 
+SHADOW_LIMIT = 403  # a new shadow past the tenant's `max_shadows` (AWS's code for a refusal)
+
+
+def shadow_limit(most: int, client_token: str | None = None) -> ShadowError:
+    """A shadow that does not exist yet, refused: the tenant keeps `most` already."""
+    return ShadowError(
+        SHADOW_LIMIT,
+        f"The tenant already has {most} device shadows (max_shadows): delete one first",
+        client_token,
+    )
+
+
 # -- requests ---------------------------------------------------------------------------------
 
 

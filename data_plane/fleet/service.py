@@ -39,6 +39,7 @@ from common.fleet import pki as fleet_pki
 from common.fleet import topics
 from common.security.device_credentials import IdentityError
 from common.security.sealed import unseal
+from common.security.service_token import PROVISIONING_PUBLISHER
 from common.webhooks.delivery import Timeouts, post_once
 from data_plane.broker.broker import Broker
 from data_plane.broker.message import Message
@@ -48,7 +49,9 @@ from data_plane.tenancy.fleet_identity import ClaimAuthorizer
 
 log = logging.getLogger(__name__)
 
-PUBLISHER = "$aws-provisioning"  # the replies' client id: the platform's own traffic
+# The replies' client id: the tenant's traffic, like the claim's own requests (AWS bills fleet
+# provisioning's MQTT messages as messaging): `common.security.service_token`.
+PUBLISHER = PROVISIONING_PUBLISHER
 TOKEN_SECONDS = 3600  # AWS: the certificate ownership token is valid for one hour
 MAX_IN_FLIGHT = 4  # requests of one connection not yet answered
 DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # tenants.models' validator
@@ -90,6 +93,8 @@ class FleetService:
         parsed = topics.parse(message.topic)
         if parsed is None:
             return
+        # A request, not routed: metered here as the tenant's message (its reply when sent).
+        self.broker.accounts.received(message)
         key = (auth.tenant, message.publisher)
         if self.in_flight[key] >= MAX_IN_FLIGHT:
             self._reply(auth, message, parsed, Rejected(429, "Throttled", "Rate limit exceeded"))
@@ -167,7 +172,8 @@ class FleetService:
         token = secrets.token_urlsafe(32)
         certificate_id = fleet_pki.certificate_id(cert)
         pem = fleet_pki.certificate_pem(cert)
-        await self.store.add_certificate(
+        most = auth.quota.get("max_certificates")
+        kept = await self.store.add_certificate(
             authority.tenant_id,
             certificate_id,
             template.id,
@@ -175,7 +181,15 @@ class FleetService:
             _token_hash(token),
             datetime.now(UTC) + timedelta(seconds=TOKEN_SECONDS),
             cert.not_valid_after_utc,
+            most,
         )
+        if not kept:  # counted like the broker's other limits
+            self.broker.quota_exceeded(auth.tenant, "certificates")
+            raise Rejected(
+                403,
+                "LimitExceeded",
+                f"The tenant already has {most} live certificates (max_certificates)",
+            )
         return {
             "certificateId": certificate_id,
             "certificatePem": pem,

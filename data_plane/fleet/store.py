@@ -33,6 +33,21 @@ INSERT INTO {tables.FLEET_CERTIFICATE}
    not_after, created_at)
 VALUES (%s, 'device', %s, %s, %s, %s, %s, %s, now())
 """
+# The same, only while the tenant's live certificates are fewer than its `max_certificates`
+# (`tenants.tenant.stored_limits` counts them the same way for the REST API).
+_INSERT_CERTIFICATE_WITHIN_SQL = f"""
+INSERT INTO {tables.FLEET_CERTIFICATE}
+  (tenant_id, kind, certificate_id, template_id, pem, ownership_token, token_expires_at,
+   not_after, created_at)
+SELECT %(tenant)s, 'device', %(id)s, %(template)s, %(pem)s, %(token)s, %(expires)s, %(not_after)s,
+       now()
+ WHERE (SELECT count(*) FROM {tables.CA_CERTIFICATE}
+         WHERE tenant_id = %(tenant)s AND revoked_at IS NULL)
+     + (SELECT count(*) FROM {tables.DEVICE_CERTIFICATE}
+         WHERE tenant_id = %(tenant)s AND revoked_at IS NULL)
+     + (SELECT count(*) FROM {tables.FLEET_CERTIFICATE}
+         WHERE tenant_id = %(tenant)s AND revoked_at IS NULL) < %(most)s
+"""
 _TAKE_TOKEN_SQL = f"""
 SELECT id FROM {tables.FLEET_CERTIFICATE}
  WHERE ownership_token = %s AND tenant_id = %s AND template_id = %s AND kind = 'device'
@@ -111,8 +126,26 @@ class FleetStore:
         token_hash: str,
         token_expires_at: datetime,
         not_after: datetime,
-    ) -> None:
+        max_certificates: int | None = None,
+    ) -> bool:
+        """Keep a certificate the fleet CA issued; False (nothing kept) when the tenant's live
+        certificates are at `max_certificates` already."""
         async with self.pool.connection() as conn:
+            if max_certificates is not None:
+                cursor = await conn.execute(
+                    _INSERT_CERTIFICATE_WITHIN_SQL,
+                    {
+                        "tenant": tenant_id,
+                        "id": certificate_id,
+                        "template": template_id,
+                        "pem": pem,
+                        "token": token_hash,
+                        "expires": token_expires_at,
+                        "not_after": not_after,
+                        "most": max_certificates,
+                    },
+                )
+                return cursor.rowcount == 1
             await conn.execute(
                 _INSERT_CERTIFICATE_SQL,
                 (
@@ -125,6 +158,7 @@ class FleetStore:
                     not_after,
                 ),
             )
+            return True
 
     async def register_thing(
         self, tenant: str, tenant_id: int, template: Template, token_hash: str, name: str

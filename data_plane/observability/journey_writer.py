@@ -52,6 +52,8 @@ KNOWN_CAUSES = frozenset(QUOTA_KEYS) | {
     "subscriptions",
     "connections",
     "persistent_sessions",
+    "shadows",
+    "certificates",
 }
 
 

@@ -21,6 +21,10 @@ class Operation:
     device: str  # the device that asked ("" for the REST API)
     max_size: int
     size: int  # bytes of the request's payload (metering)
+    # The tenant's `max_shadows` (shadows it may keep; None: no limit) and
+    # `max_shadow_versions` (past versions kept per shadow; None: all, until their days are up).
+    max_shadows: int | None = None
+    max_versions: int | None = None
     # What came of it (one of them), set by the store:
     outcome: doc.Outcome | None = None  # an accepted update
     shadow: doc.Shadow | None = None  # a get's answer
@@ -61,6 +65,20 @@ def perform(op: Operation, current: doc.Shadow, now: int) -> doc.Shadow | None:
 
 def thing_not_found(op: Operation) -> None:
     op.error = doc.thing_not_found(op.request.client_token)
+
+
+def shadow_limit(op: Operation) -> None:
+    op.error = doc.shadow_limit(op.max_shadows or 0, op.request.client_token)
+
+
+def makes_shadow(op: Operation, current: doc.Shadow | None) -> bool:
+    """Whether `op` would bring a shadow into being (an update of one not present), which the
+    tenant's `max_shadows` may refuse."""
+    return (
+        op.max_shadows is not None
+        and op.topic.operation == UPDATE
+        and (current is None or not current.present)
+    )
 
 
 def reset(op: Operation) -> None:

@@ -101,6 +101,8 @@ class ShadowService:
             auth.device,
             max_size,
             len(message.payload),
+            auth.quota.get("max_shadows"),
+            auth.quota.get("max_shadow_versions"),
             requester=requester,
         )
         self.batches.add(op)
@@ -127,6 +129,8 @@ class ShadowService:
     def reply(self, op: Operation, now: int) -> None:
         topic, tenant = op.topic, op.tenant
         if op.error is not None:
+            if op.error.code == doc.SHADOW_LIMIT:  # counted like the broker's other limits
+                self.broker.quota_exceeded(tenant, "shadows")
             self._reject(tenant, topic, op.error, now)
             return
         if op.outcome is not None:

@@ -17,6 +17,7 @@ from common.security.device_credentials import (
     looks_like_jwt,
     verify_jwt,
 )
+from common.security.service_token import CLAIM_CLIENT_PREFIX
 from data_plane.broker.auth import AuthResult
 from data_plane.tenancy import service_identity
 from data_plane.tenancy.aws_user_name import as_sent_by_aws_sdk
@@ -155,7 +156,7 @@ class PostgresAuthenticator:
             0,
             who.tenant,
             CLAIM_DEVICE,
-            f"$claim-{client_id}"[:128],
+            f"{CLAIM_CLIENT_PREFIX}{client_id}"[:128],
             ClaimAuthorizer(claim.certificate_id, claim.template_id, claim.template),
             dict(policy.quota),
             tenant_id=policy.tenant_id,

@@ -566,6 +566,7 @@ class InvoiceLineOutput(serializers.Serializer):
             "actions_executed",
             "storage_gb_hours",
             "job_executions",
+            "shadow_operations",
             "adjustment",
             "credit",
         ]

@@ -29,6 +29,7 @@ from tenants.shadows import services as shadow_services
 
 ERROR_CODES = {
     400: "invalid",
+    403: "quota_exceeded",
     404: "not_found",
     409: "version_conflict",
     413: "too_large",

@@ -17,6 +17,7 @@ DIMENSIONS: dict[str, tuple[str, str]] = {
     "actions_executed": ("Rule actions executed", ""),
     "storage_gb_hours": ("Storage", "GB-hours"),
     "job_executions": ("Job executions", "remote actions"),
+    "shadow_operations": ("Device shadow operations", "1 KB units"),
 }
 UNITS = {
     "messages": "messages (5 KB units)",
@@ -25,6 +26,7 @@ UNITS = {
     "actions_executed": "actions",
     "storage_gb_hours": "GB-hours",
     "job_executions": "job executions",
+    "shadow_operations": "shadow operations (1 KB units)",
 }
 # Usage that is the tenant's but no device's of its own, in words (devices never take `$` names):
 # the names the brokers meter it under (`DeviceUsage.device`).

@@ -49,6 +49,11 @@ LIST_DIMENSIONS = {
         "per": LATER_DIMENSIONS["job_executions"]["per"],
         "tiers": LATER_DIMENSIONS["job_executions"]["tiers"],
     },
+    # AWS IoT Device Shadow: $1.25 per million operations, in 1 KB increments (issue 44).
+    "shadow_operations": {
+        "per": LATER_DIMENSIONS["shadow_operations"]["per"],
+        "tiers": LATER_DIMENSIONS["shadow_operations"]["tiers"],
+    },
 }
 FREE_TIER = {
     "messages": 1_000_000,
@@ -60,6 +65,9 @@ FREE_TIER = {
     # 41): 1,000 a month, $3.00 at list price, beside 1,000,000 messages ($1.00) and 2,250,000
     # connection minutes ($1.80). Migration 0031 gives existing Free price books the same.
     "job_executions": 1_000,
+    # AWS's free tier: 225,000 shadow operations a month. Migration 0035 gives existing Free
+    # price books the same, with the price, from their first month not yet invoiced.
+    "shadow_operations": 225_000,
 }
 
 

@@ -28,6 +28,7 @@ from tenants.devices import services as device_services
 from tenants.models import CaCertificate, Device, DeviceCertificate, JwtKey, Tenant
 from tenants.notify import announce
 from tenants.suspension import require_active
+from tenants.tenant.stored_limits import require_certificate_room
 
 
 def _invalid(field: str, exc: Exception) -> ValidationError:
@@ -82,6 +83,7 @@ def ca_register(
     except IdentityError as exc:
         raise _invalid("pem", exc) from None
     _check_possession(tenant, parsed, verification_pem)
+    require_certificate_room(tenant)
     ca = CaCertificate(
         tenant=tenant,
         name=name,
@@ -146,6 +148,7 @@ def device_certificate_register(*, device: Device, pem: str) -> DeviceCertificat
         parsed = parse_device_certificate(pem)
     except IdentityError as exc:
         raise _invalid("pem", exc) from None
+    require_certificate_room(device.tenant)
     certificate = DeviceCertificate(
         tenant=device.tenant,
         device=device,

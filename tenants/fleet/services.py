@@ -34,6 +34,7 @@ from tenants.models import (
 )
 from tenants.notify import announce
 from tenants.suspension import require_active
+from tenants.tenant.stored_limits import require_certificate_room
 
 AUTHORITY_CA_NAME = "fleet-provisioning"  # the fleet CA's name among the tenant's CAs
 
@@ -251,6 +252,7 @@ def claim_create(template: ProvisioningTemplate) -> IssuedClaim:
     tenant = template.tenant
     require_active(tenant)
     authority = _authority(tenant)
+    require_certificate_room(tenant, field="claim")
     from cryptography import x509
 
     ca_cert = x509.load_pem_x509_certificate(authority.ca.pem.encode())

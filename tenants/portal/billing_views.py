@@ -28,6 +28,7 @@ CHARTS = (
     ("actions_executed", "Actions executed", ""),
     ("storage_gb_hours", "Storage", "GB-hours"),
     ("job_executions", "Job executions", "remote actions"),
+    ("shadow_operations", "Device shadow operations", "1 KB units"),
 )
 
 

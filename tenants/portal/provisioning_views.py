@@ -103,7 +103,11 @@ def claim_create(request, membership, name: str):
     """A claim certificate; its key goes to this member's session until the next page view
     shows it (then it is gone: the platform never stores it), as devices' secrets do."""
     template = fleet.template_get(tenant=membership.tenant, name=name)
-    issued = fleet.claim_create(template)
+    try:
+        issued = fleet.claim_create(template)
+    except ValidationError as error:  # max_certificates
+        messages.error(request, " ".join(error.messages))
+        return redirect("portal:provisioning-template", name=template.name)
     _show_once(
         request,
         template=template.name,

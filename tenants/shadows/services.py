@@ -22,6 +22,7 @@ from common.shadow.topics import ACCEPTED, DELETE, DELTA, DOCUMENTS, UPDATE, sha
 from tenants.models import Device, Shadow, ShadowVersion
 from tenants.shadows.selectors import shadow_of
 from tenants.tenant.selectors import effective_quota
+from tenants.tenant.stored_limits import shadows_count
 
 
 class PreconditionFailed(Exception):
@@ -68,10 +69,18 @@ def shadow_update(
     """Apply an update request (AWS's request state document, as bytes) to the device's shadow
     `name` ("" the classic one). Raises `doc.ShadowError` (AWS's code and words) or
     `PreconditionFailed`."""
-    max_size = effective_quota(device.tenant).get("max_shadow_size") or doc.DEFAULT_MAX_SIZE
+    quota = effective_quota(device.tenant)
+    max_size = quota.get("max_shadow_size") or doc.DEFAULT_MAX_SIZE
     request = doc.parse_request(UPDATE, payload, max_size)
     now = int(time.time())
     with transaction.atomic():
+        most = quota.get("max_shadows")
+        if (
+            most is not None
+            and not Shadow.objects.filter(device=device, name=name, present=True).exists()
+            and shadows_count(device.tenant_id) >= most
+        ):
+            raise doc.shadow_limit(most, request.client_token)
         row = _locked_row(device, name)
         _check(if_match, row.version)
         outcome = doc.update(shadow_of(row), request, now, max_size)
@@ -97,8 +106,28 @@ def shadow_update(
             via="api",
             replies=replies,
         )
+        prune_versions(row.id, quota.get("max_shadow_versions"))
         _announce(history)
     return Change(outcome.accepted, after.version)
+
+
+# A shadow's versions past the newest `keep` (at least the newest one), but never one whose
+# replies a broker has yet to publish (`published_at` null): `data_plane.shadows.store` too.
+PRUNE_VERSIONS = """
+DELETE FROM tenants_shadowversion v
+ WHERE v.shadow_id = %(shadow)s AND v.published_at IS NOT NULL
+   AND v.id < (SELECT min(w.id) FROM (SELECT id FROM tenants_shadowversion
+                                       WHERE shadow_id = %(shadow)s
+                                       ORDER BY id DESC LIMIT GREATEST(%(keep)s, 1)) w)
+"""
+
+
+def prune_versions(shadow_id: int, keep: int | None) -> None:
+    """Keep the shadow's newest `keep` versions (`max_shadow_versions`), the older ones go."""
+    if keep is None:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(PRUNE_VERSIONS, {"shadow": shadow_id, "keep": keep})
 
 
 def shadow_delete(*, device: Device, name: str, if_match: int | None, actor: str) -> Change:
@@ -124,6 +153,7 @@ def shadow_delete(*, device: Device, name: str, if_match: int | None, actor: str
             via="api",
             replies=[[f"{shadow_prefix(device.name, name)}/{DELETE}/{ACCEPTED}", body]],
         )
+        prune_versions(row.id, effective_quota(device.tenant).get("max_shadow_versions"))
         _announce(history)
     return Change(body, row.version)
 

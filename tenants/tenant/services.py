@@ -42,6 +42,9 @@ DEFAULT_PLANS = {
         "history_default_days": 7,
         "max_history_days": 90,
         "max_history_policies": 100,
+        "max_shadows": 100_000,
+        "max_shadow_versions": 1_000,
+        "max_certificates": 100_000,
     },
 }
 

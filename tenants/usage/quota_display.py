@@ -33,6 +33,9 @@ LIMITS = {
     "max_history_policies": ("History policies", "policies"),
     "max_shadow_size": ("Device shadow size", "bytes"),
     "shadow_history_days": ("Device shadow history", "days"),
+    "max_shadows": ("Device shadows", "shadows"),
+    "max_shadow_versions": ("Device shadow versions kept", "versions"),
+    "max_certificates": ("Certificates", "certificates"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
@@ -49,6 +52,7 @@ PER_WHAT = {
     "max_history_days": "per history policy",
     "max_shadow_size": "per shadow",
     "shadow_history_days": "per shadow",
+    "max_shadow_versions": "per shadow",
 }
 
 
@@ -98,6 +102,7 @@ def describe(key: str, value: float) -> str:
 def usage_now(tenant: Tenant) -> dict[str, float]:
     """What the tenant uses now of the limits that measure something over time."""
     from tenants.devices.selectors import live_connections
+    from tenants.tenant.stored_limits import certificates_count, shadows_count
 
     connections = live_connections(tenant=tenant)
     subscriptions = max((len(c.subscriptions or []) for c in connections), default=0)
@@ -112,6 +117,8 @@ def usage_now(tenant: Tenant) -> dict[str, float]:
         .count(),
         "max_persistent_sessions": sessions,
         "max_history_policies": HistoryPolicy.objects.filter(tenant=tenant).count(),
+        "max_shadows": shadows_count(tenant.id),
+        "max_certificates": certificates_count(tenant.id),
         "max_publish_rate": (last.messages_in / 60) if last else 0,
         "max_inbound_bytes_rate": (last.bytes_in / 60) if last else 0,
         "max_outbound_bytes_rate": (last.bytes_out / 60) if last else 0,

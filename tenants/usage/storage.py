@@ -11,7 +11,17 @@ none), a payload spilled to the object store by its object's size (once per tena
 queues refer to it); and
 
 - its archive in the object store (`common.archive.files.archive_bytes_by_tenant`: its history
-  files in full, its row share of the live segments not yet compacted).
+  files in full, its row share of the live segments not yet compacted);
+- its device shadows, classic and named (`tenants_shadow`: name, state and metadata as stored,
+  the JSON text), `shadows`;
+- its shadows' history (`tenants_shadowversion`, kept `shadow_history_days`: each row's state,
+  metadata, request, replies, client token and actor as stored), `shadow_history`;
+- its certificates (`certificates`): the CAs it registered, its devices' registered
+  certificates, and those its fleet CA issued (claims, and every certificate a claim made over
+  MQTT, registered to a device or not): PEM + fingerprint + subject.
+
+Every part is measured by Postgres in one aggregate per table (`octet_length` of what is
+stored), so a sample costs a scan of those tables once an hour, not a query per tenant.
 
 The history is not listed in full every hour (a listing that grows with every hour of every
 tenant's archive, forever): `history_bytes` keeps the totals of *settled* days (older than
@@ -63,6 +73,37 @@ _RETAINED = _MESSAGE_BYTES.format(
     table="tenants_retainedmessage", live="m.expires_at IS NULL OR m.expires_at > %s"
 )
 _QUEUED = _MESSAGE_BYTES.format(table="tenants_mqttqueuedmessage", live="%s IS NOT NULL")
+
+# The other rows a tenant keeps: bytes as stored (JSON columns by their text), per tenant.
+_ROW_BYTES = """
+SELECT t.slug, COALESCE(SUM({size}), 0)
+  FROM {table} x JOIN tenants_tenant t ON t.id = x.tenant_id
+ GROUP BY t.slug
+"""
+_JSON = "COALESCE(octet_length(x.{0}::text), 0)"
+ROW_PARTS: dict[str, list[tuple[str, str]]] = {
+    "shadows": [
+        (
+            "tenants_shadow",
+            f"octet_length(x.name) + {_JSON.format('state')} + {_JSON.format('metadata')}",
+        )
+    ],
+    "shadow_history": [
+        (
+            "tenants_shadowversion",
+            " + ".join(
+                [_JSON.format(c) for c in ("state", "metadata", "request", "replies")]
+                + ["octet_length(x.client_token)", "octet_length(x.actor)"]
+            ),
+        )
+    ],
+    "certificates": [
+        ("tenants_cacertificate", "octet_length(x.pem) + 64 + octet_length(x.subject)"),
+        ("tenants_devicecertificate", "octet_length(x.pem) + 64 + octet_length(x.subject)"),
+        ("tenants_fleetcertificate", "octet_length(x.pem) + 64 + octet_length(x.ownership_token)"),
+    ],
+}
+PARTS = ("retained", "queued", "archive", *ROW_PARTS)
 
 _CHART_UPSERT = """
 INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
@@ -184,9 +225,14 @@ def _write_index(
 def stored_bytes_by_tenant(
     store: ObjectStore, now: datetime, *, full: bool = False
 ) -> dict[str, dict[str, int]]:
-    """Per tenant: `retained`, `queued` and `archive` bytes stored at `now`."""
+    """Per tenant: `retained`, `queued`, `archive`, `shadows`, `shadow_history` and
+    `certificates` bytes stored at `now` (`PARTS`)."""
     payload_sizes: dict[str, int] | None = None
     measured: dict[str, dict[str, int]] = {}
+
+    def parts(slug: str) -> dict[str, int]:
+        return measured.setdefault(slug, dict.fromkeys(PARTS, 0))
+
     with connection.cursor() as cursor:
         for kind, sql in (("retained", _RETAINED), ("queued", _QUEUED)):
             cursor.execute(sql, [now])
@@ -196,14 +242,19 @@ def stored_bytes_by_tenant(
                     if payload_sizes is None:
                         payload_sizes = store.sizes(PAYLOAD_PREFIX)
                     size += sum(payload_sizes.get(key, 0) for key in object_keys)
-                measured.setdefault(slug, {"retained": 0, "queued": 0, "archive": 0})[kind] = size
+                parts(slug)[kind] = size
+        for kind, tables in ROW_PARTS.items():
+            for table, size_sql in tables:
+                cursor.execute(_ROW_BYTES.format(table=table, size=size_sql))
+                for slug, size in cursor.fetchall():
+                    parts(slug)[kind] += int(size)
     from tenants.archive_lock import archive_lock
 
     slugs = Tenant.objects.values_list("slug", flat=True)
     with archive_lock():  # retention may be deleting history and correcting the index
         history, _ = history_bytes(store, slugs, now, full=full)
     for slug, size in archive_bytes_by_tenant(store, history).items():
-        measured.setdefault(slug, {"retained": 0, "queued": 0, "archive": 0})["archive"] = size
+        parts(slug)["archive"] = size
     return measured
 
 

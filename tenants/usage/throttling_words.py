@@ -111,6 +111,24 @@ LIMITS: dict[str, LimitWords] = {
         refuses_messages=False,
         refused_phrase="persistent sessions refused",
     ),
+    "shadows": LimitWords(
+        "max_shadows",
+        slowed="",
+        refused="A device shadow that did not exist yet was refused (AWS's 403 on "
+        "…/update/rejected): the tenant already keeps as many shadows as the plan allows.",
+        advice="Delete shadows (classic or named) you no longer use, or move to a larger plan.",
+        refuses_messages=False,
+        refused_phrase="new device shadows refused",
+    ),
+    "certificates": LimitWords(
+        "max_certificates",
+        slowed="",
+        refused="A claim's request for a new certificate was refused (LimitExceeded on "
+        "…/rejected): the tenant already has as many live certificates as the plan allows.",
+        advice="Revoke certificates you no longer use, or move to a larger plan.",
+        refuses_messages=False,
+        refused_phrase="new certificates refused",
+    ),
     # Not a plan's quota: the tenant's own budget, set to degrade at 100 % (tenants/budgets/services.py).
     "budget": LimitWords(
         None,
