@@ -21,8 +21,14 @@ from tenants.journey.words import describe_outcome
 
 
 def result(tenant: str, status: str, error: str | None = None) -> SimpleNamespace:
-    return SimpleNamespace(
-        rule_id=7, tenant=tenant, status=status, error=error, topic="t/1", client_id="dev"
+    return SimpleNamespace(  # a RESULT_SCHEMA row: published a second before it was evaluated
+        rule_id=7,
+        tenant=tenant,
+        status=status,
+        error=error,
+        topic="t/1",
+        client_id="dev",
+        ts=datetime.now(UTC) - timedelta(seconds=1),
     )
 
 
