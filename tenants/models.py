@@ -101,6 +101,11 @@ class Plan(models.Model):
     shadow_history_days = models.PositiveIntegerField(
         default=30, db_default=30, help_text="days a device shadow's past versions are kept"
     )
+    max_ca_certificates = models.PositiveIntegerField(
+        default=5,
+        db_default=5,
+        help_text="CA certificates a tenant may have registered (live ones, the fleet CA aside)",
+    )
 
     def __str__(self) -> str:
         return self.name

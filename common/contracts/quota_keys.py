@@ -24,4 +24,8 @@ QUOTA_KEYS = (
     # counts them: 8 KiB by default), and days each shadow's past versions are kept.
     "max_shadow_size",
     "shadow_history_days",
+    # Device identity (issue 44): the CA certificates a tenant may have registered (live ones;
+    # the platform's own fleet CA not counted). Enforced by the control plane at registration;
+    # it bounds what a failing mTLS CONNECT can make the broker look through.
+    "max_ca_certificates",
 )

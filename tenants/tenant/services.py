@@ -42,6 +42,7 @@ DEFAULT_PLANS = {
         "history_default_days": 7,
         "max_history_days": 90,
         "max_history_policies": 100,
+        "max_ca_certificates": 50,
     },
 }
 

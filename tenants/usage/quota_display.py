@@ -33,6 +33,7 @@ LIMITS = {
     "max_history_policies": ("History policies", "policies"),
     "max_shadow_size": ("Device shadow size", "bytes"),
     "shadow_history_days": ("Device shadow history", "days"),
+    "max_ca_certificates": ("Registered CA certificates", "CAs"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
@@ -97,6 +98,7 @@ def describe(key: str, value: float) -> str:
 
 def usage_now(tenant: Tenant) -> dict[str, float]:
     """What the tenant uses now of the limits that measure something over time."""
+    from tenants.devices.identity import cas_counted
     from tenants.devices.selectors import live_connections
 
     connections = live_connections(tenant=tenant)
@@ -112,6 +114,7 @@ def usage_now(tenant: Tenant) -> dict[str, float]:
         .count(),
         "max_persistent_sessions": sessions,
         "max_history_policies": HistoryPolicy.objects.filter(tenant=tenant).count(),
+        "max_ca_certificates": cas_counted(tenant).count(),
         "max_publish_rate": (last.messages_in / 60) if last else 0,
         "max_inbound_bytes_rate": (last.bytes_in / 60) if last else 0,
         "max_outbound_bytes_rate": (last.bytes_out / 60) if last else 0,
