@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import os
 import ssl
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -84,6 +87,12 @@ MIN_RSA_BITS = 2048
 EC_CURVES = frozenset({"secp256r1", "secp384r1", "secp521r1"})
 # Checks run here, off the event loop; a flood of chains queues here, not on the loop.
 _VERIFIERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="x509-verify")
+# `cryptography`'s verifier holds the GIL while it checks (its policy calls back into Python), so
+# a flood of failing chains in threads still takes the event loop's turns. With
+# MQTT_CERT_VERIFY_PROCESSES=N (N > 0) the checks run in N processes of their own instead
+# (spawned at the first check; certificates cross as DER): the loop loses only the hand-off.
+VERIFY_PROCESSES = int(os.environ.get("MQTT_CERT_VERIFY_PROCESSES") or 0)
+_processes: ProcessPoolExecutor | None = None
 # The web PKI profile, less what devices' certificates (AWS's among them) do without.
 _EE_POLICY = (
     ExtensionPolicy.webpki_defaults_ee()
@@ -450,6 +459,23 @@ async def _verified(
     in a thread (signatures cost CPU the event loop must not lose), within `deadline` seconds:
     refused (IdentityError) when there is none, or when it takes longer."""
     loop = asyncio.get_running_loop()
+    if VERIFY_PROCESSES > 0:
+        ders = [[c.public_bytes(Encoding.DER) for c in group] for group in (anchors, intermediates)]
+        work = loop.run_in_executor(
+            _process_pool(),
+            verify_client_chain_der,
+            leaf.public_bytes(Encoding.DER),
+            *ders,
+            datetime.now(UTC),
+        )
+        try:
+            path = await asyncio.wait_for(work, deadline)
+        except TimeoutError:
+            raise IdentityError("the certificate check took too long") from None
+        except BrokenProcessPool:
+            _reset_process_pool()
+            raise IdentityError("the certificate check failed; try again") from None
+        return [x509.load_der_x509_certificate(der) for der in path]
     work = loop.run_in_executor(
         _VERIFIERS, verify_client_chain, leaf, anchors, intermediates, datetime.now(UTC)
     )
@@ -457,6 +483,38 @@ async def _verified(
         return await asyncio.wait_for(work, deadline)
     except TimeoutError:
         raise IdentityError("the certificate check took too long") from None
+
+
+def _process_pool() -> ProcessPoolExecutor:
+    global _processes
+    if _processes is None:
+        context = multiprocessing.get_context("spawn")  # the broker has threads: never fork it
+        _processes = ProcessPoolExecutor(max_workers=VERIFY_PROCESSES, mp_context=context)
+    return _processes
+
+
+def _reset_process_pool() -> None:
+    global _processes
+    if _processes is not None:
+        _processes.shutdown(wait=False, cancel_futures=True)
+    _processes = None
+
+
+def _ready() -> bool:
+    return True
+
+
+def verify_client_chain_der(
+    leaf: bytes, anchors: list[bytes], intermediates: list[bytes], at: datetime
+) -> list[bytes]:
+    """`verify_client_chain` over DER, as a verifier process runs it: the path, as DER."""
+    path = verify_client_chain(
+        x509.load_der_x509_certificate(leaf),
+        [x509.load_der_x509_certificate(der) for der in anchors],
+        [x509.load_der_x509_certificate(der) for der in intermediates],
+        at,
+    )
+    return [cert.public_bytes(Encoding.DER) for cert in path]
 
 
 def verify_client_chain(
@@ -568,6 +626,8 @@ class TrustAnchors:
             )
         self._remember(await self.store.anchors())
         self.attached = True
+        if VERIFY_PROCESSES > 0:  # started now, not on the first CONNECT that needs them
+            _process_pool().submit(_ready)
 
     async def added(self, kind: str, ids: list[int]) -> None:
         if self.attached:

@@ -250,3 +250,19 @@ def test_a_failing_connect_checks_a_few_of_200_cas_and_parses_none(monkeypatch):
             assert who.tenant == "acme"
 
     asyncio.run(main())
+
+
+def test_checks_may_run_in_processes_of_their_own(monkeypatch):
+    """MQTT_CERT_VERIFY_PROCESSES: the verifier holds the GIL, so a flood's checks may run in
+    processes instead of threads; the verdicts are the same."""
+    monkeypatch.setattr(identity, "VERIFY_PROCESSES", 1)
+    ca, ca_key = make_ca(SUBJECT)
+    device, _ = make_leaf("sensor-1", ca, ca_key)
+    forged = x509.load_der_x509_certificate(forged_leaf(ca.subject, None))
+    try:
+        path = asyncio.run(identity._verified(device, [ca], [], 30))
+        assert path == [device, ca]
+        with pytest.raises(IdentityError, match="refused"):
+            asyncio.run(identity._verified(forged, [ca], [], 30))
+    finally:
+        identity._reset_process_pool()
