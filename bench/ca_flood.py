@@ -2,7 +2,8 @@
 subject, and two attacker loops doing failing mTLS CONNECTs, beside a victim tenant publishing at
 QoS 1; the victim's publish-to-receive latency alone, during the attack, and alone again.
 
-    .venv/bin/python -m bench.ca_flood [--seconds 20] [--cas 200] [--rate 100] [--pairs 5]
+    .venv/bin/python -m bench.ca_flood [/path/to/base] [--seconds 20] [--cas 200] [--rate 100]
+        [--pairs 5] [--verify-processes 0,2]
 
 The broker is `python -m data_plane` as operators run it: on Postgres (DATABASE_URL, else the
 embedded cluster), with a TLS listener (`--tls-port`, a server certificate of a CA made here),
@@ -25,7 +26,9 @@ Reported: the victim's p50/p99 (ms), messages lost, and the ratios during/alone;
 CONNECTs a second and how they were answered; the broker's CPU seconds per phase (its verifier
 processes included). Target: the victim's p50 and p99 during the attack within 2x of alone.
 `--verify-processes 0,2` (the default) runs it all twice: the certificate checks in the broker's
-threads (the default), then in two processes (`MQTT_CERT_VERIFY_PROCESSES=2`).
+threads (the default), then in two processes (`MQTT_CERT_VERIFY_PROCESSES=2`). Given an older
+checkout (`git archive COMMIT | tar -x -C /tmp/base`), its broker runs first, on the same
+database and tenants (A, with its threads).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from pathlib import Path
 
 from bench import archive
 from bench.brokers import REPO
+from bench.limiter import with_recorder
 from bench.loadgen import Client, Stats, close_all, connect_many, connect_packet
 
 MAX_PHASE = 60.0
@@ -207,7 +211,7 @@ def seed_attacker(cas: int, folder: Path) -> str:
 
 
 def start_broker(
-    folder: Path, store_url: str, verify_processes: int
+    folder: Path, store_url: str, verify_processes: int, repo: Path = REPO
 ) -> tuple[subprocess.Popen, dict[str, int]]:
     from common.runtime.embedded import postgres_url
     from common.runtime.processes import data_plane_command
@@ -226,7 +230,7 @@ def start_broker(
         cmd = ["taskset", "-c", "0", *cmd]
     process = subprocess.Popen(
         cmd,
-        cwd=REPO,
+        cwd=repo,
         env={
             **os.environ,
             "OBJECT_STORE_URL": store_url,
@@ -268,6 +272,9 @@ def main(argv: list[str] | None = None) -> None:
         role(argv[1:])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "base", type=Path, nargs="?", help="an older checkout whose broker runs first (A)"
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--cas", type=int, default=200)
     parser.add_argument("--rate", type=int, default=100, help="the victim's msg/s, in all")
@@ -294,10 +301,17 @@ def main(argv: list[str] | None = None) -> None:
     stores = archive.Stores("file")
     summary = []
     try:
-        for processes in args.verify_processes:
+        runs = [(REPO, processes) for processes in args.verify_processes]
+        if args.base is not None:  # the older build first, with its threads
+            runs.insert(0, (args.base.resolve(), 0))
+        for repo, processes in runs:
             mode = f"{processes} verifier processes" if processes else "verifier threads (2)"
+            mode = f"{'A (' + repo.name + ')' if repo != REPO else 'B'}, {mode}"
             print(f"-- {mode}", flush=True)
-            results = run_phases(folder, stores, processes, creds[0], attacker_slug, seconds, args)
+            with_recorder(repo)
+            results = run_phases(
+                folder, stores, processes, creds[0], attacker_slug, seconds, args, repo
+            )
             summary += ratios(mode, results)
     finally:
         stores.close()
@@ -314,8 +328,9 @@ def run_phases(
     attacker_slug: str,
     seconds: float,
     args: argparse.Namespace,
+    repo: Path = REPO,
 ) -> dict[str, dict]:
-    broker, ports = start_broker(folder, stores.new(), processes)
+    broker, ports = start_broker(folder, stores.new(), processes, repo)
     victim_args = [str(ports["mqtt"]), *login, str(seconds), str(args.rate), str(args.pairs)]
     results: dict[str, dict] = {}
     try:
