@@ -186,6 +186,8 @@ AUTH_ACCOUNT_THROTTLE_RATE = os.environ.get("AUTH_ACCOUNT_THROTTLE_RATE", "10/mi
 # Password-reset mails: per client address, and per account named (tenants/accounts/throttles.py).
 PASSWORD_RESET_THROTTLE_RATE = os.environ.get("PASSWORD_RESET_THROTTLE_RATE", "10/h")
 PASSWORD_RESET_ACCOUNT_RATE = os.environ.get("PASSWORD_RESET_ACCOUNT_RATE", "3/h")
+# CA certificate registrations per tenant (attempts; tenants/devices/identity.py): more is a 429.
+CA_REGISTRATION_RATE = os.environ.get("CA_REGISTRATION_RATE", "10/min")
 TRUSTED_PROXIES = [p for p in os.environ.get("TRUSTED_PROXIES", "").split(",") if p.strip()]
 SPECTACULAR_SETTINGS = {
     "TITLE": "MQTT platform API",

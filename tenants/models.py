@@ -112,6 +112,11 @@ class Plan(models.Model):
         db_default=1_000,
         help_text="live certificates per tenant: CAs, devices', fleet claims and issued ones",
     )
+    max_ca_certificates = models.PositiveIntegerField(
+        default=5,
+        db_default=5,
+        help_text="CA certificates a tenant may have registered (live ones, the fleet CA aside)",
+    )
 
     def __str__(self) -> str:
         return self.name

@@ -30,4 +30,8 @@ QUOTA_KEYS = (
     "max_shadows",
     "max_shadow_versions",
     "max_certificates",
+    # Device identity (issue 44): the CA certificates a tenant may have registered (live ones;
+    # the platform's own fleet CA not counted). Enforced by the control plane at registration;
+    # it bounds what a failing mTLS CONNECT can make the broker look through.
+    "max_ca_certificates",
 )

@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import os
 import ssl
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -84,6 +87,12 @@ MIN_RSA_BITS = 2048
 EC_CURVES = frozenset({"secp256r1", "secp384r1", "secp521r1"})
 # Checks run here, off the event loop; a flood of chains queues here, not on the loop.
 _VERIFIERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="x509-verify")
+# `cryptography`'s verifier holds the GIL while it checks (its policy calls back into Python), so
+# a flood of failing chains in threads still takes the event loop's turns. With
+# MQTT_CERT_VERIFY_PROCESSES=N (N > 0) the checks run in N processes of their own instead
+# (spawned at the first check; certificates cross as DER): the loop loses only the hand-off.
+VERIFY_PROCESSES = int(os.environ.get("MQTT_CERT_VERIFY_PROCESSES") or 0)
+_processes: ProcessPoolExecutor | None = None
 # The web PKI profile, less what devices' certificates (AWS's among them) do without.
 _EE_POLICY = (
     ExtensionPolicy.webpki_defaults_ee()
@@ -117,6 +126,13 @@ _CA_SQL = f"""
 SELECT c.id, t.slug, c.pem, c.revoked_at IS NOT NULL
   FROM {tables.CA_CERTIFICATE} c JOIN {tables.TENANT} t ON t.id = c.tenant_id
  WHERE c.subject = %s
+ ORDER BY c.revoked_at IS NOT NULL, c.id
+"""
+# One tenant's CAs of a subject: at most its plan's `max_ca_certificates` live ones.
+_TENANT_CA_SQL = f"""
+SELECT c.id, t.slug, c.pem, c.revoked_at IS NOT NULL
+  FROM {tables.CA_CERTIFICATE} c JOIN {tables.TENANT} t ON t.id = c.tenant_id
+ WHERE c.subject = %s AND t.slug = %s
  ORDER BY c.revoked_at IS NOT NULL, c.id
 """
 _DEVICE_CERT_SQL = f"""
@@ -155,6 +171,70 @@ _ANCHOR_SQL = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class RegisteredCa:
+    """A registered CA as CONNECT weighs it: parsed, with its key identifier computed from its
+    key (`own`, RFC 5280's SHA-1) and as its certificate states it (`stated`)."""
+
+    id: int
+    tenant: str
+    ca: ParsedCertificate
+    revoked: bool
+    own: bytes | None
+    stated: bytes | None
+
+    @property
+    def row(self) -> tuple[int, str, ParsedCertificate, bool]:
+        return self.id, self.tenant, self.ca, self.revoked
+
+    def honest_for(self, wanted: bytes | None) -> bool:
+        """Whether the CA's key identifier is its key's (for a certificate whose Authority Key
+        Identifier is `wanted`); a CA that only states another's (copied) is not."""
+        return wanted == self.own if wanted is not None else self.stated in (None, self.own)
+
+
+class CaIndex:
+    """The registered CAs of one subject (all tenants', or one tenant's), parsed once when read,
+    found by key identifier: what a CONNECT looks through is a dictionary lookup and at most
+    `MAX_CANDIDATES` rows, however many CAs of the name there are."""
+
+    __slots__ = ("by_key_id", "cas", "no_key_id")
+
+    def __init__(self, cas: list[RegisteredCa]) -> None:
+        self.cas = cas
+        by_key_id: dict[bytes, list[RegisteredCa]] = {}
+        for ca in cas:
+            for key_id in dict.fromkeys(k for k in (ca.own, ca.stated) if k is not None):
+                by_key_id.setdefault(key_id, []).append(ca)
+        # Best first for each lookup (`_rank`), so a CONNECT reads the head of a list only.
+        self.by_key_id = {
+            k: sorted(v, key=lambda ca, k=k: _rank(ca, k)) for k, v in by_key_id.items()
+        }
+        self.no_key_id = sorted(cas, key=lambda ca: _rank(ca, None))
+
+    @classmethod
+    def parsed(cls, rows: list[tuple]) -> CaIndex:
+        """From the table's rows (id, tenant, PEM, revoked): CPU-bound, run in a thread."""
+        cas = []
+        for ca_id, tenant, pem, revoked in rows:
+            try:
+                ca = parse_certificate(pem)
+            except IdentityError:  # pragma: no cover - the control plane parsed it
+                continue
+            own, stated = _key_ids(ca.certificate)
+            cas.append(RegisteredCa(ca_id, tenant, ca, revoked, own, stated))
+        return cls(cas)
+
+    def matching(self, wanted: bytes | None) -> list[RegisteredCa]:
+        """The CAs that may have signed a certificate whose Authority Key Identifier is `wanted`
+        (None: it states none, and any may have), best first."""
+        return self.no_key_id if wanted is None else self.by_key_id.get(wanted, [])
+
+
+def _rank(ca: RegisteredCa, wanted: bytes | None) -> tuple[int, bool, int]:
+    return (0 if ca.honest_for(wanted) else 1, ca.revoked, ca.id)
+
+
 class IdentityStore:
     """Reads of the identity tables, cached until a notification says they changed (`forget`)
     and at most `ttl` seconds; misses are cached briefly too, so a stranger's certificates cost
@@ -165,9 +245,11 @@ class IdentityStore:
     ) -> None:
         self.pool, self.ttl, self.negative_ttl = pool, ttl, negative_ttl
         self._cache: dict[tuple, tuple[float, Any]] = {}
+        self._reading: dict[tuple, asyncio.Future] = {}  # CA indexes being read (`ca_index`)
 
     def forget(self) -> None:
-        """Registrations and revocations are rare: forget everything."""
+        """Registrations and revocations are rare (and rate-limited per tenant on the control
+        plane): forget everything."""
         self._cache.clear()
 
     async def _cached(self, key: tuple, sql: str, args: tuple) -> list[tuple]:
@@ -185,8 +267,39 @@ class IdentityStore:
 
     async def cas_named(self, subject: str) -> list[tuple[int, str, ParsedCertificate, bool]]:
         """Registered CAs of this subject, live ones first: (id, tenant, CA, revoked)."""
-        rows = await self._cached(("ca", subject), _CA_SQL, (subject,))
-        return [(row[0], row[1], parse_certificate(row[2]), row[3]) for row in rows]
+        return [ca.row for ca in (await self.ca_index(subject)).cas]
+
+    async def ca_index(self, subject: str, tenant: str = "") -> CaIndex:
+        """The registered CAs of this subject (only `tenant`'s, if given), parsed and indexed
+        by key identifier (`CaIndex`), cached as the other reads. Parsing a few hundred CAs
+        takes tens of milliseconds: it runs in a thread, once per read however many CONNECTs
+        wait for it."""
+        key = ("ca-index", subject, tenant)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        reading = self._reading.get(key)
+        if reading is None:
+            reading = self._reading[key] = asyncio.ensure_future(self._read_index(key))
+            reading.add_done_callback(lambda _done: self._reading.pop(key, None))
+        index: CaIndex = await asyncio.shield(reading)
+        return index
+
+    async def _read_index(self, key: tuple) -> CaIndex:
+        _, subject, tenant = key
+        sql, args = (_TENANT_CA_SQL, (subject, tenant)) if tenant else (_CA_SQL, (subject,))
+        async with self.pool.connection() as conn:
+            cursor = conn.cursor(row_factory=tuple_row)
+            rows = await (await cursor.execute(sql, args)).fetchall()
+        index = (
+            await asyncio.get_running_loop().run_in_executor(None, CaIndex.parsed, rows)
+            if rows
+            else CaIndex([])
+        )
+        if len(self._cache) > 50_000:
+            self._cache.clear()
+        self._cache[key] = (time.monotonic() + (self.ttl if rows else self.negative_ttl), index)
+        return index
 
     async def device_certificate(
         self, fingerprint: str, tenant: str, device: str
@@ -299,15 +412,17 @@ async def _candidate_cas(
     found: dict[int, tuple[int, int, tuple[int, str, ParsedCertificate, bool]]] = {}
     for depth, cert in enumerate(presented):
         wanted = _authority_key_id(cert.certificate)
-        for row in await store.cas_named(cert.issuer):
-            ca_id, owner, ca, _revoked = row
-            if (tenant and owner != tenant) or ca_id in found:
+        index = await store.ca_index(cert.issuer, tenant)
+        taken = 0
+        # Each list is best first: its first `MAX_CANDIDATES` new ones are all that can rank.
+        for registered in index.matching(wanted):
+            if taken >= MAX_CANDIDATES:
+                break
+            if (tenant and registered.tenant != tenant) or registered.id in found:
                 continue
-            own, stated = _key_ids(ca.certificate)
-            if wanted is not None and wanted not in (own, stated):
-                continue
-            honest = wanted == own if wanted is not None else stated in (None, own)
-            found[ca_id] = (0 if honest else 1, depth, row)
+            honest = registered.honest_for(wanted)
+            found[registered.id] = (0 if honest else 1, depth, registered.row)
+            taken += 1
     ranked = sorted(found.values(), key=lambda item: (item[0], item[1], item[2][3], item[2][0]))
     return [row for *_, row in ranked[:MAX_CANDIDATES]]
 
@@ -344,6 +459,23 @@ async def _verified(
     in a thread (signatures cost CPU the event loop must not lose), within `deadline` seconds:
     refused (IdentityError) when there is none, or when it takes longer."""
     loop = asyncio.get_running_loop()
+    if VERIFY_PROCESSES > 0:
+        ders = [[c.public_bytes(Encoding.DER) for c in group] for group in (anchors, intermediates)]
+        work = loop.run_in_executor(
+            _process_pool(),
+            verify_client_chain_der,
+            leaf.public_bytes(Encoding.DER),
+            *ders,
+            datetime.now(UTC),
+        )
+        try:
+            path = await asyncio.wait_for(work, deadline)
+        except TimeoutError:
+            raise IdentityError("the certificate check took too long") from None
+        except BrokenProcessPool:
+            _reset_process_pool()
+            raise IdentityError("the certificate check failed; try again") from None
+        return [x509.load_der_x509_certificate(der) for der in path]
     work = loop.run_in_executor(
         _VERIFIERS, verify_client_chain, leaf, anchors, intermediates, datetime.now(UTC)
     )
@@ -351,6 +483,38 @@ async def _verified(
         return await asyncio.wait_for(work, deadline)
     except TimeoutError:
         raise IdentityError("the certificate check took too long") from None
+
+
+def _process_pool() -> ProcessPoolExecutor:
+    global _processes
+    if _processes is None:
+        context = multiprocessing.get_context("spawn")  # the broker has threads: never fork it
+        _processes = ProcessPoolExecutor(max_workers=VERIFY_PROCESSES, mp_context=context)
+    return _processes
+
+
+def _reset_process_pool() -> None:
+    global _processes
+    if _processes is not None:
+        _processes.shutdown(wait=False, cancel_futures=True)
+    _processes = None
+
+
+def _ready() -> bool:
+    return True
+
+
+def verify_client_chain_der(
+    leaf: bytes, anchors: list[bytes], intermediates: list[bytes], at: datetime
+) -> list[bytes]:
+    """`verify_client_chain` over DER, as a verifier process runs it: the path, as DER."""
+    path = verify_client_chain(
+        x509.load_der_x509_certificate(leaf),
+        [x509.load_der_x509_certificate(der) for der in anchors],
+        [x509.load_der_x509_certificate(der) for der in intermediates],
+        at,
+    )
+    return [cert.public_bytes(Encoding.DER) for cert in path]
 
 
 def verify_client_chain(
@@ -462,6 +626,8 @@ class TrustAnchors:
             )
         self._remember(await self.store.anchors())
         self.attached = True
+        if VERIFY_PROCESSES > 0:  # started now, not on the first CONNECT that needs them
+            _process_pool().submit(_ready)
 
     async def added(self, kind: str, ids: list[int]) -> None:
         if self.attached:

@@ -319,7 +319,10 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Device identity",
         "Register a CA certificate",
         "Registers a CA (`pem`) with proof of its key (`verification_pem`: a certificate it "
-        "signed whose CN is the registration code). A CA belongs to one tenant only.",
+        "signed whose CN is the registration code). A CA belongs to one tenant only. At most "
+        "the plan's `max_ca_certificates` live CAs (else a 403, code `quota_exceeded`, naming "
+        "the quota) and `CA_REGISTRATION_RATE` attempts per tenant (10 a minute by default; "
+        "else a 429 with Retry-After).",
     ),
     ("get", "/api/v1/cas/{name}"): (
         "Device identity",

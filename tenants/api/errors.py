@@ -27,6 +27,10 @@ def exception_handler(exc, context):
         for key in ("line", "column")
         if isinstance(getattr(exc, key, None), int)
     }
+    quota = None
+    if isinstance(exc, DjangoValidationError) and hasattr(exc, "quota"):
+        # A plan's limit (tenants.quota_refusals.QuotaExceeded): a 403 that names the quota key.
+        quota = {"quota": exc.quota, "limit": getattr(exc, "limit", None)}
     if isinstance(exc, DjangoValidationError):
         fields = (
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
@@ -48,6 +52,9 @@ def exception_handler(exc, context):
         )
         first = _first_message(fields)
         body = {"error": {"code": "invalid", "message": first, "fields": fields, **position}}
+        if quota is not None:
+            body["error"].update(code="quota_exceeded", **quota)
+            response.status_code = status.HTTP_403_FORBIDDEN
     elif isinstance(exc, Http404):
         body = {"error": {"code": "not_found", "message": str(exc) or "Not found."}}
     else:

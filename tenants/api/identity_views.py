@@ -190,7 +190,10 @@ class CaListView(TenantAPIView):
 
     @extend_schema(request=CaInput, responses={201: CaOutput})
     def post(self, request):
-        ca = identity.ca_register(tenant=self.tenant, **validated(CaInput, request.data))
+        try:
+            ca = identity.ca_register(tenant=self.tenant, **validated(CaInput, request.data))
+        except identity.RegistrationThrottled as exc:
+            raise exceptions.Throttled(wait=exc.wait, detail=str(exc)) from None
         return Response(CaOutput(ca).data, status=status.HTTP_201_CREATED)
 
 

@@ -71,19 +71,95 @@ def _check_possession(tenant: Tenant, ca, verification_pem: str) -> None:
         )
 
 
-@transaction.atomic
+# CA registrations (attempts, refused ones included) per tenant, as `tenants.accounts.throttles`
+# counts: each costs a signature check here, and each registered CA a place the broker may look
+# at a failing CONNECT. Overridden by the `CA_REGISTRATION_RATE` setting.
+CA_REGISTRATION_RATE_DEFAULT = "10/min"
+
+
+class RegistrationThrottled(Exception):
+    """The tenant registered CAs too often; `wait` seconds until it may again (a 429)."""
+
+    def __init__(self, wait: float, rate: str) -> None:
+        self.wait = wait
+        count, _, period = rate.partition("/")
+        super().__init__(
+            f"CA certificates were registered too often (at most {count} a {period.strip()} "
+            f"per tenant); try again in {max(1, round(wait))} s."
+        )
+
+
+def ca_registration_rate() -> str:
+    from django.conf import settings
+
+    return getattr(settings, "CA_REGISTRATION_RATE", None) or CA_REGISTRATION_RATE_DEFAULT
+
+
+def cas_counted(tenant: Tenant) -> QuerySet[CaCertificate]:
+    """The tenant's CAs that count against `max_ca_certificates`: the live ones it registered
+    (revoked ones and the platform's fleet CA aside)."""
+    from tenants.models import FleetAuthority
+
+    fleet = FleetAuthority.objects.filter(tenant=tenant).values("ca_id")
+    return CaCertificate.objects.filter(tenant=tenant, revoked_at=None).exclude(id__in=fleet)
+
+
 def ca_register(
     *, tenant: Tenant, name: str, pem: str, verification_pem: str, auto_registration: bool = False
 ) -> CaCertificate:
     """AWS IoT's "register CA": device certificates it issues name their device in the CN.
-    `verification_pem`: a certificate the CA signed whose CN is `registration_code(tenant)`."""
+    `verification_pem`: a certificate the CA signed whose CN is `registration_code(tenant)`.
+
+    At most `CA_REGISTRATION_RATE` attempts per tenant (`RegistrationThrottled`) and
+    `max_ca_certificates` live CAs (`QuotaExceeded`); both refusals are counted
+    (`tenants.quota_refusals`)."""
+    from tenants.accounts.throttles import hit
+    from tenants.quota_refusals import QuotaExceeded, count_refusal
+
     require_active(tenant)
+    rate = ca_registration_rate()
+    wait = hit("ca-registration", str(tenant.id), rate)
+    if wait:
+        count_refusal(tenant, "ca_registration_rate")
+        raise RegistrationThrottled(wait, rate)
+    try:
+        return _ca_register(
+            tenant=tenant,
+            name=name,
+            pem=pem,
+            verification_pem=verification_pem,
+            auto_registration=auto_registration,
+        )
+    except QuotaExceeded:
+        count_refusal(tenant, "ca_certificates")  # after the rollback: the count stays
+        raise
+
+
+@transaction.atomic
+def _ca_register(
+    *, tenant: Tenant, name: str, pem: str, verification_pem: str, auto_registration: bool
+) -> CaCertificate:
+    from tenants.quota_refusals import QuotaExceeded
+    from tenants.tenant.selectors import effective_quota
+
     try:
         parsed = parse_ca(pem)
     except IdentityError as exc:
         raise _invalid("pem", exc) from None
     _check_possession(tenant, parsed, verification_pem)
     require_certificate_room(tenant)
+    # One tenant's registrations in turn: the count below cannot be raced past the limit.
+    Tenant.objects.select_for_update().filter(id=tenant.id).first()
+    most = effective_quota(tenant)["max_ca_certificates"]
+    if cas_counted(tenant).count() >= most:
+        raise QuotaExceeded(
+            "pem",
+            f"Your plan ({tenant.plan.name}) allows {most} registered CA "
+            f"certificate{'s' if most != 1 else ''} (max_ca_certificates): revoke one you no "
+            "longer use first, or move to a larger plan.",
+            quota="max_ca_certificates",
+            limit=most,
+        )
     ca = CaCertificate(
         tenant=tenant,
         name=name,

@@ -52,8 +52,10 @@ def identity_page(request, membership):
             if ca_form.is_valid():
                 try:
                     identity.ca_register(tenant=tenant, **ca_form.cleaned_data)
-                except ValidationError as error:
+                except ValidationError as error:  # over max_ca_certificates among them
                     _form_errors(ca_form, error)
+                except identity.RegistrationThrottled as error:
+                    ca_form.add_error(None, str(error))
                 else:
                     messages.success(request, "CA registered.")
                     return redirect("portal:identity")

@@ -45,6 +45,7 @@ DEFAULT_PLANS = {
         "max_shadows": 100_000,
         "max_shadow_versions": 1_000,
         "max_certificates": 100_000,
+        "max_ca_certificates": 50,
     },
 }
 

@@ -36,6 +36,7 @@ LIMITS = {
     "max_shadows": ("Device shadows", "shadows"),
     "max_shadow_versions": ("Device shadow versions kept", "versions"),
     "max_certificates": ("Certificates", "certificates"),
+    "max_ca_certificates": ("Registered CA certificates", "CAs"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
@@ -101,6 +102,7 @@ def describe(key: str, value: float) -> str:
 
 def usage_now(tenant: Tenant) -> dict[str, float]:
     """What the tenant uses now of the limits that measure something over time."""
+    from tenants.devices.identity import cas_counted
     from tenants.devices.selectors import live_connections
     from tenants.tenant.stored_limits import certificates_count, shadows_count
 
@@ -119,6 +121,7 @@ def usage_now(tenant: Tenant) -> dict[str, float]:
         "max_history_policies": HistoryPolicy.objects.filter(tenant=tenant).count(),
         "max_shadows": shadows_count(tenant.id),
         "max_certificates": certificates_count(tenant.id),
+        "max_ca_certificates": cas_counted(tenant).count(),
         "max_publish_rate": (last.messages_in / 60) if last else 0,
         "max_inbound_bytes_rate": (last.bytes_in / 60) if last else 0,
         "max_outbound_bytes_rate": (last.bytes_out / 60) if last else 0,

@@ -74,11 +74,15 @@ def when(moment: datetime | None, now: datetime) -> str:
     return dateformat.format(local, fmt)
 
 
+# Limits that are not a plan's quota key, by title.
+TITLES = {"ca_registration_rate": "CA registrations per minute"}
+
+
 def limit_title(key: str, limits: dict[str, int]) -> str:
     """The limit in words with its value now: "Publish rate (100 messages/s)"."""
     quota_key = limit_words(key).quota_key
     if quota_key is None:
-        return key.replace("_", " ").capitalize()
+        return TITLES.get(key) or key.replace("_", " ").capitalize()
     label = LIMITS.get(quota_key, (quota_key, ""))[0]
     value = limits.get(quota_key)
     if value is None:

@@ -129,6 +129,26 @@ LIMITS: dict[str, LimitWords] = {
         refuses_messages=False,
         refused_phrase="new certificates refused",
     ),
+    # Refused by the control plane (tenants/quota_refusals.py), not the broker.
+    "ca_certificates": LimitWords(
+        "max_ca_certificates",
+        slowed="",
+        refused="A CA certificate could not be registered: the tenant already had as many CAs "
+        "registered as the plan allows.",
+        advice="Revoke CAs you no longer use (their devices can no longer connect with "
+        "certificates they signed), or move to a plan that allows more CAs.",
+        refuses_messages=False,
+        refused_phrase="CA registrations refused",
+    ),
+    "ca_registration_rate": LimitWords(
+        None,
+        slowed="",
+        refused="A CA registration was refused: CAs were registered too often (a 429 with "
+        "Retry-After); the same registration a little later is accepted.",
+        advice="Register CAs one at a time, waiting as the answer says; none of them is lost.",
+        refuses_messages=False,
+        refused_phrase="CA registrations refused as too frequent",
+    ),
     # Not a plan's quota: the tenant's own budget, set to degrade at 100 % (tenants/budgets/services.py).
     "budget": LimitWords(
         None,

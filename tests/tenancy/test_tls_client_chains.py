@@ -190,6 +190,15 @@ class Store:
         self.asked.append(subject)
         return [row for row in self.rows if row[2].subject == subject]
 
+    async def ca_index(self, subject: str, tenant: str = ""):
+        """As `IdentityStore.ca_index` reads them (one tenant's, when the client names it)."""
+        rows = [
+            (i, owner, pem_of(ca.certificate), revoked)
+            for i, owner, ca, revoked in await self.cas_named(subject)
+            if not tenant or owner == tenant
+        ]
+        return identity.CaIndex.parsed(rows)
+
     async def device_certificate(self, fingerprint: str, tenant: str, device: str):
         return None
 
