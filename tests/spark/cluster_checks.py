@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import tempfile
 import time
@@ -210,6 +211,10 @@ def spark_home(folder: Path) -> Path:
     return folder
 
 
+def _worker() -> tuple[int, str]:
+    return os.getpid(), sys.executable
+
+
 def main() -> None:
     from spark.session import build_session
 
@@ -217,7 +222,13 @@ def main() -> None:
     spark = build_session("local-cluster-checks", MASTER)
     try:
         results = run_checks(spark, job)
-        results["executors"] = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+        context = spark.sparkContext
+        results["executors"] = context._jsc.sc().getExecutorMemoryStatus().size() - 1
+        # the executors' Python workers: this venv's interpreter (build_session), other processes
+        results["workers"] = sorted(
+            set(context.parallelize(range(4), 4).map(lambda _: _worker()).collect())
+        )
+        results["driver"] = [os.getpid(), sys.executable]
     finally:
         spark.stop()
     print(json.dumps(results, sort_keys=True))

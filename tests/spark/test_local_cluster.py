@@ -177,6 +177,11 @@ def test_local_cluster_gives_what_local_mode_gives(spark, job, tmp_path):
     cluster = _on_local_cluster(job, tmp_path)
     assert local["master"] == "local[2]" and cluster["master"] == MASTER
     assert cluster["executors"] == 2
+    # its Python workers run this venv's interpreter (`build_session` gives it to local-cluster
+    # too: the child's environment had no PYSPARK_PYTHON), in processes not the driver's
+    driver_pid, python = cluster["driver"]
+    assert {path for _, path in cluster["workers"]} == {python}
+    assert driver_pid not in {pid for pid, _ in cluster["workers"]}
 
     # What local mode gives is itself right (so "the same" is not "the same mistake").
     for name in ("local", "s3"):
