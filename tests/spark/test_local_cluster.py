@@ -165,13 +165,14 @@ def _on_local_cluster(job: dict, folder: Path) -> dict:
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=480,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(600)  # 3-4 minutes on a shared 2-core machine: above the suite's 300 s
 def test_local_cluster_gives_what_local_mode_gives(spark, job, tmp_path):
     local = run_checks(spark, job)
     cluster = _on_local_cluster(job, tmp_path)
