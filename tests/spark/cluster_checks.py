@@ -145,6 +145,7 @@ def live_batch(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
     live = LiveJob(spark, job["dsn"], store, checkpoint=checkpoint.name)
     stopped = False
     try:
+        live.warm_up()  # as `start` does (the file stream's: the feed's own is tested beside)
         frame = spark.createDataFrame(table)
         live.handle_batch(frame, 1)
         receiver.wait(job["live_webhooks"], 30)
