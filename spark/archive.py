@@ -43,6 +43,7 @@ from common.archive.schema import (
 from common.archive.shredding import PAYLOAD_FIELDS, without_case_twins
 from common.stores.object_store import LocalObjectStore, ObjectNotFound, ObjectStore, S3ObjectStore
 from spark import object_source
+from spark.session import in_process
 
 
 def spark_schema() -> StructType:
@@ -177,9 +178,11 @@ def readable_copy(
     spark: SparkSession, store: ObjectStore, listing: list[ArchiveFile]
 ) -> Iterator[ObjectStore]:
     """A store holding the listed objects that Spark's own Parquet reader reads: `store` itself
-    when it is local, or when Spark runs on a cluster (its executors read S3 through
-    `spark.object_source`); else, with Spark in local mode (the rules-runs worker on S3), a
-    copy of the objects in a temporary folder (`TMPDIR`), gone when the block ends.
+    when it is local, or when the executors run outside the driver's JVM (a cluster, and
+    `local-cluster[…]`: they read S3 through `spark.object_source`, for nothing an executor reads
+    may live only on the driver's disk); else, with Spark in local mode (`local[…]`: the
+    rules-runs worker on S3, its executors in its own JVM), a copy of the objects in a temporary
+    folder (`TMPDIR`), gone when the block ends.
 
     Why copy: the object source hands every row of every column through a Python worker
     (boto3, Arrow, then rows), about 30x DuckDB's time on the backfill bench; from local files
@@ -187,7 +190,7 @@ def readable_copy(
     object source would, 16 at a time, and keeps the keys (so each row's `message_id`, derived
     from its object's key, is the same). A backfill copies one chunk at a time (`backfill.py`):
     the disk holds one chunk's objects."""
-    if _local(store) or not spark.sparkContext.master.startswith("local"):
+    if _local(store) or not in_process(spark.sparkContext.master):
         yield store
         return
     folder = Path(tempfile.mkdtemp(prefix="archive-copy-"))

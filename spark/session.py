@@ -18,6 +18,13 @@ from pyspark.sql import SparkSession
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
+def in_process(master: str) -> bool:
+    """Whether `master` runs the executors inside the driver's JVM (`local`, `local[N]`,
+    `local[*]`, `local[N,F]`): then the driver's disk is theirs too. `local-cluster[…]`
+    (executors in JVMs of their own, as on a cluster) and any cluster master are not."""
+    return master == "local" or master.startswith("local[")
+
+
 def build_session(app_name: str = "mqtt-platform", master: str | None = None) -> SparkSession:
     master = master or os.environ.get("SPARK_MASTER") or "local[*]"
     builder = (
@@ -44,8 +51,10 @@ def build_session(app_name: str = "mqtt-platform", master: str | None = None) ->
         .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
     )
     if master.startswith("local"):
-        # Local mode: the workers are this interpreter (this venv), on loopback only.
-        # (PySpark takes the workers' interpreter from PYSPARK_PYTHON, not from a config key.)
+        # Local mode and `local-cluster[…]` (executors in JVMs of their own, on this machine,
+        # as the tests run them): the Python workers are this interpreter (this venv, with its
+        # pyarrow), on loopback only. (PySpark takes the workers' interpreter from
+        # PYSPARK_PYTHON, not from a config key.)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.config("spark.driver.host", "127.0.0.1").config(

@@ -1,6 +1,7 @@
 """The billing job: the usage log + price books → one invoice document per tenant for a period.
 
-Shape: `usage_files` and `read_usage` are the input edge (object store → DataFrame);
+Shape: `usage_files` and `read_usage` (or, on S3 with the executors outside the driver's JVM,
+`usage_keys` and `read_usage_objects`) are the input edge (object store → DataFrame);
 `usage_by_tenant_period` is the one Spark transform (sum every billed column per tenant and
 calendar month, with a digest of the rows summed); `bill` is plain Python over those few sums
 (tenants × months) that prices them with `common.charges.pricing`. The caller stores the documents.
@@ -18,6 +19,7 @@ checksum of its price book and of its adjustments (`inputs`, `input_checksum`).
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from pyspark.sql import types as T
 from common.archive.schema import USAGE_PREFIX, USAGE_SCHEMA
 from common.charges.pricing import USAGE_COLUMN, adjustment_lines, build_invoice
 from common.stores.object_store import ObjectStore
+from spark import object_source
+from spark.session import in_process
 
 SUMMED = tuple(sorted(set(USAGE_COLUMN.values())))
 
@@ -105,11 +109,8 @@ def days(start: datetime, end: datetime) -> list[date]:
 # -- input edge ----------------------------------------------------------------------------------
 
 
-def usage_files(
-    store: ObjectStore, start: datetime, end: datetime, scratch: Path | None = None
-) -> list[str]:
-    """Paths Spark can read for the usage log's days in [start, end): the files themselves for a
-    local store; for S3 (no S3 connector in the pyspark wheel) copies in `scratch`."""
+def usage_keys(store: ObjectStore, start: datetime, end: datetime) -> list[str]:
+    """The usage log's objects of the days in [start, end)."""
     keys = []
     for day in days(start, end):
         keys += [
@@ -117,7 +118,16 @@ def usage_files(
             for k in store.list(f"{USAGE_PREFIX}/date={day.isoformat()}/")
             if k.endswith(".parquet")
         ]
-    keys.sort()
+    return sorted(keys)
+
+
+def usage_files(
+    store: ObjectStore, start: datetime, end: datetime, scratch: Path | None = None
+) -> list[str]:
+    """Paths Spark can read for the usage log's days in [start, end): the files themselves for a
+    local store; for S3 (no S3 connector in the pyspark wheel) copies in `scratch`, which only
+    executors in the driver's JVM (`local[…]`) may read: on a cluster see `read_usage_objects`."""
+    keys = usage_keys(store, start, end)
     root = getattr(store, "root", None)
     if root is not None:
         return [str(Path(root) / key) for key in keys]
@@ -146,6 +156,23 @@ READ_CONF = {
     # the pushed predicate is Java-serialised into every file's reader configuration.
     "spark.sql.parquet.filterPushdown": "false",
 }
+
+
+def read_usage_objects(spark: SparkSession, store: ObjectStore, keys: list[str]) -> DataFrame:
+    """The usage log's objects at `keys`, read by the executors from the object store itself
+    (`spark.object_source`, boto3 for `s3://`): what the job reads of an S3 store when its
+    executors run outside the driver's JVM (a cluster, `local-cluster[…]`), which could not read
+    a copy on the driver's disk."""
+    if not keys:
+        return spark.createDataFrame([], SPARK_USAGE_SCHEMA)
+    object_source.register(spark)
+    return (
+        spark.read.format(object_source.NAME)
+        .schema(SPARK_USAGE_SCHEMA)
+        .options(**object_source.store_options(store))
+        .option("keys", json.dumps(keys))
+        .load()
+    )
 
 
 def read_usage(spark: SparkSession, paths: list[str]) -> DataFrame:
@@ -293,10 +320,16 @@ def run(
     start, end = period_range(period)
     earliest = min([start] + [period_range(i.period)[0] for a in accounts for i in a.issued])
     progress("listing usage log")
-    paths = usage_files(store, earliest, end)
+    if getattr(store, "root", None) is None and not in_process(spark.sparkContext.master):
+        # S3 with the executors outside this JVM: they read the objects from the store
+        paths = usage_keys(store, earliest, end)
+        frame = read_usage_objects(spark, store, paths)
+    else:
+        paths = usage_files(store, earliest, end)
+        frame = read_usage(spark, paths)
     progress(f"summing {len(paths)} usage segments")
     tenants = [a.tenant for a in accounts]
-    sums = usage_by_tenant_period(read_usage(spark, paths), earliest, end, tenants)
+    sums = usage_by_tenant_period(frame, earliest, end, tenants)
     usage = collect_usage(sums, tenants)
     progress("pricing")
     invoices = bill(period, accounts, usage)

@@ -74,6 +74,7 @@ from spark.rules.plan import (
 from spark.rules.retry_store import RetryStore
 from spark.rules.runner import ACTION_CHUNK, BatchSummary, RuleCount, account, jobs_of
 from spark.rules.runner import count as count_rows
+from spark.session import in_process
 
 log = logging.getLogger("spark.rules.live")
 FEED_READ_ENTRIES = 256  # entries (each a broker's hand-off, ~20 ms) one micro-batch takes
@@ -580,9 +581,10 @@ class LiveJob:
             self._usage_backlog.pop(0)
 
     def warm_up(self) -> None:
-        """Run the whole batch path once on a scratch Parquet file before the stream starts: a
-        cold first batch takes seconds (Python workers, the grammar, Parquet and codegen), and
-        the first messages would queue behind it."""
+        """Run the whole batch path once before the stream starts, on a scratch Parquet file in
+        local mode, on rows inside the plan for the feed and on a cluster: a cold first batch
+        takes seconds (Python workers, the grammar, Parquet and codegen), and the first
+        messages would queue behind it."""
         specs, _ = self.rules.current()
         warm = [RuleSpec(0, "$warm-up", "warm-up", 'SELECT * FROM "#"'), *specs]
         row = {
@@ -592,17 +594,26 @@ class LiveJob:
             "topic": "t",
             "payload": b"{}",
         }
-        if self.feed is not None:  # the feed's path: Arrow rows straight into Spark
+        if self.feed is not None or not in_process(self.spark.sparkContext.master):
+            # The feed's path: Arrow rows straight into Spark. And the file stream's on a
+            # cluster: the rows travel inside the plan, for its executors could not read a
+            # scratch file on the driver's disk.
             rows = [{**row, "ts": datetime.now(UTC), MESSAGE_ID: "warm-up:0"}] * 4
             frame = self.spark.createDataFrame(
                 spark_table([pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)])
             )
+            if self.feed is None:
+                for _ in range(2):
+                    rule_outputs(frame, warm).collect()
+                return
             self._warm_frame = frame
             for _ in range(3):
                 collect_outputs(frame, warm)
                 rule_outputs(frame, warm).collect()
             self._prepare()  # and the rules as they are now: the first batch finds them ready
             return
+        # local mode (`local[…]`, the executors in this JVM): the file stream's own path, its
+        # Parquet reader too, on a scratch file
         with tempfile.TemporaryDirectory(prefix="rules-warm-up-") as folder:
             table = pa.Table.from_pylist([row] * 4, schema=ARCHIVE_SCHEMA)
             for part in range(max(1, self.spark.sparkContext.defaultParallelism)):
