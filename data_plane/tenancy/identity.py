@@ -11,7 +11,7 @@ still true (revoked, expired), is decided here at CONNECT, against the tables:
   `tenants.devices.identity.ca_register`). The CA may have signed it directly, or through
   intermediates the device sends with its certificate (as AWS IoT accepts); an intermediate
   nobody registered anchors nothing. The path is validated by `cryptography`'s X.509 verifier
-  (`verify_client_chain`): per tenant, with only that tenant's registered CAs as anchors,
+  (`chain_verification.verify_client_chain`): per tenant, with only that tenant's registered CAs as anchors,
   by signature, with validity, basic constraints (a leaf is no CA), key usages, name
   constraints and key sizes (RSA at least 2048 bits, EC at least P-256) enforced, in a thread
   and within a deadline (`VERIFY_DEADLINE`). The candidate CAs are found by the issuer's name
@@ -30,28 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
-import os
 import ssl
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
-from cryptography.x509.verification import (
-    Criticality,
-    ExtensionPolicy,
-    PolicyBuilder,
-    Store,
-    VerificationError,
-)
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -63,6 +51,12 @@ from common.security.device_credentials import (
     check_valid,
     fingerprint,
     parse_certificate,
+)
+from data_plane.tenancy.ca_index import CaIndex, authority_key_id
+from data_plane.tenancy.chain_verification import (
+    MAX_INTERMEDIATES,
+    start_processes,
+    verify_off_loop,
 )
 from data_plane.tenancy.tls_client_chains import ClientCertificateContext, UnavailableError
 
@@ -77,49 +71,10 @@ class CertificateIdentity:
     not_after: datetime  # the earliest notAfter of the chain: the connection ends then
 
 
-# Intermediates between a device certificate and its tenant's registered CA, at most.
-MAX_INTERMEDIATES = 4
 # Registered CAs tried per CONNECT, at most (each costs a signature check or so).
 MAX_CANDIDATES = 8
 # Seconds a chain's check may take (queued behind others included) before it is refused.
 VERIFY_DEADLINE = 2.0
-MIN_RSA_BITS = 2048
-EC_CURVES = frozenset({"secp256r1", "secp384r1", "secp521r1"})
-# Checks run here, off the event loop; a flood of chains queues here, not on the loop.
-_VERIFIERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="x509-verify")
-# `cryptography`'s verifier holds the GIL while it checks (its policy calls back into Python), so
-# a flood of failing chains in threads still takes the event loop's turns. With
-# MQTT_CERT_VERIFY_PROCESSES=N (N > 0) the checks run in N processes of their own instead
-# (spawned at the first check; certificates cross as DER): the loop loses only the hand-off.
-VERIFY_PROCESSES = int(os.environ.get("MQTT_CERT_VERIFY_PROCESSES") or 0)
-_processes: ProcessPoolExecutor | None = None
-# The web PKI profile, less what devices' certificates (AWS's among them) do without.
-_EE_POLICY = (
-    ExtensionPolicy.webpki_defaults_ee()
-    .may_be_present(x509.SubjectAlternativeName, Criticality.AGNOSTIC, None)
-    .may_be_present(x509.AuthorityKeyIdentifier, Criticality.AGNOSTIC, None)
-)
-
-
-def _may_sign_certificates(_policy: Any, _cert: x509.Certificate, usage: Any) -> None:
-    if usage is not None and not usage.key_cert_sign:
-        raise ValueError("keyUsage.keyCertSign must be asserted in a CA certificate")
-
-
-def _is_ca(_policy: Any, _cert: x509.Certificate, constraints: Any) -> None:
-    if not constraints.ca:
-        raise ValueError("basicConstraints.cA must be asserted in a CA certificate")
-
-
-# CAs as `openssl req -x509` makes them (no keyUsage; if stated, it allows signing
-# certificates) and as older ones are (basicConstraints not marked critical), as OpenSSL takes
-# them; path lengths are the verifier's own check.
-_CA_POLICY = (
-    ExtensionPolicy.webpki_defaults_ca()
-    .may_be_present(x509.AuthorityKeyIdentifier, Criticality.AGNOSTIC, None)
-    .may_be_present(x509.KeyUsage, Criticality.AGNOSTIC, _may_sign_certificates)
-    .require_present(x509.BasicConstraints, Criticality.AGNOSTIC, _is_ca)
-)
 
 
 _CA_SQL = f"""
@@ -169,70 +124,6 @@ _ANCHOR_SQL = {
     "cert": f"SELECT 'cert', fingerprint, pem FROM {tables.DEVICE_CERTIFICATE}"
     " WHERE id = ANY(%s) AND revoked_at IS NULL",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class RegisteredCa:
-    """A registered CA as CONNECT weighs it: parsed, with its key identifier computed from its
-    key (`own`, RFC 5280's SHA-1) and as its certificate states it (`stated`)."""
-
-    id: int
-    tenant: str
-    ca: ParsedCertificate
-    revoked: bool
-    own: bytes | None
-    stated: bytes | None
-
-    @property
-    def row(self) -> tuple[int, str, ParsedCertificate, bool]:
-        return self.id, self.tenant, self.ca, self.revoked
-
-    def honest_for(self, wanted: bytes | None) -> bool:
-        """Whether the CA's key identifier is its key's (for a certificate whose Authority Key
-        Identifier is `wanted`); a CA that only states another's (copied) is not."""
-        return wanted == self.own if wanted is not None else self.stated in (None, self.own)
-
-
-class CaIndex:
-    """The registered CAs of one subject (all tenants', or one tenant's), parsed once when read,
-    found by key identifier: what a CONNECT looks through is a dictionary lookup and at most
-    `MAX_CANDIDATES` rows, however many CAs of the name there are."""
-
-    __slots__ = ("by_key_id", "cas", "no_key_id")
-
-    def __init__(self, cas: list[RegisteredCa]) -> None:
-        self.cas = cas
-        by_key_id: dict[bytes, list[RegisteredCa]] = {}
-        for ca in cas:
-            for key_id in dict.fromkeys(k for k in (ca.own, ca.stated) if k is not None):
-                by_key_id.setdefault(key_id, []).append(ca)
-        # Best first for each lookup (`_rank`), so a CONNECT reads the head of a list only.
-        self.by_key_id = {
-            k: sorted(v, key=lambda ca, k=k: _rank(ca, k)) for k, v in by_key_id.items()
-        }
-        self.no_key_id = sorted(cas, key=lambda ca: _rank(ca, None))
-
-    @classmethod
-    def parsed(cls, rows: list[tuple]) -> CaIndex:
-        """From the table's rows (id, tenant, PEM, revoked): CPU-bound, run in a thread."""
-        cas = []
-        for ca_id, tenant, pem, revoked in rows:
-            try:
-                ca = parse_certificate(pem)
-            except IdentityError:  # pragma: no cover - the control plane parsed it
-                continue
-            own, stated = _key_ids(ca.certificate)
-            cas.append(RegisteredCa(ca_id, tenant, ca, revoked, own, stated))
-        return cls(cas)
-
-    def matching(self, wanted: bytes | None) -> list[RegisteredCa]:
-        """The CAs that may have signed a certificate whose Authority Key Identifier is `wanted`
-        (None: it states none, and any may have), best first."""
-        return self.no_key_id if wanted is None else self.by_key_id.get(wanted, [])
-
-
-def _rank(ca: RegisteredCa, wanted: bytes | None) -> tuple[int, bool, int]:
-    return (0 if ca.honest_for(wanted) else 1, ca.revoked, ca.id)
 
 
 class IdentityStore:
@@ -364,7 +255,7 @@ async def identify_certificate(
     if tenant and device:
         registered = await store.device_certificate(leaf.fingerprint, tenant, device)
         if registered is not None:  # anchored on itself; the rest of the policy still applies
-            await _verified(leaf.certificate, [leaf.certificate], [], deadline)
+            await verify_off_loop(leaf.certificate, [leaf.certificate], [], deadline)
             cert_id, tenant, device = registered
             return CertificateIdentity(tenant, device, f"cert:{cert_id}", leaf.not_after)
     if not leaf.common_name:
@@ -377,7 +268,7 @@ async def identify_certificate(
         live = {ca.fingerprint: i for i, ca, revoked in mine if not revoked}
         anchors = [ca.certificate for _, ca, revoked in mine if not revoked]
         try:
-            path = await _verified(leaf.certificate, anchors, intermediates, deadline)
+            path = await verify_off_loop(leaf.certificate, anchors, intermediates, deadline)
         except IdentityError as exc:
             why = str(exc)
             continue
@@ -411,7 +302,7 @@ async def _candidate_cas(
     tenant (user name or endpoint) to be immune."""
     found: dict[int, tuple[int, int, tuple[int, str, ParsedCertificate, bool]]] = {}
     for depth, cert in enumerate(presented):
-        wanted = _authority_key_id(cert.certificate)
+        wanted = authority_key_id(cert.certificate)
         index = await store.ca_index(cert.issuer, tenant)
         taken = 0
         # Each list is best first: its first `MAX_CANDIDATES` new ones are all that can rank.
@@ -425,138 +316,6 @@ async def _candidate_cas(
             taken += 1
     ranked = sorted(found.values(), key=lambda item: (item[0], item[1], item[2][3], item[2][0]))
     return [row for *_, row in ranked[:MAX_CANDIDATES]]
-
-
-def _authority_key_id(cert: x509.Certificate) -> bytes | None:
-    try:
-        return cert.extensions.get_extension_for_class(
-            x509.AuthorityKeyIdentifier
-        ).value.key_identifier
-    except x509.ExtensionNotFound:
-        return None
-
-
-def _key_ids(cert: x509.Certificate) -> tuple[bytes | None, bytes | None]:
-    """A CA's key identifier as computed from its key, and as its certificate states it."""
-    try:
-        own = x509.SubjectKeyIdentifier.from_public_key(cert.public_key()).digest
-    except (ValueError, TypeError):
-        own = None
-    try:
-        stated = cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest
-    except x509.ExtensionNotFound:
-        stated = None
-    return own, stated
-
-
-async def _verified(
-    leaf: x509.Certificate,
-    anchors: list[x509.Certificate],
-    intermediates: list[x509.Certificate],
-    deadline: float,
-) -> list[x509.Certificate]:
-    """The path from `leaf` to one of `anchors` that `cryptography`'s verifier builds, checked
-    in a thread (signatures cost CPU the event loop must not lose), within `deadline` seconds:
-    refused (IdentityError) when there is none, or when it takes longer."""
-    loop = asyncio.get_running_loop()
-    if VERIFY_PROCESSES > 0:
-        ders = [[c.public_bytes(Encoding.DER) for c in group] for group in (anchors, intermediates)]
-        work = loop.run_in_executor(
-            _process_pool(),
-            verify_client_chain_der,
-            leaf.public_bytes(Encoding.DER),
-            *ders,
-            datetime.now(UTC),
-        )
-        try:
-            path = await asyncio.wait_for(work, deadline)
-        except TimeoutError:
-            raise IdentityError("the certificate check took too long") from None
-        except BrokenProcessPool:
-            _reset_process_pool()
-            raise IdentityError("the certificate check failed; try again") from None
-        return [x509.load_der_x509_certificate(der) for der in path]
-    work = loop.run_in_executor(
-        _VERIFIERS, verify_client_chain, leaf, anchors, intermediates, datetime.now(UTC)
-    )
-    try:
-        return await asyncio.wait_for(work, deadline)
-    except TimeoutError:
-        raise IdentityError("the certificate check took too long") from None
-
-
-def _process_pool() -> ProcessPoolExecutor:
-    global _processes
-    if _processes is None:
-        context = multiprocessing.get_context("spawn")  # the broker has threads: never fork it
-        _processes = ProcessPoolExecutor(max_workers=VERIFY_PROCESSES, mp_context=context)
-    return _processes
-
-
-def _reset_process_pool() -> None:
-    global _processes
-    if _processes is not None:
-        _processes.shutdown(wait=False, cancel_futures=True)
-    _processes = None
-
-
-def _ready() -> bool:
-    return True
-
-
-def verify_client_chain_der(
-    leaf: bytes, anchors: list[bytes], intermediates: list[bytes], at: datetime
-) -> list[bytes]:
-    """`verify_client_chain` over DER, as a verifier process runs it: the path, as DER."""
-    path = verify_client_chain(
-        x509.load_der_x509_certificate(leaf),
-        [x509.load_der_x509_certificate(der) for der in anchors],
-        [x509.load_der_x509_certificate(der) for der in intermediates],
-        at,
-    )
-    return [cert.public_bytes(Encoding.DER) for cert in path]
-
-
-def verify_client_chain(
-    leaf: x509.Certificate,
-    anchors: list[x509.Certificate],
-    intermediates: list[x509.Certificate],
-    at: datetime,
-) -> list[x509.Certificate]:
-    """RFC 5280 path validation of a TLS client's chain by `cryptography` (its web PKI profile,
-    for clients): signatures, validity at `at`, basic constraints (a leaf is no CA, a CA's path
-    length holds), key usages, extended key usage (client authentication, if stated), name
-    constraints, signature algorithms; then key sizes (RSA at least 2048 bits, EC on P-256,
-    P-384 or P-521). A device certificate needs no subjectAltName (AWS's have a CN only) and no
-    Authority Key Identifier. The path, the leaf first and the anchor last."""
-    if not anchors:
-        raise IdentityError("no registered CA to check the certificate against")
-    builder = (
-        PolicyBuilder()
-        .store(Store(anchors))
-        .time(at)
-        .max_chain_depth(MAX_INTERMEDIATES + 1)
-        .extension_policies(ca_policy=_CA_POLICY, ee_policy=_EE_POLICY)
-    )
-    try:
-        verified = builder.build_client_verifier().verify(leaf, intermediates)
-    except VerificationError as exc:
-        raise IdentityError(f"certificate chain refused: {exc}") from None
-    for cert in verified.chain:
-        _check_key(cert)
-    return list(verified.chain)
-
-
-def _check_key(cert: x509.Certificate) -> None:
-    key = cert.public_key()
-    if isinstance(key, rsa.RSAPublicKey):
-        if key.key_size < MIN_RSA_BITS:
-            raise IdentityError(f"an RSA key of {key.key_size} bits (at least {MIN_RSA_BITS})")
-    elif isinstance(key, ec.EllipticCurvePublicKey):
-        if key.curve.name not in EC_CURVES:
-            raise IdentityError(f"an EC key on {key.curve.name} (P-256, P-384 or P-521 only)")
-    elif not isinstance(key, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
-        raise IdentityError("a key of a type not accepted for devices")
 
 
 async def _ca_label(store: IdentityStore, ca_id: int, tenant: str, leaf: ParsedCertificate) -> str:
@@ -626,8 +385,7 @@ class TrustAnchors:
             )
         self._remember(await self.store.anchors())
         self.attached = True
-        if VERIFY_PROCESSES > 0:  # started now, not on the first CONNECT that needs them
-            _process_pool().submit(_ready)
+        start_processes()
 
     async def added(self, kind: str, ids: list[int]) -> None:
         if self.attached:

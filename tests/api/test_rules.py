@@ -183,6 +183,8 @@ def test_metrics_are_zero_until_the_jobs_write_them(acme):
         "last_error": "",
         "last_error_at": None,
         "lag_ms": None,
+        "latency_p50_ms": None,
+        "latency_p99_ms": None,
         "updated_at": None,
     }
     assert body["dead_letters"] == 0

@@ -27,7 +27,7 @@ from common.security.device_credentials import (
     parse_certificate,
     pem_of,
 )
-from data_plane.tenancy import identity
+from data_plane.tenancy import ca_index, chain_verification, identity
 from data_plane.tenancy.identity import IdentityStore, identify_certificate
 from tenants.accounts import services as account_services
 from tenants.models import CaCertificate
@@ -188,13 +188,13 @@ def test_a_failing_connect_checks_a_few_of_200_cas_and_parses_none(monkeypatch):
     )
     connection.close()
     checked: list[int] = []
-    verify = identity.verify_client_chain
+    verify = chain_verification.verify_client_chain
 
     def counted(leaf, anchors, intermediates, at):
         checked.append(len(anchors))
         return verify(leaf, anchors, intermediates, at)
 
-    monkeypatch.setattr(identity, "verify_client_chain", counted)
+    monkeypatch.setattr(chain_verification, "verify_client_chain", counted)
     parses = {"n": 0}
     parse = identity.parse_certificate
 
@@ -202,7 +202,8 @@ def test_a_failing_connect_checks_a_few_of_200_cas_and_parses_none(monkeypatch):
         parses["n"] += 1
         return parse(data)
 
-    monkeypatch.setattr(identity, "parse_certificate", counted_parse)
+    monkeypatch.setattr(identity, "parse_certificate", counted_parse)  # each CONNECT's own
+    monkeypatch.setattr(ca_index, "parse_certificate", counted_parse)  # the CAs' (once)
     some_ca_key_id = cas[7][0].extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
     attempts = [
         (None, "evil/sensor-1"),  # no key identifier: every CA of the name might have signed
@@ -255,14 +256,14 @@ def test_a_failing_connect_checks_a_few_of_200_cas_and_parses_none(monkeypatch):
 def test_checks_may_run_in_processes_of_their_own(monkeypatch):
     """MQTT_CERT_VERIFY_PROCESSES: the verifier holds the GIL, so a flood's checks may run in
     processes instead of threads; the verdicts are the same."""
-    monkeypatch.setattr(identity, "VERIFY_PROCESSES", 1)
+    monkeypatch.setattr(chain_verification, "VERIFY_PROCESSES", 1)
     ca, ca_key = make_ca(SUBJECT)
     device, _ = make_leaf("sensor-1", ca, ca_key)
     forged = x509.load_der_x509_certificate(forged_leaf(ca.subject, None))
     try:
-        path = asyncio.run(identity._verified(device, [ca], [], 30))
+        path = asyncio.run(chain_verification.verify_off_loop(device, [ca], [], 30))
         assert path == [device, ca]
         with pytest.raises(IdentityError, match="refused"):
-            asyncio.run(identity._verified(forged, [ca], [], 30))
+            asyncio.run(chain_verification.verify_off_loop(forged, [ca], [], 30))
     finally:
-        identity._reset_process_pool()
+        chain_verification.reset_process_pool()

@@ -54,11 +54,11 @@ def test_a_failed_evaluation_is_retried_then_runs_once(
     rule, job, batch, _ = job_and_batch(spark, store, receiver, tmp_path)
     real, calls = live.evaluate_batch, []
 
-    def flaky(frame, specs):
+    def flaky(frame, specs, **options):
         calls.append(1)
         if len(calls) < 3:
             raise ConnectionError("worker lost")
-        return real(frame, specs)
+        return real(frame, specs, **options)
 
     monkeypatch.setattr(live, "evaluate_batch", flaky)
     try:
@@ -79,7 +79,7 @@ def test_a_batch_that_keeps_failing_names_its_window_for_a_backfill(
     rule, job, batch, now = job_and_batch(spark, store, receiver, tmp_path)
     attempts = []
 
-    def broken(frame, specs):
+    def broken(frame, specs, **options):
         attempts.append(1)
         raise ConnectionError("database away")
 

@@ -247,7 +247,7 @@ def test_rule_units_are_sized_as_the_broker_meters_messages(spark, store):
     the native prefilter)."""
     from common.archive.schema import message_units
     from data_plane.broker.message import Message, metered_size
-    from data_plane.storage.parquet_archive import publish_rows
+    from data_plane.storage.archive_rows import publish_rows
 
     def publish(topic, size, **props):
         return Message.from_publish("acme", "dev-1", topic, b"x" * size, 0, False, props, "dev-1")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from data_plane.broker.message import Message, Origin
 from data_plane.storage import archive_columns
 from data_plane.storage.archive_columns import PublishColumns, publish_columns, reusable_columns
-from data_plane.storage.parquet_archive import _publish_batch, _Values, _values
+from data_plane.storage.archive_rows import _publish_batch, _Values, _values
 
 
 def test_the_install_built_the_c_recorder():

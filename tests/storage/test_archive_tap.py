@@ -221,7 +221,7 @@ def test_the_table_of_publishers_keys_by_connection_and_by_value_without_one():
     (tenant, client id, device): equal client ids in two tenants never share a row."""
     from data_plane.broker.message import Origin
     from data_plane.storage.archive_columns import PublishColumns
-    from data_plane.storage.parquet_archive import publish_rows
+    from data_plane.storage.archive_rows import publish_rows
 
     first, again = Origin("acme", "c1", "d"), Origin("acme", "c1", "d")  # a reconnection
     evil = Origin("evil", "c1", "d")

@@ -30,7 +30,7 @@ from common.security.device_credentials import (
 )
 from data_plane.broker import auth
 from data_plane.broker.auth import peer_certificate
-from data_plane.tenancy import identity, tls_client_chains
+from data_plane.tenancy import ca_index, chain_verification, identity, tls_client_chains
 from data_plane.tenancy.authenticator import CERTIFICATE_FAILURES, PostgresAuthenticator
 from data_plane.tenancy.identity import TrustAnchors, identify_certificate
 from data_plane.tenancy.tls_client_chains import (
@@ -138,7 +138,7 @@ def test_the_endpoint_names_a_tenant_only_under_the_domain():
 
 def test_no_ctypes_and_no_private_ssl_internals():
     """Issue 44: the mechanism stands on public interfaces only."""
-    for module in (tls_client_chains, identity, auth):
+    for module in (tls_client_chains, identity, chain_verification, ca_index, auth):
         tree = ast.parse(Path(module.__file__).read_text())
         imported: set[str] = set()
         for node in ast.walk(tree):
@@ -197,7 +197,7 @@ class Store:
             for i, owner, ca, revoked in await self.cas_named(subject)
             if not tenant or owner == tenant
         ]
-        return identity.CaIndex.parsed(rows)
+        return ca_index.CaIndex.parsed(rows)
 
     async def device_certificate(self, fingerprint: str, tenant: str, device: str):
         return None
@@ -413,13 +413,13 @@ def test_look_alike_cas_cannot_crowd_out_the_real_one():
 def test_a_check_past_its_deadline_is_refused(monkeypatch):
     ca, ca_key = make_ca("fleet CA")
     store = Store((1, "acme", ca))
-    slow = identity.verify_client_chain
+    slow = chain_verification.verify_client_chain
 
     def slower(*args):
         time.sleep(0.5)
         return slow(*args)
 
-    monkeypatch.setattr(identity, "verify_client_chain", slower)
+    monkeypatch.setattr(chain_verification, "verify_client_chain", slower)
     device = der(device_certificate(ca, ca_key))
     with pytest.raises(IdentityError, match="too long"):
         asyncio.run(identify_certificate(store, [device], deadline=0.1))
