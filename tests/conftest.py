@@ -10,13 +10,6 @@ import pytest
 from tests.browser import artifacts, page  # noqa: F401 (fixtures for every browser test)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked `long` (a minute or so each) first, in their order, then the rest: with
-    `--dist worksteal` a long test started near the end leaves the other worker idle until it
-    ends (the parallel part's last tenth took nine minutes so)."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

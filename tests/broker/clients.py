@@ -76,6 +76,7 @@ class Paho:
         self.session_present = None
         self.connack_properties = None
         self.disconnect_reason = None
+        self.disconnect_reasons: list = []
         self.disconnect_properties = None
         self.disconnected = threading.Event()
         self.subacks: queue.Queue = queue.Queue()
@@ -103,6 +104,7 @@ class Paho:
         self.connack.set()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):
+        self.disconnect_reasons.append(reason_code)  # paho reconnects: a later one may follow
         self.disconnect_reason = reason_code
         self.disconnect_properties = properties
         self.disconnected.set()

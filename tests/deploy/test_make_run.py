@@ -167,7 +167,6 @@ def read_until(fd: int, needle: bytes, within: float, buffer: bytearray) -> bool
     return needle in buffer
 
 
-@pytest.mark.long
 def test_make_run_is_up_when_it_says_so_and_ctrl_c_ends_it_cleanly(run_env, tmp_path):
     pid, fd = pty.fork()
     if pid == 0:  # the child: `make run` in a terminal, as a user starts it
@@ -234,7 +233,6 @@ def test_make_run_is_up_when_it_says_so_and_ctrl_c_ends_it_cleanly(run_env, tmp_
     assert marked_processes(run_env) == []
 
 
-@pytest.mark.long
 def test_a_signal_to_make_alone_stops_everything_and_celery_keeps_quiet(run_env, tmp_path):
     # Issue 41: `kill -INT` (or -TERM) of the make process, not through a terminal, stops
     # everything as Ctrl-C does (make alone would wait for its child for ever on SIGINT). And at

@@ -246,7 +246,6 @@ def test_billing_role_runs_a_period_to_its_json_summary(env, tmp_path):
     assert "2026-10" in json.dumps(summary)
 
 
-@pytest.mark.long
 @pytest.mark.timeout(400)
 def test_rules_role_runs_the_live_job(env, tmp_path):
     env["SPARK_MASTER"] = "local[1]"

@@ -41,7 +41,6 @@ def test_claim_requests_and_replies_are_billed_and_the_platforms_are_not():
     assert stats.message_units == 3 and stats.system_sent == 1
 
 
-@pytest.mark.long
 def test_a_claims_traffic_is_in_the_tenants_usage(tls_broker, claim):
     client = claimer(tls_broker, claim)
     try:

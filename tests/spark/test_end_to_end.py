@@ -130,7 +130,6 @@ def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
     assert RuleMetrics.objects.get(rule=loop).matched == 1
 
 
-@pytest.mark.long
 def test_killing_the_live_job_and_restarting_the_broker_loses_no_matched_action(
     platform, receiver, tmp_path
 ):
@@ -240,7 +239,6 @@ def scrape(port: int) -> dict[str, float]:
     return figures
 
 
-@pytest.mark.long
 def test_run_rules_backfills_what_the_broker_archived(platform):
     port, store, process = platform
     acme, evil, acme_secret, evil_secret = devices()

@@ -60,7 +60,6 @@ def _wait_for(receiver, predicate, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.long
 def test_live_job_on_s3_runs_actions_and_lifecycle_rules(s3_platform, receiver, tmp_path):
     port, store = s3_platform
     acme = tenant_services.tenant_create("acme")

@@ -171,7 +171,6 @@ def _on_local_cluster(job: dict, folder: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.long
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(600)  # 3-4 minutes on a shared 2-core machine: above the suite's 300 s
 def test_local_cluster_gives_what_local_mode_gives(spark, job, tmp_path):

@@ -10,7 +10,6 @@ import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -192,7 +191,6 @@ def _history_frame(spark, store, data: pa.Table):
     return read_archive(spark, store, tenants, first_ms, end_ms)
 
 
-@pytest.mark.long
 def test_native_plan_over_compacted_history_gives_the_evaluators_results(spark, store):
     """The case table of tests/spark/test_native.py (and more numbers), compacted: the plan
     reads the typed fields where they are and parses elsewhere, and its results are the evaluator's (the dry

@@ -72,7 +72,6 @@ def test_the_web_entry_point_loads_the_projects_celery_app():
     assert shown.stdout.split()[-2:] == ["control_plane", "redis://127.0.0.1:6390/0"]
 
 
-@pytest.mark.long
 def test_a_run_over_history_is_taken_by_a_real_worker_and_ends_done(tmp_path, monkeypatch):
     acme, api = owner("acme")
     rule_services.rule_create(tenant=acme, name="hot", sql=SQL)
