@@ -70,7 +70,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="rounds (each: every way, twice)")
     parser.add_argument("--write", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args(argv)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    import pyspark
+
+    # spark-submit finds its Spark and Python from these (the venv's, as the tests run it).
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        SPARK_HOME=str(Path(pyspark.__file__).parent),
+        PYSPARK_PYTHON=sys.executable,
+        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    )
     folder = Path(tempfile.mkdtemp(prefix="bench-cold-start-"))
     script = folder / "job.py"
     script.write_text(JOB)
