@@ -30,15 +30,18 @@ run: install
 # (tests/e2e, marked `e2e`: the platform as `make run` starts it, once) runs last, in a run of
 # its own: its platform lives for the whole pytest session, and must not load the machine while
 # the `serial` tests measure latency.
+# The import contracts and the type checker run inside the suite (tests/test_boundaries.py,
+# tests/test_types.py), beside the other tests, not before them. Bytecode is written (whatever
+# PYTHONDONTWRITEBYTECODE the shell has): the suite starts hundreds of Python processes (brokers,
+# `manage.py`, Spark's Python workers, pytest's own), each would compile the project again.
 TEST_WORKERS ?= 2
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
 test: install install-scan
 	$(PY) -m ruff check .
-	$(VENV)/bin/lint-imports --no-logo
-	$(VENV)/bin/mypy
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not e2e" --durations=30
-	$(PY) -m pytest -m serial --durations=10
-	$(PY) -m pytest -m e2e --durations=10
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not serial and not e2e" --durations=30
+	$(PYTEST) -m serial --durations=10
+	$(PYTEST) tests/e2e -m e2e --durations=10
 
 # What `make run` needs. The scanners' virtualenv (checkov) only `make test` uses.
 install: system-deps $(STAMP)

@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TENANTS = 200
+TENANTS = 200  # `--tenants` changes it
 SECRET = "bench-webhook-secret-0001"  # 16 to 256 characters, as the API requires
 
 
@@ -220,6 +220,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rules", default="10,100,1000")
     parser.add_argument("--rate", type=float, default=10.0, help="messages/s in total")
     parser.add_argument("--seconds", type=float, default=30.0, help="per rule count")
+    parser.add_argument("--tenants", type=int, default=200, help="the rules' tenants")
+    parser.add_argument(
+        "--background",
+        type=float,
+        default=0.0,
+        help="more msg/s that the rules read and do not match (a device's reading below the "
+        "WHERE's threshold): the load a job evaluates beside the probes that fire actions",
+    )
     parser.add_argument("--attack", action="store_true", help="then the last count under attack")
     parser.add_argument(
         "--feed",
@@ -230,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
+    global TENANTS  # noqa: PLW0603 (seed, add_rules and the publishers read it)
+    TENANTS = args.tenants
     steps = [int(x) for x in args.rules.split(",")]
     dsn = _django()
     receiver = Receiver()
@@ -302,17 +312,39 @@ def main(argv: list[str] | None = None) -> None:
                 time.sleep(5)  # the attack under way
             sent: dict[str, float] = {}
             load = os.getloadavg()[0]
-            interval = 1.0 / args.rate
             end = time.monotonic() + args.seconds
             seq = 0
+            # Ticks of 10 ms, each sending its share of probes (`--rate`, matched: an action
+            # each) and of background readings (`--background`, read by the rules, not matched).
+            tick, owed_probes, owed_background = 0.01, 0.0, 0.0
+            next_tick = time.monotonic()
             while time.monotonic() < end:
-                rule = random.randrange(step)
-                ident = f"{step}-{seq}"
-                payload = json.dumps({"id": ident, "sent": time.time(), "t": 20})
-                clients[f"rb-{rule % TENANTS:03d}"].publish(f"sensors/{rule}/x", payload, qos=1)
-                sent[ident] = time.time()
-                seq += 1
-                time.sleep(interval)
+                owed_probes += args.rate * tick
+                owed_background += args.background * tick
+                while owed_background >= 1:
+                    owed_background -= 1
+                    rule = random.randrange(step)
+                    reading = json.dumps(
+                        {"id": "bg", "sent": time.time(), "t": 5, "hum": 41.5, "bat": 3.7,
+                         "fw": "1.4.2", "seq": seq}
+                    )  # fmt: skip
+                    clients[f"rb-{rule % TENANTS:03d}"].publish(
+                        f"sensors/{rule}/x", reading, qos=1
+                    )
+                while owed_probes >= 1:
+                    owed_probes -= 1
+                    rule = random.randrange(step)
+                    ident = f"{step}-{seq}"
+                    payload = json.dumps({"id": ident, "sent": time.time(), "t": 20})
+                    clients[f"rb-{rule % TENANTS:03d}"].publish(
+                        f"sensors/{rule}/x", payload, qos=1
+                    )
+                    sent[ident] = time.time()
+                    seq += 1
+                next_tick += tick
+                pause = next_tick - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
             settle = time.monotonic() + 30
             while time.monotonic() < settle and not all(i in receiver.latencies for i in sent):
                 time.sleep(0.2)
@@ -370,13 +402,20 @@ def main(argv: list[str] | None = None) -> None:
                 f"\n## Live rules latency ({title})\n\n"
                 f"Command: `.venv/bin/python -m bench.rules_live --rules {args.rules} "
                 f"--rate {args.rate:g} --seconds {args.seconds:g}{attack_flag} "
+                f"--tenants {TENANTS} --background {args.background:g} "
                 f"--feed {args.feed} --write`  \n"
                 f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores shared by "
                 "the broker, Postgres, the Spark job and the publishers (and other jobs on the "
                 "machine: load average shown).  \n"
                 f"{TENANTS} tenants; one webhook action per rule; QoS 1 publishes at "
-                f"{args.rate:g} msg/s, each to a random enabled rule; latency = webhook received − "
-                "publish sent.\n\n"
+                f"{args.rate:g} msg/s, each to a random enabled rule"
+                + (
+                    f", beside {args.background:g} msg/s of readings the rules read and do not "
+                    "match"
+                    if args.background
+                    else ""
+                )
+                + "; latency = webhook received − publish sent.\n\n"
                 "| enabled rules | phase | sent | actions seen | p50 s | p99 s | max s | load avg |\n"
                 "|---:|---|---:|---:|---:|---:|---:|---:|\n"
             )

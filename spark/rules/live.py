@@ -77,6 +77,7 @@ from spark.rules.runner import count as count_rows
 from spark.session import in_process
 
 log = logging.getLogger("spark.rules.live")
+PREPARE_EVERY = 0.25  # seconds between looks for changed rules (a version probe each)
 FEED_READ_ENTRIES = 256  # entries (each a broker's hand-off, ~20 ms) one micro-batch takes
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / ".data" / "spark" / "rules-live"
 
@@ -290,7 +291,10 @@ class LiveJob:
         self._feed_thread: threading.Thread | None = None
         self._feed_error: BaseException | None = None
         self._warm_frame: DataFrame | None = None  # a row of no tenant: `_prepare` runs on it
-        self._prepared: list[RuleSpec] | None = None
+        # The rules the feed's batches evaluate: those `_prepare` made ready (None: each batch
+        # loads the rules as they are, the file stream's way)
+        self._serving: list[RuleSpec] | None = None
+        self._preparer: threading.Thread | None = None
         self.gaps = 0
         self.recent = RecentLatency()
 
@@ -374,21 +378,34 @@ class LiveJob:
         return specs
 
     def _prepare(self) -> None:
-        """Between micro-batches: a rule saved, enabled or edited meanwhile gets its plan built
-        and compiled now, on a row of no tenant, not in the first batch that needs it (that
-        costs a second or two: the first match after saving would wait for it)."""
+        """A rule saved, enabled or edited gets its plan built and compiled (the driver's plan,
+        the Python workers' rules) on rows of no tenant before the feed's batches evaluate it:
+        that costs a second or more, which the first batch needing it would otherwise carry
+        while every tenant's messages queue behind it. Beside the feed loop, in
+        `_prepare_loop`: the batches go on with the rules they had until the new set is
+        ready (`_serving`)."""
         specs = self._current_rules()
-        if specs is self._prepared or self._warm_frame is None:
+        if specs is self._serving or self._warm_frame is None:
             return
-        self._prepared = specs
         if specs:
             started = time.monotonic()
             for _ in range(2):  # the plan made, then reused once: both shapes compiled
                 collect_outputs(self._warm_frame, specs, tenant_share_seconds(), reuse=True)
             log.info("rules prepared in %.2fs", time.monotonic() - started)
+        self._serving = specs
+
+    def _prepare_loop(self) -> None:
+        while not self._stop.wait(PREPARE_EVERY):
+            try:
+                self._prepare()
+            except Exception:  # the rules then start with the batch after the next try
+                log.warning("rules not prepared ahead", exc_info=True)
+                if self._stop.wait(PREPARE_EVERY * 4):
+                    return
+                self._serving = None  # the next batch loads them itself
 
     def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], list]:
-        specs = self._current_rules()
+        specs = self._serving if self._serving is not None else self._current_rules()
         if self.not_before is not None:
             batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         self.metrics.enabled.set(len(specs))
@@ -672,6 +689,10 @@ class LiveJob:
             target=self._feed_loop, args=(after,), name="rules-feed", daemon=True
         )
         self._feed_thread.start()
+        self._preparer = threading.Thread(
+            target=self._prepare_loop, name="rules-prepare", daemon=True
+        )
+        self._preparer.start()
         self._recorder = threading.Thread(
             target=self._record_every, name="rule-outcomes", daemon=True
         )
@@ -704,7 +725,7 @@ class LiveJob:
         `FEED_READ_ENTRIES` entries), evaluated as one small Spark job."""
         assert self.feed is not None
         batch_id = 0
-        checked = prepared = time.monotonic()
+        checked = time.monotonic()
         try:
             while not self._stop.is_set():
                 try:
@@ -717,12 +738,6 @@ class LiveJob:
                     checked = time.monotonic()
                     self._check_gap(after)
                 if last == after:
-                    if time.monotonic() - prepared > 0.5:
-                        prepared = time.monotonic()
-                        try:
-                            self._prepare()
-                        except Exception:  # the next batch builds the plan then
-                            log.warning("rules not prepared ahead", exc_info=True)
                     continue
                 batch_id += 1
                 replay = self._replay_until is not None and stream_id(last) <= stream_id(
@@ -765,6 +780,8 @@ class LiveJob:
             self.query.stop()
         if self._feed_thread is not None:
             self._feed_thread.join(30)  # the batch being evaluated finishes
+        if self._preparer is not None:
+            self._preparer.join(30)
         if self._recorder is not None:
             self._recorder.join(10)
         # What runs finishes (a few seconds at most); what waits is kept in the durable queue.

@@ -264,18 +264,22 @@ class _ReusedPlan:
             return None
         key = (tuple((s.id, s.tenant, s.sql, s.client_prefix) for s in specs), df.schema.json())
         try:
-            if key not in cls._plans:
-                if len(cls._plans) >= 16:
-                    cls._plans.clear()
-                plan = RulePlan(df, specs)
-                if plan.marked is None:
-                    cls._plans[key] = None
-                    return None
-                first = plan.answered(pending=True)
-                cls._plans[key] = cls(first)
-                return first
-            reused = cls._plans[key]
-            return reused.over(df) if reused is not None else None
+            # One lookup (`get`): the live job prepares a new rule set in another thread,
+            # which may clear the cache between a membership test and a read.
+            reused = cls._plans.get(key, _ALL)
+            if isinstance(reused, _ReusedPlan):
+                return reused.over(df)
+            if reused is None:
+                return None
+            if len(cls._plans) >= 16:
+                cls._plans.clear()
+            plan = RulePlan(df, specs)
+            if plan.marked is None:
+                cls._plans[key] = None
+                return None
+            first = plan.answered(pending=True)
+            cls._plans[key] = cls(first)
+            return first
         except Exception:
             cls.disabled = True
             log.warning("rule plans are built per batch: reusing one failed", exc_info=True)

@@ -124,6 +124,51 @@ def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
         assert figures['rules_matched_total{rule="hot",tenant="acme"}'] == 2 * count
         assert figures['rules_actions_ok_total{rule="hot",tenant="acme"}'] == 2 * count
         assert not any('tenant="evil"' in name for name in figures)  # evil's rule saw nothing
+
+        # A rule saved while messages flow: its plan is prepared beside the feed's batches,
+        # which go on with the rules they have meanwhile (issue 43: the first match after
+        # saving within 2 s on a quiet machine; here with room for the suite's noise).
+        flowing = threading.Event()
+        flowing.set()
+
+        def keep_publishing() -> None:
+            seq = 1000
+            while flowing.is_set():
+                sent[seq] = time.time()
+                device.publish("sensors/1/temp", json.dumps({"seq": seq, "t": 25}), 1)
+                device.publish("doors/1", json.dumps({"seq": seq, "open": True}), 1)
+                seq += 1
+                time.sleep(0.1)
+
+        publisher = threading.Thread(target=keep_publishing, daemon=True)
+        publisher.start()
+        try:
+            time.sleep(1.0)
+            saved = time.time()
+            rule_services.rule_create(
+                tenant=acme,
+                name="door",
+                sql='SELECT payload.seq AS seq FROM "doors/#" WHERE payload.open',
+                actions=[{"type": "webhook", "url": receiver.url + "/door", "secret": SECRET}],
+            )
+            connection.close()
+            deadline = time.monotonic() + 20
+            while not any(c["path"] == "/hook/door" for c in receiver.calls):
+                assert time.monotonic() < deadline, "the new rule never matched"
+                time.sleep(0.05)
+            time.sleep(1.0)
+        finally:
+            flowing.clear()
+            publisher.join(5)
+        first_door = min(c["at"] for c in receiver.calls if c["path"] == "/hook/door")
+        assert first_door - saved <= 6.0, (first_door - saved, "".join(job.log[-40:]))
+        during = [
+            c["at"] - sent[json.loads(c["body"])["seq"]]
+            for c in receiver.calls
+            if c["path"] == "/hook" and json.loads(c["body"])["seq"] >= 1000
+        ]
+        assert during and max(during) <= 3.0, during  # the hot rule's batches never waited
+        print(f"first match {first_door - saved:.2f}s after saving; meanwhile max {max(during):.2f}s")
     finally:
         job.send_signal(signal.SIGINT)  # Ctrl-C
         assert job.wait(timeout=60) == 0, "".join(job.log[-40:])
