@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -39,7 +40,10 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from common.contracts import tables
+from common.stores.isolation import each_alone, is_away
 from data_plane.broker.connection import MQTTConnection
+
+log = logging.getLogger(__name__)
 
 _DEVICE_UPSERT = f"""
 INSERT INTO {tables.DEVICE_USAGE} (tenant_id, device, day, message_units, connection_minutes,
@@ -287,43 +291,65 @@ class UsageMeter:
     async def flush(
         self, conn: AsyncConnection, *, final: bool = False, exported: Any = None
     ) -> int:
-        """Upsert finished minutes; `exported(rows)` is called once they are committed."""
+        """Upsert finished minutes; `exported(rows)` is called once they are committed (a
+        minute Postgres refused alone too: the usage log, not this table, is the bill)."""
         rows = self.take(final=final)
         if not rows:
             return 0
-        params = [
-            (
-                minute,
-                round(u.connection_seconds),
-                u.messages_in,
-                u.messages_out,
-                u.bytes_in,
-                u.bytes_out,
-                json.dumps(dict(u.dropped)),
-                json.dumps(dict(u.throttled)),
-                u.retained_count,
-                u.stored_bytes,
-                u.message_units,
-                u.connection_minutes,
-                u.storage_byte_hours,
-                u.shadow_operations,
-                tenant,
-            )
-            for tenant, minute, u in rows
-        ]
+        written: list[tuple[str, int, MinuteUsage]] = []
+
+        async def alone(row: tuple[str, int, MinuteUsage]) -> None:
+            await _write(conn, [row])
+            written.append(row)
+
         try:
-            async with conn.transaction():
-                async with conn.cursor() as cursor:
-                    await cursor.executemany(_UPSERT, params)
-                    devices = device_days(rows)
-                    if devices:
-                        await cursor.executemany(_DEVICE_UPSERT, devices)
+            try:
+                await _write(conn, rows)
+            except Exception as exc:
+                if is_away(exc):
+                    raise
+                # Every tenant's minutes share the transaction: each (tenant, minute) again
+                # alone, so one that Postgres refuses is dropped from the chart (logged,
+                # counted); the usage log below, the bill, still gets it.
+                log.warning("usage: %d minutes failed (%s): each alone", len(rows), exc)
+                await each_alone("usage", rows, alone)
         except Exception:
-            self.restore(rows)
+            done = {id(row) for row in written}  # (the database went away meanwhile)
+            self.restore([row for row in rows if id(row) not in done])
             raise
         if exported is not None:
             exported(rows)
         return len(rows)
+
+
+async def _write(conn: AsyncConnection, rows: list[tuple[str, int, MinuteUsage]]) -> None:
+    """The minutes and their devices' days, in one transaction."""
+    params = [
+        (
+            minute,
+            round(u.connection_seconds),
+            u.messages_in,
+            u.messages_out,
+            u.bytes_in,
+            u.bytes_out,
+            json.dumps(dict(u.dropped)),
+            json.dumps(dict(u.throttled)),
+            u.retained_count,
+            u.stored_bytes,
+            u.message_units,
+            u.connection_minutes,
+            u.storage_byte_hours,
+            u.shadow_operations,
+            tenant,
+        )
+        for tenant, minute, u in rows
+    ]
+    async with conn.transaction():
+        async with conn.cursor() as cursor:
+            await cursor.executemany(_UPSERT, params)
+            devices = device_days(rows)
+            if devices:
+                await cursor.executemany(_DEVICE_UPSERT, devices)
 
 
 def device_days(rows: list[tuple[str, int, MinuteUsage]]) -> list[tuple]:

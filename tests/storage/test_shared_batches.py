@@ -16,6 +16,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import psycopg
 import pytest
 from django.db import connection
 from psycopg_pool import AsyncConnectionPool
@@ -24,13 +25,15 @@ from common.stores import isolation
 from data_plane.broker.hooks import Hooks
 from data_plane.storage.queue_records import StoreRefused
 from data_plane.storage.session_store import QueuedMessage, SessionStore
+from data_plane.tenancy.metering import UsageMeter
 from data_plane.tenancy.presence import Presence
 from tenants.devices import services as device_services
-from tenants.models import DeviceConnection, MqttQueuedMessage
+from tenants.models import DeviceConnection, DeviceUsage, MqttQueuedMessage, Usage
 from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.storage.test_session_store import dsn
 from tests.tenancy.test_broker_tenancy import running_pg_broker
+from tests.tenancy.test_metering import Clock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -186,3 +189,30 @@ def test_presence_drops_only_the_change_refused_alone(tenants):
     victim.refresh_from_db()
     device = victim.devices.get(name="dev")
     assert device.last_disconnect_reason == "normal"
+
+
+def test_usage_flush_drops_only_the_minute_refused_alone(tenants):
+    """One usage flush with the attacker's minute holding a device name `tenants_deviceusage`
+    cannot hold (device names are at most 64 characters, so only a bug would make one) beside
+    the victim's: the victim's minute and device day are written, the attacker's minute is not
+    kept to fail every later flush, and the usage log (the bill) still gets both."""
+    (attacker, _), (victim, _) = tenants
+    clock = Clock(1_700_000_000.0)
+    meter = UsageMeter(clock)
+    meter.message_in("atk", 10)
+    meter.device_units("atk", {"d" * 200: 1})
+    meter.message_in("vic", 20)
+    meter.device_units("vic", {"dev": 2})
+    clock.now += 60
+    exported: list = []
+
+    async def flush():
+        async with await psycopg.AsyncConnection.connect(dsn()) as conn:
+            return await meter.flush(conn, exported=exported.extend)
+
+    assert asyncio.run(flush()) == 2
+    assert meter.take(final=True) == []  # nothing kept back for the next flush
+    assert sorted(tenant for tenant, _, _ in exported) == ["atk", "vic"]
+    assert Usage.objects.get(tenant=victim).messages_in == 1
+    assert DeviceUsage.objects.get(tenant=victim).message_units == 2
+    assert not Usage.objects.filter(tenant=attacker).exists()
