@@ -7,8 +7,9 @@ Two defences, in this order (docs/architecture.md, "Batches shared by tenants"):
    (`common.json_input` for documents, `common.stores.postgres_text` for text, the broker's
    CONNECT for client ids longer than its tables hold).
 2. When a batch still fails, and not because the store is away, its operations are written again
-   one at a time, each on its own (`each_alone`, `each_alone_sync`): those that succeed take
-   effect, the one that fails alone fails, with its reason, to its sender where it has one.
+   one at a time, each on its own (`batch_else_each`, or `each_alone` where the batch is not a
+   list of its operations): those that succeed take effect, the one that fails alone fails, with
+   its reason, to its sender where it has one.
 
 A store that is away (the connection refused or lost, the pool empty, a timeout) would refuse
 each operation alone too, at the cost of one round trip each: that error ends the retry at once
@@ -53,7 +54,7 @@ def _refused(
     batch: str, exc: Exception, refused: Callable[[T, Exception], None] | None, item: T
 ) -> None:
     REFUSED[batch] += 1
-    log.warning("%s: one write refused alone: %s", batch, str(exc)[:_REASON_CHARS])
+    log.warning("%s: one write refused alone: %s", batch, _short(exc))
     if refused is not None:
         refused(item, exc)
 
@@ -102,3 +103,44 @@ def each_alone_sync(
             count += 1
             _refused(batch, exc, refused, item)
     return count
+
+
+async def batch_else_each(
+    batch: str,
+    items: list[T],
+    write: Callable[[list[T]], Awaitable[object]],
+    refused: Callable[[T, Exception], None] | None = None,
+) -> int:
+    """`write(items)` (one transaction); when it fails and the store is not away, `write([item])`
+    for each item (`each_alone`). Returns how many were refused alone."""
+    try:
+        await write(items)
+        return 0
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        if is_away(exc):
+            raise
+        log.warning("%s: a batch of %d failed (%s): each alone", batch, len(items), _short(exc))
+    return await each_alone(batch, items, lambda item: write([item]), refused)
+
+
+def batch_else_each_sync(
+    batch: str,
+    items: list[T],
+    write: Callable[[list[T]], object],
+    refused: Callable[[T, Exception], None] | None = None,
+) -> int:
+    """`batch_else_each` for blocking writes."""
+    try:
+        write(items)
+        return 0
+    except Exception as exc:
+        if is_away(exc):
+            raise
+        log.warning("%s: a batch of %d failed (%s): each alone", batch, len(items), _short(exc))
+    return each_alone_sync(batch, items, lambda item: write([item]), refused)
+
+
+def _short(exc: Exception) -> str:
+    return str(exc)[:_REASON_CHARS]

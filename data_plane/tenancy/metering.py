@@ -31,7 +31,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -40,10 +39,8 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from common.contracts import tables
-from common.stores.isolation import each_alone, is_away
+from common.stores.isolation import batch_else_each
 from data_plane.broker.connection import MQTTConnection
-
-log = logging.getLogger(__name__)
 
 _DEVICE_UPSERT = f"""
 INSERT INTO {tables.DEVICE_USAGE} (tenant_id, device, day, message_units, connection_minutes,
@@ -298,21 +295,15 @@ class UsageMeter:
             return 0
         written: list[tuple[str, int, MinuteUsage]] = []
 
-        async def alone(row: tuple[str, int, MinuteUsage]) -> None:
-            await _write(conn, [row])
-            written.append(row)
+        async def write(group: list[tuple[str, int, MinuteUsage]]) -> None:
+            await _write(conn, group)
+            written.extend(group)
 
         try:
-            try:
-                await _write(conn, rows)
-            except Exception as exc:
-                if is_away(exc):
-                    raise
-                # Every tenant's minutes share the transaction: each (tenant, minute) again
-                # alone, so one that Postgres refuses is dropped from the chart (logged,
-                # counted); the usage log below, the bill, still gets it.
-                log.warning("usage: %d minutes failed (%s): each alone", len(rows), exc)
-                await each_alone("usage", rows, alone)
+            # Every tenant's minutes share the transaction: when it fails, each (tenant, minute)
+            # again alone, so one that Postgres refuses is dropped from the chart (logged,
+            # counted); the usage log below, the bill, still gets it.
+            await batch_else_each("usage", rows, write)
         except Exception:
             done = {id(row) for row in written}  # (the database went away meanwhile)
             self.restore([row for row in rows if id(row) not in done])

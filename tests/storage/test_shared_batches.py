@@ -46,9 +46,7 @@ def tenants():
     made = []
     for slug in ("atk", "vic"):
         tenant = tenant_services.tenant_create(slug)
-        _, secret = device_services.device_create(
-            tenant=tenant, name="dev", client_id_policy="any"
-        )
+        _, secret = device_services.device_create(tenant=tenant, name="dev", client_id_policy="any")
         made.append((tenant, secret))
     return made
 
@@ -109,8 +107,7 @@ def test_session_store_group_commit_fails_only_the_write_refused_alone(tenants):
             try:
                 await store.save_session(victim.id, "v", expiry_interval=3600, subscriptions=[])
                 first = [
-                    store.enqueue(victim.id, "v", QueuedMessage(i, "t", b"x", 1))
-                    for i in (1, 2)
+                    store.enqueue(victim.id, "v", QueuedMessage(i, "t", b"x", 1)) for i in (1, 2)
                 ]
                 await asyncio.gather(*first)
                 futures = [
