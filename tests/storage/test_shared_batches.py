@@ -213,3 +213,13 @@ def test_usage_flush_drops_only_the_minute_refused_alone(tenants):
     assert Usage.objects.get(tenant=victim).messages_in == 1
     assert DeviceUsage.objects.get(tenant=victim).message_units == 2
     assert not Usage.objects.filter(tenant=attacker).exists()
+
+
+def test_writes_refused_alone_are_counted_on_the_brokers_metrics():
+    from data_plane.metrics import BrokerCollector
+    from tests.broker.unit.fakes import make_broker
+
+    isolation.REFUSED["presence"] += 1
+    families = {f.name: f for f in BrokerCollector(make_broker()).collect()}
+    samples = {s.labels["batch"]: s.value for s in families["mqtt_batch_writes_refused"].samples}
+    assert samples["presence"] == isolation.REFUSED["presence"] >= 1
