@@ -4,7 +4,8 @@ Messages are application messages: PUBLISH packets received from the tenant's cl
 deliveries (PUBLISH packets) sent to them; the platform's own traffic — `$SYS`, `$events`, the
 portal's live views and the rules' republish identity — is left out, as usage metering does.
 Refusals (failed authentication, ACL denials, quota refusals, malformed packets, forced
-disconnects) come from `data_plane.observability.refusals`.
+disconnects) come from `data_plane.observability.refusals`. Writes that a batch shared by tenants
+refused alone (`common.stores.isolation`) are counted by batch.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from common.stores import isolation
 from data_plane.broker.broker import Broker
 from data_plane.observability import refusals
 
@@ -106,6 +108,15 @@ class BrokerCollector:
         )
         unauthenticated.add_metric([], sum(doorway.pending.values()))
         yield from (refused, unauthenticated)
+        alone = CounterMetricFamily(
+            "mqtt_batch_writes_refused",
+            "Writes a batch shared by tenants refused on their own, once the batch failed and "
+            "each of its writes was tried alone (the rest took effect), by batch",
+            labels=["batch"],
+        )
+        for batch, count in list(isolation.REFUSED.items()):
+            alone.add_metric([batch], count)
+        yield alone
         yield from (connected, received, sent, bytes_in, bytes_out, dropped, held, stalled)
         yield from (exceeded, throttled, sessions)
         yield from refusals.log_for(self.broker).metrics()

@@ -33,7 +33,9 @@ from common.journey.schema import (
     live_prefix,
     tenant_prefix,
 )
+from common.stores.isolation import each_alone_sync
 from common.stores.object_store import ObjectNotFound
+from common.stores.postgres_text import utf8_text
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,32 @@ def conform(table: pa.Table, stream: str) -> pa.Table:
         else:
             columns.append(pa.nulls(table.num_rows, field_.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+# Columns of words about a row (a refusal's or an error's reason, a detail): made encodable
+# before a segment is built, as they may quote what a tenant sent.
+_DESCRIPTIVE = ("reason", "detail")
+
+
+def rows_table(rows: list[dict[str, Any]], schema: pa.Schema, batch: str) -> pa.Table:
+    """A segment's rows, every tenant's, as a table of `schema`. The words in `reason` and
+    `detail` have their lone surrogates escaped (UTF-8, so Arrow, cannot hold them); a row that
+    Arrow still refuses (a value outside its column's type) is left out alone, counted and
+    logged (`common.stores.isolation`), so it never costs the segment the other rows."""
+    for row in rows:
+        for name in _DESCRIPTIVE:
+            value = row.get(name)
+            if isinstance(value, str):
+                row[name] = utf8_text(value)
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except Exception as exc:
+        log.warning("%s: %d rows refused (%s): each alone", batch, len(rows), exc)
+    tables: list[pa.Table] = []
+    each_alone_sync(
+        batch, rows, lambda row: tables.append(pa.Table.from_pylist([row], schema=schema))
+    )
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def encode_segment(table: pa.Table) -> bytes:

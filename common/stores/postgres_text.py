@@ -47,6 +47,12 @@ def storable_value(value: Any, depth: int = 0, pattern: re.Pattern[str] = _UNSTO
     return storable_text(str(value), pattern)
 
 
+def utf8_text(text: str) -> str:
+    """`text` with lone surrogates escaped (NUL kept), so that it encodes as UTF-8: what Arrow
+    and Parquet need of a string."""
+    return storable_text(text, _NOT_UTF8)
+
+
 def utf8_value(value: Any) -> Any:
     """`value` with lone surrogates escaped (NUL kept: JSON carries it), so that it encodes as
     UTF-8: what an HTTP response needs."""

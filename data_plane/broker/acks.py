@@ -30,7 +30,7 @@ from common.mqtt.packets import (
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker.accounting import Accounts
 from data_plane.broker.hooks import Hooks
-from data_plane.broker.ports import Commit
+from data_plane.broker.ports import Commit, WriteRefused
 from data_plane.broker.resends import RecentPublishes
 from data_plane.broker.session import Delivery, Session
 
@@ -185,7 +185,8 @@ class Acks:
         elif conn.protocol_version == MQTT_5_0:
             if packet.qos == 2:
                 conn.session.inbound_qos2.discard(packet.packet_id)
-            self.ack_publish(packet, RC.UNSPECIFIED_ERROR, "persistent storage unavailable")
+            why = "refused" if isinstance(failure, WriteRefused) else "unavailable"
+            self.ack_publish(packet, RC.UNSPECIFIED_ERROR, f"persistent storage {why}")
         else:
             conn.close()  # 3.1.1 cannot say it: no PUBACK, the client will resend
 

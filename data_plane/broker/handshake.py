@@ -38,7 +38,7 @@ from data_plane.broker.enhanced_auth import (
     Succeed,
 )
 from data_plane.broker.hooks import Hooks
-from data_plane.broker.limits import NEVER_EXPIRES, maximum_packet_size, too_deep
+from data_plane.broker.limits import MAX_CLIENT_ID, NEVER_EXPIRES, maximum_packet_size, too_deep
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Cluster
 from data_plane.broker.session import Session
@@ -144,6 +144,8 @@ class Handshake:
                 return Refusal(RC.BAD_AUTHENTICATION_METHOD)
         if not connect.client_id and not connect.clean_start and not v5:
             return Refusal(RC.CLIENT_IDENTIFIER_NOT_VALID)  # MQTT-3.1.3-8
+        if len(connect.client_id) > MAX_CLIENT_ID:  # no table could hold it (limits.py)
+            return Refusal(RC.CLIENT_IDENTIFIER_NOT_VALID, "client id too long")
         if v5 and "authentication_method" in props:
             result = await self._exchange(connect)
             if not isinstance(result, AuthResult):

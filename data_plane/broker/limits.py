@@ -9,6 +9,11 @@ MAX_DELAY = 4_294_967  # seconds a `$delayed/{seconds}/...` publish may wait, as
 # Topics and filters deeper than this are refused (as EMQX's max_topic_levels): matching walks
 # levels, and nothing real needs more.
 MAX_TOPIC_LEVELS = 128
+# The longest client id a CONNECT may use (characters): what every table holding one takes
+# (`tenants_deviceconnection.client_id` is varchar(255), the sessions' and queues' 256). MQTT
+# allows 65,535 bytes; a longer id made every write batch it joined fail, other tenants' rows
+# with it (issue 44). AWS IoT allows 128 bytes.
+MAX_CLIENT_ID = 255
 
 
 def too_deep(topic: str) -> bool:

@@ -138,6 +138,11 @@ REACHED_ONE = Published(1, ())
 # -- what the broker is plugged into ------------------------------------------------------------
 
 
+class WriteRefused(Exception):
+    """A commit's failure when the session store refused that one write on its own (a value it
+    cannot hold), not because it was away: the publisher hears so (`acks`)."""
+
+
 class SessionStorage(Protocol):
     """Persistent sessions, mirrored durably. `attach` decides whether a session is persistent:
     it sets `session.persist` (called per QoS 1/2 delivery, returns the commit) and

@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from common.contracts.quota_keys import QUOTA_KEYS
-from common.journey.files import encode_segment
+from common.journey.files import encode_segment, rows_table
 from common.journey.schema import (
     CLIENT_SCHEMA,
     CLIENTS,
@@ -227,11 +227,14 @@ class JourneyWriter:
             self._count_routed(routed)
             self._queue(MESSAGES, routed)
         if others:  # rare rows: a segment of their own, in the schema's plain types
-            table = pa.Table.from_pylist(others, schema=MESSAGE_SCHEMA)
-            self._count(table)
-            self._queue(MESSAGES, table)
+            table = rows_table(others, MESSAGE_SCHEMA, "journey")
+            if table.num_rows:
+                self._count(table)
+                self._queue(MESSAGES, table)
         if events:
-            self._queue(CLIENTS, pa.Table.from_pylist(events, schema=CLIENT_SCHEMA))
+            table = rows_table(events, CLIENT_SCHEMA, "journey")
+            if table.num_rows:
+                self._queue(CLIENTS, table)
         self._upload()
 
     def _count_routed(self, routed: pa.Table) -> None:

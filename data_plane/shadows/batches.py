@@ -12,8 +12,8 @@ flat-out rate of about 8,200 updates/s instead of 9,200 (`bench/shadows.py`, ben
 A batch holds several tenants' requests, so one request the store refuses must not fail the
 others: what Postgres would refuse is refused when a request is read (`common.json_input`), and
 when a batch's transaction still fails, its requests are tried again one at a time, each in a
-transaction of its own, so only the one that fails alone gets AWS's 500 (logged once, without a
-traceback: its sender may repeat it)."""
+transaction of its own (`common.stores.isolation`, the batches' shared way), so only the one that
+fails alone gets AWS's 500 (logged once, without a traceback: its sender may repeat it)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from common.runtime.cancellation import cancel_and_wait
+from common.stores.isolation import each_alone
 from data_plane.shadows.operations import Operation, failed_alone, reset
 from data_plane.shadows.store import ShadowStore
 
@@ -74,23 +75,24 @@ class Batches:
             self.answered(ops, now)
 
     async def _one_by_one(self, ops: list[Operation], now: int) -> None:
-        """Each of a failed batch's requests in a transaction of its own, in order: the ones
-        that succeed take effect, a failing one gets AWS's 500 (`Internal service failure`)."""
-        for op in ops:
+        """Each of a failed batch's requests in a transaction of its own, in order
+        (`common.stores.isolation`): the ones that succeed take effect, a failing one gets
+        AWS's 500 (`Internal service failure`), a store away included (each is answered)."""
+
+        async def alone(op: Operation) -> None:
             reset(op)  # what the failed transaction recorded never took effect
-            try:
-                await self.store.apply([op], now)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                reset(op)
-                failed_alone(op)
-                log.warning(
-                    "shadow request failed alone (tenant %s, %s): %s",
-                    op.tenant,
-                    f"{op.topic.prefix}/{op.topic.operation}",
-                    exc,
-                )
+            await self.store.apply([op], now)
+
+        def refused(op: Operation, exc: Exception) -> None:
+            reset(op)
+            failed_alone(op)
+            log.warning(
+                "shadow request failed alone (tenant %s, %s)",
+                op.tenant,
+                f"{op.topic.prefix}/{op.topic.operation}",
+            )
+
+        await each_alone("shadows", ops, alone, refused, stop_when_away=False)
 
     async def stop(self) -> None:
         """Finish what was taken (a batch cut midway would leave its clients unanswered)."""

@@ -6,11 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from data_plane.broker.ports import WriteRefused
+
 QUEUED, SENT, RECEIVED = 0, 1, 2  # RECEIVED: PUBREC seen, PUBREL sent (QoS 2)
 
 
 class StoreUnavailable(RuntimeError):
     """The database did not take a write; the broker answers with a failure reason code."""
+
+
+class StoreRefused(StoreUnavailable, WriteRefused):
+    """The database refused this write alone, when a group commit that held it failed and its
+    writes were tried again one at a time (the others took effect)."""
 
 
 @dataclass(slots=True)

@@ -9,13 +9,18 @@ the broker acknowledges a publish (PUBACK/PUBREC) only after awaiting it. Reads 
 Payloads larger than `large_payload_threshold` go to the object store (`spilled_payloads`),
 uploaded before the transaction that writes the row referencing them (`object_key`). The records
 read and written are in `queue_records`.
+
+A group commit holds every tenant's writes, so one write Postgres refuses must not fail the rest:
+when a group's transaction fails and the database is not away, its writes are tried again one at
+a time, each in its own transaction (`common.stores.isolation`); the one refused alone fails with
+`StoreRefused` (its publisher gets a failure reason code), the others take effect. The broker's
+CONNECT refuses what would make such a write (client ids longer than these tables hold).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from psycopg.rows import tuple_row
@@ -24,13 +29,16 @@ from psycopg_pool import AsyncConnectionPool
 
 from common.contracts import tables
 from common.runtime.cancellation import cancel_and_wait
+from common.stores.isolation import each_alone, is_away
 from common.stores.object_store import ObjectStore
+from data_plane.storage.group_commit import Args, Batch, Op, put, write_batch
 from data_plane.storage.queue_records import (
     QUEUED,
     RECEIVED,
     SENT,
     QueuedMessage,
     StoredSession,
+    StoreRefused,
     StoreUnavailable,
 )
 from data_plane.storage.spilled_payloads import LARGE_PAYLOAD_THRESHOLD, SpilledPayloads
@@ -42,56 +50,11 @@ __all__ = [
     "QueuedMessage",
     "SessionStore",
     "StoreUnavailable",
+    "StoreRefused",
     "StoredSession",
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Batch:
-    inserts: list[tuple[object, ...]] = field(default_factory=list)  # a queue_records row each
-    deletes: list[tuple[int, str, int]] = field(default_factory=list)
-    # (tenant id, client id, seq) -> (packet id, state). A dict, so the last mark of a delivery
-    # wins: one UPDATE ... FROM joining a row twice applies an arbitrary one of the two (SENT
-    # over RECEIVED would make a restart resend a PUBLISH the client was already released).
-    updates: dict[tuple[int, str, int], tuple[int | None, int]] = field(default_factory=dict)
-    uploads: dict[str, bytes] = field(default_factory=dict)
-    # (tenant id, client id) -> {packet id: held}; the last change to an id wins.
-    inbound: dict[tuple[int, str], dict[int, bool]] = field(default_factory=dict)
-    futures: list[asyncio.Future[None]] = field(default_factory=list)
-    # cluster node -> the last entry of its forward stream whose deliveries this batch holds
-    stream_marks: dict[str, str] = field(default_factory=dict)
-
-    def __len__(self) -> int:  # (a stream mark rides with writes: never alone, not counted)
-        return len(self.inserts) + len(self.deletes) + len(self.updates) + len(self.inbound)
-
-
-_COPY = (
-    f"COPY {tables.MQTT_QUEUED_MESSAGE} (tenant_id, client_id, seq, topic, payload, object_key, qos,"
-    " retain, properties, packet_id, state, expires_at, created_at) FROM STDIN"
-)
-_INBOUND = f"""
-UPDATE {tables.MQTT_SESSION} SET inbound_qos2 = ARRAY(
-    SELECT DISTINCT x FROM unnest(inbound_qos2 || %(held)s::int[]) AS x
-     WHERE x <> ALL(%(released)s::int[]) ORDER BY x)
- WHERE tenant_id = %(tenant_id)s AND client_id = %(client_id)s
-"""
-_STREAM_MARK = f"""
-INSERT INTO {tables.MQTT_STREAM_MARK} (node, entry, updated_at) VALUES (%s, %s, now())
-ON CONFLICT (node) DO UPDATE SET entry = EXCLUDED.entry, updated_at = now()
-"""
-_DELETE = f"""
-DELETE FROM {tables.MQTT_QUEUED_MESSAGE} q
- USING unnest(%s::bigint[], %s::text[], %s::bigint[]) AS a(tenant_id, client_id, seq)
- WHERE q.tenant_id = a.tenant_id AND q.client_id = a.client_id AND q.seq = a.seq
-"""
-_UPDATE = f"""
-UPDATE {tables.MQTT_QUEUED_MESSAGE} q SET packet_id = a.packet_id, state = a.state
-  FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::int[], %s::smallint[])
-       AS a(tenant_id, client_id, seq, packet_id, state)
- WHERE q.tenant_id = a.tenant_id AND q.client_id = a.client_id AND q.seq = a.seq
-"""
 
 
 class SessionStore:
@@ -108,7 +71,7 @@ class SessionStore:
         self.payloads = SpilledPayloads(object_store, large_payload_threshold)
         self.commit_interval = commit_interval
         self.max_batch = max_batch
-        self._batch = _Batch()
+        self._batch = Batch()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._in_flight: asyncio.Future[None] | None = None  # the commit running now
@@ -146,7 +109,8 @@ class SessionStore:
         now = datetime.now(UTC)
         if message.object_key:
             self._batch.uploads[message.object_key] = message.payload
-        self._batch.inserts.append(
+        return self._add(
+            "insert",
             (
                 tenant_id,
                 client_id,
@@ -161,26 +125,28 @@ class SessionStore:
                 message.state,
                 message.expires_at,
                 now,
-            )
+            ),
         )
-        return self._future()
 
     def ack(self, tenant_id: int, client_id: str, seq: int) -> asyncio.Future[None]:
-        self._batch.deletes.append((tenant_id, client_id, seq))
-        return self._future()
+        return self._add("delete", (tenant_id, client_id, seq))
 
     def mark(
         self, tenant_id: int, client_id: str, seq: int, packet_id: int | None, state: int
     ) -> asyncio.Future[None]:
-        self._batch.updates[tenant_id, client_id, seq] = (packet_id, state)
-        return self._future()
+        return self._add("mark", (tenant_id, client_id, seq, packet_id, state))
 
     def inbound_qos2(
         self, tenant_id: int, client_id: str, packet_id: int, held: bool
     ) -> asyncio.Future[None]:
         """Record that a client's QoS 2 packet id is held (PUBLISH taken) or released (PUBREL)."""
-        self._batch.inbound.setdefault((tenant_id, client_id), {})[packet_id] = held
-        return self._future()
+        return self._add("inbound", (tenant_id, client_id, packet_id, held))
+
+    def _add(self, kind: str, args: Args) -> asyncio.Future[None]:
+        put(self._batch, kind, args)
+        future = self._future()
+        self._batch.ops.append((kind, args, future))
+        return future
 
     def stream_mark(self, node: str, entry: str) -> None:
         """Cluster node `node` delivered its forward stream up to `entry`: recorded in the
@@ -216,8 +182,8 @@ class SessionStore:
             self._wakeup.set()
         return future
 
-    def _take(self) -> _Batch:
-        batch, self._batch = self._batch, _Batch()
+    def _take(self) -> Batch:
+        batch, self._batch = self._batch, Batch()
         return batch
 
     async def _committer(self) -> None:
@@ -236,46 +202,56 @@ class SessionStore:
             if len(self._batch):
                 self._wakeup.set()
 
-    async def _commit(self, batch: _Batch) -> None:
+    async def _commit(self, batch: Batch) -> None:
         try:
-            if batch.uploads:
+            if batch.uploads:  # (the rows name them: none is written without its upload)
                 await asyncio.to_thread(self.payloads.upload, batch.uploads)
-            async with self.pool.connection() as conn:
-                async with conn.transaction():
-                    cursor = conn.cursor()
-                    if batch.inserts:
-                        async with cursor.copy(_COPY) as copy:
-                            for row in batch.inserts:
-                                await copy.write_row(row)
-                    if batch.updates:
-                        rows = [(*key, *mark) for key, mark in batch.updates.items()]
-                        await cursor.execute(_UPDATE, [list(c) for c in zip(*rows, strict=True)])
-                    if batch.deletes:
-                        await cursor.execute(
-                            _DELETE, [list(c) for c in zip(*batch.deletes, strict=True)]
-                        )
-                    if batch.stream_marks:
-                        await cursor.executemany(_STREAM_MARK, list(batch.stream_marks.items()))
-                    if batch.inbound:
-                        await cursor.executemany(
-                            _INBOUND,
-                            [
-                                {
-                                    "tenant_id": tenant_id,
-                                    "client_id": client_id,
-                                    "held": [i for i, held in ids.items() if held],
-                                    "released": [i for i, held in ids.items() if not held],
-                                }
-                                for (tenant_id, client_id), ids in batch.inbound.items()
-                            ],
-                        )
         except Exception as exc:
-            log.warning("group commit of %d writes failed: %s", len(batch), exc)
-            error = StoreUnavailable(f"session store unavailable: {exc}")
-            for future in batch.futures:
-                if not future.done():
-                    future.set_exception(error)
+            self._fail(batch, exc)
             return
+        try:
+            await write_batch(self.pool, batch)
+        except Exception as exc:
+            if is_away(exc) or not batch.ops:
+                self._fail(batch, exc)
+                return
+            log.warning("group commit of %d writes failed (%s): each alone", len(batch), exc)
+            await self._each_alone(batch)
+            return
+        self._done(batch)
+
+    async def _each_alone(self, batch: Batch) -> None:
+        """A failed group's writes, each in a transaction of its own, in order; then its stream
+        marks (the deliveries they cover are settled: written, or refused and told so)."""
+
+        async def alone(op: Op) -> None:
+            one = Batch()
+            put(one, op[0], op[1])
+            await write_batch(self.pool, one)
+            if not op[2].done():
+                op[2].set_result(None)
+
+        def refused(op: Op, exc: Exception) -> None:
+            if not op[2].done():
+                op[2].set_exception(StoreRefused(f"session store refused the write: {exc}"))
+
+        try:
+            await each_alone("session_store", batch.ops, alone, refused)
+            if batch.stream_marks:
+                await write_batch(self.pool, Batch(stream_marks=batch.stream_marks))
+        except Exception as exc:  # away meanwhile: what is not settled yet fails as a whole
+            self._fail(batch, exc)
+            return
+        self._done(batch)
+
+    def _fail(self, batch: Batch, exc: Exception) -> None:
+        log.warning("group commit of %d writes failed: %s", len(batch), exc)
+        error = StoreUnavailable(f"session store unavailable: {exc}")
+        for future in batch.futures:
+            if not future.done():
+                future.set_exception(error)
+
+    def _done(self, batch: Batch) -> None:
         self.commits += 1
         self.batch_sizes.append(len(batch))
         del self.batch_sizes[:-1000]

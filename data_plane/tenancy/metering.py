@@ -39,6 +39,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from common.contracts import tables
+from common.stores.isolation import batch_else_each
 from data_plane.broker.connection import MQTTConnection
 
 _DEVICE_UPSERT = f"""
@@ -287,43 +288,59 @@ class UsageMeter:
     async def flush(
         self, conn: AsyncConnection, *, final: bool = False, exported: Any = None
     ) -> int:
-        """Upsert finished minutes; `exported(rows)` is called once they are committed."""
+        """Upsert finished minutes; `exported(rows)` is called once they are committed (a
+        minute Postgres refused alone too: the usage log, not this table, is the bill)."""
         rows = self.take(final=final)
         if not rows:
             return 0
-        params = [
-            (
-                minute,
-                round(u.connection_seconds),
-                u.messages_in,
-                u.messages_out,
-                u.bytes_in,
-                u.bytes_out,
-                json.dumps(dict(u.dropped)),
-                json.dumps(dict(u.throttled)),
-                u.retained_count,
-                u.stored_bytes,
-                u.message_units,
-                u.connection_minutes,
-                u.storage_byte_hours,
-                u.shadow_operations,
-                tenant,
-            )
-            for tenant, minute, u in rows
-        ]
+        written: list[tuple[str, int, MinuteUsage]] = []
+
+        async def write(group: list[tuple[str, int, MinuteUsage]]) -> None:
+            await _write(conn, group)
+            written.extend(group)
+
         try:
-            async with conn.transaction():
-                async with conn.cursor() as cursor:
-                    await cursor.executemany(_UPSERT, params)
-                    devices = device_days(rows)
-                    if devices:
-                        await cursor.executemany(_DEVICE_UPSERT, devices)
+            # Every tenant's minutes share the transaction: when it fails, each (tenant, minute)
+            # again alone, so one that Postgres refuses is dropped from the chart (logged,
+            # counted); the usage log below, the bill, still gets it.
+            await batch_else_each("usage", rows, write)
         except Exception:
-            self.restore(rows)
+            done = {id(row) for row in written}  # (the database went away meanwhile)
+            self.restore([row for row in rows if id(row) not in done])
             raise
         if exported is not None:
             exported(rows)
         return len(rows)
+
+
+async def _write(conn: AsyncConnection, rows: list[tuple[str, int, MinuteUsage]]) -> None:
+    """The minutes and their devices' days, in one transaction."""
+    params = [
+        (
+            minute,
+            round(u.connection_seconds),
+            u.messages_in,
+            u.messages_out,
+            u.bytes_in,
+            u.bytes_out,
+            json.dumps(dict(u.dropped)),
+            json.dumps(dict(u.throttled)),
+            u.retained_count,
+            u.stored_bytes,
+            u.message_units,
+            u.connection_minutes,
+            u.storage_byte_hours,
+            u.shadow_operations,
+            tenant,
+        )
+        for tenant, minute, u in rows
+    ]
+    async with conn.transaction():
+        async with conn.cursor() as cursor:
+            await cursor.executemany(_UPSERT, params)
+            devices = device_days(rows)
+            if devices:
+                await cursor.executemany(_DEVICE_UPSERT, devices)
 
 
 def device_days(rows: list[tuple[str, int, MinuteUsage]]) -> list[tuple]:

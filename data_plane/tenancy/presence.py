@@ -26,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from common.contracts import tables
 from common.runtime.cancellation import cancel_and_wait
+from common.stores.isolation import each_alone, is_away
 from data_plane.broker.broker import Broker
 from data_plane.broker.connection import MQTTConnection
 from data_plane.broker.session import Session
@@ -208,6 +209,20 @@ class Presence:
             except Exception as exc:  # the database is away: the ops wait for the next turn
                 log.warning("presence: write failed (%s); retrying", exc)
 
+    async def _write(self, ops: list[tuple], sample: list[tuple[str, int, int]]) -> None:
+        """`ops`, then the sample of figures, in one transaction."""
+        async with self.pool.connection() as conn, conn.transaction():
+            cursor = conn.cursor()
+            # Runs of changes of one kind go as one statement each (arrays: one round trip and
+            # one plan per run, not per change), in the order they happened. A statement per
+            # change made a connect storm's presence fall seconds behind (bench/presence.py,
+            # bench/RESULTS.md).
+            for kind, run in _runs(ops):
+                for statement, params in self._statements(kind, run):
+                    await cursor.executemany(statement, params)
+            if sample:
+                await cursor.execute(session_figures.UPDATE, self.figures.params(sample))
+
     def _statements(self, kind: str, run: list[tuple]) -> list[tuple[str, list[tuple]]]:
         """The statements (and their parameter rows) that write a run of changes of `kind`:
         connects and disconnects as arrays, one statement for the whole run."""
@@ -254,21 +269,21 @@ class Presence:
             # Whose rows exist once `ops` are written: taken with them, so that a connection
             # recorded meanwhile (its row not written yet) is sampled next time, not lost.
             sample = await self.figures.sample(list(self._sessions), self._sessions)
+        if ops and ops[0] == ("wipe",):
+            self.figures.reset()  # rows rewritten at (0, 0): a sample from now on
+            sample = []
         try:
-            async with self.pool.connection() as conn, conn.transaction():
-                cursor = conn.cursor()
-                # Runs of changes of one kind go as one statement each (arrays: one round trip
-                # and one plan per run, not per change), in the order they happened. A statement
-                # per change made a connect storm's presence fall seconds behind
-                # (bench/presence.py, bench/RESULTS.md).
-                for kind, run in _runs(ops):
-                    for statement, params in self._statements(kind, run):
-                        await cursor.executemany(statement, params)
-                if ops and ops[0] == ("wipe",):
-                    self.figures.reset()  # rows rewritten at (0, 0): a sample from now on
-                    sample = []
+            try:
+                await self._write(ops, sample)
+            except Exception as exc:
+                if is_away(exc) or not ops:
+                    raise
+                # Every tenant's changes share the transaction: each again alone, so one that
+                # Postgres refuses is dropped (logged, counted) and the rest are written.
+                log.warning("presence: %d changes failed (%s): each alone", len(ops), exc)
+                await each_alone("presence", ops, lambda op: self._write([op], []))
                 if sample:
-                    await cursor.execute(session_figures.UPDATE, self.figures.params(sample))
+                    await self._write([], sample)
         except Exception:
             if ops and ops[0] == ("wipe",):
                 self._resync = True

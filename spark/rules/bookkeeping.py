@@ -4,8 +4,8 @@ or one tenant cannot lose another's.
 - Every string is made storable first (`common.stores.postgres_text`: NUL and lone surrogates escaped), and a
   dead letter keeps the exact body its action sent (ASCII JSON) for the replay.
 - Each tenant's rows are written in their own transaction: a row Postgres still refuses fails
-  that tenant's group only, which is then written row by row (a row refused alone is logged and
-  counted, and its letter stored without its output).
+  that tenant's group only, which is then written row by row (`common.stores.isolation`: a row
+  refused alone is logged and counted, and its letter stored without its output).
 - When the database is away, nothing is dropped: counters and letters stay pending (counters
   merged per rule, letters up to `max_pending`) and the next flush writes them.
 
@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from common.contracts import tables
+from common.stores.isolation import AWAY, batch_else_each_sync
 from common.stores.postgres_text import storable_json, storable_text
 from spark.rules import store as db
 from spark.rules.store import RuleDelta
@@ -33,7 +34,7 @@ from spark.rules.store import RuleDelta
 log = logging.getLogger("spark.rules.bookkeeping")
 
 # Errors that say the database (or the connection) is away, not that a row is bad.
-_AWAY = (psycopg.OperationalError, psycopg.InterfaceError)
+_AWAY = AWAY
 
 
 @dataclass
@@ -131,23 +132,13 @@ class Books:
         for rule_id, delta in self.deltas.items():
             delta.last_error = storable_text(delta.last_error)
             by_tenant[self.tenants.get(rule_id, "")][rule_id] = delta
-        for tenant, deltas in sorted(by_tenant.items()):
-            try:
-                with conn.transaction():
-                    db.record_metrics(conn, deltas)
-            except _AWAY:
-                raise
-            except psycopg.Error:
-                log.exception("counters of tenant %r refused; written rule by rule", tenant)
-                for rule_id, delta in deltas.items():
-                    try:
-                        with conn.transaction():
-                            db.record_metrics(conn, {rule_id: delta})
-                    except _AWAY:
-                        raise
-                    except psycopg.Error:
-                        self.refused_rows += 1
-                        log.exception("counters of rule %s refused", rule_id)
+
+        def write(items: list[tuple[int, RuleDelta]]) -> None:
+            with conn.transaction():
+                db.record_metrics(conn, dict(items))
+
+        for _, deltas in sorted(by_tenant.items()):
+            self.refused_rows += batch_else_each_sync("rule_metrics", list(deltas.items()), write)
             for rule_id in deltas:
                 del self.deltas[rule_id]
 
@@ -156,16 +147,16 @@ class Books:
         by_tenant: dict[str, list[DeadLetter]] = defaultdict(list)
         for letter in self.letters:
             by_tenant[letter.tenant].append(letter)
-        for tenant, letters in sorted(by_tenant.items()):
-            try:
-                with conn.transaction(), conn.cursor() as cursor:
-                    cursor.executemany(_DEAD, [_letter_params(x, now) for x in letters])
-            except _AWAY:
-                raise
-            except psycopg.Error:
-                log.exception("dead letters of tenant %r refused; written one by one", tenant)
-                for letter in letters:
-                    self._one_letter(conn, letter, now)
+
+        def write(group: list[DeadLetter]) -> None:
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(_DEAD, [_letter_params(x, now) for x in group])
+
+        def stand_in(letter: DeadLetter, exc: Exception) -> None:
+            self._stand_in(conn, letter, now)
+
+        for _, letters in sorted(by_tenant.items()):
+            batch_else_each_sync("rule_dead_letters", letters, write, stand_in)
             self.written_letters += len(letters)
             done = set(map(id, letters))
             self.letters = [x for x in self.letters if id(x) not in done]
@@ -183,17 +174,9 @@ class Books:
                 log.exception("rule %s could not be paused", rule_id)
             del self.pauses[rule_id]
 
-    def _one_letter(self, conn: psycopg.Connection, letter: DeadLetter, now: datetime) -> None:
-        try:
-            with conn.transaction():
-                conn.execute(_DEAD, _letter_params(letter, now))
-            return
-        except _AWAY:
-            raise
-        except psycopg.Error:
-            log.exception(
-                "dead letter of rule %s refused; stored without its output", letter.rule_id
-            )
+    def _stand_in(self, conn: psycopg.Connection, letter: DeadLetter, now: datetime) -> None:
+        """A letter refused alone, stored without its output (the error says what failed)."""
+        log.warning("dead letter of rule %s refused; stored without its output", letter.rule_id)
         self.refused_rows += 1
         stand_in = {"unstorable": json.dumps(letter.output, default=str)[:200]}
         stand_in_letter = DeadLetter(

@@ -24,9 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import pyarrow as pa
-
-from common.journey.files import encode_segment
+from common.journey.files import encode_segment, rows_table
 from common.journey.schema import (
     MESSAGE_SCHEMA,
     MESSAGES,
@@ -148,7 +146,11 @@ class RuleJourney:
             self._sequence += 1
             sequence = self._sequence
         rows.sort(key=lambda r: (r["tenant"], r["ts"]))
-        table = pa.Table.from_pylist(rows, schema=MESSAGE_SCHEMA)  # ts: milliseconds
+        # Every tenant's rows in one segment: an error quoting a tenant's value must not cost
+        # the others theirs (ts: milliseconds).
+        table = rows_table(rows, MESSAGE_SCHEMA, "rule_journey")
+        if not table.num_rows:
+            return
         key = live_segment_key(MESSAGES, min(r["ts"] for r in rows), self.writer_id, sequence)
         try:
             self.store.put(key, encode_segment(table))

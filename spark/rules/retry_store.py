@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from common.contracts import tables
+from common.stores.isolation import batch_else_each_sync
 from common.stores.postgres_text import storable_json, storable_text
 from spark.rules import store as db
 
@@ -61,6 +62,23 @@ RETURNING q.rule_id, t.slug, q.action, q.body, q.ts_ms, q.attempts, q.last_error
 """
 
 
+def _params(r: Waiting, now: datetime) -> tuple[object, ...]:
+    return (
+        r.rule_id,
+        storable_json(r.action),
+        storable_text(r.body),
+        r.ts_ms,
+        r.attempts,
+        storable_text(r.last_error)[:2000],
+        now + timedelta(seconds=r.delay),
+        now,
+        r.key,
+        storable_text(r.topic),
+        storable_text(r.client_id),
+        r.rule_id,
+    )
+
+
 class RetryStore:
     def __init__(self, dsn: str, max_per_tenant: int = 100_000) -> None:
         self.dsn = dsn
@@ -88,29 +106,30 @@ class RetryStore:
                     held = conn.execute(_COUNT, (tenant,)).fetchone()[0]
                     room = max(0, self.max_per_tenant - held)
                     refused += group[room:]
-                    params = [
-                        (
-                            r.rule_id,
-                            storable_json(r.action),
-                            storable_text(r.body),
-                            r.ts_ms,
-                            r.attempts,
-                            storable_text(r.last_error)[:2000],
-                            now + timedelta(seconds=r.delay),
-                            now,
-                            r.key,
-                            storable_text(r.topic),
-                            storable_text(r.client_id),
-                            r.rule_id,
-                        )
-                        for r in group[:room]
-                    ]
-                    if params:
-                        with conn.transaction(), conn.cursor() as cursor:
-                            cursor.executemany(_INSERT, params)
+                    refused += self._insert(conn, group[:room], now)
             except psycopg.Error:
                 self.conn = None
                 raise
+        return refused
+
+    @staticmethod
+    def _insert(conn: psycopg.Connection, rows: list[Waiting], now: datetime) -> list[Waiting]:
+        """`rows` (one tenant's) in one transaction; when it fails and the database is not
+        away, each row in one of its own (`common.stores.isolation`). Returns the rows refused
+        alone, their `last_error` saying so (the caller dead-letters them): a tenant's row
+        never stays to fail every later save, nor re-inserts the groups saved before it."""
+
+        def insert(group: list[Waiting]) -> None:
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(_INSERT, [_params(r, now) for r in group])
+
+        def refuse(row: Waiting, exc: Exception) -> None:
+            row.last_error = f"the durable retry queue refused it: {type(exc).__name__}"
+            refused.append(row)
+
+        refused: list[Waiting] = []
+        if rows:
+            batch_else_each_sync("rule_retries", rows, insert, refuse)
         return refused
 
     def take(self, per_tenant: int = 50, busy: list[str] | None = None) -> list[Waiting]:

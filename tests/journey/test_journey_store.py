@@ -232,3 +232,33 @@ def test_a_message_its_offline_subscriber_dropped_on_arrival_says_so_on_its_own_
     assert other["reason"] == "delivered to 1 session (1 offline: kept in its queue)"
     assert other["message_id"] is None and other["lost"] is None
     assert described[("q/0", "expired")]["message_id"] is None
+
+
+def test_one_tenants_unwritable_row_costs_no_other_tenant_its_journey(store):
+    """Issue 44, point 3: a journey segment holds every tenant's rows. A reason quoting a lone
+    surrogate (UTF-8, so Arrow, cannot hold one) is written with it escaped; a row Arrow still
+    refuses (a reason code beyond int16) is left out alone: the other tenant's rows, beside them
+    in the same segment, are all there."""
+    recorder = JourneyRecorder("n")
+    recorder.message("vic", "c1", "a/b", 1, 10, "quota_exceeded", "over", quota="publish_rate")
+    recorder.message("atk", "c2", "a/b", 1, 10, "acl_denied", "bad \ud800 text")
+    recorder.message("atk", "c2", "a/b", 1, 10, "acl_denied", "too big", reason_code=70_000)
+    recorder.message("vic", "c1", "a/c", 1, 10, "acl_denied", "denied")
+    recorder.client("vic", "c1", "connect_failed", reason="r", detail="d")
+    recorder.client("atk", "c2", "connect_failed", reason="\udfff", detail="\ud800x")
+    recorder.client("atk", "c2", "disconnected", reason_code=1 << 20)
+    recorder.client("vic", "c1", "disconnected", reason="bye")
+    _write(store, recorder)
+    reader = JourneyReader(store)
+    now = datetime.now(UTC)
+    span = {"start": now - timedelta(hours=1), "end": now + timedelta(minutes=1)}
+    victim = reader.messages("vic", **span).rows
+    assert sorted(r["reason"] for r in victim) == ["denied", "over"]
+    [attacker] = reader.messages("atk", **span).rows
+    assert attacker["reason"] == "bad \\ud800 text"
+    assert [r["event"] for r in reader.client_events("vic", "c1", **span).rows] == [
+        "disconnected",
+        "connect_failed",
+    ]
+    [event] = reader.client_events("atk", "c2", **span).rows
+    assert (event["reason"], event["detail"]) == ("\\udfff", "\\ud800x")

@@ -141,3 +141,29 @@ def test_rows_wait_while_the_store_is_away_and_are_written_once_it_is_back(tmp_p
     assert journey.written == 2 and journey.dropped == 0
     [segment] = [k for k in store.list("journey/") if k.endswith(".parquet")]
     assert pq.read_table(tmp_path / segment).num_rows == 2
+
+
+def test_one_tenants_unwritable_row_costs_no_other_tenant_its_rule_rows(tmp_path):
+    """Issue 44, point 3: the rule rows of every tenant share a segment. An error quoting a
+    lone surrogate (UTF-8, so Arrow, cannot hold one) is written with it escaped, and a row
+    Arrow still refuses (a topic that is not text) is left out alone: the other tenant's rows
+    of the same segment are all written."""
+    store = LocalObjectStore(tmp_path)
+    journey = RuleJourney(store, writer_id="rules-test")
+    journey.results(
+        [
+            result("acme", "passed"),
+            result("evil", "failed", "cannot read \ud800"),
+            result("acme", "failed", "boom"),
+        ],
+        {7: "fwd"},
+    )
+    odd = result("evil", "passed")
+    odd.topic = object()  # no check would let one through: the last line of defence
+    journey.results([odd, result("acme", "passed")], {7: "fwd"})
+    journey.flush(force=True)
+    reader = JourneyReader(store)
+    rows = [describe_outcome(r) for r in reader.messages("acme", **window()).rows]
+    assert sorted(r["outcome"] for r in rows) == ["rule_failed", "rule_matched", "rule_matched"]
+    [theirs] = reader.messages("evil", **window()).rows
+    assert (theirs["outcome"], theirs["reason"]) == ("rule_failed", "cannot read \\ud800")

@@ -35,6 +35,18 @@ async def test_an_unknown_method_and_a_311_empty_id_without_clean_session_are_re
     assert (await handshake.authenticate(anonymous)).reason_code == RC.CLIENT_IDENTIFIER_NOT_VALID
 
 
+async def test_a_client_id_longer_than_the_tables_hold_is_refused_before_authentication():
+    """Issue 44: 255 characters is what every table holding a client id takes; a longer one
+    failed the session store's and presence's batches, other tenants' writes with them."""
+    handshake = Handshake(FakeConnection(make_broker()))
+    longest = Connect("c" * 255, username="acme/d1", password=b"pw1", protocol_version=MQTT_5_0)
+    assert isinstance(await handshake.authenticate(longest), AuthResult)
+    longer = Connect("c" * 256, username="acme/d1", password=b"pw1", protocol_version=MQTT_5_0)
+    assert await handshake.authenticate(longer) == Refusal(
+        RC.CLIENT_IDENTIFIER_NOT_VALID, "client id too long"
+    )
+
+
 class Admitting:
     """An authenticator that lets everyone in as acme/d1 with the tenant's quota."""
 
