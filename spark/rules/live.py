@@ -78,6 +78,7 @@ from spark.session import in_process
 
 log = logging.getLogger("spark.rules.live")
 PREPARE_EVERY = 0.25  # seconds between looks for changed rules (a version probe each)
+FEED_ONE_TASK_ROWS = 1_000
 FEED_READ_ENTRIES = 256  # entries (each a broker's hand-off, ~20 ms) one micro-batch takes
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / ".data" / "spark" / "rules-live"
 
@@ -616,9 +617,7 @@ class LiveJob:
             # cluster: the rows travel inside the plan, for its executors could not read a
             # scratch file on the driver's disk.
             rows = [{**row, "ts": datetime.now(UTC), MESSAGE_ID: "warm-up:0"}] * 4
-            frame = self.spark.createDataFrame(
-                spark_table([pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)])
-            )
+            frame = self._frame(spark_table([pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)]))
             if self.feed is None:
                 for _ in range(2):
                     rule_outputs(frame, warm).collect()
@@ -747,7 +746,7 @@ class LiveJob:
                 self._batch_position = None if replay else last
                 started = time.monotonic()
                 if table.num_rows:
-                    self.handle_batch(self.spark.createDataFrame(table), batch_id, replay)
+                    self.handle_batch(self._frame(table), batch_id, replay)
                 elif not replay:
                     self.record(position=last)
                 self.progress.close(batch_id)
@@ -757,6 +756,12 @@ class LiveJob:
         except BaseException as exc:  # the job ends with it: run_until_stopped raises it
             self._feed_error = exc
             log.exception("live feed loop failed")
+
+    def _frame(self, table: pa.Table) -> DataFrame:
+        """A feed batch as a DataFrame: one partition up to `FEED_ONE_TASK_ROWS` rows (one task,
+        one Python worker: a second costs a batch more than it saves on so few rows)."""
+        frame = self.spark.createDataFrame(table)
+        return frame.coalesce(1) if table.num_rows <= FEED_ONE_TASK_ROWS else frame
 
     def run_until_stopped(self) -> None:
         if self.feed is not None:

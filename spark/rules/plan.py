@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -185,6 +185,10 @@ def collect_outputs(
     `reuse` (`df` a plain table of rows, as the live feed makes them), the native plan is built
     once per set of rules and only its input swapped (`_ReusedPlan`)."""
     answered = _ReusedPlan.answered(df, specs) if reuse and specs else None
+    if reuse and specs and answered is None:
+        evaluated = _ReusedPlan.evaluated(df, specs, share)
+        if evaluated is not None:  # no native rule: the Python pass is the whole answer
+            return evaluated.collect()
     plan = None
     if answered is None:
         plan = RulePlan(df, specs, share)
@@ -260,9 +264,32 @@ class _ReusedPlan:
     def answered(cls, df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame | None:
         """`RulePlan(df, specs).answered(pending=True)`, its plan reused; None where it cannot
         be (no native rule; the reuse off)."""
+
+        def build() -> DataFrame | None:
+            plan = RulePlan(df, specs)
+            return None if plan.marked is None else plan.answered(pending=True)
+
+        return cls._reuse(("answered", _specs_key(specs), df.schema.json()), df, build)
+
+    @classmethod
+    def evaluated(
+        cls, df: DataFrame, specs: Sequence[RuleSpec], share: float | None
+    ) -> DataFrame | None:
+        """`RulePlan(df, specs, share).evaluated()` of a set of rules none of which has a native
+        form (over `PUSHDOWN_LIMIT` rules, all of them), its plan reused; None otherwise."""
+
+        def build() -> DataFrame | None:
+            plan = RulePlan(df, specs, share)
+            return plan.evaluated() if plan.specs and plan.marked is None else None
+
+        return cls._reuse(("evaluated", _specs_key(specs), share, df.schema.json()), df, build)
+
+    @classmethod
+    def _reuse(
+        cls, key: tuple, df: DataFrame, build: Callable[[], DataFrame | None]
+    ) -> DataFrame | None:
         if cls.disabled:
             return None
-        key = (tuple((s.id, s.tenant, s.sql, s.client_prefix) for s in specs), df.schema.json())
         try:
             # One lookup (`get`): the live job prepares a new rule set in another thread,
             # which may clear the cache between a membership test and a read.
@@ -273,17 +300,17 @@ class _ReusedPlan:
                 return None
             if len(cls._plans) >= 16:
                 cls._plans.clear()
-            plan = RulePlan(df, specs)
-            if plan.marked is None:
-                cls._plans[key] = None
-                return None
-            first = plan.answered(pending=True)
-            cls._plans[key] = cls(first)
+            first = build()
+            cls._plans[key] = None if first is None else cls(first)
             return first
         except Exception:
             cls.disabled = True
             log.warning("rule plans are built per batch: reusing one failed", exc_info=True)
             return None
+
+
+def _specs_key(specs: Sequence[RuleSpec]) -> tuple:
+    return tuple((s.id, s.tenant, s.sql, s.client_prefix, s.max_outputs, s.name) for s in specs)
 
 
 def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None) -> DataFrame:
