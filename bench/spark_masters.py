@@ -3,7 +3,7 @@
 DuckDB beside, the masters alternated A-B-B-A (issue 42's benchmarks).
 
     .venv/bin/python -m bench.spark_masters [--tenants 100 --days 30] [--messages 1000000] \\
-        [--runs 3] [--write]
+        [--runs 3] [--ways local[2],local-cluster[2,1,1024]] [--write]
 
 The data are written once under `--dir` (and reused when they match): billing's usage log
 (`bench.billing.generate`) and the backfill's compacted history (`bench.rules_backfill.generate`).
@@ -18,7 +18,9 @@ count).
 `local-cluster` needs a SPARK_HOME: its worker writes the executors' logs under
 `$SPARK_HOME/work`, so each process gets a folder of links to the pyspark wheel's entries (as
 `tests/spark/test_local_cluster.py` does), never the virtualenv's own. The executors' Python is
-the venv's (`spark.session.build_session` sets `PYSPARK_PYTHON` for local masters).
+the venv's (`spark.session.build_session` sets `PYSPARK_PYTHON` for local masters). A way
+`local-cluster[2,1,1024]+jit` gives the executors' JVMs the driver's JIT and GC flags, which
+`build_session` sets on the driver only (local mode's executors are threads of its JVM).
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 MASTERS = ("local[2]", "local-cluster[2,1,1024]")
+# A way `MASTER+jit`: the executors' JVMs get the driver's JIT and GC flags
+# (`spark.session.build_session` gives them to the driver only, whose JVM local mode's executors
+# share), through a spark-defaults.conf of the process's own (SPARK_CONF_DIR).
+JIT = "+jit"
+EXECUTOR_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
 
 
@@ -114,14 +121,22 @@ def child_backfill(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_child(workload: str, master: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_child(workload: str, way: str, args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(args.dir).resolve()
+    master = way.removesuffix(JIT)
     env = dict(
         os.environ,
         PYTHONPATH=str(REPO),
         SPARK_HOME=str(spark_home(folder / "spark-home")),
         PYSPARK_PYTHON=sys.executable,
     )
+    if way.endswith(JIT):
+        conf = folder / "conf-jit"
+        conf.mkdir(parents=True, exist_ok=True)
+        (conf / "spark-defaults.conf").write_text(
+            f"spark.executor.extraJavaOptions {EXECUTOR_JAVA_OPTIONS}\n"
+        )
+        env["SPARK_CONF_DIR"] = str(conf)
     argv = [sys.executable, "-m", "bench.spark_masters", "--child", workload, "--master", master]
     argv += ["--dir", str(folder), "--runs", str(args.runs)]
     argv += ["--tenants", str(args.tenants), "--days", str(args.days)]
@@ -146,7 +161,7 @@ def ratios(figures: dict[str, Any]) -> tuple[float, float]:
 
 def table(workload: str, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     lines = [
-        f"| {workload}: master | time (UTC) | load at start | session | Spark runs (s) | DuckDB "
+        f"| {workload}: way | time (UTC) | load at start | session | Spark runs (s) | DuckDB "
         "best (s) | first ÷ DuckDB | warm ÷ DuckDB | agree |",
         "|---|---|---:|---:|---|---:|---:|---:|---|",
     ]
@@ -160,22 +175,21 @@ def table(workload: str, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def summary(workload: str, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """Per master, the medians over its processes; local-cluster's over local's."""
-    med: dict[str, tuple[float, float, float]] = {}
-    for master in MASTERS:
-        mine = [f for m, f in rows if m == master]
-        med[master] = (
-            statistics.median(ratios(f)[0] for f in mine),
-            statistics.median(ratios(f)[1] for f in mine),
-            statistics.median(min(f["spark"][1:] or f["spark"]) for f in mine),
-        )
-    (a, b) = MASTERS
-    return [
-        f"{workload}: warm ÷ DuckDB {med[a][1]:.1f}× on {a}, {med[b][1]:.1f}× on {b}; "
-        f"first run ÷ DuckDB {med[a][0]:.1f}× / {med[b][0]:.1f}×; warm run {b} ÷ {a}: "
-        f"{med[b][2] / med[a][2]:.2f}×"
+def summary(workload: str, ways: list[str], rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Per way, the medians over its processes, and its warm run over the first way's."""
+    lines = [
+        f"| {workload}: way | first run ÷ DuckDB | warm ÷ DuckDB | warm run ÷ {ways[0]}'s |",
+        "|---|---:|---:|---:|",
     ]
+    base = None
+    for way in ways:
+        mine = [f for m, f in rows if m == way]
+        first = statistics.median(ratios(f)[0] for f in mine)
+        warm = statistics.median(ratios(f)[1] for f in mine)
+        seconds = statistics.median(min(f["spark"][1:] or f["spark"]) for f in mine)
+        base = base or seconds
+        lines.append(f"| {way} | {first:.1f}× | {warm:.1f}× | {seconds / base:.2f}× |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -185,6 +199,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3, help="in one session (and DuckDB's)")
     parser.add_argument("--workloads", default="billing,backfill")
+    parser.add_argument(
+        "--ways",
+        default=",".join(MASTERS),
+        help=f"masters, alternated A-B-…-B-A; MASTER{JIT}: the executors get the driver's JVM "
+        "flags",
+    )
     parser.add_argument("--dir", default="/tmp/bench-spark-masters")
     parser.add_argument("--write", action="store_true", help="append to bench/RESULTS.md")
     parser.add_argument("--child", choices=["billing", "backfill"], help=argparse.SUPPRESS)
@@ -202,15 +222,16 @@ def main(argv: list[str] | None = None) -> None:
     rows = billing.generate(folder / "usage", args.tenants, args.days)
     print(f"usage log: {rows:,} rows ({time.monotonic() - started:.0f} s)", flush=True)
     history(folder / "history", args.messages)
-    order = [MASTERS[0], MASTERS[1], MASTERS[1], MASTERS[0]]  # A-B-B-A
+    ways = args.ways.split(",")
+    order = ways + ways[::-1]  # A-B-B-A (A-B-C-C-B-A)
     out: list[str] = []
     for workload in args.workloads.split(","):
         results = []
-        for master in order:
-            figures = run_child(workload, master, args)
-            print(f"{workload} {master}: {json.dumps(figures)}", flush=True)
-            results.append((master, figures))
-        out += ["", *table(workload, results), "", *summary(workload, results)]
+        for way in order:
+            figures = run_child(workload, way, args)
+            print(f"{workload} {way}: {json.dumps(figures)}", flush=True)
+            results.append((way, figures))
+        out += ["", *table(workload, results), "", *summary(workload, ways, results)]
     print("\n".join(out))
     if args.write:
         with (REPO / "bench" / "RESULTS.md").open("a") as results_md:
@@ -218,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
                 "\n## Billing and backfill on local-cluster beside local mode and DuckDB "
                 "(issue 42)\n\n"
                 f"Command: `.venv/bin/python -m bench.spark_masters --tenants {args.tenants} "
-                f"--days {args.days} --messages {args.messages} --runs {args.runs} --write`  \n"
+                f"--days {args.days} --messages {args.messages} --runs {args.runs} "
+                f"--ways {args.ways} --write`  \n"
                 f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {platform.node()}, "
                 f"{os.cpu_count()} cores, Python {platform.python_version()}.\n"
                 + "\n".join(out)
