@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = billing.generate(folder / "usage", args.tenants, args.days)
     print(f"usage log: {rows:,} rows ({time.monotonic() - started:.0f} s)", flush=True)
     history(folder / "history", args.messages)
-    ways = args.ways.split(",")
+    ways = re.split(r",(?![^\[]*\])", args.ways)  # (not the commas inside a master's [])
     order = ways + ways[::-1]  # A-B-B-A (A-B-C-C-B-A)
     out: list[str] = []
     for workload in args.workloads.split(","):
