@@ -25,8 +25,24 @@ def in_process(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+def submitted_master() -> str | None:
+    """The master `spark-submit --master` gave this process when spark-submit started it (its
+    JVM is up, its configuration set: PYSPARK_GATEWAY_PORT says so); None otherwise. Read from
+    that JVM: before a SparkContext, pyspark's SparkConf() in Python is empty, so reading it
+    there gave None and the session fell back to `local[*]`, running a job submitted to a
+    cluster in its driver alone."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None  # (a JVM started here now would miss the session's driver settings)
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts none
+    return SparkConf().get("spark.master", None)
+
+
 def build_session(app_name: str = "mqtt-platform", master: str | None = None) -> SparkSession:
-    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
+    """`master`, else the one spark-submit was given (the entry points on a cluster), else
+    `SPARK_MASTER`, else `local[*]`."""
+    master = master or submitted_master() or os.environ.get("SPARK_MASTER") or "local[*]"
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)

@@ -4,8 +4,9 @@ the platform reads them while the cluster says the job runs, and once it ended. 
 writes `job-run.json` there when it submitted (which job run it is: what the stale-run cleanup
 cancels when the worker that followed it was lost).
 
-`result.json`: `{"state": "done"|"failed"|"cancelled", "summary": {…}, "error": words}`; the
-error is meant for the tenant (no address, no trace: those are in the job's log).
+`result.json`: `{"state": "done"|"failed"|"cancelled", "summary": {…}, "error": words,
+"master": the Spark master it ran on}`; the error is meant for the tenant (no address, no
+trace: those are in the job's log).
 
 A folder lives as long as its job: whoever followed the job removes it once the job ended and its
 figures were read (`remove`); what a lost follower left is swept by the stale-run cleanup
