@@ -21,6 +21,7 @@ from spark.billing import job
 from spark.billing.job import Account
 from spark.entry import reports
 from spark.entry.billing import accounts_json
+from spark.session import executor_java_options
 from tests.billing.test_job import AWS_IRELAND, SMALL
 from tests.billing.usage_rows import row, write_rows
 from tests.spark.cluster_checks import MASTER, spark_home
@@ -83,3 +84,15 @@ def test_billing_under_spark_submit_runs_on_its_master_and_gives_the_local_invoi
     documents = [canonical_json(d) for d in result["result"]["invoices"]]
     assert documents == [canonical_json(d) for d in local.invoices]
     assert [d["tenant"] for d in local.invoices] == ["acme", "fleet"]
+
+
+def test_the_executors_get_the_drivers_jit_flag_beside_what_they_were_given():
+    """Executors in JVMs of their own (a cluster, local-cluster) run the native rules' generated
+    code compiled only with the driver's flag; what the cluster gave them stays, and a
+    collector is added only where none was chosen (two would stop the JVM)."""
+    assert executor_java_options(None) == "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
+    emr = "-XX:+UseG1GC -XX:OnOutOfMemoryError='kill -9 %p'"
+    assert executor_java_options(emr) == f"{emr} -XX:-DontCompileHugeMethods"
+    assert executor_java_options("-XX:+UseGCOverheadLimit").endswith("-XX:+UseParallelGC")
+    done = "-XX:-DontCompileHugeMethods -XX:+UseZGC"
+    assert executor_java_options(done) == done
