@@ -18,9 +18,7 @@ count).
 `local-cluster` needs a SPARK_HOME: its worker writes the executors' logs under
 `$SPARK_HOME/work`, so each process gets a folder of links to the pyspark wheel's entries (as
 `tests/spark/test_local_cluster.py` does), never the virtualenv's own. The executors' Python is
-the venv's (`spark.session.build_session` sets `PYSPARK_PYTHON` for local masters). A way
-`local-cluster[2,1,1024]+jit` gives the executors' JVMs the driver's JIT and GC flags, which
-`build_session` sets on the driver only (local mode's executors are threads of its JVM).
+the venv's (`spark.session.build_session` sets `PYSPARK_PYTHON` for local masters).
 """
 
 from __future__ import annotations
@@ -40,11 +38,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 MASTERS = ("local[2]", "local-cluster[2,1,1024]")
-# A way `MASTER+jit`: the executors' JVMs get the driver's JIT and GC flags
-# (`spark.session.build_session` gives them to the driver only, whose JVM local mode's executors
-# share), through a spark-defaults.conf of the process's own (SPARK_CONF_DIR).
-JIT = "+jit"
-EXECUTOR_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
 
 
@@ -124,21 +117,14 @@ def child_backfill(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_child(workload: str, way: str, args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(args.dir).resolve()
-    master = way.removesuffix(JIT)
+
     env = dict(
         os.environ,
         PYTHONPATH=str(REPO),
         SPARK_HOME=str(spark_home(folder / "spark-home")),
         PYSPARK_PYTHON=sys.executable,
     )
-    if way.endswith(JIT):
-        conf = folder / "conf-jit"
-        conf.mkdir(parents=True, exist_ok=True)
-        (conf / "spark-defaults.conf").write_text(
-            f"spark.executor.extraJavaOptions {EXECUTOR_JAVA_OPTIONS}\n"
-        )
-        env["SPARK_CONF_DIR"] = str(conf)
-    argv = [sys.executable, "-m", "bench.spark_masters", "--child", workload, "--master", master]
+    argv = [sys.executable, "-m", "bench.spark_masters", "--child", workload, "--master", way]
     argv += ["--dir", str(folder), "--runs", str(args.runs)]
     argv += ["--tenants", str(args.tenants), "--days", str(args.days)]
     argv += ["--messages", str(args.messages)]
@@ -147,7 +133,7 @@ def run_child(workload: str, way: str, args: argparse.Namespace) -> dict[str, An
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{workload} on {master} failed: {done.stderr[-3000:]}")
+        raise RuntimeError(f"{workload} on {way} failed: {done.stderr[-3000:]}")
     figures: dict[str, Any] = json.loads(lines[-1][7:])
     figures.update(process=time.monotonic() - started, load=load, at=f"{datetime.now(UTC):%H:%M}")
     return figures
@@ -203,8 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--ways",
         default=",".join(MASTERS),
-        help=f"masters, alternated A-B-…-B-A; MASTER{JIT}: the executors get the driver's JVM "
-        "flags",
+        help="masters, alternated A-B-…-B-A",
     )
     parser.add_argument("--dir", default="/tmp/bench-spark-masters")
     parser.add_argument("--write", action="store_true", help="append to bench/RESULTS.md")
