@@ -117,7 +117,6 @@ def child_backfill(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_child(workload: str, way: str, args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(args.dir).resolve()
-
     env = dict(
         os.environ,
         PYTHONPATH=str(REPO),
