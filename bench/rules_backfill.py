@@ -104,15 +104,17 @@ def generate(
     return start_ms, start_ms + hours * HOUR_MS, files, compacting
 
 
-def run_spark(store: ObjectStore, start: int, end: int, runs: int) -> list[dict]:
+def run_spark(
+    store: ObjectStore, start: int, end: int, runs: int, master: str | None = None
+) -> list[dict]:
     """The backfill `runs` times in one Spark session, as the rules-runs worker keeps its
     session (`tenants.rules.runs.execute.spark_session`): the first pays the JVM's first jobs
-    and JIT, later ones find them done."""
+    and JIT, later ones find them done. `master`: default SPARK_MASTER, else `local[*]`."""
     from spark.rules.backfill import run_backfill
     from spark.rules.plan import RuleSpec
     from spark.session import build_session
 
-    spark = build_session("bench-rules-backfill")
+    spark = build_session("bench-rules-backfill", master)
     try:
         return [
             run_backfill(spark, None, store, start, end, specs=[RuleSpec(1, "bench", "b", RULE)])
@@ -122,7 +124,9 @@ def run_spark(store: ObjectStore, start: int, end: int, runs: int) -> list[dict]
         spark.stop()
 
 
-def run_spark_on_s3(local: LocalObjectStore, start: int, end: int, runs: int) -> list[dict]:
+def run_spark_on_s3(
+    local: LocalObjectStore, start: int, end: int, runs: int, master: str | None = None
+) -> list[dict]:
     """`run_spark` on a copy of the history in moto's S3 server (loopback: the S3 path's own
     cost, not a network's)."""
     from bench.s3 import create_bucket, moto_server
@@ -134,7 +138,7 @@ def run_spark_on_s3(local: LocalObjectStore, start: int, end: int, runs: int) ->
         store = S3ObjectStore("bench-history", "mqtt", endpoint_url=env["AWS_ENDPOINT_URL"])
         for key in local.list("archive/"):
             store.put(key, local.get(key))
-        return run_spark(store, start, end, runs)
+        return run_spark(store, start, end, runs, master)
 
 
 def run_duckdb(files: list[str], threads: int) -> tuple[int, float]:
@@ -172,6 +176,11 @@ def main(argv: list[str] | None = None) -> None:
         help="the backfill reads the history from moto's S3 server, as a deployment on S3 "
         "does; DuckDB still reads the local files",
     )
+    parser.add_argument(
+        "--master",
+        help="Spark master (default SPARK_MASTER, else local[*]); local-cluster[2,1,1024] runs "
+        "executors in JVMs of their own (bench.spark_masters sets SPARK_HOME for it)",
+    )
     parser.add_argument("--write", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args(argv)
     cores = os.cpu_count() or 1
@@ -187,9 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     load = os.getloadavg()[0]
     if args.s3:
-        summaries = run_spark_on_s3(store, start, end, args.runs)
+        summaries = run_spark_on_s3(store, start, end, args.runs, args.master)
     else:
-        summaries = run_spark(store, start, end, args.runs)
+        summaries = run_spark(store, start, end, args.runs, args.master)
     for run, summary in enumerate(summaries, 1):
         spark_rate = summary["rows_read"] / summary["seconds"]
         print(

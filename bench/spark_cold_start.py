@@ -70,17 +70,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="rounds (each: every way, twice)")
     parser.add_argument("--write", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args(argv)
-    import pyspark
+    from bench.spark_masters import spark_home
 
-    # spark-submit finds its Spark and Python from these (the venv's, as the tests run it).
+    folder = Path(tempfile.mkdtemp(prefix="bench-cold-start-"))
+    # spark-submit finds its Spark and Python from these (the venv's, as the tests run it); the
+    # SPARK_HOME is links to the wheel's, since local-cluster's worker writes the executors'
+    # logs under $SPARK_HOME/work (the wheel's own would be inside the shared virtualenv).
     env = dict(
         os.environ,
         PYTHONPATH=str(REPO),
-        SPARK_HOME=str(Path(pyspark.__file__).parent),
+        SPARK_HOME=str(spark_home(folder / "spark-home")),
         PYSPARK_PYTHON=sys.executable,
         PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
     )
-    folder = Path(tempfile.mkdtemp(prefix="bench-cold-start-"))
     script = folder / "job.py"
     script.write_text(JOB)
     submit = str(Path(sys.executable).parent / "spark-submit")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -25,8 +26,47 @@ def in_process(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+# The driver's JIT flag, for the executors' JVMs too where they have their own (a cluster,
+# `local-cluster`): the generated code of the native rules has methods beyond HotSpot's limit
+# for compiling, which would run interpreted (a warm backfill on local-cluster[2,1,1024]: 3.5x
+# local mode's time without it, 1.5x with it; bench/RESULTS.md, issue 42).
+EXECUTOR_JIT = "-XX:-DontCompileHugeMethods"
+CHOSEN_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+def submitted(key: str) -> str | None:
+    """A setting `spark-submit` gave this process when spark-submit started it (its JVM is up,
+    its configuration set: PYSPARK_GATEWAY_PORT says so); None otherwise. Read from that JVM:
+    before a SparkContext, pyspark's SparkConf() in Python is empty (the entry points read the
+    master so, got None, and built their session on `local[*]`: a job submitted to a cluster
+    ran in its driver alone)."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None  # (a JVM started here now would miss the session's driver settings)
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts none
+    return SparkConf().get(key, None)
+
+
+def submitted_master() -> str | None:
+    return submitted("spark.master")
+
+
+def executor_java_options(given: str | None) -> str:
+    """The executors' JVM options: those given (spark-submit's, the cluster's defaults: kept,
+    a session's setting would replace them), the driver's JIT flag, and the driver's parallel
+    collector unless a collector is chosen there already (two would stop the JVM)."""
+    given = (given or "").strip()
+    extra = [] if EXECUTOR_JIT in given else [EXECUTOR_JIT]
+    if not CHOSEN_COLLECTOR.search(given):
+        extra.append("-XX:+UseParallelGC")
+    return " ".join([given, *extra]).strip()
+
+
 def build_session(app_name: str = "mqtt-platform", master: str | None = None) -> SparkSession:
-    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
+    """`master`, else the one spark-submit was given (the entry points on a cluster), else
+    `SPARK_MASTER`, else `local[*]`."""
+    master = master or submitted_master() or os.environ.get("SPARK_MASTER") or "local[*]"
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
@@ -45,6 +85,11 @@ def build_session(app_name: str = "mqtt-platform", master: str | None = None) ->
         .config(
             "spark.driver.extraJavaOptions",
             f"-Dlog4j2.configurationFile={LOG4J} -XX:-DontCompileHugeMethods -XX:+UseParallelGC",
+        )
+        # Unused by local mode, whose executors are the driver's JVM.
+        .config(
+            "spark.executor.extraJavaOptions",
+            executor_java_options(submitted("spark.executor.extraJavaOptions")),
         )
         # A live segment compacted away between listing and reading is not an error.
         .config("spark.sql.files.ignoreMissingFiles", "true")

@@ -55,15 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parse(sys.argv[1:] if argv is None else argv)
 
-    from pyspark import SparkConf
-
     from common.stores.object_store import open_object_store
     from spark.billing import job
     from spark.entry import reports
     from spark.session import build_session
 
     store = open_object_store(args.object_store_url)
-    spark = build_session("billing", SparkConf().get("spark.master", None))
+    spark = build_session("billing")  # on the master spark-submit was given
     steps: list[str] = []
 
     def progress(step: str) -> None:
@@ -79,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         log.exception("billing %s failed", args.period)
         body = {"state": "failed", "result": None, "error": f"{type(exc).__name__}: {exc}"}
         status = 1
+    body["master"] = spark.sparkContext.master  # where it ran (operators, tests)
     reports.write(store, args.report, reports.RESULT, body)
     spark.stop()
     return status

@@ -74,17 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PGPASSWORD"] = database_password(args.database_secret_arn)
     dsn = args.database_url or os.environ.get("DATABASE_URL") or None
 
-    from pyspark import SparkConf
-
     from common.stores.object_store import open_object_store
     from spark.entry import reports
     from spark.rules.backfill import NoRules, run_backfill
     from spark.session import build_session
 
     store = open_object_store(args.object_store_url)
-    # The master spark-submit was given (local[N] in the tests, the cluster's on EMR), not
-    # build_session's default.
-    spark = build_session("rules-backfill", SparkConf().get("spark.master", None))
+    spark = build_session("rules-backfill")  # on the master spark-submit was given
     last = [0.0]
 
     def progress(step: Any) -> None:
@@ -120,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             "run it again",
         }
         status = 1
+    result["master"] = spark.sparkContext.master  # where it ran (operators, tests)
     reports.write(store, args.report, reports.RESULT, result)
     spark.stop()
     log.info("rules over history ended %s", result["state"])

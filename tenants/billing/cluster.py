@@ -6,13 +6,11 @@ JSON; the entry point `spark/entry/billing.py` is submitted with the period, tha
 to report; its progress steps are passed on as they come; its result (the invoice documents) is
 the `BillingResult` the caller stores, exactly as a local run's. A job run that does not end
 `done` raises `BillingJobFailed`, naming the job run and why (operators read it: billing is
-theirs)."""
+theirs). Either way, once the job ended its folder (the accounts, the reports) is removed."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 ENTRY_POINT = "billing"
@@ -38,7 +36,7 @@ def billing_on_cluster(
     from spark.entry.billing import accounts_json
 
     store = store or open_object_store()
-    key = f"{period}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    key = reports.stamped(period)
     folder = reports.report_folder("billing", key)
     accounts_key = f"{folder}/accounts.json"
     store.put(accounts_key, accounts_json(accounts))
@@ -67,6 +65,9 @@ def billing_on_cluster(
                 progress(step)
 
     state, result = wait_for_job(runner, job, store, folder, progress=steps, poll=poll)
+    # The job ended and its result is read: the folder (every tenant's price book among the
+    # accounts) is not kept. (A follower lost before this leaves it to the stale-run sweep.)
+    reports.remove(store, folder)
     if state.state == "done" and result is not None and result.get("state") == "done":
         return BillingResult(**result["result"])
     why = (result or {}).get("error") or state.details or state.emr_state

@@ -130,3 +130,71 @@ def test_the_docs_say_how_to_build_upload_and_switch_the_runner():
         assert "Dockerfile.spark-emr" in text
     nav = (REPO / "mkdocs.yml").read_text()
     assert "guides/spark-on-emr-serverless.md" in nav
+
+
+# Resources that could submit a job run on their own schedule or trigger.
+SUBMITTERS = {
+    "aws_scheduler_schedule",
+    "aws_cloudwatch_event_target",
+    "aws_pipes_pipe",
+    "aws_sfn_state_machine",
+}
+
+
+def test_no_terraform_resource_submits_a_spark_job():
+    """Only the platform submits jobs: a job needs what only its database knows (billing's
+    accounts, a run's id and claims) and someone to read its result back (the invoices). The
+    spark module's EventBridge schedule submitted `entry/billing.py` with no arguments: it could
+    only fail at its argument parsing, and nothing would have stored its invoices."""
+    found = []
+    for path in sorted(TERRAFORM.rglob("*.tf")):
+        for rtype, name, body in typed_blocks(load(path), "resource"):
+            text = json.dumps(body).lower()
+            if rtype in SUBMITTERS and ("emrserverless" in text or "startjobrun" in text):
+                found.append(f"{path.relative_to(TERRAFORM)}: {rtype}.{name}")
+    assert not found, found
+    variables = blocks(load(SPARK / "variables.tf"), "variable")
+    assert not {"billing_schedule_enabled", "billing_entry_point"} & set(variables)
+
+
+class Submitted(Exception):
+    pass
+
+
+class Recorder:
+    """A runner that records the submission and stops there (nothing to follow)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def submit(self, entry_point, arguments, **kwargs):
+        self.calls.append((entry_point, list(arguments)))
+        raise Submitted
+
+
+def test_the_monthly_billing_is_submitted_by_the_platform_with_the_arguments_it_needs(tmp_path):
+    """Celery beat's monthly draft goes through `billing_report` → `run_billing_job`, which with
+    SPARK_RUNNER=emr-serverless submits through the runner (tests/spark/test_emr_serverless.py
+    runs it to the invoices): the arguments it submits are what the entry point's parser
+    requires, and the accounts they name are in the store."""
+    import pytest
+    from django.conf import settings
+
+    from common.stores.object_store import LocalObjectStore
+    from spark.billing.job import Account
+    from spark.entry.billing import accounts_of, parse
+    from tenants.billing.cluster import ENTRY_POINT, billing_on_cluster
+    from tests.billing.test_job import SMALL
+
+    beat = settings.CELERY_BEAT_SCHEDULE["billing-draft"]
+    assert beat["task"] == "tenants.tasks.billing_draft_previous_month"
+    store, runner = LocalObjectStore(tmp_path), Recorder()
+    accounts = [Account("acme", SMALL)]
+    with pytest.raises(Submitted):
+        billing_on_cluster("2026-09", accounts, runner=runner, store=store)
+    [(entry_point, arguments)] = runner.calls
+    assert entry_point == ENTRY_POINT == "billing"
+    args = parse(arguments)  # argparse exits on a missing required argument
+    assert args.period == "2026-09" and args.report.startswith("billing/jobs/")
+    assert accounts_of(json.loads(store.get(args.accounts))) == accounts
+    assert args.object_store_url == store.url

@@ -207,7 +207,9 @@ def spark_home(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for entry in wheel.iterdir():
         link = folder / entry.name
-        if not link.exists():
+        # (a `work` left in the wheel by a run that used it as SPARK_HOME is not linked: the
+        # logs would go through the link into the virtualenv again)
+        if entry.name != "work" and not link.exists():
             link.symlink_to(entry)
     return folder
 

@@ -283,6 +283,13 @@ def _tenant_with_history(tmp_path, monkeypatch):
     return client_for(token), now
 
 
+def _reports(tmp_path, kind: str) -> list[str]:
+    """What is left of the jobs' report folders in the test's store."""
+    from common.stores.object_store import LocalObjectStore
+
+    return LocalObjectStore(tmp_path / "objects").list(f"{kind}/jobs/")
+
+
 def _start_on_a_worker(api, now):
     """POST the run; the Celery task's body (`run_rule_history`) runs in a thread, as a worker."""
     from tenants.rules.runs import services as runs
@@ -345,6 +352,7 @@ def test_a_tenants_run_is_submitted_polled_and_ends_done_with_the_jobs_figures(
     assert run["state"] == "done", run
     assert (run["read"], run["matched"]) == (40, 9), run  # temps 31..39, as a local run
     assert cluster.cancelled == []
+    assert _reports(tmp_path, "rules") == []  # read into the run, then removed
 
 
 @pytest.mark.django_db(transaction=True)
@@ -407,6 +415,7 @@ def test_an_operators_backfill_runs_on_the_cluster_and_prints_its_summary(
     summary = json.loads(out.getvalue())
     assert (summary["rows_read"], summary["passed"]) == (40, 9), summary
     assert summary["job_run"] == cluster.submitted[0]
+    assert _reports(tmp_path, "rules") == []
     _, arguments = cluster.runner.arguments_of(cluster.submitted[0])
     assert "--run-id" not in arguments and arguments[arguments.index("--actions") + 1] == "none"
 
@@ -453,6 +462,7 @@ def test_billing_on_the_cluster_gives_the_invoices_a_local_run_gives(
     assert [canonical_json(d).decode() for d in local.invoices] == [invoice.document]
     entry, _ = cluster.runner.arguments_of(cluster.submitted[0])
     assert entry.endswith("/entry/billing.py")
+    assert _reports(tmp_path, "billing") == []  # the accounts (price books) not kept
 
 
 @pytest.mark.django_db(transaction=True)
@@ -489,6 +499,7 @@ def test_the_job_run_of_a_run_whose_worker_was_lost_is_cancelled_by_the_cleanup(
         assert cluster.runner.state(job).emr_state == "CANCELLED"  # moto's own record
         run = api.get(f"/api/v1/rules/hot/runs/{run_id}").json()
         assert run["state"] == "failed" and "worker" in run["error"], run
+        assert _reports(tmp_path, "rules") == []  # swept: no one follows it any more
     finally:
         hang.set()
         for thread in threads:

@@ -190,13 +190,11 @@ class Command(BaseCommand):
     def _on_cluster(self, store, options, start: int, end: int, progress) -> dict:
         """A backfill that is no RuleRun, on the Spark cluster: submitted, then followed (its
         progress, its result) until it ends; Ctrl-C cancels the job run."""
-        import uuid
-
         from spark.cluster.emr_serverless import cluster_runner, failure_words, wait_for_job
         from spark.entry import reports
         from tenants.rules.runs.cluster import ENTRY_POINT, backfill_arguments, step_of
 
-        key = f"backfill-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        key = reports.stamped("backfill")
         report = reports.report_folder("rules", key)
         runner = cluster_runner()
         job = runner.submit(
@@ -221,6 +219,7 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             runner.cancel(job)
             raise CommandError(f"interrupted: job run {job} cancelled") from None
+        reports.remove(store, report)  # the job ended, its result is read
         if result is not None and result.get("summary") is not None:
             summary = dict(result["summary"])
             summary["job_run"] = job

@@ -9,7 +9,8 @@ password: the job reads it from the secret its role may read) and where to repor
 heartbeat goes on, the job's `progress.json` becomes the run's figures, a cancel asked by the tenant (or the run no longer `running`) is
 `CancelJobRun`; when the job run ends, its `result.json` says the summary and, on a failure,
 the words the tenant reads; a job that ended without one gets `failure_words` of EMR's state
-(its `stateDetails` go to the log, for the operators).
+(its `stateDetails` go to the log, for the operators). Once the run holds its figures, the job's
+report folder is removed.
 
 A worker lost while it polls: the run is failed as stale (`runs_reclaim`), which also cancels
 its job run (the id the worker wrote to `job-run.json` beside the job's reports), and its
@@ -185,4 +186,8 @@ def execute_on_cluster(
         fields.update(ended_fields(summary))
     claims_release(run.pk)
     RuleRun.objects.filter(pk=run.pk).update(**fields)
+    # The job ended and the run holds its figures now: its reports have served (removed after
+    # the run's row, so a worker lost in between leaves a folder, swept later, not a run
+    # without its summary).
+    reports.remove(store, report)
     return RuleRun.objects.filter(pk=run.pk).first(), summary

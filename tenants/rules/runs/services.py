@@ -6,7 +6,8 @@ older than `RULE_LEDGER_DAYS` (90): a `new-only` run over older messages fires t
 (keep it at least as long as the archive keeps history). A run's claims in it that it never
 confirmed (its worker killed between claiming and firing) are given back once the run has ended
 or gone stale (`runs_reclaim`: at each start of a run, and every minute from Celery beat). A stale
-run on the Spark cluster (`SPARK_RUNNER=emr-serverless`) has its job run cancelled too.
+run on the Spark cluster (`SPARK_RUNNER=emr-serverless`) has its job run cancelled too, and the
+every-minute cleanup removes the report folders of cluster jobs that no one follows any more.
 
 Bounds (operators' settings, environment variables): a preview covers at most
 `RULE_PREVIEW_MAX_DAYS` (7) and its evaluator at most `RULE_PREVIEW_SECONDS` (10 s), a tenant
@@ -199,6 +200,10 @@ STALE_AFTER = timedelta(minutes=2)  # no heartbeat for this long: its worker is 
 # claims are given back by itself on any exit it lives through, or after this long (a group of
 # actions takes seconds to minutes between its claim and its confirmation).
 ORPHAN_CLAIMS_AFTER = timedelta(hours=1)
+# The report folders of jobs on the cluster that no process follows any more (spark.entry.reports:
+# a backfill's or billing's whose command or worker was lost) go after this long, past the
+# longest a job may run (EMR Serverless stops a job run after 12 hours unless told otherwise).
+REPORTS_KEEP = timedelta(hours=48)
 
 
 def claims_release(run_id: Any) -> int:
@@ -235,6 +240,8 @@ def runs_reclaim(*, tenant_id: int | None = None, now: datetime | None = None) -
     )
     if lost:
         _cancel_job_runs(lost)
+    if on_cluster and tenant_id is None:  # (the every-minute cleanup, not a run's start)
+        _sweep_job_reports(now)
     claims = RuleActionLedger.objects.filter(fired=False)
     if tenant_id is not None:
         claims = claims.filter(rule__tenant_id=tenant_id)
@@ -278,6 +285,26 @@ def _cancel_job_runs(run_ids: list[str]) -> None:
             continue
         if job is not None:
             log.warning("rule run %s: its worker was lost; job run %s cancelled", run_id, job)
+
+
+def _sweep_job_reports(now: datetime) -> None:
+    """Report folders of jobs that ended without their follower removing them (its worker or
+    command was lost): a run's once it is not under way, the others after REPORTS_KEEP. Never
+    raises (the cleanup goes on)."""
+    from common.stores.object_store import open_object_store
+    from spark.entry.reports import sweep
+
+    try:
+        active = {
+            str(pk)
+            for pk in RuleRun.objects.filter(state__in=RuleRun.ACTIVE).values_list("pk", flat=True)
+        }
+        gone = sweep(open_object_store(), active_runs=active, keep=REPORTS_KEEP, now=now)
+    except Exception:
+        log.exception("rule runs: the cluster jobs' report folders could not be swept")
+        return
+    if gone:
+        log.info("cluster jobs: %d report folders no one followed removed: %s", len(gone), gone)
 
 
 # The Celery task that runs a rule over history (`tenants.tasks.run_rule_history`).

@@ -239,7 +239,6 @@ module "spark" {
   database_secret_kms_key_arn = module.database.kms_key_arn
   log_group_name              = module.observability.service_log_group_names["emr-serverless"]
   log_group_arn               = module.observability.service_log_group_arns["emr-serverless"]
-  scheduler_kms_key_arn       = module.observability.kms_key_arn
 }
 
 # One-off tasks run by the operator (infra/README.md): migrations before each upgrade, and the

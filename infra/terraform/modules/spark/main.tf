@@ -1,14 +1,11 @@
 # EMR Serverless for the Spark jobs that outgrow a task: an application in the private subnets
-# (auto-start, auto-stop, capped capacity), a job role that may read the archive and usage log
-# prefixes and write only the jobs' outputs, and an optional EventBridge Scheduler schedule that
-# submits the monthly billing run.
+# (auto-start, auto-stop, capped capacity) and a job role that may read the archive and usage log
+# prefixes and write only the jobs' outputs. The platform's workers submit the jobs.
 
 data "aws_caller_identity" "current" {}
-data "aws_partition" "current" {}
 
 locals {
-  partition = data.aws_partition.current.partition
-  account   = data.aws_caller_identity.current.account_id
+  account = data.aws_caller_identity.current.account_id
   # The data bucket's name (arn:PARTITION:s3:::NAME): the code package lives under code_prefix.
   data_bucket = element(split(":::", var.data_bucket_arn), 1)
 }
@@ -148,94 +145,8 @@ resource "aws_iam_role_policy" "job" {
   policy = data.aws_iam_policy_document.job.json
 }
 
-# --- the monthly billing run ----------------------------------------------------------------
-
-data "aws_iam_policy_document" "scheduler_assume" {
-  statement {
-    actions = ["sts:AssumeRole"]
-    principals {
-      type        = "Service"
-      identifiers = ["scheduler.amazonaws.com"]
-    }
-    condition {
-      test     = "StringEquals"
-      variable = "aws:SourceAccount"
-      values   = [local.account]
-    }
-  }
-}
-
-resource "aws_iam_role" "scheduler" {
-  count              = var.billing_schedule_enabled ? 1 : 0
-  name_prefix        = "${substr(var.name, 0, 24)}-billing-sched-"
-  description        = "${var.name}: EventBridge Scheduler submits the monthly billing job"
-  assume_role_policy = data.aws_iam_policy_document.scheduler_assume.json
-  tags               = var.tags
-}
-
-data "aws_iam_policy_document" "scheduler" {
-  statement {
-    sid       = "StartBillingRun"
-    actions   = ["emr-serverless:StartJobRun"]
-    resources = [aws_emrserverless_application.this.arn]
-  }
-
-  statement {
-    sid       = "PassJobRole"
-    actions   = ["iam:PassRole"]
-    resources = [aws_iam_role.job.arn]
-    condition {
-      test     = "StringEquals"
-      variable = "iam:PassedToService"
-      values   = ["emr-serverless.amazonaws.com"]
-    }
-  }
-}
-
-resource "aws_iam_role_policy" "scheduler" {
-  count  = var.billing_schedule_enabled ? 1 : 0
-  name   = "start-billing-run"
-  role   = aws_iam_role.scheduler[0].id
-  policy = data.aws_iam_policy_document.scheduler.json
-}
-
-resource "aws_scheduler_schedule" "billing" {
-  count       = var.billing_schedule_enabled ? 1 : 0
-  name        = "${var.name}-billing-monthly"
-  description = "Drafts last month's invoices on the 1st (billing_report --period YYYY-MM)"
-  # 02:00 UTC on the 1st: the previous month's usage is complete.
-  schedule_expression          = "cron(0 2 1 * ? *)"
-  schedule_expression_timezone = "UTC"
-  kms_key_arn                  = var.scheduler_kms_key_arn
-
-  flexible_time_window {
-    mode = "OFF"
-  }
-
-  target {
-    arn      = "arn:${local.partition}:scheduler:::aws-sdk:emrserverless:startJobRun"
-    role_arn = aws_iam_role.scheduler[0].arn
-    input = jsonencode({
-      ApplicationId    = aws_emrserverless_application.this.id
-      ExecutionRoleArn = aws_iam_role.job.arn
-      Name             = "billing-monthly"
-      ClientToken      = "<aws.scheduler.execution-id>"
-      JobDriver = {
-        SparkSubmit = {
-          EntryPoint = var.billing_entry_point
-          # The job's own default period is the previous month.
-          EntryPointArguments   = []
-          SparkSubmitParameters = var.spark_submit_parameters
-        }
-      }
-      ConfigurationOverrides = {
-        MonitoringConfiguration = {
-          CloudWatchLoggingConfiguration = {
-            Enabled      = true
-            LogGroupName = var.log_group_name
-          }
-        }
-      }
-    })
-  }
-}
+# No schedule here submits billing: Celery beat's monthly `billing-draft` does, through the
+# platform's runner (spark/cluster/emr_serverless.py, `spark_runner = "emr-serverless"`), which
+# first writes the accounts the job needs (`--accounts`: price books, issued months and credits
+# from the platform's database) and stores the invoices the job returns. A job submitted from
+# here could do neither (tests/deploy/test_spark_cluster.py).

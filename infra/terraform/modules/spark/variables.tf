@@ -102,29 +102,6 @@ variable "log_group_arn" {
   type        = string
 }
 
-variable "billing_schedule_enabled" {
-  description = "Submit billing_entry_point to EMR Serverless on the 1st of each month, with no arguments. Prefer the platform's spark_runner = \"emr-serverless\": Celery beat's monthly billing is then submitted by a worker with the accounts the job needs (spark/entry/billing.py takes them as --accounts)."
-  type        = bool
-  default     = false
-}
-
-variable "billing_entry_point" {
-  description = "S3 URI of the billing job's entry point (uploaded under spark-code/)."
-  type        = string
-  default     = ""
-}
-
-variable "spark_submit_parameters" {
-  description = "spark-submit parameters of scheduled runs (e.g. --py-files with the platform's packages)."
-  type        = string
-  default     = "--conf spark.executor.cores=4 --conf spark.executor.memory=16g"
-}
-
-variable "scheduler_kms_key_arn" {
-  description = "KMS key encrypting the schedule's input."
-  type        = string
-}
-
 variable "tags" {
   description = "Tags added to every resource."
   type        = map(string)
