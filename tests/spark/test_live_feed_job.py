@@ -57,6 +57,46 @@ def test_the_reused_plan_answers_every_batch_as_a_plan_built_for_it(spark):
     assert not _ReusedPlan.disabled and len(_ReusedPlan._plans) == 1
 
 
+def test_a_rule_set_over_the_pushdown_limit_reuses_its_python_plan(spark):
+    """Over PUSHDOWN_LIMIT rules none is native: the plan is the Python pass alone, and it too is
+    built once and reused for each batch (a batch in one partition, as the feed makes small
+    ones), answering as a plan built per batch."""
+    from spark.rules.plan import PUSHDOWN_LIMIT
+
+    count = PUSHDOWN_LIMIT + 6
+    specs, errors = compile_specs(
+        [
+            RuleSpec(
+                i,
+                f"t{i % 7}",
+                f"r{i}",
+                f'SELECT payload.n AS n FROM "s/{i}/#" WHERE payload.t > 20',
+            )
+            for i in range(count)
+        ]
+    )
+    assert not errors
+    now = int(time.time() * 1000)
+    _ReusedPlan._plans.clear()
+    for b in range(3):
+        rows = [
+            message(f"t{i % 7}", f"s/{i}/x", {"n": b * 100 + i, "t": 10 + (i % 3) * 10}, now + i)
+            for i in range(0, count, 3)
+        ]
+        rows.append(
+            message("t1", "s/1/x", {"n": -1, "t": 99}, now)
+        )  # another tenant's rule's topic
+        frame = spark.createDataFrame(feed_rows(rows, first=1000 * b)).coalesce(1)
+        reused = collect_outputs(frame, specs, reuse=True)
+        built = rule_outputs(frame, specs).collect()
+        assert answers(reused) == answers(built)
+        assert any(r.status == "passed" for r in reused) and any(
+            r.status != "passed" for r in reused
+        )
+    plans = list(_ReusedPlan._plans.values())
+    assert not _ReusedPlan.disabled and any(isinstance(p, _ReusedPlan) for p in plans)
+
+
 def test_the_position_passes_a_batch_only_once_each_of_its_actions_settled():
     progress = FeedProgress()
     progress.open(1, "100-0")
