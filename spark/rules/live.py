@@ -71,6 +71,7 @@ from spark.rules.plan import (
     rule_outputs,
     tenant_share_seconds,
 )
+from spark.rules.results import BatchResults
 from spark.rules.retry_store import RetryStore
 from spark.rules.runner import ACTION_CHUNK, BatchSummary, RuleCount, account, jobs_of
 from spark.rules.runner import count as count_rows
@@ -405,38 +406,56 @@ class LiveJob:
                     return
                 self._serving = None  # the next batch loads them itself
 
-    def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], list]:
+    def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], BatchResults]:
         specs = self._serving if self._serving is not None else self._current_rules()
         if self.not_before is not None:
             batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         self.metrics.enabled.set(len(specs))
         self.watch.serving(s.id for s in specs)
         if not specs:
-            return [], []
+            return [], BatchResults()
         t0 = time.monotonic()
-        rows = evaluate_batch(batch, specs, reuse=self.feed is not None and self.not_before is None)
-        if rows and log.isEnabledFor(logging.DEBUG):
-            newest = max(r.ts for r in rows).timestamp()
-            log.debug(
-                "evaluated %d results in %.2fs; newest message %.2fs old at batch start",
-                len(rows),
-                time.monotonic() - t0,
-                time.time() - (time.monotonic() - t0) - newest,
+        results = BatchResults.of(
+            evaluate_batch(batch, specs, reuse=self.feed is not None and self.not_before is None)
+        )
+        if len(results) and log.isEnabledFor(logging.DEBUG):
+            took = time.monotonic() - t0
+            stamps = [r.ts for r in results.rows if r.ts is not None]
+            newest = (
+                f"; newest message {time.time() - took - max(stamps).timestamp():.2f}s old at "
+                "batch start"
+                if stamps
+                else ""
             )
-        return specs, rows
+            log.debug("evaluated %d results in %.2fs%s", len(results), took, newest)
+        return specs, results
 
     def _act(
-        self, specs: list[RuleSpec], rows: list, batch: int | None = None, replay: bool = False
+        self,
+        specs: list[RuleSpec],
+        results: BatchResults,
+        batch: int | None = None,
+        replay: bool = False,
     ) -> None:
         """Hand the batch's actions to the lanes and record its figures. `replay`: the batch was
         counted before a restart (`spark.rules.feed`): only its actions the ledger does not hold
         run, and nothing is counted again."""
         by_id = {s.id: s for s in specs}
+        rows = results.rows
         if replay:
             self._replay(by_id, rows, batch)
             return
         self.journey.results(rows, {s.id: s.name for s in specs})
         counts: dict[int, RuleCount] = {}
+        for plain in results.skipped:  # WHERE did not hold: figures only
+            count = counts.get(plain.rule_id)
+            if count is None:
+                count = counts[plain.rule_id] = RuleCount(
+                    plain.rule_id, plain.tenant, 0, 0, 0, None, 0
+                )
+            count.matched += plain.count
+            count.units += plain.units
+            count.add_user(plain.username, plain.units)
         passed = []
         for row in rows:
             count = counts.get(row.rule_id)
@@ -468,7 +487,9 @@ class LiveJob:
         tally = self.usage.new_tally()
         count_rows(counts.values(), summary, tally)
         # Messages over their rule's budget: dead letters, and the rules that keep at it paused.
-        over_letters, pauses = self.watch.batch(rows, by_id)
+        over_letters, pauses = self.watch.batch(
+            rows, by_id, also_evaluated={p.rule_id: p.count for p in results.skipped}
+        )
         summary.letters += over_letters
         self.books.pause(pauses, {s.id: s.tenant for s in specs})
         self.metrics.paused.inc(len(pauses))
@@ -804,8 +825,9 @@ class LiveJob:
 
 def evaluate_batch(batch: DataFrame, specs: list[RuleSpec], reuse: bool = False) -> list:
     """The batch's results, collected to the driver (the side-effect-free step a retry repeats);
-    `reuse`: the batch is a plain table of rows (the live feed's), its rules' plan reused."""
-    return collect_outputs(batch, specs, tenant_share_seconds(), reuse=reuse)
+    `reuse`: the batch is a plain table of rows (the live feed's), its rules' plan reused and
+    its results fetched as Arrow (`spark.rules.results`)."""
+    return collect_outputs(batch, specs, tenant_share_seconds(), reuse=reuse, arrow=reuse)
 
 
 def serve_metrics(metrics: LiveMetrics, port: int, host: str = "127.0.0.1") -> None:

@@ -56,10 +56,17 @@ class BudgetWatch:
         self.paused: set[int] = set()
 
     def batch(
-        self, rows: Iterable, specs: Mapping[int, RuleSpec]
+        self,
+        rows: Iterable,
+        specs: Mapping[int, RuleSpec],
+        also_evaluated: Mapping[int, int] | None = None,
     ) -> tuple[list[DeadLetter], dict[int, str]]:
-        """(dead letters, rules to pause with their reason) for one batch's result rows."""
+        """(dead letters, rules to pause with their reason) for one batch's result rows;
+        `also_evaluated`: per rule, evaluations of the batch not among `rows` (plain skipped
+        results, counted: `spark.rules.results`)."""
         seen = _Batch()
+        for rule_id, evaluated in (also_evaluated or {}).items():
+            seen.evaluated[rule_id] += evaluated
         for row in rows:
             budget = getattr(row, "budget", None)
             seen.evaluated[row.rule_id] += 1

@@ -177,26 +177,45 @@ def scope_predicate(specs: Sequence[RuleSpec]) -> Column:
 
 
 def collect_outputs(
-    df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None, *, reuse: bool = False
+    df: DataFrame,
+    specs: Sequence[RuleSpec],
+    share: float | None = None,
+    *,
+    reuse: bool = False,
+    arrow: bool = False,
 ) -> list:
     """`rule_outputs(df, specs, share).collect()`, with the Python pass only when some row
     needs it: the native answers first (a Spark job without a Python worker), then the
     evaluator over the rows they leave, if any. What the live job runs per micro-batch; with
-    `reuse` (`df` a plain table of rows, as the live feed makes them), the native plan is built
-    once per set of rules and only its input swapped (`_ReusedPlan`)."""
+    `reuse` (`df` a plain table of rows, as the live feed makes them), the plan is built once
+    per set of rules and only its input swapped (`_ReusedPlan`). With `arrow`, the results as
+    Arrow tables (`DataFrame.toArrow()`, no `Row` per result: `spark.rules.results`)."""
+
+    def fetch(frame: DataFrame) -> list:
+        return [frame.toArrow()] if arrow else frame.collect()
+
     answered = _ReusedPlan.answered(df, specs) if reuse and specs else None
     if reuse and specs and answered is None:
         evaluated = _ReusedPlan.evaluated(df, specs, share)
         if evaluated is not None:  # no native rule: the Python pass is the whole answer
-            return evaluated.collect()
+            return fetch(evaluated)
     plan = None
     if answered is None:
         plan = RulePlan(df, specs, share)
         if not plan.specs:
             return []
         if plan.marked is None:
-            return plan.evaluated().collect()
+            return fetch(plan.evaluated())
         answered = plan.answered(pending=True)
+    if arrow:
+        table = answered.toArrow()
+        pending = pc.equal(table["status"], PENDING)
+        sure_table = table.filter(pc.invert(pc.fill_null(pending, False)))
+        parts = [sure_table]
+        if sure_table.num_rows < table.num_rows:
+            plan = plan or RulePlan(df, specs, share)
+            parts.append(plan.evaluated().toArrow())
+        return parts
     rows = answered.collect()
     sure = [row for row in rows if row.status != PENDING]
     if len(sure) < len(rows):

@@ -34,6 +34,7 @@ from django.db import connection
 from spark import package
 from spark.cluster import emr_serverless as emr
 from spark.cluster.emr_serverless import EmrServerlessRunner, EmrSettings, JobState, job_state
+from tests.spark.cluster_checks import MASTER, spark_home
 
 ROLE = "arn:aws:iam::123456789012:role/mqtt-test-spark-job"
 CODE_BUCKET = "mqtt-test-data"
@@ -172,6 +173,7 @@ class Cluster:
         self.endpoint = endpoint
         self.ran = threading.Event()
         self.fail_with: str | None = None
+        self.master = "local[1]"  # what spark-submit runs the job on
         self.work: Path | None = None
         self.submitted: list[str] = []
         self.cancelled: list[str] = []
@@ -190,7 +192,9 @@ class Cluster:
             code_uri = entry.rpartition("entry/")[0]
             name = entry.rpartition("/")[2]
             work = self.work / job
-            self.processes.append(spark_submit(code_uri, name, arguments, work, self.endpoint))
+            self.processes.append(
+                spark_submit(code_uri, name, arguments, work, self.endpoint, self.master)
+            )
         finally:
             self.ran.set()
 
@@ -221,9 +225,16 @@ def cluster(cluster_env, monkeypatch, s3_endpoint):
     return fake
 
 
-def spark_submit(code_uri: str, entry: str, arguments: list[str], work: Path, endpoint: str):
+def spark_submit(
+    code_uri: str,
+    entry: str,
+    arguments: list[str],
+    work: Path,
+    endpoint: str,
+    master: str = "local[1]",
+):
     """Run an uploaded entry point as the cluster would: the package fetched from S3, the
-    script under `spark-submit` with the package as --py-files, local mode."""
+    script under `spark-submit` with the package as --py-files, on `master`."""
     bucket, _, folder = code_uri.removeprefix("s3://").partition("/")
     s3 = _client("s3", endpoint)
     work.mkdir(parents=True, exist_ok=True)
@@ -238,11 +249,14 @@ def spark_submit(code_uri: str, entry: str, arguments: list[str], work: Path, en
         SPARK_LOCAL_IP="127.0.0.1",
     )
     env.pop("PYTHONPATH", None)  # the package alone, not the checkout
+    env.pop("SPARK_MASTER", None)  # only spark-submit's --master says where
+    if master.startswith("local-cluster"):  # its worker's logs under $SPARK_HOME/work
+        env["SPARK_HOME"] = str(spark_home(work / "spark-home"))
     return subprocess.run(
         [
             str(submit),
             "--master",
-            "local[1]",
+            master,
             "--conf",
             "spark.ui.enabled=false",
             "--py-files",
@@ -327,6 +341,7 @@ def _wait_run(api, run_id: str, timeout: float = 120) -> dict:
         time.sleep(0.2)
 
 
+@pytest.mark.timeout(480)  # the cluster's run starts two executor JVMs: minutes on a busy box
 @pytest.mark.django_db(transaction=True)
 def test_a_tenants_run_is_submitted_polled_and_ends_done_with_the_jobs_figures(
     cluster, tmp_path, monkeypatch, s3_endpoint
@@ -343,7 +358,9 @@ def test_a_tenants_run_is_submitted_polled_and_ends_done_with_the_jobs_figures(
     conninfo = arguments[arguments.index("--database-url") + 1]
     assert "password" not in conninfo
 
-    cluster.work = tmp_path / "cluster"  # now the cluster runs it
+    # now the cluster runs it: the entry point under spark-submit with executors in JVMs of
+    # their own (issue 42: what local mode gives, on local-cluster)
+    cluster.work, cluster.master = tmp_path / "cluster", MASTER
     cluster._run(job)
     assert cluster.processes[0].returncode == 0, cluster.processes[0].stderr[-4000:]
     run = _wait_run(api, run_id)

@@ -97,6 +97,42 @@ def test_a_rule_set_over_the_pushdown_limit_reuses_its_python_plan(spark):
     assert not _ReusedPlan.disabled and any(isinstance(p, _ReusedPlan) for p in plans)
 
 
+def test_arrow_results_are_the_rows_with_the_plain_skipped_ones_counted(spark):
+    """The live job fetches a batch's results as Arrow (`spark.rules.results`): the rows that
+    passed, failed or went over a budget come as `Row` would give them (naive local
+    timestamps included), the plain skipped ones as counts and units per rule and publisher."""
+    from collections import Counter
+
+    from spark.rules.results import BatchResults
+
+    specs, _ = compile_specs(
+        [RuleSpec(1, "acme", "hot", SQL), RuleSpec(3, "acme", "raw", 'SELECT * FROM "loop/#"')]
+    )
+    now = int(time.time() * 1000)
+    rows = [
+        message("acme", "sensors/1/temp", {"n": i, "t": 15 + 3 * i}, now + i, client_id="d1")
+        for i in range(8)
+    ]
+    rows.append(message("acme", "loop/x", {"n": 1}, now, client_id="d2"))
+    rows.append(message("acme", "sensors/2/temp", b"not json", now, client_id="d2"))
+    frame = spark.createDataFrame(feed_rows(rows, first=0))
+    as_rows = collect_outputs(frame, specs, reuse=True)
+    results = BatchResults.of(collect_outputs(frame, specs, reuse=True, arrow=True))
+    fields = ("rule_id", "tenant", "ts", "units", "status", "outputs", "error", "budget")
+    fields += ("message_id", "topic", "client_id", "username")
+    expected = [r for r in as_rows if r.status != "skipped" or r.error or r.budget]
+    assert sorted(tuple(getattr(r, f) for f in fields) for r in results.rows) == sorted(
+        tuple(getattr(r, f) for f in fields) for r in expected
+    )
+    plain = [r for r in as_rows if r not in expected]
+    assert plain and len(results) == len(as_rows)
+    counted = Counter()
+    for r in plain:
+        counted[r.rule_id, r.username] += r.units
+    assert {(s.rule_id, s.username): s.units for s in results.skipped} == dict(counted)
+    assert sum(s.count for s in results.skipped) == len(plain)
+
+
 def test_the_position_passes_a_batch_only_once_each_of_its_actions_settled():
     progress = FeedProgress()
     progress.open(1, "100-0")
