@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -189,6 +190,21 @@ def add_rules(start: int, end: int, url: str) -> None:
         )
 
 
+def job_figures() -> str:
+    """What the job counted for the bench's tenants (every rule summed) and what waits."""
+    from django.db.models import Sum
+
+    from tenants.models import RuleActionRetry, RuleMetrics
+
+    sums = RuleMetrics.objects.filter(rule__tenant__slug__startswith="rb-").aggregate(
+        *(Sum(f) for f in ("matched", "passed", "failed", "actions_ok", "actions_failed"))
+    )
+    waiting = RuleActionRetry.objects.filter(rule__tenant__slug__startswith="rb-").count()
+    return ", ".join(f"{k.split('__')[0]} {v or 0}" for k, v in sums.items()) + (
+        f", waiting {waiting}"
+    )
+
+
 def _free_port() -> int:
     from common.runtime.embedded import free_port
 
@@ -283,8 +299,15 @@ def main(argv: list[str] | None = None) -> None:
         import paho.mqtt.client as mqtt
 
         clients = {}
+        acked = Counter()  # PUBACKs by reason: what the broker took (a publish still in paho's
+        # queue when the run ends was offered, never acknowledged)
+
+        def on_publish(client, userdata, mid, reason_code, properties) -> None:
+            acked[str(reason_code)] += 1
+
         for slug, secret in secrets.items():
             client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{slug}-pub")
+            client.on_publish = on_publish
             client.username_pw_set(f"{slug}/dev", secret)
             client.connect("127.0.0.1", port)
             client.loop_start()
@@ -357,6 +380,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{step} rules {phase}: {len(got)}/{len(sent)} actions, p50 {p50:.2f}s "
                   f"p99 {p99:.2f}s max {got[-1] if got else 0:.2f}s (load {load:.1f})",
                   flush=True)  # fmt: skip
+            print("  the job's figures:", job_figures(), flush=True)
+            print(f"  publishes acknowledged so far (all phases): {dict(acked)}", flush=True)
             if phase:
                 attack_stop.set()
                 time.sleep(5)  # the job records the attacker's last batches
