@@ -292,10 +292,12 @@ async def run(args: argparse.Namespace) -> None:
 
                 feed = LiveFeed(args.rules_feed, key=args.rules_feed_key)
             # What each tenant's history policies and rules need, read before any client
-            # connects, then kept by the change notifications.
+            # connects, then kept by the change notifications: following them first (the
+            # listener already listens), so that a change committed after the read is
+            # announced to it, not to no one (the decisions take one change at a time).
             decisions = ArchiveDecisions(link.lookups, feed=feed)
-            await decisions.load_all()
             link.followers.append(decisions.on_change)
+            await decisions.load_all()
             tap = ArchiveTap(
                 ParquetArchiveWriter(objects, feed=feed),
                 decisions=decisions,

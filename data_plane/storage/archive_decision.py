@@ -148,6 +148,9 @@ class ArchiveDecisions:
         self.feed = feed  # told what each tenant's rules read (the live rules job's rows)
         self.tenants: dict[str, TopicDecisions] = {}
         self._room = _Room(max_topics)
+        # Reads and their results one at a time: a whole read started before a change and
+        # finished after a tenant's re-read would put back what that change replaced.
+        self._one_at_a_time = asyncio.Lock()
 
     def set(self, tenant: str, needs: ArchiveNeeds) -> None:
         """`tenant` now needs `needs` (nothing: it leaves the map); its decisions start again."""
@@ -162,6 +165,10 @@ class ArchiveDecisions:
     async def load_all(self) -> int:
         """Read every tenant's needs (start-up, and after a lost notification connection);
         returns how many tenants archive something."""
+        async with self._one_at_a_time:
+            return await self._load_all()
+
+    async def _load_all(self) -> int:
         rows = await self._fetch(_ALL)
         # Rules compile off the loop. The dialect's first use builds its parser (most of a
         # second): done here, at start-up, so a rule added later applies within milliseconds.
@@ -176,6 +183,10 @@ class ArchiveDecisions:
         return len(self.tenants)
 
     async def reload(self, tenant: str) -> None:
+        async with self._one_at_a_time:
+            await self._reload(tenant)
+
+    async def _reload(self, tenant: str) -> None:
         rows = await self._fetch(_ONE, (tenant,))
         needs = await asyncio.to_thread(_needs_of_rows, rows)
         wanted = needs.get(tenant, ArchiveNeeds())
