@@ -293,9 +293,7 @@ class LiveJob:
         self._feed_thread: threading.Thread | None = None
         self._feed_error: BaseException | None = None
         self._warm_frame: DataFrame | None = None  # a row of no tenant: `_prepare` runs on it
-        # The rules the feed's batches evaluate: those `_prepare` made ready (None: each batch
-        # loads the rules as they are, the file stream's way)
-        self._serving: list[RuleSpec] | None = None
+        self._prepared: list[RuleSpec] | None = None  # the rules `_prepare` compiled last
         self._preparer: threading.Thread | None = None
         self.gaps = 0
         self.recent = RecentLatency()
@@ -381,33 +379,31 @@ class LiveJob:
 
     def _prepare(self) -> None:
         """A rule saved, enabled or edited gets its plan built and compiled (the driver's plan,
-        the Python workers' rules) on rows of no tenant before the feed's batches evaluate it:
-        that costs a second or more, which the first batch needing it would otherwise carry
-        while every tenant's messages queue behind it. Beside the feed loop, in
-        `_prepare_loop`: the batches go on with the rules they had until the new set is
-        ready (`_serving`)."""
+        the Python workers' rules) on rows of no tenant, beside the feed's batches
+        (`_prepare_loop`): the batches take a new rule set at once, as they always did (a
+        message published after the save is evaluated by the rule), and what this compiles
+        meanwhile the first batches that need it find done rather than make."""
         specs = self._current_rules()
-        if specs is self._serving or self._warm_frame is None:
+        if specs is self._prepared or self._warm_frame is None:
             return
+        self._prepared = specs
         if specs:
             started = time.monotonic()
             for _ in range(2):  # the plan made, then reused once: both shapes compiled
                 collect_outputs(self._warm_frame, specs, tenant_share_seconds(), reuse=True)
             log.info("rules prepared in %.2fs", time.monotonic() - started)
-        self._serving = specs
 
     def _prepare_loop(self) -> None:
         while not self._stop.wait(PREPARE_EVERY):
             try:
                 self._prepare()
-            except Exception:  # the rules then start with the batch after the next try
+            except Exception:  # the batches build the plan themselves then
                 log.warning("rules not prepared ahead", exc_info=True)
                 if self._stop.wait(PREPARE_EVERY * 4):
                     return
-                self._serving = None  # the next batch loads them itself
 
     def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], BatchResults]:
-        specs = self._serving if self._serving is not None else self._current_rules()
+        specs = self._current_rules()
         if self.not_before is not None:
             batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         self.metrics.enabled.set(len(specs))
