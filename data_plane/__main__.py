@@ -292,9 +292,9 @@ async def run(args: argparse.Namespace) -> None:
 
                 feed = LiveFeed(args.rules_feed, key=args.rules_feed_key)
             # What each tenant's history policies and rules need, read before any client
-            # connects, then kept by the change notifications: following them first (the
-            # listener already listens), so that a change committed after the read is
-            # announced to it, not to no one (the decisions take one change at a time).
+            # connects, then kept by the change notifications: following them first, so that a
+            # change announced after the read reaches them, not no one (one committed before the
+            # listener listens is read again when it does: it reloads every follower then).
             decisions = ArchiveDecisions(link.lookups, feed=feed)
             link.followers.append(decisions.on_change)
             await decisions.load_all()

@@ -443,23 +443,21 @@ class LiveJob:
             return
         self.journey.results(rows, {s.id: s.name for s in specs})
         counts: dict[int, RuleCount] = {}
-        for plain in results.skipped:  # WHERE did not hold: figures only
-            count = counts.get(plain.rule_id)
+
+        def evaluated(rule_id: int, tenant: str, username: str | None, n: int, units: int):
+            count = counts.get(rule_id)
             if count is None:
-                count = counts[plain.rule_id] = RuleCount(
-                    plain.rule_id, plain.tenant, 0, 0, 0, None, 0
-                )
-            count.matched += plain.count
-            count.units += plain.units
-            count.add_user(plain.username, plain.units)
+                count = counts[rule_id] = RuleCount(rule_id, tenant, 0, 0, 0, None, 0)
+            count.matched += n
+            count.units += units
+            count.add_user(username, units)
+            return count
+
+        for plain in results.skipped:  # WHERE did not hold: figures only
+            evaluated(plain.rule_id, plain.tenant, plain.username, plain.count, plain.units)
         passed = []
         for row in rows:
-            count = counts.get(row.rule_id)
-            if count is None:
-                count = counts[row.rule_id] = RuleCount(row.rule_id, row.tenant, 0, 0, 0, None, 0)
-            count.matched += 1
-            count.units += row.units
-            count.add_user(row.username, row.units)
+            count = evaluated(row.rule_id, row.tenant, row.username, 1, row.units)
             if row.status == PASSED:
                 count.passed += 1
                 passed.append(

@@ -13,7 +13,7 @@ rows, with the attributes `Row` has and its timestamps (naive, local time: pyspa
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -57,9 +57,6 @@ class BatchResults:
 
     def __len__(self) -> int:
         return len(self.rows) + sum(s.count for s in self.skipped)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.rows)
 
     @classmethod
     def of(
