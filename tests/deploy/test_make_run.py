@@ -29,6 +29,7 @@ import pytest
 from common.runtime import embedded
 from control_plane.management.commands.runplatform import Command
 from tests import make_run_env
+from tests.deploy.test_parent_watch import default_signals
 from tests.make_run_env import make_run_environment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -170,6 +171,7 @@ def read_until(fd: int, needle: bytes, within: float, buffer: bytearray) -> bool
 def test_make_run_is_up_when_it_says_so_and_ctrl_c_ends_it_cleanly(run_env, tmp_path):
     pid, fd = pty.fork()
     if pid == 0:  # the child: `make run` in a terminal, as a user starts it
+        default_signals()
         os.chdir(REPO)
         os.execvpe("make", ["make", "run"], run_env)
     output = bytearray()
@@ -247,6 +249,7 @@ def test_a_signal_to_make_alone_stops_everything_and_celery_keeps_quiet(run_env,
             stdout=console,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: the signal goes to make's pid alone
+            preexec_fn=default_signals,
         )
     try:
         deadline = time.monotonic() + 400

@@ -48,7 +48,16 @@ def _make(tmp_path: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,  # no terminal, no process group in common with pytest
+        preexec_fn=default_signals,
     )
+
+
+def default_signals() -> None:
+    """make as a terminal starts it: SIGINT and SIGHUP at their default action. A suite run in
+    the background of a script (`make test &`, `nohup`) has them ignored, and make, as every
+    program, leaves a signal ignored at its start ignored: nothing would reach it."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize(
