@@ -28,8 +28,10 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -68,6 +70,7 @@ from spark.rules.plan import (
     RuleSpec,
     collect_outputs,
     compile_specs,
+    outputs_in_phases,
     rule_outputs,
     tenant_share_seconds,
 )
@@ -77,6 +80,7 @@ from spark.rules.runner import ACTION_CHUNK, BatchSummary, RuleCount, account, j
 from spark.rules.runner import count as count_rows
 from spark.session import in_process
 
+T = TypeVar("T")
 log = logging.getLogger("spark.rules.live")
 PREPARE_EVERY = 0.25  # seconds between looks for changed rules (a version probe each)
 FEED_ONE_TASK_ROWS = 1_000
@@ -306,12 +310,18 @@ class LiveJob:
         # with its time window and counted, never raised — one bad batch must not end the query
         # that serves every tenant; its messages stay in the archive and
         # `run_rules --from/--to` over the logged window runs them again.
+        # With the live feed a batch is evaluated in two phases (`outputs_in_phases`): what the
+        # native plans answered is acted on first, then the Python pass's results (retried on
+        # their own: the first phase's actions are handed over already).
         started = time.monotonic()
         try:
-            specs, rows = self._evaluate_with_retries(batch, batch_id)
+            specs, results, later = self._with_retries(lambda: self._evaluate(batch), batch_id)
             if specs:
                 tracked = batch_id if self.feed is not None else None
-                self._act(specs, rows, tracked, replay)
+                self._act(specs, results, tracked, replay, last=later is None)
+                if later is not None:
+                    rest = self._with_retries(lambda: BatchResults.of(later()), batch_id)
+                    self._act(specs, rest, tracked, replay)
             self.batches += 1
             self.metrics.batches.inc()
             log.debug("batch %s done in %.2fs", batch_id, time.monotonic() - started)
@@ -337,10 +347,10 @@ class LiveJob:
             else:
                 log.exception("batch %s failed (its time window unknown)", batch_id)
 
-    def _evaluate_with_retries(self, batch: DataFrame, batch_id: int) -> tuple[list, list]:
+    def _with_retries(self, evaluate: Callable[[], T], batch_id: int) -> T:
         for attempt in range(1, self.attempts + 1):
             try:
-                return self._evaluate(batch)
+                return evaluate()
             except Exception as exc:
                 self.rules.conn = None
                 if attempt == self.attempts or self._stop.is_set():
@@ -402,18 +412,21 @@ class LiveJob:
                 if self._stop.wait(PREPARE_EVERY * 4):
                     return
 
-    def _evaluate(self, batch: DataFrame) -> tuple[list[RuleSpec], BatchResults]:
+    def _evaluate(
+        self, batch: DataFrame
+    ) -> tuple[list[RuleSpec], BatchResults, Callable[[], list] | None]:
         specs = self._current_rules()
         if self.not_before is not None:
             batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         self.metrics.enabled.set(len(specs))
         self.watch.serving(s.id for s in specs)
         if not specs:
-            return [], BatchResults()
+            return [], BatchResults(), None
         t0 = time.monotonic()
-        results = BatchResults.of(
-            evaluate_batch(batch, specs, reuse=self.feed is not None and self.not_before is None)
+        first, later = evaluate_batch(
+            batch, specs, reuse=self.feed is not None and self.not_before is None
         )
+        results = BatchResults.of(first)
         if len(results) and log.isEnabledFor(logging.DEBUG):
             took = time.monotonic() - t0
             stamps = [r.ts for r in results.rows if r.ts is not None]
@@ -424,7 +437,7 @@ class LiveJob:
                 else ""
             )
             log.debug("evaluated %d results in %.2fs%s", len(results), took, newest)
-        return specs, results
+        return specs, results, later
 
     def _act(
         self,
@@ -432,10 +445,12 @@ class LiveJob:
         results: BatchResults,
         batch: int | None = None,
         replay: bool = False,
+        last: bool = True,
     ) -> None:
         """Hand the batch's actions to the lanes and record its figures. `replay`: the batch was
         counted before a restart (`spark.rules.feed`): only its actions the ledger does not hold
-        run, and nothing is counted again."""
+        run, and nothing is counted again. `last`: these are the batch's last results (its
+        feed position is counted with them; the first phase's are not)."""
         by_id = {s.id: s for s in specs}
         rows = results.rows
         if replay:
@@ -487,7 +502,7 @@ class LiveJob:
         summary.letters += over_letters
         self.books.pause(pauses, {s.id: s.tenant for s in specs})
         self.metrics.paused.inc(len(pauses))
-        self.record(summary, tally, position=self._batch_position)
+        self.record(summary, tally, position=self._batch_position if last else None)
 
     def _submit(self, jobs, batch: int | None) -> None:
         chunk: list = []
@@ -817,11 +832,16 @@ class LiveJob:
         self.rules.close()
 
 
-def evaluate_batch(batch: DataFrame, specs: list[RuleSpec], reuse: bool = False) -> list:
-    """The batch's results, collected to the driver (the side-effect-free step a retry repeats);
-    `reuse`: the batch is a plain table of rows (the live feed's), its rules' plan reused and
-    its results fetched as Arrow (`spark.rules.results`)."""
-    return collect_outputs(batch, specs, tenant_share_seconds(), reuse=reuse, arrow=reuse)
+def evaluate_batch(
+    batch: DataFrame, specs: list[RuleSpec], reuse: bool = False
+) -> tuple[list, Callable[[], list] | None]:
+    """The batch's results, collected to the driver (the side-effect-free step a retry repeats),
+    and None; `reuse`: the batch is a plain table of rows (the live feed's), its rules' plan
+    reused, its results fetched as Arrow (`spark.rules.results`) in two phases: the natives'
+    now, and a function that runs the Python pass (None when nothing was left to it)."""
+    if reuse:
+        return outputs_in_phases(batch, specs, tenant_share_seconds())
+    return collect_outputs(batch, specs, tenant_share_seconds()), None
 
 
 def serve_metrics(metrics: LiveMetrics, port: int, host: str = "127.0.0.1") -> None:

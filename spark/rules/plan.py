@@ -31,6 +31,7 @@ from pyspark.sql.classic.column import _to_java_column
 
 from common.archive.schema import EVENT_PUBLISH, MESSAGE_ID, MESSAGE_UNIT_BYTES
 from common.archive.shredding import PAYLOAD_FIELDS, typed_field_path
+from spark.rules.grouping import Group, rule_groups
 from spark.rules.native import (
     PAYLOAD_OK,
     VARIANT_COLUMN,
@@ -39,6 +40,7 @@ from spark.rules.native import (
     Stage,
     compile_native,
 )
+from spark.rules.results import result_rows
 
 log = logging.getLogger(__name__)
 PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
@@ -71,6 +73,7 @@ RESULT_DDL = (
     "outputs string, error string, budget string, message_id string, topic string, "
     "client_id string, username string"
 )
+_RESULT_TYPES = [tuple(part.split()) for part in RESULT_DDL.split(", ")]
 SHARE = "share"  # the budget kind of a row left out when its tenant used its share of a task
 RULES_CLIENT_PREFIX = "$rules-"
 # Above this many rules one OR of per-rule predicates costs Catalyst more than it saves the scan.
@@ -186,42 +189,61 @@ def collect_outputs(
 ) -> list:
     """`rule_outputs(df, specs, share).collect()`, with the Python pass only when some row
     needs it: the native answers first (a Spark job without a Python worker), then the
-    evaluator over the rows they leave, if any. What the live job runs per micro-batch; with
-    `reuse` (`df` a plain table of rows, as the live feed makes them), the plan is built once
-    per set of rules and only its input swapped (`_ReusedPlan`). With `arrow`, the results as
+    evaluator over the rows they leave, if any. With `reuse` (`df` a plain table of rows, as
+    the live feed makes them), the plan is built once per set of rules and only its input
+    swapped (`_ReusedPlan`), in groups (`outputs_in_phases`). With `arrow`, the results as
     Arrow tables (`DataFrame.toArrow()`, no `Row` per result: `spark.rules.results`)."""
-
-    def fetch(frame: DataFrame) -> list:
+    if reuse and specs:
+        first, later = outputs_in_phases(df, specs, share)
+        tables = first + (later() if later is not None else [])
+        return tables if arrow else [row for table in tables for row in result_rows(table)]
+    plan = RulePlan(df, specs, share)
+    if not plan.specs:
+        return []
+    if plan.marked is None:
+        frame = plan.evaluated()
         return [frame.toArrow()] if arrow else frame.collect()
-
-    answered = _ReusedPlan.answered(df, specs) if reuse and specs else None
-    if reuse and specs and answered is None:
-        evaluated = _ReusedPlan.evaluated(df, specs, share)
-        if evaluated is not None:  # no native rule: the Python pass is the whole answer
-            return fetch(evaluated)
-    plan = None
-    if answered is None:
-        plan = RulePlan(df, specs, share)
-        if not plan.specs:
-            return []
-        if plan.marked is None:
-            return fetch(plan.evaluated())
-        answered = plan.answered(pending=True)
+    answered = plan.answered(pending=True)
     if arrow:
         table = answered.toArrow()
-        pending = pc.equal(table["status"], PENDING)
-        sure_table = table.filter(pc.invert(pc.fill_null(pending, False)))
-        parts = [sure_table]
-        if sure_table.num_rows < table.num_rows:
-            plan = plan or RulePlan(df, specs, share)
-            parts.append(plan.evaluated().toArrow())
-        return parts
+        pending = _pending(table)
+        sure_table = table.filter(pc.invert(pending))
+        if sure_table.num_rows == table.num_rows:
+            return [sure_table]
+        return [sure_table, plan.evaluated().toArrow()]
     rows = answered.collect()
     sure = [row for row in rows if row.status != PENDING]
     if len(sure) < len(rows):
-        plan = plan or RulePlan(df, specs, share)
         sure += plan.evaluated().collect()
     return sure
+
+
+def outputs_in_phases(
+    df: DataFrame, specs: Sequence[RuleSpec], share: float | None
+) -> tuple[list[pa.Table], Callable[[], list[pa.Table]] | None]:
+    """The live job's evaluation of a batch (`df` a plain table of rows), in two phases: the
+    results the natives are sure of, from one Spark job without a Python worker (the rules in
+    groups, `spark.rules.grouping`, their plan reused); then, as a function to call, the Python
+    pass over the (rule, row) pairs they left to it (None when there are none). The job acts
+    on the first phase before it runs the second: a tenant's rule answered natively waits for
+    no Python pass, its own or another tenant's. Where no rule of the set is native, the
+    Python pass is the first phase. Arrow tables."""
+    groups = rule_groups(specs, share, PUSHDOWN_LIMIT)
+    first = _ReusedPlan.grouped(df, groups)
+    if first is None:  # the reuse is off: the plan built for this batch
+        return collect_outputs(df, specs, share, arrow=True), None
+    table = first.toArrow()
+    pending = _pending(table)
+    if not pc.any(pending).as_py():
+        return [table], None
+    ids = set(pc.unique(table.filter(pending)["rule_id"]).to_pylist())
+    return [table.filter(pc.invert(pending))], lambda: [
+        _ReusedPlan.pending(df, groups, ids).toArrow()
+    ]
+
+
+def _pending(table: pa.Table) -> pa.ChunkedArray:
+    return pc.fill_null(pc.equal(table["status"], PENDING), False)
 
 
 class _ReusedPlan:
@@ -244,64 +266,87 @@ class _ReusedPlan:
         self.session = template.sparkSession
         jvm = self.session._jvm
         assert jvm is not None
-        node = template._jdf.queryExecution().analyzed()
-        self.chain = []
-        while node.children().size() > 0:
-            if node.children().size() != 1:
-                raise ValueError(f"a plan node with several inputs: {node.getClass().getName()}")
-            self.chain.append(node)
-            node = node.children().apply(0)
-        self.leaf_output = node.output()
         self.to_seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
         self.alias = jvm.org.apache.spark.sql.catalyst.expressions.Alias
         self.project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project
         self.of_rows = jvm.org.apache.spark.sql.classic.Dataset.ofRows
         self.none = jvm.scala.Option.empty()
+        self.empty = self.to_seq([])
+        self.names: list[str] | None = None
+        self.shape = self._shape(template._jdf.queryExecution().analyzed())
 
     def over(self, df: DataFrame) -> DataFrame:
         source = df._jdf.queryExecution().analyzed()
-        columns = source.output()
-        if columns.size() != self.leaf_output.size():
+        output = source.output()
+        columns = [output.apply(index) for index in range(output.size())]
+        if [c.name() for c in columns] != self.names:
             raise ValueError("the rows' columns differ from the plan's")
-        empty = self.to_seq([])
-        aliases = []
-        for index in range(columns.size()):
-            wanted = self.leaf_output.apply(index)
-            if columns.apply(index).name() != wanted.name():
-                raise ValueError("the rows' columns differ from the plan's")
-            aliases.append(
-                self.alias(
-                    columns.apply(index), wanted.name(), wanted.exprId(), empty, self.none, empty
-                )
-            )
-        plan = self.project(self.to_seq(aliases), source)
-        for node in reversed(self.chain):
-            plan = node.withNewChildren(self.to_seq([plan]))
+        plan = self._rebuild(self.shape, columns, source)
         return type(df)(self.of_rows(self.session._jsparkSession, plan), self.session)
 
+    def _shape(self, node: Any) -> Any:
+        """The plan as (node, [its inputs' shapes]); for an input (the rows), the ids its
+        columns have in the plan. A union of the groups' plans reads the batch's rows in each
+        group, each time under other ids (the analyser's), in the same columns."""
+        children = node.children()
+        count = children.size()
+        if count == 0:
+            if not node.getClass().getName().endswith(".LocalRelation"):
+                raise ValueError(f"a plan over {node.getClass().getName()}")
+            output = node.output()
+            attributes = [output.apply(index) for index in range(output.size())]
+            names = [a.name() for a in attributes]
+            if self.names is None:
+                self.names = names
+            elif names != self.names:
+                raise ValueError("a plan over rows of several kinds")
+            return [a.exprId() for a in attributes]
+        return (node, [self._shape(children.apply(index)) for index in range(count)])
+
+    def _rebuild(self, shape: Any, columns: list, source: Any) -> Any:
+        if isinstance(shape, list):  # an input: the batch's columns under the plan's ids
+            aliases = [
+                self.alias(column, name, expr_id, self.empty, self.none, self.empty)
+                for column, name, expr_id in zip(columns, self.names, shape, strict=True)
+            ]
+            return self.project(self.to_seq(aliases), source)
+        node, inputs = shape
+        rebuilt = [self._rebuild(i, columns, source) for i in inputs]
+        return node.withNewChildren(self.to_seq(rebuilt))
+
     @classmethod
-    def answered(cls, df: DataFrame, specs: Sequence[RuleSpec]) -> DataFrame | None:
-        """`RulePlan(df, specs).answered(pending=True)`, its plan reused; None where it cannot
-        be (no native rule; the reuse off)."""
+    def grouped(cls, df: DataFrame, groups: Sequence[Group]) -> DataFrame | None:
+        """The groups' plans as one (`spark.rules.grouping`): per group its native answers with
+        the pairs left to Python (`answered(pending=True)`), or where none of its rules is
+        native a `python` row per row its Python pass must see (`RulePlan.left`); where no
+        group has a native rule, their Python passes. Reused; None where the reuse is off."""
 
         def build() -> DataFrame | None:
-            plan = RulePlan(df, specs)
-            return None if plan.marked is None else plan.answered(pending=True)
+            plans = [RulePlan(df, group_specs, share) for group_specs, share in groups]
+            plans = [plan for plan in plans if plan.specs]
+            if all(plan.marked is None for plan in plans):
+                return _union([plan.evaluated() for plan in plans])
+            return _union(
+                [
+                    plan.answered(pending=True) if plan.marked is not None else plan.left()
+                    for plan in plans
+                ]
+            )
 
-        return cls._reuse(("answered", _specs_key(specs), df.schema.json()), df, build)
+        key = ("grouped", *_groups_key(groups), df.schema.json())
+        return cls._reuse(key, df, build)
 
     @classmethod
-    def evaluated(
-        cls, df: DataFrame, specs: Sequence[RuleSpec], share: float | None
-    ) -> DataFrame | None:
-        """`RulePlan(df, specs, share).evaluated()` of a set of rules none of which has a native
-        form (over `PUSHDOWN_LIMIT` rules, all of them), its plan reused; None otherwise."""
+    def pending(cls, df: DataFrame, groups: Sequence[Group], rule_ids: set[int]) -> DataFrame:
+        """The Python pass of the groups some of whose rules left pairs to it (`rule_ids`)."""
+        wanted = [g for g in groups if any(s.id in rule_ids for s in g[0])]
 
         def build() -> DataFrame | None:
-            plan = RulePlan(df, specs, share)
-            return plan.evaluated() if plan.specs and plan.marked is None else None
+            return _union([RulePlan(df, specs, share).evaluated() for specs, share in wanted])
 
-        return cls._reuse(("evaluated", _specs_key(specs), share, df.schema.json()), df, build)
+        key = ("pending", *_groups_key(wanted), df.schema.json())
+        frame = cls._reuse(key, df, build)
+        return frame if frame is not None else build()  # type: ignore[return-value]
 
     @classmethod
     def _reuse(
@@ -317,7 +362,7 @@ class _ReusedPlan:
                 return reused.over(df)
             if reused is None:
                 return None
-            if len(cls._plans) >= 16:
+            if len(cls._plans) >= 64:
                 cls._plans.clear()
             first = build()
             cls._plans[key] = None if first is None else cls(first)
@@ -330,6 +375,19 @@ class _ReusedPlan:
 
 def _specs_key(specs: Sequence[RuleSpec]) -> tuple:
     return tuple((s.id, s.tenant, s.sql, s.client_prefix, s.max_outputs, s.name) for s in specs)
+
+
+def _groups_key(groups: Sequence[Group]) -> tuple:
+    return tuple((_specs_key(specs), share) for specs, share in groups)
+
+
+def _union(frames: list[DataFrame]) -> DataFrame | None:
+    if not frames:
+        return None
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
 
 
 def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None) -> DataFrame:
@@ -382,7 +440,7 @@ class RulePlan:
         )
         recipe = _RECIPES.get(key)
         if recipe is None:
-            if len(_RECIPES) >= 16:
+            if len(_RECIPES) >= 64:
                 _RECIPES.clear()
             recipe = _RECIPES[key] = _Recipe(self.specs, self.columns, typed)
         self.native = recipe.native
@@ -484,6 +542,18 @@ class RulePlan:
             return self.scoped.mapInArrow(self._evaluate(), RESULT_DDL)
         rows = self.marked.where(F.size(F.col(PY_COLUMN)) > 0).drop(SURE_COLUMN)
         return rows.mapInArrow(self._evaluate(), RESULT_DDL)
+
+    def left(self) -> DataFrame:
+        """For a plan none of whose rules is native: a `python` result per row in its scope
+        (under its first rule's id, nothing else), which says that its Python pass has rows to
+        see (`outputs_in_phases`)."""
+        columns = [F.lit(self.specs[0].id).cast("long").alias("rule_id")]
+        for name, kind in _RESULT_TYPES:
+            if name == "status":
+                columns.append(F.lit(PENDING).alias(name))
+            elif name != "rule_id":
+                columns.append(F.lit(None).cast(kind).alias(name))
+        return self.scoped.select(*columns)
 
     def undecided(self) -> DataFrame:
         """Rows some rule leaves to Python (counted to skip the Python pass when there are none)."""

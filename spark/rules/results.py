@@ -85,7 +85,7 @@ class BatchResults:
                 pc.and_(pc.is_null(table["budget"]), pc.is_null(table["error"])),
             )
             plain = pc.fill_null(plain, False)
-            out.rows += _rows(table.filter(pc.invert(plain)))
+            out.rows += result_rows(table.filter(pc.invert(plain)))
             sums = (
                 table.filter(plain)
                 .group_by(["rule_id", "tenant", "username"], use_threads=False)
@@ -103,7 +103,8 @@ class BatchResults:
         return out
 
 
-def _rows(table: pa.Table) -> list[Any]:
+def result_rows(table: pa.Table) -> list[Any]:
+    """The table's results as `ResultRow`s (what `Row` would give: naive local timestamps)."""
     columns = {name: table[name].to_pylist() for name in RESULT_FIELDS if name != "ts"}
     ts = table["ts"]
     if ts.type.unit != "us":

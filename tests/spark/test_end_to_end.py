@@ -169,7 +169,9 @@ def test_live_publish_to_republish_and_webhook(platform, receiver, tmp_path):
             if c["path"] == "/hook" and json.loads(c["body"])["seq"] >= 1000
         ]
         assert during and max(during) <= 10.0, during  # the hot rule's actions went on
-        print(f"first match {first_door - saved:.2f}s after saving; meanwhile max {max(during):.2f}s")
+        print(
+            f"first match {first_door - saved:.2f}s after saving; meanwhile max {max(during):.2f}s"
+        )
     finally:
         job.send_signal(signal.SIGINT)  # Ctrl-C
         assert job.wait(timeout=60) == 0, "".join(job.log[-40:])
