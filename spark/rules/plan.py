@@ -31,7 +31,6 @@ from pyspark.sql.classic.column import _to_java_column
 
 from common.archive.schema import EVENT_PUBLISH, MESSAGE_ID, MESSAGE_UNIT_BYTES
 from common.archive.shredding import PAYLOAD_FIELDS, typed_field_path
-from spark.rules.grouping import Group, rule_groups
 from spark.rules.native import (
     PAYLOAD_OK,
     VARIANT_COLUMN,
@@ -73,7 +72,6 @@ RESULT_DDL = (
     "outputs string, error string, budget string, message_id string, topic string, "
     "client_id string, username string"
 )
-_RESULT_TYPES = [tuple(part.split()) for part in RESULT_DDL.split(", ")]
 SHARE = "share"  # the budget kind of a row left out when its tenant used its share of a task
 RULES_CLIENT_PREFIX = "$rules-"
 # Above this many rules one OR of per-rule predicates costs Catalyst more than it saves the scan.
@@ -191,8 +189,8 @@ def collect_outputs(
     needs it: the native answers first (a Spark job without a Python worker), then the
     evaluator over the rows they leave, if any. With `reuse` (`df` a plain table of rows, as
     the live feed makes them), the plan is built once per set of rules and only its input
-    swapped (`_ReusedPlan`), in groups (`outputs_in_phases`). With `arrow`, the results as
-    Arrow tables (`DataFrame.toArrow()`, no `Row` per result: `spark.rules.results`)."""
+    swapped (`_ReusedPlan`; `outputs_in_phases`). With `arrow`, the results as Arrow tables
+    (`DataFrame.toArrow()`, no `Row` per result: `spark.rules.results`)."""
     if reuse and specs:
         first, later = outputs_in_phases(df, specs, share)
         tables = first + (later() if later is not None else [])
@@ -206,8 +204,7 @@ def collect_outputs(
     answered = plan.answered(pending=True)
     if arrow:
         table = answered.toArrow()
-        pending = _pending(table)
-        sure_table = table.filter(pc.invert(pending))
+        sure_table = table.filter(pc.invert(_pending(table)))
         if sure_table.num_rows == table.num_rows:
             return [sure_table]
         return [sure_table, plan.evaluated().toArrow()]
@@ -221,24 +218,22 @@ def collect_outputs(
 def outputs_in_phases(
     df: DataFrame, specs: Sequence[RuleSpec], share: float | None
 ) -> tuple[list[pa.Table], Callable[[], list[pa.Table]] | None]:
-    """The live job's evaluation of a batch (`df` a plain table of rows), in two phases: the
-    results the natives are sure of, from one Spark job without a Python worker (the rules in
-    groups, `spark.rules.grouping`, their plan reused); then, as a function to call, the Python
-    pass over the (rule, row) pairs they left to it (None when there are none). The job acts
-    on the first phase before it runs the second: a tenant's rule answered natively waits for
-    no Python pass, its own or another tenant's. Where no rule of the set is native, the
-    Python pass is the first phase. Arrow tables."""
-    groups = rule_groups(specs, share, PUSHDOWN_LIMIT)
-    first = _ReusedPlan.grouped(df, groups)
+    """The live job's evaluation of a batch (`df` a plain table of rows), its plan reused, in
+    two phases: the results the native plan is sure of, from a Spark job without a Python
+    worker; then, as a function to call, the Python pass over the (rule, row) pairs it left
+    (None when there are none). The job acts on the first phase before it runs the second: a
+    rule answered natively waits for no Python pass, of its tenant's rules or another's.
+    Where no rule of the set is native (over `PUSHDOWN_LIMIT` rules none is), the Python pass
+    is the first phase. Arrow tables."""
+    first = _ReusedPlan.first(df, specs, share)
     if first is None:  # the reuse is off: the plan built for this batch
         return collect_outputs(df, specs, share, arrow=True), None
     table = first.toArrow()
     pending = _pending(table)
     if not pc.any(pending).as_py():
         return [table], None
-    ids = set(pc.unique(table.filter(pending)["rule_id"]).to_pylist())
     return [table.filter(pc.invert(pending))], lambda: [
-        _ReusedPlan.pending(df, groups, ids).toArrow()
+        _ReusedPlan.pending(df, specs, share).toArrow()
     ]
 
 
@@ -266,87 +261,66 @@ class _ReusedPlan:
         self.session = template.sparkSession
         jvm = self.session._jvm
         assert jvm is not None
+        node = template._jdf.queryExecution().analyzed()
+        self.chain = []
+        while node.children().size() > 0:
+            if node.children().size() != 1:
+                raise ValueError(f"a plan node with several inputs: {node.getClass().getName()}")
+            self.chain.append(node)
+            node = node.children().apply(0)
+        self.leaf_output = node.output()
         self.to_seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
         self.alias = jvm.org.apache.spark.sql.catalyst.expressions.Alias
         self.project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project
         self.of_rows = jvm.org.apache.spark.sql.classic.Dataset.ofRows
         self.none = jvm.scala.Option.empty()
-        self.empty = self.to_seq([])
-        self.names: list[str] | None = None
-        self.shape = self._shape(template._jdf.queryExecution().analyzed())
 
     def over(self, df: DataFrame) -> DataFrame:
         source = df._jdf.queryExecution().analyzed()
-        output = source.output()
-        columns = [output.apply(index) for index in range(output.size())]
-        if [c.name() for c in columns] != self.names:
+        columns = source.output()
+        if columns.size() != self.leaf_output.size():
             raise ValueError("the rows' columns differ from the plan's")
-        plan = self._rebuild(self.shape, columns, source)
+        empty = self.to_seq([])
+        aliases = []
+        for index in range(columns.size()):
+            wanted = self.leaf_output.apply(index)
+            if columns.apply(index).name() != wanted.name():
+                raise ValueError("the rows' columns differ from the plan's")
+            aliases.append(
+                self.alias(
+                    columns.apply(index), wanted.name(), wanted.exprId(), empty, self.none, empty
+                )
+            )
+        plan = self.project(self.to_seq(aliases), source)
+        for node in reversed(self.chain):
+            plan = node.withNewChildren(self.to_seq([plan]))
         return type(df)(self.of_rows(self.session._jsparkSession, plan), self.session)
 
-    def _shape(self, node: Any) -> Any:
-        """The plan as (node, [its inputs' shapes]); for an input (the rows), the ids its
-        columns have in the plan. A union of the groups' plans reads the batch's rows in each
-        group, each time under other ids (the analyser's), in the same columns."""
-        children = node.children()
-        count = children.size()
-        if count == 0:
-            if not node.getClass().getName().endswith(".LocalRelation"):
-                raise ValueError(f"a plan over {node.getClass().getName()}")
-            output = node.output()
-            attributes = [output.apply(index) for index in range(output.size())]
-            names = [a.name() for a in attributes]
-            if self.names is None:
-                self.names = names
-            elif names != self.names:
-                raise ValueError("a plan over rows of several kinds")
-            return [a.exprId() for a in attributes]
-        return (node, [self._shape(children.apply(index)) for index in range(count)])
-
-    def _rebuild(self, shape: Any, columns: list, source: Any) -> Any:
-        if isinstance(shape, list):  # an input: the batch's columns under the plan's ids
-            aliases = [
-                self.alias(column, name, expr_id, self.empty, self.none, self.empty)
-                for column, name, expr_id in zip(columns, self.names, shape, strict=True)
-            ]
-            return self.project(self.to_seq(aliases), source)
-        node, inputs = shape
-        rebuilt = [self._rebuild(i, columns, source) for i in inputs]
-        return node.withNewChildren(self.to_seq(rebuilt))
-
     @classmethod
-    def grouped(cls, df: DataFrame, groups: Sequence[Group]) -> DataFrame | None:
-        """The groups' plans as one (`spark.rules.grouping`): per group its native answers with
-        the pairs left to Python (`answered(pending=True)`), or where none of its rules is
-        native a `python` row per row its Python pass must see (`RulePlan.left`); where no
-        group has a native rule, their Python passes. Reused; None where the reuse is off."""
+    def first(
+        cls, df: DataFrame, specs: Sequence[RuleSpec], share: float | None
+    ) -> DataFrame | None:
+        """The first phase of `outputs_in_phases`: `RulePlan(df, specs, share)`'s native
+        answers with the pairs left to Python (`answered(pending=True)`), or its Python pass
+        where no rule is native; None where the plan cannot be reused."""
 
         def build() -> DataFrame | None:
-            plans = [RulePlan(df, group_specs, share) for group_specs, share in groups]
-            plans = [plan for plan in plans if plan.specs]
-            if all(plan.marked is None for plan in plans):
-                return _union([plan.evaluated() for plan in plans])
-            return _union(
-                [
-                    plan.answered(pending=True) if plan.marked is not None else plan.left()
-                    for plan in plans
-                ]
-            )
+            plan = RulePlan(df, specs, share)
+            if not plan.specs:
+                return None
+            return plan.evaluated() if plan.marked is None else plan.answered(pending=True)
 
-        key = ("grouped", *_groups_key(groups), df.schema.json())
-        return cls._reuse(key, df, build)
+        return cls._reuse(("first", _specs_key(specs), share, df.schema.json()), df, build)
 
     @classmethod
-    def pending(cls, df: DataFrame, groups: Sequence[Group], rule_ids: set[int]) -> DataFrame:
-        """The Python pass of the groups some of whose rules left pairs to it (`rule_ids`)."""
-        wanted = [g for g in groups if any(s.id in rule_ids for s in g[0])]
+    def pending(cls, df: DataFrame, specs: Sequence[RuleSpec], share: float | None) -> DataFrame:
+        """The second phase: the Python pass over the rows the natives left to it."""
 
-        def build() -> DataFrame | None:
-            return _union([RulePlan(df, specs, share).evaluated() for specs, share in wanted])
+        def build() -> DataFrame:
+            return RulePlan(df, specs, share).evaluated()
 
-        key = ("pending", *_groups_key(wanted), df.schema.json())
-        frame = cls._reuse(key, df, build)
-        return frame if frame is not None else build()  # type: ignore[return-value]
+        frame = cls._reuse(("pending", _specs_key(specs), share, df.schema.json()), df, build)
+        return frame if frame is not None else build()
 
     @classmethod
     def _reuse(
@@ -362,7 +336,7 @@ class _ReusedPlan:
                 return reused.over(df)
             if reused is None:
                 return None
-            if len(cls._plans) >= 64:
+            if len(cls._plans) >= 16:
                 cls._plans.clear()
             first = build()
             cls._plans[key] = None if first is None else cls(first)
@@ -375,19 +349,6 @@ class _ReusedPlan:
 
 def _specs_key(specs: Sequence[RuleSpec]) -> tuple:
     return tuple((s.id, s.tenant, s.sql, s.client_prefix, s.max_outputs, s.name) for s in specs)
-
-
-def _groups_key(groups: Sequence[Group]) -> tuple:
-    return tuple((_specs_key(specs), share) for specs, share in groups)
-
-
-def _union(frames: list[DataFrame]) -> DataFrame | None:
-    if not frames:
-        return None
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
 
 
 def rule_outputs(df: DataFrame, specs: Sequence[RuleSpec], share: float | None = None) -> DataFrame:
@@ -440,7 +401,7 @@ class RulePlan:
         )
         recipe = _RECIPES.get(key)
         if recipe is None:
-            if len(_RECIPES) >= 64:
+            if len(_RECIPES) >= 16:
                 _RECIPES.clear()
             recipe = _RECIPES[key] = _Recipe(self.specs, self.columns, typed)
         self.native = recipe.native
@@ -542,18 +503,6 @@ class RulePlan:
             return self.scoped.mapInArrow(self._evaluate(), RESULT_DDL)
         rows = self.marked.where(F.size(F.col(PY_COLUMN)) > 0).drop(SURE_COLUMN)
         return rows.mapInArrow(self._evaluate(), RESULT_DDL)
-
-    def left(self) -> DataFrame:
-        """For a plan none of whose rules is native: a `python` result per row in its scope
-        (under its first rule's id, nothing else), which says that its Python pass has rows to
-        see (`outputs_in_phases`)."""
-        columns = [F.lit(self.specs[0].id).cast("long").alias("rule_id")]
-        for name, kind in _RESULT_TYPES:
-            if name == "status":
-                columns.append(F.lit(PENDING).alias(name))
-            elif name != "rule_id":
-                columns.append(F.lit(None).cast(kind).alias(name))
-        return self.scoped.select(*columns)
 
     def undecided(self) -> DataFrame:
         """Rows some rule leaves to Python (counted to skip the Python pass when there are none)."""

@@ -111,10 +111,12 @@ def test_the_victims_rule_keeps_its_latency_while_every_attack_runs(
                 f"victim publish→webhook under attack: p50 {statistics.median(latencies):.2f}s "
                 f"max {latencies[-1]:.2f}s; tarpit holds {len(tarpit.held)}"
             )
-            # Through the live feed (issue 43; 5 s before it). Not yet the issue's 0.5 s under
-            # attack: the attacker's heavy rule is evaluated in the same micro-batches as the
-            # victim's rows (measured 2.3 s p50 on a loaded machine); room for noise here.
-            assert statistics.median(latencies) <= 3.5, (latencies, "".join(job.log[-40:]))
+            # Through the live feed (issue 43; 5 s before it). The victim's rule is answered
+            # natively and acted on before the batch's Python pass, where the attacker's heavy
+            # rules run (`outputs_in_phases`): p50 0.34-0.48 s measured alone (0.69-0.72 s
+            # when it waited for that pass; bench/RESULTS.md); twice the issue's 0.5 s here,
+            # for a loaded machine.
+            assert statistics.median(latencies) <= 1.0, (latencies, "".join(job.log[-40:]))
             assert latencies[-1] <= 10.0, latencies
             # The NUL output's webhook fails (500) through its retries (0.5, 1, 2 s apart, from
             # the durable queue), then is dead-lettered with the NUL escaped.

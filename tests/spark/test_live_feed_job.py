@@ -60,7 +60,7 @@ def test_the_reused_plan_answers_every_batch_as_a_plan_built_for_it(spark):
         assert answers(reused) == answers(built)
         assert {r.tenant for r in reused if r.rule_id == 2} == {"evil"}
     assert not _ReusedPlan.disabled
-    assert sorted(key[0] for key in _ReusedPlan._plans) == ["grouped", "pending"]
+    assert sorted(key[0] for key in _ReusedPlan._plans) == ["first", "pending"]
 
 
 def test_the_natives_answers_come_before_the_python_pass(spark):
@@ -90,11 +90,10 @@ def test_the_natives_answers_come_before_the_python_pass(spark):
     assert [(r.rule_id, r.tenant) for t in later() for r in result_rows(t)] == [(2, "evil")]
 
 
-def test_a_rule_set_over_the_pushdown_limit_runs_in_native_groups(spark):
-    """Over PUSHDOWN_LIMIT rules the plan is a union of groups of at most that many rules
-    (`spark.rules.grouping`), each native where its rules are: built once, reused for each
-    batch (in one partition, as the feed makes small ones), answering as a plan built per
-    batch; the Python pass runs only for a group some of whose pairs are left to it."""
+def test_a_rule_set_over_the_pushdown_limit_reuses_its_python_plan(spark):
+    """Over PUSHDOWN_LIMIT rules none is native: the plan is the Python pass alone, and it too is
+    built once and reused for each batch (a batch in one partition, as the feed makes small
+    ones), answering as a plan built per batch."""
     from spark.rules.plan import PUSHDOWN_LIMIT
 
     count = PUSHDOWN_LIMIT + 6
@@ -108,8 +107,6 @@ def test_a_rule_set_over_the_pushdown_limit_runs_in_native_groups(spark):
             )
             for i in range(count)
         ]
-        # `*` has no native form: the Python pass of its group, only when its topic comes
-        + [RuleSpec(count, "t0", "raw", 'SELECT * FROM "raw/#"')]
     )
     assert not errors
     now = int(time.time() * 1000)
@@ -122,8 +119,6 @@ def test_a_rule_set_over_the_pushdown_limit_runs_in_native_groups(spark):
         rows.append(
             message("t1", "s/1/x", {"n": -1, "t": 99}, now)
         )  # another tenant's rule's topic
-        if b == 2:
-            rows.append(message("t0", "raw/x", {"n": 5}, now))
         frame = spark.createDataFrame(feed_rows(rows, first=1000 * b)).coalesce(1)
         reused = collect_outputs(frame, specs, reuse=True)
         built = rule_outputs(frame, specs).collect()
@@ -131,28 +126,9 @@ def test_a_rule_set_over_the_pushdown_limit_runs_in_native_groups(spark):
         assert any(r.status == "passed" for r in reused) and any(
             r.status != "passed" for r in reused
         )
-        kinds = {key[0] for key in _ReusedPlan._plans}
-        assert kinds == ({"grouped", "pending"} if b == 2 else {"grouped"}), kinds
-    assert any(r.rule_id == count and r.status == "passed" for r in reused)
     plans = list(_ReusedPlan._plans.values())
-    assert not _ReusedPlan.disabled and all(isinstance(p, _ReusedPlan) for p in plans)
-
-
-def test_rule_groups_keep_a_tenant_whole_and_its_share_whole():
-    from spark.rules.grouping import rule_groups
-
-    specs = [RuleSpec(i, "big" if i < 10 else f"t{i % 3}", f"r{i}", SQL) for i in range(16)]
-    groups = rule_groups(specs, 0.5, limit=4)
-    assert sorted(s.id for g, _ in groups for s in g) == list(range(16))
-    assert all(len(g) <= 4 for g, _ in groups)
-    big = [(g, share) for g, share in groups if g[0].tenant == "big"]
-    assert [len(g) for g, _ in big] == [4, 4, 2] and all(
-        s.tenant == "big" for g, _ in big for s in g
-    )
-    assert sum(share for _, share in big) == 0.5  # its rules never get more than one share
-    for tenant in ("t0", "t1", "t2"):
-        holding = [g for g, _ in groups if any(s.tenant == tenant for s in g)]
-        assert len(holding) == 1  # a tenant's rules in one group, its share spent in one place
+    assert not _ReusedPlan.disabled and [k[0] for k in _ReusedPlan._plans] == ["first"]
+    assert all(isinstance(p, _ReusedPlan) for p in plans)
 
 
 def test_arrow_results_are_the_rows_with_the_plain_skipped_ones_counted(spark):
