@@ -29,6 +29,7 @@ def batch_of(spark, store, rows):
     return spark.read.schema(spark_schema()).parquet(str(store.root / key))
 
 
+@pytest.mark.serial  # bounds a batch's wall time: measured alone (6.6 s beside 3 workers, 3.7 alone)
 def test_a_cpu_heavy_rule_holds_up_neither_the_batch_nor_the_victim(
     spark, store, tmp_path, monkeypatch
 ):
