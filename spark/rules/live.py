@@ -835,10 +835,11 @@ class LiveJob:
 def evaluate_batch(
     batch: DataFrame, specs: list[RuleSpec], reuse: bool = False
 ) -> tuple[list, Callable[[], list] | None]:
-    """The batch's results, collected to the driver (the side-effect-free step a retry repeats),
-    and None; `reuse`: the batch is a plain table of rows (the live feed's), its rules' plan
-    reused, its results fetched as Arrow (`spark.rules.results`) in two phases: the natives'
-    now, and a function that runs the Python pass (None when nothing was left to it)."""
+    """The batch's results collected to the driver (the side-effect-free step a retry repeats),
+    and a function that collects the rest, or None. With `reuse` (the batch a plain table of
+    rows, the live feed's) the rules' plan is reused and the results come as Arrow
+    (`spark.rules.results`) in two phases: the natives' first, the Python pass's from the
+    function (None when nothing was left to it); without, all of them at once."""
     if reuse:
         return outputs_in_phases(batch, specs, tenant_share_seconds())
     return collect_outputs(batch, specs, tenant_share_seconds()), None

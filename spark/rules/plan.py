@@ -189,8 +189,8 @@ def collect_outputs(
     needs it: the native answers first (a Spark job without a Python worker), then the
     evaluator over the rows they leave, if any. With `reuse` (`df` a plain table of rows, as
     the live feed makes them), the plan is built once per set of rules and only its input
-    swapped (`_ReusedPlan`; `outputs_in_phases`). With `arrow`, the results as Arrow tables
-    (`DataFrame.toArrow()`, no `Row` per result: `spark.rules.results`)."""
+    swapped (`_ReusedPlan`; `outputs_in_phases`), and with `arrow` its results are Arrow
+    tables (`DataFrame.toArrow()`, no `Row` per result: `spark.rules.results`)."""
     if reuse and specs:
         first, later = outputs_in_phases(df, specs, share)
         tables = first + (later() if later is not None else [])
@@ -199,16 +199,8 @@ def collect_outputs(
     if not plan.specs:
         return []
     if plan.marked is None:
-        frame = plan.evaluated()
-        return [frame.toArrow()] if arrow else frame.collect()
-    answered = plan.answered(pending=True)
-    if arrow:
-        table = answered.toArrow()
-        sure_table = table.filter(pc.invert(_pending(table)))
-        if sure_table.num_rows == table.num_rows:
-            return [sure_table]
-        return [sure_table, plan.evaluated().toArrow()]
-    rows = answered.collect()
+        return plan.evaluated().collect()
+    rows = plan.answered(pending=True).collect()
     sure = [row for row in rows if row.status != PENDING]
     if len(sure) < len(rows):
         sure += plan.evaluated().collect()
@@ -227,7 +219,9 @@ def outputs_in_phases(
     is the first phase. Arrow tables."""
     first = _ReusedPlan.first(df, specs, share)
     if first is None:  # the reuse is off: the plan built for this batch
-        return collect_outputs(df, specs, share, arrow=True), None
+        first = _first_phase(RulePlan(df, specs, share))
+        if first is None:
+            return [], None
     table = first.toArrow()
     pending = _pending(table)
     if not pc.any(pending).as_py():
@@ -235,6 +229,14 @@ def outputs_in_phases(
     return [table.filter(pc.invert(pending))], lambda: [
         _ReusedPlan.pending(df, specs, share).toArrow()
     ]
+
+
+def _first_phase(plan: RulePlan) -> DataFrame | None:
+    """The native answers with the pairs left to Python, or the Python pass where no rule is
+    native (None: no rule)."""
+    if not plan.specs:
+        return None
+    return plan.evaluated() if plan.marked is None else plan.answered(pending=True)
 
 
 def _pending(table: pa.Table) -> pa.ChunkedArray:
@@ -305,10 +307,7 @@ class _ReusedPlan:
         where no rule is native; None where the plan cannot be reused."""
 
         def build() -> DataFrame | None:
-            plan = RulePlan(df, specs, share)
-            if not plan.specs:
-                return None
-            return plan.evaluated() if plan.marked is None else plan.answered(pending=True)
+            return _first_phase(RulePlan(df, specs, share))
 
         return cls._reuse(("first", _specs_key(specs), share, df.schema.json()), df, build)
 
