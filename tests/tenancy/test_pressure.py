@@ -121,8 +121,12 @@ def test_devices_over_the_rate_are_slowed_never_refused_nor_multiplied(acme):
     assert max(received.values()) == 1  # none multiplied
     # 900 over 150/s with a second's burst: the flood was slowed, not refused.
     assert took >= 4.0, f"900 publishes at 150/s took {took:.1f} s"
-    # Fair shares: the calm device waits at most a round of the three floods, never behind them.
-    assert len(calm_waits) >= 10 and max(calm_waits) < 0.5, calm_waits
+    # Fair shares: once the plan's one-second burst is spent, the calm device waits at most a
+    # round of the three floods, never behind them. Its first publish is sent as the 900 land
+    # and may wait while the burst's 150 go at once (0.84 s once in CI beside three test
+    # workers): that is CPU, not the turn order, so it has a looser bound.
+    assert len(calm_waits) >= 10 and calm_waits[0] < 2.0, calm_waits
+    assert max(calm_waits[1:]) < 0.5, calm_waits
 
 
 def test_over_the_rate_too_long_refuses_with_a_reason_then_closes_without_a_reset(
