@@ -77,6 +77,10 @@ def build_session(app_name: str = "mqtt-platform", master: str | None = None) ->
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # PySpark otherwise records the Python call site of every Column operation in the JVM
+        # (five py4j calls and a stack walk each, for error messages): building a new rule
+        # set's plan took 1.2 s for 4 rules, most of it that (bench/RESULTS.md, issue 43).
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # The native rules' generated code has methods beyond HotSpot's 8,000-byte JIT limit:
         # without this they run interpreted (measured ~2x slower on the backfill benchmark).
         # The parallel collector: parsing payloads as VARIANT allocates a few small objects per

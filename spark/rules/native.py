@@ -21,7 +21,9 @@ What compiles (anything else leaves the rule to Python):
   a column; objects and arrays are left to Python (Spark's variant orders object keys).
 - WHERE: AND / OR / NOT (with the evaluator's left-to-right short circuit: a later side that would
   raise is never reached), `=`, `!=`, `<>`, `<`, `<=`, `>`, `>=` between one of those values and a
-  literal (number or string, either side), `topic =~ 'filter'`, `x [NOT] IN (literals)`, TRUE/FALSE.
+  literal (number or string, either side), `topic =~ 'filter'`, `x [NOT] IN (literals)`, TRUE/FALSE,
+  and one of those values as a condition (`WHERE payload.open`: holds only for the atom true; under
+  NOT only for the atom false, as the evaluator's `is True` and its NOT of a non-boolean).
   EMQX's comparison semantics, per the value's JSON type at run time: a missing field compares
   false (`!=` too); a string beside a number is read as a number (`'2' = 2`) when it is an Erlang
   integer or float literal (else the evaluator reports the failure: not sure); true/false/null
@@ -41,9 +43,11 @@ evaluator reports it as failed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -80,12 +84,42 @@ class NotNative(Exception):
     """This rule (or a part of it) has no exact native equivalent here: Python evaluates it."""
 
 
+# Column objects are immutable: a plan of many rules reuses one per literal and per column name
+# instead of asking the JVM for it again (three py4j calls each; a new rule set's plan made
+# hundreds of them). Kept per Spark context (a Column belongs to its JVM), bounded.
+_COLUMNS_MADE: dict[tuple, Column] = {}
+_MADE_FOR: list[Any] = [None]
+
+
+def _made(key: tuple, make: Callable[[], Column]) -> Column:
+    context = SparkContext._active_spark_context
+    if _MADE_FOR[0] is not context:
+        _COLUMNS_MADE.clear()
+        _MADE_FOR[0] = context
+    column = _COLUMNS_MADE.get(key)
+    if column is None:
+        if len(_COLUMNS_MADE) >= 4096:
+            _COLUMNS_MADE.clear()
+        column = _COLUMNS_MADE[key] = make()
+    return column
+
+
+def lit(value: bool | int | float | str | None) -> Column:
+    """`F.lit(value)`, made once (keyed by type and repr: True is not 1, -0.0 is not 0.0)."""
+    return _made(("lit", type(value), repr(value)), lambda: F.lit(value))
+
+
+def col(name: str) -> Column:
+    """`F.col(name)`, made once."""
+    return _made(("col", name), lambda: F.col(name))
+
+
 def _true() -> Column:
-    return F.lit(True)
+    return lit(True)
 
 
 def _false() -> Column:
-    return F.lit(False)
+    return lit(False)
 
 
 def topic_matches(topic: Column, topic_filter: str) -> Column:
@@ -96,11 +130,11 @@ def topic_matches(topic: Column, topic_filter: str) -> Column:
         # `rlike` finds: anchored at both ends (`\z`, not `$`, which also passes a final newline).
         return topic.rlike("^(?:" + topic_filter_regex(topic_filter) + ")\\z")
     if levels[-1] != "#":
-        return topic == F.lit(topic_filter)
+        return topic == lit(topic_filter)
     if len(levels) == 1:  # `#`: every topic but the `$` ones
-        return ~topic.startswith(F.lit("$"))
+        return ~topic.startswith(lit("$"))
     prefix = "/".join(levels[:-1])
-    return (topic == F.lit(prefix)) | topic.startswith(F.lit(prefix + "/"))
+    return (topic == lit(prefix)) | topic.startswith(lit(prefix + "/"))
 
 
 class Stage:
@@ -123,13 +157,14 @@ class Stage:
         self.texts: dict[str, Column] = {}  # `_txt{i}`: a string's text (reads `_kstring{i}`)
         self.layer3: dict[str, Column] = {}  # `_cv{k}`, `_cs{k}`: each comparison's value, sure
         self._leaves: dict[str, Cond] = {}
+        self._path_leaves: dict[str, Leaf] = {}
         self.uses_payload = False
 
     def parsed(self) -> list[Column]:
         """The payload as a VARIANT, parsed only in rows where some path has no typed value
         (history's `payload_fields`, `common.archive.shredding`; CASE is lazy). Live segments
         and history compacted before the typed fields existed have none: every row is parsed."""
-        parsed = F.try_parse_json(F.col("payload").cast("string"))
+        parsed = F.try_parse_json(col("payload").cast("string"))
         if not self.untyped or any(u is None for u in self.untyped):
             return [parsed.alias(VARIANT_COLUMN)]
         need = self.untyped[0]
@@ -140,11 +175,11 @@ class Stage:
     def payload_ok(self) -> Column:
         """The payload is valid UTF-8 JSON: it parsed, or a path of the row came typed (the
         compactor types the fields of no other document, so a typed row is not parsed)."""
-        ok = F.is_valid_utf8(F.col("payload")) & F.col(VARIANT_COLUMN).isNotNull()
+        ok = F.is_valid_utf8(col("payload")) & col(VARIANT_COLUMN).isNotNull()
         # Spark 4.0's parse_json reads a lone surrogate escape (`"\ud800"`) as `?` where
         # Python's json keeps the code point (Spark 4.1+ refuses the document): such a payload is
         # the evaluator's. A pair (an escaped emoji) stays native.
-        ok = ok & ~F.col("payload").cast("string").rlike(_LONE_SURROGATE)
+        ok = ok & ~col("payload").cast("string").rlike(_LONE_SURROGATE)
         for untyped in self.untyped:
             if untyped is not None:
                 ok = ~untyped | ok
@@ -157,14 +192,14 @@ class Stage:
         column = f"_txt{name}"
         if column not in self.texts:
             self.texts[column] = F.when(
-                F.col(f"_kstring{name}"),
+                col(f"_kstring{name}"),
                 _typed_first(
                     self.typed_columns[name],
-                    lambda c, kind: c if kind == "s" else F.lit(None).cast("string"),
-                    F.try_variant_get(F.col(f"_p{name}"), "$", "string"),
+                    lambda c, kind: c if kind == "s" else lit(None).cast("string"),
+                    F.try_variant_get(col(f"_p{name}"), "$", "string"),
                 ),
             )
-        return F.col(column)
+        return col(column)
 
     def _field(self, column: str) -> str:
         """The stage's name for a typed column (`_f{k}`), taken out of the struct once."""
@@ -173,7 +208,7 @@ class Stage:
     def typed_fields(self) -> list[Column]:
         """The typed columns the paths read, out of `payload_fields`, for the first projection:
         each struct field read once per row, and Parquet decodes only those (nested pruning)."""
-        return [F.col(PAYLOAD_FIELDS).getField(c).alias(a) for c, a in self.fields.items()]
+        return [col(PAYLOAD_FIELDS).getField(c).alias(a) for c, a in self.fields.items()]
 
     def path(self, segments: tuple) -> str:
         """The index of a payload path (its columns registered once)."""
@@ -182,7 +217,7 @@ class Stage:
         if name is None:
             name = self.paths[segments] = str(len(self.paths))
             typed = [
-                (F.col(self._field(column)), kind)
+                (col(self._field(column)), kind)
                 for column, kind in self.typed.get(_key_path(segments), [])
             ]
             self.typed_columns[name] = typed
@@ -192,9 +227,9 @@ class Stage:
             for column, _ in typed:
                 untyped = column.isNull() if untyped is None else untyped & column.isNull()
             self.untyped.append(untyped)
-            navigated = _navigate(F.col(VARIANT_COLUMN), segments)
+            navigated = _navigate(col(VARIANT_COLUMN), segments)
             self.layer1[f"_p{name}"] = navigated if untyped is None else F.when(untyped, navigated)
-            value = F.col(f"_p{name}")
+            value = col(f"_p{name}")
             present = value.isNotNull()
             for column, _ in typed:
                 present = present | column.isNotNull()
@@ -211,28 +246,40 @@ class Stage:
             # at most 15 digits (exact as a long) over an exact power of ten, correctly rounded.
             self.numbers[f"_x{name}"] = _typed_first(
                 typed,
-                lambda c, kind: F.lit(None).cast("double") if kind == "s" else c.cast("double"),
-                F.when(_number_type(F.col(f"_t{name}")), F.to_json(value).try_cast("double")),
+                lambda c, kind: lit(None).cast("double") if kind == "s" else c.cast("double"),
+                F.when(_number_type(col(f"_t{name}")), F.to_json(value).try_cast("double")),
             )
-            flags = _flags(F.col(f"_t{name}"), F.col(f"_x{name}"))
+            flags = _flags(col(f"_t{name}"), col(f"_x{name}"))
             for flag in _FLAGS:
                 self.flags[f"_k{flag}{name}"] = _typed_first(
                     typed,
-                    lambda c, kind, flag=flag: _typed_flag(flag, kind, c, F.col(f"_x{name}")),
+                    lambda c, kind, flag=flag: _typed_flag(flag, kind, c, col(f"_x{name}")),
                     flags[flag],
                 )
             # Missing is sure unless the path went through a JSON string (EMQX would decode it):
             # only then are the ancestors' types looked at (CASE is lazy).
-            through_string = F.schema_of_variant(F.col(VARIANT_COLUMN)) == F.lit("STRING")
+            through_string = F.schema_of_variant(col(VARIANT_COLUMN)) == lit("STRING")
             for depth in range(1, len(segments)):
-                ancestor = _navigate(F.col(VARIANT_COLUMN), segments[:depth])
+                ancestor = _navigate(col(VARIANT_COLUMN), segments[:depth])
                 through_string = through_string | F.coalesce(
-                    F.schema_of_variant(ancestor) == F.lit("STRING"), _false()
+                    F.schema_of_variant(ancestor) == lit("STRING"), _false()
                 )
             self.layer2[f"_m{name}"] = F.when(present, _true()).otherwise(
                 ~F.coalesce(through_string, _true())
             )
         return name
+
+    def path_leaf(self, name: str) -> Leaf:
+        """The columns of the path `name` (`path`), one `Leaf` however many rules read it."""
+        leaf = self._path_leaves.get(name)
+        if leaf is None:
+            leaf = self._path_leaves[name] = Leaf(name, self)
+        return leaf
+
+    def known(self, key: str) -> Cond | None:
+        """The leaf registered as `key`, if some rule registered it already: a new rule set's
+        plan builds each distinct comparison once (each is dozens of py4j calls)."""
+        return self._leaves.get(key)
 
     def leaf(self, key: str, build: Any) -> Cond:
         """A comparison (or an output's sureness) as two columns of their own, built once per
@@ -243,7 +290,7 @@ class Stage:
             k = len(self._leaves)
             self.layer3[f"_cv{k}"] = built.value
             self.layer3[f"_cs{k}"] = built.sure
-            cond = self._leaves[key] = Cond(F.col(f"_cv{k}"), F.col(f"_cs{k}"))
+            cond = self._leaves[key] = Cond(col(f"_cv{k}"), col(f"_cs{k}"))
         return cond
 
 
@@ -269,18 +316,18 @@ def _typed_flag(flag: str, kind: str, column: Column, x: Column) -> Column:
     """A flag of `_flags` for a typed value: what its column's type says (`i` a long, `d{s}` a
     decimal, whole or not, `s` a string), as `_flags` says it of the same value's variant."""
     if kind == "s":
-        return F.lit(flag == "string")
+        return lit(flag == "string")
     # A decimal of at most 15 digits is whole exactly when its double is (the double is within
     # far less than 10^-scale of it), and the double's test costs no BigDecimal per row.
-    whole = F.lit(True) if kind == "i" else F.floor(x) == x
+    whole = lit(True) if kind == "i" else F.floor(x) == x
     return {
         "string": _false(),
         "atom": _false(),
         "container": _false(),
         "number": _true(),
-        "py_int": F.lit(kind == "i"),
-        "py_float": F.lit(False) if kind == "i" else ~whole,
-        "number_sure": ~whole | (F.abs(x) < F.lit(float(EXACT))),
+        "py_int": lit(kind == "i"),
+        "py_float": lit(False) if kind == "i" else ~whole,
+        "number_sure": ~whole | (F.abs(x) < lit(float(EXACT))),
     }[flag]
 
 
@@ -294,7 +341,7 @@ def _navigate(variant: Column, segments: tuple) -> Column:
             path += f"[{arg - 1}]"
         else:  # from the end: the array, then its element (Spark's paths count from the start)
             items = F.try_variant_get(current, path, "array<variant>")
-            current, path = F.try_element_at(items, F.lit(arg)), "$"
+            current, path = F.try_element_at(items, lit(arg)), "$"
     return current if path == "$" else F.try_variant_get(current, path, "variant")
 
 
@@ -318,9 +365,9 @@ def _flags(t: Column, x: Column) -> dict[str, Column]:
     # that fit as BIGINT, other numbers as a DECIMAL with trailing zeros stripped (so `2.0`
     # and an integer beyond 2^63 are both DECIMAL(p,0)) or, beyond 38 digits, a DOUBLE.
     fraction = decimal & ~t.endswith(",0)")
-    finite = F.abs(x) < F.lit(1e38)
+    finite = F.abs(x) < lit(1e38)
     return {
-        "string": t == F.lit("STRING"),
+        "string": t == lit("STRING"),
         "atom": t.isin("BOOLEAN", "VOID"),  # true, false, null
         "container": t.startswith("OBJECT") | t.startswith("ARRAY"),
         "number": _number_type(t),
@@ -328,7 +375,7 @@ def _flags(t: Column, x: Column) -> dict[str, Column]:
         "py_float": fraction | (t.isin("DOUBLE", "FLOAT") & finite),
         # A double comparison is exact for a Python float (correctly rounded from the same text
         # as Spark's double) and for an integer below 2^53.
-        "number_sure": fraction | (F.abs(x) < F.lit(float(EXACT))),
+        "number_sure": fraction | (F.abs(x) < lit(float(EXACT))),
     }
 
 
@@ -340,10 +387,10 @@ class Leaf:
         typed = stage.typed_columns[name]
         # `p`: the variant at the path (a typed value as a variant: only where it is read,
         # for an output); `missing`: no value there, typed or not.
-        self.p = _typed_first(typed, lambda c, _kind: c.cast("variant"), F.col(f"_p{name}"))
-        self.missing = ~F.col(f"_e{name}")
-        self.x, self.missing_sure = F.col(f"_x{name}"), F.col(f"_m{name}")
-        flag = {f: F.col(f"_k{f}{name}") for f in _FLAGS}
+        self.p = _typed_first(typed, lambda c, _kind: c.cast("variant"), col(f"_p{name}"))
+        self.missing = ~col(f"_e{name}")
+        self.x, self.missing_sure = col(f"_x{name}"), col(f"_m{name}")
+        flag = {f: col(f"_k{f}{name}") for f in _FLAGS}
         self.is_string, self.is_atom = flag["string"], flag["atom"]
         self.is_container, self.is_number = flag["container"], flag["number"]
         self.py_int, self.py_float = flag["py_int"], flag["py_float"]
@@ -401,14 +448,14 @@ class RuleCompiler:
             raise NotNative(f"{name} is bound by the SELECT")
         if name == "payload":
             if not node[2]:
-                return Value("payload", F.col("payload").cast("string"))
+                return Value("payload", col("payload").cast("string"))
             return Value("json", name=self.stage.path(_segments(node)), payload=True)
         if node[2] or name not in _COLUMNS:
             raise NotNative(f"column {name}")
         if name in ("timestamp", "publish_received_at"):
-            return Value("int", F.unix_millis(F.col("ts")))
+            return Value("int", F.unix_millis(col("ts")))
         column = {"clientid": "client_id"}.get(name, name)
-        return Value(_COLUMNS[name], F.col(column).cast("long" if name == "qos" else "string"))
+        return Value(_COLUMNS[name], col(column).cast("long" if name == "qos" else "string"))
 
     # -- conditions ------------------------------------------------------------------------------
     def cond(self, node: tuple) -> Cond:
@@ -425,24 +472,51 @@ class RuleCompiler:
                 F.when(a.value, _true()).otherwise(b.value),
                 a.sure & F.when(a.value, _true()).otherwise(b.sure),
             )
-        if kind == "not":
+        if kind == "var":
+            return self._shared(("is", node, True), lambda: self.atom(node, True))
+        if kind == "not" and node[1][0] == "var":  # not a value: true only where it is false
+            return self._shared(("is", node[1], False), lambda: self.atom(node[1], False))
+        if kind == "not":  # of a condition: always a boolean
             inner = self.cond(node[1])
             return Cond(~inner.value, inner.sure)
         if kind == "const" and isinstance(node[1], bool):
-            return Cond(F.lit(node[1]), _true())
+            return Cond(lit(node[1]), _true())
         if kind == "cmp":
-            built = self.compare(node)  # raises NotNative before anything is registered
-            return self.stage.leaf(repr(("cmp", node, sorted(self.bound))), lambda: built)
+            return self._shared(("cmp", node), lambda: self.compare(node))
         if kind == "in":
-            built = self.member(node)
-            return self.stage.leaf(repr(("in", node, sorted(self.bound))), lambda: built)
+            return self._shared(("in", node), lambda: self.member(node))
         raise NotNative(f"{kind} as a condition")
+
+    def _shared(self, what: tuple, build: Callable[[], Cond]) -> Cond:
+        """A condition's leaf: the one registered for the same condition (and the same names
+        bound by the SELECT), else built now (raising NotNative before anything is
+        registered) and registered."""
+        key = repr((*what, sorted(self.bound)))
+        known = self.stage.known(key)
+        if known is not None:
+            return known
+        built = build()
+        return self.stage.leaf(key, lambda: built)
+
+    def atom(self, node: tuple, wanted: bool) -> Cond:
+        """A value as a condition (`WHERE payload.open`): it holds only where the value is the
+        atom true (the evaluator's `is True`); under NOT, only where it is the atom false."""
+        value = self.value(node)
+        if value.kind != "json":  # a column or the payload's text: never a boolean
+            return Cond(_false(), _true())
+        leaf = self.stage.path_leaf(value.name)
+        holds = leaf.is_atom & (leaf.atom_text() == lit("true" if wanted else "false"))
+        sure = F.when(leaf.missing, leaf.missing_sure).otherwise(_true())
+        return Cond(
+            F.coalesce(F.when(leaf.missing, _false()).otherwise(holds), _false()),
+            F.coalesce(col(PAYLOAD_OK) & sure, _false()),
+        )
 
     def compare(self, node: tuple) -> Cond:
         op, left, right = node[1], node[2], node[3]
         if op == "=~":
             if left == ("var", "topic", []) and right[0] == "const" and isinstance(right[1], str):
-                match = topic_matches(F.col("topic"), right[1])
+                match = topic_matches(col("topic"), right[1])
                 if "topic" not in self.bound:
                     return Cond(F.coalesce(match, _false()), _true())
             raise NotNative("=~ other than topic =~ 'filter'")
@@ -460,13 +534,13 @@ class RuleCompiler:
             return self._compare_json(value, op, literal)
         if value.kind == "payload":
             text = value.col
-            return _compare_text(text, F.is_valid_utf8(F.col("payload")), op, literal)
+            return _compare_text(text, F.is_valid_utf8(col("payload")), op, literal)
         if value.kind == "str":
             return _compare_text(value.col, _true(), op, literal)
         return _compare_number(value.col, _true(), op, literal)
 
     def _compare_json(self, value: Value, op: str, literal: Any) -> Cond:
-        leaf = Leaf(value.name, self.stage)
+        leaf = self.stage.path_leaf(value.name)
         higher_rank = {  # the JSON value is of a higher Erlang rank than the literal
             "=": _false(),
             "!=": _true(),
@@ -514,7 +588,7 @@ class RuleCompiler:
                 .when(leaf.is_atom | leaf.is_container, _true())
                 .otherwise(_false())
             )
-        return Cond(F.coalesce(value_, _false()), F.coalesce(F.col(PAYLOAD_OK) & sure, _false()))
+        return Cond(F.coalesce(value_, _false()), F.coalesce(col(PAYLOAD_OK) & sure, _false()))
 
     def member(self, node: tuple) -> Cond:
         value, items, negated = self.value(node[1]), node[2], node[3]
@@ -531,7 +605,7 @@ class RuleCompiler:
         ints = [float(v) for v in literals if type(v) is int]
         floats = [v for v in literals if type(v) is float]
         if value.kind == "json":
-            leaf = Leaf(value.name, self.stage)
+            leaf = self.stage.path_leaf(value.name)
             found = (
                 F.when(leaf.missing, _false())
                 .when(leaf.is_string, _isin(leaf.text, strings))
@@ -541,14 +615,14 @@ class RuleCompiler:
             )
             sure = (
                 F.when(leaf.missing, leaf.missing_sure)
-                .when(leaf.py_int, F.abs(leaf.x) < F.lit(float(EXACT)))
+                .when(leaf.py_int, F.abs(leaf.x) < lit(float(EXACT)))
                 .when(leaf.is_number, leaf.py_float)
                 .otherwise(_true())
             )
-            sure = F.coalesce(F.col(PAYLOAD_OK) & sure, _false())
+            sure = F.coalesce(col(PAYLOAD_OK) & sure, _false())
         elif value.kind in ("str", "payload"):
             found = F.coalesce(_isin(value.col, strings), _false())
-            sure = F.is_valid_utf8(F.col("payload")) if value.kind == "payload" else _true()
+            sure = F.is_valid_utf8(col("payload")) if value.kind == "payload" else _true()
             sure = F.coalesce(sure, _false())
         else:
             found = F.coalesce(_isin(value.col.cast("double"), ints), _false())
@@ -558,18 +632,27 @@ class RuleCompiler:
 
     # -- outputs ---------------------------------------------------------------------------------
     def output(self, node: tuple) -> tuple[Column, Column]:
-        """(the output value, where it is sure) of one SELECT field."""
+        """(the output value, where it is sure) of one SELECT field; where it is sure is a leaf
+        of its own, built once however many rules output the same field."""
         value = self.value(node)
         if value.kind == "json":
-            leaf = Leaf(value.name, self.stage)
+            leaf = self.stage.path_leaf(value.name)
+            column = leaf.p
+        else:
+            column = value.col
+        return column, self.stage.leaf(repr(("out", node)), lambda: self._output_sure(value)).sure
+
+    def _output_sure(self, value: Value) -> Cond:
+        if value.kind == "json":
+            leaf = self.stage.path_leaf(value.name)
             # Strings and atoms render as Python renders them, and numbers whose Python type the
             # variant type tells; objects and arrays are left to Python (a variant orders keys).
             scalar = leaf.is_string | leaf.is_atom | leaf.py_int | leaf.py_float
             sure = F.when(leaf.missing, leaf.missing_sure).otherwise(scalar)
-            return leaf.p, F.coalesce(F.col(PAYLOAD_OK) & sure, _false())
+            return Cond(_true(), F.coalesce(col(PAYLOAD_OK) & sure, _false()))
         if value.kind == "payload":
-            return value.col, F.coalesce(F.is_valid_utf8(F.col("payload")), _false())
-        return value.col, _true()
+            return Cond(_true(), F.coalesce(F.is_valid_utf8(col("payload")), _false()))
+        return Cond(_true(), _true())
 
 
 def _isin(column: Column, values: list) -> Column:
@@ -587,7 +670,7 @@ def _number_or_none(text: str) -> int | float | None:
 
 
 def _number_cond(x: Column, op: str, literal: int | float) -> Cond:
-    c = F.lit(float(literal))
+    c = lit(float(literal))
     compared = {
         "=": x == c,
         "!=": x != c,
@@ -601,7 +684,7 @@ def _number_cond(x: Column, op: str, literal: int | float) -> Cond:
 
 
 def _text_cond(text: Column, op: str, literal: str) -> Column:
-    c = F.lit(literal)
+    c = lit(literal)
     return {
         "=": text == c,
         "!=": text != c,
@@ -676,7 +759,7 @@ def compile_native(sql: str, stage: Stage) -> NativeRule:
         raise NotNative("FOREACH")
     if not statement.sources or any(s.startswith("$events/") for s in statement.sources):
         raise NotNative("event sources")
-    filters = [topic_matches(F.col("topic"), s) for s in statement.sources]
+    filters = [topic_matches(col("topic"), s) for s in statement.sources]
     bound: set[str] = set()
     names: list[str] = []
     star = False
@@ -704,8 +787,7 @@ def compile_native(sql: str, stage: Stage) -> NativeRule:
     for name, field in zip(names, plain, strict=True):
         value, sure = compiler.output(field[1])
         fields.append(value.alias(name))
-        sure_col = stage.leaf(repr(("out", field[1])), lambda s=sure: Cond(_true(), s)).sure
-        select_sure = select_sure & sure_col
+        select_sure = select_sure & sure
     if statement.where is not None:
         where = compiler.cond(statement.where)
     else:
@@ -714,8 +796,8 @@ def compile_native(sql: str, stage: Stage) -> NativeRule:
     for match in filters[1:]:
         matches = matches | match
     takes = F.coalesce(
-        F.col("topic").isNotNull()
-        & (F.col("event").isNull() | (F.col("event") == F.lit(EVENT_PUBLISH)))
+        col("topic").isNotNull()
+        & (col("event").isNull() | (col("event") == lit(EVENT_PUBLISH)))
         & matches,
         _false(),
     )

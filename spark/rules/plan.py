@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -37,7 +38,9 @@ from spark.rules.native import (
     NativeRule,
     NotNative,
     Stage,
+    col,
     compile_native,
+    lit,
 )
 from spark.rules.results import result_rows
 
@@ -123,13 +126,13 @@ def filter_predicate(topic_filter: str) -> Column | None:
             break
         fixed.append(level)
     if len(fixed) == len(levels):
-        return F.col("topic") == F.lit(topic_filter)
+        return col("topic") == lit(topic_filter)
     prefix = "/".join(fixed)
     if not fixed:
         return None
     if levels[len(fixed)] == "#":  # `a/#` also matches `a`
-        return (F.col("topic") == F.lit(prefix)) | F.col("topic").startswith(F.lit(prefix + "/"))
-    return F.col("topic").startswith(F.lit(prefix + "/"))
+        return (col("topic") == lit(prefix)) | col("topic").startswith(lit(prefix + "/"))
+    return col("topic").startswith(lit(prefix + "/"))
 
 
 def from_predicate(compiled: Any) -> Column:
@@ -139,7 +142,7 @@ def from_predicate(compiled: Any) -> Column:
     parts: list[Column] = []
     if filters:
         topic_preds = [filter_predicate(f) for f in filters]
-        publish = F.col("event") == F.lit(EVENT_PUBLISH)
+        publish = col("event") == lit(EVENT_PUBLISH)
         if all(p is not None for p in topic_preds):
             combined = topic_preds[0]
             for p in topic_preds[1:]:
@@ -148,11 +151,11 @@ def from_predicate(compiled: Any) -> Column:
         parts.append(publish)
     lifecycle = sorted(e for e in events if e != EVENT_PUBLISH)
     if lifecycle:
-        parts.append(F.col("event").isin(lifecycle))
+        parts.append(col("event").isin(lifecycle))
     if EVENT_PUBLISH in events and not filters:
-        parts.append(F.col("event") == F.lit(EVENT_PUBLISH))
+        parts.append(col("event") == lit(EVENT_PUBLISH))
     if not parts:
-        return F.lit(False)
+        return lit(False)
     out = parts[0]
     for p in parts[1:]:
         out = out | p
@@ -164,12 +167,12 @@ def scope_predicate(specs: Sequence[RuleSpec]) -> Column:
     from common.rules import compile_rule
 
     tenants = sorted({s.tenant for s in specs})
-    scope = F.col("tenant").isin(tenants)
+    scope = col("tenant").isin(tenants)
     if len(specs) > PUSHDOWN_LIMIT:
         return scope
     per_rule = None
     for spec in specs:
-        pred = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(compile_rule(spec.sql))
+        pred = (col("tenant") == lit(spec.tenant)) & from_predicate(compile_rule(spec.sql))
         per_rule = pred if per_rule is None else per_rule | pred
     return scope & per_rule
 
@@ -400,9 +403,15 @@ class RulePlan:
         )
         recipe = _RECIPES.get(key)
         if recipe is None:
-            if len(_RECIPES) >= 16:
-                _RECIPES.clear()
-            recipe = _RECIPES[key] = _Recipe(self.specs, self.columns, typed)
+            # One build at a time: the live job's batch that meets a new rule set waits for the
+            # build its preparing thread has begun instead of making it again beside it (two
+            # builds on two cores took each twice as long: the first match after a save later).
+            with _RECIPE_BUILD:
+                recipe = _RECIPES.get(key)
+                if recipe is None:
+                    if len(_RECIPES) >= 16:
+                        _RECIPES.clear()
+                    recipe = _RECIPES[key] = _Recipe(self.specs, self.columns, typed)
         self.native = recipe.native
         # Each row's units natively, first: they read the property columns, which the rules may
         # not need (so they are neither shipped to Python nor carried through the stages).
@@ -451,20 +460,18 @@ class RulePlan:
         aggregates, names = [], []
         for spec in self.specs:
             if spec.id in self.native:
-                status = F.col(f"_s{spec.id}")
+                status = col(f"_s{spec.id}")
                 answered = status.isin(PASSED, SKIPPED)
                 aggregates += [
                     F.count(F.when(answered, 1)),
-                    F.count(F.when(status == F.lit(PASSED), 1)),
-                    F.count(F.when(status == F.lit(_PYTHON), 1)),
-                    F.sum(F.when(answered, F.col(UNITS_COLUMN))),
-                    F.max(F.when(answered, F.col("ts"))),
+                    F.count(F.when(status == lit(PASSED), 1)),
+                    F.count(F.when(status == lit(_PYTHON), 1)),
+                    F.sum(F.when(answered, col(UNITS_COLUMN))),
+                    F.max(F.when(answered, col("ts"))),
                 ]
             else:
-                reads = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(
-                    _compiled(spec.sql)
-                )
-                aggregates += [F.lit(0), F.lit(0), F.count(F.when(reads, 1)), F.lit(0), F.lit(None)]
+                reads = (col("tenant") == lit(spec.tenant)) & from_predicate(_compiled(spec.sql))
+                aggregates += [lit(0), lit(0), F.count(F.when(reads, 1)), lit(0), lit(None)]
             names.append(spec)
         # Per publisher (a row per device, not one in all): each device's units are metered to
         # it (`by_user`: username -> units); the rule's figures are the sum over them.
@@ -500,13 +507,13 @@ class RulePlan:
         """The results the Python evaluator answers (its rows only)."""
         if self.marked is None:
             return self.scoped.mapInArrow(self._evaluate(), RESULT_DDL)
-        rows = self.marked.where(F.size(F.col(PY_COLUMN)) > 0).drop(SURE_COLUMN)
+        rows = self.marked.where(F.size(col(PY_COLUMN)) > 0).drop(SURE_COLUMN)
         return rows.mapInArrow(self._evaluate(), RESULT_DDL)
 
     def undecided(self) -> DataFrame:
         """Rows some rule leaves to Python (counted to skip the Python pass when there are none)."""
         assert self.marked is not None
-        return self.marked.where(F.size(F.col(PY_COLUMN)) > 0)
+        return self.marked.where(F.size(col(PY_COLUMN)) > 0)
 
     def results(self) -> DataFrame:
         if not self.specs:
@@ -518,20 +525,20 @@ class RulePlan:
 
 def _answered_columns(pending: bool, has_message_id: bool) -> tuple[list, list]:
     """`RulePlan.answered`'s two projections: each row's answers exploded, then the results."""
-    answers = F.col(SURE_COLUMN)
+    answers = col(SURE_COLUMN)
     if pending:
         answers = F.concat(
             answers,
             F.transform(
-                F.col(PY_COLUMN),
+                col(PY_COLUMN),
                 lambda rule_id: F.struct(
                     rule_id.alias("rule_id"),
-                    F.lit(PENDING).alias("status"),
-                    F.lit(None).cast("string").alias("outputs"),
+                    lit(PENDING).alias("status"),
+                    lit(None).cast("string").alias("outputs"),
                 ),
             ).cast(_SURE_TYPE),
         )
-    message_id = F.col(MESSAGE_ID) if has_message_id else F.lit(None).cast("string")
+    message_id = col(MESSAGE_ID) if has_message_id else lit(None).cast("string")
     exploded = [
         "tenant",
         "ts",
@@ -539,18 +546,18 @@ def _answered_columns(pending: bool, has_message_id: bool) -> tuple[list, list]:
         "topic",
         "client_id",
         "username",
-        F.col(UNITS_COLUMN).alias("units"),
+        col(UNITS_COLUMN).alias("units"),
         F.explode(answers).alias("r"),
     ]
     results = [
-        F.col("r.rule_id").alias("rule_id"),
+        col("r.rule_id").alias("rule_id"),
         "tenant",
         "ts",
         "units",
-        F.col("r.status").alias("status"),
-        F.col("r.outputs").alias("outputs"),
-        F.lit(None).cast("string").alias("error"),
-        F.lit(None).cast("string").alias("budget"),
+        col("r.status").alias("status"),
+        col("r.outputs").alias("outputs"),
+        lit(None).cast("string").alias("error"),
+        lit(None).cast("string").alias("budget"),
         MESSAGE_ID,
         "topic",
         "client_id",
@@ -560,6 +567,7 @@ def _answered_columns(pending: bool, has_message_id: bool) -> tuple[list, list]:
 
 
 _RECIPES: dict[tuple, _Recipe] = {}
+_RECIPE_BUILD = threading.Lock()
 
 
 def _typed_fields(df: DataFrame) -> list[str]:
@@ -658,16 +666,16 @@ class _Recipe:
             if rule is None:
                 continue
             reads = (
-                (F.col("tenant") == F.lit(spec.tenant))
+                (col("tenant") == lit(spec.tenant))
                 & rule.takes
-                & ~F.coalesce(F.col("client_id"), F.lit("")).startswith(spec.client_prefix)
+                & ~F.coalesce(col("client_id"), lit("")).startswith(spec.client_prefix)
             )
             # `*` outputs are built in Python: natively only the rows WHERE rejects.
-            passed = F.lit(PASSED) if rule.outputs is not None else F.lit(_PYTHON)
+            passed = lit(PASSED) if rule.outputs is not None else lit(_PYTHON)
             status = F.when(
                 reads,
-                F.when(rule.sure, F.when(rule.passes, passed).otherwise(F.lit(SKIPPED))).otherwise(
-                    F.lit(_PYTHON)
+                F.when(rule.sure, F.when(rule.passes, passed).otherwise(lit(SKIPPED))).otherwise(
+                    lit(_PYTHON)
                 ),
             )
             statuses.append((spec.id, status.alias(f"_s{spec.id}"), rule.outputs))
@@ -676,14 +684,14 @@ class _Recipe:
         answered = F.array(
             *[
                 F.when(
-                    F.col(f"_s{rule_id}").isin(PASSED, SKIPPED),
+                    col(f"_s{rule_id}").isin(PASSED, SKIPPED),
                     F.struct(
-                        F.lit(rule_id).cast("long").alias("rule_id"),
-                        F.col(f"_s{rule_id}").alias("status"),
+                        lit(rule_id).cast("long").alias("rule_id"),
+                        col(f"_s{rule_id}").alias("status"),
                         (
-                            F.when(F.col(f"_s{rule_id}") == F.lit(PASSED), outputs)
+                            F.when(col(f"_s{rule_id}") == lit(PASSED), outputs)
                             if outputs is not None
-                            else F.lit(None).cast("string")
+                            else lit(None).cast("string")
                         ).alias("outputs"),
                     ),
                 )
@@ -694,19 +702,17 @@ class _Recipe:
         left = []
         for spec in self.specs:
             if spec.id in self.native:
-                left.append(F.when(F.col(f"_s{spec.id}") == F.lit(_PYTHON), F.lit(spec.id)))
+                left.append(F.when(col(f"_s{spec.id}") == lit(_PYTHON), lit(spec.id)))
             else:
-                reads = (F.col("tenant") == F.lit(spec.tenant)) & from_predicate(
-                    _compiled(spec.sql)
-                )
-                left.append(F.when(reads, F.lit(spec.id)))
+                reads = (col("tenant") == lit(spec.tenant)) & from_predicate(_compiled(spec.sql))
+                left.append(F.when(reads, lit(spec.id)))
         python = F.filter(F.array(*left), lambda x: x.isNotNull()).cast("array<long>")
         layers.append([*carried, answered.alias(SURE_COLUMN), python.alias(PY_COLUMN)])
-        need = F.size(F.col(PY_COLUMN)) > 0
+        need = F.size(col(PY_COLUMN)) > 0
         layers.append(
             [
                 *[
-                    F.col(c) if c in _ALWAYS_CARRIED else F.when(need, F.col(c)).alias(c)
+                    col(c) if c in _ALWAYS_CARRIED else F.when(need, col(c)).alias(c)
                     for c in self.columns
                 ],
                 UNITS_COLUMN,
@@ -730,27 +736,27 @@ _USER_PROPERTY_OVERHEAD = 1 + 2 + 2  # identifier, key length, value length
 
 def native_units() -> Column:
     """`_units` in Spark: 5 KiB units of payload + topic + properties bytes, at least one."""
-    size = F.coalesce(F.octet_length("payload"), F.lit(0)) + F.coalesce(
-        F.octet_length("topic"), F.lit(0)
+    size = F.coalesce(F.octet_length("payload"), lit(0)) + F.coalesce(
+        F.octet_length("topic"), lit(0)
     )
     for name, width in _FIXED_PROPERTIES.items():
-        size = size + F.when(F.col(name).isNotNull(), F.lit(width)).otherwise(F.lit(0))
+        size = size + F.when(col(name).isNotNull(), lit(width)).otherwise(lit(0))
     for name in _LENGTH_PROPERTIES:
-        size = size + F.coalesce(F.octet_length(name) + F.lit(3), F.lit(0))
+        size = size + F.coalesce(F.octet_length(name) + lit(3), lit(0))
     pairs = F.aggregate(
-        F.col("user_properties"),
-        F.lit(0),
+        col("user_properties"),
+        lit(0),
         lambda acc, p: (
             acc
-            + F.lit(_USER_PROPERTY_OVERHEAD)
-            + F.coalesce(F.octet_length(p["key"]), F.lit(0))
-            + F.coalesce(F.octet_length(p["value"]), F.lit(0))
+            + lit(_USER_PROPERTY_OVERHEAD)
+            + F.coalesce(F.octet_length(p["key"]), lit(0))
+            + F.coalesce(F.octet_length(p["value"]), lit(0))
         ),
     )
     # `aggregate` has no generated code (it is evaluated row by row through its interpreter,
     # ~0.5 µs even for a NULL array): asked only of rows that have user properties.
-    size = size + F.when(F.size("user_properties") > 0, pairs).otherwise(F.lit(0))
-    return F.greatest(F.ceil(size / F.lit(MESSAGE_UNIT_BYTES)), F.lit(1)).cast("int")
+    size = size + F.when(F.size("user_properties") > 0, pairs).otherwise(lit(0))
+    return F.greatest(F.ceil(size / lit(MESSAGE_UNIT_BYTES)), lit(1)).cast("int")
 
 
 # What the evaluator itself reads of every row: scope, self-trigger check, result, units.
@@ -1013,8 +1019,8 @@ def _units(batch: pa.RecordBatch) -> pa.Array:
 def _username(frame: DataFrame) -> Column:
     """The rows' `username` (archive rows written without one: null)."""
     if "username" in frame.columns:
-        return F.col("username")
-    return F.lit(None).cast("string").alias("username")
+        return col("username")
+    return lit(None).cast("string").alias("username")
 
 
 def rule_counts(results: DataFrame) -> DataFrame:
@@ -1022,13 +1028,13 @@ def rule_counts(results: DataFrame) -> DataFrame:
     FROM took the row), passed, failed, units, newest ts, last error; `pending`: rows left to the
     evaluator (`RulePlan.answered(pending=True)`), not counted yet. The caller sums a rule's
     rows over its publishers."""
-    answered = F.col("status") != F.lit(PENDING)
+    answered = col("status") != lit(PENDING)
     return results.groupBy("rule_id", "tenant", "username").agg(
         F.sum(F.when(answered, 1).otherwise(0)).alias("matched"),
         F.sum(F.when(~answered, 1).otherwise(0)).alias("pending"),
-        F.sum(F.when(F.col("status") == PASSED, 1).otherwise(0)).alias("passed"),
-        F.sum(F.when(F.col("status") == FAILED, 1).otherwise(0)).alias("failed"),
-        F.max(F.when(F.col("status") == FAILED, F.col("error"))).alias("last_error"),
-        F.sum(F.when(answered, F.col("units"))).cast("long").alias("units"),
-        F.max(F.when(answered, F.col("ts"))).alias("max_ts"),
+        F.sum(F.when(col("status") == PASSED, 1).otherwise(0)).alias("passed"),
+        F.sum(F.when(col("status") == FAILED, 1).otherwise(0)).alias("failed"),
+        F.max(F.when(col("status") == FAILED, col("error"))).alias("last_error"),
+        F.sum(F.when(answered, col("units"))).cast("long").alias("units"),
+        F.max(F.when(answered, col("ts"))).alias("max_ts"),
     )

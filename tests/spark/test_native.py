@@ -52,6 +52,11 @@ RULES = [
     "SELECT clientid FROM \"t/#\" WHERE username = 'acme/dev' OR clientid <> 'dev'",
     'SELECT payload.n AS n FROM "t/#" WHERE payload.n.m > 4 OR NOT payload.n.m < 100',
     'SELECT topic FROM "t/#" WHERE timestamp > 1700000000050 AND qos IN (0, 1)',
+    # values as conditions: only the atom true holds; under NOT, only the atom false
+    'SELECT payload.temp AS t FROM "t/#" WHERE payload.temp',
+    'SELECT payload.temp AS t FROM "t/#" WHERE NOT payload.temp OR payload.n.m',
+    'SELECT clientid FROM "t/#" WHERE qos OR NOT username OR payload',
+    'SELECT payload.a AS a FROM "t/#" WHERE NOT (NOT payload.a.b) AND payload.l[1]',
 ]
 PAYLOADS = [
     {"temp": 95},
@@ -59,6 +64,9 @@ PAYLOADS = [
     {"temp": "95"},
     {"temp": "abc"},
     {"temp": True},
+    {"temp": False},
+    {"a": {"b": True}, "l": [True]},
+    {"n": {"m": True}},
     {"temp": None},
     {"temp": 90.0000000001},
     {"temp": 90.5},
