@@ -3,7 +3,7 @@ enabled rules across 200 tenants, on the embedded default (one broker on Postgre
 archive, `manage.py run_rules --live` as `make run` starts it, local Spark).
 
     .venv/bin/python -m bench.rules_live [--rules 10,100,1000] [--rate 10] [--seconds 30]
-        [--attack] [--write]
+        [--attack] [--first-match N] [--write]
 
 A throwaway Postgres cluster under `.data/bench-rules-postgres`. Rule i lives in tenant
 `rb-{i % 200}` and reads `sensors/{i}/#` with a JSON-path WHERE; its action is a signed webhook to
@@ -17,6 +17,9 @@ more tenant, `rb-evil`, with a CPU-heavy rule (FOREACH over sha256 of a 1 MB pay
 and a webhook to a tarpit (a receiver that accepts and never answers; FOREACH of 48 outputs,
 1 msg/s): the victims' p50/p99 before and during. Webhooks may call the local receivers because
 the bench allows loopback (`WEBHOOK_ALLOW=127.0.0.1`), as an operator would.
+
+`--first-match N` (issue 43) then changes N rules in turn (one saved, one enabled, one edited to
+read a new topic), each under the background load, and times each change to its first webhook.
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ def attack(client, stop: threading.Event) -> None:
 class Receiver:
     def __init__(self) -> None:
         self.latencies: dict[str, float] = {}
+        self.received: dict[str, float] = {}  # id -> when it first came
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -139,6 +143,7 @@ class Receiver:
                 now = time.time()
                 output = json.loads(body)
                 receiver.latencies[output["id"]] = now - output["sent"]
+                receiver.received.setdefault(output["id"], now)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -173,6 +178,20 @@ def seed(rules: int, url: str) -> dict[str, str]:
     return secrets
 
 
+def background(clients: dict, rules: int, rate: float, stop: threading.Event) -> None:
+    """Readings the rules read and do not match, at `rate` msg/s, until `stop`."""
+    tick, owed, seq = 0.01, 0.0, 0
+    while not stop.is_set():
+        owed += rate * tick
+        while owed >= 1:
+            owed -= 1
+            rule = random.randrange(rules)
+            reading = json.dumps({"id": "bg", "sent": time.time(), "t": 5, "seq": seq})
+            clients[f"rb-{rule % TENANTS:03d}"].publish(f"sensors/{rule}/x", reading, qos=1)
+            seq += 1
+        stop.wait(tick)
+
+
 def add_rules(start: int, end: int, url: str) -> None:
     from tenants.models import Tenant
     from tenants.rules import services as rule_services
@@ -188,6 +207,57 @@ def add_rules(start: int, end: int, url: str) -> None:
             ),
             actions=[{"type": "webhook", "url": url, "secret": SECRET}],
         )
+
+
+CHANGES = ("saved", "enabled", "edited")
+
+
+def first_matches(client, receiver: Receiver, count: int, url: str) -> list[tuple[str, float]]:
+    """`count` rule changes in tenant rb-000, in turn a rule saved, a disabled one enabled and one
+    edited to read a new topic; after each, a probe every 50 ms to the topic it now reads: the
+    time from the change to the first webhook received (the issue's "first match after saving,
+    enabling or editing a rule")."""
+    from tenants.models import Tenant
+    from tenants.rules import services as rule_services
+
+    tenant = Tenant.objects.get(slug="rb-000")
+    measured = []
+    for k in range(count):
+        change = CHANGES[k % len(CHANGES)]
+        sql = (
+            "SELECT payload.id AS id, payload.sent AS sent, payload.t AS t "
+            f'FROM "fresh/{k}/#" WHERE payload.t > 10'
+        )
+        actions = [{"type": "webhook", "url": url, "secret": SECRET}]
+        if change == "enabled":
+            rule = rule_services.rule_create(
+                tenant=tenant, name=f"fm{k}", sql=sql, actions=actions, enabled=False
+            )
+        elif change == "edited":
+            rule = rule_services.rule_create(
+                tenant=tenant, name=f"fm{k}", sql=sql.replace("fresh/", "stale/"), actions=actions
+            )
+        time.sleep(3)  # the job has the rule set before the change (a change is what is timed)
+        changed = time.time()
+        if change == "saved":
+            rule_services.rule_create(tenant=tenant, name=f"fm{k}", sql=sql, actions=actions)
+        elif change == "enabled":
+            rule_services.rule_update(rule, enabled=True)
+        else:
+            rule_services.rule_update(rule, sql=sql)
+        seq, deadline = 0, time.monotonic() + 30
+        prefix = f"fresh-{k}-"
+        while time.monotonic() < deadline:
+            payload = json.dumps({"id": f"{prefix}{seq}", "sent": time.time(), "t": 20})
+            client.publish(f"fresh/{k}/x", payload, qos=1)
+            seq += 1
+            time.sleep(0.05)
+            if any(ident.startswith(prefix) for ident in list(receiver.received)):
+                break
+        firsts = [t for ident, t in list(receiver.received.items()) if ident.startswith(prefix)]
+        measured.append((change, min(firsts) - changed if firsts else float("nan")))
+        print(f"  first match after a rule {change}: {measured[-1][1]:.2f}s", flush=True)
+    return measured
 
 
 def job_figures() -> str:
@@ -251,6 +321,14 @@ def main(argv: list[str] | None = None) -> None:
         default="on",
         help="on: the broker hands the rules' rows to the job through the live feed (Redis), as "
         "`make run` does; off: the job reads the archive's live segments (before issue 43)",
+    )
+    parser.add_argument(
+        "--first-match",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then N rule changes (saved, enabled, edited in turn) under the background load: "
+        "the time from each to its first webhook",
     )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
@@ -401,6 +479,17 @@ def main(argv: list[str] | None = None) -> None:
                     f"connections; {waiting} of its webhook outputs waited in the durable queue"
                 )
                 print(attack_note, flush=True)
+        if args.first_match:
+            background_stop = threading.Event()
+            threading.Thread(
+                target=background,
+                args=(clients, steps[-1], args.background, background_stop),
+                daemon=True,
+            ).start()
+            try:
+                matches = first_matches(clients["rb-000"], receiver, args.first_match, receiver.url)
+            finally:
+                background_stop.set()
         for client in clients.values():
             client.disconnect()
             client.loop_stop()
@@ -452,6 +541,13 @@ def main(argv: list[str] | None = None) -> None:
             out.write(f"\nThe job's micro-batches (its `-v 2` log): {stages}.\n")
             if args.attack:
                 out.write(f"\nDuring the attack, {attack_note}.\n")
+            if args.first_match:
+                out.write(
+                    "\nFirst match after a rule change (then a probe every 50 ms to the topic "
+                    f"it reads, beside {args.background:g} msg/s of readings): "
+                    + ", ".join(f"{change} {took:.2f} s" for change, took in matches)
+                    + ".\n"
+                )
 
 
 if __name__ == "__main__":
