@@ -3,9 +3,12 @@ with Mosquitto in the same run.
 
     .venv/bin/python -m bench.limiter /path/to/base/checkout [--seconds 5] [--tenants 10]
         [--payload json|filler] [--qos 0,1] [--a-args "--no-journey"] [--b-args ...]
+        [--feed none|a|b|both] [--rules]
 
 The same checkout twice with different arguments compares a feature on and off, e.g. the
-journey (issue 30): `bench.limiter . --a-args=--no-journey`.
+journey (issue 30): `bench.limiter . --a-args=--no-journey`; or the live feed (issue 43):
+`bench.limiter . --rules --feed b` (a rule per tenant; A without the feed, B with it), and
+`bench.limiter . --feed b` (no rules: what a tenant without rules pays for the feed).
 
 The broker is `python manage.py runbroker` from each checkout (its own `data_plane/` first on
 the path, this virtualenv) on Postgres with everything on: archive, usage metering, presence,
@@ -34,10 +37,13 @@ from bench.brokers import REPO, RunningBroker
 from bench.loadgen import json_bodies
 
 
-def start_runbroker(repo: Path, store_url: str, extra: list[str] = ()) -> RunningBroker:
+def start_runbroker(
+    repo: Path, store_url: str, extra: list[str] = (), feed: str | None = None
+) -> RunningBroker:
     """`runbroker` from `repo` (with `extra` arguments), on this checkout's database
     (DATABASE_URL, else its embedded cluster: a bare checkout would start an empty one of its
-    own)."""
+    own); with `feed` (a Redis URL), the rows tenants' rules read go to the live feed there, as
+    `make run` hands them to the rules job; without, no live feed."""
     from common.runtime.embedded import postgres_url
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-limiter-"))
@@ -48,13 +54,35 @@ def start_runbroker(repo: Path, store_url: str, extra: list[str] = ()) -> Runnin
     process = subprocess.Popen(  # runbroker execs the broker: this pid is the broker's
         brokers._pinned(cmd),
         cwd=repo,
-        env={**os.environ, "OBJECT_STORE_URL": store_url, "DATABASE_URL": database},
+        env={
+            **{k: v for k, v in os.environ.items() if k not in ("RULES_FEED_URL", "REDIS_URL")},
+            "OBJECT_STORE_URL": store_url,
+            "DATABASE_URL": database,
+            **({"RULES_FEED_URL": feed, "RULES_FEED_KEY": f"rules:bench:{port}"} if feed else {}),
+        },
         stdout=subprocess.DEVNULL,
         stderr=open(workdir / "stderr.log", "w"),
         preexec_fn=brokers._raise_nofile,
     )
     brokers._wait_port(process, port, f"runbroker ({repo})")
     return RunningBroker(f"runbroker {repo.name}", process, port, workdir)
+
+
+def add_rules(slugs: list[str]) -> None:
+    """One enabled rule per tenant over `bench/pairs/#` (a webhook nobody calls: nothing here
+    runs the rules job; what is measured is the broker's side of the rules)."""
+    archive._django()
+    from tenants.models import Tenant
+    from tenants.rules import services as rule_services
+
+    os.environ.setdefault("WEBHOOK_ALLOW", "127.0.0.1")
+    for tenant in Tenant.objects.filter(slug__in=slugs):
+        rule_services.rule_create(
+            tenant=tenant,
+            name="hot",
+            sql='SELECT payload.seq AS seq FROM "bench/pairs/#" WHERE payload.seq < 0',
+            actions=[{"type": "webhook", "url": "http://127.0.0.1:9/hook", "secret": "s" * 16}],
+        )
 
 
 def with_recorder(repo: Path) -> None:
@@ -69,10 +97,20 @@ def with_recorder(repo: Path) -> None:
 async def run(base: Path, args: argparse.Namespace, creds: list[tuple[str, str]]) -> list[str]:
     builds = {"A": base, "B": REPO}
     extra = {"A": shlex.split(args.a_args), "B": shlex.split(args.b_args)}
+    feeds: dict[str, str | None] = {"A": None, "B": None}
+    if args.feed != "none":
+        from common.runtime.embedded import redis_url
+
+        url = os.environ.get("REDIS_URL") or redis_url()
+        for label in ("A", "B"):
+            if args.feed in (label.lower(), "both"):
+                feeds[label] = url
     bodies = json_bodies(1024) if args.payload == "json" else None
     stores = archive.Stores("file")
     lines = [
-        f"A = {base} {args.a_args}, B = {REPO} {args.b_args}; {args.payload} payloads; pairs across {len(creds)} tenants; "
+        f"A = {base} {args.a_args}, B = {REPO} {args.b_args}; live feed: {args.feed}; "
+        f"{'a rule per tenant reading the pairs; ' if args.rules else ''}"
+        f"{args.payload} payloads; pairs across {len(creds)} tenants; "
         f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"
     ]
     print(lines[0], flush=True)
@@ -83,7 +121,8 @@ async def run(base: Path, args: argparse.Namespace, creds: list[tuple[str, str]]
             if label == "mosquitto":
                 broker, who = brokers.start("mosquitto"), (brokers.USERNAME, brokers.PASSWORD)
             else:
-                broker, who = start_runbroker(builds[label], store_url, extra[label]), creds
+                broker = start_runbroker(builds[label], store_url, extra[label], feeds[label])
+                who = creds
             try:
                 result = await scenarios.pairs(broker, args.pairs, qos, args.seconds, who, bodies)
             finally:
@@ -130,10 +169,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--qos", type=lambda text: [int(q) for q in text.split(",")], default=[0, 1]
     )
+    parser.add_argument(
+        "--feed",
+        choices=("none", "a", "b", "both"),
+        default="none",
+        help="which build hands its rules' rows to the live feed (Redis: REDIS_URL, else the "
+        "embedded one); e.g. `bench.limiter . --rules --feed b`: the feed's cost, off vs on",
+    )
+    parser.add_argument(
+        "--rules",
+        action="store_true",
+        help="each tenant with an enabled rule reading every pair's topic (without: tenants "
+        "with no rules, whose messages a live feed never touches)",
+    )
     args = parser.parse_args(argv)
     base = args.base.resolve()
     with_recorder(base)
     slugs, creds = archive.seed(args.tenants)
+    if args.rules:
+        add_rules(slugs)
     try:
         lines = asyncio.run(run(base, args, creds))
     finally:
