@@ -252,7 +252,11 @@ class RuleCompiler:
                 f"(CASE WHEN {a.value} THEN true ELSE {b.value} END)",
                 f"({a.sure} AND CASE WHEN {a.value} THEN true ELSE {b.sure} END)",
             )
-        if kind == "not":
+        if kind == "var":
+            return self.atom(node, True)
+        if kind == "not" and node[1][0] == "var":  # not a value: true only where it is false
+            return self.atom(node[1], False)
+        if kind == "not":  # of a condition: always a boolean
             inner = self.cond(node[1])
             return Cond(f"(NOT {inner.value})", inner.sure)
         if kind == "const" and isinstance(node[1], bool):
@@ -262,6 +266,20 @@ class RuleCompiler:
         if kind == "in":
             return self.member(node)
         raise NotNative(f"{kind} as a condition")
+
+    def atom(self, node: tuple[Any, ...], wanted: bool) -> Cond:
+        """A value as a condition (`WHERE payload.open`): it holds only where the value is the
+        atom true (the evaluator's `is True`); under NOT, only where it is the atom false."""
+        value = self.value(node)
+        if value.kind != "json":  # a column or the payload's text: never a boolean
+            return Cond("false", "true")
+        leaf = _Leaf(value.index)
+        holds = f"({leaf.is_atom} AND {leaf.atom_text} = '{'true' if wanted else 'false'}')"
+        return Cond(
+            f"coalesce(CASE WHEN {leaf.j} IS NULL THEN false ELSE {holds} END, false)",
+            f"coalesce({OK} AND CASE WHEN {leaf.j} IS NULL THEN {leaf.missing_sure} "
+            "ELSE true END, false)",
+        )
 
     def compare(self, node: tuple[Any, ...]) -> Cond:
         op, left, right = node[1], node[2], node[3]

@@ -162,6 +162,7 @@ def test_the_usual_rules_are_decided_by_duckdb_alone_on_well_formed_payloads(tmp
             True,
         ),
         ('SELECT upper(payload.s) AS u FROM "t/#"', False),
+        ('SELECT payload.n AS n FROM "t/#" WHERE payload.open AND NOT payload.closed', True),
         ('SELECT payload.temp AS temp FROM "t/#" WHERE temp > 1', False),
         ('SELECT payload.c FROM "t/#" WHERE payload.t > 1', False),  # binds `payload`
         ('FOREACH payload.l AS x FROM "t/#"', False),
