@@ -14,7 +14,8 @@ bare columns (they cannot fail but for an unreadable payload, and the names they
 read by WHERE); WHERE with AND / OR / NOT (left-to-right, as the evaluator short-circuits), the
 comparisons, `topic =~ 'filter'`, `x [NOT] IN (literals)`, TRUE/FALSE, between a payload path, the
 payload, `topic`, `clientid`, `username`, `qos`, `timestamp` or `publish_received_at` and
-literals. EMQX's comparison semantics as `spark/rules/native.py` documents them.
+literals, and one of those values as a condition (`WHERE payload.open`). EMQX's semantics as
+`spark/rules/native.py` documents them.
 
 Where DuckDB's JSON reader and Python's differ, a row is not sure: a payload that is not UTF-8 or
 not JSON to DuckDB; a trailing comma (DuckDB takes it, Python refuses it); a `\\u` escape, or a
