@@ -142,13 +142,16 @@ def test_kill_9_at_qos2_delivers_every_message_exactly_once(nodes, tenant_user, 
         armed.set()
         assert paused.wait(5)
         time.sleep(0.2)
+        before_kill = len(traffic.acked)
         a.kill()
         time.sleep(2 * HEARTBEAT + 1.5)  # noticed, adopted, drained; traffic goes on
     for client in subscribers:
         client.stop_loop()  # (its node is gone: no reconnecting there on its own)
         move(client, b.port)
     acked = traffic.acked
-    assert len(acked) > 150
+    # Traffic on both sides of the kill (a count over the whole run, 150, failed once in CI at
+    # 148 on a loaded machine: the rate is the machine's, not what the test is about).
+    assert before_kill >= 20 and len(acked) - before_kill >= 20, (before_kill, len(acked))
     for client in subscribers:
         got = collect([client], acked, patience=15)
         missing = [p for p in acked if p not in got]
