@@ -276,11 +276,6 @@ class Stage:
             leaf = self._path_leaves[name] = Leaf(name, self)
         return leaf
 
-    def known(self, key: str) -> Cond | None:
-        """The leaf registered as `key`, if some rule registered it already: a new rule set's
-        plan builds each distinct comparison once (each is dozens of py4j calls)."""
-        return self._leaves.get(key)
-
     def leaf(self, key: str, build: Any) -> Cond:
         """A comparison (or an output's sureness) as two columns of their own, built once per
         distinct `key`, so the rules' AND/OR over them stay small and each runs once per row."""
@@ -489,14 +484,9 @@ class RuleCompiler:
 
     def _shared(self, what: tuple, build: Callable[[], Cond]) -> Cond:
         """A condition's leaf: the one registered for the same condition (and the same names
-        bound by the SELECT), else built now (raising NotNative before anything is
-        registered) and registered."""
-        key = repr((*what, sorted(self.bound)))
-        known = self.stage.known(key)
-        if known is not None:
-            return known
-        built = build()
-        return self.stage.leaf(key, lambda: built)
+        bound by the SELECT), else built (dozens of py4j calls; NotNative raised before
+        anything is registered) and registered."""
+        return self.stage.leaf(repr((*what, sorted(self.bound))), build)
 
     def atom(self, node: tuple, wanted: bool) -> Cond:
         """A value as a condition (`WHERE payload.open`): it holds only where the value is the
