@@ -14,7 +14,9 @@ catching up. A message read from this node's stream from an entry written before
 that matches a departed relay's filters goes to the session's new node as the relay would have
 sent it (`route`); one that went there directly as well is delivered once (the new node's
 window, data_plane.cluster.exactly). A relayed message for a session that has moved on again
-goes on the same way (`pass_on`): relays chain along the moves instead of dropping it.
+goes on the same way (`pass_on`): relays chain along the moves instead of dropping it. A copy
+of a message the session already got here (its window here saw the origin) does not follow it:
+`second_copy`, data_plane.cluster.exactly.
 
 A record goes when the session comes back here (`forget`), when this node's stream is read past
 its cutoff (entry ids only grow), or `KEEP` seconds after it left, whichever is first. The
@@ -28,6 +30,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,11 +70,16 @@ def entry_ms(entry_id: bytes) -> int:
     return int(entry_id.split(b"-", 1)[0])
 
 
+# (session key, the message's origin) -> whether the session got that message here already
+SecondCopy = Callable[[tuple[str, str], tuple[str, int] | None], bool]
+
+
 class Departed:
     """This node's departed relays (see the module's docstring)."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, second_copy: SecondCopy) -> None:
         self.redis = redis  # the bus: its clock (TIME) gives each record's cutoff
+        self.second_copy = second_copy  # (data_plane.cluster.exactly.Origins)
         self.relayed = 0  # messages sent on to the node a session moved to
         self.records: dict[tuple[str, str], _Record] = {}  # by session key
         # The same, oldest first, for purging from the front: a mass move (a node's clients all
@@ -123,6 +131,8 @@ class Departed:
         return True
 
     def _send(self, relay: Departing, message: Message, commits: list[Commit]) -> None:
+        if self.second_copy(relay.target, message.cluster_origin):
+            return  # delivered here before the session left: it has it
         self.relayed += 1
         commit = relay.deliver(Delivery(message, message.qos, message.retain))
         if commit is not None:

@@ -32,6 +32,14 @@ them. The adopted sessions are watched the same way until the inheritance is ove
 The window is installed on the session object as it is created at B (the broker's
 `session.adopted` hook, which every opened or restored session passes through), before its
 subscriptions enter the router: no direct copy reaches it unrecorded.
+
+A window outlives the session's stay when the session moves on within it (B → C): a copy that
+follows the session from here (a relayed one passed on, or a direct one read late from this
+node's stream: data_plane.cluster.departed) is dropped here when the window saw its origin —
+the session got that message here, and C's window never saw it. A session that comes back while
+its window here is still open continues it (`seen` carried over). A node stalled for a moment
+(its routes still standing at the publishers, its stream read late) sends such copies along
+the chain of moves after the session has left the node that delivered the message.
 """
 
 from __future__ import annotations
@@ -97,6 +105,16 @@ class Origins:
             self.expected.discard(session.key)
             Window(self, session)
 
+    def second_copy(self, key: tuple[str, str], origin: Origin | None) -> bool:
+        """A copy of a message about to follow the session `key` away from here: True (and
+        counted as dropped) when the session's window here saw its origin (see the module's
+        docstring)."""
+        window = self.open.get(key)
+        if origin is None or window is None or origin not in window.seen:
+            return False
+        self.duplicates += 1
+        return True
+
     def local(self, message: Message) -> int:
         """A message published at this node: its origin count (0 is "unknown")."""
         self.count += 1
@@ -139,6 +157,10 @@ class Window:
         self.origins = origins
         self.session = session
         self.seen: set[Origin] = set()
+        earlier = origins.open.get(session.key)
+        if earlier is not None:  # back here within its window: what it got here still counts
+            self.seen = earlier.seen
+            earlier.close()
         self.inner: Callable[[Delivery], Commit | None] = session.deliver
         session.deliver = self.deliver  # (an instance attribute: the class's method returns)
         origins.opened += 1

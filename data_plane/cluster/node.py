@@ -119,7 +119,8 @@ class Cluster:
         peers = self.membership  # who lives: membership owns it, the others read it
         self.their_routes = TheirRoutes(bus, self.table, peers, self.own_routes.out_of_step)
         self.publisher = Publisher(self.node_id, self.table, peers, self.forwarder, self.origins)
-        self.departed = Departed(self.redis)  # relays gone from the router, for late messages
+        # Relays gone from the router, for late messages (not what a session got here).
+        self.departed = Departed(self.redis, self.origins.second_copy)
         self.relays = Relays(self.forwarder, self.table, peers, self.departed)
         self.sessions = SessionClaims(
             bus,

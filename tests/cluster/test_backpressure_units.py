@@ -23,6 +23,7 @@ from data_plane.cluster import backpressure, codec, receive
 from data_plane.cluster.backpressure import PAUSE_ENTRIES, RESUME_ENTRIES, Backlogs
 from data_plane.cluster.bus import Bus
 from data_plane.cluster.departed import Departed
+from data_plane.cluster.exactly import Origins
 from data_plane.cluster.forward import Forwarder
 from data_plane.cluster.keys import Keys
 from data_plane.cluster.receive import Receiver
@@ -86,7 +87,7 @@ def _receiver() -> tuple[Receiver, Broker]:
     receiver = Receiver(
         Bus("me", Keys("test"), reader, reader, 2.0),
         sessions=SimpleNamespace(on_control=lambda body: None),
-        departed=Departed(reader),
+        departed=Departed(reader, Origins("me").second_copy),
         drop=lambda reason, n: dropped.__setitem__(reason, n),
     )
     receiver.attach(broker)

@@ -54,10 +54,11 @@ class Forwarder:
         return out
 
 
-def _node() -> SimpleNamespace:
+def _node(arrived: bool = False) -> SimpleNamespace:
     """This node ("a") holding the persistent session acme/s on t/#, and node "b" whose
     routes for it are announced: its session claims, relays, departed relays and stream
-    reader, each given what it uses (the bus and the forwarder are fakes)."""
+    reader, each given what it uses (the bus and the forwarder are fakes). `arrived`: the
+    session came here from a live node a moment ago (its move window is open here)."""
     auth = StaticAuthenticator({"acme": {"devices": {"d1": {"password": "p"}}}})
     broker = Broker(BrokerConfig(port=0, ws_port=0, sys_interval=0), auth)
     dropped: dict[str, int] = {}
@@ -66,16 +67,20 @@ def _node() -> SimpleNamespace:
     peers = SimpleNamespace(alive={"b": {}, "c": {}}, dying=set())
     table = SimpleNamespace(nodes={"b": SimpleNamespace(routes={route_key("acme", "t/#", None)})})
     forwarder = Forwarder()
-    departed = Departed(redis)
+    origins = Origins("a")
+    origins.attach(broker)
+    departed = Departed(redis, origins.second_copy)
     relays = Relays(forwarder, table, peers, departed)  # type: ignore[arg-type]
     drop = lambda reason, n: dropped.__setitem__(reason, n)  # noqa: E731
     sessions = SessionClaims(
-        bus, peers=peers, departed=departed, origins=Origins("a"), relays=relays, drop=drop
+        bus, peers=peers, departed=departed, origins=origins, relays=relays, drop=drop
     )
     receiver = Receiver(bus, sessions=sessions, departed=departed, drop=drop)
     for room in (relays, sessions, receiver):
         room.attach(broker)
     client = FakeClient("s")
+    if arrived:
+        origins.expect(("acme", "s"))
     session, _ = broker.open_session(client, "acme", "s", "d1", False, 3600, 1000)
     broker.subscribe(session, Subscription("t/#", 1), None)
     return SimpleNamespace(
@@ -89,6 +94,7 @@ def _node() -> SimpleNamespace:
         receiver=receiver,
         dropped=dropped,
         session=session,
+        origins=origins,
     )
 
 
@@ -109,8 +115,11 @@ def _batch(topic: str, payload: str, seq: int = 7) -> bytes:
     return codec.encode(message, codec.DELIVER, seq=seq)
 
 
-def _entry(written_ms: int, payload: str, writer: bytes = b"c") -> tuple[bytes, dict]:
-    return (f"{written_ms}-0".encode(), {b"m": _batch("t/x", payload), b"w": writer, b"c": 7})
+def _entry(written_ms: int, payload: str, writer: bytes = b"c", seq: int = 7) -> tuple[bytes, dict]:
+    return (
+        f"{written_ms}-0".encode(),
+        {b"m": _batch("t/x", payload, seq), b"w": writer, b"c": seq},
+    )
 
 
 async def test_a_message_sent_before_the_move_and_read_after_the_relay_left_reaches_the_session():
@@ -174,3 +183,42 @@ async def test_each_departed_relay_keeps_to_its_own_cutoff_when_an_older_one_has
     await cluster.receiver._deliver(STREAM, [late_t, late_u])
     # The first (no cutoff) still sends; the second's entry was past its cutoff: not sent.
     assert [payload for _node_id, payload, _ in cluster.forwarder.relayed()] == ["t-late"]
+
+
+def _published_at_c(payload: str, seq: int) -> Message:
+    message = Message("t/x", payload.encode(), 1, False, tenant="acme", publisher="p")
+    mark(message, "c", seq)
+    return message
+
+
+async def test_a_message_the_session_got_here_does_not_follow_it_when_it_moves_on():
+    """z → a → b, a node on the way stalled: node c published m9 while the session was here;
+    its direct copy was delivered here, and a second copy (c still routed to the stalled node
+    the session had left, whose relay sent it here late) reaches this node after the session
+    left for b, as a relayed message and as a late stream entry. Neither goes on to b, where the
+    session's window never saw m9 (CI once saw a QoS 2 message twice this way); m10, which the
+    session did not get here, still follows it."""
+    cluster = _node(arrived=True)
+    commits: list = []
+    cluster.sessions.targeted(_published_at_c("m9", 9), "s", commits)  # delivered here
+    assert [d.message.payload for d in cluster.session.queue] == [b"m9"]  # (a slow reader)
+    await _moved_to_b(cluster)
+    cluster.sessions.targeted(_published_at_c("m9", 9), "s", commits)  # relayed, late
+    await cluster.receiver._deliver(STREAM, [_entry(BUS_SECONDS * 1000, "m9", seq=9)])
+    cluster.sessions.targeted(_published_at_c("m10", 10), "s", commits)
+    assert [p for _node_id, p, _groups in cluster.forwarder.relayed()] == ["m10"]
+    assert cluster.origins.duplicates == 2
+
+
+async def test_a_session_back_within_its_window_keeps_what_it_got_here_the_first_time():
+    """a → b → a: what the session got here on its first stay still counts as delivered."""
+    cluster = _node(arrived=True)
+    cluster.sessions.targeted(_published_at_c("m9", 9), "s", [])
+    await _moved_to_b(cluster)
+    cluster.departed.forget(("acme", "s"))  # back here: a CONNECT claims it again
+    cluster.origins.expect(("acme", "s"))
+    again, _ = cluster.broker.open_session(FakeClient("s"), "acme", "s", "d1", False, 3600, 1000)
+    cluster.broker.subscribe(again, Subscription("t/#", 1), None)
+    cluster.sessions.targeted(_published_at_c("m9", 9), "s", [])  # a late second copy
+    cluster.sessions.targeted(_published_at_c("m10", 10), "s", [])
+    assert [d.message.payload for d in again.queue] == [b"m10"]
