@@ -170,10 +170,13 @@ class SessionStore:
     async def flushed(self) -> None:
         """Every write queued so far is committed (or failed): a session handed to another
         node of the cluster leaves nothing behind in this process."""
-        if self._in_flight is not None and not self._in_flight.done():
-            await asyncio.wait([self._in_flight])
+        # The queued group commits after the one in flight: waiting for it covers both. (Not
+        # the one in flight first: the committer may take the queued group as that one ends,
+        # before this resumes, and the queue looks empty while it still commits.)
         if len(self._batch):
             await asyncio.wait([self._future()])
+        elif self._in_flight is not None and not self._in_flight.done():
+            await asyncio.wait([self._in_flight])
 
     def _future(self) -> asyncio.Future[None]:
         future = asyncio.get_running_loop().create_future()

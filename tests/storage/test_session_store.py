@@ -168,3 +168,23 @@ def test_a_stream_mark_commits_with_the_writes_it_rides_with_and_never_alone(ten
         return alone, after, await store.stream_mark_of("node-x")
 
     assert run(body) == (None, "7-1", None)
+
+
+def test_flushed_returns_once_every_write_queued_before_it_is_committed(tenant_id):
+    """A session handed to another node is read there from the database once `flushed()`
+    returns. With one group commit in flight and the next group full (taken at once, with no
+    wait for more writes), `flushed()` returned while that next group was still committing:
+    the other node could read a queue without its last writes."""
+
+    async def body(store):
+        store.max_batch = 5
+        await store.save_session(tenant_id, "c1", expiry_interval=3600, subscriptions=[])
+        first = [store.enqueue(tenant_id, "c1", message(s)) for s in range(1, 6)]  # full
+        await asyncio.sleep(0)  # the committer takes it: in flight
+        second = [store.enqueue(tenant_id, "c1", message(s)) for s in range(6, 11)]  # full
+        await store.flushed()
+        stored = await store.fetch(tenant_id, "c1", limit=100)
+        await asyncio.gather(*first, *second)
+        return [m.seq for m in stored]
+
+    assert run(body) == list(range(1, 11))
