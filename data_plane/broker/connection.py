@@ -128,6 +128,7 @@ class MQTTConnection(asyncio.Protocol):
         }
         self._aliases = OutboundAliases()
         self.outbound_alias = self._aliases.lookup  # what the session asks per delivery
+        self.alias_sent = self._aliases.sent  # and tells once a PUBLISH set a new one
         self.writer = Writer(self, self.loop)
         self.send: Callable[[bytes], None] = (
             self.writer.send

@@ -1,10 +1,11 @@
 """A delivery as the PUBLISH bytes its client receives: the client's protocol version, its
 topic aliases (`aliases`), the message's 5.0 properties and subscription identifiers, within
-the client's Maximum Packet Size. Pure: it reads what the client negotiated, writes nothing."""
+the client's Maximum Packet Size. Pure: it reads what the client negotiated, writes nothing
+(a new topic alias is the caller's to record once the bytes went out: `Wire.new_alias`)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from common.mqtt.codec import encode_publish
 from common.mqtt.packets import MQTT_5_0
@@ -22,15 +23,21 @@ class Outgoing(Protocol):
     subscription_ids: tuple[int, ...]
 
 
+class Wire(NamedTuple):
+    data: bytes  # the PUBLISH
+    new_alias: int | None  # the topic alias it sets (the client knows it once this is sent)
+
+
 def encode_delivery(
     conn: Outlet, delivery: Outgoing, packet_id: int | None, dup: bool
-) -> bytes | None:
+) -> Wire | None:
     """The PUBLISH for `delivery`, or None when it is larger than the client accepts (the
     caller skips it, as the spec says [MQTT-3.1.2-25])."""
     message = delivery.message
     version = conn.protocol_version
     topic = message.topic
     properties = b""
+    new_alias = None
     if version == MQTT_5_0:
         props = message.delivery_properties()
         if delivery.subscription_ids:
@@ -41,6 +48,8 @@ def encode_delivery(
             props = dict(props, topic_alias=alias_id)
             if known:
                 topic = ""
+            else:
+                new_alias = alias_id
         properties = encode_properties(props) if props else b"\x00"
     data = encode_publish(
         topic.encode(),
@@ -54,4 +63,4 @@ def encode_delivery(
     )
     if len(data) > conn.client_maximum_packet_size:
         return None
-    return data
+    return Wire(data, new_alias)

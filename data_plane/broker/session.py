@@ -306,13 +306,15 @@ class Session:
             self.inflight[packet_id] = Inflight(
                 delivery, AWAIT_PUBACK if delivery.qos == 1 else AWAIT_PUBREC
             )
-        data = encode_delivery(conn, delivery, packet_id, dup)
-        if data is None:  # larger than the client accepts: skipped, as the spec says
+        wire = encode_delivery(conn, delivery, packet_id, dup)
+        if wire is None:  # larger than the client accepts: skipped, as the spec says
             if packet_id is not None:
                 del self.inflight[packet_id]
             self._drop(delivery, "too_large")
             return
-        conn.send(data)
+        conn.send(wire.data)
+        if wire.new_alias is not None:
+            conn.alias_sent(message.topic, wire.new_alias)
         if delivery.qos == 2 and delivery.seq is not None and self.durable is not None:
             self.durable.sent(self, delivery, packet_id)  # type: ignore[arg-type]  # QoS 2: it has an id
         if self.on_sent:
@@ -325,11 +327,13 @@ class Session:
             if entry.state == AWAIT_PUBCOMP:
                 conn.send(encode_ack(PacketType.PUBREL, packet_id, 0, None, conn.protocol_version))
                 continue
-            data = encode_delivery(conn, entry.delivery, packet_id, True)
-            if data is None:
+            wire = encode_delivery(conn, entry.delivery, packet_id, True)
+            if wire is None:
                 del self.inflight[packet_id]
                 continue
-            conn.send(data)
+            conn.send(wire.data)
+            if wire.new_alias is not None:
+                conn.alias_sent(entry.delivery.message.topic, wire.new_alias)
 
     # -- acknowledgements from the client -------------------------------------------------
 

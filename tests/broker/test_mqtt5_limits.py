@@ -54,6 +54,25 @@ def test_topic_aliases_towards_the_client(broker):
     aliased.close(), pub.close()
 
 
+def test_a_delivery_too_large_for_the_client_leaves_no_topic_alias_behind(broker):
+    """The first delivery on a topic is over the client's Maximum Packet Size (skipped): the
+    next one on that topic must carry the topic itself, since the client never saw the alias
+    (an alias alone that the client does not know is a protocol error, MQTT 5.0 §3.3.2.3.4)."""
+    props = {"TopicAliasMaximum": 5, "MaximumPacketSize": 200}
+    aliased = Paho(broker.port, "acme/d1", "pw1", "alias-big", properties=props)
+    aliased.subscribe("tb/#", 0)
+    pub = Paho(broker.port, "acme/d2", "pw2", "alias-big-pub")
+    pub.publish("tb/long/topic/name", b"x" * 500, 1)
+    pub.publish("tb/long/topic/name", b"m1", 1)
+    pub.publish("tb/long/topic/name", b"m2", 1)
+    got = aliased.expect(3, 1.5)
+    assert [(m.topic, m.properties.TopicAlias, m.payload) for m in got] == [
+        ("tb/long/topic/name", 1, b"m1"),
+        ("", 1, b"m2"),
+    ]
+    aliased.close(), pub.close()
+
+
 def test_broker_respects_the_clients_receive_maximum(broker):
     # A raw 5.0 client with Receive Maximum 2 that never acknowledges.
     sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
