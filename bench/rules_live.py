@@ -429,17 +429,13 @@ def main(argv: list[str] | None = None) -> None:
                         {"id": "bg", "sent": time.time(), "t": 5, "hum": 41.5, "bat": 3.7,
                          "fw": "1.4.2", "seq": seq}
                     )  # fmt: skip
-                    clients[f"rb-{rule % TENANTS:03d}"].publish(
-                        f"sensors/{rule}/x", reading, qos=1
-                    )
+                    clients[f"rb-{rule % TENANTS:03d}"].publish(f"sensors/{rule}/x", reading, qos=1)
                 while owed_probes >= 1:
                     owed_probes -= 1
                     rule = random.randrange(step)
                     ident = f"{step}-{seq}"
                     payload = json.dumps({"id": ident, "sent": time.time(), "t": 20})
-                    clients[f"rb-{rule % TENANTS:03d}"].publish(
-                        f"sensors/{rule}/x", payload, qos=1
-                    )
+                    clients[f"rb-{rule % TENANTS:03d}"].publish(f"sensors/{rule}/x", payload, qos=1)
                     sent[ident] = time.time()
                     seq += 1
                 next_tick += tick

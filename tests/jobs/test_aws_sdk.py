@@ -39,6 +39,7 @@ def presence_written(transactional_db):
     while DeviceConnection.objects.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
 
+
 WAIT = 10
 
 
