@@ -9,7 +9,8 @@ hold anyone). The victim (10 pairs, 200 msg/s in all, QoS 0, 1 KiB) runs in its 
 higher scheduling priority, so that what it measures is the broker, not the generator beside it;
 the neighbour (`--flooders` pairs flat out at QoS 0, and 20 connections opened and closed in a
 loop) in another. Per build (A the base checkout if given, B this one; A-B-B-A): the victim's
-p50/p99 alone, then under the neighbour.
+p50/p99 alone, then under the neighbour, and what the neighbour got through meanwhile
+(deliveries and connections per second: what holding it to its share costs it).
 """
 
 from __future__ import annotations
@@ -54,13 +55,17 @@ async def victim(port: int, login: list[str], seconds: float) -> dict:
     }
 
 
-async def neighbour(port: int, login: list[str], seconds: float, flooders: int) -> None:
+async def neighbour(port: int, login: list[str], seconds: float, flooders: int) -> dict:
+    """Flooding for `seconds`; what it got through (messages delivered to its subscribers per
+    second, connections opened and closed): what fairness costs the neighbour."""
     stats = Stats(sample_every=1000)
     subs = await connect_many(flooders, "127.0.0.1", port, stats, "nsub", *login)
     for index, sub in enumerate(subs):
         await sub.subscribe(f"bench/pairs/noise/{index}", 0)
     pubs = await connect_many(flooders, "127.0.0.1", port, Stats(), "npub", *login)
-    deadline = time.perf_counter() + seconds
+    started = time.perf_counter()
+    deadline = started + seconds
+    churned = [0]
 
     async def churn() -> None:
         while time.perf_counter() < deadline:
@@ -68,6 +73,7 @@ async def neighbour(port: int, login: list[str], seconds: float, flooders: int) 
                 await connect("127.0.0.1", port, Stats(), f"churn-{n}", *login) for n in range(20)
             ]
             close_all(clients)
+            churned[0] += len(clients)
 
     await asyncio.gather(
         churn(),
@@ -79,6 +85,11 @@ async def neighbour(port: int, login: list[str], seconds: float, flooders: int) 
         ),
     )
     close_all(subs + pubs)
+    elapsed = time.perf_counter() - started
+    return {
+        "delivered_per_s": round(stats.received / elapsed),
+        "connects_per_s": round(churned[0] / elapsed, 1),
+    }
 
 
 def role(argv: list[str]) -> None:
@@ -87,7 +98,8 @@ def role(argv: list[str]) -> None:
     if kind == "victim":
         print(json.dumps(asyncio.run(victim(int(port), [user, password], float(seconds)))))
     else:
-        asyncio.run(neighbour(int(port), [user, password], float(seconds), int(argv[5])))
+        got = asyncio.run(neighbour(int(port), [user, password], float(seconds), int(argv[5])))
+        print(json.dumps(got))
 
 
 def child(*args: str, nice: int = 0) -> subprocess.Popen:
@@ -101,12 +113,16 @@ def measure(port: int, creds: list[tuple[str, str]], args: argparse.Namespace) -
     seconds = str(args.seconds)
     quiet = child("victim", str(port), *creds[0], seconds, nice=-10)
     alone = json.loads(quiet.communicate()[0])
-    noise = child("neighbour", str(port), *creds[1], str(args.seconds + 3), str(args.flooders))
+    noise = child(
+        "neighbour",
+        *(str(port), *creds[1], str(args.seconds + 3), str(args.flooders)),
+        nice=args.neighbour_nice,
+    )
     time.sleep(2)  # the neighbour's connections are up and flooding
     loud = child("victim", str(port), *creds[0], seconds, nice=-10)
     during = json.loads(loud.communicate()[0])
-    noise.wait()
-    return alone, during
+    flood = json.loads(noise.communicate()[0])
+    return alone, during, flood
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -118,6 +134,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("base", type=Path, nargs="?", help="an older checkout: A-B-B-A")
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--flooders", type=int, default=50)
+    parser.add_argument(
+        "--neighbour-nice",
+        type=int,
+        default=0,
+        help="the neighbour's generator at this niceness (10: the broker gets the CPU first, as "
+        "it would with the neighbour's devices on other machines)",
+    )
     args = parser.parse_args(argv)
     order = [("B", REPO)]
     if args.base is not None:
@@ -132,12 +155,14 @@ def main(argv: list[str] | None = None) -> None:
             broker = start_runbroker(repo, stores.new())
             try:
                 time.sleep(1)
-                alone, during = measure(broker.port, creds, args)
+                alone, during, flood = measure(broker.port, creds, args)
             finally:
                 broker.stop()
                 stores.close()
             print(
-                f"{label} {repo}: victim alone {alone} | beside the neighbour {during}", flush=True
+                f"{label} {repo}: victim alone {alone} | beside the neighbour {during}"
+                f" | the neighbour {flood}",
+                flush=True,
             )
     finally:
         archive.cleanup(slugs)

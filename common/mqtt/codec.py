@@ -99,7 +99,10 @@ _ACK_CLASSES: dict[PacketType, type[PubAck | PubRec | PubRel | PubComp]] = {
 
 
 class Reader:
-    """Incremental decoder for one connection. `feed()` returns every complete packet."""
+    """Incremental decoder for one connection. `feed()` returns every complete packet, or the
+    first `limit` of them: the rest of the bytes wait in the reader (`more`) for the next
+    `feed`, so that a large read is decoded a slice at a time (each slice handled before the
+    next is decoded: a broker loop's turn stays short)."""
 
     def __init__(
         self,
@@ -114,26 +117,44 @@ class Reader:
         self._buffer = bytearray()
         self._connected = protocol_version is not None and not server_side
         self._failed: MQTTError | None = None
+        self.more = False  # the last `feed` stopped at its limit: bytes of more packets wait
+        # Where it stopped: the read's bytes and the offset of the first packet not decoded
+        # (read from there in place by the next `feed`, not copied once per slice).
+        self._rest: bytes | None = None
+        self._rest_at = 0
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Packet]:
+    def feed(self, data: bytes | bytearray | memoryview, limit: int = 0) -> list[Packet]:
+        """The complete packets in what was buffered and `data` (at most `limit`, if given)."""
         if self._failed:
             raise self._failed
+        stop = limit or 1 << 62
         buffer = self._buffer
         # Nothing waits from an earlier read (the usual case): the packets are read from `data`
         # in place, and only what is left of it is kept. Else `data` joins the buffer, which is
         # copied once to bytes (`whole`) when a packet in it is complete, so that a packet's
         # body is sliced off once instead of copied twice (bytearray slice, then bytes).
-        if not buffer and type(data) is bytes:
-            view: bytes | bytearray = data
-            whole: bytes | None = data
+        position = 0
+        rest = self._rest
+        if rest is not None:  # a read decoded a slice at a time: go on where the last stopped
+            self._rest = None
+            position = self._rest_at
+            if data:  # (more arrived meanwhile: the rest joins the buffer, then `data`)
+                buffer += memoryview(rest)[position:]
+                rest, position = None, 0
+        if rest is not None and not data:
+            view: bytes | bytearray = rest
+            whole: bytes | None = rest
+        elif not buffer and type(data) is bytes:
+            view = whole = data
         else:
             buffer += data
             view, whole = buffer, None
         packets: list[Packet] = []
-        position = 0
         size = len(view)
         try:
             while size - position >= 2:
+                if len(packets) >= stop:
+                    break
                 first = view[position]
                 # Fast path: a client's QoS 1 PUBACK of either version in its 4-byte form (the
                 # 5.0 short form carries reason 0 and no properties, as `_ack` reads it), once
@@ -189,7 +210,12 @@ class Reader:
             self._failed = exc
             raise
         finally:
-            if view is buffer:
+            self.more = len(packets) >= stop and size - position >= 2
+            if self.more and whole is not None:
+                self._rest, self._rest_at = whole, position
+                if view is buffer:
+                    buffer.clear()  # (`whole` is its copy)
+            elif view is buffer:
                 if position:
                     del buffer[:position]
             elif position < size:

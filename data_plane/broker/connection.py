@@ -63,7 +63,7 @@ from data_plane.broker.admission import PublishAdmission
 from data_plane.broker.aliases import OutboundAliases
 from data_plane.broker.auth import AuthResult, peer_certificate
 from data_plane.broker.broker import Broker
-from data_plane.broker.flow import OutboundPacer, ReadGate
+from data_plane.broker.flow import READ_SLICE, SHARE_CHECK, OutboundPacer, ReadGate
 from data_plane.broker.handshake import Handshake, Refusal
 from data_plane.broker.inbound import Inbound, InboundOutlet
 from data_plane.broker.message import Message
@@ -179,7 +179,7 @@ class MQTTConnection(asyncio.Protocol):
             self.handshake.buffer(data)
             return
         try:
-            packets = self.reader.feed(data)
+            packets = self.reader.feed(data, READ_SLICE)
         except UnsupportedProtocolVersion:
             # Answer in the form the client can read: 3.1.1 CONNACK "unacceptable version".
             refused.malformed(self, RC.UNSUPPORTED_PROTOCOL_VERSION, "unsupported protocol")
@@ -196,33 +196,53 @@ class MQTTConnection(asyncio.Protocol):
         if gate.turns.limiting and gate.turns.over(self.tenant):  # its share of this turn is had
             gate.next_turn(packets)
             return
-        self._process(packets)
-        gate.after_read(len(packets))
+        gate.after_read(self._process(packets), self.reader.more)
 
-    def _process(self, packets: list[Packet]) -> None:
+    @property
+    def unread(self) -> bool:
+        """flow.FlowOwner: packets of the last read wait in the reader, not decoded yet."""
+        return self.reader.more
+
+    def read_on(self) -> None:
+        """flow.FlowOwner: the next slice of what was read (`unread`)."""
+        self.data_received(b"")
+
+    def _process(self, packets: list[Packet]) -> int:
+        """Handle `packets` in order; returns how many were handled here (the rest, if any,
+        wait in the read gate: a quota, a backed-up subscriber, or the tenant's share of this
+        turn of the loop, looked at every `SHARE_CHECK` packets)."""
         gate, handlers, connect = self.gate, self._handlers, PacketType.CONNECT  # per packet
+        turns = gate.turns
         for index, packet in enumerate(packets):
             if self.closing:
-                return
+                return index
             try:
                 if packet.type is connect:
                     self._judging = True
                     rest = packets[index + 1 :]
                     self.loop.create_task(self._handle_connect(packet, rest))  # type: ignore[arg-type]  # its type says Connect
-                    return
+                    return index + 1
                 handler = handlers.get(packet.type)
                 if handler is not None and (actions := handler(packet)) is not None:
                     apply(self, actions)  # what the collaborator decided (`actions`)
             except MQTTError as exc:
                 self._protocol_failure(exc.reason_code, str(exc))
-                return
+                return index + 1
             except Exception:
                 log.exception("error handling %s from %s", packet.type.name, self.peer)
                 self._protocol_failure(RC.UNSPECIFIED_ERROR, "internal error")
-                return
+                return index + 1
             if gate.rate or gate.throttled_by:
                 gate.held.extend(packets[index + 1 :])  # the rest of this read waits too
-                return
+                return index + 1
+            if (
+                index % SHARE_CHECK == SHARE_CHECK - 1
+                and turns.limiting
+                and turns.over(self.tenant, index + 1)
+            ):
+                gate.next_turn(packets[index + 1 :])  # its share is had: the rest waits
+                return index + 1
+        return len(packets)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.door is None:

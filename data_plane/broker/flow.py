@@ -3,9 +3,11 @@
 
 Three reasons, each with its own way out:
 
-- `burst`: one read brought many packets, or the tenant has had its share of this loop turn
-  (`turns.TenantTurns`); yield a loop turn so the deliveries they produced are written before
-  more is read, and other tenants go first (fairness, bounded batches). Ends on the next turn.
+- `burst`: one read brought many packets (they are decoded and handled `READ_SLICE` at a time,
+  the rest of the read waiting in the connection's reader: `unread`), or the tenant has had its
+  share of this loop turn (`turns.TenantTurns`, looked at every `SHARE_CHECK` packets); yield a
+  loop turn so the deliveries they produced are written before more is read, and other tenants
+  go first (fairness, bounded batches). Ends on the next turn.
 - `rate`: a client over a publish rate (its tenant's or its device's): the packet is held and
   retried when the tenant's share (`fair_share.PublishShare`) says its turn has come (`wake`).
 - `throttled_by`: subscribers whose queues backed up with what this client published (the
@@ -45,6 +47,12 @@ class FlowBroker(Protocol):
     def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None: ...
 
 
+# Packets decoded from one read at a time: a 256 KiB read of small publishes is hundreds of
+# packets, milliseconds of work in one callback that another tenant's packet would wait behind.
+READ_SLICE = 64
+SHARE_CHECK = 16  # packets handled between two looks at the tenant's share of the loop turn
+
+
 class FlowOwner(Protocol):
     """The connection, as its gate and pacer see it."""
 
@@ -58,10 +66,14 @@ class FlowOwner(Protocol):
     def broker(self) -> FlowBroker: ...
     @property
     def session(self) -> Session | None: ...
+    @property
+    def unread(self) -> bool: ...  # packets of the last read not decoded yet
+
+    def read_on(self) -> None: ...  # decode and handle the next slice of them
 
 
 class ReadGate:
-    BURST = 64  # packets from one read after which the connection yields a loop turn
+    BURST = READ_SLICE  # packets from one read after which the connection yields a loop turn
     THROTTLE_LIMIT = 2.0  # seconds a backed-up subscriber may hold a publisher
 
     __slots__ = (
@@ -72,13 +84,13 @@ class ReadGate:
         self,
         owner: FlowOwner,
         loop: asyncio.AbstractEventLoop,
-        process: Callable[[list[Packet]], None],
+        process: Callable[[list[Packet]], int],
         turns: TenantTurns,
     ) -> None:
         self.owner = owner  # the connection: its transport, `closing`, its tenant
         self.loop = loop
         self.turns = turns  # the tenants' shares of a loop turn
-        self.process = process  # handles packets (and may close the gate again)
+        self.process = process  # handles packets (and may close the gate again): how many
         self.held: list[Packet] = []  # packets read but not handled while the gate holds
         self.burst = False
         self.rate = False
@@ -90,10 +102,11 @@ class ReadGate:
         """Paused by a quota or a backed-up subscriber: the rest of a read waits too."""
         return self.rate or bool(self.throttled_by)
 
-    def after_read(self, count: int) -> None:
+    def after_read(self, count: int, unread: bool = False) -> None:
+        """`count` packets of a read were handled; `unread`: more of it waits in the reader."""
         self.turns.spend(self.owner.tenant, count)
         # libuv reads a busy socket many times per loop turn: yield after a burst.
-        if count >= self.BURST and not self.burst:
+        if (count >= self.BURST or unread) and not self.burst:
             self._yield_turn()
 
     def next_turn(self, packets: list[Packet]) -> None:
@@ -151,19 +164,24 @@ class ReadGate:
         """Resume reading once nothing pauses it, handling held packets first."""
         if self.owner.closing or self.throttled_by or self.rate or self.burst:
             return
+        owner = self.owner
         if self.held:
             held, self.held = self.held, []
-            self.process(held)
-            self.turns.spend(self.owner.tenant, len(held))
-            if self.held or self.throttled_by or self.rate:
+            self.turns.spend(owner.tenant, self.process(held))
+            if self.held or self.throttled_by or self.rate or self.burst:
                 return
-        self.owner.transport.resume_reading()
+        if owner.unread:  # the rest of the last read, a slice at a time
+            owner.read_on()
+            if owner.closing or self.held or self.holds or self.burst:
+                return
+        owner.transport.resume_reading()
 
     def _end_burst(self) -> None:
         turns = self.turns
         if self.owner.closing:  # what it held is not handled: no more turns to wait for
             return
-        if self.held and turns.limiting and turns.over(self.owner.tenant):  # others first
+        waiting = self.held or self.owner.unread
+        if waiting and turns.limiting and turns.over(self.owner.tenant):  # others first
             self.loop.call_soon(self._end_burst)
             return
         self.burst = False

@@ -1,5 +1,5 @@
 """Property tests: every packet type encodes and decodes back to itself, on 3.1.1 and 5.0,
-whole or fed byte by byte."""
+whole, fed byte by byte, or decoded a few packets at a time (`feed`'s limit, `more`)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -219,6 +219,20 @@ def roundtrip(packets, version, server_side, connect=None):
     for index in range(len(prefix + data)):
         one_by_one += split.feed((prefix + data)[index : index + 1])
     assert one_by_one[1 if connect else 0 :] == packets
+    sliced = Reader(server_side=server_side, protocol_version=None if server_side else version)
+    in_slices = sliced.feed(prefix + data, 2)
+    assert len(in_slices) <= 2
+    while sliced.more:  # the rest of that one read, two packets at a time
+        assert len(in_slices) % 2 == 0
+        in_slices += sliced.feed(b"", 2)
+    assert in_slices[1 if connect else 0 :] == packets
+    # A second read arriving while the first still waits in slices (a WebSocket's frames).
+    halves = Reader(server_side=server_side, protocol_version=None if server_side else version)
+    middle = len(prefix + data) // 2
+    both = halves.feed((prefix + data)[:middle], 1) + halves.feed((prefix + data)[middle:], 1)
+    while halves.more:
+        both += halves.feed(b"", 1)
+    assert both[1 if connect else 0 :] == packets
 
 
 quick = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
