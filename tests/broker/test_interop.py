@@ -12,7 +12,7 @@ import aiomqtt
 import pytest
 
 from common.mqtt.codec import encode
-from common.mqtt.packets import Connect
+from common.mqtt.packets import Connect, Publish
 from tests.broker.clients import Paho, run_mqtt_js
 from tests.broker.conftest import start_broker
 
@@ -312,6 +312,29 @@ def test_malformed_packets_close_only_that_connection(broker, packet, reason):
     bystander.publish("alive/x", "still here", 1)
     assert bystander.expect(1)[0].payload == b"still here"
     bystander.close()
+
+
+def test_a_connect_and_300_publishes_in_one_write_are_all_answered_in_order(broker):
+    """A client that pipelines: CONNECT and 300 QoS 1 PUBLISHes in one write (the broker
+    decodes and handles a read a slice at a time, `flow.READ_SLICE`: the rest of the read must
+    follow, through the CONNECT's judging and without more bytes from the client)."""
+    sub = Paho(broker.port, "acme/d2", "pw2", "pipe-sub")
+    sub.subscribe("pipe/#", 1)
+    burst = encode(Connect("pipe-pub", 4, username="acme/d1", password=b"pw1"), 4) + b"".join(
+        encode(Publish(f"pipe/{i}", f"m{i}".encode(), 1, packet_id=i + 1), 4) for i in range(300)
+    )
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
+    sock.sendall(burst)
+    expected = b"\x20\x02\x00\x00" + b"".join(
+        b"\x40\x02" + (i + 1).to_bytes(2, "big") for i in range(300)
+    )
+    got = b""
+    deadline = time.monotonic() + 10
+    while len(got) < len(expected) and time.monotonic() < deadline:
+        got += sock.recv(65536)
+    assert got == expected  # CONNACK, then every PUBACK in order
+    assert [m.payload for m in sub.expect(300, 10)] == [f"m{i}".encode() for i in range(300)]
+    sock.close(), sub.close()
 
 
 def test_v311_protocol_violation_just_closes(broker):
