@@ -27,10 +27,10 @@ session (and sends the will, if CONNACK was ever sent).
 
 Reading. While a CONNECT is judged (`_judging`, possibly waiting on the database or on the
 client's AUTH answers), no packet is handled: the ones read with the CONNECT and the bytes that
-follow wait in the handshake, and are handled in order after CONNACK. After it, the read gate may
-pause reading (a burst, a 3.1.1 client over its publish rate, subscribers whose queues its PUBLISH
-backed up: `Published.slow_down`); packets already read then wait in the gate (`held`) and go
-first when it reopens.
+follow wait in the handshake, and are handled in order after CONNACK. After it, a read is handled
+a slice at a time, and the read gate may pause reading (a burst, the tenant's share of the turn
+had, a 3.1.1 client over its publish rate, subscribers whose queues its PUBLISH backed up:
+`Published.slow_down`); what was read then waits (`held`, the reader) and goes first after.
 
 Writing. Everything written in one loop turn goes out in one `transport.write` (`writer.Writer`).
 From the moment the session is attached until CONNACK is written, writes are held: CONNACK is
@@ -190,29 +190,14 @@ class MQTTConnection(asyncio.Protocol):
             self._protocol_failure(exc.reason_code, str(exc))
             return
         gate = self.gate
-        if gate.held:  # keep the order: what waits goes first
-            gate.held.extend(packets)
-            return
-        if gate.turns.limiting and gate.turns.over(self.tenant):  # its share of this turn is had
+        if gate.held or gate.share_had(0):  # what waits goes first; or its share is had
             gate.next_turn(packets)
             return
         gate.after_read(self._process(packets), self.reader.more)
 
-    @property
-    def unread(self) -> bool:
-        """flow.FlowOwner: packets of the last read wait in the reader, not decoded yet."""
-        return self.reader.more
-
-    def read_on(self) -> None:
-        """flow.FlowOwner: the next slice of what was read (`unread`)."""
-        self.data_received(b"")
-
     def _process(self, packets: list[Packet]) -> int:
-        """Handle `packets` in order; returns how many were handled here (the rest, if any,
-        wait in the read gate: a quota, a backed-up subscriber, or the tenant's share of this
-        turn of the loop, looked at every `SHARE_CHECK` packets)."""
+        """Handle `packets` in order: how many were (the rest waits in the read gate)."""
         gate, handlers, connect = self.gate, self._handlers, PacketType.CONNECT  # per packet
-        turns = gate.turns
         for index, packet in enumerate(packets):
             if self.closing:
                 return index
@@ -235,12 +220,8 @@ class MQTTConnection(asyncio.Protocol):
             if gate.rate or gate.throttled_by:
                 gate.held.extend(packets[index + 1 :])  # the rest of this read waits too
                 return index + 1
-            if (
-                index % SHARE_CHECK == SHARE_CHECK - 1
-                and turns.limiting
-                and turns.over(self.tenant, index + 1)
-            ):
-                gate.next_turn(packets[index + 1 :])  # its share is had: the rest waits
+            if index % SHARE_CHECK == SHARE_CHECK - 1 and gate.share_had(index + 1):
+                gate.next_turn(packets[index + 1 :])  # the rest waits for a later turn
                 return index + 1
         return len(packets)
 

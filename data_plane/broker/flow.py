@@ -4,7 +4,7 @@
 Three reasons, each with its own way out:
 
 - `burst`: one read brought many packets (they are decoded and handled `READ_SLICE` at a time,
-  the rest of the read waiting in the connection's reader: `unread`), or the tenant has had its
+  the rest of the read waiting in the connection's reader: `reader.more`), or the tenant has had its
   share of this loop turn (`turns.TenantTurns`, looked at every `SHARE_CHECK` packets); yield a
   loop turn so the deliveries they produced are written before more is read, and other tenants
   go first (fairness, bounded batches). Ends on the next turn.
@@ -67,9 +67,16 @@ class FlowOwner(Protocol):
     @property
     def session(self) -> Session | None: ...
     @property
-    def unread(self) -> bool: ...  # packets of the last read not decoded yet
+    def reader(self) -> Unread: ...
 
-    def read_on(self) -> None: ...  # decode and handle the next slice of them
+    def data_received(self, data: bytes) -> None: ...  # b"": the next slice of the last read
+
+
+class Unread(Protocol):
+    """The connection's reader (`codec.Reader`), as the gate sees it."""
+
+    @property
+    def more(self) -> bool: ...  # packets of the last read not decoded yet
 
 
 class ReadGate:
@@ -109,8 +116,15 @@ class ReadGate:
         if (count >= self.BURST or unread) and not self.burst:
             self._yield_turn()
 
+    def share_had(self, handling: int) -> bool:
+        """The tenant had its share of this loop turn, with `handling` packets of a read not
+        counted yet (`SHARE_CHECK`)."""
+        turns = self.turns
+        return turns.limiting and turns.over(self.owner.tenant, handling)
+
     def next_turn(self, packets: list[Packet]) -> None:
-        """The tenant has had its share of this loop turn: these wait for the next."""
+        """These wait for a later turn (the tenant had its share of this one, or packets read
+        earlier wait: they go first)."""
         self.held.extend(packets)
         if not self.burst:
             self._yield_turn()
@@ -170,8 +184,8 @@ class ReadGate:
             self.turns.spend(owner.tenant, self.process(held))
             if self.held or self.throttled_by or self.rate or self.burst:
                 return
-        if owner.unread:  # the rest of the last read, a slice at a time
-            owner.read_on()
+        if owner.reader.more:  # the rest of the last read, a slice at a time
+            owner.data_received(b"")
             if owner.closing or self.held or self.holds or self.burst:
                 return
         owner.transport.resume_reading()
@@ -180,9 +194,9 @@ class ReadGate:
         turns = self.turns
         if self.owner.closing:  # what it held is not handled: no more turns to wait for
             return
-        waiting = self.held or self.owner.unread
+        waiting = self.held or self.owner.reader.more
         if waiting and turns.limiting and turns.over(self.owner.tenant):  # others first
-            self.loop.call_soon(self._end_burst)
+            turns.wait_turn(self.owner.tenant, self._end_burst)
             return
         self.burst = False
         self.resume()

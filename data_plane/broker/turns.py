@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
+from collections.abc import Callable
 
 PER_TURN = 64  # packets a tenant's connections may always handle in one turn of the loop
 SAMPLE = 0.01  # seconds between the turns that move the averages (and the shares)
@@ -32,7 +34,7 @@ UNLIMITED = float("inf")
 class TenantTurns:
     __slots__ = (
         "spent", "per_turn", "limiting", "limits", "default_limit", "average", "_top",
-        "_reset_due", "_next_sample",
+        "_reset_due", "_next_sample", "waiting",
     )  # fmt: skip
 
     def __init__(self, per_turn: int = PER_TURN) -> None:
@@ -45,6 +47,9 @@ class TenantTurns:
         self._top = 0  # the most one tenant handled in this turn
         self._reset_due = False
         self._next_sample = 0.0
+        # tenant -> its connections that had to leave the rest of their reads to a later turn,
+        # in the order they came: resumed from the front while the tenant is under its share.
+        self.waiting: dict[str, deque[Callable[[], None]]] = {}
 
     def over(self, tenant: str, handling: int = 0) -> bool:
         """The tenant has had its share of this turn, with `handling` packets of a read handled
@@ -57,8 +62,22 @@ class TenantTurns:
         if value > self._top:
             self._top = value
         if not self._reset_due:  # the count starts again with the next turn
-            self._reset_due = True
-            asyncio.get_running_loop().call_soon(self._reset)
+            self._next_turn()
+
+    def wait_turn(self, tenant: str, resume: Callable[[], None]) -> None:
+        """The tenant had its share of this turn: `resume` in a later one, once the tenant's
+        connections that came to wait before it have had theirs (one queue per tenant, not a
+        look per connection per turn)."""
+        queue = self.waiting.get(tenant)
+        if queue is None:
+            queue = self.waiting[tenant] = deque()
+        queue.append(resume)
+        if not self._reset_due:
+            self._next_turn()
+
+    def _next_turn(self) -> None:
+        self._reset_due = True
+        asyncio.get_running_loop().call_soon(self._reset)
 
     def _reset(self) -> None:
         if self._top >= self.per_turn or self.average:  # a heavy turn lately: shares matter
@@ -69,6 +88,19 @@ class TenantTurns:
         self.spent.clear()
         self._top = 0
         self._reset_due = False
+        if self.waiting:
+            self._resume_waiting()
+
+    def _resume_waiting(self) -> None:
+        """A new turn: the waiting connections, in order, while their tenant is under its
+        share (each one's resume handles what it holds, and spends)."""
+        for tenant, queue in list(self.waiting.items()):
+            while queue and not (self.limiting and self.over(tenant)):
+                queue.popleft()()
+            if not queue:
+                del self.waiting[tenant]
+        if self.waiting and not self._reset_due:  # (still over: the next turn, then)
+            self._next_turn()
 
     def _share_out(self) -> None:
         """Each tenant's share of the next turn, from the averages the last turn moves."""

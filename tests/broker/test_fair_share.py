@@ -202,3 +202,38 @@ def test_tenants_busy_alike_or_alone_are_never_held_back():
         return held
 
     assert not any(asyncio.run(run()))
+
+
+def test_connections_that_waited_for_a_later_turn_resume_in_the_order_they_came():
+    """A tenant over its share: its connections wait in one queue (not a look each per turn)
+    and go in order, each turn while the tenant is under its share, the rest in later turns."""
+    from data_plane.broker.turns import PER_TURN, TenantTurns
+
+    async def run() -> list[list[str]]:
+        turns = TenantTurns()
+        for _ in range(3):  # a quiet tenant and a busy one: shares apply
+            turns.spend("calm", 1)
+            turns.spend("noisy", 10 * PER_TURN)
+            await asyncio.sleep(0.011)  # (the shares move once per SAMPLE)
+        assert turns.limiting
+        turns.spend("noisy", 10 * PER_TURN)  # over its share in this turn
+        resumed: list[str] = []
+        per_turn: list[list[str]] = []
+
+        def connection(name: str):
+            def resume() -> None:
+                resumed.append(name)
+                turns.spend("noisy", PER_TURN)  # each handles a share's worth
+
+            return resume
+
+        for name in ("n1", "n2", "n3"):
+            turns.wait_turn("noisy", connection(name))
+        for _ in range(4):
+            await asyncio.sleep(0)
+            per_turn.append(list(resumed))
+            resumed.clear()
+        return per_turn
+
+    # One a turn (each takes the share), first come first served, none left behind.
+    assert [names for names in asyncio.run(run()) if names] == [["n1"], ["n2"], ["n3"]]
