@@ -4,7 +4,8 @@ One event loop serves every tenant of a broker process. A tenant whose many conn
 packets ready would otherwise have all of them handled in one turn of the loop, and another
 tenant's packet would wait behind the lot. So the packets each tenant's connections handle in a
 turn are counted, and a tenant that has had more than its share has its connections' further
-reads wait for the next turn (their packets held, reading paused: `flow.ReadGate.next_turn`),
+reads wait for a later turn (their packets held, reading paused: `flow.ReadGate.next_turn`;
+resumed in the order they came, while the tenant is under its share: `wait_turn`),
 looked at within a read too (a read is decoded and handled a slice at a time: `flow.READ_SLICE`).
 
 Its share: at least `PER_TURN` packets, and twice what the other tenants active lately handled
