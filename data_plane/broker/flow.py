@@ -4,10 +4,11 @@
 Three reasons, each with its own way out:
 
 - `burst`: one read brought many packets (they are decoded and handled `READ_SLICE` at a time,
-  the rest of the read waiting in the connection's reader: `reader.more`), or the tenant has had its
-  share of this loop turn (`turns.TenantTurns`, looked at every `SHARE_CHECK` packets); yield a
-  loop turn so the deliveries they produced are written before more is read, and other tenants
-  go first (fairness, bounded batches). Ends on the next turn.
+  the rest of the read waiting in the connection's reader: `reader.more`), or the tenant has had
+  its share of this loop turn (`turns.TenantTurns`, looked at every `SHARE_CHECK` packets);
+  yield a loop turn so the deliveries they produced are written before more is read, and other
+  tenants go first (fairness, bounded batches). Ends on the next turn, or on a later one when
+  the tenant's share is had (`TenantTurns.wait_turn`).
 - `rate`: a client over a publish rate (its tenant's or its device's): the packet is held and
   retried when the tenant's share (`fair_share.PublishShare`) says its turn has come (`wake`).
 - `throttled_by`: subscribers whose queues backed up with what this client published (the

@@ -5,16 +5,16 @@ packets ready would otherwise have all of them handled in one turn of the loop, 
 tenant's packet would wait behind the lot. So the packets each tenant's connections handle in a
 turn are counted, and a tenant that has had more than its share has its connections' further
 reads wait for a later turn (their packets held, reading paused: `flow.ReadGate.next_turn`;
-resumed in the order they came, while the tenant is under its share: `wait_turn`),
-looked at within a read too (a read is decoded and handled a slice at a time: `flow.READ_SLICE`).
+resumed in the order they came, while the tenant is under its share: `wait_turn`), looked at
+within a read too (a read is decoded and handled a slice at a time: `flow.READ_SLICE`).
 
 Its share: at least `PER_TURN` packets, and twice what the other tenants active lately handled
 in a turn, on average (a turn every `SAMPLE` seconds counts, smoothed over about ten of them).
 So a tenant flooding beside quiet ones is held to `PER_TURN` a turn — 64 QoS 0 publishes with a
 subscriber each are about 2-3 ms of this loop's work, the most another tenant's packet waits
-for it (512 let a turn run to 20 ms: `bench.noisy`, issue 44) — while tenants that are all busy alike, or a tenant alone, are never
-held back: holding them would only split the loop's work into more, smaller turns (more writes
-of fewer bytes each) and help nobody. Connections before CONNACK share one count (tenant ""), so
+for it (512 let a turn run to 20 ms: `bench.noisy`, issue 44) — while tenants that are all busy
+alike, or a tenant alone, are never held back: holding them would only split the loop's work
+into more, smaller turns (more writes of fewer bytes each) and help nobody. Connections before CONNACK share one count (tenant ""), so
 a storm of strangers' CONNECTs takes its turn like anyone else.
 """
 
