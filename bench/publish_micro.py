@@ -55,7 +55,11 @@ from data_plane.tenancy.static import StaticAuthenticator
 
 # ROUNDS: e.g. 20 and 40 under callgrind, whose difference is the marginal cost of 20,000
 # messages (PAIRS x BATCH = 1,000 a round), start-up excluded.
-PAIRS, ROUNDS, BATCH = 50, int(os.environ.get("ROUNDS", 200)), 20
+PAIRS, ROUNDS, BATCH = 50, int(os.environ.get("ROUNDS", 200)), int(os.environ.get("BATCH", 20))
+# TENANTS=10: the pairs spread over ten tenants (pair i is tenant i % 10's), so that the tenants'
+# shares of a loop turn (`turns.TenantTurns`) apply as they do on a shared broker; BATCH=200:
+# reads of 200 publishes, larger than a read slice (`flow.READ_SLICE`).
+TENANTS = int(os.environ.get("TENANTS", 1))
 USE_ACL = sys.argv[1] == "acl"
 QOS = int(sys.argv[2])
 # "archive" / "no-archive": the tap on or off, both run as `runbroker` runs (collector on, frozen
@@ -113,11 +117,17 @@ class T:
 
 
 async def main():
+    names = ["t"] if TENANTS == 1 else [f"t{k}" for k in range(TENANTS)]
     tenants = {
-        "t": {"devices": {f"d{i}": {"password": "p", "client_ids": "any"} for i in range(2)}}
+        name: {"devices": {f"d{i}": {"password": "p", "client_ids": "any"} for i in range(2)}}
+        for name in names
     }
     if RATE:
-        tenants["t"]["quota"] = {"max_publish_rate": 10**9, "max_inbound_bytes_rate": 10**12}
+        for name in names:
+            tenants[name]["quota"] = {
+                "max_publish_rate": 10**9,
+                "max_inbound_bytes_rate": 10**12,
+            }
     tap = None
     encoding = [0.0]  # the encoding thread's CPU seconds in `add` and `seal`
     if ARCHIVE:
@@ -146,7 +156,7 @@ async def main():
                 encode(
                     Connect(
                         client_id=f"{role}{i}",
-                        username="t/d0",
+                        username=f"{names[i % len(names)]}/d0",
                         password=b"p",
                         protocol_version=MQTT_3_1_1,
                     ),
@@ -163,7 +173,7 @@ async def main():
     for conn in pubs + subs:
         assert conn.session is not None
         if USE_ACL:
-            conn.auth.acl = AclPolicy(entries, tenant="t", device="d0", default_allow=True)
+            conn.auth.acl = AclPolicy(entries, tenant=conn.tenant, device="d0", default_allow=True)
             authorize_session(conn.session, conn.auth)
     for i, conn in enumerate(subs):
         conn.data_received(encode(Subscribe(1, [Subscription(f"t/{i}", QOS)]), MQTT_3_1_1))
@@ -186,7 +196,7 @@ async def main():
         for conn, data in zip(pubs, batches, strict=True):
             conn.data_received(data)
         await asyncio.sleep(0)
-        while any(conn.gate.held for conn in pubs):  # the tenant's share of a turn is spent
+        while any(conn.gate.held or _unread(conn) for conn in pubs):  # a share of a turn spent
             await asyncio.sleep(0)
         if QOS:  # acknowledge what the subscribers got, as clients do
             for conn in subs:
@@ -222,6 +232,12 @@ async def main():
         )
     else:
         print(f"{elapsed * per_message:.3f}")
+
+
+def _unread(conn: MQTTConnection) -> bool:
+    """Packets of the connection's last read not decoded yet (a read handled a slice at a time;
+    False for a checkout older than that)."""
+    return getattr(conn.reader, "more", False)
 
 
 class _TimedWriter(ParquetArchiveWriter):
