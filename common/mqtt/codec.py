@@ -123,7 +123,7 @@ class Reader:
         self._rest: bytes | None = None
         self._rest_at = 0
 
-    def feed(self, data: bytes | bytearray | memoryview, limit: int = 0) -> list[Packet]:
+    def feed(self, data: bytes | bytearray | memoryview, limit: float = 0) -> list[Packet]:
         """The complete packets in what was buffered and `data` (at most `limit`, if given)."""
         if self._failed:
             raise self._failed

@@ -28,9 +28,9 @@ session (and sends the will, if CONNACK was ever sent).
 Reading. While a CONNECT is judged (`_judging`, possibly waiting on the database or on the
 client's AUTH answers), no packet is handled: the ones read with the CONNECT and the bytes that
 follow wait in the handshake, and are handled in order after CONNACK. After it, a read is handled
-a slice at a time, and the read gate may pause reading (a burst, the tenant's share of the turn
-had, a 3.1.1 client over its publish rate, subscribers whose queues its PUBLISH backed up:
-`Published.slow_down`); what was read then waits (`held`, the reader) and goes first after.
+up to the tenant's share of the loop turn (`ReadGate.read_slice`), and the read gate may pause
+reading (a burst, that share had, a 3.1.1 client over its publish rate, subscribers whose queues
+its PUBLISH backed up); what was read then waits (`held`, the reader) and goes first after.
 
 Writing. Everything written in one loop turn goes out in one `transport.write` (`writer.Writer`).
 From the moment the session is attached until CONNACK is written, writes are held: CONNACK is
@@ -63,7 +63,7 @@ from data_plane.broker.admission import PublishAdmission
 from data_plane.broker.aliases import OutboundAliases
 from data_plane.broker.auth import AuthResult, peer_certificate
 from data_plane.broker.broker import Broker
-from data_plane.broker.flow import READ_SLICE, SHARE_CHECK, OutboundPacer, ReadGate
+from data_plane.broker.flow import SHARE_CHECK, OutboundPacer, ReadGate
 from data_plane.broker.handshake import Handshake, Refusal
 from data_plane.broker.inbound import Inbound, InboundOutlet
 from data_plane.broker.message import Message
@@ -130,9 +130,7 @@ class MQTTConnection(asyncio.Protocol):
         self.outbound_alias = self._aliases.lookup  # what the session asks per delivery
         self.alias_sent = self._aliases.sent  # and tells once a PUBLISH set a new one
         self.writer = Writer(self, self.loop)
-        self.send: Callable[[bytes], None] = (
-            self.writer.send
-        )  # bound once: the session calls it per delivery
+        self.send: Callable[[bytes], None] = self.writer.send  # bound once: called per delivery
         self.write_now = self.writer.now  # what was batched, then this, at once
         self.write_paused = False  # the transport's buffer is full, or CONNACK is not out yet
         self.pacer = OutboundPacer(self, self.loop)
@@ -179,7 +177,7 @@ class MQTTConnection(asyncio.Protocol):
             self.handshake.buffer(data)
             return
         try:
-            packets = self.reader.feed(data, READ_SLICE)
+            packets = self.reader.feed(data, self.gate.read_slice())
         except UnsupportedProtocolVersion:
             # Answer in the form the client can read: 3.1.1 CONNACK "unacceptable version".
             refused.malformed(self, RC.UNSUPPORTED_PROTOCOL_VERSION, "unsupported protocol")
@@ -198,6 +196,7 @@ class MQTTConnection(asyncio.Protocol):
     def _process(self, packets: list[Packet]) -> int:
         """Handle `packets` in order: how many were (the rest waits in the read gate)."""
         gate, handlers, connect = self.gate, self._handlers, PacketType.CONNECT  # per packet
+        check = SHARE_CHECK - 1  # the next index after which the tenant's share is looked at
         for index, packet in enumerate(packets):
             if self.closing:
                 return index
@@ -220,9 +219,11 @@ class MQTTConnection(asyncio.Protocol):
             if gate.rate or gate.throttled_by:
                 gate.held.extend(packets[index + 1 :])  # the rest of this read waits too
                 return index + 1
-            if index % SHARE_CHECK == SHARE_CHECK - 1 and gate.share_had(index + 1):
-                gate.next_turn(packets[index + 1 :])  # the rest waits for a later turn
-                return index + 1
+            if index == check:
+                check += SHARE_CHECK
+                if gate.share_had(index + 1):
+                    gate.next_turn(packets[index + 1 :])  # the rest waits for a later turn
+                    return index + 1
         return len(packets)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -240,8 +241,7 @@ class MQTTConnection(asyncio.Protocol):
         self._released = True
         self._enter(State.CLOSING)
         self.broker.resends.closed(self.tenant, self.client_id, self.admission.recent)
-        if not self.disconnect_reason:
-            self.disconnect_reason = reason
+        self.disconnect_reason = self.disconnect_reason or reason  # whoever ended it first
         self.timer.cancel()
         self.handshake.wake()
         self.pacer.cancel()

@@ -3,9 +3,10 @@
 
 Three reasons, each with its own way out:
 
-- `burst`: one read brought many packets (they are decoded and handled `READ_SLICE` at a time,
-  the rest of the read waiting in the connection's reader: `reader.more`), or the tenant has had
-  its share of this loop turn (`turns.TenantTurns`, looked at every `SHARE_CHECK` packets);
+- `burst`: one read brought many packets (while the tenants' shares apply, a read is decoded and
+  handled up to the tenant's room in this loop turn, `read_slice`, the rest of it waiting in the
+  connection's reader: `reader.more`), or the tenant has had its share of this loop turn
+  (`turns.TenantTurns`, looked at every `SHARE_CHECK` packets);
   yield a loop turn so the deliveries they produced are written before more is read, and other
   tenants go first (fairness, bounded batches). Ends on the next turn, or on a later one when
   the tenant's share is had (`TenantTurns.wait_turn`).
@@ -48,8 +49,11 @@ class FlowBroker(Protocol):
     def quota_exceeded(self, tenant: str, key: str, *, throttled: bool = False) -> None: ...
 
 
-# Packets decoded from one read at a time: a 256 KiB read of small publishes is hundreds of
-# packets, milliseconds of work in one callback that another tenant's packet would wait behind.
+# While the tenants' shares apply, a read is decoded up to the tenant's room in the loop turn, and
+# at least this many packets at a time: a 256 KiB read of small publishes is hundreds of packets,
+# milliseconds of work in one callback that another tenant's packet would wait behind. Tenants
+# busy alike (each with room) and a tenant alone read whole: slicing every read at 64 cost ~5 %
+# more CPU per QoS 0 message with ten tenants busy alike (bench.limiter, bench/RESULTS.md).
 READ_SLICE = 64
 SHARE_CHECK = 16  # packets handled between two looks at the tenant's share of the loop turn
 
@@ -116,6 +120,15 @@ class ReadGate:
         # libuv reads a busy socket many times per loop turn: yield after a burst.
         if (count >= self.BURST or unread) and not self.burst:
             self._yield_turn()
+
+    def read_slice(self) -> float:
+        """Packets to decode from a read now (0: all): the tenant's room in this loop turn, at
+        least `READ_SLICE`, while the shares apply."""
+        turns = self.turns
+        if not turns.limiting:
+            return 0
+        room = turns.room(self.owner.tenant)
+        return room if room > READ_SLICE else READ_SLICE
 
     def share_had(self, handling: int) -> bool:
         """The tenant had its share of this loop turn, with `handling` packets of a read not

@@ -1,11 +1,11 @@
 """A delivery as the PUBLISH bytes its client receives: the client's protocol version, its
 topic aliases (`aliases`), the message's 5.0 properties and subscription identifiers, within
 the client's Maximum Packet Size. Pure: it reads what the client negotiated, writes nothing
-(a new topic alias is the caller's to record once the bytes went out: `Wire.new_alias`)."""
+(a new topic alias is the caller's to record once the bytes went out: `Wire`'s second item)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from common.mqtt.codec import encode_publish
 from common.mqtt.packets import MQTT_5_0
@@ -23,9 +23,10 @@ class Outgoing(Protocol):
     subscription_ids: tuple[int, ...]
 
 
-class Wire(NamedTuple):
-    data: bytes  # the PUBLISH
-    new_alias: int | None  # the topic alias it sets (the client knows it once this is sent)
+# The PUBLISH, and the topic alias it sets (the client knows it once the bytes are sent). A plain
+# tuple: built once per delivery, where a NamedTuple's Python-level constructor cost ~6 % of the
+# publish path's instructions (callgrind, bench.publish_micro with ten tenants).
+Wire = tuple[bytes, int | None]
 
 
 def encode_delivery(
@@ -63,4 +64,4 @@ def encode_delivery(
     )
     if len(data) > conn.client_maximum_packet_size:
         return None
-    return Wire(data, new_alias)
+    return data, new_alias

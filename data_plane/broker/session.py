@@ -312,9 +312,10 @@ class Session:
                 del self.inflight[packet_id]
             self._drop(delivery, "too_large")
             return
-        conn.send(wire.data)
-        if wire.new_alias is not None:
-            conn.alias_sent(message.topic, wire.new_alias)
+        data, new_alias = wire
+        conn.send(data)
+        if new_alias is not None:
+            conn.alias_sent(message.topic, new_alias)
         if delivery.qos == 2 and delivery.seq is not None and self.durable is not None:
             self.durable.sent(self, delivery, packet_id)  # type: ignore[arg-type]  # QoS 2: it has an id
         if self.on_sent:
@@ -331,9 +332,10 @@ class Session:
             if wire is None:
                 del self.inflight[packet_id]
                 continue
-            conn.send(wire.data)
-            if wire.new_alias is not None:
-                conn.alias_sent(entry.delivery.message.topic, wire.new_alias)
+            data, new_alias = wire
+            conn.send(data)
+            if new_alias is not None:
+                conn.alias_sent(entry.delivery.message.topic, new_alias)
 
     # -- acknowledgements from the client -------------------------------------------------
 

@@ -6,7 +6,8 @@ tenant's packet would wait behind the lot. So the packets each tenant's connecti
 turn are counted, and a tenant that has had more than its share has its connections' further
 reads wait for a later turn (their packets held, reading paused: `flow.ReadGate.next_turn`;
 resumed in the order they came, while the tenant is under its share: `wait_turn`), looked at
-within a read too (a read is decoded and handled a slice at a time: `flow.READ_SLICE`).
+within a read too (a read is decoded and handled up to the tenant's room in the turn:
+`flow.ReadGate.read_slice`).
 
 Its share: at least `PER_TURN` packets, and twice what the other tenants active lately handled
 in a turn, on average (a turn every `SAMPLE` seconds counts, smoothed over about ten of them).
@@ -56,6 +57,10 @@ class TenantTurns:
         """The tenant has had its share of this turn, with `handling` packets of a read handled
         but not counted yet (callers ask `limiting` first)."""
         return self.spent.get(tenant, 0) + handling >= self.limits.get(tenant, self.default_limit)
+
+    def room(self, tenant: str) -> float:
+        """Packets the tenant may still handle in this turn (callers ask `limiting` first)."""
+        return self.limits.get(tenant, self.default_limit) - self.spent.get(tenant, 0)
 
     def spend(self, tenant: str, count: int) -> None:
         spent = self.spent

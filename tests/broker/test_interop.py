@@ -315,9 +315,10 @@ def test_malformed_packets_close_only_that_connection(broker, packet, reason):
 
 
 def test_a_connect_and_300_publishes_in_one_write_are_all_answered_in_order(broker):
-    """A client that pipelines: CONNECT and 300 QoS 1 PUBLISHes in one write (the broker
-    decodes and handles a read a slice at a time, `flow.READ_SLICE`: the rest of the read must
-    follow, through the CONNECT's judging and without more bytes from the client)."""
+    """A client that pipelines: CONNECT and 300 QoS 1 PUBLISHes in one write (the packets read
+    with the CONNECT wait while it is judged, and those of a read the broker handles a slice at
+    a time, `flow.ReadGate.read_slice`, wait in the reader: all must follow, in order, without
+    more bytes from the client)."""
     sub = Paho(broker.port, "acme/d2", "pw2", "pipe-sub")
     sub.subscribe("pipe/#", 1)
     burst = encode(Connect("pipe-pub", 4, username="acme/d1", password=b"pw1"), 4) + b"".join(
