@@ -99,10 +99,11 @@ _ACK_CLASSES: dict[PacketType, type[PubAck | PubRec | PubRel | PubComp]] = {
 
 
 class Reader:
-    """Incremental decoder for one connection. `feed()` returns every complete packet, or the
-    first `limit` of them: the rest of the bytes wait in the reader (`more`) for the next
-    `feed`, so that a large read is decoded a slice at a time (each slice handled before the
-    next is decoded: a broker loop's turn stays short)."""
+    """Incremental decoder for one connection. `feed()` returns every complete packet, or with
+    a `limit` stops before the packet past it (not before a short PUBACK: they are cheap and
+    bounded by what the client was sent): the rest of the bytes wait in the reader (`more`)
+    for the next `feed`, so that a large read is decoded a slice at a time (each slice handled
+    before the next is decoded: a broker loop's turn stays short)."""
 
     def __init__(
         self,
@@ -123,7 +124,7 @@ class Reader:
         self._rest: bytes | None = None
         self._rest_at = 0
 
-    def feed(self, data: bytes | bytearray | memoryview, limit: float = 0) -> list[Packet]:
+    def feed(self, data: bytes | bytearray | memoryview, limit: int = 0) -> list[Packet]:
         """The complete packets in what was buffered and `data` (at most `limit`, if given)."""
         if self._failed:
             raise self._failed
@@ -153,8 +154,6 @@ class Reader:
         size = len(view)
         try:
             while size - position >= 2:
-                if len(packets) >= stop:
-                    break
                 first = view[position]
                 # Fast path: a client's QoS 1 PUBACK of either version in its 4-byte form (the
                 # 5.0 short form carries reason 0 and no properties, as `_ack` reads it), once
@@ -175,6 +174,10 @@ class Reader:
                         packets.append(PubAck(packet_id, 0, {}))
                         position += 4
                         continue
+                # The limit counts every packet but stops only before one of these: a client
+                # acknowledges no more than it was sent (its inflight window), a bounded cost.
+                if len(packets) >= stop:
+                    break
                 # Fixed header: type/flags byte, then the remaining length (1-4 bytes).
                 length = 0
                 shift = 0

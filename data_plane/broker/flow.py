@@ -121,14 +121,14 @@ class ReadGate:
         if (count >= self.BURST or unread) and not self.burst:
             self._yield_turn()
 
-    def read_slice(self) -> float:
+    def read_slice(self) -> int:
         """Packets to decode from a read now (0: all): the tenant's room in this loop turn, at
         least `READ_SLICE`, while the shares apply."""
         turns = self.turns
         if not turns.limiting:
             return 0
-        room = turns.room(self.owner.tenant)
-        return room if room > READ_SLICE else READ_SLICE
+        room = turns.room(self.owner.tenant)  # (finite while the shares apply)
+        return int(room) if room > READ_SLICE else READ_SLICE  # (an int: compared per packet)
 
     def share_had(self, handling: int) -> bool:
         """The tenant had its share of this loop turn, with `handling` packets of a read not

@@ -205,6 +205,12 @@ def server_packets(draw, v5: bool):
     return PingResp()
 
 
+def _past_limit_by_acks(piece, limit) -> bool:
+    """A slice longer than its limit only by short PUBACKs: the limit stops the reader before
+    any other packet (a client acknowledges no more than it was sent)."""
+    return all(type(packet) is PubAck for packet in piece[limit:])
+
+
 def roundtrip(packets, version, server_side, connect=None):
     data = b"".join(encode(p, version) for p in packets)
     whole = Reader(server_side=server_side, protocol_version=None if server_side else version)
@@ -220,11 +226,13 @@ def roundtrip(packets, version, server_side, connect=None):
         one_by_one += split.feed((prefix + data)[index : index + 1])
     assert one_by_one[1 if connect else 0 :] == packets
     sliced = Reader(server_side=server_side, protocol_version=None if server_side else version)
-    in_slices = sliced.feed(prefix + data, 2)
-    assert len(in_slices) <= 2
+    piece = sliced.feed(prefix + data, 2)
+    in_slices = list(piece)
+    assert len(piece) <= 2 or _past_limit_by_acks(piece, 2)
     while sliced.more:  # the rest of that one read, two packets at a time
-        assert len(in_slices) % 2 == 0
-        in_slices += sliced.feed(b"", 2)
+        piece = sliced.feed(b"", 2)
+        assert len(piece) <= 2 or _past_limit_by_acks(piece, 2)
+        in_slices += piece
     assert in_slices[1 if connect else 0 :] == packets
     # A second read arriving while the first still waits in slices (a WebSocket's frames).
     halves = Reader(server_side=server_side, protocol_version=None if server_side else version)
