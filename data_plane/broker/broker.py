@@ -123,9 +123,19 @@ class Broker:
         session.tenant_id = tenant_id
         if self.persistence is not None:
             self.persistence.attach(session)
-        self.sessions[key] = session
-        self.track_persistent(session)
+        self.keep(session)
         return session, present
+
+    def keep(self, session: Session) -> None:
+        """`session` (opened, or restored from storage) is this node's from now on."""
+        self.sessions[session.key] = session
+        self.track_persistent(session)
+
+    def let_go(self, session: Session) -> None:
+        """`session` leaves this node's memory without ending: out of its routes and maps,
+        nothing written (it continues at another node, which holds it from the database)."""
+        self._unroute(session)
+        self._forget(session)
 
     def track_persistent(self, session: Session) -> None:
         """Count the session under max_persistent_sessions while it outlives its connection."""
@@ -174,9 +184,7 @@ class Broker:
             self.persistence.forget(session)
         session.persist = None
         orphans = session.undelivered_shared()
-        for state in list(session.subscriptions.values()):
-            group, topic_filter = parse_shared(state.topic_filter)
-            self.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
+        self._unroute(session)
         session.subscriptions.clear()
         session.clear_delivery_state()
         for delivery in orphans:  # unacknowledged shared messages go to another member
@@ -184,6 +192,15 @@ class Broker:
             member = shared.pick()
             if member is not None:  # nobody to acknowledge or slow down: results unused
                 member.session.deliver(_shared(delivery.message, shared, member))
+        self._forget(session)
+
+    def _unroute(self, session: Session) -> None:
+        """`session`'s subscriptions out of this node's routes (the session keeps them)."""
+        for state in list(session.subscriptions.values()):
+            group, topic_filter = parse_shared(state.topic_filter)
+            self.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
+
+    def _forget(self, session: Session) -> None:
         if self.sessions.get(session.key) is session:
             del self.sessions[session.key]
             self.persistent[session.tenant].discard(session.client_id)

@@ -137,8 +137,8 @@ class MQTTConnection(asyncio.Protocol):
         self.pace = self.pacer.pace  # bound once: the session asks per paced delivery
         self.outbound_bucket: Any = None  # the tenant's outbound bytes/s (inbound: admission)
         self.timer = ConnectionTimer(self, self.loop)  # CONNECT deadline, then keep-alive
-        self._will: Message | None = None
-        self._will_delay, self._send_will = 0, True
+        self.will: Message | None = None  # CONNECT's, and its delay: the cluster's will store reads
+        self.will_delay, self._send_will = 0, True
         self._judging = False  # a CONNECT is being judged
         self.acked = False  # CONNACK (success) sent: stays true while closing
         # Counted in the tenant's connections (released exactly once); let go (`_release`).
@@ -253,8 +253,8 @@ class MQTTConnection(asyncio.Protocol):
         if not self.acked:  # gone before CONNACK: never connected, so no will either
             if session.connection is self:
                 session.will = None
-        elif self._will is not None and self._send_will:
-            self.broker.schedule_will(session, self._will, self._will_delay)
+        elif self.will is not None and self._send_will:
+            self.broker.schedule_will(session, self.will, self.will_delay)
         self.broker.detach(session, self)
         self._announce(False)
 
@@ -306,16 +306,16 @@ class MQTTConnection(asyncio.Protocol):
         version, max_size = self.protocol_version, self.client_maximum_packet_size
         return with_reason(build, reason, version, self.problem_information, max_size, always)
 
-    def taken_over(self) -> None:
+    def taken_over(self, with_will: bool = True) -> None:
         """Another connection claimed this client id: 0x8E, and the will as on any loss (its
-        delay lets the new connection cancel it by resuming the session)."""
+        delay lets the new connection cancel it by resuming the session), unless not `with_will`."""
         session = self.session
         self.disconnect(RC.SESSION_TAKEN_OVER)
         self.session = None  # the session now belongs to the new connection
         self._announce(False)
-        if self._will is not None:
-            self.broker.schedule_will(session, self._will, self._will_delay)
-            self._will = None
+        if self.will is not None and with_will:
+            self.broker.schedule_will(session, self.will, self.will_delay)
+        self.will = None
 
     def will_on_close(self, send: bool) -> None:
         """Whether the will goes out when this connection closes (DISCONNECT 0x04 asks)."""
@@ -394,7 +394,7 @@ class MQTTConnection(asyncio.Protocol):
         if isinstance(welcome, Refusal):
             self.apply(self.handshake.refuse(welcome, connect))
             return
-        self._will, self._will_delay = welcome.will, welcome.will_delay
+        self.will, self.will_delay = welcome.will, welcome.will_delay
         quota = result.quota
         max_queued = quota.get("max_queued_messages", self.config.max_queued_messages)
         await self.handshake.claim(client_id, connect.clean_start)  # earlier CONNECTs first
@@ -413,7 +413,7 @@ class MQTTConnection(asyncio.Protocol):
             result.tenant_id,
         )
         self.session = session  # from here on, any exit path detaches it (connection_lost)
-        session.will, session.will_delay = self._will, self._will_delay
+        session.will, session.will_delay = self.will, self.will_delay
         authorize_session(session, self.auth)
         session.queue_qos0_offline = result.queue_qos0_offline
         if session.persist is not None:

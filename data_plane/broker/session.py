@@ -101,6 +101,9 @@ class Session:
     # callable(topic) -> bool when the device's ACL may withhold some topics its subscriptions
     # match (Mosquitto's read semantics: judged per message, live and retained); else None.
     read_filter: Callable[[str], bool] | None = None
+    # callable(delivery) -> bool, asked first of every delivery: False drops it unseen (the
+    # cluster's duplicate window while the session has just moved here: cluster/exactly.py).
+    screen: Callable[[Delivery], bool] | None = None
     # The device's authorizer and quota as of its last connection: a will is judged by them
     # when it goes out (None after a restart: then only the broker's own rules apply).
     acl: Authorizer | None = None
@@ -122,6 +125,8 @@ class Session:
     def deliver(self, delivery: Delivery) -> Commit | None:
         """Send, queue or drop `delivery`; returns the commit of its durable copy (a future the
         publisher's acknowledgement waits for) when the session is persistent, else None."""
+        if self.screen is not None and not self.screen(delivery):
+            return None  # a second copy of what it already got (the cluster's move window)
         if self.read_filter is not None and not self.read_filter(delivery.message.topic):
             return None  # the device may not read this topic: withheld, as if not subscribed
         commit = None

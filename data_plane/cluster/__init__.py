@@ -48,7 +48,11 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `regroup`: a dead node's share of shared-group messages, given to a surviving member;
 - `exactly`: exactly once while a session moves (a message that reaches the new node both
   directly and through the relay is delivered once, by its origin, which travels on the
-  message; the window opens from the broker's `session.adopted` hook).
+  message; the window opens from the broker's `session.adopted` hook and is the session's
+  `screen`).
+
+The rooms steer the broker through its hooks and methods (`Broker.keep`, `let_go`,
+`publish_will`, a connection's `taken_over`), never its maps or private attributes.
 
 Who calls whom (no loop): `membership` → `own_routes`; `their_routes` and `inherit` hear from
 `membership` through what it announces (registered in `node`) and tell it what they see through

@@ -29,9 +29,10 @@ published at the survivor reaches them at once and, until every node has switche
 dead node to the survivor, also lands in the dead node's stream, which the survivor drains into
 them. The adopted sessions are watched the same way until the inheritance is over.
 
-The window is installed on the session object as it is created at B (the broker's
-`session.adopted` hook, which every opened or restored session passes through), before its
-subscriptions enter the router: no direct copy reaches it unrecorded.
+The window is the session's `screen` (asked first of every delivery), set as the session is
+created at B (the broker's `session.adopted` hook, which every opened or restored session
+passes through), before its subscriptions enter the router: no direct copy reaches it
+unrecorded.
 
 A window outlives the session's stay when the session moves on within it (B → C): a copy that
 follows the session from here (a relayed one passed on, or a direct one read late from this
@@ -46,14 +47,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from data_plane.broker.message import Message
-from data_plane.broker.ports import Commit
 from data_plane.broker.session import Delivery, Session
 from data_plane.cluster.departed import MARGIN
 from data_plane.cluster.relay import RELAY_MAX
@@ -151,9 +151,9 @@ class Origins:
 
 
 class Window:
-    """One moved session's check for duplicates: wraps its `deliver` for `WINDOW` seconds."""
+    """One moved session's check for duplicates: its `screen` for `WINDOW` seconds."""
 
-    def __init__(self, origins: Origins, session: Any) -> None:  # Any: its `deliver` is replaced
+    def __init__(self, origins: Origins, session: Session) -> None:
         self.origins = origins
         self.session = session
         self.seen: set[Origin] = set()
@@ -161,28 +161,28 @@ class Window:
         if earlier is not None:  # back here within its window: what it got here still counts
             self.seen = earlier.seen
             earlier.close()
-        self.inner: Callable[[Delivery], Commit | None] = session.deliver
-        session.deliver = self.deliver  # (an instance attribute: the class's method returns)
+        session.screen = self.first_copy
         origins.opened += 1
         origins.open[session.key] = self
         self.handle = asyncio.get_running_loop().call_later(WINDOW, self.close)
 
-    def deliver(self, delivery: Delivery) -> Commit | None:
+    def first_copy(self, delivery: Delivery) -> bool:
+        """The session has not had this message here yet (the second copy is dropped)."""
         origin = delivery.message.cluster_origin
         if origin is not None:
             if origin in self.seen:
                 self.origins.duplicates += 1
-                return None
+                return False
             self.seen.add(origin)
             if len(self.seen) > WINDOW_MAX:
                 log.warning("move window of %s/%s full: closed early", *self.session.key)
                 self.close()
-        return self.inner(delivery)
+        return True
 
     def close(self) -> None:
         self.handle.cancel()
-        if self.session.__dict__.get("deliver") == self.deliver:
-            del self.session.deliver
+        if self.session.screen == self.first_copy:
+            self.session.screen = None
         if self.origins.open.get(self.session.key) is self:
             del self.origins.open[self.session.key]
         self.seen = set()

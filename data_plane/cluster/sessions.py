@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from common.mqtt.topics import parse_shared
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Commit
 from data_plane.broker.session import Session
@@ -361,9 +360,8 @@ class SessionClaims:
         for session in list(broker.sessions.values()):
             connection = session.connection
             if connection is not None:
-                connection._will = None  # type: ignore[attr-defined]  # an MQTTConnection's
                 self._leaving(*session.key, "")  # taken by no node we know (journey_moves)
-                connection.taken_over()
+                connection.taken_over(with_will=False)  # (the survivor published it)
             if broker.sessions.get(session.key) is session:
                 session.persist = None
                 self._drop(session, False)
@@ -392,11 +390,7 @@ class SessionClaims:
             # subscriptions kept; the will gone (published, or the session continues)
             saved = asyncio.ensure_future(broker.persistence.save(session, disconnected=True))
         session.persist = None  # nothing more of it is written from here
-        for state in session.subscriptions.values():  # out of this node's routes only
-            group, topic_filter = parse_shared(state.topic_filter)
-            broker.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
-        del broker.sessions[session.key]
-        broker.persistent[session.tenant].discard(session.client_id)
+        broker.let_go(session)  # out of this node's routes and maps only
         return saved
 
     async def _answer(self, node: str, body: dict[str, Any]) -> None:

@@ -60,13 +60,13 @@ class WillRegistry:
         broker.hooks.add("client.disconnected", self._disconnected)
 
     def _connected(self, conn: Any) -> None:
-        will, session = getattr(conn, "_will", None), conn.session
+        will, session = conn.will, conn.session
         field = _field(conn.tenant, conn.client_id)
         if will is None or session is None or session.persist is not None:
             self.pending[field] = None  # none, or kept with the session in Postgres
         else:
             record = {"m": codec.encode(will, codec.DELIVER).hex()}
-            record.update(delay=conn._will_delay, expiry=session.expiry_interval)
+            record.update(delay=conn.will_delay, expiry=session.expiry_interval)
             self.pending[field] = json.dumps(record)
         self.wake.set()
 

@@ -226,8 +226,7 @@ class SessionPersistence:
         session.inbound_qos2 = set(stored.inbound_qos2)
         broker.adopt(session)
         self.attach(session)
-        broker.sessions[session.key] = session
-        broker.track_persistent(session)
+        broker.keep(session)
         for record in stored.subscriptions:
             broker.restore_subscription(
                 session,
