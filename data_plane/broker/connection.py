@@ -106,10 +106,10 @@ class MQTTConnection(asyncio.Protocol):
         # Collaborators.
         self.handshake = Handshake(self)
         self.admission = PublishAdmission(self.config, broker.retained, broker.shadows)
-        # Both act after CONNACK only, when `session` and `auth` are set (the Optionals narrowed).
-        self.inbound = Inbound(cast(InboundOutlet, self), self.admission)
+        # Acks and inbound act after CONNACK only, when `session` and `auth` are set (the casts).
         self.acks = Acks(cast(AckOutlet, self))
         self.gate = ReadGate(self, self.loop, self._process, broker.turns)
+        self.inbound = Inbound(cast(InboundOutlet, self), self.admission, self.acks, self.gate)
         self.admission.waiter = self.gate  # woken by the tenant's share when a held publish may go
         self.unthrottle_by = self.gate.unthrottle_by  # a drained subscriber lets us read again
         # What each packet after CONNECT goes to (CONNECT itself is intercepted in _process).

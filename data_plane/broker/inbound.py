@@ -81,7 +81,7 @@ class InboundOutlet(Protocol):
     authentication are there); what it must do is returned, not done through it."""
 
     @property
-    def broker(self) -> InboundBroker: ...
+    def broker(self) -> InboundBroker: ...  # (what `refused` tells the hooks through)
     @property
     def session(self) -> Session: ...
     @property
@@ -96,37 +96,41 @@ class InboundOutlet(Protocol):
     def client_id(self) -> str: ...
     @property
     def protocol_version(self) -> int: ...
-    @property
-    def acks(self) -> Acks: ...
-    @property
-    def gate(self) -> Gate: ...
 
     def send(self, data: bytes) -> None: ...
 
 
 class Inbound:
-    __slots__ = ("conn", "admission")
+    """The requests' handlers; its siblings are given to it, never reached through the
+    connection: `admission` decides, `acks` acknowledges, the read `gate` pauses the client."""
 
-    def __init__(self, conn: InboundOutlet, admission: PublishAdmission) -> None:
+    __slots__ = ("conn", "admission", "acks", "gate", "broker")
+
+    def __init__(
+        self, conn: InboundOutlet, admission: PublishAdmission, acks: Acks, gate: Gate
+    ) -> None:
         self.conn = conn
         self.admission = admission
+        self.acks = acks
+        self.gate = gate
+        self.broker = conn.broker  # the connection's, for good
 
     def publish(self, packet: Publish) -> Actions:
         conn = self.conn
         decision = self.admission.admit(packet, conn.session.inbound_qos2)
         if type(decision) is not Accept:
             return self._not_accepted(packet, decision)  # type: ignore[arg-type]  # not an Accept (`type() is not` does not narrow)
-        broker = conn.broker
+        broker = self.broker
         message = decision.message
         if decision.service is not None:  # a device shadow request: answered on its topics
             decision.service.request(conn.auth, message)
             if broker.journey is not None:
                 broker.journey.served(conn, message, packet.packet_id)
-            conn.acks.accepted(packet, 0, [])
+            self.acks.accepted(packet, 0, [])
             return None
         if decision.delay is not None:
             stored = broker.delay(message, decision.delay)
-            conn.acks.accepted(packet, 0, [stored] if stored is not None else [])
+            self.acks.accepted(packet, 0, [stored] if stored is not None else [])
             return None
         published = broker.publish(message)
         journey = broker.journey
@@ -134,9 +138,9 @@ class Inbound:
             journey.published(message, packet.packet_id, published)
         reached, commits, slow_down, _ = published
         if slow_down:  # subscribers it backed up: read no more of this client until they drain
-            conn.gate.slow_down(slow_down)
+            self.gate.slow_down(slow_down)
         code = 0 if reached or conn.protocol_version != MQTT_5_0 else RC.NO_MATCHING_SUBSCRIBERS
-        conn.acks.accepted(packet, code, commits or [])
+        self.acks.accepted(packet, code, commits or [])
         return None
 
     def _not_accepted(
@@ -144,24 +148,25 @@ class Inbound:
     ) -> Actions:
         conn = self.conn
         if isinstance(decision, Duplicate):
-            conn.acks.duplicate(packet)
+            self.acks.duplicate(packet)
             return None
         if isinstance(decision, Pause):  # slowed: tried again when the tenant's share wakes it
-            conn.broker.quota_exceeded(conn.tenant, decision.quota, throttled=True)
-            conn.gate.hold_for_rate(packet)
+            self.broker.quota_exceeded(conn.tenant, decision.quota, throttled=True)
+            self.gate.hold_for_rate(packet)
             return None
-        conn.broker.accounts.refused(conn.tenant, decision.quota, decision.counts)
+        self.broker.accounts.refused(conn.tenant, decision.quota, decision.counts)
         refused.publish(conn, decision, packet.topic)
-        if conn.broker.journey is not None:
-            conn.broker.journey.refused(conn, packet, decision)
+        journey = self.broker.journey
+        if journey is not None:
+            journey.refused(conn, packet, decision)
         if type(decision) is Refuse:
-            conn.acks.refuse(packet, decision.reason_code, decision.reason)
+            self.acks.refuse(packet, decision.reason_code, decision.reason)
             return None
         return Disconnect(decision.reason_code, decision.reason, refusal=False)
 
     def subscribe(self, packet: Subscribe) -> None:
         conn = self.conn
-        broker, session, tenant = conn.broker, conn.session, conn.tenant
+        broker, session, tenant = self.broker, conn.session, conn.tenant
         decision = admission.admit_subscribe(packet, conn.auth, session.subscriptions)
         if decision.denied:
             broker.accounts.denied(tenant, decision.denied)
@@ -184,7 +189,7 @@ class Inbound:
 
     def unsubscribe(self, packet: Unsubscribe) -> Actions:
         conn = self.conn
-        broker, session = conn.broker, conn.session
+        broker, session = self.broker, conn.session
         codes = [
             0 if broker.unsubscribe(session, f) else RC.NO_SUBSCRIPTION_EXISTED
             for f in packet.topic_filters
@@ -202,7 +207,7 @@ class Inbound:
                 if session.expiry_interval == 0 and expiry != 0:
                     return Disconnect(RC.PROTOCOL_ERROR, "session expiry was 0 at CONNECT")
                 session.expiry_interval = expiry
-                self.conn.broker.track_persistent(session)
+                self.broker.track_persistent(session)
         # Normal disconnection discards the will; 0x04 asks for it to be sent.
         send_will = packet.reason_code == RC.DISCONNECT_WITH_WILL
         if not send_will:

@@ -49,7 +49,7 @@ def _inbound(quota: dict | None = None, device: str = "d1"):
     admission = PublishAdmission(broker.config, broker.retained)
     admission.begin(conn.auth, MQTT_5_0, conn.client_id, RecentPublishes())
     conn.admission, conn.acks, conn.gate = admission, Acks(conn), Gate()
-    return broker, conn, Inbound(conn, admission)
+    return broker, conn, Inbound(conn, admission, conn.acks, conn.gate)
 
 
 def _packets(data: list[bytes]) -> list:
