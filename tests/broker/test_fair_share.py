@@ -291,3 +291,56 @@ def test_connections_that_waited_for_a_later_turn_resume_in_the_order_they_came(
 
     # One a turn (each takes the share), first come first served, none left behind.
     assert [names for names in asyncio.run(run()) if names] == [["n1"], ["n2"], ["n3"]]
+
+
+def test_a_connect_and_publishes_in_one_read_sliced_under_the_shares_are_all_answered_in_order():
+    """While the shares apply, a read is handled a slice at a time (`flow.ReadGate.read_slice`):
+    a client that pipelines CONNECT and 300 QoS 1 PUBLISHes in one write gets CONNACK and every
+    PUBACK, in order — the packets after the CONNECT wait while it is judged, the rest of the
+    read waits in the reader, and both follow without more bytes from the client."""
+    from common.mqtt.codec import Reader, encode
+    from common.mqtt.packets import MQTT_3_1_1, Connack, Connect, PubAck, Publish
+    from data_plane.broker.connection import MQTTConnection
+    from data_plane.broker.flow import READ_SLICE
+    from data_plane.broker.turns import TenantTurns
+
+    class Shares(TenantTurns):
+        """Shares that apply and stay put: every tenant (and "", before CONNACK) gets a slice."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.limiting, self.default_limit = True, READ_SLICE
+
+        def _share_out(self) -> None:
+            pass
+
+    class Recording(_Transport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.written = bytearray()
+
+        def write(self, data: bytes) -> None:
+            self.written += data
+
+    async def run() -> list:
+        broker, handled = _broker("solo")
+        broker.turns = Shares()
+        conn = MQTTConnection(broker)
+        transport = Recording()
+        conn.connection_made(transport)
+        login = Connect("pipe", MQTT_3_1_1, username="solo/d", password=b"p")
+        publishes = (Publish(f"t/{i}", b"x", 1, packet_id=i + 1) for i in range(300))
+        conn.data_received(
+            encode(login, MQTT_3_1_1) + b"".join(encode(p, MQTT_3_1_1) for p in publishes)
+        )
+        assert len(handled) < 300  # not all in the callback that read them: sliced
+        for _ in range(200):
+            await asyncio.sleep(0)
+            if len(handled) == 300:
+                break
+        await asyncio.sleep(0.01)  # the last PUBACKs' write
+        return Reader(server_side=False, protocol_version=MQTT_3_1_1).feed(bytes(transport.written))
+
+    answers = asyncio.run(run())
+    assert type(answers[0]) is Connack and answers[0].reason_code == 0
+    assert [(type(a), a.packet_id) for a in answers[1:]] == [(PubAck, i + 1) for i in range(300)]
