@@ -66,6 +66,15 @@ class ClientChain(tuple[bytes, ...]):
     endpoint_tenant: str | None = None
 
 
+def endpoint_tenant(transport: Any) -> str | None:
+    """The tenant the client's TLS server name (SNI) named, `{tenant}.{MQTT_TLS_DOMAIN}`, with a
+    client certificate or without (the listener's TLS objects say it); None for a plain socket,
+    another name, or none."""
+    get = getattr(transport, "get_extra_info", None)
+    ssl_object = get("ssl_object") if get is not None else None
+    return getattr(ssl_object, "endpoint_tenant", None)
+
+
 def peer_certificate(transport: Any) -> ClientChain | None:
     """The client certificate chain the TLS handshake received, if any (mTLS device identity:
     an authenticator with `accepts_certificates` is given it and judges it; intermediates let it
@@ -87,5 +96,5 @@ def peer_certificate(transport: Any) -> ClientChain | None:
     if not leaf:
         return None
     chain = ClientChain(ders if ders and ders[0] == leaf else (leaf,))
-    chain.endpoint_tenant = getattr(ssl_object, "endpoint_tenant", None)
+    chain.endpoint_tenant = endpoint_tenant(transport)
     return chain

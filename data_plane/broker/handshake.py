@@ -27,7 +27,7 @@ from data_plane.broker import refused
 from data_plane.broker.accounting import Accounts
 from data_plane.broker.acks import PacketBuilder
 from data_plane.broker.actions import Actions, Close, Disconnect, Renewed, Send, SendNow
-from data_plane.broker.auth import Authenticator, AuthResult
+from data_plane.broker.auth import Authenticator, AuthResult, endpoint_tenant
 from data_plane.broker.enhanced_auth import (
     Continue,
     EnhancedAuthState,
@@ -96,6 +96,8 @@ class HandshakeOutlet(Protocol):
     def peer_certificate(
         self,
     ) -> tuple[bytes, ...] | None: ...  # a TLS client's verified chain (DER), leaf first
+    @property
+    def transport(self) -> object: ...  # (its TLS object says the endpoint the client named)
 
     def apply(self, actions: Actions) -> None: ...
 
@@ -160,6 +162,13 @@ class Handshake:
             return None
         if result.reason_code:  # the tenant, when it exists: whose refusal operators see
             return Refusal(result.reason_code, result.reason, tenant=result.tenant or "")
+        # A client that named a tenant's endpoint (SNI) is that tenant's device or nobody's,
+        # whatever credentials it brings, as an AWS IoT endpoint names its account (certificate
+        # clients are held to it by the authenticator; this is for passwords, tokens, AUTH).
+        endpoint = endpoint_tenant(conn.transport)
+        if endpoint is not None and result.tenant != endpoint and not result.service:
+            reason = f"the user name's tenant is not the endpoint's ({endpoint})"
+            return Refusal(RC.NOT_AUTHORIZED, reason, tenant=result.tenant)
         redirect = broker.redirect(connect, result) if broker.redirect else None
         if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
             return Refusal(redirect.reason_code, reference=redirect.reference if v5 else "")

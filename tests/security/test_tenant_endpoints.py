@@ -26,17 +26,27 @@ DOMAIN = "mqtt.test"
 REFUSED = (4, 5)  # MQTT 3.1.1: bad user name or password, not authorized
 
 
-def connack(port: int, server_ca: Path, identity: tuple[str, str], sni: str, user: str = ""):
-    """The CONNACK return code (MQTT 3.1.1) a client gets presenting `identity` to server name
-    `sni`, or "handshake" when TLS refused it."""
+def connack(
+    port: int,
+    server_ca: Path,
+    identity: tuple[str, str] | None,
+    sni: str,
+    user: str = "",
+    password: str = "",
+):
+    """The CONNACK return code (MQTT 3.1.1) a client gets presenting `identity` (or no
+    certificate) and `user`/`password` to server name `sni`, or "handshake" when TLS refused
+    it."""
     context = ssl.create_default_context(cafile=str(server_ca))
     context.check_hostname = sni != "127.0.0.1"
     context.set_ciphers("DEFAULT:@SECLEVEL=0")  # an attacker's client presents even a weak key
-    context.load_cert_chain(*identity)
+    if identity is not None:
+        context.load_cert_chain(*identity)
+    login = Connect("sensor-1", username=user or None, password=password.encode() or None)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         try:
             with context.wrap_socket(raw, server_hostname=sni) as tls:
-                tls.sendall(encode(Connect("sensor-1", username=user or None), 4))
+                tls.sendall(encode(login, 4))
                 answer = tls.recv(4)
         except (ssl.SSLError, ConnectionError):
             return "handshake"
@@ -83,3 +93,24 @@ def test_the_endpoint_names_the_tenant_and_weak_or_ca_certificates_are_refused(t
         )
         weak_identity = write_identity(tmp_path, "rsa-1024", weak, weak_key)
         assert connack(port, server_ca, weak_identity, at_acme) in REFUSED  # at CONNECT
+
+
+def test_a_password_client_at_another_tenants_endpoint_is_refused(tmp_path):
+    """The endpoint names the tenant for clients without a certificate too (issue 44): valid
+    credentials of one tenant presented at another tenant's endpoint are refused (not
+    authorized), at their own tenant's endpoint or with no endpoint named they work."""
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
+    _, acme_secret = device_services.device_create(tenant=acme, name="sensor-1")
+    _, evil_secret = device_services.device_create(tenant=evil, name="sensor-1")
+
+    with tls_broker(tmp_path, domain=DOMAIN) as ports:
+        port, server_ca = ports["mqtts"], tmp_path / "server-ca.pem"
+        at_acme, at_evil = f"acme.{DOMAIN}", f"evil.{DOMAIN}"
+        acme_login = {"user": "acme/sensor-1", "password": acme_secret}
+        evil_login = {"user": "evil/sensor-1", "password": evil_secret}
+        assert connack(port, server_ca, None, at_acme, **acme_login) == 0
+        assert connack(port, server_ca, None, "127.0.0.1", **evil_login) == 0  # no endpoint
+        assert connack(port, server_ca, None, at_evil, **evil_login) == 0
+        assert connack(port, server_ca, None, at_acme, **evil_login) == 5  # not authorized
+        assert connack(port, server_ca, None, at_evil, **acme_login) == 5

@@ -61,6 +61,7 @@ class FakeConnection:
         self.reader = Reader(server_side=True)
         self.protocol_version = version
         self.peer = "127.0.0.1:5555"
+        self.transport: Any = None  # a plain socket: no TLS endpoint named
         self.tenant, self.device, self.client_id = "acme", device, f"c-{device}"
         self.auth: Any = None
         self.session: Session | None = None
