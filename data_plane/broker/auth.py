@@ -75,6 +75,17 @@ def endpoint_tenant(transport: Any) -> str | None:
     return getattr(ssl_object, "endpoint_tenant", None)
 
 
+def elsewhere(transport: Any, result: AuthResult) -> str | None:
+    """Why `result` may not come in through the endpoint its client named, if it may not: a
+    client that named a tenant's endpoint (SNI) is that tenant's device or nobody's, whatever
+    credentials it brings, as an AWS IoT endpoint names its account (certificate clients are
+    held to it by the authenticator already; this is for passwords, tokens, enhanced auth)."""
+    endpoint = endpoint_tenant(transport)
+    if endpoint is None or result.tenant == endpoint or result.service:
+        return None
+    return f"the user name's tenant is not the endpoint's ({endpoint})"
+
+
 def peer_certificate(transport: Any) -> ClientChain | None:
     """The client certificate chain the TLS handshake received, if any (mTLS device identity:
     an authenticator with `accepts_certificates` is given it and judges it; intermediates let it

@@ -365,7 +365,7 @@ class MQTTConnection(asyncio.Protocol):
             return
         try:
             early, handshake.early = handshake.early, []
-            self._process(early)
+            self.gate.after_read(self._process(early))  # counted in the tenant's share too
             buffered, handshake.buffered = handshake.buffered, []
             for chunk in buffered:
                 self.data_received(chunk)

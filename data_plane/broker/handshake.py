@@ -27,7 +27,7 @@ from data_plane.broker import refused
 from data_plane.broker.accounting import Accounts
 from data_plane.broker.acks import PacketBuilder
 from data_plane.broker.actions import Actions, Close, Disconnect, Renewed, Send, SendNow
-from data_plane.broker.auth import Authenticator, AuthResult, endpoint_tenant
+from data_plane.broker.auth import Authenticator, AuthResult, elsewhere
 from data_plane.broker.enhanced_auth import (
     Continue,
     EnhancedAuthState,
@@ -64,7 +64,6 @@ class HandshakeBroker(Protocol):
     hooks: Hooks  # `refused` tells them
 
     def connection_count(self, tenant: str) -> int: ...
-
     def persistent_count(self, tenant: str) -> int: ...
 
 
@@ -88,14 +87,11 @@ class HandshakeOutlet(Protocol):
     def device(self) -> str: ...
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
+    # Done once CONNACK is written or the connection closes.
     @property
-    def answered(
-        self,
-    ) -> asyncio.Future[None]: ...  # done once CONNACK is written or the connection closes
+    def answered(self) -> asyncio.Future[None]: ...
     @property
-    def peer_certificate(
-        self,
-    ) -> tuple[bytes, ...] | None: ...  # a TLS client's verified chain (DER), leaf first
+    def peer_certificate(self) -> tuple[bytes, ...] | None: ...  # a TLS client's chain (DER)
     @property
     def transport(self) -> object: ...  # (its TLS object says the endpoint the client named)
 
@@ -162,13 +158,8 @@ class Handshake:
             return None
         if result.reason_code:  # the tenant, when it exists: whose refusal operators see
             return Refusal(result.reason_code, result.reason, tenant=result.tenant or "")
-        # A client that named a tenant's endpoint (SNI) is that tenant's device or nobody's,
-        # whatever credentials it brings, as an AWS IoT endpoint names its account (certificate
-        # clients are held to it by the authenticator; this is for passwords, tokens, AUTH).
-        endpoint = endpoint_tenant(conn.transport)
-        if endpoint is not None and result.tenant != endpoint and not result.service:
-            reason = f"the user name's tenant is not the endpoint's ({endpoint})"
-            return Refusal(RC.NOT_AUTHORIZED, reason, tenant=result.tenant)
+        if (outside := elsewhere(conn.transport, result)) is not None:  # another's endpoint
+            return Refusal(RC.NOT_AUTHORIZED, outside, tenant=result.tenant)
         redirect = broker.redirect(connect, result) if broker.redirect else None
         if redirect is not None:  # MQTT 5.0 §4.11 (3.1.1: CONNACK 3, Server unavailable)
             return Refusal(redirect.reason_code, reference=redirect.reference if v5 else "")

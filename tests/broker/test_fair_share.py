@@ -301,7 +301,7 @@ def test_a_connect_and_publishes_in_one_read_sliced_under_the_shares_are_all_ans
     from common.mqtt.codec import Reader, encode
     from common.mqtt.packets import MQTT_3_1_1, Connack, Connect, PubAck, Publish
     from data_plane.broker.connection import MQTTConnection
-    from data_plane.broker.flow import READ_SLICE
+    from data_plane.broker.flow import READ_SLICE, SHARE_CHECK
     from data_plane.broker.turns import TenantTurns
 
     class Shares(TenantTurns):
@@ -333,14 +333,20 @@ def test_a_connect_and_publishes_in_one_read_sliced_under_the_shares_are_all_ans
         conn.data_received(
             encode(login, MQTT_3_1_1) + b"".join(encode(p, MQTT_3_1_1) for p in publishes)
         )
-        assert len(handled) < 300  # not all in the callback that read them: sliced
+        per_turn = []  # publishes handled in each loop turn
         for _ in range(200):
+            before = len(handled)
             await asyncio.sleep(0)
+            per_turn.append(len(handled) - before)
             if len(handled) == 300:
                 break
         await asyncio.sleep(0.01)  # the last PUBACKs' write
-        return Reader(server_side=False, protocol_version=MQTT_3_1_1).feed(bytes(transport.written))
+        written = Reader(server_side=False, protocol_version=MQTT_3_1_1).feed(transport.written)
+        return per_turn, written
 
-    answers = asyncio.run(run())
+    per_turn, answers = asyncio.run(run())
+    # Sliced: a slice a turn of the shares (one loop iteration may hold the end of one such
+    # turn and the start of the next), never the whole read at once.
+    assert sum(per_turn) == 300 and max(per_turn) <= 2 * (READ_SLICE + SHARE_CHECK)
     assert type(answers[0]) is Connack and answers[0].reason_code == 0
     assert [(type(a), a.packet_id) for a in answers[1:]] == [(PubAck, i + 1) for i in range(300)]
