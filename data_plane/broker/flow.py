@@ -205,12 +205,10 @@ class ReadGate:
         owner.transport.resume_reading()
 
     def _end_burst(self) -> None:
-        turns = self.turns
         if self.owner.closing:  # what it held is not handled: no more turns to wait for
             return
-        waiting = self.held or self.owner.reader.more
-        if waiting and turns.limiting and turns.over(self.owner.tenant):  # others first
-            turns.wait_turn(self.owner.tenant, self._end_burst)
+        if (self.held or self.owner.reader.more) and self.share_had(0):  # others first
+            self.turns.wait_turn(self.owner.tenant, self._end_burst)
             return
         self.burst = False
         self.resume()

@@ -15,8 +15,9 @@ So a tenant flooding beside quiet ones is held to `PER_TURN` a turn — 64 QoS 0
 subscriber each are about 2-3 ms of this loop's work, the most another tenant's packet waits
 for it (512 let a turn run to 20 ms: `bench.noisy`, issue 44) — while tenants that are all busy
 alike, or a tenant alone, are never held back: holding them would only split the loop's work
-into more, smaller turns (more writes of fewer bytes each) and help nobody. Connections before CONNACK share one count (tenant ""), so
-a storm of strangers' CONNECTs takes its turn like anyone else.
+into more, smaller turns (more writes of fewer bytes each) and help nobody. Connections before
+CONNACK share one count (tenant ""), so a storm of strangers' CONNECTs takes its turn like
+anyone else.
 """
 
 from __future__ import annotations
