@@ -117,6 +117,23 @@ class Plan(models.Model):
         db_default=5,
         help_text="CA certificates a tenant may have registered (live ones, the fleet CA aside)",
     )
+    # Durable shared groups (issue 45): groups a tenant may have, what one group keeps while
+    # no member is online (messages and payload bytes), and how long a group without members
+    # and its messages are kept.
+    max_shared_groups = models.PositiveIntegerField(
+        default=100, db_default=100, help_text="shared subscription groups per tenant"
+    )
+    max_group_messages = models.PositiveIntegerField(
+        default=100_000, db_default=100_000, help_text="messages one shared group keeps"
+    )
+    max_group_bytes = models.PositiveBigIntegerField(
+        default=104_857_600, db_default=104_857_600, help_text="payload bytes one group keeps"
+    )
+    group_retention = models.PositiveIntegerField(
+        default=86_400,
+        db_default=86_400,
+        help_text="seconds a group's messages, and a group without members, are kept",
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -1004,6 +1021,27 @@ class MqttQueuedMessage(models.Model):
                 name="mqtt_queue_object_key",
                 condition=~models.Q(object_key=""),
             )
+        ]
+
+
+class SharedGroupQueue(models.Model):
+    """A durable shared subscription group (`$share/{name}/{topic_filter}`): its messages wait in
+    `MqttQueuedMessage` under `holder_id` while no member is online (data_plane.broker.groups)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="shared_groups")
+    name = models.CharField(max_length=256)
+    topic_filter = models.TextField()
+    # The client id its queue rows are kept under: `$group:` and a hash of (name, filter), so
+    # that any group fits the column and no client can take it (CONNECT refuses the prefix).
+    holder_id = models.CharField(max_length=256)
+    members = models.IntegerField(default=0, help_text="members as its broker last counted them")
+    created_at = models.DateTimeField(default=timezone.now)
+    # Null while it has members; else when the group and its messages go (group_retention).
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "holder_id"], name="shared_group_unique")
         ]
 
 

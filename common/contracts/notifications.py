@@ -11,7 +11,7 @@ Payload (JSON, well under Postgres' 8000-byte limit):
     {"tenant": "acme", "kind": "device.disabled", "device": "sensor-1", "ids": [42]}
 
 `device` and `ids` are present where they apply; `filter` (a topic filter) with
-`retained.deleted`.
+`retained.deleted`; `group` and `filter` with `shared_group.deleted`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class ChangeKind(StrEnum):
     # Retained messages deleted (`filter`: the topic filter they matched): every node forgets
     # the ones it holds (data_plane/tenancy/retained_forget.py).
     RETAINED_DELETED = "retained.deleted"
+    # A durable shared group deleted (`group`, `filter`): the node holding it drops what it
+    # holds (data_plane.broker.groups); the control plane has deleted its rows.
+    SHARED_GROUP_DELETED = "shared_group.deleted"
     # Device identity beyond secrets (`ids`: the CA, device certificate or JWT key rows).
     IDENTITY_CA_ADDED = "identity.ca_added"
     IDENTITY_CA_REVOKED = "identity.ca_revoked"

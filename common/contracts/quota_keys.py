@@ -34,4 +34,10 @@ QUOTA_KEYS = (
     # the platform's own fleet CA not counted). Enforced by the control plane at registration;
     # it bounds what a failing mTLS CONNECT can make the broker look through.
     "max_ca_certificates",
+    # Durable shared groups (issue 45): groups per tenant, and what one group keeps while no
+    # member is online (messages, payload bytes, seconds). Enforced by the broker.
+    "max_shared_groups",
+    "max_group_messages",
+    "max_group_bytes",
+    "group_retention",
 )

@@ -83,6 +83,10 @@ MQTT_QUEUED_MESSAGE = "tenants_mqttqueuedmessage"
 """Messages queued for offline or slow persistent sessions. Written and read by the broker
 (storage.session_store, spilled_payloads); written by bench.durable."""
 
+SHARED_GROUP_QUEUE = "tenants_sharedgroupqueue"
+"""Durable shared subscription groups (their messages are `MQTT_QUEUED_MESSAGE` rows under the
+group's holder id). Written and read by the broker (storage.group_records)."""
+
 MQTT_STREAM_MARK = "tenants_mqttstreammark"
 """How far a node read a session's stream (the cluster's inheritance). Written and read by the
 broker (storage.session_store)."""
@@ -171,6 +175,7 @@ ALL = (
     PROVISIONING_TEMPLATE_GROUPS,
     MQTT_SESSION,
     MQTT_QUEUED_MESSAGE,
+    SHARED_GROUP_QUEUE,
     MQTT_STREAM_MARK,
     RETAINED_MESSAGE,
     DELAYED_MESSAGE,

@@ -21,6 +21,7 @@ side: topic aliases and rate strikes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,14 +247,20 @@ class SubscribeDecision:
     codes: list[int]
     granted: list[Subscription]
     quota_hits: int = 0  # filters refused by max_subscriptions_per_client
+    group_hits: int = 0  # filters refused by max_shared_groups
     denied: int = 0  # filters refused by the ACL
 
 
 def admit_subscribe(
-    packet: Subscribe, auth: AuthResult, subscriptions: dict[str, SubscriptionState]
+    packet: Subscribe,
+    auth: AuthResult,
+    subscriptions: dict[str, SubscriptionState],
+    new_group_over: Callable[[str], bool] | None = None,
 ) -> SubscribeDecision:
     """Each filter of a SUBSCRIBE: too deep, not authorized, over the tenant's subscription
-    quota, or granted at the QoS asked (`subscriptions`: the session's current ones). Without
+    quota, a shared group one more than the tenant may have (`new_group_over(filter)`:
+    `groups.GroupQueues.over_cap`), or granted at the QoS asked (`subscriptions`: the
+    session's current ones). Without
     an ACL everything of the tenant is allowed but the things' reserved topics, each thing's
     its own (`common.access.acl.reserved_default`)."""
     acl = auth.acl
@@ -278,6 +285,10 @@ def admit_subscribe(
             and len(subscriptions) >= limit
         ):
             decision.quota_hits += 1
+            decision.codes.append(RC.QUOTA_EXCEEDED)
+            continue
+        if new_group_over is not None and new_group_over(sub.topic_filter):
+            decision.group_hits += 1
             decision.codes.append(RC.QUOTA_EXCEEDED)
             continue
         decision.codes.append(sub.qos)

@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from common.mqtt.packets import Connect, Subscription
@@ -25,6 +25,7 @@ from data_plane.broker.auth import Authenticator, AuthResult
 from data_plane.broker.doorway import Doorway
 from data_plane.broker.enhanced_auth import Method, ScramSha256
 from data_plane.broker.fair_share import Shares
+from data_plane.broker.groups import GroupQueues, member_copy
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.limits import NEVER_EXPIRES
 from data_plane.broker.message import Message
@@ -79,6 +80,11 @@ class Broker:
         self.archive = ports.archive  # records each routed message; None: no archive
         self.journey = ports.journey  # each publish's outcome (its connection records it)
         self.shadows = ports.shadows  # serves `$aws/things/…/shadow/…` requests; None: refused
+        # Shared groups keep their messages while no member is online (groups.py).
+        self.groups = GroupQueues(
+            self.router, ports.persistence, self.settled, self._dropped, self.quota_exceeded
+        )
+        self.hooks.add("client.connected", lambda conn: self.groups.online(conn.session))
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -187,11 +193,7 @@ class Broker:
         self._unroute(session)
         session.subscriptions.clear()
         session.clear_delivery_state()
-        for delivery in orphans:  # unacknowledged shared messages go to another member
-            shared: SharedGroup = delivery.group  # type: ignore[assignment]  # shared: it has one
-            member = shared.pick()
-            if member is not None:  # nobody to acknowledge or slow down: results unused
-                member.session.deliver(_shared(delivery.message, shared, member))
+        self.groups.orphaned(orphans)  # unacknowledged shared messages: another member's
         self._forget(session)
 
     def _unroute(self, session: Session) -> None:
@@ -199,6 +201,8 @@ class Broker:
         for state in list(session.subscriptions.values()):
             group, topic_filter = parse_shared(state.topic_filter)
             self.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
+            if group is not None:
+                self.groups.left(session.tenant, topic_filter, group)
 
     def _forget(self, session: Session) -> None:
         if self.sessions.get(session.key) is session:
@@ -267,11 +271,16 @@ class Broker:
             targets.setdefault(id(sub.session), []).append(sub)
         commits: list[Commit] = []
         backed_up: list[Session] = []
+        queued = 0  # copies kept for clients not online (the journey's `queued`)
         for group in groups:
             member = group.pick()
             if member is not None:
-                self._hand(member.session, _shared(message, group, member), commits, backed_up)
-        queued = 0
+                self._hand(member.session, member_copy(message, group, member), commits, backed_up)
+            elif group.holder is not None:  # kept for the next member (groups.py)
+                commit = group.holder.hold(message)
+                if commit is not None:
+                    commits.append(commit)
+                queued += 1
         for subs in targets.values():
             qos = min(message.qos, max(s.qos for s in subs))
             retain = message.retain and any(s.retain_as_published for s in subs)
@@ -295,8 +304,16 @@ class Broker:
         """A delivery the client acknowledged (or that was dropped): its durable copy goes."""
         if delivery.seq is not None and self.persistence is not None:
             self.persistence.settled(session, delivery)
+        group = delivery.group
+        if group is not None and group.holder is not None and group.holder.lent:
+            group.holder.acked(delivery)  # a held message it drained goes too
 
     def _dropped(self, session: Session, delivery: Delivery, cause: str) -> None:
+        group = delivery.group
+        if group is not None and group.holder is not None and group.holder.returned(delivery):
+            if delivery.seq is not None and self.persistence is not None:
+                self.persistence.settled(session, delivery)  # the member's copy goes
+            return  # the group's holder has it again
         self.settled(session, delivery)
         self.accounts.dropped(session.tenant)
         if self.hooks.has("message.dropped"):
@@ -334,6 +351,8 @@ class Broker:
             sub.retain_handling,
             subscription_id,
         )
+        if group is not None:
+            self.groups.joined(session, topic_filter, group)
         return group, topic_filter
 
     def unsubscribe(self, session: Session, topic_filter: str) -> bool:
@@ -341,6 +360,8 @@ class Broker:
             return False
         group, inner = parse_shared(topic_filter)
         self.router.for_tenant(session.tenant).unsubscribe(inner, session, group)
+        if group is not None:
+            self.groups.left(session.tenant, inner, group)
         self.hooks.run("session.unsubscribed", session, topic_filter)
         return True
 
@@ -348,27 +369,8 @@ class Broker:
 
     def schedule_will(self, session: Session | None, will: Message, delay: float) -> None:
         """Publish `will` now, or after its delay (capped by the session's expiry) unless the
-        client resumes the session first."""
-        if session is not None and session.expiry_interval != NEVER_EXPIRES:
-            delay = min(delay, session.expiry_interval)
-        if delay <= 0 or session is None:
-            if session is not None and session.will is will:
-                session.will = session.will_due = None
-            self.publish_will(session, will)
-            return
-        loop = asyncio.get_running_loop()
-
-        def fire() -> None:
-            session.will_handle = None
-            if session.will is will:
-                session.will = session.will_due = None
-                if self.persistence is not None and session.persist is not None:
-                    self.persistence.will_published(session)
-            self.publish_will(session, will)
-
-        session.will = will
-        session.will_due = time.monotonic() + delay
-        session.will_handle = loop.call_later(delay, fire)
+        client resumes the session first (`wills.schedule`)."""
+        wills.schedule(self, session, will, delay)
 
     def publish_will(self, session: Session | None, will: Message) -> Published:
         """A will goes out under the checks of any PUBLISH, as they stand now (`wills.go_out`)."""
@@ -395,6 +397,14 @@ class Broker:
         for conn in self.connections:
             if conn.tenant == tenant:
                 conn.apply_policy(policy)
+
+    def group_over_cap(self, tenant: str, quota: Mapping[str, int], shared: str) -> bool:
+        """Whether subscribing to `shared` would make a group more than the tenant may have."""
+        return self.groups.over_cap(tenant, quota, shared)
+
+    def forget_group(self, tenant: str, group: str, topic_filter: str) -> bool:
+        """The tenant deleted a durable shared group: what this node holds of it goes."""
+        return self.groups.delete(tenant, group, topic_filter)
 
     def delay(self, message: Message, seconds: int) -> Commit | None:
         """`$delayed/{seconds}/{topic}`: publish later (durably when storage is configured)."""
@@ -434,10 +444,3 @@ class Broker:
         for conn in list(self.connections):
             if conn.session is not None:
                 conn.disconnect(redirect.reason_code, reference=redirect.reference)
-
-
-def _shared(message: Message, group: SharedGroup, member: Subscriber) -> Delivery:
-    """The copy for one member of a shared group."""
-    ids = (member.subscription_id,) if member.subscription_id else ()
-    retain = message.retain and member.retain_as_published
-    return Delivery(message, min(message.qos, member.qos), retain, ids, group)

@@ -23,7 +23,7 @@ from common.mqtt.codec import Reader, encode
 from common.mqtt.errors import MQTTError
 from common.mqtt.packets import MQTT_5_0, Auth, Connack, Connect, Packet, PacketType
 from common.mqtt.reason_codes import ReasonCode as RC
-from data_plane.broker import refused
+from data_plane.broker import limits, refused
 from data_plane.broker.accounting import Accounts
 from data_plane.broker.acks import PacketBuilder
 from data_plane.broker.actions import Actions, Close, Disconnect, Renewed, Send, SendNow
@@ -38,7 +38,6 @@ from data_plane.broker.enhanced_auth import (
     Succeed,
 )
 from data_plane.broker.hooks import Hooks
-from data_plane.broker.limits import MAX_CLIENT_ID, NEVER_EXPIRES, maximum_packet_size, too_deep
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Cluster
 from data_plane.broker.session import Session
@@ -142,8 +141,8 @@ class Handshake:
                 return Refusal(RC.BAD_AUTHENTICATION_METHOD)
         if not connect.client_id and not connect.clean_start and not v5:
             return Refusal(RC.CLIENT_IDENTIFIER_NOT_VALID)  # MQTT-3.1.3-8
-        if len(connect.client_id) > MAX_CLIENT_ID:  # no table could hold it (limits.py)
-            return Refusal(RC.CLIENT_IDENTIFIER_NOT_VALID, "client id too long")
+        if (why := limits.client_id_refused(connect.client_id)) is not None:
+            return Refusal(RC.CLIENT_IDENTIFIER_NOT_VALID, why)
         if v5 and "authentication_method" in props:
             result = await self._exchange(connect)
             if not isinstance(result, AuthResult):
@@ -220,7 +219,7 @@ class Handshake:
         if connect.protocol_version == MQTT_5_0:
             expiry = connect.properties.get("session_expiry_interval", 0)
         else:
-            expiry = 0 if connect.clean_start else NEVER_EXPIRES
+            expiry = 0 if connect.clean_start else limits.NEVER_EXPIRES
         cap = quota.get("max_session_expiry")
         if cap is not None and expiry > cap and expiry != 0:
             expiry = cap  # 3.1.1 persistent sessions too: they expire once offline that long
@@ -228,7 +227,7 @@ class Handshake:
         if connect.will is not None:
             will = connect.will
             # The will is a PUBLISH waiting to happen: the same checks, now (and when it goes).
-            if too_deep(will.topic):
+            if limits.too_deep(will.topic):
                 return Refusal(RC.TOPIC_NAME_INVALID, "will topic has too many levels")
             if will.topic[:1] == "$" or (
                 result.acl is not None and not result.acl.can_publish(will.topic)
@@ -315,7 +314,7 @@ class Handshake:
             ack_props = {
                 "receive_maximum": config.receive_maximum,
                 "topic_alias_maximum": config.topic_alias_maximum,
-                "maximum_packet_size": maximum_packet_size(config.max_packet_size, quota),
+                "maximum_packet_size": limits.maximum_packet_size(config.max_packet_size, quota),
                 "retain_available": 1,
                 "wildcard_subscription_available": 1,
                 "subscription_identifier_available": 1,

@@ -9,6 +9,7 @@ which must reach the client before the retained messages its subscriptions bring
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from common.mqtt.codec import encode
@@ -66,6 +67,8 @@ class InboundBroker(Protocol):
     def unsubscribe(self, session: Session, topic_filter: str) -> bool: ...
 
     def track_persistent(self, session: Session) -> None: ...
+
+    def group_over_cap(self, tenant: str, quota: Mapping[str, int], shared: str) -> bool: ...
 
 
 class Gate(Protocol):
@@ -167,12 +170,20 @@ class Inbound:
     def subscribe(self, packet: Subscribe) -> None:
         conn = self.conn
         broker, session, tenant = self.broker, conn.session, conn.tenant
-        decision = admission.admit_subscribe(packet, conn.auth, session.subscriptions)
+        quota = conn.auth.quota
+        decision = admission.admit_subscribe(
+            packet,
+            conn.auth,
+            session.subscriptions,
+            lambda shared: broker.group_over_cap(tenant, quota, shared),
+        )
         if decision.denied:
             broker.accounts.denied(tenant, decision.denied)
         for _ in range(decision.quota_hits):
             broker.quota_exceeded(tenant, "subscriptions")
-        if decision.denied or decision.quota_hits:
+        for _ in range(decision.group_hits):
+            broker.quota_exceeded(tenant, "shared_groups")
+        if decision.denied or decision.quota_hits or decision.group_hits:
             filters = [sub.topic_filter for sub in packet.subscriptions]
             refused.subscribe(conn, filters, decision.codes)
         conn.send(encode(SubAck(packet.packet_id, decision.codes), conn.protocol_version))

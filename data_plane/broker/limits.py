@@ -14,6 +14,17 @@ MAX_TOPIC_LEVELS = 128
 # allows 65,535 bytes; a longer id made every write batch it joined fail, other tenants' rows
 # with it (issue 44). AWS IoT allows 128 bytes.
 MAX_CLIENT_ID = 255
+# The client ids of shared groups' holders (data_plane.broker.groups): no client may take one.
+RESERVED_CLIENT_ID_PREFIX = "$group:"
+
+
+def client_id_refused(client_id: str) -> str | None:
+    """Why a CONNECT may not use `client_id`, or None."""
+    if len(client_id) > MAX_CLIENT_ID:  # no table could hold it
+        return "client id too long"
+    if client_id.startswith(RESERVED_CLIENT_ID_PREFIX):
+        return f"client ids starting {RESERVED_CLIENT_ID_PREFIX} are the broker's"
+    return None
 
 
 def too_deep(topic: str) -> bool:

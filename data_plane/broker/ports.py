@@ -171,6 +171,11 @@ class SessionStorage(Protocol):
     # A cluster's: the stored session of a client id into the broker (None: there is none).
     async def restore_one(self, tenant: str, client_id: str) -> object: ...
 
+    # Durable shared groups' records (`groups.Holder`: members, end), and their end.
+    def group_saved(self, holder: Any) -> None: ...
+
+    def group_deleted(self, holder: Any) -> None: ...
+
 
 class RetainedStorage(Protocol):
     def retained_changed(self, message: Any) -> None:

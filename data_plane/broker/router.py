@@ -33,9 +33,17 @@ class SharedGroup:
     members: list[Subscriber] = field(default_factory=list)
     cursor: int = 0
     topic_filter: str = ""  # the filter it shares: (filter, name) is the group's identity
+    # Keeps the group's messages while no member is online (data_plane.broker.groups.Holder):
+    # the group stays in the router without members while it has one.
+    holder: Any = None
 
     def pick(self) -> Subscriber | None:
-        """Round robin over members, preferring connected ones."""
+        """Round robin over members, preferring connected ones. None while the holder keeps
+        messages (a newcomer waits behind them: publish order) or, with a holder, when no
+        member is connected (it keeps them for the next)."""
+        holder = self.holder
+        if holder is not None and holder.session.queue:
+            return None
         count = len(self.members)
         if not count:
             return None
@@ -44,6 +52,8 @@ class SharedGroup:
             if member.session.connected:
                 self.cursor = (self.cursor + step + 1) % count
                 return member
+        if holder is not None:
+            return None
         member = self.members[self.cursor % count]
         self.cursor = (self.cursor + 1) % count
         return member
@@ -123,19 +133,67 @@ class TenantRouter:
                 before = len(shared.members)
                 shared.members = [m for m in shared.members if m.session is not session]
                 removed = len(shared.members) != before
-                if not shared.members:
-                    del node.groups[group]
-                    if self.on_route is not None:
-                        self.on_route(topic_filter, group, False)
+                if not shared.members and shared.holder is None:
+                    self._drop_group(node, topic_filter, group)
         if removed:
             self.count -= 1
             self._cache.clear()
-            for depth in range(len(levels), 0, -1):  # prune empty branches
-                if path[depth].empty():
-                    del path[depth - 1].children[levels[depth - 1]]
-                else:
-                    break
+            self._prune(path, levels)
         return removed
+
+    def group(self, topic_filter: str, name: str) -> SharedGroup | None:
+        node = self.root
+        for level in topic_filter.split("/"):
+            child = node.children.get(level)
+            if child is None:
+                return None
+            node = child
+        return node.groups.get(name)
+
+    def hold(self, topic_filter: str, name: str, holder: Any) -> SharedGroup:
+        """Give the group (made if it is not here yet) its holder: it stays without members."""
+        shared = self.group(topic_filter, name)
+        if shared is None:
+            node = self.root
+            for level in topic_filter.split("/"):
+                node = node.children.setdefault(level, _Node())
+            shared = node.groups[name] = SharedGroup(name, topic_filter=topic_filter)
+            self._cache.clear()
+            if self.on_route is not None:
+                self.on_route(topic_filter, name, True)
+        shared.holder = holder
+        return shared
+
+    def unhold(self, topic_filter: str, name: str) -> None:
+        """The group's holder is gone: without members, so is the group."""
+        path = [self.root]
+        levels = topic_filter.split("/")
+        for level in levels:
+            child = path[-1].children.get(level)
+            if child is None:
+                return
+            path.append(child)
+        shared = path[-1].groups.get(name)
+        if shared is None:
+            return
+        shared.holder = None
+        if not shared.members:
+            self._drop_group(path[-1], topic_filter, name)
+            self._cache.clear()
+            self._prune(path, levels)
+
+    def _drop_group(self, node: _Node, topic_filter: str, name: str) -> None:
+        del node.groups[name]
+        if self.on_route is not None:
+            self.on_route(topic_filter, name, False)
+
+    @staticmethod
+    def _prune(path: list[_Node], levels: list[str]) -> None:
+        for depth in range(len(levels), 0, -1):  # empty branches go
+            if path[depth].empty():
+                del path[depth - 1].children[levels[depth - 1]]
+            else:
+                break
 
     def routes(self) -> list[tuple[str, str | None]]:
         """Every (filter, group) with at least one subscriber: what the cluster's route table

@@ -377,6 +377,21 @@ class Session:
         self.pump()
         return entry.delivery
 
+    def take_queued(self) -> Delivery | None:
+        """The oldest queued delivery, taken out unsent (a group's holder hands it on)."""
+        if not self.queue:
+            return None
+        delivery = self.queue.popleft()
+        if delivery.qos == 0:
+            self.queued_qos0 -= 1
+        return delivery
+
+    def give_back(self, delivery: Delivery) -> None:
+        """A delivery taken out comes back first in line (its member could not keep it)."""
+        if delivery.qos == 0:
+            self.queued_qos0 += 1
+        self.queue.appendleft(delivery)
+
     def undelivered_shared(self) -> list[Delivery]:
         """Shared-subscription messages this session took but the client has not received."""
         pending = [

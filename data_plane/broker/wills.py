@@ -4,13 +4,15 @@ admission's; `go_out` applies it for `Broker.publish_will`."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+import asyncio
+import time
+from typing import Any, NamedTuple, Protocol
 
 from common.mqtt.reason_codes import ReasonCode
 from data_plane.broker import refused
 from data_plane.broker.accounting import Accounts
 from data_plane.broker.hooks import Hooks
-from data_plane.broker.limits import too_deep
+from data_plane.broker.limits import NEVER_EXPIRES, too_deep
 from data_plane.broker.message import Message
 from data_plane.broker.ports import NOTHING, Published
 from data_plane.broker.retained import RetainedStore
@@ -73,3 +75,28 @@ def go_out(broker: WillBroker, session: Session | None, will: Message) -> Publis
         broker.accounts.denied(will.tenant)
     refused.will(broker, session, will, *refusal_)
     return NOTHING
+
+
+def schedule(broker: Any, session: Session | None, will: Message, delay: float) -> None:
+    """Publish `will` now, or after its delay (capped by the session's expiry) unless the
+    client resumes the session first (`Broker.schedule_will`)."""
+    if session is not None and session.expiry_interval != NEVER_EXPIRES:
+        delay = min(delay, session.expiry_interval)
+    if delay <= 0 or session is None:
+        if session is not None and session.will is will:
+            session.will = session.will_due = None
+        broker.publish_will(session, will)
+        return
+    loop = asyncio.get_running_loop()
+
+    def fire() -> None:
+        session.will_handle = None
+        if session.will is will:
+            session.will = session.will_due = None
+            if broker.persistence is not None and session.persist is not None:
+                broker.persistence.will_published(session)
+        broker.publish_will(session, will)
+
+    session.will = will
+    session.will_due = time.monotonic() + delay
+    session.will_handle = loop.call_later(delay, fire)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from data_plane.broker.groups import member_copy
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Commit
-from data_plane.broker.session import Delivery
 from data_plane.cluster import codec
 from data_plane.cluster.bus import Drop, Peers
 from data_plane.cluster.forward import Forwarder
@@ -41,12 +41,14 @@ def serve_here(
         group = local.get(key)
         member = group.pick() if group is not None else None
         if member is None:
-            missing.add(key)
+            if group is not None and group.holder is not None:  # kept here for a member
+                commit = group.holder.hold(message)
+                if commit is not None:
+                    commits.append(commit)
+            else:
+                missing.add(key)
             continue
-        ids = (member.subscription_id,) if member.subscription_id else ()
-        retain = message.retain and member.retain_as_published
-        delivery = Delivery(message, min(message.qos, member.qos), retain, ids, group)
-        commit = member.session.deliver(delivery)
+        commit = member.session.deliver(member_copy(message, group, member))  # type: ignore[arg-type]  # a member: it has a group
         if commit is not None:
             commits.append(commit)
     return missing

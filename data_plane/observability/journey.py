@@ -53,6 +53,12 @@ DROP_CAUSES = {
     "too_large": (TOO_LARGE, "larger than the subscriber's Maximum Packet Size"),
     "acl": (ACL_DENIED, "the subscriber may no longer read this topic"),
     "offline_qos0": (DROPPED, "QoS 0 to an offline session is not kept"),
+    "group_full": (
+        QUEUE_FULL,
+        "the shared group had no member online and kept as much as it may "
+        "(max_group_messages, max_group_bytes)",
+    ),
+    "not_authorized": (ACL_DENIED, "no member of the shared group may read this topic"),
 }
 SLOW_QOS0 = "a slow subscriber: QoS 0 is dropped once 100 QoS 0 messages wait for it (at most once)"
 TAKEN_OVER = "another connection took over this client id"

@@ -54,6 +54,9 @@ KNOWN_CAUSES = frozenset(QUOTA_KEYS) | {
     "persistent_sessions",
     "shadows",
     "certificates",
+    "shared_groups",
+    "group_messages",
+    "group_bytes",
 }
 
 

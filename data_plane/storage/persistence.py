@@ -25,6 +25,7 @@ from typing import Any
 from common.contracts import tables
 from common.mqtt.packets import Subscription
 from data_plane.broker.broker import Broker
+from data_plane.broker.groups import ALWAYS, Holder
 from data_plane.broker.limits import NEVER_EXPIRES
 from data_plane.broker.message import Message
 from data_plane.broker.session import (
@@ -36,6 +37,7 @@ from data_plane.broker.session import (
     Session,
     SubscriptionState,
 )
+from data_plane.storage import group_records
 from data_plane.storage.queue_records import RECEIVED, SENT, QueuedMessage
 from data_plane.storage.session_store import SessionStore
 
@@ -156,6 +158,26 @@ class SessionPersistence:
         """A delayed will went out: a restart must not publish it again."""
         self._spawn(self.store.save_will(session.tenant_id, session.client_id, None))  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
 
+    def group_saved(self, holder: Holder) -> None:
+        """A durable shared group's record (members, end) as it stands now."""
+        session = holder.session
+        write = group_records.save(
+            self.store.pool,
+            session.tenant_id,  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
+            holder.name,
+            holder.topic_filter,
+            session.client_id,
+            len(holder.group.members),
+            holder.expires_at,
+        )
+        self._in_order(session, write)
+
+    def group_deleted(self, holder: Holder) -> None:
+        """The group ended: its record and messages go."""
+        session = holder.session
+        write = group_records.delete(self.store.pool, session.tenant_id, session.client_id)  # type: ignore[arg-type]  # persistent: it has a tenant id (attach)
+        self._in_order(session, write)
+
     def save_later(self, session: Session, *, disconnected: bool = False) -> None:
         self._in_order(session, self.save(session, disconnected=disconnected))
 
@@ -214,7 +236,24 @@ class SessionPersistence:
             if stored.will:
                 self._wills.append((session, *_restore_will(stored.will, tenant, stored.client_id)))
             restored += 1
-        return restored
+        return restored + await self._restore_groups(broker, tenant_slugs, keep)
+
+    async def _restore_groups(self, broker: Broker, tenant_slugs: dict[int, str], keep: Any) -> int:
+        """The durable shared groups with their queues, after their members' sessions."""
+        stored = [
+            g for g in await group_records.live(self.store.pool) if g.tenant_id in tenant_slugs
+        ]
+        if keep is not None:  # one node restores each, as each session
+            wanted = await keep([(tenant_slugs[g.tenant_id], g.holder_id) for g in stored])
+            stored = [g for g in stored if (tenant_slugs[g.tenant_id], g.holder_id) in wanted]
+        for group in stored:
+            tenant = tenant_slugs[group.tenant_id]
+            session = Session(tenant, group.holder_id, max_queued=ALWAYS)
+            session.tenant_id = group.tenant_id
+            session.next_seq = group.last_seq
+            await self._load_queue(session, tenant)
+            broker.groups.restored(session, group.topic_filter, group.name, group.expires_at)
+        return len(stored)
 
     async def _bring_back(self, broker: Broker, stored: Any, tenant: str) -> Session:
         """One stored session into `broker`: subscriptions routed, queue and in-flight
@@ -239,7 +278,23 @@ class SessionPersistence:
                 ),
                 record.get("id"),
             )
-        for queued in await self.store.fetch(stored.tenant_id, stored.client_id, limit=100_000):
+        await self._load_queue(session, tenant)
+        if stored.expires_at is not None:
+            remaining = (stored.expires_at - datetime.now(UTC)).total_seconds()
+        elif session.expiry_interval != NEVER_EXPIRES:
+            # Connected when the broker died: its expiry runs from now.
+            remaining = session.expiry_interval
+            self.save_later(session, disconnected=True)
+        else:
+            remaining = None
+        if remaining is not None:
+            broker.expire_later(session, max(0.0, remaining))
+        return session
+
+    async def _load_queue(self, session: Session, tenant: str) -> None:
+        """`session`'s stored queue into memory: in flight what was (resent on reconnect)."""
+        stored = await self.store.fetch(session.tenant_id, session.client_id, limit=ALWAYS)  # type: ignore[arg-type]  # persistent: it has a tenant id
+        for queued in stored:
             message = Message(
                 queued.topic,
                 queued.payload,
@@ -259,17 +314,6 @@ class SessionPersistence:
                 session.inflight[queued.packet_id] = Inflight(delivery, state)
             else:
                 session.queue.append(delivery)
-        if stored.expires_at is not None:
-            remaining = (stored.expires_at - datetime.now(UTC)).total_seconds()
-        elif session.expiry_interval != NEVER_EXPIRES:
-            # Connected when the broker died: its expiry runs from now.
-            remaining = session.expiry_interval
-            self.save_later(session, disconnected=True)
-        else:
-            remaining = None
-        if remaining is not None:
-            broker.expire_later(session, max(0.0, remaining))
-        return session
 
     async def restore_one(self, tenant: str, client_id: str) -> Session | None:
         """The stored session of (tenant slug, client id) into the broker, or None if there is
@@ -308,6 +352,7 @@ class SessionPersistence:
             await asyncio.sleep(interval)
             try:
                 await self.store.purge_expired()
+                await group_records.purge_expired(self.store.pool)
                 await self.store.collect_orphans()
             except Exception as exc:
                 log.warning("session purge failed: %s", exc)

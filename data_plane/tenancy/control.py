@@ -36,6 +36,8 @@ class LiveConnections(Protocol):
 
     def apply_policy(self, tenant: str, policy: TenantPolicy) -> None: ...
 
+    def forget_group(self, tenant: str, group: str, topic_filter: str) -> bool: ...
+
 
 class ControlPlaneLink:
     """The broker's database connections come in two pools, so one kind of load cannot starve
@@ -149,6 +151,18 @@ class ControlPlaneLink:
                 topic_filter = str(change.get("filter") or "")
                 forgotten = forget_retained(self.live, tenant, topic_filter)
                 log.info("retained %s %r: forgot %d message(s)", tenant, topic_filter, forgotten)
+            return
+        if kind == ChangeKind.SHARED_GROUP_DELETED:
+            if self.live is not None:
+                group, topic_filter = str(change.get("group", "")), str(change.get("filter", ""))
+                held = self.live.forget_group(tenant, group, topic_filter)
+                log.info(
+                    "shared group %s %r %r deleted (held here: %s)",
+                    tenant,
+                    group,
+                    topic_filter,
+                    held,
+                )
             return
         if kind.startswith("device.") or kind.startswith("credential."):
             if isinstance(device, str):

@@ -1,0 +1,122 @@
+"""`groups`: a shared group keeps its messages while no member is online and hands them to the
+next member in publish order, lending each until the member acknowledges it (issue 45)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from common.mqtt.codec import Reader
+from common.mqtt.packets import MQTT_5_0, Publish, Subscription
+from data_plane.broker.broker import Broker
+from data_plane.broker.message import Message
+from tests.broker.unit.fakes import FakeConnection, make_broker, open_session, told
+
+GROUP = "$share/workers/jobs/#"
+
+
+def _publish(broker: Broker, payload: str, qos: int = 1) -> None:
+    broker.publish(Message("jobs/a", payload.encode(), qos, False, tenant="acme", publisher="p"))
+
+
+def _received(conn: FakeConnection) -> list[Publish]:
+    reader = Reader(server_side=False, protocol_version=MQTT_5_0)
+    packets = [p for data in conn.sent for p in reader.feed(data)]
+    return [p for p in packets if isinstance(p, Publish)]
+
+
+def _member(broker: Broker, device: str, quota: dict | None = None) -> FakeConnection:
+    conn = FakeConnection(broker, device=device)
+    session = open_session(broker, conn)
+    session.quota = quota
+    broker.subscribe(session, Subscription(GROUP, 1), None)
+    return conn
+
+
+def _gone(broker: Broker, conn: FakeConnection) -> None:
+    """The member's client goes: its clean session ends."""
+    broker.detach(conn.session, conn)
+
+
+async def _drained(broker: Broker) -> None:
+    for _ in range(200):
+        if all(h.task is None for h in broker.groups.all()):
+            return
+        await asyncio.sleep(0.005)
+
+
+async def test_a_group_without_members_keeps_its_messages_for_the_next_in_order():
+    broker = make_broker()
+    first = _member(broker, "d1")
+    _publish(broker, "live")
+    (live,) = _received(first)
+    assert live.payload == b"live"
+    broker.settled(first.session, first.session.puback(live.packet_id))
+    _gone(broker, first)
+    for i in range(5):
+        _publish(broker, f"m{i}")
+    (holder,) = broker.groups.all()
+    assert holder.depth == 5  # nobody to take them: kept
+    late = _member(broker, "d2")
+    _publish(broker, "m5")  # while the held ones drain: behind them
+    await _drained(broker)
+    assert [p.payload.decode() for p in _received(late)] == [f"m{i}" for i in range(6)]
+    assert holder.depth == 6  # lent: each stays held until the member acknowledges it
+    for publish in _received(late):
+        broker.settled(late.session, late.session.puback(publish.packet_id))
+    assert holder.depth == 0
+
+
+async def test_what_a_leaving_member_did_not_acknowledge_goes_back_to_the_group():
+    broker = make_broker()
+    first = _member(broker, "d1")
+    _gone(broker, first)
+    for i in range(3):
+        _publish(broker, f"m{i}")
+    taker = _member(broker, "d2")
+    await _drained(broker)
+    got = _received(taker)
+    assert len(got) == 3
+    broker.settled(taker.session, taker.session.puback(got[0].packet_id))  # one acknowledged
+    _gone(broker, taker)  # gone with two unacknowledged
+    (holder,) = broker.groups.all()
+    assert holder.depth == 2
+    next_one = _member(broker, "d1")
+    await _drained(broker)
+    assert [p.payload for p in _received(next_one)] == [b"m1", b"m2"]
+
+
+async def test_qos0_waits_only_where_the_tenant_keeps_it_and_the_bounds_refuse_the_rest():
+    broker = make_broker()
+    dropped = told(broker, "message.dropped")
+    refused = told(broker, "quota.exceeded")
+    member = _member(broker, "d1", {"max_group_messages": 2, "max_group_bytes": 10**6})
+    _gone(broker, member)
+    _publish(broker, "q0", qos=0)
+    for i in range(3):
+        _publish(broker, f"m{i}")
+    (holder,) = broker.groups.all()
+    assert holder.depth == 2
+    assert [d[2] for d in dropped] == ["offline_qos0", "group_full"]
+    assert [r[1] for r in refused] == ["group_messages"]
+
+
+async def test_a_group_s_retention_ends_what_it_keeps():
+    broker = make_broker()
+    member = _member(broker, "d1", {"group_retention": 0})
+    _gone(broker, member)
+    _publish(broker, "stale")
+    await asyncio.sleep(0.01)
+    assert broker.groups.all() == []  # no member for its retention: the group went
+    assert broker.router.match("acme", "jobs/a") == ([], [])
+
+
+async def test_a_tenant_s_groups_are_capped_and_another_tenant_never_reaches_them():
+    broker = make_broker()
+    _member(broker, "d1", {"max_shared_groups": 1})
+    quota = {"max_shared_groups": 1}
+    assert broker.group_over_cap("acme", quota, "$share/other/jobs/#")
+    assert not broker.group_over_cap("acme", quota, GROUP)  # joining the one it has
+    assert not broker.group_over_cap("acme", quota, "jobs/#")  # not a group
+    assert not broker.group_over_cap("rival", quota, GROUP)  # its own first group
+    assert broker.forget_group("rival", "workers", "jobs/#") is False
+    assert broker.forget_group("acme", "workers", "jobs/#") is True
