@@ -27,6 +27,7 @@ _THINGS = {
     "historypolicy": "History policy",
     "budget": "Budget",
     "billingdetails": "Billing details",
+    "shared_group": "Shared group",  # not a model's: shared_groups.services records it
 }
 _VERBS = {"created": "created", "updated": "changed", "deleted": "deleted"}
 # Field changes that read better as one word than as "from … to …".

@@ -22,6 +22,7 @@ def announce(
     device: str | None = None,
     ids: list[int] | None = None,
     topic_filter: str | None = None,
+    group: str | None = None,
 ):
     if kind not in KINDS:  # a kind the broker does not know would be silently ignored there
         raise ValueError(f"not a change kind of common.contracts.notifications: {kind!r}")
@@ -32,6 +33,8 @@ def announce(
         payload["ids"] = ids
     if topic_filter is not None:
         payload["filter"] = topic_filter
+    if group is not None:  # a shared subscription's group (`shared_group.deleted`)
+        payload["group"] = group
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_notify(%s, %s)",

@@ -8,6 +8,7 @@ from tenants.api.fleet_docs import FLEET_OPERATIONS, FLEET_TAG
 from tenants.api.inspection_docs import INSPECTION_OPERATIONS, INSPECTION_TAG
 from tenants.api.job_docs import JOB_OPERATIONS, JOB_TAGS
 from tenants.api.journey_docs import JOURNEY_OPERATIONS, JOURNEY_TAG
+from tenants.api.shared_group_docs import SHARED_GROUP_OPERATIONS
 
 TAGS = [
     {"name": "Accounts", "description": "Sign up and get API tokens with an email and password."},
@@ -522,6 +523,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
 # What the broker holds (issue 30): its own module, merged here.
 TAGS.append(INSPECTION_TAG)
 OPERATIONS.update(INSPECTION_OPERATIONS)
+OPERATIONS.update(SHARED_GROUP_OPERATIONS)  # issue 45: durable shared groups, under Inspection
 TAGS.append(JOURNEY_TAG)
 OPERATIONS.update(JOURNEY_OPERATIONS)
 TAGS.extend(JOB_TAGS)  # issue 32's jobs and device groups

@@ -12,7 +12,8 @@ STALE = (
 INSPECTION_TAG = {
     "name": "Inspection",
     "description": "What the broker holds for the tenant, across every node of the cluster: "
-    "sessions (online and offline), their queues, retained messages and the topic tree.",
+    "sessions (online and offline), their queues, retained messages, the topic tree and "
+    "durable shared groups.",
 }
 
 INSPECTION_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {

@@ -11,6 +11,7 @@ from tenants.api import (
     journey_views,
     rule_run_views,
     shadow_views,
+    shared_group_views,
     usage_views,
     views,
 )
@@ -145,6 +146,14 @@ urlpatterns = [
     ),
     path("retained", inspection_views.RetainedView.as_view(), name="api-retained"),
     path("topics", inspection_views.TopicTreeView.as_view(), name="api-topics"),
+    path(
+        "shared-groups", shared_group_views.SharedGroupListView.as_view(), name="api-shared-groups"
+    ),
+    path(
+        "shared-groups/<str:group>",
+        shared_group_views.SharedGroupDetailView.as_view(),
+        name="api-shared-group",
+    ),
     path("history", history_views.HistoryView.as_view(), name="api-history"),
     path(
         "history-policies",

@@ -36,6 +36,7 @@ PAGES: list[NavPage] = [
     NavPage("Data", "Sessions", "portal:sessions"),
     NavPage("Data", "Retained", "portal:retained"),
     NavPage("Data", "Topics", "portal:topics"),
+    NavPage("Data", "Shared groups", "portal:shared-groups"),
     NavPage("Plan & billing", "Usage", "portal:usage"),
     NavPage("Plan & billing", "Budget", "portal:budget"),
     NavPage("Plan & billing", "Invoices", "portal:invoices"),

@@ -13,6 +13,7 @@ from tenants.portal import (
     people_views,
     provisioning_views,
     shadow_views,
+    shared_group_views,
     trust_views,
     views,
 )
@@ -64,6 +65,12 @@ urlpatterns = [
     path("retained/", inspection_views.retained, name="retained"),
     path("retained/delete/", inspection_views.retained_delete, name="retained-delete"),
     path("topics/", inspection_views.topics, name="topics"),
+    path("shared-groups/", shared_group_views.shared_groups, name="shared-groups"),
+    path(
+        "shared-groups/delete/",
+        shared_group_views.shared_group_delete,
+        name="shared-group-delete",
+    ),
     path("history/", history_views.history, name="history"),
     path("jobs/", job_views.jobs, name="jobs"),
     path("jobs/<str:job_id>/", job_views.job_detail, name="job"),

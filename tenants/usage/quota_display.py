@@ -37,6 +37,10 @@ LIMITS = {
     "max_shadow_versions": ("Device shadow versions kept", "versions"),
     "max_certificates": ("Certificates", "certificates"),
     "max_ca_certificates": ("Registered CA certificates", "CAs"),
+    "max_shared_groups": ("Shared subscription groups", "groups"),
+    "max_group_messages": ("Messages a shared group keeps", "messages"),
+    "max_group_bytes": ("Payload bytes a shared group keeps", "bytes"),
+    "group_retention": ("Shared group retention", "seconds"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
@@ -54,6 +58,9 @@ PER_WHAT = {
     "max_shadow_size": "per shadow",
     "shadow_history_days": "per shadow",
     "max_shadow_versions": "per shadow",
+    "max_group_messages": "per shared group",
+    "max_group_bytes": "per shared group",
+    "group_retention": "per shared group",
 }
 
 
@@ -104,6 +111,7 @@ def usage_now(tenant: Tenant) -> dict[str, float]:
     """What the tenant uses now of the limits that measure something over time."""
     from tenants.devices.identity import cas_counted
     from tenants.devices.selectors import live_connections
+    from tenants.shared_groups.selectors import shared_groups_count
     from tenants.tenant.stored_limits import certificates_count, shadows_count
 
     connections = live_connections(tenant=tenant)
@@ -122,6 +130,7 @@ def usage_now(tenant: Tenant) -> dict[str, float]:
         "max_shadows": shadows_count(tenant.id),
         "max_certificates": certificates_count(tenant.id),
         "max_ca_certificates": cas_counted(tenant).count(),
+        "max_shared_groups": shared_groups_count(tenant=tenant),
         "max_publish_rate": (last.messages_in / 60) if last else 0,
         "max_inbound_bytes_rate": (last.bytes_in / 60) if last else 0,
         "max_outbound_bytes_rate": (last.bytes_out / 60) if last else 0,

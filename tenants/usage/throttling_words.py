@@ -129,6 +129,34 @@ LIMITS: dict[str, LimitWords] = {
         refuses_messages=False,
         refused_phrase="new certificates refused",
     ),
+    "shared_groups": LimitWords(
+        "max_shared_groups",
+        slowed="",
+        refused="A subscription to a new shared group ($share/{group}/{filter}) was refused "
+        "(SUBACK 0x97): the tenant already has as many shared groups as the plan allows.",
+        advice="Delete shared groups you no longer use (Shared groups page), or move to a "
+        "larger plan.",
+        refuses_messages=False,
+        refused_phrase="new shared groups refused",
+    ),
+    "group_messages": LimitWords(
+        "max_group_messages",
+        slowed="",
+        refused="A message for a shared group with no member online was dropped: the group "
+        "already held as many messages as the plan allows.",
+        advice="Keep a member of the group online, or move to a plan whose groups keep more.",
+        refuses_messages=True,
+        refused_phrase="messages a shared group could not keep",
+    ),
+    "group_bytes": LimitWords(
+        "max_group_bytes",
+        slowed="",
+        refused="A message for a shared group with no member online was dropped: the group "
+        "already held as many payload bytes as the plan allows.",
+        advice="Keep a member of the group online, or move to a plan whose groups keep more.",
+        refuses_messages=True,
+        refused_phrase="messages a shared group could not keep",
+    ),
     # Refused by the control plane (tenants/quota_refusals.py), not the broker.
     "ca_certificates": LimitWords(
         "max_ca_certificates",
@@ -171,6 +199,7 @@ DROP_CAUSES: dict[str, str] = {
     "expired": "expired before delivery",
     "too_large": "larger than the subscriber accepts",
     "acl": "no longer allowed by the ACL",
+    "group_full": "shared group full",
 }
 
 # What each drop cause means, for the page's explanation.
@@ -181,6 +210,8 @@ DROP_MEANINGS: dict[str, str] = {
     "expired": "a message's expiry interval passed before the subscriber took it",
     "too_large": "a message was larger than the subscriber's Maximum Packet Size",
     "acl": "a queued copy the subscriber's ACL no longer allowed",
+    "group_full": "a shared group with no member online already held as many messages or bytes "
+    "as it may keep (max_group_messages, max_group_bytes)",
 }
 
 

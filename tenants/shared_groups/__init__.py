@@ -1,0 +1,2 @@
+"""Durable shared subscription groups (`$share/{group}/{filter}`, issue 45): reads and writes of
+what the broker keeps for them while no member is online."""
