@@ -261,6 +261,7 @@ async def run(args: argparse.Namespace) -> None:
     prepare = None
     objects = None
     tap = None
+    history = None
     journey = None
     ports = Ports(shadows=reserved)
     if link is not None:
@@ -303,6 +304,12 @@ async def run(args: argparse.Namespace) -> None:
                 decisions=decisions,
                 interval=args.archive_interval,
             )
+            # What replays read (`$replay/{from}/{filter}`): the archive, and how far back.
+            from data_plane.storage.history import ArchiveHistory
+
+            history = ArchiveHistory(tap, objects, link.lookups)
+            link.followers.append(history.on_change)
+            await history.load()
         recorder = None
         if not args.no_journey:
             from data_plane.observability.journey import JourneyRecorder
@@ -318,6 +325,7 @@ async def run(args: argparse.Namespace) -> None:
             archive=tap,
             journey=recorder,
             shadows=reserved,
+            history=history,
         )
 
         async def prepare(broker):

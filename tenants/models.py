@@ -118,7 +118,7 @@ class Plan(models.Model):
         help_text="CA certificates a tenant may have registered (live ones, the fleet CA aside)",
     )
     # Durable shared groups (issue 45): groups a tenant may have, what one group keeps while
-    # no member is online (messages and payload bytes), and how long a group without members
+    # it has no member (messages and payload bytes), and how long a group without members
     # and its messages are kept.
     max_shared_groups = models.PositiveIntegerField(
         default=100, db_default=100, help_text="shared subscription groups per tenant"
@@ -1026,7 +1026,7 @@ class MqttQueuedMessage(models.Model):
 
 class SharedGroupQueue(models.Model):
     """A durable shared subscription group (`$share/{name}/{topic_filter}`): its messages wait in
-    `MqttQueuedMessage` under `holder_id` while no member is online (data_plane.broker.groups)."""
+    `MqttQueuedMessage` under `holder_id` while it has no member (data_plane.broker.groups)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="shared_groups")
     name = models.CharField(max_length=256)

@@ -117,8 +117,9 @@ class AclPolicy:
 
     def can_subscribe(self, topic_filter: str) -> bool:
         """Refused only when every topic the filter can match is denied (see module doc).
-        `$share/{group}/{filter}` is judged on the filter it shares (and read like it)."""
-        if topic_filter.startswith("$share/"):
+        `$share/{group}/{filter}` is judged on the filter it shares (and read like it), and
+        `$replay/{from}/{filter}` on the filter it replays."""
+        if topic_filter.startswith(("$share/", "$replay/")):
             topic_filter = topic_filter.split("/", 2)[2] if topic_filter.count("/") >= 2 else ""
         levels = topic_filter.split("/")
         for allow, rule in self._subscribe:

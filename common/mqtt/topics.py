@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from common.mqtt.errors import TopicFilterInvalid, TopicNameInvalid
 
 MAX_TOPIC_BYTES = 65535
 SHARE_PREFIX = "$share/"
+REPLAY_PREFIX = "$replay/"
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 
 
 def validate_topic_name(topic: str) -> None:
@@ -52,6 +55,42 @@ def parse_shared(topic_filter: str) -> tuple[str | None, str]:
         raise TopicFilterInvalid("shared subscription group name may not contain wildcards")
     validate_topic_filter(inner)
     return group, inner
+
+
+def parse_replay(topic_filter: str, now: float) -> tuple[float | None, str]:
+    """`$replay/{from}/{filter}` -> (its start as a Unix time, filter); other filters -> (None,
+    filter). `from` is an RFC 3339 instant (`2026-12-06T10:00:00Z`) or a duration back from
+    `now` (`90s`, `30m`, `1h`, `7d`)."""
+    if not topic_filter.startswith(REPLAY_PREFIX):
+        return None, topic_filter
+    start, sep, inner = topic_filter[len(REPLAY_PREFIX) :].partition("/")
+    if not start or not sep or not inner:
+        raise TopicFilterInvalid("replay needs $replay/{from}/{filter}")
+    if inner.startswith((SHARE_PREFIX, REPLAY_PREFIX)):
+        raise TopicFilterInvalid("a replay's filter cannot be shared or replayed again")
+    validate_topic_filter(inner)
+    unit = _DURATION_UNITS.get(start[-1])
+    if unit is not None and start[:-1].isdigit():
+        return now - int(start[:-1]) * unit, inner
+    try:
+        moment = datetime.fromisoformat(start)
+    except ValueError:
+        raise TopicFilterInvalid(
+            f"replay start {start!r} is neither an RFC 3339 instant nor a duration (90s, 30m, "
+            "1h, 7d)"
+        ) from None
+    if moment.tzinfo is None:
+        raise TopicFilterInvalid(f"replay start {start!r} needs a time zone (Z or +hh:mm)")
+    return moment.timestamp(), inner
+
+
+def routed_filter(topic_filter: str) -> tuple[str | None, str]:
+    """The shared group (or None) and the filter a subscription routes: `$share/{group}/F` and
+    `$replay/{from}/F` route F (checked by `parse_shared` / `parse_replay` when subscribing)."""
+    if topic_filter.startswith(REPLAY_PREFIX):
+        parts = topic_filter.split("/", 2)
+        return None, parts[2] if len(parts) == 3 else ""
+    return parse_shared(topic_filter)
 
 
 def hidden_from_wildcards(topic: str) -> bool:

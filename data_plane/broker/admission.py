@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.access.acl import reserved_default
-from common.mqtt.errors import MQTTError
+from common.mqtt.errors import MQTTError, TopicFilterInvalid
 from common.mqtt.packets import MQTT_5_0, Publish, Subscribe, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
-from common.mqtt.topics import parse_shared, validate_topic_name
+from common.mqtt.topics import parse_replay, routed_filter, validate_topic_name
 from data_plane.broker.auth import AuthResult
 from data_plane.broker.fair_share import OverTooLong, over_the_rate
 from data_plane.broker.limits import MAX_DELAY, too_deep
@@ -267,13 +267,13 @@ def admit_subscribe(
     limit = auth.quota.get("max_subscriptions_per_client")
     decision = SubscribeDecision([], [])
     for sub in packet.subscriptions:
-        if too_deep(sub.topic_filter):
+        if too_deep(sub.topic_filter) or not _replay_ok(sub):
             decision.codes.append(RC.TOPIC_FILTER_INVALID)
             continue
         if (
             not acl.can_subscribe(sub.topic_filter)
             if acl is not None
-            else reserved_default(parse_shared(sub.topic_filter)[1].split("/"), auth.device)
+            else reserved_default(routed_filter(sub.topic_filter)[1].split("/"), auth.device)
             is False
         ):
             decision.denied += 1
@@ -294,3 +294,12 @@ def admit_subscribe(
         decision.codes.append(sub.qos)
         decision.granted.append(sub)
     return decision
+
+
+def _replay_ok(sub: Subscription) -> bool:
+    """A `$replay/{from}/{filter}` that says when and what, not shared (other filters: True)."""
+    try:
+        parse_replay(sub.topic_filter, 0.0)
+    except TopicFilterInvalid:
+        return False
+    return True

@@ -13,13 +13,13 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from common.mqtt.packets import Connect, Subscription
 from common.mqtt.reason_codes import ReasonCode
-from common.mqtt.topics import parse_shared
-from data_plane.broker import wills
+from common.mqtt.topics import parse_replay, routed_filter
+from data_plane.broker import replay, wills
 from data_plane.broker.accounting import Accounts
 from data_plane.broker.auth import Authenticator, AuthResult
 from data_plane.broker.doorway import Doorway
@@ -80,11 +80,12 @@ class Broker:
         self.archive = ports.archive  # records each routed message; None: no archive
         self.journey = ports.journey  # each publish's outcome (its connection records it)
         self.shadows = ports.shadows  # serves `$aws/things/…/shadow/…` requests; None: refused
-        # Shared groups keep their messages while no member is online (groups.py).
+        # Shared groups keep their messages while they have no member (groups.py).
         self.groups = GroupQueues(
             self.router, ports.persistence, self.settled, self._dropped, self.quota_exceeded
         )
         self.hooks.add("client.connected", lambda conn: self.groups.online(conn.session))
+        self.replays = replay.Replays(ports.history)  # `$replay/{from}/{filter}` (replay.py)
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -152,8 +153,7 @@ class Broker:
             ids.discard(session.client_id)
 
     def persistent_count(self, tenant: str) -> int:
-        ids = self.persistent.get(tenant)
-        return len(ids) if ids else 0
+        return len(self.persistent.get(tenant, ()))
 
     def adopt(self, session: Session) -> None:
         """Wire a session to this broker's accounting (drops, sends): every session, whether
@@ -199,7 +199,7 @@ class Broker:
     def _unroute(self, session: Session) -> None:
         """`session`'s subscriptions out of this node's routes (the session keeps them)."""
         for state in list(session.subscriptions.values()):
-            group, topic_filter = parse_shared(state.topic_filter)
+            group, topic_filter = routed_filter(state.topic_filter)
             self.router.for_tenant(session.tenant).unsubscribe(topic_filter, session, group)
             if group is not None:
                 self.groups.left(session.tenant, topic_filter, group)
@@ -323,8 +323,14 @@ class Broker:
 
     def subscribe(self, session: Session, sub: Subscription, subscription_id: int | None) -> None:
         existed = sub.topic_filter in session.subscriptions
+        start, inner = parse_replay(sub.topic_filter, time.time())
+        end = replay.cut() if start is not None else 0  # then routed at once (replay.py)
         group, topic_filter = self.restore_subscription(session, sub, subscription_id)
         self.hooks.run("session.subscribed", session, sub)
+        if start is not None:  # the archive from `start`, then live (no retained: it is there)
+            ids = (subscription_id,) if subscription_id else ()
+            self.replays.start(session, inner, start, end, sub.qos, ids, sub.no_local)
+            return
         # Retained messages: never for shared subscriptions; with handling 1 only when new.
         if group is None and (
             sub.retain_handling == 0 or (sub.retain_handling == 1 and not existed)
@@ -336,8 +342,9 @@ class Broker:
     def restore_subscription(
         self, session: Session, sub: Subscription, subscription_id: int | None
     ) -> tuple[str | None, str]:
-        """Route a subscription (also one brought back from storage: no retained resent)."""
-        group, topic_filter = parse_shared(sub.topic_filter)
+        """Route a subscription (also one brought back from storage: no retained resent, no
+        replay: a `$replay/…` one comes back live)."""
+        group, topic_filter = routed_filter(sub.topic_filter)
         self.router.for_tenant(session.tenant).subscribe(
             topic_filter,
             Subscriber(session, sub.qos, sub.no_local, sub.retain_as_published, subscription_id),
@@ -358,7 +365,7 @@ class Broker:
     def unsubscribe(self, session: Session, topic_filter: str) -> bool:
         if session.subscriptions.pop(topic_filter, None) is None:
             return False
-        group, inner = parse_shared(topic_filter)
+        group, inner = routed_filter(topic_filter)
         self.router.for_tenant(session.tenant).unsubscribe(inner, session, group)
         if group is not None:
             self.groups.left(session.tenant, inner, group)
@@ -397,10 +404,6 @@ class Broker:
         for conn in self.connections:
             if conn.tenant == tenant:
                 conn.apply_policy(policy)
-
-    def group_over_cap(self, tenant: str, quota: Mapping[str, int], shared: str) -> bool:
-        """Whether subscribing to `shared` would make a group more than the tenant may have."""
-        return self.groups.over_cap(tenant, quota, shared)
 
     def forget_group(self, tenant: str, group: str, topic_filter: str) -> bool:
         """The tenant deleted a durable shared group: what this node holds of it goes."""

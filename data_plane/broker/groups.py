@@ -1,5 +1,6 @@
 """Durable shared groups (issue 45): a `$share/{group}/{filter}` group keeps its messages while
-no member is online, and hands them to the next member, in publish order.
+it has no member (every member's session ended; a persistent member offline still takes its
+turn into its session), and hands them to the next member, in publish order.
 
 Each group in the router gets a `Holder`: a session of the broker's own, never connected, under
 the client id `$group:{digest}` (`holder_id`; CONNECT refuses the prefix, `limits`). Where the

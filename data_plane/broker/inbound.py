@@ -9,8 +9,7 @@ which must reach the client before the retained messages its subscriptions bring
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from common.mqtt.codec import encode
 from common.mqtt.packets import (
@@ -26,7 +25,7 @@ from common.mqtt.packets import Disconnect as DisconnectPacket
 from common.mqtt.reason_codes import ReasonCode as RC
 from data_plane.broker import admission, refused
 from data_plane.broker.accounting import Accounts
-from data_plane.broker.acks import Acks
+from data_plane.broker.acks import Acks, PacketBuilder
 from data_plane.broker.actions import Actions, Close, Disconnect, KeepWill, Send
 from data_plane.broker.admission import (
     Accept,
@@ -36,9 +35,11 @@ from data_plane.broker.admission import (
     Refuse,
 )
 from data_plane.broker.auth import AuthResult
+from data_plane.broker.groups import GroupQueues
 from data_plane.broker.hooks import Hooks
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Commit, Journey, Published, Recipient, SessionStorage
+from data_plane.broker.replay import Replays
 from data_plane.broker.session import Session
 
 
@@ -53,6 +54,10 @@ class InboundBroker(Protocol):
     def journey(self) -> Journey | None: ...
     @property
     def persistence(self) -> SessionStorage | None: ...
+    @property
+    def groups(self) -> GroupQueues: ...  # whether a SUBSCRIBE makes a group too many
+    @property
+    def replays(self) -> Replays: ...  # what a replay's SUBACK says
 
     def publish(self, message: Message) -> Published: ...
 
@@ -67,8 +72,6 @@ class InboundBroker(Protocol):
     def unsubscribe(self, session: Session, topic_filter: str) -> bool: ...
 
     def track_persistent(self, session: Session) -> None: ...
-
-    def group_over_cap(self, tenant: str, quota: Mapping[str, int], shared: str) -> bool: ...
 
 
 class Gate(Protocol):
@@ -101,6 +104,8 @@ class InboundOutlet(Protocol):
     def protocol_version(self) -> int: ...
 
     def send(self, data: bytes) -> None: ...
+
+    def with_reason(self, build: PacketBuilder, reason: str, *, always: bool = False) -> bytes: ...
 
 
 class Inbound:
@@ -175,7 +180,7 @@ class Inbound:
             packet,
             conn.auth,
             session.subscriptions,
-            lambda shared: broker.group_over_cap(tenant, quota, shared),
+            lambda shared: broker.groups.over_cap(tenant, quota, shared),
         )
         if decision.denied:
             broker.accounts.denied(tenant, decision.denied)
@@ -186,7 +191,11 @@ class Inbound:
         if decision.denied or decision.quota_hits or decision.group_hits:
             filters = [sub.topic_filter for sub in packet.subscriptions]
             refused.subscribe(conn, filters, decision.codes)
-        conn.send(encode(SubAck(packet.packet_id, decision.codes), conn.protocol_version))
+        notice = broker.replays.notice(tenant, decision.granted)  # a replay's start, if moved
+        if notice is None:
+            conn.send(encode(SubAck(packet.packet_id, decision.codes), conn.protocol_version))
+        else:
+            conn.send(conn.with_reason(lambda props: self._suback(packet, decision, props), notice))
         if not conn.auth.service:  # a SUBSCRIBE is billed per 5 KiB of its filters
             size = sum(len(sub.topic_filter) for sub in packet.subscriptions)
             broker.accounts.subscribed(tenant, conn.device, size)
@@ -197,6 +206,10 @@ class Inbound:
             broker.subscribe(session, sub, subscription_id)
         if decision.granted and session.persist is not None and broker.persistence is not None:
             broker.persistence.save_later(session)
+
+    def _suback(self, packet: Subscribe, decision: Any, properties: Any) -> bytes:
+        suback = SubAck(packet.packet_id, decision.codes, properties or {})
+        return encode(suback, self.conn.protocol_version)
 
     def unsubscribe(self, packet: Unsubscribe) -> Actions:
         conn = self.conn

@@ -44,6 +44,7 @@ until they drain (`flow.ReadGate.slow_down`); others ignore it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -270,6 +271,24 @@ class Shadows(Protocol):
         ...
 
 
+class History(Protocol):
+    """The tenants' archived messages, for replays (`replay`; data_plane.storage.history)."""
+
+    def horizon(self, tenant: str) -> float | None:
+        """The Unix time before which the tenant keeps nothing (its history policies' longest
+        keep); None: it keeps no history."""
+
+    async def written(self) -> None:
+        """Everything routed so far is in the store, readable."""
+
+    def read(
+        self, tenant: str, topic_filter: str, start_ms: int, end_ms: int
+    ) -> Iterator[list[Any]]:
+        """The tenant's messages on topics `topic_filter` matches with archive times in
+        [start_ms, end_ms), in order, in batches of `Message`s. Blocking: called
+        from a thread."""
+
+
 @dataclass(frozen=True, slots=True)
 class Ports:
     """What a broker is plugged into, given at construction; None: that state stays in memory
@@ -283,6 +302,7 @@ class Ports:
     archive: Archive | None = None
     journey: Journey | None = None
     shadows: Shadows | None = None
+    history: History | None = None
 
 
 NO_PORTS = Ports()

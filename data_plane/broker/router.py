@@ -33,14 +33,14 @@ class SharedGroup:
     members: list[Subscriber] = field(default_factory=list)
     cursor: int = 0
     topic_filter: str = ""  # the filter it shares: (filter, name) is the group's identity
-    # Keeps the group's messages while no member is online (data_plane.broker.groups.Holder):
+    # Keeps the group's messages while it has no member (data_plane.broker.groups.Holder):
     # the group stays in the router without members while it has one.
     holder: Any = None
 
     def pick(self) -> Subscriber | None:
-        """Round robin over members, preferring connected ones. None while the holder keeps
-        messages (a newcomer waits behind them: publish order) or, with a holder, when no
-        member is connected (it keeps them for the next)."""
+        """Round robin over members, preferring connected ones (an offline member's persistent
+        session keeps what it is given). None without members, and while the holder keeps
+        messages: a newcomer waits behind them (publish order)."""
         holder = self.holder
         if holder is not None and holder.session.queue:
             return None
@@ -52,8 +52,6 @@ class SharedGroup:
             if member.session.connected:
                 self.cursor = (self.cursor + step + 1) % count
                 return member
-        if holder is not None:
-            return None
         member = self.members[self.cursor % count]
         self.cursor = (self.cursor + 1) % count
         return member

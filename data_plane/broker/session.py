@@ -44,6 +44,10 @@ class Delivery:
     seq: int | None = None  # position in the session's durable queue, when persisted
 
 
+# The marker `hold_live` queues: what follows it waits for a replay to end.
+HOLD = Delivery(Message("", b"", 1, False), 1, False)
+
+
 @dataclass(slots=True)
 class Inflight:
     delivery: Delivery
@@ -257,6 +261,8 @@ class Session:
         now = time.monotonic()
         while queue and not conn.closing and not conn.write_paused:
             delivery = queue[0]
+            if delivery is HOLD:
+                break  # a replay's messages go first (`hold_live`)
             if delivery.message.expired(now):
                 queue.popleft()
                 if delivery.qos == 0:
@@ -376,6 +382,32 @@ class Session:
         del self.inflight[packet_id]
         self.pump()
         return entry.delivery
+
+    def hold_live(self) -> None:
+        """From now on deliveries wait in the queue, behind what is queued already, until
+        `release_live`: a replay's messages go out first (`send_first`)."""
+        self.queue.append(HOLD)
+
+    def release_live(self) -> None:
+        if HOLD in self.queue:
+            self.queue.remove(HOLD)
+        self.pump()
+
+    def send_first(self, delivery: Delivery) -> bool:
+        """Send a replayed delivery now, ahead of the queue held back for it, if the client
+        can take it (Receive Maximum, writes not paused); False: try again later."""
+        conn = self.connection
+        if conn is None or conn.closing or conn.write_paused or not self.queue:
+            return False
+        if self.queue[0] is not HOLD:  # what was queued before the replay goes first
+            return False
+        if delivery.qos == 0:
+            self._send(delivery, None)
+        elif len(self.inflight) < conn.client_receive_maximum:
+            self._send(delivery, self._allocate_id())
+        else:
+            return False
+        return True
 
     def take_queued(self) -> Delivery | None:
         """The oldest queued delivery, taken out unsent (a group's holder hands it on)."""

@@ -55,7 +55,7 @@ DROP_CAUSES = {
     "offline_qos0": (DROPPED, "QoS 0 to an offline session is not kept"),
     "group_full": (
         QUEUE_FULL,
-        "the shared group had no member online and kept as much as it may "
+        "the shared group had no member and kept as much as it may "
         "(max_group_messages, max_group_bytes)",
     ),
     "not_authorized": (ACL_DENIED, "no member of the shared group may read this topic"),

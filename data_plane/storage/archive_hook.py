@@ -310,6 +310,12 @@ class ArchiveTap:
         if wait_upload and self._upload is not None:
             await self._upload
 
+    async def written(self) -> None:
+        """Everything recorded so far is in the store: handed over, encoded, uploaded (a round
+        already running may not hold the last segments: one more after it)."""
+        await self.flush(wait_upload=True)
+        await asyncio.get_running_loop().run_in_executor(self._uploader, self.writer.upload_pending)
+
     async def stop(self) -> None:
         """Encode what is buffered and upload everything pending; what a store still down at
         exit could not take is lost, and the log says how much."""

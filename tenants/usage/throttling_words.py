@@ -142,7 +142,7 @@ LIMITS: dict[str, LimitWords] = {
     "group_messages": LimitWords(
         "max_group_messages",
         slowed="",
-        refused="A message for a shared group with no member online was dropped: the group "
+        refused="A message for a shared group with no member was dropped: the group "
         "already held as many messages as the plan allows.",
         advice="Keep a member of the group online, or move to a plan whose groups keep more.",
         refuses_messages=True,
@@ -151,7 +151,7 @@ LIMITS: dict[str, LimitWords] = {
     "group_bytes": LimitWords(
         "max_group_bytes",
         slowed="",
-        refused="A message for a shared group with no member online was dropped: the group "
+        refused="A message for a shared group with no member was dropped: the group "
         "already held as many payload bytes as the plan allows.",
         advice="Keep a member of the group online, or move to a plan whose groups keep more.",
         refuses_messages=True,
@@ -210,7 +210,7 @@ DROP_MEANINGS: dict[str, str] = {
     "expired": "a message's expiry interval passed before the subscriber took it",
     "too_large": "a message was larger than the subscriber's Maximum Packet Size",
     "acl": "a queued copy the subscriber's ACL no longer allowed",
-    "group_full": "a shared group with no member online already held as many messages or bytes "
+    "group_full": "a shared group with no member already held as many messages or bytes "
     "as it may keep (max_group_messages, max_group_bytes)",
 }
 

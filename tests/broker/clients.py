@@ -84,7 +84,8 @@ class Paho:
         self.client.on_connect = self._on_connect
         self.client.on_message = lambda c, u, m: self.messages.put(m)
         self.client.on_disconnect = self._on_disconnect
-        self.client.on_subscribe = lambda c, u, mid, codes, props: self.subacks.put(codes)
+        self.suback_properties = None  # the last SUBACK's (MQTT 5: its Reason String...)
+        self.client.on_subscribe = self._on_subscribe
         if will:
             self.client.will_set(*will)
         self.port, self.clean, self.expiry, self.props, self.keepalive = (
@@ -96,6 +97,10 @@ class Paho:
         )
         if connect:
             self.connect()
+
+    def _on_subscribe(self, client, userdata, mid, codes, properties):
+        self.suback_properties = properties
+        self.subacks.put(codes)
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
         self.reason_code = reason_code

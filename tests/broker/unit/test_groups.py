@@ -114,9 +114,9 @@ async def test_a_tenant_s_groups_are_capped_and_another_tenant_never_reaches_the
     broker = make_broker()
     _member(broker, "d1", {"max_shared_groups": 1})
     quota = {"max_shared_groups": 1}
-    assert broker.group_over_cap("acme", quota, "$share/other/jobs/#")
-    assert not broker.group_over_cap("acme", quota, GROUP)  # joining the one it has
-    assert not broker.group_over_cap("acme", quota, "jobs/#")  # not a group
-    assert not broker.group_over_cap("rival", quota, GROUP)  # its own first group
+    assert broker.groups.over_cap("acme", quota, "$share/other/jobs/#")
+    assert not broker.groups.over_cap("acme", quota, GROUP)  # joining the one it has
+    assert not broker.groups.over_cap("acme", quota, "jobs/#")  # not a group
+    assert not broker.groups.over_cap("rival", quota, GROUP)  # its own first group
     assert broker.forget_group("rival", "workers", "jobs/#") is False
     assert broker.forget_group("acme", "workers", "jobs/#") is True

@@ -1,0 +1,171 @@
+"""The broker's `History` port (data_plane.broker.ports; replays: data_plane.broker.replay): a
+tenant's archived messages read back in order, and how far back its history reaches.
+
+`read` goes an hour at a time through the archive's readers (`common.archive.files`: the
+marker protocol, live segments and compacted history alike), keeps the tenant's publishes in
+the time range whose topic the filter matches, and orders them by archive time — stably, so one
+broker's messages of one millisecond keep their recording order — before it hands them over in
+batches. An hour compacted while it was being read is read again (`ArchiveChanged`).
+
+`horizon` is what retention leaves: the tenant's longest history policy (or, with none, its
+plan's default days) back from now; read for every tenant at start-up and again for one on the
+changes that move it (the archive decisions' own: history, quota, settings).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg_pool import AsyncConnectionPool
+
+from common.archive.files import ArchiveChanged, hours_between, iter_archive
+from common.archive.schema import EVENT_PUBLISH
+from common.contracts import tables
+from common.contracts.notifications import ChangeKind
+from common.mqtt.topics import topic_matches
+from common.stores.object_store import ObjectStore
+from data_plane.broker.message import Message
+from data_plane.storage.archive_hook import ArchiveTap
+
+log = logging.getLogger(__name__)
+
+BATCH = 1000  # messages handed over at a time
+DAY = 86_400
+_DAYS_SQL = f"""
+SELECT t.slug, CASE WHEN NOT t.archive_enabled THEN 0
+       ELSE COALESCE((SELECT max(h.days) FROM {tables.HISTORY_POLICY} h WHERE h.tenant_id = t.id),
+                     p.history_default_days) END
+  FROM {tables.TENANT} t JOIN {tables.PLAN} p ON p.id = t.plan_id
+"""
+_CHANGES = frozenset(
+    {ChangeKind.HISTORY_CHANGED, ChangeKind.TENANT_QUOTA, ChangeKind.TENANT_SETTINGS}
+)
+_COLUMNS = (
+    "ts",
+    "client_id",
+    "topic",
+    "qos",
+    "payload",
+    "payload_format",
+    "content_type",
+    "user_properties",
+    "message_expiry",
+    "response_topic",
+    "correlation_data",
+)
+
+
+class ArchiveHistory:
+    def __init__(self, tap: ArchiveTap, store: ObjectStore, pool: AsyncConnectionPool) -> None:
+        self.tap = tap
+        self.store = store
+        self.pool = pool
+        self.days: dict[str, int] = {}  # tenant -> days its history keeps (0: none)
+
+    # -- how far back -----------------------------------------------------------------------
+
+    async def load(self, tenant: str | None = None) -> None:
+        sql, params = (
+            (_DAYS_SQL, ()) if tenant is None else (_DAYS_SQL + " WHERE t.slug = %s", (tenant,))
+        )
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(sql, params)).fetchall()
+        if tenant is None:
+            self.days = {slug: int(days or 0) for slug, days in rows}
+        else:
+            self.days.pop(tenant, None)
+            self.days.update({slug: int(days or 0) for slug, days in rows})
+
+    async def on_change(self, change: dict[str, object]) -> None:
+        kind, tenant = str(change.get("kind", "")), change.get("tenant")
+        if kind == ChangeKind.RELOAD:
+            await self.load()
+        elif kind in _CHANGES and isinstance(tenant, str) and tenant:
+            await self.load(tenant)
+
+    def horizon(self, tenant: str) -> float | None:
+        days = self.days.get(tenant, 0)
+        return time.time() - days * DAY if days else None
+
+    # -- the messages -------------------------------------------------------------------------
+
+    async def written(self) -> None:
+        await self.tap.written()
+
+    def read(
+        self, tenant: str, topic_filter: str, start_ms: int, end_ms: int
+    ) -> Iterator[list[Message]]:
+        start = datetime.fromtimestamp(start_ms / 1000, UTC)
+        end = datetime.fromtimestamp(end_ms / 1000, UTC)
+        for hour in hours_between(start, end):
+            lo, hi = max(start, hour), min(end, hour + timedelta(hours=1))
+            if lo >= hi:
+                continue
+            table = self._hour(tenant, lo, hi)
+            batch: list[Message] = []
+            for row in table.to_pylist():
+                if not topic_matches(topic_filter, row["topic"]):
+                    continue
+                message = _message(tenant, row)
+                if message is not None:
+                    batch.append(message)
+                if len(batch) >= BATCH:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
+    def _hour(self, tenant: str, start: datetime, end: datetime) -> pa.Table:
+        for attempt in range(3):
+            try:
+                tables_ = [
+                    t.select(list(_COLUMNS))
+                    for t in iter_archive(self.store, start, end, tenant, (EVENT_PUBLISH,))
+                ]
+                break
+            except ArchiveChanged:
+                if attempt == 2:
+                    raise
+        if not tables_:
+            return pa.table({name: [] for name in _COLUMNS})
+        table = pa.concat_tables(tables_, promote_options="permissive")
+        order = pc.sort_indices(table, sort_keys=[("ts", "ascending")])  # stable
+        return table.take(order)
+
+
+def _message(tenant: str, row: dict) -> Message | None:
+    """An archived publish as the broker's message; None when its expiry has passed."""
+    properties: dict[str, object] = {}
+    if row["payload_format"] is not None:
+        properties["payload_format_indicator"] = row["payload_format"]
+    for column, name in (
+        ("content_type", "content_type"),
+        ("response_topic", "response_topic"),
+        ("correlation_data", "correlation_data"),
+    ):
+        if row[column] is not None:
+            properties[name] = row[column]
+    if row["user_properties"]:
+        properties["user_property"] = [(p["key"], p["value"]) for p in row["user_properties"]]
+    expires_at = None
+    if row["message_expiry"] is not None:
+        left = row["ts"].timestamp() + row["message_expiry"] - time.time()
+        if left <= 0:
+            return None
+        properties["message_expiry_interval"] = int(left)
+        expires_at = time.monotonic() + left
+    return Message(
+        row["topic"],
+        row["payload"] or b"",
+        row["qos"] or 0,
+        False,
+        properties,
+        expires_at,
+        row["client_id"] or "",
+        tenant,
+    )

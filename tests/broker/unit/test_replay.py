@@ -1,0 +1,97 @@
+"""`replay`: `$replay/{from}/{filter}` — the history first, the live messages held behind it,
+the cut between them at a millisecond; and how such a filter is read."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from common.mqtt.codec import Reader
+from common.mqtt.errors import TopicFilterInvalid
+from common.mqtt.packets import MQTT_5_0, Publish, Subscription
+from common.mqtt.topics import parse_replay, routed_filter
+from data_plane.broker.broker import Broker
+from data_plane.broker.message import Message
+from data_plane.broker.ports import Ports
+from data_plane.config import BrokerConfig
+from data_plane.tenancy.static import StaticAuthenticator
+from tests.broker.unit.fakes import TENANTS, FakeConnection, open_session
+
+
+class FakeHistory:
+    """Three archived messages; the read waits until `release` (a slow archive)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.asked: list[tuple] = []
+
+    def horizon(self, tenant: str) -> float | None:
+        return time.time() - 3600
+
+    async def written(self) -> None:
+        return None
+
+    def read(self, tenant, topic_filter, start_ms, end_ms):
+        self.asked.append((tenant, topic_filter, start_ms, end_ms))
+        self.release.wait(5)
+        yield [Message(f"t/{i}", f"old{i}".encode(), 1, False, tenant=tenant) for i in range(3)]
+
+
+def _received(conn: FakeConnection) -> list[bytes]:
+    reader = Reader(server_side=False, protocol_version=MQTT_5_0)
+    packets = [p for data in conn.sent for p in reader.feed(data)]
+    return [p.payload for p in packets if isinstance(p, Publish)]
+
+
+async def test_the_history_goes_first_and_the_live_messages_wait_behind_it():
+    history = FakeHistory()
+    broker = Broker(
+        BrokerConfig(port=0, ws_port=0, sys_interval=0),
+        StaticAuthenticator(TENANTS),
+        Ports(history=history),
+    )
+    conn = FakeConnection(broker)
+    session = open_session(broker, conn)
+    before = int(time.time() * 1000)
+    broker.subscribe(session, Subscription("$replay/1h/t/#", 1), None)
+    ((tenant, topic_filter, start_ms, end_ms),) = await _asked(history)
+    assert (tenant, topic_filter) == ("acme", "t/#")
+    assert before < end_ms <= int(time.time() * 1000)  # the cut: the next millisecond
+    assert abs(start_ms - (end_ms - 3_600_000)) < 1000
+    broker.publish(Message("t/live", b"live", 1, False, tenant="acme", publisher="p"))
+    assert _received(conn) == []  # held behind the replay
+    history.release.set()
+    for _ in range(100):
+        if len(_received(conn)) == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert _received(conn) == [b"old0", b"old1", b"old2", b"live"]
+
+
+async def _asked(history: FakeHistory) -> list[tuple]:
+    for _ in range(100):
+        if history.asked:
+            return history.asked
+        await asyncio.sleep(0.01)
+    raise AssertionError("the archive was never read")
+
+
+def test_a_replay_filter_says_when_and_what():
+    assert parse_replay("$replay/90s/a/#", 1000.0) == (910.0, "a/#")
+    assert parse_replay("$replay/7d/a", 10**6) == (10**6 - 7 * 86_400, "a")
+    assert parse_replay("$replay/2026-12-06T10:00:00Z/a/+", 0)[0] == 1_796_551_200
+    assert parse_replay("a/#", 0) == (None, "a/#")
+    assert routed_filter("$replay/1h/a/#") == (None, "a/#")
+    for bad in (
+        "$replay/1h",
+        "$replay/soon/a",
+        "$replay/2026-12-06T10:00:00/a",
+        "$replay/1h/a/#/b",
+    ):
+        with pytest.raises(TopicFilterInvalid):
+            parse_replay(bad, 0)
+    with pytest.raises(TopicFilterInvalid):
+        parse_replay("$replay/1h/$share/g/a", 0)
