@@ -45,6 +45,14 @@ SELECT t.slug, CASE WHEN NOT t.archive_enabled THEN 0
 _CHANGES = frozenset(
     {ChangeKind.HISTORY_CHANGED, ChangeKind.TENANT_QUOTA, ChangeKind.TENANT_SETTINGS}
 )
+_PROPERTY_COLUMNS = (
+    "payload_format",
+    "content_type",
+    "user_properties",
+    "message_expiry",
+    "response_topic",
+    "correlation_data",
+)
 _COLUMNS = (
     "ts",
     "client_id",
@@ -107,18 +115,10 @@ class ArchiveHistory:
             if lo >= hi:
                 continue
             table = self._hour(tenant, lo, hi)
-            batch: list[Message] = []
-            for row in table.to_pylist():
-                if not topic_matches(topic_filter, row["topic"]):
-                    continue
-                message = _message(tenant, row)
-                if message is not None:
-                    batch.append(message)
-                if len(batch) >= BATCH:
+            for start_row in range(0, table.num_rows, BATCH):
+                batch = _messages(tenant, topic_filter, table.slice(start_row, BATCH))
+                if batch:
                     yield batch
-                    batch = []
-            if batch:
-                yield batch
 
     def _hour(self, tenant: str, start: datetime, end: datetime) -> pa.Table:
         for attempt in range(3):
@@ -136,6 +136,42 @@ class ArchiveHistory:
         table = pa.concat_tables(tables_, promote_options="permissive")
         order = pc.sort_indices(table, sort_keys=[("ts", "ascending")])  # stable
         return table.take(order)
+
+
+def _messages(tenant: str, topic_filter: str, table: pa.Table) -> list[Message]:
+    """The rows of `table` on topics the filter matches, as messages (column by column: the
+    properties only where a column has any)."""
+    topics = table.column("topic").to_pylist()
+    matched = {topic: topic_matches(topic_filter, topic) for topic in set(topics)}
+    payloads = table.column("payload").to_pylist()
+    qos = table.column("qos").to_pylist()
+    publishers = table.column("client_id").to_pylist()
+    plain = all(table.column(c).null_count == len(table) for c in _PROPERTY_COLUMNS)
+    rows = None if plain else table.select(["ts", *_PROPERTY_COLUMNS]).to_pylist()
+    out = []
+    for i, topic in enumerate(topics):
+        if not matched[topic]:
+            continue
+        if rows is None:
+            out.append(
+                Message(
+                    topic,
+                    payloads[i] or b"",
+                    qos[i] or 0,
+                    False,
+                    {},
+                    None,
+                    publishers[i] or "",
+                    tenant,
+                )
+            )
+            continue
+        row = rows[i]
+        row.update(topic=topic, payload=payloads[i], qos=qos[i], client_id=publishers[i])
+        message = _message(tenant, row)
+        if message is not None:
+            out.append(message)
+    return out
 
 
 def _message(tenant: str, row: dict) -> Message | None:

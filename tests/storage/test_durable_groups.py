@@ -80,3 +80,40 @@ def test_a_group_keeps_a_thousand_messages_through_a_kill_9_for_a_late_member(se
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_a_kill_9_mid_drain_loses_nothing_the_group_held(secrets):
+    process, port = start_pg_broker()
+    try:
+        first = Paho(port, "acme/worker", secrets["worker"], "worker-1")
+        first.subscribe(GROUP, 1)
+        first.close()
+        pub = Paho(port, "acme/pub", secrets["pub"], "pub")
+        held = [f"m{i}" for i in range(5000)]
+        for payload in held:
+            pub.client.publish("jobs/a", payload, 1)
+        pub.publish("jobs/a", "last", 1)  # (paho sends in order: all acknowledged by then)
+        held.append("last")
+        pub.close()
+        late = Paho(port, "acme/worker", secrets["worker"], "worker-2")
+        late.subscribe(GROUP, 1)
+        first_part = [m.payload.decode() for m in late.expect(500, 10)]
+        kill9(process)  # mid-drain: some delivered and acknowledged, the rest still held
+        late.stop_loop()
+    finally:
+        if process.poll() is None:
+            kill9(process)
+    process, port = start_pg_broker()
+    try:
+        again = Paho(port, "acme/worker", secrets["worker"], "worker-3")
+        again.subscribe(GROUP, 1)
+        rest = [m.payload.decode() for m in again.expect(len(held), 20)]
+        got = set(first_part) | set(rest)
+        assert not set(held) - got, f"{len(set(held) - got)} held messages lost"
+        assert len(first_part) >= 500 and len(rest) < len(held)  # the drain did move on
+        order = [int(p[1:]) for p in rest if p != "last"]
+        assert order == sorted(order)  # what was left comes in publish order
+        again.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
