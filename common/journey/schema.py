@@ -140,6 +140,7 @@ CLIENT_EVENTS = (
     "will_published",
     "will_discarded",
     "session_expired",
+    "replayed",  # a `$replay` subscription's history went out (detail: filter, from, how many)
 )
 
 # -- keys ----------------------------------------------------------------------------------------

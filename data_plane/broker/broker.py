@@ -85,7 +85,9 @@ class Broker:
             self.router, ports.persistence, self.settled, self._dropped, self.quota_exceeded
         )
         self.hooks.add("client.connected", lambda conn: self.groups.online(conn.session))
-        self.replays = replay.Replays(ports.history)  # `$replay/{from}/{filter}` (replay.py)
+        self.replays = replay.Replays(
+            ports.history, self.hooks
+        )  # `$replay/{from}/{filter}` (replay.py)
 
     # -- sessions -----------------------------------------------------------------------
 

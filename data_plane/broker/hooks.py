@@ -39,6 +39,7 @@ HOOK_NAMES = (
     "session.will",  # a will went out: (session or None, will, Published)
     "shadow.changed",  # data_plane.shadows: an accepted change of a device shadow
     "session.adopted",  # Broker.adopt wired a session (opened or restored): (session,)
+    "session.replayed",  # a replay ended: (session, filter, start (Unix time), messages sent)
     "client.redirect",  # (connect, auth result) -> stats.Redirect or None: see `first`
 )
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 from common.mqtt.packets import Subscription
 from common.mqtt.topics import parse_replay
+from data_plane.broker.hooks import Hooks
 from data_plane.broker.message import Message
 from data_plane.broker.ports import History
 from data_plane.broker.session import Delivery, Session
@@ -47,8 +48,9 @@ def cut() -> int:
 class Replays:
     """The replays running on this broker."""
 
-    def __init__(self, history: History | None) -> None:
+    def __init__(self, history: History | None, hooks: Hooks) -> None:
         self.history = history
+        self.hooks = hooks  # `session.replayed` when one ends (the journey's event)
         self.tasks: set[asyncio.Task[None]] = set()
         self.replayed = 0  # messages sent from the archive, for the figures
 
@@ -83,7 +85,7 @@ class Replays:
             return  # no archive on this broker: live only (the SUBACK said so)
         session.hold_live()
         task = asyncio.get_running_loop().create_task(
-            self._run(session, topic_filter, int(start * 1000), end_ms, qos, ids, no_local)
+            self._run(session, topic_filter, start, end_ms, qos, ids, no_local)
         )
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -92,7 +94,7 @@ class Replays:
         self,
         session: Session,
         topic_filter: str,
-        start_ms: int,
+        start: float,
         end_ms: int,
         qos: int,
         ids: tuple[int, ...],
@@ -100,10 +102,10 @@ class Replays:
     ) -> None:
         history: History = self.history  # type: ignore[assignment]  # started only with one
         loop = asyncio.get_running_loop()
-        connection = session.connection
+        connection, sent = session.connection, 0
         try:
             await history.written()
-            batches = history.read(session.tenant, topic_filter, start_ms, end_ms)
+            batches = history.read(session.tenant, topic_filter, int(start * 1000), end_ms)
             while True:
                 batch: list[Message] | None = await loop.run_in_executor(None, next, batches, None)
                 if batch is None or session.connection is not connection:
@@ -118,9 +120,11 @@ class Replays:
                         if session.connection is not connection or connection is None:
                             return
                         await asyncio.sleep(WAIT)
-                    self.replayed += 1
+                    sent += 1
                 await asyncio.sleep(0)  # the loop is everyone's
         except Exception:
             log.exception("replay of %s for %s/%s failed", topic_filter, *session.key)
         finally:
             session.release_live()
+            self.replayed += sent
+            self.hooks.run("session.replayed", session, topic_filter, start, sent)

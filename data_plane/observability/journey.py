@@ -23,6 +23,7 @@ import logging
 import time
 from array import array
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from common.journey.schema import (
@@ -392,6 +393,7 @@ class JourneyRecorder:
         hooks.add("session.unsubscribed", self._unsubscribed)
         hooks.add("session.expired", self._expired)
         hooks.add("session.will", self._will)
+        hooks.add("session.replayed", self._replayed)
 
     def _connected(self, conn: MQTTConnection) -> None:
         session = conn.session
@@ -462,6 +464,11 @@ class JourneyRecorder:
             "subscribed",
             detail=f"{sub.topic_filter} (QoS {sub.qos})",
         )
+
+    def _replayed(self, session: Session, topic_filter: str, start: float, sent: int) -> None:
+        since = datetime.fromtimestamp(start, UTC).isoformat(timespec="seconds")
+        detail = f"{topic_filter} from {since}: {sent} message{'' if sent == 1 else 's'}"
+        self.client(session.tenant, session.client_id, "replayed", detail=detail)
 
     def _unsubscribed(self, session: Session, topic_filter: str) -> None:
         self.client(session.tenant, session.client_id, "unsubscribed", detail=topic_filter)

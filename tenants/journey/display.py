@@ -44,6 +44,7 @@ EVENT_LABELS = {
     "will_published": "will published",
     "will_discarded": "will refused",
     "session_expired": "session expired",
+    "replayed": "replayed",
 }
 assert set(EVENT_LABELS) == set(CLIENT_EVENTS), "every client event needs a chip label"
 

@@ -116,6 +116,7 @@ EVENT_WORDS = {
     "will_published": "its will was published",
     "will_discarded": "its will was refused",
     "session_expired": "its session expired",
+    "replayed": "replayed history",
 }
 
 

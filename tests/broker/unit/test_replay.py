@@ -18,7 +18,7 @@ from data_plane.broker.message import Message
 from data_plane.broker.ports import Ports
 from data_plane.config import BrokerConfig
 from data_plane.tenancy.static import StaticAuthenticator
-from tests.broker.unit.fakes import TENANTS, FakeConnection, open_session
+from tests.broker.unit.fakes import TENANTS, FakeConnection, open_session, told
 
 
 class FakeHistory:
@@ -55,6 +55,7 @@ async def test_the_history_goes_first_and_the_live_messages_wait_behind_it():
     )
     conn = FakeConnection(broker)
     session = open_session(broker, conn)
+    replayed = told(broker, "session.replayed")
     before = int(time.time() * 1000)
     broker.subscribe(session, Subscription("$replay/1h/t/#", 1), None)
     ((tenant, topic_filter, start_ms, end_ms),) = await _asked(history)
@@ -69,6 +70,7 @@ async def test_the_history_goes_first_and_the_live_messages_wait_behind_it():
             break
         await asyncio.sleep(0.01)
     assert _received(conn) == [b"old0", b"old1", b"old2", b"live"]
+    assert [(r[0], r[1], r[3]) for r in replayed] == [(session, "t/#", 3)]  # the journey's event
 
 
 async def _asked(history: FakeHistory) -> list[tuple]:
