@@ -329,15 +329,14 @@ class Broker:
         end = replay.cut() if start is not None else 0  # then routed at once (replay.py)
         group, topic_filter = self.restore_subscription(session, sub, subscription_id)
         self.hooks.run("session.subscribed", session, sub)
+        ids = (subscription_id,) if subscription_id else ()
         if start is not None:  # the archive from `start`, then live (no retained: it is there)
-            ids = (subscription_id,) if subscription_id else ()
-            self.replays.start(session, inner, start, end, sub.qos, ids, sub.no_local)
+            self.replays.start(session, replay.Ask(inner, start, end, sub.qos, ids, sub.no_local))
             return
         # Retained messages: never for shared subscriptions; with handling 1 only when new.
         if group is None and (
             sub.retain_handling == 0 or (sub.retain_handling == 1 and not existed)
         ):
-            ids = (subscription_id,) if subscription_id else ()
             for message in self.retained.match(session.tenant, topic_filter):
                 session.deliver(Delivery(message, min(message.qos, sub.qos), True, ids))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from common.mqtt.packets import Subscription
@@ -43,6 +44,19 @@ def cut() -> int:
     while (moment := int(time.time() * 1000)) == now:
         pass
     return moment
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a `$replay` SUBSCRIBE asks for: its filter, from when (Unix time) to the cut (ms),
+    and the subscription's QoS, identifiers and No Local."""
+
+    topic_filter: str
+    start: float
+    end_ms: int
+    qos: int
+    ids: tuple[int, ...] = ()
+    no_local: bool = False
 
 
 class Replays:
@@ -70,48 +84,30 @@ class Replays:
                 notes.append(f"{inner}: history is kept from {since}, replayed from there")
         return "; ".join(notes) or None
 
-    def start(
-        self,
-        session: Session,
-        topic_filter: str,
-        start: float,
-        end_ms: int,
-        qos: int,
-        ids: tuple[int, ...],
-        no_local: bool,
-    ) -> None:
-        """Replay the archive over [start, end_ms) to `session`, holding its live deliveries."""
+    def start(self, session: Session, ask: Ask) -> None:
+        """Replay the archive over [ask.start, ask.end_ms) to `session`, holding its live
+        deliveries meanwhile."""
         if self.history is None:
             return  # no archive on this broker: live only (the SUBACK said so)
         session.hold_live()
-        task = asyncio.get_running_loop().create_task(
-            self._run(session, topic_filter, start, end_ms, qos, ids, no_local)
-        )
+        task = asyncio.get_running_loop().create_task(self._run(session, ask))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _run(
-        self,
-        session: Session,
-        topic_filter: str,
-        start: float,
-        end_ms: int,
-        qos: int,
-        ids: tuple[int, ...],
-        no_local: bool,
-    ) -> None:
+    async def _run(self, session: Session, ask: Ask) -> None:
         history: History = self.history  # type: ignore[assignment]  # started only with one
         loop = asyncio.get_running_loop()
         connection, sent = session.connection, 0
+        topic_filter, start, qos, ids = ask.topic_filter, ask.start, ask.qos, ask.ids
         try:
             await history.written()
-            batches = history.read(session.tenant, topic_filter, int(start * 1000), end_ms)
+            batches = history.read(session.tenant, topic_filter, int(start * 1000), ask.end_ms)
             while True:
                 batch: list[Message] | None = await loop.run_in_executor(None, next, batches, None)
                 if batch is None or session.connection is not connection:
                     return
                 for message in batch:
-                    if no_local and message.publisher == session.client_id:
+                    if ask.no_local and message.publisher == session.client_id:
                         continue
                     if session.read_filter is not None and not session.read_filter(message.topic):
                         continue

@@ -53,19 +53,7 @@ _PROPERTY_COLUMNS = (
     "response_topic",
     "correlation_data",
 )
-_COLUMNS = (
-    "ts",
-    "client_id",
-    "topic",
-    "qos",
-    "payload",
-    "payload_format",
-    "content_type",
-    "user_properties",
-    "message_expiry",
-    "response_topic",
-    "correlation_data",
-)
+_COLUMNS = ("ts", "client_id", "topic", "qos", "payload", *_PROPERTY_COLUMNS)
 
 
 class ArchiveHistory:

@@ -1,12 +1,9 @@
 """Broker-relevant changes are announced with NOTIFY, seen here by a real LISTEN connection."""
 
-import json
 from datetime import timedelta
 
-import psycopg
 import pytest
-from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from tenants.acls import services as acl_services
@@ -16,25 +13,6 @@ from tenants.rules import services as rule_services
 from tenants.tenant import services as tenant_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def listener():
-    params = connection.get_connection_params()
-    conn = psycopg.connect(
-        host=params["host"],
-        port=params["port"],
-        user=params["user"],
-        dbname=params["dbname"],
-        autocommit=True,
-    )
-    conn.execute(f"LISTEN {settings.CONFIG_NOTIFY_CHANNEL}")
-
-    def received(expect: int, timeout: float = 5.0) -> list[dict]:
-        return [json.loads(n.payload) for n in conn.notifies(timeout=timeout, stop_after=expect)]
-
-    yield received
-    conn.close()
 
 
 def test_every_broker_relevant_change_is_announced(listener):

@@ -8,42 +8,17 @@ missing filter is a 400 naming it; another tenant's group is a 404, never listed
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import timedelta
 from urllib.parse import quote
 
-import psycopg
 import pytest
-from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from tenants.models import AuditEntry, Membership, MqttQueuedMessage, SharedGroupQueue
 from tenants.shared_groups import selectors as shared_group_selectors
 from tests.api.conftest import acme, attacker, client_for  # noqa: F401 (fixtures)
 
-pytestmark = pytest.mark.django_db(transaction=True)  # NOTIFY reaches a notices on commit
-
-
-@pytest.fixture
-def notices():
-    """The change notifications the brokers hear, on a real LISTEN connection: `notices(n)`
-    waits for up to n of them (`timeout` seconds at most)."""
-    params = connection.get_connection_params()
-    conn = psycopg.connect(
-        host=params["host"],
-        port=params["port"],
-        user=params["user"],
-        dbname=params["dbname"],
-        autocommit=True,
-    )
-    conn.execute(f"LISTEN {settings.CONFIG_NOTIFY_CHANNEL}")
-
-    def received(expect: int, timeout: float = 5.0) -> list[dict]:
-        return [json.loads(n.payload) for n in conn.notifies(timeout=timeout, stop_after=expect)]
-
-    yield received
-    conn.close()
+pytestmark = pytest.mark.django_db(transaction=True)  # NOTIFY reaches the listener on commit
 
 
 def _group(tenant, name, topic_filter, *, members=0, expires_in=None, held=()):
@@ -120,12 +95,12 @@ def test_the_list_is_one_query_however_many_groups(acme, django_assert_num_queri
     assert [(r.name, r.depth) for r in rows] == [(f"g{i}", i) for i in range(5)]
 
 
-def test_delete_removes_the_group_and_its_messages_announces_and_audits(acme, notices):  # noqa: F811
+def test_delete_removes_the_group_and_its_messages_announces_and_audits(acme, listener):  # noqa: F811
     tenant, api = acme
     now = timezone.now()
     doomed = _group(tenant, "workers", "jobs/#", held=[now, now])
     kept = _group(tenant, "workers", "jobs/+", held=[now])  # same name, another filter
-    notices(10, timeout=0.5)  # what signing up announced
+    listener(10, timeout=0.5)  # what signing up announced
 
     response = api.delete(_path("workers", "jobs/#"))
     assert response.status_code == 204, response.content
@@ -133,7 +108,7 @@ def test_delete_removes_the_group_and_its_messages_announces_and_audits(acme, no
     assert not MqttQueuedMessage.objects.filter(client_id=doomed.holder_id).exists()
     assert SharedGroupQueue.objects.filter(id=kept.id).exists()
     assert MqttQueuedMessage.objects.filter(client_id=kept.holder_id).count() == 1
-    [notice] = notices(1)
+    [notice] = listener(1)
     assert notice == {
         "tenant": "acme",
         "kind": "shared_group.deleted",
@@ -154,7 +129,7 @@ def test_delete_removes_the_group_and_its_messages_announces_and_audits(acme, no
         "code": "not_found",
         "message": "No shared group 'workers' on the filter 'jobs/#'.",
     }
-    assert notices(1, timeout=0.5) == []  # nothing deleted, nothing announced
+    assert listener(1, timeout=0.5) == []  # nothing deleted, nothing announced
 
 
 def test_a_filter_is_required_and_must_be_a_topic_filter(acme):  # noqa: F811
@@ -176,18 +151,18 @@ def test_a_filter_is_required_and_must_be_a_topic_filter(acme):  # noqa: F811
     assert api.delete(_path("x" * 300, "jobs/#")).status_code == 404
 
 
-def test_another_tenant_can_neither_list_nor_delete_a_group(acme, attacker, notices):  # noqa: F811
+def test_another_tenant_can_neither_list_nor_delete_a_group(acme, attacker, listener):  # noqa: F811
     tenant, _ = acme
     _, evil = attacker
     group = _group(tenant, "workers", "jobs/#", held=[timezone.now()])
-    notices(10, timeout=0.5)
+    listener(10, timeout=0.5)
     assert evil.get("/api/v1/shared-groups").json()["count"] == 0
     response = evil.delete(_path("workers", "jobs/#"))
     assert response.status_code == 404
     assert "workers" in response.json()["error"]["message"]
     assert SharedGroupQueue.objects.filter(id=group.id).exists()
     assert MqttQueuedMessage.objects.filter(client_id=group.holder_id).count() == 1
-    assert notices(1, timeout=0.5) == []
+    assert listener(1, timeout=0.5) == []
     assert client_for().get("/api/v1/shared-groups").status_code in (401, 403)
 
 
