@@ -123,33 +123,42 @@ async def one(broker: RunningBroker, login: tuple[str, str], messages: int, bodi
     }
 
 
-async def run(messages: int, payload: str, login: tuple[str, str]) -> list[str]:
-    bodies = json_bodies(PAYLOAD) if payload == "json" else None
+async def each_broker(messages: int, login: tuple[str, str], measure) -> list[tuple[str, dict]]:
+    """`await measure(broker, login)` on ours (`runbroker`, a scratch object store of its own)
+    and on Mosquitto (its queue `messages` long): (name, result) each."""
     stores = archive.Stores("file")
-    lines = [
-        f"{messages:,} QoS 1 messages of {PAYLOAD} B ({payload}); "
-        f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"
-    ]
+    results = []
     try:
         for name in ("ours", "mosquitto"):
             if name == "ours":
-                store = stores.new()
-                broker, who = start_runbroker(brokers.REPO, store), login
+                broker, who = start_runbroker(brokers.REPO, stores.new()), login
             else:
                 broker = brokers.start("mosquitto", max_queued=messages)
                 who = (brokers.USERNAME, brokers.PASSWORD)
             try:
-                result = await one(broker, who, messages, bodies)
+                results.append((name, await measure(broker, who)))
             finally:
                 broker.stop()
-            lines.append(
-                f"  {name:<9} kept {result['kept_per_s']:>9,.0f} msg/s | drained "
-                f"{result['drained_per_s']:>9,.0f} msg/s, {result['per_core']:>9,.0f} msg/s per "
-                f"core of broker CPU | received {result['received']:,} of {messages:,}"
-            )
-            print(lines[-1], flush=True)
     finally:
         stores.close()
+    return results
+
+
+async def run(messages: int, payload: str, login: tuple[str, str]) -> list[str]:
+    bodies = json_bodies(PAYLOAD) if payload == "json" else None
+    lines = [
+        f"{messages:,} QoS 1 messages of {PAYLOAD} B ({payload}); "
+        f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"
+    ]
+    measured = await each_broker(
+        messages, login, lambda broker, who: one(broker, who, messages, bodies)
+    )
+    for name, result in measured:
+        lines.append(
+            f"  {name:<9} kept {result['kept_per_s']:>9,.0f} msg/s | drained "
+            f"{result['drained_per_s']:>9,.0f} msg/s, {result['per_core']:>9,.0f} msg/s per "
+            f"core of broker CPU | received {result['received']:,} of {messages:,}"
+        )
     return lines
 
 

@@ -24,8 +24,8 @@ import time
 
 from bench import archive, brokers
 from bench.brokers import RunningBroker
-from bench.group_drain import PAYLOAD, TOPIC, WINDOW, _bye, _client, _subscribe
-from bench.limiter import start_runbroker, with_recorder
+from bench.group_drain import PAYLOAD, TOPIC, WINDOW, _bye, _client, _subscribe, each_broker
+from bench.limiter import with_recorder
 from bench.loadgen import PublishTemplate, Stats, json_bodies
 
 
@@ -92,31 +92,20 @@ async def one(broker: RunningBroker, login, messages: int, qos: int, bodies) -> 
 
 async def run(messages: int, payload: str, qos: int, login: tuple[str, str]) -> list[str]:
     bodies = json_bodies(PAYLOAD) if payload == "json" else None
-    stores = archive.Stores("file")
     lines = [
         f"{messages:,} messages of {PAYLOAD} B ({payload}), QoS {qos}; "
         f"load average at start {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"
     ]
-    try:
-        for name in ("ours", "mosquitto"):
-            if name == "ours":
-                broker, who = start_runbroker(brokers.REPO, stores.new()), login
-            else:
-                broker = brokers.start("mosquitto", max_queued=messages)
-                who = (brokers.USERNAME, brokers.PASSWORD)
-            try:
-                result = await one(broker, who, messages, qos, bodies)
-            finally:
-                broker.stop()
-            label = "replay" if name == "ours" else "backlog"
-            lines.append(
-                f"  {name:<9} {label} {result['served_per_s']:>9,.0f} msg/s, "
-                f"{result['per_core']:>9,.0f} msg/s per core of broker CPU | received "
-                f"{result['received']:,} of {messages:,}"
-            )
-            print(lines[-1], flush=True)
-    finally:
-        stores.close()
+    measured = await each_broker(
+        messages, login, lambda broker, who: one(broker, who, messages, qos, bodies)
+    )
+    for name, result in measured:
+        label = "replay" if name == "ours" else "backlog"
+        lines.append(
+            f"  {name:<9} {label} {result['served_per_s']:>9,.0f} msg/s, "
+            f"{result['per_core']:>9,.0f} msg/s per core of broker CPU | received "
+            f"{result['received']:,} of {messages:,}"
+        )
     return lines
 
 
