@@ -311,11 +311,11 @@ class Broker:
             group.holder.acked(delivery)  # a held message it drained goes too
 
     def _dropped(self, session: Session, delivery: Delivery, cause: str) -> None:
-        group = delivery.group
-        if group is not None and group.holder is not None and group.holder.returned(delivery):
-            if delivery.seq is not None and self.persistence is not None:
-                self.persistence.settled(session, delivery)  # the member's copy goes
-            return  # the group's holder has it again
+        group = delivery.group  # a full queue gives a group's lent copy back (else it is lost)
+        holder = group.holder if group is not None and cause == "queue_full" else None
+        if holder is not None and holder.returned(delivery):
+            self.settled(session, delivery)  # the member's durable copy goes, not the held one
+            return
         self.settled(session, delivery)
         self.accounts.dropped(session.tenant)
         if self.hooks.has("message.dropped"):

@@ -153,7 +153,8 @@ class Holder:
         moved, now, session = 0, time.monotonic(), self.session
         for member in members:
             target = member.session
-            room = DRAIN_ROOM - len(target.queue) - len(target.inflight)
+            waiting = len(target.queue)  # (its queue refuses beyond `max_queued`)
+            room = min(DRAIN_ROOM - waiting - len(target.inflight), target.max_queued - waiting)
             while room > 0:
                 held = session.take_queued()
                 if held is None:
@@ -193,7 +194,7 @@ class Holder:
             self._settle(entry[1])
 
     def returned(self, delivery: Delivery) -> bool:
-        """A member could not keep a copy: a lent one comes back first in line (True)."""
+        """A member went, or its queue was full: a lent copy comes back first in line (True)."""
         entry = self.lent.pop(id(delivery.message), None)
         if entry is None:
             return False

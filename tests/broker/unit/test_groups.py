@@ -120,3 +120,19 @@ async def test_a_tenant_s_groups_are_capped_and_another_tenant_never_reaches_the
     assert not broker.groups.over_cap("rival", quota, GROUP)  # its own first group
     assert broker.forget_group("rival", "workers", "jobs/#") is False
     assert broker.forget_group("acme", "workers", "jobs/#") is True
+
+
+async def test_a_copy_a_member_can_never_take_is_dropped_not_lent_again_and_again():
+    broker = make_broker()
+    dropped = told(broker, "message.dropped")
+    first = _member(broker, "d1")
+    _gone(broker, first)
+    _publish(broker, "x" * 100)
+    small = FakeConnection(broker, device="d2")
+    small.client_maximum_packet_size = 50  # the held message is larger than it takes
+    session = open_session(broker, small)
+    broker.subscribe(session, Subscription(GROUP, 1), None)
+    await _drained(broker)
+    (holder,) = broker.groups.all()
+    assert holder.depth == 0 and holder.task is None  # dropped once, counted, not retried
+    assert [d[2] for d in dropped] == ["too_large"]
