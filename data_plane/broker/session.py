@@ -395,18 +395,18 @@ class Session:
 
     def send_first(self, delivery: Delivery) -> bool:
         """Send a replayed delivery now, ahead of the queue held back for it, if the client
-        can take it (Receive Maximum, writes not paused); False: try again later."""
+        can take it (Receive Maximum, writes not paused, the outbound rate); False: try again
+        later."""
         conn = self.connection
         if conn is None or conn.closing or conn.write_paused or not self.queue:
             return False
         if self.queue[0] is not HOLD:  # what was queued before the replay goes first
             return False
-        if delivery.qos == 0:
-            self._send(delivery, None)
-        elif len(self.inflight) < conn.client_receive_maximum:
-            self._send(delivery, self._allocate_id())
-        else:
+        if delivery.qos and len(self.inflight) >= conn.client_receive_maximum:
             return False
+        if conn.outbound_bucket is not None and self._paced(conn, delivery):
+            return False  # the tenant's outbound rate: a replay is delivery like any other
+        self._send(delivery, self._allocate_id() if delivery.qos else None)
         return True
 
     def take_queued(self) -> Delivery | None:
