@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import random
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -45,6 +46,7 @@ DRAIN_PAUSE = 0.005  # seconds the drain waits when no member has room
 # What a group keeps when the quota does not say (the plans' defaults).
 DEFAULTS = {"max_group_messages": 100_000, "max_group_bytes": 100 << 20, "group_retention": 86_400}
 ALWAYS = 10**9  # the holder's own queue limit: the group's bounds are judged before it
+SALT_BITS = 10  # (microseconds since 1970 << 10 stay within a BIGINT until 2255)
 
 
 def holder_id(name: str, topic_filter: str) -> str:
@@ -84,6 +86,7 @@ class Holder:
         self.bytes = sum(len(d.message.payload) for d in session.queue)
         self.limits = dict(DEFAULTS)
         self.keep_qos0 = False  # the tenant's `queue_qos0_offline`
+        self.salt = random.getrandbits(SALT_BITS)  # this holder's low bits of its queue places
         self.expires_at: datetime | None = None  # while it has no members
         self.expiry: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None  # the drain, while it runs
@@ -123,9 +126,20 @@ class Holder:
         if message.expires_at is None or message.expires_at > deadline:
             message = dataclasses.replace(message, expires_at=deadline)
         self.bytes += size
+        session.next_seq = self.next_seq() - 1  # (persisting takes the one after it)
         commit = session.deliver(Delivery(message, message.qos, message.retain))
         self.drain()
         return commit
+
+    def next_seq(self) -> int:
+        """The next held message's place in the group's queue: the time in microseconds, then
+        this holder's salt (`SALT_BITS`), past the last one. Two nodes whose members all left
+        each hold the group under one client id: their rows must not take the same place
+        (they would share it only in the same microsecond with the same salt, and the group
+        commit's each-alone would refuse the one, not the batch), and a queue restored from
+        both comes back in time order, so each publisher's order holds."""
+        moment = (time.time_ns() // 1000) << SALT_BITS | self.salt
+        return max(moment, self.session.next_seq + (1 << SALT_BITS))
 
     # -- messages out ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ next member in publish order, lending each until the member acknowledges it (iss
 from __future__ import annotations
 
 import asyncio
+import time
 
 from common.mqtt.codec import Reader
 from common.mqtt.packets import MQTT_5_0, Publish, Subscription
@@ -136,3 +137,17 @@ async def test_a_copy_a_member_can_never_take_is_dropped_not_lent_again_and_agai
     (holder,) = broker.groups.all()
     assert holder.depth == 0 and holder.task is None  # dropped once, counted, not retried
     assert [d[2] for d in dropped] == ["too_large"]
+
+
+async def test_held_messages_take_places_in_time_order_that_another_holder_does_not_take():
+    broker = make_broker()
+    first = _member(broker, "d1")
+    _gone(broker, first)
+    (holder,) = broker.groups.all()
+    places = []
+    for _ in range(1000):
+        places.append(holder.next_seq())
+        holder.session.next_seq = places[-1]  # (as persisting takes it)
+    assert places == sorted(set(places))  # strictly increasing, whatever the clock's grain
+    assert {place & 1023 for place in places} == {holder.salt}
+    assert abs((places[0] >> 10) - time.time() * 1e6) < 10e6  # microseconds since 1970
