@@ -33,9 +33,16 @@ DROP_OUTCOMES: dict[str, str] = {
     "too_large": TOO_LARGE,
     "acl": ACL_DENIED,
     "offline_qos0": DROPPED,
+    "group_full": QUEUE_FULL,  # a shared group with no member kept all it may
+    "not_authorized": ACL_DENIED,  # no member of a shared group may read it
 }
-# A limit's refusal of a PUBLISH: `too_large` for the message size, `quota_exceeded` otherwise.
-LIMIT_OUTCOMES: dict[str, str] = {"message_size": TOO_LARGE}
+# A limit's refusal of a PUBLISH: `too_large` for the message size, `queue_full` for what a
+# shared group could not keep (its drop row's outcome), `quota_exceeded` otherwise.
+LIMIT_OUTCOMES: dict[str, str] = {
+    "message_size": TOO_LARGE,
+    "group_messages": QUEUE_FULL,
+    "group_bytes": QUEUE_FULL,
+}
 # Limits that refuse a CONNECT: the client's `connect_failed` event stands behind each refusal.
 # (A refused subscription is no journey row yet: the broker records granted ones only.)
 LIMIT_EVENTS: dict[str, str] = {

@@ -200,6 +200,7 @@ DROP_CAUSES: dict[str, str] = {
     "too_large": "larger than the subscriber accepts",
     "acl": "no longer allowed by the ACL",
     "group_full": "shared group full",
+    "not_authorized": "no shared group member may read it",
 }
 
 # What each drop cause means, for the page's explanation.
@@ -210,6 +211,8 @@ DROP_MEANINGS: dict[str, str] = {
     "expired": "a message's expiry interval passed before the subscriber took it",
     "too_large": "a message was larger than the subscriber's Maximum Packet Size",
     "acl": "a queued copy the subscriber's ACL no longer allowed",
+    "not_authorized": "a message a shared group kept that none of its members may read (their "
+    "ACL), dropped when the group handed its messages on",
     "group_full": "a shared group with no member already held as many messages or bytes "
     "as it may keep (max_group_messages, max_group_bytes)",
 }
