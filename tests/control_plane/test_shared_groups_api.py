@@ -7,13 +7,13 @@ missing filter is a 400 naming it; another tenant's group is a 404, never listed
 
 from __future__ import annotations
 
-import hashlib
 from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
 from django.utils import timezone
 
+from data_plane.broker.groups import holder_id
 from tenants.models import AuditEntry, Membership, MqttQueuedMessage, SharedGroupQueue
 from tenants.shared_groups import selectors as shared_group_selectors
 from tests.api.conftest import acme, attacker, client_for  # noqa: F401 (fixtures)
@@ -21,7 +21,7 @@ from tests.api.conftest import acme, attacker, client_for  # noqa: F401 (fixture
 pytestmark = pytest.mark.django_db(transaction=True)  # NOTIFY reaches the listener on commit
 
 
-def _group(tenant, name, topic_filter, *, members=0, expires_in=None, held=()):
+def group_row(tenant, name, topic_filter, *, members=0, expires_in=None, held=()):
     """A group row as the broker writes it, and its held messages (created_at each) as queue
     rows under its holder id."""
     now = timezone.now()
@@ -29,7 +29,7 @@ def _group(tenant, name, topic_filter, *, members=0, expires_in=None, held=()):
         tenant=tenant,
         name=name,
         topic_filter=topic_filter,
-        holder_id="$group:" + hashlib.sha256(f"{name}/{topic_filter}".encode()).hexdigest(),
+        holder_id=holder_id(name, topic_filter),  # as the broker names it
         members=members,
         expires_at=None if expires_in is None else now + expires_in,
     )
@@ -55,16 +55,16 @@ def test_the_list_shows_each_group_with_its_depth_oldest_message_and_members(acm
     tenant, api = acme
     now = timezone.now()
     oldest = now - timedelta(minutes=30)
-    _group(tenant, "workers", "jobs/#", members=0, expires_in=timedelta(hours=2),
+    group_row(tenant, "workers", "jobs/#", members=0, expires_in=timedelta(hours=2),
            held=[oldest, now - timedelta(minutes=5), now])  # fmt: skip
-    _group(tenant, "alarms", "alarms/+", members=3)
-    busy = _group(tenant, "billing", "jobs/#", members=1, held=[now])
+    group_row(tenant, "alarms", "alarms/+", members=3)
+    busy = group_row(tenant, "billing", "jobs/#", members=1, held=[now])
     # A held message past its expiry is not counted; a group past its end is not listed.
     MqttQueuedMessage.objects.create(
         tenant=tenant, client_id=busy.holder_id, seq=9, topic="jobs/y", qos=1,
         created_at=oldest - timedelta(hours=1), expires_at=now - timedelta(seconds=1),
     )  # fmt: skip
-    _group(tenant, "gone", "old/#", expires_in=timedelta(seconds=-1), held=[now])
+    group_row(tenant, "gone", "old/#", expires_in=timedelta(seconds=-1), held=[now])
 
     page = api.get("/api/v1/shared-groups").json()
     assert page["count"] == 3 and page["next"] is None
@@ -89,7 +89,7 @@ def test_the_list_is_one_query_however_many_groups(acme, django_assert_num_queri
     tenant, _ = acme
     now = timezone.now()
     for index in range(5):
-        _group(tenant, f"g{index}", "t/#", held=[now] * index)
+        group_row(tenant, f"g{index}", "t/#", held=[now] * index)
     with django_assert_num_queries(1):
         rows = list(shared_group_selectors.shared_groups_list(tenant=tenant))
     assert [(r.name, r.depth) for r in rows] == [(f"g{i}", i) for i in range(5)]
@@ -98,8 +98,8 @@ def test_the_list_is_one_query_however_many_groups(acme, django_assert_num_queri
 def test_delete_removes_the_group_and_its_messages_announces_and_audits(acme, listener):  # noqa: F811
     tenant, api = acme
     now = timezone.now()
-    doomed = _group(tenant, "workers", "jobs/#", held=[now, now])
-    kept = _group(tenant, "workers", "jobs/+", held=[now])  # same name, another filter
+    doomed = group_row(tenant, "workers", "jobs/#", held=[now, now])
+    kept = group_row(tenant, "workers", "jobs/+", held=[now])  # same name, another filter
     listener(10, timeout=0.5)  # what signing up announced
 
     response = api.delete(_path("workers", "jobs/#"))
@@ -134,7 +134,7 @@ def test_delete_removes_the_group_and_its_messages_announces_and_audits(acme, li
 
 def test_a_filter_is_required_and_must_be_a_topic_filter(acme):  # noqa: F811
     tenant, api = acme
-    _group(tenant, "workers", "jobs/#")
+    group_row(tenant, "workers", "jobs/#")
     for path, words in [
         (_path("workers", None), "filter: a topic filter is required"),
         (_path("workers", ""), "filter: a topic filter is required"),
@@ -151,10 +151,10 @@ def test_a_filter_is_required_and_must_be_a_topic_filter(acme):  # noqa: F811
     assert api.delete(_path("x" * 300, "jobs/#")).status_code == 404
 
 
-def test_another_tenant_can_neither_list_nor_delete_a_group(acme, attacker, listener):  # noqa: F811
+def test_another_tenant_can_neither_list_nor_delete_agroup_row(acme, attacker, listener):  # noqa: F811
     tenant, _ = acme
     _, evil = attacker
-    group = _group(tenant, "workers", "jobs/#", held=[timezone.now()])
+    group = group_row(tenant, "workers", "jobs/#", held=[timezone.now()])
     listener(10, timeout=0.5)
     assert evil.get("/api/v1/shared-groups").json()["count"] == 0
     response = evil.delete(_path("workers", "jobs/#"))
@@ -172,7 +172,7 @@ def test_a_viewer_lists_but_cannot_delete(acme):  # noqa: F811
     from tenants.accounts import login_tokens
 
     tenant, _ = acme
-    _group(tenant, "workers", "jobs/#")
+    group_row(tenant, "workers", "jobs/#")
     viewer = get_user_model().objects.create_user("v@acme.io", "v@acme.io", "pass-w0rd-view")
     Membership.objects.create(user=viewer, tenant=tenant, role="viewer")
     api = client_for(login_tokens.login_token(user=viewer, tenant=tenant))

@@ -3,8 +3,6 @@ each holds and a Delete per group that deletes it with its messages; another ten
 a 404 and stays; a viewer sees the groups but no form. And the quota page names the group quotas,
 as it names every quota key."""
 
-import hashlib
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
@@ -13,30 +11,16 @@ from common.contracts.quota_keys import QUOTA_KEYS
 from tenants.accounts import services as account_services
 from tenants.models import Membership, MqttQueuedMessage, SharedGroupQueue
 from tenants.usage.quota_display import LIMITS
+from tests.control_plane.test_shared_groups_api import group_row
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "a long passphrase"
 
 
-def _group(tenant, name, topic_filter, held=0, members=0):
-    group = SharedGroupQueue.objects.create(
-        tenant=tenant,
-        name=name,
-        topic_filter=topic_filter,
-        holder_id="$group:" + hashlib.sha256(f"{name}/{topic_filter}".encode()).hexdigest(),
-        members=members,
-    )
-    for seq in range(1, held + 1):
-        MqttQueuedMessage.objects.create(
-            tenant=tenant, client_id=group.holder_id, seq=seq, topic="jobs/x", qos=1
-        )
-    return group
-
-
 def test_the_page_lists_groups_and_deletes_one_with_its_messages(client):
     acme, owner, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    doomed = _group(acme, "workers", "jobs/#", held=2)
-    _group(acme, "alarms", "alarms/+", members=3)
+    doomed = group_row(acme, "workers", "jobs/#", held=[timezone.now()] * 2)
+    group_row(acme, "alarms", "alarms/+", members=3)
     client.force_login(owner)
     html = client.get("/shared-groups/").content.decode()
     assert 'data-group="workers" data-filter="jobs/#"' in html
@@ -60,7 +44,7 @@ def test_the_page_lists_groups_and_deletes_one_with_its_messages(client):
 
 def test_another_tenants_group_is_404_and_a_viewer_only_reads(client):
     acme, _, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    theirs = _group(acme, "secret-workers", "jobs/#", held=1)
+    theirs = group_row(acme, "secret-workers", "jobs/#", held=[timezone.now()] * 1)
     _, attacker, _ = account_services.signup(tenant="evil", email="x@evil.io", password=PASSWORD)
     client.force_login(attacker)
     page = client.get("/shared-groups/")
@@ -83,8 +67,8 @@ def test_another_tenants_group_is_404_and_a_viewer_only_reads(client):
 def test_the_quota_page_names_every_quota_key_the_group_ones_included(client):
     assert set(QUOTA_KEYS) <= set(LIMITS), set(QUOTA_KEYS) - set(LIMITS)
     acme, owner, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
-    _group(acme, "workers", "jobs/#")
-    expired = _group(acme, "old", "old/#")
+    group_row(acme, "workers", "jobs/#")
+    expired = group_row(acme, "old", "old/#")
     SharedGroupQueue.objects.filter(id=expired.id).update(expires_at=timezone.now())
     client.force_login(owner)
     html = client.get("/quota/").content.decode()
