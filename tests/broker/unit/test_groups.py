@@ -151,3 +151,27 @@ async def test_held_messages_take_places_in_time_order_that_another_holder_does_
     assert places == sorted(set(places))  # strictly increasing, whatever the clock's grain
     assert {place & 1023 for place in places} == {holder.salt}
     assert abs((places[0] >> 10) - time.time() * 1e6) < 10e6  # microseconds since 1970
+
+
+async def test_a_member_joining_mid_drain_takes_its_share_and_nothing_comes_twice():
+    broker = make_broker()
+    first = _member(broker, "d1")
+    _gone(broker, first)
+    for i in range(3000):
+        _publish(broker, f"m{i}")
+    one = _member(broker, "d1")
+    await asyncio.sleep(0)  # the drain's first batch: its room is one's
+    two = _member(broker, "d2")  # joins while most is still held
+    seen: dict[FakeConnection, list[Publish]] = {one: [], two: []}
+    for _ in range(400):
+        for conn, got in seen.items():
+            fresh = _received(conn)[len(got) :]
+            for publish in fresh:  # acknowledged as they come: room for more
+                broker.settled(conn.session, conn.session.puback(publish.packet_id))
+            got.extend(fresh)
+        if sum(map(len, seen.values())) >= 3000:
+            break
+        await asyncio.sleep(0.005)
+    payloads = [p.payload.decode() for got in seen.values() for p in got]
+    assert sorted(payloads) == sorted(f"m{i}" for i in range(3000))  # all, once
+    assert len(seen[one]) > 0 and len(seen[two]) > 0  # the newcomer took its share
