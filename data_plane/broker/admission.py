@@ -257,12 +257,12 @@ def admit_subscribe(
     subscriptions: dict[str, SubscriptionState],
     new_group_over: Callable[[str], bool] | None = None,
 ) -> SubscribeDecision:
-    """Each filter of a SUBSCRIBE: too deep, not authorized, over the tenant's subscription
-    quota, a shared group one more than the tenant may have (`new_group_over(filter)`:
-    `groups.GroupQueues.over_cap`), or granted at the QoS asked (`subscriptions`: the
-    session's current ones). Without
-    an ACL everything of the tenant is allowed but the things' reserved topics, each thing's
-    its own (`common.access.acl.reserved_default`)."""
+    """Each filter of a SUBSCRIBE: too deep or a malformed `$replay`, not authorized, over the
+    tenant's subscription quota, a shared group one more than the tenant may have
+    (`new_group_over(filter)`: `groups.GroupQueues.over_cap`), or granted at the QoS asked
+    (`subscriptions`: the session's current ones). Without an ACL everything of the tenant is
+    allowed but the things' reserved topics, each thing's its own
+    (`common.access.acl.reserved_default`)."""
     acl = auth.acl
     limit = auth.quota.get("max_subscriptions_per_client")
     decision = SubscribeDecision([], [])

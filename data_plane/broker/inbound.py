@@ -9,11 +9,12 @@ which must reach the client before the retained messages its subscriptions bring
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from common.mqtt.codec import encode
 from common.mqtt.packets import (
     MQTT_5_0,
+    Properties,
     Publish,
     SubAck,
     Subscribe,
@@ -33,6 +34,7 @@ from data_plane.broker.admission import (
     Pause,
     PublishAdmission,
     Refuse,
+    SubscribeDecision,
 )
 from data_plane.broker.auth import AuthResult
 from data_plane.broker.groups import GroupQueues
@@ -207,7 +209,9 @@ class Inbound:
         if decision.granted and session.persist is not None and broker.persistence is not None:
             broker.persistence.save_later(session)
 
-    def _suback(self, packet: Subscribe, decision: Any, properties: Any) -> bytes:
+    def _suback(
+        self, packet: Subscribe, decision: SubscribeDecision, properties: Properties | None
+    ) -> bytes:
         suback = SubAck(packet.packet_id, decision.codes, properties or {})
         return encode(suback, self.conn.protocol_version)
 
