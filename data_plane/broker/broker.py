@@ -82,7 +82,7 @@ class Broker:
         self.shadows = ports.shadows  # serves `$aws/things/…/shadow/…` requests; None: refused
         # Shared groups keep their messages while they have no member (groups.py).
         self.groups = GroupQueues(
-            self.router, ports.persistence, self.settled, self._dropped, self.quota_exceeded
+            self.router, ports, self.settled, self._dropped, self.quota_exceeded
         )
         self.hooks.add("client.connected", lambda conn: self.groups.online(conn.session))
         self.replays = replay.Replays(

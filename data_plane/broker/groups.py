@@ -37,7 +37,7 @@ from typing import Protocol
 from common.mqtt.topics import SHARE_PREFIX, parse_shared
 from data_plane.broker.limits import RESERVED_CLIENT_ID_PREFIX
 from data_plane.broker.message import Message
-from data_plane.broker.ports import Commit
+from data_plane.broker.ports import Commit, Ports
 from data_plane.broker.router import Router, SharedGroup, Subscriber
 from data_plane.broker.session import Delivery, Session
 
@@ -46,6 +46,10 @@ DRAIN_PAUSE = 0.005  # seconds the drain waits when no member has room
 # What a group keeps when the quota does not say (the plans' defaults).
 DEFAULTS = {"max_group_messages": 100_000, "max_group_bytes": 100 << 20, "group_retention": 86_400}
 ALWAYS = 10**9  # the holder's own queue limit: the group's bounds are judged before it
+REMOTE_LOOK = 1.0  # seconds between looks for members on other nodes, while it holds any
+# A cluster's `hand_held`: a held message to a node where the group has members (its commit),
+# or None when no node has one.
+Remote = Callable[[Message, str, str], "Commit | None"]
 SALT_BITS = 10  # (microseconds since 1970 << 10 stay within a BIGINT until 2255)
 
 
@@ -144,9 +148,11 @@ class Holder:
     # -- messages out ---------------------------------------------------------------------
 
     def drain(self) -> None:
-        """Hand what is held to the members online, in the background, if any is."""
-        if self.task is None and self.session.queue and self._online():
-            self.task = asyncio.get_running_loop().create_task(self._drain())
+        """Hand what is held to the members online, in the background, if any is (in a
+        cluster, to members on other nodes too: then it looks for them while it holds any)."""
+        if self.task is None and self.session.queue:
+            if self._online() or self.groups.remote is not None:
+                self.task = asyncio.get_running_loop().create_task(self._drain())
 
     def _online(self) -> list[Subscriber]:
         return [m for m in self.group.members if m.session.connected]
@@ -155,12 +161,48 @@ class Holder:
         try:
             while self.session.queue:
                 members = self._online()
-                if not members:
+                if members:
+                    moved = self._move(members)
+                elif self.groups.remote is not None:
+                    moved = self._hand_away(self.groups.remote)
+                    if moved < 0:  # no member anywhere: look again in a while
+                        await asyncio.sleep(REMOTE_LOOK)
+                        continue
+                else:
                     return
-                moved = self._move(members)
                 await asyncio.sleep(0 if moved else DRAIN_PAUSE)  # the loop is everyone's
         finally:
             self.task = None
+
+    def _hand_away(self, remote: Remote) -> int:
+        """Hand held messages to the group's members on other nodes (no member here); how
+        many went, -1 when no node has one. Each is settled once its copy is on the bus."""
+        moved, now, session = 0, time.monotonic(), self.session
+        while moved < DRAIN_ROOM:
+            held = session.take_queued()
+            if held is None:
+                break
+            if held.message.expired(now):
+                self._gone(held, "expired")
+                continue
+            commit = remote(held.message, self.topic_filter, self.name)
+            if commit is None:
+                session.give_back(held)
+                return moved or -1
+            self.lent[id(held.message)] = (held.message, held)
+            commit.add_done_callback(lambda done, held=held: self._on_bus(done, held))  # type: ignore[misc]  # (a default binds each its own)
+            moved += 1
+        return moved
+
+    def _on_bus(self, done: asyncio.Future[None], held: Delivery) -> None:
+        entry = self.lent.pop(id(held.message), None)
+        if entry is None:  # the group ended meanwhile
+            return
+        if done.cancelled() or done.exception() is not None:
+            self.session.give_back(held)  # the bus did not take it: kept, tried again
+            self.drain()
+        else:
+            self._settle(held)
 
     def _move(self, members: list[Subscriber]) -> int:
         """Hand held messages to `members` as far as each has room; how many went."""
@@ -258,13 +300,15 @@ class GroupQueues:
     def __init__(
         self,
         router: Router,
-        storage: GroupStorage | None,
+        ports: Ports,
         settle: Callable[[Session, Delivery], None],
         dropped: Callable[[Session, Delivery, str], None],
         quota_exceeded: Callable[[str, str], None],
     ) -> None:
         self.router = router
-        self.storage = storage
+        self.storage: GroupStorage | None = ports.persistence  # where groups are kept
+        # The cluster's `hand_held` (held messages to members on other nodes); None: one node.
+        self.remote: Remote | None = ports.cluster.hand_held if ports.cluster else None
         self.settle = settle  # the durable copy of a held message goes
         self.dropped = dropped  # counted, and its durable copy goes
         self.quota_exceeded = quota_exceeded
@@ -338,10 +382,12 @@ class GroupQueues:
         return self._keep(session, topic_filter, name)
 
     def _keep(self, session: Session, topic_filter: str, name: str) -> Holder:
-        group = self.router.for_tenant(session.tenant).hold(topic_filter, name, None)
+        router = self.router.for_tenant(session.tenant)
+        group = router.hold(topic_filter, name, None)
         session.expiry_interval = DEFAULTS["group_retention"]
         session.on_drop = self.dropped
-        holder = group.holder = Holder(session.tenant, group, session, self)
+        holder = Holder(session.tenant, group, session, self)
+        router.hold(topic_filter, name, holder)  # (the route says so, where no member is here)
         if self.storage is not None:
             self.storage.attach(session)
         self.holders.setdefault(session.tenant, {})[(topic_filter, name)] = holder

@@ -233,6 +233,11 @@ class Cluster(Protocol):
         """The broker is filled (restored): take what other nodes forward from now on."""
         ...
 
+    def hand_held(self, message: Any, topic_filter: str, name: str) -> Commit | None:
+        """A message a shared group's holder kept, handed to a node where the group has
+        members; the commit of its copy, or None when no node has one (`groups.Holder`)."""
+        ...
+
     def route_changed(self, tenant: str, topic_filter: str, group: str | None, added: bool) -> None:
         """A filter (or a shared group on it) got its first subscriber here, or lost its last:
         the route table follows (the broker's `Router` calls it)."""

@@ -14,6 +14,10 @@ from typing import Any
 from common.mqtt.topics import hidden_from_wildcards
 
 CACHE_LIMIT = 10_000
+# A group only its holder keeps (no member here) is announced to the cluster under its name with
+# this prefix, so that other nodes give it messages only when no node has a member
+# (data_plane.cluster.publish). (MQTT discourages control characters in names.)
+HELD = "\x01"
 
 
 @dataclass(slots=True)
@@ -99,14 +103,14 @@ class TenantRouter:
             shared = node.groups.get(group)
             if shared is None:
                 shared = node.groups[group] = SharedGroup(group, topic_filter=topic_filter)
-                if self.on_route is not None:
-                    self.on_route(topic_filter, group, True)
+            before = _state(shared)
             existing = [i for i, m in enumerate(shared.members) if m.session is subscriber.session]
             new = not existing
             if existing:
                 shared.members[existing[0]] = subscriber
             else:
                 shared.members.append(subscriber)
+            self._moved(topic_filter, group, before, _state(shared))
         if new:
             self.count += 1
         return new
@@ -128,11 +132,12 @@ class TenantRouter:
         else:
             shared = node.groups.get(group)
             if shared:
-                before = len(shared.members)
+                count, before = len(shared.members), _state(shared)
                 shared.members = [m for m in shared.members if m.session is not session]
-                removed = len(shared.members) != before
-                if not shared.members and shared.holder is None:
-                    self._drop_group(node, topic_filter, group)
+                removed = len(shared.members) != count
+                self._moved(topic_filter, group, before, _state(shared))
+                if _state(shared) is None:
+                    del node.groups[group]
         if removed:
             self.count -= 1
             self._cache.clear()
@@ -157,9 +162,9 @@ class TenantRouter:
                 node = node.children.setdefault(level, _Node())
             shared = node.groups[name] = SharedGroup(name, topic_filter=topic_filter)
             self._cache.clear()
-            if self.on_route is not None:
-                self.on_route(topic_filter, name, True)
+        before = _state(shared)
         shared.holder = holder
+        self._moved(topic_filter, name, before, _state(shared))
         return shared
 
     def unhold(self, topic_filter: str, name: str) -> None:
@@ -174,16 +179,23 @@ class TenantRouter:
         shared = path[-1].groups.get(name)
         if shared is None:
             return
+        before = _state(shared)
         shared.holder = None
+        self._moved(topic_filter, name, before, _state(shared))
         if not shared.members:
-            self._drop_group(path[-1], topic_filter, name)
+            del path[-1].groups[name]
             self._cache.clear()
             self._prune(path, levels)
 
-    def _drop_group(self, node: _Node, topic_filter: str, name: str) -> None:
-        del node.groups[name]
-        if self.on_route is not None:
-            self.on_route(topic_filter, name, False)
+    def _moved(self, topic_filter: str, name: str, before: str | None, after: str | None) -> None:
+        """Tell the cluster a group's route changed: it came, went, or went from kept by its
+        holder only (`HELD`) to having members here, or back."""
+        if before == after or self.on_route is None:
+            return
+        if before is not None:
+            self.on_route(topic_filter, _route_name(name, before), False)
+        if after is not None:
+            self.on_route(topic_filter, _route_name(name, after), True)
 
     @staticmethod
     def _prune(path: list[_Node], levels: list[str]) -> None:
@@ -202,7 +214,11 @@ class TenantRouter:
             node, path = stack.pop()
             if node.subscribers:
                 out.append((path, None))
-            out.extend((path, group) for group in node.groups)
+            out.extend(
+                (path, _route_name(name, state))
+                for name, group in node.groups.items()
+                if (state := _state(group)) is not None
+            )
             for level, child in node.children.items():
                 stack.append((child, level if node is self.root else f"{path}/{level}"))
         return out
@@ -248,6 +264,17 @@ class TenantRouter:
             plus = node.children.get("+")
             if plus is not None:
                 self._walk(plus, levels, depth + 1, subscribers, groups, dollar)
+
+
+def _state(group: SharedGroup) -> str | None:
+    """What a group's route says: it has members here, only its holder keeps it, or nothing."""
+    if group.members:
+        return "members"
+    return "held" if group.holder is not None else None
+
+
+def _route_name(name: str, state: str) -> str:
+    return name if state == "members" else HELD + name
 
 
 class Router:

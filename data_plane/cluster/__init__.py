@@ -16,7 +16,9 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `own_routes`: this node's route set in Redis (the router's changes as versioned deltas);
 - `their_routes`: the other nodes' route sets into the table (the route channel, reloads);
 - `publish`: the port's publish: routed here, and once to each node with a matching route
-  (one node per shared group);
+  (one node per shared group: among the nodes with members, else the first node whose holder
+  keeps the group — `router.HELD` routes); and `hand_held`, a holder's kept messages to a node
+  where the group has members;
 - `forward`: the copies for other nodes, batched on their streams, with back-pressure;
 - `receive`: this node's stream read through its consumer group and delivered here;
 - `backpressure`: a backed-up subscriber slows publishers on other nodes too (the stream reader

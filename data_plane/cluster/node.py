@@ -152,6 +152,7 @@ class Cluster:
         # The port's two hot paths are the rooms' own methods: no call in between.
         self.publish: Callable[[Message], Published] = self.publisher.publish
         self.route_changed: Callable[[str, str, str | None, bool], None] = self.own_routes.changed
+        self.hand_held = self.publisher.hand_held  # a group's held messages to its members
 
     @property
     def alive(self) -> dict[str, dict[str, object]]:

@@ -23,7 +23,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from data_plane.broker.message import Message
-from data_plane.broker.ports import Published
+from data_plane.broker.ports import Commit, Published
+from data_plane.broker.router import HELD
 from data_plane.cluster import codec
 from data_plane.cluster.bus import Peers
 from data_plane.cluster.exactly import Origins
@@ -111,6 +112,28 @@ class Publisher:
             return Published(reached, local.commits, slow_down, local.queued)
         return Published(reached, [*local.commits, commit], slow_down, local.queued)
 
+    def hand_held(self, message: Message, topic_filter: str, name: str) -> Commit | None:
+        """A message this node's holder of a group kept, handed to a live node where the group
+        has members (that node serves that group only: `codec.GROUPS`); the commit of its copy
+        on the bus, None when no node has a member or the bus lags (the holder keeps it)."""
+        if self.forwarder.buffered > PAUSE_BYTES:
+            return None
+        _plain, shared = self.table.match(message.tenant, message.topic)
+        alive, key = self.peers.alive, (topic_filter, name)
+        nodes = sorted(
+            node.node_id
+            for k, found in shared
+            if k == key
+            for node in found
+            if node.node_id in alive
+        )
+        if not nodes:
+            return None
+        turn = self.turns.get((message.tenant, key), 0)
+        self.turns[(message.tenant, key)] = turn + 1
+        data = codec.encode(message, codec.GROUPS, (key,))
+        return self.forwarder.add(nodes[turn % len(nodes)], data, message.tenant, 1, True)
+
     def _assign_groups(
         self,
         message: Message,
@@ -118,23 +141,32 @@ class Publisher:
         assigned: dict[str, list[tuple[str, str]]],
     ) -> set[tuple[str, str]]:
         """One node per matching shared group (filter, group) for this message, in turn among
-        the nodes with members (this one included); fills `assigned` (node -> its groups) and
+        the nodes with members (this one included) — with none, the first of the nodes whose
+        holder keeps it (`router.HELD` routes); fills `assigned` (node -> its groups) and
         returns the groups this node serves."""
         me, alive = self.node_id, self.peers.alive
-        here = {
-            (group.topic_filter, group.name)
-            for group in self.broker.router.match(message.tenant, message.topic)[1]
-        }
-        remote = {
-            key: sorted(node.node_id for node in nodes if node.node_id in alive)
-            for key, nodes in shared
-        }
+        local = self.broker.router.match(message.tenant, message.topic)[1]
+        here = {(group.topic_filter, group.name) for group in local if group.members}
+        held_here = {(g.topic_filter, g.name) for g in local if not g.members and g.holder}
+        remote: dict[tuple[str, str], list[str]] = {}
+        held: dict[tuple[str, str], list[str]] = {}  # groups only holders keep, by node
+        for (topic_filter, name), nodes in shared:
+            live = sorted(node.node_id for node in nodes if node.node_id in alive)
+            if name.startswith(HELD):
+                held[(topic_filter, name[len(HELD) :])] = live
+            else:
+                remote[(topic_filter, name)] = live
         mine: set[tuple[str, str]] = set()
         if len(self.turns) > TURNS_MAX:  # groups come and go: forget old turns now and then
             self.turns.clear()
-        for key in here | remote.keys():
+        for key in here | remote.keys() | held_here | held.keys():
             candidates = ([me] if key in here else []) + remote.get(key, [])
-            if not candidates:
+            if not candidates:  # no member anywhere: one holder keeps it (one writer, in order)
+                keepers = sorted(([me] if key in held_here else []) + held.get(key, []))
+                if keepers and keepers[0] == me:
+                    mine.add(key)
+                elif keepers:
+                    assigned.setdefault(keepers[0], []).append(key)
                 continue
             turn_key = (message.tenant, key)
             turn = self.turns.get(turn_key, 0)
