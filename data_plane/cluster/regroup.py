@@ -5,9 +5,11 @@ A publish assigns each matching shared group to one node with members
 node dies before it delivered (its stream still holds the entry: read but not acknowledged, or
 not read — see `inherit`), the survivor draining the stream hands each named group's copy on
 (`reassign`): to a member here (this node's own, or one of the dead node's persistent members it
-just adopted) if there is one, else to a live node with members, marked `codec.GROUPS` so that
-node serves that group only (its plain subscribers had their own copy from the publisher). A
-group with no member left anywhere counts the message as dropped (`group_gone`).
+just adopted) if there is one — or this node's holder of the group, which keeps it —, else to a
+live node with members, marked `codec.GROUPS` so that node serves that group only (its plain
+subscribers had their own copy from the publisher), else to the first live node whose holder
+keeps the group (`router.HELD` routes). With none of these the message is counted as dropped
+(`group_gone`).
 
 Once per group: entries the dead node had committed (its persistent members' queues hold them)
 are skipped by the drain's stream mark, and every other entry is handed on once.
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from data_plane.broker.groups import member_copy
 from data_plane.broker.message import Message
 from data_plane.broker.ports import Commit
+from data_plane.broker.router import HELD
 from data_plane.cluster import codec
 from data_plane.cluster.bus import Drop, Peers
 from data_plane.cluster.forward import Forwarder
@@ -75,10 +78,15 @@ def reassign(
         remote = dict(shared)
         for key in missing:
             nodes = sorted(n.node_id for n in remote.get(key, ()) if n.node_id in peers.alive)
-            if not nodes:
-                drop("group_gone", 1)
-                continue
-            node = nodes[seq % len(nodes)]  # (spread, like the publisher's turns)
+            if nodes:
+                node = nodes[seq % len(nodes)]  # (spread, like the publisher's turns)
+            else:  # no member anywhere: the first node whose holder keeps it (router.HELD)
+                kept = remote.get((key[0], HELD + key[1]), ())
+                keepers = sorted(n.node_id for n in kept if n.node_id in peers.alive)
+                if not keepers:
+                    drop("group_gone", 1)
+                    continue
+                node = keepers[0]
             data = codec.encode(message, codec.GROUPS, (key,))
             commit = forwarder.add(node, data, message.tenant, message.qos, message.qos > 0)
             if commit is not None:

@@ -194,6 +194,9 @@ class RecordingCluster:
     def route_changed(self, tenant: str, topic_filter: str, group: str | None, added: bool):
         self.routes.append((tenant, topic_filter, group, added))
 
+    def hand_held(self, message: Message, topic_filter: str, name: str) -> None:
+        return None  # no other node has a member of any group
+
     async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
         return None
 
