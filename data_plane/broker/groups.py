@@ -179,12 +179,9 @@ class Holder:
         many went, -1 when no node has one. Each is settled once its copy is on the bus."""
         moved, now, session = 0, time.monotonic(), self.session
         while moved < DRAIN_ROOM:
-            held = session.take_queued()
+            held = self._take_live(now)
             if held is None:
                 break
-            if held.message.expired(now):
-                self._gone(held, "expired")
-                continue
             commit = remote(held.message, self.topic_filter, self.name)
             if commit is None:
                 session.give_back(held)
@@ -193,6 +190,12 @@ class Holder:
             commit.add_done_callback(lambda done, held=held: self._on_bus(done, held))  # type: ignore[misc]  # (a default binds each its own)
             moved += 1
         return moved
+
+    def _take_live(self, now: float) -> Delivery | None:
+        """The oldest held message not past its expiry (the expired ones before it go)."""
+        while (held := self.session.take_queued()) is not None and held.message.expired(now):
+            self._gone(held, "expired")
+        return held
 
     def _on_bus(self, done: asyncio.Future[None], held: Delivery) -> None:
         entry = self.lent.pop(id(held.message), None)
@@ -212,12 +215,9 @@ class Holder:
             waiting = len(target.queue)  # (its queue refuses beyond `max_queued`)
             room = min(DRAIN_ROOM - waiting - len(target.inflight), target.max_queued - waiting)
             while room > 0:
-                held = session.take_queued()
+                held = self._take_live(now)
                 if held is None:
                     return moved
-                if held.message.expired(now):
-                    self._gone(held, "expired")
-                    continue
                 if target.read_filter is not None and not target.read_filter(held.message.topic):
                     session.give_back(held)  # not this member's to read: another may
                     break

@@ -9,6 +9,7 @@ dropped first. Acknowledgements free inflight slots and `pump()` sends what wait
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -389,7 +390,7 @@ class Session:
         self.queue.append(HOLD)
 
     def release_live(self) -> None:
-        if HOLD in self.queue:
+        with contextlib.suppress(ValueError):  # (gone if the session's state was cleared)
             self.queue.remove(HOLD)
         self.pump()
 
