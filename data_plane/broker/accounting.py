@@ -2,7 +2,7 @@
 
 Every count the broker keeps per tenant, and every billable message unit (`common.charges.metering`,
 AWS IoT Core's 5 KiB units, per tenant and per device), is written here and nowhere else: the
-publish and delivery paths, refusals, quotas, connections, SUBSCRIBEs, back-pressure. Readers
+publish and delivery paths, replays' reads from history, refusals, quotas, connections, SUBSCRIBEs, back-pressure. Readers
 (`$SYS`, Prometheus, the usage meter) read `stats`, a tenant -> `TenantStats` mapping; the meter
 also swaps each tenant's `device_units` out per sample.
 
@@ -95,6 +95,12 @@ class Accounts:
             stats.device_units[receiver.device] += units
         if self._hooks.has("message.delivered"):
             self._hooks.run("message.delivered", receiver, delivery)
+
+    def read_back(self, receiver: Receiver, units: int) -> None:
+        """Messages read back from the tenant's history for a replay (`replay.py`), in their
+        units: billed once more, beside each one's delivery (as a retained copy stored is)."""
+        if units and not platform(receiver.client_id):
+            self._bill(self.stats[receiver.tenant], receiver.device, units)
 
     def dropped(self, tenant: str, count: int = 1) -> None:
         """Messages dropped: a full or expired queue, a refused PUBLISH, a lost forward."""

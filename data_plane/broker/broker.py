@@ -85,9 +85,8 @@ class Broker:
             self.router, ports, self.settled, self._dropped, self.quota_exceeded
         )
         self.hooks.add("client.connected", lambda conn: self.groups.online(conn.session))
-        self.replays = replay.Replays(
-            ports.history, self.hooks
-        )  # `$replay/{from}/{filter}` (replay.py)
+        # `$replay/{from}/{filter}` (replay.py): reads from history are billed, as deliveries
+        self.replays = replay.Replays(ports.history, self.hooks, self.accounts.read_back)
 
     # -- sessions -----------------------------------------------------------------------
 

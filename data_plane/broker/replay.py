@@ -13,6 +13,8 @@ archived messages on `filter` from `from` on, in order, then the live ones, each
   Receive Maximum (`Session.send_first`), then the marker goes and the queue drains as usual.
   A client that goes mid-replay ends it (a persistent session gets the live messages queued
   meanwhile, not the rest of the replay).
+- What it costs: each replayed message is billed as its delivery and once more for its read
+  from history (`bill`, in its 5 KiB units), at the replay's end for what was sent.
 - What is read: the archive keeps what the tenant's history policies ask for, so only that can
   be replayed; the device's ACL withholds what it may not read, as live (`read_filter`); the
   reading runs in a thread and the sending gives the loop back between batches.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -62,9 +65,12 @@ class Ask:
 class Replays:
     """The replays running on this broker."""
 
-    def __init__(self, history: History | None, hooks: Hooks) -> None:
+    def __init__(
+        self, history: History | None, hooks: Hooks, bill: Callable[[Session, int], None]
+    ) -> None:
         self.history = history
         self.hooks = hooks  # `session.replayed` when one ends (the journey's event)
+        self.bill = bill  # (receiver, units read from history): `Accounts.read_back`
         self.tasks: set[asyncio.Task[None]] = set()
         self.replayed = 0  # messages sent from the archive, for the figures
 
@@ -97,7 +103,7 @@ class Replays:
     async def _run(self, session: Session, ask: Ask) -> None:
         history: History = self.history  # type: ignore[assignment]  # started only with one
         loop = asyncio.get_running_loop()
-        connection, sent = session.connection, 0
+        connection, sent, units = session.connection, 0, 0
         topic_filter, start, qos, ids = ask.topic_filter, ask.start, ask.qos, ask.ids
         try:
             await history.written()
@@ -117,10 +123,12 @@ class Replays:
                             return
                         await asyncio.sleep(WAIT)
                     sent += 1
+                    units += message.billable_units()
                 await asyncio.sleep(0)  # the loop is everyone's
         except Exception:
             log.exception("replay of %s for %s/%s failed", topic_filter, *session.key)
         finally:
             session.release_live()
             self.replayed += sent
+            self.bill(session, units)
             self.hooks.run("session.replayed", session, topic_filter, start, sent)

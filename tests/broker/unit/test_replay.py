@@ -64,6 +64,7 @@ async def test_the_history_goes_first_and_the_live_messages_wait_behind_it():
     assert abs(start_ms - (end_ms - 3_600_000)) < 1000
     broker.publish(Message("t/live", b"live", 1, False, tenant="acme", publisher="p"))
     assert _received(conn) == []  # held behind the replay
+    units = broker.stats["acme"].message_units
     history.release.set()
     for _ in range(100):
         if len(_received(conn)) == 4:
@@ -71,6 +72,9 @@ async def test_the_history_goes_first_and_the_live_messages_wait_behind_it():
         await asyncio.sleep(0.01)
     assert _received(conn) == [b"old0", b"old1", b"old2", b"live"]
     assert [(r[0], r[1], r[3]) for r in replayed] == [(session, "t/#", 3)]  # the journey's event
+    # Billed: each replayed message read from history and delivered (a unit each), the live one
+    # delivered.
+    assert broker.stats["acme"].message_units - units == 3 + 3 + 1
 
 
 async def _asked(history: FakeHistory) -> list[tuple]:
