@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.archive.schema import EVENT_TOPICS
-from common.rules import CompiledRule, RuleSyntaxError, compile_rule
+from common.rules import CompiledRule, RuleResult, RuleSyntaxError, compile_rule
 from common.rules.budget import Budget
 from common.rules.functions import ARITIES
 from common.rules.parser import parse
@@ -165,9 +165,13 @@ def compile_alarm(spec: AlarmSpec) -> CompiledRule:
 
 
 def read(rule: CompiledRule, row: dict[str, Any], budget: Budget | None = None) -> Reading | None:
-    """What `row` (an archive row) says to the alarm: None when the source does not take it or
-    it has no key. A message the expressions fail on (bad JSON) neither raises nor clears."""
-    result = rule.apply(row, budget)
+    """What `row` (an archive row) says to the alarm (see `reading`)."""
+    return reading(rule.apply(row, budget))
+
+
+def reading(result: RuleResult) -> Reading | None:
+    """The alarm's rule's result for a row as a Reading: None when the source does not take the
+    row, it has no key, or the expressions failed on it (bad JSON: it neither raises nor clears)."""
     if not result.matched or not result.outputs:
         return None
     out = result.outputs[0]

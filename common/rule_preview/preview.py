@@ -60,7 +60,7 @@ class Preview:
         return asdict(self)
 
 
-def _select_row() -> str:
+def select_row() -> str:
     """The archive row as the evaluator reads it (`ts` in epoch milliseconds)."""
     return ", ".join("epoch_ms(ts) AS ts" if c == "ts" else c for c in COLUMNS)
 
@@ -118,7 +118,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _batches(reader: pa.RecordBatchReader) -> Iterator[dict[str, Any]]:
+def arrow_rows(reader: pa.RecordBatchReader) -> Iterator[dict[str, Any]]:
     for batch in reader:
         yield from batch.to_pylist()
 
@@ -184,7 +184,7 @@ def _preview(
         result.read = sum(n for _, _, n in pairs)
         taken = [(e, t) for e, t, _ in pairs if evaluation.rule.reads(e, t)]
         if taken:
-            _considered_view(con, taken, len(taken) == len(pairs), rule_id)
+            considered_view(con, taken, len(taken) == len(pairs), rule_id)
             _evaluate(con, sql, evaluation, result, limit)
         result.matched += evaluation.matched
         result.failed += evaluation.failed
@@ -204,7 +204,7 @@ def _preview(
         con.close()
 
 
-def _considered_view(
+def considered_view(
     con: duckdb.DuckDBPyConnection, taken: list[Any], every_pair: bool, rule_id: int | None
 ) -> None:
     conditions = []
@@ -256,8 +256,8 @@ def _evaluate(
             evaluation.decided.clear()
             result.matched = result.decided_natively = 0
     result.considered = con.execute("SELECT count(*) FROM considered").fetchall()[0][0]
-    reader = con.sql(f"SELECT {_select_row()} FROM considered ORDER BY ts").to_arrow_reader(4096)
-    evaluation.count(_batches(reader), limit)
+    reader = con.sql(f"SELECT {select_row()} FROM considered ORDER BY ts").to_arrow_reader(4096)
+    evaluation.count(arrow_rows(reader), limit)
 
 
 def _judged_sql(rule: nat.NativeRule) -> str:
@@ -305,9 +305,9 @@ def _native(
     if unsure <= KEPT_UNSURE:
         rows: Iterable[dict[str, Any]] = sorted(kept or [], key=lambda message: message["ts"])
     else:
-        rows = _batches(
+        rows = arrow_rows(
             con.sql(
-                f"SELECT {_select_row()} FROM ({judged}) WHERE NOT _sure ORDER BY ts"
+                f"SELECT {select_row()} FROM ({judged}) WHERE NOT _sure ORDER BY ts"
             ).to_arrow_reader(4096)
         )
     evaluation.count(rows, limit)
