@@ -29,7 +29,13 @@ from common.access.acl import reserved_default
 from common.mqtt.errors import MQTTError, TopicFilterInvalid
 from common.mqtt.packets import MQTT_5_0, Publish, Subscribe, Subscription
 from common.mqtt.reason_codes import ReasonCode as RC
-from common.mqtt.topics import parse_replay, routed_filter, validate_topic_name
+from common.mqtt.topics import (
+    REPLAY_PREFIX,
+    SHARE_PREFIX,
+    parse_replay,
+    routed_filter,
+    validate_topic_name,
+)
 from data_plane.broker.auth import AuthResult
 from data_plane.broker.fair_share import OverTooLong, over_the_rate
 from data_plane.broker.limits import MAX_DELAY, too_deep
@@ -257,7 +263,8 @@ def admit_subscribe(
     subscriptions: dict[str, SubscriptionState],
     new_group_over: Callable[[str], bool] | None = None,
 ) -> SubscribeDecision:
-    """Each filter of a SUBSCRIBE: too deep or a malformed `$replay`, not authorized, over the
+    """Each filter of a SUBSCRIBE: too deep or of a form the broker does not serve (`_form_ok`),
+    not authorized, over the
     tenant's subscription quota, a shared group one more than the tenant may have
     (`new_group_over(filter)`: `groups.GroupQueues.over_cap`), or granted at the QoS asked
     (`subscriptions`: the session's current ones). Without an ACL everything of the tenant is
@@ -267,7 +274,7 @@ def admit_subscribe(
     limit = auth.quota.get("max_subscriptions_per_client")
     decision = SubscribeDecision([], [])
     for sub in packet.subscriptions:
-        if too_deep(sub.topic_filter) or not _replay_ok(sub):
+        if too_deep(sub.topic_filter) or not _form_ok(sub.topic_filter):
             decision.codes.append(RC.TOPIC_FILTER_INVALID)
             continue
         if (
@@ -296,10 +303,16 @@ def admit_subscribe(
     return decision
 
 
-def _replay_ok(sub: Subscription) -> bool:
-    """A `$replay/{from}/{filter}` that says when and what, not shared (other filters: True)."""
+def _form_ok(topic_filter: str) -> bool:
+    """A `$replay/{from}/{filter}` that says when and what, not shared; a `$share/{group}/…`
+    whose filter is neither replayed nor shared again and whose group name has no control
+    character (U+0001 marks the cluster's held routes). Other filters: True."""
     try:
-        parse_replay(sub.topic_filter, 0.0)
+        parse_replay(topic_filter, 0.0)
     except TopicFilterInvalid:
         return False
+    if topic_filter.startswith(SHARE_PREFIX):
+        group, _, inner = topic_filter[len(SHARE_PREFIX) :].partition("/")
+        if inner.startswith((SHARE_PREFIX, REPLAY_PREFIX)) or min(group, default=" ") < " ":
+            return False
     return True

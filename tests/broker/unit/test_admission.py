@@ -93,3 +93,18 @@ def test_subscribe_grants_denies_and_counts_the_subscription_quota():
     assert decision.codes == [1, RC.NOT_AUTHORIZED, RC.QUOTA_EXCEEDED]
     assert [s.topic_filter for s in decision.granted] == ["a"]
     assert decision.quota_hits == 1
+
+
+def test_a_replay_or_share_inside_a_share_and_a_group_name_with_a_control_character_are_refused():
+    auth = AuthResult(0, "acme", "d1", "c1", None, {})
+    filters = [
+        "$share/g/$replay/1h/jobs/#",  # found by the independent probe: it made a group
+        "$replay/1h/$share/g/jobs/#",
+        "$share/g/$share/h/jobs/#",
+        "$share/\x01g/jobs/#",  # U+0001 marks the cluster's held routes
+        "$replay/xyz/jobs/#",
+        "$share/g/jobs/#",
+        "$replay/1h/jobs/#",
+    ]
+    decision = admit_subscribe(Subscribe(1, [Subscription(f, 1) for f in filters]), auth, {})
+    assert decision.codes == [RC.TOPIC_FILTER_INVALID] * 5 + [1, 1]
