@@ -53,6 +53,7 @@ class KeyState:
     last_seen: float | None = None  # its last message (no data counts from here)
     value: Any = None  # the last message's value
     cause: str | None = None  # why it is active: CONDITION or NO_DATA
+    raised_at: float | None = None  # when it last became active
     notified_at: float | None = None  # the raise or last re-notification
 
 
@@ -117,7 +118,7 @@ def _move(
     if after != before:
         state.status, state.since = after, at
     if event == RAISE:
-        state.notified_at = at
+        state.raised_at = state.notified_at = at
         state.clearing_since = None
     if after in (NORMAL, PENDING):
         state.cause = None
