@@ -190,10 +190,10 @@ def message(
     return out
 
 
-def acknowledge(key: str, state: KeyState, at: float, by: str) -> list[Transition]:
-    """A person acknowledged the key's alarm: only an active one moves (else nothing)."""
+def acknowledge(key: str, state: KeyState, timing: Timing, at: float, by: str) -> list[Transition]:
+    """A person acknowledged the key's alarm at `at`: the timers due by then fire first; then
+    an active alarm moves (anything else stays as it is)."""
+    out = advance(key, state, timing, at)
     if state.status != ACTIVE:
-        return []
-    at = max(at, state.clock)
-    state.clock = at
-    return [_move(key, state, ACKNOWLEDGE, ACKNOWLEDGED, at, by=by)]
+        return out
+    return [*out, _move(key, state, ACKNOWLEDGE, ACKNOWLEDGED, max(at, state.clock), by=by)]

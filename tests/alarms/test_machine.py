@@ -14,7 +14,7 @@ def _run(timing: Timing, events: list[tuple], end: float | None = None) -> list[
     state, out = KeyState(), []
     for event in events:
         if event[0] == "ack":
-            out += m.acknowledge("k", state, event[1], event[2])
+            out += m.acknowledge("k", state, timing, event[1], event[2])
         else:
             at, raised, cleared = event
             out += m.message("k", state, timing, at, raised, cleared, value=at, message_id=f"m{at}")
@@ -79,7 +79,7 @@ def test_acknowledged_stops_renotifying_and_still_clears():
 
 def test_only_an_active_alarm_can_be_acknowledged():
     state = KeyState()
-    assert m.acknowledge("k", state, 5, "ann") == []
+    assert m.acknowledge("k", state, Timing(), 5, "ann") == []
     assert state.status == m.NORMAL
 
 
@@ -129,7 +129,7 @@ def test_every_transition_follows_the_state_graph_in_time_order(events, raise_fo
     state, last, times = KeyState(), m.NORMAL, []
     for event in events:
         if event[0] == "ack":
-            out = m.acknowledge("k", state, event[1], event[2])
+            out = m.acknowledge("k", state, timing, event[1], event[2])
         else:
             out = m.message("k", state, timing, event[0], event[1], event[2])
         for t in out:
