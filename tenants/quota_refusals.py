@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 # The limits the control plane refuses by: their names as `Usage.dropped` counts them
 # (`quota_<limit>`) and the Prometheus label. Bounded: nothing else is ever a label.
-LIMITS = frozenset({"ca_certificates", "ca_registration_rate"})
+LIMITS = frozenset({"ca_certificates", "ca_registration_rate", "alarms"})
 
 REFUSED = Counter(
     "control_plane_quota_refusals",

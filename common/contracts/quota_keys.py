@@ -40,4 +40,8 @@ QUOTA_KEYS = (
     "max_group_messages",
     "max_group_bytes",
     "group_retention",
+    # Alarms (issue 46): alarm definitions per tenant (enforced by the control plane when one is
+    # created), and the keys their states are kept for, all alarms together (the live job).
+    "max_alarms",
+    "max_alarm_keys",
 )

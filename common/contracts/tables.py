@@ -158,6 +158,19 @@ RULE_FEED_POSITION = "tenants_rulefeedposition"
 AUDIT_ENTRY = "tenants_auditentry"
 """The audit log. Written by the rules job (spark.rules.store: a rule it paused)."""
 
+# -- alarms -----------------------------------------------------------------------------------------
+
+ALARM_DEFINITION = "tenants_alarmdefinition"
+"""A tenant's alarm definitions (issue 46). To be read by the live rules job."""
+
+ALARM_STATE = "tenants_alarmstate"
+"""Each (alarm, key)'s state. To be written by the live rules job; the control plane writes an
+acknowledgement."""
+
+ALARM_TRANSITION = "tenants_alarmtransition"
+"""Each key's transitions (its history). To be written by the live rules job; the control plane
+writes an acknowledgement's."""
+
 ALL = (
     TENANT,
     PLAN,
@@ -195,5 +208,8 @@ ALL = (
     RULE_ACTION_RETRY,
     RULE_FEED_POSITION,
     AUDIT_ENTRY,
+    ALARM_DEFINITION,
+    ALARM_STATE,
+    ALARM_TRANSITION,
 )
 """Every table above: the names the contract test checks against the models."""

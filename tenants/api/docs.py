@@ -4,6 +4,7 @@ schema has them; `tests/api/test_openapi_docs.py` checks that none is missing or
 
 from __future__ import annotations
 
+from tenants.api.alarm_docs import ALARM_OPERATIONS, ALARMS_TAG
 from tenants.api.fleet_docs import FLEET_OPERATIONS, FLEET_TAG
 from tenants.api.inspection_docs import INSPECTION_OPERATIONS, INSPECTION_TAG
 from tenants.api.job_docs import JOB_OPERATIONS, JOB_TAGS
@@ -530,6 +531,8 @@ TAGS.extend(JOB_TAGS)  # issue 32's jobs and device groups
 OPERATIONS.update(JOB_OPERATIONS)
 TAGS.append(FLEET_TAG)
 OPERATIONS.update(FLEET_OPERATIONS)
+TAGS.append(ALARMS_TAG)  # issue 46
+OPERATIONS.update(ALARM_OPERATIONS)
 
 
 def describe_operations(result, generator, request, public):

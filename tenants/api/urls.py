@@ -1,6 +1,7 @@
 from django.urls import path, re_path
 
 from tenants.api import (
+    alarm_views,
     budget_views,
     fleet_views,
     history_views,
@@ -175,6 +176,52 @@ urlpatterns = [
         "rules/<str:name>/runs/<str:run_id>/cancel",
         rule_run_views.RuleRunCancelView.as_view(),
         name="api-rule-run-cancel",
+    ),
+    # Alarms (issue 46). Before alarms/<name>: "states" and "history" are no alarm's name
+    # (alarm_services.RESERVED_ALARM_NAMES); a key may hold "/" (then it ends in /acknowledge).
+    path("alarms", alarm_views.AlarmDefinitionListView.as_view(), name="api-alarms"),
+    path("alarms/states", alarm_views.AlarmStateListView.as_view(), name="api-alarm-states"),
+    path("alarms/history", alarm_views.AlarmDeviceHistoryView.as_view(), name="api-alarm-history"),
+    path(
+        "alarms/states/<int:state_id>",
+        alarm_views.AlarmStateDetailView.as_view(),
+        name="api-alarm-state",
+    ),
+    path(
+        "alarms/states/<int:state_id>/acknowledge",
+        alarm_views.AlarmAcknowledgeView.as_view(),
+        name="api-alarm-state-acknowledge",
+    ),
+    path(
+        "alarms/states/<int:state_id>/history",
+        alarm_views.AlarmKeyHistoryView.as_view(),
+        name="api-alarm-state-history",
+    ),
+    path("alarms/<str:name>", alarm_views.AlarmDefinitionDetailView.as_view(), name="api-alarm"),
+    path(
+        "alarms/<str:name>/states/<path:key>/acknowledge",
+        alarm_views.AlarmAcknowledgeByKeyView.as_view(),
+        name="api-alarm-key-acknowledge",
+    ),
+    path(
+        "alarms/<str:name>/states/<path:key>/history",
+        alarm_views.AlarmKeyHistoryByKeyView.as_view(),
+        name="api-alarm-key-history",
+    ),
+    path(
+        "alarms/<str:name>/states/<path:key>",
+        alarm_views.AlarmStateByKeyView.as_view(),
+        name="api-alarm-key",
+    ),
+    path(
+        "alarm-definitions",
+        alarm_views.AlarmDefinitionListAlias.as_view(),
+        name="api-alarm-definitions",
+    ),
+    path(
+        "alarm-definitions/<str:name>",
+        alarm_views.AlarmDefinitionDetailAlias.as_view(),
+        name="api-alarm-definition",
     ),
     path("quota", views.QuotaView.as_view(), name="api-quota"),
     path("usage", views.UsageView.as_view(), name="api-usage"),

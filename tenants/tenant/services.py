@@ -46,6 +46,8 @@ DEFAULT_PLANS = {
         "max_shadow_versions": 1_000,
         "max_certificates": 100_000,
         "max_ca_certificates": 50,
+        "max_alarms": 500,
+        "max_alarm_keys": 100_000,
     },
 }
 

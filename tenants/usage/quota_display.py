@@ -41,6 +41,8 @@ LIMITS = {
     "max_group_messages": ("Messages a shared group keeps", "messages"),
     "max_group_bytes": ("Payload bytes a shared group keeps", "bytes"),
     "group_retention": ("Shared group retention", "seconds"),
+    "max_alarms": ("Alarm definitions", "alarms"),
+    "max_alarm_keys": ("Alarm states (alarm, key)", "keys"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
@@ -109,6 +111,7 @@ def describe(key: str, value: float) -> str:
 
 def usage_now(tenant: Tenant) -> dict[str, float]:
     """What the tenant uses now of the limits that measure something over time."""
+    from tenants.alarms import selectors as alarm_selectors
     from tenants.devices.identity import cas_counted
     from tenants.devices.selectors import live_connections
     from tenants.shared_groups.selectors import shared_groups_count
@@ -131,6 +134,8 @@ def usage_now(tenant: Tenant) -> dict[str, float]:
         "max_certificates": certificates_count(tenant.id),
         "max_ca_certificates": cas_counted(tenant).count(),
         "max_shared_groups": shared_groups_count(tenant=tenant),
+        "max_alarms": alarm_selectors.alarm_definitions_count(tenant=tenant),
+        "max_alarm_keys": alarm_selectors.alarm_states_count(tenant=tenant),
         "max_publish_rate": (last.messages_in / 60) if last else 0,
         "max_inbound_bytes_rate": (last.bytes_in / 60) if last else 0,
         "max_outbound_bytes_rate": (last.bytes_out / 60) if last else 0,

@@ -158,6 +158,16 @@ LIMITS: dict[str, LimitWords] = {
         refused_phrase="messages a shared group could not keep",
     ),
     # Refused by the control plane (tenants/quota_refusals.py), not the broker.
+    "alarms": LimitWords(
+        "max_alarms",
+        slowed="",
+        refused="An alarm definition could not be created: the tenant already had as many "
+        "alarm definitions as the plan allows.",
+        advice="Delete alarm definitions you no longer use (Alarm definitions page), or move "
+        "to a larger plan.",
+        refuses_messages=False,
+        refused_phrase="alarm definitions refused",
+    ),
     "ca_certificates": LimitWords(
         "max_ca_certificates",
         slowed="",
