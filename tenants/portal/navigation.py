@@ -37,6 +37,8 @@ PAGES: list[NavPage] = [
     NavPage("Data", "Retained", "portal:retained"),
     NavPage("Data", "Topics", "portal:topics"),
     NavPage("Data", "Shared groups", "portal:shared-groups"),
+    NavPage("Data", "Alarms", "portal:alarms"),
+    NavPage("Data", "Alarm definitions", "portal:alarm-definitions"),
     NavPage("Plan & billing", "Usage", "portal:usage"),
     NavPage("Plan & billing", "Budget", "portal:budget"),
     NavPage("Plan & billing", "Invoices", "portal:invoices"),

@@ -2,6 +2,7 @@ from django.urls import path, re_path
 
 from tenants.portal import (
     account_views,
+    alarm_views,
     billing_views,
     budget_views,
     certificate_views,
@@ -65,6 +66,34 @@ urlpatterns = [
     path("retained/", inspection_views.retained, name="retained"),
     path("retained/delete/", inspection_views.retained_delete, name="retained-delete"),
     path("topics/", inspection_views.topics, name="topics"),
+    path("alarms/", alarm_views.alarms, name="alarms"),
+    path(
+        "alarms/<int:state_id>/acknowledge/",
+        alarm_views.alarm_acknowledge,
+        name="alarm-acknowledge",
+    ),
+    path("alarms/<int:state_id>/history/", alarm_views.alarm_history, name="alarm-history"),
+    path("alarms/definitions/", alarm_views.alarm_definitions, name="alarm-definitions"),
+    path(
+        "alarms/definitions/new/",
+        alarm_views.alarm_definition_new,
+        name="alarm-definition-new",
+    ),
+    path(
+        "alarms/definitions/<str:name>/",
+        alarm_views.alarm_definition_edit,
+        name="alarm-definition",
+    ),
+    path(
+        "alarms/definitions/<str:name>/toggle/",
+        alarm_views.alarm_definition_toggle,
+        name="alarm-definition-toggle",
+    ),
+    path(
+        "alarms/definitions/<str:name>/delete/",
+        alarm_views.alarm_definition_delete,
+        name="alarm-definition-delete",
+    ),
     path("shared-groups/", shared_group_views.shared_groups, name="shared-groups"),
     path(
         "shared-groups/delete/",
