@@ -13,6 +13,7 @@ from tenants.models import AlarmDefinition, AlarmState, AlarmTransition, Tenant
 # The order of the Alarms page: what needs a person first.
 STATE_ORDER = (ACTIVE, ACKNOWLEDGED, PENDING, NORMAL)
 MAX_KEY_CHARS = 255  # the longest key a state row holds
+MAX_NAME_CHARS = 64
 
 
 def alarm_definitions_list(*, tenant: Tenant) -> QuerySet[AlarmDefinition]:
@@ -26,6 +27,8 @@ def alarm_definitions_count(*, tenant: Tenant) -> int:
 
 
 def alarm_definition_get(*, tenant: Tenant, name: str) -> AlarmDefinition:
+    if len(name) > MAX_NAME_CHARS or "\x00" in name:
+        raise Http404(f"No alarm named {name[:64]!r}.")  # no alarm is: not a database error
     definition = AlarmDefinition.objects.filter(tenant=tenant, name=name).first()
     if definition is None:
         raise Http404(f"No alarm named {name[:64]!r}.")
@@ -75,7 +78,7 @@ def alarm_state_get(*, tenant: Tenant, state_id: int) -> AlarmState:
 
 def alarm_state_by_key(*, tenant: Tenant, name: str, key: str) -> AlarmState:
     """The state of `key` under the tenant's alarm `name` (404 when it has none)."""
-    if len(key) > MAX_KEY_CHARS or "\x00" in key:
+    if len(key) > MAX_KEY_CHARS or "\x00" in key + name:
         raise Http404(f"Alarm {name[:64]!r} has no state for that key.")
     found = (
         AlarmState.objects.filter(tenant=tenant, definition__name=name, key=key)

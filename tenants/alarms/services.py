@@ -14,6 +14,7 @@ the states and the time the job would record.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -167,6 +168,8 @@ def notifications_checked(items: Any, previous: list | None = None) -> list[dict
         return []
     if not isinstance(items, list):
         raise ValidationError({"notifications": ["Must be a list of {kind, target, on}."]})
+    if "\\u0000" in json.dumps(items):  # Postgres' jsonb takes no NUL character
+        raise ValidationError({"notifications": ["Must not hold a NUL character."]})
     if len(items) > MAX_NOTIFICATIONS:
         raise ValidationError({"notifications": [f"At most {MAX_NOTIFICATIONS} notifications."]})
     try:

@@ -26,7 +26,7 @@ from tenants.portal.views import _context, _form_errors, tenant_view
 
 
 def _filter(request, name: str, choices: tuple[str, ...] | None = None) -> str:
-    value = (request.GET.get(name) or "").strip()[:255]
+    value = (request.GET.get(name) or "").replace("\x00", "").strip()[:255]
     if choices is not None and value not in choices:
         return ""  # an unknown choice filters nothing (the form offers only known ones)
     return value
