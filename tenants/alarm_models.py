@@ -92,6 +92,9 @@ class AlarmState(models.Model):
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.CharField(max_length=254, null=True, blank=True)
     cleared_at = models.DateTimeField(null=True, blank=True)
+    # The live job's whole `common.alarms.machine.KeyState` (its timers' clocks: pending since,
+    # clearing since, last seen): what it loads at a restart. Not shown.
+    machine = models.JSONField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -32,6 +32,7 @@ from common.alarms.definition import (
     AlarmSpec,
     check,
 )
+from common.contracts.notifications import ChangeKind
 from common.contracts.rule_actions import (
     RuleActionError,
     normalize_actions,
@@ -40,6 +41,7 @@ from common.contracts.rule_actions import (
 from tenants import audit
 from tenants.alarm_models import MIN_RENOTIFY_SECONDS
 from tenants.models import AlarmDefinition, AlarmState, AlarmTransition, Tenant
+from tenants.notify import announce
 from tenants.quota_refusals import QuotaExceeded
 
 # Path segments beside a definition's name: /api/v1/alarms/states, /api/v1/alarms/history, the
@@ -252,6 +254,8 @@ def _create(*, tenant: Tenant, name: str, **fields: Any) -> AlarmDefinition:
     if AlarmDefinition.objects.filter(tenant=tenant, name=name).exists():
         raise ValidationError({"name": [f"An alarm named {name!r} already exists."]})
     definition.save()
+    if definition.enabled:  # the brokers feed the live job what its source reads
+        announce(tenant.slug, ChangeKind.HISTORY_CHANGED)
     audit.record(
         tenant_id=tenant.id,
         tenant_slug=tenant.slug,
@@ -280,6 +284,8 @@ def alarm_definition_update(definition: AlarmDefinition, **fields: Any) -> Alarm
         definition.version = F("version") + 1
     definition.save()
     definition.refresh_from_db(fields=["version", "updated_at"])
+    if {"enabled", "source"}.intersection(changed):  # what the brokers feed the live job
+        announce(definition.tenant.slug, ChangeKind.HISTORY_CHANGED)
     audit.record(
         tenant_id=definition.tenant_id,
         tenant_slug=definition.tenant.slug,
@@ -299,7 +305,10 @@ def alarm_definition_enable(definition: AlarmDefinition, *, enabled: bool) -> Al
 def alarm_definition_delete(definition: AlarmDefinition) -> None:
     """Delete a definition with its states and their history."""
     tenant_id, slug, name = definition.tenant_id, definition.tenant.slug, definition.name
+    enabled = definition.enabled
     definition.delete()
+    if enabled:
+        announce(slug, ChangeKind.HISTORY_CHANGED)
     audit.record(tenant_id=tenant_id, tenant_slug=slug, action="alarm.deleted", target=name)
 
 

@@ -183,3 +183,53 @@ class AlarmTransitionOutput(serializers.Serializer):
 
 class AcknowledgeInput(StrictInput):
     note = serializers.CharField(max_length=1000, allow_blank=True, required=False, default="")
+
+
+class AlarmPreviewInput(StrictInput):
+    to = serializers.DateTimeField(help_text="end of the range (exclusive), ISO 8601 with zone")
+
+    def get_fields(self):
+        fields = super().get_fields()
+        # `from` is a Python keyword: declared here rather than as an attribute.
+        fields["from"] = serializers.DateTimeField(
+            help_text="start of the range (inclusive), ISO 8601 with zone"
+        )
+        return dict(sorted(fields.items(), key=lambda item: item[0] != "from"))
+
+
+class AlarmPreviewKeyOutput(serializers.Serializer):
+    key = serializers.CharField()
+    raised = serializers.IntegerField(help_text="times it became active")
+    active_seconds = serializers.FloatField(help_text="in all (to the range's end if still active)")
+    longest_seconds = serializers.FloatField()
+    state_at_end = serializers.ChoiceField(choices=list(STATES))
+
+
+class AlarmPreviewTransitionOutput(serializers.Serializer):
+    key = serializers.CharField()
+    event = serializers.ChoiceField(choices=list(EVENTS))
+    before = serializers.ChoiceField(choices=list(STATES))
+    after = serializers.ChoiceField(choices=list(STATES))
+    at = serializers.CharField(help_text="ISO 8601, UTC, to the millisecond")
+    value = serializers.JSONField(allow_null=True)
+    cause = serializers.CharField(allow_null=True)
+
+
+class AlarmPreviewOutput(serializers.Serializer):
+    to = serializers.DateTimeField()
+    read = serializers.IntegerField(help_text="your archived messages in the range")
+    considered = serializers.IntegerField(help_text="of those, what the alarm's source takes")
+    evaluated = serializers.IntegerField()
+    failed = serializers.IntegerField(help_text="its expressions failed (bad JSON): no effect")
+    unevaluated = serializers.IntegerField(help_text="not read within the preview's time")
+    complete = serializers.BooleanField()
+    raised = serializers.IntegerField(help_text="times a key became active, all keys")
+    keys_raised = serializers.IntegerField()
+    keys = AlarmPreviewKeyOutput(many=True, help_text="the most raised first (50 at most)")
+    transitions = AlarmPreviewTransitionOutput(many=True, help_text="the first, in time order")
+    seconds = serializers.FloatField()
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.DateTimeField()
+        return dict(sorted(fields.items(), key=lambda item: item[0] != "from"))

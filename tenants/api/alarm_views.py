@@ -21,10 +21,12 @@ from common.alarms.definition import SEVERITIES
 from common.alarms.machine import STATES
 from tenants.alarms import selectors as alarm_selectors
 from tenants.alarms import services as alarm_services
+from tenants.alarms.preview import alarm_preview
 from tenants.alarms.services import EDITABLE
 from tenants.api import alarm_serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated, text_param, validated
+from tenants.rules.runs.services import PreviewThrottled
 
 
 class Conflict(exceptions.APIException):
@@ -236,3 +238,22 @@ class AlarmDeviceHistoryView(AlarmAPIView):
             raise ValidationError({"device": ["Give the key (a device's client id)."]})
         rows = alarm_selectors.alarm_device_history(tenant=self.tenant, device=device)
         return paginated(self, request, rows, s.AlarmTransitionOutput)
+
+
+class AlarmPreviewView(AlarmAPIView):
+    """An alarm over a range of history (any member; on or off): how often it would have
+    raised, for which keys, for how long, and its first transitions. Nothing is stored."""
+
+    @extend_schema(
+        request=s.AlarmPreviewInput,
+        responses={200: s.AlarmPreviewOutput, 400: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT},
+        operation_id="v1_alarms_preview",
+    )
+    def post(self, request, name: str):
+        definition = alarm_selectors.alarm_definition_get(tenant=self.tenant, name=name)
+        data = validated(s.AlarmPreviewInput, request.data)
+        try:
+            body = alarm_preview(definition=definition, start=data["from"], end=data["to"])
+        except PreviewThrottled as exc:
+            raise exceptions.Throttled(wait=exc.wait, detail=str(exc)) from None
+        return Response(s.AlarmPreviewOutput(body).data)

@@ -199,6 +199,11 @@ urlpatterns = [
     ),
     path("alarms/<str:name>", alarm_views.AlarmDefinitionDetailView.as_view(), name="api-alarm"),
     path(
+        "alarms/<str:name>/preview",
+        alarm_views.AlarmPreviewView.as_view(),
+        name="api-alarm-preview",
+    ),
+    path(
         "alarms/<str:name>/states/<path:key>/acknowledge",
         alarm_views.AlarmAcknowledgeByKeyView.as_view(),
         name="api-alarm-key-acknowledge",

@@ -62,7 +62,7 @@ class PreviewThrottled(Exception):
         super().__init__(f"Previews were asked too often; try again in {wait:.0f} s.")
 
 
-def _range(start: datetime, end: datetime, max_days: float | None) -> tuple[datetime, datetime]:
+def preview_range(start: datetime, end: datetime, max_days: float | None) -> tuple[datetime, datetime]:
     """[start, end) as asked, `end` no later than now (nothing is archived after now)."""
     if start.tzinfo is None or end.tzinfo is None:
         raise ValidationError({"from": ["Give times with a time zone (UTC: a trailing Z)."]})
@@ -107,7 +107,7 @@ def run_preview(*, rule: Rule, start: datetime, end: datetime, store: Any = None
     from common.rule_preview import PreviewTooLong, preview
     from common.stores.object_store import open_object_store
 
-    start, end = _range(start, end, _setting("RULE_PREVIEW_MAX_DAYS", 7))
+    start, end = preview_range(start, end, _setting("RULE_PREVIEW_MAX_DAYS", 7))
     _preview_allowed(rule)
     try:
         result = preview(
@@ -145,7 +145,7 @@ def run_start(
     if actions not in ACTIONS:
         raise ValidationError({"actions": [f"Must be one of {', '.join(ACTIONS)}."]})
     max_days = None if operator else _setting("RULE_RUN_MAX_DAYS", 31)
-    start, end = _range(start, end, max_days)
+    start, end = preview_range(start, end, max_days)
     if operator:
         runs_reclaim(tenant_id=rule.tenant_id)  # what a lost worker left, before it claims
         return RuleRun.objects.create(
