@@ -11,7 +11,7 @@ tenant with more topics than its share starts its dict again, and beyond the tot
 is made without being kept.
 
 What a tenant needs is read from Postgres (its policies, plan default, `archive_enabled`, the
-FROM of its enabled rules) for every tenant at start-up, and again for one tenant when the
+FROM of its enabled rules and the sources of its enabled alarms) for every tenant at start-up, and again for one tenant when the
 control plane announces a change of its history policies or rules (`history.changed`), its plan
 or quotas, or its settings; after a lost notification connection (`reload`), for all of them.
 A change applies to the messages routed after it is read: no restart.
@@ -37,21 +37,27 @@ log = logging.getLogger(__name__)
 MAX_TOPICS_PER_TENANT = 16_384
 MAX_TOPICS = 262_144
 
-# What each tenant needs: its policies' filters, plan default, setting, enabled rules' SQL. All
-# tenants at start-up (only those that may need something), or one.
+# What each tenant needs: its policies' filters, plan default, setting, enabled rules' SQL (and
+# its enabled alarms' sources, as the FROM of a rule: the live job reads them the same way; an
+# alarm's source is a checked topic filter, without a double quote). All tenants at start-up
+# (only those that may need something), or one.
 _NEEDS_SQL = f"""
 SELECT t.slug, t.archive_enabled, p.history_default_days,
        COALESCE((SELECT array_agg(h.topic_filter ORDER BY h.id) FROM {tables.HISTORY_POLICY} h
                   WHERE h.tenant_id = t.id), '{{}}'),
-       COALESCE((SELECT array_agg(r.sql ORDER BY r.id) FROM {tables.RULE} r
-                  WHERE r.tenant_id = t.id AND r.enabled), '{{}}')
+       COALESCE((SELECT array_agg(x.sql) FROM (
+                   SELECT r.sql FROM {tables.RULE} r WHERE r.tenant_id = t.id AND r.enabled
+                   UNION ALL
+                   SELECT 'SELECT * FROM "' || a.source || '"' FROM {tables.ALARM_DEFINITION} a
+                    WHERE a.tenant_id = t.id AND a.enabled) x), '{{}}')
   FROM {tables.TENANT} t JOIN {tables.PLAN} p ON p.id = t.plan_id
 """
 _ALL = (
     _NEEDS_SQL
     + f""" WHERE (t.archive_enabled AND p.history_default_days > 0)
     OR EXISTS (SELECT 1 FROM {tables.HISTORY_POLICY} h WHERE h.tenant_id = t.id)
-    OR EXISTS (SELECT 1 FROM {tables.RULE} r WHERE r.tenant_id = t.id AND r.enabled)"""
+    OR EXISTS (SELECT 1 FROM {tables.RULE} r WHERE r.tenant_id = t.id AND r.enabled)
+    OR EXISTS (SELECT 1 FROM {tables.ALARM_DEFINITION} a WHERE a.tenant_id = t.id AND a.enabled)"""
 )
 _ONE = _NEEDS_SQL + " WHERE t.slug = %s"
 

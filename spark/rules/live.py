@@ -45,12 +45,15 @@ from common.archive.schema import (
     HISTORY_SCHEMA,
     LIVE_PREFIX,
     MESSAGE_ID,
+    device_of_username,
 )
 from common.stores.object_store import LocalObjectStore, ObjectStore
 from spark.archive import live_stream, spark_schema
 from spark.rules import ledger
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
+from spark.rules.alarms import AlarmKeeper
+from spark.rules.alarms import split as split_alarms
 from spark.rules.bookkeeping import Books
 from spark.rules.feed import (
     FeedProgress,
@@ -84,6 +87,7 @@ T = TypeVar("T")
 log = logging.getLogger("spark.rules.live")
 PREPARE_EVERY = 0.25  # seconds between looks for changed rules (a version probe each)
 FEED_ONE_TASK_ROWS = 1_000
+ALARM_FEED_LAG = 2.0  # seconds: a message's way from its PUBLISH to this job, with room
 FEED_READ_ENTRIES = 256  # entries (each a broker's hand-off, ~20 ms) one micro-batch takes
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / ".data" / "spark" / "rules-live"
 
@@ -301,6 +305,14 @@ class LiveJob:
         self._preparer: threading.Thread | None = None
         self.gaps = 0
         self.recent = RecentLatency()
+        # The tenants' alarms (alarms.py): read in the rules' plan, each key's state kept here
+        # and written with the batch's position. A file-stream batch's position is its id.
+        self.alarms = AlarmKeeper(
+            feed.key if feed is not None else "files",
+            lambda a, b: stream_id(a) > stream_id(b),
+        )
+        self._batch_last: str | None = None  # the feed batch being handled: its last id
+        self._caught_up = False  # the feed's last read found nothing new
 
     def handle_batch(self, batch: DataFrame, batch_id: int, replay: bool = False) -> None:
         # A batch is first *evaluated* (the rules' probe, the Spark plan, collected): no side
@@ -313,15 +325,22 @@ class LiveJob:
         # With the live feed a batch is evaluated in two phases (`outputs_in_phases`): what the
         # native plans answered is acted on first, then the Python pass's results (retried on
         # their own: the first phase's actions are handed over already).
+        # The alarms' results are taken out of the rules' (`split_alarms`) and read once both
+        # phases are in: a key's messages in time order.
         started = time.monotonic()
         try:
             specs, results, later = self._with_retries(lambda: self._evaluate(batch), batch_id)
+            results, alarm_rows = split_alarms(results)
+            tracked = batch_id if self.feed is not None else None
             if specs:
-                tracked = batch_id if self.feed is not None else None
                 self._act(specs, results, tracked, replay, last=later is None)
-                if later is not None:
-                    rest = self._with_retries(lambda: BatchResults.of(later()), batch_id)
+            if later is not None:
+                rest = self._with_retries(lambda: BatchResults.of(later()), batch_id)
+                rest, more = split_alarms(rest)
+                alarm_rows += more
+                if specs:
                     self._act(specs, rest, tracked, replay)
+            self._take_alarms(alarm_rows, self._batch_last if tracked else f"{batch_id}-0")
             self.batches += 1
             self.metrics.batches.inc()
             log.debug("batch %s done in %.2fs", batch_id, time.monotonic() - started)
@@ -346,6 +365,34 @@ class LiveJob:
                 )
             else:
                 log.exception("batch %s failed (its time window unknown)", batch_id)
+
+    def _take_alarms(self, rows: list, position: str | None) -> None:
+        """The batch's alarm rows to their keys' machines, unless a restart's replay brings a
+        batch whose transitions were written before it."""
+        if not self.alarms.alarms or self.alarms.taken(position):
+            return
+        with self._record_lock:
+            self.alarms.take(rows, position)
+        if rows:  # evaluations metered as the rules' are (`rules_triggered`, 5 KiB units)
+            tally = self.usage.new_tally()
+            for row in rows:
+                tally.add(row.tenant, rules_triggered=row.units or 0)
+                device = device_of_username(row.username)
+                tally.add_device(row.tenant, device, rules_triggered=row.units or 0)
+            self.record(tally=tally)
+
+    def _alarm_clock(self) -> float | None:
+        """The time the alarms' timers are fired up to: never past a message not yet taken
+        (its key's machine would read it late). Caught up with the feed: now, less what a
+        message takes to reach it (the broker's archive tick, Redis); else what the last batch
+        taken was added by, less a second (a hand-off holds messages a little older than it).
+        A file stream's segments come seconds late."""
+        if self.feed is None:
+            return time.time() - self.trigger_seconds - 5.0
+        if self._caught_up:
+            return time.time() - ALARM_FEED_LAG
+        taken = self.alarms.position
+        return None if taken is None else id_time(taken).timestamp() - 1.0
 
     def _with_retries(self, evaluate: Callable[[], T], batch_id: int) -> T:
         for attempt in range(1, self.attempts + 1):
@@ -416,15 +463,17 @@ class LiveJob:
         self, batch: DataFrame
     ) -> tuple[list[RuleSpec], BatchResults, Callable[[], list] | None]:
         specs = self._current_rules()
+        self.alarms.refresh(self.rules.connection())
+        alarms = self.alarms.rules()
         if self.not_before is not None:
             batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         self.metrics.enabled.set(len(specs))
         self.watch.serving(s.id for s in specs)
-        if not specs:
+        if not specs and not alarms:
             return [], BatchResults(), None
         t0 = time.monotonic()
         first, later = evaluate_batch(
-            batch, specs, reuse=self.feed is not None and self.not_before is None
+            batch, specs + alarms, reuse=self.feed is not None and self.not_before is None
         )
         results = BatchResults.of(first)
         if len(results) and log.isEnabledFor(logging.DEBUG):
@@ -567,6 +616,12 @@ class LiveJob:
                     delta.latencies_ms = []
             self.books.add(summary.deltas, tenants, summary.letters)
             self._flush_books()
+            if self.alarms.alarms:
+                clock = self._alarm_clock()
+                if clock is not None:
+                    self.alarms.tick(clock)
+                if self._books_conn is not None:
+                    self.alarms.save(self._books_conn)
             self.metrics.observe({s.id: s for s in self.rules.specs}, summary)
             for tenant, waiting in self.lanes.backlog().items():
                 self.metrics.backlog.labels(tenant).set(waiting)
@@ -766,6 +821,7 @@ class LiveJob:
                 if time.monotonic() - checked > 10:
                     checked = time.monotonic()
                     self._check_gap(after)
+                self._caught_up = last == after
                 if last == after:
                     continue
                 batch_id += 1
@@ -774,6 +830,7 @@ class LiveJob:
                 )
                 self.progress.open(batch_id, last)
                 self._batch_position = None if replay else last
+                self._batch_last = last
                 started = time.monotonic()
                 if table.num_rows:
                     self.handle_batch(self._frame(table), batch_id, replay)

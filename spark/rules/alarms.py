@@ -1,0 +1,314 @@
+"""Alarms in the live rules job (issue 46): the tenants' enabled alarms read each message in the
+same Spark plan as their rules, and each key's state moves by `common.alarms.machine`.
+
+- Reading. An alarm is one rule of the dialect (`common.alarms.definition.alarm_sql`) evaluated
+  beside the tenants' rules, under the same per-tenant shares and budgets, with the id
+  `-definition id` (rule ids are positive): its results are taken out of the batch's before the
+  rules' actions and counters see them (`split`).
+- State. Each (alarm, key)'s `KeyState` is held here, on the driver, and written to Postgres —
+  the state, its transitions and the batch's feed position in one transaction (`save`) — so a
+  restart loads them and skips the batches already taken: an active alarm is neither lost nor
+  raised twice. (The job's live feed is a loop of small batch jobs, not a streaming query, so
+  Spark's own state store has no place here; the table is the checkpoint.)
+- Time. Timers (`for`, clearing, no data, re-notification) fire at their own instants when the
+  job's clock passes them (`tick`, every record, with the time the feed has been read up to).
+- Acknowledgements are the control plane's: a key it marked acknowledged is read back (`_acked`)
+  and moved in the machine without a second transition; the job never writes `active` over one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from common.alarms import machine
+from common.alarms.definition import AlarmSpec, alarm_sql
+from common.alarms.machine import KeyState, Timing, Transition
+from common.contracts import tables
+from spark.rules.plan import RuleSpec
+from spark.rules.results import BatchResults
+
+log = logging.getLogger(__name__)
+
+_DEFINITIONS = f"""
+SELECT a.id, t.slug, a.name, a.source, a.key, a.raise_condition, a.raise_for_seconds,
+       a.clear_condition, a.clear_for_seconds, a.no_data_seconds, a.value, a.renotify_seconds,
+       a.version
+  FROM {tables.ALARM_DEFINITION} a JOIN {tables.TENANT} t ON t.id = a.tenant_id
+ WHERE a.enabled AND t.status = 'active'
+ ORDER BY a.id
+"""
+_PROBE = f"SELECT count(*), max(updated_at), sum(id) FROM {tables.ALARM_DEFINITION} WHERE enabled"
+_STATES = f"""
+SELECT definition_id, key, status, machine FROM {tables.ALARM_STATE}
+ WHERE definition_id = ANY(%s)
+"""
+_ACKED = f"""
+SELECT definition_id, key, acknowledged_at, acknowledged_by FROM {tables.ALARM_STATE}
+ WHERE status = 'acknowledged' AND definition_id = ANY(%s) AND acknowledged_at > %s
+"""
+# The job never writes `active` over a person's acknowledgement (it may have read it late).
+_UPSERT = f"""
+INSERT INTO {tables.ALARM_STATE} (tenant_id, definition_id, key, status, since, value, cause,
+                                  raised_at, cleared_at, machine, updated_at)
+SELECT a.tenant_id, a.id, %(key)s, %(status)s, %(since)s, %(value)s, %(cause)s, %(raised)s,
+       %(cleared)s, %(machine)s, now()
+  FROM {tables.ALARM_DEFINITION} a WHERE a.id = %(alarm)s
+ON CONFLICT (definition_id, key) DO UPDATE SET
+  status = CASE WHEN {tables.ALARM_STATE}.status = 'acknowledged' AND EXCLUDED.status = 'active'
+                THEN 'acknowledged' ELSE EXCLUDED.status END,
+  since = CASE WHEN {tables.ALARM_STATE}.status = 'acknowledged' AND EXCLUDED.status = 'active'
+               THEN {tables.ALARM_STATE}.since ELSE EXCLUDED.since END,
+  value = EXCLUDED.value, cause = EXCLUDED.cause,
+  raised_at = COALESCE(EXCLUDED.raised_at, {tables.ALARM_STATE}.raised_at),
+  cleared_at = COALESCE(EXCLUDED.cleared_at, {tables.ALARM_STATE}.cleared_at),
+  acknowledged_at = CASE WHEN EXCLUDED.status IN ('normal', 'pending') THEN NULL
+                         ELSE {tables.ALARM_STATE}.acknowledged_at END,
+  acknowledged_by = CASE WHEN EXCLUDED.status IN ('normal', 'pending') THEN NULL
+                         ELSE {tables.ALARM_STATE}.acknowledged_by END,
+  machine = EXCLUDED.machine, updated_at = now()
+"""
+_TRANSITION = f"""
+INSERT INTO {tables.ALARM_TRANSITION} (tenant_id, definition_id, key, event, before, after, at,
+                                       value, cause, message_id, note)
+SELECT a.tenant_id, a.id, %s, %s, %s, %s, %s, %s, %s, %s, '' FROM {tables.ALARM_DEFINITION} a
+ WHERE a.id = %s
+"""
+_POSITION = f"""
+INSERT INTO {tables.RULE_FEED_POSITION} (stream, acted, evaluated, updated_at)
+VALUES (%s, %s, %s, now())
+ON CONFLICT (stream) DO UPDATE SET acted = EXCLUDED.acted, evaluated = EXCLUDED.evaluated,
+    updated_at = EXCLUDED.updated_at
+"""
+_LOAD_POSITION = f"SELECT evaluated FROM {tables.RULE_FEED_POSITION} WHERE stream = %s"
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    """An enabled definition as the job runs it."""
+
+    id: int
+    tenant: str
+    name: str
+    spec: AlarmSpec
+    timing: Timing
+    version: int
+
+    def rule(self) -> RuleSpec:
+        return RuleSpec(-self.id, self.tenant, f"alarm {self.name}", alarm_sql(self.spec), (), 1)
+
+
+def _alarm(row: Sequence[Any]) -> Alarm:
+    (alarm_id, tenant, name, source, key, raise_if, raise_for, clear_if, clear_for, no_data,
+     value, renotify, version) = row  # fmt: skip
+    spec = AlarmSpec(
+        source, raise_if or "", key or "clientid", clear_if or "", float(raise_for or 0),
+        None if clear_for is None else float(clear_for),
+        None if no_data is None else float(no_data), value or "",
+    )  # fmt: skip
+    timing = Timing(
+        spec.raise_for, spec.clear_seconds, spec.no_data, None if not renotify else float(renotify)
+    )
+    return Alarm(int(alarm_id), tenant, name, spec, timing, int(version))
+
+
+def split(results: BatchResults) -> tuple[BatchResults, list[Any]]:
+    """The batch's results for rules, and the alarms' rows (their rule ids are negative)."""
+    if not any(r.rule_id < 0 for r in results.rows) and not any(
+        s.rule_id < 0 for s in results.skipped
+    ):
+        return results, []
+    alarms = [r for r in results.rows if r.rule_id < 0]
+    rules = BatchResults(
+        [r for r in results.rows if r.rule_id >= 0],
+        [s for s in results.skipped if s.rule_id >= 0],
+    )
+    return rules, alarms
+
+
+def _jsonable(state: KeyState) -> str:
+    return json.dumps(asdict(state), default=str)
+
+
+def _state(saved: Any) -> KeyState:
+    data = saved if isinstance(saved, dict) else json.loads(saved or "{}")
+    known = {f: data[f] for f in KeyState.__dataclass_fields__ if f in data}
+    return KeyState(**known)
+
+
+def _when(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def _value(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        value = str(value)  # JSON (and Postgres's jsonb) has no NaN or Infinity
+    return json.dumps(value, default=str)
+
+
+class AlarmKeeper:
+    """The enabled alarms and each key's state (see the module)."""
+
+    def __init__(self, stream: str, after: Callable[[str, str], bool]) -> None:
+        self.stream = f"{stream}#alarms"  # its position's row in the feed positions' table
+        self.after = after  # position a is after position b
+        self.alarms: dict[int, Alarm] = {}
+        self.states: dict[tuple[int, str], KeyState] = {}
+        self.changed: set[tuple[int, str]] = set()
+        self.transitions: list[tuple[int, Transition]] = []
+        self.position: str | None = None  # the last batch taken (saved or not yet)
+        self.saved: str | None = None
+        self._probe: tuple[Any, ...] | None = None
+        self._acked_since = datetime.now(UTC)
+
+    # -- what to evaluate ------------------------------------------------------------------
+
+    def refresh(self, conn: psycopg.Connection) -> None:
+        """Read the enabled alarms again when they changed; load the states of new ones."""
+        probe = tuple(conn.execute(_PROBE).fetchone() or ())
+        if probe == self._probe:
+            return
+        alarms = {a.id: a for a in map(_alarm, conn.execute(_DEFINITIONS).fetchall())}
+        new = [i for i in alarms if i not in self.alarms]
+        for gone in set(self.alarms) - set(alarms):
+            for state_key in [k for k in self.states if k[0] == gone]:
+                del self.states[state_key]
+                self.changed.discard(state_key)
+        if new:
+            for alarm_id, key, status, saved in conn.execute(_STATES, (new,)).fetchall():
+                state = self.states[(alarm_id, key)] = _state(saved)
+                if status == machine.ACKNOWLEDGED and state.status == machine.ACTIVE:
+                    state.status = machine.ACKNOWLEDGED  # acknowledged while the job was away
+        if self.saved is None:
+            row = conn.execute(_LOAD_POSITION, (self.stream,)).fetchone()
+            self.saved = self.position = row[0] if row else None
+        self.alarms, self._probe = alarms, probe
+
+    def rules(self) -> list[RuleSpec]:
+        return [a.rule() for a in self.alarms.values()]
+
+    # -- what happened -----------------------------------------------------------------------
+
+    def taken(self, position: str | None) -> bool:
+        """Was the batch ending at `position` taken before (a restart's replay)?"""
+        return (
+            position is not None and self.saved is not None and not self.after(position, self.saved)
+        )
+
+    def take(self, rows: Iterable[Any], position: str | None = None) -> int:
+        """The alarms' result rows of one batch, in time order per key; returns transitions."""
+        count = 0
+        ordered = sorted(
+            (r for r in rows if r.status == "passed" and r.outputs), key=lambda r: r.ts
+        )
+        for row in ordered:
+            alarm = self.alarms.get(-row.rule_id)
+            if alarm is None:
+                continue
+            for out in json.loads(row.outputs):
+                key = out.get("alarm_key")
+                if key is None or key == "":
+                    continue
+                key = key if isinstance(key, str) else str(key)
+                state_key = (alarm.id, key)
+                state = self.states.get(state_key) or self.states.setdefault(state_key, KeyState())
+                moved = machine.message(
+                    key, state, alarm.timing, row.ts.timestamp(),
+                    out.get("alarm_raised") is True, out.get("alarm_cleared") is True,
+                    out.get("alarm_value"), row.message_id,
+                )  # fmt: skip
+                self.changed.add(state_key)
+                self.transitions += [(alarm.id, t) for t in moved]
+                count += len(moved)
+        if position is not None:
+            self.position = position
+        return count
+
+    def tick(self, now: float) -> int:
+        """Fire every timer due by `now` (the time the feed has been read up to)."""
+        count = 0
+        for (alarm_id, key), state in self.states.items():
+            alarm = self.alarms.get(alarm_id)
+            if alarm is None:
+                continue
+            moved = machine.advance(key, state, alarm.timing, now)
+            if moved:
+                self.changed.add((alarm_id, key))
+                self.transitions += [(alarm_id, t) for t in moved]
+                count += len(moved)
+        return count
+
+    # -- written down --------------------------------------------------------------------------
+
+    def save(self, conn: psycopg.Connection) -> bool:
+        """The changed states, their transitions and the position, in one transaction; the
+        acknowledgements made since the last save, read back. False (all kept) on failure."""
+        if not self.changed and self.position == self.saved:
+            self._read_acks(conn)
+            return True
+        changed = sorted(self.changed)
+        try:
+            with conn.transaction():
+                with conn.cursor() as cur:
+                    cur.executemany(_UPSERT, [self._row(k) for k in changed if k in self.states])
+                    cur.executemany(_TRANSITION, [self._transition(a, t) for a, t in
+                                                  self.transitions])  # fmt: skip
+                    if self.position is not None:
+                        cur.execute(_POSITION, (self.stream, self.position, self.position))
+        except psycopg.Error as exc:
+            log.warning("alarm states kept for the next save: %s", exc)
+            return False
+        self.changed.clear()
+        self.transitions.clear()
+        self.saved = self.position
+        self._read_acks(conn)
+        return True
+
+    def _row(self, state_key: tuple[int, str]) -> dict[str, Any]:
+        state = self.states[state_key]
+        active = state.status in (machine.ACTIVE, machine.ACKNOWLEDGED)
+        return {
+            "alarm": state_key[0],
+            "key": state_key[1],
+            "status": state.status,
+            "since": _when(state.since),
+            "value": _value(state.value),
+            "cause": state.cause,
+            "raised": _when(state.raised_at) if active else None,
+            "cleared": _when(state.since) if state.status == machine.NORMAL else None,
+            "machine": _jsonable(state),
+        }
+
+    @staticmethod
+    def _transition(alarm_id: int, t: Transition) -> tuple[Any, ...]:
+        return (
+            t.key, t.event, t.before, t.after, _when(t.at), _value(t.value), t.cause,
+            t.message_id, alarm_id,
+        )  # fmt: skip
+
+    def _read_acks(self, conn: psycopg.Connection) -> None:
+        if not self.alarms:
+            return
+        try:
+            rows = conn.execute(_ACKED, (list(self.alarms), self._acked_since)).fetchall()
+        except psycopg.Error as exc:
+            log.warning("acknowledgements not read: %s", exc)
+            return
+        for alarm_id, key, at, by in rows:
+            state, alarm = self.states.get((alarm_id, key)), self.alarms.get(alarm_id)
+            if state is not None and alarm is not None:
+                # the control plane wrote the acknowledgement's transition; timers due by then
+                # are this job's to write
+                moved = machine.acknowledge(key, state, alarm.timing, at.timestamp(), by or "")
+                self.transitions += [(alarm_id, t) for t in moved if t.event != machine.ACKNOWLEDGE]
+                self.changed.add((alarm_id, key))
+            self._acked_since = max(self._acked_since, at)

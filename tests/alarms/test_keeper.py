@@ -1,0 +1,59 @@
+"""The live job's alarm keeper without a database: its rows out of a batch's results, each key's
+machine fed in time order, timers fired by the job's clock, a replayed batch skipped."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from common.alarms.definition import AlarmSpec
+from common.alarms.machine import Timing
+from spark.rules.alarms import Alarm, AlarmKeeper, split
+from spark.rules.feed import stream_id
+from spark.rules.results import BatchResults, ResultRow, Skipped
+
+ALARM = Alarm(
+    7, "acme", "hot", AlarmSpec("plant/+/temp", "payload.temp > 90", raise_for=2), Timing(2, 2), 1
+)
+
+
+def _row(rule_id: int, at: float, temp: float, key: str = "pump") -> ResultRow:
+    out = {"alarm_key": key, "alarm_raised": temp > 90, "alarm_cleared": temp <= 90,
+           "alarm_value": temp}  # fmt: skip
+    return ResultRow(rule_id, "acme", datetime.fromtimestamp(at), 1, "passed", json.dumps([out]),
+                     None, None, f"m{at}", "plant/pump/temp", key, f"acme/{key}")  # fmt: skip
+
+
+def _keeper() -> AlarmKeeper:
+    keeper = AlarmKeeper("rules:live", lambda a, b: stream_id(a) > stream_id(b))
+    keeper.alarms = {ALARM.id: ALARM}
+    return keeper
+
+
+def test_the_alarms_rows_leave_the_rules_results():
+    rule_row, alarm_row = _row(3, 1000, 95), _row(-7, 1000, 95)
+    rules, alarms = split(BatchResults([rule_row, alarm_row], [Skipped(-7, "acme", None, 2, 2)]))
+    assert (rules.rows, rules.skipped, alarms) == ([rule_row], [], [alarm_row])
+    assert ALARM.rule().id == -7 and "payload.temp > 90" in ALARM.rule().sql
+
+
+def test_rows_in_any_order_are_read_in_time_order_and_the_clock_fires_the_raise():
+    keeper = _keeper()
+    assert keeper.take([_row(-7, 1001, 96), _row(-7, 1000, 95)], "1000-0") == 1  # pending
+    assert keeper.tick(1001.5) == 0
+    assert keeper.tick(1002.0) == 1  # held 2 s since 1000: active at 1002, by the clock
+    events = [(t.event, t.at, t.message_id) for _, t in keeper.transitions]
+    assert events == [("pending", 1000.0, "m1000"), ("raise", 1002.0, None)]
+    assert keeper.changed == {(7, "pump")} and keeper.position == "1000-0"
+
+
+def test_a_batch_at_or_before_the_saved_position_was_taken():
+    keeper = _keeper()
+    keeper.saved = "1700000000000-5"
+    assert keeper.taken("1700000000000-5") and keeper.taken("1699999999999-9")
+    assert not keeper.taken("1700000000000-6") and not keeper.taken(None)
+
+
+def test_a_row_of_an_alarm_no_longer_enabled_is_left():
+    keeper = _keeper()
+    assert keeper.take([_row(-8, 1000, 95)]) == 0 and not keeper.states
