@@ -24,6 +24,16 @@ _ACK = (
 _KEY_HISTORY = "The key's transitions under this alarm, newest first, paged (`event`, `before`, `after`, `at`, `value`, `cause`, `message_id`: the message that made it, `by`, `note`). "
 
 ALARM_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("post", "/api/v1/alarms/{name}/preview"): (
+        "Alarms",
+        "Preview an alarm over history",
+        "`{from, to}` (ISO 8601 with a zone; at most 7 days, to now): the alarm, on or off, over "
+        "the tenant's archived messages of the range, as the live job would run it: `raised` "
+        "(times a key became active), `keys` (the most raised first, with `active_seconds`, "
+        "`longest_seconds`, `state_at_end`), the first `transitions` in time order, and the "
+        "figures `read`, `considered`, `failed`, `complete`. Nothing is stored or notified. "
+        "Throttled per tenant (429). " + _404,
+    ),
     ("get", "/api/v1/alarms"): (
         "Alarms",
         "List the tenant's alarm definitions",

@@ -202,14 +202,14 @@ class AlarmPreviewKeyOutput(serializers.Serializer):
     raised = serializers.IntegerField(help_text="times it became active")
     active_seconds = serializers.FloatField(help_text="in all (to the range's end if still active)")
     longest_seconds = serializers.FloatField()
-    state_at_end = serializers.ChoiceField(choices=list(STATES))
+    state_at_end = serializers.CharField(help_text="its state at the range's end")
 
 
 class AlarmPreviewTransitionOutput(serializers.Serializer):
     key = serializers.CharField()
-    event = serializers.ChoiceField(choices=list(EVENTS))
-    before = serializers.ChoiceField(choices=list(STATES))
-    after = serializers.ChoiceField(choices=list(STATES))
+    event = serializers.CharField(help_text=" | ".join(EVENTS))
+    before = serializers.CharField(help_text="the state before: " + " | ".join(STATES))
+    after = serializers.CharField(help_text="the state after")
     at = serializers.CharField(help_text="ISO 8601, UTC, to the millisecond")
     value = serializers.JSONField(allow_null=True)
     cause = serializers.CharField(allow_null=True)
