@@ -13,7 +13,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils import timezone
 
-from common.alarms.definition import NO_DATA_KEYS, SEVERITIES
+from common.alarms.definition import NO_DATA_KEYS, NOTIFY_KINDS, SEVERITIES
 from common.alarms.machine import CONDITION, EVENTS, NO_DATA, NORMAL, STATES
 
 ALARM_NAME_VALIDATOR = RegexValidator(
@@ -135,3 +135,42 @@ class AlarmTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.definition_id}/{self.key}: {self.event} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class AlarmNotification(models.Model):
+    """One notification of one transition to one of its alarm's targets: the outbox the
+    notifications are sent from, at least once. The live job writes a row with the transition
+    (one transaction) and sends webhooks and republishes; the control plane writes an
+    acknowledgement's and sends the emails (`tenants.alarms.emails`). `index` is the target's
+    place in the definition's `notifications` (its secret is read there when it is sent)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"  # gave up after its attempts: `last_error` says why
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    transition = models.ForeignKey(
+        AlarmTransition, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(max_length=10, choices=_choices(NOTIFY_KINDS))
+    index = models.PositiveSmallIntegerField(help_text="the target's place in the definition")
+    target = models.TextField(help_text="the URL, address or topic, as it was when made")
+    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_at = models.DateTimeField(default=timezone.now, help_text="not tried again before")
+    last_error = models.TextField(blank=True, default="")
+    sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["kind", "next_at"],
+                name="alarm_notification_due_idx",
+                condition=models.Q(state="pending"),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target}: {self.state}"

@@ -1540,6 +1540,7 @@ class FleetCertificate(models.Model):
 # services import this module, and the import contracts allow no cycle between tenants' parts.
 from tenants.alarm_models import (  # noqa: E402, F401
     AlarmDefinition,
+    AlarmNotification,
     AlarmState,
     AlarmTransition,
 )

@@ -171,6 +171,11 @@ ALARM_TRANSITION = "tenants_alarmtransition"
 """Each key's transitions (its history). To be written by the live rules job; the control plane
 writes an acknowledgement's."""
 
+ALARM_NOTIFICATION = "tenants_alarmnotification"
+"""The alarms' notifications outbox: written by the live rules job with each transition (it sends
+the webhooks and republishes), and by the control plane with an acknowledgement (it sends the
+emails)."""
+
 ALL = (
     TENANT,
     PLAN,
@@ -211,5 +216,6 @@ ALL = (
     ALARM_DEFINITION,
     ALARM_STATE,
     ALARM_TRANSITION,
+    ALARM_NOTIFICATION,
 )
 """Every table above: the names the contract test checks against the models."""
