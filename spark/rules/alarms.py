@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 _DEFINITIONS = f"""
 SELECT a.id, t.slug, a.name, a.source, a.key, a.raise_condition, a.raise_for_seconds,
        a.clear_condition, a.clear_for_seconds, a.no_data_seconds, a.value, a.renotify_seconds,
-       a.version
+       a.version, a.notifications
   FROM {tables.ALARM_DEFINITION} a JOIN {tables.TENANT} t ON t.id = a.tenant_id
  WHERE a.enabled AND t.status = 'active'
  ORDER BY a.id
@@ -80,7 +80,15 @@ INSERT INTO {tables.ALARM_TRANSITION} (tenant_id, definition_id, key, event, bef
                                        value, cause, message_id, note)
 SELECT a.tenant_id, a.id, %s, %s, %s, %s, %s, %s, %s, %s, '' FROM {tables.ALARM_DEFINITION} a
  WHERE a.id = %s
+RETURNING id, tenant_id
 """
+_NOTIFICATION = f"""
+INSERT INTO {tables.ALARM_NOTIFICATION} (tenant_id, transition_id, kind, index, target, state,
+                                         attempts, next_at, last_error, created_at)
+VALUES (%s, %s, %s, %s, %s, 'pending', 0, now(), '', now())
+"""
+# Which notifications a transition makes (a re-notification is a raise's again).
+NOTIFIES = {machine.RAISE: "raise", machine.RENOTIFY: "raise", machine.CLEAR: "clear"}
 _POSITION = f"""
 INSERT INTO {tables.RULE_FEED_POSITION} (stream, acted, evaluated, updated_at)
 VALUES (%s, %s, %s, now())
@@ -100,6 +108,12 @@ class Alarm:
     spec: AlarmSpec
     timing: Timing
     version: int
+    notifications: tuple[dict[str, Any], ...] = ()  # {kind, target, on[, secret]}
+
+    def notified(self, event: str) -> list[tuple[int, dict[str, Any]]]:
+        """The targets (index, notification) a transition of `event` is sent to."""
+        on = NOTIFIES.get(event)
+        return [(i, n) for i, n in enumerate(self.notifications) if on in n.get("on", ())]
 
     def rule(self) -> RuleSpec:
         return RuleSpec(-self.id, self.tenant, f"alarm {self.name}", alarm_sql(self.spec), (), 1)
@@ -107,7 +121,7 @@ class Alarm:
 
 def _alarm(row: Sequence[Any]) -> Alarm:
     (alarm_id, tenant, name, source, key, raise_if, raise_for, clear_if, clear_for, no_data,
-     value, renotify, version) = row  # fmt: skip
+     value, renotify, version, notifications) = row  # fmt: skip
     spec = AlarmSpec(
         source, raise_if or "", key or "clientid", clear_if or "", float(raise_for or 0),
         None if clear_for is None else float(clear_for),
@@ -116,7 +130,10 @@ def _alarm(row: Sequence[Any]) -> Alarm:
     timing = Timing(
         spec.raise_for, spec.clear_seconds, spec.no_data, None if not renotify else float(renotify)
     )
-    return Alarm(int(alarm_id), tenant, name, spec, timing, int(version))
+    if isinstance(notifications, str):
+        notifications = json.loads(notifications)
+    targets = tuple(n for n in notifications or () if isinstance(n, dict))
+    return Alarm(int(alarm_id), tenant, name, spec, timing, int(version), targets)
 
 
 def split(results: BatchResults) -> tuple[BatchResults, list[Any]]:
@@ -260,8 +277,8 @@ class AlarmKeeper:
             with conn.transaction():
                 with conn.cursor() as cur:
                     cur.executemany(_UPSERT, [self._row(k) for k in changed if k in self.states])
-                    cur.executemany(_TRANSITION, [self._transition(a, t) for a, t in
-                                                  self.transitions])  # fmt: skip
+                    for alarm_id, transition in self.transitions:
+                        self._write(cur, alarm_id, transition)
                     if self.position is not None:
                         cur.execute(_POSITION, (self.stream, self.position, self.position))
         except psycopg.Error as exc:
@@ -287,6 +304,17 @@ class AlarmKeeper:
             "cleared": _when(state.since) if state.status == machine.NORMAL else None,
             "machine": _jsonable(state),
         }
+
+    def _write(self, cur: psycopg.Cursor[Any], alarm_id: int, t: Transition) -> None:
+        """A transition, and its notifications in the outbox (`alarm_notices` sends them)."""
+        cur.execute(_TRANSITION, self._transition(alarm_id, t))
+        written = cur.fetchone()
+        alarm = self.alarms.get(alarm_id)
+        if written is None or alarm is None:
+            return  # the definition was deleted meanwhile
+        for index, target in alarm.notified(t.event):
+            cur.execute(_NOTIFICATION, (written[1], written[0], target.get("kind"), index,
+                                        str(target.get("target", ""))))  # fmt: skip
 
     @staticmethod
     def _transition(alarm_id: int, t: Transition) -> tuple[Any, ...]:

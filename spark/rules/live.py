@@ -313,6 +313,7 @@ class LiveJob:
         )
         self._batch_last: str | None = None  # the feed batch being handled: its last id
         self._caught_up = False  # the feed's last read found nothing new
+        self._notifier: threading.Thread | None = None  # sends the alarms' notifications
 
     def handle_batch(self, batch: DataFrame, batch_id: int, replay: bool = False) -> None:
         # A batch is first *evaluated* (the rules' probe, the Spark plan, collected): no side
@@ -747,6 +748,7 @@ class LiveJob:
             target=self._record_every, name="rule-outcomes", daemon=True
         )
         self._recorder.start()
+        self._start_notifier()
 
     def _start_feed(self) -> None:
         """Read the live feed from where the job left it (`spark.rules.feed`)."""
@@ -781,6 +783,7 @@ class LiveJob:
             target=self._record_every, name="rule-outcomes", daemon=True
         )
         self._recorder.start()
+        self._start_notifier()
 
     def _check_gap(self, after: str) -> None:
         """Entries Redis trimmed before the job read them (it was down or behind for longer
@@ -866,6 +869,33 @@ class LiveJob:
         if exc is not None:
             raise RuntimeError(f"live rules query failed: {exc}")
 
+    def _start_notifier(self) -> None:
+        self._notifier = threading.Thread(
+            target=self._notify_loop, name="alarm-notices", daemon=True
+        )
+        self._notifier.start()
+
+    def _notify_loop(self, seconds: float = 0.5) -> None:
+        """The alarms' webhooks and republishes, from their outbox (`alarm_notices.py`)."""
+        from spark.rules.alarm_notices import BATCH, AlarmNotifier
+
+        notifier, conn = None, None
+        while not self._stop.wait(seconds):
+            try:
+                if conn is None or conn.closed:
+                    conn = db.connect(self.dsn)
+                if notifier is None:
+                    notifier = AlarmNotifier(ActionRunner(self.store, max_workers=4))
+                while notifier.send_due(conn) >= BATCH and not self._stop.is_set():
+                    pass  # a full claim: there may be more due
+            except Exception:
+                log.exception("alarm notifications not sent (tried again)")
+                conn = None
+        if notifier is not None:
+            notifier.runner.close()
+        if conn is not None:
+            conn.close()
+
     def stop(self) -> None:
         self._stop.set()
         if self.query is not None and self.query.isActive:
@@ -876,6 +906,8 @@ class LiveJob:
             self._preparer.join(30)
         if self._recorder is not None:
             self._recorder.join(10)
+        if self._notifier is not None:
+            self._notifier.join(15)
         # What runs finishes (a few seconds at most); what waits is kept in the durable queue.
         self.lanes.close(grace=10.0)
         self.record()

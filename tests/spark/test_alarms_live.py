@@ -1,7 +1,8 @@
 """Alarms live, as `make run` runs them (issue 46): a broker on Postgres hands the messages an
 enabled alarm reads to the live rules job through the live feed; the job's machine raises and
-clears; a kill -9 of the job neither loses the active alarm nor raises it twice; and the
-preview over the archive of the same messages gives the same transitions."""
+clears and notifies (a signed webhook, a republish); a kill -9 of the job neither loses the
+active alarm nor raises it twice; and the preview over the archive of the same messages gives
+the same transitions."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from tenants.devices import services as device_services
 from tenants.models import AlarmState, AlarmTransition
 from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
+from tests.spark.conftest import signature_ok
 from tests.spark.test_end_to_end import platform, start_live  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
+SECRET = "whsec-alarm-test-0001"
 
 
 def _transitions(definition) -> list[tuple[str, str, str]]:
@@ -38,7 +41,7 @@ def _wait(predicate, seconds: float, what: str):
     raise AssertionError(f"not within {seconds} s: {what}")
 
 
-def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, tmp_path):  # noqa: F811
+def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, receiver, tmp_path):  # noqa: F811
     port, store, _broker = platform
     acme = tenant_services.tenant_create("acme")
     evil = tenant_services.tenant_create("evil")
@@ -47,12 +50,18 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, t
     hot = alarm_services.alarm_definition_create(
         tenant=acme, name="hot", source="plant/+/temp", raise_condition="payload.temp > 90",
         raise_for_seconds=2, clear_for_seconds=1, value="payload.temp",
+        notifications=[
+            {"kind": "webhook", "target": receiver.url, "secret": SECRET, "on": ["raise", "clear"]},
+            {"kind": "republish", "target": "alerts/${alarm}/${key}", "on": ["raise"]},
+        ],
     )  # fmt: skip
     alarm_services.alarm_definition_enable(hot, enabled=True)
     connection.close()
     job = start_live(port, store, tmp_path)
     pump = Paho(port, "acme/pump", secret, "pump")
     spy = Paho(port, "evil/pump", evil_secret, "pump")
+    watcher = Paho(port, "acme/pump", secret, "watcher")
+    watcher.subscribe("alerts/#", 1)
     started = datetime.now(UTC) - timedelta(seconds=1)
 
     def readings(temp: float, seconds: float, client=pump) -> None:
@@ -83,6 +92,21 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, t
         time.sleep(1.5)  # nothing more on its way
         live = _transitions(hot)
         assert [event for _, event, _ in live] == ["pending", "raise", "clear"], live
+        # Notified: a signed webhook on the raise and on the clear (at least once: a kill -9
+        # mid-send may repeat one), a republish on the raise
+        calls = receiver.wait(2, 20)
+        assert all(signature_ok(c, SECRET) for c in calls)
+        sent = [json.loads(c["body"]) for c in calls]
+        assert {d["event"] for d in sent} == {"raise", "clear"} and len(sent) <= 3, sent
+        raised = next(d for d in sent if d["event"] == "raise")
+        assert (raised["alarm"], raised["key"], raised["state"], raised["value"]) == (
+            "hot",
+            "pump",
+            "active",
+            95,
+        )
+        (alert,) = watcher.expect(1, 20)
+        assert alert.topic == "alerts/hot/pump" and json.loads(alert.payload)["event"] == "raise"
         assert AlarmState.objects.filter(key="pump").count() == 1  # evil's pump: no state
         # The preview over the archive of the same messages: the same transitions.
         spec = alarm_services.alarm_spec(hot)
@@ -95,5 +119,6 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, t
     finally:
         pump.close()
         spy.close()
+        watcher.close()
         job.kill()
         job.wait(timeout=30)

@@ -1,0 +1,157 @@
+"""The alarms' webhooks and republishes, sent from their outbox (`tenants_alarmnotification`) by
+the live rules job, at least once.
+
+The keeper (`alarms.py`) writes a notification row per target with each transition, in the
+transaction that writes the transition, so none is lost to a crash. Here, every half second, the
+due rows are *claimed* — their `next_at` moved a minute on, in one short statement, so two jobs
+never both take one and none is held while it is sent — then sent with the rules' action runner
+(a webhook signed with the target's secret as a rule's is, a republish as the tenant's `$rules-`
+identity), then marked `sent`, or tried again later (doubling, at most 5 minutes) and `failed`
+after `ATTEMPTS`, the error in words in `last_error`. Emails are the control plane's
+(`tenants.alarms.emails`). What a notification carries: `{tenant, alarm, key, event, state,
+before, at, value, cause, severity, message_id}`; a republish's topic may use `${key}`,
+`${alarm}`, … (the rules' templates).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from common.contracts import tables
+from common.security import sealed
+from spark.rules.actions import ActionRunner, Job, Outcome
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 8
+LEASE = timedelta(seconds=60)  # a claimed row is not taken again before (a job that died)
+BATCH = 100
+SENT_HERE = ("webhook", "republish")
+
+_CLAIM = f"""
+UPDATE {tables.ALARM_NOTIFICATION} SET next_at = now() + %s
+ WHERE id IN (SELECT id FROM {tables.ALARM_NOTIFICATION}
+               WHERE state = 'pending' AND kind = ANY(%s) AND next_at <= now()
+               ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+_DETAILS = f"""
+SELECT n.id, n.kind, n.index, n.attempts, t.key, t.event, t.before, t.after, t.at, t.value,
+       t.cause, t.message_id, d.id, d.name, d.severity, d.notifications, te.slug
+  FROM {tables.ALARM_NOTIFICATION} n
+  JOIN {tables.ALARM_TRANSITION} t ON t.id = n.transition_id
+  JOIN {tables.ALARM_DEFINITION} d ON d.id = t.definition_id
+  JOIN {tables.TENANT} te ON te.id = n.tenant_id
+ WHERE n.id = ANY(%s)
+ ORDER BY n.id
+"""
+_SENT = f"""
+UPDATE {tables.ALARM_NOTIFICATION} SET state = 'sent', sent_at = now(), attempts = attempts + 1,
+       last_error = '' WHERE id = %s
+"""
+_AGAIN = f"""
+UPDATE {tables.ALARM_NOTIFICATION}
+   SET attempts = attempts + 1, last_error = %s, next_at = now() + %s,
+       state = CASE WHEN attempts + 1 >= %s THEN 'failed' ELSE 'pending' END
+ WHERE id = %s
+"""
+
+
+def _action(kind: str, target: dict[str, Any]) -> dict[str, Any]:
+    """The target as the rules' action runner takes it (a webhook's secret opened)."""
+    if kind == "webhook":
+        [opened] = sealed.open_actions(
+            [{"type": "webhook", "url": target.get("target"), "secret": target.get("secret")}]
+        )
+        return dict(opened)
+    return {"type": "republish", "topic": target.get("target"), "qos": 1}
+
+
+def _document(row: Sequence[Any]) -> dict[str, Any]:
+    (_, _, _, _, key, event, before, after, at, value, cause, message_id, _, name, severity, _,
+     tenant) = row  # fmt: skip
+    when: datetime = at
+    return {
+        "tenant": tenant,
+        "alarm": name,
+        "key": key,
+        "event": event,
+        "state": after,
+        "before": before,
+        "at": when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "value": value,
+        "cause": cause,
+        "severity": severity,
+        "message_id": message_id,
+    }
+
+
+def jobs_of(rows: Sequence[Sequence[Any]]) -> tuple[dict[int, Job], dict[int, str]]:
+    """A runner's job per claimed row (by the row's id), and the rows that cannot be sent
+    (their target gone)."""
+    jobs: dict[int, Job] = {}
+    broken: dict[int, str] = {}
+    for row in rows:
+        notice_id, kind, index, definition_id, name, notifications = (
+            row[0], row[1], row[2], row[12], row[13], row[15],
+        )  # fmt: skip
+        targets = json.loads(notifications) if isinstance(notifications, str) else notifications
+        if (
+            not isinstance(targets, list)
+            or index >= len(targets)
+            or not isinstance(targets[index], dict)
+            or targets[index].get("kind") != kind
+        ):
+            broken[notice_id] = "the alarm's notification was removed before it was sent"
+            continue
+        document = _document(row)
+        at_ms = int(row[8].timestamp() * 1000)
+        jobs[notice_id] = Job(
+            -definition_id,
+            document["tenant"],
+            f"$rules-alarm{definition_id}-",
+            _action(kind, targets[index]),
+            document,
+            at_ms,
+            rule_name=f"alarm {name}",
+            key=None,
+        )
+    return jobs, broken
+
+
+class AlarmNotifier:
+    """Sends the outbox's due webhooks and republishes (see the module)."""
+
+    def __init__(self, runner: ActionRunner) -> None:
+        self.runner = runner
+        self.sent = self.failed = 0
+
+    def send_due(self, conn: psycopg.Connection[Any]) -> int:
+        """One round: claim, send, mark. Returns how many were claimed."""
+        claimed = [r[0] for r in conn.execute(_CLAIM, (LEASE, list(SENT_HERE), BATCH)).fetchall()]
+        if not claimed:
+            return 0
+        rows = conn.execute(_DETAILS, (claimed,)).fetchall()
+        jobs, broken = jobs_of(rows)
+        outcomes: list[Outcome] = self.runner.run(list(jobs.values())) if jobs else []
+        notice_of = {id(job): notice_id for notice_id, job in jobs.items()}
+        attempts = {row[0]: row[3] for row in rows}
+        with conn.transaction():
+            for notice_id, error in broken.items():
+                conn.execute(_AGAIN, (error, timedelta(0), 0, notice_id))
+            for outcome in outcomes:
+                notice_id = notice_of[id(outcome.job)]
+                if outcome.ok:
+                    conn.execute(_SENT, (notice_id,))
+                    self.sent += 1
+                    continue
+                delay = timedelta(seconds=min(300, 2 ** attempts.get(notice_id, 0)))
+                conn.execute(_AGAIN, (outcome.error[:500], delay, ATTEMPTS, notice_id))
+                self.failed += 1
+        return len(claimed)
