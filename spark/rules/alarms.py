@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -40,10 +42,32 @@ log = logging.getLogger(__name__)
 _DEFINITIONS = f"""
 SELECT a.id, t.slug, a.name, a.source, a.key, a.raise_condition, a.raise_for_seconds,
        a.clear_condition, a.clear_for_seconds, a.no_data_seconds, a.value, a.renotify_seconds,
-       a.version, a.notifications
+       a.version, a.notifications, a.no_data_keys, a.seen_days,
+       COALESCE(CASE WHEN jsonb_typeof(t.quota_overrides -> 'max_alarm_keys') = 'number'
+                     THEN (t.quota_overrides ->> 'max_alarm_keys')::numeric::bigint END,
+                p.max_alarm_keys)
   FROM {tables.ALARM_DEFINITION} a JOIN {tables.TENANT} t ON t.id = a.tenant_id
+  JOIN {tables.PLAN} p ON p.id = t.plan_id
  WHERE a.enabled AND t.status = 'active'
  ORDER BY a.id
+"""
+_DEVICES = f"""
+SELECT d.name FROM {tables.DEVICE} d JOIN {tables.TENANT} t ON t.id = d.tenant_id
+ WHERE t.slug = %s AND d.enabled
+"""
+_FORGET = f"DELETE FROM {tables.ALARM_STATE} WHERE definition_id = %s AND key = %s"
+# A refusal by `max_alarm_keys`, in the tenant's usage minute as the broker counts its own
+# (`dropped`, cause `quota_alarm_keys`): the quota page and GET /api/v1/quota show it.
+_REFUSED = f"""
+INSERT INTO {tables.USAGE} (tenant_id, minute, connection_seconds, messages_in, messages_out,
+                           bytes_in, bytes_out, dropped, retained_count, stored_bytes)
+SELECT t.id, date_trunc('minute', now()), 0, 0, 0, 0, 0,
+       jsonb_build_object('quota_alarm_keys', %s::bigint), 0, 0
+  FROM {tables.TENANT} t WHERE t.slug = %s
+ON CONFLICT (tenant_id, minute) DO UPDATE SET
+  dropped = {tables.USAGE}.dropped || jsonb_build_object('quota_alarm_keys',
+    COALESCE(({tables.USAGE}.dropped ->> 'quota_alarm_keys')::bigint, 0)
+    + (EXCLUDED.dropped ->> 'quota_alarm_keys')::bigint)
 """
 _PROBE = f"SELECT count(*), max(updated_at), sum(id) FROM {tables.ALARM_DEFINITION} WHERE enabled"
 _STATES = f"""
@@ -109,6 +133,9 @@ class Alarm:
     timing: Timing
     version: int
     notifications: tuple[dict[str, Any], ...] = ()  # {kind, target, on[, secret]}
+    devices: bool = False  # no data watched for the tenant's devices too, not only keys seen
+    seen_days: int = 7  # a key seen on no message for this long is forgotten
+    max_keys: int | None = None  # the tenant's `max_alarm_keys`
 
     def notified(self, event: str) -> list[tuple[int, dict[str, Any]]]:
         """The targets (index, notification) a transition of `event` is sent to."""
@@ -121,7 +148,7 @@ class Alarm:
 
 def _alarm(row: Sequence[Any]) -> Alarm:
     (alarm_id, tenant, name, source, key, raise_if, raise_for, clear_if, clear_for, no_data,
-     value, renotify, version, notifications) = row  # fmt: skip
+     value, renotify, version, notifications, no_data_keys, seen_days, max_keys) = row  # fmt: skip
     spec = AlarmSpec(
         source, raise_if or "", key or "clientid", clear_if or "", float(raise_for or 0),
         None if clear_for is None else float(clear_for),
@@ -133,7 +160,11 @@ def _alarm(row: Sequence[Any]) -> Alarm:
     if isinstance(notifications, str):
         notifications = json.loads(notifications)
     targets = tuple(n for n in notifications or () if isinstance(n, dict))
-    return Alarm(int(alarm_id), tenant, name, spec, timing, int(version), targets)
+    return Alarm(
+        int(alarm_id), tenant, name, spec, timing, int(version), targets,
+        no_data is not None and no_data_keys == "devices", int(seen_days or 7),
+        None if max_keys is None else int(max_keys),
+    )  # fmt: skip
 
 
 def split(results: BatchResults) -> tuple[BatchResults, list[Any]]:
@@ -186,6 +217,10 @@ class AlarmKeeper:
         self.saved: str | None = None
         self._probe: tuple[Any, ...] | None = None
         self._acked_since = datetime.now(UTC)
+        self.keys: Counter[str] = Counter()  # states kept per tenant (`max_alarm_keys`)
+        self.refused: Counter[str] = Counter()  # new keys refused by it, not yet written
+        self.forgotten: list[tuple[int, str]] = []  # states to delete (not seen for days)
+        self._devices_read = 0.0  # when the tenants' devices were last read (no data)
 
     # -- what to evaluate ------------------------------------------------------------------
 
@@ -209,6 +244,39 @@ class AlarmKeeper:
             row = conn.execute(_LOAD_POSITION, (self.stream,)).fetchone()
             self.saved = self.position = row[0] if row else None
         self.alarms, self._probe = alarms, probe
+        self.keys = Counter(self.alarms[a].tenant for a, _ in self.states if a in self.alarms)
+        self._devices_read = 0.0  # the new set's devices at once
+
+    def watch_devices(self, conn: psycopg.Connection, every: float = 60.0) -> None:
+        """The tenant's devices watched for no data by alarms that ask for it (`no_data_keys`
+        devices): a device without a state gets one from now, so one that never sends raises.
+        Looked at again every minute (devices added since)."""
+        now = time.time()
+        if now - self._devices_read < every:
+            return
+        self._devices_read = now
+        devices: dict[str, list[str]] = {}
+        for alarm in self.alarms.values():
+            if not alarm.devices:
+                continue
+            if alarm.tenant not in devices:
+                rows = conn.execute(_DEVICES, (alarm.tenant,)).fetchall()
+                devices[alarm.tenant] = [r[0] for r in rows]
+            for device in devices[alarm.tenant]:
+                if (alarm.id, device) not in self.states and self._room(alarm):
+                    machine.seed(self._new(alarm, device), now)
+
+    def _room(self, alarm: Alarm) -> bool:
+        """Whether the tenant may keep one more state (`max_alarm_keys`); counted when not."""
+        if alarm.max_keys is not None and self.keys[alarm.tenant] >= alarm.max_keys:
+            self.refused[alarm.tenant] += 1
+            return False
+        return True
+
+    def _new(self, alarm: Alarm, key: str) -> KeyState:
+        state = self.states[(alarm.id, key)] = KeyState()
+        self.keys[alarm.tenant] += 1
+        return state
 
     def rules(self) -> list[RuleSpec]:
         return [a.rule() for a in self.alarms.values()]
@@ -237,7 +305,11 @@ class AlarmKeeper:
                     continue
                 key = key if isinstance(key, str) else str(key)
                 state_key = (alarm.id, key)
-                state = self.states.get(state_key) or self.states.setdefault(state_key, KeyState())
+                state = self.states.get(state_key)
+                if state is None:
+                    if not self._room(alarm):
+                        continue  # over `max_alarm_keys`: counted, the key not watched
+                    state = self._new(alarm, key)
                 moved = machine.message(
                     key, state, alarm.timing, row.ts.timestamp(),
                     out.get("alarm_raised") is True, out.get("alarm_cleared") is True,
@@ -251,8 +323,10 @@ class AlarmKeeper:
         return count
 
     def tick(self, now: float) -> int:
-        """Fire every timer due by `now` (the time the feed has been read up to)."""
+        """Fire every timer due by `now` (the time the feed has been read up to); forget the
+        normal keys seen on no message for the alarm's `seen_days`."""
         count = 0
+        stale: list[tuple[int, str]] = []
         for (alarm_id, key), state in self.states.items():
             alarm = self.alarms.get(alarm_id)
             if alarm is None:
@@ -262,6 +336,15 @@ class AlarmKeeper:
                 self.changed.add((alarm_id, key))
                 self.transitions += [(alarm_id, t) for t in moved]
                 count += len(moved)
+            seen = state.last_seen
+            if state.status == machine.NORMAL and seen is not None:
+                if now - seen > alarm.seen_days * 86_400:
+                    stale.append((alarm_id, key))
+        for state_key in stale:
+            del self.states[state_key]
+            self.changed.discard(state_key)
+            self.keys[self.alarms[state_key[0]].tenant] -= 1
+            self.forgotten.append(state_key)
         return count
 
     # -- written down --------------------------------------------------------------------------
@@ -269,7 +352,7 @@ class AlarmKeeper:
     def save(self, conn: psycopg.Connection) -> bool:
         """The changed states, their transitions and the position, in one transaction; the
         acknowledgements made since the last save, read back. False (all kept) on failure."""
-        if not self.changed and self.position == self.saved:
+        if not (self.changed or self.forgotten or self.refused) and self.position == self.saved:
             self._read_acks(conn)
             return True
         changed = sorted(self.changed)
@@ -279,6 +362,8 @@ class AlarmKeeper:
                     cur.executemany(_UPSERT, [self._row(k) for k in changed if k in self.states])
                     for alarm_id, transition in self.transitions:
                         self._write(cur, alarm_id, transition)
+                    cur.executemany(_FORGET, self.forgotten)
+                    cur.executemany(_REFUSED, [(n, t) for t, n in self.refused.items() if n])
                     if self.position is not None:
                         cur.execute(_POSITION, (self.stream, self.position, self.position))
         except psycopg.Error as exc:
@@ -286,6 +371,8 @@ class AlarmKeeper:
             return False
         self.changed.clear()
         self.transitions.clear()
+        self.forgotten.clear()
+        self.refused.clear()
         self.saved = self.position
         self._read_acks(conn)
         return True

@@ -464,7 +464,9 @@ class LiveJob:
         self, batch: DataFrame
     ) -> tuple[list[RuleSpec], BatchResults, Callable[[], list] | None]:
         specs = self._current_rules()
-        self.alarms.refresh(self.rules.connection())
+        with self._record_lock:  # the recorder's tick reads the states meanwhile
+            self.alarms.refresh(self.rules.connection())
+            self.alarms.watch_devices(self.rules.connection())
         alarms = self.alarms.rules()
         if self.not_before is not None:
             batch = batch.where(F.col("ts") >= F.lit(self.not_before))

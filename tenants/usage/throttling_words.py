@@ -168,6 +168,17 @@ LIMITS: dict[str, LimitWords] = {
         refuses_messages=False,
         refused_phrase="alarm definitions refused",
     ),
+    # Refused by the live rules job (spark/rules/alarms.py): a key its alarms did not watch.
+    "alarm_keys": LimitWords(
+        "max_alarm_keys",
+        slowed="",
+        refused="An alarm did not start watching a new key (a device, or the key its definition "
+        "names): the tenant's alarms already kept as many states as the plan allows.",
+        advice="Narrow the alarms' sources or keys, delete alarms you no longer use, or move to "
+        "a larger plan.",
+        refuses_messages=False,
+        refused_phrase="alarm keys not watched",
+    ),
     "ca_certificates": LimitWords(
         "max_ca_certificates",
         slowed="",

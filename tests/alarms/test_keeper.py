@@ -57,3 +57,22 @@ def test_a_batch_at_or_before_the_saved_position_was_taken():
 def test_a_row_of_an_alarm_no_longer_enabled_is_left():
     keeper = _keeper()
     assert keeper.take([_row(-8, 1000, 95)]) == 0 and not keeper.states
+
+
+def test_a_new_key_over_max_alarm_keys_is_not_watched_and_is_counted():
+    keeper = _keeper()
+    capped = Alarm(7, "acme", "hot", ALARM.spec, ALARM.timing, 1, max_keys=1)
+    keeper.alarms = {7: capped}
+    keeper.take([_row(-7, 1000, 95, key="pump"), _row(-7, 1001, 95, key="fan")])
+    assert set(keeper.states) == {(7, "pump")} and keeper.refused == {"acme": 1}
+    keeper.take([_row(-7, 1002, 95, key="pump")])  # a key it has goes on
+    assert keeper.refused == {"acme": 1}
+
+
+def test_a_normal_key_silent_for_its_seen_days_is_forgotten_an_active_one_kept():
+    keeper = _keeper()
+    keeper.alarms = {7: Alarm(7, "acme", "hot", ALARM.spec, Timing(), 1, seen_days=1)}
+    keeper.take([_row(-7, 1000, 20, key="quiet"), _row(-7, 1000, 95, key="hot")])
+    keeper.tick(1000 + 86_400 + 1)
+    assert set(keeper.states) == {(7, "hot")} and keeper.forgotten == [(7, "quiet")]
+    assert keeper.keys["acme"] == 1
