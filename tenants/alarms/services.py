@@ -40,7 +40,13 @@ from common.contracts.rule_actions import (
 )
 from tenants import audit
 from tenants.alarm_models import MIN_RENOTIFY_SECONDS
-from tenants.models import AlarmDefinition, AlarmState, AlarmTransition, Tenant
+from tenants.models import (
+    AlarmDefinition,
+    AlarmNotification,
+    AlarmState,
+    AlarmTransition,
+    Tenant,
+)
 from tenants.notify import announce
 from tenants.quota_refusals import QuotaExceeded
 
@@ -91,6 +97,7 @@ EVALUATED = frozenset(
 # What names a notification's target in the rules' action shape (`{"type": "webhook", "url"}`),
 # which CONTRACT.md's `notify` takes too.
 TARGET_ALIASES = {"webhook": "url", "republish": "topic", "email": "to"}
+ACKNOWLEDGE_ON = "acknowledge"  # the `on` word of an acknowledgement's notifications
 
 
 class AlarmNotActive(Exception):
@@ -312,12 +319,35 @@ def alarm_definition_delete(definition: AlarmDefinition) -> None:
     audit.record(tenant_id=tenant_id, tenant_slug=slug, action="alarm.deleted", target=name)
 
 
+def _notifications_of(written: AlarmTransition, definition: AlarmDefinition) -> None:
+    """The outbox's rows of an acknowledgement (in its transaction): one per target of the
+    definition whose `on` lists `acknowledge`. The live job sends the webhooks and republishes
+    of any transition's rows it finds due (`spark/rules/alarm_notices.py`), the control plane
+    the emails (`tenants.alarms.emails`)."""
+    targets = definition.notifications if isinstance(definition.notifications, list) else []
+    AlarmNotification.objects.bulk_create(
+        [
+            AlarmNotification(
+                tenant_id=written.tenant_id,
+                transition=written,
+                kind=target.get("kind"),
+                index=index,
+                target=str(target.get("target", "")),
+                next_at=written.at,
+            )
+            for index, target in enumerate(targets)
+            if isinstance(target, dict) and ACKNOWLEDGE_ON in (target.get("on") or ())
+        ]
+    )
+
+
 @transaction.atomic
 def alarm_acknowledge(state: AlarmState, *, by: str, note: str = "") -> AlarmState:
     """A person (`by`, their email) acknowledged an active alarm: it becomes `acknowledged`
     (it clears later as an active one does) and the transition is recorded with `by` and the
-    note. Any other state is AlarmNotActive (checked on the row locked, so of two people
-    acknowledging at once one gets it)."""
+    note, with a notification row for each target asked to hear of acknowledgements (one
+    transaction). Any other state is AlarmNotActive (checked on the row locked, so of two
+    people acknowledging at once one gets it)."""
     state = (
         AlarmState.objects.select_for_update(of=("self",))
         .select_related("definition", "tenant")
@@ -343,7 +373,7 @@ def alarm_acknowledge(state: AlarmState, *, by: str, note: str = "") -> AlarmSta
     state.save(
         update_fields=["status", "since", "acknowledged_at", "acknowledged_by", "updated_at"]
     )
-    AlarmTransition.objects.create(
+    written = AlarmTransition.objects.create(
         tenant_id=state.tenant_id,
         definition_id=state.definition_id,
         key=state.key,
@@ -356,6 +386,7 @@ def alarm_acknowledge(state: AlarmState, *, by: str, note: str = "") -> AlarmSta
         by=by,
         note=note,
     )
+    _notifications_of(written, state.definition)
     audit.record(
         tenant_id=state.tenant_id,
         tenant_slug=state.tenant.slug,
