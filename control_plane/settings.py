@@ -288,6 +288,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.tasks.budget_check",
         "schedule": timedelta(seconds=int(os.environ.get("BUDGET_CHECK_SECONDS", "60"))),
     },
+    # The alarms' emails (tenants.alarms.emails): the outbox's due rows sent, each on its own.
+    "alarm-emails": {
+        "task": "tenants.tasks.alarm_emails",
+        "schedule": timedelta(seconds=int(os.environ.get("ALARM_EMAIL_SECONDS", "5"))),
+    },
     # Device shadows' past versions older than the plan's shadow_history_days.
     "shadow-history-purge": {
         "task": "tenants.tasks.shadow_history_purge",

@@ -157,6 +157,15 @@ def budget_check() -> dict:
     return check_all()
 
 
+@shared_task(name="tenants.tasks.alarm_emails")
+def alarm_emails() -> dict:
+    """Every ALARM_EMAIL_SECONDS (5): the alarms' due emails sent from their outbox, each row
+    on its own, tried again later when refused (tenants.alarms.emails)."""
+    from tenants.alarms.emails import send_due
+
+    return send_due()
+
+
 @shared_task(name=RUN_TASK, acks_late=False)
 def run_rule_history(run_id: str) -> dict:
     """A tenant's run of a rule over its archived history, on Spark (`tenants.rules.runs`).
