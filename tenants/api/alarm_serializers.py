@@ -164,6 +164,18 @@ class AlarmStateOutput(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
+class AlarmNotificationOutput(serializers.Serializer):
+    kind = serializers.CharField(help_text=" | ".join(NOTIFY_KINDS))
+    target = serializers.CharField(help_text="the URL, address or topic, as it was when made")
+    state = serializers.CharField(
+        help_text="pending (not sent yet, or to be tried again) | sent | failed (given up "
+        "after its attempts: `last_error` says why)"
+    )
+    attempts = serializers.IntegerField(help_text="sends tried so far")
+    last_error = serializers.CharField(help_text="why the last attempt failed, in words; empty")
+    sent_at = serializers.DateTimeField(allow_null=True)
+
+
 class AlarmTransitionOutput(serializers.Serializer):
     id = serializers.IntegerField()
     alarm = serializers.CharField(source="definition.name")
@@ -179,6 +191,11 @@ class AlarmTransitionOutput(serializers.Serializer):
     )
     by = serializers.CharField(allow_null=True, help_text="who acknowledged")
     note = serializers.CharField()
+    notifications = AlarmNotificationOutput(
+        many=True,
+        read_only=True,
+        help_text="whom it notified: one per target whose `on` names it, in the definition's order",
+    )
 
 
 class AcknowledgeInput(StrictInput):
