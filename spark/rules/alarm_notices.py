@@ -10,7 +10,9 @@ identity), then marked `sent`, or tried again later (doubling, at most 5 minutes
 after `ATTEMPTS`, the error in words in `last_error`. Emails are the control plane's
 (`tenants.alarms.emails`). What a notification carries: `{tenant, alarm, key, event, state,
 before, at, value, cause, severity, message_id}`; a republish's topic may use `${key}`,
-`${alarm}`, … (the rules' templates).
+`${alarm}`, … (the rules' templates); an acknowledgement's also `by` and `note`. A row whose
+target was removed or changed since is not sent (failed, in words), as the emails do; a
+suspended tenant's wait.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ _CLAIM = f"""
 UPDATE {tables.ALARM_NOTIFICATION} SET next_at = now() + %s
  WHERE id IN (SELECT id FROM {tables.ALARM_NOTIFICATION}
                WHERE state = 'pending' AND kind = ANY(%s) AND next_at <= now()
+                 AND tenant_id IN (SELECT id FROM {tables.TENANT} WHERE status = 'active')
                ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
 RETURNING id
 """
 _DETAILS = f"""
 SELECT n.id, n.kind, n.index, n.attempts, t.key, t.event, t.before, t.after, t.at, t.value,
-       t.cause, t.message_id, d.id, d.name, d.severity, d.notifications, te.slug
+       t.cause, t.message_id, d.id, d.name, d.severity, d.notifications, te.slug, n.target,
+       t.by, t.note
   FROM {tables.ALARM_NOTIFICATION} n
   JOIN {tables.ALARM_TRANSITION} t ON t.id = n.transition_id
   JOIN {tables.ALARM_DEFINITION} d ON d.id = t.definition_id
@@ -75,8 +79,9 @@ def _action(kind: str, target: dict[str, Any]) -> dict[str, Any]:
 
 def _document(row: Sequence[Any]) -> dict[str, Any]:
     (_, _, _, _, key, event, before, after, at, value, cause, message_id, _, name, severity, _,
-     tenant) = row  # fmt: skip
+     tenant, _, by, note) = row  # fmt: skip
     when: datetime = at
+    extra = {"by": by, "note": note} if event == "acknowledge" else {}
     return {
         "tenant": tenant,
         "alarm": name,
@@ -89,6 +94,7 @@ def _document(row: Sequence[Any]) -> dict[str, Any]:
         "cause": cause,
         "severity": severity,
         "message_id": message_id,
+        **extra,
     }
 
 
@@ -102,13 +108,12 @@ def jobs_of(rows: Sequence[Sequence[Any]]) -> tuple[dict[int, Job], dict[int, st
             row[0], row[1], row[2], row[12], row[13], row[15],
         )  # fmt: skip
         targets = json.loads(notifications) if isinstance(notifications, str) else notifications
-        if (
-            not isinstance(targets, list)
-            or index >= len(targets)
-            or not isinstance(targets[index], dict)
-            or targets[index].get("kind") != kind
+        target = targets[index] if isinstance(targets, list) and index < len(targets) else None
+        if not isinstance(target, dict) or (target.get("kind"), target.get("target")) != (
+            kind,
+            row[17],
         ):
-            broken[notice_id] = "the alarm's notification was removed before it was sent"
+            broken[notice_id] = "the alarm's notification was removed or changed before it was sent"
             continue
         document = _document(row)
         at_ms = int(row[8].timestamp() * 1000)
@@ -116,7 +121,7 @@ def jobs_of(rows: Sequence[Sequence[Any]]) -> tuple[dict[int, Job], dict[int, st
             -definition_id,
             document["tenant"],
             f"$rules-alarm{definition_id}-",
-            _action(kind, targets[index]),
+            _action(kind, target),
             document,
             at_ms,
             rule_name=f"alarm {name}",

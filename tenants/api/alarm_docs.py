@@ -21,7 +21,7 @@ _ACK = (
     "one does), and the transition is recorded with `by` (the caller's email) and the optional "
     "`note`. Any other state is a 409 that says it (`state`). Answers the state. "
 )
-_KEY_HISTORY = "The key's transitions under this alarm, newest first, paged (`event`, `before`, `after`, `at`, `value`, `cause`, `message_id`: the message that made it, `by`, `note`). "
+_KEY_HISTORY = "The key's transitions under this alarm, newest first, paged (`event`, `before`, `after`, `at`, `value`, `cause`, `message_id`: the message that made it, `by`, `note`, and its `notifications`: `kind`, `target`, `state`, `attempts`, `last_error`, `sent_at`). "
 
 ALARM_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("post", "/api/v1/alarms/{name}/preview"): (

@@ -94,4 +94,6 @@ def test_a_target_removed_before_it_was_sent_fails_in_words():
     states = set(
         AlarmNotification.objects.filter(kind="webhook").values_list("state", "last_error")
     )
-    assert states == {("failed", "the alarm's notification was removed before it was sent")}
+    assert states == {
+        ("failed", "the alarm's notification was removed or changed before it was sent")
+    }
