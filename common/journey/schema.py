@@ -113,6 +113,7 @@ RULE_MATCHED = "rule_matched"  # the rule's WHERE held: its outputs go to its ac
 RULE_FAILED = "rule_failed"  # evaluating the rule failed on the message (or went over a budget)
 RULE_ACTION_OK = "rule_action_ok"  # one action of one output done
 RULE_ACTION_FAILED = "rule_action_failed"  # … failed for good (a dead letter), or will retry
+ALARM_CHANGED = "alarm_changed"  # an alarm's key changed state on the message (issue 46)
 
 BROKER_OUTCOMES = (
     DELIVERED,
@@ -125,7 +126,7 @@ BROKER_OUTCOMES = (
     DROPPED,
     SERVED,
 )
-RULE_OUTCOMES = (RULE_MATCHED, RULE_FAILED, RULE_ACTION_OK, RULE_ACTION_FAILED)
+RULE_OUTCOMES = (RULE_MATCHED, RULE_FAILED, RULE_ACTION_OK, RULE_ACTION_FAILED, ALARM_CHANGED)
 OUTCOMES = (*BROKER_OUTCOMES, *RULE_OUTCOMES)
 # Outcomes that lost the message for someone: what a portal's "dropped" or "refused" links to.
 LOSSES = tuple(o for o in BROKER_OUTCOMES if o not in (DELIVERED, NO_SUBSCRIBERS, SERVED))

@@ -221,6 +221,8 @@ class AlarmKeeper:
         self.refused: Counter[str] = Counter()  # new keys refused by it, not yet written
         self.forgotten: list[tuple[int, str]] = []  # states to delete (not seen for days)
         self._devices_read = 0.0  # when the tenants' devices were last read (no data)
+        # The transitions a message made, for the journey: (its result row, alarm name, it)
+        self.journey: list[tuple[Any, str, Transition]] = []
 
     # -- what to evaluate ------------------------------------------------------------------
 
@@ -317,6 +319,7 @@ class AlarmKeeper:
                 )  # fmt: skip
                 self.changed.add(state_key)
                 self.transitions += [(alarm.id, t) for t in moved]
+                self.journey += [(row, alarm.name, t) for t in moved if t.message_id is not None]
                 count += len(moved)
         if position is not None:
             self.position = position

@@ -4,7 +4,9 @@ each tenant's rules did with a message, beside what the broker did with it.
 - `rule_matched`: the rule's WHERE held for the message (its outputs go to the actions);
 - `rule_failed`: evaluating the rule failed on it (the error, or the budget it went over);
 - `rule_action_ok` / `rule_action_failed`: one action of one output finished (after its retries;
-  a failure is kept as a dead letter), `reason` saying which action and, failed, the error.
+  a failure is kept as a dead letter), `reason` saying which action and, failed, the error;
+- `alarm_changed`: an alarm's key changed state on the message (`rule` is `alarm {name}`,
+  `reason` the key and the change); a change its timer made later is on the alarm's history.
 
 Rows name the message's topic and publisher and the rule (`rule`), carry the time they happened
 (a match when the batch was evaluated, an action when it finished), and are written like the
@@ -26,6 +28,7 @@ from urllib.parse import urlsplit
 
 from common.journey.files import encode_segment, rows_table
 from common.journey.schema import (
+    ALARM_CHANGED,
     MESSAGE_SCHEMA,
     MESSAGES,
     RULE_ACTION_FAILED,
@@ -90,6 +93,18 @@ class RuleJourney:
             found.append(self._row(row.tenant, now_ms, row.topic, row.client_id, outcome))
             latency = now_ms - int(row.ts.timestamp() * 1000) if row.ts is not None else None
             found[-1].update(reason=reason, rule=names.get(row.rule_id), latency_ms=latency)
+        self._add(found)
+
+    def alarms(self, changes: Iterable[tuple[Any, str, Any]]) -> None:
+        """Alarm transitions a message made (its result row, the alarm's name, the
+        `common.alarms.machine.Transition`): `reason` says the key and the change."""
+        now_ms = int(time.time() * 1000)
+        found = []
+        for row, name, t in changes:
+            found.append(self._row(row.tenant, now_ms, row.topic, row.client_id, ALARM_CHANGED))
+            latency = now_ms - int(row.ts.timestamp() * 1000) if row.ts is not None else None
+            reason = f"{t.key}: {t.before} → {t.after} ({t.event})"
+            found[-1].update(reason=reason, rule=f"alarm {name}", latency_ms=latency)
         self._add(found)
 
     def actions(self, outcomes: Iterable[Outcome], names: Mapping[int, str]) -> None:

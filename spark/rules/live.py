@@ -374,6 +374,8 @@ class LiveJob:
             return
         with self._record_lock:
             self.alarms.take(rows, position)
+            changes, self.alarms.journey = self.alarms.journey, []
+        self.journey.alarms(changes)
         if rows:  # evaluations metered as the rules' are (`rules_triggered`, 5 KiB units)
             tally = self.usage.new_tally()
             for row in rows:

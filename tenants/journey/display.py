@@ -32,6 +32,7 @@ OUTCOME_LABELS = {
     "rule_failed": "rule failed",
     "rule_action_ok": "rule action ok",
     "rule_action_failed": "rule action failed",
+    "alarm_changed": "alarm",
 }
 assert set(OUTCOME_LABELS) == set(OUTCOMES), "every outcome needs a chip label"
 EVENT_LABELS = {

@@ -27,6 +27,7 @@ OUTCOME_WORDS = {
     "rule_failed": "failed on this message",
     "rule_action_ok": "action done",
     "rule_action_failed": "action failed",
+    "alarm_changed": "an alarm changed state",
 }
 
 

@@ -16,6 +16,7 @@ from django.db import connection
 from common.alarms.preview import preview
 from tenants.alarms import services as alarm_services
 from tenants.devices import services as device_services
+from tenants.journey.selectors import JourneyReader
 from tenants.models import AlarmState, AlarmTransition
 from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
@@ -107,6 +108,17 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
         )
         (alert,) = watcher.expect(1, 20)
         assert alert.topic == "alerts/hot/pump" and json.loads(alert.payload)["event"] == "raise"
+        # The journey shows the messages that changed the alarm (the raise after `for` is its
+        # timer's: in the history, which names the message that began it)
+        reader = JourneyReader(store)
+        changes = _wait(
+            lambda: [r for r in reader.messages("acme", start=started, end=datetime.now(UTC)
+                     + timedelta(minutes=1), outcome="alarm_changed").rows],
+            20, "the journey's alarm rows",
+        )  # fmt: skip
+        reasons = sorted(r["reason"] for r in changes)
+        assert reasons == ["pump: normal → pending (pending)"], reasons
+        assert {(r["rule"], r["topic"]) for r in changes} == {("alarm hot", "plant/pump/temp")}
         assert AlarmState.objects.filter(key="pump").count() == 1  # evil's pump: no state
         # The preview over the archive of the same messages: the same transitions.
         spec = alarm_services.alarm_spec(hot)
