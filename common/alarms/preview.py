@@ -9,29 +9,49 @@ the same messages. Keys for no data: the ones seen in the range (each watched fr
 message), and for `devices` the tenant's devices too, watched from the range's start. At the
 range's end every key's timers up to then fire. Re-notifications are not transitions: left out.
 
+Where the alarm reads each message's state from a raise condition DuckDB can decide exactly
+(`common.rule_preview.native`: a key of `clientid`, the default clear), DuckDB answers it for
+the rows it is sure of, in one ordered pass, and the evaluator only the rest; a transition's
+value is then computed for the transitions shown only (by the message's place in that order).
+Both ways give the same transitions (tests/alarms/test_preview.py runs both).
+
 Bounded by `seconds` of evaluation: past it the rest is counted in `unevaluated` and `complete`
 is false.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from common.alarms import machine
 from common.alarms.definition import AlarmSpec, compile_alarm, reading
 from common.alarms.machine import KeyState, Timing, Transition
-from common.rule_preview.preview import arrow_rows, considered_view, select_row
+from common.rule_preview import native as nat
+from common.rule_preview.preview import (
+    arrow_rows,
+    considered_view,
+    judged_sql,
+    select_row,
+    struct_row,
+)
 from common.rule_preview.scan import VIEW, PreviewTooLong, open_scan
 from common.rules import default_budget
 
+log = logging.getLogger(__name__)
+
 DEFAULT_LIMIT = 20
+# A total order of the considered rows, alike in every pass over them (a message's place in it
+# names it for its value, computed later).
+ORDER = "ts, client_id, topic, hash(payload)"
 DEFAULT_SECONDS = 10.0
 MAX_KEYS_SHOWN = 50
 
@@ -73,6 +93,26 @@ class _Run:
         self.states: dict[str, KeyState] = {}
         self.transitions: list[Transition] = []
         self.evaluated = self.failed = 0
+        self.wants_value = bool(spec.value)
+        # The native pass: a message's value is its place in ORDER until resolved (`values`).
+        self.placed = False
+        self.values: dict[int, Any] = {}
+        self.seeded: tuple[list[str], float] = ([], 0.0)
+
+    def seed(self, devices: Iterable[str], at: float) -> None:
+        """Devices watched for no data from `at` (kept to seed them again on `reset`)."""
+        self.seeded = (list(devices), at)
+        for device in self.seeded[0]:
+            machine.seed(self.state(device), at)
+
+    def reset(self) -> None:
+        """Back to before any row was read (the devices seeded again)."""
+        self.states.clear()
+        self.transitions.clear()
+        self.evaluated = self.failed = 0
+        self.placed = False
+        self.values.clear()
+        self.seed(*self.seeded)
 
     def state(self, key: str) -> KeyState:
         found = self.states.get(key)
@@ -104,13 +144,81 @@ class _Run:
             )
         return True
 
+    def native(
+        self, con: duckdb.DuckDBPyConnection, rule: nat.NativeRule, tenant: str, deadline: float
+    ) -> bool:
+        """Read the considered rows in ORDER with DuckDB's answer where it is sure, the
+        evaluator's elsewhere; False when the deadline stopped it first."""
+        self.placed = self.wants_value
+        judged = judged_sql(rule)
+        query = (
+            f"SELECT epoch_ms(ts) AS ms, client_id, _sure, _passes, "
+            f"CASE WHEN NOT _sure THEN {struct_row()} END AS whole FROM ({judged}) ORDER BY {ORDER}"
+        )
+        place = -1
+        for batch in con.sql(query).to_arrow_reader(65_536):
+            if perf_counter() >= deadline:
+                return False
+            columns = batch.to_pydict()
+            for ms, client, sure, passes, whole in zip(
+                columns["ms"], columns["client_id"], columns["_sure"], columns["_passes"],
+                columns["whole"], strict=True,
+            ):  # fmt: skip
+                place += 1
+                self.evaluated += 1
+                if sure:
+                    if not client:
+                        continue
+                    key, raised, value = client, bool(passes), None
+                else:
+                    whole["tenant"] = tenant
+                    result = self.rule.apply(whole, self.budget)
+                    found = reading(result)
+                    if found is None:
+                        self.failed += result.error is not None
+                        continue
+                    key, raised, value = found.key, found.raised, found.value
+                    if self.placed:
+                        self.values[place] = value
+                if self.placed:
+                    value = place
+                state = self.states.get(key) or self.state(key)
+                moved = machine.message(
+                    key, state, self.timing, ms / 1000.0, raised, not raised, value
+                )
+                if moved:
+                    self.transitions += moved
+        return True
+
+    def resolve(self, con: duckdb.DuckDBPyConnection, shown: list[Transition]) -> list[Transition]:
+        """The shown transitions with their values (the native pass kept places)."""
+        if not self.placed:
+            return shown
+        wanted = sorted({t.value for t in shown if t.value not in self.values})
+        if wanted:
+            con.register("_wanted", pa.table({"_n": pa.array(wanted, pa.int64())}))
+            rows = (
+                con.sql(
+                    f"SELECT * FROM (SELECT {select_row()}, row_number() OVER (ORDER BY {ORDER}) - 1"
+                    " AS _n FROM considered) WHERE _n IN (SELECT _n FROM _wanted)"
+                )
+                .to_arrow_table()
+                .to_pylist()
+            )
+            for row in rows:
+                found = reading(self.rule.apply(row, self.budget))
+                self.values[row.pop("_n")] = found.value if found is not None else None
+        return [replace(t, value=self.values.get(t.value)) for t in shown]
+
     def finish(self, end: float) -> None:
         for key, state in self.states.items():
             self.transitions += machine.advance(key, state, self.timing, end)
         self.transitions.sort(key=lambda t: t.at)
 
 
-def _summary(run: _Run, end: float, result: AlarmPreview, limit: int) -> None:
+def _summary(
+    run: _Run, end: float, result: AlarmPreview, limit: int, con: duckdb.DuckDBPyConnection
+) -> None:
     keys: dict[str, KeySummary] = {}
     active_from: dict[str, float] = {}
     for t in run.transitions:
@@ -129,7 +237,7 @@ def _summary(run: _Run, end: float, result: AlarmPreview, limit: int) -> None:
     result.raised = sum(s.raised for s in raised)
     result.keys_raised = len(raised)
     result.keys = raised[:MAX_KEYS_SHOWN]
-    result.transitions = [_transition(t) for t in run.transitions[:limit]]
+    result.transitions = [_transition(t) for t in run.resolve(con, run.transitions[:limit])]
 
 
 def _add_active(summary: KeySummary, seconds: float) -> None:
@@ -166,8 +274,7 @@ def preview(
     started = perf_counter()
     run = _Run(spec)
     if spec.no_data is not None:
-        for device in devices:
-            machine.seed(run.state(device), start.timestamp())
+        run.seed(devices, start.timestamp())
     result = AlarmPreview()
     con = duckdb.connect()
     watchdog = threading.Timer(3 * seconds + 10, con.interrupt)
@@ -183,10 +290,14 @@ def preview(
         if taken:
             considered_view(con, taken, len(taken) == len(pairs), None)
             result.considered = con.execute("SELECT count(*) FROM considered").fetchall()[0][0]
-            reader = con.sql(f"SELECT {select_row()} FROM considered ORDER BY ts")
-            result.complete = run.rows(
-                arrow_rows(reader.to_arrow_reader(4096)), tenant, started + seconds
-            )
+            result.complete = _read(con, run, spec, tenant, started + seconds)
+        finish = end.timestamp()
+        if not result.complete:
+            finish = max((s.clock for s in run.states.values()), default=start.timestamp())
+        run.finish(finish)
+        result.evaluated, result.failed = run.evaluated, run.failed
+        result.unevaluated = result.considered - run.evaluated
+        _summary(run, finish, result, limit, con)
     except duckdb.InterruptException:
         raise PreviewTooLong(
             "the range holds more than a preview reads in its time: narrow it"
@@ -194,12 +305,39 @@ def preview(
     finally:
         watchdog.cancel()
         con.close()
-    finish = end.timestamp()
-    if not result.complete:
-        finish = max((s.clock for s in run.states.values()), default=start.timestamp())
-    run.finish(finish)
-    result.evaluated, result.failed = run.evaluated, run.failed
-    result.unevaluated = result.considered - run.evaluated
-    _summary(run, finish, result, limit)
     result.seconds = round(perf_counter() - started, 3)
     return result
+
+
+def native_rule(spec: AlarmSpec) -> nat.NativeRule | None:
+    """The raise condition as DuckDB decides it, where the alarm's reading is that alone (key
+    `clientid`, the default clear); None otherwise."""
+    if spec.key.strip() != "clientid" or spec.clear_condition or not spec.raise_condition:
+        return None
+    try:
+        return nat.compile_native(
+            f'SELECT clientid FROM "{spec.source}" WHERE ({spec.raise_condition})'
+        )
+    except nat.NotNative:
+        return None
+    except Exception:  # a gap in the translation costs time, never a result
+        log.warning("alarm preview: no native form", exc_info=True)
+        return None
+
+
+def _read(
+    con: duckdb.DuckDBPyConnection, run: _Run, spec: AlarmSpec, tenant: str, deadline: float
+) -> bool:
+    rule = native_rule(spec)
+    if rule is not None:
+        try:
+            return run.native(con, rule, tenant, deadline)
+        except (duckdb.InterruptException, duckdb.IOException):
+            raise
+        except duckdb.Error:
+            log.warning(
+                "alarm preview: the native pass failed; evaluating in Python", exc_info=True
+            )
+            run.reset()
+    reader = con.sql(f"SELECT {select_row()} FROM considered ORDER BY {ORDER}")
+    return run.rows(arrow_rows(reader.to_arrow_reader(4096)), tenant, deadline)

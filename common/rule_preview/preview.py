@@ -65,7 +65,7 @@ def select_row() -> str:
     return ", ".join("epoch_ms(ts) AS ts" if c == "ts" else c for c in COLUMNS)
 
 
-def _struct_row() -> str:
+def struct_row() -> str:
     return (
         "struct_pack("
         + ", ".join("ts := epoch_ms(ts)" if c == "ts" else f"{c} := {c}" for c in COLUMNS)
@@ -260,7 +260,7 @@ def _evaluate(
     evaluation.count(arrow_rows(reader), limit)
 
 
-def _judged_sql(rule: nat.NativeRule) -> str:
+def judged_sql(rule: nat.NativeRule) -> str:
     stage = rule.stage
     layers = ["considered"]
     if stage.reads_payload:
@@ -285,8 +285,8 @@ def _native(
     result: Preview,
     limit: int,
 ) -> None:
-    judged = _judged_sql(rule)
-    row = _struct_row()
+    judged = judged_sql(rule)
+    row = struct_row()
     considered, matched, unsure, first, kept = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE _sure AND _passes), "
         f"count(*) FILTER (WHERE NOT _sure), "

@@ -181,7 +181,8 @@ def split(results: BatchResults) -> tuple[BatchResults, list[Any]]:
     return rules, alarms
 
 
-def _jsonable(state: KeyState) -> str:
+def machine_json(state: KeyState) -> str:
+    """A key's machine as it is checkpointed."""
     return json.dumps(asdict(state), default=str)
 
 
@@ -363,8 +364,8 @@ class AlarmKeeper:
             with conn.transaction():
                 with conn.cursor() as cur:
                     cur.executemany(_UPSERT, [self._row(k) for k in changed if k in self.states])
-                    for alarm_id, transition in self.transitions:
-                        self._write(cur, alarm_id, transition)
+                    if self.transitions:
+                        self._write(cur, self.transitions)
                     cur.executemany(_FORGET, self.forgotten)
                     cur.executemany(_REFUSED, [(n, t) for t, n in self.refused.items() if n])
                     if self.position is not None:
@@ -392,19 +393,25 @@ class AlarmKeeper:
             "cause": state.cause,
             "raised": _when(state.raised_at) if active else None,
             "cleared": _when(state.since) if state.status == machine.NORMAL else None,
-            "machine": _jsonable(state),
+            "machine": machine_json(state),
         }
 
-    def _write(self, cur: psycopg.Cursor[Any], alarm_id: int, t: Transition) -> None:
-        """A transition, and its notifications in the outbox (`alarm_notices` sends them)."""
-        cur.execute(_TRANSITION, self._transition(alarm_id, t))
-        written = cur.fetchone()
-        alarm = self.alarms.get(alarm_id)
-        if written is None or alarm is None:
-            return  # the definition was deleted meanwhile
-        for index, target in alarm.notified(t.event):
-            cur.execute(_NOTIFICATION, (written[1], written[0], target.get("kind"), index,
-                                        str(target.get("target", ""))))  # fmt: skip
+    def _write(self, cur: psycopg.Cursor[Any], transitions: list[tuple[int, Transition]]) -> None:
+        """The transitions, and their notifications in the outbox (`alarm_notices` sends them):
+        pipelined, one round trip for all."""
+        params = [self._transition(alarm_id, t) for alarm_id, t in transitions]
+        cur.executemany(_TRANSITION, params, returning=True)
+        notices = []
+        for alarm_id, t in transitions:
+            written = cur.fetchone()
+            alarm = self.alarms.get(alarm_id)
+            if written is not None and alarm is not None:  # else deleted meanwhile
+                for index, target in alarm.notified(t.event):
+                    notices.append((written[1], written[0], target.get("kind"), index,
+                                    str(target.get("target", ""))))  # fmt: skip
+            if not cur.nextset():
+                break
+        cur.executemany(_NOTIFICATION, notices)
 
     @staticmethod
     def _transition(alarm_id: int, t: Transition) -> tuple[Any, ...]:

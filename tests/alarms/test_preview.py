@@ -75,3 +75,32 @@ def test_another_tenant_previewing_the_same_alarm_sees_only_its_own_messages(tmp
     spec = AlarmSpec(source="plant/+/temp", raise_condition="payload.temp > 90")
     result = preview(store, "other", spec, START, END)
     assert (result.considered, result.raised, [k.key for k in result.keys]) == (60, 1, ["dev-1"])
+
+
+def test_duckdb_and_the_evaluator_give_the_same_transitions_and_values(tmp_path, monkeypatch):
+    """The native pass (DuckDB where it is sure) against the evaluator alone, on readings with
+    the payloads where the two readers part ways."""
+    from common.alarms import preview as module
+    from tests.rules.test_preview_native import EXTRA_PAYLOADS
+
+    store = LocalObjectStore(tmp_path / "objects")
+    odd = [*EXTRA_PAYLOADS, b'{"temp": "96"}', b'{"temp": null}', b"{}", b'{"temp": 91.5}']
+    rows = []
+    for s in range(0, 1200, 7):
+        payload = odd[(s // 7) % len(odd)] if s % 3 == 0 else {"temp": 95 if s % 200 < 120 else 20}
+        rows.append(message("acme", f"plant/p{s % 4}/temp", payload, T0 + s * 1000,
+                            client_id=f"p{s % 4}"))  # fmt: skip
+    write_live(store, rows)
+    spec = AlarmSpec(source="plant/+/temp", raise_condition="payload.temp > 90", raise_for=20,
+                     value="payload.temp")  # fmt: skip
+    assert module.native_rule(spec) is not None
+    native = preview(store, "acme", spec, START, END, limit=1000)
+    monkeypatch.setattr(module, "native_rule", lambda spec: None)
+    evaluated = preview(store, "acme", spec, START, END, limit=1000)
+    assert native.raised > 3 and native.failed > 0
+    assert native.transitions == evaluated.transitions
+    assert (native.keys, native.failed, native.evaluated) == (
+        evaluated.keys,
+        evaluated.failed,
+        evaluated.evaluated,
+    )
