@@ -105,6 +105,12 @@ def _next_timer(state: KeyState, timing: Timing) -> tuple[float, str] | None:
     return min(timers) if timers else None
 
 
+def next_due(state: KeyState, timing: Timing) -> float | None:
+    """When the key's next timer is due (None: it has none): `advance` needs calling then."""
+    due = _next_timer(state, timing)
+    return None if due is None else due[0]
+
+
 def _move(
     key: str,
     state: KeyState,

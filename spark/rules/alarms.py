@@ -18,6 +18,7 @@ same Spark plan as their rules, and each key's state moves by `common.alarms.mac
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import math
@@ -222,6 +223,11 @@ class AlarmKeeper:
         self.refused: Counter[str] = Counter()  # new keys refused by it, not yet written
         self.forgotten: list[tuple[int, str]] = []  # states to delete (not seen for days)
         self._devices_read = 0.0  # when the tenants' devices were last read (no data)
+        # Each key's next timer: (due, alarm id, key), the earliest first; an entry whose key
+        # moved on since is found stale when it comes up (`tick`), so none is ever removed.
+        self._due: list[tuple[float, int, str]] = []
+        self._scheduled: dict[tuple[int, str], float] = {}  # each key's live entry in `_due`
+        self._swept = time.time()  # the last look for keys to forget (`seen_days`)
         # The transitions a message made, for the journey: (its result row, alarm name, it)
         self.journey: list[tuple[Any, str, Transition]] = []
 
@@ -243,6 +249,7 @@ class AlarmKeeper:
                 state = self.states[(alarm_id, key)] = _state(saved)
                 if status == machine.ACKNOWLEDGED and state.status == machine.ACTIVE:
                     state.status = machine.ACKNOWLEDGED  # acknowledged while the job was away
+                self._schedule(alarms[alarm_id], key, state)
         if self.saved is None:
             row = conn.execute(_LOAD_POSITION, (self.stream,)).fetchone()
             self.saved = self.position = row[0] if row else None
@@ -267,7 +274,9 @@ class AlarmKeeper:
                 devices[alarm.tenant] = [r[0] for r in rows]
             for device in devices[alarm.tenant]:
                 if (alarm.id, device) not in self.states and self._room(alarm):
-                    machine.seed(self._new(alarm, device), now)
+                    state = self._new(alarm, device)
+                    machine.seed(state, now)
+                    self._schedule(alarm, device, state)
 
     def _room(self, alarm: Alarm) -> bool:
         """Whether the tenant may keep one more state (`max_alarm_keys`); counted when not."""
@@ -275,6 +284,19 @@ class AlarmKeeper:
             self.refused[alarm.tenant] += 1
             return False
         return True
+
+    def _schedule(self, alarm: Alarm, key: str, state: KeyState) -> None:
+        """The key's next timer into the heap — unless an entry at or before it is there already
+        (it reschedules when it comes up): at most one live entry a key, however many messages."""
+        state_key = (alarm.id, key)
+        due = machine.next_due(state, alarm.timing)
+        if due is None:
+            return
+        scheduled = self._scheduled.get(state_key)
+        if scheduled is not None and scheduled <= due:
+            return
+        self._scheduled[state_key] = due
+        heapq.heappush(self._due, (due, alarm.id, key))
 
     def _new(self, alarm: Alarm, key: str) -> KeyState:
         state = self.states[(alarm.id, key)] = KeyState()
@@ -319,6 +341,7 @@ class AlarmKeeper:
                     out.get("alarm_value"), row.message_id,
                 )  # fmt: skip
                 self.changed.add(state_key)
+                self._schedule(alarm, key, state)
                 self.transitions += [(alarm.id, t) for t in moved]
                 self.journey += [(row, alarm.name, t) for t in moved if t.message_id is not None]
                 count += len(moved)
@@ -327,29 +350,44 @@ class AlarmKeeper:
         return count
 
     def tick(self, now: float) -> int:
-        """Fire every timer due by `now` (the time the feed has been read up to); forget the
-        normal keys seen on no message for the alarm's `seen_days`."""
+        """Fire the timers due by `now` (the time the feed has been read up to): only the keys
+        whose next timer is due, from the heap; every minute, forget the normal keys seen on no
+        message for the alarm's `seen_days`."""
         count = 0
-        stale: list[tuple[int, str]] = []
-        for (alarm_id, key), state in self.states.items():
-            alarm = self.alarms.get(alarm_id)
-            if alarm is None:
+        due = self._due
+        while due and due[0][0] <= now:
+            at, alarm_id, key = heapq.heappop(due)
+            if self._scheduled.get((alarm_id, key)) != at:
+                continue  # an entry the key no longer has (it was forgotten, or rescheduled)
+            del self._scheduled[(alarm_id, key)]
+            state, alarm = self.states.get((alarm_id, key)), self.alarms.get(alarm_id)
+            if state is None or alarm is None:
                 continue
             moved = machine.advance(key, state, alarm.timing, now)
+            self._schedule(alarm, key, state)  # its next timer (or the same, moved later)
             if moved:
                 self.changed.add((alarm_id, key))
                 self.transitions += [(alarm_id, t) for t in moved]
                 count += len(moved)
-            seen = state.last_seen
-            if state.status == machine.NORMAL and seen is not None:
-                if now - seen > alarm.seen_days * 86_400:
-                    stale.append((alarm_id, key))
+        if time.time() - self._swept > 60:
+            self.sweep(now)
+        return count
+
+    def sweep(self, now: float) -> None:
+        """Forget the normal keys seen on no message for their alarm's `seen_days`."""
+        self._swept = time.time()
+        stale = []
+        for (alarm_id, key), state in self.states.items():
+            alarm, seen = self.alarms.get(alarm_id), state.last_seen
+            if alarm is None or state.status != machine.NORMAL or seen is None:
+                continue
+            if now - seen > alarm.seen_days * 86_400:
+                stale.append((alarm_id, key))
         for state_key in stale:
             del self.states[state_key]
             self.changed.discard(state_key)
             self.keys[self.alarms[state_key[0]].tenant] -= 1
             self.forgotten.append(state_key)
-        return count
 
     # -- written down --------------------------------------------------------------------------
 
@@ -434,6 +472,7 @@ class AlarmKeeper:
                 # the control plane wrote the acknowledgement's transition; timers due by then
                 # are this job's to write
                 moved = machine.acknowledge(key, state, alarm.timing, at.timestamp(), by or "")
+                self._schedule(alarm, key, state)
                 self.transitions += [(alarm_id, t) for t in moved if t.event != machine.ACKNOWLEDGE]
                 self.changed.add((alarm_id, key))
             self._acked_since = max(self._acked_since, at)

@@ -24,6 +24,7 @@ neither repeats nor skips a batch's actions (segments written while it was down 
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -87,7 +88,10 @@ T = TypeVar("T")
 log = logging.getLogger("spark.rules.live")
 PREPARE_EVERY = 0.25  # seconds between looks for changed rules (a version probe each)
 FEED_ONE_TASK_ROWS = 1_000
-ALARM_FEED_LAG = 2.0  # seconds: a message's way from its PUBLISH to this job, with room
+# Seconds the alarms' clock keeps behind the feed: a message's way from its PUBLISH into the
+# stream (the broker's archive tick, 20 ms; several brokers' hand-offs interleaved). A message
+# later than that is read at its key's time (a transition's instant, never lost).
+ALARM_FEED_LAG = float(os.environ.get("RULES_ALARM_FEED_LAG", "0.5"))
 FEED_READ_ENTRIES = 256  # entries (each a broker's hand-off, ~20 ms) one micro-batch takes
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / ".data" / "spark" / "rules-live"
 
@@ -312,7 +316,6 @@ class LiveJob:
             lambda a, b: stream_id(a) > stream_id(b),
         )
         self._batch_last: str | None = None  # the feed batch being handled: its last id
-        self._caught_up = False  # the feed's last read found nothing new
         self._notifier: threading.Thread | None = None  # sends the alarms' notifications
 
     def handle_batch(self, batch: DataFrame, batch_id: int, replay: bool = False) -> None:
@@ -384,18 +387,23 @@ class LiveJob:
                 tally.add_device(row.tenant, device, rules_triggered=row.units or 0)
             self.record(tally=tally)
 
-    def _alarm_clock(self) -> float | None:
-        """The time the alarms' timers are fired up to: never past a message not yet taken
-        (its key's machine would read it late). Caught up with the feed: now, less what a
-        message takes to reach it (the broker's archive tick, Redis); else what the last batch
-        taken was added by, less a second (a hand-off holds messages a little older than it).
-        A file stream's segments come seconds late."""
-        if self.feed is None:
-            return time.time() - self.trigger_seconds - 5.0
-        if self._caught_up:
-            return time.time() - ALARM_FEED_LAG
-        taken = self.alarms.position
-        return None if taken is None else id_time(taken).timestamp() - 1.0
+    def _alarm_tick(self, clock: float) -> None:
+        """Fire the alarms' timers due by `clock` and write what changed — from the feed's
+        thread, between its batches, so every message read before `clock` is taken first; a
+        raise after `for` is written within ALARM_FEED_LAG and a read of its due time."""
+        if not self.alarms.alarms:
+            return
+        with self._record_lock:
+            if self.alarms.tick(clock) or self.alarms.changed:
+                if self._books_conn is None or self._books_conn.closed:
+                    try:
+                        self._books_conn = db.connect(self.dsn)
+                    except Exception as exc:
+                        log.warning("alarm states kept for the next write: %s", exc)
+                        return
+                written = len(self.alarms.transitions)
+                if self.alarms.save(self._books_conn) and written:
+                    log.debug("alarms: %d transition(s) written, clock %.3f", written, clock)
 
     def _with_retries(self, evaluate: Callable[[], T], batch_id: int) -> T:
         for attempt in range(1, self.attempts + 1):
@@ -622,9 +630,8 @@ class LiveJob:
             self.books.add(summary.deltas, tenants, summary.letters)
             self._flush_books()
             if self.alarms.alarms:
-                clock = self._alarm_clock()
-                if clock is not None:
-                    self.alarms.tick(clock)
+                if self.feed is None:  # a file stream's segments come seconds late
+                    self.alarms.tick(time.time() - self.trigger_seconds - 5.0)
                 if self._books_conn is not None:
                     self.alarms.save(self._books_conn)
             self.metrics.observe({s.id: s for s in self.rules.specs}, summary)
@@ -828,8 +835,8 @@ class LiveJob:
                 if time.monotonic() - checked > 10:
                     checked = time.monotonic()
                     self._check_gap(after)
-                self._caught_up = last == after
                 if last == after:
+                    self._alarm_tick(time.time() - ALARM_FEED_LAG)  # caught up
                     continue
                 batch_id += 1
                 replay = self._replay_until is not None and stream_id(last) <= stream_id(
@@ -844,6 +851,7 @@ class LiveJob:
                 elif not replay:
                     self.record(position=last)
                 self.progress.close(batch_id)
+                self._alarm_tick(id_time(last).timestamp() - ALARM_FEED_LAG)
                 self.metrics.feed_batch.observe(time.monotonic() - started)
                 self.metrics.feed_rows.inc(table.num_rows)
                 after = last

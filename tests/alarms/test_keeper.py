@@ -73,6 +73,19 @@ def test_a_normal_key_silent_for_its_seen_days_is_forgotten_an_active_one_kept()
     keeper = _keeper()
     keeper.alarms = {7: Alarm(7, "acme", "hot", ALARM.spec, Timing(), 1, seen_days=1)}
     keeper.take([_row(-7, 1000, 20, key="quiet"), _row(-7, 1000, 95, key="hot")])
-    keeper.tick(1000 + 86_400 + 1)
+    keeper.sweep(1000 + 86_400 + 1)  # every minute, from tick
     assert set(keeper.states) == {(7, "hot")} and keeper.forgotten == [(7, "quiet")]
     assert keeper.keys["acme"] == 1
+
+
+def test_only_keys_whose_timer_is_due_are_advanced_and_the_heap_stays_one_entry_a_key():
+    keeper = _keeper()
+    no_data = Alarm(7, "acme", "gone", AlarmSpec("plant/+/temp", no_data=60), Timing(no_data=60), 1)
+    keeper.alarms = {7: no_data}
+    for second in range(100):  # a reading a second from one key, one from the other at 0
+        keeper.take([_row(-7, 1000 + second, 20, key="busy")])
+    keeper.take([_row(-7, 1000, 20, key="quiet")])
+    assert len(keeper._due) <= 3  # not one per reading
+    assert keeper.tick(1061) == 1  # quiet's silence, 60 s after 1000; busy sent at 1099
+    assert [(t.key, t.event, t.at) for _, t in keeper.transitions] == [("quiet", "raise", 1060.0)]
+    assert keeper.tick(1158) == 0 and keeper.tick(1159) == 1  # busy: 60 s after 1099

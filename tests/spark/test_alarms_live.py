@@ -7,6 +7,7 @@ the same transitions."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -71,6 +72,20 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
             client.publish("plant/pump/temp", json.dumps({"temp": temp}), 1)
             time.sleep(0.1)
 
+    seen: list[datetime] = []
+
+    def watch() -> None:  # when the active state is first there to read
+        try:
+            while not seen and time.monotonic() < deadline:
+                if AlarmState.objects.filter(definition=hot, status="active").exists():
+                    seen.append(datetime.now(UTC))
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
+    deadline = time.monotonic() + 60
+    watcher_thread = threading.Thread(target=watch, daemon=True)
+    watcher_thread.start()
     try:
         readings(20, 1)
         readings(95, 4)  # held 2 s: active
@@ -79,7 +94,13 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
             lambda: AlarmState.objects.filter(definition=hot, key="pump", status="active").first(),
             30, "the alarm active",
         )  # fmt: skip
+        watcher_thread.join(5)
         assert state.value == 95 and state.cause == "condition" and state.raised_at is not None
+        # written within a batch or two of the raise's instant (the next message read after it
+        # fires it; a loaded machine's batches are slower)
+        late = (seen[0] - state.raised_at).total_seconds()
+        print(f"raise written {late:.2f} s after its instant")
+        assert late < 2.5, late
         job.kill()  # kill -9 while it is active
         job.wait(timeout=30)
         readings(96, 2)  # still hot while the job is down: the feed keeps them
