@@ -28,7 +28,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bench.rule_preview import DAY, generate
+from bench.rule_preview import DAY, generate, timed_count
 from common.alarms.definition import AlarmSpec
 from common.stores.object_store import LocalObjectStore
 
@@ -82,14 +82,7 @@ def time_duckdb(store: LocalObjectStore, runs: int) -> tuple[list[float], int]:
             FROM spans)
         SELECT count(*) FROM ended WHERE first_hot IS NOT NULL AND cooled - first_hot >= 60000
     """
-    con = duckdb.connect()
-    count = con.execute(query).fetchall()[0][0]  # warm-up
-    seconds = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        count = con.execute(query).fetchall()[0][0]
-        seconds.append(time.perf_counter() - started)
-    return seconds, count
+    return timed_count(duckdb.connect(), query, runs)
 
 
 def figures(seconds: list[float]) -> str:

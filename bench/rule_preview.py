@@ -147,6 +147,11 @@ def time_duckdb(store, runs: int) -> tuple[list[float], int]:
           AND CAST(json_extract(decode(payload), '$.temp') AS DOUBLE) > 90
           AND CAST(json_extract(decode(payload), '$.site.id') AS BIGINT) = 7
     """
+    return timed_count(con, query, runs)
+
+
+def timed_count(con, query: str, runs: int) -> tuple[list[float], int]:
+    """`query`'s count, and its time over `runs` runs after a warm-up."""
     count = con.execute(query).fetchall()[0][0]  # warm-up
     seconds = []
     for _ in range(runs):

@@ -7,37 +7,14 @@ stored or notified. Bounded like a rule's preview: a range of at most `ALARM_PRE
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from tenants.alarm_models import AlarmDefinition
 from tenants.alarms.services import alarm_spec
-from tenants.rules.runs.services import PREVIEW_RATE_DEFAULT, PreviewThrottled, preview_range
-
-
-def _number(name: str, default: float) -> float:
-    value = getattr(settings, name, None) or os.environ.get(name)
-    try:
-        return float(value) if value not in (None, "") else default
-    except ValueError:
-        return default
-
-
-def _allowed(tenant_id: int) -> None:
-    from tenants.accounts.throttles import hit
-
-    rate = (
-        getattr(settings, "RULE_PREVIEW_RATE", None)
-        or os.environ.get("RULE_PREVIEW_RATE")
-        or PREVIEW_RATE_DEFAULT
-    )
-    wait = hit("alarm-preview", str(tenant_id), rate)
-    if wait:
-        raise PreviewThrottled(wait)
+from tenants.rules.runs.services import preview_allowed, preview_range, setting_number
 
 
 def alarm_preview(
@@ -50,8 +27,8 @@ def alarm_preview(
     from common.stores.object_store import open_object_store
     from tenants.models import Device
 
-    start, end = preview_range(start, end, _number("ALARM_PREVIEW_MAX_DAYS", 7))
-    _allowed(definition.tenant_id)
+    start, end = preview_range(start, end, setting_number("ALARM_PREVIEW_MAX_DAYS", 7))
+    preview_allowed("alarm-preview", definition.tenant_id)
     devices: list[str] = []
     if definition.no_data_seconds and definition.no_data_keys == "devices":
         devices = list(
@@ -65,7 +42,7 @@ def alarm_preview(
             start,
             end,
             devices=devices,
-            seconds=_number("ALARM_PREVIEW_SECONDS", 10.0),
+            seconds=setting_number("ALARM_PREVIEW_SECONDS", 10.0),
         )
     except PreviewTooLong as exc:
         raise ValidationError({"from": [str(exc)]}) from None

@@ -12,7 +12,7 @@ from common.alarms.definition import MAX_SECONDS, NO_DATA_KEYS, NOTIFY_KINDS, SE
 from common.alarms.machine import EVENTS, STATES
 from common.contracts.rule_actions import REDACTED
 from tenants.alarm_models import MAX_SEEN_DAYS, MIN_RENOTIFY_SECONDS
-from tenants.api.serializers import StrictInput
+from tenants.api.serializers import RangeInput, StrictInput
 
 # CONTRACT.md's names for some fields (`{raise, for_seconds, clear, notify}`): taken as the
 # same fields; answers and errors use the full names.
@@ -202,16 +202,8 @@ class AcknowledgeInput(StrictInput):
     note = serializers.CharField(max_length=1000, allow_blank=True, required=False, default="")
 
 
-class AlarmPreviewInput(StrictInput):
-    to = serializers.DateTimeField(help_text="end of the range (exclusive), ISO 8601 with zone")
-
-    def get_fields(self):
-        fields = super().get_fields()
-        # `from` is a Python keyword: declared here rather than as an attribute.
-        fields["from"] = serializers.DateTimeField(
-            help_text="start of the range (inclusive), ISO 8601 with zone"
-        )
-        return dict(sorted(fields.items(), key=lambda item: item[0] != "from"))
+class AlarmPreviewInput(RangeInput):
+    """`{from, to}`: the range of history to try the alarm over."""
 
 
 class AlarmPreviewKeyOutput(serializers.Serializer):

@@ -14,7 +14,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
-from tenants.api.serializers import StrictInput
+from tenants.api.serializers import RangeInput
 from tenants.api.views import TenantAPIView, paginated, validated
 from tenants.models import RuleRun
 from tenants.rules import selectors as rule_selectors
@@ -32,8 +32,7 @@ class Conflict(exceptions.APIException):
         self.extra = extra or {}
 
 
-class RuleRunInput(StrictInput):
-    to = serializers.DateTimeField(help_text="end of the range (exclusive), ISO 8601 with zone")
+class RuleRunInput(RangeInput):
     mode = serializers.ChoiceField(
         choices=["preview", "run"],
         default="preview",
@@ -46,14 +45,6 @@ class RuleRunInput(StrictInput):
         "new-only (none already done for the same message and rule version, live or in an "
         "earlier run)",
     )
-
-    def get_fields(self):
-        fields = super().get_fields()
-        # `from` is a Python keyword: declared here rather than as an attribute.
-        fields["from"] = serializers.DateTimeField(
-            help_text="start of the range (inclusive), ISO 8601 with zone"
-        )
-        return dict(sorted(fields.items(), key=lambda item: item[0] != "from"))
 
 
 class RulePreviewOutput(serializers.Serializer):

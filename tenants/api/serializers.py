@@ -25,6 +25,20 @@ class StrictInput(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class RangeInput(StrictInput):
+    """`{from, to}`: a range of history (`from` inclusive, `to` exclusive), with zones."""
+
+    to = serializers.DateTimeField(help_text="end of the range (exclusive), ISO 8601 with zone")
+
+    def get_fields(self):
+        fields = super().get_fields()
+        # `from` is a Python keyword: declared here rather than as an attribute.
+        fields["from"] = serializers.DateTimeField(
+            help_text="start of the range (inclusive), ISO 8601 with zone"
+        )
+        return dict(sorted(fields.items(), key=lambda item: item[0] != "from"))
+
+
 # -- auth -----------------------------------------------------------------------------------
 
 

@@ -35,7 +35,8 @@ PREVIEW_RATE_DEFAULT = "30/min"
 ACTIONS = tuple(RuleRun.Actions.values)
 
 
-def _setting(name: str, default: float) -> float:
+def setting_number(name: str, default: float) -> float:
+    """A number from Django's settings or the environment (`default` when unset or not one)."""
     from django.conf import settings
 
     value = getattr(settings, name, None) or os.environ.get(name)
@@ -62,7 +63,9 @@ class PreviewThrottled(Exception):
         super().__init__(f"Previews were asked too often; try again in {wait:.0f} s.")
 
 
-def preview_range(start: datetime, end: datetime, max_days: float | None) -> tuple[datetime, datetime]:
+def preview_range(
+    start: datetime, end: datetime, max_days: float | None
+) -> tuple[datetime, datetime]:
     """[start, end) as asked, `end` no later than now (nothing is archived after now)."""
     if start.tzinfo is None or end.tzinfo is None:
         raise ValidationError({"from": ["Give times with a time zone (UTC: a trailing Z)."]})
@@ -79,7 +82,9 @@ def preview_range(start: datetime, end: datetime, max_days: float | None) -> tup
     return start, end
 
 
-def _preview_allowed(rule: Rule) -> None:
+def preview_allowed(scope: str, tenant_id: int) -> None:
+    """PreviewThrottled when the tenant previewed too often (`RULE_PREVIEW_RATE`), counted per
+    `scope` (a rule's previews apart from an alarm's)."""
     from django.conf import settings
 
     from tenants.accounts.throttles import hit
@@ -89,7 +94,7 @@ def _preview_allowed(rule: Rule) -> None:
         or os.environ.get("RULE_PREVIEW_RATE")
         or PREVIEW_RATE_DEFAULT
     )
-    wait = hit("rule-preview", str(rule.tenant_id), rate)
+    wait = hit(scope, str(tenant_id), rate)
     if wait:
         raise PreviewThrottled(wait)
 
@@ -107,8 +112,8 @@ def run_preview(*, rule: Rule, start: datetime, end: datetime, store: Any = None
     from common.rule_preview import PreviewTooLong, preview
     from common.stores.object_store import open_object_store
 
-    start, end = preview_range(start, end, _setting("RULE_PREVIEW_MAX_DAYS", 7))
-    _preview_allowed(rule)
+    start, end = preview_range(start, end, setting_number("RULE_PREVIEW_MAX_DAYS", 7))
+    preview_allowed("rule-preview", rule.tenant_id)
     try:
         result = preview(
             store or open_object_store(),
@@ -118,8 +123,8 @@ def run_preview(*, rule: Rule, start: datetime, end: datetime, store: Any = None
             end,
             rule_id=rule.id,
             max_outputs=_max_outputs(rule),
-            seconds=_setting("RULE_PREVIEW_SECONDS", 10.0),
-            threads=int(_setting("RULE_PREVIEW_THREADS", 0)) or None,
+            seconds=setting_number("RULE_PREVIEW_SECONDS", 10.0),
+            threads=int(setting_number("RULE_PREVIEW_THREADS", 0)) or None,
         )
     except PreviewTooLong as exc:
         raise ValidationError({"from": [str(exc)]}) from None
@@ -144,7 +149,7 @@ def run_start(
     neither, nor to the range's length."""
     if actions not in ACTIONS:
         raise ValidationError({"actions": [f"Must be one of {', '.join(ACTIONS)}."]})
-    max_days = None if operator else _setting("RULE_RUN_MAX_DAYS", 31)
+    max_days = None if operator else setting_number("RULE_RUN_MAX_DAYS", 31)
     start, end = preview_range(start, end, max_days)
     if operator:
         runs_reclaim(tenant_id=rule.tenant_id)  # what a lost worker left, before it claims
@@ -171,7 +176,7 @@ def run_start(
                 "on the rule's page).",
                 holder,
             )
-        most = int(_setting("RULE_RUNS_PER_TENANT", 2))
+        most = int(setting_number("RULE_RUNS_PER_TENANT", 2))
         under_way = list(active.select_related("rule").order_by("created_at")[:most])
         if len(under_way) >= most:
             names = ", ".join(f"run {r.id} of rule {r.rule.name}" for r in under_way)
@@ -367,6 +372,6 @@ def ledger_prune(now: datetime | None = None) -> int:
     """Forget the actions done for messages older than `RULE_LEDGER_DAYS`; how many rows went."""
     from tenants.models import RuleActionLedger
 
-    cutoff = (now or timezone.now()) - timedelta(days=_setting("RULE_LEDGER_DAYS", 90))
+    cutoff = (now or timezone.now()) - timedelta(days=setting_number("RULE_LEDGER_DAYS", 90))
     deleted, _ = RuleActionLedger.objects.filter(message_ts__lt=cutoff).delete()
     return deleted
