@@ -6,6 +6,7 @@ create, edit, delete, switch on and off). Thin: the same selectors and services 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -19,10 +20,12 @@ from common.alarms.machine import STATES
 from common.contracts.rule_actions import REDACTED
 from tenants.alarms import selectors as alarm_selectors
 from tenants.alarms import services as alarm_services
+from tenants.alarms.preview import alarm_preview
 from tenants.alarms.services import EDITABLE
 from tenants.portal.alarm_forms import AlarmDefinitionForm
 from tenants.portal.inspection_views import PAGE_SIZE
 from tenants.portal.views import _context, _form_errors, tenant_view
+from tenants.rules.runs.services import PreviewThrottled
 
 
 def _filter(request, name: str, choices: tuple[str, ...] | None = None) -> str:
@@ -135,11 +138,39 @@ def _editor(request, membership, definition=None):
             else:
                 messages.success(request, f"Alarm {definition.name} saved.")
                 return redirect("portal:alarm-definition", name=definition.name)
+    preview, asked = _preview(request, definition) if editing else (None, {})
     return render(
         request,
         "portal/alarm_definition.html",
-        _context(membership, form=form, definition=definition),
+        _context(membership, form=form, definition=definition, preview=preview, asked=asked),
     )
+
+
+def _instant(text: str, field: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValidationError({field: [f"{text!r} is not a time (2026-12-06T10:00)."]}) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)  # the form's times: UTC
+
+
+def _preview(request, definition) -> tuple[dict | None, dict]:
+    """ "Try it on history": the alarm over the range the page asks (GET `from`, `to`, UTC;
+    the last day by default), as `POST /api/v1/alarms/{name}/preview` answers; any member."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    asked = {
+        "from": (request.GET.get("from") or (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")),
+        "to": request.GET.get("to") or now.strftime("%Y-%m-%dT%H:%M"),
+    }
+    if "from" not in request.GET:
+        return None, asked
+    try:
+        start, end = _instant(asked["from"], "from"), _instant(asked["to"], "to")
+        return alarm_preview(definition=definition, start=start, end=end), asked
+    except ValidationError as error:
+        return {"error": "; ".join(error.messages)}, asked
+    except PreviewThrottled as error:
+        return {"error": str(error)}, asked
 
 
 @tenant_view()

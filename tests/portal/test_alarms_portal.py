@@ -138,3 +138,34 @@ def test_the_quota_page_names_the_alarm_quotas(client):
     assert "Alarm definitions" in html and "Alarm states (alarm, key)" in html
     assert '<td class="used">1 alarms</td>' in _row(html, 'data-quota="max_alarms"')
     assert '<td class="limit">20 alarms</td>' in _row(html, 'data-quota="max_alarms"')
+
+
+def test_an_alarm_is_tried_on_history_from_its_page(client, tmp_path, monkeypatch):
+    """The definition page's "Try it on history": the range asked, the preview's raises, keys
+    and first transitions over the tenant's archive — only its own messages."""
+    from datetime import UTC, datetime, timedelta
+
+    from common.stores.object_store import LocalObjectStore
+    from tests.spark.conftest import message, write_live
+
+    monkeypatch.setenv("OBJECT_STORE_URL", f"file://{tmp_path}/objects")
+    store = LocalObjectStore(tmp_path / "objects")
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
+    base = int(start.timestamp() * 1000) + 60_000
+    rows = [message("acme", "t/pump", {"t": 5 if s < 30 else 0}, base + s * 1000,
+                    client_id="pump") for s in range(0, 60, 5)]  # fmt: skip
+    rows.append(message("evil", "t/pump", {"t": 9}, base, client_id="evil-pump"))
+    write_live(store, rows)
+    acme, owner, _ = account_services.signup(tenant="acme", email="me@acme.io", password=PASSWORD)
+    _definition(acme, raise_for_seconds=10)
+    client.force_login(owner)
+    page = client.get("/alarms/definitions/hot/").content.decode()
+    assert "Try it on history" in page and "First transitions" not in page  # not asked yet
+    asked = {"from": start.strftime("%Y-%m-%dT%H:%M"), "to": (start + timedelta(hours=1))
+             .strftime("%Y-%m-%dT%H:%M")}  # fmt: skip
+    page = client.get("/alarms/definitions/hot/", asked).content.decode()
+    assert "<strong>1</strong> raise for <strong>1</strong> key over 12 of your 12 messages" in page
+    assert "<code>pump</code>" in page and "evil-pump" not in page
+    assert "normal → pending (pending)" in page and "pending → active (raise)" in page
+    bad = client.get("/alarms/definitions/hot/", {"from": "yesterday", "to": "x"}).content.decode()
+    assert "is not a time" in bad
