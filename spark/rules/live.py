@@ -24,7 +24,6 @@ neither repeats nor skips a batch's actions (segments written while it was down 
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import threading
 import time
@@ -46,14 +45,12 @@ from common.archive.schema import (
     HISTORY_SCHEMA,
     LIVE_PREFIX,
     MESSAGE_ID,
-    device_of_username,
 )
 from common.stores.object_store import LocalObjectStore, ObjectStore
 from spark.archive import live_stream, spark_schema
 from spark.rules import ledger
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
-from spark.rules.alarms import AlarmKeeper
 from spark.rules.alarms import split as split_alarms
 from spark.rules.bookkeeping import Books
 from spark.rules.feed import (
@@ -67,6 +64,7 @@ from spark.rules.feed import (
 )
 from spark.rules.journey import RuleJourney
 from spark.rules.lanes import ActionLanes
+from spark.rules.live_alarms import FEED_LAG, LiveAlarms
 from spark.rules.metering import UsageWriter
 from spark.rules.pausing import BudgetWatch
 from spark.rules.plan import (
@@ -88,10 +86,6 @@ T = TypeVar("T")
 log = logging.getLogger("spark.rules.live")
 PREPARE_EVERY = 0.25  # seconds between looks for changed rules (a version probe each)
 FEED_ONE_TASK_ROWS = 1_000
-# Seconds the alarms' clock keeps behind the feed: a message's way from its PUBLISH into the
-# stream (the broker's archive tick, 20 ms; several brokers' hand-offs interleaved). A message
-# later than that is read at its key's time (a transition's instant, never lost).
-ALARM_FEED_LAG = float(os.environ.get("RULES_ALARM_FEED_LAG", "0.5"))
 FEED_READ_ENTRIES = 256  # entries (each a broker's hand-off, ~20 ms) one micro-batch takes
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / ".data" / "spark" / "rules-live"
 
@@ -309,14 +303,14 @@ class LiveJob:
         self._preparer: threading.Thread | None = None
         self.gaps = 0
         self.recent = RecentLatency()
-        # The tenants' alarms (alarms.py): read in the rules' plan, each key's state kept here
-        # and written with the batch's position. A file-stream batch's position is its id.
-        self.alarms = AlarmKeeper(
-            feed.key if feed is not None else "files",
-            lambda a, b: stream_id(a) > stream_id(b),
-        )
+        # The tenants' alarms (live_alarms.py): read in the rules' plan, each key's state kept
+        # by the job and written with the batch's position. A file-stream batch's position is
+        # its id.
+        self.alarms = LiveAlarms(
+            dsn, store, feed.key if feed is not None else "files", self.usage, self.journey,
+            lambda tally: self.record(tally=tally),
+        )  # fmt: skip
         self._batch_last: str | None = None  # the feed batch being handled: its last id
-        self._notifier: threading.Thread | None = None  # sends the alarms' notifications
 
     def handle_batch(self, batch: DataFrame, batch_id: int, replay: bool = False) -> None:
         # A batch is first *evaluated* (the rules' probe, the Spark plan, collected): no side
@@ -344,7 +338,7 @@ class LiveJob:
                 alarm_rows += more
                 if specs:
                     self._act(specs, rest, tracked, replay)
-            self._take_alarms(alarm_rows, self._batch_last if tracked else f"{batch_id}-0")
+            self.alarms.take(alarm_rows, self._batch_last if tracked else f"{batch_id}-0")
             self.batches += 1
             self.metrics.batches.inc()
             log.debug("batch %s done in %.2fs", batch_id, time.monotonic() - started)
@@ -369,41 +363,6 @@ class LiveJob:
                 )
             else:
                 log.exception("batch %s failed (its time window unknown)", batch_id)
-
-    def _take_alarms(self, rows: list, position: str | None) -> None:
-        """The batch's alarm rows to their keys' machines, unless a restart's replay brings a
-        batch whose transitions were written before it."""
-        if not self.alarms.alarms or self.alarms.taken(position):
-            return
-        with self._record_lock:
-            self.alarms.take(rows, position)
-            changes, self.alarms.journey = self.alarms.journey, []
-        self.journey.alarms(changes)
-        if rows:  # evaluations metered as the rules' are (`rules_triggered`, 5 KiB units)
-            tally = self.usage.new_tally()
-            for row in rows:
-                tally.add(row.tenant, rules_triggered=row.units or 0)
-                device = device_of_username(row.username)
-                tally.add_device(row.tenant, device, rules_triggered=row.units or 0)
-            self.record(tally=tally)
-
-    def _alarm_tick(self, clock: float) -> None:
-        """Fire the alarms' timers due by `clock` and write what changed — from the feed's
-        thread, between its batches, so every message read before `clock` is taken first; a
-        raise after `for` is written within ALARM_FEED_LAG and a read of its due time."""
-        if not self.alarms.alarms:
-            return
-        with self._record_lock:
-            if self.alarms.tick(clock) or self.alarms.changed:
-                if self._books_conn is None or self._books_conn.closed:
-                    try:
-                        self._books_conn = db.connect(self.dsn)
-                    except Exception as exc:
-                        log.warning("alarm states kept for the next write: %s", exc)
-                        return
-                written = len(self.alarms.transitions)
-                if self.alarms.save(self._books_conn) and written:
-                    log.debug("alarms: %d transition(s) written, clock %.3f", written, clock)
 
     def _with_retries(self, evaluate: Callable[[], T], batch_id: int) -> T:
         for attempt in range(1, self.attempts + 1):
@@ -474,10 +433,7 @@ class LiveJob:
         self, batch: DataFrame
     ) -> tuple[list[RuleSpec], BatchResults, Callable[[], list] | None]:
         specs = self._current_rules()
-        with self._record_lock:  # the recorder's tick reads the states meanwhile
-            self.alarms.refresh(self.rules.connection())
-            self.alarms.watch_devices(self.rules.connection())
-        alarms = self.alarms.rules()
+        alarms = self.alarms.rules(self.rules.connection())
         if self.not_before is not None:
             batch = batch.where(F.col("ts") >= F.lit(self.not_before))
         self.metrics.enabled.set(len(specs))
@@ -629,11 +585,7 @@ class LiveJob:
                     delta.latencies_ms = []
             self.books.add(summary.deltas, tenants, summary.letters)
             self._flush_books()
-            if self.alarms.alarms:
-                if self.feed is None:  # a file stream's segments come seconds late
-                    self.alarms.tick(time.time() - self.trigger_seconds - 5.0)
-                if self._books_conn is not None:
-                    self.alarms.save(self._books_conn)
+            self.alarms.record(self.feed is None, self.trigger_seconds)
             self.metrics.observe({s.id: s for s in self.rules.specs}, summary)
             for tenant, waiting in self.lanes.backlog().items():
                 self.metrics.backlog.labels(tenant).set(waiting)
@@ -759,7 +711,7 @@ class LiveJob:
             target=self._record_every, name="rule-outcomes", daemon=True
         )
         self._recorder.start()
-        self._start_notifier()
+        self.alarms.start()
 
     def _start_feed(self) -> None:
         """Read the live feed from where the job left it (`spark.rules.feed`)."""
@@ -794,7 +746,7 @@ class LiveJob:
             target=self._record_every, name="rule-outcomes", daemon=True
         )
         self._recorder.start()
-        self._start_notifier()
+        self.alarms.start()
 
     def _check_gap(self, after: str) -> None:
         """Entries Redis trimmed before the job read them (it was down or behind for longer
@@ -836,7 +788,7 @@ class LiveJob:
                     checked = time.monotonic()
                     self._check_gap(after)
                 if last == after:
-                    self._alarm_tick(time.time() - ALARM_FEED_LAG)  # caught up
+                    self.alarms.tick(time.time() - FEED_LAG)  # caught up
                     continue
                 batch_id += 1
                 replay = self._replay_until is not None and stream_id(last) <= stream_id(
@@ -851,7 +803,7 @@ class LiveJob:
                 elif not replay:
                     self.record(position=last)
                 self.progress.close(batch_id)
-                self._alarm_tick(id_time(last).timestamp() - ALARM_FEED_LAG)
+                self.alarms.tick(id_time(last).timestamp() - FEED_LAG)
                 self.metrics.feed_batch.observe(time.monotonic() - started)
                 self.metrics.feed_rows.inc(table.num_rows)
                 after = last
@@ -881,33 +833,6 @@ class LiveJob:
         if exc is not None:
             raise RuntimeError(f"live rules query failed: {exc}")
 
-    def _start_notifier(self) -> None:
-        self._notifier = threading.Thread(
-            target=self._notify_loop, name="alarm-notices", daemon=True
-        )
-        self._notifier.start()
-
-    def _notify_loop(self, seconds: float = 0.5) -> None:
-        """The alarms' webhooks and republishes, from their outbox (`alarm_notices.py`)."""
-        from spark.rules.alarm_notices import BATCH, AlarmNotifier
-
-        notifier, conn = None, None
-        while not self._stop.wait(seconds):
-            try:
-                if conn is None or conn.closed:
-                    conn = db.connect(self.dsn)
-                if notifier is None:
-                    notifier = AlarmNotifier(ActionRunner(self.store, max_workers=4))
-                while notifier.send_due(conn) >= BATCH and not self._stop.is_set():
-                    pass  # a full claim: there may be more due
-            except Exception:
-                log.exception("alarm notifications not sent (tried again)")
-                conn = None
-        if notifier is not None:
-            notifier.runner.close()
-        if conn is not None:
-            conn.close()
-
     def stop(self) -> None:
         self._stop.set()
         if self.query is not None and self.query.isActive:
@@ -918,8 +843,7 @@ class LiveJob:
             self._preparer.join(30)
         if self._recorder is not None:
             self._recorder.join(10)
-        if self._notifier is not None:
-            self._notifier.join(15)
+        self.alarms.stop()
         # What runs finishes (a few seconds at most); what waits is kept in the durable queue.
         self.lanes.close(grace=10.0)
         self.record()
