@@ -54,6 +54,7 @@ class LiveAlarms:
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # transitions written: their notifications are due now
         self._sender: threading.Thread | None = None
 
     # -- the feed's thread ---------------------------------------------------------------------
@@ -114,6 +115,7 @@ class LiveAlarms:
             return
         written = len(self.keeper.transitions)
         if self.keeper.save(self._conn) and written:
+            self._wake.set()
             log.debug("alarms: %d transition(s) written", written)
 
     # -- the notifications' sender ---------------------------------------------------------------
@@ -125,7 +127,9 @@ class LiveAlarms:
     def _send(self, seconds: float = 0.5) -> None:
         """The alarms' webhooks and republishes, from their outbox (`alarm_notices.py`)."""
         notifier, conn = None, None
-        while not self._stop.wait(seconds):
+        while not self._stop.is_set():
+            self._wake.wait(seconds)  # woken by a write, else every `seconds` (retries, acks)
+            self._wake.clear()
             try:
                 if conn is None or conn.closed:
                     conn = db.connect(self.dsn)
@@ -143,6 +147,7 @@ class LiveAlarms:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._sender is not None:
             self._sender.join(15)
         with self._lock:
