@@ -18,6 +18,7 @@ same Spark plan as their rules, and each key's state moves by `common.alarms.mac
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import logging
@@ -35,6 +36,8 @@ from common.alarms import machine
 from common.alarms.definition import AlarmSpec, alarm_sql
 from common.alarms.machine import KeyState, Timing, Transition
 from common.contracts import tables
+from common.stores.isolation import each_alone_sync, is_away
+from common.stores.postgres_text import storable_text, storable_value
 from spark.rules.plan import RuleSpec
 from spark.rules.results import BatchResults
 
@@ -197,12 +200,32 @@ def _when(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
+def storable(value: Any) -> Any:
+    """A message's value as Postgres' jsonb takes it: no NUL, no lone surrogate (escaped, as
+    `common.stores.postgres_text` does), no NaN or Infinity (as text)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {storable_text(str(k)): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    return storable_value(value)
+
+
+MAX_KEY = 255  # what `tenants_alarmstate.key` holds
+
+
+def storable_key(key: str) -> str:
+    """A key as the tables hold it: NUL and lone surrogates escaped; a longer one cut, with a
+    digest of the whole so two long keys stay two."""
+    key = storable_text(key)
+    if len(key) <= MAX_KEY:
+        return key
+    return f"{key[: MAX_KEY - 17]}…{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
 def _value(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        value = str(value)  # JSON (and Postgres's jsonb) has no NaN or Infinity
-    return json.dumps(value, default=str)
+    return None if value is None else json.dumps(value, allow_nan=False, default=str)
 
 
 class AlarmKeeper:
@@ -328,7 +351,7 @@ class AlarmKeeper:
                 key = out.get("alarm_key")
                 if key is None or key == "":
                     continue
-                key = key if isinstance(key, str) else str(key)
+                key = storable_key(key if isinstance(key, str) else str(key))
                 state_key = (alarm.id, key)
                 state = self.states.get(state_key)
                 if state is None:
@@ -338,7 +361,7 @@ class AlarmKeeper:
                 moved = machine.message(
                     key, state, alarm.timing, row.ts.timestamp(),
                     out.get("alarm_raised") is True, out.get("alarm_cleared") is True,
-                    out.get("alarm_value"), row.message_id,
+                    storable(out.get("alarm_value")), row.message_id,
                 )  # fmt: skip
                 self.changed.add(state_key)
                 self._schedule(alarm, key, state)
@@ -393,24 +416,30 @@ class AlarmKeeper:
 
     def save(self, conn: psycopg.Connection) -> bool:
         """The changed states, their transitions and the position, in one transaction; the
-        acknowledgements made since the last save, read back. False (all kept) on failure."""
+        acknowledgements made since the last save, read back. False (all kept) when the
+        database is away. A write every tenant's keys share: what Postgres would refuse was
+        made storable when read (`take`); should it still fail, each key is written alone and
+        only the one refused is left out (logged, counted in `REFUSED["alarm states"]`)."""
         if not (self.changed or self.forgotten or self.refused) and self.position == self.saved:
             self._read_acks(conn)
             return True
-        changed = sorted(self.changed)
+        keys = self._by_key()
         try:
-            with conn.transaction():
-                with conn.cursor() as cur:
-                    cur.executemany(_UPSERT, [self._row(k) for k in changed if k in self.states])
-                    if self.transitions:
-                        self._write(cur, self.transitions)
-                    cur.executemany(_FORGET, self.forgotten)
-                    cur.executemany(_REFUSED, [(n, t) for t, n in self.refused.items() if n])
-                    if self.position is not None:
-                        cur.execute(_POSITION, (self.stream, self.position, self.position))
+            with conn.transaction(), conn.cursor() as cur:
+                self._write_keys(cur, keys)
+                self._write_rest(cur)
         except psycopg.Error as exc:
-            log.warning("alarm states kept for the next save: %s", exc)
-            return False
+            if is_away(exc):
+                log.warning("alarm states kept for the next save: %s", exc)
+                return False
+            log.warning("alarm states: a write of %d keys failed (%s): each alone", len(keys), exc)
+            try:
+                each_alone_sync("alarm states", keys, lambda one: self._write_alone(conn, one))
+                with conn.transaction(), conn.cursor() as cur:
+                    self._write_rest(cur)
+            except psycopg.Error as again:
+                log.warning("alarm states kept for the next save: %s", again)
+                return False
         self.changed.clear()
         self.transitions.clear()
         self.forgotten.clear()
@@ -418,6 +447,33 @@ class AlarmKeeper:
         self.saved = self.position
         self._read_acks(conn)
         return True
+
+    def _by_key(self) -> list[tuple[tuple[int, str], list[Transition]]]:
+        """What to write per key: its state (if kept) and its transitions, in order."""
+        keys: dict[tuple[int, str], list[Transition]] = {k: [] for k in sorted(self.changed)}
+        for alarm_id, transition in self.transitions:
+            keys.setdefault((alarm_id, transition.key), []).append(transition)
+        return list(keys.items())
+
+    def _write_keys(
+        self, cur: psycopg.Cursor[Any], keys: list[tuple[tuple[int, str], list[Transition]]]
+    ) -> None:
+        cur.executemany(_UPSERT, [self._row(k) for k, _ in keys if k in self.states])
+        transitions = [(k[0], t) for k, moved in keys for t in moved]
+        if transitions:
+            self._write(cur, transitions)
+
+    def _write_alone(
+        self, conn: psycopg.Connection, one: tuple[tuple[int, str], list[Transition]]
+    ) -> None:
+        with conn.transaction(), conn.cursor() as cur:
+            self._write_keys(cur, [one])
+
+    def _write_rest(self, cur: psycopg.Cursor[Any]) -> None:
+        cur.executemany(_FORGET, self.forgotten)
+        cur.executemany(_REFUSED, [(n, t) for t, n in self.refused.items() if n])
+        if self.position is not None:
+            cur.execute(_POSITION, (self.stream, self.position, self.position))
 
     def _row(self, state_key: tuple[int, str]) -> dict[str, Any]:
         state = self.states[state_key]

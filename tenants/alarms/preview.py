@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from common.stores.postgres_text import utf8_value
 from tenants.alarm_models import AlarmDefinition
 from tenants.alarms.services import alarm_spec
 from tenants.rules.runs.services import preview_allowed, preview_range, setting_number
@@ -46,4 +47,5 @@ def alarm_preview(
         )
     except PreviewTooLong as exc:
         raise ValidationError({"from": [str(exc)]}) from None
-    return {"from": start, "to": end, **result.as_dict()}
+    # a value from a payload may hold a lone surrogate, which no JSON response encodes
+    return {"from": start, "to": end, **utf8_value(result.as_dict())}
