@@ -96,7 +96,8 @@ ON CONFLICT (definition_id, key) DO UPDATE SET
                THEN {tables.ALARM_STATE}.since ELSE EXCLUDED.since END,
   value = EXCLUDED.value, cause = EXCLUDED.cause,
   raised_at = COALESCE(EXCLUDED.raised_at, {tables.ALARM_STATE}.raised_at),
-  cleared_at = COALESCE(EXCLUDED.cleared_at, {tables.ALARM_STATE}.cleared_at),
+  cleared_at = CASE WHEN EXCLUDED.status = 'normal'
+                    THEN COALESCE(EXCLUDED.cleared_at, {tables.ALARM_STATE}.cleared_at) END,
   acknowledged_at = CASE WHEN EXCLUDED.status IN ('normal', 'pending') THEN NULL
                          ELSE {tables.ALARM_STATE}.acknowledged_at END,
   acknowledged_by = CASE WHEN EXCLUDED.status IN ('normal', 'pending') THEN NULL
@@ -482,11 +483,14 @@ class AlarmKeeper:
             "alarm": state_key[0],
             "key": state_key[1],
             "status": state.status,
-            "since": _when(state.since),
+            # a key that never changed state: since it was first seen (or watched)
+            "since": _when(state.since or state.last_seen or time.time()),
             "value": _value(state.value),
             "cause": state.cause,
             "raised": _when(state.raised_at) if active else None,
-            "cleared": _when(state.since) if state.status == machine.NORMAL else None,
+            "cleared": _when(state.since)
+            if state.status == machine.NORMAL and state.since
+            else None,
             "machine": machine_json(state),
         }
 

@@ -788,7 +788,7 @@ class LiveJob:
                     checked = time.monotonic()
                     self._check_gap(after)
                 if last == after:
-                    self.alarms.tick(time.time() - FEED_LAG)  # caught up
+                    self.alarms.tick(time.time() - FEED_LAG, idle=True)  # caught up
                     continue
                 batch_id += 1
                 replay = self._replay_until is not None and stream_id(last) <= stream_id(

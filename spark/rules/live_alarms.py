@@ -84,13 +84,21 @@ class LiveAlarms:
                 tally.add_device(row.tenant, device, rules_triggered=row.units or 0)
             self._record(tally)
 
-    def tick(self, clock: float) -> None:
+    def tick(self, clock: float, idle: bool = False) -> None:
         """Fire the timers due by `clock` and write what changed — called between the feed's
         batches, so every message read before `clock` was taken first: a raise after `for`
-        is written within FEED_LAG and a read of its instant."""
-        if not self.keeper.alarms:
-            return
+        is written within FEED_LAG and a read of its instant. `idle`: the feed had nothing
+        new, so no batch read the alarms: they (and the devices they watch) are read here, or
+        an alarm enabled over a silent fleet would never start (the independent probe's find)."""
         with self._lock:
+            if idle:
+                conn = self._connection()
+                if conn is None:
+                    return
+                self.keeper.refresh(conn)
+                self.keeper.watch_devices(conn)
+            if not self.keeper.alarms:
+                return
             if self.keeper.tick(clock) or self.keeper.changed:
                 self._save()
 
@@ -106,13 +114,19 @@ class LiveAlarms:
                 self.keeper.tick(time.time() - trigger_seconds - FILE_LAG)
             self._save()
 
-    def _save(self) -> None:
+    def _connection(self) -> psycopg.Connection[Any] | None:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = db.connect(self.dsn)
         except Exception as exc:
-            log.warning("alarm states kept for the next write: %s", exc)
+            log.warning("alarms: the database is away (%s): kept for the next try", exc)
+            return None
+        return self._conn
+
+    def _save(self) -> None:
+        if self._connection() is None:
             return
+        assert self._conn is not None
         written = len(self.keeper.transitions)
         if self.keeper.save(self._conn) and written:
             self._wake.set()

@@ -185,7 +185,7 @@ def notifications_checked(items: Any, previous: list | None = None) -> list[dict
         return [_notification(i, item, previous or []) for i, item in enumerate(items)]
     except ValueError as exc:
         raise ValidationError(
-            {"notifications": [f"{str(exc)[0].upper()}{str(exc)[1:]}."]}
+            {"notifications": [f"{str(exc)[0].upper()}{str(exc)[1:].rstrip('.')}."]}
         ) from None
 
 

@@ -149,6 +149,21 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
         assert [(t["key"], t["event"], t["at"]) for t in seen.transitions] == [
             (key, event, at) for key, event, at in live
         ]
+        # An alarm switched on over a fleet that sends nothing on its source: the tenant's
+        # devices are watched from then, and one that stays silent raises (the independent
+        # probe found it waited for a message that never came)
+        silent = alarm_services.alarm_definition_create(
+            tenant=acme, name="silent", source="quiet/#", no_data_seconds=10,
+            no_data_keys="devices",
+        )  # fmt: skip
+        alarm_services.alarm_definition_enable(silent, enabled=True)
+        quiet = _wait(
+            lambda: AlarmState.objects.filter(definition=silent, key="pump", status="active")
+            .first(),
+            40, "the silent device's no-data alarm",
+        )  # fmt: skip
+        assert quiet.cause == "no_data"
+        assert not AlarmState.objects.filter(definition=silent).exclude(key="pump").exists()
     finally:
         pump.close()
         spy.close()
