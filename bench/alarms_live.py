@@ -25,8 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,22 +33,9 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bench.rules_live import REPO, _free_port, stage_breakdown
+from bench.rules_live import _django, stage_breakdown, start_broker, start_live_job, wait_for_job
 
 RAISE_FOR, NO_DATA = 3, 10
-
-
-def _django() -> str:
-    os.environ["EMBEDDED_PG_DIR"] = str(REPO / ".data" / "bench-alarms-postgres")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
-    import django
-
-    django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    call_command("migrate", interactive=False, verbosity=0)
-    return settings.DATABASE_URL
 
 
 class Receiver:
@@ -123,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=2000.0, help="readings/s in all")
     parser.add_argument("--seconds", type=float, default=60.0)
     args = parser.parse_args(argv)
-    dsn = _django()
+    dsn = _django("bench-alarms-postgres")
     receiver = Receiver()
     os.environ["WEBHOOK_ALLOW"] = "127.0.0.1"  # the receiver is local (an operator's allow-list)
     secrets = seed(args.tenants, receiver.url)
@@ -138,24 +123,10 @@ def main(argv: list[str] | None = None) -> None:
         RULES_FEED_URL=embedded.redis_url(),
         RULES_FEED_KEY=f"rules:bench-alarms:{os.getpid()}",
     )
-    port = _free_port()
-    broker = subprocess.Popen(
-        [sys.executable, "-m", "data_plane", "--port", str(port), "--ws-port", "0",
-         "--database-url", dsn, "--sys-interval", "0", "--archive-interval", "0.5"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "broker.log", "w"),
-    )  # fmt: skip
-    job = subprocess.Popen(
-        [sys.executable, "manage.py", "run_rules", "--live", "--checkpoint", str(work / "ckpt"),
-         "-v", "2"],
-        cwd=REPO, env=dict(env, MQTT_INTERNAL_PORT=str(port)),
-        stdout=subprocess.DEVNULL, stderr=open(work / "live.log", "w"),
-    )  # fmt: skip
+    broker, port = start_broker(dsn, env, work)
+    job = start_live_job(env, work, port)
     try:
-        deadline = time.monotonic() + 180
-        while "live rules job running" not in (work / "live.log").read_text():
-            assert job.poll() is None, (work / "live.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "live job did not start"
-            time.sleep(0.5)
+        wait_for_job(job, work)
         import paho.mqtt.client as mqtt
 
         acked: Counter[str] = Counter()

@@ -45,8 +45,9 @@ TENANTS = 200  # `--tenants` changes it
 SECRET = "bench-webhook-secret-0001"  # 16 to 256 characters, as the API requires
 
 
-def _django() -> str:
-    os.environ["EMBEDDED_PG_DIR"] = str(REPO / ".data" / "bench-rules-postgres")
+def _django(folder: str = "bench-rules-postgres") -> str:
+    """Django on a throwaway Postgres cluster under `.data/{folder}`, migrated; its URL."""
+    os.environ["EMBEDDED_PG_DIR"] = str(REPO / ".data" / folder)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
     import django
 
@@ -275,6 +276,35 @@ def job_figures() -> str:
     )
 
 
+def start_broker(dsn: str, env: dict[str, str], work: Path) -> tuple[subprocess.Popen, int]:
+    """The broker on Postgres, archiving every 0.5 s (its log in `work`), and its port."""
+    port = _free_port()
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "data_plane", "--port", str(port), "--ws-port", "0",
+         "--database-url", dsn, "--sys-interval", "0", "--archive-interval", "0.5"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "broker.log", "w"),
+    )  # fmt: skip
+    return broker, port
+
+
+def start_live_job(env: dict[str, str], work: Path, port: int) -> subprocess.Popen:
+    """`manage.py run_rules --live` as `make run` starts it, at debug level (`work/live.log`)."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "run_rules", "--live", "--checkpoint", str(work / "ckpt"),
+         "-v", "2"],
+        cwd=REPO, env=dict(env, MQTT_INTERNAL_PORT=str(port)),
+        stdout=subprocess.DEVNULL, stderr=open(work / "live.log", "w"),
+    )  # fmt: skip
+
+
+def wait_for_job(job: subprocess.Popen, work: Path, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while "live rules job running" not in (work / "live.log").read_text():
+        assert job.poll() is None, (work / "live.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "live job did not start"
+        time.sleep(0.5)
+
+
 def _free_port() -> int:
     from common.runtime.embedded import free_port
 
@@ -354,26 +384,12 @@ def main(argv: list[str] | None = None) -> None:
         env["RULES_FEED_URL"] = embedded.redis_url()
         env["RULES_FEED_KEY"] = f"rules:bench:{os.getpid()}"
     os.environ["WEBHOOK_ALLOW"] = "127.0.0.1"  # rules are saved here: their URLs are judged here
-    port = _free_port()
-    broker = subprocess.Popen(
-        [sys.executable, "-m", "data_plane", "--port", str(port), "--ws-port", "0",
-         "--database-url", dsn, "--sys-interval", "0", "--archive-interval", "0.5"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "broker.log", "w"),
-    )  # fmt: skip
+    broker, port = start_broker(dsn, env, work)
     add_rules(0, steps[0], receiver.url)
-    job = subprocess.Popen(
-        [sys.executable, "manage.py", "run_rules", "--live", "--checkpoint", str(work / "ckpt"),
-         "-v", "2"],
-        cwd=REPO, env=dict(env, MQTT_INTERNAL_PORT=str(port)),
-        stdout=subprocess.DEVNULL, stderr=open(work / "live.log", "w"),
-    )  # fmt: skip
+    job = start_live_job(env, work, port)
     results = []
     try:
-        deadline = time.monotonic() + 180
-        while "live rules job running" not in (work / "live.log").read_text():
-            assert job.poll() is None, (work / "live.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "live job did not start"
-            time.sleep(0.5)
+        wait_for_job(job, work)
         import paho.mqtt.client as mqtt
 
         clients = {}
