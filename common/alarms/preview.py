@@ -182,12 +182,9 @@ class _Run:
                         self.values[place] = value
                 if self.placed:
                     value = place
-                state = self.states.get(key) or self.state(key)
-                moved = machine.message(
-                    key, state, self.timing, ms / 1000.0, raised, not raised, value
+                self.transitions += machine.message(
+                    key, self.state(key), self.timing, ms / 1000.0, raised, not raised, value
                 )
-                if moved:
-                    self.transitions += moved
         return True
 
     def resolve(self, con: duckdb.DuckDBPyConnection, shown: list[Transition]) -> list[Transition]:

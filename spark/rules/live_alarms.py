@@ -54,6 +54,7 @@ class LiveAlarms:
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
+        self._idle_read = 0.0  # when an idle feed last had the alarms read (`tick`)
         self._wake = threading.Event()  # transitions written: their notifications are due now
         self._sender: threading.Thread | None = None
 
@@ -91,7 +92,8 @@ class LiveAlarms:
         new, so no batch read the alarms: they (and the devices they watch) are read here, or
         an alarm enabled over a silent fleet would never start (the independent probe's find)."""
         with self._lock:
-            if idle:
+            if idle and time.monotonic() - self._idle_read >= 1.0:  # a probe a second at most
+                self._idle_read = time.monotonic()
                 conn = self._connection()
                 if conn is None:
                     return
