@@ -15,7 +15,7 @@ key reads every keys × tenants / rate seconds (5 s by default). Beside it, once
   latency = the webhook's arrival − the raise's instant (the notification's `at`);
 - a *quiet probe* (`quiet-N`): one reading, then nothing: the job raises it (cause `no_data`)
   10 s later. Detection = the webhook's arrival − (the reading's time + 10 s).
-Both through the notifications outbox (claimed every 0.5 s), so they include it. Reported:
+Both through the notifications outbox (its sender woken by each write), so they include it. Reported:
 p50 / p99 / max of each, how many came, the load's PUBACKs, and the job's batches.
 """
 
@@ -98,7 +98,11 @@ def figures(values: list[float]) -> str:
         return "none"
     values = sorted(values)
     p99 = values[min(len(values) - 1, int(len(values) * 0.99))]
-    return f"p50 {statistics.median(values):.2f} s, p99 {p99:.2f} s, max {values[-1]:.2f} s"
+    slowest = ", ".join(f"{v:.2f}" for v in values[-5:])
+    return (
+        f"p50 {statistics.median(values):.2f} s, p99 {p99:.2f} s, max {values[-1]:.2f} s "
+        f"(the slowest: {slowest})"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,8 +1,14 @@
 """The live feed's wire format, shared by its writer (the broker, `data_plane.storage.live_feed`)
 and its reader (the live rules job, `spark.rules.feed`): a Redis stream, `DEFAULT_KEY` unless
 `RULES_FEED_KEY` names another, whose entries hold `a`, the rows (`HISTORY_SCHEMA`: the archive's
-columns and each row's message id) as an Arrow IPC stream compressed with LZ4, and `n`, their
-count."""
+columns and each row's message id) as an Arrow IPC stream compressed with LZ4, `n`, their
+count, and `s`, the writer (one broker process).
+
+Between them each writer adds *marks*: `s` and `w`, a time (epoch ms) by which everything it
+received is in its earlier entries — its watermark, sent at each hand-off to the feed and every
+`MARK_EVERY` seconds when idle; `b` on its last one (it stops). A reader that knows every live
+writer's mark knows no row older than their lowest is still on its way (the alarms' timers).
+Rows without `s` come from a writer that sends no marks (a broker of an older release)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,10 @@ import pyarrow.ipc as ipc
 DEFAULT_KEY = "rules:live"
 ROWS_FIELD = b"a"
 COUNT_FIELD = b"n"
+WRITER_FIELD = b"s"
+MARK_FIELD = b"w"
+BYE_FIELD = b"b"
+MARK_EVERY = 0.1  # seconds: an idle writer's marks, so a reader never waits on it for longer
 _WRITE_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
 
 

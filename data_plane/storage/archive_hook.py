@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from time import monotonic, time
 from typing import Any
 
+from common.archive.live_feed_format import MARK_EVERY
 from common.archive.schema import (
     EVENT_CONNECTED,
     EVENT_DISCONNECTED,
@@ -97,6 +98,8 @@ class ArchiveTap:
         # the interval, so the live rules job has them within tens of milliseconds.
         self._live: dict[str, Any] | None = writer.feed.tenants if writer.feed else None
         self._live_waiting = False
+        self._marked = 0.0  # when the live feed was last given a mark (`_mark`)
+        self._handed = False  # a hand-off since then
         self._spare: list[Any] = []  # columns the worker is done with (`reusable_columns`)
         self._sealed_at = 0.0  # monotonic()
         # Publishes since the last hand-off, and the broker's `Archive` port: the recorder,
@@ -215,8 +218,24 @@ class ArchiveTap:
                     len(self._columns) >= HANDOFF_ROWS or self._live_waiting
                 ) and self._queued < MAX_QUEUED_BATCHES:
                     self._hand_off()
+                self._mark()
             except Exception:  # a bug in encoding must not end the archive
                 log.exception("archive batch failed")
+
+    def _mark(self) -> None:
+        """Tell the live feed everything received until now is handed over — after a hand-off,
+        or every MARK_EVERY seconds — unless a live tenant's rows still wait in the batch (a
+        hand-off held back by a busy builder). Queued on the builder behind the hand-offs, so
+        the feed sends it after their rows."""
+        feed = self.writer.feed
+        if feed is None or self._live_waiting:
+            return
+        now = time()
+        if not self._handed and now - self._marked < MARK_EVERY:
+            return
+        self._marked, self._handed = now, False
+        marking = asyncio.get_running_loop().run_in_executor(self._builder, feed.mark, now)
+        marking.add_done_callback(_log_failure)
 
     def _hand_off(self) -> None:
         """Give the rows gathered (and the lifecycle events) to the worker."""
@@ -227,6 +246,7 @@ class ArchiveTap:
         self._live_waiting = False
         if not len(columns) and not events:
             return
+        self._handed = True
         self._encoding = loop.run_in_executor(
             self._builder, self.writer.add, columns, events, self.enabled_for
         )

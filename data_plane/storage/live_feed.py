@@ -11,6 +11,11 @@ the rules' topic filters and lifecycle events, one dict lookup per topic seen be
 them; the feed's own thread sends each as one stream entry (Arrow IPC, LZ4) with `XADD … MAXLEN
 ~`. Nothing of this runs on the event loop, and nothing waits for Redis there.
 
+Marks (`live_feed_format`): after each hand-off's parts, and every `MARK_EVERY` seconds while
+idle, the tap gives `mark` the time by which everything this broker received was handed over
+(queued behind those parts on the same builder thread, sent in order on the feed's): the job's
+alarms fire a timer once every writer's mark is past it, not a guessed lag later.
+
 Bounded, and counted when it drops: the queue holds at most `max_queued_bytes` (beyond, the
 newest part is dropped); the stream keeps about the last `keep_seconds` (Redis trims older
 entries as new ones come, so a job down or behind for longer finds a gap, which it counts and
@@ -22,6 +27,9 @@ A tenant without rules pays nothing for them: its rows never reach `offer`'s per
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 from collections import deque
@@ -32,7 +40,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.archive.live_feed_format import COUNT_FIELD, DEFAULT_KEY, ROWS_FIELD, encode_entry
+from common.archive.live_feed_format import (
+    BYE_FIELD,
+    COUNT_FIELD,
+    DEFAULT_KEY,
+    MARK_FIELD,
+    ROWS_FIELD,
+    WRITER_FIELD,
+    encode_entry,
+)
 from common.archive.schema import EVENT_PUBLISH, HISTORY_SCHEMA, MESSAGE_ID
 from common.mqtt.topics import topic_matches
 
@@ -100,10 +116,13 @@ class LiveFeed:
         # Tenant -> its rules' FROM; replaced whole per tenant by the archive decisions (on the
         # loop: a dict item set is atomic), read by the builder thread.
         self.tenants: dict[str, RuleTopics] = {}
+        # This process among the stream's writers (its marks speak for it alone).
+        self.writer = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}".encode()
         self.sent_rows = 0
         self.sent_entries = 0
         self.dropped_rows = 0
-        self._queue: deque[tuple[bytes, int, int, int]] = deque()  # body, rows, oldest, newest
+        # An entry's fields, its rows, their oldest and newest time (ms; a mark: 0 rows)
+        self._queue: deque[tuple[dict[bytes, Any], int, int, int]] = deque()
         self._queued_bytes = 0
         self._wake = threading.Condition()
         self._closing = False
@@ -149,16 +168,29 @@ class LiveFeed:
         )
         table = chosen.append_column(HISTORY_SCHEMA.field(MESSAGE_ID), ids)
         span = pc.min_max(chosen["ts"].cast(pa.int64())).as_py()
-        self._enqueue(encode_entry(table), count, span["min"], span["max"])
+        body = encode_entry(table)
+        fields = {ROWS_FIELD: body, COUNT_FIELD: count, WRITER_FIELD: self.writer}
+        self._enqueue(fields, len(body), count, span["min"], span["max"])
         return count
 
-    def _enqueue(self, body: bytes, rows: int, oldest: int, newest: int) -> None:
+    def mark(self, at: float, last: bool = False) -> None:
+        """Everything this broker received up to `at` (time.time()) was offered before this
+        call: say so in the stream, after those rows (`last`: and it stops writing)."""
+        fields = {WRITER_FIELD: self.writer, MARK_FIELD: int(at * 1000)}
+        if last:
+            fields[BYE_FIELD] = 1
+        self._enqueue(fields, 0, 0, 0, 0)
+
+    def _enqueue(
+        self, fields: dict[bytes, Any], size: int, rows: int, oldest: int, newest: int
+    ) -> None:
         with self._wake:
-            if self._queued_bytes + len(body) > self.max_queued_bytes:
-                self._drop(rows, oldest, newest, "the feed's queue is full (Redis is slow)")
+            if self._queued_bytes + size > self.max_queued_bytes:
+                if rows:
+                    self._drop(rows, oldest, newest, "the feed's queue is full (Redis is slow)")
                 return
-            self._queue.append((body, rows, oldest, newest))
-            self._queued_bytes += len(body)
+            self._queue.append((fields, rows, oldest, newest))
+            self._queued_bytes += size
             self._wake.notify()
 
     def _drop(self, rows: int, oldest: int, newest: int, why: str) -> None:
@@ -181,26 +213,26 @@ class LiveFeed:
                     self._wake.wait()
                 if not self._queue:
                     return
-                body, rows, oldest, newest = self._queue.popleft()
-                self._queued_bytes -= len(body)
+                fields, rows, oldest, newest = self._queue.popleft()
+                self._queued_bytes -= len(fields.get(ROWS_FIELD, b""))
             try:
                 # Entries older than `keep_seconds` go (in whole nodes: `~`): bounded by time,
                 # whatever the number of brokers adding to the stream.
                 oldest_kept = int(time.time() * 1000) - self.keep_ms
                 self.client.xadd(
-                    self.key,
-                    {ROWS_FIELD: body, COUNT_FIELD: rows},
-                    minid=f"{max(oldest_kept, 0)}-0",
-                    approximate=True,
+                    self.key, fields, minid=f"{max(oldest_kept, 0)}-0", approximate=True
                 )
             except Exception as exc:
-                self._drop(rows, oldest, newest, f"Redis: {exc}")
+                if rows:  # a mark lost: the next one says as much
+                    self._drop(rows, oldest, newest, f"Redis: {exc}")
                 continue
-            self.sent_rows += rows
-            self.sent_entries += 1
+            if rows:
+                self.sent_rows += rows
+                self.sent_entries += 1
 
     def close(self, timeout: float = 5.0) -> None:
-        """Send what is queued (up to `timeout` seconds), then stop."""
+        """Send what is queued and a last mark (up to `timeout` seconds), then stop."""
+        self.mark(time.time(), last=True)
         with self._wake:
             self._closing = True
             self._wake.notify()

@@ -2,7 +2,9 @@
 rules read to, as they archive them (`data_plane.storage.live_feed`), each row with its archive
 message id.
 
-- `FeedReader` reads entries after a stream id (`XREAD BLOCK`), as one Arrow table per read.
+- `FeedReader` reads entries after a stream id (`XREAD BLOCK`), as one Arrow table per read,
+  and keeps the writers' marks (`Watermarks`): `settled()` is the time before which no row is
+  still on its way (the alarms' clock).
 - `FeedProgress` knows, per micro-batch, how many of its actions are still in memory (queued or
   running in the lanes); `acted()` is the newest stream id up to which every batch's actions are
   done or kept in the durable retry queue.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -28,7 +31,14 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 
-from common.archive.live_feed_format import DEFAULT_KEY, ROWS_FIELD, decode_entry
+from common.archive.live_feed_format import (
+    BYE_FIELD,
+    DEFAULT_KEY,
+    MARK_FIELD,
+    ROWS_FIELD,
+    WRITER_FIELD,
+    decode_entry,
+)
 from common.archive.schema import HISTORY_SCHEMA
 from common.contracts import tables
 
@@ -57,6 +67,45 @@ def id_at(ms: int) -> str:
     return f"{max(0, ms - 1)}-{2**63 - 1}" if ms > 0 else START
 
 
+class Watermarks:
+    """The stream's writers (broker processes) and each one's last mark: the time by which all
+    it received is in the stream before the mark (`common.archive.live_feed_format`). The lowest
+    over the writers is the time before which no row is still on its way — while each is heard
+    from. A writer unheard for `STALE` seconds is gone or stalled (its rows, if any come, are
+    late); rows from a writer that sends no marks (an older broker, in a rolling upgrade) leave
+    the fence unknown for `UNMARKED_FOR` seconds after the last of them."""
+
+    STALE = 2.0
+    UNMARKED_FOR = 30.0
+
+    def __init__(self) -> None:
+        self.writers: dict[bytes, tuple[float | None, float]] = {}  # -> (mark s, heard monotonic)
+        self._unmarked = -float("inf")  # when rows without a writer were last read (monotonic)
+
+    def saw(self, fields: dict[bytes, Any]) -> None:
+        now = time.monotonic()
+        writer = fields.get(WRITER_FIELD)
+        if writer is None:
+            self._unmarked = now
+            return
+        if BYE_FIELD in fields:
+            self.writers.pop(writer, None)
+            return
+        mark = fields.get(MARK_FIELD)
+        previous = self.writers.get(writer, (None, now))[0]
+        self.writers[writer] = (int(mark) / 1000 if mark is not None else previous, now)
+
+    def fence(self) -> float | None:
+        """The lowest live writer's mark, or None when it is not known."""
+        now = time.monotonic()
+        for writer in [w for w, (_, heard) in self.writers.items() if now - heard > self.STALE]:
+            del self.writers[writer]
+        if not self.writers or now - self._unmarked < self.UNMARKED_FOR:
+            return None
+        marks = [mark for mark, _ in self.writers.values()]
+        return None if None in marks else min(m for m in marks if m is not None)
+
+
 class FeedReader:
     def __init__(self, redis_url: str, key: str = DEFAULT_KEY, client: Any = None) -> None:
         if client is None:
@@ -65,17 +114,33 @@ class FeedReader:
             client = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
         self.client = client
         self.key = key
+        self.marks = Watermarks()
 
     def read(self, after: str, *, block_ms: int = 200, count: int = 64) -> tuple[str, pa.Table]:
-        """Entries after `after`: (the last one's id, their rows as one table); (`after`, an
-        empty table) when none came within `block_ms`."""
+        """Entries after `after`: (the last one's id, their rows as one table — none when they
+        were marks only); (`after`, an empty table) when none came within `block_ms`."""
         reply = self.client.xread({self.key: after}, count=count, block=block_ms)
         if not reply:
             return after, SPARK_SCHEMA.empty_table()
         _, entries = reply[0]
-        parts = [decode_entry(fields[ROWS_FIELD]) for _, fields in entries]
+        parts = []
+        for _, fields in entries:
+            self.marks.saw(fields)
+            if ROWS_FIELD in fields:
+                parts.append(decode_entry(fields[ROWS_FIELD]))
         last = entries[-1][0].decode()
         return last, spark_table(parts)
+
+    def settled(self, last: str | None, lag: float) -> float:
+        """The time before which every row is read, as far as this reader knows: the writers'
+        lowest mark; without one, `lag` before the last entry read (or before now, when `last`
+        is None: nothing new came)."""
+        fence = self.marks.fence()
+        if fence is not None:
+            return fence
+        if last is None:
+            return time.time() - lag
+        return id_time(last).timestamp() - lag
 
     def trimmed_after(self, after: str) -> str | None:
         """The newest entry Redis trimmed, when it is newer than `after` (entries the job never

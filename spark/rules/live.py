@@ -208,6 +208,11 @@ class LiveMetrics:
             "Times the live feed had trimmed entries this job had not read",
             registry=self.registry,
         )
+        self.alarm_clock = Gauge(
+            "rules_alarm_clock_behind_seconds",
+            "How far the alarms' clock (the feed writers' lowest mark) is behind now",
+            registry=self.registry,
+        )
         self.paused = Counter(
             "rules_paused", "Rules paused for going over their budget", registry=self.registry
         )
@@ -591,6 +596,12 @@ class LiveJob:
                 self.metrics.backlog.labels(tenant).set(waiting)
             self.total.add(summary)
 
+    def _count_to(self, position: str) -> None:
+        """Entries up to `position` held nothing to evaluate: counted, written at the next
+        record."""
+        with self._record_lock:
+            self._evaluated = position
+
     def _resolve(self, rule_id: int, action: dict) -> dict | None:
         """The action of a rule as it is now (secret included) for an output that waited in the
         durable queue; None when the rule or that action is gone."""
@@ -787,8 +798,8 @@ class LiveJob:
                 if time.monotonic() - checked > 10:
                     checked = time.monotonic()
                     self._check_gap(after)
-                if last == after:
-                    self.alarms.tick(time.time() - FEED_LAG, idle=True)  # caught up
+                if last == after:  # caught up, and no writer marked: the alarms' clock runs on
+                    self._tick_alarms(None, idle=True)
                     continue
                 batch_id += 1
                 replay = self._replay_until is not None and stream_id(last) <= stream_id(
@@ -800,16 +811,25 @@ class LiveJob:
                 started = time.monotonic()
                 if table.num_rows:
                     self.handle_batch(self._frame(table), batch_id, replay)
-                elif not replay:
-                    self.record(position=last)
+                elif not replay:  # the writers' marks only: the position moves with the next
+                    self._count_to(last)  # record (not a write each tenth of a second)
                 self.progress.close(batch_id)
-                self.alarms.tick(id_time(last).timestamp() - FEED_LAG)
-                self.metrics.feed_batch.observe(time.monotonic() - started)
-                self.metrics.feed_rows.inc(table.num_rows)
+                # The alarms' timers due before the writers' marks fire now: every row older
+                # than those was in this batch or an earlier one (`feed.Watermarks`).
+                self._tick_alarms(last, idle=not table.num_rows)
+                if table.num_rows:
+                    self.metrics.feed_batch.observe(time.monotonic() - started)
+                    self.metrics.feed_rows.inc(table.num_rows)
                 after = last
         except BaseException as exc:  # the job ends with it: run_until_stopped raises it
             self._feed_error = exc
             log.exception("live feed loop failed")
+
+    def _tick_alarms(self, last: str | None, idle: bool) -> None:
+        assert self.feed is not None
+        clock = self.feed.settled(last, FEED_LAG)
+        self.metrics.alarm_clock.set(max(0.0, time.time() - clock))
+        self.alarms.tick(clock, idle=idle)
 
     def _frame(self, table: pa.Table) -> DataFrame:
         """A feed batch as a DataFrame: one partition up to `FEED_ONE_TASK_ROWS` rows (one task,

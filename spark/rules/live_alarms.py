@@ -31,9 +31,11 @@ from spark.rules.plan import RuleSpec
 
 log = logging.getLogger("spark.rules.live")
 
-# Seconds the alarms' clock keeps behind the feed: a message's way from its PUBLISH into the
-# stream (the broker's archive tick, 20 ms; several brokers' hand-offs interleaved). A message
-# later than that is read at its key's time (a transition's instant, never lost).
+# The alarms' clock is the feed's writers' lowest mark (`feed.Watermarks`): a timer fires once
+# every broker says all it received before the timer's instant is in the stream. Without marks
+# (no writer heard, or a broker of an older release among them) the clock keeps these seconds
+# behind the newest entry: a message's way from its PUBLISH into the stream. A message later
+# than the clock is read at its key's time (a transition's instant, never lost).
 FEED_LAG = float(os.environ.get("RULES_ALARM_FEED_LAG", "0.5"))
 FILE_LAG = 5.0  # a file stream's segments come seconds late: its clock keeps this (and a trigger)
 
@@ -88,7 +90,7 @@ class LiveAlarms:
     def tick(self, clock: float, idle: bool = False) -> None:
         """Fire the timers due by `clock` and write what changed — called between the feed's
         batches, so every message read before `clock` was taken first: a raise after `for`
-        is written within FEED_LAG and a read of its instant. `idle`: the feed had nothing
+        is written at the end of the batch that read the writers' marks past its instant. `idle`: the feed had nothing
         new, so no batch read the alarms: they (and the devices they watch) are read here, or
         an alarm enabled over a silent fleet would never start (the independent probe's find)."""
         with self._lock:

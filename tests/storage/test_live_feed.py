@@ -3,6 +3,7 @@ rules job through a real Redis stream as the archive writes them, with the archi
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -11,12 +12,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.archive.history_policy import archive_needs
-from common.archive.live_feed_format import ROWS_FIELD, decode_entry
+from common.archive.live_feed_format import (
+    BYE_FIELD,
+    MARK_FIELD,
+    ROWS_FIELD,
+    WRITER_FIELD,
+    decode_entry,
+)
 from common.archive.schema import message_ids
 from common.runtime import embedded
 from common.stores.object_store import LocalObjectStore
 from data_plane.broker.message import Message
 from data_plane.storage.archive_columns import publish_columns
+from data_plane.storage.archive_hook import ArchiveTap
 from data_plane.storage.archive_decision import rule_sources
 from data_plane.storage.live_feed import LiveFeed
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
@@ -38,7 +46,7 @@ def entries(feed: LiveFeed, timeout: float = 5.0) -> pa.Table:
         time.sleep(0.01)
     time.sleep(0.05)
     found = feed.client.xrange(feed.key)
-    tables = [decode_entry(fields[ROWS_FIELD]) for _, fields in found]
+    tables = [decode_entry(fields[ROWS_FIELD]) for _, fields in found if ROWS_FIELD in fields]
     return pa.concat_tables(tables) if tables else pa.table({})
 
 
@@ -141,3 +149,42 @@ def test_the_stream_keeps_only_its_last_seconds(feed, tmp_path):
         assert feed.client.xlen(feed.key) < 300  # Redis trims (in whole nodes) what is older
     finally:
         small.close()
+
+
+def test_the_tap_marks_the_stream_after_the_rows_it_covers_and_while_idle(feed, tmp_path):
+    """Each writer's mark says everything it received before it is in the stream already: the
+    live job's alarms fire a timer once every writer's mark is past its instant (no guessed
+    lag). Through the real tap on its event loop, and its stop's last mark."""
+    feed.set_rules("acme", ["#"], [])
+
+    async def scenario() -> list[float]:
+        tap = ArchiveTap(ParquetArchiveWriter(LocalObjectStore(tmp_path), feed=feed))
+        tap.start()
+        received = []
+        for seq in range(20):
+            received.append(time.time())
+            tap.record(message(f"a/{seq}", "acme", seq))
+            await asyncio.sleep(0.013)
+        await asyncio.sleep(0.5)  # idle: marks still come, a tenth of a second apart
+        await tap.stop()
+        return received
+
+    received = asyncio.run(scenario())
+    found = feed.client.xrange(feed.key)
+    seen_rows: list[int] = []
+    marks = []
+    for _, fields in found:
+        assert fields[WRITER_FIELD] == feed.writer
+        if ROWS_FIELD in fields:
+            seen_rows += [r["ts"] for r in decode_entry(fields[ROWS_FIELD]).to_pylist()]
+        else:
+            mark = int(fields[MARK_FIELD])
+            marks.append(mark)
+            # Every message received before the mark's time is in an entry before it.
+            before = [t for t in received if t * 1000 < mark]
+            assert len(seen_rows) >= len(before)
+    assert len(seen_rows) == 20
+    assert marks == sorted(marks)
+    idle = [m for m in marks if m > received[-1] * 1000 + 50]
+    assert 3 <= len(idle) <= 8  # ~every 0.1 s over the idle half second
+    assert BYE_FIELD in found[-1][1]  # the last: the writer stops
