@@ -11,7 +11,9 @@ same Spark plan as their rules, and each key's state moves by `common.alarms.mac
   raised twice. (The job's live feed is a loop of small batch jobs, not a streaming query, so
   Spark's own state store has no place here; the table is the checkpoint.)
 - Time. Timers (`for`, clearing, no data, re-notification) fire at their own instants when the
-  job's clock passes them (`tick`, every record, with the time the feed has been read up to).
+  job's clock passes them (`tick`, with the time before which the feed has every message: its
+  writers' lowest mark). A batch just read moves that clock; the keys it holds no message for
+  need not wait for its evaluation (`due`, `in_flight`, then `tick` holding the others).
 - Acknowledgements are the control plane's: a key it marked acknowledged is read back (`_acked`)
   and moved in the machine without a second transition; the job never writes `active` over one.
 """
@@ -33,15 +35,19 @@ from typing import Any
 import psycopg
 
 from common.alarms import machine
-from common.alarms.definition import AlarmSpec, alarm_sql
+from common.alarms.definition import AlarmSpec, alarm_sql, compile_alarm, read
 from common.alarms.machine import KeyState, Timing, Transition
 from common.contracts import tables
+from common.rules import CompiledRule, default_budget
 from common.stores.isolation import each_alone_sync, is_away
 from common.stores.postgres_text import storable_text, storable_value
 from spark.rules.plan import RuleSpec
 from spark.rules.results import BatchResults
 
 log = logging.getLogger(__name__)
+
+# Per alarm, the keys a batch in flight carries (None: every key of it); see `in_flight`.
+Held = dict[int, set[str] | None]
 
 _DEFINITIONS = f"""
 SELECT a.id, t.slug, a.name, a.source, a.key, a.raise_condition, a.raise_for_seconds,
@@ -254,6 +260,7 @@ class AlarmKeeper:
         self._swept = time.time()  # the last look for keys to forget (`seen_days`)
         # The transitions a message made, for the journey: (its result row, alarm name, it)
         self.journey: list[tuple[Any, str, Transition]] = []
+        self._compiled: dict[int, tuple[int, CompiledRule]] = {}  # alarm -> (version, its rule)
 
     # -- what to evaluate ------------------------------------------------------------------
 
@@ -373,16 +380,74 @@ class AlarmKeeper:
             self.position = position
         return count
 
-    def tick(self, now: float) -> int:
-        """Fire the timers due by `now` (the time the feed has been read up to): only the keys
-        whose next timer is due, from the heap; every minute, forget the normal keys seen on no
-        message for the alarm's `seen_days`."""
+    def due(self, now: float) -> set[int]:
+        """The alarms with a key whose timer is due by `now` — the heap looked at, nothing
+        fired: only its entries at or before `now` are visited (a heap's parent is never
+        later than its children)."""
+        found: set[int] = set()
+        heap, stack = self._due, [0]
+        while stack:
+            i = stack.pop()
+            if i >= len(heap) or heap[i][0] > now:
+                continue
+            at, alarm_id, key = heap[i]
+            stack += (2 * i + 1, 2 * i + 2)
+            if alarm_id in found or self._scheduled.get((alarm_id, key)) != at:
+                continue
+            state, alarm = self.states.get((alarm_id, key)), self.alarms.get(alarm_id)
+            if state is not None and alarm is not None:
+                next_due = machine.next_due(state, alarm.timing)
+                if next_due is not None and next_due <= now:
+                    found.add(alarm_id)
+        return found
+
+    def in_flight(self, rows: Iterable[dict[str, Any]], alarm_ids: set[int]) -> Held:
+        """The keys of `alarm_ids` that `rows` (a batch not evaluated yet) carry a message for,
+        read by the alarm's own rule (the Python evaluator's, as the batch's pass has it);
+        None for an alarm where a row's reading failed: all its keys wait for the batch."""
+        held: Held = {a: set() for a in alarm_ids if a in self.alarms}
+        by_tenant: dict[str, list[int]] = {}
+        for alarm_id in held:
+            by_tenant.setdefault(self.alarms[alarm_id].tenant, []).append(alarm_id)
+        budget = default_budget(1)
+        for row in rows:
+            for alarm_id in by_tenant.get(row.get("tenant") or "", ()):
+                keys = held[alarm_id]
+                if keys is None:
+                    continue
+                try:
+                    found = read(self._rule(alarm_id), row, budget)
+                except Exception:
+                    held[alarm_id] = None
+                    continue
+                if found is not None:
+                    keys.add(storable_key(found.key))
+        return held
+
+    def _rule(self, alarm_id: int) -> CompiledRule:
+        alarm = self.alarms[alarm_id]
+        cached = self._compiled.get(alarm_id)
+        if cached is None or cached[0] != alarm.version:
+            cached = self._compiled[alarm_id] = (alarm.version, compile_alarm(alarm.spec))
+        return cached[1]
+
+    def tick(self, now: float, held: Held | None = None) -> int:
+        """Fire the timers due by `now` (the time before which the feed has every message):
+        only the keys whose next timer is due, from the heap, save the `held` ones (a batch
+        read and not taken yet carries messages for them: they wait for it); every minute,
+        forget the normal keys seen on no message for the alarm's `seen_days`."""
         count = 0
         due = self._due
+        waiting = []
         while due and due[0][0] <= now:
             at, alarm_id, key = heapq.heappop(due)
             if self._scheduled.get((alarm_id, key)) != at:
                 continue  # an entry the key no longer has (it was forgotten, or rescheduled)
+            if held is not None and alarm_id in held:
+                keys = held[alarm_id]
+                if keys is None or key in keys:
+                    waiting.append((at, alarm_id, key))
+                    continue
             del self._scheduled[(alarm_id, key)]
             state, alarm = self.states.get((alarm_id, key)), self.alarms.get(alarm_id)
             if state is None or alarm is None:
@@ -393,6 +458,8 @@ class AlarmKeeper:
                 self.changed.add((alarm_id, key))
                 self.transitions += [(alarm_id, t) for t in moved]
                 count += len(moved)
+        for entry in waiting:
+            heapq.heappush(due, entry)
         if time.time() - self._swept > 60:
             self.sweep(now)
         return count

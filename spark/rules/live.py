@@ -810,6 +810,7 @@ class LiveJob:
                 self._batch_last = last
                 started = time.monotonic()
                 if table.num_rows:
+                    self.alarms.early(table, self.feed.settled(last, FEED_LAG), last)
                     self.handle_batch(self._frame(table), batch_id, replay)
                 elif not replay:  # the writers' marks only: the position moves with the next
                     self._count_to(last)  # record (not a write each tenth of a second)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from common.archive.schema import device_of_username
 from common.stores.object_store import ObjectStore
@@ -104,6 +106,24 @@ class LiveAlarms:
             if not self.keeper.alarms:
                 return
             if self.keeper.tick(clock) or self.keeper.changed:
+                self._save()
+
+    def early(self, table: pa.Table, clock: float, position: str) -> None:
+        """A batch was just read, with the writers' marks that move the clock to `clock`:
+        the timers due by then of keys it carries no message for fire now, not after its
+        evaluation (a third of a second at 2,000 msg/s on this 2-core machine); the others
+        wait for `tick`. Skipped for a batch a restart reads again (its transitions are
+        written)."""
+        if not self.keeper.alarms or self.keeper.taken(position):
+            return
+        with self._lock:
+            due = self.keeper.due(clock)
+            if not due:
+                return
+            tenants = sorted({self.keeper.alarms[a].tenant for a in due})
+            rows = table.filter(pc.is_in(table["tenant"], pa.array(tenants, pa.string())))
+            held = self.keeper.in_flight(rows.to_pylist(), due)
+            if self.keeper.tick(clock, held):
                 self._save()
 
     # -- the recorder's thread -----------------------------------------------------------------

@@ -89,3 +89,44 @@ def test_only_keys_whose_timer_is_due_are_advanced_and_the_heap_stays_one_entry_
     assert keeper.tick(1061) == 1  # quiet's silence, 60 s after 1000; busy sent at 1099
     assert [(t.key, t.event, t.at) for _, t in keeper.transitions] == [("quiet", "raise", 1060.0)]
     assert keeper.tick(1158) == 0 and keeper.tick(1159) == 1  # busy: 60 s after 1099
+
+
+def test_a_batch_read_fires_the_due_timers_of_keys_it_has_no_message_for_before_its_evaluation():
+    """The feed's marks move the clock as a batch is read; a key the batch carries a message
+    for waits for it (its clear may be in there), every other due key fires at once."""
+    keeper = _keeper()
+    keeper.alarms = {7: Alarm(7, "acme", "hot", AlarmSpec("plant/+/temp", "payload.temp > 90",
+                                                          key="payload.k", raise_for=2),
+                              Timing(2, 0), 1)}  # fmt: skip
+    keeper.take([_row(-7, 1000, 95, key="pump"), _row(-7, 1000, 95, key="fan")])
+    keeper.transitions.clear()  # both pending
+    assert keeper.due(1001.9) == set() and keeper.due(1002.0) == {7}
+    batch = [  # read, not evaluated: pump cools at 1001.5; fan's row has no payload key here
+        {"tenant": "acme", "event": "message.publish", "topic": "plant/a/temp",
+         "payload": b'{"k": "pump", "temp": 20}', "ts": 1001500},
+        {"tenant": "acme", "event": "message.publish", "topic": "other/topic",
+         "payload": b'{"k": "fan", "temp": 20}', "ts": 1001600},  # not the alarm's source
+        {"tenant": "rival", "event": "message.publish", "topic": "plant/a/temp",
+         "payload": b'{"k": "fan", "temp": 20}', "ts": 1001700},  # another tenant's
+    ]  # fmt: skip
+    held = keeper.in_flight(batch, {7})
+    assert held == {7: {"pump"}}
+    assert keeper.tick(1002.1, held) == 1  # fan raised at 1002; pump waits
+    assert [(t.key, t.event) for _, t in keeper.transitions] == [("fan", "raise")]
+    keeper.take([_row(-7, 1001.5, 20, key="pump")])  # the batch evaluated: pump cooled first
+    keeper.tick(1002.1)
+    # Fired early, pump would have raised: it cooled before its 2 s were up.
+    moved = [(t.key, t.event) for _, t in keeper.transitions]
+    assert moved == [("fan", "raise"), ("pump", "cancel")]
+    assert keeper.due(1e12) == set()  # neither has a timer left
+
+
+def test_a_reading_that_fails_holds_every_key_of_its_alarm():
+    keeper = _keeper()
+    keeper.take([_row(-7, 1000, 95, key="pump")])
+    # The alarm's rule raises on this row's reading (a broken rule stands in for any failure).
+    keeper._compiled[7] = (ALARM.version, None)  # type: ignore[assignment]
+    held = keeper.in_flight([{"tenant": "acme", "topic": "plant/a/temp", "payload": b"{}"}], {7})
+    assert held == {7: None}
+    assert keeper.tick(1003, held) == 0 and keeper.due(1003) == {7}
+    assert keeper.tick(1003) == 1

@@ -24,8 +24,8 @@ from common.runtime import embedded
 from common.stores.object_store import LocalObjectStore
 from data_plane.broker.message import Message
 from data_plane.storage.archive_columns import publish_columns
-from data_plane.storage.archive_hook import ArchiveTap
 from data_plane.storage.archive_decision import rule_sources
+from data_plane.storage.archive_hook import ArchiveTap
 from data_plane.storage.live_feed import LiveFeed
 from data_plane.storage.parquet_archive import ParquetArchiveWriter
 
