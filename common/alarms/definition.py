@@ -21,6 +21,7 @@ duration is the raise's; the value is the raise condition's first field read, el
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from common.rules.budget import Budget
 from common.rules.functions import ARITIES
 from common.rules.parser import parse
 from common.rules.topics import topic_filter_problem
+from common.stores.postgres_text import storable_text
 
 SEVERITIES = ("critical", "major", "minor", "warning", "info")
 NOTIFY_ON = ("raise", "acknowledge", "clear")
@@ -184,3 +186,15 @@ def reading(result: RuleResult) -> Reading | None:
         out.get("alarm_cleared") is True,
         out.get("alarm_value"),
     )
+
+
+MAX_KEY = 255  # what `tenants_alarmstate.key` holds
+
+
+def storable_key(key: str) -> str:
+    """A key as the tables hold it: NUL and lone surrogates escaped; a longer one cut, with a
+    digest of the whole so two long keys stay two."""
+    key = storable_text(key)
+    if len(key) <= MAX_KEY:
+        return key
+    return f"{key[: MAX_KEY - 17]}…{hashlib.sha256(key.encode()).hexdigest()[:16]}"

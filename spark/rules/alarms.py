@@ -20,7 +20,6 @@ same Spark plan as their rules, and each key's state moves by `common.alarms.mac
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import json
 import logging
@@ -35,7 +34,7 @@ from typing import Any
 import psycopg
 
 from common.alarms import machine
-from common.alarms.definition import AlarmSpec, alarm_sql, compile_alarm, read
+from common.alarms.definition import AlarmSpec, alarm_sql, compile_alarm, read, storable_key
 from common.alarms.machine import KeyState, Timing, Transition
 from common.contracts import tables
 from common.rules import CompiledRule, default_budget
@@ -217,18 +216,6 @@ def storable(value: Any) -> Any:
     if isinstance(value, list):
         return [storable(v) for v in value]
     return storable_value(value)
-
-
-MAX_KEY = 255  # what `tenants_alarmstate.key` holds
-
-
-def storable_key(key: str) -> str:
-    """A key as the tables hold it: NUL and lone surrogates escaped; a longer one cut, with a
-    digest of the whole so two long keys stay two."""
-    key = storable_text(key)
-    if len(key) <= MAX_KEY:
-        return key
-    return f"{key[: MAX_KEY - 17]}…{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def _value(value: Any) -> str | None:

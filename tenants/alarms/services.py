@@ -15,7 +15,9 @@ the states and the time the job would record.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import logging
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -31,6 +33,7 @@ from common.alarms.definition import (
     AlarmDefinitionError,
     AlarmSpec,
     check,
+    storable_key,
 )
 from common.contracts.notifications import ChangeKind
 from common.contracts.rule_actions import (
@@ -49,6 +52,8 @@ from tenants.models import (
 )
 from tenants.notify import announce
 from tenants.quota_refusals import QuotaExceeded
+
+log = logging.getLogger(__name__)
 
 # Path segments beside a definition's name: /api/v1/alarms/states, /api/v1/alarms/history, the
 # portal's /alarms/definitions/new/.
@@ -261,14 +266,16 @@ def _create(*, tenant: Tenant, name: str, **fields: Any) -> AlarmDefinition:
     if AlarmDefinition.objects.filter(tenant=tenant, name=name).exists():
         raise ValidationError({"name": [f"An alarm named {name!r} already exists."]})
     definition.save()
+    detail: dict[str, Any] = {"enabled": definition.enabled, "severity": definition.severity}
     if definition.enabled:  # the brokers feed the live job what its source reads
+        detail.update(_watch_seen_keys(definition))
         announce(tenant.slug, ChangeKind.HISTORY_CHANGED)
     audit.record(
         tenant_id=tenant.id,
         tenant_slug=tenant.slug,
         action="alarm.created",
         target=name,
-        detail={"enabled": definition.enabled, "severity": definition.severity},
+        detail=detail,
     )
     return definition
 
@@ -291,6 +298,9 @@ def alarm_definition_update(definition: AlarmDefinition, **fields: Any) -> Alarm
         definition.version = F("version") + 1
     definition.save()
     definition.refresh_from_db(fields=["version", "updated_at"])
+    detail: dict[str, Any] = {"fields": changed}
+    if definition.enabled and WATCHED.intersection(changed):
+        detail.update(_watch_seen_keys(definition))
     if {"enabled", "source"}.intersection(changed):  # what the brokers feed the live job
         announce(definition.tenant.slug, ChangeKind.HISTORY_CHANGED)
     audit.record(
@@ -298,9 +308,61 @@ def alarm_definition_update(definition: AlarmDefinition, **fields: Any) -> Alarm
         tenant_slug=definition.tenant.slug,
         action="alarm.updated",
         target=definition.name,
-        detail={"fields": changed},
+        detail=detail,
     )
     return definition
+
+
+# A change of these while on (or switching it on) looks again for the keys a `seen` alarm has.
+WATCHED = frozenset({"enabled", "source", "key", "no_data_seconds", "no_data_keys", "seen_days"})
+
+
+def _watch_seen_keys(definition: AlarmDefinition, store: Any = None) -> dict[str, Any]:
+    """An alarm with no data over the keys *seen* is switched on: the keys its source read in
+    the tenant's history over its `seen_days` get a state, watched from now — in the same
+    transaction as the switch, so the live job loads them with the alarm and a device that
+    fell silent before it existed raises after N seconds. Bounded by `max_alarm_keys` and by
+    `ALARM_SEEN_SECONDS` (10) of reading (`common.alarms.seen`); a history that cannot be read
+    leaves only the keys met from now on (logged, and said in the audit entry)."""
+    if not definition.no_data_seconds or definition.no_data_keys != "seen":
+        return {}
+    from common.alarms.seen import seen_keys
+    from common.stores.object_store import open_object_store
+    from tenants.rules.runs.services import setting_number
+    from tenants.tenant.selectors import effective_quota
+
+    tenant = definition.tenant
+    room = (
+        effective_quota(tenant)["max_alarm_keys"]
+        - AlarmState.objects.filter(tenant=tenant).exclude(definition=definition).count()
+    )
+    now = timezone.now()
+    try:
+        found = seen_keys(
+            store or open_object_store(),
+            tenant.slug,
+            alarm_spec(definition),
+            now - timedelta(days=definition.seen_days),
+            now,
+            limit=max(0, room),
+            seconds=setting_number("ALARM_SEEN_SECONDS", 10.0),
+        )
+    except Exception as exc:
+        log.warning("alarm %s/%s: history not read for its keys: %s", tenant.slug,
+                    definition.name, exc)  # fmt: skip
+        return {"seen_keys": f"history not read: {type(exc).__name__}"}
+    watched = machine.KeyState()
+    machine.seed(watched, now.timestamp())
+    AlarmState.objects.bulk_create(
+        [
+            AlarmState(
+                tenant=tenant, definition=definition, key=storable_key(key), machine=asdict(watched)
+            )  # fmt: skip
+            for key in found.keys
+        ],
+        ignore_conflicts=True,  # a key it has already keeps its state
+    )
+    return {"seen_keys": len(found.keys), "seen_keys_complete": found.complete}
 
 
 def alarm_definition_enable(definition: AlarmDefinition, *, enabled: bool) -> AlarmDefinition:
