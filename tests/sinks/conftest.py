@@ -4,6 +4,7 @@ operator allows as the webhook tests do (`WEBHOOK_ALLOW`)."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import socket
 import subprocess
@@ -98,7 +99,7 @@ class Mosquitto:
         self.config = folder / "mosquitto.conf"
         self.config.write_text(
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-            f"acl_file {acl}\nlog_type error\n"
+            f"acl_file {acl}\nlog_type error\nuser {getpass.getuser()}\n"  # reads the ACL as us
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.start()
