@@ -80,13 +80,14 @@ def connection_settings(dsn: str, tenant: str) -> dict[str, str]:
     host = given.get("host", "")
     if not host or "," in host or host.startswith("/"):
         raise ValueError("the dsn names no host, or more than one (a sink connects to one)")
+    if not given.get("user"):
+        raise ValueError("the dsn names no user")
     if given.get("sslrootcert", "system") != "system":
         raise ValueError("the dsn's sslrootcert may only be 'system'")
     timeout = min(int(given.get("connect_timeout") or CONNECT_TIMEOUT), 30)
     settings = {
         "port": "5432",
-        "user": tenant,
-        "dbname": tenant,
+        "dbname": given["user"],  # libpq's default, said here: no default from this machine
         **given,
         "password": given.get("password", ""),
         "passfile": "/dev/null/none",  # no password file (the path cannot exist)
@@ -186,7 +187,9 @@ class PostgresWriter:
 
         if isinstance(exc, RefusedDestination):
             return f"Postgres: {exc}", False
-        if isinstance(exc, (psycopg.DataError, psycopg.IntegrityError, UnicodeError)):
+        if isinstance(exc, UnicodeError):
+            return "Postgres refused the row: a value is not valid Unicode (a lone surrogate)", True
+        if isinstance(exc, (psycopg.DataError, psycopg.IntegrityError)):
             diag = getattr(exc, "diag", None)
             primary = getattr(diag, "message_primary", None) or str(exc).splitlines()[0]
             detail = getattr(diag, "message_detail", None)

@@ -103,6 +103,13 @@ def test_a_hostile_value_beside_good_ones_fails_alone(tenant_dsn, db):
     results = writer_for(action, "acme").send([record(1, {"n": 1}), record(2, {"n": "two"})])
     assert [(r.ok, r.retry) for r in results] == [(True, True), (False, False)]
     assert 'invalid input syntax for type integer: "two"' in str(results[1].error)
+    texts = _table(db, "s text")
+    action = {"type": "postgres", "dsn": tenant_dsn, "table": texts, "columns": {"s": "${s}"}}
+    results = writer_for(action, "acme").send([record(1, {"s": "\ud800"}), record(2, {"s": "ok"})])
+    assert [(r.ok, r.retry) for r in results] == [(False, False), (True, True)]
+    assert results[0].error == (
+        "Postgres refused the row: a value is not valid Unicode (a lone surrogate)"
+    )
     assert db.execute(f"SELECT n FROM {numbers}").fetchall() == [(1,)]
 
 
@@ -121,6 +128,10 @@ def test_a_table_not_there_and_a_database_down_are_words_to_retry(tenant_dsn, db
     assert (result.ok, result.retry) == (False, True)
     assert result.error == "Postgres: could not connect to the database: connection refused"
     assert check_action({**action, "dsn": down}, "acme") == result.error
+    wrong = tenant_dsn.replace("postgresql://postgres@", "postgresql://nobody:pw-9f3a@")
+    assert check_action({**action, "dsn": wrong}, "acme") == (
+        'Postgres: could not connect to the database: role "nobody" does not exist'
+    )
 
 
 def test_the_dsn_reaches_only_a_vetted_host_with_only_its_own_settings(tenant_dsn, monkeypatch):
@@ -128,6 +139,7 @@ def test_the_dsn_reaches_only_a_vetted_host_with_only_its_own_settings(tenant_ds
     words = check_action({**action, "dsn": tenant_dsn + "?passfile=/root/.pgpass"}, "acme")
     assert words == "the dsn's passfile setting is not one a sink takes"
     assert "names no host" in str(check_action({**action, "dsn": "dbname=x"}, "acme"))
+    assert check_action({**action, "dsn": "host=db.example.com"}, "acme") == "the dsn names no user"
     monkeypatch.delenv("WEBHOOK_ALLOW")
     [result] = writer_for(action, "acme").send([record(1, {})])
     assert (result.ok, result.retry) == (False, True)
