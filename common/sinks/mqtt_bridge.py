@@ -45,6 +45,8 @@ from common.sinks.endpoints import RefusedDestination, vetted
 WINDOW = 64  # publishes awaiting their acknowledgement at once
 KEEPALIVE = 30
 RETRIED_REASONS = (0x97, 0x89, 0x88)  # quota exceeded, server busy, server unavailable
+REFUSED = "the broker refused the connection:"
+LOST = "the connection to the broker was lost"
 
 
 def topic_problem(topic: str) -> str | None:
@@ -78,6 +80,13 @@ class _VettedClient(mqtt.Client):
         self.last_error = _socket_words(last)
         raise last or ConnectionError("no connection")
 
+    def _ssl_wrap_socket(self, tcp_sock: socket.socket) -> ssl.SSLSocket:
+        try:
+            return super()._ssl_wrap_socket(tcp_sock)
+        except (OSError, ValueError) as exc:  # ssl.SSLError, CertificateError: words first
+            self.last_error = _socket_words(exc)
+            raise
+
 
 def _socket_words(exc: BaseException | None) -> str:
     if isinstance(exc, ConnectionRefusedError):
@@ -85,7 +94,7 @@ def _socket_words(exc: BaseException | None) -> str:
     if isinstance(exc, TimeoutError | socket.timeout):
         return "no connection within 5 s"
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return "TLS: the certificate is not trusted"
+        return f"TLS: the broker's certificate is not trusted ({exc.verify_message})"
     if isinstance(exc, ssl.SSLError):
         return "TLS handshake failed"
     return f"network error ({type(exc).__name__})"
@@ -141,11 +150,12 @@ class MqttBridgeWriter:
     def _on_connect(
         self, client: mqtt.Client, _u: Any, _f: Any, reason: ReasonCode, _p: Properties | None
     ) -> None:
+        assert isinstance(client, _VettedClient)
         if reason.is_failure:
             self._connected.clear()
-            assert isinstance(client, _VettedClient)
-            client.last_error = f"the broker refused the connection: {reason.getName()}"
+            client.last_error = f"{REFUSED} {reason.getName()}"
         else:
+            client.last_error = LOST
             self._connected.set()
 
     def _on_disconnect(
@@ -153,8 +163,10 @@ class MqttBridgeWriter:
     ) -> None:
         self._connected.clear()
         assert isinstance(client, _VettedClient)
-        if reason.is_failure and "connection" not in client.last_error:
-            client.last_error = f"the broker closed the connection: {reason.getName()}"
+        if not client.last_error.startswith(REFUSED):
+            said = reason.getName() if reason.is_failure else ""
+            told = said and said != "Unspecified error"  # a DISCONNECT with a reason
+            client.last_error = f"{LOST} ({said})" if told else LOST
 
     def _on_publish(
         self, _c: mqtt.Client, _u: Any, mid: int, reason: ReasonCode, _p: Properties | None
@@ -195,7 +207,7 @@ class MqttBridgeWriter:
             pass
         reason = self._reasons.pop(info.mid, None)
         if info.rc != mqtt.MQTT_ERR_SUCCESS or not info.is_published():
-            words = "the connection was lost" if not self._connected.is_set() else None
+            words = LOST if not self._connected.is_set() else None
             words = words or f"no acknowledgement within {self.ack_wait:g} s"
             return Result(False, f"MQTT bridge: {words}")
         if reason is not None and reason.is_failure:

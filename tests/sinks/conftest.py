@@ -92,7 +92,7 @@ class Mosquitto:
     """Mosquitto on a loopback port; anonymous clients may publish under `ok/` only (its ACL),
     read anything. `stop()` and `start()` keep the port."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, tls: tuple[Path, Path] | None = None) -> None:
         self.port = free_port()
         acl = folder / "acl"
         acl.write_text("topic readwrite ok/#\ntopic read #\n")
@@ -100,6 +100,7 @@ class Mosquitto:
         self.config.write_text(
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
             f"acl_file {acl}\nlog_type error\nuser {getpass.getuser()}\n"  # reads the ACL as us
+            + (f"certfile {tls[0]}\nkeyfile {tls[1]}\n" if tls else "")
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.start()
@@ -130,6 +131,22 @@ class Mosquitto:
 def mosquitto(tmp_path) -> Iterator[Mosquitto]:
     broker = Mosquitto(tmp_path)
     yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def tls_mosquitto(tmp_path) -> Iterator[tuple[Mosquitto, Path]]:
+    """Mosquitto over TLS with a self-signed certificate for 127.0.0.1; yields it and the
+    certificate (which no system trusts)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    broker = Mosquitto(tmp_path, tls=(cert, key))
+    yield broker, cert
     broker.stop()
 
 

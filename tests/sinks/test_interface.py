@@ -26,7 +26,7 @@ def test_every_type_has_a_writer_and_a_batch_size():
 def test_bad_settings_are_words_from_the_connection_test():
     assert check_action({"type": "sqs"}, "acme") == "the sqs action needs 'queue_url'"
     assert check_action({"type": "kinesis"}, "acme") == "the kinesis action needs 'stream'"
-    assert check_action({"type": "postgres", "dsn": "host=h"}, "acme") == (
+    assert check_action({"type": "postgres", "dsn": "host=h user=u"}, "acme") == (
         "the postgres action needs 'table'"
     )
     assert check_action({"type": "mqtt_bridge", "host": "h", "port": "x", "topic": "t"}, "a") == (

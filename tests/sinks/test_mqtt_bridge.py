@@ -82,7 +82,7 @@ def test_the_far_end_down_then_back_the_writer_reconnects_itself(mosquitto, subs
         assert [(r.ok, r.retry) for r in results] == [(False, True)]
         assert results[0].error in (
             "MQTT bridge: connection refused",
-            "MQTT bridge: the connection was lost",
+            "MQTT bridge: the connection to the broker was lost",
         )
         mosquitto.start()
         writer.connect_wait = 5.0  # type: ignore[attr-defined]
@@ -99,3 +99,21 @@ def test_check_says_reachable_or_why_not(mosquitto):
     assert writer.check() == "MQTT bridge: connection refused"
     writer.close()
     assert check_action({**closed, "qos": 3}, "acme") == "the bridge's 'qos' is 0, 1 or 2"
+
+
+def test_tls_checks_the_brokers_certificate(tls_mosquitto, monkeypatch):
+    broker, cert = tls_mosquitto
+    action = {**_action(broker), "tls": True}
+    writer = writer_for(action, "acme")
+    writer.connect_wait = 1.0  # type: ignore[attr-defined]
+    words = writer.check()
+    writer.close()
+    assert words is not None
+    assert words.startswith("MQTT bridge: TLS: the broker's certificate is not trusted")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trusted as the system's CAs would be
+    writer = writer_for(action, "acme")
+    try:
+        assert writer.check() is None
+        assert writer.send([record(1, {"clientid": "t"})])[0].ok
+    finally:
+        writer.close()
