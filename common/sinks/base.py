@@ -53,14 +53,6 @@ def failed(records: Sequence[Record], error: str, retry: bool = True) -> list[Re
     return [result for _ in records]
 
 
-def scrub(text: str, *secrets: object) -> str:
-    """`text` without any of `secrets` in it (a far end may echo what it was sent)."""
-    for secret in secrets:
-        if isinstance(secret, str) and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text[:500]
-
-
 def setting(action: dict[str, Any], name: str) -> str:
     """A required text setting of the action; ValueError in words when it is missing."""
     value = action.get(name)
