@@ -1,0 +1,97 @@
+"""The SQS sink against moto's SQS: a batch received once; a FIFO queue's group and
+deduplication ids; a message the queue refuses fails alone; a queue not there, in words."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+
+from common.sinks import check_action, writer_for
+from tests.sinks.conftest import record
+
+
+def _receive(sqs, url: str, attributes: bool = False) -> list[dict]:
+    got: list[dict] = []
+    while True:
+        answer = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=0,
+            MessageSystemAttributeNames=["All"] if attributes else [],
+        )
+        batch = answer.get("Messages", [])
+        if not batch:
+            return got
+        got.extend(batch)
+        for message in batch:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def test_a_batch_arrives_once_each_output_a_message(aws, boto):
+    sqs = boto("sqs")
+    url = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    records = [record(i, {"n": i, "text": "ü" * 50}) for i in range(1, 26)]
+    writer = writer_for({"type": "sqs", "queue_url": url, **aws}, "acme")
+    results = writer.send(records)
+    writer.close()
+    assert [r.ok for r in results] == [True] * 25  # 3 calls of at most 10
+    bodies = [m["Body"] for m in _receive(sqs, url)]
+    assert sorted(bodies, key=lambda b: json.loads(b)["n"]) == [r.body for r in records]
+
+
+def test_a_fifo_queue_groups_by_key_and_drops_a_resent_outbox_id(aws, boto):
+    sqs = boto("sqs")
+    url = sqs.create_queue(
+        QueueName=f"q-{uuid.uuid4().hex[:8]}.fifo", Attributes={"FifoQueue": "true"}
+    )["QueueUrl"]
+    records = [
+        record(1, {"n": 1}, key="acme/pump-1"),
+        record(2, {"n": 2}, key="pump 2 ✓"),  # not a group id SQS takes: its digest
+        record(3, {"n": 3}, key="acme/pump-1"),
+    ]
+    writer = writer_for({"type": "sqs", "queue_url": url, **aws}, "acme")
+    assert all(r.ok for r in writer.send(records))
+    assert all(r.ok for r in writer.send(records[:2]))  # a retry of what was sent
+    writer.close()
+    got = _receive(sqs, url, attributes=True)
+    seen = [
+        (m["Body"], m["Attributes"]["MessageGroupId"], m["Attributes"]["MessageDeduplicationId"])
+        for m in got
+    ]
+    digest = hashlib.sha256("pump 2 ✓".encode()).hexdigest()
+    assert sorted(seen) == [  # each once, the second send dropped by its deduplication ids
+        (records[0].body, "acme/pump-1", "1"),
+        (records[1].body, digest, "2"),
+        (records[2].body, "acme/pump-1", "3"),
+    ]
+    assert [b for b, g, _ in seen if g == "acme/pump-1"] == [records[0].body, records[2].body]
+
+
+def test_a_message_the_queue_refuses_fails_alone_and_for_good(aws, boto):
+    sqs = boto("sqs")
+    url = sqs.create_queue(
+        QueueName=f"q-{uuid.uuid4().hex[:8]}", Attributes={"MaximumMessageSize": "1024"}
+    )["QueueUrl"]
+    records = [record(1, {"n": 1}), record(2, {"big": "x" * 2000}), record(3, {"n": 3})]
+    writer = writer_for({"type": "sqs", "queue_url": url, **aws}, "acme")
+    results = writer.send(records)
+    writer.close()
+    assert [(r.ok, r.retry) for r in results] == [(True, True), (False, False), (True, True)]
+    assert results[1].error is not None and "shorter than 1024 bytes" in results[1].error
+    assert sorted(m["Body"] for m in _receive(sqs, url)) == [records[0].body, records[2].body]
+
+
+def test_a_queue_that_is_not_there_fails_every_record_to_retry_in_words(aws, boto):
+    sqs = boto("sqs")
+    url = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    missing = url.rsplit("/", 1)[0] + "/nope"
+    action = {"type": "sqs", "queue_url": missing, **aws}
+    results = writer_for(action, "acme").send([record(1, {}), record(2, {})])
+    assert [(r.ok, r.retry) for r in results] == [(False, True)] * 2
+    assert results[0].error == f"SQS: the queue '{missing}' does not exist"
+    assert check_action(action, "acme") == results[0].error
+    assert check_action({**action, "queue_url": url}, "acme") is None
+    # No endpoint_url: the queue's URL (not AWS's) says where the queue is.
+    bare = {k: v for k, v in action.items() if k != "endpoint_url"}
+    assert check_action({**bare, "queue_url": url}, "acme") is None
