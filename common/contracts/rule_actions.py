@@ -11,6 +11,30 @@ topic, the save-time check of the template. Pure Python, no Django.
     {"type": "webhook", "url": "http(s)://…", "secret"?: str}
     {"type": "dataset", "name": slug}
 
+Sinks (issue 47: the rules job keeps their outputs in a durable outbox and delivers them):
+
+    {"type": "s3", "bucket", "prefix"?, "format"?: "jsonl"|"parquet" (stored, default jsonl),
+     "endpoint_url"?, "region"?, "access_key_id"?, "secret_access_key"?}
+    {"type": "sqs", "queue_url", …the s3 credential fields (endpoint_url, region, keys)}
+    {"type": "kinesis", "stream", "partition_key"?: template, …the credential fields}
+    {"type": "postgres", "dsn": "postgresql://user:password@host:port/db", "table": "[schema.]name",
+     "columns"?: {column: template}}
+    {"type": "mqtt_bridge", "host", "port", "tls"?, "username"?, "password"?, "topic": template,
+     "qos"?: 0..2}
+    {"type": "http_batch", "url": "http(s)://…", "secret"?: str (signs as a webhook's does)}
+
+Every endpoint (`endpoint_url`, `queue_url`, `url`, the bridge's host, the dsn's host) is vetted
+like a webhook's URL (`common.webhooks.destinations.url_problem`, `WEBHOOK_ALLOW`). Secrets
+(`SECRET_FIELDS`: a webhook's or batch's signing `secret`, `secret_access_key`, a bridge's
+`password`, the whole `dsn`) are sealed at rest (`common.security.sealed`). A tenant's own
+credentials (`CREDENTIAL_FIELDS`) are shown to nobody once saved (`redact_credentials`; a signing
+secret still to members who may write), and an action saved again without one, or with it as
+`REDACTED` (what a reader was shown), keeps the one stored for the same destination: the same
+URL for a signing secret, the same endpoint and access key for `secret_access_key`, the same
+host, port, TLS and username for a bridge's password, the same host, port, user and database for
+a dsn's password. A changed destination needs the credential again, so no one who may edit a
+rule can send a stored credential somewhere new.
+
 Templates use `${field}` placeholders (`${clientid}`, `${payload.temp}`), filled from the rule's
 output when the action runs; the topic must already be a valid publish topic with every
 placeholder standing for a plain level fragment, so only the filled values can still go wrong.
@@ -40,11 +64,24 @@ DATASET_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
 
 QOS_LEVELS = (0, 1, 2)
 
+_AWS_FIELDS = {"endpoint_url", "region", "access_key_id", "secret_access_key"}
 FIELDS = {
     "republish": ({"topic"}, {"payload", "qos", "retain"}),
     "webhook": ({"url"}, {"secret"}),
     "dataset": ({"name"}, set()),
+    "s3": ({"bucket"}, {"prefix", "format"} | _AWS_FIELDS),
+    "sqs": ({"queue_url"}, set(_AWS_FIELDS)),
+    "kinesis": ({"stream"}, {"partition_key"} | _AWS_FIELDS),
+    "postgres": ({"dsn", "table"}, {"columns"}),
+    "mqtt_bridge": ({"host", "port", "topic"}, {"tls", "username", "password", "qos"}),
+    "http_batch": ({"url"}, {"secret"}),
 }
+# The actions whose outputs go through the durable outbox (`GET /api/v1/sinks` lists them).
+SINK_TYPES = ("s3", "sqs", "kinesis", "postgres", "mqtt_bridge", "http_batch")
+S3_FORMATS = ("jsonl", "parquet")
+# Fields sealed at rest; of them, the tenant's own credentials are never shown again.
+SECRET_FIELDS = ("secret", "secret_access_key", "password", "dsn")
+CREDENTIAL_FIELDS = ("secret_access_key", "password", "dsn")
 
 
 class RuleActionError(ValueError):
@@ -62,11 +99,7 @@ def normalize_actions(
         raise RuleActionError(-1, "actions must be a list of objects.")
     if len(actions) > MAX_ACTIONS:
         raise RuleActionError(MAX_ACTIONS, f"at most {MAX_ACTIONS} actions per rule.")
-    known_secrets: dict[Any, Any] = {  # stored actions: checked when saved, still JSON
-        a.get("url"): a.get("secret")
-        for a in previous or []
-        if isinstance(a, dict) and a.get("type") == "webhook" and a.get("secret")
-    }
+    known_secrets = _known_secrets(previous)
     return [_normalize(index, action, known_secrets) for index, action in enumerate(actions)]
 
 
@@ -75,9 +108,8 @@ def _normalize(index: int, action: Any, known_secrets: dict[Any, Any]) -> dict[s
         raise RuleActionError(index, "must be an object with a 'type'.")
     kind = action.get("type")
     if kind not in FIELDS:
-        raise RuleActionError(
-            index, f"unknown type {kind!r}: use 'republish', 'webhook' or 'dataset'."
-        )
+        names = ", ".join(repr(name) for name in FIELDS)
+        raise RuleActionError(index, f"unknown type {kind!r}: use one of {names}.")
     required, optional = FIELDS[kind]
     unknown = sorted(set(action) - required - optional - {"type"})
     if unknown:
@@ -92,14 +124,18 @@ def _normalize(index: int, action: Any, known_secrets: dict[Any, Any]) -> dict[s
         return _republish(index, action)
     if kind == "webhook":
         return _webhook(index, action, known_secrets)
-    return _dataset(index, action)
+    if kind == "dataset":
+        return _dataset(index, action)
+    from common.contracts import sink_actions  # the sinks' checks, beside these
+
+    return sink_actions.normalize_sink(index, action, known_secrets)
 
 
 def _republish(index: int, action: dict[str, Any]) -> dict[str, Any]:
     topic = action["topic"]
     if not isinstance(topic, str) or not topic.strip():
         raise RuleActionError(index, "topic must be a non-empty string.")
-    _check_template(index, "topic", topic)
+    check_template(index, "topic", topic)
     if topic.startswith("$"):
         raise RuleActionError(index, "topic must not start with '$' (reserved for the broker).")
     # Every placeholder stands for one plain fragment: what is left must be a publish topic.
@@ -111,7 +147,7 @@ def _republish(index: int, action: dict[str, Any]) -> dict[str, Any]:
         payload = action["payload"]
         if not isinstance(payload, str):
             raise RuleActionError(index, "payload must be a string template, e.g. '${payload}'.")
-        _check_template(index, "payload", payload)
+        check_template(index, "payload", payload)
         result["payload"] = payload
     if "qos" in action:
         qos = action["qos"]
@@ -138,28 +174,59 @@ def republish_topic_problem(topic: str) -> str | None:
     return None
 
 
+def _known_secrets(previous: list[dict[str, Any]] | None) -> dict[Any, Any]:
+    """The secrets the rule holds now, by what they may be kept for (`secret_identity`)."""
+    from common.contracts.sink_actions import secret_identity
+
+    known: dict[Any, Any] = {}
+    for stored in previous or []:  # stored actions: checked when saved, still JSON
+        if not isinstance(stored, dict):
+            continue
+        for field in SECRET_FIELDS:
+            value = stored.get(field)
+            identity = secret_identity(stored, field) if value else None
+            if identity is not None:
+                known.setdefault(identity, value)
+    return known
+
+
 def _webhook(index: int, action: dict[str, Any], known_secrets: dict[Any, Any]) -> dict[str, Any]:
-    url = action["url"]
+    url = webhook_url(index, action["url"])
+    return {"type": "webhook", "url": url, "secret": signing_secret(index, action, known_secrets)}
+
+
+def webhook_url(index: int, url: Any, field: str = "url") -> str:
+    """A URL the platform may call (a webhook's, a batch's, an AWS endpoint's): http(s), a
+    host, no credentials, no spaces, vetted as `url_problem` says; else RuleActionError."""
     if not isinstance(url, str):
-        raise RuleActionError(index, "url must be a string.")
+        raise RuleActionError(index, f"{field} must be a string.")
+    parts = urlsplit(url)
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url) or len(url) > 2048:
+        raise RuleActionError(index, f"{field} must have no spaces and at most 2048 characters.")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise RuleActionError(
-            index, f"url must be an http:// or https:// URL with a host: {url!r}."
+            index, f"{field} must be an http:// or https:// URL with a host: {url!r}."
         )
     if parts.username or parts.password:
-        raise RuleActionError(index, "url must not carry credentials; the secret signs requests.")
-    if any(ch.isspace() for ch in url) or len(url) > 2048:
-        raise RuleActionError(index, "url must have no spaces and at most 2048 characters.")
+        credentials = "the secret signs requests" if field == "url" else "give them as fields"
+        raise RuleActionError(index, f"{field} must not carry credentials; {credentials}.")
     problem = url_problem(url)
     if problem is not None:
-        raise RuleActionError(index, f"url {url!r}: {problem}.")
+        raise RuleActionError(index, f"{field} {url!r}: {problem}.")
+    return url
+
+
+def signing_secret(index: int, action: dict[str, Any], known_secrets: dict[Any, Any]) -> str:
+    """A webhook's (or batch's) signing secret: the one given, else the one this URL had, else
+    a new one (the tenant reads it to check signatures)."""
     secret = action.get("secret")
-    if secret is None or secret == "":
-        secret = known_secrets.get(url) or secrets.token_urlsafe(WEBHOOK_SECRET_BYTES)
-    elif not isinstance(secret, str) or not 16 <= len(secret) <= 256:
+    if secret is None or secret == "" or secret == REDACTED:
+        known = known_secrets.get((action["type"], "secret", action["url"]))
+        return known or secrets.token_urlsafe(WEBHOOK_SECRET_BYTES)
+    if not isinstance(secret, str) or not 16 <= len(secret) <= 256:
         raise RuleActionError(index, "secret must be a string of 16 to 256 characters.")
-    return {"type": "webhook", "url": url, "secret": secret}
+    return secret
 
 
 def _dataset(index: int, action: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +240,8 @@ def _dataset(index: int, action: dict[str, Any]) -> dict[str, Any]:
     return {"type": "dataset", "name": name}
 
 
-def _check_template(index: int, field: str, template: str) -> None:
+def check_template(index: int, field: str, template: str) -> None:
+    """A `${field}` template's placeholders each name a field, and each is closed."""
     if len(template) > MAX_TEMPLATE:
         raise RuleActionError(index, f"{field} is longer than {MAX_TEMPLATE} characters.")
     for match in _PLACEHOLDER.finditer(template):
@@ -195,9 +263,30 @@ REDACTED = "********"
 
 
 def redact_secrets(actions: Any) -> list[Any]:
-    """The actions with webhook secrets hidden: for readers who may not sign (viewers, dead
-    letters), since a secret lets its holder forge the platform's webhook signatures."""
-    return [
-        {**a, "secret": REDACTED} if isinstance(a, dict) and "secret" in a else a
-        for a in actions or []
-    ]
+    """The actions with every secret hidden: for readers who may not sign (viewers, dead
+    letters), since a signing secret lets its holder forge the platform's webhook signatures,
+    and a credential opens the tenant's own systems."""
+    return [_redacted(a, SECRET_FIELDS) for a in actions or []]
+
+
+def redact_credentials(actions: Any) -> list[Any]:
+    """The actions with the tenant's own credentials hidden (`CREDENTIAL_FIELDS`) and signing
+    secrets left: for members who may write, who need the signing secret to check signatures
+    but never need a credential they gave back (saving `REDACTED` keeps it)."""
+    return [_redacted(a, CREDENTIAL_FIELDS) for a in actions or []]
+
+
+def _redacted(action: Any, fields: tuple[str, ...]) -> Any:
+    if not isinstance(action, dict) or not any(field in action for field in fields):
+        return action
+    from common.contracts.sink_actions import dsn_redacted
+
+    hidden = dict(action)
+    for field in fields:
+        if field not in hidden:
+            continue
+        if field == "dsn":  # where it goes stays readable; its password does not
+            hidden["dsn"] = dsn_redacted(hidden["dsn"])
+        else:
+            hidden[field] = REDACTED
+    return hidden
