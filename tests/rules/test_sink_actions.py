@@ -1,4 +1,4 @@
-"""The sink actions' save-time check (issue 47, `common.contracts.sink_actions` through
+"""The sink actions' save-time check (issue 47, `common.contracts.rule_actions`'
 `normalize_actions`): each type's good and bad shapes, endpoints vetted like a webhook's, and
 credentials kept, sealed and hidden. Pure Python, no database."""
 
