@@ -173,7 +173,7 @@ def republish_topic_problem(topic: str) -> str | None:
     return None
 
 
-def _known_secrets(previous: list[dict[str, Any]] | None) -> dict[Any, Any]:
+def _known_secrets(previous: Any) -> dict[Any, Any]:
     """The secrets the rule holds now, by what they may be kept for (`secret_identity`)."""
     known: dict[Any, Any] = {}
     for stored in previous or []:  # stored actions: checked when saved, still JSON
@@ -363,7 +363,7 @@ def _origin(url: Any) -> str:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
-def secret_identity(action: dict[str, Any], field: str) -> tuple | None:
+def secret_identity(action: dict[str, Any], field: str) -> tuple[Any, ...] | None:
     """What a stored secret is kept for when the action is saved again without it: every field
     that decides where it is sent. None for a field that is no secret of this action type."""
     kind = action.get("type")
@@ -397,7 +397,7 @@ def secret_identity(action: dict[str, Any], field: str) -> tuple | None:
     return None
 
 
-def _dsn_parts(dsn: Any) -> tuple | None:
+def _dsn_parts(dsn: Any) -> tuple[str, int, str, str] | None:
     """(host, port, user, database) of a dsn, for `secret_identity`; None if it is no URL."""
     if not isinstance(dsn, str):
         return None

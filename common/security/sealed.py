@@ -104,7 +104,7 @@ def seal_actions(actions: Any) -> Any:
     return [_sealed(a) if isinstance(a, dict) else a for a in actions]
 
 
-def _sealed(action: dict) -> dict:
+def _sealed(action: dict[str, Any]) -> dict[str, Any]:
     fields = [f for f in SEALED_FIELDS if isinstance(action.get(f), str)]
     if not fields:
         return action
