@@ -142,6 +142,15 @@ class Plan(models.Model):
     max_alarm_keys = models.PositiveIntegerField(
         default=1_000, db_default=1_000, help_text="alarm states (alarm, key) per tenant"
     )
+    # Sinks (issue 47): what one sink's outbox (a rule action's: `tenants.sink_models.SinkOutbox`)
+    # keeps while its far end is down or slow, in outputs and in bytes of their JSON. The rules
+    # job reads them (overrides applied) before it queues one more.
+    max_sink_outbox_messages = models.PositiveIntegerField(
+        default=10_000, db_default=10_000, help_text="outputs one sink's outbox keeps"
+    )
+    max_sink_outbox_bytes = models.PositiveBigIntegerField(
+        default=10_485_760, db_default=10_485_760, help_text="bytes one sink's outbox keeps"
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -1544,3 +1553,6 @@ from tenants.alarm_models import (  # noqa: E402, F401
     AlarmState,
     AlarmTransition,
 )
+
+# Sinks (issue 47): the outbox and each sink's state, in a module of their own as the alarms'.
+from tenants.sink_models import SinkOutbox, SinkState  # noqa: E402, F401

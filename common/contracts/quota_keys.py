@@ -44,4 +44,9 @@ QUOTA_KEYS = (
     # created), and the keys their states are kept for, all alarms together (the live job).
     "max_alarms",
     "max_alarm_keys",
+    # Sinks (issue 47): what one sink (a rule action that delivers through the durable outbox)
+    # keeps waiting while its far end is down or slow: outputs, and bytes of their JSON. The
+    # rules job enforces them.
+    "max_sink_outbox_messages",
+    "max_sink_outbox_bytes",
 )

@@ -176,6 +176,17 @@ ALARM_NOTIFICATION = "tenants_alarmnotification"
 the webhooks and republishes), and by the control plane with an acknowledgement (it sends the
 emails)."""
 
+# -- sinks ----------------------------------------------------------------------------------------
+
+SINK_OUTBOX = "tenants_sinkoutbox"
+"""Sink outputs waiting for their sink (issue 47). To be written and read by the rules job
+(queued, retried, deleted when delivered or dead-lettered); read by the control plane
+(`GET /api/v1/sinks`: depth and age)."""
+
+SINK_STATE = "tenants_sinkstate"
+"""Each sink's state and counters, per (rule, action_index). To be written by the rules job
+(an upsert); read by the control plane."""
+
 ALL = (
     TENANT,
     PLAN,
@@ -217,5 +228,7 @@ ALL = (
     ALARM_STATE,
     ALARM_TRANSITION,
     ALARM_NOTIFICATION,
+    SINK_OUTBOX,
+    SINK_STATE,
 )
 """Every table above: the names the contract test checks against the models."""

@@ -1,12 +1,13 @@
 """Secrets the platform keeps in its database to use again, sealed at rest.
 
 A rule's webhook signing secret is one: the rule jobs sign every call with it, so it cannot be
-stored as a hash the way device secrets are. In the database it is `sealed:v1:<Fernet token>`
-(AES-128-CBC with HMAC-SHA256, `cryptography`) under a key that is not in the database:
-`SEALING_KEY` (any long random string; the Fernet key is derived from it with HKDF), else the
-embedded default file `.data/sealing-key`, created once. A copy of the database alone (a backup,
-a replica, a query that reads more than it should) then yields no secret that forges the
-platform's webhook signatures.
+stored as a hash the way device secrets are; a sink's credentials are others (`SEALED_FIELDS`).
+In the database each is `sealed:v1:<Fernet token>` (AES-128-CBC with HMAC-SHA256,
+`cryptography`) under a key that is not in the database: `SEALING_KEY` (any long random string;
+the Fernet key is derived from it with HKDF), else the embedded default file `.data/sealing-key`,
+created once. A copy of the database alone (a backup, a replica, a query that reads more than it
+should) then yields no secret that forges the platform's webhook signatures, nor a credential
+to a tenant's own systems.
 
 Rotation: the new key in `SEALING_KEY`, the old one in `SEALING_KEY_PREVIOUS`; roll the processes
 (both keys unseal, the new one seals); `manage.py reseal_secrets` re-seals what is stored; then drop
@@ -87,33 +88,46 @@ def reseal(value: str) -> str:
     return PREFIX + _keys()[0].encrypt(unseal(value).encode()).decode()
 
 
-# -- a rule's actions (a JSON list of objects; webhooks carry a "secret") ------------------------
+# -- a rule's actions (a JSON list of objects; webhooks carry a "secret", sinks credentials) ------
+
+# Every field of an action that is sealed at rest: a webhook's or an HTTP batch's signing
+# "secret", and a sink's credentials (S3/SQS/Kinesis "secret_access_key", an MQTT bridge's
+# "password", a Postgres sink's whole "dsn", which holds its password). The same names as
+# `common.contracts.rule_actions.SECRET_FIELDS` (a test holds them equal).
+SEALED_FIELDS = ("secret", "secret_access_key", "password", "dsn")
 
 
 def seal_actions(actions: Any) -> Any:
-    """The actions as the database keeps them: each "secret" sealed."""
+    """The actions as the database keeps them: each secret field (SEALED_FIELDS) sealed."""
     if not isinstance(actions, list):
         return actions
-    return [
-        {**a, "secret": seal(a["secret"])}
-        if isinstance(a, dict) and isinstance(a.get("secret"), str)
-        else a
-        for a in actions
-    ]
+    return [_sealed(a) if isinstance(a, dict) else a for a in actions]
+
+
+def _sealed(action: dict[str, Any]) -> dict[str, Any]:
+    fields = [f for f in SEALED_FIELDS if isinstance(action.get(f), str)]
+    if not fields:
+        return action
+    return {**action, **{f: seal(action[f]) for f in fields}}
 
 
 def open_actions(actions: Any) -> Any:
-    """The actions as stored, each "secret" opened for the code that signs with it or shows it
-    to members who may write. One no key opens stays sealed, and is logged: the webhook call
-    then fails without being made (`spark.rules.actions`), and a member sees it must be replaced."""
+    """The actions as stored, each secret field opened for the code that signs or connects
+    with it, or shows it to members who may write. One no key opens stays sealed, and is
+    logged: the call then fails without being made (`spark.rules.actions`), and a member sees
+    it must be replaced."""
     if not isinstance(actions, list):
         return actions
     opened = []
     for action in actions:
-        if isinstance(action, dict) and is_sealed(action.get("secret")):
-            try:
-                action = {**action, "secret": unseal(action["secret"])}
-            except SealError as exc:
-                log.warning("webhook secret of %s not opened: %s", action.get("url"), exc)
+        if isinstance(action, dict) and any(is_sealed(action.get(f)) for f in SEALED_FIELDS):
+            action = dict(action)
+            for field in SEALED_FIELDS:
+                if not is_sealed(action.get(field)):
+                    continue
+                try:
+                    action[field] = unseal(action[field])
+                except SealError as exc:
+                    log.warning("%s of a %s action not opened: %s", field, action.get("type"), exc)
         opened.append(action)
     return opened

@@ -10,6 +10,7 @@ from tenants.api.inspection_docs import INSPECTION_OPERATIONS, INSPECTION_TAG
 from tenants.api.job_docs import JOB_OPERATIONS, JOB_TAGS
 from tenants.api.journey_docs import JOURNEY_OPERATIONS, JOURNEY_TAG
 from tenants.api.shared_group_docs import SHARED_GROUP_OPERATIONS
+from tenants.api.sink_docs import SINK_OPERATIONS
 
 TAGS = [
     {"name": "Accounts", "description": "Sign up and get API tokens with an email and password."},
@@ -198,7 +199,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "Rules",
         "Create a rule",
         'A rule in the EMQX-style SQL dialect (`SELECT … FROM "topic/#" WHERE …`) with its '
-        "actions (republish, webhook, dataset); the live rules job picks it up.",
+        "actions (republish, webhook, dataset, and the sinks: s3, sqs, kinesis, postgres, "
+        "mqtt_bridge, http_batch); the live rules job picks it up.",
     ),
     ("get", "/api/v1/rules/{name}"): (
         "Rules",
@@ -533,6 +535,7 @@ TAGS.append(FLEET_TAG)
 OPERATIONS.update(FLEET_OPERATIONS)
 TAGS.append(ALARMS_TAG)  # issue 46
 OPERATIONS.update(ALARM_OPERATIONS)
+OPERATIONS.update(SINK_OPERATIONS)  # issue 47: sinks, under Rules
 
 
 def describe_operations(result, generator, request, public):

@@ -8,7 +8,7 @@ import json
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from common.contracts.rule_actions import redact_secrets
+from common.contracts.rule_actions import redact_credentials, redact_secrets
 from tenants.devices import disconnect_reasons
 from tenants.models import QUOTA_KEYS
 from tenants.rules import selectors as rule_selectors
@@ -277,7 +277,14 @@ ACTIONS_HELP = (
     'Several per rule. {"type": "republish", "topic": "alerts/${clientid}", "payload"?: template, '
     '"qos"?: 0-2, "retain"?: bool} | {"type": "webhook", "url": "https://…", "secret"?: str '
     "(generated when omitted; signs X-Signature-256)} | "
-    '{"type": "dataset", "name": slug}'
+    '{"type": "dataset", "name": slug} | sinks (delivered through a durable outbox): '
+    '{"type": "s3", "bucket", "prefix"?, "format"?: "jsonl"|"parquet", "endpoint_url"?, '
+    '"region"?, "access_key_id"?, "secret_access_key"?} | {"type": "sqs", "queue_url", '
+    '…credentials as s3} | {"type": "kinesis", "stream", "partition_key"?: template, …} | '
+    '{"type": "postgres", "dsn": "postgresql://…", "table", "columns"?: {column: template}} | '
+    '{"type": "mqtt_bridge", "host", "port", "tls"?, "username"?, "password"?, "topic": '
+    'template, "qos"?} | {"type": "http_batch", "url", "secret"?}. Credentials are never shown '
+    "again (********); saving one as ******** or without it keeps it for the same destination."
 )
 
 
@@ -347,6 +354,8 @@ class RuleOutput(serializers.Serializer):
         data = super().to_representation(rule)
         if not self.context.get("show_secrets"):  # only members who can write see them
             data["actions"] = redact_secrets(data["actions"])
+        else:  # signing secrets, never a sink's credentials (saving them back keeps them)
+            data["actions"] = redact_credentials(data["actions"])
         return data
 
 

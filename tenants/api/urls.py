@@ -13,6 +13,7 @@ from tenants.api import (
     rule_run_views,
     shadow_views,
     shared_group_views,
+    sink_views,
     usage_views,
     views,
 )
@@ -167,6 +168,13 @@ urlpatterns = [
         name="api-history-policy",
     ),
     path("rules/<str:name>/runs", rule_run_views.RuleRunsView.as_view(), name="api-rule-runs"),
+    # Sinks (issue 47): rule actions that deliver through the durable outbox.
+    path("sinks", sink_views.SinkListView.as_view(), name="api-sinks"),
+    path(
+        "rules/<str:name>/actions/<int:number>/test",
+        sink_views.SinkTestView.as_view(),
+        name="api-rule-action-test",
+    ),
     path(
         "rules/<str:name>/runs/<str:run_id>",
         rule_run_views.RuleRunDetailView.as_view(),

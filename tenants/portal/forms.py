@@ -83,7 +83,13 @@ class RuleForm(forms.Form):
         initial="[]",
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "code"}),
         help_text='A JSON list: {"type": "republish", "topic": "alerts/${clientid}"}, '
-        '{"type": "webhook", "url": "https://…"}, {"type": "dataset", "name": "slug"}.',
+        '{"type": "webhook", "url": "https://…"}, {"type": "dataset", "name": "slug"}, and the '
+        'sinks: {"type": "s3", "bucket": "…", "access_key_id": "…", "secret_access_key": "…"}, '
+        '{"type": "sqs", "queue_url": "https://…"}, {"type": "kinesis", "stream": "…", '
+        '"partition_key": "${clientid}"}, {"type": "postgres", "dsn": "postgresql://…", '
+        '"table": "…", "columns": {"device": "${clientid}"}}, {"type": "mqtt_bridge", "host": '
+        '"…", "port": 8883, "tls": true, "topic": "…"}, {"type": "http_batch", "url": '
+        '"https://…"}. Saved credentials show as ********: leave them so to keep them.',
     )
     enabled = forms.BooleanField(required=False, initial=True)
 

@@ -29,6 +29,7 @@ PAGES: list[NavPage] = [
     NavPage("Devices", "Jobs", "portal:jobs"),
     NavPage("Devices", "Fleet provisioning", "portal:provisioning"),
     NavPage("Data", "Rules", "portal:rules"),
+    NavPage("Data", "Sinks", "portal:sinks"),
     NavPage("Data", "History", "portal:history"),
     NavPage("Data", "Journey", "portal:journey"),
     NavPage("Data", "Live", "portal:live"),

@@ -15,6 +15,7 @@ from tenants.portal import (
     provisioning_views,
     shadow_views,
     shared_group_views,
+    sink_views,
     trust_views,
     views,
 )
@@ -51,6 +52,13 @@ urlpatterns = [
     path("rules/new/", views.rule_new, name="rule-new"),
     path("rules/<str:name>/", views.rule_detail, name="rule"),
     path("rules/<str:name>/delete/", views.rule_delete, name="rule-delete"),
+    # Sinks (issue 47): rule actions that deliver through the durable outbox.
+    path("sinks/", sink_views.sinks, name="sinks"),
+    path(
+        "rules/<str:name>/actions/<int:number>/test/",
+        sink_views.sink_test,
+        name="sink-test",
+    ),
     path(
         "rules/<str:name>/dead-letters/replay/",
         views.rule_dead_letters_replay,

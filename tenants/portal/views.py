@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from common.contracts.rule_actions import redact_secrets
+from common.contracts.rule_actions import redact_credentials, redact_secrets
 from common.security import service_token
 from tenants.accounts import selectors as account_selectors
 from tenants.accounts import services as account_services
@@ -592,9 +592,13 @@ def _rule_editor(request, membership, rule=None):
         {
             "name": rule.name,
             "sql": rule.sql,
-            # Webhook secrets sign requests: members who can write see them, viewers do not.
+            # Webhook secrets sign requests: members who can write see them, viewers do not;
+            # a sink's credentials nobody sees again (saved back as shown, they are kept).
             "actions": json.dumps(
-                rule.actions if membership.can_write else redact_secrets(rule.actions), indent=2
+                redact_credentials(rule.actions)
+                if membership.can_write
+                else redact_secrets(rule.actions),
+                indent=2,
             ),
             "enabled": rule.enabled,
         }

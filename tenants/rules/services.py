@@ -313,7 +313,7 @@ def rule_budget(tenant: Tenant | None) -> Budget:
 
 
 def rules_reseal_secrets() -> dict[str, int]:
-    """Every rule's webhook secrets sealed under the current `SEALING_KEY` (the last step of a
+    """Every rule's webhook secrets and sink credentials sealed under the current `SEALING_KEY` (the last step of a
     rotation, `common.security.sealed`); read and written as stored, past the field that opens them."""
     from django.db import connection
 
@@ -327,19 +327,20 @@ def rules_reseal_secrets() -> dict[str, int]:
             actions = json.loads(stored) if isinstance(stored, str) else stored
             changed = False
             for action in actions or []:
-                secret = action.get("secret") if isinstance(action, dict) else None
-                if not isinstance(secret, str):
-                    continue
-                try:
-                    again = sealed.reseal(secret)
-                except sealed.SealError:
-                    counts["unopened"] += 1
-                    continue
-                if again == secret:
-                    counts["current"] += 1
-                else:
-                    action["secret"], changed = again, True
-                    counts["resealed"] += 1
+                for field in sealed.SEALED_FIELDS:  # signing secrets and sinks' credentials
+                    secret = action.get(field) if isinstance(action, dict) else None
+                    if not isinstance(secret, str):
+                        continue
+                    try:
+                        again = sealed.reseal(secret)
+                    except sealed.SealError:
+                        counts["unopened"] += 1
+                        continue
+                    if again == secret:
+                        counts["current"] += 1
+                    else:
+                        action[field], changed = again, True
+                        counts["resealed"] += 1
             if changed:
                 cursor.execute(
                     "UPDATE tenants_rule SET actions = %s::jsonb WHERE id = %s",

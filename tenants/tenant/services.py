@@ -48,6 +48,8 @@ DEFAULT_PLANS = {
         "max_ca_certificates": 50,
         "max_alarms": 500,
         "max_alarm_keys": 100_000,
+        "max_sink_outbox_messages": 1_000_000,
+        "max_sink_outbox_bytes": 1_073_741_824,
     },
 }
 

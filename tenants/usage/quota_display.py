@@ -43,6 +43,8 @@ LIMITS = {
     "group_retention": ("Shared group retention", "seconds"),
     "max_alarms": ("Alarm definitions", "alarms"),
     "max_alarm_keys": ("Alarm states (alarm, key)", "keys"),
+    "max_sink_outbox_messages": ("Outputs a sink's outbox keeps", "outputs"),
+    "max_sink_outbox_bytes": ("Bytes a sink's outbox keeps", "bytes"),
 }
 
 # Limits whose 0 means "none" rather than "nothing allowed": what the page says instead.
@@ -63,6 +65,8 @@ PER_WHAT = {
     "max_group_messages": "per shared group",
     "max_group_bytes": "per shared group",
     "group_retention": "per shared group",
+    "max_sink_outbox_messages": "per sink (a rule action)",
+    "max_sink_outbox_bytes": "per sink (a rule action)",
 }
 
 
