@@ -82,6 +82,11 @@ class SinkState(models.Model):
     last_ok_at = models.DateTimeField(null=True, blank=True)
     delivered = models.BigIntegerField(default=0, db_default=0, help_text="outputs the sink took")
     dead = models.BigIntegerField(default=0, db_default=0, help_text="outputs dead-lettered")
+    # Delivered after an attempt that failed: the far end may have taken that attempt too, so
+    # it may hold them twice (at least once: the most duplicates there can be).
+    resent = models.BigIntegerField(
+        default=0, db_default=0, help_text="outputs delivered after a failed attempt"
+    )
     updated_at = models.DateTimeField(default=timezone.now, db_default=Now())
 
     class Meta:

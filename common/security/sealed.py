@@ -97,6 +97,12 @@ def reseal(value: str) -> str:
 SEALED_FIELDS = ("secret", "secret_access_key", "password", "dsn")
 
 
+def without_secrets(action: dict[str, Any]) -> dict[str, Any]:
+    """An action with none of its secret fields (SEALED_FIELDS): as the retry queue and dead
+    letters keep it (the job takes the secrets from the rule when it runs it again)."""
+    return {k: v for k, v in action.items() if k not in SEALED_FIELDS}
+
+
 def seal_actions(actions: Any) -> Any:
     """The actions as the database keeps them: each secret field (SEALED_FIELDS) sealed."""
     if not isinstance(actions, list):

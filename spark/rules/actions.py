@@ -82,6 +82,8 @@ class Job:
     # position moves past a batch once each of its jobs is done or kept durably); None: not
     # tracked (backfills, the durable queue's).
     batch: int | None = None
+    # Its action's place among the rule's (0-based): a sink's outbox is per rule action.
+    action_index: int | None = None
 
 
 @dataclass

@@ -41,6 +41,7 @@ from common.rules import CompiledRule, default_budget
 from common.stores.isolation import each_alone_sync, is_away
 from common.stores.postgres_text import storable_text, storable_value
 from spark.rules.plan import RuleSpec
+from spark.rules.refusals import count_refused
 from spark.rules.results import BatchResults
 
 log = logging.getLogger(__name__)
@@ -65,19 +66,6 @@ SELECT d.name FROM {tables.DEVICE} d JOIN {tables.TENANT} t ON t.id = d.tenant_i
  WHERE t.slug = %s AND d.enabled
 """
 _FORGET = f"DELETE FROM {tables.ALARM_STATE} WHERE definition_id = %s AND key = %s"
-# A refusal by `max_alarm_keys`, in the tenant's usage minute as the broker counts its own
-# (`dropped`, cause `quota_alarm_keys`): the quota page and GET /api/v1/quota show it.
-_REFUSED = f"""
-INSERT INTO {tables.USAGE} (tenant_id, minute, connection_seconds, messages_in, messages_out,
-                           bytes_in, bytes_out, dropped, retained_count, stored_bytes)
-SELECT t.id, date_trunc('minute', now()), 0, 0, 0, 0, 0,
-       jsonb_build_object('quota_alarm_keys', %s::bigint), 0, 0
-  FROM {tables.TENANT} t WHERE t.slug = %s
-ON CONFLICT (tenant_id, minute) DO UPDATE SET
-  dropped = {tables.USAGE}.dropped || jsonb_build_object('quota_alarm_keys',
-    COALESCE(({tables.USAGE}.dropped ->> 'quota_alarm_keys')::bigint, 0)
-    + (EXCLUDED.dropped ->> 'quota_alarm_keys')::bigint)
-"""
 _PROBE = f"SELECT count(*), max(updated_at), sum(id) FROM {tables.ALARM_DEFINITION} WHERE enabled"
 _STATES = f"""
 SELECT definition_id, key, status, machine FROM {tables.ALARM_STATE}
@@ -526,7 +514,7 @@ class AlarmKeeper:
 
     def _write_rest(self, cur: psycopg.Cursor[Any]) -> None:
         cur.executemany(_FORGET, self.forgotten)
-        cur.executemany(_REFUSED, [(n, t) for t, n in self.refused.items() if n])
+        count_refused(cur, "quota_alarm_keys", self.refused)
         if self.position is not None:
             cur.execute(_POSITION, (self.stream, self.position, self.position))
 

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from common.contracts import tables
+from common.security import sealed
 from common.stores.isolation import AWAY, batch_else_each_sync
 from common.stores.postgres_text import storable_json, storable_text
 from spark.rules import store as db
@@ -49,15 +50,15 @@ class DeadLetter:
     key: str = ""  # its action ledger key (`ledger.ActionKey.encode`), if the message had an id
 
 
-_DEAD = f"""
+INSERT_DEAD_LETTER = f"""
 INSERT INTO {tables.RULE_DEAD_LETTER}
     (rule_id, action, output, body, error, attempts, created_at, ledger_key)
 SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM {tables.RULE} WHERE id = %s)
 """
 
 
-def _letter_params(letter: DeadLetter, now: datetime, output: Any = None) -> tuple:
-    action = {k: v for k, v in letter.action.items() if k != "secret"}
+def letter_params(letter: DeadLetter, now: datetime, output: Any = None) -> tuple:
+    action = sealed.without_secrets(letter.action)
     return (
         letter.rule_id,
         storable_json(action),
@@ -150,7 +151,7 @@ class Books:
 
         def write(group: list[DeadLetter]) -> None:
             with conn.transaction(), conn.cursor() as cursor:
-                cursor.executemany(_DEAD, [_letter_params(x, now) for x in group])
+                cursor.executemany(INSERT_DEAD_LETTER, [letter_params(x, now) for x in group])
 
         def stand_in(letter: DeadLetter, exc: Exception) -> None:
             self._stand_in(conn, letter, now)
@@ -190,7 +191,7 @@ class Books:
         )
         try:
             with conn.transaction():
-                conn.execute(_DEAD, _letter_params(stand_in_letter, now))
+                conn.execute(INSERT_DEAD_LETTER, letter_params(stand_in_letter, now))
         except _AWAY:
             raise
         except psycopg.Error:

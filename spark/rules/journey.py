@@ -39,6 +39,7 @@ from common.journey.schema import (
 )
 from common.stores.object_store import ObjectStore
 from spark.rules.actions import Outcome
+from spark.rules.outbox import SINKS
 
 log = logging.getLogger("spark.rules.journey")
 
@@ -55,6 +56,17 @@ def action_words(action: Mapping[str, Any]) -> str:
         return f"republish to {action.get('topic')}"
     if kind == "dataset":
         return f"dataset {action.get('name')}"
+    where = {
+        "s3": ("bucket", action.get("bucket")),
+        "sqs": ("queue", str(action.get("queue_url") or "").rstrip("/").rsplit("/", 1)[-1]),
+        "kinesis": ("stream", action.get("stream")),
+        "postgres": ("table", action.get("table")),
+        "mqtt_bridge": ("broker", action.get("host")),
+        "http_batch": ("", urlsplit(str(action.get("url") or "")).hostname or "?"),
+    }.get(kind)
+    if where is not None:
+        label, name = where
+        return f"{kind} to {label} {name}" if label else f"{kind} to {name}"
     return kind
 
 
@@ -116,6 +128,8 @@ class RuleJourney:
             words = action_words(job.action)
             if outcome.ok:
                 kind, reason = RULE_ACTION_OK, words
+                if job.action.get("type") in SINKS:
+                    reason += ": in its outbox (delivered apart)"
             else:
                 kind, reason = RULE_ACTION_FAILED, f"{words}: {outcome.error}"
                 if outcome.dead:
@@ -127,6 +141,22 @@ class RuleJourney:
                 rule=job.rule_name or names.get(job.rule_id),
                 latency_ms=done_ms - job.ts_ms if job.ts_ms else None,
             )
+            found.append(row)
+        self._add(found)
+
+    def sinks(self, outcomes: Iterable[Outcome]) -> None:
+        """Sink outputs the sender delivered or gave up on (`sink_sender.py`)."""
+        found = []
+        for outcome in outcomes:
+            job = outcome.job
+            words = action_words(job.action)
+            if outcome.ok:
+                kind, reason = RULE_ACTION_OK, f"{words}: delivered"
+            else:
+                kind = RULE_ACTION_FAILED
+                reason = f"{words}: {outcome.error} (kept as a dead letter: replay it from the rule's page)"
+            row = self._row(job.tenant, outcome.done_ms, job.topic, job.client_id, kind)
+            row.update(reason=reason, rule=job.rule_name, latency_ms=outcome.done_ms - job.ts_ms)
             found.append(row)
         self._add(found)
 

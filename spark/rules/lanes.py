@@ -41,6 +41,7 @@ from common.stores.object_store import ObjectStore
 from common.webhooks.delivery import Timeouts, output_json, post_once
 from spark.rules.actions import BROKER_AWAY, UNOPENED, ActionRunner, Job, Outcome, log_detail
 from spark.rules.ledger import ActionKey
+from spark.rules.outbox import SINKS, SinkOutbox
 from spark.rules.publisher import PublishFailed, PublishRefused, RulePublisher
 from spark.rules.retry_store import RetryStore, Waiting
 
@@ -66,12 +67,14 @@ class _Lane:
         self.webhooks: deque[Job] = deque()
         self.republish: dict[int, deque[Job]] = {}
         self.datasets: list[Job] = []
+        self.sinks: list[Job] = []
         self.queued = 0
         self.bytes = 0
         self.sizes: dict[int, int] = {}  # id(job) -> its size, while queued
         self.webhook_workers = 0
         self.republish_workers: set[int] = set()
         self.dataset_worker = False
+        self.sink_worker = False
         self.running = 0
 
 
@@ -87,8 +90,10 @@ class ActionLanes:
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
         retries: RetryStore | None = None,
         resolve: Callable[[int, dict], dict | None] | None = None,
+        outbox: SinkOutbox | None = None,
     ) -> None:
         self.writer = ActionRunner(store, max_workers=1)  # datasets and templates only
+        self.outbox = outbox  # sinks' outputs go there (`outbox.py`); None: no sink runs
         self.mqtt_host = mqtt_host or os.environ.get("MQTT_INTERNAL_HOST", "127.0.0.1")
         self.mqtt_port = int(
             mqtt_port
@@ -232,6 +237,11 @@ class ActionLanes:
                 if not lane.dataset_worker:
                     lane.dataset_worker = True
                     asyncio.create_task(self._dataset_worker(lane))
+            elif kind in SINKS and self.outbox is not None:
+                lane.sinks.append(job)
+                if not lane.sink_worker:
+                    lane.sink_worker = True
+                    asyncio.create_task(self._sink_worker(lane))
             else:
                 self._take(lane, job)
                 self._finish(Outcome(job, False, "unknown action"))
@@ -276,7 +286,7 @@ class ActionLanes:
                 return
             self.loop.call_later(max(delay, 0.05), back)
             return
-        action = {k: v for k, v in job.action.items() if k != "secret"}
+        action = sealed.without_secrets(job.action)
         body = output_json(job.output)
         self._spill.append(
             Waiting(
@@ -431,6 +441,32 @@ class ActionLanes:
         finally:
             lane.dataset_worker = False
 
+    # -- sinks --------------------------------------------------------------------------------
+
+    async def _sink_worker(self, lane: _Lane) -> None:
+        """The lane's sink outputs into their outboxes, what gathered meanwhile at once (the
+        sink sender delivers them); the database away: each tried again as any action."""
+        assert self.outbox is not None
+        try:
+            while lane.sinks:
+                jobs, lane.sinks = lane.sinks, []
+                for job in jobs:
+                    self._take(lane, job)
+                lane.running += len(jobs)
+                try:
+                    outcomes = await asyncio.to_thread(self.outbox.append, jobs)
+                except Exception as exc:
+                    log_detail(f"sink outbox: {type(exc).__name__}: {exc}")
+                    for job in jobs:
+                        self._again(job, "the platform's database is away for a moment")
+                    continue
+                finally:
+                    lane.running -= len(jobs)
+                for outcome in outcomes:
+                    self._finish(outcome)
+        finally:
+            lane.sink_worker = False
+
     # -- the durable queue --------------------------------------------------------------------
 
     async def _spiller(self) -> None:
@@ -487,6 +523,7 @@ class ActionLanes:
             key,
             topic=row.topic or None,
             client_id=row.client_id or None,
+            action_index=key.action if key is not None else None,
         )
 
     async def _poll_durable(self) -> None:

@@ -66,6 +66,7 @@ from spark.rules.journey import RuleJourney
 from spark.rules.lanes import ActionLanes
 from spark.rules.live_alarms import FEED_LAG, LiveAlarms
 from spark.rules.metering import UsageWriter
+from spark.rules.outbox import SinkOutbox
 from spark.rules.pausing import BudgetWatch
 from spark.rules.plan import (
     PASSED,
@@ -80,6 +81,7 @@ from spark.rules.results import BatchResults
 from spark.rules.retry_store import RetryStore
 from spark.rules.runner import ACTION_CHUNK, BatchSummary, RuleCount, account, jobs_of
 from spark.rules.runner import count as count_rows
+from spark.rules.sink_sender import SINK_KEYS, SinkSender
 from spark.session import in_process
 
 T = TypeVar("T")
@@ -268,12 +270,16 @@ class LiveJob:
         # Actions run asynchronously, per tenant (lanes.py): a batch hands them over and goes
         # on; their outcomes are recorded as they complete (`record`), batch or no batch.
         retries = RetryStore(dsn)
+        # Sinks' outputs go to their durable outboxes (outbox.py), which the sender delivers.
+        self.outbox = SinkOutbox(dsn)
         if lanes is None:
             lanes = (
-                ActionLanes.like(runner, retries=retries, resolve=self._resolve)
+                ActionLanes.like(runner, retries=retries, resolve=self._resolve, outbox=self.outbox)
                 if runner is not None
-                else ActionLanes(store, retries=retries, resolve=self._resolve)
+                else ActionLanes(store, retries=retries, resolve=self._resolve, outbox=self.outbox)
             )
+        elif lanes.outbox is None:
+            lanes.outbox = self.outbox
         self.runner = runner
         self.lanes = lanes
         self._record_lock = threading.Lock()
@@ -293,6 +299,8 @@ class LiveJob:
         self.ledger = ledger.Pending()  # actions done, for the action ledger
         self.watch = BudgetWatch()
         self.journey = journey if journey is not None else RuleJourney(store)
+        self.sinks = SinkSender(dsn, self.journey)
+        self.outbox.on_append = self.sinks.wake
         self._stop = threading.Event()
         self.progress = FeedProgress()
         self.lanes.on_settled = self.progress.settle
@@ -608,7 +616,7 @@ class LiveJob:
         spec = next((s for s in self.rules.specs if s.id == rule_id), None)
         if spec is None:
             return None
-        keys = {"webhook": "url", "republish": "topic", "dataset": "name"}
+        keys = {"webhook": "url", "republish": "topic", "dataset": "name", **SINK_KEYS}
         key = keys.get(str(action.get("type")))
         for candidate in spec.actions:
             if candidate.get("type") == action.get("type") and (
@@ -723,6 +731,7 @@ class LiveJob:
         )
         self._recorder.start()
         self.alarms.start()
+        self.sinks.start()
 
     def _start_feed(self) -> None:
         """Read the live feed from where the job left it (`spark.rules.feed`)."""
@@ -758,6 +767,7 @@ class LiveJob:
         )
         self._recorder.start()
         self.alarms.start()
+        self.sinks.start()
 
     def _check_gap(self, after: str) -> None:
         """Entries Redis trimmed before the job read them (it was down or behind for longer
@@ -867,6 +877,8 @@ class LiveJob:
         self.alarms.stop()
         # What runs finishes (a few seconds at most); what waits is kept in the durable queue.
         self.lanes.close(grace=10.0)
+        self.sinks.stop()  # what waits stays in the outboxes
+        self.outbox.close()
         self.record()
         self.journey.flush(force=True)
         if self.runner is not None:

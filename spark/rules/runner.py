@@ -133,6 +133,7 @@ def jobs_of(
                     device=device,
                     rule_name=spec.name,
                     batch=batch,
+                    action_index=position,
                 )
 
 

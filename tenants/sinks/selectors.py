@@ -31,6 +31,7 @@ class SinkRow:
     last_ok_at: datetime | None
     delivered: int
     dead: int
+    resent: int
     updated_at: datetime | None
 
 
@@ -98,6 +99,7 @@ def sinks_list(*, tenant: Tenant) -> list[SinkRow]:
                     last_ok_at=state.last_ok_at if state else None,
                     delivered=state.delivered if state else 0,
                     dead=state.dead if state else 0,
+                    resent=state.resent if state else 0,
                     updated_at=state.updated_at if state else None,
                 )
             )

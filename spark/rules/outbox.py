@@ -1,0 +1,144 @@
+"""Sinks' durable outboxes, the rules' side (issue 47): an output for an S3, SQS, Kinesis,
+PostgreSQL, MQTT-bridge or HTTP-batch action is done, as far as its rule goes, once it is in its
+sink's outbox (`tenants_sinkoutbox`, one queue per rule action): the action ledger, counters and
+metering take it from there, and the sink sender (`sink_sender.py`) delivers it, retrying while
+the far end is away. Nothing a rule produced waits only in memory for a sink.
+
+Bounded per sink by the tenant's `max_sink_outbox_messages` and `max_sink_outbox_bytes`: an
+output over them is not dropped silently — it becomes a dead letter saying so (replayable from
+the rule's page) and is counted (`quota_sink_outbox`). One transaction per append; a value the
+database would refuse cannot occur (the body is JSON text with every character escaped), and an
+append that fails for the database being away is retried by the lanes like any action.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from common.contracts import tables
+from common.sinks import SINK_TYPES
+from common.webhooks.delivery import output_json
+from spark.rules import store as db
+from spark.rules.actions import Job, Outcome
+from spark.rules.refusals import count_refused
+
+log = logging.getLogger("spark.rules.outbox")
+
+SINKS = frozenset(SINK_TYPES)
+
+
+def _quota(key: str) -> str:
+    return (
+        f"COALESCE(CASE WHEN jsonb_typeof(t.quota_overrides -> '{key}') = 'number' "
+        f"THEN (t.quota_overrides ->> '{key}')::numeric::bigint END, p.{key})"
+    )
+
+
+_LIMITS = f"""
+SELECT t.slug, t.id, {_quota("max_sink_outbox_messages")}, {_quota("max_sink_outbox_bytes")}
+  FROM {tables.TENANT} t JOIN {tables.PLAN} p ON p.id = t.plan_id WHERE t.slug = ANY(%s)
+"""
+_DEPTH = f"""
+SELECT rule_id, action_index, count(*), COALESCE(sum(octet_length(body)), 0)
+  FROM {tables.SINK_OUTBOX} WHERE rule_id = ANY(%s) GROUP BY rule_id, action_index
+"""
+_INSERT = f"""
+INSERT INTO {tables.SINK_OUTBOX}
+    (tenant_id, rule_id, action_index, key, body, ts_ms, ledger_key, topic, client_id)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM {tables.RULE} WHERE id = %s)
+"""
+
+
+def full_words(most: int, most_bytes: int) -> str:
+    return (
+        f"the sink's outbox is full (it keeps {most:,} outputs or {most_bytes:,} bytes: "
+        "max_sink_outbox_messages, max_sink_outbox_bytes) while the sink is away or slow"
+    )
+
+
+class SinkOutbox:
+    """Appends sink outputs (thread-safe: the lanes call it from worker threads)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self.appended = 0
+        self.on_append: Callable[[], None] | None = None  # the sender, woken
+
+    def append(self, jobs: Sequence[Job]) -> list[Outcome]:
+        """Each job's outcome: in its outbox (ok), or a dead letter when the outbox is full;
+        raises when the database is away (nothing written: the caller tries again)."""
+        if not jobs:
+            return []
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = db.connect(self.dsn)
+                return self._append(self._conn, jobs)
+            except Exception:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                raise
+
+    def _append(self, conn: psycopg.Connection[Any], jobs: Sequence[Job]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        refused: Counter[str] = Counter()
+        with conn.transaction(), conn.cursor() as cur:
+            limits = {
+                slug: (tenant_id, int(most), int(most_bytes))
+                for slug, tenant_id, most, most_bytes in cur.execute(
+                    _LIMITS, (sorted({j.tenant for j in jobs}),)
+                ).fetchall()
+            }
+            depth = {
+                (rule_id, index): [int(n), int(size)]
+                for rule_id, index, n, size in cur.execute(
+                    _DEPTH, (sorted({j.rule_id for j in jobs}),)
+                ).fetchall()
+            }
+            rows = []
+            for job in jobs:
+                limit = limits.get(job.tenant)
+                if limit is None or job.action_index is None:
+                    outcomes.append(Outcome(job, False, "the rule's tenant or action is gone"))
+                    continue
+                tenant_id, most, most_bytes = limit
+                body = output_json(job.output)
+                size = len(body.encode())
+                held = depth.setdefault((job.rule_id, job.action_index), [0, 0])
+                if held[0] + 1 > most or held[1] + size > most_bytes:
+                    outcomes.append(Outcome(job, False, full_words(most, most_bytes), dead=True))
+                    refused[job.tenant] += 1
+                    continue
+                held[0] += 1
+                held[1] += size
+                rows.append(
+                    (
+                        tenant_id, job.rule_id, job.action_index, job.client_id or "", body,
+                        job.ts_ms, job.key.encode() if job.key is not None else "",
+                        job.topic or "", job.client_id or "", job.rule_id,
+                    )
+                )  # fmt: skip
+                outcomes.append(Outcome(job, True))
+            if rows:
+                cur.executemany(_INSERT, rows)
+            if refused:
+                count_refused(cur, "quota_sink_outbox", refused)
+        self.appended += len(rows)
+        if rows and self.on_append is not None:
+            self.on_append()
+        return outcomes
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None

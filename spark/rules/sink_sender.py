@@ -1,0 +1,388 @@
+"""Sinks' delivery, the live job's sender (issue 47): each sink's due outputs taken from its
+outbox in order (`outbox.py` put them there), handed to its writer (`common.sinks`), settled.
+
+- One sink (rule action) is sent by one worker at a time, oldest first, at most a send's worth
+  (`batch_limits`); sinks of every tenant share `workers` threads, so a slow far end holds its
+  own sink only. An S3 sink gathers: it sends once a full object is waiting or its oldest output
+  is `S3_FLUSH_SECONDS` old (one object per flush, named by its outbox ids).
+- A claim is a lease (`LEASE` seconds): a sender killed mid-send leaves its outputs to be sent
+  again after it — at least once, never lost. Delivered outputs are deleted; one the far end
+  refused for now waits `backoff × 2^attempts` (up to `max_backoff`), and the same key's later
+  outputs wait behind it (order per key kept where the sink has one); after `attempts`, or at
+  once when the far end refused it for good, it is a dead letter in words, replayable.
+- Per sink, its state (`tenants_sinkstate`: ok, retrying, failing; the last error in words,
+  delivered, dead and resent counts — resent: delivered after a failed attempt the far end may
+  have taken too, the most duplicates it can hold) for `GET /api/v1/sinks`; the journey has a row per output
+  delivered or given up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from common.contracts import tables
+from common.security import sealed
+from common.sinks import Record, Result, SinkWriter, batch_limits, writer_for
+from spark.rules import store as db
+from spark.rules.actions import Job, Outcome
+from spark.rules.bookkeeping import INSERT_DEAD_LETTER, DeadLetter, letter_params
+from spark.rules.journey import RuleJourney
+from spark.rules.outbox import SINKS
+
+log = logging.getLogger("spark.rules.sinks")
+
+LEASE = 120.0
+S3_FLUSH_SECONDS = float(os.environ.get("SINK_S3_FLUSH_SECONDS", "5"))
+RETRYING, FAILING, OK = "retrying", "failing", "ok"
+# What names a sink action among a rule's (a job back from the durable queue finds its action).
+SINK_KEYS = {"s3": "bucket", "sqs": "queue_url", "kinesis": "stream", "postgres": "table",
+             "mqtt_bridge": "host", "http_batch": "url"}  # fmt: skip
+FAILING_AFTER = 3  # attempts of its oldest output before a sink is said to be failing
+
+_DUE = f"""
+SELECT rule_id, action_index, count(*), extract(epoch FROM now() - min(created_at))
+  FROM {tables.SINK_OUTBOX} WHERE next_attempt_at <= now() GROUP BY rule_id, action_index
+"""
+_RULES = f"""
+SELECT r.id, r.actions, r.name, t.slug FROM {tables.RULE} r
+  JOIN {tables.TENANT} t ON t.id = r.tenant_id WHERE r.id = ANY(%s)
+"""
+_CLAIM = f"""
+UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() + make_interval(secs => %s)
+ WHERE id IN (SELECT id FROM {tables.SINK_OUTBOX}
+               WHERE rule_id = %s AND action_index = %s AND next_attempt_at <= now()
+               ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+RETURNING id, key, body, ts_ms, attempts, ledger_key, topic, client_id, tenant_id
+"""
+_RELEASE = f"UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() WHERE id = ANY(%s)"
+_DELETE = f"DELETE FROM {tables.SINK_OUTBOX} WHERE id = ANY(%s)"
+_RETRY = f"""
+UPDATE {tables.SINK_OUTBOX} SET attempts = attempts + 1, last_error = %s,
+       next_attempt_at = now() + make_interval(secs => %s) WHERE id = %s
+"""
+_BEHIND = f"""
+UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = GREATEST(next_attempt_at,
+       now() + make_interval(secs => %s))
+ WHERE rule_id = %s AND action_index = %s AND key = %s AND id > %s
+"""
+_STATE = f"""
+INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, state, last_error,
+                                 last_error_at, last_ok_at, delivered, dead, resent, updated_at)
+VALUES (%(tenant_id)s, %(rule_id)s, %(index)s, %(state)s, %(error)s, %(error_at)s, %(ok_at)s,
+        %(delivered)s, %(dead)s, %(resent)s, now())
+ON CONFLICT (rule_id, action_index) DO UPDATE SET
+  state = EXCLUDED.state,
+  last_error = CASE WHEN EXCLUDED.last_error <> '' THEN EXCLUDED.last_error
+                    ELSE {tables.SINK_STATE}.last_error END,
+  last_error_at = COALESCE(EXCLUDED.last_error_at, {tables.SINK_STATE}.last_error_at),
+  last_ok_at = COALESCE(EXCLUDED.last_ok_at, {tables.SINK_STATE}.last_ok_at),
+  delivered = {tables.SINK_STATE}.delivered + EXCLUDED.delivered,
+  dead = {tables.SINK_STATE}.dead + EXCLUDED.dead,
+  resent = {tables.SINK_STATE}.resent + EXCLUDED.resent, updated_at = now()
+"""
+
+
+@dataclass(frozen=True)
+class Sink:
+    rule_id: int
+    index: int
+
+
+@dataclass
+class _Claimed:
+    records: list[Record]
+    rows: dict[int, tuple[Any, ...]]  # outbox id -> (attempts, ledger_key, topic, client_id)
+    tenant_id: int
+
+
+class SinkSender:
+    """The sender thread and its workers (see the module)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        journey: RuleJourney | None = None,
+        *,
+        workers: int = 4,
+        poll: float = 0.2,
+        attempts: int = int(os.environ.get("SINK_ATTEMPTS", "10")),
+        backoff: float = 1.0,
+        max_backoff: float = 300.0,
+    ) -> None:
+        self.dsn, self.journey = dsn, journey
+        self.poll, self.attempts = poll, attempts
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="sink")
+        self._busy: set[Sink] = set()
+        self._busy_lock = threading.Lock()
+        self._writers: dict[Sink, tuple[str, SinkWriter]] = {}
+        self._writers_lock = threading.Lock()
+        self._local = threading.local()
+        self._conns: list[psycopg.Connection[Any]] = []  # every thread's, closed at stop
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.delivered = self.dead = 0
+
+    # -- the sender thread ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sink-sender", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Outputs were appended: look now, not at the next poll."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.poll)
+            self._wake.clear()
+            try:
+                self.round()
+            except Exception:
+                log.exception("sinks: a round failed (tried again)")
+                self._drop_connection()
+
+    def round(self) -> int:
+        """Hand each due sink not being sent to a worker; how many were handed."""
+        conn = self._connection()
+        due = conn.execute(_DUE).fetchall()
+        if not due:
+            return 0
+        rules = {r[0]: r for r in conn.execute(_RULES, ([d[0] for d in due],)).fetchall()}
+        handed = 0
+        for rule_id, index, waiting, age in due:
+            sink = Sink(rule_id, index)
+            rule = rules.get(rule_id)
+            action = _action_of(rule, index)
+            if action is not None and action.get("type") == "s3":
+                most, _ = batch_limits(action)
+                if waiting < most and float(age or 0) < S3_FLUSH_SECONDS:
+                    continue  # gathering into one object
+            with self._busy_lock:
+                if sink in self._busy:
+                    continue
+                self._busy.add(sink)
+            self.pool.submit(self._deliver_guarded, sink, rule)
+            handed += 1
+        return handed
+
+    # -- a worker -------------------------------------------------------------------------------
+
+    def _deliver_guarded(self, sink: Sink, rule: tuple[Any, ...] | None) -> None:
+        try:
+            self.deliver(sink, rule)
+        except Exception:
+            log.exception(
+                "sinks: rule %s action %s not sent (tried again)", sink.rule_id, sink.index
+            )
+            self._drop_connection()
+        finally:
+            with self._busy_lock:
+                self._busy.discard(sink)
+
+    def deliver(self, sink: Sink, rule: tuple[Any, ...] | None) -> int:
+        """Send one batch of the sink's due outputs and settle it; returns how many were sent."""
+        conn = self._connection()
+        action = _action_of(rule, sink.index)
+        words = _problem(action)
+        most, most_bytes = batch_limits(action) if words is None and action else (500, 1 << 20)
+        claimed = self._claim(conn, sink, most, most_bytes)
+        if not claimed.records:
+            return 0
+        writer = None
+        if words is None and action is not None and rule is not None:
+            try:
+                writer = self._writer(sink, action, rule[3])
+            except ValueError as exc:
+                words = str(exc)
+        if writer is None:
+            results = [Result(False, words or "the sink's action is gone", False)] * len(
+                claimed.records
+            )
+        else:
+            results = writer.send(claimed.records)
+        self._settle(conn, sink, rule, action or {}, claimed, results)
+        return len(claimed.records)
+
+    def _claim(self, conn: psycopg.Connection[Any], sink: Sink, most: int, most_bytes: int):
+        rows = sorted(
+            conn.execute(_CLAIM, (LEASE, sink.rule_id, sink.index, most)).fetchall(),
+            key=lambda r: r[0],
+        )
+        records: list[Record] = []
+        kept: dict[int, tuple[Any, ...]] = {}
+        size, over = 0, []
+        for outbox_id, key, body, ts_ms, attempts, ledger_key, topic, client_id, _ in rows:
+            size += len(body.encode())
+            if records and size > most_bytes:
+                over.append(outbox_id)  # the next send's
+                continue
+            try:
+                output = json.loads(body)
+            except ValueError:
+                output = {"value": body}
+            if not isinstance(output, dict):
+                output = {"value": output}
+            records.append(Record(outbox_id, key, body, ts_ms, output))
+            kept[outbox_id] = (attempts, ledger_key, topic, client_id)
+        if over:
+            conn.execute(_RELEASE, (over,))
+        return _Claimed(records, kept, rows[0][8] if rows else 0)
+
+    def _settle(
+        self,
+        conn: psycopg.Connection[Any],
+        sink: Sink,
+        rule: tuple[Any, ...] | None,
+        action: dict[str, Any],
+        claimed: _Claimed,
+        results: Sequence[Result],
+    ) -> None:
+        done, dead, waiting = [], [], []
+        for record, result in zip(claimed.records, results, strict=True):
+            attempts = claimed.rows[record.id][0] + 1
+            if result.ok:
+                done.append(record)
+            elif not result.retry or attempts >= self.attempts:
+                dead.append((record, result.error or "refused", attempts))
+            else:
+                waiting.append((record, result.error or "not sent", attempts))
+        now = datetime.now(UTC)
+        tenant = rule[3] if rule is not None else ""
+        letters = [
+            DeadLetter(
+                sink.rule_id,
+                tenant,
+                action,
+                r.output,
+                error,
+                attempts,
+                r.body,
+                key=claimed.rows[r.id][1],
+            )  # fmt: skip
+            for r, error, attempts in dead
+        ]
+        oldest_failing = max((a for _, _, a in waiting), default=0)
+        state = OK if not waiting else FAILING if oldest_failing >= FAILING_AFTER else RETRYING
+        error = (waiting or dead or [(None, "", 0)])[-1][1]
+        with conn.transaction(), conn.cursor() as cur:
+            gone = [r.id for r in done] + [r.id for r, _, _ in dead]
+            if gone:
+                cur.execute(_DELETE, (gone,))
+            if letters:
+                cur.executemany(INSERT_DEAD_LETTER, [letter_params(x, now) for x in letters])
+            held: dict[str, tuple[int, float]] = {}
+            for record, why, attempts in waiting:
+                delay = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))
+                cur.execute(_RETRY, (why[:2000], delay, record.id))
+                held.setdefault(record.key, (record.id, delay))
+            for key, (first, delay) in held.items():  # its later outputs wait behind it
+                cur.execute(_BEHIND, (delay, sink.rule_id, sink.index, key, first))
+            cur.execute(
+                _STATE,
+                {
+                    "tenant_id": claimed.tenant_id, "rule_id": sink.rule_id, "index": sink.index,
+                    "state": state, "error": (error or "")[:2000],
+                    "error_at": now if error else None, "ok_at": now if done else None,
+                    "delivered": len(done), "dead": len(dead),
+                    "resent": sum(1 for r in done if claimed.rows[r.id][0] > 0),
+                },
+            )  # fmt: skip
+        self.delivered += len(done)
+        self.dead += len(dead)
+        if self.journey is not None:
+            self._journey(sink, rule, action, claimed, done, dead)
+
+    def _journey(self, sink, rule, action, claimed, done, dead) -> None:
+        name = rule[2] if rule is not None else None
+        tenant = rule[3] if rule is not None else ""
+        now_ms = int(time.time() * 1000)
+        outcomes = []
+        for record, ok, error in [(r, True, "") for r in done] + [
+            (r, False, e) for r, e, _ in dead
+        ]:
+            _, _, topic, client_id = claimed.rows[record.id]
+            job = Job(sink.rule_id, tenant, "", action, record.output, record.ts_ms,
+                      topic=topic or None, client_id=client_id or None, rule_name=name,
+                      action_index=sink.index)  # fmt: skip
+            outcomes.append(Outcome(job, ok, error, done_ms=now_ms, dead=not ok))
+        self.journey.sinks(outcomes)
+
+    # -- writers and connections ----------------------------------------------------------------
+
+    def _writer(self, sink: Sink, action: dict[str, Any], tenant: str) -> SinkWriter:
+        """The sink's writer, kept while its action stays the same (a bridge's connection)."""
+        fingerprint = json.dumps(action, sort_keys=True, default=str)
+        with self._writers_lock:
+            kept = self._writers.get(sink)
+            if kept is not None and kept[0] == fingerprint:
+                return kept[1]
+            if kept is not None:
+                kept[1].close()
+            writer = writer_for(action, tenant)
+            self._writers[sink] = (fingerprint, writer)
+            return writer
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            conn = self._local.conn = db.connect(self.dsn)
+            with self._busy_lock:
+                self._conns = [c for c in self._conns if not c.closed] + [conn]
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+        self._local.conn = None
+
+    def stop(self, grace: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(grace)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        with self._writers_lock:
+            for _, writer in self._writers.values():
+                writer.close()
+            self._writers.clear()
+        with self._busy_lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+
+
+def _action_of(rule: tuple[Any, ...] | None, index: int) -> dict[str, Any] | None:
+    """The rule's action at `index`, its secrets opened; None when it is gone."""
+    if rule is None:
+        return None
+    actions = rule[1] if isinstance(rule[1], list) else json.loads(rule[1] or "[]")
+    if not 0 <= index < len(actions) or not isinstance(actions[index], dict):
+        return None
+    [opened] = sealed.open_actions([actions[index]])
+    return opened if isinstance(opened, dict) else None
+
+
+def _problem(action: dict[str, Any] | None) -> str | None:
+    """Why the outputs waiting for this action cannot be sent by it, in words; None if they can."""
+    if action is None:
+        return "the rule or this action was deleted before its outputs were sent"
+    if action.get("type") not in SINKS:
+        return f"the rule's action changed to {action.get('type')!r} before its outputs were sent"
+    if any(sealed.is_sealed(action.get(f)) for f in sealed.SEALED_FIELDS):
+        return "the sink's credentials are sealed under a key this job does not have (SEALING_KEY)"
+    return None
