@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, serializers, status
+from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
 from common.contracts.rule_actions import SINK_TYPES
@@ -53,12 +53,6 @@ class SinkTestOutput(serializers.Serializer):
     error = serializers.CharField(required=False, help_text="what went wrong, in words")
 
 
-class Unavailable(exceptions.APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_code = "unavailable"
-    default_detail = "Not available in this deployment."
-
-
 class SinkListView(TenantAPIView):
     @extend_schema(
         parameters=PAGE_PARAMETERS, responses=page_of(SinkOutput), operation_id="v1_sinks_list"
@@ -71,7 +65,7 @@ class SinkListView(TenantAPIView):
 class SinkTestView(TenantAPIView):
     @extend_schema(
         request=None,
-        responses={200: SinkTestOutput, 429: OpenApiTypes.OBJECT, 503: OpenApiTypes.OBJECT},
+        responses={200: SinkTestOutput, 429: OpenApiTypes.OBJECT},
         operation_id="v1_rule_action_test",
     )
     def post(self, request, name: str, number: int):
@@ -80,5 +74,3 @@ class SinkTestView(TenantAPIView):
             return Response(sink_services.sink_test(rule=rule, number=number))
         except sink_services.SinkTestThrottled as exc:
             raise exceptions.Throttled(wait=exc.wait, detail=str(exc)) from None
-        except sink_services.SinksUnavailable as exc:
-            raise Unavailable(str(exc)) from None
