@@ -6,7 +6,9 @@ the far end is away. Nothing a rule produced waits only in memory for a sink.
 
 Bounded per sink by the tenant's `max_sink_outbox_messages` and `max_sink_outbox_bytes`: an
 output over them is not dropped silently — it becomes a dead letter saying so (replayable from
-the rule's page) and is counted (`quota_sink_outbox`). One transaction per append; a value the
+the rule's page) and is counted (`quota_sink_outbox`). One transaction per append, with the
+outputs' keys in the action ledger: a restart that reads a batch again (or a `new-only` run over
+history) finds them done and appends none twice, even once the sink has them. A value the
 database would refuse cannot occur (the body is JSON text with every character escaped), and an
 append that fails for the database being away is retried by the lanes like any action.
 """
@@ -24,6 +26,7 @@ import psycopg
 from common.contracts import tables
 from common.sinks import SINK_TYPES
 from common.webhooks.delivery import output_json
+from spark.rules import ledger
 from spark.rules import store as db
 from spark.rules.actions import Job, Outcome
 from spark.rules.refusals import count_refused
@@ -65,8 +68,9 @@ def full_words(most: int, most_bytes: int) -> str:
 class SinkOutbox:
     """Appends sink outputs (thread-safe: the lanes call it from worker threads)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, source: str = ledger.LIVE, run_id: str | None = None) -> None:
         self.dsn = dsn
+        self.source, self.run_id = source, run_id  # as the ledger records who did the actions
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
         self.appended = 0
@@ -130,6 +134,8 @@ class SinkOutbox:
                 outcomes.append(Outcome(job, True))
             if rows:
                 cur.executemany(_INSERT, rows)
+                done = [o.job.key for o in outcomes if o.ok and o.job.key is not None]
+                ledger.record(conn, done, self.source, self.run_id)
             if refused:
                 count_refused(cur, "quota_sink_outbox", refused)
         self.appended += len(rows)

@@ -1,0 +1,112 @@
+"""Sinks live, as `make run` runs them (issue 47): a device's messages through the broker and
+the live feed to `run_rules --live`, whose rule hands each output to an HTTP-batch sink and an S3
+sink (moto) through their outboxes. The HTTP receiver is cut off mid-stream and the job killed
+with -9 while it is away: once both are back, every output of the tenant is there, none of
+another tenant's, and each sink's state says it is ok."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from django.db import connection
+
+from tenants.devices import services as device_services
+from tenants.models import SinkOutbox, SinkState
+from tenants.rules import services as rule_services
+from tenants.tenant import services as tenant_services
+from tests.broker.clients import Paho
+from tests.sinks.conftest import Outage, Receiver
+from tests.spark.test_end_to_end import platform, start_live  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _wait(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def test_outputs_reach_their_sinks_across_a_far_end_outage_and_a_kill_9(
+    platform,  # noqa: F811
+    s3_endpoint,
+    monkeypatch,
+    tmp_path,
+):
+    import boto3
+
+    port, store, _broker = platform
+    monkeypatch.setenv("WEBHOOK_ALLOW", "127.0.0.1")  # the far ends are local (the operator's)
+    receiver = Receiver()
+    outage = Outage(receiver.port)
+    bucket = f"acme-{uuid.uuid4().hex[:8]}"
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket=bucket)
+    acme = tenant_services.tenant_create("acme")
+    evil = tenant_services.tenant_create("evil")
+    _, secret = device_services.device_create(tenant=acme, name="pump", client_id_policy="any")
+    _, evil_secret = device_services.device_create(tenant=evil, name="pump", client_id_policy="any")
+    rule = rule_services.rule_create(
+        tenant=acme, name="out", sql='SELECT payload.n AS n, clientid FROM "plant/+/temp"',
+        actions=[
+            {"type": "http_batch", "url": f"http://127.0.0.1:{outage.port}/in"},
+            {"type": "s3", "bucket": bucket, "prefix": "readings", "endpoint_url": s3_endpoint,
+             "region": "us-east-1", "access_key_id": "k", "secret_access_key": "s"},
+        ],
+    )  # fmt: skip
+    connection.close()
+    job = start_live(port, store, tmp_path)
+    pump = Paho(port, "acme/pump", secret, "pump")
+    spy = Paho(port, "evil/pump", evil_secret, "pump")
+
+    def posted() -> list[int]:
+        return [o["n"] for call in list(receiver.calls) for o in json.loads(call["body"])]
+
+    def in_bucket() -> list[int]:
+        found = s3.list_objects_v2(Bucket=bucket, Prefix="readings/").get("Contents", [])
+        numbers = []
+        for item in found:
+            body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read().decode()
+            numbers += [json.loads(line)["n"] for line in body.splitlines() if line]
+        return numbers
+
+    try:
+        for n in range(20):
+            pump.publish("plant/pump/temp", json.dumps({"n": n}), 1)
+            spy.publish("plant/pump/temp", json.dumps({"n": 1000 + n}), 1)  # no rule of evil's
+        _wait(lambda: len(set(posted())) >= 20, 60, "the first 20 posted")
+
+        outage.down()  # the receiver away; the rule goes on producing
+        for n in range(20, 40):
+            pump.publish("plant/pump/temp", json.dumps({"n": n}), 1)
+        _wait(
+            lambda: SinkOutbox.objects.filter(rule=rule, action_index=0).exists(),
+            30, "outputs waiting in the HTTP sink's outbox",
+        )  # fmt: skip
+        job.kill()  # kill -9 while outputs wait for the sink
+        job.wait(timeout=30)
+        job = start_live(port, store, tmp_path)
+        outage.up()
+        _wait(lambda: set(posted()) >= set(range(40)), 60, "every output posted")
+        _wait(lambda: set(in_bucket()) >= set(range(40)), 60, "every output in the bucket")
+        _wait(lambda: not SinkOutbox.objects.filter(rule=rule).exists(), 30, "outboxes empty")
+    finally:
+        job.kill()
+        job.wait(timeout=30)
+        outage.down()
+        receiver.close()
+
+    assert set(posted()) == set(range(40)) and set(in_bucket()) == set(range(40))  # no evil's
+    states = {s.action_index: s for s in SinkState.objects.filter(rule=rule)}
+    assert {i: s.state for i, s in states.items()} == {0: "ok", 1: "ok"}
+    http = states[0]
+    assert http.delivered >= 40 and http.last_error  # it said what went wrong meanwhile
+    duplicates = len(posted()) - 40
+    assert duplicates <= http.resent
