@@ -179,6 +179,19 @@ LIMITS: dict[str, LimitWords] = {
         refuses_messages=False,
         refused_phrase="alarm keys not watched",
     ),
+    # Refused by the live rules job (spark/rules/outbox.py): an output its sink's outbox could
+    # not keep (the sink down or slow for long), kept as a dead letter instead.
+    "sink_outbox": LimitWords(
+        "max_sink_outbox_messages",
+        slowed="",
+        refused="A rule output for a sink became a dead letter instead of waiting in the sink's "
+        "outbox: the outbox already held as many outputs (or bytes) as the plan allows, while "
+        "the sink was down or slower than the rule.",
+        advice="Check the sink's state and last error (Sinks page), bring it back, then replay "
+        "the rule's dead letters; or move to a plan whose outboxes keep more.",
+        refuses_messages=False,
+        refused_phrase="sink outputs not kept",
+    ),
     "ca_certificates": LimitWords(
         "max_ca_certificates",
         slowed="",

@@ -258,3 +258,27 @@ def test_a_sink_cut_off_mid_stream_gets_every_output_once_it_returns(
             mine = [o["n"] for o in got if o["key"] == key]
             firsts = [n for i, n in enumerate(mine) if n not in mine[:i]]
             assert firsts == sorted(firsts), f"{key}'s outputs in order"
+
+
+def test_an_output_over_the_outbox_quota_is_a_dead_letter_in_words_and_counted(receiver):
+    """A sink away for long: its outbox keeps what the plan allows; what comes beyond is kept
+    as a dead letter saying why (replayable), counted on the quota page — never dropped."""
+    from tenants.models import Usage
+
+    tenant = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    tenant_services.tenant_set_quota(tenant, {"max_sink_outbox_messages": 5})
+    action = {"type": "http_batch", "url": receiver.url}
+    rule = rule_services.rule_create(tenant=tenant, name="out", sql='SELECT * FROM "plant/#"',
+                                     actions=[action])  # fmt: skip
+    outbox = SinkOutbox(database_url())
+    try:
+        outcomes = outbox.append(_jobs(rule, action, 0, 8))
+    finally:
+        outbox.close()
+    assert [o.ok for o in outcomes] == [True] * 5 + [False] * 3
+    assert all(o.dead and "outbox is full" in o.error for o in outcomes[5:])
+    assert "max_sink_outbox_messages" in outcomes[5].error
+    assert OutboxRow.objects.filter(rule=rule).count() == 5
+    (minute,) = Usage.objects.filter(tenant=tenant)
+    assert minute.dropped == {"quota_sink_outbox": 3}
+    assert not receiver.calls  # nothing sent: no sender here
