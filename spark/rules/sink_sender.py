@@ -8,7 +8,8 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
 - A claim is a lease (`LEASE` seconds): a sender killed mid-send leaves its outputs to be sent
   again after it — at least once, never lost. Delivered outputs are deleted; one the far end
   refused for now waits `backoff × 2^attempts` (up to `max_backoff`), and the same key's later
-  outputs wait behind it (order per key kept where the sink has one); after `attempts`, or at
+  outputs wait behind it (order per key kept where the sink has one) — the whole sink when none
+  of the batch got through (the far end away: one attempt per back-off, not one per batch); after `attempts`, or at
   once when the far end refused it for good, it is a dead letter in words, replayable.
 - Per sink, its state (`tenants_sinkstate`: ok, retrying, failing; the last error in words,
   delivered, dead and resent counts — resent: delivered after a failed attempt the far end may
@@ -75,6 +76,11 @@ _BEHIND = f"""
 UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = GREATEST(next_attempt_at,
        now() + make_interval(secs => %s))
  WHERE rule_id = %s AND action_index = %s AND key = %s AND id > %s
+"""
+_SINK_BEHIND = f"""
+UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = GREATEST(next_attempt_at,
+       now() + make_interval(secs => %s))
+ WHERE rule_id = %s AND action_index = %s
 """
 _STATE = f"""
 INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, state, last_error,
@@ -289,8 +295,12 @@ class SinkSender:
                 delay = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))
                 cur.execute(_RETRY, (why[:2000], delay, record.id))
                 held.setdefault(record.key, (record.id, delay))
-            for key, (first, delay) in held.items():  # its later outputs wait behind it
-                cur.execute(_BEHIND, (delay, sink.rule_id, sink.index, key, first))
+            if waiting and not done and not dead:  # the far end away: the whole sink waits
+                delay = max(d for _, d in held.values())
+                cur.execute(_SINK_BEHIND, (delay, sink.rule_id, sink.index))
+            else:
+                for key, (first, delay) in held.items():  # its later outputs wait behind it
+                    cur.execute(_BEHIND, (delay, sink.rule_id, sink.index, key, first))
             cur.execute(
                 _STATE,
                 {
