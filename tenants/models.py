@@ -646,6 +646,10 @@ class RuleRun(models.Model):
     start = models.DateTimeField(help_text="first instant of the range (inclusive)")
     end = models.DateTimeField(help_text="end of the range (exclusive)")
     actions = models.CharField(max_length=16, choices=Actions.choices)
+    # One action of the rule only (from 1, as users count): a re-send from history to one sink.
+    only_action = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="the rule's action that fires (from 1); null: all"
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     requested_by = models.EmailField(blank=True, default="")
     read = models.BigIntegerField(default=0, help_text="archived messages of the range read")

@@ -2,7 +2,7 @@
 
 The job of `manage.py run_rules` and of a tenant's run (`spark.rules.backfill.run_backfill`),
 as a script a cluster runs: the arguments say the range, the rules (tenant, rule), which actions
-fire, the RuleRun it is (`--run-id`: its `new-only` claims are that run's), the object store and
+fire (`--action N`: only the rule's action N, from 1), the RuleRun it is (`--run-id`: its `new-only` claims are that run's), the object store and
 where to report (`--report`, a folder of the store: `progress.json` as it goes, `result.json` at
 the end; `spark.entry.reports`). The database comes from `--database-url` or `DATABASE_URL`,
 its password from `PGPASSWORD` or, with `--database-secret-arn`, from that Secrets Manager
@@ -33,6 +33,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rule")
     parser.add_argument("--actions", choices=["all", "new-only", "none"], default="all")
     parser.add_argument("--run-id", help="the RuleRun this is (owns its new-only claims)")
+    parser.add_argument("--action", type=int, help="fire only this action of the rule (from 1)")
     parser.add_argument("--object-store-url", help="default: OBJECT_STORE_URL")
     parser.add_argument("--report", required=True, help="folder of the store for the JSON")
     parser.add_argument("--database-url", help="libpq conninfo; default: DATABASE_URL")
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             actions=args.actions,
             progress=progress,
             run_id=args.run_id,
+            only_action=args.action,
         )
         result = {"state": "done", "summary": summary, "error": ""}
     except NoRules as exc:

@@ -1,4 +1,4 @@
-"""Rule actions, run on the driver: republish, webhook, dataset.
+"""Rule actions, run on the driver: republish, webhook, dataset, and the sinks' outbox.
 
 Each passed row of a rule yields its outputs; each output goes to each of the rule's actions.
 They run concurrently in a bounded thread pool; every action returns an `Outcome` (never raises),
@@ -12,6 +12,10 @@ and a webhook that failed after its retries becomes a dead letter.
   retried with exponential back-off on network errors, 5xx and 429 (bounded attempts).
 - dataset: the outputs appended as Parquet under the tenant's own prefix
   `datasets/tenant={slug}/{name}/date=YYYY-MM-DD/part-….parquet` (one file per batch and date).
+- sinks (s3, sqs, kinesis, postgres, mqtt_bridge, http_batch; a run over history, issue 47's
+  re-send): a call's sink outputs go to the runner's `outbox` (`outbox.py`) at once, their
+  outcomes its; the live job's sender delivers them. Without an outbox a sink's output fails.
+  (The live job's lanes hand sinks to the outbox themselves, `lanes.py`.)
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.contracts.rule_actions import DATASET_NAME, QOS_LEVELS, republish_topic_problem
 from common.security import sealed, service_token
+from common.sinks import SINK_TYPES
 from common.stores.object_store import ObjectStore
 from common.webhooks.delivery import post_signed
 from spark.rules.ledger import ActionKey
@@ -56,6 +61,11 @@ def log_detail(detail: str) -> None:
 
 
 UNOPENED = "the secret is sealed under a key this process does not have (SEALING_KEY)"
+# A sink's output waits in its durable outbox in the platform's database (`outbox.py`).
+NO_OUTBOX = "a sink needs the platform's database (its outbox): this run has none"
+OUTBOX_AWAY = (
+    "the sink's outbox could not be written (the platform's database was away): run it again"
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,12 @@ class Outcome:
     done_ms: int = 0
     dead: bool = False  # keep as a dead letter
     detail: str = ""  # for the operator's log only (where the job looked, ...)
+
+
+class Outbox(Protocol):
+    """Where a run's sink outputs go: `spark.rules.outbox.SinkOutbox` (which imports this)."""
+
+    def append(self, jobs: Sequence[Job]) -> list[Outcome]: ...
 
 
 def _now_ms() -> int:
@@ -191,8 +207,10 @@ class ActionRunner:
         backoff: float = 0.25,
         timeout: float = 5.0,
         render: Callable[[str, dict], str] | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.store = store
+        self.outbox = outbox  # sinks' outputs go there (a run over history); None: they fail
         self.publishers = Publishers(
             mqtt_host or os.environ.get("MQTT_INTERNAL_HOST", "127.0.0.1"),
             int(
@@ -216,12 +234,16 @@ class ActionRunner:
         return self._render(template, output)
 
     def run(self, jobs: Sequence[Job]) -> list[Outcome]:
-        """Every job's outcome; datasets are grouped into one file per (tenant, name, date)."""
+        """Every job's outcome; datasets are grouped into one file per (tenant, name, date), and
+        the sinks' outputs go to the outbox in one append."""
         datasets: dict[tuple[str, str, str], list[Job]] = defaultdict(list)
+        sinks: list[Job] = []
         futures = []
         for job in jobs:
             kind = job.action.get("type")
-            if kind == "dataset":
+            if kind in SINK_TYPES:
+                sinks.append(job)
+            elif kind == "dataset":
                 date = datetime.fromtimestamp(job.ts_ms / 1000, UTC).strftime("%Y-%m-%d")
                 datasets[(job.tenant, str(job.action.get("name", "")), date)].append(job)
             elif kind == "republish":
@@ -233,9 +255,31 @@ class ActionRunner:
         dataset_futures = [
             self.pool.submit(self._dataset_guard, key, group) for key, group in datasets.items()
         ]
+        if sinks:
+            dataset_futures.append(self.pool.submit(self.sinks, sinks))
         outcomes = [f.result() for f in futures]
         for f in dataset_futures:
             outcomes.extend(f.result())
+        return outcomes
+
+    # -- sinks ---------------------------------------------------------------------------------
+
+    def sinks(self, jobs: Sequence[Job]) -> list[Outcome]:
+        """Sink outputs into their outboxes in one transaction (`SinkOutbox.append`: ok, or a
+        dead letter when an outbox is full); never raises."""
+        if self.outbox is None:
+            done = _now_ms()
+            return [Outcome(j, False, NO_OUTBOX, done_ms=done) for j in jobs]
+        try:
+            outcomes = self.outbox.append(jobs)
+        except Exception as exc:
+            detail = f"sink outbox: {type(exc).__name__}: {exc}"[:500]
+            log_detail(detail)
+            done = _now_ms()
+            return [Outcome(j, False, OUTBOX_AWAY, done_ms=done, detail=detail) for j in jobs]
+        done = _now_ms()
+        for outcome in outcomes:
+            outcome.done_ms = outcome.done_ms or done
         return outcomes
 
     def _guard(self, fn: Callable[[Job], Outcome], job: Job) -> Outcome:

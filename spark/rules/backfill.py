@@ -8,7 +8,12 @@ Rules come from the database (`--tenant`, `--rule` narrow them; a rule named exp
 when disabled). Only those rules' tenants are listed and read. The range is read in chunks of hours
 (≤ `max_chunks`, balanced by file count, two files per core at least) so the caller can show
 progress; each chunk is one Spark job for the counts and, when a rule has actions, a streamed pass
-over the passed rows. `actions` says which actions fire (`firing.py`: all, new-only, none).
+over the passed rows. `actions` says which actions fire (`firing.py`: all, new-only, none);
+`only_action` (1-based) narrows them to that action of each rule (a re-send to one sink).
+
+Sink actions (issue 47): their outputs go to their sinks' durable outboxes (`outbox.py`), with
+their action-ledger keys, in the backfill's own `SinkOutbox` (the ledger says `run`, the run's
+id); the live job's sender delivers them. Without a database, a sink's output fails in words.
 
 Cancelling (`should_stop`): asked before each chunk and between groups of actions; with a
 `job_group`, the Spark jobs of this thread run in that group, so another thread can cancel the
@@ -33,7 +38,9 @@ from spark.rules import firing
 from spark.rules import store as db
 from spark.rules.actions import ActionRunner
 from spark.rules.bookkeeping import Books
+from spark.rules.ledger import RUN
 from spark.rules.metering import UsageWriter
+from spark.rules.outbox import SinkOutbox
 from spark.rules.plan import (
     PASSED,
     RulePlan,
@@ -95,12 +102,16 @@ def run_backfill(
     should_stop: Callable[[], bool] | None = None,
     job_group: str | None = None,
     run_id: str | None = None,
+    only_action: int | None = None,
 ) -> dict:
     """Runs the rules over the range; returns the summary (JSON-able). `run_id`: the RuleRun
-    this is, which owns the `new-only` claims in the action ledger until they are confirmed."""
+    this is, which owns the `new-only` claims in the action ledger until they are confirmed.
+    `only_action`: fire that action (from 1) of each rule only (None: every action)."""
     started = time.monotonic()
     conn = db.connect(dsn) if dsn else None
-    gate = firing.Gate(actions, (lambda: db.connect(dsn)) if dsn else None, run_id)
+    gate = firing.Gate(
+        actions, (lambda: db.connect(dsn)) if dsn else None, run_id, only_action=only_action
+    )
     if job_group is not None:
         spark.sparkContext.setJobGroup(job_group, "rules over history", interruptOnCancel=True)
     stop = should_stop or (lambda: False)
@@ -124,8 +135,9 @@ def run_backfill(
         rows_read = 0
         with_actions = sorted(s.id for s in good if s.actions)
         own_runner = runner is None and bool(with_actions) and gate.fires
+        outbox = SinkOutbox(dsn, RUN, run_id) if own_runner and dsn else None
         if own_runner:
-            runner = ActionRunner(store)
+            runner = ActionRunner(store, outbox=outbox)
         if progress is not None:
             progress(Progress(0, len(chunks), 0, total))
         try:
@@ -171,6 +183,8 @@ def run_backfill(
                 spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
             if own_runner and runner is not None:
                 runner.close()
+            if outbox is not None:
+                outbox.close()
         if compile_errors:
             errors = {i: db.RuleDelta(last_error=e) for i, e in compile_errors.items()}
             books.add(errors, tenant_of)
@@ -191,6 +205,7 @@ def run_backfill(
             "actions_failed": total.actions_failed,
             "actions_skipped": total.actions_skipped,
             "actions": actions,
+            "only_action": only_action,
             "dead_letters": total.dead_letters,
             "unrecorded": gate.unrecorded,  # successes the action ledger could not take
             "cancelled": cancelled,

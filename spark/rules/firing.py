@@ -8,6 +8,10 @@
   way): claimed for the run (`run_id`) before it runs, confirmed once it ran, released if it
   failed. Actions of messages without an id cannot be told apart: they fire.
 
+With `only_action` (1-based, as users count), a run fires that action of its rules only (a
+re-send from history to one sink): the jobs of the other actions are skipped before anything is
+claimed, in every mode.
+
 `Gate.admit` splits a group of jobs into those to run and the number skipped; `Gate.settle`
 records (confirms, releases) after they ran. Database trouble while claiming is an error of the
 run (it stops rather than fire what it cannot check); while recording, a run says so in its
@@ -33,18 +37,29 @@ ALL, NEW_ONLY, NONE = "all", "new-only", "none"
 MODES = (ALL, NEW_ONLY, NONE)
 
 
+def _position(job: Job) -> int | None:
+    """The job's action's 0-based place among its rule's."""
+    if job.action_index is not None:
+        return job.action_index
+    return job.key.action if job.key is not None else None
+
+
 class Gate:
     def __init__(
         self,
         mode: str,
         connect: Callable[[], psycopg.Connection] | None = None,
         run_id: str | None = None,
+        only_action: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"actions must be one of {', '.join(MODES)}, not {mode!r}")
         if mode == NEW_ONLY and connect is None:
             raise ValueError("new-only needs the database (the action ledger)")
+        if only_action is not None and only_action < 1:
+            raise ValueError(f"only_action counts from 1, not {only_action!r}")
         self.mode = mode
+        self.only_action = only_action  # 1-based; None: every action
         self._connect = connect
         self.run_id = run_id  # the RuleRun its claims belong to (None: an operator's backfill)
         self._conn: psycopg.Connection | None = None
@@ -63,15 +78,19 @@ class Gate:
 
     def admit(self, jobs: Sequence[Job]) -> tuple[list[Job], int]:
         """(the jobs to run, how many are skipped)."""
+        other = 0
+        if self.only_action is not None:
+            chosen = [j for j in jobs if _position(j) == self.only_action - 1]
+            other, jobs = len(jobs) - len(chosen), chosen
         if self.mode == NONE:
-            return [], len(jobs)
+            return [], other + len(jobs)
         if self.mode == ALL:
-            return list(jobs), 0
+            return list(jobs), other
         keyed = [j.key for j in jobs if j.key is not None]
-        taken = ledger.claim(self._connection(), keyed, self.run_id)
+        taken = ledger.claim(self._connection(), keyed, self.run_id) if keyed else set()
         self._unsettled.extend(taken)
         run = [j for j in jobs if j.key is None or j.key in taken]
-        return run, len(jobs) - len(run)
+        return run, other + len(jobs) - len(run)
 
     def settle(self, outcomes: Sequence[Outcome]) -> None:
         """After the jobs ran: successes recorded (`all`) or confirmed and failed claims released

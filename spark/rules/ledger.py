@@ -14,7 +14,10 @@ run): taken before the action runs, confirmed once it ran. Writers:
   skips those already held (fired or claimed), then *confirms* (`confirm`) those that succeeded
   and releases (`release`) the claims of actions that failed, so a later run tries them again;
   a run with `actions: all` records what succeeded, as the live job does;
-- a dead-letter replay records what it delivered (the control plane, through the ORM).
+- a dead-letter replay records what it delivered (the control plane, through the ORM);
+- a sink's output is recorded when it is in the sink's outbox (`outbox.py`); the sink sender
+  forgets it (`forget`) when it gives up on it (a dead letter), so a `new-only` run over its
+  range (the re-send from history) queues it again.
 
 A run whose worker dies between claiming and confirming (kill -9, out of memory, a Celery
 worker lost) leaves claims that would hide actions never fired: the control plane deletes the
@@ -171,6 +174,24 @@ def fired(conn: psycopg.Connection, keys: Sequence[ActionKey]) -> set[ActionKey]
     arrays.pop("message_ts")
     done = set(conn.execute(_FIRED, arrays).fetchall())
     return {k for k in keys if (k.rule_id, k.version, k.message_id, k.output, k.action) in done}
+
+
+_FORGET = f"""
+DELETE FROM {tables.RULE_ACTION_LEDGER} l
+USING unnest(%(rule_id)s::bigint[], %(version)s::int[], %(message_id)s::text[],
+             %(output)s::int[], %(action)s::int[]) AS k(rule_id, version, message_id, output, action)
+WHERE l.rule_id = k.rule_id AND l.version = k.version AND l.message_id = k.message_id
+  AND l.output = k.output AND l.action = k.action AND l.fired
+"""
+
+
+def forget(conn: psycopg.Connection, keys: Sequence[ActionKey]) -> None:
+    """`keys` not done after all (a sink's outputs its sender gave up on, dead letters now): a
+    later `new-only` run fires them again."""
+    if keys:
+        arrays = _arrays(keys)
+        arrays.pop("message_ts")
+        conn.execute(_FORGET, arrays)
 
 
 def confirm(conn: psycopg.Connection, keys: Sequence[ActionKey], run_id: str | None = None) -> None:

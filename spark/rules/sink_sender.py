@@ -9,8 +9,10 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
   again after it — at least once, never lost. Delivered outputs are deleted; one the far end
   refused for now waits `backoff × 2^attempts` (up to `max_backoff`), and the same key's later
   outputs wait behind it (order per key kept where the sink has one) — the whole sink when none
-  of the batch got through (the far end away: one attempt per back-off, not one per batch); after `attempts`, or at
-  once when the far end refused it for good, it is a dead letter in words, replayable.
+  of the batch got through (the far end away: one attempt per back-off, not one per batch);
+  after `attempts`, or at once when the far end refused it for good, it is a dead letter in
+  words, and no longer done in the action ledger (a `new-only` run over its range, the re-send
+  from history, queues it again).
 - Per sink, its state (`tenants_sinkstate`: ok, retrying, failing; the last error in words,
   delivered, dead and resent counts — resent: delivered after a failed attempt the far end may
   have taken too, the most duplicates it can hold) for `GET /api/v1/sinks`; the journey has a row per output
@@ -35,6 +37,7 @@ import psycopg
 from common.contracts import tables
 from common.security import sealed
 from common.sinks import Record, Result, SinkWriter, batch_limits, writer_for
+from spark.rules import ledger
 from spark.rules import store as db
 from spark.rules.actions import Job, Outcome
 from spark.rules.bookkeeping import INSERT_DEAD_LETTER, DeadLetter, letter_params
@@ -290,6 +293,9 @@ class SinkSender:
                 cur.execute(_DELETE, (gone,))
             if letters:
                 cur.executemany(INSERT_DEAD_LETTER, [letter_params(x, now) for x in letters])
+                # Not done after all: a `new-only` run over their range queues them again.
+                given_up = [ledger.ActionKey.decode(sink.rule_id, x.key) for x in letters]
+                ledger.forget(conn, [k for k in given_up if k is not None])
             held: dict[str, tuple[int, float]] = {}
             for record, why, attempts in waiting:
                 delay = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))

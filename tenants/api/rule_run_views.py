@@ -45,6 +45,13 @@ class RuleRunInput(RangeInput):
         "new-only (none already done for the same message and rule version, live or in an "
         "earlier run)",
     )
+    action = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        help_text="run: only this action of the rule fires (its place in the rule's actions, "
+        "from 1), e.g. a sink to re-send a range to; left out or null: every action",
+    )
 
 
 class RulePreviewOutput(serializers.Serializer):
@@ -74,6 +81,11 @@ class RuleRunOutput(serializers.Serializer):
     rule_version = serializers.IntegerField()
     to = serializers.DateTimeField(source="end")
     actions = serializers.CharField()
+    action = serializers.IntegerField(
+        source="only_action",
+        allow_null=True,
+        help_text="the only action of the rule that fires (from 1); null: every action",
+    )
     state = serializers.ChoiceField(choices=list(RuleRun.State.values))
     progress = serializers.SerializerMethodField(help_text="0..1")
     read = serializers.IntegerField(help_text="archived messages of the tenant read so far")
@@ -109,7 +121,10 @@ _DESCRIPTION = (
     "`mode: run` queues a run on Spark (202 with its `id` and `state`); follow it at "
     "`GET …/runs/{id}`, cancel it at `POST …/runs/{id}/cancel`. `actions`: `all`, `none` "
     "(outputs computed, nothing fired) or `new-only` (the default: no action already done for "
-    "the same message and rule version, by the live job or an earlier run). A run covers at "
+    "the same message and rule version, by the live job or an earlier run). `action`: only that "
+    "action of the rule fires (its place among the rule's actions, from 1; others are counted "
+    "in `actions_skipped`): a re-send of a range to one sink, with `new-only`; an action the "
+    "rule does not have is a 400 on `action`. A run covers at "
     "most 31 days; one run of a rule at a time (else 409). Runs are metered like the live job "
     "(rules triggered, actions executed)."
 )
@@ -156,6 +171,17 @@ class RuleRunsView(TenantAPIView):
                     "actions": "new-only",
                 },
             ),
+            OpenApiExample(
+                "re-send last week to the rule's second action (a sink)",
+                request_only=True,
+                value={
+                    "from": "2026-11-19T00:00:00Z",
+                    "to": "2026-11-26T00:00:00Z",
+                    "mode": "run",
+                    "actions": "new-only",
+                    "action": 2,
+                },
+            ),
         ],
     )
     def post(self, request, name: str):
@@ -178,6 +204,7 @@ class RuleRunsView(TenantAPIView):
                 end=data["to"],
                 actions=data["actions"],
                 requested_by=getattr(request.user, "email", "") or "",
+                only_action=data.get("action"),
             )
         except runs.RunConflict as exc:
             raise _conflict(exc) from None

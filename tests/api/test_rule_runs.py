@@ -235,3 +235,24 @@ def test_saving_sql_or_actions_makes_a_new_rule_version(acme):
     hook = [{"type": "dataset", "name": "hot"}]
     assert rule_services.rule_update(rule, actions=hook).version == 3
     assert rule_services.rule_update(rule, actions=hook, sql=rule.sql).version == 3
+
+
+def test_a_run_may_fire_one_action_of_the_rule_only(acme, attacker, archive, no_dispatch):
+    tenant, api = acme
+    _, evil_api = attacker
+    two = [{"type": "dataset", "name": "hot"}, {"type": "dataset", "name": "warm"}]
+    rule_services.rule_create(tenant=tenant, name="hot", sql=SQL, actions=two)
+    for bad, words in ((3, "no action 3: its actions are 1 to 2"), (0, "greater than or equal")):
+        response = preview(api, mode="run", action=bad)
+        assert response.status_code == 400, response.content
+        assert words in json.dumps(response.json()["error"]["fields"]["action"])
+    assert not RuleRun.objects.exists()
+    response = preview(api, mode="run", action=2)
+    assert response.status_code == 202, response.content
+    run = response.json()
+    assert run["action"] == 2 and RuleRun.objects.get(id=run["id"]).only_action == 2
+    assert api.get(f"/api/v1/rules/hot/runs/{run['id']}").json()["action"] == 2
+    # Another tenant cannot aim at acme's rule; a run without `action` fires every action.
+    assert preview(evil_api, mode="run", action=1).status_code == 404
+    api.post(f"/api/v1/rules/hot/runs/{run['id']}/cancel")
+    assert preview(api, mode="run").json()["action"] is None

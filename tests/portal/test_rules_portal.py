@@ -138,3 +138,22 @@ def test_viewer_sees_but_cannot_change(client, owner):
     assert client.post("/rules/hot/", {"sql": SQL, "actions": "[]"}).status_code == 403
     assert client.post("/rules/hot/delete/").status_code == 403
     assert Rule.objects.filter(name="hot").exists()
+
+
+def test_run_over_history_offers_one_action_of_a_rule_with_several(client, owner):
+    two = [
+        {"type": "dataset", "name": "hot"},
+        {"type": "http_batch", "url": "https://in.example/b"},
+    ]
+    rule_services.rule_create(tenant=owner, name="hot", sql=SQL, actions=two)
+    rule_services.rule_create(tenant=owner, name="one", sql=SQL, actions=two[:1])
+    page = client.get("/rules/hot/").content.decode()
+    choice = page[
+        page.index('id="history-action"') : page.index(
+            "</select>", page.index('id="history-action"')
+        )
+    ]
+    assert '<option value="" selected>every action' in choice
+    assert 'value="1">only action 1: dataset<' in choice
+    assert 'value="2">only action 2: http_batch<' in choice
+    assert 'id="history-action"' not in client.get("/rules/one/").content.decode()

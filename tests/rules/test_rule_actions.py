@@ -70,3 +70,31 @@ def test_the_job_refuses_a_rendered_topic_the_contract_refuses(runner, value):
 def test_the_job_writes_no_dataset_the_control_plane_would_not_store(runner):
     with pytest.raises(ValueError, match="invalid dataset name"):
         runner.dataset(("acme", "Hot", "2026-01-01"), [job({"type": "dataset"}, {"a": 1})])
+
+
+def test_a_sink_output_needs_an_outbox_and_says_so_when_it_cannot_be_queued(tmp_path):
+    """A run over history hands sink outputs to its outbox in one append; without an outbox (no
+    database), or with the database away, each fails in words, and the other actions run."""
+    sink = {"type": "http_batch", "url": "https://ingest.example.com/batches"}
+    jobs = [job(sink, {"n": n}) for n in range(3)]
+
+    class Away:
+        def append(self, given):
+            raise OSError("connection refused by 10.0.0.5:5432")
+
+    bare = ActionRunner(LocalObjectStore(tmp_path), mqtt_port=9, service_key=b"k" * 32)
+    away = ActionRunner(
+        LocalObjectStore(tmp_path), mqtt_port=9, service_key=b"k" * 32, outbox=Away()
+    )
+    try:
+        outcomes = bare.run([*jobs, job({"type": "nope"}, {})])
+        assert [(o.ok, o.error) for o in outcomes if o.job in jobs] == [
+            (False, "a sink needs the platform's database (its outbox): this run has none")
+        ] * 3
+        assert [o.error for o in outcomes if o.job not in jobs] == ["unknown action"]
+        errors = {o.error for o in away.run(jobs)}
+        assert len(errors) == 1 and "outbox could not be written" in errors.pop()
+        assert all("10.0.0.5" not in o.error for o in away.run(jobs))  # the operator's detail
+    finally:
+        bare.close()
+        away.close()

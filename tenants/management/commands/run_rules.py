@@ -1,7 +1,8 @@
 """`manage.py run_rules`: tenants' rules on Spark, in the foreground.
 
 - `run_rules [--tenant T] [--rule R] [--from ISO --to ISO]`: a backfill over the archive (default
-  range: the last 24 hours), progress on stderr, a JSON summary on stdout.
+  range: the last 24 hours), progress on stderr, a JSON summary on stdout. `--action N` (with
+  `--rule`) fires only the rule's action N (from 1): a re-send of the range to one sink.
 - `run_rules --live [--metrics-port P] [--checkpoint DIR]`: the live job (one Structured Streaming
   query for every tenant's enabled rules) until Ctrl-C or SIGTERM.
 
@@ -40,6 +41,12 @@ class Command(BaseCommand):
             help="which actions fire: all (the default), new-only (none already done for the "
             "same message and rule version), none (outputs counted only)",
         )
+        parser.add_argument(
+            "--action",
+            type=int,
+            help="with --rule: fire only this action of the rule (from 1), e.g. a sink to "
+            "re-send the range to (with --actions new-only: what it has not had)",
+        )
         parser.add_argument("--metrics-port", type=int, help="live: serve /metrics on this port")
         parser.add_argument("--metrics-host", default="127.0.0.1")
         parser.add_argument("--checkpoint", help="live: checkpoint folder")
@@ -67,9 +74,15 @@ class Command(BaseCommand):
 
         store = open_object_store()
         if options["live"]:
-            if options["tenant"] or options["rule"] or options["start"] or options["end"]:
+            if (
+                options["tenant"]
+                or options["rule"]
+                or options["start"]
+                or options["end"]
+                or options["action"] is not None
+            ):
                 raise CommandError(
-                    "--live serves every enabled rule: no --tenant/--rule/--from/--to"
+                    "--live serves every enabled rule: no --tenant/--rule/--from/--to/--action"
                 )
             return self._live(store, options)
         return self._backfill(store, options)
@@ -93,6 +106,8 @@ class Command(BaseCommand):
             raise CommandError("--from must be before --to")
         if options["rule"] and not options["tenant"]:
             raise CommandError("--rule needs --tenant (rule names are per tenant)")
+        if options["action"] is not None and not options["rule"]:
+            raise CommandError("--action needs --rule (an action is one rule's, from 1)")
         show = not options["no_progress"]
         started = time.monotonic()
 
@@ -183,6 +198,7 @@ class Command(BaseCommand):
                 requested_by="operator (manage.py run_rules)",
                 dispatch_now=False,
                 operator=True,
+                only_action=options["action"],
             )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None

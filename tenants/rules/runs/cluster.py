@@ -61,6 +61,7 @@ def backfill_arguments(
     rule: str | None = None,
     actions: str = "all",
     run_id: str | None = None,
+    only_action: int | None = None,
 ) -> list[str]:
     """The entry point's arguments (spark/entry/run_rules.py)."""
     args = ["--from-ms", str(start_ms), "--to-ms", str(end_ms), "--actions", actions]
@@ -70,6 +71,8 @@ def backfill_arguments(
         args += ["--rule", rule]
     if run_id:
         args += ["--run-id", run_id]
+    if only_action is not None:
+        args += ["--action", str(only_action)]
     args += ["--object-store-url", store_url, "--report", report]
     args += ["--database-url", database_without_password()]
     return args
@@ -123,6 +126,7 @@ def execute_on_cluster(
                 rule=run.rule.name,
                 actions=run.actions,
                 run_id=str(run.pk),
+                only_action=run.only_action,
             ),
             name=f"rule-run-{run.pk}",
             client_token=str(run.pk),

@@ -63,9 +63,11 @@ def over_history(
     should_stop: Callable[[], bool] | None = None,
     job_group: str | None = None,
     run_id: str | None = None,
+    only_action: int | None = None,
 ) -> dict:
     """Rules over [start_ms, end_ms) of the archive, on Spark (`run_backfill`'s summary); with
-    `run_id`, its `new-only` claims belong to that RuleRun."""
+    `run_id`, its `new-only` claims belong to that RuleRun; with `only_action` (from 1), only
+    that action of the rule fires."""
     from spark.rules.backfill import run_backfill
 
     return run_backfill(
@@ -81,6 +83,7 @@ def over_history(
         should_stop=should_stop,
         job_group=job_group,
         run_id=run_id,
+        only_action=only_action,
     )
 
 
@@ -200,6 +203,7 @@ def execute(
                 should_stop=watch.asked.is_set,
                 job_group=group,
                 run_id=str(run.pk),
+                only_action=run.only_action,
             )
         if summary.get("cancelled"):
             state = RuleRun.State.CANCELLED

@@ -142,13 +142,16 @@ def run_start(
     requested_by: str = "",
     dispatch_now: bool = True,
     operator: bool = False,
+    only_action: int | None = None,
 ) -> RuleRun:
-    """Queue a run of the rule over [start, end) (its actions fired per `actions`); the Celery
-    task `tenants.tasks.run_rule_history` runs it. One run of a rule at a time, and
+    """Queue a run of the rule over [start, end) (its actions fired per `actions`; with
+    `only_action`, from 1, only that action of the rule: a re-send from history to one sink);
+    the Celery task `tenants.tasks.run_rule_history` runs it. One run of a rule at a time, and
     `RULE_RUNS_PER_TENANT` of a tenant; an `operator`'s run (`manage.py run_rules`) is held to
     neither, nor to the range's length."""
     if actions not in ACTIONS:
         raise ValidationError({"actions": [f"Must be one of {', '.join(ACTIONS)}."]})
+    action_problem(rule, only_action)
     max_days = None if operator else setting_number("RULE_RUN_MAX_DAYS", 31)
     start, end = preview_range(start, end, max_days)
     if operator:
@@ -160,6 +163,7 @@ def run_start(
             start=start,
             end=end,
             actions=actions,
+            only_action=only_action,
             requested_by=requested_by[:254],
         )
     with transaction.atomic():
@@ -193,11 +197,28 @@ def run_start(
             start=start,
             end=end,
             actions=actions,
+            only_action=only_action,
             requested_by=requested_by[:254],
         )
         if dispatch_now:
             transaction.on_commit(lambda: _hand_over(run))
     return run
+
+
+def action_problem(rule: Rule, only_action: int | None) -> None:
+    """ValidationError on `action` unless the rule has an action `only_action` (from 1)."""
+    if only_action is None:
+        return
+    count = len(rule.actions or [])
+    if (
+        isinstance(only_action, bool)
+        or not isinstance(only_action, int)
+        or not (1 <= only_action <= count)
+    ):
+        has = f"its actions are 1 to {count}" if count else "it has no actions"
+        raise ValidationError(
+            {"action": [f"Rule {rule.name} has no action {only_action}: {has} (from 1)."]}
+        )
 
 
 STALE_AFTER = timedelta(minutes=2)  # no heartbeat for this long: its worker is gone

@@ -1,7 +1,8 @@
 // "Run over history" on a rule's page, plain JS (no build step), through the REST API with this
 // session and its CSRF token:
 // - Preview: POST /api/v1/rules/{name}/runs {from, to} -> the counts and first outputs.
-// - Run (after a preview of the same range): POST … {mode: "run", actions} -> 202 {id, state};
+// - Run (after a preview of the same range): POST … {mode: "run", actions[, action]} -> 202
+//   {id, state} (`action`: only that action of the rule, from 1, when one is chosen);
 //   then GET …/runs/{id} every second, a progress bar and the figures, until it ends.
 // - Cancel: POST …/runs/{id}/cancel.
 // Times are typed in ISO 8601 (UTC unless an offset is given) and sent as such. Everything the API echoes is set with textContent.
@@ -16,6 +17,7 @@
   const from = $("history-from");
   const to = $("history-to");
   const actions = $("history-actions");
+  const onlyAction = $("history-action"); // absent when the rule has one action or none
   const previewButton = $("history-preview");
   const runButton = $("history-run");
   const cancelButton = $("history-cancel");
@@ -139,12 +141,9 @@
     runButton.disabled = true;
     try {
       const asked = range();
-      const body = await call(card.dataset.url, {
-        from: asked.from,
-        to: asked.to,
-        mode: "run",
-        actions: actions.value,
-      });
+      const asking = { from: asked.from, to: asked.to, mode: "run", actions: actions.value };
+      if (onlyAction && onlyAction.value) asking.action = Number(onlyAction.value);
+      const body = await call(card.dataset.url, asking);
       follow(body.id);
     } catch (exc) {
       showError(exc.message);
