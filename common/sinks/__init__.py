@@ -22,6 +22,7 @@ from typing import Any
 from common.sinks.base import Record, Result, SinkWriter
 
 __all__ = [
+    "SINK_NAMES",
     "SINK_TYPES",
     "Record",
     "Result",
@@ -32,6 +33,10 @@ __all__ = [
 ]
 
 SINK_TYPES = ("s3", "sqs", "kinesis", "postgres", "mqtt_bridge", "http_batch")
+# The setting that names a sink among a rule's actions (an output waiting for a retry, or a
+# dead letter, finds its action again by it).
+SINK_NAMES = {"s3": "bucket", "sqs": "queue_url", "kinesis": "stream", "postgres": "table",
+              "mqtt_bridge": "host", "http_batch": "url"}  # fmt: skip
 
 
 def writer_for(action: dict[str, Any], tenant: str) -> SinkWriter:

@@ -46,6 +46,7 @@ from common.archive.schema import (
     LIVE_PREFIX,
     MESSAGE_ID,
 )
+from common.sinks import SINK_NAMES
 from common.stores.object_store import LocalObjectStore, ObjectStore
 from spark.archive import live_stream, spark_schema
 from spark.rules import ledger
@@ -81,7 +82,7 @@ from spark.rules.results import BatchResults
 from spark.rules.retry_store import RetryStore
 from spark.rules.runner import ACTION_CHUNK, BatchSummary, RuleCount, account, jobs_of
 from spark.rules.runner import count as count_rows
-from spark.rules.sink_sender import SINK_KEYS, SinkSender
+from spark.rules.sink_sender import SinkSender
 from spark.session import in_process
 
 T = TypeVar("T")
@@ -616,7 +617,7 @@ class LiveJob:
         spec = next((s for s in self.rules.specs if s.id == rule_id), None)
         if spec is None:
             return None
-        keys = {"webhook": "url", "republish": "topic", "dataset": "name", **SINK_KEYS}
+        keys = {"webhook": "url", "republish": "topic", "dataset": "name", **SINK_NAMES}
         key = keys.get(str(action.get("type")))
         for candidate in spec.actions:
             if candidate.get("type") == action.get("type") and (

@@ -49,9 +49,6 @@ log = logging.getLogger("spark.rules.sinks")
 LEASE = 120.0
 S3_FLUSH_SECONDS = float(os.environ.get("SINK_S3_FLUSH_SECONDS", "5"))
 RETRYING, FAILING, OK = "retrying", "failing", "ok"
-# What names a sink action among a rule's (a job back from the durable queue finds its action).
-SINK_KEYS = {"s3": "bucket", "sqs": "queue_url", "kinesis": "stream", "postgres": "table",
-             "mqtt_bridge": "host", "http_batch": "url"}  # fmt: skip
 FAILING_AFTER = 3  # attempts of its oldest output before a sink is said to be failing
 
 _DUE = f"""

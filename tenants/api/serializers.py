@@ -651,10 +651,15 @@ class InvoiceOutput(serializers.Serializer):
 
 
 class DeadLetterReplayOutput(serializers.Serializer):
-    replayed = serializers.IntegerField(help_text="letters re-sent by this call")
+    replayed = serializers.IntegerField(help_text="webhook letters re-sent by this call")
+    queued = serializers.IntegerField(
+        help_text="sink letters put back into their sink's outbox (the rules job delivers them)"
+    )
     delivered = serializers.IntegerField(help_text="accepted by the receiver (and deleted)")
     failed = serializers.IntegerField(help_text="failed again (kept, error updated)")
-    orphaned = serializers.IntegerField(help_text="kept: the rule has no webhook to that URL now")
+    orphaned = serializers.IntegerField(
+        help_text="kept: the rule has no webhook to that URL (or no such sink) now"
+    )
     done_already = serializers.IntegerField(
         help_text="dropped, not sent: a run over history did that action since"
     )

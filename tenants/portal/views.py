@@ -691,10 +691,11 @@ def rule_dead_letters_replay(request, membership, name: str):
     except rule_services.ReplayThrottled as exc:
         messages.error(request, str(exc))
         return redirect("portal:rule", name=name)
-    done = result.get("done_already", 0)
+    done, queued = result.get("done_already", 0), result.get("queued", 0)
     messages.success(
         request,
         f"{result['delivered']} of {result['replayed']} dead letter(s) delivered; "
+        + (f"{queued} back in their sink's outbox; " if queued else "")
         + (f"{done} dropped (a run over history did them since); " if done else "")
         + f"{result['remaining']} remain.",
     )

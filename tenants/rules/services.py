@@ -21,6 +21,7 @@ from tenants.models import (
     Rule,
     RuleActionLedger,
     RuleDeadLetter,
+    SinkOutbox,
     Tenant,
 )
 from tenants.notify import announce
@@ -156,7 +157,9 @@ def rule_dead_letters_replay(
     """Re-send the rule's webhook dead letters (oldest first, up to REPLAY_BATCH) through the
     same webhook call the jobs make (`common.webhooks.delivery`), signed with the secret the rule holds
     now for that URL. A delivered letter is deleted; one that fails again stays, with its
-    attempts and error updated; one whose URL the rule no longer has stays (`orphaned`). The calls
+    attempts and error updated; one whose URL the rule no longer has stays (`orphaned`). A sink's
+    letter goes back into that sink's outbox (`queued`; the rules job delivers it, and a new
+    dead letter says so if it fails again), as room in the outbox allows. The calls
     made are metered as `actions_executed` in the usage log (`billing.actions_replayed_record`).
     A tenant may replay REPLAY_RATE_DEFAULT times a minute (`RULE_REPLAY_RATE`), all its rules
     together; more is ReplayThrottled, and nothing is sent."""
@@ -173,10 +176,12 @@ def rule_dead_letters_replay(
     }
     letters = list(RuleDeadLetter.objects.filter(rule=rule).order_by("created_at", "id"))
     sendable, orphaned, done_already = [], 0, 0
+    requeue: list[tuple[RuleDeadLetter, int]] = []
     for letter in letters[:REPLAY_BATCH]:
         action = letter.action if isinstance(letter.action, dict) else {}
         url = action.get("url")
-        if action.get("type") != "webhook" or url not in secrets_by_url:
+        sink = _sink_index(rule, action)
+        if sink is None and (action.get("type") != "webhook" or url not in secrets_by_url):
             orphaned += 1
             continue
         held = _ledger_holds(rule, letter.ledger_key)
@@ -189,7 +194,11 @@ def rule_dead_letters_replay(
             # A run under way has claimed it: kept unsent (in `remaining`); the run fires it,
             # or gives it back if it cannot, and a later replay sends it.
             continue
-        sendable.append((letter, url))
+        if sink is not None:
+            requeue.append((letter, sink))
+        else:
+            sendable.append((letter, url))
+    queued = _requeue_sink_letters(rule, requeue)
 
     def send(item):
         letter, url = item
@@ -209,7 +218,7 @@ def rule_dead_letters_replay(
     # Each call made is an action executed, delivered or not (as the rules job meters them).
     from tenants.billing.services import actions_replayed_record
 
-    actions_replayed_record(rule.tenant.slug, len(sendable))
+    actions_replayed_record(rule.tenant.slug, len(sendable) + queued)
     delivered = failed = 0
     for (letter, _), result in zip(sendable, results, strict=True):
         if result.ok:
@@ -223,12 +232,57 @@ def rule_dead_letters_replay(
             failed += 1
     return {
         "replayed": len(sendable),
+        "queued": queued,
         "delivered": delivered,
         "failed": failed,
         "orphaned": orphaned,
         "done_already": done_already,
         "remaining": RuleDeadLetter.objects.filter(rule=rule).count(),
     }
+
+
+def _sink_index(rule: Rule, action: dict) -> int | None:
+    """The place among the rule's actions of the sink a dead letter's action names (its type
+    and the setting naming it), or None when it is not a sink or the rule no longer has it."""
+    from common.sinks import SINK_NAMES
+
+    name = SINK_NAMES.get(str(action.get("type")))
+    if name is None:
+        return None
+    for index, candidate in enumerate(rule.actions or []):
+        if isinstance(candidate, dict) and candidate.get("type") == action.get("type"):
+            if candidate.get(name) == action.get(name):
+                return index
+    return None
+
+
+@transaction.atomic
+def _requeue_sink_letters(rule: Rule, letters: list[tuple[RuleDeadLetter, int]]) -> int:
+    """Sink letters back into their outboxes (recorded done in the action ledger, as the job's
+    own appends are), as many as each outbox has room for (`max_sink_outbox_messages`);
+    returns how many."""
+    from common.webhooks.delivery import output_json
+    from tenants.tenant.selectors import effective_quota
+
+    most = effective_quota(rule.tenant)["max_sink_outbox_messages"]
+    room: dict[int, int] = {}
+    queued = 0
+    for letter, index in letters:
+        if index not in room:
+            room[index] = most - SinkOutbox.objects.filter(rule=rule, action_index=index).count()
+        if room[index] <= 0:
+            continue
+        room[index] -= 1
+        output = letter.output if isinstance(letter.output, dict) else {"value": letter.output}
+        SinkOutbox.objects.create(
+            tenant_id=rule.tenant_id, rule=rule, action_index=index,
+            key=str(output.get("clientid") or ""), body=letter.body or output_json(output),
+            ts_ms=int(letter.created_at.timestamp() * 1000), ledger_key=letter.ledger_key,
+        )  # fmt: skip
+        _ledger_record(rule, letter)
+        letter.delete()
+        queued += 1
+    return queued
 
 
 def _ledger_key(rule: Rule, text: str):

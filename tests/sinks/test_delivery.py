@@ -282,3 +282,31 @@ def test_an_output_over_the_outbox_quota_is_a_dead_letter_in_words_and_counted(r
     (minute,) = Usage.objects.filter(tenant=tenant)
     assert minute.dropped == {"quota_sink_outbox": 3}
     assert not receiver.calls  # nothing sent: no sender here
+
+
+def test_a_sinks_dead_letter_replayed_goes_back_to_its_outbox_and_is_delivered(receiver):
+    """A dead letter of a sink (its far end refused it, or was away past every attempt), replayed
+    from the rule's page: back in that sink's outbox, delivered by the sender; one whose sink
+    the rule no longer has stays, orphaned."""
+    tenant = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    action = {"type": "http_batch", "url": receiver.url}
+    rule = rule_services.rule_create(tenant=tenant, name="out", sql='SELECT * FROM "plant/#"',
+                                     actions=[{"type": "webhook", "url": receiver.url}, action])  # fmt: skip
+    kept = {k: v for k, v in rule.actions[1].items() if k != "secret"}  # as dead letters keep it
+    RuleDeadLetter.objects.create(rule=rule, action=kept, output={"n": 7, "clientid": "dev-1"},
+                                  body='{"n":7,"clientid":"dev-1"}', error="refused", attempts=10)  # fmt: skip
+    gone = {"type": "s3", "bucket": "not-any-more"}
+    RuleDeadLetter.objects.create(rule=rule, action=gone, output={"n": 8}, error="x", attempts=1)
+    answer = rule_services.rule_dead_letters_replay(rule)
+    assert (answer["queued"], answer["orphaned"], answer["remaining"]) == (1, 1, 1)
+    (row,) = OutboxRow.objects.filter(rule=rule)
+    assert (row.action_index, row.key, row.body) == (1, "dev-1", '{"n":7,"clientid":"dev-1"}')
+    dsn = database_url()
+    sender = SinkSender(dsn, poll=0.05)
+    sender.start()
+    try:
+        _wait(lambda: not OutboxRow.objects.filter(rule=rule).exists(), 20, "delivered")
+    finally:
+        sender.stop()
+    (call,) = receiver.calls
+    assert json.loads(call["body"]) == [{"n": 7, "clientid": "dev-1"}]

@@ -63,6 +63,7 @@ def test_dead_letters_replay_once_the_receiver_is_back(
     still_down = api.post("/api/v1/rules/hook/dead-letters/replay").json()
     assert still_down == {
         "replayed": 3,
+        "queued": 0,
         "delivered": 0,
         "failed": 3,
         "orphaned": 0,
@@ -77,6 +78,7 @@ def test_dead_letters_replay_once_the_receiver_is_back(
         body = api.post("/api/v1/rules/hook/dead-letters/replay").json()
         assert body == {
             "replayed": 3,
+            "queued": 0,
             "delivered": 3,
             "failed": 0,
             "orphaned": 0,
