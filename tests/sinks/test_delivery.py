@@ -27,6 +27,7 @@ from tenants.rules import services as rule_services
 from tenants.tenant import services as tenant_services
 from tests.sinks.conftest import Mosquitto, Outage, Receiver
 from tests.spark.conftest import database_url
+from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -197,16 +198,6 @@ def _seen(rule: Rule, end: FarEnd) -> str:
     return f"states {states}, {waiting} in the outbox, {len(end.read())} at the far end"
 
 
-def _wait(what: Callable[[], Any], timeout: float, why: str | Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s: {why() if callable(why) else why}")
-
-
 @pytest.mark.parametrize("kind", sorted(ENDS))
 def test_a_sink_cut_off_mid_stream_gets_every_output_once_it_returns(
     kind, s3_endpoint, boto, tmp_path, tenant_dsn, monkeypatch
@@ -223,11 +214,11 @@ def test_a_sink_cut_off_mid_stream_gets_every_output_once_it_returns(
     sender.start()
     try:
         assert all(o.ok for o in outbox.append(_jobs(rule, end.action, 0, 30)))
-        _wait(lambda: len(end.read()) >= 30, 30, "the first 30 at the far end")
+        until(lambda: len(end.read()) >= 30, 30, "the first 30 at the far end")
 
         end.outage.down()  # the far end away, the rule goes on producing
         assert all(o.ok for o in outbox.append(_jobs(rule, end.action, 30, 30)))
-        state = _wait(
+        state = until(
             lambda: SinkState.objects.filter(rule=rule, state__in=["retrying", "failing"]).first(),
             30,
             lambda: f"the sink said it is retrying ({_seen(rule, end)})",
@@ -237,8 +228,8 @@ def test_a_sink_cut_off_mid_stream_gets_every_output_once_it_returns(
         assert waiting > 0
 
         end.outage.up()
-        _wait(lambda: not OutboxRow.objects.filter(rule=rule).exists(), 60, "the outbox drained")
-        got = _wait(lambda: (r := end.read()) and len(r) >= 60 and r, 30, "all 60 arrived")
+        until(lambda: not OutboxRow.objects.filter(rule=rule).exists(), 60, "the outbox drained")
+        got = until(lambda: (r := end.read()) and len(r) >= 60 and r, 30, "all 60 arrived")
     finally:
         sender.stop()
         outbox.close()
@@ -305,7 +296,7 @@ def test_a_sinks_dead_letter_replayed_goes_back_to_its_outbox_and_is_delivered(r
     sender = SinkSender(dsn, poll=0.05)
     sender.start()
     try:
-        _wait(lambda: not OutboxRow.objects.filter(rule=rule).exists(), 20, "delivered")
+        until(lambda: not OutboxRow.objects.filter(rule=rule).exists(), 20, "delivered")
     finally:
         sender.stop()
     (call,) = receiver.calls

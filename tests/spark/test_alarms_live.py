@@ -23,6 +23,7 @@ from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.spark.conftest import signature_ok
 from tests.spark.test_end_to_end import platform, start_live  # noqa: F401  (a fixture)
+from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SECRET = "whsec-alarm-test-0001"
@@ -31,16 +32,6 @@ SECRET = "whsec-alarm-test-0001"
 def _transitions(definition) -> list[tuple[str, str, str]]:
     rows = AlarmTransition.objects.filter(definition=definition).order_by("at", "id")
     return [(t.key, t.event, t.at.isoformat(timespec="milliseconds")) for t in rows]
-
-
-def _wait(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"not within {seconds} s: {what}")
 
 
 def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, receiver, tmp_path):  # noqa: F811
@@ -90,7 +81,7 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
         readings(20, 1)
         readings(95, 4)  # held 2 s: active
         spy.publish("plant/pump/temp", json.dumps({"temp": 99}), 1)  # another tenant's: nothing
-        state = _wait(
+        state = until(
             lambda: AlarmState.objects.filter(definition=hot, key="pump", status="active").first(),
             30, "the alarm active",
         )  # fmt: skip
@@ -107,7 +98,7 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
         job = start_live(port, store, tmp_path)
         readings(97, 1)
         readings(30, 3)  # cool for 1 s: cleared
-        _wait(
+        until(
             lambda: AlarmState.objects.filter(definition=hot, key="pump", status="normal").exists(),
             30, "the alarm cleared",
         )  # fmt: skip
@@ -132,7 +123,7 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
         # The journey shows the messages that changed the alarm (the raise after `for` is its
         # timer's: in the history, which names the message that began it)
         reader = JourneyReader(store)
-        changes = _wait(
+        changes = until(
             lambda: [r for r in reader.messages("acme", start=started, end=datetime.now(UTC)
                      + timedelta(minutes=1), outcome="alarm_changed").rows],
             20, "the journey's alarm rows",
@@ -144,7 +135,7 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
         # The preview over the archive of the same messages: the same transitions.
         spec = alarm_services.alarm_spec(hot)
         ended = datetime.now(UTC) + timedelta(seconds=1)
-        _wait(lambda: preview(store, "acme", spec, started, ended).considered > 0, 20, "archived")
+        until(lambda: preview(store, "acme", spec, started, ended).considered > 0, 20, "archived")
         seen = preview(store, "acme", spec, started, ended)
         assert [(t["key"], t["event"], t["at"]) for t in seen.transitions] == [
             (key, event, at) for key, event, at in live
@@ -157,7 +148,7 @@ def test_an_alarm_raises_once_across_a_kill_9_and_the_preview_agrees(platform, r
             no_data_keys="devices",
         )  # fmt: skip
         alarm_services.alarm_definition_enable(silent, enabled=True)
-        quiet = _wait(
+        quiet = until(
             lambda: AlarmState.objects.filter(definition=silent, key="pump", status="active")
             .first(),
             40, "the silent device's no-data alarm",

@@ -7,7 +7,6 @@ another tenant's, and each sink's state says it is ok."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -20,18 +19,9 @@ from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
 from tests.sinks.conftest import Outage, Receiver
 from tests.spark.test_end_to_end import platform, start_live  # noqa: F401  (a fixture)
+from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _wait(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"not within {seconds} s: {what}")
 
 
 def test_outputs_reach_their_sinks_across_a_far_end_outage_and_a_kill_9(
@@ -81,12 +71,12 @@ def test_outputs_reach_their_sinks_across_a_far_end_outage_and_a_kill_9(
         for n in range(20):
             pump.publish("plant/pump/temp", json.dumps({"n": n}), 1)
             spy.publish("plant/pump/temp", json.dumps({"n": 1000 + n}), 1)  # no rule of evil's
-        _wait(lambda: len(set(posted())) >= 20, 60, "the first 20 posted")
+        until(lambda: len(set(posted())) >= 20, 60, "the first 20 posted")
 
         outage.down()  # the receiver away; the rule goes on producing
         for n in range(20, 40):
             pump.publish("plant/pump/temp", json.dumps({"n": n}), 1)
-        _wait(
+        until(
             lambda: SinkOutbox.objects.filter(rule=rule, action_index=0).exists(),
             30, "outputs waiting in the HTTP sink's outbox",
         )  # fmt: skip
@@ -94,9 +84,9 @@ def test_outputs_reach_their_sinks_across_a_far_end_outage_and_a_kill_9(
         job.wait(timeout=30)
         job = start_live(port, store, tmp_path)
         outage.up()
-        _wait(lambda: set(posted()) >= set(range(40)), 60, "every output posted")
-        _wait(lambda: set(in_bucket()) >= set(range(40)), 60, "every output in the bucket")
-        _wait(lambda: not SinkOutbox.objects.filter(rule=rule).exists(), 30, "outboxes empty")
+        until(lambda: set(posted()) >= set(range(40)), 60, "every output posted")
+        until(lambda: set(in_bucket()) >= set(range(40)), 60, "every output in the bucket")
+        until(lambda: not SinkOutbox.objects.filter(rule=rule).exists(), 30, "outboxes empty")
     finally:
         job.kill()
         job.wait(timeout=30)
