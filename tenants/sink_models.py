@@ -87,6 +87,11 @@ class SinkState(models.Model):
     resent = models.BigIntegerField(
         default=0, db_default=0, help_text="outputs delivered after a failed attempt"
     )
+    lag_ms = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="its last delivery: the oldest output's message to delivered",
+    )
     updated_at = models.DateTimeField(default=timezone.now, db_default=Now())
 
     class Meta:

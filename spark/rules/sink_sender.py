@@ -84,9 +84,10 @@ UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = GREATEST(next_attempt_at,
 """
 _STATE = f"""
 INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, state, last_error,
-                                 last_error_at, last_ok_at, delivered, dead, resent, updated_at)
+                                 last_error_at, last_ok_at, delivered, dead, resent, lag_ms,
+                                 updated_at)
 VALUES (%(tenant_id)s, %(rule_id)s, %(index)s, %(state)s, %(error)s, %(error_at)s, %(ok_at)s,
-        %(delivered)s, %(dead)s, %(resent)s, now())
+        %(delivered)s, %(dead)s, %(resent)s, %(lag_ms)s, now())
 ON CONFLICT (rule_id, action_index) DO UPDATE SET
   state = EXCLUDED.state,
   last_error = CASE WHEN EXCLUDED.last_error <> '' THEN EXCLUDED.last_error
@@ -95,7 +96,8 @@ ON CONFLICT (rule_id, action_index) DO UPDATE SET
   last_ok_at = COALESCE(EXCLUDED.last_ok_at, {tables.SINK_STATE}.last_ok_at),
   delivered = {tables.SINK_STATE}.delivered + EXCLUDED.delivered,
   dead = {tables.SINK_STATE}.dead + EXCLUDED.dead,
-  resent = {tables.SINK_STATE}.resent + EXCLUDED.resent, updated_at = now()
+  resent = {tables.SINK_STATE}.resent + EXCLUDED.resent,
+  lag_ms = COALESCE(EXCLUDED.lag_ms, {tables.SINK_STATE}.lag_ms), updated_at = now()
 """
 
 
@@ -312,6 +314,8 @@ class SinkSender:
                     "error_at": now if error else None, "ok_at": now if done else None,
                     "delivered": len(done), "dead": len(dead),
                     "resent": sum(1 for r in done if claimed.rows[r.id][0] > 0),
+                    "lag_ms": int(now.timestamp() * 1000) - min(r.ts_ms for r in done)
+                    if done else None,
                 },
             )  # fmt: skip
         self.delivered += len(done)

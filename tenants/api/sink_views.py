@@ -39,6 +39,10 @@ class SinkOutput(serializers.Serializer):
     last_ok_at = serializers.DateTimeField(allow_null=True, help_text="when it last took an output")
     delivered = serializers.IntegerField(help_text="outputs it took")
     dead = serializers.IntegerField(help_text="outputs dead-lettered after every retry")
+    lag_ms = serializers.IntegerField(
+        allow_null=True,
+        help_text="its last delivery: from the oldest output's message to the far end taking it",
+    )
     resent = serializers.IntegerField(
         help_text="outputs delivered after a failed attempt: the far end may hold these twice "
         "(the most duplicates there can be)"

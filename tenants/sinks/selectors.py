@@ -32,6 +32,7 @@ class SinkRow:
     delivered: int
     dead: int
     resent: int
+    lag_ms: int | None
     updated_at: datetime | None
 
 
@@ -100,6 +101,7 @@ def sinks_list(*, tenant: Tenant) -> list[SinkRow]:
                     delivered=state.delivered if state else 0,
                     dead=state.dead if state else 0,
                     resent=state.resent if state else 0,
+                    lag_ms=state.lag_ms if state else None,
                     updated_at=state.updated_at if state else None,
                 )
             )
