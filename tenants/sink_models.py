@@ -53,6 +53,8 @@ class SinkOutbox(models.Model):
         indexes = [
             models.Index(fields=["rule", "action_index", "id"], name="sink_outbox_order_idx"),
             models.Index(fields=["next_attempt_at"], name="sink_outbox_due_idx"),
+            # A claim skips an output while an older one of its key waits (sink_sender._CLAIM).
+            models.Index(fields=["rule", "action_index", "key", "id"], name="sink_outbox_key_idx"),
         ]
 
     def __str__(self) -> str:

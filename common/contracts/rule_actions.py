@@ -120,7 +120,8 @@ def _normalize(index: int, action: Any, known_secrets: dict[Any, Any]) -> dict[s
         )
     missing = sorted(required - set(action))
     if missing:
-        raise RuleActionError(index, f"a {kind} action needs {', '.join(missing)}.")
+        article = "an" if kind in ("s3", "sqs", "mqtt_bridge", "http_batch") else "a"  # as said
+        raise RuleActionError(index, f"{article} {kind} action needs {', '.join(missing)}.")
     if kind == "republish":
         return _republish(index, action)
     if kind == "webhook":

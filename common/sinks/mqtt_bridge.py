@@ -142,7 +142,9 @@ class MqttBridgeWriter:
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
-        client.connect_async(self.host, self.port, keepalive=KEEPALIVE)
+        # A clean start on every connection, reconnections too (paho's default is the first
+        # only): nothing of an earlier session is asked of the far broker.
+        client.connect_async(self.host, self.port, keepalive=KEEPALIVE, clean_start=True)
         client.loop_start()
         self._client = client
         return client

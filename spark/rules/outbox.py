@@ -51,6 +51,14 @@ _DEPTH = f"""
 SELECT rule_id, action_index, count(*), COALESCE(sum(octet_length(body)), 0)
   FROM {tables.SINK_OUTBOX} WHERE rule_id = ANY(%s) GROUP BY rule_id, action_index
 """
+_DEAD = f"""
+INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, dead, last_error,
+                                 last_error_at, updated_at)
+VALUES (%s, %s, %s, %s, %s, now(), now())
+ON CONFLICT (rule_id, action_index) DO UPDATE SET
+  dead = {tables.SINK_STATE}.dead + EXCLUDED.dead, last_error = EXCLUDED.last_error,
+  last_error_at = EXCLUDED.last_error_at, updated_at = now()
+"""
 _INSERT = f"""
 INSERT INTO {tables.SINK_OUTBOX}
     (tenant_id, rule_id, action_index, key, body, ts_ms, ledger_key, topic, client_id)
@@ -95,6 +103,7 @@ class SinkOutbox:
     def _append(self, conn: psycopg.Connection[Any], jobs: Sequence[Job]) -> list[Outcome]:
         outcomes: list[Outcome] = []
         refused: Counter[str] = Counter()
+        full: dict[tuple[int, int, int], list[Any]] = {}  # (tenant, rule, action): [n, words]
         with conn.transaction(), conn.cursor() as cur:
             limits = {
                 slug: (tenant_id, int(most), int(most_bytes))
@@ -119,8 +128,10 @@ class SinkOutbox:
                 size = len(body.encode())
                 held = depth.setdefault((job.rule_id, job.action_index), [0, 0])
                 if held[0] + 1 > most or held[1] + size > most_bytes:
-                    outcomes.append(Outcome(job, False, full_words(most, most_bytes), dead=True))
+                    words = full_words(most, most_bytes)
+                    outcomes.append(Outcome(job, False, words, dead=True))
                     refused[job.tenant] += 1
+                    full.setdefault((tenant_id, job.rule_id, job.action_index), [0, words])[0] += 1
                     continue
                 held[0] += 1
                 held[1] += size
@@ -138,6 +149,8 @@ class SinkOutbox:
                 ledger.record(conn, done, self.source, self.run_id)
             if refused:
                 count_refused(cur, "quota_sink_outbox", refused)
+            for (tenant_id, rule_id, index), (n, words) in full.items():  # the sink's `dead`
+                cur.execute(_DEAD, (tenant_id, rule_id, index, n, words))
         self.appended += len(rows)
         if rows and self.on_append is not None:
             self.on_append()

@@ -6,7 +6,8 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
   own sink only. An S3 sink gathers: it sends once a full object is waiting or its oldest output
   is `S3_FLUSH_SECONDS` old (one object per flush, named by its outbox ids).
 - A claim is a lease (`LEASE` seconds): a sender killed mid-send leaves its outputs to be sent
-  again after it — at least once, never lost. Delivered outputs are deleted; one the far end
+  again after it — at least once, never lost. No output is claimed while an older one of its
+  key waits (for its back-off, or out in a send): a key's outputs leave in their order. Delivered outputs are deleted; one the far end
   refused for now waits `backoff × 2^attempts` (up to `max_backoff`), and the same key's later
   outputs wait behind it (order per key kept where the sink has one) — the whole sink when none
   of the batch got through (the far end away: one attempt per back-off, not one per batch);
@@ -61,9 +62,13 @@ SELECT r.id, r.actions, r.name, t.slug FROM {tables.RULE} r
 """
 _CLAIM = f"""
 UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() + make_interval(secs => %s)
- WHERE id IN (SELECT id FROM {tables.SINK_OUTBOX}
-               WHERE rule_id = %s AND action_index = %s AND next_attempt_at <= now()
-               ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+ WHERE id IN (SELECT o.id FROM {tables.SINK_OUTBOX} o
+               WHERE o.rule_id = %s AND o.action_index = %s AND o.next_attempt_at <= now()
+                 AND NOT EXISTS (  -- an older output of its key still waits (or is out): after it
+                     SELECT 1 FROM {tables.SINK_OUTBOX} p
+                      WHERE p.rule_id = o.rule_id AND p.action_index = o.action_index
+                        AND p.key = o.key AND p.id < o.id AND p.next_attempt_at > now())
+               ORDER BY o.id LIMIT %s FOR UPDATE SKIP LOCKED)
 RETURNING id, key, body, ts_ms, attempts, ledger_key, topic, client_id, tenant_id
 """
 _RELEASE = f"UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() WHERE id = ANY(%s)"
@@ -81,6 +86,9 @@ _SINK_BEHIND = f"""
 UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = GREATEST(next_attempt_at,
        now() + make_interval(secs => %s))
  WHERE rule_id = %s AND action_index = %s
+"""
+_OLDEST_TRIES = f"""
+SELECT COALESCE(max(attempts), 0) FROM {tables.SINK_OUTBOX} WHERE rule_id = %s AND action_index = %s
 """
 _STATE = f"""
 INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, state, last_error,
@@ -283,8 +291,6 @@ class SinkSender:
             )  # fmt: skip
             for r, error, attempts in dead
         ]
-        oldest_failing = max((a for _, _, a in waiting), default=0)
-        state = OK if not waiting else FAILING if oldest_failing >= FAILING_AFTER else RETRYING
         error = (waiting or dead or [(None, "", 0)])[-1][1]
         with conn.transaction(), conn.cursor() as cur:
             gone = [r.id for r in done] + [r.id for r, _, _ in dead]
@@ -306,6 +312,10 @@ class SinkSender:
             else:
                 for key, (first, delay) in held.items():  # its later outputs wait behind it
                     cur.execute(_BEHIND, (delay, sink.rule_id, sink.index, key, first))
+            # Its state from what still waits, not this batch alone: ok once nothing waits after
+            # a failed attempt; failing once an output has failed FAILING_AFTER times.
+            (tries,) = cur.execute(_OLDEST_TRIES, (sink.rule_id, sink.index)).fetchone()
+            state = OK if not tries else FAILING if tries >= FAILING_AFTER else RETRYING
             cur.execute(
                 _STATE,
                 {

@@ -27,8 +27,8 @@ class SinkOutput(serializers.Serializer):
     target = serializers.CharField(help_text="where it delivers, in words (no credential)")
     state = serializers.ChoiceField(
         list(SINK_STATES),
-        help_text="ok; retrying (its oldest output failed and waits for another attempt); "
-        "failing (for longer than the job retries before it dead-letters)",
+        help_text="ok (nothing waits after a failed attempt); retrying (outputs wait after a "
+        "failed attempt); failing (one has failed three times or more)",
     )
     outbox_depth = serializers.IntegerField(help_text="outputs waiting in its outbox")
     oldest_at = serializers.DateTimeField(

@@ -123,7 +123,7 @@ def test_s3_bad_shapes(change, words):
 
 
 def test_s3_needs_a_bucket():
-    refused({"type": "s3"}, "a s3 action needs bucket")
+    refused({"type": "s3"}, "an s3 action needs bucket")
 
 
 def test_an_endpoint_the_operator_allows_is_taken(monkeypatch):
