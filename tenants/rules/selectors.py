@@ -19,6 +19,7 @@ def rules_list(*, tenant: Tenant, name: str | None = None) -> QuerySet[Rule]:
         Rule.objects.filter(tenant=tenant)
         .select_related("metrics")
         .annotate(dead_letters_count=Count("dead_letters"))
+        .order_by("name")  # a stable order: pages of the list never repeat or skip a rule
     )
     if name:
         rules = rules.filter(name__icontains=name)
