@@ -61,14 +61,15 @@ SELECT r.id, r.actions, r.name, t.slug FROM {tables.RULE} r
   JOIN {tables.TENANT} t ON t.id = r.tenant_id WHERE r.id = ANY(%s)
 """
 _CLAIM = f"""
-UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() + make_interval(secs => %s)
- WHERE id IN (SELECT o.id FROM {tables.SINK_OUTBOX} o
-               WHERE o.rule_id = %s AND o.action_index = %s AND o.next_attempt_at <= now()
-                 AND NOT EXISTS (  -- an older output of its key still waits (or is out): after it
-                     SELECT 1 FROM {tables.SINK_OUTBOX} p
-                      WHERE p.rule_id = o.rule_id AND p.action_index = o.action_index
-                        AND p.key = o.key AND p.id < o.id AND p.next_attempt_at > now())
-               ORDER BY o.id LIMIT %s FOR UPDATE SKIP LOCKED)
+WITH blocked AS MATERIALIZED (  -- each key's oldest output still waiting (or out in a send)
+  SELECT key, min(id) AS first FROM {tables.SINK_OUTBOX}
+   WHERE rule_id = %(rule)s AND action_index = %(index)s AND next_attempt_at > now()
+   GROUP BY key)
+UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() + make_interval(secs => %(lease)s)
+ WHERE id IN (SELECT o.id FROM {tables.SINK_OUTBOX} o LEFT JOIN blocked b ON b.key = o.key
+               WHERE o.rule_id = %(rule)s AND o.action_index = %(index)s
+                 AND o.next_attempt_at <= now() AND (b.first IS NULL OR o.id < b.first)
+               ORDER BY o.id LIMIT %(most)s FOR UPDATE OF o SKIP LOCKED)
 RETURNING id, key, body, ts_ms, attempts, ledger_key, topic, client_id, tenant_id
 """
 _RELEASE = f"UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() WHERE id = ANY(%s)"
@@ -235,7 +236,9 @@ class SinkSender:
 
     def _claim(self, conn: psycopg.Connection[Any], sink: Sink, most: int, most_bytes: int):
         rows = sorted(
-            conn.execute(_CLAIM, (LEASE, sink.rule_id, sink.index, most)).fetchall(),
+            conn.execute(
+                _CLAIM, {"lease": LEASE, "rule": sink.rule_id, "index": sink.index, "most": most}
+            ).fetchall(),
             key=lambda r: r[0],
         )
         records: list[Record] = []
