@@ -174,7 +174,7 @@ class Platform:
                                        zip(claimed.records, results, strict=True) if res.ok]  # fmt: skip
                 super()._settle(conn, sink, rule, action, claimed, results)
 
-        self.sender = Timed(dsn, workers=1, poll=0.05, backoff=0.5, max_backoff=2.0)
+        self.sender = Timed(dsn, workers=1, poll=0.05)  # the live job's back-off and attempts
         self.outbox.on_append = self.sender.wake
         self.sender.start()
 
@@ -219,13 +219,15 @@ def throughput(platform: Platform, ends: FarEnds, kind: str, outputs: int) -> No
     platform.latencies = []
     started, cpu = time.monotonic(), time.process_time()
     platform.append(rule, action, 0, outputs)
+    appended = time.monotonic() - started
     platform.drain(rule, 600)
     took, cpu = time.monotonic() - started, time.process_time() - cpu
     rate = outputs / took
     print(
         f"{kind:12s} writer alone {rate_alone:8,.0f}/s cpu/1k {cpu_alone / 1000:.3f} s | "
-        f"outbox + sender {rate:8,.0f}/s cpu/1k {cpu * 1e3 / outputs:.3f} s | "
-        f"ratio {rate / rate_alone:.2f}x | message to far end {_figures(platform.latencies)}"
+        f"outbox + sender {rate:8,.0f}/s cpu/1k {cpu * 1e3 / outputs:.3f} s (appended at "
+        f"{outputs / appended:,.0f}/s) | ratio {rate / rate_alone:.2f}x | message to far end "
+        f"{_figures(platform.latencies)}"
     )
 
 
@@ -253,6 +255,9 @@ def outage(platform: Platform, ends: FarEnds, kind: str, seconds: float, rate: f
     cut.up()
     drained = platform.drain(rule, 3600)
     got = read()
+    from tenants.models import SinkState
+
+    dead = SinkState.objects.get(rule=rule).dead
     in_order = all(
         [n for n in got if n % KEYS == k] == sorted(n for n in got if n % KEYS == k)
         for k in range(KEYS)
@@ -260,7 +265,7 @@ def outage(platform: Platform, ends: FarEnds, kind: str, seconds: float, rate: f
     print(
         f"{kind}: {sent:,} outputs at {rate:g}/s, the far end away {seconds:g} s ({depth:,} "
         f"waiting when it came back); drained {drained:.1f} s after; at the far end "
-        f"{len(set(got)):,} of {sent:,} ({len(got) - len(set(got))} twice), in order per key: "
+        f"{len(set(got)):,} of {sent:,} ({len(got) - len(set(got))} twice, {dead} dead letters), in order per key: "
         f"{in_order}"
     )
     cut.down()
