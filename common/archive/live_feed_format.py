@@ -5,8 +5,9 @@ columns and each row's message id) as an Arrow IPC stream compressed with LZ4, `
 count, and `s`, the writer (one broker process).
 
 Between them each writer adds *marks*: `s` and `w`, a time (epoch ms) by which everything it
-received is in its earlier entries — its watermark, sent at each hand-off to the feed and every
-`MARK_EVERY` seconds when idle; `b` on its last one (it stops). A reader that knows every live
+received is in its earlier entries — its watermark, sent after each hand-off to the feed; `b`
+on its last one (it stops). An idle writer sends none: a reader stops waiting on it a while
+after its last. A reader that knows every live
 writer's mark knows no row older than their lowest is still on its way (the alarms' timers).
 Rows without `s` come from a writer that sends no marks (a broker of an older release)."""
 
@@ -21,7 +22,6 @@ COUNT_FIELD = b"n"
 WRITER_FIELD = b"s"
 MARK_FIELD = b"w"
 BYE_FIELD = b"b"
-MARK_EVERY = 0.1  # seconds: an idle writer's marks, so a reader never waits on it for longer
 _WRITE_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
 
 

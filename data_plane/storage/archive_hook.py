@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from time import monotonic, time
 from typing import Any
 
-from common.archive.live_feed_format import MARK_EVERY
 from common.archive.schema import (
     EVENT_CONNECTED,
     EVENT_DISCONNECTED,
@@ -223,16 +222,16 @@ class ArchiveTap:
                 log.exception("archive batch failed")
 
     def _mark(self) -> None:
-        """Tell the live feed everything received until now is handed over — after a hand-off,
-        or every MARK_EVERY seconds — unless a live tenant's rows still wait in the batch (a
-        hand-off held back by a busy builder). Queued on the builder behind the hand-offs, so
-        the feed sends it after their rows."""
+        """Tell the live feed everything received until now is handed over — after a hand-off
+        — unless a live tenant's rows still wait in the batch (a hand-off held back by a busy
+        builder). Queued on the builder behind the hand-offs, so the feed sends it after their
+        rows. Not while idle: marks every tenth of a second then held the last segment's upload
+        back by seconds (tests/spark/test_live_s3.py); an idle broker stops holding the job's
+        clock back 2 s after its last mark (`spark.rules.feed.Watermarks.STALE`)."""
         feed = self.writer.feed
-        if feed is None or self._live_waiting:
+        if feed is None or self._live_waiting or not self._handed:
             return
         now = time()
-        if not self._handed and now - self._marked < MARK_EVERY:
-            return
         self._marked, self._handed = now, False
         marking = asyncio.get_running_loop().run_in_executor(self._builder, feed.mark, now)
         marking.add_done_callback(_log_failure)

@@ -11,8 +11,7 @@ the rules' topic filters and lifecycle events, one dict lookup per topic seen be
 them; the feed's own thread sends each as one stream entry (Arrow IPC, LZ4) with `XADD … MAXLEN
 ~`. Nothing of this runs on the event loop, and nothing waits for Redis there.
 
-Marks (`live_feed_format`): after each hand-off's parts, and every `MARK_EVERY` seconds while
-idle, the tap gives `mark` the time by which everything this broker received was handed over
+Marks (`live_feed_format`): after each hand-off's parts the tap gives `mark` the time by which everything this broker received was handed over
 (queued behind those parts on the same builder thread, sent in order on the feed's): the job's
 alarms fire a timer once every writer's mark is past it, not a guessed lag later.
 

@@ -824,7 +824,7 @@ class LiveJob:
                     self.alarms.early(table, self.feed.settled(last, FEED_LAG), last)
                     self.handle_batch(self._frame(table), batch_id, replay)
                 elif not replay:  # the writers' marks only: the position moves with the next
-                    self._count_to(last)  # record (not a write each tenth of a second)
+                    self._count_to(last)  # record (not a write per mark)
                 self.progress.close(batch_id)
                 # The alarms' timers due before the writers' marks fire now: every row older
                 # than those was in this batch or an earlier one (`feed.Watermarks`).
