@@ -22,7 +22,6 @@ is false.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -43,7 +42,7 @@ from common.rule_preview.preview import (
     select_row,
     struct_row,
 )
-from common.rule_preview.scan import VIEW, PreviewTooLong, open_scan
+from common.rule_preview.scan import VIEW, PreviewTooLong, watched_scan
 from common.rules import default_budget
 
 log = logging.getLogger(__name__)
@@ -273,35 +272,28 @@ def preview(
     if spec.no_data is not None:
         run.seed(devices, start.timestamp())
     result = AlarmPreview()
-    con = duckdb.connect()
-    watchdog = threading.Timer(3 * seconds + 10, con.interrupt)
-    watchdog.daemon = True
-    watchdog.start()
     try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"SET memory_limit = '{memory}'")
-        open_scan(con, store, tenant, start, end)
-        pairs = con.execute(f"SELECT event, topic, count(*) FROM {VIEW} GROUP BY ALL").fetchall()
-        result.read = sum(n for _, _, n in pairs)
-        taken = [(e, t) for e, t, _ in pairs if run.rule.reads(e, t)]
-        if taken:
-            considered_view(con, taken, len(taken) == len(pairs), None)
-            result.considered = con.execute("SELECT count(*) FROM considered").fetchall()[0][0]
-            result.complete = _read(con, run, spec, tenant, started + seconds)
-        finish = end.timestamp()
-        if not result.complete:
-            finish = max((s.clock for s in run.states.values()), default=start.timestamp())
-        run.finish(finish)
-        result.evaluated, result.failed = run.evaluated, run.failed
-        result.unevaluated = result.considered - run.evaluated
-        _summary(run, finish, result, limit, con)
+        with watched_scan(store, tenant, start, end, seconds=seconds, memory=memory) as con:
+            pairs = con.execute(
+                f"SELECT event, topic, count(*) FROM {VIEW} GROUP BY ALL"
+            ).fetchall()
+            result.read = sum(n for _, _, n in pairs)
+            taken = [(e, t) for e, t, _ in pairs if run.rule.reads(e, t)]
+            if taken:
+                considered_view(con, taken, len(taken) == len(pairs), None)
+                result.considered = con.execute("SELECT count(*) FROM considered").fetchall()[0][0]
+                result.complete = _read(con, run, spec, tenant, started + seconds)
+            finish = end.timestamp()
+            if not result.complete:
+                finish = max((s.clock for s in run.states.values()), default=start.timestamp())
+            run.finish(finish)
+            result.evaluated, result.failed = run.evaluated, run.failed
+            result.unevaluated = result.considered - run.evaluated
+            _summary(run, finish, result, limit, con)
     except duckdb.InterruptException:
         raise PreviewTooLong(
             "the range holds more than a preview reads in its time: narrow it"
         ) from None
-    finally:
-        watchdog.cancel()
-        con.close()
     result.seconds = round(perf_counter() - started, 3)
     return result
 

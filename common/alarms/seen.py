@@ -11,17 +11,14 @@ runs), within `seconds` — past them the keys found so far are the ones seen mo
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from time import perf_counter
 from typing import Any
 
-import duckdb
-
 from common.alarms.definition import AlarmSpec, compile_alarm, read
 from common.rule_preview.preview import arrow_rows, considered_view, select_row
-from common.rule_preview.scan import VIEW, open_scan
+from common.rule_preview.scan import VIEW, watched_scan
 from common.rules import default_budget
 
 
@@ -48,14 +45,7 @@ def seen_keys(
     result = SeenKeys()
     if limit <= 0:
         return SeenKeys([], False)
-    con = duckdb.connect()
-    watchdog = threading.Timer(3 * seconds + 10, con.interrupt)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"SET memory_limit = '{memory}'")
-        open_scan(con, store, tenant, start, end)
+    with watched_scan(store, tenant, start, end, seconds=seconds, memory=memory) as con:
         pairs = con.execute(f"SELECT event, topic, count(*) FROM {VIEW} GROUP BY ALL").fetchall()
         taken = [(e, t) for e, t, _ in pairs if rule.reads(e, t)]
         if not taken:
@@ -84,6 +74,3 @@ def seen_keys(
                 keys.setdefault(reading.key, None)
         result.keys = list(keys)[:limit]
         return result
-    finally:
-        watchdog.cancel()
-        con.close()

@@ -12,6 +12,9 @@ preview is refused: a run reads any range on Spark, piece by piece).
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -47,6 +50,26 @@ class PreviewTooLong(Exception):
 def _local_root(store: ObjectStore) -> Path | None:
     root = getattr(store, "root", None)
     return Path(root) if root is not None else None
+
+
+@contextlib.contextmanager
+def watched_scan(
+    store: ObjectStore, tenant: str, start: datetime, end: datetime, *, seconds: float, memory: str
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A DuckDB connection with the tenant's archive of [start, end) open as VIEW (`open_scan`),
+    interrupted if it runs past 3 × `seconds` + 10 (a watchdog), closed after."""
+    con = duckdb.connect()
+    watchdog = threading.Timer(3 * seconds + 10, con.interrupt)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(f"SET memory_limit = '{memory}'")
+        open_scan(con, store, tenant, start, end)
+        yield con
+    finally:
+        watchdog.cancel()
+        con.close()
 
 
 def open_scan(
