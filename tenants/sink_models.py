@@ -9,8 +9,8 @@ leaves out has a database default, so its INSERTs name only what it knows.
 - `SinkOutbox`: the outputs waiting for their sink (a durable queue per sink, bounded by the
   quota keys `max_sink_outbox_messages` and `max_sink_outbox_bytes`): delivered in `id` order per
   `key` (the ordering key: Kinesis's partition key, the bridge's topic), retried with backoff
-  (`attempts`, `next_attempt_at`, `last_error`), deleted when the sink took them or when they
-  become dead letters.
+  (`attempts`, `next_attempt_at`, `last_error`), claimed by one sender at a time (`claimed_by`),
+  deleted when the sink took them or when they become dead letters.
 - `SinkState`: what `GET /api/v1/sinks` says of each sink: `ok`, `retrying` (its oldest output
   failed and waits for another attempt) or `failing` (for longer than the job's limit), the last
   error in words, and counters.
@@ -48,10 +48,18 @@ class SinkOutbox(models.Model):
     next_attempt_at = models.DateTimeField(default=timezone.now, db_default=Now())
     last_error = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now, db_default=Now())
+    # The sender out sending it now (its `spark.rules.presence` id), None while it waits: a
+    # claim whose sender's process ended is taken again at once, not after its lease.
+    claimed_by = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [
             models.Index(fields=["rule", "action_index", "id"], name="sink_outbox_order_idx"),
+            models.Index(
+                fields=["claimed_by"],
+                name="sink_outbox_claimed_idx",
+                condition=models.Q(claimed_by__isnull=False),
+            ),
             models.Index(fields=["next_attempt_at"], name="sink_outbox_due_idx"),
             # A claim skips an output while an older one of its key waits (sink_sender._CLAIM).
             models.Index(fields=["rule", "action_index", "key", "id"], name="sink_outbox_key_idx"),
@@ -94,6 +102,14 @@ class SinkState(models.Model):
         blank=True,
         help_text="its last delivery: the oldest output's message to delivered",
     )
+    delivered_bytes = models.BigIntegerField(
+        default=0, db_default=0, help_text="the delivered outputs' JSON bytes"
+    )
+    # Throughput: outputs delivered in the clock minute `minute_at` so far, and in the one before
+    # it (the sender rolls them over as it settles; the selector ages them by the clock).
+    minute_at = models.DateTimeField(null=True, blank=True)
+    minute_delivered = models.BigIntegerField(default=0, db_default=0)
+    previous_minute_delivered = models.BigIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField(default=timezone.now, db_default=Now())
 
     class Meta:

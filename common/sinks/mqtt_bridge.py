@@ -1,11 +1,14 @@
 """The MQTT bridge sink: each record published to another broker, its output's JSON text as the
 payload, on the action's `topic` template rendered from the output.
 
-One long-lived paho-mqtt client per writer (MQTT 5.0, a clean session, client id
+A paho-mqtt client per connection (MQTT 5.0, a clean session, client id
 `mqtt-platform-{tenant}-{random}` so two writers never take each other's session), run on
-paho's own thread, which reconnects by itself (1 s doubling to 30 s between attempts). Each
-connection, the first and every reconnection, goes to an address of the host vetted like a
-webhook's (`endpoints.vetted`; TLS still checks the certificate against the host's name).
+paho's own thread. Once its connection is over (lost, refused, or never made) the next send
+starts a new client, so reconnecting is paced by the outbox's back-off like every sink's
+attempts, and paho never sends again on its own what an ended connection held: the outbox alone
+sends again, so each possible duplicate is one the sink's `resent` counts. Each connection goes to an address of the host
+vetted like a webhook's (`endpoints.vetted`; TLS still checks the certificate against the
+host's name).
 
 A send waits for the connection (`connect_wait`); without one every record fails with the last
 reason the connection gave (retry). Then it publishes the records in order with at most
@@ -15,9 +18,9 @@ reason the connection gave (retry). Then it publishes the records in order with 
 - QoS 0: it was written to the connection (the broker acknowledges nothing).
 A PUBACK with a failure reason (the far end's ACL refused the topic: 0x87 Not authorized) fails
 that record permanently, except "quota exceeded" and "server busy", which are retried; no
-acknowledgement within `ack_wait` fails it, to be retried. paho sends again, after a
-reconnection, what it had not had acknowledged: with the outbox's own retry, a record may then
-arrive twice (MQTT's QoS 1 is at least once), never not at all.
+acknowledgement within `ack_wait`, or the connection lost first, fails it, to be retried by the
+outbox: a record the far end took but whose acknowledgement was lost then arrives twice (MQTT's
+QoS 1 is at least once), never not at all.
 
 A topic that renders to something no message can be published to (empty, with `+` or `#`, over
 65535 bytes) fails that record permanently. Messages of one topic arrive in the order sent.
@@ -64,6 +67,12 @@ class _VettedClient(mqtt.Client):
     """paho's client, connecting only to vetted addresses of its host (its every connection)."""
 
     last_error: str = "not connected yet"
+    connected = False
+    ended = False  # its connection is over (lost, refused or never made): a send starts another
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.settled = threading.Event()  # connected, or ended
 
     def _create_socket_connection(self) -> socket.socket:
         try:
@@ -122,28 +131,30 @@ class MqttBridgeWriter:
         self.qos: int = qos
         self.tenant = tenant
         self._client: _VettedClient | None = None
-        self._connected = threading.Event()
         self._reasons: dict[int, ReasonCode] = {}
 
     def _start(self) -> _VettedClient:
-        if self._client is not None:
+        if self._client is not None and not self._client.ended:
             return self._client
+        if self._client is not None:  # what it still held is the outbox's to send again
+            self._client.loop_stop()
+            self._client = None
+        self._reasons.clear()  # message ids are a client's own
         client = _VettedClient(
             CallbackAPIVersion.VERSION2,
             client_id=f"mqtt-platform-{self.tenant}-{secrets.token_hex(4)}"[:64],
             protocol=mqtt.MQTTv5,
+            reconnect_on_failure=False,  # one connection per client (see the module)
         )
         if self.username is not None or self.password is not None:
             client.username_pw_set(self.username or "", self.password)
         if self.tls:
             client.tls_set_context(ssl.create_default_context())
         client.max_inflight_messages_set(WINDOW)
-        client.reconnect_delay_set(1, 30)
         client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
-        # A clean start on every connection, reconnections too (paho's default is the first
-        # only): nothing of an earlier session is asked of the far broker.
         client.connect_async(self.host, self.port, keepalive=KEEPALIVE, clean_start=True)
         client.loop_start()
         self._client = client
@@ -154,17 +165,23 @@ class MqttBridgeWriter:
     ) -> None:
         assert isinstance(client, _VettedClient)
         if reason.is_failure:
-            self._connected.clear()
             client.last_error = f"{REFUSED} {reason.getName()}"
         else:
             client.last_error = LOST
-            self._connected.set()
+            client.connected = True
+        client.settled.set()
+
+    def _on_connect_fail(self, client: mqtt.Client, _u: Any) -> None:
+        assert isinstance(client, _VettedClient)
+        client.ended = True  # its thread stops: one try per client (reconnect_on_failure off)
+        client.settled.set()
 
     def _on_disconnect(
         self, client: mqtt.Client, _u: Any, _f: Any, reason: ReasonCode, _p: Properties | None
     ) -> None:
-        self._connected.clear()
         assert isinstance(client, _VettedClient)
+        client.connected, client.ended = False, True
+        client.settled.set()
         if not client.last_error.startswith(REFUSED):
             said = reason.getName() if reason.is_failure else ""
             told = said and said != "Unspecified error"  # a DISCONNECT with a reason
@@ -175,18 +192,18 @@ class MqttBridgeWriter:
     ) -> None:
         self._reasons[mid] = reason
 
-    def _connection(self) -> str | None:
-        """Words for why there is no connection after `connect_wait`, or None."""
+    def _connection(self) -> tuple[_VettedClient, str | None]:
+        """The client, and words for why it has no connection after `connect_wait` (or None)."""
         client = self._start()
-        if self._connected.wait(self.connect_wait):
-            return None
-        return f"MQTT bridge: {client.last_error}"
+        client.settled.wait(self.connect_wait)
+        if client.connected:
+            return client, None
+        return client, f"MQTT bridge: {client.last_error}"
 
     def send(self, records: Sequence[Record]) -> list[Result]:
-        problem = self._connection()
+        client, problem = self._connection()
         if problem is not None:
             return failed(records, problem)
-        client = self._start()
         results: list[Result | None] = [None] * len(records)
         sent: list[tuple[int, mqtt.MQTTMessageInfo]] = []
         for index, record in enumerate(records):
@@ -199,17 +216,23 @@ class MqttBridgeWriter:
             sent.append((index, info))
         deadline = time.monotonic() + self.ack_wait
         for index, info in sent:
-            results[index] = self._outcome(info, deadline)
+            results[index] = self._outcome(client, info, deadline)
         return [r if r is not None else OK for r in results]
 
-    def _outcome(self, info: mqtt.MQTTMessageInfo, deadline: float) -> Result:
-        try:
-            info.wait_for_publish(max(0.0, deadline - time.monotonic()))
+    def _outcome(
+        self, client: _VettedClient, info: mqtt.MQTTMessageInfo, deadline: float
+    ) -> Result:
+        try:  # until acknowledged, the deadline, or the connection's end (nothing comes then)
+            while not info.is_published() and not client.ended:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                info.wait_for_publish(min(left, 0.1))
         except (ValueError, RuntimeError):
             pass
         reason = self._reasons.pop(info.mid, None)
         if info.rc != mqtt.MQTT_ERR_SUCCESS or not info.is_published():
-            words = LOST if not self._connected.is_set() else None
+            words = LOST if not client.connected else None
             words = words or f"no acknowledgement within {self.ack_wait:g} s"
             return Result(False, f"MQTT bridge: {words}")
         if reason is not None and reason.is_failure:
@@ -222,11 +245,10 @@ class MqttBridgeWriter:
 
     def check(self) -> str | None:
         """The broker takes a connection with the action's credentials (and TLS)."""
-        return self._connection()
+        return self._connection()[1]
 
     def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             client.disconnect()
             client.loop_stop()
-        self._connected.clear()

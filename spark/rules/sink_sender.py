@@ -5,8 +5,10 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
   (`batch_limits`); sinks of every tenant share `workers` threads, so a slow far end holds its
   own sink only. An S3 sink gathers: it sends once a full object is waiting or its oldest output
   is `S3_FLUSH_SECONDS` old (one object per flush, named by its outbox ids).
-- A claim is a lease (`LEASE` seconds): a sender killed mid-send leaves its outputs to be sent
-  again after it — at least once, never lost. No output is claimed while an older one of its
+- A claim names its sender (`claimed_by`, its `presence.Presence`): a sender killed mid-send
+  leaves its outputs to be taken back by the next sender to look (`ORPHANS_EVERY`, and at once
+  at start) and sent again — at least once, never lost, each counted as possibly resent. A claim
+  is also a lease (`LEASE` seconds), the backstop for a sender alive but stuck. No output is claimed while an older one of its
   key waits (for its back-off, or out in a send): a key's outputs leave in their order. Delivered outputs are deleted; one the far end
   refused for now waits `backoff × 2^attempts` (up to `max_backoff`), and the same key's later
   outputs wait behind it (order per key kept where the sink has one) — the whole sink when none
@@ -15,7 +17,7 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
   words, and no longer done in the action ledger (a `new-only` run over its range, the re-send
   from history, queues it again).
 - Per sink, its state (`tenants_sinkstate`: ok, retrying, failing; the last error in words,
-  delivered, dead and resent counts — resent: delivered after a failed attempt the far end may
+  delivered (and their bytes, and per clock minute: throughput), dead and resent counts — resent: delivered after a failed attempt the far end may
   have taken too, the most duplicates it can hold) for `GET /api/v1/sinks`; the journey has a row per output
   delivered or given up.
 """
@@ -44,10 +46,12 @@ from spark.rules.actions import Job, Outcome
 from spark.rules.bookkeeping import INSERT_DEAD_LETTER, DeadLetter, letter_params
 from spark.rules.journey import RuleJourney
 from spark.rules.outbox import SINKS
+from spark.rules.presence import ORPHANED, SINK_SENDERS, Presence
 
 log = logging.getLogger("spark.rules.sinks")
 
 LEASE = 120.0
+ORPHANS_EVERY = 5.0  # seconds between looks for claims whose sender is gone
 S3_FLUSH_SECONDS = float(os.environ.get("SINK_S3_FLUSH_SECONDS", "5"))
 RETRYING, FAILING, OK = "retrying", "failing", "ok"
 FAILING_AFTER = 3  # attempts of its oldest output before a sink is said to be failing
@@ -65,17 +69,27 @@ WITH blocked AS MATERIALIZED (  -- each key's oldest output still waiting (or ou
   SELECT key, min(id) AS first FROM {tables.SINK_OUTBOX}
    WHERE rule_id = %(rule)s AND action_index = %(index)s AND next_attempt_at > now()
    GROUP BY key)
-UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() + make_interval(secs => %(lease)s)
+UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() + make_interval(secs => %(lease)s),
+                                 claimed_by = %(owner)s
  WHERE id IN (SELECT o.id FROM {tables.SINK_OUTBOX} o LEFT JOIN blocked b ON b.key = o.key
                WHERE o.rule_id = %(rule)s AND o.action_index = %(index)s
                  AND o.next_attempt_at <= now() AND (b.first IS NULL OR o.id < b.first)
                ORDER BY o.id LIMIT %(most)s FOR UPDATE OF o SKIP LOCKED)
 RETURNING id, key, body, ts_ms, attempts, ledger_key, topic, client_id, tenant_id
 """
-_RELEASE = f"UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() WHERE id = ANY(%s)"
+_RELEASE = f"""
+UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now(), claimed_by = NULL WHERE id = ANY(%s)
+"""
+# A gone sender's claims: due now, one attempt more (the far end may have taken them already).
+_ORPHANS = f"""
+UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now(), claimed_by = NULL,
+       attempts = attempts + 1, last_error = %(why)s
+ WHERE {ORPHANED}
+"""
+ORPHANED_WHY = "the sender sending it stopped mid-send (its process ended); sent again"
 _DELETE = f"DELETE FROM {tables.SINK_OUTBOX} WHERE id = ANY(%s)"
 _RETRY = f"""
-UPDATE {tables.SINK_OUTBOX} SET attempts = attempts + 1, last_error = %s,
+UPDATE {tables.SINK_OUTBOX} SET attempts = attempts + 1, last_error = %s, claimed_by = NULL,
        next_attempt_at = now() + make_interval(secs => %s) WHERE id = %s
 """
 _BEHIND = f"""
@@ -94,9 +108,10 @@ SELECT COALESCE(max(attempts), 0) FROM {tables.SINK_OUTBOX} WHERE rule_id = %s A
 _STATE = f"""
 INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, state, last_error,
                                  last_error_at, last_ok_at, delivered, dead, resent, lag_ms,
-                                 updated_at)
+                                 delivered_bytes, minute_at, minute_delivered, updated_at)
 VALUES (%(tenant_id)s, %(rule_id)s, %(index)s, %(state)s, %(error)s, %(error_at)s, %(ok_at)s,
-        %(delivered)s, %(dead)s, %(resent)s, %(lag_ms)s, now())
+        %(delivered)s, %(dead)s, %(resent)s, %(lag_ms)s, %(bytes)s, date_trunc('minute', now()),
+        %(delivered)s, now())
 ON CONFLICT (rule_id, action_index) DO UPDATE SET
   state = EXCLUDED.state,
   last_error = CASE WHEN EXCLUDED.last_error <> '' THEN EXCLUDED.last_error
@@ -106,7 +121,19 @@ ON CONFLICT (rule_id, action_index) DO UPDATE SET
   delivered = {tables.SINK_STATE}.delivered + EXCLUDED.delivered,
   dead = {tables.SINK_STATE}.dead + EXCLUDED.dead,
   resent = {tables.SINK_STATE}.resent + EXCLUDED.resent,
-  lag_ms = COALESCE(EXCLUDED.lag_ms, {tables.SINK_STATE}.lag_ms), updated_at = now()
+  lag_ms = COALESCE(EXCLUDED.lag_ms, {tables.SINK_STATE}.lag_ms),
+  delivered_bytes = {tables.SINK_STATE}.delivered_bytes + EXCLUDED.delivered_bytes,
+  -- this clock minute's deliveries so far and the last minute's (throughput), rolled over here
+  previous_minute_delivered = CASE
+    WHEN {tables.SINK_STATE}.minute_at = EXCLUDED.minute_at
+      THEN {tables.SINK_STATE}.previous_minute_delivered
+    WHEN {tables.SINK_STATE}.minute_at = EXCLUDED.minute_at - interval '1 minute'
+      THEN {tables.SINK_STATE}.minute_delivered
+    ELSE 0 END,
+  minute_delivered = CASE WHEN {tables.SINK_STATE}.minute_at = EXCLUDED.minute_at
+    THEN {tables.SINK_STATE}.minute_delivered + EXCLUDED.minute_delivered
+    ELSE EXCLUDED.minute_delivered END,
+  minute_at = EXCLUDED.minute_at, updated_at = now()
 """
 
 
@@ -150,6 +177,7 @@ class SinkSender:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self.presence = Presence(dsn, SINK_SENDERS)
         self.delivered = self.dead = 0
 
     # -- the sender thread ----------------------------------------------------------------------
@@ -163,14 +191,30 @@ class SinkSender:
         self._wake.set()
 
     def _run(self) -> None:
+        looked = float("-inf")
         while not self._stop.is_set():
-            self._wake.wait(self.poll)
-            self._wake.clear()
             try:
+                if time.monotonic() - looked >= ORPHANS_EVERY:
+                    self.take_back_orphans()
+                    looked = time.monotonic()
                 self.round()
             except Exception:
                 log.exception("sinks: a round failed (tried again)")
                 self._drop_connection()
+            self._wake.wait(self.poll)
+            self._wake.clear()
+
+    def take_back_orphans(self) -> int:
+        """Make due again the claims of senders whose process ended; how many."""
+        self.presence.hold(check=True)
+        cursor = self._connection().execute(
+            _ORPHANS, {**self.presence.params(), "why": ORPHANED_WHY}
+        )
+        if cursor.rowcount:
+            log.warning(
+                "sinks: %d outputs claimed by a sender now gone sent again", cursor.rowcount
+            )
+        return cursor.rowcount
 
     def round(self) -> int:
         """Hand each due sink not being sent to a worker; how many were handed."""
@@ -235,10 +279,11 @@ class SinkSender:
         return len(claimed.records)
 
     def _claim(self, conn: psycopg.Connection[Any], sink: Sink, most: int, most_bytes: int):
+        self.presence.hold()
+        claim = {"lease": LEASE, "owner": self.presence.id, "rule": sink.rule_id,
+                 "index": sink.index, "most": most}  # fmt: skip
         rows = sorted(
-            conn.execute(
-                _CLAIM, {"lease": LEASE, "rule": sink.rule_id, "index": sink.index, "most": most}
-            ).fetchall(),
+            conn.execute(_CLAIM, claim).fetchall(),
             key=lambda r: r[0],
         )
         records: list[Record] = []
@@ -327,6 +372,7 @@ class SinkSender:
                     "error_at": now if error else None, "ok_at": now if done else None,
                     "delivered": len(done), "dead": len(dead),
                     "resent": sum(1 for r in done if claimed.rows[r.id][0] > 0),
+                    "bytes": sum(len(r.body.encode()) for r in done),
                     "lag_ms": int(now.timestamp() * 1000) - min(r.ts_ms for r in done)
                     if done else None,
                 },
@@ -394,6 +440,7 @@ class SinkSender:
             for conn in self._conns:
                 conn.close()
             self._conns.clear()
+        self.presence.close()
 
 
 def _action_of(rule: tuple[Any, ...] | None, index: int) -> dict[str, Any] | None:

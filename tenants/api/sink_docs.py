@@ -12,8 +12,9 @@ SINK_OPERATIONS: dict[tuple[str, str], tuple[str, str, str]] = {
         "(its place in the rule's actions, from 1), `type`, `target` (where it delivers, in "
         "words, no credential), `state` (`ok`, `retrying`, `failing`), `outbox_depth` (outputs "
         "waiting for it) and `oldest_at` (when the oldest was queued; null when none), "
-        "`last_error` in words with `last_error_at`, `last_ok_at`, and the counters `delivered` "
-        "and `dead` (dead-lettered). A sink the rules job has not run yet is `ok` with zeros. "
+        "`last_error` in words with `last_error_at`, `last_ok_at`, `lag_ms`, the counters "
+        "`delivered` (with `delivered_bytes`), `resent` and `dead` (dead-lettered), and "
+        "`last_minute` (outputs delivered in the last whole minute: its throughput). A sink the rules job has not run yet is `ok` with zeros. "
         "Its settings are the rule's actions (`/api/v1/rules/{name}`).",
     ),
     ("post", "/api/v1/rules/{name}/actions/{number}/test"): (

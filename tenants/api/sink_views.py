@@ -47,6 +47,10 @@ class SinkOutput(serializers.Serializer):
         help_text="outputs delivered after a failed attempt: the far end may hold these twice "
         "(the most duplicates there can be)"
     )
+    delivered_bytes = serializers.IntegerField(help_text="the delivered outputs' JSON bytes")
+    last_minute = serializers.IntegerField(
+        help_text="outputs delivered in the last whole clock minute (UTC): its throughput"
+    )
     updated_at = serializers.DateTimeField(
         allow_null=True, help_text="when the rules job last wrote its state; null before"
     )

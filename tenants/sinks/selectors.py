@@ -6,12 +6,13 @@ names where a sink delivers in words: a dsn's host and database, never its passw
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.db.models import Count, Min
 from django.http import Http404
+from django.utils import timezone
 
 from common.contracts.rule_actions import SINK_TYPES
 from tenants.models import Rule, SinkOutbox, SinkState, Tenant
@@ -33,6 +34,8 @@ class SinkRow:
     dead: int
     resent: int
     lag_ms: int | None
+    delivered_bytes: int
+    last_minute: int  # outputs delivered in the last whole clock minute: its throughput
     updated_at: datetime | None
 
 
@@ -82,6 +85,7 @@ def sinks_list(*, tenant: Tenant) -> list[SinkRow]:
         .order_by()
     }
     rows = []
+    now = timezone.now()
     for rule in rules:
         for index, action in sink_actions(rule):
             state = states.get((rule.id, index))
@@ -102,10 +106,25 @@ def sinks_list(*, tenant: Tenant) -> list[SinkRow]:
                     dead=state.dead if state else 0,
                     resent=state.resent if state else 0,
                     lag_ms=state.lag_ms if state else None,
+                    delivered_bytes=state.delivered_bytes if state else 0,
+                    last_minute=last_minute_delivered(state, now) if state else 0,
                     updated_at=state.updated_at if state else None,
                 )
             )
     return rows
+
+
+def last_minute_delivered(state: SinkState, now: datetime) -> int:
+    """What the sink delivered in the last whole clock minute before `now`: the sender counts
+    per minute as it settles, so a minute it settled nothing in is a minute of none."""
+    if state.minute_at is None:
+        return 0
+    this_minute = now.replace(second=0, microsecond=0)
+    if state.minute_at == this_minute:
+        return state.previous_minute_delivered
+    if state.minute_at == this_minute - timedelta(minutes=1):
+        return state.minute_delivered
+    return 0
 
 
 def sink_action_get(*, rule: Rule, number: int) -> dict[str, Any]:

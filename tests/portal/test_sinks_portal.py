@@ -84,7 +84,9 @@ def test_the_sinks_page_lists_each_sink_and_tests_its_connection(client, acme, w
     assert '<td class="num depth">4</td>' in s3 and "S3: the bucket refused the key" in s3
     assert 'action="/rules/hot/actions/2/test/"' in s3 and "Test connection" in s3
     bridge = _row(page, 'data-rule="hot" data-action="3"')
-    assert "mqtts://broker.example.com:8883" in bridge and '<td class="num">12</td>' in bridge
+    assert "mqtts://broker.example.com:8883" in bridge
+    assert re.search(r'class="num delivered" title="[^"]*">12</td>', bridge)
+    assert '<td class="num per-minute">0/min</td>' in bridge
     assert not any(secret in page for secret in SECRETS)
 
     worked = client.post("/rules/hot/actions/2/test/", follow=True).content.decode()

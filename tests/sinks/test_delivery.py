@@ -11,10 +11,12 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from django.db.models import F
 
 from spark.rules import sink_sender
 from spark.rules.actions import Job
@@ -308,3 +310,88 @@ def test_a_sinks_dead_letter_replayed_goes_back_to_its_outbox_and_is_delivered(r
         sender.stop()
     (call,) = receiver.calls
     assert json.loads(call["body"]) == [{"n": 7, "clientid": "dev-1"}]
+
+
+_CLAIMS_AND_HANGS = """
+import sys, time
+from spark.rules.sink_sender import Sink, SinkSender
+sender = SinkSender(sys.argv[1])
+claimed = sender._claim(sender._connection(), Sink(int(sys.argv[2]), 0), 500, 1 << 20)
+print(len(claimed.records), flush=True)
+time.sleep(120)  # mid-send, as far as anyone can tell: killed here
+"""
+
+
+def test_a_killed_senders_claims_are_sent_at_once_by_the_next_not_after_their_lease(receiver):
+    """A sender process killed -9 between taking outputs and settling them: while it lives
+    another sender leaves its claims alone; once it is gone the next sender takes them back at
+    its start and delivers them, each counted as possibly sent twice — not 120 s later."""
+    import subprocess
+    import sys
+
+    tenant = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    action = {"type": "http_batch", "url": receiver.url}
+    rule = rule_services.rule_create(tenant=tenant, name="out", sql='SELECT * FROM "plant/#"',
+                                     actions=[action])  # fmt: skip
+    dsn = database_url()
+    outbox = SinkOutbox(dsn)
+    try:
+        assert all(o.ok for o in outbox.append(_jobs(rule, action, 0, 6)))
+    finally:
+        outbox.close()
+    first = subprocess.Popen([sys.executable, "-c", _CLAIMS_AND_HANGS, dsn, str(rule.id)],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    other = SinkSender(dsn, poll=0.05)
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "6"
+        assert other.take_back_orphans() == 0  # its sender lives: not another's to take
+        assert other.round() == 0  # nothing due: all six are out in its send
+        first.kill()
+        first.wait(10)
+        started = time.monotonic()
+        other.start()
+        until(lambda: not OutboxRow.objects.filter(rule=rule).exists(), 20, "delivered")
+        took = time.monotonic() - started
+    finally:
+        other.stop()
+        if first.poll() is None:
+            first.kill()
+    assert took < 10  # at the next sender's start, not at the claim's lease (120 s)
+    delivered = [o["n"] for call in receiver.calls for o in json.loads(call["body"])]
+    assert sorted(delivered) == list(range(6))
+    state = SinkState.objects.get(rule=rule)
+    assert (state.state, state.delivered, state.resent) == ("ok", 6, 6)
+
+
+def test_a_sinks_throughput_and_bytes_are_counted_per_clock_minute(receiver):
+    """What `GET /api/v1/sinks` shows as `last_minute` and `delivered_bytes`: the sender counts
+    each clock minute's deliveries as it settles and rolls the minute over."""
+    from tenants.sinks.selectors import last_minute_delivered
+
+    tenant = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    action = {"type": "http_batch", "url": receiver.url}
+    rule = rule_services.rule_create(tenant=tenant, name="out", sql='SELECT * FROM "plant/#"',
+                                     actions=[action])  # fmt: skip
+    dsn = database_url()
+    outbox, sender = SinkOutbox(dsn), SinkSender(dsn, poll=0.05)
+    sink = sink_sender.Sink(rule.id, 0)
+    rule_row = (rule.id, rule.actions, rule.name, tenant.slug)
+    try:
+        outbox.append(_jobs(rule, action, 0, 7))
+        assert sender.deliver(sink, rule_row) == 7
+        # A minute on, as the clock would have it: the seven are the last minute's
+        SinkState.objects.filter(rule=rule).update(minute_at=F("minute_at") - timedelta(minutes=1))
+        outbox.append(_jobs(rule, action, 7, 3))
+        assert sender.deliver(sink, rule_row) == 3
+    finally:
+        sender.stop()
+        outbox.close()
+    state = SinkState.objects.get(rule=rule)
+    sent = [o for call in receiver.calls for o in json.loads(call["body"])]
+    assert state.delivered == 10 == len(sent)
+    assert state.delivered_bytes == sum(len(json.dumps(o, separators=(",", ":"))) for o in sent)
+    assert (state.previous_minute_delivered, state.minute_delivered) == (7, 3)
+    now = state.minute_at + timedelta(seconds=30)  # in the minute it last settled in
+    assert last_minute_delivered(state, now) == 7  # this minute: the last whole one had seven
+    assert last_minute_delivered(state, now + timedelta(minutes=1)) == 3
+    assert last_minute_delivered(state, now + timedelta(minutes=2)) == 0  # nothing since
