@@ -10,10 +10,13 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
   at start) and sent again — at least once, never lost, each counted as possibly resent. A claim
   is also a lease (`LEASE` seconds), the backstop for a sender alive but stuck. No output is claimed while an older one of its
   key waits (for its back-off, or out in a send): a key's outputs leave in their order. Delivered outputs are deleted; one the far end
-  refused for now waits `backoff × 2^attempts` (up to `max_backoff`), and the same key's later
+  refused for now waits `backoff × 2^attempts` (up to `max_backoff`, 30 s: a far end back is
+  found within that), and the same key's later
   outputs wait behind it (order per key kept where the sink has one) — the whole sink when none
   of the batch got through (the far end away: one attempt per back-off, not one per batch);
-  after `attempts`, or at once when the far end refused it for good, it is a dead letter in
+  once it has waited `retry_for` (24 h) since it was queued, however many attempts that took (an
+  outage of hours loses nothing the outbox holds), or at once when the far end refused it for
+  good, it is a dead letter in
   words, and no longer done in the action ledger (a `new-only` run over its range, the re-send
   from history, queues it again).
 - Per sink, its state (`tenants_sinkstate`: ok, retrying, failing; the last error in words,
@@ -75,7 +78,8 @@ UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() + make_interval(secs => 
                WHERE o.rule_id = %(rule)s AND o.action_index = %(index)s
                  AND o.next_attempt_at <= now() AND (b.first IS NULL OR o.id < b.first)
                ORDER BY o.id LIMIT %(most)s FOR UPDATE OF o SKIP LOCKED)
-RETURNING id, key, body, ts_ms, attempts, ledger_key, topic, client_id, tenant_id
+RETURNING id, key, body, ts_ms, attempts, ledger_key, topic, client_id, tenant_id,
+          extract(epoch FROM now() - created_at)
 """
 _RELEASE = f"""
 UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now(), claimed_by = NULL WHERE id = ANY(%s)
@@ -146,7 +150,8 @@ class Sink:
 @dataclass
 class _Claimed:
     records: list[Record]
-    rows: dict[int, tuple[Any, ...]]  # outbox id -> (attempts, ledger_key, topic, client_id)
+    # outbox id -> (attempts, ledger_key, topic, client_id, seconds since it was queued)
+    rows: dict[int, tuple[Any, ...]]
     tenant_id: int
 
 
@@ -160,12 +165,12 @@ class SinkSender:
         *,
         workers: int = 4,
         poll: float = 0.2,
-        attempts: int = int(os.environ.get("SINK_ATTEMPTS", "10")),
+        retry_for: float = float(os.environ.get("SINK_RETRY_SECONDS", "86400")),
         backoff: float = 1.0,
-        max_backoff: float = 300.0,
+        max_backoff: float = float(os.environ.get("SINK_MAX_BACKOFF", "30")),
     ) -> None:
         self.dsn, self.journey = dsn, journey
-        self.poll, self.attempts = poll, attempts
+        self.poll, self.retry_for = poll, retry_for
         self.backoff, self.max_backoff = backoff, max_backoff
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="sink")
         self._busy: set[Sink] = set()
@@ -289,7 +294,7 @@ class SinkSender:
         records: list[Record] = []
         kept: dict[int, tuple[Any, ...]] = {}
         size, over = 0, []
-        for outbox_id, key, body, ts_ms, attempts, ledger_key, topic, client_id, _ in rows:
+        for outbox_id, key, body, ts_ms, attempts, ledger_key, topic, client_id, _, age in rows:
             size += len(body.encode())
             if records and size > most_bytes:
                 over.append(outbox_id)  # the next send's
@@ -301,7 +306,7 @@ class SinkSender:
             if not isinstance(output, dict):
                 output = {"value": output}
             records.append(Record(outbox_id, key, body, ts_ms, output))
-            kept[outbox_id] = (attempts, ledger_key, topic, client_id)
+            kept[outbox_id] = (attempts, ledger_key, topic, client_id, float(age))
         if over:
             conn.execute(_RELEASE, (over,))
         return _Claimed(records, kept, rows[0][8] if rows else 0)
@@ -317,11 +322,16 @@ class SinkSender:
     ) -> None:
         done, dead, waiting = [], [], []
         for record, result in zip(claimed.records, results, strict=True):
-            attempts = claimed.rows[record.id][0] + 1
+            attempts, age = claimed.rows[record.id][0] + 1, claimed.rows[record.id][4]
             if result.ok:
                 done.append(record)
-            elif not result.retry or attempts >= self.attempts:
+            elif not result.retry:
                 dead.append((record, result.error or "refused", attempts))
+            elif age >= self.retry_for:
+                words = (
+                    f"not delivered in {_span(self.retry_for)} of retrying ({attempts} attempts)"
+                )
+                dead.append((record, f"{words}: {result.error or 'not sent'}", attempts))
             else:
                 waiting.append((record, result.error or "not sent", attempts))
         now = datetime.now(UTC)
@@ -390,7 +400,7 @@ class SinkSender:
         for record, ok, error in [(r, True, "") for r in done] + [
             (r, False, e) for r, e, _ in dead
         ]:
-            _, _, topic, client_id = claimed.rows[record.id]
+            _, _, topic, client_id, _ = claimed.rows[record.id]
             job = Job(sink.rule_id, tenant, "", action, record.output, record.ts_ms,
                       topic=topic or None, client_id=client_id or None, rule_name=name,
                       action_index=sink.index)  # fmt: skip
@@ -441,6 +451,12 @@ class SinkSender:
                 conn.close()
             self._conns.clear()
         self.presence.close()
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
 def _action_of(rule: tuple[Any, ...] | None, index: int) -> dict[str, Any] | None:

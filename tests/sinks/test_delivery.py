@@ -211,7 +211,7 @@ def test_a_sink_cut_off_mid_stream_gets_every_output_once_it_returns(
                                      actions=[end.action])  # fmt: skip
     dsn = database_url()
     outbox = SinkOutbox(dsn)
-    sender = SinkSender(dsn, workers=2, poll=0.05, backoff=0.2, max_backoff=0.5, attempts=1000)
+    sender = SinkSender(dsn, workers=2, poll=0.05, backoff=0.2, max_backoff=0.5)
     outbox.on_append = sender.wake
     sender.start()
     try:
@@ -395,3 +395,35 @@ def test_a_sinks_throughput_and_bytes_are_counted_per_clock_minute(receiver):
     assert last_minute_delivered(state, now) == 7  # this minute: the last whole one had seven
     assert last_minute_delivered(state, now + timedelta(minutes=1)) == 3
     assert last_minute_delivered(state, now + timedelta(minutes=2)) == 0  # nothing since
+
+
+def test_an_output_is_given_up_only_after_its_retry_window_in_words(receiver):
+    """A far end away: its outputs are retried for `retry_for` since they were queued, however
+    many attempts that takes, then kept as dead letters saying how long and why."""
+    tenant = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    cut = Outage(receiver.port)
+    cut.down()
+    action = {"type": "http_batch", "url": f"http://127.0.0.1:{cut.port}/batches"}
+    rule = rule_services.rule_create(tenant=tenant, name="out", sql='SELECT * FROM "plant/#"',
+                                     actions=[action])  # fmt: skip
+    dsn = database_url()
+    outbox = SinkOutbox(dsn)
+    sender = SinkSender(dsn, poll=0.05, backoff=0.1, max_backoff=0.2, retry_for=2.0)
+    outbox.on_append = sender.wake
+    sender.start()
+    try:
+        outbox.append(_jobs(rule, action, 0, 4))
+        time.sleep(1.0)  # several attempts in, inside its window: all still waiting
+        assert OutboxRow.objects.filter(rule=rule).count() == 4
+        assert not RuleDeadLetter.objects.filter(rule=rule).exists()
+        until(lambda: not OutboxRow.objects.filter(rule=rule).exists(), 20, "given up")
+    finally:
+        sender.stop()
+        outbox.close()
+        cut.down()
+    letters = list(RuleDeadLetter.objects.filter(rule=rule))
+    assert sorted(x.output["n"] for x in letters) == [0, 1, 2, 3]
+    assert all(x.error.startswith("not delivered in 2 s of retrying") for x in letters)
+    assert all(x.error.endswith("HTTP batch: connection refused") for x in letters)
+    assert all(x.attempts > 1 for x in letters) and not receiver.calls
+    assert SinkState.objects.get(rule=rule).dead == 4
