@@ -18,6 +18,10 @@ and a webhook to a tarpit (a receiver that accepts and never answers; FOREACH of
 1 msg/s): the victims' p50/p99 before and during. Webhooks may call the local receivers because
 the bench allows loopback (`WEBHOOK_ALLOW=127.0.0.1`), as an operator would.
 
+`--sink` (issue 47) gives each rule a second action, an HTTP-batch sink to the same receiver:
+its outputs go through the sink's durable outbox and the job's sender, and the receiver times
+them apart (publish → the sink's far end taking the batch), beside the webhook's.
+
 `--first-match N` (issue 43) then changes N rules in turn (one saved, one enabled, one edited to
 read a new topic), each under the background load, and times each change to its first webhook.
 """
@@ -42,6 +46,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TENANTS = 200  # `--tenants` changes it
+SINK = False  # `--sink`: each rule also delivers to an HTTP-batch sink
 SECRET = "bench-webhook-secret-0001"  # 16 to 256 characters, as the API requires
 
 
@@ -135,6 +140,7 @@ def attack(client, stop: threading.Event) -> None:
 class Receiver:
     def __init__(self) -> None:
         self.latencies: dict[str, float] = {}
+        self.sink_latencies: dict[str, float] = {}  # `--sink`: the HTTP-batch sink's, apart
         self.received: dict[str, float] = {}  # id -> when it first came
         receiver = self
 
@@ -142,9 +148,13 @@ class Receiver:
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 now = time.time()
-                output = json.loads(body)
-                receiver.latencies[output["id"]] = now - output["sent"]
-                receiver.received.setdefault(output["id"], now)
+                if self.path.startswith("/batch"):  # a sink's batch: a JSON array of outputs
+                    for output in json.loads(body):
+                        receiver.sink_latencies.setdefault(output["id"], now - output["sent"])
+                else:
+                    output = json.loads(body)
+                    receiver.latencies[output["id"]] = now - output["sent"]
+                    receiver.received.setdefault(output["id"], now)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -206,7 +216,8 @@ def add_rules(start: int, end: int, url: str) -> None:
                 "SELECT payload.id AS id, payload.sent AS sent, payload.t AS t "
                 f'FROM "sensors/{i}/#" WHERE payload.t > 10'
             ),
-            actions=[{"type": "webhook", "url": url, "secret": SECRET}],
+            actions=[{"type": "webhook", "url": url, "secret": SECRET}]
+            + ([{"type": "http_batch", "url": url.replace("/hook", "/batch")}] if SINK else []),
         )
 
 
@@ -360,10 +371,15 @@ def main(argv: list[str] | None = None) -> None:
         help="then N rule changes (saved, enabled, edited in turn) under the background load: "
         "the time from each to its first webhook",
     )
+    parser.add_argument(
+        "--sink",
+        action="store_true",
+        help="each rule also delivers to an HTTP-batch sink (outbox and sender): its latency too",
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
-    global TENANTS  # noqa: PLW0603 (seed, add_rules and the publishers read it)
-    TENANTS = args.tenants
+    global TENANTS, SINK  # noqa: PLW0603 (seed, add_rules and the publishers read them)
+    TENANTS, SINK = args.tenants, args.sink
     steps = [int(x) for x in args.rules.split(",")]
     dsn = _django()
     receiver = Receiver()
@@ -388,6 +404,7 @@ def main(argv: list[str] | None = None) -> None:
     add_rules(0, steps[0], receiver.url)
     job = start_live_job(env, work, port)
     results = []
+    sink_lines: list[str] = []
     try:
         wait_for_job(job, work)
         import paho.mqtt.client as mqtt
@@ -470,6 +487,22 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{step} rules {phase}: {len(got)}/{len(sent)} actions, p50 {p50:.2f}s "
                   f"p99 {p99:.2f}s max {got[-1] if got else 0:.2f}s (load {load:.1f})",
                   flush=True)  # fmt: skip
+            if SINK:
+                while time.monotonic() < settle and not all(
+                    i in receiver.sink_latencies for i in sent
+                ):
+                    time.sleep(0.2)
+                taken = sorted(
+                    receiver.sink_latencies[i] for i in sent if i in receiver.sink_latencies
+                )
+                sink_p50 = statistics.median(taken) if taken else float("nan")
+                sink_p99 = (
+                    taken[min(len(taken) - 1, int(len(taken) * 0.99))] if taken else float("nan")
+                )
+                sink_line = (f"  the HTTP-batch sink: {len(taken)}/{len(sent)} outputs taken, p50 "
+                             f"{sink_p50:.2f}s p99 {sink_p99:.2f}s max {taken[-1] if taken else 0:.2f}s")  # fmt: skip
+                print(sink_line, flush=True)
+                sink_lines.append(f"{step} rules {phase or 'before'}: {sink_line.strip()}")
             print("  the job's figures:", job_figures(), flush=True)
             print(f"  publishes acknowledged so far (all phases): {dict(acked)}", flush=True)
             if phase:
@@ -551,6 +584,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"{p99:.2f} | {worst:.2f} | {load:.1f} |\n"
                 )
             out.write(f"\nThe job's micro-batches (its `-v 2` log): {stages}.\n")
+            for line in sink_lines:
+                out.write(f"\n{line}.\n")
             if args.attack:
                 out.write(f"\nDuring the attack, {attack_note}.\n")
             if args.first_match:

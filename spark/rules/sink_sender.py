@@ -6,23 +6,23 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
   own sink only. An S3 sink gathers: it sends once a full object is waiting or its oldest output
   is `S3_FLUSH_SECONDS` old (one object per flush, named by its outbox ids).
 - A claim names its sender (`claimed_by`, its `presence.Presence`): a sender killed mid-send
-  leaves its outputs to be taken back by the next sender to look (`ORPHANS_EVERY`, and at once
-  at start) and sent again — at least once, never lost, each counted as possibly resent. A claim
-  is also a lease (`LEASE` seconds), the backstop for a sender alive but stuck. No output is claimed while an older one of its
-  key waits (for its back-off, or out in a send): a key's outputs leave in their order. Delivered outputs are deleted; one the far end
+  leaves its outputs to be taken back by the next sender to look (at its start, then every
+  `ORPHANS_EVERY`) and sent again — at least once, never lost, each counted as possibly resent.
+  A claim is also a lease (`LEASE` seconds), the backstop for a sender alive but stuck.
+- No output is claimed while an older one of its key waits (for its back-off, or out in a
+  send): a key's outputs leave in their order. Delivered outputs are deleted; one the far end
   refused for now waits `backoff × 2^attempts` (up to `max_backoff`, 30 s: a far end back is
-  found within that), and the same key's later
-  outputs wait behind it (order per key kept where the sink has one) — the whole sink when none
-  of the batch got through (the far end away: one attempt per back-off, not one per batch);
-  once it has waited `retry_for` (24 h) since it was queued, however many attempts that took (an
-  outage of hours loses nothing the outbox holds), or at once when the far end refused it for
-  good, it is a dead letter in
-  words, and no longer done in the action ledger (a `new-only` run over its range, the re-send
-  from history, queues it again).
-- Per sink, its state (`tenants_sinkstate`: ok, retrying, failing; the last error in words,
-  delivered (and their bytes, and per clock minute: throughput), dead and resent counts — resent: delivered after a failed attempt the far end may
-  have taken too, the most duplicates it can hold) for `GET /api/v1/sinks`; the journey has a row per output
-  delivered or given up.
+  found within that), and the same key's later outputs wait behind it (order per key kept where
+  the sink has one) — the whole sink when none of the batch got through (the far end away: one
+  attempt per back-off, not one per batch). Once an output has waited `retry_for` (24 h) since
+  it was queued, however many attempts that took (an outage of hours loses nothing the outbox
+  holds), or at once when the far end refused it for good, it is a dead letter in words, and no
+  longer done in the action ledger (a `new-only` run over its range, the re-send from history,
+  queues it again).
+- Per sink, its state (`tenants_sinkstate`: ok, retrying, failing; the last error in words;
+  delivered, their bytes and per clock minute (throughput), dead and resent counts — resent:
+  delivered after a failed attempt the far end may have taken too, the most duplicates it can
+  hold) for `GET /api/v1/sinks`; the journey has a row per output delivered or given up.
 """
 
 from __future__ import annotations
