@@ -8,9 +8,14 @@ Bounded per sink by the tenant's `max_sink_outbox_messages` and `max_sink_outbox
 output over them is not dropped silently — it becomes a dead letter saying so (replayable from
 the rule's page) and is counted (`quota_sink_outbox`). One transaction per append, with the
 outputs' keys in the action ledger: a restart that reads a batch again (or a `new-only` run over
-history) finds them done and appends none twice, even once the sink has them. A value the
-database would refuse cannot occur (the body is JSON text with every character escaped), and an
-append that fails for the database being away is retried by the lanes like any action.
+history) finds them done and appends none twice, even once the sink has them.
+
+An append carries several tenants' outputs, so no tenant's value may fail it: the body is JSON
+text with every non-ASCII character escaped, and the key, topic and client id are made storable
+(`storable_text`: NUL and lone surrogates escaped). When the database still refuses the batch
+for a value, each output is appended alone and only the one refused alone fails (a dead letter
+saying so); an append that fails for the database being away raises, and the lanes retry it
+like any action.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import psycopg
 
 from common.contracts import tables
 from common.sinks import SINK_TYPES
+from common.stores.postgres_text import storable_text
 from common.webhooks.delivery import output_json
 from spark.rules import ledger
 from spark.rules import store as db
@@ -93,12 +99,25 @@ class SinkOutbox:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = db.connect(self.dsn)
-                return self._append(self._conn, jobs)
+                try:
+                    return self._append(self._conn, jobs)
+                except (psycopg.DataError, psycopg.IntegrityError) as exc:
+                    if len(jobs) == 1:
+                        raise
+                    log.warning("a sink append of %d refused (%s): each alone", len(jobs), exc)
+                    return [o for job in jobs for o in self._append_alone(self._conn, job)]
             except Exception:
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
                 raise
+
+    def _append_alone(self, conn: psycopg.Connection[Any], job: Job) -> list[Outcome]:
+        try:
+            return self._append(conn, [job])
+        except (psycopg.DataError, psycopg.IntegrityError) as exc:
+            words = f"the platform's database refused this output for its outbox ({exc.sqlstate})"
+            return [Outcome(job, False, words, dead=True)]
 
     def _append(self, conn: psycopg.Connection[Any], jobs: Sequence[Job]) -> list[Outcome]:
         outcomes: list[Outcome] = []
@@ -137,9 +156,10 @@ class SinkOutbox:
                 held[1] += size
                 rows.append(
                     (
-                        tenant_id, job.rule_id, job.action_index, job.client_id or "", body,
-                        job.ts_ms, job.key.encode() if job.key is not None else "",
-                        job.topic or "", job.client_id or "", job.rule_id,
+                        tenant_id, job.rule_id, job.action_index, storable_text(job.client_id or ""),
+                        body, job.ts_ms, job.key.encode() if job.key is not None else "",
+                        storable_text(job.topic or ""), storable_text(job.client_id or ""),
+                        job.rule_id,
                     )
                 )  # fmt: skip
                 outcomes.append(Outcome(job, True))

@@ -427,3 +427,34 @@ def test_an_output_is_given_up_only_after_its_retry_window_in_words(receiver):
     assert all(x.error.endswith("HTTP batch: connection refused") for x in letters)
     assert all(x.attempts > 1 for x in letters) and not receiver.calls
     assert SinkState.objects.get(rule=rule).dead == 4
+
+
+def test_one_tenants_hostile_output_fails_no_other_tenants_append(receiver):
+    """The outbox's append carries every tenant's outputs in one transaction: a NUL, a lone
+    surrogate or NaN is stored escaped, and a value Postgres still refuses fails only its own
+    output (a dead letter in words) while the other tenant's are all appended."""
+    action = {"type": "http_batch", "url": receiver.url}
+    good_tenant = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    evil_tenant = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    good = rule_services.rule_create(tenant=good_tenant, name="out", sql='SELECT * FROM "p/#"',
+                                     actions=[action])  # fmt: skip
+    evil = rule_services.rule_create(tenant=evil_tenant, name="out", sql='SELECT * FROM "p/#"',
+                                     actions=[action])  # fmt: skip
+    escaped, refused = _jobs(evil, action, 100, 2)
+    escaped = Job(evil.id, evil_tenant.slug, "", action, {"s": "\ud800\x00", "v": float("nan")},
+                  escaped.ts_ms, key=escaped.key, topic="p/\ud800", client_id="dev\x00x",
+                  rule_name=evil.name, action_index=0)  # fmt: skip
+    refused = Job(evil.id, evil_tenant.slug, "", action, {"n": 101}, 2**70, key=refused.key,
+                  client_id="dev-2", rule_name=evil.name, action_index=0)  # fmt: skip
+    first, rest = _jobs(good, action, 0, 1), _jobs(good, action, 1, 2)
+    outbox = SinkOutbox(database_url())
+    try:
+        outcomes = outbox.append([*first, escaped, refused, *rest])
+    finally:
+        outbox.close()
+    assert [o.ok for o in outcomes] == [True, True, False, True, True]
+    assert outcomes[2].dead and "refused this output" in outcomes[2].error
+    assert sorted(json.loads(r.body)["n"] for r in OutboxRow.objects.filter(rule=good)) == [0, 1, 2]
+    (stored,) = OutboxRow.objects.filter(rule=evil)
+    assert (stored.key, stored.client_id, stored.topic) == ("dev\\u0000x", "dev\\u0000x", "p/\\ud800")
+    assert stored.body == '{"s":"\\ud800\\u0000","v":NaN}'  # as JSON writes it, escaped
