@@ -456,5 +456,9 @@ def test_one_tenants_hostile_output_fails_no_other_tenants_append(receiver):
     assert outcomes[2].dead and "refused this output" in outcomes[2].error
     assert sorted(json.loads(r.body)["n"] for r in OutboxRow.objects.filter(rule=good)) == [0, 1, 2]
     (stored,) = OutboxRow.objects.filter(rule=evil)
-    assert (stored.key, stored.client_id, stored.topic) == ("dev\\u0000x", "dev\\u0000x", "p/\\ud800")
+    assert (stored.key, stored.client_id, stored.topic) == (
+        "dev\\u0000x",
+        "dev\\u0000x",
+        "p/\\ud800",
+    )
     assert stored.body == '{"s":"\\ud800\\u0000","v":NaN}'  # as JSON writes it, escaped
