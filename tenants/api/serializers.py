@@ -596,6 +596,7 @@ class InvoiceLineOutput(serializers.Serializer):
             "storage_gb_hours",
             "job_executions",
             "shadow_operations",
+            "sink_gb",
             "adjustment",
             "credit",
         ]
