@@ -104,9 +104,11 @@ def generate(root: Path, tenants: int, days: int) -> int:
             "bytes_out": uniform(10**6),
             "dropped": pa.array([0] * n, type=pa.int64()),
             # As a broker writes them (data_plane/storage/usage_log.py): shadow operations
-            # counted, job executions null (only the control plane's jobs writer meters them).
+            # counted, job executions and sink bytes null (only the control plane's jobs writer
+            # and the live rules job's sink sender meter them).
             "shadow_operations": pa.array([0] * n, type=pa.int64()),
             "job_executions": pa.nulls(n, pa.int64()),
+            "sink_bytes": pa.nulls(n, pa.int64()),
         }
         table = pa.table(columns, schema=USAGE_SCHEMA)
         path = root / usage_segment_key(base, "bench-broker", hour)

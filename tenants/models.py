@@ -681,8 +681,9 @@ class Usage(models.Model):
     """Per-tenant usage for one minute, flushed in batches by the broker's metering hook.
 
     The billable columns (`message_units`, `connection_minutes`, `storage_byte_hours`,
-    `rules_triggered`, `actions_executed`) mirror the usage log in the object store, which alone
-    is billed; this table feeds the portal's charts and the month-to-date estimate."""
+    `rules_triggered`, `actions_executed`, `shadow_operations`, `job_executions`, `sink_bytes`)
+    mirror the usage log in the object store, which alone is billed; this table feeds the
+    portal's charts and the month-to-date estimate."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
     minute = models.DateTimeField()
@@ -708,6 +709,9 @@ class Usage(models.Model):
     shadow_operations = models.BigIntegerField(default=0, db_default=0)
     # Job executions queued (AWS's remote actions, retries included: tenants.jobs.metering).
     job_executions = models.BigIntegerField(default=0, db_default=0)
+    # JSON bytes of rule outputs bucket (s3) sinks took: the rules job's usage-log `sink_bytes`,
+    # added by `tenants.billing.services.usage_log_rollup`.
+    sink_bytes = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [

@@ -252,14 +252,19 @@ def _maybe_b64(value: str | None) -> bytes | None:
 # device shadow operations in AWS's 1 KiB units (an update of 1.5 KiB is 2; null in rows
 # written before shadows existed, and by writers that meter none); `job_executions` job
 # executions queued, new ones and retries (AWS's remote actions; null likewise: written by the
-# control plane's `jobs` writer only, tenants/jobs/metering.py). The plain counts
+# control plane's `jobs` writer only, tenants/jobs/metering.py); `sink_bytes` the JSON bytes of
+# the rule outputs a bucket (`s3`) sink took, in the minute it took them, as Kinesis Data
+# Firehose meters GB ingested (null or 0 in every other writer's rows: only the live rules job's
+# `rules-live` writer meters them, from its sink sender, spark/rules/sink_sender.py; the other
+# sinks are metered as actions only). The plain counts
 # (publishes_in, deliveries_out, bytes_in, bytes_out, dropped) are for charts, not for pricing.
 #
 # Layout: usage/date={YYYY-MM-DD}/hour={HH}/{writer}-{sequence:010d}.parquet (all tenants of
 # one writer, rows sorted by (tenant, minute), the hour being the rows' minutes', so a late row
 # lands in its own month's folders). Writers: a broker `{host}-{pid}-{random}` (data_plane/storage/
 # usage_log.py: messages, connection_minutes and the plain counts), the rules job `rules-live` /
-# `rules-backfill` (rules_triggered, actions_executed), the control plane's dead-letter replay
+# `rules-backfill` (rules_triggered, actions_executed; `rules-live` also sink_bytes), the control
+# plane's dead-letter replay
 # `rules-replay.{random}` (actions_executed, one segment per replay) — the control plane adds the
 # `rules-` segments to its usage table for the charts —, and the control plane's hourly storage sampler
 # `storage` (tenants/usage/storage.py: storage_byte_hours, one row per tenant at the hour's
@@ -290,6 +295,7 @@ USAGE_SCHEMA = pa.schema(
         pa.field("dropped", pa.int64(), nullable=False),
         pa.field("shadow_operations", pa.int64(), nullable=True),
         pa.field("job_executions", pa.int64(), nullable=True),
+        pa.field("sink_bytes", pa.int64(), nullable=True),
     ]
 )
 

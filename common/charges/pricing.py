@@ -21,16 +21,20 @@ plan (and not for the old one), one line per plan held, each rounded half up to 
 every line (`prorated_base_fee_line`). Usage is priced with the price book of the plan held at
 the end of the period.
 
-Dimensions added after invoices were first issued (`LATER_DIMENSIONS`: job executions, device
-shadow operations) keep every invoice of a tenant that does not use them byte for byte what it
-was: such a dimension has a line, and a figure in the invoice's `usage`, only in a period it was
-used, priced by the price book when the book names it, else by its list price here (a book older
-than the dimension), whose checksum then joins the invoice's `inputs` as `list_prices`. A later
-dimension that was metered before it was priced (`BOOK_ONLY_DIMENSIONS`: shadow operations) is
-priced only by a book that names it: with an older book it has neither line nor figure.
+Dimensions added after invoices were first issued (`ADDED_DIMENSIONS`: job executions, device
+shadow operations, data delivered to bucket sinks) keep every invoice of a tenant that does not
+use them byte for byte what it was: such a dimension has a line, and a figure in the invoice's
+`usage`, only in a period it was used, priced by the price book when the book names it, else by
+its list price here (`LATER_DIMENSIONS`: a book older than the dimension), whose checksum then
+joins the invoice's `inputs` as `list_prices`. A later dimension that was metered before it was
+priced (`BOOK_ONLY_DIMENSIONS`: shadow operations, the data delivered to bucket sinks) is priced
+only by a book that names it: with a book that does not it has neither line nor figure. Bucket
+sinks' data has no list price: no plan's book names it until an operator prices it
+(`manage.py set_price PLAN --from … --set sink_gb.tiers=:PRICE`).
 
 Storage is metered in byte-hours and billed in GB-hours (10^9 bytes × 1 hour), exactly:
-`storage_gb_hours = storage_byte_hours / 10^9` as a decimal with up to 9 places.
+`storage_gb_hours = storage_byte_hours / 10^9` as a decimal with up to 9 places; the data
+delivered to bucket sinks likewise in bytes and billed in GB: `sink_gb = sink_bytes / 10^9`.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ DIMENSIONS = (
     "storage_gb_hours",
     "job_executions",
     "shadow_operations",
+    "sink_gb",
 )
 USAGE_COLUMN = {
     "messages": "messages",
@@ -61,6 +66,7 @@ USAGE_COLUMN = {
     "storage_gb_hours": "storage_byte_hours",
     "job_executions": "job_executions",
     "shadow_operations": "shadow_operations",
+    "sink_gb": "sink_bytes",
 }
 # Dimensions priced since after invoices were first issued, with their list prices (AWS IoT
 # Device Management's, US East: $0.003 per remote action, i.e. per job execution on a device;
@@ -77,8 +83,16 @@ LATER_DIMENSIONS: dict[str, dict[str, Any]] = {
 # before issue 44 priced them): priced only by a price book that names them, never at list price,
 # so a period priced with an older book bills them neither on its invoice nor, late, as an
 # adjustment; and its invoice document stays byte for byte what it was (no usage figure).
-# Migration 0035 gives every plan a book naming them from its first month not yet invoiced.
-BOOK_ONLY_DIMENSIONS = frozenset({"shadow_operations"})
+# Migration 0035 gives every plan a book naming shadow operations from its first month not yet
+# invoiced. The bytes bucket sinks took (issue 47, as Kinesis Data Firehose meters GB ingested)
+# have no list price and no such migration: metered and shown in usage, billed only where an
+# operator's price book names `sink_gb`.
+BOOK_ONLY_DIMENSIONS = frozenset({"shadow_operations", "sink_gb"})
+# Every dimension added after invoices were first issued: a line and a usage figure only in a
+# period that used it (and, for the book-only ones, whose book prices it).
+ADDED_DIMENSIONS = frozenset(LATER_DIMENSIONS) | BOOK_ONLY_DIMENSIONS
+# Metered in bytes, billed in GB (10^9 bytes), exactly.
+GB_DIMENSIONS = frozenset({"storage_gb_hours", "sink_gb"})
 LINE_CODES = ("base_fee", *DIMENSIONS, "adjustment", "credit")
 DESCRIPTIONS = {
     "base_fee": "Monthly base fee",
@@ -89,6 +103,7 @@ DESCRIPTIONS = {
     "storage_gb_hours": "Storage (GB-hours)",
     "job_executions": "Job executions (remote actions)",
     "shadow_operations": "Device shadow operations (1 KB units)",
+    "sink_gb": "Data delivered to bucket sinks (GB)",
 }
 ROUNDING_RULE = "each line rounded half-up to the cent from its exact decimal amount; total = sum"
 BYTES_PER_GB = 10**9
@@ -157,7 +172,7 @@ def round_cents(amount: Decimal) -> int:
 
 def quantity_of(dimension: str, usage_total: int) -> Decimal:
     """The billed quantity of a dimension from its usage-log column's sum."""
-    if dimension == "storage_gb_hours":
+    if dimension in GB_DIMENSIONS:
         return Decimal(usage_total) / BYTES_PER_GB
     return Decimal(usage_total)
 
@@ -289,7 +304,7 @@ def spec_of(dimension: str, price_book: dict[str, Any], total: int) -> dict[str,
     or for a later dimension its list price; None when it has no line (a dimension the book
     does not price; a later dimension not used)."""
     spec: dict[str, Any] | None = price_book["dimensions"].get(dimension)
-    if dimension in LATER_DIMENSIONS:
+    if dimension in ADDED_DIMENSIONS:
         if not total or (spec is None and dimension in BOOK_ONLY_DIMENSIONS):
             return None
         return spec or LATER_DIMENSIONS[dimension]
@@ -368,7 +383,7 @@ def build_invoice(
     listed = _list_priced(usage, price_book)
     if listed:  # only when used, so invoices without them keep their checksums
         inputs["list_prices"] = sha256_hex(canonical_json(listed))
-    later = {USAGE_COLUMN[d] for d in LATER_DIMENSIONS}
+    later = {USAGE_COLUMN[d] for d in ADDED_DIMENSIONS}
     unpriced = {  # metered before priced, and this book does not price them: no figure
         USAGE_COLUMN[d] for d in BOOK_ONLY_DIMENSIONS if d not in price_book["dimensions"]
     }

@@ -9,8 +9,8 @@ a micro-batch about every second. In each batch (`foreachBatch`, on the driver):
 2. `rule_outputs` over the batch (the same plan as the backfill and the dry run's semantics);
 3. the actions, handed to their tenants' lanes (`lanes.py`: asynchronous, bounded per tenant,
    retried from a durable queue), and the batch goes on; the counters (`tenants_rulemetrics`
-   UPSERT increments, lag = action done − message ts), dead letters, usage rows (`rules-live`)
-   and Prometheus figures of the batch and of every action finished are recorded each batch and
+   UPSERT increments, lag = action done − message ts), dead letters, usage rows (`rules-live`,
+   with the bytes bucket sinks took since: `metering.SinkBytes`) and Prometheus figures of the batch and of every action finished are recorded each batch and
    every 0.5 s between batches (`record`), and each action that succeeded goes to the action
    ledger (`ledger.py`: keyed by rule version and message id, so `new-only` runs over history
    never repeat it);
@@ -66,7 +66,7 @@ from spark.rules.feed import (
 from spark.rules.journey import RuleJourney
 from spark.rules.lanes import ActionLanes
 from spark.rules.live_alarms import FEED_LAG, LiveAlarms
-from spark.rules.metering import UsageWriter
+from spark.rules.metering import SinkBytes, UsageWriter
 from spark.rules.outbox import SinkOutbox
 from spark.rules.pausing import BudgetWatch
 from spark.rules.plan import (
@@ -300,7 +300,9 @@ class LiveJob:
         self.ledger = ledger.Pending()  # actions done, for the action ledger
         self.watch = BudgetWatch()
         self.journey = journey if journey is not None else RuleJourney(store)
-        self.sinks = SinkSender(dsn, self.journey)
+        # What bucket sinks took, metered as bytes (the sender's workers add, `record` drains).
+        self.sink_bytes = SinkBytes()
+        self.sinks = SinkSender(dsn, self.journey, metered=self.sink_bytes.add)
         self.outbox.on_append = self.sinks.wake
         self._stop = threading.Event()
         self.progress = FeedProgress()
@@ -589,6 +591,7 @@ class LiveJob:
             self.ledger.add(o.job.key for o in outcomes if o.ok and o.job.key is not None)
             self.journey.actions(outcomes, {s.id: s.name for s in self.rules.specs})
             self.journey.flush()
+            self.sink_bytes.drain_into(tally)
             self._flush_usage(tally)
             tenants = dict(self.rules.tenants)
             for rule_id, delta in summary.deltas.items():

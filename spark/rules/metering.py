@@ -8,6 +8,10 @@ topic (UTF-8) + properties as MQTT 5 encodes them (`spark.rules.plan.native_unit
 `usage_segment_key` with writer `rules-live` or `rules-backfill`; the billing job sums them with
 the brokers' rows.
 
+`sink_bytes` counts the JSON bytes of the outputs a bucket (`s3`) sink took, in the minute it
+took them: the live job's sink sender reports each delivery to a `SinkBytes` (its worker threads
+settle while the job's batch thread flushes), which the job drains into each tally it flushes.
+
 The same work is also tallied per device, the publisher of the message a rule evaluated (for an
 action, of the message whose output it acted on), named as `tenants_deviceusage` names devices
 (`common.archive.schema.device_of_username`: the name it connected with), and written beside
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -43,6 +48,8 @@ class UsageTally:
         default_factory=lambda: defaultdict(_zero)
     )
     device_key: str | None = None  # its device segment's key, once chosen (a retry rewrites it)
+    # (tenant, minute) -> JSON bytes of outputs bucket sinks took (`SinkBytes.drain_into`)
+    sink_bytes: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, tenant: str, *, rules_triggered: int = 0, actions_executed: int = 0) -> None:
         minute = int(time.time() // 60 * 60_000)
@@ -75,30 +82,61 @@ class UsageTally:
         return pa.Table.from_pylist(rows, schema=DEVICE_USAGE_SCHEMA)
 
     def table(self) -> pa.Table:
-        rows = [
-            {
-                "tenant": tenant,
-                "minute": minute,
-                "writer": self.writer,
-                "messages": 0,
-                "connection_minutes": 0,
-                "rules_triggered": triggered,
-                "actions_executed": executed,
-                "storage_byte_hours": 0,
-                "publishes_in": 0,
-                "deliveries_out": 0,
-                "bytes_in": 0,
-                "bytes_out": 0,
-                "dropped": 0,
-            }
-            for (tenant, minute), (triggered, executed) in sorted(self.counts.items())
-            if triggered or executed
-        ]
+        rows = []
+        for tenant, minute in sorted(set(self.counts) | set(self.sink_bytes)):
+            triggered, executed = self.counts.get((tenant, minute), (0, 0))
+            delivered = self.sink_bytes.get((tenant, minute), 0)
+            if not (triggered or executed or delivered):
+                continue
+            rows.append(
+                {
+                    "tenant": tenant,
+                    "minute": minute,
+                    "writer": self.writer,
+                    "messages": 0,
+                    "connection_minutes": 0,
+                    "rules_triggered": triggered,
+                    "actions_executed": executed,
+                    "storage_byte_hours": 0,
+                    "publishes_in": 0,
+                    "deliveries_out": 0,
+                    "bytes_in": 0,
+                    "bytes_out": 0,
+                    "dropped": 0,
+                    # null where no bucket sink took anything: such rows stay what they were
+                    "sink_bytes": delivered or None,
+                }
+            )
         return pa.Table.from_pylist(rows, schema=USAGE_SCHEMA)
 
 
 def _zero() -> list[int]:
     return [0, 0]
+
+
+class SinkBytes:
+    """The bytes bucket sinks took, per (tenant, minute taken), between two flushes of the live
+    job's usage: `add` from the sink sender's worker threads, `drain_into` from the thread that
+    flushes a tally. Its own lock: a tally is never shared between threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes: dict[tuple[str, int], int] = defaultdict(int)
+
+    def add(self, tenant: str, delivered: int) -> None:
+        """`delivered` JSON bytes of `tenant`'s outputs a bucket sink took, now."""
+        if delivered <= 0:
+            return
+        minute = int(time.time() // 60 * 60_000)
+        with self._lock:
+            self._bytes[(tenant, minute)] += delivered
+
+    def drain_into(self, tally: UsageTally) -> None:
+        """Move what was added so far into `tally` (to be flushed with it)."""
+        with self._lock:
+            taken, self._bytes = self._bytes, defaultdict(int)
+        for key, delivered in taken.items():
+            tally.sink_bytes[key] += delivered
 
 
 class UsageWriter:

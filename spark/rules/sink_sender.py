@@ -23,6 +23,11 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
   delivered, their bytes and per clock minute (throughput), dead and resent counts — resent:
   delivered after a failed attempt the far end may have taken too, the most duplicates it can
   hold) for `GET /api/v1/sinks`; the journey has a row per output delivered or given up.
+- Metering: each output was metered as an executed action when it entered its outbox; what a
+  bucket (`s3`) sink took is metered again, as bytes (its outputs' JSON bytes, the
+  `delivered_bytes` of its state), to the rule's tenant in the minute it was settled: `metered`
+  (tenant slug, bytes), the live job's `metering.SinkBytes.add`, called from the worker that
+  settled it. The other sinks' deliveries are not metered again.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -168,8 +173,11 @@ class SinkSender:
         retry_for: float = float(os.environ.get("SINK_RETRY_SECONDS", "86400")),
         backoff: float = 1.0,
         max_backoff: float = float(os.environ.get("SINK_MAX_BACKOFF", "30")),
+        metered: Callable[[str, int], None] | None = None,
     ) -> None:
         self.dsn, self.journey = dsn, journey
+        # (tenant slug, JSON bytes) of what a bucket sink took, once settled (see the module)
+        self.metered = metered
         self.poll, self.retry_for = poll, retry_for
         self.backoff, self.max_backoff = backoff, max_backoff
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="sink")
@@ -350,6 +358,7 @@ class SinkSender:
             for r, error, attempts in dead
         ]
         error = (waiting or dead or [(None, "", 0)])[-1][1]
+        delivered_bytes = sum(len(r.body.encode()) for r in done)
         with conn.transaction(), conn.cursor() as cur:
             gone = [r.id for r in done] + [r.id for r, _, _ in dead]
             if gone:
@@ -382,13 +391,15 @@ class SinkSender:
                     "error_at": now if error else None, "ok_at": now if done else None,
                     "delivered": len(done), "dead": len(dead),
                     "resent": sum(1 for r in done if claimed.rows[r.id][0] > 0),
-                    "bytes": sum(len(r.body.encode()) for r in done),
+                    "bytes": delivered_bytes,
                     "lag_ms": int(now.timestamp() * 1000) - min(r.ts_ms for r in done)
                     if done else None,
                 },
             )  # fmt: skip
         self.delivered += len(done)
         self.dead += len(dead)
+        if self.metered is not None and done and tenant and action.get("type") == "s3":
+            self.metered(tenant, delivered_bytes)
         if self.journey is not None:
             self._journey(sink, rule, action, claimed, done, dead)
 

@@ -495,6 +495,9 @@ class QuotaOutput(serializers.Serializer):
     )
 
 
+SINK_BYTES_HELP = "JSON bytes of rule outputs bucket (s3) sinks took"
+
+
 class UsageOutput(serializers.Serializer):
     minute = serializers.DateTimeField()
     connection_seconds = serializers.IntegerField()
@@ -514,6 +517,7 @@ class UsageOutput(serializers.Serializer):
     stored_bytes = serializers.IntegerField()
     shadow_operations = serializers.IntegerField(help_text="device shadow operations, 1 KiB units")
     job_executions = serializers.IntegerField(help_text="job executions queued (retries too)")
+    sink_bytes = serializers.IntegerField(help_text=SINK_BYTES_HELP)
 
 
 class UsagePointOutput(serializers.Serializer):
@@ -530,6 +534,8 @@ class UsagePointOutput(serializers.Serializer):
     bytes_out = serializers.IntegerField()
     shadow_operations = serializers.IntegerField(help_text="device shadow operations, 1 KiB units")
     job_executions = serializers.IntegerField(help_text="job executions queued (retries too)")
+    sink_bytes = serializers.IntegerField(help_text=SINK_BYTES_HELP)
+    sink_gb = serializers.FloatField(help_text="sink_bytes in GB (10^9 bytes), as billed")
 
 
 class UsageSeriesOutput(serializers.Serializer):
@@ -590,6 +596,7 @@ class InvoiceLineOutput(serializers.Serializer):
             "storage_gb_hours",
             "job_executions",
             "shadow_operations",
+            "sink_gb",
             "adjustment",
             "credit",
         ]

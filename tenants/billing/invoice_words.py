@@ -18,6 +18,7 @@ DIMENSIONS: dict[str, tuple[str, str]] = {
     "storage_gb_hours": ("Storage", "GB-hours"),
     "job_executions": ("Job executions", "remote actions"),
     "shadow_operations": ("Device shadow operations", "1 KB units"),
+    "sink_gb": ("Data delivered to bucket sinks", "GB"),
 }
 UNITS = {
     "messages": "messages (5 KB units)",
@@ -27,6 +28,7 @@ UNITS = {
     "storage_gb_hours": "GB-hours",
     "job_executions": "job executions",
     "shadow_operations": "shadow operations (1 KB units)",
+    "sink_gb": "GB",
 }
 # Usage that is the tenant's but no device's of its own, in words (devices never take `$` names):
 # the names the brokers meter it under (`DeviceUsage.device`).

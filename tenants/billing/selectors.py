@@ -29,6 +29,7 @@ SERIES_COLUMNS = {
     "bytes_out": "bytes_out",
     "shadow_operations": "shadow_operations",
     "job_executions": "job_executions",
+    "sink_bytes": "sink_bytes",
 }
 
 
@@ -61,6 +62,7 @@ def usage_series(
         for name in SERIES_COLUMNS:
             point[name] = int(row.get(name) or 0)
         point["storage_gb_hours"] = float(Decimal(point["storage_byte_hours"]) / BYTES_PER_GB)
+        point["sink_gb"] = float(Decimal(point["sink_bytes"]) / BYTES_PER_GB)
         series.append(point)
         at += step
     return series

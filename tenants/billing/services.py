@@ -514,13 +514,17 @@ _ROLLUP_UPSERT = """
 INSERT INTO tenants_usage (tenant_id, minute, connection_seconds, messages_in, messages_out,
                            bytes_in, bytes_out, dropped, retained_count, stored_bytes,
                            message_units, connection_minutes, storage_byte_hours,
-                           rules_triggered, actions_executed)
-SELECT t.id, %s, 0, 0, 0, 0, 0, '{}'::jsonb, 0, 0, 0, 0, 0, %s, %s
+                           rules_triggered, actions_executed, sink_bytes)
+SELECT t.id, %s, 0, 0, 0, 0, 0, '{}'::jsonb, 0, 0, 0, 0, 0, %s, %s, %s
   FROM tenants_tenant t WHERE t.slug = %s
 ON CONFLICT (tenant_id, minute) DO UPDATE SET
   rules_triggered = tenants_usage.rules_triggered + EXCLUDED.rules_triggered,
-  actions_executed = tenants_usage.actions_executed + EXCLUDED.actions_executed
+  actions_executed = tenants_usage.actions_executed + EXCLUDED.actions_executed,
+  sink_bytes = tenants_usage.sink_bytes + EXCLUDED.sink_bytes
 """
+# What the rollup reads of a `rules-` segment; `sink_bytes` only where the segment has it (the
+# live job's since bucket sinks were metered: older segments, and other writers', lack it).
+_ROLLUP_COLUMNS = ("tenant", "minute", "rules_triggered", "actions_executed")
 _DEVICE_ROLLUP_UPSERT = """
 INSERT INTO tenants_deviceusage (tenant_id, device, day, message_units, connection_minutes,
                                  shadow_operations, rules_triggered, actions_executed)
@@ -568,10 +572,11 @@ def actions_replayed_record(
 
 
 def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:
-    """Add the rules job's usage-log rows (writers `rules-…`) of today and yesterday to the
-    `tenants_usage` minutes the broker fills, and its per-device rows (`device-usage/…`) to
-    `tenants_deviceusage`'s days, each segment once, for the charts, the estimate and the
-    per-device views (the bill itself always reads the log)."""
+    """Add the rules job's usage-log rows (writers `rules-…`: rule runs, actions and the bytes
+    bucket sinks took) of today and yesterday to the `tenants_usage` minutes the broker fills,
+    and its per-device rows (`device-usage/…`) to `tenants_deviceusage`'s days, each segment
+    once, for the charts, the estimate and the per-device views (the bill itself always reads
+    the log)."""
     import io
     from datetime import UTC, datetime, timedelta
 
@@ -603,21 +608,24 @@ def usage_log_rollup(*, now: Any = None, store: Any = None) -> dict[str, int]:
         imported += count is not None
         rows += count or 0
     for key in sorted(set(keys) - done):
-        table = pq.read_table(
-            io.BytesIO(store.get(key)),
-            columns=["tenant", "minute", "rules_triggered", "actions_executed"],
-        )
+        segment = pq.ParquetFile(io.BytesIO(store.get(key)))
+        columns = [
+            *_ROLLUP_COLUMNS,
+            *(["sink_bytes"] if "sink_bytes" in segment.schema_arrow.names else []),
+        ]
+        table = segment.read(columns=columns)
         sums: dict[tuple[str, Any], list[int]] = {}
         for record in table.to_pylist():
-            entry = sums.setdefault((record["tenant"], record["minute"]), [0, 0])
+            entry = sums.setdefault((record["tenant"], record["minute"]), [0, 0, 0])
             entry[0] += record["rules_triggered"]
             entry[1] += record["actions_executed"]
+            entry[2] += record.get("sink_bytes") or 0
         with transaction.atomic():
             if not UsageLogImport.objects.filter(key=key).exists():
                 with connection.cursor() as cursor:
                     cursor.executemany(
                         _ROLLUP_UPSERT,
-                        [(minute, r, a, tenant) for (tenant, minute), (r, a) in sums.items()],
+                        [(minute, r, a, b, tenant) for (tenant, minute), (r, a, b) in sums.items()],
                     )
                 UsageLogImport.objects.create(key=key)
                 imported += 1

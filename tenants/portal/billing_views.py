@@ -29,6 +29,7 @@ CHARTS = (
     ("storage_gb_hours", "Storage", "GB-hours"),
     ("job_executions", "Job executions", "remote actions"),
     ("shadow_operations", "Device shadow operations", "1 KB units"),
+    ("sink_gb", "Data delivered to bucket sinks", "GB"),
 )
 
 

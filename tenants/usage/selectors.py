@@ -20,6 +20,7 @@ from common.charges.pricing import (
     BYTES_PER_GB,
     DESCRIPTIONS,
     DIMENSIONS,
+    GB_DIMENSIONS,
     LATER_DIMENSIONS,
     USAGE_COLUMN,
     quantity_of,
@@ -214,7 +215,7 @@ def usage_forecast(*, tenant: Tenant, now: datetime | None = None) -> dict[str, 
     for dimension in DIMENSIONS:
         column = USAGE_COLUMN[dimension]
         line, ahead = mtd_lines.get(dimension), forecast_lines.get(dimension)
-        daily = rate[column] / BYTES_PER_GB if dimension == "storage_gb_hours" else rate[column]
+        daily = rate[column] / BYTES_PER_GB if dimension in GB_DIMENSIONS else rate[column]
         dimensions.append(
             {
                 "dimension": dimension,

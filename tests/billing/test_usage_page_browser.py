@@ -114,8 +114,8 @@ def test_usage_charts_and_invoices_in_chromium(live_server, page):  # noqa: F811
     page.click("text=Usage")
     page.wait_for_selector("svg#chart-messages")
     assert (
-        page.locator("svg.chart").count() == 7
-    )  # one per billed dimension, jobs and shadow operations too
+        page.locator("svg.chart").count() == 8
+    )  # one per billed dimension, jobs, shadow operations and bucket sinks' data too
     heights = page.eval_on_selector_all(
         "svg#chart-messages rect.current", "rects => rects.map(r => r.getBBox().height)"
     )
@@ -186,7 +186,7 @@ def check_widths(page, url: str, now: datetime) -> None:
         page.set_viewport_size({"width": width, "height": height})
         # An 8 KB retained publish read by 2 subscribers: 2 units in, 2 stored, 2 × 2 out.
         page.goto(f"{url}/usage/?size=8192&topic=&qos=1&retain=on&subscribers=2")
-        assert page.locator("svg.chart").count() == 7
+        assert page.locator("svg.chart").count() == 8
         assert page.text_content("#explained").startswith("8 units")
         devices = page.locator("#per-device tbody tr")
         assert devices.count() == 3
@@ -211,6 +211,6 @@ def check_widths(page, url: str, now: datetime) -> None:
         )
         assert past == [], f"past the right edge at {width} px: {past[:5]}"
         assert page.evaluate("document.querySelector('main').scrollWidth") <= width
-        for box in (page.locator(f"svg.chart >> nth={i}").bounding_box() for i in range(7)):
+        for box in (page.locator(f"svg.chart >> nth={i}").bounding_box() for i in range(8)):
             assert box["x"] >= 0 and box["x"] + box["width"] <= width
         page.screenshot(path=str(ARTIFACTS / f"usage-page-{width}.png"), full_page=True)
