@@ -162,6 +162,9 @@ class AlarmNotification(models.Model):
     last_error = models.TextField(blank=True, default="")
     sent_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # The live job's sender out sending it now (`spark.rules.presence`), None otherwise: a claim
+    # whose sender's process ended is taken again at once, not after its lease.
+    claimed_by = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -169,7 +172,12 @@ class AlarmNotification(models.Model):
                 fields=["kind", "next_at"],
                 name="alarm_notification_due_idx",
                 condition=models.Q(state="pending"),
-            )
+            ),
+            models.Index(
+                fields=["claimed_by"],
+                name="alarm_notification_claimed_idx",
+                condition=models.Q(claimed_by__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

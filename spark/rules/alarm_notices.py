@@ -3,8 +3,10 @@ the live rules job, at least once.
 
 The keeper (`alarms.py`) writes a notification row per target with each transition, in the
 transaction that writes the transition, so none is lost to a crash. Here, every half second, the
-due rows are *claimed* — their `next_at` moved a minute on, in one short statement, so two jobs
-never both take one and none is held while it is sent — then sent with the rules' action runner
+due rows are *claimed* — their `next_at` moved a minute on and the sender named (`claimed_by`,
+its `presence.Presence`), in one short statement, so two jobs never both take one and none is
+held while it is sent; a job killed mid-send leaves its claims to the next sender, which takes
+them back at its start (then every `ORPHANS_EVERY`), not after the minute — then sent with the rules' action runner
 (a webhook signed with the target's secret as a rule's is, a republish as the tenant's `$rules-`
 identity), then marked `sent`, or tried again later (doubling, at most 5 minutes) and `failed`
 after `ATTEMPTS`, the error in words in `last_error`. Emails are the control plane's
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,16 +31,18 @@ import psycopg
 from common.contracts import tables
 from common.security import sealed
 from spark.rules.actions import ActionRunner, Job, Outcome
+from spark.rules.presence import ORPHANED, Presence
 
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 8
-LEASE = timedelta(seconds=60)  # a claimed row is not taken again before (a job that died)
+LEASE = timedelta(seconds=60)  # a claimed row is not taken again before (a sender stuck)
+ORPHANS_EVERY = 5.0  # seconds between looks for claims whose sender is gone
 BATCH = 100
 SENT_HERE = ("webhook", "republish")
 
 _CLAIM = f"""
-UPDATE {tables.ALARM_NOTIFICATION} SET next_at = now() + %s
+UPDATE {tables.ALARM_NOTIFICATION} SET next_at = now() + %s, claimed_by = %s
  WHERE id IN (SELECT id FROM {tables.ALARM_NOTIFICATION}
                WHERE state = 'pending' AND kind = ANY(%s) AND next_at <= now()
                  AND tenant_id IN (SELECT id FROM {tables.TENANT} WHERE status = 'active')
@@ -57,13 +62,19 @@ SELECT n.id, n.kind, n.index, n.attempts, t.key, t.event, t.before, t.after, t.a
 """
 _SENT = f"""
 UPDATE {tables.ALARM_NOTIFICATION} SET state = 'sent', sent_at = now(), attempts = attempts + 1,
-       last_error = '' WHERE id = %s
+       last_error = '', claimed_by = NULL WHERE id = %s
 """
 _AGAIN = f"""
 UPDATE {tables.ALARM_NOTIFICATION}
-   SET attempts = attempts + 1, last_error = %s, next_at = now() + %s,
+   SET attempts = attempts + 1, last_error = %s, next_at = now() + %s, claimed_by = NULL,
        state = CASE WHEN attempts + 1 >= %s THEN 'failed' ELSE 'pending' END
  WHERE id = %s
+"""
+
+# A gone sender's claims: due again now (sent at least once: it may have gone out already).
+_ORPHANS = f"""
+UPDATE {tables.ALARM_NOTIFICATION} SET next_at = now(), claimed_by = NULL
+ WHERE state = 'pending' AND {ORPHANED}
 """
 
 
@@ -133,13 +144,27 @@ def jobs_of(rows: Sequence[Sequence[Any]]) -> tuple[dict[int, Job], dict[int, st
 class AlarmNotifier:
     """Sends the outbox's due webhooks and republishes (see the module)."""
 
-    def __init__(self, runner: ActionRunner) -> None:
-        self.runner = runner
+    def __init__(self, runner: ActionRunner, presence: Presence) -> None:
+        self.runner, self.presence = runner, presence
         self.sent = self.failed = 0
+        self._looked = float("-inf")
+
+    def take_back_orphans(self, conn: psycopg.Connection[Any]) -> int:
+        """Make due again the claims of senders whose process ended; how many."""
+        self.presence.hold(check=True)
+        taken = conn.execute(_ORPHANS, self.presence.params()).rowcount
+        self._looked = time.monotonic()
+        if taken:
+            log.warning("alarms: %d notifications claimed by a sender now gone sent again", taken)
+        return taken
 
     def send_due(self, conn: psycopg.Connection[Any]) -> int:
         """One round: claim, send, mark. Returns how many were claimed."""
-        claimed = [r[0] for r in conn.execute(_CLAIM, (LEASE, list(SENT_HERE), BATCH)).fetchall()]
+        if time.monotonic() - self._looked >= ORPHANS_EVERY:
+            self.take_back_orphans(conn)
+        self.presence.hold()
+        claim = (LEASE, self.presence.id, list(SENT_HERE), BATCH)
+        claimed = [r[0] for r in conn.execute(_CLAIM, claim).fetchall()]
         if not claimed:
             return 0
         rows = conn.execute(_DETAILS, (claimed,)).fetchall()

@@ -30,6 +30,7 @@ from spark.rules.feed import stream_id
 from spark.rules.journey import RuleJourney
 from spark.rules.metering import UsageTally, UsageWriter
 from spark.rules.plan import RuleSpec
+from spark.rules.presence import ALARM_NOTIFIERS, Presence
 
 log = logging.getLogger("spark.rules.live")
 
@@ -172,7 +173,10 @@ class LiveAlarms:
                 if conn is None or conn.closed:
                     conn = db.connect(self.dsn)
                 if notifier is None:
-                    notifier = AlarmNotifier(ActionRunner(self.store, max_workers=4))
+                    notifier = AlarmNotifier(
+                        ActionRunner(self.store, max_workers=4),
+                        Presence(self.dsn, ALARM_NOTIFIERS),
+                    )
                 while notifier.send_due(conn) >= BATCH and not self._stop.is_set():
                     pass  # a full claim: there may be more due
             except Exception:
@@ -180,6 +184,7 @@ class LiveAlarms:
                 conn = None
         if notifier is not None:
             notifier.runner.close()
+            notifier.presence.close()
         if conn is not None:
             conn.close()
 

@@ -19,6 +19,7 @@ from spark.rules import store as db
 
 # Advisory lock spaces (the first key of the two-key form), one per kind of claim.
 SINK_SENDERS = 0x534E4B  # "SNK"
+ALARM_NOTIFIERS = 0x414C4D  # "ALM"
 
 # `claimed_by`'s sender holds no lock in `space` (a parameter) in this database: it is gone.
 ORPHANED = """

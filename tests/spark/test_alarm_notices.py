@@ -13,6 +13,7 @@ from django.utils import timezone
 from spark.rules import alarm_notices
 from spark.rules import store as db
 from spark.rules.actions import Outcome
+from spark.rules.presence import ALARM_NOTIFIERS, Presence
 from tenants.models import AlarmDefinition, AlarmNotification, AlarmTransition
 from tenants.tenant import services as tenant_services
 from tests.spark.conftest import database_url
@@ -30,6 +31,10 @@ class Runner:
             Outcome(j, j.action.get("url", j.action.get("topic")) not in self.failing, "webhook: HTTP 500")
             for j in jobs
         ]  # fmt: skip
+
+
+def _presence() -> Presence:
+    return Presence(database_url(), ALARM_NOTIFIERS)
 
 
 def _outbox():
@@ -59,7 +64,7 @@ def _outbox():
 def test_sent_once_failing_retried_then_given_up_and_emails_left_alone():
     _outbox()
     runner = Runner(failing={"http://127.0.0.1:9/down"})
-    notifier = alarm_notices.AlarmNotifier(runner)
+    notifier = alarm_notices.AlarmNotifier(runner, _presence())
     with db.connect(database_url()) as conn:
         assert notifier.send_due(conn) == 2  # the two webhooks; the email is not the job's
         assert notifier.send_due(conn) == 0  # sent, or claimed and not due yet
@@ -90,10 +95,53 @@ def test_a_target_removed_before_it_was_sent_fails_in_words():
     AlarmDefinition.objects.filter(id=definition.id).update(notifications=[])
     connection.close()
     with db.connect(database_url()) as conn:
-        alarm_notices.AlarmNotifier(Runner()).send_due(conn)
+        alarm_notices.AlarmNotifier(Runner(), _presence()).send_due(conn)
     states = set(
         AlarmNotification.objects.filter(kind="webhook").values_list("state", "last_error")
     )
     assert states == {
         ("failed", "the alarm's notification was removed or changed before it was sent")
     }
+
+
+_CLAIMS_AND_HANGS = """
+import sys, time
+from spark.rules import alarm_notices, store as db
+from spark.rules.presence import ALARM_NOTIFIERS, Presence
+presence = Presence(sys.argv[1], ALARM_NOTIFIERS)
+presence.hold()
+with db.connect(sys.argv[1]) as conn:
+    claim = (alarm_notices.LEASE, presence.id, list(alarm_notices.SENT_HERE), 100)
+    print(len(conn.execute(alarm_notices._CLAIM, claim).fetchall()), flush=True)
+    time.sleep(120)  # sending, as far as anyone can tell: killed here
+"""
+
+
+def test_a_killed_senders_claims_are_sent_at_once_by_the_next():
+    """The live job killed -9 between claiming notifications and marking them: while it lives
+    another sender leaves them alone; once it is gone the next one sends them at once, not a
+    minute later (the claim's lease)."""
+    import subprocess
+    import sys
+
+    _outbox()
+    dsn = database_url()
+    first = subprocess.Popen([sys.executable, "-c", _CLAIMS_AND_HANGS, dsn], stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    runner = Runner()
+    notifier = alarm_notices.AlarmNotifier(runner, _presence())
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "2"
+        with db.connect(dsn) as conn:
+            assert notifier.send_due(conn) == 0  # both out with a living sender
+            assert notifier.take_back_orphans(conn) == 0
+            first.kill()
+            first.wait(10)
+            assert notifier.take_back_orphans(conn) == 2
+            assert notifier.send_due(conn) == 2
+    finally:
+        notifier.presence.close()
+        if first.poll() is None:
+            first.kill()
+    sent = AlarmNotification.objects.filter(kind="webhook").values_list("state", "claimed_by")
+    assert set(sent) == {("sent", None)} and len(runner.sent) == 2
