@@ -2,8 +2,10 @@
 outbox in order (`outbox.py` put them there), handed to its writer (`common.sinks`), settled.
 
 - One sink (rule action) is sent by one worker at a time, oldest first, at most a send's worth
-  (`batch_limits`); sinks of every tenant share `workers` threads, so a slow far end holds its
-  own sink only. An S3 sink gathers: it sends once a full object is waiting or its oldest output
+  (`batch_limits`); sinks of every tenant share `workers` threads (`SINK_WORKERS`, 8), a tenant
+  at most `per_tenant` of them at once (`SINK_WORKERS_PER_TENANT`, 2), and a sink is handed to a
+  worker only when one is free (none waits queued behind another's send): a tenant's slow or
+  silent far ends (a tarpit holds a send up to its 30 s) hold its own sinks only. An S3 sink gathers: it sends once a full object is waiting or its oldest output
   is `S3_FLUSH_SECONDS` old (one object per flush, named by its outbox ids).
 - A claim names its sender (`claimed_by`, its `presence.Presence`): a sender killed mid-send
   leaves its outputs to be taken back by the next sender to look (at its start, then every
@@ -37,6 +39,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -60,6 +63,7 @@ log = logging.getLogger("spark.rules.sinks")
 
 LEASE = 120.0
 ORPHANS_EVERY = 5.0  # seconds between looks for claims whose sender is gone
+HOLD_SECONDS = 1.0  # the longest a worker drains one sink's backlog before it is handed again
 S3_FLUSH_SECONDS = float(os.environ.get("SINK_S3_FLUSH_SECONDS", "5"))
 RETRYING, FAILING, OK = "retrying", "failing", "ok"
 FAILING_AFTER = 3  # attempts of its oldest output before a sink is said to be failing
@@ -67,6 +71,7 @@ FAILING_AFTER = 3  # attempts of its oldest output before a sink is said to be f
 _DUE = f"""
 SELECT rule_id, action_index, count(*), extract(epoch FROM now() - min(created_at))
   FROM {tables.SINK_OUTBOX} WHERE next_attempt_at <= now() GROUP BY rule_id, action_index
+ ORDER BY 4 DESC
 """
 _RULES = f"""
 SELECT r.id, r.actions, r.name, t.slug FROM {tables.RULE} r
@@ -168,7 +173,8 @@ class SinkSender:
         dsn: str,
         journey: RuleJourney | None = None,
         *,
-        workers: int = 4,
+        workers: int = int(os.environ.get("SINK_WORKERS", "8")),
+        per_tenant: int = int(os.environ.get("SINK_WORKERS_PER_TENANT", "2")),
         poll: float = 0.2,
         retry_for: float = float(os.environ.get("SINK_RETRY_SECONDS", "86400")),
         backoff: float = 1.0,
@@ -180,8 +186,11 @@ class SinkSender:
         self.metered = metered
         self.poll, self.retry_for = poll, retry_for
         self.backoff, self.max_backoff = backoff, max_backoff
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="sink")
+        self.workers, self.per_tenant = max(1, workers), max(1, per_tenant)
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sink")
         self._busy: set[Sink] = set()
+        self._tenant_busy: Counter[str] = Counter()  # sends in flight per tenant
+        self._starved = False  # a round left a due sink for want of a worker
         self._busy_lock = threading.Lock()
         self._writers: dict[Sink, tuple[str, SinkWriter]] = {}
         self._writers_lock = threading.Lock()
@@ -230,7 +239,8 @@ class SinkSender:
         return cursor.rowcount
 
     def round(self) -> int:
-        """Hand each due sink not being sent to a worker; how many were handed."""
+        """Hand each due sink not being sent to a free worker, oldest output first, a tenant
+        never more than `per_tenant` at once; how many were handed."""
         conn = self._connection()
         due = conn.execute(_DUE).fetchall()
         if not due:
@@ -245,19 +255,34 @@ class SinkSender:
                 most, _ = batch_limits(action)
                 if waiting < most and float(age or 0) < S3_FLUSH_SECONDS:
                     continue  # gathering into one object
+            tenant = rule[3] if rule is not None else ""
             with self._busy_lock:
+                if len(self._busy) >= self.workers:
+                    self._starved = True
+                    break  # every worker sending: the rest when one is free
                 if sink in self._busy:
                     continue
+                if self._tenant_busy[tenant] >= self.per_tenant:
+                    self._starved = True
+                    continue
                 self._busy.add(sink)
-            self.pool.submit(self._deliver_guarded, sink, rule)
+                self._tenant_busy[tenant] += 1
+            self.pool.submit(self._deliver_guarded, sink, rule, tenant)
             handed += 1
         return handed
 
     # -- a worker -------------------------------------------------------------------------------
 
-    def _deliver_guarded(self, sink: Sink, rule: tuple[Any, ...] | None) -> None:
+    def _deliver_guarded(self, sink: Sink, rule: tuple[Any, ...] | None, tenant: str) -> None:
+        """Deliver the sink's due outputs; while each send is a full batch (a backlog draining),
+        the next at once, for up to `HOLD_SECONDS`, then the worker is given back."""
         try:
-            self.deliver(sink, rule)
+            action = _action_of(rule, sink.index)
+            most = batch_limits(action)[0] if action is not None and not _problem(action) else 0
+            until = time.monotonic() + HOLD_SECONDS
+            while self.deliver(sink, rule) >= most > 0 and time.monotonic() < until:
+                if self._stop.is_set():
+                    break
         except Exception:
             log.exception(
                 "sinks: rule %s action %s not sent (tried again)", sink.rule_id, sink.index
@@ -266,6 +291,10 @@ class SinkSender:
         finally:
             with self._busy_lock:
                 self._busy.discard(sink)
+                self._tenant_busy[tenant] -= 1
+                starved, self._starved = self._starved, False
+            if starved:
+                self._wake.set()  # a sink waited for a worker: a round now, not at the poll
 
     def deliver(self, sink: Sink, rule: tuple[Any, ...] | None) -> int:
         """Send one batch of the sink's due outputs and settle it; returns how many were sent."""

@@ -462,3 +462,42 @@ def test_one_tenants_hostile_output_fails_no_other_tenants_append(receiver):
         "p/\\ud800",
     )
     assert stored.body == '{"s":"\\ud800\\u0000","v":NaN}'  # as JSON writes it, escaped
+
+
+def test_a_tenants_silent_far_ends_hold_only_its_own_share_of_the_senders(receiver):
+    """An attacker's four sinks to far ends that accept and never answer (each send held up to
+    its time-out) beside another tenant's sink: the attacker gets at most its share of the
+    workers, and the other tenant's outputs arrive at once."""
+    from bench.rules_live import Tarpit
+
+    tarpit = Tarpit()
+    evil = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    good = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    held = {"type": "http_batch", "url": tarpit.url}
+    evil_rules = [
+        rule_services.rule_create(tenant=evil, name=f"out{i}", sql='SELECT * FROM "p/#"',
+                                  actions=[held])  # fmt: skip
+        for i in range(4)
+    ]
+    action = {"type": "http_batch", "url": receiver.url}
+    rule = rule_services.rule_create(tenant=good, name="out", sql='SELECT * FROM "p/#"',
+                                     actions=[action])  # fmt: skip
+    dsn = database_url()
+    outbox = SinkOutbox(dsn)
+    sender = SinkSender(dsn, workers=4, per_tenant=2, poll=0.05)
+    try:
+        for evil_rule in evil_rules:  # older: the sender looks at them first
+            outbox.append(_jobs(evil_rule, held, 0, 5))
+        sender.start()
+        until(lambda: len(tarpit.held) >= 2, 10, "the attacker's sends under way")
+        outbox.append(_jobs(rule, action, 0, 5))
+        started = time.monotonic()
+        until(lambda: receiver.calls, 10, "the other tenant's outputs delivered")
+        took = time.monotonic() - started
+        assert len(tarpit.held) == 2  # its share: two sends at once, the other two sinks wait
+    finally:
+        tarpit.close()  # the held sends fail now, not at their time-out
+        sender.stop()
+        outbox.close()
+    assert took < 3.0
+    assert sorted(o["n"] for o in json.loads(receiver.calls[0]["body"])) == list(range(5))
