@@ -110,6 +110,9 @@ class SinkState(models.Model):
     minute_at = models.DateTimeField(null=True, blank=True)
     minute_delivered = models.BigIntegerField(default=0, db_default=0)
     previous_minute_delivered = models.BigIntegerField(default=0, db_default=0)
+    # Nothing of its last batch got through (the far end away): none of its outputs is sent
+    # before this (its back-off, kept here rather than on each waiting row).
+    paused_until = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now, db_default=Now())
 
     class Meta:

@@ -16,11 +16,11 @@ outbox in order (`outbox.py` put them there), handed to its writer (`common.sink
   refused for now waits `backoff × 2^attempts` (up to `max_backoff`, 30 s: a far end back is
   found within that), and the same key's later outputs wait behind it (order per key kept where
   the sink has one) — the whole sink when none of the batch got through (the far end away: one
-  attempt per back-off, not one per batch). Once an output has waited `retry_for` (24 h) since
-  it was queued, however many attempts that took (an outage of hours loses nothing the outbox
-  holds), or at once when the far end refused it for good, it is a dead letter in words, and no
-  longer done in the action ledger (a `new-only` run over its range, the re-send from history,
-  queues it again).
+  attempt per back-off, not one per batch; its state's `paused_until`, so no waiting row is
+  rewritten). Once an output has waited `retry_for` (24 h) since it was queued, however many
+  attempts that took (an outage of hours loses nothing the outbox holds), or at once when the
+  far end refused it for good, it is a dead letter in words, and no longer done in the action
+  ledger (a `new-only` run over its range, the re-send from history, queues it again).
 - Per sink, its state (`tenants_sinkstate`: ok, retrying, failing; the last error in words;
   delivered, their bytes and per clock minute (throughput), dead and resent counts — resent:
   delivered after a failed attempt the far end may have taken too, the most duplicates it can
@@ -68,10 +68,23 @@ S3_FLUSH_SECONDS = float(os.environ.get("SINK_S3_FLUSH_SECONDS", "5"))
 RETRYING, FAILING, OK = "retrying", "failing", "ok"
 FAILING_AFTER = 3  # attempts of its oldest output before a sink is said to be failing
 
+# Each sink not paused with an output due, and how long its first due output has waited: one
+# index probe per sink (its state row, made by the outbox's first append), never a scan of what
+# waits — an outage of hours leaves millions of rows in an outbox.
 _DUE = f"""
-SELECT rule_id, action_index, count(*), extract(epoch FROM now() - min(created_at))
-  FROM {tables.SINK_OUTBOX} WHERE next_attempt_at <= now() GROUP BY rule_id, action_index
- ORDER BY 4 DESC
+SELECT s.rule_id, s.action_index, extract(epoch FROM now() - o.created_at)
+  FROM {tables.SINK_STATE} s
+ CROSS JOIN LATERAL (
+       SELECT created_at FROM {tables.SINK_OUTBOX} o
+        WHERE o.rule_id = s.rule_id AND o.action_index = s.action_index
+          AND o.next_attempt_at <= now()
+        ORDER BY o.id LIMIT 1) o
+ WHERE s.paused_until IS NULL OR s.paused_until <= now()
+ ORDER BY 3 DESC
+"""
+_WAITING = f"""
+SELECT count(*) FROM (SELECT 1 FROM {tables.SINK_OUTBOX}
+                       WHERE rule_id = %s AND action_index = %s LIMIT %s) w
 """
 _RULES = f"""
 SELECT r.id, r.actions, r.name, t.slug FROM {tables.RULE} r
@@ -111,21 +124,18 @@ UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = GREATEST(next_attempt_at,
        now() + make_interval(secs => %s))
  WHERE rule_id = %s AND action_index = %s AND key = %s AND id > %s
 """
-_SINK_BEHIND = f"""
-UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = GREATEST(next_attempt_at,
-       now() + make_interval(secs => %s))
- WHERE rule_id = %s AND action_index = %s
-"""
 _OLDEST_TRIES = f"""
-SELECT COALESCE(max(attempts), 0) FROM {tables.SINK_OUTBOX} WHERE rule_id = %s AND action_index = %s
+SELECT attempts FROM {tables.SINK_OUTBOX} WHERE rule_id = %s AND action_index = %s
+ ORDER BY id LIMIT 1
 """
 _STATE = f"""
 INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, state, last_error,
                                  last_error_at, last_ok_at, delivered, dead, resent, lag_ms,
-                                 delivered_bytes, minute_at, minute_delivered, updated_at)
+                                 delivered_bytes, minute_at, minute_delivered, paused_until,
+                                 updated_at)
 VALUES (%(tenant_id)s, %(rule_id)s, %(index)s, %(state)s, %(error)s, %(error_at)s, %(ok_at)s,
         %(delivered)s, %(dead)s, %(resent)s, %(lag_ms)s, %(bytes)s, date_trunc('minute', now()),
-        %(delivered)s, now())
+        %(delivered)s, now() + make_interval(secs => %(pause)s::float8), now())
 ON CONFLICT (rule_id, action_index) DO UPDATE SET
   state = EXCLUDED.state,
   last_error = CASE WHEN EXCLUDED.last_error <> '' THEN EXCLUDED.last_error
@@ -147,7 +157,7 @@ ON CONFLICT (rule_id, action_index) DO UPDATE SET
   minute_delivered = CASE WHEN {tables.SINK_STATE}.minute_at = EXCLUDED.minute_at
     THEN {tables.SINK_STATE}.minute_delivered + EXCLUDED.minute_delivered
     ELSE EXCLUDED.minute_delivered END,
-  minute_at = EXCLUDED.minute_at, updated_at = now()
+  minute_at = EXCLUDED.minute_at, paused_until = EXCLUDED.paused_until, updated_at = now()
 """
 
 
@@ -247,14 +257,16 @@ class SinkSender:
             return 0
         rules = {r[0]: r for r in conn.execute(_RULES, ([d[0] for d in due],)).fetchall()}
         handed = 0
-        for rule_id, index, waiting, age in due:
+        for rule_id, index, age in due:
             sink = Sink(rule_id, index)
             rule = rules.get(rule_id)
             action = _action_of(rule, index)
             if action is not None and action.get("type") == "s3":
                 most, _ = batch_limits(action)
-                if waiting < most and float(age or 0) < S3_FLUSH_SECONDS:
-                    continue  # gathering into one object
+                if float(age or 0) < S3_FLUSH_SECONDS:
+                    (waiting,) = conn.execute(_WAITING, (rule_id, index, most)).fetchone()
+                    if waiting < most:
+                        continue  # gathering into one object
             tenant = rule[3] if rule is not None else ""
             with self._busy_lock:
                 if len(self._busy) >= self.workers:
@@ -297,7 +309,8 @@ class SinkSender:
                 self._wake.set()  # a sink waited for a worker: a round now, not at the poll
 
     def deliver(self, sink: Sink, rule: tuple[Any, ...] | None) -> int:
-        """Send one batch of the sink's due outputs and settle it; returns how many were sent."""
+        """Send one batch of the sink's due outputs and settle it; returns how many the far end
+        took."""
         conn = self._connection()
         action = _action_of(rule, sink.index)
         words = _problem(action)
@@ -318,7 +331,7 @@ class SinkSender:
         else:
             results = writer.send(claimed.records)
         self._settle(conn, sink, rule, action or {}, claimed, results)
-        return len(claimed.records)
+        return sum(1 for result in results if result.ok)
 
     def _claim(self, conn: psycopg.Connection[Any], sink: Sink, most: int, most_bytes: int):
         self.presence.hold()
@@ -402,15 +415,16 @@ class SinkSender:
                 delay = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))
                 cur.execute(_RETRY, (why[:2000], delay, record.id))
                 held.setdefault(record.key, (record.id, delay))
-            if waiting and not done and not dead:  # the far end away: the whole sink waits
-                delay = max(d for _, d in held.values())
-                cur.execute(_SINK_BEHIND, (delay, sink.rule_id, sink.index))
+            pause = None
+            if waiting and not done and not dead:  # the far end away: the whole sink waits,
+                pause = max(d for _, d in held.values())  # in its state (no row rewritten)
             else:
                 for key, (first, delay) in held.items():  # its later outputs wait behind it
                     cur.execute(_BEHIND, (delay, sink.rule_id, sink.index, key, first))
-            # Its state from what still waits, not this batch alone: ok once nothing waits after
-            # a failed attempt; failing once an output has failed FAILING_AFTER times.
-            (tries,) = cur.execute(_OLDEST_TRIES, (sink.rule_id, sink.index)).fetchone()
+            # Its state from what still waits, not this batch alone: ok once its oldest output
+            # has no failed attempt; failing once it has failed FAILING_AFTER times.
+            oldest = cur.execute(_OLDEST_TRIES, (sink.rule_id, sink.index)).fetchone()
+            tries = oldest[0] if oldest else 0
             state = OK if not tries else FAILING if tries >= FAILING_AFTER else RETRYING
             cur.execute(
                 _STATE,
@@ -420,7 +434,7 @@ class SinkSender:
                     "error_at": now if error else None, "ok_at": now if done else None,
                     "delivered": len(done), "dead": len(dead),
                     "resent": sum(1 for r in done if claimed.rows[r.id][0] > 0),
-                    "bytes": delivered_bytes,
+                    "bytes": delivered_bytes, "pause": pause,
                     "lag_ms": int(now.timestamp() * 1000) - min(r.ts_ms for r in done)
                     if done else None,
                 },

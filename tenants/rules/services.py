@@ -22,6 +22,7 @@ from tenants.models import (
     RuleActionLedger,
     RuleDeadLetter,
     SinkOutbox,
+    SinkState,
     Tenant,
 )
 from tenants.notify import announce
@@ -270,6 +271,10 @@ def _requeue_sink_letters(rule: Rule, letters: list[tuple[RuleDeadLetter, int]])
     for letter, index in letters:
         if index not in room:
             room[index] = most - SinkOutbox.objects.filter(rule=rule, action_index=index).count()
+            # The sender finds the sinks with outputs by their state rows (as the job appends)
+            SinkState.objects.get_or_create(
+                rule=rule, action_index=index, defaults={"tenant_id": rule.tenant_id}
+            )
         if room[index] <= 0:
             continue
         room[index] -= 1
