@@ -55,12 +55,15 @@ class SinkOutbox(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["rule", "action_index", "id"], name="sink_outbox_order_idx"),
+            # A claim's look for each key's oldest output not due (leased or backing off).
+            models.Index(
+                fields=["rule", "action_index", "next_attempt_at"], name="sink_outbox_next_idx"
+            ),
             models.Index(
                 fields=["claimed_by"],
                 name="sink_outbox_claimed_idx",
                 condition=models.Q(claimed_by__isnull=False),
             ),
-            models.Index(fields=["next_attempt_at"], name="sink_outbox_due_idx"),
             # A claim skips an output while an older one of its key waits (sink_sender._CLAIM).
             models.Index(fields=["rule", "action_index", "key", "id"], name="sink_outbox_key_idx"),
         ]
@@ -113,6 +116,11 @@ class SinkState(models.Model):
     # Nothing of its last batch got through (the far end away): none of its outputs is sent
     # before this (its back-off, kept here rather than on each waiting row).
     paused_until = models.DateTimeField(null=True, blank=True)
+    # What waits in its outbox, kept by whoever adds or takes rows (the job's appends and sender,
+    # a dead-letter replay) in their transactions: the sender finds the sinks with outputs, and
+    # the outbox checks its quota, without counting rows (an outage can leave millions).
+    waiting = models.BigIntegerField(default=0, db_default=0)
+    waiting_bytes = models.BigIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField(default=timezone.now, db_default=Now())
 
     class Meta:

@@ -4,10 +4,10 @@ sink's outbox (`tenants_sinkoutbox`, one queue per rule action): the action ledg
 metering take it from there, and the sink sender (`sink_sender.py`) delivers it, retrying while
 the far end is away. Nothing a rule produced waits only in memory for a sink.
 
-Bounded per sink by the tenant's `max_sink_outbox_messages` and `max_sink_outbox_bytes` (what
-waits is counted exactly at most every `DEPTH_SECONDS`, and every `NEAR_FULL_SECONDS` when an
-append would fill it; in between, this appender's own appends are added to that count and the
-sender's deliveries are not taken off, so the count is never under what waits): an output over
+Bounded per sink by the tenant's `max_sink_outbox_messages` and `max_sink_outbox_bytes`,
+checked against the sink's state's `waiting` and `waiting_bytes` (kept by whoever adds or takes
+rows, in the same transaction, so no append counts the rows: an outage can leave millions;
+the state rows are locked in one order, so appends never deadlock): an output over
 them is not dropped silently — it becomes a dead letter saying so (replayable from
 the rule's page) and is counted (`quota_sink_outbox`). One transaction per append, with the
 outputs' keys in the action ledger: a restart that reads a batch again (or a `new-only` run over
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -57,17 +56,22 @@ _LIMITS = f"""
 SELECT t.slug, t.id, {_quota("max_sink_outbox_messages")}, {_quota("max_sink_outbox_bytes")}
   FROM {tables.TENANT} t JOIN {tables.PLAN} p ON p.id = t.plan_id WHERE t.slug = ANY(%s)
 """
-_DEPTH = f"""
-SELECT rule_id, action_index, count(*), COALESCE(sum(octet_length(body)), 0)
-  FROM {tables.SINK_OUTBOX} WHERE rule_id = ANY(%s) GROUP BY rule_id, action_index
-"""
-DEPTH_SECONDS = 5.0  # the longest an outbox's depth is taken from the count kept here
-NEAR_FULL_SECONDS = 1.0  # ... when an append would fill it
-# Each sink appended to has a state row: the sender finds the sinks with outputs through them.
-_STATES = f"""
+# Each sink of the append: its state row (made by its first append), locked while it is added to
+_ENSURE = f"""
 INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index) VALUES (%s, %s, %s)
 ON CONFLICT (rule_id, action_index) DO NOTHING
 """
+_WAITING = f"""
+SELECT rule_id, action_index, waiting, waiting_bytes FROM {tables.SINK_STATE}
+ WHERE (rule_id, action_index) IN (SELECT * FROM unnest(%s::bigint[], %s::int[]))
+ ORDER BY rule_id, action_index FOR UPDATE
+"""
+_ADDED = f"""
+UPDATE {tables.SINK_STATE} SET waiting = waiting + %s, waiting_bytes = waiting_bytes + %s
+ WHERE rule_id = %s AND action_index = %s
+"""
+
+
 _DEAD = f"""
 INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, dead, last_error,
                                  last_error_at, updated_at)
@@ -100,8 +104,6 @@ class SinkOutbox:
         self._lock = threading.Lock()
         self.appended = 0
         self.on_append: Callable[[], None] | None = None  # the sender, woken
-        # (rule, action) -> [counted at (monotonic), outputs, bytes]: see the module
-        self._depth: dict[tuple[int, int], list[float]] = {}
 
     def append(self, jobs: Sequence[Job]) -> list[Outcome]:
         """Each job's outcome: in its outbox (ok), or a dead letter when the outbox is full;
@@ -132,42 +134,6 @@ class SinkOutbox:
             words = f"the platform's database refused this output for its outbox ({exc.sqlstate})"
             return [Outcome(job, False, words, dead=True)]
 
-    def _depths(
-        self, cur: psycopg.Cursor[Any], jobs: Sequence[Job], limits: dict[str, Any]
-    ) -> dict[tuple[int, int], list[int]]:
-        """What waits in each of the jobs' outboxes, [outputs, bytes]: counted in the database
-        for an outbox not counted within `DEPTH_SECONDS` (`NEAR_FULL_SECONDS` when these jobs
-        would fill it), else the count kept here (see the module)."""
-        now = time.monotonic()
-        adding: dict[tuple[int, int], list[int]] = {}
-        room: dict[tuple[int, int], tuple[int, int]] = {}
-        for job in jobs:
-            limit = limits.get(job.tenant)
-            if limit is None or job.action_index is None:
-                continue
-            sink = (job.rule_id, job.action_index)
-            entry = adding.setdefault(sink, [0, 0])
-            entry[0] += 1
-            entry[1] += len(output_json(job.output))
-            room[sink] = (limit[1], limit[2])
-        stale = set()
-        for sink, (n, size) in adding.items():
-            counted = self._depth.get(sink)
-            if counted is None or now - counted[0] >= DEPTH_SECONDS:
-                stale.add(sink)
-            elif (counted[1] + n > room[sink][0] or counted[2] + size > room[sink][1]) and (
-                now - counted[0] >= NEAR_FULL_SECONDS
-            ):
-                stale.add(sink)
-        if stale:
-            for sink in stale:
-                self._depth[sink] = [now, 0, 0]
-            found = cur.execute(_DEPTH, (sorted({rule for rule, _ in stale}),)).fetchall()
-            for rule_id, index, n, size in found:
-                if (rule_id, index) in stale:
-                    self._depth[(rule_id, index)] = [now, int(n), int(size)]
-        return {sink: [int(self._depth[sink][1]), int(self._depth[sink][2])] for sink in adding}
-
     def _append(self, conn: psycopg.Connection[Any], jobs: Sequence[Job]) -> list[Outcome]:
         outcomes: list[Outcome] = []
         refused: Counter[str] = Counter()
@@ -179,7 +145,18 @@ class SinkOutbox:
                     _LIMITS, (sorted({j.tenant for j in jobs}),)
                 ).fetchall()
             }
-            depth = self._depths(cur, jobs, limits)
+            sinks = sorted(
+                {(limits[j.tenant][0], j.rule_id, j.action_index) for j in jobs
+                 if j.tenant in limits and j.action_index is not None},
+                key=lambda sink: sink[1:],
+            )  # fmt: skip
+            cur.executemany(_ENSURE, sinks)
+            rules, indexes = [s[1] for s in sinks], [s[2] for s in sinks]
+            depth = {
+                (rule_id, index): [int(n), int(size)]
+                for rule_id, index, n, size in cur.execute(_WAITING, (rules, indexes)).fetchall()
+            }
+            before = {sink: list(held) for sink, held in depth.items()}
             rows = []
             for job in jobs:
                 limit = limits.get(job.tenant)
@@ -209,18 +186,17 @@ class SinkOutbox:
                 outcomes.append(Outcome(job, True))
             if rows:
                 cur.executemany(_INSERT, rows)
-                sinks = {(r[0], r[1], r[2]) for r in rows}
-                cur.executemany(_STATES, sorted(sinks))
+                cur.executemany(
+                    _ADDED,
+                    [(held[0] - before[sink][0], held[1] - before[sink][1], *sink)
+                     for sink, held in depth.items() if held != before[sink]],
+                )  # fmt: skip
                 done = [o.job.key for o in outcomes if o.ok and o.job.key is not None]
                 ledger.record(conn, done, self.source, self.run_id)
             if refused:
                 count_refused(cur, "quota_sink_outbox", refused)
             for (tenant_id, rule_id, index), (n, words) in full.items():  # the sink's `dead`
                 cur.execute(_DEAD, (tenant_id, rule_id, index, n, words))
-        now = time.monotonic()
-        for sink, (n, size) in depth.items():  # what this append added, counted from here on
-            counted = self._depth.get(sink)
-            self._depth[sink] = [counted[0] if counted else now, n, size]
         self.appended += len(rows)
         if rows and self.on_append is not None:
             self.on_append()

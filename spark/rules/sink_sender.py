@@ -68,23 +68,24 @@ S3_FLUSH_SECONDS = float(os.environ.get("SINK_S3_FLUSH_SECONDS", "5"))
 RETRYING, FAILING, OK = "retrying", "failing", "ok"
 FAILING_AFTER = 3  # attempts of its oldest output before a sink is said to be failing
 
-# Each sink not paused with an output due, and how long its first due output has waited: one
-# index probe per sink (its state row, made by the outbox's first append), never a scan of what
-# waits — an outage of hours leaves millions of rows in an outbox.
+# Each sink with outputs waiting and not paused, from its state (its `waiting` kept by whoever
+# adds or takes rows), least lately settled first: never a scan of what waits — an outage of
+# hours leaves millions of rows in an outbox.
 _DUE = f"""
-SELECT s.rule_id, s.action_index, extract(epoch FROM now() - o.created_at)
-  FROM {tables.SINK_STATE} s
- CROSS JOIN LATERAL (
-       SELECT created_at FROM {tables.SINK_OUTBOX} o
-        WHERE o.rule_id = s.rule_id AND o.action_index = s.action_index
-          AND o.next_attempt_at <= now()
-        ORDER BY o.id LIMIT 1) o
- WHERE s.paused_until IS NULL OR s.paused_until <= now()
- ORDER BY 3 DESC
+SELECT rule_id, action_index, waiting FROM {tables.SINK_STATE}
+ WHERE waiting > 0 AND (paused_until IS NULL OR paused_until <= now())
+ ORDER BY updated_at
 """
-_WAITING = f"""
-SELECT count(*) FROM (SELECT 1 FROM {tables.SINK_OUTBOX}
-                       WHERE rule_id = %s AND action_index = %s LIMIT %s) w
+_OLDEST_AGE = f"""
+SELECT extract(epoch FROM now() - created_at) FROM {tables.SINK_OUTBOX}
+ WHERE rule_id = %s AND action_index = %s ORDER BY id LIMIT 1
+"""
+# A sink whose count says outputs wait and whose outbox holds none: counted again (a count off
+# would have the sender look at it for ever)
+_EMPTY = f"""
+UPDATE {tables.SINK_STATE} SET waiting = 0, waiting_bytes = 0
+ WHERE rule_id = %s AND action_index = %s AND waiting <> 0
+   AND NOT EXISTS (SELECT 1 FROM {tables.SINK_OUTBOX} WHERE rule_id = %s AND action_index = %s)
 """
 _RULES = f"""
 SELECT r.id, r.actions, r.name, t.slug FROM {tables.RULE} r
@@ -157,7 +158,10 @@ ON CONFLICT (rule_id, action_index) DO UPDATE SET
   minute_delivered = CASE WHEN {tables.SINK_STATE}.minute_at = EXCLUDED.minute_at
     THEN {tables.SINK_STATE}.minute_delivered + EXCLUDED.minute_delivered
     ELSE EXCLUDED.minute_delivered END,
-  minute_at = EXCLUDED.minute_at, paused_until = EXCLUDED.paused_until, updated_at = now()
+  minute_at = EXCLUDED.minute_at, paused_until = EXCLUDED.paused_until,
+  waiting = GREATEST(0, {tables.SINK_STATE}.waiting - %(gone)s),
+  waiting_bytes = GREATEST(0, {tables.SINK_STATE}.waiting_bytes - %(gone_bytes)s),
+  updated_at = now()
 """
 
 
@@ -257,15 +261,15 @@ class SinkSender:
             return 0
         rules = {r[0]: r for r in conn.execute(_RULES, ([d[0] for d in due],)).fetchall()}
         handed = 0
-        for rule_id, index, age in due:
+        for rule_id, index, waiting in due:
             sink = Sink(rule_id, index)
             rule = rules.get(rule_id)
             action = _action_of(rule, index)
             if action is not None and action.get("type") == "s3":
                 most, _ = batch_limits(action)
-                if float(age or 0) < S3_FLUSH_SECONDS:
-                    (waiting,) = conn.execute(_WAITING, (rule_id, index, most)).fetchone()
-                    if waiting < most:
+                if waiting < most:
+                    oldest = conn.execute(_OLDEST_AGE, (rule_id, index)).fetchone()
+                    if oldest is not None and float(oldest[0]) < S3_FLUSH_SECONDS:
                         continue  # gathering into one object
             tenant = rule[3] if rule is not None else ""
             with self._busy_lock:
@@ -317,6 +321,7 @@ class SinkSender:
         most, most_bytes = batch_limits(action) if words is None and action else (500, 1 << 20)
         claimed = self._claim(conn, sink, most, most_bytes)
         if not claimed.records:
+            conn.execute(_EMPTY, (sink.rule_id, sink.index, sink.rule_id, sink.index))
             return 0
         writer = None
         if words is None and action is not None and rule is not None:
@@ -435,6 +440,9 @@ class SinkSender:
                     "delivered": len(done), "dead": len(dead),
                     "resent": sum(1 for r in done if claimed.rows[r.id][0] > 0),
                     "bytes": delivered_bytes, "pause": pause,
+                    "gone": len(done) + len(dead),
+                    "gone_bytes": sum(len(r.body.encode()) for r in done)
+                    + sum(len(r.body.encode()) for r, _, _ in dead),
                     "lag_ms": int(now.timestamp() * 1000) - min(r.ts_ms for r in done)
                     if done else None,
                 },
@@ -480,6 +488,9 @@ class SinkSender:
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed:
             conn = self._local.conn = db.connect(self.dsn)
+            # Plans for the values at hand, never a generic one: one sink's outbox may hold a
+            # million rows and the next none, and a plan good for one scans the other's
+            conn.prepare_threshold = None
             with self._busy_lock:
                 self._conns = [c for c in self._conns if not c.closed] + [conn]
         return conn

@@ -270,20 +270,26 @@ def _requeue_sink_letters(rule: Rule, letters: list[tuple[RuleDeadLetter, int]])
     queued = 0
     for letter, index in letters:
         if index not in room:
-            room[index] = most - SinkOutbox.objects.filter(rule=rule, action_index=index).count()
-            # The sender finds the sinks with outputs by their state rows (as the job appends)
+            # The sink's state counts what waits (the sender finds sinks by it, as the job's
+            # appends keep it): locked while this adds to it
             SinkState.objects.get_or_create(
                 rule=rule, action_index=index, defaults={"tenant_id": rule.tenant_id}
             )
+            state = SinkState.objects.select_for_update().get(rule=rule, action_index=index)
+            room[index] = most - state.waiting
         if room[index] <= 0:
             continue
         room[index] -= 1
         output = letter.output if isinstance(letter.output, dict) else {"value": letter.output}
+        body = letter.body or output_json(output)
         SinkOutbox.objects.create(
             tenant_id=rule.tenant_id, rule=rule, action_index=index,
-            key=str(output.get("clientid") or ""), body=letter.body or output_json(output),
+            key=str(output.get("clientid") or ""), body=body,
             ts_ms=int(letter.created_at.timestamp() * 1000), ledger_key=letter.ledger_key,
         )  # fmt: skip
+        SinkState.objects.filter(rule=rule, action_index=index).update(
+            waiting=F("waiting") + 1, waiting_bytes=F("waiting_bytes") + len(body.encode())
+        )
         _ledger_record(rule, letter)
         letter.delete()
         queued += 1
