@@ -480,8 +480,9 @@ def test_a_tenants_silent_far_ends_hold_only_its_own_share_of_the_senders(receiv
     good = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
     held = {"type": "http_batch", "url": tarpit.url}
     evil_rules = [
-        rule_services.rule_create(tenant=evil, name=f"out{i}", sql='SELECT * FROM "p/#"',
-                                  actions=[held])  # fmt: skip
+        rule_services.rule_create(
+            tenant=evil, name=f"out{i}", sql='SELECT * FROM "p/#"', actions=[held]
+        )  # fmt: skip
         for i in range(4)
     ]
     action = {"type": "http_batch", "url": receiver.url}
