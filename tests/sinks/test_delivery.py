@@ -244,13 +244,13 @@ def test_a_sink_cut_off_mid_stream_gets_every_output_once_it_returns(
 
     numbers = [o["n"] for o in got]
     assert set(numbers) == set(range(60)), "every output arrived"
-    duplicates = len(numbers) - len(set(numbers))
+    duplicated = {n for n in numbers if numbers.count(n) > 1}  # outputs there more than once
     state = SinkState.objects.get(rule=rule)
     assert state.state == "ok" and state.dead == 0
     assert state.delivered == 60
     assert (state.waiting, state.waiting_bytes) == (0, 0)  # what waits, counted, none left
     assert 0 <= state.lag_ms < 120_000  # the last delivery: an output's message to its arrival
-    assert duplicates <= state.resent  # at least once: each possible duplicate counted
+    assert len(duplicated) <= state.resent  # at least once: each output that may be twice counted
     assert not RuleDeadLetter.objects.filter(rule=rule).exists()
     if kind in ORDERED:
         for key in KEYS:
