@@ -45,7 +45,9 @@ class Aws:
             config = Config(
                 connect_timeout=3,
                 read_timeout=15,
-                retries={"max_attempts": 2, "mode": "standard"},
+                # One request per attempt: the outbox retries (with back-off, counted as
+                # resent), so the client's own retry would only add uncounted copies
+                retries={"max_attempts": 1, "mode": "standard"},
                 s3={"addressing_style": "path"} if self.endpoint_url else {},
                 **({} if self.key_id else {"signature_version": UNSIGNED}),
             )
