@@ -116,6 +116,9 @@ class SinkState(models.Model):
     # Nothing of its last batch got through (the far end away): none of its outputs is sent
     # before this (its back-off, kept here rather than on each waiting row).
     paused_until = models.DateTimeField(null=True, blank=True)
+    # ... and its next attempt takes no output past this id: the same batch again (an HTTP
+    # batch keeps its X-Batch-Id, a receiver that took it drops the copy)
+    batch_through = models.BigIntegerField(null=True, blank=True)
     # What waits in its outbox, kept by whoever adds or takes rows (the job's appends and sender,
     # a dead-letter replay) in their transactions: the sender finds the sinks with outputs, and
     # the outbox checks its quota, without counting rows (an outage can leave millions).

@@ -101,6 +101,10 @@ UPDATE {tables.SINK_OUTBOX} SET next_attempt_at = now() + make_interval(secs => 
  WHERE id IN (SELECT o.id FROM {tables.SINK_OUTBOX} o LEFT JOIN blocked b ON b.key = o.key
                WHERE o.rule_id = %(rule)s AND o.action_index = %(index)s
                  AND o.next_attempt_at <= now() AND (b.first IS NULL OR o.id < b.first)
+                 AND o.id <= COALESCE(
+                       (SELECT s.batch_through FROM {tables.SINK_STATE} s
+                         WHERE s.rule_id = %(rule)s AND s.action_index = %(index)s),
+                       9223372036854775807)
                ORDER BY o.id LIMIT %(most)s FOR UPDATE OF o SKIP LOCKED)
 RETURNING id, key, body, ts_ms, attempts, ledger_key, topic, client_id, tenant_id,
           extract(epoch FROM now() - created_at)
@@ -133,10 +137,10 @@ _STATE = f"""
 INSERT INTO {tables.SINK_STATE} (tenant_id, rule_id, action_index, state, last_error,
                                  last_error_at, last_ok_at, delivered, dead, resent, lag_ms,
                                  delivered_bytes, minute_at, minute_delivered, paused_until,
-                                 updated_at)
+                                 batch_through, updated_at)
 VALUES (%(tenant_id)s, %(rule_id)s, %(index)s, %(state)s, %(error)s, %(error_at)s, %(ok_at)s,
         %(delivered)s, %(dead)s, %(resent)s, %(lag_ms)s, %(bytes)s, date_trunc('minute', now()),
-        %(delivered)s, now() + make_interval(secs => %(pause)s::float8), now())
+        %(delivered)s, now() + make_interval(secs => %(pause)s::float8), %(through)s, now())
 ON CONFLICT (rule_id, action_index) DO UPDATE SET
   state = EXCLUDED.state,
   last_error = CASE WHEN EXCLUDED.last_error <> '' THEN EXCLUDED.last_error
@@ -159,6 +163,7 @@ ON CONFLICT (rule_id, action_index) DO UPDATE SET
     THEN {tables.SINK_STATE}.minute_delivered + EXCLUDED.minute_delivered
     ELSE EXCLUDED.minute_delivered END,
   minute_at = EXCLUDED.minute_at, paused_until = EXCLUDED.paused_until,
+  batch_through = EXCLUDED.batch_through,
   waiting = GREATEST(0, {tables.SINK_STATE}.waiting - %(gone)s),
   waiting_bytes = GREATEST(0, {tables.SINK_STATE}.waiting_bytes - %(gone_bytes)s),
   updated_at = now()
@@ -420,9 +425,12 @@ class SinkSender:
                 delay = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))
                 cur.execute(_RETRY, (why[:2000], delay, record.id))
                 held.setdefault(record.key, (record.id, delay))
-            pause = None
+            pause = through = None
             if waiting and not done and not dead:  # the far end away: the whole sink waits,
-                pause = max(d for _, d in held.values())  # in its state (no row rewritten)
+                pause = max(d for _, d in held.values())  # in its state (no row rewritten),
+                # and its next attempt is this same batch (an HTTP batch's id kept: the far end
+                # may have taken it and lost only its answer)
+                through = max(r.id for r, _, _ in waiting)
             else:
                 for key, (first, delay) in held.items():  # its later outputs wait behind it
                     cur.execute(_BEHIND, (delay, sink.rule_id, sink.index, key, first))
@@ -439,7 +447,7 @@ class SinkSender:
                     "error_at": now if error else None, "ok_at": now if done else None,
                     "delivered": len(done), "dead": len(dead),
                     "resent": sum(1 for r in done if claimed.rows[r.id][0] > 0),
-                    "bytes": delivered_bytes, "pause": pause,
+                    "bytes": delivered_bytes, "pause": pause, "through": through,
                     "gone": len(done) + len(dead),
                     "gone_bytes": sum(len(r.body.encode()) for r in done)
                     + sum(len(r.body.encode()) for r, _, _ in dead),

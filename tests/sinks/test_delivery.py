@@ -507,3 +507,53 @@ def test_a_tenants_silent_far_ends_hold_only_its_own_share_of_the_senders(receiv
         outbox.close()
     assert took < 3.0
     assert sorted(o["n"] for o in json.loads(receiver.calls[0]["body"])) == list(range(5))
+
+
+def test_an_http_batch_whose_answer_was_lost_is_sent_again_as_the_same_batch():
+    """The receiver takes a batch and its answer is lost (the connection closes unanswered),
+    while more outputs are queued: the next attempt is the same batch, with the same
+    X-Batch-Id, so a receiver that took it can drop the copy; the later outputs follow."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    seen: list[tuple[str, list[int]]] = []
+    unanswered = [2]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            seen.append((self.headers["X-Batch-Id"], [o["n"] for o in json.loads(body)]))
+            if unanswered[0] > 0:
+                unanswered[0] -= 1
+                self.close_connection = True  # taken, its answer lost
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Thread(target=server.serve_forever, daemon=True).start()
+    tenant = tenant_services.tenant_create(f"t{uuid.uuid4().hex[:6]}")
+    action = {"type": "http_batch", "url": f"http://127.0.0.1:{server.server_port}/b"}
+    rule = rule_services.rule_create(tenant=tenant, name="out", sql='SELECT * FROM "p/#"',
+                                     actions=[action])  # fmt: skip
+    dsn = database_url()
+    outbox = SinkOutbox(dsn)
+    sender = SinkSender(dsn, poll=0.05, backoff=0.2, max_backoff=0.3)
+    try:
+        outbox.append(_jobs(rule, action, 0, 5))
+        sender.start()
+        until(lambda: len(seen) >= 1, 10, "the first batch sent")
+        outbox.append(_jobs(rule, action, 5, 5))  # queued while the first waits for its retry
+        until(lambda: not OutboxRow.objects.filter(rule=rule).exists(), 20, "all delivered")
+    finally:
+        sender.stop()
+        outbox.close()
+        server.shutdown()
+    first_id, first = seen[0]
+    assert first == list(range(5))
+    assert seen[1] == (first_id, first) and seen[2] == (first_id, first)  # the same batch again
+    assert sorted({n for _, ns in seen[3:] for n in ns}) == list(range(5, 10))
