@@ -80,8 +80,9 @@ def test_outputs_reach_their_sinks_across_a_far_end_outage_and_a_kill_9(
         for n in range(20, 40):
             pump.publish("plant/pump/temp", json.dumps({"n": n}), 1)
         until(
-            lambda: SinkOutbox.objects.filter(rule=rule, action_index=0).exists(),
-            30, "outputs waiting in the HTTP sink's outbox",
+            lambda: SinkOutbox.objects.filter(rule=rule, action_index=0).exists()
+            and SinkState.objects.filter(rule=rule, action_index=0).exclude(last_error="").exists(),
+            30, "outputs waiting in the HTTP sink's outbox, its state saying why",
         )  # fmt: skip
         job.kill()  # kill -9 while outputs wait for the sink
         job.wait(timeout=30)
