@@ -379,8 +379,9 @@ async def test_a_subscriber_that_drains_just_in_time_over_and_over_shares_the_sa
         drainer.cancel()
     elapsed = time.monotonic() - started
     assert len(other.sent) == 400
-    # Before the shared allowance: 8 holds of 0.15 s, 1.2 s, for 400 messages of others'.
-    assert elapsed < 0.5, f"the others waited {elapsed:.2f} s behind {receiver.hold.holds} holds"
+    # Before the shared allowance: 8 holds of 0.15 s, 1.2 s, for 400 messages of others'; with
+    # it one hold (~0.2 s). The bound leaves room for a loaded CI machine (0.5 s failed there).
+    assert elapsed < 0.9, f"the others waited {elapsed:.2f} s behind {receiver.hold.holds} holds"
     assert receiver.hold.expired == 1 and set(receiver.hold.skipped) == {slow}
 
 
