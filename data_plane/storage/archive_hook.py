@@ -97,7 +97,6 @@ class ArchiveTap:
         # the interval, so the live rules job has them within tens of milliseconds.
         self._live: dict[str, Any] | None = writer.feed.tenants if writer.feed else None
         self._live_waiting = False
-        self._marked = 0.0  # when the live feed was last given a mark (`_mark`)
         self._handed = False  # a hand-off since then
         self._spare: list[Any] = []  # columns the worker is done with (`reusable_columns`)
         self._sealed_at = 0.0  # monotonic()
@@ -232,7 +231,7 @@ class ArchiveTap:
         if feed is None or self._live_waiting or not self._handed:
             return
         now = time()
-        self._marked, self._handed = now, False
+        self._handed = False
         marking = asyncio.get_running_loop().run_in_executor(self._builder, feed.mark, now)
         marking.add_done_callback(_log_failure)
 

@@ -11,9 +11,10 @@ the rules' topic filters and lifecycle events, one dict lookup per topic seen be
 them; the feed's own thread sends each as one stream entry (Arrow IPC, LZ4) with `XADD … MAXLEN
 ~`. Nothing of this runs on the event loop, and nothing waits for Redis there.
 
-Marks (`live_feed_format`): after each hand-off's parts the tap gives `mark` the time by which everything this broker received was handed over
-(queued behind those parts on the same builder thread, sent in order on the feed's): the job's
-alarms fire a timer once every writer's mark is past it, not a guessed lag later.
+Marks (`live_feed_format`): after each hand-off's parts the tap gives `mark` the time by which
+everything this broker received was handed over (queued behind those parts on the same builder
+thread, sent in order on the feed's): the job's alarms fire a timer once every writer's mark is
+past it, not a guessed lag later.
 
 Bounded, and counted when it drops: the queue holds at most `max_queued_bytes` (beyond, the
 newest part is dropped); the stream keeps about the last `keep_seconds` (Redis trims older
