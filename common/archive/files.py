@@ -302,14 +302,17 @@ def iter_archive(
     end: datetime,
     tenant: str | None = None,
     events: Iterable[str] | None = None,
+    with_ids: bool = False,
 ) -> Iterator[pa.Table]:
-    """The rows of [start, end) one file at a time, filtered by tenant, time and event."""
+    """The rows of [start, end) one file at a time, filtered by tenant, time and event (with
+    each row's message id: `with_ids`)."""
     wanted = pa.array(sorted(events), pa.string()) if events is not None else None
     lo = pa.scalar(_ms(start), pa.timestamp("ms", tz="UTC"))
     hi = pa.scalar(_ms(end), pa.timestamp("ms", tz="UTC"))
+    read = read_file_with_ids if with_ids else read_file
     for file in archive_files(store, start, end, tenant):
         try:
-            table = read_file(store, file)
+            table = read(store, file)
         except ObjectNotFound:
             if not file.shared:
                 # A history part goes only with retention (its hour is past the tenant's

@@ -86,7 +86,7 @@ class Broker:
         )
         self.hooks.add("client.connected", lambda conn: self.groups.online(conn.session))
         # `$replay/{from}/{filter}` (replay.py): reads from history are billed, as deliveries
-        self.replays = replay.Replays(ports.history, self.hooks, self.accounts.read_back)
+        self.replays = replay.Replays(ports, self.hooks, self.accounts.read_back, self.settled)
 
     # -- sessions -----------------------------------------------------------------------
 

@@ -44,8 +44,8 @@ until they drain (`flow.ReadGate.slow_down`); others ignore it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 
@@ -262,6 +262,11 @@ class Cluster(Protocol):
         """The tenant's `$SYS` figures over every node, from this node's own (`local`)."""
         ...
 
+    async def fence(self) -> Fence:
+        """For a replay whose filter was just routed here: where each other node's messages
+        switch from history to live (`Fence`)."""
+        ...
+
 
 class Shadows(Protocol):
     """The device shadow service (data_plane.shadows): requests in, replies through `publish`."""
@@ -286,12 +291,35 @@ class History(Protocol):
     async def written(self) -> None:
         """Everything routed so far is in the store, readable."""
 
+    @property
+    def writer(self) -> str:
+        """This broker's archive writer: what its rows are told apart by (`Fence.ends`)."""
+
     def read(
-        self, tenant: str, topic_filter: str, start_ms: int, end_ms: int
+        self,
+        tenant: str,
+        topic_filter: str,
+        start_ms: int,
+        end_ms: int,
+        ends: Mapping[str, int] | None = None,
     ) -> Iterator[list[Any]]:
         """The tenant's messages on topics `topic_filter` matches with archive times in
-        [start_ms, end_ms), in order, in batches of `Message`s. Blocking: called
-        from a thread."""
+        [start_ms, end_ms) — or, for a writer `ends` names, before its own end —, in order, in
+        batches of `Message`s. Blocking: called from a thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Where a replay started here hands the other nodes' messages from history to live
+    (data_plane.cluster.fences): each answering node took its own cut, one step of its loop
+    after it knew the replay's route — the archive rows its writer recorded before `ends[writer]`
+    (ms) are replayed, and a live copy it published as its count `c <= counts[node]` is one of
+    them (not delivered twice). `missing`: live nodes that did not answer in time (their
+    messages switch at this node's cut, as on one node: one in flight may come twice or not)."""
+
+    ends: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

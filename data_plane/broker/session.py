@@ -394,6 +394,14 @@ class Session:
             self.queue.remove(HOLD)
         self.pump()
 
+    def withdraw(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """Those of these still queued, taken out unsent (a replay sends them from history)."""
+        wanted = {id(d) for d in deliveries}
+        taken = [d for d in self.queue if id(d) in wanted]
+        self.queue = deque(d for d in self.queue if id(d) not in wanted)
+        self.queued_qos0 -= len([d for d in taken if d.qos == 0])
+        return taken
+
     def send_first(self, delivery: Delivery) -> bool:
         """Send a replayed delivery now, ahead of the queue held back for it, if the client
         can take it (Receive Maximum, writes not paused, the outbound rate); False: try again

@@ -19,6 +19,9 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
   (one node per shared group: among the nodes with members, else the first node whose holder
   keeps the group — `router.HELD` routes); and `hand_held`, a holder's kept messages to a node
   where the group has members;
+- `fences`: a replay's cut at every node — each answers, once it knows the replay's route, with
+  the next millisecond of its clock, its count of publishes and its archive writer, after its
+  archive holds what it routed before (data_plane.broker.replay reads and drops by them);
 - `forward`: the copies for other nodes, batched on their streams, with back-pressure;
 - `receive`: this node's stream read through its consumer group and delivered here;
 - `backpressure`: a backed-up subscriber slows publishers on other nodes too (the stream reader

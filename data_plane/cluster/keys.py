@@ -47,6 +47,10 @@ class Keys:
         """Which node owns a client id's session (see `sessions`)."""
         return f"{self.prefix}:owner:{tenant}:{client_id}"
 
+    def fence(self, fence_id: str) -> str:
+        """The other nodes' answers to a replay's fence, a hash by node id (see `fences`)."""
+        return f"{self.prefix}:fence:{fence_id}"
+
     def wills(self, node_id: str) -> str:
         """The wills of a node's clients not kept in Postgres, a hash (see `wills`)."""
         return f"{self.prefix}:wills:{node_id}"

@@ -11,6 +11,7 @@ given only what it uses (the bus, `membership` as the `Peers` view, the rooms it
 - `own_routes`: this node's route set in Redis (the router's changes as deltas, rewrites);
 - `their_routes`: the other nodes' route sets into the table (the route channel);
 - `publish`: the port's `publish` — here, and once to each other node with a matching route;
+- `fences`: a replay's cut at every node (asked on the route channel, answered in Redis);
 - `receive`: this node's forward stream, read and delivered here;
 - `sessions`, `relay`, `departed`, `wills`, `inherit`, `limits`, `exactly`: one session per
   client id, the relays of moved sessions, the wills a survivor publishes, a survivor's part,
@@ -51,6 +52,7 @@ from data_plane.cluster import node_metrics
 from data_plane.cluster.bus import Bus
 from data_plane.cluster.departed import Departed
 from data_plane.cluster.exactly import Origins
+from data_plane.cluster.fences import Fences
 from data_plane.cluster.forward import Forwarder
 from data_plane.cluster.inherit import Inheritor, forget_stream_mark
 from data_plane.cluster.keys import Keys
@@ -117,7 +119,17 @@ class Cluster:
         self.own_routes = OwnRoutes(bus)
         self.membership = Membership(bus, self.info, self.table, self.own_routes, self.tasks)
         peers = self.membership  # who lives: membership owns it, the others read it
-        self.their_routes = TheirRoutes(bus, self.table, peers, self.own_routes.out_of_step)
+        self.fences = Fences(
+            bus,
+            self.table,
+            self.own_routes,
+            self.origins,
+            peers,
+            load=lambda node_id: self.their_routes.load(node_id),
+        )
+        self.their_routes = TheirRoutes(
+            bus, self.table, peers, self.own_routes.out_of_step, self.fences.asked
+        )
         self.publisher = Publisher(self.node_id, self.table, peers, self.forwarder, self.origins)
         # Relays gone from the router, for late messages (not what a session got here).
         self.departed = Departed(self.redis, self.origins.second_copy)
@@ -153,6 +165,7 @@ class Cluster:
         self.publish: Callable[[Message], Published] = self.publisher.publish
         self.route_changed: Callable[[str, str, str | None, bool], None] = self.own_routes.changed
         self.hand_held = self.publisher.hand_held  # a group's held messages to its members
+        self.fence = self.fences.fence  # a replay's cuts at the other nodes
 
     @property
     def alive(self) -> dict[str, dict[str, object]]:
@@ -172,6 +185,7 @@ class Cluster:
         for room in (self.publisher, self.sessions, self.receiver, self.wills, self.relays):
             room.attach(broker)
         self.inheritor.attach(broker)
+        self.fences.attach(broker)
         self.own_routes.attach(broker.router)
         self.membership.guard(broker.hooks)  # cut off from the bus: no new clients (CONNACK 0x88)
         self.forwarder.on_drop = self._count_dropped

@@ -112,6 +112,16 @@ class OwnRoutes:
             else:
                 self.version = version
 
+    async def flushed(self, timeout: float) -> int | None:
+        """The version of our set that holds every change made so far, once Redis has it;
+        None when it is not there within `timeout` seconds (Redis away)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.pending or self.lock.locked() or not self.synced:
+            if asyncio.get_running_loop().time() > deadline:
+                return None
+            await asyncio.sleep(ROUTE_FLUSH)
+        return self.version
+
     async def rewrite(self) -> None:
         """Our whole route set from the router, under a version above any we used."""
         async with self.lock:

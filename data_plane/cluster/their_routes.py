@@ -10,8 +10,10 @@ Deltas published while the channel was down are lost, so after any break the tab
 reloaded. That includes the break redis-py hides: it reconnects the channel quietly (e.g. after
 Redis' output-buffer limit cut a node that read too slowly); a callback on the connection
 notices, reloads every other node's set and has this node's own rewritten (`own_routes`).
-A message from a node also tells the listener that it lives (`left`: it does not; `replaces`:
-a survivor took a dead node's place — `inherit` — and every node switches to it at once).
+A node starting a replay asks on this channel for each node's cut (`fences`), after the delta
+that routes the replay's filter there. A message from a node also tells the listener that it
+lives (`left`: it does not; `replaces`: a survivor took a dead node's place — `inherit` — and
+every node switches to it at once).
 """
 
 from __future__ import annotations
@@ -44,13 +46,20 @@ class TheirRoutes:
     """Keeps the route table in step with the other nodes' route sets."""
 
     def __init__(
-        self, bus: Bus, table: RouteTable, sightings: Sightings, on_break: Callable[[], None]
+        self,
+        bus: Bus,
+        table: RouteTable,
+        sightings: Sightings,
+        on_break: Callable[[], None],
+        on_fence: Callable[[str, str, int], None],
     ) -> None:
         self.bus = bus
         self.table = table
         self.sightings = sightings
         # The channel broke (deltas lost both ways): our own set is announced anew (`own_routes`).
         self.on_break = on_break
+        # A node asks for a replay's cut (node, fence id, its route version): `fences`.
+        self.on_fence = on_fence
         self.loading: set[str] = set()  # nodes whose set is being loaded now
         self.resubscribed = 0  # times the route channel had to be subscribed again
 
@@ -92,6 +101,9 @@ class TheirRoutes:
         if change.get("replaces"):  # a survivor took a dead node's place: switch at once
             self.sightings.gone(change["replaces"])
         self.sightings.seen(node_id)  # it wrote, so it lives; the beat fills in the rest
+        if change.get("fence"):  # after the delta with the replay's route, on this channel
+            self.on_fence(node_id, change["fence"], change["version"])
+            return
         if change.get("reset") or not self.table.apply(
             node_id, change["version"], change.get("added") or [], change.get("removed") or []
         ):

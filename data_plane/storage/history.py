@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from psycopg_pool import AsyncConnectionPool
 
 from common.archive.files import ArchiveChanged, hours_between, iter_archive
-from common.archive.schema import EVENT_PUBLISH
+from common.archive.schema import EVENT_PUBLISH, MESSAGE_ID
 from common.contracts import tables
 from common.contracts.notifications import ChangeKind
 from common.mqtt.topics import topic_matches
@@ -54,6 +54,9 @@ _PROPERTY_COLUMNS = (
     "correlation_data",
 )
 _COLUMNS = ("ts", "client_id", "topic", "qos", "payload", *_PROPERTY_COLUMNS)
+# A live segment's rows' message ids are `{writer}-{sequence}:{row}` (common.archive.schema):
+# the writer is what comes before the sequence.
+_WRITER = r"^(?P<writer>.+)-[0-9]+:[0-9]+$"
 
 
 class ArchiveHistory:
@@ -93,37 +96,72 @@ class ArchiveHistory:
     async def written(self) -> None:
         await self.tap.written()
 
+    @property
+    def writer(self) -> str:
+        return self.tap.writer.writer_id
+
     def read(
-        self, tenant: str, topic_filter: str, start_ms: int, end_ms: int
+        self,
+        tenant: str,
+        topic_filter: str,
+        start_ms: int,
+        end_ms: int,
+        ends: Mapping[str, int] | None = None,
     ) -> Iterator[list[Message]]:
         start = datetime.fromtimestamp(start_ms / 1000, UTC)
-        end = datetime.fromtimestamp(end_ms / 1000, UTC)
+        last_ms = max([end_ms, *ends.values()]) if ends else end_ms
+        end = datetime.fromtimestamp(last_ms / 1000, UTC)
         for hour in hours_between(start, end):
             lo, hi = max(start, hour), min(end, hour + timedelta(hours=1))
             if lo >= hi:
                 continue
-            table = self._hour(tenant, lo, hi)
+            # Past `end_ms` only the writers `ends` names go on (each to its own end): their
+            # rows are told apart by their message ids, read only for the hours that need it.
+            by_writer = bool(ends) and _ms(hi) > end_ms
+            table = self._hour(tenant, lo, hi, by_writer)
+            if by_writer:
+                table = _before_ends(table, end_ms, ends or {})
             for start_row in range(0, table.num_rows, BATCH):
                 batch = _messages(tenant, topic_filter, table.slice(start_row, BATCH))
                 if batch:
                     yield batch
 
-    def _hour(self, tenant: str, start: datetime, end: datetime) -> pa.Table:
+    def _hour(self, tenant: str, start: datetime, end: datetime, with_ids: bool) -> pa.Table:
+        columns = [*_COLUMNS, MESSAGE_ID] if with_ids else list(_COLUMNS)
         for attempt in range(3):
             try:
                 tables_ = [
-                    t.select(list(_COLUMNS))
-                    for t in iter_archive(self.store, start, end, tenant, (EVENT_PUBLISH,))
+                    t.select(columns)
+                    for t in iter_archive(
+                        self.store, start, end, tenant, (EVENT_PUBLISH,), with_ids=with_ids
+                    )
                 ]
                 break
             except ArchiveChanged:
                 if attempt == 2:
                     raise
         if not tables_:
-            return pa.table({name: [] for name in _COLUMNS})
+            return pa.table({name: pa.array([], pa.string()) for name in columns})
         table = pa.concat_tables(tables_, promote_options="permissive")
         order = pc.sort_indices(table, sort_keys=[("ts", "ascending")])  # stable
         return table.take(order)
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _before_ends(table: pa.Table, end_ms: int, ends: Mapping[str, int]) -> pa.Table:
+    """The rows before their writer's end in `ends` (`end_ms` for writers it does not name,
+    and rows whose writer is not known), without the message ids."""
+    if not table.num_rows:
+        return table.drop_columns([MESSAGE_ID])
+    writers = pc.struct_field(pc.extract_regex(table[MESSAGE_ID], _WRITER), [0])
+    names = pa.array(list(ends), pa.string())
+    values = pa.array(list(ends.values()), pa.int64())
+    row_ends = pc.fill_null(pc.take(values, pc.index_in(writers, value_set=names)), end_ms)
+    keep = pc.less(table["ts"].cast(pa.int64()), row_ends)
+    return table.filter(keep).drop_columns([MESSAGE_ID])
 
 
 def _messages(tenant: str, topic_filter: str, table: pa.Table) -> list[Message]:

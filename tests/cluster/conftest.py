@@ -131,7 +131,10 @@ def until_routed(publisher, subscriber, topic: str, timeout: float = 5.0) -> flo
 class PgNode:
     """A broker process on the test database (persistent sessions in Postgres), in a cluster."""
 
-    def __init__(self, redis_url: str, cluster: str, heartbeat: float = 1.0) -> None:
+    def __init__(
+        self, redis_url: str, cluster: str, heartbeat: float = 1.0, archive: bool = False
+    ) -> None:
+        """`archive`: to the object store OBJECT_STORE_URL names, every 0.2 s (else none)."""
         db = connection.settings_dict
         url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
         extra = [
@@ -147,7 +150,14 @@ class PgNode:
                 port=0,
                 ws_port=0,
                 database_url=url,
-                extra=[*extra, "--metrics-port", "0", "--no-archive", "--log-level", "INFO"],
+                extra=[
+                    *extra,
+                    "--metrics-port",
+                    "0",
+                    *(("--archive-interval", "0.2") if archive else ("--no-archive",)),
+                    "--log-level",
+                    "INFO",
+                ],
             ),
             cwd=settings.BASE_DIR,
             stdout=subprocess.PIPE,
