@@ -46,8 +46,9 @@ class Aws:
                 connect_timeout=3,
                 read_timeout=15,
                 # One request per attempt: the outbox retries (with back-off, counted as
-                # resent), so the client's own retry would only add uncounted copies
-                retries={"max_attempts": 1, "mode": "standard"},
+                # resent), so the client's own retry would only add uncounted copies.
+                # (`max_attempts` counts retries after the first request: 1 still made two.)
+                retries={"total_max_attempts": 1, "mode": "standard"},
                 s3={"addressing_style": "path"} if self.endpoint_url else {},
                 **({} if self.key_id else {"signature_version": UNSIGNED}),
             )

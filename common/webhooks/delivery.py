@@ -175,6 +175,8 @@ async def _exchange(
             await writer.drain()
             line = await reader.readline()
         stage[0] = "total"
+        if not line:  # closed with no answer: the request may still have been taken
+            raise ConnectionResetError("the connection closed without an answer")
         parts = line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise _NotHttp()

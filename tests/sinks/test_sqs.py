@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from common.sinks import check_action, writer_for
 from tests.sinks.conftest import record
@@ -95,3 +97,37 @@ def test_a_queue_that_is_not_there_fails_every_record_to_retry_in_words(aws, bot
     # No endpoint_url: the queue's URL (not AWS's) says where the queue is.
     bare = {k: v for k, v in action.items() if k != "endpoint_url"}
     assert check_action({**bare, "queue_url": url}, "acme") is None
+
+
+def test_an_attempt_is_one_request_even_when_the_far_end_fails_it():
+    """The outbox retries, counted as resent; botocore's own retry would add copies nobody
+    counts (an independent probe found two requests per attempt, 38 uncounted duplicates)."""
+    seen: list[str] = []
+
+    class Busy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(self.path)
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        action = {
+            "type": "sqs",
+            "queue_url": f"{endpoint}/123456789012/q",
+            "endpoint_url": endpoint,
+        }
+        writer = writer_for(action, "acme")
+        results = writer.send([record(1, {"n": 1}), record(2, {"n": 2})])
+        writer.close()
+        assert [r.ok for r in results] == [False, False]
+        assert len(seen) == 1  # one batch call, no retry inside the client
+    finally:
+        server.shutdown()

@@ -5,6 +5,7 @@ history; a tenant that keeps no history is told so."""
 
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -13,6 +14,7 @@ from tenants.devices import services as device_services
 from tenants.history.services import history_policy_create
 from tenants.tenant import services as tenant_services
 from tests.broker.clients import Paho
+from tests.storage.test_durability import kill9
 from tests.tenancy.test_broker_tenancy import start_pg_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,6 +90,48 @@ def test_a_replay_hands_over_to_live_with_every_message_once(secrets, tmp_path, 
         assert bare.subscribe("$replay/yesterday/#", 1)[0].value == 0x8F  # says when, or not
         for client in (pub, sub, old, nosy, spy, bare):
             client.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def test_a_kill_9_mid_replay_loses_no_acknowledged_message(secrets, tmp_path, monkeypatch):
+    """The broker killed while a persistent subscriber's replay runs: the live messages
+    acknowledged meanwhile were kept for it (its session's queue) and come after the restart;
+    the history is still there for the replay asked again from the same instant."""
+    monkeypatch.setenv("OBJECT_STORE_URL", tmp_path.as_uri())
+    since = (datetime.now(UTC) - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    replay = f"$replay/{since}/plant/#"
+    history = [f"h{i}" for i in range(3000)]
+    process, port = start_pg_broker("--archive-interval", "0.2")
+    try:
+        pub = Paho(port, "acme/pub", secrets["pub"], "pub")
+        for payload in history:
+            pub.publish("plant/1/temp", payload, 1)  # each acknowledged
+        sub = Paho(port, "acme/sub", secrets["sub"], "keeper", clean=False, expiry=3600)
+        sub.subscribe(replay, 1)
+        sent = [(f"l{i}", pub.client.publish("plant/1/temp", f"l{i}", 1)) for i in range(500)]
+        got = [m.payload.decode() for m in sub.expect(300, 10)]  # the replay under way
+        kill9(process)
+        sub.stop_loop()
+        pub.stop_loop()
+        got += [m.payload.decode() for m in sub.expect(len(history) + len(sent), 0.5)]
+        acknowledged = [payload for payload, info in sent if info.is_published()]
+    finally:
+        if process.poll() is None:
+            kill9(process)
+    assert acknowledged and len(set(got)) < len(history) + len(acknowledged)  # killed mid-way
+    process, port = start_pg_broker("--archive-interval", "0.2")
+    try:
+        back = Paho(port, "acme/sub", secrets["sub"], "keeper", clean=False, expiry=3600)
+        rest = [m.payload.decode() for m in back.expect(len(acknowledged), 20)]  # its queue
+        back.subscribe(replay, 1)  # the history once more, from the same instant
+        deadline = time.monotonic() + 30
+        while set(history) - set(got) - set(rest) and time.monotonic() < deadline:
+            rest += [m.payload.decode() for m in back.expect(500, 1.0)]
+        lost = (set(history) | set(acknowledged)) - set(got) - set(rest)
+        assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:5]}"
+        back.close()
     finally:
         process.terminate()
         process.wait(timeout=15)
