@@ -142,9 +142,10 @@ class Plan(models.Model):
     max_alarm_keys = models.PositiveIntegerField(
         default=1_000, db_default=1_000, help_text="alarm states (alarm, key) per tenant"
     )
-    # Sinks (issue 47): what one sink's outbox (a rule action's: `tenants.sink_models.SinkOutbox`)
-    # keeps while its far end is down or slow, in outputs and in bytes of their JSON. The rules
-    # job reads them (overrides applied) before it queues one more.
+    # Sinks (issue 47): what one sink's outbox (a rule action's:
+    # `tenants.models.sinks.SinkOutbox`) keeps while its far end is down or slow, in outputs and
+    # in bytes of their JSON. The rules job reads them (overrides applied) before it queues one
+    # more.
     max_sink_outbox_messages = models.PositiveIntegerField(
         default=10_000, db_default=10_000, help_text="outputs one sink's outbox keeps"
     )
@@ -1550,17 +1551,3 @@ class FleetCertificate(models.Model):
                 fields=["template"], name="fleet_claim_live_idx", condition=Q(revoked_at=None)
             )
         ]
-
-
-# Alarms (issue 46) live in a module of their own (this one is long enough); imported here so
-# that Django registers them under this app. A sibling module, not tenants/alarms/: the alarms'
-# services import this module, and the import contracts allow no cycle between tenants' parts.
-from tenants.alarm_models import (  # noqa: E402, F401
-    AlarmDefinition,
-    AlarmNotification,
-    AlarmState,
-    AlarmTransition,
-)
-
-# Sinks (issue 47): the outbox and each sink's state, in a module of their own as the alarms'.
-from tenants.sink_models import SinkOutbox, SinkState  # noqa: E402, F401
