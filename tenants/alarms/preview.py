@@ -13,8 +13,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from common.stores.postgres_text import utf8_value
-from tenants.alarm_models import AlarmDefinition
 from tenants.alarms.services import alarm_spec
+from tenants.models.alarms import AlarmDefinition
 from tenants.rules.runs.services import preview_allowed, preview_range, setting_number
 
 

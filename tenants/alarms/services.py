@@ -42,7 +42,6 @@ from common.contracts.rule_actions import (
     republish_topic_problem,
 )
 from tenants import audit
-from tenants.alarm_models import MIN_RENOTIFY_SECONDS
 from tenants.models import (
     AlarmDefinition,
     AlarmNotification,
@@ -50,6 +49,7 @@ from tenants.models import (
     AlarmTransition,
     Tenant,
 )
+from tenants.models.alarms import MIN_RENOTIFY_SECONDS
 from tenants.notify import announce
 from tenants.quota_refusals import QuotaExceeded
 

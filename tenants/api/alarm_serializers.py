@@ -11,8 +11,8 @@ from rest_framework import serializers
 from common.alarms.definition import MAX_SECONDS, NO_DATA_KEYS, NOTIFY_KINDS, SEVERITIES
 from common.alarms.machine import EVENTS, STATES
 from common.contracts.rule_actions import REDACTED
-from tenants.alarm_models import MAX_SEEN_DAYS, MIN_RENOTIFY_SECONDS
 from tenants.api.serializers import RangeInput, StrictInput
+from tenants.models.alarms import MAX_SEEN_DAYS, MIN_RENOTIFY_SECONDS
 
 # CONTRACT.md's names for some fields (`{raise, for_seconds, clear, notify}`): taken as the
 # same fields; answers and errors use the full names.

@@ -14,8 +14,8 @@ from rest_framework.response import Response
 from common.contracts.rule_actions import SINK_TYPES
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated
+from tenants.models.sinks import SINK_STATES
 from tenants.rules import selectors as rule_selectors
-from tenants.sink_models import SINK_STATES
 from tenants.sinks import selectors as sink_selectors
 from tenants.sinks import services as sink_services
 

@@ -1,5 +1,5 @@
-"""The sinks' tables (issue 47), registered under the `tenants` app (`tenants/models.py` imports
-this module at its end; their reads and writes are `tenants.sinks`).
+"""The sinks' tables (issue 47), registered under the `tenants` app (`tenants.models` imports
+this module; their reads and writes are `tenants.sinks`).
 
 A sink is a rule action of a sink type (`common.contracts.rule_actions.SINK_TYPES`), named by
 its rule and its 0-based place in the rule's `actions` (`action_index`). The rules job writes both

@@ -1,7 +1,7 @@
-"""The alarm tables (issue 46), registered under the `tenants` app (`tenants/models.py` imports
-this module at its end; their services and selectors are `tenants.alarms`): definitions that the tenant writes, and the state per (alarm, key) and
-its transitions, which the live rules job writes (`common.alarms.machine` decides them) and a
-person's acknowledgement adds to.
+"""The alarm tables (issue 46), registered under the `tenants` app (`tenants.models` imports
+this module; their services and selectors are `tenants.alarms`): definitions that the tenant
+writes, and the state per (alarm, key) and its transitions, which the live rules job writes
+(`common.alarms.machine` decides them) and a person's acknowledgement adds to.
 
 The choices come from the pure core (`common.alarms`), so the tables, the API and the jobs name
 states, events, severities and causes alike.
