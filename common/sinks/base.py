@@ -7,7 +7,7 @@ the record, and if not, why in words a tenant understands and whether trying aga
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,3 +68,32 @@ def optional(action: dict[str, Any], name: str) -> str | None:
     if not isinstance(value, str):
         raise ValueError(f"'{name}' of the {action.get('type', 'sink')} action must be text")
     return value
+
+
+def key_ordered(
+    records: Sequence[Record],
+    chunks: Iterable[list[int]],
+    send: Callable[[list[int], list[Result]], None],
+    key: Callable[[Record], str] = lambda record: record.key,
+) -> list[Result]:
+    """The records sent a chunk at a time by `send` (which fills in the results of the chunk it
+    is given): a record whose key had an output fail, worth retrying, earlier in this send is
+    not sent but waits, in that output's words — the far end never gets a key's output ahead of
+    an older one, and the outbox sends them again in order. (Outputs refused for good go to the
+    dead letters: the ones after them are not held.)"""
+    results: list[Result] = [OK] * len(records)
+    failed: dict[str, Result] = {}
+    for chunk in chunks:
+        going = []
+        for index in chunk:
+            earlier = failed.get(key(records[index]))
+            if earlier is None:
+                going.append(index)
+            else:
+                results[index] = Result(False, earlier.error, retry=True)
+        if going:
+            send(going, results)
+        for index in going:
+            if not results[index].ok and results[index].retry:
+                failed.setdefault(key(records[index]), results[index])
+    return results

@@ -21,7 +21,7 @@ from typing import Any
 
 from common.rules import render_template
 from common.sinks.aws import Aws
-from common.sinks.base import OK, Record, Result, optional, setting
+from common.sinks.base import Record, Result, key_ordered, optional, setting
 
 MAX_RECORDS = 500
 MAX_BYTES = 5 << 20
@@ -44,27 +44,32 @@ class KinesisWriter:
         return (key or record.key or "-")[:MAX_KEY]
 
     def send(self, records: Sequence[Record]) -> list[Result]:
-        results: list[Result] = [OK] * len(records)
+        entries: dict[int, dict[str, Any]] = {}
+        too_large: dict[int, Result] = {}
+        chunks: list[list[int]] = []
         chunk: list[int] = []
-        entries: list[dict[str, Any]] = []
         size = 0
         for index, record in enumerate(records):
             data = record.body.encode("utf-8", "surrogatepass")
             key = self.partition_key(record)
             length = len(data) + len(key.encode("utf-8", "surrogatepass"))
             if length > MAX_RECORD:  # Kinesis refuses the whole call for it: left out alone
-                results[index] = Result(
+                too_large[index] = Result(
                     False, f"Kinesis: the record is {length} bytes, over Kinesis's 1 MiB", False
                 )
                 continue
             if chunk and (len(chunk) == MAX_RECORDS or size + length > MAX_BYTES):
-                self._put(records, chunk, entries, results)
-                chunk, entries, size = [], [], 0
+                chunks.append(chunk)
+                chunk, size = [], 0
             chunk.append(index)
-            entries.append({"Data": data, "PartitionKey": key})
+            entries[index] = {"Data": data, "PartitionKey": key}
             size += length
         if chunk:
-            self._put(records, chunk, entries, results)
+            chunks.append(chunk)
+        put = lambda c, results: self._put(records, c, [entries[i] for i in c], results)  # noqa: E731
+        results = key_ordered(records, chunks, put, self.partition_key)  # per partition key
+        for index, refusal in too_large.items():
+            results[index] = refusal
         return results
 
     def _put(

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from common.sinks.aws import Aws, error_code
-from common.sinks.base import OK, Record, Result, optional, setting
+from common.sinks.base import Record, Result, key_ordered, optional, setting
 
 MAX_ENTRIES = 10  # SendMessageBatch's limit
 MAX_CALL_BYTES = 256 << 10
@@ -84,10 +84,8 @@ class SqsWriter:
         return entry
 
     def send(self, records: Sequence[Record]) -> list[Result]:
-        results: list[Result] = [OK] * len(records)
-        for chunk in _chunks(records):
-            self._send(records, chunk, results)
-        return results
+        send = lambda chunk, results: self._send(records, chunk, results)  # noqa: E731
+        return key_ordered(records, _chunks(records), send, lambda r: group_id(r.key))
 
     def _send(self, records: Sequence[Record], chunk: list[int], results: list[Result]) -> None:
         entries = [self._entry(n, records[i]) for n, i in enumerate(chunk)]

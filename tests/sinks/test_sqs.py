@@ -99,6 +99,50 @@ def test_a_queue_that_is_not_there_fails_every_record_to_retry_in_words(aws, bot
     assert check_action({**bare, "queue_url": url}, "acme") is None
 
 
+def _busy_far_end() -> tuple[ThreadingHTTPServer, list[str]]:
+    """An SQS endpoint that answers every request 503, and the requests' bodies."""
+    seen: list[str] = []
+
+    class Busy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode())
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_a_keys_later_outputs_wait_behind_its_failed_one():
+    """Twelve outputs of one device and one of another, in two requests: the first fails, so
+    the device's two in the second are not sent ahead of it (the other device's is)."""
+    server, seen = _busy_far_end()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        action = {
+            "type": "sqs",
+            "queue_url": f"{endpoint}/123456789012/q",
+            "endpoint_url": endpoint,
+        }
+        writer = writer_for(action, "acme")
+        records = [record(i, {"n": i}, key="pump-1") for i in range(1, 13)]
+        records.append(record(13, {"n": 13}, key="pump-2"))
+        results = writer.send(records)
+        writer.close()
+        assert not any(r.ok for r in results) and all(r.retry for r in results)
+        assert len(seen) == 2  # the first ten, then pump-2's alone
+        second = [json.loads(e["MessageBody"]) for e in json.loads(seen[1])["Entries"]]
+        assert second == [{"n": 13}]
+        assert {r.error for r in results[10:12]} == {results[0].error}  # in its words
+    finally:
+        server.shutdown()
+
+
 def test_an_attempt_is_one_request_even_when_the_far_end_fails_it():
     """The outbox retries, counted as resent; botocore's own retry would add copies nobody
     counts (an independent probe found two requests per attempt, 38 uncounted duplicates)."""
