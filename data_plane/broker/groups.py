@@ -9,8 +9,8 @@ is a row of its queue, group-committed, and the publisher's acknowledgement wait
 so nothing acknowledged is lost to a crash. QoS 0 is held while a drain runs, or while nobody is
 online where the tenant keeps QoS 0 for offline sessions (`queue_qos0_offline`).
 
-- While the holder keeps anything, `SharedGroup.pick` gives no member: a new message waits behind
-  the held ones, so each publisher's order holds through the hand-over.
+- While the holder keeps anything, or awaits what another node's holder kept (`awaiting`: the
+  cluster's `handover`), `SharedGroup.pick` gives no member: a new message waits behind.
 - A member online (it subscribed, or its client came back) starts the drain: a task that hands
   the held messages, oldest first, to connected members with room (at most `DRAIN_ROOM` waiting
   for each: their Receive Maximum and queue do the rest), giving the loop back between batches.
@@ -32,12 +32,11 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
 from common.mqtt.topics import SHARE_PREFIX, parse_shared
 from data_plane.broker.limits import RESERVED_CLIENT_ID_PREFIX
 from data_plane.broker.message import Message
-from data_plane.broker.ports import Commit, Ports
+from data_plane.broker.ports import Commit, GroupStorage, Ports
 from data_plane.broker.router import Router, SharedGroup, Subscriber
 from data_plane.broker.session import Delivery, Session
 
@@ -57,16 +56,6 @@ def holder_id(name: str, topic_filter: str) -> str:
     """The client id a group's queue is kept under: fits any table, taken by no client."""
     digest = hashlib.sha256(f"{name}\n{topic_filter}".encode()).hexdigest()[:40]
     return RESERVED_CLIENT_ID_PREFIX + digest
-
-
-class GroupStorage(Protocol):
-    """Where groups are kept (`storage.persistence.SessionPersistence`)."""
-
-    def attach(self, session: Session) -> None: ...
-
-    def group_saved(self, holder: Holder) -> None: ...
-
-    def group_deleted(self, holder: Holder) -> None: ...
 
 
 def member_copy(message: Message, group: SharedGroup, member: Subscriber) -> Delivery:
@@ -94,6 +83,7 @@ class Holder:
         self.expires_at: datetime | None = None  # while it has no members
         self.expiry: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None  # the drain, while it runs
+        self.awaiting = False  # what other nodes kept comes first (data_plane.cluster.handover)
         session.queue_qos0_offline = True  # QoS 0 judged by `hold`, not by the session
 
     @property
@@ -150,7 +140,7 @@ class Holder:
     def drain(self) -> None:
         """Hand what is held to the members online, in the background, if any is (in a
         cluster, to members on other nodes too: then it looks for them while it holds any)."""
-        if self.task is None and self.session.queue:
+        if self.task is None and self.session.queue and not self.awaiting:
             if self._online() or self.groups.remote is not None:
                 self.task = asyncio.get_running_loop().create_task(self._drain())
 
@@ -159,12 +149,12 @@ class Holder:
 
     async def _drain(self) -> None:
         try:
-            while self.session.queue:
+            while self.session.queue and not self.awaiting:
                 members = self._online()
                 if members:
                     moved = self._move(members)
                 elif self.groups.remote is not None:
-                    moved = self._hand_away(self.groups.remote)
+                    moved = self.hand_away(self.groups.remote)
                     if moved < 0:  # no member anywhere: look again in a while
                         await asyncio.sleep(REMOTE_LOOK)
                         continue
@@ -174,7 +164,7 @@ class Holder:
         finally:
             self.task = None
 
-    def _hand_away(self, remote: Remote) -> int:
+    def hand_away(self, remote: Remote) -> int:
         """Hand held messages to the group's members on other nodes (no member here); how
         many went, -1 when no node has one. Each is settled once its copy is on the bus."""
         moved, now, session = 0, time.monotonic(), self.session
@@ -190,6 +180,11 @@ class Holder:
             commit.add_done_callback(lambda done, held=held: self._on_bus(done, held))  # type: ignore[misc]  # (a default binds each its own)
             moved += 1
         return moved
+
+    def handed_over(self, _: object = None) -> None:
+        """What other nodes kept of the group has come (or was waited for long enough)."""
+        self.awaiting = False
+        self.drain()
 
     def _take_live(self, now: float) -> Delivery | None:
         """The oldest held message not past its expiry (the expired ones before it go)."""
@@ -307,8 +302,10 @@ class GroupQueues:
     ) -> None:
         self.router = router
         self.storage: GroupStorage | None = ports.persistence  # where groups are kept
-        # The cluster's `hand_held` (held messages to members on other nodes); None: one node.
+        # The cluster's `hand_held` (held messages to members on other nodes) and `take_group`
+        # (what other nodes keep, first); None: one node.
         self.remote: Remote | None = ports.cluster.hand_held if ports.cluster else None
+        self.take = ports.cluster.take_group if ports.cluster else None
         self.settle = settle  # the durable copy of a held message goes
         self.dropped = dropped  # counted, and its durable copy goes
         self.quota_exceeded = quota_exceeded
@@ -344,6 +341,11 @@ class GroupQueues:
                 holder.limits[key] = session.quota.get(key, default)
         holder.keep_qos0 = session.queue_qos0_offline
         holder.members_changed()
+        if self.take is not None and len(holder.group.members) == 1 and not holder.awaiting:
+            taking = self.take(session.tenant, topic_filter, name)
+            if taking is not None:  # its first member here: what other nodes kept comes first
+                holder.awaiting = True
+                taking.add_done_callback(holder.handed_over)
         holder.drain()
 
     def left(self, tenant: str, topic_filter: str, name: str) -> None:

@@ -267,6 +267,11 @@ class Cluster(Protocol):
         switch from history to live (`Fence`)."""
         ...
 
+    def take_group(self, tenant: str, topic_filter: str, name: str) -> asyncio.Future[None] | None:
+        """A shared group got its first member here: ends once what other nodes' holders kept
+        of it was handed over (data_plane.cluster.handover); None when no other node keeps it."""
+        ...
+
 
 class Shadows(Protocol):
     """The device shadow service (data_plane.shadows): requests in, replies through `publish`."""
@@ -306,6 +311,17 @@ class History(Protocol):
         """The tenant's messages on topics `topic_filter` matches with archive times in
         [start_ms, end_ms) — or, for a writer `ends` names, before its own end —, in order, in
         batches of `Message`s. Blocking: called from a thread."""
+
+
+class GroupStorage(Protocol):
+    """Where shared groups are kept (data_plane.broker.groups' holders and their sessions;
+    `storage.persistence.SessionPersistence`)."""
+
+    def attach(self, session: Any) -> None: ...
+
+    def group_saved(self, holder: Any) -> None: ...
+
+    def group_deleted(self, holder: Any) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

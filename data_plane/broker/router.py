@@ -41,13 +41,15 @@ class SharedGroup:
     # the group stays in the router without members while it has one.
     holder: Any = None
 
-    def pick(self) -> Subscriber | None:
+    def pick(self, kept: bool = False) -> Subscriber | None:
         """Round robin over members, preferring connected ones (an offline member's persistent
         session keeps what it is given). None without members, and while the holder keeps
-        messages: a newcomer waits behind them (publish order)."""
+        messages or awaits what another node kept: a newcomer waits behind them (publish
+        order). `kept`: a message another node kept, handed over — it goes past that wait."""
         holder = self.holder
-        if holder is not None and holder.session.queue:
-            return None
+        if holder is not None and (holder.session.queue or holder.awaiting):
+            if not (kept and holder.awaiting):
+                return None
         count = len(self.members)
         if not count:
             return None

@@ -22,6 +22,9 @@ port (data_plane.broker.ports) given to it at construction, or nothing (one proc
 - `fences`: a replay's cut at every node — each answers, once it knows the replay's route, with
   the next millisecond of its clock, its count of publishes and its archive writer, after its
   archive holds what it routed before (data_plane.broker.replay reads and drops by them);
+- `handover`: a shared group's first member at a node gets what other nodes' holders kept
+  first: a fence, then an ask on each holder's stream, answered after its last kept copy (the
+  member's holder keeps the live messages meanwhile);
 - `forward`: the copies for other nodes, batched on their streams, with back-pressure;
 - `receive`: this node's stream read through its consumer group and delivered here;
 - `backpressure`: a backed-up subscriber slows publishers on other nodes too (the stream reader

@@ -43,6 +43,12 @@ TARGET = 4
 # A dead node's share of a shared-group message handed on by the survivor (data_plane.cluster.
 # regroup): the receiving node serves the groups named only, not its plain subscribers.
 GROUPS = 8
+# A shared group's hand-over between nodes (data_plane.cluster.handover): a node where the group
+# got a member asks a node that keeps it to hand over what it keeps (`HANDOVER_ASK`), which
+# answers once the last kept copy is on the same stream (`HANDOVER_DONE`). The message is a
+# marker of the tenant; the "groups" carry the group's (filter, name).
+HANDOVER_ASK = 16
+HANDOVER_DONE = 32
 WIDE = 0x80  # the codec's own: this message's head and group count are the wide ones
 
 _HEAD = struct.Struct("!BBBiIHHHHII")

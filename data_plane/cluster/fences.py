@@ -13,12 +13,15 @@ every live node on the route channel for a cut of its own (`answer`):
   clock (`replay.cut`) and its count of publishes (`exactly.Origins.count`): every message it
   routed before has an archive time before that millisecond and an origin count at most that
   count, every message after reaches the replay's node live;
-- it waits until its archive holds everything routed before its cut (`History.written`), and
+- it waits until what it forwarded before its cut is on the bus (`Forwarder.flushed`: ahead,
+  in every node's stream, of anything the asker sends there after the answers) and, for a
+  replay, until its archive holds everything routed before its cut (`History.written`), and
   answers with the cut, the count and its archive writer's id, in a hash under the fence's id.
 
 The replay then reads each writer's rows up to that writer's cut and drops a live copy whose
 origin count is at most its node's count (`replay.Overlap`). A node that does not answer within
-`FENCE_WAIT` switches at the replay's own cut (logged).
+`FENCE_WAIT` switches at the replay's own cut (logged). A shared group's hand-over asks the same
+without the archive (`handover`): once answered, no node sends the group to its old holder.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from data_plane.broker.ports import Fence
 from data_plane.broker.replay import cut
 from data_plane.cluster.bus import Bus, Peers
 from data_plane.cluster.exactly import Origins
+from data_plane.cluster.forward import Forwarder
 from data_plane.cluster.own_routes import OwnRoutes
 from data_plane.cluster.routes import RouteTable
 
@@ -61,6 +65,7 @@ class Fences:
         own_routes: OwnRoutes,
         origins: Origins,
         peers: Peers,
+        forwarder: Forwarder,
         load: Callable[[str], Awaitable[None]],
     ) -> None:
         self.bus = bus
@@ -68,6 +73,7 @@ class Fences:
         self.own_routes = own_routes
         self.origins = origins
         self.peers = peers
+        self.forwarder = forwarder
         self.load = load  # a node's whole route set (`their_routes`), when a delta was missed
         self.history: History | None = None  # this node's archive (`attach`); None: none
         self.answering: set[asyncio.Task[None]] = set()
@@ -77,8 +83,9 @@ class Fences:
     def attach(self, broker: Broker) -> None:
         self.history = broker.replays.history
 
-    async def fence(self) -> Fence:
-        """The other live nodes' cuts for a replay whose filter was just routed here."""
+    async def fence(self, archive: bool = True) -> Fence:
+        """The other live nodes' cuts, once they know every route of ours so far (`archive`:
+        and their archives hold what they routed before, for a replay)."""
         others = set(self.peers.alive)
         if not others:
             return Fence()
@@ -91,6 +98,7 @@ class Fences:
             if version is not None:
                 fence_id = uuid.uuid4().hex
                 ask = {"node": self.bus.node_id, "fence": fence_id, "version": version}
+                ask["archive"] = int(archive)
                 await self.bus.redis.publish(self.bus.keys.channel, json.dumps(ask))
                 key = self.bus.keys.fence(fence_id)
                 while True:
@@ -107,13 +115,15 @@ class Fences:
         counts = {node: int(a["count"]) for node, a in answers.items()}
         return Fence(ends, counts, missing)
 
-    def asked(self, node_id: str, fence_id: str, version: int) -> None:
-        """The route channel's ask from `node_id` (`their_routes`): answered in a task."""
-        task = asyncio.get_running_loop().create_task(self.answer(node_id, fence_id, version))
+    def asked(self, change: dict[str, Any]) -> None:
+        """The route channel's ask from a node (`their_routes`): answered in a task."""
+        node_id, fence_id, version = change["node"], change["fence"], int(change["version"])
+        answer = self.answer(node_id, fence_id, version, bool(change.get("archive", 1)))
+        task = asyncio.get_running_loop().create_task(answer)
         self.answering.add(task)
         task.add_done_callback(self.answering.discard)
 
-    async def answer(self, node_id: str, fence_id: str, version: int) -> None:
+    async def answer(self, node_id: str, fence_id: str, version: int, archive: bool) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FENCE_WAIT
         load_at = loop.time() + LOAD_AFTER
@@ -128,8 +138,9 @@ class Fences:
                 await asyncio.sleep(0.002)
             end = cut()  # one step with the count: routed before <=> before `end`, <= `count`
             count = self.origins.count
+            await self.forwarder.flushed()  # (ahead of what the asker sends after the answers)
             writer = None
-            if self.history is not None:
+            if archive and self.history is not None:
                 await self.history.written()  # what was routed before the cut is readable
                 writer = self.history.writer
             answer = json.dumps({"end": end, "count": count, "writer": writer})

@@ -123,6 +123,11 @@ class Forwarder:
             self.commit.add_done_callback(_retrieve)
         return self.commit
 
+    async def flushed(self) -> None:
+        """Everything added so far is on the bus (or counted as dropped)."""
+        while self.buffers or self._scheduled or self._flushing:
+            await asyncio.sleep(0.001)
+
     def _start(self) -> None:
         self._scheduled = False
         if not self._flushing:  # else the running flush takes this buffer on its next round

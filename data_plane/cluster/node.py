@@ -12,6 +12,7 @@ given only what it uses (the bus, `membership` as the `Peers` view, the rooms it
 - `their_routes`: the other nodes' route sets into the table (the route channel);
 - `publish`: the port's `publish` — here, and once to each other node with a matching route;
 - `fences`: a replay's cut at every node (asked on the route channel, answered in Redis);
+- `handover`: a shared group's kept messages from other nodes' holders to its new member here;
 - `receive`: this node's forward stream, read and delivered here;
 - `sessions`, `relay`, `departed`, `wills`, `inherit`, `limits`, `exactly`: one session per
   client id, the relays of moved sessions, the wills a survivor publishes, a survivor's part,
@@ -54,6 +55,7 @@ from data_plane.cluster.departed import Departed
 from data_plane.cluster.exactly import Origins
 from data_plane.cluster.fences import Fences
 from data_plane.cluster.forward import Forwarder
+from data_plane.cluster.handover import GroupHandover
 from data_plane.cluster.inherit import Inheritor, forget_stream_mark
 from data_plane.cluster.keys import Keys
 from data_plane.cluster.limits import ClusterLimits
@@ -125,6 +127,7 @@ class Cluster:
             self.own_routes,
             self.origins,
             peers,
+            self.forwarder,
             load=lambda node_id: self.their_routes.load(node_id),
         )
         self.their_routes = TheirRoutes(
@@ -142,7 +145,21 @@ class Cluster:
             relays=self.relays,
             drop=drop,
         )
-        self.receiver = Receiver(bus, sessions=self.sessions, departed=self.departed, drop=drop)
+        self.handover = GroupHandover(
+            self.node_id,
+            self.table,
+            peers,
+            self.forwarder,
+            self.fences.fence,
+            self.publisher.hand_to,
+        )
+        self.receiver = Receiver(
+            bus,
+            sessions=self.sessions,
+            departed=self.departed,
+            drop=drop,
+            handover=self.handover.on_marker,
+        )
         self.wills = WillRegistry(bus)  # clients' wills a survivor publishes if we die
         self.inheritor = Inheritor(
             bus,
@@ -166,6 +183,7 @@ class Cluster:
         self.route_changed: Callable[[str, str, str | None, bool], None] = self.own_routes.changed
         self.hand_held = self.publisher.hand_held  # a group's held messages to its members
         self.fence = self.fences.fence  # a replay's cuts at the other nodes
+        self.take_group = self.handover.take  # a group's kept messages from other nodes first
 
     @property
     def alive(self) -> dict[str, dict[str, object]]:
@@ -186,6 +204,7 @@ class Cluster:
             room.attach(broker)
         self.inheritor.attach(broker)
         self.fences.attach(broker)
+        self.handover.attach(broker)
         self.own_routes.attach(broker.router)
         self.membership.guard(broker.hooks)  # cut off from the bus: no new clients (CONNACK 0x88)
         self.forwarder.on_drop = self._count_dropped

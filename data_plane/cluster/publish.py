@@ -131,8 +131,12 @@ class Publisher:
             return None
         turn = self.turns.get((message.tenant, key), 0)
         self.turns[(message.tenant, key)] = turn + 1
-        data = codec.encode(message, codec.GROUPS, (key,))
-        return self.forwarder.add(nodes[turn % len(nodes)], data, message.tenant, 1, True)
+        return self.hand_to(nodes[turn % len(nodes)], message, topic_filter, name)
+
+    def hand_to(self, node_id: str, message: Message, topic_filter: str, name: str) -> Commit:
+        """A held message of the group (filter, name) to `node_id`; the commit of its copy."""
+        data = codec.encode(message, codec.GROUPS, ((topic_filter, name),))
+        return self.forwarder.add(node_id, data, message.tenant, 1, True)  # type: ignore[return-value]  # waited for: a commit
 
     def _assign_groups(
         self,

@@ -27,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from data_plane.broker.message import Message
 from data_plane.broker.ports import Commit
 from data_plane.cluster import codec
 from data_plane.cluster.backpressure import Hold
@@ -53,11 +55,18 @@ class Receiver:
     broker: Broker  # `attach`, at the node's start
 
     def __init__(
-        self, bus: Bus, *, sessions: SessionClaims, departed: Departed, drop: Drop
+        self,
+        bus: Bus,
+        *,
+        sessions: SessionClaims,
+        departed: Departed,
+        drop: Drop,
+        handover: Callable[[int, Message, Any, str], None],
     ) -> None:
         self.bus = bus
         self.sessions = sessions  # relayed messages for one session, control messages
         self.departed = departed  # what follows sessions that left lately
+        self.handover = handover  # a group's hand-over's ask or answer (`handover`)
         self.drop = drop
         self.received = 0  # messages other nodes forwarded here
         self.stream_seen: dict[bytes, int] = {}  # writer -> its `c` in the last entry read
@@ -237,8 +246,11 @@ class Receiver:
             self.received += 1
             if flags & codec.RETAIN:
                 broker.retained.set(message)
-            if flags & codec.GROUPS:  # a dead node's group share, handed on (cluster/regroup.py)
-                serve_here(broker, message, groups, commits)
+            if flags & codec.GROUPS:  # a group's kept copy (handover.py), or a dead node's share
+                serve_here(broker, message, groups, commits)  # (regroup.py)
+                continue
+            if flags & (codec.HANDOVER_ASK | codec.HANDOVER_DONE):
+                self.handover(flags, message, groups, origin)
                 continue
             if flags & codec.TARGET:  # relayed for one session (data_plane.cluster.relay)
                 for client_id, published_at in groups:

@@ -42,7 +42,7 @@ def serve_here(
     missing = set()
     for key in groups:
         group = local.get(key)
-        member = group.pick() if group is not None else None
+        member = group.pick(kept=True) if group is not None else None  # (kept: no wait)
         if member is None:
             if group is not None and group.holder is not None:  # kept here for a member
                 commit = group.holder.hold(message)

@@ -51,14 +51,14 @@ class TheirRoutes:
         table: RouteTable,
         sightings: Sightings,
         on_break: Callable[[], None],
-        on_fence: Callable[[str, str, int], None],
+        on_fence: Callable[[dict[str, Any]], None],
     ) -> None:
         self.bus = bus
         self.table = table
         self.sightings = sightings
         # The channel broke (deltas lost both ways): our own set is announced anew (`own_routes`).
         self.on_break = on_break
-        # A node asks for a replay's cut (node, fence id, its route version): `fences`.
+        # A node asks for the others' cuts (its id, the fence's, its route version): `fences`.
         self.on_fence = on_fence
         self.loading: set[str] = set()  # nodes whose set is being loaded now
         self.resubscribed = 0  # times the route channel had to be subscribed again
@@ -102,7 +102,7 @@ class TheirRoutes:
             self.sightings.gone(change["replaces"])
         self.sightings.seen(node_id)  # it wrote, so it lives; the beat fills in the rest
         if change.get("fence"):  # after the delta with the replay's route, on this channel
-            self.on_fence(node_id, change["fence"], change["version"])
+            self.on_fence(change)
             return
         if change.get("reset") or not self.table.apply(
             node_id, change["version"], change.get("added") or [], change.get("removed") or []

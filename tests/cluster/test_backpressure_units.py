@@ -89,6 +89,7 @@ def _receiver() -> tuple[Receiver, Broker]:
         sessions=SimpleNamespace(on_control=lambda body: None),
         departed=Departed(reader, Origins("me").second_copy),
         drop=lambda reason, n: dropped.__setitem__(reason, n),
+        handover=lambda *marker: None,
     )
     receiver.attach(broker)
     return receiver, broker

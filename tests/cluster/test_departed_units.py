@@ -75,7 +75,9 @@ def _node(arrived: bool = False) -> SimpleNamespace:
     sessions = SessionClaims(
         bus, peers=peers, departed=departed, origins=origins, relays=relays, drop=drop
     )
-    receiver = Receiver(bus, sessions=sessions, departed=departed, drop=drop)
+    receiver = Receiver(
+        bus, sessions=sessions, departed=departed, drop=drop, handover=lambda *m: None
+    )
     for room in (relays, sessions, receiver):
         room.attach(broker)
     client = FakeClient("s")

@@ -124,7 +124,7 @@ def test_the_route_channel_tells_what_it_sees_and_applies_the_deltas():
     table, sightings, breaks = RouteTable(), Sightings(), []
     bus = Bus("a", KEYS, None, None, heartbeat=2.0)
     routes = TheirRoutes(
-        bus, table, sightings, on_break=lambda: breaks.append(1), on_fence=lambda *_: None
+        bus, table, sightings, on_break=lambda: breaks.append(1), on_fence=lambda _: None
     )
     table.replace("s", 4, set())
     # A survivor s took dead d's place: every node switches at once; s wrote, so it lives.

@@ -175,3 +175,58 @@ async def test_a_member_joining_mid_drain_takes_its_share_and_nothing_comes_twic
     payloads = [p.payload.decode() for got in seen.values() for p in got]
     assert sorted(payloads) == sorted(f"m{i}" for i in range(3000))  # all, once
     assert len(seen[one]) > 0 and len(seen[two]) > 0  # the newcomer took its share
+
+
+class Taking:
+    """The cluster as a group's hand-over sees it: another node keeps the group until
+    `handed` is set."""
+
+    def __init__(self) -> None:
+        self.handed: asyncio.Future[None] | None = None
+        self.asked: list[tuple[str, str, str]] = []
+
+    def route_changed(self, *change) -> None:
+        pass
+
+    def hand_held(self, *held) -> None:
+        return None
+
+    async def fence(self) -> None:
+        raise AssertionError("no replay here")
+
+    def take_group(self, tenant: str, topic_filter: str, name: str) -> asyncio.Future[None]:
+        self.asked.append((tenant, topic_filter, name))
+        self.handed = asyncio.get_running_loop().create_future()
+        return self.handed
+
+
+async def test_a_first_member_gets_what_another_node_kept_before_the_live_messages():
+    from data_plane.broker.ports import Ports
+    from data_plane.cluster.regroup import serve_here
+    from data_plane.config import BrokerConfig
+    from data_plane.tenancy.static import StaticAuthenticator
+    from tests.broker.unit.fakes import TENANTS
+
+    cluster = Taking()
+    broker = Broker(
+        BrokerConfig(port=0, ws_port=0, sys_interval=0),
+        StaticAuthenticator(TENANTS),
+        Ports(cluster=cluster),  # type: ignore[arg-type]
+    )
+    member = _member(broker, "d1")
+    assert cluster.asked == [("acme", "jobs/#", "workers")]
+    (holder,) = broker.groups.all()
+    assert holder.awaiting
+    for i in (3, 4):
+        broker.route(Message("jobs/a", f"m{i}".encode(), 1, False, tenant="acme"))  # live
+    assert _received(member) == []  # kept behind what the other node kept
+    for i in (1, 2):  # the other node's kept copies, handed over: past the wait
+        serve_here(broker, Message("jobs/a", f"m{i}".encode(), 1, False, tenant="acme"),
+                   (("jobs/#", "workers"),), [])  # fmt: skip
+    assert [p.payload for p in _received(member)] == [b"m1", b"m2"]
+    cluster.handed.set_result(None)  # every holder answered
+    await asyncio.sleep(0)
+    await _drained(broker)
+    assert [p.payload for p in _received(member)] == [b"m1", b"m2", b"m3", b"m4"]
+    _member(broker, "d2")  # a second member here: nothing more to take
+    assert len(cluster.asked) == 1

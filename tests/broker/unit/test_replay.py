@@ -102,6 +102,9 @@ class FakeCluster:
     def hand_held(self, *held) -> None:
         return None
 
+    def take_group(self, *group) -> None:
+        return None
+
     async def fence(self) -> Fence:
         await self.answer.wait()
         return Fence(ends={"there": 777}, counts={"n2": 5})
