@@ -146,21 +146,7 @@ def test_a_keys_later_outputs_wait_behind_its_failed_one():
 def test_an_attempt_is_one_request_even_when_the_far_end_fails_it():
     """The outbox retries, counted as resent; botocore's own retry would add copies nobody
     counts (an independent probe found two requests per attempt, 38 uncounted duplicates)."""
-    seen: list[str] = []
-
-    class Busy(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            seen.append(self.path)
-            self.send_response(503)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, seen = _busy_far_end()
     try:
         endpoint = f"http://127.0.0.1:{server.server_address[1]}"
         action = {
