@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from common.rules.compiler import _get_index, _get_key
+from common.rules.paths import _get_index, _get_key
 from common.rules.values import json_encode, to_str
 
 _PLACEHOLDER = re.compile(r"\$\{\s*([^}]*?)\s*\}")
