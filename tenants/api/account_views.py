@@ -19,7 +19,7 @@ from tenants.accounts import selectors as account_selectors
 from tenants.accounts import services as account_services
 from tenants.accounts import trust as accounts
 from tenants.accounts.throttles import LoginThrottle
-from tenants.api import serializers as s
+from tenants.api import account_serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated, validated
 from tenants.client_address import client_address

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from tenants.acls import selectors as acl_selectors
 from tenants.acls import services as acl_services
-from tenants.api import serializers as s
+from tenants.api import acl_serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated, validated
 from tenants.devices import selectors as device_selectors

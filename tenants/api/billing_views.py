@@ -7,7 +7,7 @@ from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from tenants.api import serializers as s
+from tenants.api import billing_serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated
 from tenants.billing import invoice_render

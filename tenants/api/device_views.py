@@ -11,7 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from tenants.api import serializers as s
+from tenants.api import device_serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated, text_param, validated
 from tenants.devices import selectors as device_selectors

@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schem
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from tenants.api import serializers as s
+from tenants.api import rule_serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS, page_of
 from tenants.api.views import TenantAPIView, paginated, text_param, validated
 from tenants.rules import selectors as rule_selectors

@@ -18,7 +18,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from common.charges.metering import explain_publish
-from tenants.api import serializers as s
+from tenants.api import usage_serializers as s
 from tenants.api.pagination import PAGE_PARAMETERS
 from tenants.api.views import TenantAPIView, paginated, text_param
 from tenants.billing import selectors as billing_selectors
