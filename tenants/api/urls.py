@@ -1,8 +1,12 @@
 from django.urls import path, re_path
 
 from tenants.api import (
+    account_views,
+    acl_views,
     alarm_views,
+    billing_views,
     budget_views,
+    device_views,
     fleet_views,
     history_views,
     identity_views,
@@ -11,29 +15,31 @@ from tenants.api import (
     job_views,
     journey_views,
     rule_run_views,
+    rule_views,
     shadow_views,
     shared_group_views,
     sink_views,
     usage_views,
-    views,
 )
 
 urlpatterns = [
-    path("signup", views.SignupView.as_view(), name="api-signup"),
-    path("auth/token", views.TokenView.as_view(), name="api-token"),
-    path("tenant", views.CurrentTenantView.as_view(), name="api-tenant"),
-    path("tokens", views.ApiTokenListView.as_view(), name="api-tokens"),
-    path("tokens/<int:token_id>", views.ApiTokenDetailView.as_view(), name="api-token-detail"),
-    path("devices", views.DeviceListView.as_view(), name="api-devices"),
-    path("devices/<str:name>", views.DeviceDetailView.as_view(), name="api-device"),
+    path("signup", account_views.SignupView.as_view(), name="api-signup"),
+    path("auth/token", account_views.TokenView.as_view(), name="api-token"),
+    path("tenant", account_views.CurrentTenantView.as_view(), name="api-tenant"),
+    path("tokens", account_views.ApiTokenListView.as_view(), name="api-tokens"),
+    path(
+        "tokens/<int:token_id>", account_views.ApiTokenDetailView.as_view(), name="api-token-detail"
+    ),
+    path("devices", device_views.DeviceListView.as_view(), name="api-devices"),
+    path("devices/<str:name>", device_views.DeviceDetailView.as_view(), name="api-device"),
     path(
         "devices/<str:name>/credentials",
-        views.DeviceCredentialsView.as_view(),
+        device_views.DeviceCredentialsView.as_view(),
         name="api-device-credentials",
     ),
     path(
         "devices/<str:name>/credentials/<int:credential_id>",
-        views.DeviceCredentialDetailView.as_view(),
+        device_views.DeviceCredentialDetailView.as_view(),
         name="api-device-credential",
     ),
     path(
@@ -119,20 +125,20 @@ urlpatterns = [
     ),
     path("audit", identity_views.AuditView.as_view(), name="api-audit"),
     path("audit.csv", identity_views.AuditCsvView.as_view(), name="api-audit-csv"),
-    path("acls", views.AclListView.as_view(), name="api-acls"),
-    path("acls/test", views.AclTestView.as_view(), name="api-acls-test"),
-    path("acls/<int:rule_id>", views.AclDetailView.as_view(), name="api-acl"),
-    path("rules", views.RuleListView.as_view(), name="api-rules"),
-    path("rules/test", views.RuleTestView.as_view(), name="api-rule-test"),  # before <name>
-    path("rules/<str:name>", views.RuleDetailView.as_view(), name="api-rule"),
+    path("acls", acl_views.AclListView.as_view(), name="api-acls"),
+    path("acls/test", acl_views.AclTestView.as_view(), name="api-acls-test"),
+    path("acls/<int:rule_id>", acl_views.AclDetailView.as_view(), name="api-acl"),
+    path("rules", rule_views.RuleListView.as_view(), name="api-rules"),
+    path("rules/test", rule_views.RuleTestView.as_view(), name="api-rule-test"),  # before <name>
+    path("rules/<str:name>", rule_views.RuleDetailView.as_view(), name="api-rule"),
     path(
         "rules/<str:name>/dead-letters",
-        views.RuleDeadLettersView.as_view(),
+        rule_views.RuleDeadLettersView.as_view(),
         name="api-rule-dead-letters",
     ),
     path(
         "rules/<str:name>/dead-letters/replay",
-        views.RuleDeadLettersReplayView.as_view(),
+        rule_views.RuleDeadLettersReplayView.as_view(),
         name="api-rule-dead-letters-replay",
     ),
     path("sessions", inspection_views.SessionListView.as_view(), name="api-sessions"),
@@ -236,11 +242,11 @@ urlpatterns = [
         alarm_views.AlarmDefinitionDetailAlias.as_view(),
         name="api-alarm-definition",
     ),
-    path("quota", views.QuotaView.as_view(), name="api-quota"),
-    path("usage", views.UsageView.as_view(), name="api-usage"),
+    path("quota", usage_views.QuotaView.as_view(), name="api-quota"),
+    path("usage", usage_views.UsageView.as_view(), name="api-usage"),
     path("usage/explain", usage_views.UsageExplainView.as_view(), name="api-usage-explain"),
     path("usage/forecast", usage_views.UsageForecastView.as_view(), name="api-usage-forecast"),
-    path("invoices", views.InvoiceView.as_view(), name="api-invoices"),
+    path("invoices", billing_views.InvoiceView.as_view(), name="api-invoices"),
     path("budget", budget_views.BudgetView.as_view(), name="api-budget"),
     path("budget/alerts", budget_views.BudgetAlertsView.as_view(), name="api-budget-alerts"),
     path("billing-details", budget_views.BillingDetailsView.as_view(), name="api-billing-details"),
@@ -252,7 +258,7 @@ urlpatterns = [
     ),
     re_path(
         r"^invoices/(?P<period>[0-9]{4}-[0-9]{2})(?:\.(?P<fmt>csv|pdf))?$",
-        views.InvoiceDetailView.as_view(),
+        billing_views.InvoiceDetailView.as_view(),
         name="api-invoice",
     ),
 ]

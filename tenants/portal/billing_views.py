@@ -1,6 +1,7 @@
 """Portal pages for billing: Usage (one chart per billed dimension, per day, per device and per
-device group tables, the month to date in money and its forecast, what a message costs) and Invoices (lines,
-CSV/PDF downloads). Thin: selectors compute, `tenants.usage.charts` draws."""
+device group tables, the month to date in money and its forecast, what a message costs), Invoices
+(lines, CSV/PDF downloads) and Quota (the limits, how often each slowed or refused something, the
+plan's prices). Thin: selectors compute, `tenants.usage.charts` draws."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from tenants.billing import selectors as billing_selectors
 from tenants.billing.invoice_words import DEVICE_LABELS, line_words
 from tenants.devices import selectors as device_selectors
 from tenants.portal.views import _context, tenant_view
+from tenants.tenant import selectors as tenant_selectors
 from tenants.usage import charts
 from tenants.usage import selectors as usage_selectors
+from tenants.usage.quota_display import quota_rows
+from tenants.usage.throttling import limit_activity
+from tenants.usage.throttling_display import throttling_items
 
 CHARTS = (
     ("messages", "Messages", "5 KB units"),
@@ -188,3 +193,30 @@ def invoice_download(request, membership, period: str, fmt: str):
         response = HttpResponse(invoice_render.invoice_pdf(invoice), content_type="application/pdf")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
+
+
+@tenant_view()
+def quota(request, membership):
+    tenant = membership.tenant
+    limits = tenant_selectors.effective_quota(tenant)
+    rows = quota_rows(tenant, limits)
+    throttling = throttling_items(limit_activity(tenant=tenant), limits)
+    from tenants.billing.services import price_book_for
+
+    book = price_book_for(tenant.plan, datetime.now(UTC).strftime("%Y-%m"))
+    prices = [
+        (name, spec.get("included", 0), spec.get("per", 1), spec["tiers"])
+        for name, spec in book.dimensions.items()
+    ]
+    return render(
+        request,
+        "portal/quota.html",
+        _context(
+            membership,
+            rows=rows,
+            throttling=throttling,
+            plan=tenant.plan,
+            book=book,
+            prices=prices,
+        ),
+    )
