@@ -197,6 +197,12 @@ class RecordingCluster:
     def hand_held(self, message: Message, topic_filter: str, name: str) -> None:
         return None  # no other node has a member of any group
 
+    def take_group(self, tenant: str, topic_filter: str, name: str) -> None:
+        return None  # no other node keeps any group
+
+    async def fence(self):
+        raise AssertionError("no replay here")
+
     async def claim(self, tenant: str, client_id: str, clean_start: bool) -> None:
         return None
 
