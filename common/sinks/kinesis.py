@@ -45,13 +45,14 @@ class KinesisWriter:
 
     def send(self, records: Sequence[Record]) -> list[Result]:
         entries: dict[int, dict[str, Any]] = {}
+        keys: dict[int, str] = {}  # record id -> its partition key (rendered once)
         too_large: dict[int, Result] = {}
         chunks: list[list[int]] = []
         chunk: list[int] = []
         size = 0
         for index, record in enumerate(records):
             data = record.body.encode("utf-8", "surrogatepass")
-            key = self.partition_key(record)
+            key = keys[record.id] = self.partition_key(record)
             length = len(data) + len(key.encode("utf-8", "surrogatepass"))
             if length > MAX_RECORD:  # Kinesis refuses the whole call for it: left out alone
                 too_large[index] = Result(
@@ -67,7 +68,7 @@ class KinesisWriter:
         if chunk:
             chunks.append(chunk)
         put = lambda c, results: self._put(records, c, [entries[i] for i in c], results)  # noqa: E731
-        results = key_ordered(records, chunks, put, self.partition_key)  # per partition key
+        results = key_ordered(records, chunks, put, lambda r: keys[r.id])  # per partition key
         for index, refusal in too_large.items():
             results[index] = refusal
         return results
