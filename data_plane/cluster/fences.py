@@ -77,8 +77,6 @@ class Fences:
         self.load = load  # a node's whole route set (`their_routes`), when a delta was missed
         self.history: History | None = None  # this node's archive (`attach`); None: none
         self.answering: set[asyncio.Task[None]] = set()
-        self.asked_here = 0  # fences asked by replays at this node
-        self.unanswered = 0  # nodes that did not answer one in time
 
     def attach(self, broker: Broker) -> None:
         self.history = broker.replays.history
@@ -89,7 +87,6 @@ class Fences:
         others = set(self.peers.alive)
         if not others:
             return Fence()
-        self.asked_here += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FENCE_WAIT
         answers: dict[str, dict[str, Any]] = {}
@@ -110,7 +107,6 @@ class Fences:
         except (RedisError, OSError) as exc:
             log.warning("replay fence not asked (%s): the others switch at this node's cut", exc)
         missing = tuple(sorted(others - answers.keys()))
-        self.unanswered += len(missing)
         ends = {str(a["writer"]): int(a["end"]) for a in answers.values() if a.get("writer")}
         counts = {node: int(a["count"]) for node, a in answers.items()}
         return Fence(ends, counts, missing)

@@ -66,8 +66,6 @@ class GroupHandover:
         self.hand_to = hand_to  # `Publisher.hand_to`
         self.waiting: dict[tuple[Group, str], asyncio.Future[None]] = {}  # (group, holder node)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.taken = 0  # hand-overs this node asked for
-        self.late = 0  # holders that did not answer one in time
 
     def attach(self, broker: Broker) -> None:
         self.broker = broker
@@ -85,7 +83,6 @@ class GroupHandover:
         nodes = self.holders(tenant, topic_filter, name)
         if not nodes:
             return None
-        self.taken += 1
         task = asyncio.get_running_loop().create_task(
             self._take((tenant, topic_filter, name), nodes)
         )
@@ -103,7 +100,6 @@ class GroupHandover:
                 self.forwarder.add(node, _marker(codec.HANDOVER_ASK, group), tenant, 0, False)
             _done, pending = await asyncio.wait(answers, timeout=HANDOVER_WAIT)
             if pending:
-                self.late += len(pending)
                 log.warning(
                     "group %s/%s of %s: no hand-over from %d holder(s) within %gs",
                     topic_filter, name, tenant, len(pending), HANDOVER_WAIT,
